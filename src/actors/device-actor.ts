@@ -1,0 +1,245 @@
+/**
+ * The main thread's handle on one device actor (a worker thread running
+ * device-worker.js). Its interface is small: `load`, `unload`, `infer`,
+ * `inflight`, `stop`.
+ *
+ * Every pending call settles in exactly one of three ways: the worker's reply,
+ * its own timer (the request's deadline, or a load timeout), or the worker
+ * exiting, which rejects every pending call with UNAVAILABLE. A worker that
+ * exits unexpectedly is replaced and the models it held are loaded again
+ * before anything else runs there (the worker serves its inbox in order); a
+ * worker that keeps dying without serving is given up on.
+ *
+ * Buffers: `infer` transfers its inputs' ArrayBuffers to the worker (the
+ * caller must not touch them afterwards) and receives the outputs' buffers.
+ */
+import { EventEmitter } from 'node:events';
+import { Worker } from 'node:worker_threads';
+import type { Logger } from 'pino';
+import type { ModelSpec } from '../bundle/model-spec.js';
+import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, MODEL_LOAD_TIMEOUT_MS } from '../constants.js';
+import { errors, fromErrorData, StowageError } from '../errors.js';
+import { nowMs, type DeviceInit, type ExecutionTiming, type FromDevice, type ToDevice, type WireTensor } from './messages.js';
+
+/** Lifecycle of a device actor. */
+export enum DeviceState {
+  /** The worker is starting (loading ONNX Runtime). */
+  STARTING = 'STARTING',
+  /** Serving. */
+  READY = 'READY',
+  /** The worker died; a replacement is starting and reloading the models. */
+  RESTARTING = 'RESTARTING',
+  /** Given up on after repeated crashes, or stopped: every call answers UNAVAILABLE. */
+  DEAD = 'DEAD',
+}
+
+export interface InferRequest {
+  model: string;
+  inputs: WireTensor[];
+  outputs: string[];
+  deadlineMs: number;
+}
+
+export interface InferResult {
+  outputs: WireTensor[];
+  timing: ExecutionTiming;
+}
+
+interface Pending {
+  resolve: (value: FromDevice) => void;
+  reject: (err: StowageError) => void;
+  timer: NodeJS.Timeout;
+}
+
+export interface DeviceActorOptions {
+  deviceId: number;
+  intraOpThreads: number;
+  logger: Logger;
+  /** The worker script; tests substitute a fixture. */
+  workerUrl?: URL;
+}
+
+const DEFAULT_WORKER_URL = new URL('./device-worker.js', import.meta.url);
+
+export class DeviceActor extends EventEmitter {
+  readonly deviceId: number;
+  #options: DeviceActorOptions;
+  #worker!: Worker;
+  #state = DeviceState.STARTING;
+  #pending = new Map<number, Pending>();
+  #nextId = 1;
+  #loaded = new Map<string, ModelSpec>();
+  #crashes = 0;
+  #stopping = false;
+
+  private constructor(options: DeviceActorOptions) {
+    super();
+    this.deviceId = options.deviceId;
+    this.#options = options;
+  }
+
+  /** Start the worker and wait until ONNX Runtime is loaded in it. */
+  static async create(options: DeviceActorOptions): Promise<DeviceActor> {
+    const actor = new DeviceActor(options);
+    await actor.#spawn();
+    return actor;
+  }
+
+  get state(): DeviceState {
+    return this.#state;
+  }
+
+  /** Calls sent to the worker and not yet settled. */
+  get inflight(): number {
+    return this.#pending.size;
+  }
+
+  #spawn(): Promise<void> {
+    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads };
+    const worker = new Worker(this.#options.workerUrl ?? DEFAULT_WORKER_URL, { workerData: init, name: `device-${this.deviceId}` });
+    this.#worker = worker;
+    let lastError: Error | undefined;
+    let started = false;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        void worker.terminate();
+        reject(errors.deviceUnavailable(this.deviceId, `its worker did not start within ${DEVICE_START_TIMEOUT_MS} ms`));
+      }, DEVICE_START_TIMEOUT_MS);
+      worker.on('message', (msg: FromDevice) => {
+        if (msg.type === 'started') {
+          started = true;
+          clearTimeout(timer);
+          this.#state = DeviceState.READY;
+          resolve();
+          return;
+        }
+        this.#settle(msg);
+      });
+      worker.on('error', (err) => {
+        lastError = err;
+      });
+      worker.on('messageerror', (err) => {
+        lastError = err;
+      });
+      worker.on('exit', (code) => {
+        clearTimeout(timer);
+        if (worker !== this.#worker) return;
+        const why = this.#stopping ? 'the server is stopping'
+          : `its worker exited (code ${code}${lastError ? `: ${lastError.message}` : ''})`;
+        this.#failAll(errors.deviceUnavailable(this.deviceId, why));
+        if (!started) reject(errors.deviceUnavailable(this.deviceId, why));
+        else this.#onCrash(why);
+      });
+    });
+  }
+
+  #onCrash(why: string): void {
+    if (this.#stopping) {
+      this.#state = DeviceState.DEAD;
+      return;
+    }
+    this.#crashes++;
+    this.#options.logger.error({ device: this.deviceId, crashes: this.#crashes }, `device actor crashed: ${why}`);
+    this.emit('crash', why);
+    if (this.#crashes >= DEVICE_MAX_CONSECUTIVE_CRASHES) {
+      this.#state = DeviceState.DEAD;
+      this.#options.logger.error({ device: this.deviceId }, `device actor crashed ${this.#crashes} times in a row; not restarting it`);
+      return;
+    }
+    this.#state = DeviceState.RESTARTING;
+    this.#spawn().then(() => {
+      // The inbox is served in order: these loads run before any later request.
+      for (const spec of this.#loaded.values()) {
+        this.load(spec).catch((err: Error) => this.#options.logger.error({ device: this.deviceId, model: spec.name }, `reload after crash failed: ${err.message}`));
+      }
+    }, (err: Error) => this.#onCrash(`its replacement failed to start: ${err.message}`));
+  }
+
+  #settle(msg: FromDevice): void {
+    if (msg.type === 'started') return;
+    const pending = this.#pending.get(msg.id);
+    if (!pending) return; // timed out or cancelled: the caller was answered already
+    this.#pending.delete(msg.id);
+    clearTimeout(pending.timer);
+    if (msg.type === 'failed') pending.reject(fromErrorData(msg.error));
+    else pending.resolve(msg);
+  }
+
+  #failAll(err: StowageError): void {
+    const pending = [...this.#pending.values()];
+    this.#pending.clear();
+    for (const p of pending) {
+      clearTimeout(p.timer);
+      p.reject(err);
+    }
+  }
+
+  #call(msg: ToDevice, timeoutMs: number, onTimeout: () => StowageError, transfer: ArrayBuffer[] = []): Promise<FromDevice> {
+    if (this.#state === DeviceState.DEAD) {
+      return Promise.reject(errors.deviceUnavailable(this.deviceId, 'it has stopped'));
+    }
+    return new Promise((resolve, reject) => {
+      const id = (msg as { id: number }).id;
+      const timer = setTimeout(() => {
+        this.#pending.delete(id);
+        if (msg.type === 'infer') this.#worker.postMessage({ type: 'cancel', id } satisfies ToDevice);
+        reject(onTimeout());
+      }, Math.max(0, timeoutMs));
+      this.#pending.set(id, { resolve, reject, timer });
+      this.#worker.postMessage(msg, transfer);
+    });
+  }
+
+  /** Create the model's sessions on the device (replacing a loaded version). */
+  async load(spec: ModelSpec): Promise<{ loadMs: number }> {
+    const reply = await this.#call({ type: 'load', id: this.#nextId++, spec }, MODEL_LOAD_TIMEOUT_MS,
+      () => errors.bundleInvalid(spec.name, 'model.onnx', `loading took longer than ${MODEL_LOAD_TIMEOUT_MS} ms`));
+    this.#loaded.set(spec.name, spec);
+    return { loadMs: (reply as { loadMs: number }).loadMs };
+  }
+
+  async unload(model: string): Promise<void> {
+    this.#loaded.delete(model);
+    await this.#call({ type: 'unload', id: this.#nextId++, model }, MODEL_LOAD_TIMEOUT_MS,
+      () => errors.internal(`unloading ${model} timed out`));
+  }
+
+  /**
+   * Run one request. Settles by the deadline at the latest; an aborted signal
+   * drops the request (queued: removed; running: its result is discarded).
+   */
+  async infer(req: InferRequest, signal?: AbortSignal): Promise<InferResult> {
+    const id = this.#nextId++;
+    const enqueuedAtMs = nowMs();
+    const transfer = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
+    const call = this.#call(
+      { type: 'infer', id, model: req.model, inputs: req.inputs, outputs: req.outputs, deadlineMs: req.deadlineMs, enqueuedAtMs },
+      req.deadlineMs - enqueuedAtMs,
+      () => errors.deadlineExceeded(req.model, nowMs() - enqueuedAtMs),
+      transfer);
+    const onAbort = () => {
+      const pending = this.#pending.get(id);
+      if (!pending) return;
+      this.#pending.delete(id);
+      clearTimeout(pending.timer);
+      this.#worker.postMessage({ type: 'cancel', id } satisfies ToDevice);
+      pending.reject(new StowageError('STOWAGE_INVALID_REQUEST', 'cancelled by the client'));
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      const reply = await call;
+      this.#crashes = 0; // served: the worker is healthy
+      const { outputs, timing } = reply as Extract<FromDevice, { type: 'inferred' }>;
+      return { outputs, timing };
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** Stop the worker; pending calls are answered UNAVAILABLE. */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    this.#state = DeviceState.DEAD;
+    await this.#worker.terminate();
+  }
+}

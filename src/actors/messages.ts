@@ -1,0 +1,72 @@
+/**
+ * The channel between the main thread and a device actor: every message, both
+ * ways, typed here and nowhere else. Both sides `import type` this file.
+ *
+ * Ownership: tensor bytes travel in `WireTensor.data`. The sender lists
+ * `data.buffer` in the transfer list, so after postMessage the bytes belong to
+ * the receiver and the sender's view is detached. Every buffer sent this way
+ * is a whole ArrayBuffer created for the purpose (never Node's shared Buffer
+ * pool, which cannot be transferred).
+ */
+import type { ModelSpec } from '../bundle/model-spec.js';
+import type { Datatype } from '../dtypes.js';
+import type { ErrorData } from '../errors.js';
+
+/** A tensor in KServe's raw wire layout: row-major little-endian elements; BYTES elements length-prefixed. */
+export interface WireTensor {
+  name: string;
+  datatype: Datatype;
+  shape: number[];
+  data: Uint8Array;
+}
+
+/** Given to the worker at start-up (as workerData). */
+export interface DeviceInit {
+  deviceId: number;
+  /** ONNX Runtime intra-op threads; 0 lets ONNX Runtime choose. */
+  intraOpThreads: number;
+}
+
+/** Where the time of one execution went, in nanoseconds (Triton's statistics vocabulary). */
+export interface ExecutionTiming {
+  queueNs: number;
+  computeInputNs: number;
+  computeInferNs: number;
+  computeOutputNs: number;
+  /** Rows actually executed, padding included. */
+  executedBatchSize: number;
+}
+
+export interface InferCommand {
+  type: 'infer';
+  id: number;
+  model: string;
+  inputs: WireTensor[];
+  /** Output names to return, in response order (never empty: the codec fills in every output). */
+  outputs: string[];
+  /** Absolute deadline, ms since the epoch (performance.timeOrigin + performance.now()). */
+  deadlineMs: number;
+  /** When the main thread handed the request over, same clock. */
+  enqueuedAtMs: number;
+}
+
+/** main thread -> device actor */
+export type ToDevice =
+  | { type: 'load'; id: number; spec: ModelSpec }
+  | { type: 'unload'; id: number; model: string }
+  | InferCommand
+  /** Drop a queued infer; one already running finishes and its result is discarded. */
+  | { type: 'cancel'; id: number };
+
+/** device actor -> main thread */
+export type FromDevice =
+  | { type: 'started' }
+  | { type: 'loaded'; id: number; loadMs: number }
+  | { type: 'unloaded'; id: number }
+  | { type: 'inferred'; id: number; outputs: WireTensor[]; timing: ExecutionTiming }
+  | { type: 'failed'; id: number; error: ErrorData };
+
+/** The clock both threads share for deadlines (Date.now() has ms resolution only). */
+export function nowMs(): number {
+  return performance.timeOrigin + performance.now();
+}

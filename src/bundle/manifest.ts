@@ -1,0 +1,199 @@
+/**
+ * The manifest parser: `manifest.yaml` (the seeds' format_version "2.0") into
+ * a ModelSpec. Checks everything that can be checked without ONNX Runtime:
+ * the YAML's shape (a JSON Schema), axis strings against `dims`, the batch
+ * axis, and which executable files the bundle holds. The check against the
+ * ONNX graph itself is `signature.ts`, run where the session is created.
+ *
+ * Every error names the bundle, the file and what is wrong.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { Ajv } from 'ajv';
+import YAML from 'yaml';
+import { byManifestDtype, MANIFEST_DTYPES } from '../dtypes.js';
+import { errors } from '../errors.js';
+import { describeSchemaErrors } from '../schema-errors.js';
+import type { ExecutableFile, ModelSpec, TensorSpec } from './model-spec.js';
+
+export const MANIFEST_FILE = 'manifest.yaml';
+const DEFAULT_BATCH_AXIS = 'n';
+
+const tensorSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['name', 'dtype', 'shape'],
+  properties: {
+    name: { type: 'string', minLength: 1 },
+    dtype: { enum: MANIFEST_DTYPES },
+    // One lower-case letter per axis, in ONNX order; the batch axis letter marks the batch dimension.
+    shape: { type: 'string', pattern: '^[a-z]*$' },
+    dims: { type: 'object', additionalProperties: { type: 'integer', minimum: 1 } },
+  },
+} as const;
+
+const manifestSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['format_version', 'executable_inputs', 'executable_outputs'],
+  properties: {
+    format_version: { const: '2.0' },
+    name: { type: 'string' },
+    kind: { enum: ['model', 'meta'] },
+    executable_inputs: { type: 'array', minItems: 1, items: tensorSchema },
+    executable_outputs: { type: 'array', minItems: 1, items: tensorSchema },
+    client_inputs: { type: 'array', items: tensorSchema },
+    client_outputs: { type: 'array', items: tensorSchema },
+    batching: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        compiled_batch_sizes: { type: 'array', minItems: 1, uniqueItems: true, items: { type: 'integer', minimum: 1 } },
+        batch_axis: { type: 'string', pattern: '^[a-z]$' },
+      },
+    },
+  },
+} as const;
+
+const ajv = new Ajv({ allErrors: true, strict: true });
+const validateManifest = ajv.compile(manifestSchema);
+
+interface RawTensor { name: string; dtype: string; shape: string; dims?: Record<string, number> }
+interface RawManifest {
+  format_version: '2.0';
+  name?: string;
+  kind?: 'model' | 'meta';
+  executable_inputs: RawTensor[];
+  executable_outputs: RawTensor[];
+  client_inputs?: RawTensor[];
+  client_outputs?: RawTensor[];
+  batching?: { compiled_batch_sizes?: number[]; batch_axis?: string };
+}
+
+function parseTensor(bundle: string, where: string, raw: RawTensor, batchAxis: string): TensorSpec {
+  const fail = (msg: string) => errors.bundleInvalid(bundle, MANIFEST_FILE, `${where} ${JSON.stringify(raw.name)}: ${msg}`);
+  const letters = [...raw.shape];
+  const dup = letters.find((l, i) => letters.indexOf(l) !== i);
+  if (dup) throw fail(`shape ${JSON.stringify(raw.shape)} names axis '${dup}' twice`);
+  const dims = raw.dims ?? {};
+  for (const key of Object.keys(dims)) {
+    if (key === batchAxis) throw fail(`dims sets the batch axis '${batchAxis}'; the batch axis takes its size from each request`);
+    if (!letters.includes(key)) throw fail(`dims names axis '${key}', which is not in shape ${JSON.stringify(raw.shape)}`);
+  }
+  const shape = letters.map((l) => {
+    if (l === batchAxis) return -1;
+    const d = dims[l];
+    if (d === undefined) throw fail(`axis '${l}' of shape ${JSON.stringify(raw.shape)} has no size in dims`);
+    return d;
+  });
+  const info = byManifestDtype(raw.dtype);
+  if (!info) throw fail(`unknown dtype ${JSON.stringify(raw.dtype)}`); // unreachable: the schema checked it
+  return { name: raw.name, datatype: info.datatype, axes: raw.shape, shape, batchDim: letters.indexOf(batchAxis) };
+}
+
+function checkUniqueNames(bundle: string, where: string, tensors: readonly TensorSpec[]): void {
+  const seen = new Set<string>();
+  for (const t of tensors) {
+    if (seen.has(t.name)) throw errors.bundleInvalid(bundle, MANIFEST_FILE, `${where} names tensor ${JSON.stringify(t.name)} twice`);
+    seen.add(t.name);
+  }
+}
+
+/** Which executables the bundle directory holds: model.onnx, or model.bN.onnx per compiled size. */
+function findExecutables(bundle: string, dir: string, batched: boolean, sizes: readonly number[]): ExecutableFile[] {
+  const files = readdirSync(dir);
+  const perSize = new Map<number, string>();
+  for (const f of files) {
+    const m = /^model\.b(\d+)\.onnx$/.exec(f);
+    if (m) perSize.set(Number(m[1]), f);
+  }
+  const hasDynamic = files.includes('model.onnx');
+  if (hasDynamic && perSize.size > 0) {
+    throw errors.bundleInvalid(bundle, 'model.onnx', `the bundle holds both model.onnx and ${[...perSize.values()].join(', ')}; keep either one model.onnx with a dynamic batch axis or one model.bN.onnx per compiled batch size`);
+  }
+  if (hasDynamic) return [{ batchSize: null, path: path.join(dir, 'model.onnx') }];
+  if (perSize.size === 0) {
+    throw errors.bundleInvalid(bundle, dir, `no executable: expected model.onnx${batched ? ' or model.bN.onnx for each compiled batch size' : ''}`);
+  }
+  if (!batched) {
+    throw errors.bundleInvalid(bundle, [...perSize.values()][0], 'per-batch-size files need a batch axis in the manifest; an unbatched model ships model.onnx');
+  }
+  for (const [size, f] of perSize) {
+    if (!sizes.includes(size)) {
+      throw errors.bundleInvalid(bundle, f, `batch size ${size} is not in batching.compiled_batch_sizes [${sizes.join(', ')}]`);
+    }
+  }
+  return sizes.map((size) => {
+    const f = perSize.get(size);
+    if (!f) throw errors.bundleInvalid(bundle, dir, `batching.compiled_batch_sizes lists ${size}, but model.b${size}.onnx is missing`);
+    return { batchSize: size, path: path.join(dir, f) };
+  });
+}
+
+/** Parse a manifest's text for the bundle in `dir` (whose directory name is the model name). */
+export function parseManifest(text: string, dir: string): ModelSpec {
+  const bundle = path.basename(dir);
+  let doc: unknown;
+  try {
+    doc = YAML.parse(text);
+  } catch (err) {
+    throw errors.bundleInvalid(bundle, MANIFEST_FILE, `not valid YAML: ${(err as Error).message}`);
+  }
+  if (!validateManifest(doc)) {
+    const hint = (doc as { format_version?: unknown })?.format_version === 2
+      ? ' (write format_version: "2.0" with quotes: unquoted, YAML reads the number 2)' : '';
+    throw errors.bundleInvalid(bundle, MANIFEST_FILE,
+      `${describeSchemaErrors(validateManifest.errors ?? [], doc).replace(/\n/g, '; ')}${hint}`);
+  }
+  const raw = doc as unknown as RawManifest;
+  if (raw.name !== undefined && raw.name !== bundle) {
+    throw errors.bundleInvalid(bundle, MANIFEST_FILE, `name ${JSON.stringify(raw.name)} differs from the bundle's directory name ${JSON.stringify(bundle)}; the directory name is the model name`);
+  }
+  if (raw.kind === 'meta') {
+    throw errors.bundleInvalid(bundle, MANIFEST_FILE, 'kind: meta bundles are not supported by this version of Stowage');
+  }
+  if (raw.client_inputs || raw.client_outputs) {
+    throw errors.bundleInvalid(bundle, MANIFEST_FILE, 'client_inputs/client_outputs need model.js pre/post-processing hooks, which this version of Stowage does not run');
+  }
+  const batchAxis = raw.batching?.batch_axis ?? DEFAULT_BATCH_AXIS;
+  const inputs = raw.executable_inputs.map((t) => parseTensor(bundle, 'executable_inputs', t, batchAxis));
+  const outputs = raw.executable_outputs.map((t) => parseTensor(bundle, 'executable_outputs', t, batchAxis));
+  checkUniqueNames(bundle, 'executable_inputs', inputs);
+  checkUniqueNames(bundle, 'executable_outputs', outputs);
+
+  const all = [...inputs, ...outputs];
+  const batchedCount = all.filter((t) => t.batchDim >= 0).length;
+  if (batchedCount !== 0 && batchedCount !== all.length) {
+    const missing = all.filter((t) => t.batchDim < 0).map((t) => t.name);
+    throw errors.bundleInvalid(bundle, MANIFEST_FILE, `batch axis '${batchAxis}' is missing from ${missing.join(', ')}; either every tensor has the batch axis or none does`);
+  }
+  const batched = batchedCount > 0;
+  const sizes = [...(raw.batching?.compiled_batch_sizes ?? [])].sort((a, b) => a - b);
+  if (batched && sizes.length === 0) {
+    throw errors.bundleInvalid(bundle, MANIFEST_FILE, `tensors have the batch axis '${batchAxis}', so batching.compiled_batch_sizes is required (e.g. [1, 8])`);
+  }
+  if (!batched && sizes.length > 0) {
+    throw errors.bundleInvalid(bundle, MANIFEST_FILE, `batching.compiled_batch_sizes is set, but no tensor has the batch axis '${batchAxis}'`);
+  }
+  return {
+    name: bundle,
+    dir,
+    inputs,
+    outputs,
+    batchAxis: batched ? batchAxis : null,
+    compiledBatchSizes: sizes,
+    maxBatchSize: batched ? sizes[sizes.length - 1] : 0,
+    executables: findExecutables(bundle, dir, batched, sizes),
+  };
+}
+
+export function readManifest(dir: string): ModelSpec {
+  const file = path.join(dir, MANIFEST_FILE);
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw errors.bundleInvalid(path.basename(dir), MANIFEST_FILE, `cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  return parseManifest(text, dir);
+}

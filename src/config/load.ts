@@ -1,0 +1,159 @@
+/**
+ * Load the node file: parse the YAML, apply environment overrides, validate
+ * against the schema (filling defaults), resolve paths, freeze.
+ *
+ * Environment overrides follow the seeds: `INFERENCE_SERVER_<SECTION>_<FIELD>`
+ * sets `global.<section>.<field>` and `INFERENCE_SERVER_<KEY>` a top-level
+ * key, for every scalar the schema declares (list values, when the schema has
+ * them, are colon-separated). The table of names is derived from the schema,
+ * so a new key gets its override for free; an unknown `INFERENCE_SERVER_*`
+ * variable stops start-up rather than being ignored.
+ */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { Ajv } from 'ajv';
+import YAML from 'yaml';
+import { errors } from '../errors.js';
+import { describeSchemaErrors } from '../schema-errors.js';
+import { nodeConfigSchema, type NodeConfig } from './schema.js';
+
+const ENV_PREFIX = 'INFERENCE_SERVER_';
+
+interface SchemaNode {
+  type?: string;
+  enum?: readonly unknown[];
+  properties?: Record<string, SchemaNode>;
+  additionalProperties?: boolean;
+  items?: SchemaNode;
+}
+
+interface Override {
+  env: string;
+  /** Key path in the node file, e.g. ['global', 'endpoints', 'grpc_port']. */
+  keyPath: string[];
+  schema: SchemaNode;
+}
+
+function isScalar(node: SchemaNode): boolean {
+  return node.type !== 'object';
+}
+
+/** Every environment override the schema allows, derived from the schema itself. */
+export function environmentOverrides(): Override[] {
+  const out: Override[] = [];
+  const root = nodeConfigSchema as unknown as SchemaNode;
+  for (const [key, node] of Object.entries(root.properties ?? {})) {
+    if (isScalar(node)) out.push({ env: ENV_PREFIX + key.toUpperCase(), keyPath: [key], schema: node });
+  }
+  const global = root.properties?.global?.properties ?? {};
+  for (const [section, sectionNode] of Object.entries(global)) {
+    for (const [field, node] of Object.entries(sectionNode.properties ?? {})) {
+      if (!isScalar(node)) continue;
+      out.push({
+        env: `${ENV_PREFIX}${section.toUpperCase()}_${field.toUpperCase()}`,
+        keyPath: ['global', section, field],
+        schema: node,
+      });
+    }
+  }
+  const names = new Set<string>();
+  for (const o of out) {
+    if (names.has(o.env)) throw errors.internal(`two config keys share the override ${o.env}`);
+    names.add(o.env);
+  }
+  return out;
+}
+
+/** Turn an environment string into the type the schema expects; validation reports a bad value. */
+function coerce(raw: string, schema: SchemaNode): unknown {
+  const type = schema.type;
+  if (type === 'integer' || type === 'number') {
+    const n = Number(raw);
+    return raw.trim() !== '' && Number.isFinite(n) ? n : raw;
+  }
+  if (type === 'boolean') return raw === 'true' ? true : raw === 'false' ? false : raw;
+  if (type === 'array') return raw === '' ? [] : raw.split(':');
+  return raw;
+}
+
+function applyOverrides(doc: Record<string, unknown>, env: NodeJS.ProcessEnv, cwd: string): string[] {
+  const table = environmentOverrides();
+  const known = new Map(table.map((o) => [o.env, o]));
+  const applied: string[] = [];
+  for (const [name, raw] of Object.entries(env)) {
+    if (!name.startsWith(ENV_PREFIX) || raw === undefined) continue;
+    const o = known.get(name);
+    if (!o) {
+      throw errors.configInvalid(
+        `unknown environment override ${name}; known overrides: ${table.map((t) => t.env).join(', ')}`);
+    }
+    let value = coerce(raw, o.schema);
+    // A path given in the environment is relative to where the server starts, not to the file.
+    if (o.keyPath.join('.') === 'model_repo' && typeof value === 'string') value = path.resolve(cwd, value);
+    let node = doc;
+    for (const key of o.keyPath.slice(0, -1)) {
+      const next = node[key];
+      if (next === undefined || next === null) node[key] = {};
+      else if (typeof next !== 'object' || Array.isArray(next)) {
+        throw errors.configInvalid(`${name} overrides ${o.keyPath.join('.')}, but ${key} in the file is not a mapping`);
+      }
+      node = node[key] as Record<string, unknown>;
+    }
+    node[o.keyPath[o.keyPath.length - 1]] = value;
+    applied.push(name);
+  }
+  return applied;
+}
+
+const ajv = new Ajv({ allErrors: true, useDefaults: true, strict: true });
+const validate = ajv.compile(nodeConfigSchema);
+
+function deepFreeze<T>(value: T): T {
+  if (value && typeof value === 'object') {
+    for (const v of Object.values(value)) deepFreeze(v);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+export interface LoadedConfig {
+  config: NodeConfig;
+  /** Environment variables that overrode the file. */
+  overrides: string[];
+  file: string;
+}
+
+/** Parse and validate a node file's text; `file` names it in errors and anchors relative paths. */
+export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessEnv = process.env,
+  cwd: string = process.cwd()): LoadedConfig {
+  let doc: unknown;
+  try {
+    doc = YAML.parse(text) ?? {};
+  } catch (err) {
+    throw errors.configInvalid(`${file}: not valid YAML: ${(err as Error).message}`);
+  }
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) {
+    throw errors.configInvalid(`${file}: the node file must be a YAML mapping of keys (model_repo, global, ...)`);
+  }
+  const overrides = applyOverrides(doc as Record<string, unknown>, env, cwd);
+  if (!validate(doc)) {
+    throw errors.configInvalid(`${file}: invalid configuration:\n${describeSchemaErrors(validate.errors ?? [], doc)}`);
+  }
+  const config = doc as unknown as { model_repo: string };
+  config.model_repo = path.resolve(path.dirname(path.resolve(cwd, file)), config.model_repo);
+  if ((doc as unknown as NodeConfig).global.runtime.backend === 'cuda') {
+    throw errors.configInvalid(
+      `${file}: global.runtime.backend: "cuda" is not available yet (the CUDA execution provider comes in a later release); use "cpu"`);
+  }
+  return { config: deepFreeze(doc as unknown as NodeConfig), overrides, file };
+}
+
+export function loadNodeConfig(file: string, env: NodeJS.ProcessEnv = process.env): LoadedConfig {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw errors.configInvalid(`cannot read node file ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  return parseNodeConfig(text, file, env);
+}

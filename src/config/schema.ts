@@ -1,0 +1,80 @@
+/**
+ * The node file's JSON Schema, with each key's default and unit beside it.
+ * ajv validates the parsed YAML against it once at start-up (filling in the
+ * defaults); the result is frozen and handed to every thread.
+ *
+ * Keys follow the seeds' node configuration page. Later issues add `gpus`,
+ * `workers`, `models`, more of `scheduler` and `runtime`; add them here, with
+ * their default and unit, and to `NodeConfig` below.
+ */
+
+export const nodeConfigSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['model_repo'],
+  properties: {
+    // Directory of bundles: each immediate subdirectory with a manifest.yaml is a model.
+    // A relative path is resolved against the directory of the node file.
+    model_repo: { type: 'string', minLength: 1 },
+    global: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        logging: {
+          type: 'object',
+          additionalProperties: false,
+          default: {},
+          properties: {
+            level: { enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info' },
+          },
+        },
+        runtime: {
+          type: 'object',
+          additionalProperties: false,
+          default: {},
+          properties: {
+            // cpu is what runs today; cuda (ONNX Runtime's CUDA execution provider) comes with its own issue.
+            backend: { enum: ['cpu', 'cuda'], default: 'cpu' },
+            // ONNX Runtime intra-op threads per device actor; 0 lets ONNX Runtime choose (one per core).
+            intra_op_threads: { type: 'integer', minimum: 0, default: 0 },
+          },
+        },
+        scheduler: {
+          type: 'object',
+          additionalProperties: false,
+          default: {},
+          properties: {
+            // Seconds a request without a deadline of its own may take before DEADLINE_EXCEEDED.
+            dispatch_timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
+          },
+        },
+        endpoints: {
+          type: 'object',
+          additionalProperties: false,
+          default: {},
+          properties: {
+            // Interface to bind. 127.0.0.1 keeps the server local; 0.0.0.0 serves the network.
+            host: { type: 'string', minLength: 1, default: '127.0.0.1' },
+            // KServe V2 gRPC port; 0 picks a free port (logged at start-up).
+            grpc_port: { type: 'integer', minimum: 0, maximum: 65535, default: 8001 },
+            // Admin HTTP port (/healthz, /readyz); 0 picks a free port.
+            admin_port: { type: 'integer', minimum: 0, maximum: 65535, default: 8002 },
+          },
+        },
+      },
+    },
+  },
+} as const;
+
+/** The validated configuration, every default filled in. */
+export interface NodeConfig {
+  /** Absolute path of the model repository. */
+  readonly model_repo: string;
+  readonly global: {
+    readonly logging: { readonly level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
+    readonly runtime: { readonly backend: 'cpu' | 'cuda'; readonly intra_op_threads: number };
+    readonly scheduler: { readonly dispatch_timeout_seconds: number };
+    readonly endpoints: { readonly host: string; readonly grpc_port: number; readonly admin_port: number };
+  };
+}

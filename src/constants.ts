@@ -1,0 +1,25 @@
+/** Fixed facts of the server, in one place. */
+
+export const SERVER_NAME = 'stowage';
+
+/** Every bundle is served as version "1": perf_analyzer parses versions as integers. */
+export const MODEL_VERSION = '1';
+
+/** Triton's platform and backend names for what we run, so Triton tools recognise it. */
+export const MODEL_PLATFORM = 'onnxruntime_onnx';
+export const MODEL_BACKEND = 'onnxruntime';
+
+/** Triton's clients set gRPC message limits to INT32_MAX; large tensors must pass. */
+export const MAX_MESSAGE_BYTES = 2 ** 31 - 1;
+
+/** Extensions of ServerMetadata: only what is really implemented. */
+export const SERVER_EXTENSIONS: readonly string[] = ['model_configuration'];
+
+/** How long a device actor may take to start (import ONNX Runtime) before it is declared dead. */
+export const DEVICE_START_TIMEOUT_MS = 30_000;
+
+/** How long a model load may take in a device actor (session creation with full optimisation). */
+export const MODEL_LOAD_TIMEOUT_MS = 300_000;
+
+/** A device actor that crashes this many times in a row without serving is not respawned again. */
+export const DEVICE_MAX_CONSECUTIVE_CRASHES = 3;

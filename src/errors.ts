@@ -1,0 +1,112 @@
+/**
+ * Every error Stowage answers with, in one place: a stable code, the gRPC
+ * status it maps to, and a factory that writes the message. Errors cross
+ * threads as plain `ErrorData` and are rebuilt with `fromErrorData`; the gRPC
+ * edge maps anything thrown to a status with `errorToStatus`.
+ *
+ * Status numbers are gRPC's canonical codes, spelled out here so that worker
+ * threads need not load grpc-js to report an error.
+ */
+
+export const Status = {
+  OK: 0,
+  CANCELLED: 1,
+  UNKNOWN: 2,
+  INVALID_ARGUMENT: 3,
+  DEADLINE_EXCEEDED: 4,
+  NOT_FOUND: 5,
+  ALREADY_EXISTS: 6,
+  RESOURCE_EXHAUSTED: 8,
+  FAILED_PRECONDITION: 9,
+  UNIMPLEMENTED: 12,
+  INTERNAL: 13,
+  UNAVAILABLE: 14,
+} as const;
+export type StatusCode = (typeof Status)[keyof typeof Status];
+
+/** Each code, its gRPC status and what it means (the README's error table mirrors this). */
+export const ERROR_CODES = {
+  STOWAGE_MODEL_NOT_FOUND: { status: Status.NOT_FOUND, means: 'no model (or model version) of that name in the repository' },
+  STOWAGE_MODEL_NOT_READY: { status: Status.UNAVAILABLE, means: 'the model exists but is loading, failed to load or is unloaded' },
+  STOWAGE_INVALID_TENSOR: { status: Status.INVALID_ARGUMENT, means: 'an input or requested output does not match the model: name, datatype, shape or byte size' },
+  STOWAGE_INVALID_REQUEST: { status: Status.INVALID_ARGUMENT, means: 'the request is malformed apart from its tensors (parameters, raw contents count)' },
+  STOWAGE_UNSUPPORTED: { status: Status.INVALID_ARGUMENT, means: 'the request asks for a feature this server does not provide (sequences, classification, shared memory)' },
+  STOWAGE_UNIMPLEMENTED_RPC: { status: Status.UNIMPLEMENTED, means: 'the RPC is part of the protocol but not implemented by this server' },
+  STOWAGE_DEADLINE_EXCEEDED: { status: Status.DEADLINE_EXCEEDED, means: 'the request\'s deadline passed before it could run' },
+  STOWAGE_DEVICE_UNAVAILABLE: { status: Status.UNAVAILABLE, means: 'the device actor serving the request stopped or crashed' },
+  STOWAGE_EXECUTION_FAILED: { status: Status.INTERNAL, means: 'ONNX Runtime failed while running the model' },
+  STOWAGE_BUNDLE_INVALID: { status: Status.FAILED_PRECONDITION, means: 'a bundle was refused at load: its manifest or ONNX files are wrong or disagree' },
+  STOWAGE_CONFIG_INVALID: { status: Status.INVALID_ARGUMENT, means: 'the node configuration file or an environment override is invalid' },
+  STOWAGE_INTERNAL: { status: Status.INTERNAL, means: 'a bug: an unexpected failure inside the server' },
+} as const;
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+export class StowageError extends Error {
+  readonly code: ErrorCode;
+  readonly status: StatusCode;
+
+  constructor(code: ErrorCode, message: string) {
+    super(message);
+    this.name = 'StowageError';
+    this.code = code;
+    this.status = ERROR_CODES[code].status;
+  }
+}
+
+/** How an error travels between threads: plain data, rebuilt on the other side. */
+export interface ErrorData {
+  code: ErrorCode;
+  message: string;
+  stack?: string;
+}
+
+export function toErrorData(err: unknown): ErrorData {
+  if (err instanceof StowageError) return { code: err.code, message: err.message, stack: err.stack };
+  const message = err instanceof Error ? err.message : String(err);
+  return { code: 'STOWAGE_INTERNAL', message, stack: err instanceof Error ? err.stack : undefined };
+}
+
+export function fromErrorData(data: ErrorData): StowageError {
+  const code = data.code in ERROR_CODES ? data.code : 'STOWAGE_INTERNAL';
+  const err = new StowageError(code, data.message);
+  if (data.stack) err.stack = `${err.stack}\n    -- from another thread --\n${data.stack}`;
+  return err;
+}
+
+/** Map anything thrown to a gRPC status and a message; unknown errors become INTERNAL. */
+export function errorToStatus(err: unknown): { code: StatusCode; details: string } {
+  if (err instanceof StowageError) return { code: err.status, details: err.message };
+  const message = err instanceof Error ? err.message : String(err);
+  return { code: Status.INTERNAL, details: `internal error: ${message}` };
+}
+
+const quote = (s: string) => JSON.stringify(s);
+
+/** Factories: each gives a fresh error (and stack) with a message a user can act on. */
+export const errors = {
+  modelNotFound: (name: string, known: readonly string[]) =>
+    new StowageError('STOWAGE_MODEL_NOT_FOUND',
+      `unknown model ${quote(name)}; the repository serves: ${known.length ? known.join(', ') : '(no models)'}`),
+  modelVersionNotFound: (name: string, version: string, versions: readonly string[]) =>
+    new StowageError('STOWAGE_MODEL_NOT_FOUND',
+      `model ${quote(name)} has no version ${quote(version)}; available versions: ${versions.join(', ')}`),
+  modelNotReady: (name: string, state: string, reason: string) =>
+    new StowageError('STOWAGE_MODEL_NOT_READY',
+      `model ${quote(name)} is not ready (state ${state})${reason ? `: ${reason}` : ''}`),
+  invalidTensor: (message: string) => new StowageError('STOWAGE_INVALID_TENSOR', message),
+  invalidRequest: (message: string) => new StowageError('STOWAGE_INVALID_REQUEST', message),
+  unsupported: (message: string) => new StowageError('STOWAGE_UNSUPPORTED', message),
+  unimplementedRpc: (rpc: string) =>
+    new StowageError('STOWAGE_UNIMPLEMENTED_RPC', `${rpc} is not implemented by this server`),
+  deadlineExceeded: (model: string, waitedMs: number) =>
+    new StowageError('STOWAGE_DEADLINE_EXCEEDED',
+      `request for model ${quote(model)} passed its deadline after ${Math.round(waitedMs)} ms`),
+  deviceUnavailable: (device: number, why: string) =>
+    new StowageError('STOWAGE_DEVICE_UNAVAILABLE', `device ${device} is unavailable: ${why}`),
+  executionFailed: (model: string, message: string) =>
+    new StowageError('STOWAGE_EXECUTION_FAILED', `model ${quote(model)} failed in ONNX Runtime: ${message}`),
+  bundleInvalid: (bundle: string, file: string, message: string) =>
+    new StowageError('STOWAGE_BUNDLE_INVALID', `bundle ${quote(bundle)}, ${file}: ${message}`),
+  configInvalid: (message: string) => new StowageError('STOWAGE_CONFIG_INVALID', message),
+  internal: (message: string) => new StowageError('STOWAGE_INTERNAL', message),
+};

@@ -1,0 +1,66 @@
+/**
+ * The command line: `node main.js node.yaml` serves; `--check-config FILE`
+ * validates and prints the effective configuration; `--help` explains.
+ */
+import { environmentOverrides, loadNodeConfig } from './config/load.js';
+import { StowageError } from './errors.js';
+import { createLogger } from './log.js';
+import { StowageServer } from './server.js';
+
+const USAGE = `Stowage: a KServe V2 / Triton-compatible inference server for ONNX models.
+
+usage:
+  node main.js NODE_FILE                 serve the model repository NODE_FILE names
+  node main.js --check-config NODE_FILE  validate NODE_FILE (with environment overrides)
+                                         and print the effective configuration
+  node main.js --help                    this text
+
+The node file is YAML (see node.yaml and the README). Environment overrides:
+${environmentOverrides().map((o) => `  ${o.env.padEnd(44)} ${o.keyPath.join('.')}`).join('\n')}
+`;
+
+function fail(err: unknown): never {
+  const message = err instanceof StowageError ? err.message : (err as Error)?.stack ?? String(err);
+  process.stderr.write(`stowage: ${message}\n`);
+  process.exit(2);
+}
+
+async function main(argv: string[]): Promise<void> {
+  if (argv.length === 0 || argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(USAGE);
+    if (argv.length === 0) process.exitCode = 2;
+    return;
+  }
+  if (argv[0] === '--check-config') {
+    if (!argv[1]) fail(new Error('--check-config needs a node file'));
+    const { config, overrides } = loadNodeConfig(argv[1]);
+    process.stdout.write(`${JSON.stringify({ config, overrides }, null, 2)}\n`);
+    return;
+  }
+  if (argv.length > 1) fail(new Error(`unexpected arguments ${argv.slice(1).join(' ')}; usage: node main.js NODE_FILE`));
+  const { config, overrides } = loadNodeConfig(argv[0]);
+  const logger = createLogger(config.global.logging.level);
+  logger.info({ config, overrides }, 'effective configuration');
+  const server = await StowageServer.start(config, logger);
+
+  let stopping = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) {
+      logger.warn({ signal }, 'second signal: exiting now');
+      process.exit(1);
+    }
+    stopping = true;
+    logger.info({ signal }, 'stopping: finishing in-flight requests');
+    server.stop().then(() => {
+      logger.info('stopped');
+      process.exit(0);
+    }, (err: Error) => {
+      logger.error({ err }, 'error while stopping');
+      process.exit(1);
+    });
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+}
+
+main(process.argv.slice(2)).catch(fail);

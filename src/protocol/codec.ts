@@ -1,0 +1,241 @@
+/**
+ * The codec: a decoded ModelInferRequest into the tensors a device actor runs,
+ * checked against the model's manifest, and the device's outputs into a
+ * ModelInferResponse. Every mismatch is INVALID_ARGUMENT naming the tensor,
+ * what was expected and what came.
+ *
+ * Copies of a request's tensor bytes, end to end (raw_input_contents path):
+ *   1. grpc-js assembles the HTTP/2 frames into one message buffer;
+ *      protobufjs decodes `bytes` fields as views into it (no copy).
+ *   2. here: each input is copied into a fresh, aligned ArrayBuffer that can
+ *      be transferred (the message buffer may be unaligned or pooled).
+ *      Transfer to the device actor: no copy. ONNX Runtime reads it in place.
+ *   3. ONNX Runtime's output is copied into a JS ArrayBuffer by the binding;
+ *      transferred back: no copy (cutting padding rows off axis 0 is a view).
+ *   4. protobufjs copies the output bytes while encoding the response,
+ *   5. and grpc-js frames it (one more copy).
+ * Typed `contents` replace copy 2 with a conversion from the JS arrays.
+ */
+import type { ModelSpec, TensorSpec } from '../bundle/model-spec.js';
+import { byDatatype, DATATYPES, type DtypeInfo } from '../dtypes.js';
+import { errors } from '../errors.js';
+import { MODEL_VERSION } from '../constants.js';
+import type { WireTensor } from '../actors/messages.js';
+import { joinBytesElements, splitBytesElements } from './bytes-elements.js';
+import type { InferInputTensor, InferTensorContents, ModelInferRequest, ModelInferResponse, Parameters } from './types.js';
+
+export interface DecodedRequest {
+  inputs: WireTensor[];
+  /** Outputs to return, in response order. */
+  outputs: string[];
+  /** Rows in this request (0 for an unbatched model). */
+  batchSize: number;
+  /** The KServe `timeout` parameter in microseconds, if the client set one. */
+  timeoutUs?: number;
+}
+
+const q = (s: string) => JSON.stringify(s);
+const fmtShape = (shape: readonly number[]) => `[${shape.join(', ')}]`;
+
+/** The manifest shape with the batch axis shown as -1, for messages. */
+function expectedShape(t: TensorSpec): string {
+  return `${fmtShape(t.shape)} (axes ${q(t.axes)}${t.batchDim >= 0 ? `, -1 = batch axis '${t.axes[t.batchDim]}'` : ''})`;
+}
+
+function parseShape(input: InferInputTensor): number[] {
+  return input.shape.map((s) => {
+    const n = Number(s);
+    if (!Number.isSafeInteger(n) || n < 0) {
+      throw errors.invalidTensor(`input ${q(input.name)}: shape ${fmtShape(input.shape.map(Number))} has an invalid dimension ${s}`);
+    }
+    return n;
+  });
+}
+
+function checkShape(input: InferInputTensor, shape: number[], spec: TensorSpec): void {
+  const bad = shape.length !== spec.shape.length
+    || shape.some((d, i) => (i === spec.batchDim ? d < 1 : d !== spec.shape[i]));
+  if (bad) {
+    throw errors.invalidTensor(`input ${q(input.name)}: expected shape ${expectedShape(spec)}, got ${fmtShape(shape)}`);
+  }
+}
+
+const INTEGER_RANGES: Partial<Record<string, [number, number]>> = {
+  INT8: [-128, 127], INT16: [-32768, 32767], INT32: [-(2 ** 31), 2 ** 31 - 1],
+  UINT8: [0, 255], UINT16: [0, 65535], UINT32: [0, 2 ** 32 - 1],
+};
+
+const TYPED_CTORS: Partial<Record<string, { from(values: ArrayLike<number>): ArrayBufferView }>> = {
+  INT8: Int8Array, INT16: Int16Array, INT32: Int32Array,
+  UINT8: Uint8Array, UINT16: Uint16Array, UINT32: Uint32Array,
+  FP32: Float32Array, FP64: Float64Array,
+};
+
+function bytesOf(view: ArrayBufferView): Uint8Array {
+  return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
+}
+
+/** Typed `contents` into wire bytes, checking the field matches the datatype and the count the shape. */
+function fromContents(name: string, info: DtypeInfo, contents: InferTensorContents, elements: number): Uint8Array {
+  const used = (Object.keys(contents) as (keyof InferTensorContents)[]).filter((k) => contents[k]?.length > 0);
+  if (info.contentsField === null) {
+    throw errors.invalidTensor(`input ${q(name)}: ${info.datatype} values must be sent in raw_input_contents; typed contents have no ${info.datatype} field`);
+  }
+  const wrong = used.filter((k) => k !== info.contentsField);
+  if (wrong.length) {
+    throw errors.invalidTensor(`input ${q(name)} is ${info.datatype}: put its values in contents.${info.contentsField}, not ${wrong.map((k) => `contents.${k}`).join(', ')}`);
+  }
+  const values = contents[info.contentsField] as unknown[];
+  if (values.length !== elements) {
+    throw errors.invalidTensor(`input ${q(name)}: shape needs ${elements} elements, contents.${info.contentsField} has ${values.length}`);
+  }
+  switch (info.datatype) {
+    case 'BOOL':
+      return Uint8Array.from(values as boolean[], (b) => (b ? 1 : 0));
+    case 'INT64':
+      return bytesOf(BigInt64Array.from(values as string[], (s) => BigInt(s)));
+    case 'UINT64':
+      return bytesOf(BigUint64Array.from(values as string[], (s) => BigInt(s)));
+    case 'BYTES':
+      return joinBytesElements(values as Buffer[]);
+    default: {
+      const range = INTEGER_RANGES[info.datatype];
+      if (range) {
+        const i = (values as number[]).findIndex((v) => v < range[0] || v > range[1]);
+        if (i >= 0) throw errors.invalidTensor(`input ${q(name)}: element ${i} = ${values[i] as number} is out of range for ${info.datatype} [${range[0]}, ${range[1]}]`);
+      }
+      return bytesOf((TYPED_CTORS[info.datatype] as { from(v: ArrayLike<number>): ArrayBufferView }).from(values as number[]));
+    }
+  }
+}
+
+/** Raw bytes into a fresh transferable buffer, checking the byte size the shape and datatype imply. */
+function fromRaw(name: string, info: DtypeInfo, raw: Uint8Array, elements: number): Uint8Array {
+  if (info.datatype === 'BYTES') {
+    const parts = splitBytesElements(raw);
+    if (!parts) {
+      throw errors.invalidTensor(`input ${q(name)}: BYTES contents must be elements each prefixed by a 4-byte little-endian length; the ${raw.byteLength} bytes sent are not`);
+    }
+    if (parts.length !== elements) {
+      throw errors.invalidTensor(`input ${q(name)}: shape needs ${elements} BYTES elements, raw contents hold ${parts.length}`);
+    }
+  } else if (raw.byteLength !== elements * info.elementBytes) {
+    throw errors.invalidTensor(`input ${q(name)}: expected ${elements * info.elementBytes} bytes (${elements} ${info.datatype} elements of ${info.elementBytes} bytes), got ${raw.byteLength}`);
+  }
+  return new Uint8Array(raw); // copy 2 of the header comment
+}
+
+function rejectSharedMemory(what: string, params: Parameters): void {
+  if ('shared_memory_region' in params || 'shared_memory_byte_size' in params || 'shared_memory_offset' in params) {
+    throw errors.unsupported(`${what} uses shared_memory_region, but this server has no shared-memory regions; send the data in the request`);
+  }
+}
+
+function checkRequestParameters(params: Parameters): number | undefined {
+  const seq = params.sequence_id;
+  const inSequence = seq !== undefined
+    && ((seq.int64_param ?? seq.uint64_param ?? '0') !== '0' || (seq.string_param ?? '') !== '');
+  if (inSequence || params.sequence_start?.bool_param || params.sequence_end?.bool_param) {
+    throw errors.unsupported('sequence_id/sequence_start/sequence_end: this server has no sequence batching; send independent requests');
+  }
+  const timeout = params.timeout;
+  if (timeout === undefined) return undefined;
+  const raw = timeout.int64_param ?? timeout.uint64_param;
+  const us = raw === undefined ? NaN : Number(raw);
+  if (!Number.isFinite(us) || us < 0) {
+    throw errors.invalidRequest(`parameter "timeout" must be a non-negative int64 (microseconds), got ${JSON.stringify(timeout)}`);
+  }
+  return us > 0 ? us : undefined;
+}
+
+/** Decode and check a request against the model's manifest. */
+export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec): DecodedRequest {
+  const timeoutUs = checkRequestParameters(req.parameters);
+  const expected = spec.inputs.map((t) => t.name);
+  const useRaw = req.raw_input_contents.length > 0;
+  if (useRaw && req.raw_input_contents.length !== req.inputs.length) {
+    throw errors.invalidRequest(`raw_input_contents has ${req.raw_input_contents.length} entries for ${req.inputs.length} inputs; send one entry per input, in the order of inputs`);
+  }
+  const byName = new Map<string, WireTensor>();
+  let batchSize = -1;
+  let batchFrom = '';
+  req.inputs.forEach((input, i) => {
+    const spec_ = spec.inputs.find((t) => t.name === input.name);
+    if (!spec_) {
+      throw errors.invalidTensor(`unknown input ${q(input.name)} for model ${q(spec.name)}; expected inputs: ${expected.join(', ')}`);
+    }
+    if (byName.has(input.name)) throw errors.invalidTensor(`input ${q(input.name)} is given twice`);
+    rejectSharedMemory(`input ${q(input.name)}`, input.parameters);
+    const info = byDatatype(input.datatype);
+    if (!info) {
+      throw errors.invalidTensor(`input ${q(input.name)}: unknown datatype ${q(input.datatype)}; KServe datatypes are ${DATATYPES.join(', ')}`);
+    }
+    if (info.datatype !== spec_.datatype) {
+      throw errors.invalidTensor(`input ${q(input.name)}: expected datatype ${spec_.datatype}, got ${info.datatype}`);
+    }
+    const shape = parseShape(input);
+    checkShape(input, shape, spec_);
+    const elements = shape.reduce((a, b) => a * b, 1);
+    const hasContents = input.contents !== null
+      && Object.values(input.contents).some((v) => Array.isArray(v) && v.length > 0);
+    let data: Uint8Array;
+    if (useRaw) {
+      if (hasContents) throw errors.invalidRequest(`input ${q(input.name)} sets contents while the request uses raw_input_contents; use one or the other`);
+      data = fromRaw(input.name, info, req.raw_input_contents[i], elements);
+    } else if (hasContents || elements === 0) {
+      data = fromContents(input.name, info, input.contents as InferTensorContents, elements);
+    } else {
+      throw errors.invalidTensor(`input ${q(input.name)} has no data: send it in raw_input_contents or contents.${info.contentsField ?? 'raw'}`);
+    }
+    if (spec_.batchDim >= 0) {
+      const rows = shape[spec_.batchDim];
+      if (batchSize >= 0 && rows !== batchSize) {
+        throw errors.invalidTensor(`inputs disagree on the batch size: ${q(batchFrom)} has ${batchSize} rows, ${q(input.name)} has ${rows}`);
+      }
+      batchSize = rows;
+      batchFrom = input.name;
+    }
+    byName.set(input.name, { name: input.name, datatype: info.datatype, shape, data });
+  });
+  const missing = expected.filter((n) => !byName.has(n));
+  if (missing.length) {
+    throw errors.invalidTensor(`model ${q(spec.name)} needs input${missing.length > 1 ? 's' : ''} ${missing.map(q).join(', ')}; the request has ${req.inputs.length ? req.inputs.map((t) => q(t.name)).join(', ') : 'none'}`);
+  }
+  if (spec.maxBatchSize > 0 && batchSize > spec.maxBatchSize) {
+    throw errors.invalidTensor(`batch of ${batchSize} rows exceeds model ${q(spec.name)}'s max_batch_size ${spec.maxBatchSize} (compiled batch sizes [${spec.compiledBatchSizes.join(', ')}]); split the request`);
+  }
+  return {
+    inputs: spec.inputs.map((t) => byName.get(t.name) as WireTensor),
+    outputs: decodeRequestedOutputs(req, spec),
+    batchSize: Math.max(batchSize, 0),
+    timeoutUs,
+  };
+}
+
+function decodeRequestedOutputs(req: ModelInferRequest, spec: ModelSpec): string[] {
+  if (req.outputs.length === 0) return spec.outputs.map((t) => t.name);
+  const seen = new Set<string>();
+  for (const out of req.outputs) {
+    if (!spec.outputs.some((t) => t.name === out.name)) {
+      throw errors.invalidTensor(`unknown output ${q(out.name)} for model ${q(spec.name)}; expected one of: ${spec.outputs.map((t) => t.name).join(', ')}`);
+    }
+    if (seen.has(out.name)) throw errors.invalidTensor(`output ${q(out.name)} is requested twice`);
+    seen.add(out.name);
+    if ('classification' in out.parameters) {
+      throw errors.unsupported(`output ${q(out.name)} asks for classification, an extension this server does not provide; request the raw output`);
+    }
+    rejectSharedMemory(`output ${q(out.name)}`, out.parameters);
+  }
+  return req.outputs.map((o) => o.name);
+}
+
+/** Outputs into a response; raw bytes are wrapped, not copied (protobufjs copies while encoding). */
+export function encodeInferResponse(spec: ModelSpec, id: string, outputs: readonly WireTensor[]): ModelInferResponse {
+  return {
+    model_name: spec.name,
+    model_version: MODEL_VERSION,
+    id,
+    outputs: outputs.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape })),
+    raw_output_contents: outputs.map((t) => Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength)),
+  };
+}

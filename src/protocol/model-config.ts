@@ -1,0 +1,52 @@
+/**
+ * What the metadata RPCs say about a model, synthesised from its manifest:
+ * KServe's ModelMetadata and Triton's ModelConfig.
+ *
+ * Triton's convention decides `max_batch_size`: when it is > 0 the batch is
+ * the implicit leading dimension, left out of ModelConfig dims (and shown as
+ * -1 in ModelMetadata shapes, which perf_analyzer strips). A model whose batch
+ * axis is not leading in every tensor cannot say that, so it reports
+ * max_batch_size 0 and keeps -1 at the batch axis in its dims.
+ */
+import type { ModelSpec, TensorSpec } from '../bundle/model-spec.js';
+import { MODEL_BACKEND, MODEL_PLATFORM, MODEL_VERSION } from '../constants.js';
+import { dtypeInfo } from '../dtypes.js';
+
+function metadataTensor(t: TensorSpec) {
+  return { name: t.name, datatype: t.datatype, shape: [...t.shape] };
+}
+
+export function modelMetadata(spec: ModelSpec) {
+  return {
+    name: spec.name,
+    versions: [MODEL_VERSION],
+    platform: MODEL_PLATFORM,
+    inputs: spec.inputs.map(metadataTensor),
+    outputs: spec.outputs.map(metadataTensor),
+  };
+}
+
+/** True when Triton's implicit-leading-batch convention describes the model. */
+export function leadingBatch(spec: ModelSpec): boolean {
+  return spec.maxBatchSize > 0 && [...spec.inputs, ...spec.outputs].every((t) => t.batchDim === 0);
+}
+
+export function modelConfig(spec: ModelSpec) {
+  const implicit = leadingBatch(spec);
+  const dims = (t: TensorSpec) => (implicit ? t.shape.slice(1) : [...t.shape]);
+  // A tensor that is only the batch axis has no per-sample dims; Triton writes that as dims [1] reshaped to [].
+  const shapeOf = (t: TensorSpec) => (dims(t).length === 0 ? { dims: [1], reshape: { shape: [] } } : { dims: dims(t) });
+  return {
+    name: spec.name,
+    platform: MODEL_PLATFORM,
+    backend: MODEL_BACKEND,
+    version_policy: { latest: { num_versions: 1 } },
+    max_batch_size: implicit ? spec.maxBatchSize : 0,
+    input: spec.inputs.map((t) => ({ name: t.name, data_type: dtypeInfo(t.datatype).tritonType, format: 'FORMAT_NONE', ...shapeOf(t) })),
+    output: spec.outputs.map((t) => ({ name: t.name, data_type: dtypeInfo(t.datatype).tritonType, ...shapeOf(t) })),
+    instance_group: [{ name: `${spec.name}_0`, kind: 'KIND_CPU', count: 1 }],
+    default_model_filename: spec.executables.length === 1 && spec.executables[0].batchSize === null ? 'model.onnx' : '',
+    model_transaction_policy: { decoupled: false },
+    // No dynamic_batching section: requests are not coalesced yet, and perf_analyzer reads its presence as a claim.
+  };
+}

@@ -1,0 +1,135 @@
+/**
+ * The server: wires the pieces together and owns their lifetimes.
+ *
+ * Start-up: admin HTTP first (so /readyz can say what is loading), then the
+ * device actor, then every bundle of the repository is parsed and loaded,
+ * then the gRPC port opens. A bundle that fails is recorded UNAVAILABLE with
+ * its reason and the rest still load.
+ */
+import { readFileSync } from 'node:fs';
+import type http from 'node:http';
+import * as grpc from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import { DeviceActor } from './actors/device-actor.js';
+import { createAdminServer, listen } from './admin/http.js';
+import { scanRepository } from './bundle/repository.js';
+import type { NodeConfig } from './config/schema.js';
+import { MAX_MESSAGE_BYTES } from './constants.js';
+import { ModelRegistry, ModelState } from './model-registry.js';
+import { loadInferenceClient } from './protocol/proto.js';
+import { createHandlers } from './protocol/service.js';
+
+const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+
+export interface Ports {
+  grpc: number;
+  admin: number;
+}
+
+export class StowageServer {
+  readonly registry = new ModelRegistry();
+  readonly ports: Ports = { grpc: 0, admin: 0 };
+  #config: NodeConfig;
+  #logger: Logger;
+  #grpc?: grpc.Server;
+  #admin?: http.Server;
+  #device?: DeviceActor;
+  #ready = false;
+
+  private constructor(config: NodeConfig, logger: Logger) {
+    this.#config = config;
+    this.#logger = logger;
+  }
+
+  static async start(config: NodeConfig, logger: Logger): Promise<StowageServer> {
+    const server = new StowageServer(config, logger);
+    try {
+      await server.#start();
+    } catch (err) {
+      await server.stop();
+      throw err;
+    }
+    return server;
+  }
+
+  get ready(): boolean {
+    return this.#ready;
+  }
+
+  async #start(): Promise<void> {
+    const { endpoints, runtime, scheduler } = this.#config.global;
+    const isReady = () => this.#ready;
+    this.#admin = createAdminServer({ registry: this.registry, isReady });
+    this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
+
+    this.#device = await DeviceActor.create({ deviceId: 0, intraOpThreads: runtime.intra_op_threads, logger: this.#logger });
+    await this.#loadRepository(this.#device);
+
+    this.#grpc = new grpc.Server({
+      'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
+      'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+    });
+    const client = loadInferenceClient();
+    this.#grpc.addService(client.service, createHandlers({
+      registry: this.registry,
+      device: this.#device,
+      logger: this.#logger,
+      version: PACKAGE_VERSION,
+      defaultTimeoutMs: scheduler.dispatch_timeout_seconds * 1000,
+      isReady,
+    }, client.service));
+    this.ports.grpc = await new Promise<number>((resolve, reject) => {
+      this.#grpc!.bindAsync(`${endpoints.host}:${endpoints.grpc_port}`, grpc.ServerCredentials.createInsecure(),
+        (err, port) => (err ? reject(err) : resolve(port)));
+    });
+    this.#ready = true;
+    const models = this.registry.all();
+    this.#logger.info({
+      grpc: `${endpoints.host}:${this.ports.grpc}`,
+      admin: `${endpoints.host}:${this.ports.admin}`,
+      ready: models.filter((m) => m.state === ModelState.READY).map((m) => m.name),
+      unavailable: models.filter((m) => m.state !== ModelState.READY).map((m) => m.name),
+    }, 'serving');
+  }
+
+  async #loadRepository(device: DeviceActor): Promise<void> {
+    const bundles = scanRepository(this.#config.model_repo);
+    this.#logger.info({ model_repo: this.#config.model_repo, bundles: bundles.length }, 'loading the model repository');
+    for (const b of bundles) {
+      this.registry.set({ name: b.name, state: b.error ? ModelState.UNAVAILABLE : ModelState.LOADING, spec: b.spec, reason: b.error?.message ?? '' });
+      if (b.error) this.#logger.error({ model: b.name }, `bundle refused: ${b.error.message}`);
+    }
+    for (const [i, b] of bundles.entries()) {
+      if (!b.spec) continue;
+      try {
+        const { loadMs } = await device.load(b.spec);
+        this.registry.set({ name: b.name, state: ModelState.READY, spec: b.spec, reason: '' });
+        this.#logger.info({ model: b.name, load_ms: Math.round(loadMs), progress: `${i + 1}/${bundles.length}` }, 'model loaded');
+      } catch (err) {
+        const reason = (err as Error).message;
+        this.registry.set({ name: b.name, state: ModelState.UNAVAILABLE, spec: b.spec, reason });
+        this.#logger.error({ model: b.name }, `bundle refused: ${reason}`);
+      }
+    }
+  }
+
+  /** Stop accepting, let in-flight calls finish (up to `graceMs`), stop the device actor. */
+  async stop(graceMs = 10_000): Promise<void> {
+    this.#ready = false;
+    const grpcServer = this.#grpc;
+    if (grpcServer) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          grpcServer.forceShutdown();
+          resolve();
+        }, graceMs);
+        grpcServer.tryShutdown(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+    await this.#device?.stop();
+    await new Promise<void>((resolve) => (this.#admin?.listening ? this.#admin.close(() => resolve()) : resolve()));
+  }
+}
