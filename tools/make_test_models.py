@@ -4,6 +4,8 @@
   feed (every KServe datatype but BF16), so the codec is checked end to end.
 - fixed/model.b1.onnx, model.b4.onnx: y = 2x with a fixed batch dimension per
   file, the seeds' "one executable per compiled batch size" layout.
+- echo/model.onnx: Identity on f32[n,1024], for messages far above gRPC's
+  default 4 MiB limit.
 
 Run:  python tools/make_test_models.py   (needs onnx)
 """
@@ -52,7 +54,17 @@ def fixed_models():
              OUT / "fixed" / f"model.b{b}.onnx")
 
 
+def echo_model():
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])], "echo",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 1024])])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+         OUT / "echo" / "model.onnx")
+
+
 if __name__ == "__main__":
     dtypes_model()
     fixed_models()
+    echo_model()
     print(f"wrote {OUT}")

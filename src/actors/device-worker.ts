@@ -18,6 +18,11 @@ import { firstRows, firstRowsArray, padRows, padRowsArray } from './batch-layout
 import { nowMs, type DeviceInit, type FromDevice, type InferCommand, type ToDevice, type WireTensor } from './messages.js';
 
 if (!parentPort) throw new Error('device-worker.js runs as a worker thread');
+
+// onnxruntime-common turns float16 data into a Float16Array when the global exists (Node 24 has it),
+// but the Node binding cannot read a Float16Array and fails with "not enough space". Without the
+// global, float16 tensors stay Uint16Array both ways, which is also our wire layout. This thread only.
+delete (globalThis as { Float16Array?: unknown }).Float16Array;
 const port = parentPort;
 const init = workerData as DeviceInit;
 

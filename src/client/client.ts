@@ -1,0 +1,120 @@
+/**
+ * A small KServe V2 gRPC client for Node: what our tests and tools use, and a
+ * starting point for TypeScript callers. It never imports onnxruntime: talking
+ * to a server needs only grpc-js and the protos.
+ *
+ *   const client = new InferenceClient('127.0.0.1:8001');
+ *   const { outputs } = await client.infer('digits', [
+ *     { name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) },
+ *   ]);
+ */
+import * as grpc from '@grpc/grpc-js';
+import { MAX_MESSAGE_BYTES } from '../constants.js';
+import { byDatatype, type Datatype } from '../dtypes.js';
+import { joinBytesElements, splitBytesElements } from '../protocol/bytes-elements.js';
+import { loadInferenceClient } from '../protocol/proto.js';
+import type { InferParameter, ModelInferResponse } from '../protocol/types.js';
+
+/** Element data: a typed array of the datatype's width, or for BYTES an array of byte strings. */
+export type TensorData = ArrayBufferView | Uint8Array[];
+
+export interface Tensor {
+  name: string;
+  datatype: Datatype;
+  shape: number[];
+  data: TensorData;
+}
+
+export interface InferOptions {
+  /** Output names to return (all when omitted). */
+  outputs?: string[];
+  id?: string;
+  parameters?: Record<string, InferParameter>;
+  /** gRPC deadline, ms from now. */
+  timeoutMs?: number;
+}
+
+type Callback = (err: grpc.ServiceError | null, res: unknown) => void;
+type RawClient = grpc.Client & Record<string, (req: unknown, meta: grpc.Metadata, opts: grpc.CallOptions, cb: Callback) => void>;
+
+const TYPED: Partial<Record<Datatype, { new (buffer: ArrayBufferLike, offset: number, length: number): ArrayBufferView; BYTES_PER_ELEMENT: number }>> = {
+  BOOL: Uint8Array, UINT8: Uint8Array, UINT16: Uint16Array, UINT32: Uint32Array, UINT64: BigUint64Array,
+  INT8: Int8Array, INT16: Int16Array, INT32: Int32Array, INT64: BigInt64Array,
+  FP16: Uint16Array, BF16: Uint16Array, FP32: Float32Array, FP64: Float64Array,
+};
+
+function toRaw(t: Tensor): Buffer {
+  if (Array.isArray(t.data)) return Buffer.from(joinBytesElements(t.data).buffer);
+  const v = t.data as ArrayBufferView;
+  return Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+}
+
+/** Raw output bytes into typed data; copies, so the result is aligned whatever the message layout. */
+export function fromRaw(datatype: string, raw: Uint8Array): TensorData {
+  if (datatype === 'BYTES') return (splitBytesElements(raw) ?? []).map((e) => new Uint8Array(e));
+  const Ctor = TYPED[datatype as Datatype];
+  if (!Ctor || !byDatatype(datatype)) throw new Error(`unknown datatype ${datatype}`);
+  const copy = new Uint8Array(raw);
+  return new Ctor(copy.buffer, 0, copy.byteLength / Ctor.BYTES_PER_ELEMENT);
+}
+
+export class InferenceClient {
+  readonly #client: RawClient;
+
+  constructor(address: string, options: grpc.ClientOptions = {}) {
+    const Client = loadInferenceClient();
+    this.#client = new Client(address, grpc.credentials.createInsecure(), {
+      'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
+      'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+      ...options,
+    }) as unknown as RawClient;
+  }
+
+  /** Call any unary RPC of the service by name with a plain request object. */
+  call<Res = Record<string, unknown>>(rpc: string, request: unknown = {}, timeoutMs?: number): Promise<Res> {
+    const fn = this.#client[rpc];
+    if (typeof fn !== 'function') return Promise.reject(new Error(`no RPC ${rpc} in GRPCInferenceService`));
+    const opts: grpc.CallOptions = timeoutMs === undefined ? {} : { deadline: Date.now() + timeoutMs };
+    return new Promise((resolve, reject) => {
+      fn.call(this.#client, request, new grpc.Metadata(), opts, (err, res) => (err ? reject(err) : resolve(res as Res)));
+    });
+  }
+
+  async serverLive(): Promise<boolean> {
+    return (await this.call<{ live: boolean }>('ServerLive')).live;
+  }
+
+  async serverReady(): Promise<boolean> {
+    return (await this.call<{ ready: boolean }>('ServerReady')).ready;
+  }
+
+  async modelReady(name: string): Promise<boolean> {
+    return (await this.call<{ ready: boolean }>('ModelReady', { name })).ready;
+  }
+
+  /** Run a model; tensors go as raw contents, outputs come back as typed data. */
+  async infer(model: string, inputs: Tensor[], options: InferOptions = {}): Promise<{ id: string; outputs: Tensor[] }> {
+    const request = {
+      model_name: model,
+      id: options.id ?? '',
+      parameters: options.parameters ?? {},
+      inputs: inputs.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape })),
+      outputs: (options.outputs ?? []).map((name) => ({ name })),
+      raw_input_contents: inputs.map(toRaw),
+    };
+    const res = await this.call<ModelInferResponse>('ModelInfer', request, options.timeoutMs);
+    return {
+      id: res.id,
+      outputs: res.outputs.map((o, i) => ({
+        name: o.name,
+        datatype: o.datatype as Datatype,
+        shape: o.shape.map(Number),
+        data: fromRaw(o.datatype, res.raw_output_contents[i]),
+      })),
+    };
+  }
+
+  close(): void {
+    this.#client.close();
+  }
+}

@@ -1,0 +1,75 @@
+// Start the real program (`node main.js <node file>`) on free ports and talk to it.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import YAML from 'yaml';
+import { InferenceClient } from '../../dist/client/client.js';
+
+export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+export const MAIN = path.join(ROOT, 'main.js');
+export const FIXTURES = path.join(ROOT, 'test', 'fixtures');
+
+/** A fresh temporary directory, removed by the returned cleanup. */
+export function tempDir(prefix = 'stowage-test-') {
+  const dir = mkdtempSync(path.join(tmpdir(), prefix));
+  return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Copy bundles into a new repository directory: `{ name: sourceDir }`, plus files `{ 'name/file': contents }`. */
+export function makeRepository(root, bundles, files = {}) {
+  const repo = path.join(root, 'repo');
+  mkdirSync(repo, { recursive: true });
+  for (const [name, src] of Object.entries(bundles)) cpSync(src, path.join(repo, name), { recursive: true });
+  for (const [rel, contents] of Object.entries(files)) {
+    const file = path.join(repo, rel);
+    mkdirSync(path.dirname(file), { recursive: true });
+    writeFileSync(file, contents);
+  }
+  return repo;
+}
+
+/**
+ * Start the server with `config` (an object written as the node file) and
+ * wait until it logs "serving". Ports are 0 (chosen by the OS) and read from
+ * that log line. Resolves to { client, address, adminPort, logs, stop }.
+ */
+export async function startServer(config, { env = {}, root } = {}) {
+  const temp = root ? null : tempDir();
+  const dir = root ?? temp.dir;
+  const file = path.join(dir, 'node.yaml');
+  writeFileSync(file, YAML.stringify(config));
+  const child = spawn(process.execPath, [MAIN, file], {
+    env: { ...process.env, INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '0', INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '0', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const logs = [];
+  let stderr = '';
+  child.stderr.on('data', (d) => { stderr += d; });
+  const lines = createInterface({ input: child.stdout });
+  const serving = new Promise((resolve, reject) => {
+    lines.on('line', (line) => {
+      let entry;
+      try { entry = JSON.parse(line); } catch { entry = { msg: line }; }
+      logs.push(entry);
+      if (entry.msg === 'serving') resolve(entry);
+    });
+    child.once('exit', (code) => reject(new Error(`server exited with code ${code} before serving:\n${stderr}`)));
+  });
+  const entry = await serving;
+  const address = entry.grpc;
+  const adminPort = Number(entry.admin.split(':').pop());
+  const client = new InferenceClient(address);
+  const stop = async () => {
+    client.close();
+    if (child.exitCode === null) {
+      child.kill('SIGTERM');
+      await once(child, 'exit');
+    }
+    temp?.cleanup();
+  };
+  return { client, address, adminPort, logs, child, stop, stderr: () => stderr };
+}

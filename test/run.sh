@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The test command (`npm test`): build, run the ava suites (unit and integration
+# against the real server), then the compatibility suite with NVIDIA's Python
+# tritonclient in a project-local virtual environment, and print one total.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+npm run --silent build || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+
+passed=0
+failed=0
+
+# ava with the TAP reporter, so the counts can be read reliably.
+ava_out=$(mktemp)
+npx ava --tap 2>&1 | tee "$ava_out"
+ava_pass=$(grep -E '^# pass ' "$ava_out" | awk '{print $3}' | tail -1)
+ava_fail=$(grep -E '^# fail ' "$ava_out" | awk '{print $3}' | tail -1)
+if [ -z "$ava_pass$ava_fail" ]; then ava_fail=1; fi   # ava crashed before reporting
+passed=$((passed + ${ava_pass:-0}))
+failed=$((failed + ${ava_fail:-0}))
+rm -f "$ava_out"
+
+# Python compatibility suite: tritonclient from PyPI, in .venv.
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv || { echo "cannot create .venv"; failed=$((failed + 1)); }
+fi
+if [ -x .venv/bin/python ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r test/compat/requirements.txt \
+    || { echo "pip install failed"; failed=$((failed + 1)); }
+  py_out=$(mktemp)
+  PATH="$(dirname "$(command -v node)"):$PATH" .venv/bin/python -m pytest -q test/compat 2>&1 | tee "$py_out"
+  py_line=$(grep -E '[0-9]+ (passed|failed)' "$py_out" | tail -1)
+  py_pass=$(echo "$py_line" | grep -oE '[0-9]+ passed' | awk '{print $1}')
+  py_fail=$(echo "$py_line" | grep -oE '[0-9]+ (failed|error|errors)' | awk '{s+=$1} END {print s+0}')
+  if [ -z "$py_line" ]; then py_fail=1; fi
+  passed=$((passed + ${py_pass:-0}))
+  failed=$((failed + ${py_fail:-0}))
+  rm -f "$py_out"
+fi
+
+echo "${passed} passed, ${failed} failed"
+[ "$failed" -eq 0 ]
