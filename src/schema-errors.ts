@@ -20,7 +20,7 @@ function valueAt(doc: unknown, err: ErrorObject): unknown {
   return node;
 }
 
-/** One line per problem: key path, the value found, what is allowed. */
+/** One line per problem: key path, the value found, what is allowed. Needs ajv's `verbose: true` (parentSchema). */
 export function describeSchemaErrors(errs: readonly ErrorObject[], doc: unknown): string {
   return errs.map((e) => {
     const at = keyPathOf(e);

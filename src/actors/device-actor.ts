@@ -13,7 +13,6 @@
  * Buffers: `infer` transfers its inputs' ArrayBuffers to the worker (the
  * caller must not touch them afterwards) and receives the outputs' buffers.
  */
-import { EventEmitter } from 'node:events';
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { ModelSpec } from '../bundle/model-spec.js';
@@ -61,7 +60,7 @@ export interface DeviceActorOptions {
 
 const DEFAULT_WORKER_URL = new URL('./device-worker.js', import.meta.url);
 
-export class DeviceActor extends EventEmitter {
+export class DeviceActor {
   readonly deviceId: number;
   #options: DeviceActorOptions;
   #worker!: Worker;
@@ -73,7 +72,6 @@ export class DeviceActor extends EventEmitter {
   #stopping = false;
 
   private constructor(options: DeviceActorOptions) {
-    super();
     this.deviceId = options.deviceId;
     this.#options = options;
   }
@@ -140,19 +138,18 @@ export class DeviceActor extends EventEmitter {
     }
     this.#crashes++;
     this.#options.logger.error({ device: this.deviceId, crashes: this.#crashes }, `device actor crashed: ${why}`);
-    this.emit('crash', why);
     if (this.#crashes >= DEVICE_MAX_CONSECUTIVE_CRASHES) {
       this.#state = DeviceState.DEAD;
       this.#options.logger.error({ device: this.deviceId }, `device actor crashed ${this.#crashes} times in a row; not restarting it`);
       return;
     }
     this.#state = DeviceState.RESTARTING;
-    this.#spawn().then(() => {
-      // The inbox is served in order: these loads run before any later request.
-      for (const spec of this.#loaded.values()) {
-        this.load(spec).catch((err: Error) => this.#options.logger.error({ device: this.deviceId, model: spec.name }, `reload after crash failed: ${err.message}`));
-      }
-    }, (err: Error) => this.#onCrash(`its replacement failed to start: ${err.message}`));
+    const started = this.#spawn();
+    // Posted now, these loads sit first in the new worker's inbox, ahead of any later request.
+    for (const spec of this.#loaded.values()) {
+      this.load(spec).catch((err: Error) => this.#options.logger.error({ device: this.deviceId, model: spec.name }, `reload after crash failed: ${err.message}`));
+    }
+    started.catch((err: Error) => this.#onCrash(`its replacement failed to start: ${err.message}`));
   }
 
   #settle(msg: FromDevice): void {

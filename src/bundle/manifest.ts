@@ -55,7 +55,7 @@ const manifestSchema = {
   },
 } as const;
 
-const ajv = new Ajv({ allErrors: true, strict: true });
+const ajv = new Ajv({ allErrors: true, strict: true, verbose: true });
 const validateManifest = ajv.compile(manifestSchema);
 
 interface RawTensor { name: string; dtype: string; shape: string; dims?: Record<string, number> }

@@ -105,7 +105,7 @@ function applyOverrides(doc: Record<string, unknown>, env: NodeJS.ProcessEnv, cw
   return applied;
 }
 
-const ajv = new Ajv({ allErrors: true, useDefaults: true, strict: true });
+const ajv = new Ajv({ allErrors: true, useDefaults: true, strict: true, verbose: true });
 const validate = ajv.compile(nodeConfigSchema);
 
 function deepFreeze<T>(value: T): T {

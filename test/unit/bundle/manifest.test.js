@@ -1,0 +1,107 @@
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import test from 'ava';
+import { parseManifest } from '../../../dist/bundle/manifest.js';
+import { scanRepository } from '../../../dist/bundle/repository.js';
+import { makeRepository, ROOT, tempDir } from '../../helpers/server.js';
+
+/** A bundle directory holding the given files (empty model files are enough for parsing). */
+function bundle(t, name, files) {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const dir = path.join(makeRepository(temp.dir, {}, Object.fromEntries(Object.entries(files).map(([f, c]) => [`${name}/${f}`, c]))), name);
+  return dir;
+}
+
+const TENSORS = `
+executable_inputs:
+  - { name: x, dtype: f32, shape: nhw, dims: { h: 2, w: 3 } }
+executable_outputs:
+  - { name: y, dtype: i64, shape: n }
+`;
+
+test('the example manifest parses into a ModelSpec with the batch axis at -1', (t) => {
+  const dir = path.join(ROOT, 'bundles', 'digits');
+  const spec = parseManifest(`format_version: "2.0"\n${TENSORS}batching:\n  compiled_batch_sizes: [8, 1]\n`, dir);
+  t.is(spec.name, 'digits');
+  t.deepEqual(spec.inputs, [{ name: 'x', datatype: 'FP32', axes: 'nhw', shape: [-1, 2, 3], batchDim: 0 }]);
+  t.deepEqual(spec.outputs, [{ name: 'y', datatype: 'INT64', axes: 'n', shape: [-1], batchDim: 0 }]);
+  t.deepEqual(spec.compiledBatchSizes, [1, 8]);
+  t.is(spec.maxBatchSize, 8);
+  t.is(spec.batchAxis, 'n');
+  t.deepEqual(spec.executables, [{ batchSize: null, path: path.join(dir, 'model.onnx') }]);
+});
+
+test('one model.bN.onnx per compiled size; a missing or extra size is named', (t) => {
+  const manifest = `format_version: "2.0"\n${TENSORS}batching:\n  compiled_batch_sizes: [1, 4]\n`;
+  const ok = bundle(t, 'per_size', { 'manifest.yaml': manifest, 'model.b1.onnx': '', 'model.b4.onnx': '' });
+  t.deepEqual(parseManifest(manifest, ok).executables.map((e) => e.batchSize), [1, 4]);
+  const missing = bundle(t, 'missing', { 'manifest.yaml': manifest, 'model.b1.onnx': '' });
+  t.regex(t.throws(() => parseManifest(manifest, missing)).message, /bundle "missing".*compiled_batch_sizes lists 4, but model\.b4\.onnx is missing/);
+  const extra = bundle(t, 'extra', { 'manifest.yaml': manifest, 'model.b1.onnx': '', 'model.b4.onnx': '', 'model.b2.onnx': '' });
+  t.regex(t.throws(() => parseManifest(manifest, extra)).message, /model\.b2\.onnx: batch size 2 is not in batching\.compiled_batch_sizes \[1, 4\]/);
+  const both = bundle(t, 'both', { 'manifest.yaml': manifest, 'model.onnx': '', 'model.b1.onnx': '' });
+  t.regex(t.throws(() => parseManifest(manifest, both)).message, /both model\.onnx and model\.b1\.onnx/);
+});
+
+const dir = path.join(ROOT, 'bundles', 'digits'); // holds a model.onnx
+const fails = (t, text, pattern) => {
+  const err = t.throws(() => parseManifest(text, dir));
+  t.is(err.code, 'STOWAGE_BUNDLE_INVALID');
+  t.regex(err.message, /^bundle "digits", manifest\.yaml: /);
+  t.regex(err.message, pattern);
+};
+
+test('format_version must be the string "2.0", with a hint when YAML read a number', (t) => {
+  fails(t, `format_version: 2.0\n${TENSORS}batching: { compiled_batch_sizes: [1] }\n`, /format_version.*write format_version: "2\.0" with quotes/);
+  fails(t, `format_version: "1.0"\n${TENSORS}`, /format_version: "1\.0" must be equal to constant/);
+});
+
+test('an axis without a size, a size for an unknown axis, and a sized batch axis are refused', (t) => {
+  const with_ = (input) => `format_version: "2.0"\nexecutable_inputs:\n  - ${input}\nexecutable_outputs:\n  - { name: y, dtype: f32, shape: n }\nbatching: { compiled_batch_sizes: [1] }\n`;
+  fails(t, with_('{ name: x, dtype: f32, shape: nhw, dims: { h: 2 } }'), /executable_inputs "x": axis 'w' of shape "nhw" has no size in dims/);
+  fails(t, with_('{ name: x, dtype: f32, shape: nh, dims: { h: 2, c: 3 } }'), /dims names axis 'c', which is not in shape "nh"/);
+  fails(t, with_('{ name: x, dtype: f32, shape: nh, dims: { h: 2, n: 3 } }'), /dims sets the batch axis 'n'/);
+  fails(t, with_('{ name: x, dtype: f32, shape: nhh, dims: { h: 2 } }'), /names axis 'h' twice/);
+  fails(t, with_('{ name: x, dtype: float, shape: n }'), /dtype: "float" is not allowed; expected one of "bool", "u8"/);
+});
+
+test('either every tensor has the batch axis or none does', (t) => {
+  fails(t, `format_version: "2.0"\nexecutable_inputs:\n  - { name: x, dtype: f32, shape: nk, dims: { k: 2 } }\nexecutable_outputs:\n  - { name: y, dtype: f32, shape: k, dims: { k: 2 } }\nbatching: { compiled_batch_sizes: [1] }\n`,
+    /batch axis 'n' is missing from y/);
+  fails(t, `format_version: "2.0"\n${TENSORS}`, /batching\.compiled_batch_sizes is required/);
+  const unbatched = parseManifest(`format_version: "2.0"\nexecutable_inputs:\n  - { name: x, dtype: f32, shape: k, dims: { k: 2 } }\nexecutable_outputs:\n  - { name: y, dtype: f32, shape: k, dims: { k: 2 } }\n`, dir);
+  t.is(unbatched.maxBatchSize, 0);
+  t.is(unbatched.batchAxis, null);
+  t.deepEqual(unbatched.inputs[0].shape, [2]);
+});
+
+test('the batch axis may be named and placed anywhere', (t) => {
+  const spec = parseManifest(`format_version: "2.0"\nexecutable_inputs:\n  - { name: x, dtype: f32, shape: kb, dims: { k: 2 } }\nexecutable_outputs:\n  - { name: y, dtype: f32, shape: kb, dims: { k: 2 } }\nbatching: { compiled_batch_sizes: [4], batch_axis: b }\n`, dir);
+  t.deepEqual(spec.inputs[0].shape, [2, -1]);
+  t.is(spec.inputs[0].batchDim, 1);
+});
+
+test('unknown keys, a foreign name, duplicate tensors, hooks and meta bundles are refused', (t) => {
+  fails(t, `format_version: "2.0"\n${TENSORS}batching: { compiled_batch_sizes: [1] }\nbatchsize: 3\n`, /batchsize: unknown key/);
+  fails(t, `format_version: "2.0"\nname: other\n${TENSORS}batching: { compiled_batch_sizes: [1] }\n`, /name "other" differs from the bundle's directory name "digits"/);
+  fails(t, `format_version: "2.0"\nexecutable_inputs:\n  - { name: x, dtype: f32, shape: n }\n  - { name: x, dtype: f32, shape: n }\nexecutable_outputs:\n  - { name: y, dtype: f32, shape: n }\nbatching: { compiled_batch_sizes: [1] }\n`, /executable_inputs names tensor "x" twice/);
+  fails(t, `format_version: "2.0"\n${TENSORS}client_outputs:\n  - { name: g, dtype: i64, shape: n }\nbatching: { compiled_batch_sizes: [1] }\n`, /need model\.js pre\/post-processing hooks/);
+  fails(t, `format_version: "2.0"\nkind: meta\n${TENSORS}batching: { compiled_batch_sizes: [1] }\n`, /kind: meta bundles are not supported/);
+  fails(t, 'format_version: "2.0"\nexecutable_inputs: [\n', /not valid YAML/);
+});
+
+test('the scanner takes each subdirectory with a manifest, and one bad bundle does not stop the others', (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits') }, {
+    'broken/manifest.yaml': 'format_version: 2\n',
+    'notes/README.txt': 'not a bundle',
+  });
+  writeFileSync(path.join(repo, 'loose-file.yaml'), 'x: 1\n');
+  const found = scanRepository(repo);
+  t.deepEqual(found.map((b) => b.name), ['broken', 'digits']);
+  t.truthy(found[1].spec);
+  t.regex(found[0].error.message, /bundle "broken", manifest\.yaml/);
+  t.regex(t.throws(() => scanRepository(path.join(repo, 'nope'))).message, /model_repo .* is not a directory/);
+});

@@ -1,0 +1,91 @@
+import path from 'node:path';
+import test from 'ava';
+import { environmentOverrides, parseNodeConfig } from '../../../dist/config/load.js';
+
+const FILE = '/etc/stowage/node.yaml';
+const parse = (text, env = {}) => parseNodeConfig(text, FILE, env, '/work/here');
+
+test('defaults fill every key and the result is frozen', (t) => {
+  const { config } = parse('model_repo: models\n');
+  t.deepEqual(config.global, {
+    logging: { level: 'info' },
+    runtime: { backend: 'cpu', intra_op_threads: 0 },
+    scheduler: { dispatch_timeout_seconds: 30 },
+    endpoints: { host: '127.0.0.1', grpc_port: 8001, admin_port: 8002 },
+  });
+  t.true(Object.isFrozen(config.global.endpoints));
+  t.throws(() => { config.global.endpoints.grpc_port = 1; }, { instanceOf: TypeError });
+});
+
+test('a relative model_repo is resolved against the node file\'s directory', (t) => {
+  t.is(parse('model_repo: models\n').config.model_repo, '/etc/stowage/models');
+  t.is(parse('model_repo: /srv/models\n').config.model_repo, '/srv/models');
+});
+
+test('an unknown key names its path and the keys allowed there', (t) => {
+  const err = t.throws(() => parse('model_repo: m\nglobal:\n  endpoints:\n    grpc_prot: 1\n'));
+  t.is(err.code, 'STOWAGE_CONFIG_INVALID');
+  t.regex(err.message, /global\.endpoints\.grpc_prot: unknown key; allowed here: host, grpc_port, admin_port/);
+});
+
+test('a wrong type names the key path, the value and what was expected', (t) => {
+  const err = t.throws(() => parse('model_repo: m\nglobal:\n  endpoints:\n    grpc_port: "eighty"\n'));
+  t.regex(err.message, /global\.endpoints\.grpc_port: "eighty" must be integer/);
+  const err2 = t.throws(() => parse('model_repo: m\nglobal:\n  runtime:\n    backend: tpu\n'));
+  t.regex(err2.message, /global\.runtime\.backend: "tpu" is not allowed; expected one of "cpu", "cuda"/);
+});
+
+test('every problem is reported at once, and a missing model_repo is named', (t) => {
+  const err = t.throws(() => parse('global:\n  endpoints:\n    grpc_port: -1\n    admin_port: 70000\n'));
+  t.regex(err.message, /missing required key model_repo/);
+  t.regex(err.message, /grpc_port: -1 must be >= 0/);
+  t.regex(err.message, /admin_port: 70000 must be <= 65535/);
+});
+
+test('YAML that is not a mapping, or not YAML at all, is refused with the file name', (t) => {
+  t.regex(t.throws(() => parse('- a\n- b\n')).message, /node\.yaml: the node file must be a YAML mapping/);
+  t.regex(t.throws(() => parse('model_repo: [\n')).message, /node\.yaml: not valid YAML/);
+});
+
+test('backend cuda is refused with a message that says why', (t) => {
+  const err = t.throws(() => parse('model_repo: m\nglobal:\n  runtime:\n    backend: cuda\n'));
+  t.regex(err.message, /"cuda" is not available yet.*use "cpu"/);
+});
+
+test('environment variables override the file, typed by the schema', (t) => {
+  const { config, overrides } = parse('model_repo: m\nglobal:\n  endpoints:\n    grpc_port: 8001\n', {
+    INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '9001',
+    INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '9002',
+    INFERENCE_SERVER_MODEL_REPO: 'relative/repo',
+    INFERENCE_SERVER_LOGGING_LEVEL: 'debug',
+    UNRELATED: 'x',
+  });
+  t.is(config.global.endpoints.grpc_port, 9001);
+  t.is(config.global.endpoints.admin_port, 9002);
+  t.is(config.global.logging.level, 'debug');
+  t.is(config.model_repo, path.resolve('/work/here', 'relative/repo'), 'an env path is relative to the working directory');
+  t.deepEqual(overrides.sort(), ['INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT', 'INFERENCE_SERVER_ENDPOINTS_GRPC_PORT',
+    'INFERENCE_SERVER_LOGGING_LEVEL', 'INFERENCE_SERVER_MODEL_REPO']);
+});
+
+test('an override supplies a key the file leaves out', (t) => {
+  t.is(parse('{}\n', { INFERENCE_SERVER_MODEL_REPO: '/srv/m' }).config.model_repo, '/srv/m');
+});
+
+test('a bad override value is reported like a bad file value', (t) => {
+  const err = t.throws(() => parse('model_repo: m\n', { INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: 'abc' }));
+  t.regex(err.message, /global\.endpoints\.grpc_port: "abc" must be integer/);
+});
+
+test('an unknown INFERENCE_SERVER_ variable stops start-up and lists the known ones', (t) => {
+  const err = t.throws(() => parse('model_repo: m\n', { INFERENCE_SERVER_ENDPOINTS_GRPC_PROT: '1' }));
+  t.regex(err.message, /unknown environment override INFERENCE_SERVER_ENDPOINTS_GRPC_PROT; known overrides: .*INFERENCE_SERVER_ENDPOINTS_GRPC_PORT/);
+});
+
+test('the override table is derived from the schema', (t) => {
+  const names = environmentOverrides().map((o) => o.env);
+  for (const n of ['INFERENCE_SERVER_MODEL_REPO', 'INFERENCE_SERVER_ENDPOINTS_HOST', 'INFERENCE_SERVER_ENDPOINTS_GRPC_PORT',
+    'INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT', 'INFERENCE_SERVER_RUNTIME_BACKEND', 'INFERENCE_SERVER_SCHEDULER_DISPATCH_TIMEOUT_SECONDS']) {
+    t.true(names.includes(n), n);
+  }
+});
