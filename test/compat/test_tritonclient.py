@@ -1,0 +1,143 @@
+"""NVIDIA's own Python client, unchanged, against the real server."""
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2
+from tritonclient.utils import InferenceServerException
+
+
+@pytest.fixture()
+def client(server):
+    c = grpcclient.InferenceServerClient(server)
+    yield c
+    c.close()
+
+
+def images_input(images):
+    x = np.asarray(images, dtype=np.float32).reshape(-1, 8, 8)
+    inp = grpcclient.InferInput("image", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    return inp
+
+
+def test_health_and_server_metadata(client):
+    assert client.is_server_live()
+    assert client.is_server_ready()
+    md = client.get_server_metadata(as_json=True)
+    assert md["name"] == "stowage"
+    assert md["extensions"] == ["model_configuration"]
+
+
+def test_repository_index_and_model_readiness(client):
+    index = client.get_model_repository_index(as_json=True)
+    states = {m["name"]: m["state"] for m in index["models"]}
+    assert states == {"digits": "READY", "dtypes": "READY"}
+    assert client.is_model_ready("digits")
+
+
+def test_model_metadata_and_config(client):
+    md = client.get_model_metadata("digits", as_json=True)
+    assert md["platform"] == "onnxruntime_onnx"
+    assert md["versions"] == ["1"]
+    assert md["inputs"] == [{"name": "image", "datatype": "FP32", "shape": ["-1", "8", "8"]}]
+    assert [o["name"] for o in md["outputs"]] == ["logits", "probabilities", "label"]
+    config = client.get_model_config("digits", as_json=True)["config"]
+    assert config["name"] == "digits"
+    assert config["platform"] == "onnxruntime_onnx"
+    assert config["max_batch_size"] == 32
+    assert config["input"][0]["data_type"] == "TYPE_FP32"
+    assert config["input"][0]["dims"] == ["8", "8"]
+
+
+def test_held_out_digits_are_classified_with_the_stated_accuracy(client, heldout):
+    images, labels = heldout["images"], np.array(heldout["labels"])
+    predicted = []
+    for i in range(0, len(images), 32):
+        result = client.infer("digits", [images_input(images[i:i + 32])],
+                              outputs=[grpcclient.InferRequestedOutput("label")])
+        predicted.append(result.as_numpy("label"))
+    predicted = np.concatenate(predicted)
+    assert predicted.dtype == np.int64
+    accuracy = float((predicted == labels).mean())
+    assert round(accuracy, 4) == heldout["accuracy"]
+    assert accuracy > 0.95
+
+
+def test_all_outputs_and_request_id(client, heldout):
+    result = client.infer("digits", [images_input(heldout["images"][:3])], request_id="abc")
+    assert result.get_response().id == "abc"
+    probs = result.as_numpy("probabilities")
+    assert probs.shape == (3, 10)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+    assert (result.as_numpy("label") == probs.argmax(axis=1)).all()
+    assert result.as_numpy("logits").shape == (3, 10)
+
+
+def test_every_datatype_round_trips(client):
+    values = {
+        "bool": (np.array([[True, False, True], [False, False, True]]), "BOOL"),
+        "u8": (np.array([[0, 1, 255], [7, 8, 9]], dtype=np.uint8), "UINT8"),
+        "u16": (np.array([[0, 1, 65535], [7, 8, 9]], dtype=np.uint16), "UINT16"),
+        "u32": (np.array([[0, 1, 2**32 - 1], [7, 8, 9]], dtype=np.uint32), "UINT32"),
+        "u64": (np.array([[0, 1, 2**64 - 1], [7, 8, 9]], dtype=np.uint64), "UINT64"),
+        "i8": (np.array([[-128, 127, 0], [-1, 5, 6]], dtype=np.int8), "INT8"),
+        "i16": (np.array([[-32768, 32767, 0], [-1, 5, 6]], dtype=np.int16), "INT16"),
+        "i32": (np.array([[-2**31, 2**31 - 1, 0], [-1, 5, 6]], dtype=np.int32), "INT32"),
+        "i64": (np.array([[-2**63, 2**63 - 1, 0], [-1, 5, 6]], dtype=np.int64), "INT64"),
+        "f16": (np.array([[1.5, -2.0, 65504], [0, 0.25, 6e-5]], dtype=np.float16), "FP16"),
+        "f32": (np.array([[1.5, -2.25, 3.4e38], [0, 1e-30, 7]], dtype=np.float32), "FP32"),
+        "f64": (np.array([[1.5, -2.25, 1.7e308], [0, 1e-300, 7]], dtype=np.float64), "FP64"),
+        "bytes": (np.array([[b"", b"a", "\u00fcnic\u00f8de".encode()], [b"x" * 300, b"7", b"z"]], dtype=np.object_), "BYTES"),
+    }
+    inputs = []
+    for name, (array, datatype) in values.items():
+        inp = grpcclient.InferInput(f"in_{name}", list(array.shape), datatype)
+        inp.set_data_from_numpy(array)
+        inputs.append(inp)
+    result = client.infer("dtypes", inputs)
+    for name, (array, _) in values.items():
+        out = result.as_numpy(f"out_{name}")
+        assert out.shape == array.shape, name
+        assert (out == array).all(), name
+
+
+def expect_error(call, status, *fragments):
+    with pytest.raises(InferenceServerException) as info:
+        call()
+    assert info.value.status() == status, info.value
+    for f in fragments:
+        assert f in info.value.message(), info.value.message()
+
+
+def test_malformed_requests_get_clear_errors_and_the_server_keeps_serving(client, heldout):
+    wrong_shape = grpcclient.InferInput("image", [1, 64], "FP32")
+    wrong_shape.set_data_from_numpy(np.zeros((1, 64), dtype=np.float32))
+    expect_error(lambda: client.infer("digits", [wrong_shape]), "StatusCode.INVALID_ARGUMENT",
+                 "expected shape [-1, 8, 8]", "got [1, 64]")
+
+    wrong_dtype = grpcclient.InferInput("image", [1, 8, 8], "FP64")
+    wrong_dtype.set_data_from_numpy(np.zeros((1, 8, 8), dtype=np.float64))
+    expect_error(lambda: client.infer("digits", [wrong_dtype]), "StatusCode.INVALID_ARGUMENT",
+                 "expected datatype FP32, got FP64")
+
+    expect_error(lambda: client.infer("nope", [images_input(heldout["images"][:1])]),
+                 "StatusCode.NOT_FOUND", 'unknown model "nope"')
+
+    expect_error(lambda: client.infer("digits", [images_input(heldout["images"][:1])],
+                                      outputs=[grpcclient.InferRequestedOutput("labels")]),
+                 "StatusCode.INVALID_ARGUMENT", 'unknown output "labels"')
+
+    # A byte size that disagrees with the shape: tritonclient checks that itself, so send the
+    # request with its generated stub.
+    request = service_pb2.ModelInferRequest(model_name="digits")
+    tensor = request.inputs.add(name="image", datatype="FP32", shape=[1, 8, 8])
+    assert tensor.name == "image"
+    request.raw_input_contents.append(b"\0" * 255)
+    with pytest.raises(grpc.RpcError) as info:
+        client._client_stub.ModelInfer(request)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "expected 256 bytes" in info.value.details() and "got 255" in info.value.details()
+
+    result = client.infer("digits", [images_input(heldout["images"][:1])])
+    assert result.as_numpy("label")[0] == heldout["labels"][0]

@@ -1,0 +1,72 @@
+// The command line of the real program: help, config checking, start-up errors, signals.
+import { execFile } from 'node:child_process';
+import { once } from 'node:events';
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import test from 'ava';
+import { MAIN, ROOT, startServer, tempDir } from '../helpers/server.js';
+
+const run = promisify(execFile);
+
+async function main(args, env = {}) {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [MAIN, ...args], { env: { ...process.env, ...env } });
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    return { code: err.code, stdout: err.stdout, stderr: err.stderr };
+  }
+}
+
+test('--help explains the usage and lists every environment override', async (t) => {
+  const { code, stdout } = await main(['--help']);
+  t.is(code, 0);
+  t.regex(stdout, /node main\.js NODE_FILE/);
+  t.regex(stdout, /INFERENCE_SERVER_ENDPOINTS_GRPC_PORT\s+global\.endpoints\.grpc_port/);
+  t.regex(stdout, /INFERENCE_SERVER_MODEL_REPO\s+model_repo/);
+  t.is((await main([])).code, 2, 'no node file is a usage error');
+});
+
+test('--check-config prints the effective configuration with overrides applied', async (t) => {
+  const { code, stdout } = await main(['--check-config', path.join(ROOT, 'node.yaml')], { INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '9101' });
+  t.is(code, 0);
+  const { config, overrides } = JSON.parse(stdout);
+  t.is(config.model_repo, path.join(ROOT, 'bundles'));
+  t.is(config.global.endpoints.grpc_port, 9101);
+  t.is(config.global.endpoints.host, '127.0.0.1');
+  t.deepEqual(overrides, ['INFERENCE_SERVER_ENDPOINTS_GRPC_PORT']);
+});
+
+test('an invalid node file stops start-up with exit code 2 and the key path', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const file = path.join(temp.dir, 'node.yaml');
+  writeFileSync(file, 'model_repo: .\nglobal:\n  endpoints:\n    grpc_port: many\n  runtim: {}\n');
+  const { code, stderr } = await main([file]);
+  t.is(code, 2);
+  t.regex(stderr, /global\.endpoints\.grpc_port: "many" must be integer/);
+  t.regex(stderr, /global\.runtim: unknown key; allowed here: logging, runtime, scheduler, endpoints/);
+  const missing = await main([path.join(temp.dir, 'absent.yaml')]);
+  t.is(missing.code, 2);
+  t.regex(missing.stderr, /cannot read node file .*absent\.yaml: ENOENT/);
+});
+
+test('a model_repo that is not a directory stops start-up with a clear message', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const file = path.join(temp.dir, 'node.yaml');
+  writeFileSync(file, 'model_repo: ./no-such-dir\n');
+  const { code, stderr } = await main([file], { INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '0', INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '0' });
+  t.is(code, 2);
+  t.regex(stderr, /model_repo .*no-such-dir is not a directory/);
+});
+
+test('SIGTERM stops the server cleanly with exit code 0', async (t) => {
+  const server = await startServer({ model_repo: path.join(ROOT, 'bundles') });
+  t.true(await server.client.serverReady());
+  server.child.kill('SIGTERM');
+  const [code] = await once(server.child, 'exit');
+  t.is(code, 0);
+  t.true(server.logs.some((l) => l.msg === 'stopped'));
+  await server.stop();
+});
