@@ -21,6 +21,12 @@ export type ContentsField =
   | 'bool_contents' | 'int_contents' | 'int64_contents' | 'uint_contents'
   | 'uint64_contents' | 'fp32_contents' | 'fp64_contents' | 'bytes_contents';
 
+/** A typed-array class: how elements of a datatype sit in memory (FP16/BF16 as raw 16-bit words). */
+export type TypedArrayClass =
+  | Uint8ArrayConstructor | Int8ArrayConstructor | Uint16ArrayConstructor | Int16ArrayConstructor
+  | Uint32ArrayConstructor | Int32ArrayConstructor | BigUint64ArrayConstructor | BigInt64ArrayConstructor
+  | Float32ArrayConstructor | Float64ArrayConstructor;
+
 export interface DtypeInfo {
   datatype: Datatype;
   manifest: ManifestDtype;
@@ -32,24 +38,26 @@ export interface DtypeInfo {
   elementBytes: number;
   /** Typed field in InferTensorContents; null for FP16/BF16, which travel only as raw bytes. */
   contentsField: ContentsField | null;
+  /** The typed array that holds the elements; null for BYTES. */
+  typedArray: TypedArrayClass | null;
 }
 
 const TABLE: DtypeInfo[] = [
-  { datatype: 'BOOL', manifest: 'bool', tritonType: 'TYPE_BOOL', ortType: 'bool', elementBytes: 1, contentsField: 'bool_contents' },
-  { datatype: 'UINT8', manifest: 'u8', tritonType: 'TYPE_UINT8', ortType: 'uint8', elementBytes: 1, contentsField: 'uint_contents' },
-  { datatype: 'UINT16', manifest: 'u16', tritonType: 'TYPE_UINT16', ortType: 'uint16', elementBytes: 2, contentsField: 'uint_contents' },
-  { datatype: 'UINT32', manifest: 'u32', tritonType: 'TYPE_UINT32', ortType: 'uint32', elementBytes: 4, contentsField: 'uint_contents' },
-  { datatype: 'UINT64', manifest: 'u64', tritonType: 'TYPE_UINT64', ortType: 'uint64', elementBytes: 8, contentsField: 'uint64_contents' },
-  { datatype: 'INT8', manifest: 'i8', tritonType: 'TYPE_INT8', ortType: 'int8', elementBytes: 1, contentsField: 'int_contents' },
-  { datatype: 'INT16', manifest: 'i16', tritonType: 'TYPE_INT16', ortType: 'int16', elementBytes: 2, contentsField: 'int_contents' },
-  { datatype: 'INT32', manifest: 'i32', tritonType: 'TYPE_INT32', ortType: 'int32', elementBytes: 4, contentsField: 'int_contents' },
-  { datatype: 'INT64', manifest: 'i64', tritonType: 'TYPE_INT64', ortType: 'int64', elementBytes: 8, contentsField: 'int64_contents' },
-  { datatype: 'FP16', manifest: 'f16', tritonType: 'TYPE_FP16', ortType: 'float16', elementBytes: 2, contentsField: null },
+  { datatype: 'BOOL', manifest: 'bool', tritonType: 'TYPE_BOOL', ortType: 'bool', elementBytes: 1, contentsField: 'bool_contents', typedArray: Uint8Array },
+  { datatype: 'UINT8', manifest: 'u8', tritonType: 'TYPE_UINT8', ortType: 'uint8', elementBytes: 1, contentsField: 'uint_contents', typedArray: Uint8Array },
+  { datatype: 'UINT16', manifest: 'u16', tritonType: 'TYPE_UINT16', ortType: 'uint16', elementBytes: 2, contentsField: 'uint_contents', typedArray: Uint16Array },
+  { datatype: 'UINT32', manifest: 'u32', tritonType: 'TYPE_UINT32', ortType: 'uint32', elementBytes: 4, contentsField: 'uint_contents', typedArray: Uint32Array },
+  { datatype: 'UINT64', manifest: 'u64', tritonType: 'TYPE_UINT64', ortType: 'uint64', elementBytes: 8, contentsField: 'uint64_contents', typedArray: BigUint64Array },
+  { datatype: 'INT8', manifest: 'i8', tritonType: 'TYPE_INT8', ortType: 'int8', elementBytes: 1, contentsField: 'int_contents', typedArray: Int8Array },
+  { datatype: 'INT16', manifest: 'i16', tritonType: 'TYPE_INT16', ortType: 'int16', elementBytes: 2, contentsField: 'int_contents', typedArray: Int16Array },
+  { datatype: 'INT32', manifest: 'i32', tritonType: 'TYPE_INT32', ortType: 'int32', elementBytes: 4, contentsField: 'int_contents', typedArray: Int32Array },
+  { datatype: 'INT64', manifest: 'i64', tritonType: 'TYPE_INT64', ortType: 'int64', elementBytes: 8, contentsField: 'int64_contents', typedArray: BigInt64Array },
+  { datatype: 'FP16', manifest: 'f16', tritonType: 'TYPE_FP16', ortType: 'float16', elementBytes: 2, contentsField: null, typedArray: Uint16Array },
   // onnxruntime-node has no bfloat16 tensor: BF16 passes the codec but a bundle using it is refused at load.
-  { datatype: 'BF16', manifest: 'bf16', tritonType: 'TYPE_BF16', ortType: null, elementBytes: 2, contentsField: null },
-  { datatype: 'FP32', manifest: 'f32', tritonType: 'TYPE_FP32', ortType: 'float32', elementBytes: 4, contentsField: 'fp32_contents' },
-  { datatype: 'FP64', manifest: 'f64', tritonType: 'TYPE_FP64', ortType: 'float64', elementBytes: 8, contentsField: 'fp64_contents' },
-  { datatype: 'BYTES', manifest: 'bytes', tritonType: 'TYPE_STRING', ortType: 'string', elementBytes: 0, contentsField: 'bytes_contents' },
+  { datatype: 'BF16', manifest: 'bf16', tritonType: 'TYPE_BF16', ortType: null, elementBytes: 2, contentsField: null, typedArray: Uint16Array },
+  { datatype: 'FP32', manifest: 'f32', tritonType: 'TYPE_FP32', ortType: 'float32', elementBytes: 4, contentsField: 'fp32_contents', typedArray: Float32Array },
+  { datatype: 'FP64', manifest: 'f64', tritonType: 'TYPE_FP64', ortType: 'float64', elementBytes: 8, contentsField: 'fp64_contents', typedArray: Float64Array },
+  { datatype: 'BYTES', manifest: 'bytes', tritonType: 'TYPE_STRING', ortType: 'string', elementBytes: 0, contentsField: 'bytes_contents', typedArray: null },
 ];
 
 const BY_DATATYPE = new Map<string, DtypeInfo>(TABLE.map((d) => [d.datatype, d]));

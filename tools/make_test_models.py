@@ -6,6 +6,7 @@
   file, the seeds' "one executable per compiled batch size" layout.
 - echo/model.onnx: Identity on f32[n,1024], for messages far above gRPC's
   default 4 MiB limit.
+- negate/model.onnx: y = -x on f32[3], a model without a batch axis.
 
 Run:  python tools/make_test_models.py   (needs onnx)
 """
@@ -63,8 +64,18 @@ def echo_model():
          OUT / "echo" / "model.onnx")
 
 
+def negate_model():
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["y"])], "negate",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+         OUT / "negate" / "model.onnx")
+
+
 if __name__ == "__main__":
     dtypes_model()
     fixed_models()
     echo_model()
+    negate_model()
     print(f"wrote {OUT}")

@@ -30,6 +30,8 @@ interface LoadedModel {
   spec: ModelSpec;
   /** Sessions by compiled batch size; key 0 is the single dynamic-batch session. */
   sessions: Map<number, ort.InferenceSession>;
+  /** Position of the batch axis in each input and output tensor, by name (-1: none). */
+  batchDims: Map<string, number>;
 }
 
 const models = new Map<string, LoadedModel>();
@@ -39,12 +41,6 @@ let pumping = false;
 function send(msg: FromDevice, transfer: ArrayBuffer[] = []): void {
   port.postMessage(msg, transfer);
 }
-
-const TYPED: Record<string, { new (buffer: ArrayBufferLike, byteOffset: number, length: number): ort.Tensor['data'] } & { BYTES_PER_ELEMENT: number }> = {
-  bool: Uint8Array, uint8: Uint8Array, int8: Int8Array, uint16: Uint16Array, int16: Int16Array,
-  uint32: Uint32Array, int32: Int32Array, uint64: BigUint64Array, int64: BigInt64Array,
-  float16: Uint16Array, float32: Float32Array, float64: Float64Array,
-} as never;
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 const utf8Encoder = new TextEncoder();
@@ -73,15 +69,15 @@ function toOrtTensor(t: WireTensor, batchDim: number, runBatch: number): ort.Ten
     return new ort.Tensor('string', strings, dims);
   }
   const bytes = padded ? padRows(t.data, t.shape, batchDim, info.elementBytes, runBatch) : t.data;
-  const Ctor = TYPED[info.ortType as string];
-  const data = new Ctor(bytes.buffer, bytes.byteOffset, bytes.byteLength / Ctor.BYTES_PER_ELEMENT);
-  return new ort.Tensor(info.ortType as 'float32', data as Float32Array, dims);
+  const Typed = info.typedArray as Float32ArrayConstructor; // one of the numeric classes; BYTES returned above
+  const data = new Typed(bytes.buffer, bytes.byteOffset, bytes.byteLength / info.elementBytes);
+  return new ort.Tensor(info.ortType as 'float32', data, dims);
 }
 
 /** Turn one output into wire bytes, cutting padding rows off; returns the buffer to transfer. */
-function toWire(name: string, tensor: ort.Tensor, batchDim: number, batch: number): WireTensor {
+function toWire(model: string, name: string, tensor: ort.Tensor, batchDim: number, batch: number): WireTensor {
   const info = byOrtType(tensor.type);
-  if (!info) throw errors.executionFailed('?', `output ${JSON.stringify(name)} has type ${tensor.type}, which Stowage cannot send`);
+  if (!info) throw errors.executionFailed(model, `output ${JSON.stringify(name)} has type ${tensor.type}, which Stowage cannot send`);
   const dims = tensor.dims.map(Number);
   const padded = batchDim >= 0 && dims[batchDim] > batch;
   const shape = dims.slice();
@@ -123,9 +119,8 @@ async function createSession(spec: ModelSpec, file: ExecutableFile): Promise<ort
   return session;
 }
 
-async function releaseAll(model: LoadedModel | undefined): Promise<void> {
-  if (!model) return;
-  for (const s of model.sessions.values()) await s.release().catch(() => undefined);
+async function releaseAll(sessions: Iterable<ort.InferenceSession> | undefined): Promise<void> {
+  for (const s of sessions ?? []) await s.release().catch(() => undefined);
 }
 
 async function load(id: number, spec: ModelSpec): Promise<void> {
@@ -134,12 +129,13 @@ async function load(id: number, spec: ModelSpec): Promise<void> {
   try {
     for (const file of spec.executables) sessions.set(file.batchSize ?? 0, await createSession(spec, file));
   } catch (err) {
-    await releaseAll({ spec, sessions });
+    await releaseAll(sessions.values());
     throw err;
   }
   const previous = models.get(spec.name);
-  models.set(spec.name, { spec, sessions });
-  await releaseAll(previous);
+  const batchDims = new Map([...spec.inputs, ...spec.outputs].map((t) => [t.name, t.batchDim]));
+  models.set(spec.name, { spec, sessions, batchDims });
+  await releaseAll(previous?.sessions.values());
   send({ type: 'loaded', id, loadMs: nowMs() - started });
 }
 
@@ -148,11 +144,12 @@ async function infer(cmd: InferCommand): Promise<void> {
   if (started > cmd.deadlineMs) throw errors.deadlineExceeded(cmd.model, started - cmd.enqueuedAtMs);
   const model = models.get(cmd.model);
   if (!model) throw errors.modelNotReady(cmd.model, 'UNAVAILABLE', `not loaded on device ${init.deviceId}`);
-  const { spec } = model;
+  const { spec, batchDims } = model;
   const t0 = process.hrtime.bigint();
 
   // The codec checked that every input agrees on the batch size and that it fits the largest compiled size.
-  const batch = spec.batchAxis === null ? 0 : cmd.inputs[0].shape[spec.inputs.find((t) => t.name === cmd.inputs[0].name)!.batchDim];
+  const first = cmd.inputs[0];
+  const batch = spec.batchAxis === null || !first ? 0 : first.shape[batchDims.get(first.name) ?? 0];
   let session = model.sessions.get(0);
   let runBatch = batch;
   if (!session) {
@@ -161,10 +158,7 @@ async function infer(cmd: InferCommand): Promise<void> {
     if (!session) throw errors.internal(`model ${spec.name} has no session for batch ${batch}`);
   }
   const feeds: Record<string, ort.Tensor> = {};
-  for (const t of cmd.inputs) {
-    const tspec = spec.inputs.find((s) => s.name === t.name)!;
-    feeds[t.name] = toOrtTensor(t, tspec.batchDim, runBatch);
-  }
+  for (const t of cmd.inputs) feeds[t.name] = toOrtTensor(t, batchDims.get(t.name) ?? -1, runBatch);
   const t1 = process.hrtime.bigint();
   let results: ort.InferenceSession.OnnxValueMapType;
   try {
@@ -173,10 +167,7 @@ async function infer(cmd: InferCommand): Promise<void> {
     throw errors.executionFailed(spec.name, (err as Error).message);
   }
   const t2 = process.hrtime.bigint();
-  const outputs = cmd.outputs.map((name) => {
-    const ospec = spec.outputs.find((s) => s.name === name)!;
-    return toWire(name, results[name] as ort.Tensor, ospec.batchDim, batch);
-  });
+  const outputs = cmd.outputs.map((name) => toWire(spec.name, name, results[name] as ort.Tensor, batchDims.get(name) ?? -1, batch));
   const t3 = process.hrtime.bigint();
   // Transfer each distinct output buffer once (views may share one).
   const transfer = [...new Set(outputs.map((o) => o.data.buffer as ArrayBuffer))];
@@ -202,7 +193,7 @@ async function handle(msg: ToDevice): Promise<void> {
       case 'unload': {
         const model = models.get(msg.model);
         models.delete(msg.model);
-        await releaseAll(model);
+        await releaseAll(model?.sessions.values());
         return send({ type: 'unloaded', id: msg.id });
       }
       case 'infer':

@@ -37,12 +37,6 @@ export interface InferOptions {
 type Callback = (err: grpc.ServiceError | null, res: unknown) => void;
 type RawClient = grpc.Client & Record<string, (req: unknown, meta: grpc.Metadata, opts: grpc.CallOptions, cb: Callback) => void>;
 
-const TYPED: Partial<Record<Datatype, { new (buffer: ArrayBufferLike, offset: number, length: number): ArrayBufferView; BYTES_PER_ELEMENT: number }>> = {
-  BOOL: Uint8Array, UINT8: Uint8Array, UINT16: Uint16Array, UINT32: Uint32Array, UINT64: BigUint64Array,
-  INT8: Int8Array, INT16: Int16Array, INT32: Int32Array, INT64: BigInt64Array,
-  FP16: Uint16Array, BF16: Uint16Array, FP32: Float32Array, FP64: Float64Array,
-};
-
 function toRaw(t: Tensor): Buffer {
   if (Array.isArray(t.data)) return Buffer.from(joinBytesElements(t.data).buffer);
   const v = t.data as ArrayBufferView;
@@ -52,10 +46,10 @@ function toRaw(t: Tensor): Buffer {
 /** Raw output bytes into typed data; copies, so the result is aligned whatever the message layout. */
 export function fromRaw(datatype: string, raw: Uint8Array): TensorData {
   if (datatype === 'BYTES') return (splitBytesElements(raw) ?? []).map((e) => new Uint8Array(e));
-  const Ctor = TYPED[datatype as Datatype];
-  if (!Ctor || !byDatatype(datatype)) throw new Error(`unknown datatype ${datatype}`);
+  const Typed = byDatatype(datatype)?.typedArray as Float32ArrayConstructor | undefined;
+  if (!Typed) throw new Error(`unknown datatype ${datatype}`);
   const copy = new Uint8Array(raw);
-  return new Ctor(copy.buffer, 0, copy.byteLength / Ctor.BYTES_PER_ELEMENT);
+  return new Typed(copy.buffer, 0, copy.byteLength / Typed.BYTES_PER_ELEMENT);
 }
 
 export class InferenceClient {

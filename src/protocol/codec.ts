@@ -65,12 +65,6 @@ const INTEGER_RANGES: Partial<Record<string, [number, number]>> = {
   UINT8: [0, 255], UINT16: [0, 65535], UINT32: [0, 2 ** 32 - 1],
 };
 
-const TYPED_CTORS: Partial<Record<string, { from(values: ArrayLike<number>): ArrayBufferView }>> = {
-  INT8: Int8Array, INT16: Int16Array, INT32: Int32Array,
-  UINT8: Uint8Array, UINT16: Uint16Array, UINT32: Uint32Array,
-  FP32: Float32Array, FP64: Float64Array,
-};
-
 function bytesOf(view: ArrayBufferView): Uint8Array {
   return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
 }
@@ -104,7 +98,7 @@ function fromContents(name: string, info: DtypeInfo, contents: InferTensorConten
         const i = (values as number[]).findIndex((v) => v < range[0] || v > range[1]);
         if (i >= 0) throw errors.invalidTensor(`input ${q(name)}: element ${i} = ${values[i] as number} is out of range for ${info.datatype} [${range[0]}, ${range[1]}]`);
       }
-      return bytesOf((TYPED_CTORS[info.datatype] as { from(v: ArrayLike<number>): ArrayBufferView }).from(values as number[]));
+      return bytesOf((info.typedArray as Float32ArrayConstructor).from(values as number[]));
     }
   }
 }

@@ -24,6 +24,7 @@ test.before(async () => {
     dtypes: path.join(MODELS, 'dtypes'),
     fixed: path.join(MODELS, 'fixed'),
     echo: path.join(MODELS, 'echo'),
+    negate: path.join(MODELS, 'negate'),
   }, {
     // The graph takes f32; the manifest says f64.
     'bad_dtype/manifest.yaml': digitsManifest.replace('dtype: "f32"', 'dtype: "f64"'),
@@ -68,8 +69,8 @@ test('ServerMetadata names the server and only the extensions it implements', as
 test('RepositoryIndex lists every bundle, refused ones UNAVAILABLE with the reason', async (t) => {
   const { models } = await server.client.call('RepositoryIndex', {});
   const by = Object.fromEntries(models.map((m) => [m.name, m]));
-  t.deepEqual(Object.keys(by).sort(), ['bad_dims', 'bad_dtype', 'bad_yaml', 'digits', 'dtypes', 'echo', 'fixed', 'no_onnx']);
-  for (const name of ['digits', 'dtypes', 'echo', 'fixed']) t.is(by[name].state, 'READY', by[name].reason);
+  t.deepEqual(Object.keys(by).sort(), ['bad_dims', 'bad_dtype', 'bad_yaml', 'digits', 'dtypes', 'echo', 'fixed', 'negate', 'no_onnx']);
+  for (const name of ['digits', 'dtypes', 'echo', 'fixed', 'negate']) t.is(by[name].state, 'READY', by[name].reason);
   t.is(by.bad_dtype.state, 'UNAVAILABLE');
   t.regex(by.bad_dtype.reason, /bad_dtype.*model\.onnx.*"image".*manifest dtype f64, graph dtype f32/);
   t.regex(by.bad_dims.reason, /bad_dims.*model\.onnx.*"image".*axis 'w' is 7 in the manifest, 8 in the graph/);
@@ -77,7 +78,7 @@ test('RepositoryIndex lists every bundle, refused ones UNAVAILABLE with the reas
   t.regex(by.no_onnx.reason, /no_onnx.*no executable: expected model\.onnx/);
 
   const ready = await server.client.call('RepositoryIndex', { ready: true });
-  t.deepEqual(ready.models.map((m) => m.name).sort(), ['digits', 'dtypes', 'echo', 'fixed']);
+  t.deepEqual(ready.models.map((m) => m.name).sort(), ['digits', 'dtypes', 'echo', 'fixed', 'negate']);
 });
 
 test('ModelReady is true for a loaded model, false for a refused one, NOT_FOUND for an unknown one', async (t) => {
@@ -224,6 +225,17 @@ test('a partial batch is padded to the smallest compiled batch size and the padd
     status.INVALID_ARGUMENT, '5 rows', 'max_batch_size 4');
 });
 
+test('a model without a batch axis takes exactly its fixed shape', async (t) => {
+  const { config } = await server.client.call('ModelConfig', { name: 'negate' });
+  t.is(config.max_batch_size, 0);
+  t.deepEqual(config.input[0].dims.map(Number), [3]);
+  const { outputs } = await server.client.infer('negate', [{ name: 'x', datatype: 'FP32', shape: [3], data: Float32Array.from([1, -2, 3]) }]);
+  t.deepEqual(outputs[0].shape, [3]);
+  t.deepEqual([...outputs[0].data], [-1, 2, -3]);
+  await rejects(t, server.client.infer('negate', [{ name: 'x', datatype: 'FP32', shape: [1, 3], data: new Float32Array(3) }]),
+    status.INVALID_ARGUMENT, 'expected shape [3] (axes "k")', 'got [1, 3]');
+});
+
 test('tensors far above 4 MiB pass in both directions', async (t) => {
   const rows = 2048; // 8 MiB each way
   const x = Float32Array.from({ length: rows * 1024 }, (_, i) => i % 9973);
@@ -289,7 +301,7 @@ test('the admin port answers /healthz and /readyz with every model\'s state', as
 
 test('start-up logs each refused bundle and each load with its time', (t) => {
   const loaded = server.logs.filter((l) => l.msg === 'model loaded').map((l) => l.model).sort();
-  t.deepEqual(loaded, ['digits', 'dtypes', 'echo', 'fixed']);
+  t.deepEqual(loaded, ['digits', 'dtypes', 'echo', 'fixed', 'negate']);
   t.true(server.logs.filter((l) => l.msg === 'model loaded').every((l) => typeof l.load_ms === 'number'));
   const refused = server.logs.filter((l) => String(l.msg).startsWith('bundle refused')).map((l) => l.model).sort();
   t.deepEqual(refused, ['bad_dims', 'bad_dtype', 'bad_yaml', 'no_onnx']);
