@@ -7,6 +7,7 @@
  * Buffers: input bytes arrive transferred (this thread owns them) and are fed
  * to ONNX Runtime in place; output bytes are transferred back.
  */
+import path from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 import type { ExecutableFile, ModelSpec } from '../bundle/model-spec.js';
@@ -108,7 +109,7 @@ async function createSession(spec: ModelSpec, file: ExecutableFile): Promise<ort
   try {
     session = await ort.InferenceSession.create(file.path, sessionOptions());
   } catch (err) {
-    throw errors.bundleInvalid(spec.name, file.path.slice(spec.dir.length + 1), `ONNX Runtime cannot load it: ${(err as Error).message}`);
+    throw errors.bundleInvalid(spec.name, path.basename(file.path), `ONNX Runtime cannot load it: ${(err as Error).message}`);
   }
   try {
     checkSignature(spec, file, session.inputMetadata as readonly GraphTensor[], session.outputMetadata as readonly GraphTensor[]);

@@ -44,10 +44,9 @@ function unary<Req, Res>(rpc: string, logger: Logger, fn: UnaryHandler<Req, Res>
 /** The absolute deadline of a request: the gRPC deadline, the `timeout` parameter, or the default. */
 function deadlineOf(call: grpc.ServerUnaryCall<unknown, unknown>, timeoutUs: number | undefined, defaultTimeoutMs: number): number {
   const now = nowMs();
-  const grpcDeadline = call.getDeadline();
-  const fromGrpc = grpcDeadline instanceof Date ? grpcDeadline.getTime() : grpcDeadline;
-  const candidates = [Number.isFinite(fromGrpc) ? fromGrpc : Infinity, timeoutUs !== undefined ? now + timeoutUs / 1000 : Infinity];
-  const explicit = Math.min(...candidates);
+  const deadline = call.getDeadline(); // Infinity when the client set none
+  const fromGrpc = deadline instanceof Date ? deadline.getTime() : deadline;
+  const explicit = Math.min(fromGrpc, timeoutUs === undefined ? Infinity : now + timeoutUs / 1000);
   return Number.isFinite(explicit) ? explicit : now + defaultTimeoutMs;
 }
 

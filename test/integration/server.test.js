@@ -273,6 +273,11 @@ test('malformed requests get INVALID_ARGUMENT naming the tensor, what was expect
 test('an unknown model is NOT_FOUND and a refused one UNAVAILABLE with its reason', async (t) => {
   await rejects(t, server.client.infer('nope', [digitsInput([heldout.images[0]])]), status.NOT_FOUND, 'unknown model "nope"', 'digits');
   await rejects(t, server.client.infer('bad_dtype', [digitsInput([heldout.images[0]])]), status.UNAVAILABLE, '"bad_dtype"', 'manifest dtype f64');
+  const request = (version) => ({ model_name: 'digits', model_version: version, inputs: [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8] }],
+    raw_input_contents: [Buffer.from(Float32Array.from(heldout.images[0]).buffer)] });
+  await rejects(t, server.client.call('ModelInfer', request('2')), status.NOT_FOUND, 'no version "2"', 'available versions: 1');
+  const ok = await server.client.call('ModelInfer', request('1'));
+  t.is(ok.model_version, '1');
 });
 
 test('a request whose timeout parameter has passed is DEADLINE_EXCEEDED', async (t) => {
