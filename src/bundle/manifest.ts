@@ -152,14 +152,19 @@ export function parseManifest(text: string, dir: string): ModelSpec {
   if (raw.kind === 'meta') {
     throw errors.bundleInvalid(bundle, MANIFEST_FILE, 'kind: meta bundles are not supported by this version of Stowage');
   }
-  if (raw.client_inputs || raw.client_outputs) {
-    throw errors.bundleInvalid(bundle, MANIFEST_FILE, 'client_inputs/client_outputs need model.js pre/post-processing hooks, which this version of Stowage does not run');
-  }
   const batchAxis = raw.batching?.batch_axis ?? DEFAULT_BATCH_AXIS;
   const inputs = raw.executable_inputs.map((t) => parseTensor(bundle, 'executable_inputs', t, batchAxis));
   const outputs = raw.executable_outputs.map((t) => parseTensor(bundle, 'executable_outputs', t, batchAxis));
   checkUniqueNames(bundle, 'executable_inputs', inputs);
   checkUniqueNames(bundle, 'executable_outputs', outputs);
+  // The client-facing tensors are parsed like the others, so their mistakes are reported precisely,
+  // but serving them needs model.js hooks between client and executable, which come in a later release.
+  for (const key of ['client_inputs', 'client_outputs'] as const) {
+    const declared = raw[key];
+    if (!declared) continue;
+    checkUniqueNames(bundle, key, declared.map((t) => parseTensor(bundle, key, t, batchAxis)));
+    throw errors.bundleInvalid(bundle, MANIFEST_FILE, `${key} needs model.js pre/post-processing hooks, which this version of Stowage does not run`);
+  }
 
   const all = [...inputs, ...outputs];
   const batchedCount = all.filter((t) => t.batchDim >= 0).length;
