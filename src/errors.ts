@@ -31,6 +31,7 @@ export const ERROR_CODES = {
   STOWAGE_INVALID_TENSOR: { status: Status.INVALID_ARGUMENT, means: 'an input or requested output does not match the model: name, datatype, shape or byte size' },
   STOWAGE_INVALID_REQUEST: { status: Status.INVALID_ARGUMENT, means: 'the request is malformed apart from its tensors (parameters, raw contents count)' },
   STOWAGE_UNSUPPORTED: { status: Status.INVALID_ARGUMENT, means: 'the request asks for a feature this server does not provide (sequences, classification, shared memory)' },
+  STOWAGE_QUEUE_FULL: { status: Status.RESOURCE_EXHAUSTED, means: 'the model\'s queue on the device holds scheduler.max_queue_depth requests already' },
   STOWAGE_UNIMPLEMENTED_RPC: { status: Status.UNIMPLEMENTED, means: 'the RPC is part of the protocol but not implemented by this server' },
   STOWAGE_DEADLINE_EXCEEDED: { status: Status.DEADLINE_EXCEEDED, means: 'the request\'s deadline passed before it could run' },
   STOWAGE_DEVICE_UNAVAILABLE: { status: Status.UNAVAILABLE, means: 'the device actor serving the request stopped or crashed' },
@@ -96,6 +97,9 @@ export const errors = {
   invalidTensor: (message: string) => new StowageError('STOWAGE_INVALID_TENSOR', message),
   invalidRequest: (message: string) => new StowageError('STOWAGE_INVALID_REQUEST', message),
   unsupported: (message: string) => new StowageError('STOWAGE_UNSUPPORTED', message),
+  queueFull: (model: string, depth: number) =>
+    new StowageError('STOWAGE_QUEUE_FULL',
+      `model ${quote(model)} already has ${depth} requests queued (scheduler.max_queue_depth); retry later`),
   unimplementedRpc: (rpc: string) =>
     new StowageError('STOWAGE_UNIMPLEMENTED_RPC', `${rpc} is not implemented by this server`),
   deadlineExceeded: (model: string, waitedMs: number) =>

@@ -1,0 +1,65 @@
+/**
+ * What a model's execution costs, learned: an exponential moving average of
+ * measured execution time per executed batch size, with a half-life in time
+ * (`ema_halflife_seconds`), so a model whose speed changes (a new version, a
+ * busier machine) is re-learned at a known rate.
+ */
+
+/** Assumed cost of a model never run at any batch size, in ms: small, so new models get tried. */
+export const UNKNOWN_COST_MS = 1;
+
+interface Ema {
+  ms: number;
+  updatedAtMs: number;
+}
+
+export class CostModel {
+  readonly #halflifeMs: number;
+  /** model -> executed batch size -> EMA */
+  readonly #emas = new Map<string, Map<number, Ema>>();
+
+  constructor(halflifeMs: number) {
+    this.#halflifeMs = halflifeMs;
+  }
+
+  /** Fold one measured execution into the model's cost at that batch size; returns the new estimate. */
+  record(model: string, batchSize: number, ms: number, nowMs: number): number {
+    let sizes = this.#emas.get(model);
+    if (!sizes) this.#emas.set(model, (sizes = new Map()));
+    const ema = sizes.get(batchSize);
+    if (!ema) {
+      sizes.set(batchSize, { ms, updatedAtMs: nowMs });
+      return ms;
+    }
+    // The old value's weight halves every half-life of elapsed time. A sample stands for at least
+    // its own duration of device time, so back-to-back executions (no clock tick between) still count.
+    const elapsedMs = Math.max(nowMs - ema.updatedAtMs, ms);
+    const keep = 0.5 ** (elapsedMs / this.#halflifeMs);
+    ema.ms = keep * ema.ms + (1 - keep) * ms;
+    ema.updatedAtMs = nowMs;
+    return ema.ms;
+  }
+
+  /**
+   * Expected cost of running `batchSize` rows. Unmeasured sizes scale the
+   * nearest measured one linearly by rows, a deliberate overestimate for
+   * larger batches (they usually cost less than proportionally).
+   */
+  estimate(model: string, batchSize: number): number {
+    const sizes = this.#emas.get(model);
+    if (!sizes || sizes.size === 0) return UNKNOWN_COST_MS;
+    const exact = sizes.get(batchSize);
+    if (exact) return exact.ms;
+    let best = 0;
+    let bestDistance = Infinity;
+    for (const size of sizes.keys()) {
+      const d = Math.abs(size - batchSize);
+      if (d < bestDistance) [best, bestDistance] = [size, d];
+    }
+    return (sizes.get(best) as Ema).ms * (batchSize / best);
+  }
+
+  forget(model: string): void {
+    this.#emas.delete(model);
+  }
+}
