@@ -13,13 +13,19 @@ export const MODEL_BACKEND = 'onnxruntime';
 export const MAX_MESSAGE_BYTES = 2 ** 31 - 1;
 
 /** Extensions of ServerMetadata: only what is really implemented. */
-export const SERVER_EXTENSIONS: readonly string[] = ['model_configuration'];
+export const SERVER_EXTENSIONS: readonly string[] = ['model_configuration', 'statistics'];
 
 /** How long a device actor may take to start (import ONNX Runtime) before it is declared dead. */
 export const DEVICE_START_TIMEOUT_MS = 30_000;
 
 /** How long a model load may take in a device actor (session creation with full optimisation). */
 export const MODEL_LOAD_TIMEOUT_MS = 300_000;
+
+/**
+ * For a request without a deadline: how long its execution may run once dispatched before the
+ * main thread stops waiting (a watchdog against a hung device, not a policy).
+ */
+export const EXECUTION_WATCHDOG_MS = 120_000;
 
 /** A device actor that crashes this many times in a row without serving is not respawned again. */
 export const DEVICE_MAX_CONSECUTIVE_CRASHES = 3;

@@ -102,9 +102,9 @@ export const errors = {
       `model ${quote(model)} already has ${depth} requests queued (scheduler.max_queue_depth); retry later`),
   unimplementedRpc: (rpc: string) =>
     new StowageError('STOWAGE_UNIMPLEMENTED_RPC', `${rpc} is not implemented by this server`),
-  deadlineExceeded: (model: string, waitedMs: number) =>
+  deadlineExceeded: (model: string, waitedMs: number, why = 'it passed its deadline') =>
     new StowageError('STOWAGE_DEADLINE_EXCEEDED',
-      `request for model ${quote(model)} passed its deadline after ${Math.round(waitedMs)} ms`),
+      `request for model ${quote(model)} did not run after ${Math.round(waitedMs)} ms: ${why}`),
   deviceUnavailable: (device: number, why: string) =>
     new StowageError('STOWAGE_DEVICE_UNAVAILABLE', `device ${device} is unavailable: ${why}`),
   executionFailed: (model: string, message: string) =>

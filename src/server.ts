@@ -16,6 +16,7 @@ import { scanRepository } from './bundle/repository.js';
 import type { NodeConfig } from './config/schema.js';
 import { MAX_MESSAGE_BYTES } from './constants.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
+import { Statistics } from './statistics.js';
 import { loadInferenceClient } from './protocol/proto.js';
 import { createHandlers } from './protocol/service.js';
 
@@ -28,6 +29,7 @@ export interface Ports {
 
 export class StowageServer {
   readonly registry = new ModelRegistry();
+  readonly statistics = new Statistics();
   readonly ports: Ports = { grpc: 0, admin: 0 };
   #config: NodeConfig;
   #logger: Logger;
@@ -62,7 +64,13 @@ export class StowageServer {
     this.#admin = createAdminServer({ registry: this.registry, isReady });
     this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
 
-    this.#device = await DeviceActor.create({ deviceId: 0, intraOpThreads: runtime.intra_op_threads, logger: this.#logger });
+    this.#device = await DeviceActor.create({
+      deviceId: 0,
+      intraOpThreads: runtime.intra_op_threads,
+      scheduler,
+      logger: this.#logger,
+      onExecution: (model, timing) => this.statistics.recordExecution(model, timing),
+    });
     await this.#loadRepository(this.#device);
 
     this.#grpc = new grpc.Server({
@@ -73,9 +81,9 @@ export class StowageServer {
     this.#grpc.addService(client.service, createHandlers({
       registry: this.registry,
       device: this.#device,
+      statistics: this.statistics,
       logger: this.#logger,
       version: PACKAGE_VERSION,
-      defaultTimeoutMs: scheduler.dispatch_timeout_seconds * 1000,
       isReady,
     }, client.service));
     this.ports.grpc = await new Promise<number>((resolve, reject) => {

@@ -7,13 +7,18 @@
 - echo/model.onnx: Identity on f32[n,1024], for messages far above gRPC's
   default 4 MiB limit.
 - negate/model.onnx: y = -x on f32[3], a model without a batch axis.
+- convnet/model.onnx: a small ResNet-style network (3x64x64 image -> 10
+  scores; conv, batch-norm folded, residual blocks, global pooling) with fixed
+  random weights: heavy enough that batching matters, for the coalescing tests
+  and benchmark.
 
 Run:  python tools/make_test_models.py   (needs onnx)
 """
 import pathlib
 
+import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 OUT = pathlib.Path(__file__).resolve().parents[1] / "test" / "fixtures" / "models"
 
@@ -73,9 +78,50 @@ def negate_model():
          OUT / "negate" / "model.onnx")
 
 
+def convnet_model():
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+
+    def conv(x, cin, cout, stride, name, relu=True):
+        w = (rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2.0 / (cin * 9))).astype(np.float32)
+        b = np.zeros(cout, dtype=np.float32)
+        inits.extend([numpy_helper.from_array(w, f"{name}_w"), numpy_helper.from_array(b, f"{name}_b")])
+        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [f"{name}_conv"],
+                                      kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[stride, stride]))
+        if not relu:
+            return f"{name}_conv"
+        nodes.append(helper.make_node("Relu", [f"{name}_conv"], [f"{name}_out"]))
+        return f"{name}_out"
+
+    def block(x, c, name):
+        h = conv(x, c, c, 1, f"{name}a")
+        h = conv(h, c, c, 1, f"{name}b", relu=False)
+        nodes.append(helper.make_node("Add", [x, h], [f"{name}_sum"]))
+        nodes.append(helper.make_node("Relu", [f"{name}_sum"], [f"{name}_out"]))
+        return f"{name}_out"
+
+    x = conv("image", 3, 16, 1, "stem")
+    x = block(x, 16, "b1")
+    x = conv(x, 16, 32, 2, "down1")
+    x = block(x, 32, "b2")
+    x = conv(x, 32, 64, 2, "down2")
+    x = block(x, 64, "b3")
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"]))
+    nodes.append(helper.make_node("Flatten", ["pooled"], ["features"], axis=1))
+    fc = (rng.standard_normal((64, 10)) * 0.1).astype(np.float32)
+    inits.extend([numpy_helper.from_array(fc, "fc_w"), numpy_helper.from_array(np.zeros(10, np.float32), "fc_b")])
+    nodes.append(helper.make_node("Gemm", ["features", "fc_w", "fc_b"], ["scores"]))
+    graph = helper.make_graph(
+        nodes, "convnet",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["n", 3, 64, 64])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n", 10])], inits)
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), OUT / "convnet" / "model.onnx")
+
+
 if __name__ == "__main__":
     dtypes_model()
     fixed_models()
     echo_model()
     negate_model()
+    convnet_model()
     print(f"wrote {OUT}")

@@ -16,9 +16,10 @@
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { ModelSpec } from '../bundle/model-spec.js';
-import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, MODEL_LOAD_TIMEOUT_MS } from '../constants.js';
+import type { SchedulerConfig } from '../config/schema.js';
+import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../constants.js';
 import { errors, fromErrorData, StowageError } from '../errors.js';
-import { nowMs, type DeviceInit, type ExecutionTiming, type FromDevice, type ToDevice, type WireTensor } from './messages.js';
+import { nowMs, type DeviceInit, type ExecutionTiming, type FromDevice, type InferResult as ExecutedRequest, type ToDevice, type WireTensor } from './messages.js';
 
 /** Lifecycle of a device actor. */
 export enum DeviceState {
@@ -34,18 +35,26 @@ export enum DeviceState {
 
 export interface InferRequest {
   model: string;
+  /** One tensor per manifest input, in manifest order. */
   inputs: WireTensor[];
   outputs: string[];
+  /** The client's absolute deadline (nowMs clock); Infinity if it set none. */
   deadlineMs: number;
 }
 
 export interface InferResult {
   outputs: WireTensor[];
+  /** Time queued on the device before its execution started. */
+  queueNs: number;
+  /** The execution this request rode in, shared with the others of its batch. */
   timing: ExecutionTiming;
 }
 
+/** What a pending call settles with: a control reply, or one request's share of an execution. */
+type Reply = FromDevice | { type: 'result'; result: ExecutedRequest; timing: ExecutionTiming };
+
 interface Pending {
-  resolve: (value: FromDevice) => void;
+  resolve: (value: Reply) => void;
   reject: (err: StowageError) => void;
   timer: NodeJS.Timeout;
 }
@@ -53,7 +62,10 @@ interface Pending {
 export interface DeviceActorOptions {
   deviceId: number;
   intraOpThreads: number;
+  scheduler: SchedulerConfig;
   logger: Logger;
+  /** Told of every execution once (statistics count executions, not requests). */
+  onExecution?: (model: string, timing: ExecutionTiming) => void;
   /** The worker script; tests substitute a fixture. */
   workerUrl?: URL;
 }
@@ -93,7 +105,7 @@ export class DeviceActor {
   }
 
   #spawn(): Promise<void> {
-    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads };
+    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, scheduler: this.#options.scheduler };
     const worker = new Worker(this.#options.workerUrl ?? DEFAULT_WORKER_URL, { workerData: init, name: `device-${this.deviceId}` });
     this.#worker = worker;
     let lastError: Error | undefined;
@@ -154,12 +166,21 @@ export class DeviceActor {
 
   #settle(msg: FromDevice): void {
     if (msg.type === 'started') return;
-    const pending = this.#pending.get(msg.id);
+    if (msg.type === 'executed') {
+      for (const result of msg.results) this.#resolve(result.id, { type: 'result', result, timing: msg.timing });
+      this.#options.onExecution?.(msg.model, msg.timing);
+      return;
+    }
+    this.#resolve(msg.id, msg);
+  }
+
+  #resolve(id: number, reply: Reply): void {
+    const pending = this.#pending.get(id);
     if (!pending) return; // timed out or cancelled: the caller was answered already
-    this.#pending.delete(msg.id);
+    this.#pending.delete(id);
     clearTimeout(pending.timer);
-    if (msg.type === 'failed') pending.reject(fromErrorData(msg.error));
-    else pending.resolve(msg);
+    if (reply.type === 'failed') pending.reject(fromErrorData(reply.error));
+    else pending.resolve(reply);
   }
 
   #failAll(err: StowageError): void {
@@ -171,7 +192,7 @@ export class DeviceActor {
     }
   }
 
-  #call(msg: ToDevice, timeoutMs: number, onTimeout: () => StowageError, transfer: ArrayBuffer[] = []): Promise<FromDevice> {
+  #call(msg: ToDevice, timeoutMs: number, onTimeout: () => StowageError, transfer: ArrayBuffer[] = []): Promise<Reply> {
     if (this.#state === DeviceState.DEAD) {
       return Promise.reject(errors.deviceUnavailable(this.deviceId, 'it has stopped'));
     }
@@ -202,16 +223,19 @@ export class DeviceActor {
   }
 
   /**
-   * Run one request. Settles by the deadline at the latest; an aborted signal
-   * drops the request (queued: removed; running: its result is discarded).
+   * Run one request. Settles by its deadline at the latest (for a request
+   * without one: the queue-wait bound plus a watchdog on the execution); an
+   * aborted signal drops it (queued: removed; running: its result discarded).
    */
   async infer(req: InferRequest, signal?: AbortSignal): Promise<InferResult> {
     const id = this.#nextId++;
     const enqueuedAtMs = nowMs();
+    const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs
+      : enqueuedAtMs + this.#options.scheduler.dispatch_timeout_seconds * 1000 + EXECUTION_WATCHDOG_MS;
     const transfer = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
     const call = this.#call(
       { type: 'infer', id, model: req.model, inputs: req.inputs, outputs: req.outputs, deadlineMs: req.deadlineMs, enqueuedAtMs },
-      req.deadlineMs - enqueuedAtMs,
+      settleBy - enqueuedAtMs,
       () => errors.deadlineExceeded(req.model, nowMs() - enqueuedAtMs),
       transfer);
     const onAbort = () => {
@@ -226,8 +250,8 @@ export class DeviceActor {
     try {
       const reply = await call;
       this.#crashes = 0; // served: the worker is healthy
-      const { outputs, timing } = reply as Extract<FromDevice, { type: 'inferred' }>;
-      return { outputs, timing };
+      const { result, timing } = reply as Extract<Reply, { type: 'result' }>;
+      return { outputs: result.outputs, queueNs: result.queueNs, timing };
     } finally {
       signal?.removeEventListener('abort', onAbort);
     }

@@ -1,11 +1,18 @@
 /**
  * The device actor: one worker thread per device. It alone touches the
- * device: it owns the ONNX Runtime sessions of every model loaded on it and
- * runs them one at a time, in the order requests arrive (the scheduler that
- * picks across models and coalesces batches replaces this FIFO later).
+ * device: it owns the ONNX Runtime sessions of every model loaded on it, the
+ * per-model queues, and the scheduler that picks what runs next and how many
+ * requests ride in one execution.
+ *
+ * The loop: admit everything in the inbox (loads and unloads run here, in
+ * arrival order; requests join their model's queue), then run one batch, then
+ * yield to the event loop so that requests that arrived during the run are
+ * admitted and can coalesce into the next batch. `session.run` blocks this
+ * thread for the whole execution, which is exactly when queues fill.
  *
  * Buffers: input bytes arrive transferred (this thread owns them) and are fed
- * to ONNX Runtime in place; output bytes are transferred back.
+ * to ONNX Runtime in place when a request runs alone, or copied once into the
+ * joined batch; each execution's outputs go back in one message, transferred.
  */
 import path from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
@@ -13,10 +20,12 @@ import * as ort from 'onnxruntime-node';
 import type { ExecutableFile, ModelSpec } from '../bundle/model-spec.js';
 import { checkSignature, type GraphTensor } from '../bundle/signature.js';
 import { byOrtType, dtypeInfo } from '../dtypes.js';
-import { errors, toErrorData } from '../errors.js';
+import { errors, toErrorData, type StowageError } from '../errors.js';
 import { joinBytesElements, splitBytesElements } from '../protocol/bytes-elements.js';
-import { firstRows, firstRowsArray, padRows, padRowsArray } from './batch-layout.js';
-import { nowMs, type DeviceInit, type FromDevice, type InferCommand, type ToDevice, type WireTensor } from './messages.js';
+import { concatRows, concatRowsArray, sliceRows, sliceRowsArray } from './batch-layout.js';
+import { CostModel } from './cost-model.js';
+import { nowMs, type DeviceInit, type FromDevice, type InferCommand, type InferResult, type ToDevice, type WireTensor } from './messages.js';
+import { Scheduler, type ShedReason, type Ticket } from './scheduler.js';
 
 if (!parentPort) throw new Error('device-worker.js runs as a worker thread');
 
@@ -26,6 +35,7 @@ if (!parentPort) throw new Error('device-worker.js runs as a worker thread');
 delete (globalThis as { Float16Array?: unknown }).Float16Array;
 const port = parentPort;
 const init = workerData as DeviceInit;
+const config = init.scheduler;
 
 interface LoadedModel {
   spec: ModelSpec;
@@ -36,11 +46,23 @@ interface LoadedModel {
 }
 
 const models = new Map<string, LoadedModel>();
-const queue: ToDevice[] = [];
+const scheduler = new Scheduler<InferCommand>({
+  discipline: config.discipline,
+  maxQueueDepth: config.max_queue_depth,
+  maxWaitMs: config.dispatch_timeout_seconds * 1000,
+  costs: new CostModel(config.ema_halflife_seconds * 1000),
+  now: nowMs,
+});
+/** Messages not yet admitted, in arrival order. */
+const inbox: ToDevice[] = [];
 let pumping = false;
 
 function send(msg: FromDevice, transfer: ArrayBuffer[] = []): void {
   port.postMessage(msg, transfer);
+}
+
+function fail(id: number, err: unknown): void {
+  send({ type: 'failed', id, error: toErrorData(err) });
 }
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
@@ -58,40 +80,43 @@ function decodeStrings(t: WireTensor): string[] {
   });
 }
 
-/** Build the ONNX Runtime tensor for one input, padded along the batch axis to `runBatch` rows. */
-function toOrtTensor(t: WireTensor, batchDim: number, runBatch: number): ort.Tensor {
-  const info = dtypeInfo(t.datatype);
-  const padded = batchDim >= 0 && t.shape[batchDim] < runBatch;
-  const dims = t.shape.slice();
-  if (padded) dims[batchDim] = runBatch;
+/**
+ * One input of the batch: the requests' tensors joined along the batch axis
+ * and padded to `runBatch` rows. A lone request that needs no padding is fed
+ * as it came, without a copy.
+ */
+function batchInput(parts: WireTensor[], batchDim: number, runBatch: number): ort.Tensor {
+  const first = parts[0];
+  const info = dtypeInfo(first.datatype);
+  const dims = first.shape.slice();
+  const rows = batchDim >= 0 ? parts.reduce((sum, p) => sum + p.shape[batchDim], 0) : 0;
+  const joined = batchDim >= 0 && (parts.length > 1 || rows < runBatch);
+  if (joined) dims[batchDim] = runBatch;
   if (info.ortType === 'string') {
-    let strings = decodeStrings(t);
-    if (padded) strings = padRowsArray(strings, t.shape, batchDim, runBatch, '');
-    return new ort.Tensor('string', strings, dims);
+    const strings = parts.map((p) => ({ items: decodeStrings(p), shape: p.shape }));
+    return new ort.Tensor('string', joined ? concatRowsArray(strings, batchDim, runBatch, '') : strings[0].items, dims);
   }
-  const bytes = padded ? padRows(t.data, t.shape, batchDim, info.elementBytes, runBatch) : t.data;
+  const bytes = joined ? concatRows(parts, batchDim, info.elementBytes, runBatch) : first.data;
   const Typed = info.typedArray as Float32ArrayConstructor; // one of the numeric classes; BYTES returned above
-  const data = new Typed(bytes.buffer, bytes.byteOffset, bytes.byteLength / info.elementBytes);
-  return new ort.Tensor(info.ortType as 'float32', data, dims);
+  return new ort.Tensor(info.ortType as 'float32', new Typed(bytes.buffer, bytes.byteOffset, bytes.byteLength / info.elementBytes), dims);
 }
 
-/** Turn one output into wire bytes, cutting padding rows off; returns the buffer to transfer. */
-function toWire(model: string, name: string, tensor: ort.Tensor, batchDim: number, batch: number): WireTensor {
+/** One request's rows of an output, as wire bytes (a view of the batch's buffer when the batch axis leads). */
+function requestOutput(model: string, name: string, tensor: ort.Tensor, batchDim: number, from: number, rows: number): WireTensor {
   const info = byOrtType(tensor.type);
   if (!info) throw errors.executionFailed(model, `output ${JSON.stringify(name)} has type ${tensor.type}, which Stowage cannot send`);
   const dims = tensor.dims.map(Number);
-  const padded = batchDim >= 0 && dims[batchDim] > batch;
+  const whole = batchDim < 0 || (from === 0 && rows === dims[batchDim]);
   const shape = dims.slice();
-  if (padded) shape[batchDim] = batch;
+  if (!whole) shape[batchDim] = rows;
   if (info.ortType === 'string') {
-    let strings = tensor.data as string[];
-    if (padded) strings = firstRowsArray(strings, dims, batchDim, batch);
-    return { name, datatype: info.datatype, shape, data: joinBytesElements(strings.map((s) => utf8Encoder.encode(s))) };
+    const strings = tensor.data as string[];
+    const mine = whole ? strings : sliceRowsArray(strings, dims, batchDim, from, rows);
+    return { name, datatype: info.datatype, shape, data: joinBytesElements(mine.map((s) => utf8Encoder.encode(s))) };
   }
   const typed = tensor.data as Uint8Array;
-  let bytes = new Uint8Array(typed.buffer, typed.byteOffset, typed.byteLength);
-  if (padded) bytes = firstRows(bytes, dims, batchDim, info.elementBytes, batch);
-  return { name, datatype: info.datatype, shape, data: bytes };
+  const bytes = new Uint8Array(typed.buffer, typed.byteOffset, typed.byteLength);
+  return { name, datatype: info.datatype, shape, data: whole ? bytes : sliceRows(bytes, dims, batchDim, info.elementBytes, from, rows) };
 }
 
 function sessionOptions(): ort.InferenceSession.SessionOptions {
@@ -124,6 +149,12 @@ async function releaseAll(sessions: Iterable<ort.InferenceSession> | undefined):
   for (const s of sessions ?? []) await s.release().catch(() => undefined);
 }
 
+/** Most rows one execution of the model may carry. */
+function maxBatchRows(spec: ModelSpec): number {
+  if (spec.batchAxis === null) return 1; // nothing to concatenate along
+  return Math.min(spec.maxBatchSize, config.models[spec.name]?.max_batch_size ?? Infinity);
+}
+
 async function load(id: number, spec: ModelSpec): Promise<void> {
   const started = nowMs();
   const sessions = new Map<number, ort.InferenceSession>();
@@ -136,95 +167,165 @@ async function load(id: number, spec: ModelSpec): Promise<void> {
   const previous = models.get(spec.name);
   const batchDims = new Map([...spec.inputs, ...spec.outputs].map((t) => [t.name, t.batchDim]));
   models.set(spec.name, { spec, sessions, batchDims });
+  scheduler.setModel(spec.name, { weight: config.models[spec.name]?.weight ?? 1, maxBatchRows: maxBatchRows(spec) });
   await releaseAll(previous?.sessions.values());
   send({ type: 'loaded', id, loadMs: nowMs() - started });
 }
 
-async function infer(cmd: InferCommand): Promise<void> {
-  const started = nowMs();
-  if (started > cmd.deadlineMs) throw errors.deadlineExceeded(cmd.model, started - cmd.enqueuedAtMs);
+async function unload(id: number, name: string): Promise<void> {
+  const model = models.get(name);
+  models.delete(name);
+  for (const t of scheduler.removeModel(name)) fail(t.id, errors.modelNotReady(name, 'UNAVAILABLE', 'it was unloaded'));
+  await releaseAll(model?.sessions.values());
+  send({ type: 'unloaded', id });
+}
+
+/** Put a request in its model's queue, or answer it at once (unknown model, full queue). */
+function admit(cmd: InferCommand): void {
   const model = models.get(cmd.model);
-  if (!model) throw errors.modelNotReady(cmd.model, 'UNAVAILABLE', `not loaded on device ${init.deviceId}`);
-  const { spec, batchDims } = model;
-  const t0 = process.hrtime.bigint();
-
-  // The codec checked that every input agrees on the batch size and that it fits the largest compiled size.
+  if (!model) return fail(cmd.id, errors.modelNotReady(cmd.model, 'UNAVAILABLE', `not loaded on device ${init.deviceId}`));
   const first = cmd.inputs[0];
-  const batch = spec.batchAxis === null || !first ? 0 : first.shape[batchDims.get(first.name) ?? 0];
-  let session = model.sessions.get(0);
-  let runBatch = batch;
-  if (!session) {
-    runBatch = spec.compiledBatchSizes.find((size) => size >= batch) ?? batch;
-    session = model.sessions.get(runBatch);
-    if (!session) throw errors.internal(`model ${spec.name} has no session for batch ${batch}`);
-  }
-  const feeds: Record<string, ort.Tensor> = {};
-  for (const t of cmd.inputs) feeds[t.name] = toOrtTensor(t, batchDims.get(t.name) ?? -1, runBatch);
-  const t1 = process.hrtime.bigint();
-  let results: ort.InferenceSession.OnnxValueMapType;
+  const batchDim = first ? model.batchDims.get(first.name) ?? -1 : -1;
+  const rows = batchDim >= 0 ? first.shape[batchDim] : 1;
   try {
-    results = await session.run(feeds, cmd.outputs);
+    scheduler.enqueue({ id: cmd.id, model: cmd.model, rows, enqueuedAtMs: cmd.enqueuedAtMs, deadlineMs: cmd.deadlineMs, payload: cmd });
   } catch (err) {
-    throw errors.executionFailed(spec.name, (err as Error).message);
+    fail(cmd.id, err);
   }
-  const t2 = process.hrtime.bigint();
-  const outputs = cmd.outputs.map((name) => toWire(spec.name, name, results[name] as ort.Tensor, batchDims.get(name) ?? -1, batch));
-  const t3 = process.hrtime.bigint();
-  // Transfer each distinct output buffer once (views may share one).
-  const transfer = [...new Set(outputs.map((o) => o.data.buffer as ArrayBuffer))];
-  send({
-    type: 'inferred',
-    id: cmd.id,
-    outputs,
-    timing: {
-      queueNs: Math.max(0, Math.round((started - cmd.enqueuedAtMs) * 1e6)),
-      computeInputNs: Number(t1 - t0),
-      computeInferNs: Number(t2 - t1),
-      computeOutputNs: Number(t3 - t2),
-      executedBatchSize: runBatch,
-    },
-  }, transfer);
 }
 
-async function handle(msg: ToDevice): Promise<void> {
+function shedError(ticket: Ticket<InferCommand>, reason: ShedReason): StowageError {
+  const waitedMs = nowMs() - ticket.enqueuedAtMs;
+  if (reason === 'waited') {
+    return errors.deadlineExceeded(ticket.model, waitedMs, `queued longer than scheduler.dispatch_timeout_seconds (${config.dispatch_timeout_seconds})`);
+  }
+  if (reason === 'laxity') {
+    return errors.deadlineExceeded(ticket.model, waitedMs, `${Math.round(ticket.deadlineMs - nowMs())} ms were left, less than the model's learned execution time; shed instead of run late`);
+  }
+  return errors.deadlineExceeded(ticket.model, waitedMs);
+}
+
+/** Run one batch of one model's requests and answer them all in one message. */
+async function execute(batch: Ticket<InferCommand>[]): Promise<void> {
+  const started = nowMs();
+  const name = batch[0].model;
+  const model = models.get(name);
+  if (!model) {
+    for (const t of batch) fail(t.id, errors.modelNotReady(name, 'UNAVAILABLE', `not loaded on device ${init.deviceId}`));
+    return;
+  }
+  const { spec, batchDims } = model;
+  const rows = batch.reduce((sum, t) => sum + t.rows, 0);
+  // A dynamic session runs the exact rows; per-size sessions pad to the smallest compiled size that holds them.
+  let session = model.sessions.get(0);
+  let runBatch = spec.batchAxis === null ? 0 : rows;
+  if (!session) {
+    runBatch = spec.compiledBatchSizes.find((size) => size >= rows) ?? rows;
+    session = model.sessions.get(runBatch);
+  }
+  // The outputs every request of the batch asked for, computed once.
+  const wanted = [...new Set(batch.flatMap((t) => t.payload.outputs))];
   try {
-    switch (msg.type) {
-      case 'load':
-        return await load(msg.id, msg.spec);
-      case 'unload': {
-        const model = models.get(msg.model);
-        models.delete(msg.model);
-        await releaseAll(model?.sessions.values());
-        return send({ type: 'unloaded', id: msg.id });
-      }
-      case 'infer':
-        return await infer(msg);
-      case 'cancel':
-        return; // handled on arrival
-      default: {
-        const never: never = msg;
-        throw errors.internal(`device actor got an unknown message ${JSON.stringify(never)}`);
-      }
+    if (!session) throw errors.internal(`model ${name} has no session for ${rows} rows`);
+    const t0 = process.hrtime.bigint();
+    const feeds: Record<string, ort.Tensor> = {};
+    spec.inputs.forEach((input, i) => {
+      feeds[input.name] = batchInput(batch.map((t) => t.payload.inputs[i]), batchDims.get(input.name) ?? -1, runBatch);
+    });
+    const t1 = process.hrtime.bigint();
+    let outputs: ort.InferenceSession.OnnxValueMapType;
+    try {
+      outputs = await session.run(feeds, wanted);
+    } catch (err) {
+      throw errors.executionFailed(name, (err as Error).message);
     }
+    const t2 = process.hrtime.bigint();
+    const results: InferResult[] = [];
+    let from = 0;
+    for (const t of batch) {
+      results.push({
+        id: t.id,
+        outputs: t.payload.outputs.map((o) => requestOutput(name, o, outputs[o] as ort.Tensor, batchDims.get(o) ?? -1, from, t.rows)),
+        queueNs: Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6)),
+      });
+      from += t.rows;
+    }
+    const t3 = process.hrtime.bigint();
+    // Each distinct buffer is transferred once: requests' outputs may be views of one batch buffer.
+    const transfer = [...new Set(results.flatMap((r) => r.outputs.map((o) => o.data.buffer as ArrayBuffer)))];
+    send({
+      type: 'executed',
+      model: name,
+      results,
+      timing: {
+        computeInputNs: Number(t1 - t0),
+        computeInferNs: Number(t2 - t1),
+        computeOutputNs: Number(t3 - t2),
+        batchRows: rows,
+        executedBatchSize: runBatch,
+        requests: batch.length,
+      },
+    }, transfer);
+    scheduler.charge(name, Math.max(runBatch, 1), Number(t2 - t1) / 1e6);
   } catch (err) {
-    send({ type: 'failed', id: (msg as { id: number }).id, error: toErrorData(err) });
+    for (const t of batch) fail(t.id, err);
   }
 }
+
+async function handleControl(msg: Extract<ToDevice, { type: 'load' | 'unload' }>): Promise<void> {
+  try {
+    if (msg.type === 'load') await load(msg.id, msg.spec);
+    else await unload(msg.id, msg.model);
+  } catch (err) {
+    fail(msg.id, err);
+  }
+}
+
+const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 async function pump(): Promise<void> {
   if (pumping) return;
   pumping = true;
-  while (queue.length) await handle(queue.shift() as ToDevice);
-  pumping = false;
+  try {
+    for (;;) {
+      while (inbox.length) {
+        const msg = inbox.shift() as ToDevice;
+        switch (msg.type) {
+          case 'infer':
+            admit(msg);
+            break;
+          case 'load':
+          case 'unload':
+            await handleControl(msg);
+            break;
+          case 'cancel':
+            break; // handled on arrival
+          default: {
+            const never: never = msg;
+            throw errors.internal(`device actor got an unknown message ${JSON.stringify(never)}`);
+          }
+        }
+      }
+      const { batch, shed } = scheduler.next();
+      for (const s of shed) fail(s.ticket.id, shedError(s.ticket, s.reason));
+      if (batch.length === 0) break;
+      await execute(batch);
+      await yieldToEventLoop();
+    }
+  } finally {
+    pumping = false;
+  }
 }
 
 port.on('message', (msg: ToDevice) => {
   if (msg.type === 'cancel') {
-    const at = queue.findIndex((m) => m.type === 'infer' && m.id === msg.id);
-    if (at >= 0) queue.splice(at, 1);
+    // Queued: removed and never runs. Running: finishes, and the main thread drops its result.
+    const at = inbox.findIndex((m) => m.type === 'infer' && m.id === msg.id);
+    if (at >= 0) inbox.splice(at, 1);
+    else scheduler.cancel(msg.id);
     return;
   }
-  queue.push(msg);
+  inbox.push(msg);
   void pump();
 });
 

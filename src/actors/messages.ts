@@ -9,6 +9,7 @@
  * pool, which cannot be transferred).
  */
 import type { ModelSpec } from '../bundle/model-spec.js';
+import type { SchedulerConfig } from '../config/schema.js';
 import type { Datatype } from '../dtypes.js';
 import type { ErrorData } from '../errors.js';
 
@@ -25,26 +26,39 @@ export interface DeviceInit {
   deviceId: number;
   /** ONNX Runtime intra-op threads; 0 lets ONNX Runtime choose. */
   intraOpThreads: number;
+  scheduler: SchedulerConfig;
 }
 
 /** Where the time of one execution went, in nanoseconds (Triton's statistics vocabulary). */
 export interface ExecutionTiming {
-  queueNs: number;
   computeInputNs: number;
   computeInferNs: number;
   computeOutputNs: number;
-  /** Rows actually executed, padding included. */
+  /** Rows of the requests that rode in this execution. */
+  batchRows: number;
+  /** Rows actually executed: batchRows padded up to a compiled batch size. */
   executedBatchSize: number;
+  /** How many requests rode in this execution. */
+  requests: number;
+}
+
+/** One request's share of an execution. */
+export interface InferResult {
+  id: number;
+  outputs: WireTensor[];
+  /** Time from the main thread's hand-over to the start of the execution. */
+  queueNs: number;
 }
 
 export interface InferCommand {
   type: 'infer';
   id: number;
   model: string;
+  /** One tensor per manifest input, in the manifest's order (the codec guarantees it). */
   inputs: WireTensor[];
   /** Output names to return, in response order (never empty: the codec fills in every output). */
   outputs: string[];
-  /** Absolute deadline, ms since the epoch (performance.timeOrigin + performance.now()). */
+  /** The client's absolute deadline, ms since the epoch (performance.timeOrigin + performance.now()); Infinity if none. */
   deadlineMs: number;
   /** When the main thread handed the request over, same clock. */
   enqueuedAtMs: number;
@@ -63,7 +77,8 @@ export type FromDevice =
   | { type: 'started' }
   | { type: 'loaded'; id: number; loadMs: number }
   | { type: 'unloaded'; id: number }
-  | { type: 'inferred'; id: number; outputs: WireTensor[]; timing: ExecutionTiming }
+  /** One execution: every request that rode in it, answered in one message (their outputs may share buffers). */
+  | { type: 'executed'; model: string; results: InferResult[]; timing: ExecutionTiming }
   | { type: 'failed'; id: number; error: ErrorData };
 
 /** The clock both threads share for deadlines (Date.now() has ms resolution only). */

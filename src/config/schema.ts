@@ -45,8 +45,30 @@ export const nodeConfigSchema = {
           additionalProperties: false,
           default: {},
           properties: {
-            // Seconds a request without a deadline of its own may take before DEADLINE_EXCEEDED.
+            // fair: weighted share of device time by learned cost; fifo: oldest request first;
+            // edf: earliest deadline first, shedding what cannot finish in time.
+            discipline: { enum: ['fair', 'fifo', 'edf'], default: 'fair' },
+            // Half-life, in seconds, of the moving average that learns each model's execution cost.
+            ema_halflife_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
+            // Requests queued per model per device; past it, RESOURCE_EXHAUSTED.
+            max_queue_depth: { type: 'integer', minimum: 1, default: 1024 },
+            // Seconds a request may wait in the queue before DEADLINE_EXCEEDED.
             dispatch_timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
+            // Per-model overrides, by model name.
+            models: {
+              type: 'object',
+              default: {},
+              additionalProperties: {
+                type: 'object',
+                additionalProperties: false,
+                properties: {
+                  // Relative share of device time under `fair` (default 1).
+                  weight: { type: 'number', exclusiveMinimum: 0, default: 1 },
+                  // Most rows coalesced into one execution (default: the largest compiled batch size).
+                  max_batch_size: { type: 'integer', minimum: 1 },
+                },
+              },
+            },
           },
         },
         endpoints: {
@@ -67,6 +89,19 @@ export const nodeConfigSchema = {
   },
 } as const;
 
+export interface ModelSchedulerConfig {
+  readonly weight: number;
+  readonly max_batch_size?: number;
+}
+
+export interface SchedulerConfig {
+  readonly discipline: 'fair' | 'fifo' | 'edf';
+  readonly ema_halflife_seconds: number;
+  readonly max_queue_depth: number;
+  readonly dispatch_timeout_seconds: number;
+  readonly models: Readonly<Record<string, ModelSchedulerConfig>>;
+}
+
 /** The validated configuration, every default filled in. */
 export interface NodeConfig {
   /** Absolute path of the model repository. */
@@ -74,7 +109,7 @@ export interface NodeConfig {
   readonly global: {
     readonly logging: { readonly level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
     readonly runtime: { readonly backend: 'cpu' | 'cuda'; readonly intra_op_threads: number };
-    readonly scheduler: { readonly dispatch_timeout_seconds: number };
+    readonly scheduler: SchedulerConfig;
     readonly endpoints: { readonly host: string; readonly grpc_port: number; readonly admin_port: number };
   };
 }

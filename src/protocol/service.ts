@@ -11,6 +11,7 @@ import { nowMs } from '../actors/messages.js';
 import { MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../constants.js';
 import { errors, errorToStatus } from '../errors.js';
 import { ModelState, type ModelRegistry } from '../model-registry.js';
+import type { Statistics } from '../statistics.js';
 import { decodeInferRequest, encodeInferResponse } from './codec.js';
 import { modelConfig, modelMetadata } from './model-config.js';
 import type { ModelInferRequest, ModelRef } from './types.js';
@@ -18,10 +19,9 @@ import type { ModelInferRequest, ModelRef } from './types.js';
 export interface ServiceContext {
   registry: ModelRegistry;
   device: DeviceActor;
+  statistics: Statistics;
   logger: Logger;
   version: string;
-  /** Deadline for requests that bring none, in ms. */
-  defaultTimeoutMs: number;
   /** False until start-up loading has settled, and again while stopping. */
   isReady: () => boolean;
 }
@@ -41,17 +41,15 @@ function unary<Req, Res>(rpc: string, logger: Logger, fn: UnaryHandler<Req, Res>
   };
 }
 
-/** The absolute deadline of a request: the gRPC deadline, the `timeout` parameter, or the default. */
-function deadlineOf(call: grpc.ServerUnaryCall<unknown, unknown>, timeoutUs: number | undefined, defaultTimeoutMs: number): number {
-  const now = nowMs();
+/** The request's absolute deadline: the earlier of the gRPC deadline and the `timeout` parameter; Infinity if neither. */
+function deadlineOf(call: grpc.ServerUnaryCall<unknown, unknown>, timeoutUs: number | undefined): number {
   const deadline = call.getDeadline(); // Infinity when the client set none
   const fromGrpc = deadline instanceof Date ? deadline.getTime() : deadline;
-  const explicit = Math.min(fromGrpc, timeoutUs === undefined ? Infinity : now + timeoutUs / 1000);
-  return Number.isFinite(explicit) ? explicit : now + defaultTimeoutMs;
+  return Math.min(fromGrpc, timeoutUs === undefined ? Infinity : nowMs() + timeoutUs / 1000);
 }
 
 export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefinition): grpc.UntypedServiceImplementation {
-  const { registry, device, logger } = ctx;
+  const { registry, device, statistics, logger } = ctx;
   const implemented: Record<string, grpc.UntypedHandleCall> = {
     ServerLive: unary('ServerLive', logger, () => ({ live: true })),
     ServerReady: unary('ServerReady', logger, () => ({ ready: ctx.isReady() })),
@@ -67,17 +65,30 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
         .map((r) => ({ name: r.name, version: MODEL_VERSION, state: r.state, reason: r.reason })),
     })),
     ModelInfer: unary('ModelInfer', logger, async (req: ModelInferRequest, call) => {
+      const started = process.hrtime.bigint();
       const spec = registry.ready(req.model_name, req.model_version);
-      const decoded = decodeInferRequest(req, spec);
-      const abort = new AbortController();
-      call.once('cancelled', () => abort.abort());
-      const result = await device.infer({
-        model: spec.name,
-        inputs: decoded.inputs,
-        outputs: decoded.outputs,
-        deadlineMs: deadlineOf(call, decoded.timeoutUs, ctx.defaultTimeoutMs),
-      }, abort.signal);
-      return encodeInferResponse(spec, req.id, result.outputs);
+      try {
+        const decoded = decodeInferRequest(req, spec);
+        const abort = new AbortController();
+        call.once('cancelled', () => abort.abort());
+        const result = await device.infer({
+          model: spec.name,
+          inputs: decoded.inputs,
+          outputs: decoded.outputs,
+          deadlineMs: deadlineOf(call, decoded.timeoutUs),
+        }, abort.signal);
+        const response = encodeInferResponse(spec, req.id, result.outputs);
+        statistics.recordSuccess(spec.name, decoded.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
+        return response;
+      } catch (err) {
+        statistics.recordFailure(spec.name, Number(process.hrtime.bigint() - started));
+        throw err;
+      }
+    }),
+    ModelStatistics: unary('ModelStatistics', logger, (req: ModelRef) => {
+      if (req.name === '') return { model_stats: registry.all().map((r) => statistics.snapshot(r.name)) };
+      registry.find(req.name, req.version);
+      return { model_stats: [statistics.snapshot(req.name)] };
     }),
   };
 

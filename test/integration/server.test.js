@@ -63,7 +63,7 @@ test('ServerMetadata names the server and only the extensions it implements', as
   const md = await server.client.call('ServerMetadata');
   t.is(md.name, 'stowage');
   t.regex(md.version, /^\d+\.\d+\.\d+/);
-  t.deepEqual(md.extensions, ['model_configuration']);
+  t.deepEqual(md.extensions, ['model_configuration', 'statistics']);
 });
 
 test('RepositoryIndex lists every bundle, refused ones UNAVAILABLE with the reason', async (t) => {
@@ -287,7 +287,7 @@ test('a request whose timeout parameter has passed is DEADLINE_EXCEEDED', async 
 });
 
 test('RPCs outside this release answer UNIMPLEMENTED naming the RPC', async (t) => {
-  for (const rpc of ['ModelStatistics', 'RepositoryModelLoad', 'SystemSharedMemoryStatus', 'LogSettings']) {
+  for (const rpc of ['RepositoryModelLoad', 'SystemSharedMemoryStatus', 'LogSettings', 'TraceSetting']) {
     await rejects(t, server.client.call(rpc, {}), status.UNIMPLEMENTED, rpc);
   }
 });

@@ -10,7 +10,7 @@ test('defaults fill every key and the result is frozen', (t) => {
   t.deepEqual(config.global, {
     logging: { level: 'info' },
     runtime: { backend: 'cpu', intra_op_threads: 0 },
-    scheduler: { dispatch_timeout_seconds: 30 },
+    scheduler: { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, models: {} },
     endpoints: { host: '127.0.0.1', grpc_port: 8001, admin_port: 8002 },
   });
   t.true(Object.isFrozen(config.global.endpoints));

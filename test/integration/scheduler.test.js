@@ -1,0 +1,134 @@
+// Scheduling and coalescing through the real server: many concurrent clients share executions and
+// each gets exactly its own rows back; a flood on one model does not starve another; a full
+// queue answers RESOURCE_EXHAUSTED.
+import path from 'node:path';
+import test from 'ava';
+import { status } from '@grpc/grpc-js';
+import { InferenceClient } from '../../dist/client/client.js';
+import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+
+const MODELS = path.join(FIXTURES, 'models');
+const servers = [];
+
+async function serve(scheduler = {}) {
+  const temp = tempDir();
+  const repo = makeRepository(temp.dir, {
+    echo: path.join(MODELS, 'echo'),
+    convnet: path.join(MODELS, 'convnet'),
+    digits: path.join(ROOT, 'bundles', 'digits'),
+  });
+  const server = await startServer({ model_repo: repo, global: { scheduler } }, { root: temp.dir });
+  servers.push({ server, temp });
+  return server;
+}
+
+test.after.always(async () => {
+  for (const { server, temp } of servers) {
+    await server.stop();
+    temp.cleanup();
+  }
+});
+
+/** A convnet input whose every row is unique to (client, request, row). */
+function image(client, request, rows) {
+  const data = new Float32Array(rows * 3 * 64 * 64);
+  for (let r = 0; r < rows; r++) {
+    for (let i = 0; i < 3 * 64 * 64; i++) data[r * 3 * 64 * 64 + i] = Math.sin(client * 7.1 + request * 1.3 + r * 0.37 + i * 0.001);
+  }
+  return { name: 'image', datatype: 'FP32', shape: [rows, 3, 64, 64], data };
+}
+
+const stats = async (client, name) => (await client.call('ModelStatistics', { name })).model_stats[0];
+
+test.serial('32 concurrent clients share executions and each gets exactly its own rows back', async (t) => {
+  const server = await serve();
+  const { client } = server;
+  const CLIENTS = 32;
+  const REQUESTS = 4;
+  const rowsOf = (c, r) => 1 + ((c + r) % 3);
+  // References: every request alone, one at a time (nothing to coalesce with).
+  const expected = new Map();
+  for (let c = 0; c < CLIENTS; c++) {
+    for (let r = 0; r < REQUESTS; r++) {
+      const { outputs } = await client.infer('convnet', [image(c, r, rowsOf(c, r))]);
+      expected.set(`${c}/${r}`, outputs[0].data);
+    }
+  }
+  const before = await stats(client, 'convnet');
+  await Promise.all(Array.from({ length: CLIENTS }, async (_, c) => {
+    for (let r = 0; r < REQUESTS; r++) {
+      const { outputs } = await client.infer('convnet', [image(c, r, rowsOf(c, r))]);
+      const want = expected.get(`${c}/${r}`);
+      t.deepEqual(outputs[0].shape, [rowsOf(c, r), 10]);
+      const worst = Math.max(...want.map((v, i) => Math.abs(v - outputs[0].data[i])));
+      t.true(worst < 1e-4, `client ${c} request ${r}: rows differ by ${worst}`);
+    }
+  }));
+  const after = await stats(client, 'convnet');
+  const requests = CLIENTS * REQUESTS;
+  let rows = 0;
+  for (let c = 0; c < CLIENTS; c++) for (let r = 0; r < REQUESTS; r++) rows += rowsOf(c, r);
+  const executions = Number(after.execution_count) - Number(before.execution_count);
+  t.is(Number(after.inference_count) - Number(before.inference_count), rows, 'inference_count counts rows');
+  t.is(Number(after.inference_stats.success.count) - Number(before.inference_stats.success.count), requests);
+  t.true(executions < requests / 2, `${executions} executions for ${requests} requests`);
+  t.is(after.batch_stats.reduce((sum, b) => sum + Number(b.compute_infer.count), 0), Number(after.execution_count));
+  t.true(after.batch_stats.some((b) => Number(b.batch_size) > 3), 'some executions carried several requests');
+  t.log(`${requests} requests (${rows} rows) ran in ${executions} executions`);
+});
+
+test.serial('rows of concurrent requests are never mixed up (exact, on the identity model)', async (t) => {
+  const server = await serve();
+  await Promise.all(Array.from({ length: 32 }, async (_, c) => {
+    for (let r = 0; r < 8; r++) {
+      const rows = 1 + (r % 3);
+      const x = Float32Array.from({ length: rows * 1024 }, (_, i) => c * 10_000 + r * 100 + (i % 97));
+      const { outputs } = await server.client.infer('echo', [{ name: 'x', datatype: 'FP32', shape: [rows, 1024], data: x }]);
+      t.deepEqual(outputs[0].data, x);
+    }
+  }));
+});
+
+test.serial('under a flood on one model, a rare model\'s requests each complete within 500 ms', async (t) => {
+  const server = await serve();
+  const { client } = server;
+  let flooding = true;
+  const flood = Promise.all(Array.from({ length: 16 }, async (_, c) => {
+    let sent = 0;
+    while (flooding && sent < 200) await client.infer('convnet', [image(c, sent++, 8)]);
+    return sent;
+  }));
+  // The rare model's client has a connection of its own, as a separate client would.
+  const rare = new InferenceClient(server.address);
+  t.teardown(() => rare.close());
+  const waits = [];
+  for (let i = 0; i < 20; i++) {
+    const t0 = performance.now();
+    await rare.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }], { outputs: ['label'] });
+    waits.push(performance.now() - t0);
+  }
+  flooding = false;
+  const sent = (await flood).reduce((a, b) => a + b, 0);
+  t.true(sent > 0);
+  t.true(Math.max(...waits) < 500, `slowest rare request ${Math.max(...waits).toFixed(1)} ms`);
+  t.log(`rare model: max ${Math.max(...waits).toFixed(1)} ms over ${waits.length} requests while ${sent} flood requests ran`);
+});
+
+test.serial('a full queue answers RESOURCE_EXHAUSTED naming the model and the cap, and the rest are served', async (t) => {
+  const server = await serve({ max_queue_depth: 1 });
+  const { client } = server;
+  // A 32-row request keeps the device busy while ten single requests arrive behind it.
+  const results = await Promise.allSettled([
+    client.infer('convnet', [image(0, 0, 32)]),
+    ...Array.from({ length: 10 }, (_, i) => client.infer('convnet', [image(1, i, 1)])),
+  ]);
+  t.is(results[0].status, 'fulfilled');
+  const rejected = results.filter((r) => r.status === 'rejected');
+  t.true(rejected.length >= 1, 'at least one request found the queue full');
+  for (const r of rejected) {
+    t.is(r.reason.code, status.RESOURCE_EXHAUSTED);
+    t.regex(r.reason.details, /model "convnet" already has 1 requests queued \(scheduler\.max_queue_depth\)/);
+  }
+  const { outputs } = await client.infer('convnet', [image(2, 0, 1)]);
+  t.deepEqual(outputs[0].shape, [1, 10]);
+});
