@@ -7,7 +7,7 @@
 - echo/model.onnx: Identity on f32[n,1024], for messages far above gRPC's
   default 4 MiB limit.
 - negate/model.onnx: y = -x on f32[3], a model without a batch axis.
-- convnet/model.onnx: a small ResNet-style network (3x64x64 image -> 10
+- convnet/model.onnx: a small ResNet-style network (3x32x32 image -> 10
   scores; conv, batch-norm folded, residual blocks, global pooling) with fixed
   random weights: heavy enough that batching matters, for the coalescing tests
   and benchmark.
@@ -113,7 +113,7 @@ def convnet_model():
     nodes.append(helper.make_node("Gemm", ["features", "fc_w", "fc_b"], ["scores"]))
     graph = helper.make_graph(
         nodes, "convnet",
-        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["n", 3, 64, 64])],
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["n", 3, 32, 32])],
         [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n", 10])], inits)
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), OUT / "convnet" / "model.onnx")
 
