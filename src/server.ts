@@ -82,6 +82,7 @@ export class StowageServer {
       registry: this.registry,
       device: this.#device,
       statistics: this.statistics,
+      schedulerModels: scheduler.models,
       logger: this.#logger,
       version: PACKAGE_VERSION,
       isReady,

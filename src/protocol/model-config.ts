@@ -31,7 +31,12 @@ export function leadingBatch(spec: ModelSpec): boolean {
   return spec.maxBatchSize > 0 && [...spec.inputs, ...spec.outputs].every((t) => t.batchDim === 0);
 }
 
-export function modelConfig(spec: ModelSpec) {
+/**
+ * `maxBatchRows`: the most rows the scheduler coalesces into one execution of this model (the
+ * largest compiled size, capped by scheduler.models.<name>.max_batch_size). Above 1, requests are
+ * coalesced, and the config says so with a dynamic_batching section, which perf_analyzer reads.
+ */
+export function modelConfig(spec: ModelSpec, maxBatchRows: number = spec.maxBatchSize) {
   const implicit = leadingBatch(spec);
   const dims = (t: TensorSpec) => (implicit ? t.shape.slice(1) : [...t.shape]);
   // A tensor that is only the batch axis has no per-sample dims; Triton writes that as dims [1] reshaped to [].
@@ -47,6 +52,8 @@ export function modelConfig(spec: ModelSpec) {
     instance_group: [{ name: `${spec.name}_0`, kind: 'KIND_CPU', count: 1 }],
     default_model_filename: spec.executables.length === 1 && spec.executables[0].batchSize === null ? 'model.onnx' : '',
     model_transaction_policy: { decoupled: false },
-    // No dynamic_batching section: requests are not coalesced yet, and perf_analyzer reads its presence as a claim.
+    ...(spec.batchAxis !== null && maxBatchRows > 1
+      ? { dynamic_batching: { preferred_batch_size: spec.compiledBatchSizes.filter((s) => s <= maxBatchRows), max_queue_delay_microseconds: 0 } }
+      : {}),
   };
 }

@@ -12,6 +12,7 @@ import { MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../constants.js';
 import { errors, errorToStatus } from '../errors.js';
 import { ModelState, type ModelRegistry } from '../model-registry.js';
 import type { Statistics } from '../statistics.js';
+import type { SchedulerConfig } from '../config/schema.js';
 import { decodeInferRequest, encodeInferResponse } from './codec.js';
 import { modelConfig, modelMetadata } from './model-config.js';
 import type { ModelInferRequest, ModelRef } from './types.js';
@@ -20,6 +21,8 @@ export interface ServiceContext {
   registry: ModelRegistry;
   device: DeviceActor;
   statistics: Statistics;
+  /** scheduler.models: per-model max_batch_size caps what ModelConfig reports as coalesced. */
+  schedulerModels: SchedulerConfig['models'];
   logger: Logger;
   version: string;
   /** False until start-up loading has settled, and again while stopping. */
@@ -58,7 +61,10 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
     ServerMetadata: unary('ServerMetadata', logger, () =>
       ({ name: SERVER_NAME, version: ctx.version, extensions: [...SERVER_EXTENSIONS] })),
     ModelMetadata: unary('ModelMetadata', logger, (req: ModelRef) => modelMetadata(registry.described(req.name, req.version))),
-    ModelConfig: unary('ModelConfig', logger, (req: ModelRef) => ({ config: modelConfig(registry.described(req.name, req.version)) })),
+    ModelConfig: unary('ModelConfig', logger, (req: ModelRef) => {
+      const spec = registry.described(req.name, req.version);
+      return { config: modelConfig(spec, Math.min(spec.maxBatchSize, ctx.schedulerModels[spec.name]?.max_batch_size ?? Infinity)) };
+    }),
     RepositoryIndex: unary('RepositoryIndex', logger, (req: { repository_name: string; ready: boolean }) => ({
       models: registry.all()
         .filter((r) => !req.ready || r.state === ModelState.READY)

@@ -141,3 +141,21 @@ def test_malformed_requests_get_clear_errors_and_the_server_keeps_serving(client
 
     result = client.infer("digits", [images_input(heldout["images"][:1])])
     assert result.as_numpy("label")[0] == heldout["labels"][0]
+
+
+def test_inference_statistics_count_exactly_what_was_sent(client, heldout):
+    def counts():
+        stats = client.get_inference_statistics("digits", as_json=True)["model_stats"][0]
+        return int(stats.get("inference_count", 0)), int(stats["inference_stats"]["success"].get("count", 0))
+
+    rows_before, requests_before = counts()
+    sizes = [1, 5, 32, 2]
+    for n in sizes:
+        client.infer("digits", [images_input(heldout["images"][:n])])
+    rows_after, requests_after = counts()
+    assert rows_after - rows_before == sum(sizes)
+    assert requests_after - requests_before == len(sizes)
+    stats = client.get_inference_statistics("digits", as_json=True)["model_stats"][0]
+    assert stats["version"] == "1"
+    assert int(stats["execution_count"]) >= 1
+    assert int(stats["last_inference"]) > 0

@@ -109,7 +109,7 @@ test('ModelConfig is a Triton config synthesised from the manifest', async (t) =
   t.is(label.data_type, 'TYPE_INT64');
   t.deepEqual(label.dims.map(Number), [1]);
   t.deepEqual(label.reshape.shape, []);
-  t.falsy(config.dynamic_batching, 'requests are not coalesced yet, so no dynamic_batching section');
+  t.deepEqual(config.dynamic_batching.preferred_batch_size, [1, 8, 32], 'requests are coalesced: the config says so');
   const fixed = (await server.client.call('ModelConfig', { name: 'fixed' })).config;
   t.is(fixed.max_batch_size, 4);
 });
@@ -229,6 +229,7 @@ test('a model without a batch axis takes exactly its fixed shape', async (t) => 
   const { config } = await server.client.call('ModelConfig', { name: 'negate' });
   t.is(config.max_batch_size, 0);
   t.deepEqual(config.input[0].dims.map(Number), [3]);
+  t.falsy(config.dynamic_batching, 'nothing to coalesce along');
   const { outputs } = await server.client.infer('negate', [{ name: 'x', datatype: 'FP32', shape: [3], data: Float32Array.from([1, -2, 3]) }]);
   t.deepEqual(outputs[0].shape, [3]);
   t.deepEqual([...outputs[0].data], [-1, 2, -3]);

@@ -15,7 +15,9 @@ test('a leading batch axis is implicit in ModelConfig, explicit (-1) in ModelMet
   t.deepEqual(config.input, [{ name: 'x', data_type: 'TYPE_FP32', format: 'FORMAT_NONE', dims: [8, 8] }]);
   t.deepEqual(config.output, [{ name: 'label', data_type: 'TYPE_INT64', dims: [1], reshape: { shape: [] } }]);
   t.is(config.platform, 'onnxruntime_onnx');
-  t.is(config.dynamic_batching, undefined);
+  t.deepEqual(config.dynamic_batching, { preferred_batch_size: [1, 8], max_queue_delay_microseconds: 0 });
+  t.is(modelConfig(base, 1).dynamic_batching, undefined, 'max_batch_size 1: requests run alone');
+  t.deepEqual(modelConfig(base, 4).dynamic_batching.preferred_batch_size, [1]);
   const md = modelMetadata(base);
   t.deepEqual(md.inputs, [{ name: 'x', datatype: 'FP32', shape: [-1, 8, 8] }]);
   t.deepEqual(md.versions, ['1']);
