@@ -26,8 +26,15 @@ export interface ModelRecord {
   reason: string;
 }
 
+interface Inflight {
+  count: number;
+  /** Resolved when count drops to zero (unload waits on it). */
+  drained: (() => void)[];
+}
+
 export class ModelRegistry {
   #records = new Map<string, ModelRecord>();
+  #inflight = new Map<string, Inflight>();
 
   set(record: ModelRecord): void {
     this.#records.set(record.name, record);
@@ -59,6 +66,34 @@ export class ModelRegistry {
     const record = this.find(name, version);
     if (record.state !== ModelState.READY || !record.spec) throw errors.modelNotReady(name, record.state, record.reason);
     return record.spec;
+  }
+
+  /**
+   * Take a ready model's spec for one request; the caller must `release` it
+   * when the request is answered, so that an unload can wait for it.
+   */
+  acquire(name: string, version = ''): ModelSpec {
+    const spec = this.ready(name, version);
+    let f = this.#inflight.get(name);
+    if (!f) this.#inflight.set(name, (f = { count: 0, drained: [] }));
+    f.count++;
+    return spec;
+  }
+
+  release(name: string): void {
+    const f = this.#inflight.get(name);
+    if (!f) return;
+    if (--f.count === 0) {
+      this.#inflight.delete(name);
+      for (const resolve of f.drained) resolve();
+    }
+  }
+
+  /** Resolves once no request holds the model. */
+  drained(name: string): Promise<void> {
+    const f = this.#inflight.get(name);
+    if (!f) return Promise.resolve();
+    return new Promise((resolve) => f.drained.push(resolve));
   }
 
   /** A model's spec for metadata: available even when not ready, as long as the manifest parsed. */

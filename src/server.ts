@@ -12,10 +12,10 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { DeviceActor } from './actors/device-actor.js';
 import { createAdminServer, listen } from './admin/http.js';
-import { scanRepository } from './bundle/repository.js';
 import type { NodeConfig } from './config/schema.js';
 import { MAX_MESSAGE_BYTES } from './constants.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
+import { ModelRepository } from './repository.js';
 import { Statistics } from './statistics.js';
 import { loadInferenceClient } from './protocol/proto.js';
 import { createHandlers } from './protocol/service.js';
@@ -71,7 +71,8 @@ export class StowageServer {
       logger: this.#logger,
       onExecution: (model, timing) => this.statistics.recordExecution(model, timing),
     });
-    await this.#loadRepository(this.#device);
+    const repository = new ModelRepository(this.#config.model_repo, this.registry, this.#device, this.#logger);
+    await repository.loadAll();
 
     this.#grpc = new grpc.Server({
       'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
@@ -81,6 +82,7 @@ export class StowageServer {
     this.#grpc.addService(client.service, createHandlers({
       registry: this.registry,
       device: this.#device,
+      repository,
       statistics: this.statistics,
       schedulerModels: scheduler.models,
       logger: this.#logger,
@@ -99,27 +101,6 @@ export class StowageServer {
       ready: models.filter((m) => m.state === ModelState.READY).map((m) => m.name),
       unavailable: models.filter((m) => m.state !== ModelState.READY).map((m) => m.name),
     }, 'serving');
-  }
-
-  async #loadRepository(device: DeviceActor): Promise<void> {
-    const bundles = scanRepository(this.#config.model_repo);
-    this.#logger.info({ model_repo: this.#config.model_repo, bundles: bundles.length }, 'loading the model repository');
-    for (const b of bundles) {
-      this.registry.set({ name: b.name, state: b.error ? ModelState.UNAVAILABLE : ModelState.LOADING, spec: b.spec, reason: b.error?.message ?? '' });
-      if (b.error) this.#logger.error({ model: b.name }, `bundle refused: ${b.error.message}`);
-    }
-    for (const [i, b] of bundles.entries()) {
-      if (!b.spec) continue;
-      try {
-        const { loadMs } = await device.load(b.spec);
-        this.registry.set({ name: b.name, state: ModelState.READY, spec: b.spec, reason: '' });
-        this.#logger.info({ model: b.name, load_ms: Math.round(loadMs), progress: `${i + 1}/${bundles.length}` }, 'model loaded');
-      } catch (err) {
-        const reason = (err as Error).message;
-        this.registry.set({ name: b.name, state: ModelState.UNAVAILABLE, spec: b.spec, reason });
-        this.#logger.error({ model: b.name }, `bundle refused: ${reason}`);
-      }
-    }
   }
 
   /** Stop accepting, let in-flight calls finish (up to `graceMs`), stop the device actor. */

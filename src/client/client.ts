@@ -108,6 +108,16 @@ export class InferenceClient {
     };
   }
 
+  /**
+   * A ModelStreamInfer stream: write ModelInferRequest objects, read
+   * ModelStreamInferResponse objects ({ error_message, infer_response }),
+   * matched to requests by their `id`.
+   */
+  stream(): grpc.ClientDuplexStream<unknown, { error_message: string; infer_response: ModelInferResponse | null }> {
+    const fn = this.#client.ModelStreamInfer as unknown as () => grpc.ClientDuplexStream<unknown, { error_message: string; infer_response: ModelInferResponse | null }>;
+    return fn.call(this.#client);
+  }
+
   close(): void {
     this.#client.close();
   }

@@ -1,24 +1,27 @@
 /**
- * The KServe V2 gRPC handlers, on the main thread. Each handler is a plain
- * async function of the request; `unary()` turns its result or its error into
- * the gRPC answer, so a throwing handler never crashes the server. Methods of
- * the service without a handler answer UNIMPLEMENTED naming the RPC.
+ * The KServe V2 gRPC handlers, on the main thread. Each unary handler is a
+ * plain async function of the request; `unary()` turns its result or its
+ * error into the gRPC answer, so a throwing handler never crashes the server.
+ * Methods of the service without a handler answer UNIMPLEMENTED naming the RPC.
  */
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { DeviceActor } from '../actors/device-actor.js';
 import { nowMs } from '../actors/messages.js';
+import type { SchedulerConfig } from '../config/schema.js';
 import { MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../constants.js';
 import { errors, errorToStatus } from '../errors.js';
 import { ModelState, type ModelRegistry } from '../model-registry.js';
+import type { ModelRepository } from '../repository.js';
 import type { Statistics } from '../statistics.js';
-import type { SchedulerConfig } from '../config/schema.js';
 import { decodeInferRequest, encodeInferResponse } from './codec.js';
+import { applyLogSettings, currentLogSettings } from './log-settings.js';
 import { modelConfig, modelMetadata } from './model-config.js';
-import type { ModelInferRequest, ModelRef } from './types.js';
+import type { ModelInferRequest, ModelInferResponse, ModelRef } from './types.js';
 
 export interface ServiceContext {
   registry: ModelRegistry;
+  repository: ModelRepository;
   device: DeviceActor;
   statistics: Statistics;
   /** scheduler.models: per-model max_batch_size caps what ModelConfig reports as coalesced. */
@@ -29,30 +32,88 @@ export interface ServiceContext {
   isReady: () => boolean;
 }
 
+/** What a unary call and a stream share: the client's deadline. */
+type HasDeadline = Pick<grpc.ServerUnaryCall<unknown, unknown>, 'getDeadline'>;
+
 type UnaryHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Promise<Res> | Res;
+
+function logFailure(logger: Logger, rpc: string, err: unknown): { code: grpc.status; details: string } {
+  const { code, details } = errorToStatus(err);
+  logger[code === grpc.status.INTERNAL ? 'error' : 'debug']({ rpc, code: grpc.status[code], err }, details);
+  return { code, details };
+}
 
 function unary<Req, Res>(rpc: string, logger: Logger, fn: UnaryHandler<Req, Res>): grpc.handleUnaryCall<Req, Res> {
   return (call, callback) => {
     Promise.resolve()
       .then(() => fn(call.request, call))
-      .then((res) => callback(null, res), (err: unknown) => {
-        const { code, details } = errorToStatus(err);
-        const level = code === grpc.status.INTERNAL ? 'error' : 'debug';
-        logger[level]({ rpc, code: grpc.status[code], err }, details);
-        callback({ code, details });
-      });
+      .then((res) => callback(null, res), (err: unknown) => callback(logFailure(logger, rpc, err)));
   };
 }
 
-/** The request's absolute deadline: the earlier of the gRPC deadline and the `timeout` parameter; Infinity if neither. */
-function deadlineOf(call: grpc.ServerUnaryCall<unknown, unknown>, timeoutUs: number | undefined): number {
+/** The request's absolute deadline: the earlier of the call's deadline and the `timeout` parameter; Infinity if neither. */
+function deadlineOf(call: HasDeadline, timeoutUs: number | undefined): number {
   const deadline = call.getDeadline(); // Infinity when the client set none
   const fromGrpc = deadline instanceof Date ? deadline.getTime() : deadline;
   return Math.min(fromGrpc, timeoutUs === undefined ? Infinity : nowMs() + timeoutUs / 1000);
 }
 
 export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefinition): grpc.UntypedServiceImplementation {
-  const { registry, device, statistics, logger } = ctx;
+  const { registry, repository, device, statistics, logger } = ctx;
+
+  /** One inference, shared by ModelInfer and ModelStreamInfer. */
+  async function infer(req: ModelInferRequest, call: HasDeadline, signal: AbortSignal): Promise<ModelInferResponse> {
+    const started = process.hrtime.bigint();
+    const spec = registry.acquire(req.model_name, req.model_version);
+    try {
+      const decoded = decodeInferRequest(req, spec);
+      const result = await device.infer({
+        model: spec.name,
+        inputs: decoded.inputs,
+        outputs: decoded.outputs,
+        deadlineMs: deadlineOf(call, decoded.timeoutUs),
+      }, signal);
+      const response = encodeInferResponse(spec, req.id, result.outputs);
+      statistics.recordSuccess(spec.name, decoded.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
+      return response;
+    } catch (err) {
+      statistics.recordFailure(spec.name, Number(process.hrtime.bigint() - started));
+      throw err;
+    } finally {
+      registry.release(spec.name);
+    }
+  }
+
+  /** A bidirectional stream of inferences: each answered on the stream as it completes, errors included. */
+  function modelStreamInfer(call: grpc.ServerDuplexStream<ModelInferRequest, unknown>): void {
+    const abort = new AbortController();
+    let pending = 0;
+    let ended = false;
+    const finish = () => {
+      if (ended && pending === 0) call.end();
+    };
+    call.on('cancelled', () => abort.abort());
+    call.on('error', () => abort.abort());
+    call.on('data', (req: ModelInferRequest) => {
+      pending++;
+      infer(req, call, abort.signal).then(
+        (infer_response) => call.write({ error_message: '', infer_response }),
+        (err: unknown) => {
+          const { details } = logFailure(logger, 'ModelStreamInfer', err);
+          // The error travels as this response's message; the stream lives on.
+          call.write({ error_message: details, infer_response: { model_name: req.model_name, model_version: req.model_version, id: req.id } });
+        },
+      ).finally(() => {
+        pending--;
+        finish();
+      });
+    });
+    call.on('end', () => {
+      ended = true;
+      finish();
+    });
+  }
+
   const implemented: Record<string, grpc.UntypedHandleCall> = {
     ServerLive: unary('ServerLive', logger, () => ({ live: true })),
     ServerReady: unary('ServerReady', logger, () => ({ ready: ctx.isReady() })),
@@ -70,33 +131,36 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
         .filter((r) => !req.ready || r.state === ModelState.READY)
         .map((r) => ({ name: r.name, version: MODEL_VERSION, state: r.state, reason: r.reason })),
     })),
-    ModelInfer: unary('ModelInfer', logger, async (req: ModelInferRequest, call) => {
-      const started = process.hrtime.bigint();
-      const spec = registry.ready(req.model_name, req.model_version);
-      try {
-        const decoded = decodeInferRequest(req, spec);
-        const abort = new AbortController();
-        call.once('cancelled', () => abort.abort());
-        const result = await device.infer({
-          model: spec.name,
-          inputs: decoded.inputs,
-          outputs: decoded.outputs,
-          deadlineMs: deadlineOf(call, decoded.timeoutUs),
-        }, abort.signal);
-        const response = encodeInferResponse(spec, req.id, result.outputs);
-        statistics.recordSuccess(spec.name, decoded.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
-        return response;
-      } catch (err) {
-        statistics.recordFailure(spec.name, Number(process.hrtime.bigint() - started));
-        throw err;
+    RepositoryModelLoad: unary('RepositoryModelLoad', logger, async (req: { model_name: string; parameters: Record<string, unknown> }) => {
+      if (Object.keys(req.parameters).length > 0) {
+        throw errors.unsupported(`RepositoryModelLoad parameters (${Object.keys(req.parameters).join(', ')}) are not supported: a model loads from its bundle in model_repo`);
       }
+      await repository.load(req.model_name);
+      return {};
     }),
+    RepositoryModelUnload: unary('RepositoryModelUnload', logger, async (req: { model_name: string }) => {
+      await repository.unload(req.model_name);
+      return {};
+    }),
+    ModelInfer: unary('ModelInfer', logger, (req: ModelInferRequest, call) => {
+      const abort = new AbortController();
+      call.once('cancelled', () => abort.abort());
+      return infer(req, call, abort.signal);
+    }),
+    ModelStreamInfer: modelStreamInfer,
     ModelStatistics: unary('ModelStatistics', logger, (req: ModelRef) => {
       if (req.name === '') return { model_stats: registry.all().map((r) => statistics.snapshot(r.name)) };
       registry.find(req.name, req.version);
       return { model_stats: [statistics.snapshot(req.name)] };
     }),
+    LogSettings: unary('LogSettings', logger, (req: { settings: Parameters<typeof applyLogSettings>[1] }) =>
+      ({ settings: Object.keys(req.settings).length ? applyLogSettings(logger, req.settings) : currentLogSettings(logger) })),
   };
+  for (const rpc of ['CudaSharedMemoryStatus', 'CudaSharedMemoryRegister', 'CudaSharedMemoryUnregister']) {
+    implemented[rpc] = unary(rpc, logger, () => {
+      throw errors.unsupported(`${rpc}: CUDA shared memory needs backend "cuda"; this server runs backend "cpu"`);
+    });
+  }
 
   const handlers: grpc.UntypedServiceImplementation = {};
   for (const [name, method] of Object.entries(definition)) {

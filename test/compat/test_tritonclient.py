@@ -159,3 +159,67 @@ def test_inference_statistics_count_exactly_what_was_sent(client, heldout):
     assert stats["version"] == "1"
     assert int(stats["execution_count"]) >= 1
     assert int(stats["last_inference"]) > 0
+
+
+def test_async_infer_with_many_requests_in_flight(client, heldout):
+    import queue
+    done = queue.Queue()
+    n = 64
+    for i in range(n):
+        client.async_infer("digits", [images_input(heldout["images"][i:i + 1])],
+                           callback=lambda result, error, i=i: done.put((i, result, error)),
+                           request_id=str(i), outputs=[grpcclient.InferRequestedOutput("label")])
+    answers = [done.get(timeout=30) for _ in range(n)]
+    assert all(error is None for _, _, error in answers), [e for _, _, e in answers if e]
+    expected = solo_labels(client, heldout, n)
+    for i, result, _ in answers:
+        assert result.get_response().id == str(i)
+        assert result.as_numpy("label")[0] == expected[i]
+
+
+def solo_labels(client, heldout, n):
+    """What the model answers for the first n images in one plain request: the reference."""
+    return client.infer("digits", [images_input(heldout["images"][:n])]).as_numpy("label")
+
+
+def test_streaming_with_callbacks_answers_every_request_and_errors_keep_the_stream(client, heldout):
+    import queue
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        for i in range(5):
+            client.async_stream_infer("digits", [images_input(heldout["images"][i:i + 1])], request_id=f"s{i}")
+        client.async_stream_infer("nope", [images_input(heldout["images"][:1])], request_id="bad")
+        client.async_stream_infer("digits", [images_input(heldout["images"][5:6])], request_id="s5")
+        got = [answers.get(timeout=30) for _ in range(7)]
+    finally:
+        client.stop_stream()
+    ok = {r.get_response().id: r for r, e in got if e is None}
+    errs = [e for r, e in got if e is not None]
+    assert sorted(ok) == [f"s{i}" for i in range(6)]
+    assert len(errs) == 1 and 'unknown model "nope"' in errs[0].message()
+    expected = solo_labels(client, heldout, 6)
+    for i in range(6):
+        assert ok[f"s{i}"].as_numpy("label")[0] == expected[i]
+
+
+def test_load_and_unload_model(client, heldout):
+    client.unload_model("dtypes")
+    assert not client.is_model_ready("dtypes")
+    states = {m["name"]: m for m in client.get_model_repository_index(as_json=True)["models"]}
+    assert states["dtypes"]["state"] == "UNAVAILABLE" and states["dtypes"]["reason"] == "unloaded"
+    client.load_model("dtypes")
+    assert client.is_model_ready("dtypes")
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model("no_such_model")
+    assert info.value.status() == "StatusCode.NOT_FOUND"
+
+
+def test_log_settings(client):
+    settings = client.get_log_settings().settings
+    assert settings["log_info"].bool_param is True
+    assert settings["log_verbose_level"].uint32_param == 0
+    updated = client.update_log_settings({"log_verbose_level": 1}).settings
+    assert updated["log_verbose_level"].uint32_param == 1
+    client.update_log_settings({"log_verbose_level": 0})
+    assert client.get_log_settings().settings["log_verbose_level"].uint32_param == 0

@@ -288,8 +288,61 @@ test('a request whose timeout parameter has passed is DEADLINE_EXCEEDED', async 
 });
 
 test('RPCs outside this release answer UNIMPLEMENTED naming the RPC', async (t) => {
-  for (const rpc of ['RepositoryModelLoad', 'SystemSharedMemoryStatus', 'LogSettings', 'TraceSetting']) {
+  for (const rpc of ['SystemSharedMemoryStatus', 'SystemSharedMemoryRegister', 'TraceSetting']) {
     await rejects(t, server.client.call(rpc, {}), status.UNIMPLEMENTED, rpc);
+  }
+});
+
+test('CUDA shared memory RPCs say why they are not available on the CPU backend', async (t) => {
+  await rejects(t, server.client.call('CudaSharedMemoryStatus', {}), status.INVALID_ARGUMENT, 'CudaSharedMemoryStatus', 'backend "cuda"');
+  await rejects(t, server.client.call('CudaSharedMemoryUnregister', { name: '' }), status.INVALID_ARGUMENT, 'backend "cpu"');
+});
+
+test.serial('LogSettings reads and sets the log level with Triton\'s switches', async (t) => {
+  const current = (await server.client.call('LogSettings', { settings: {} })).settings;
+  t.is(current.log_info.bool_param, true);
+  t.is(current.log_verbose_level.uint32_param, 0);
+  t.is(current.log_file.string_param, '');
+  const verbose = (await server.client.call('LogSettings', { settings: { log_verbose_level: { uint32_param: 1 } } })).settings;
+  t.is(verbose.log_verbose_level.uint32_param, 1);
+  // Debug lines now appear: a failed request is logged at debug level.
+  await t.throwsAsync(server.client.infer('nope', [digitsInput([heldout.images[0]])]));
+  await rejects(t, server.client.call('LogSettings', { settings: { log_file: { string_param: '/tmp/x.log' } } }), status.INVALID_ARGUMENT, 'log_file', 'stdout');
+  await rejects(t, server.client.call('LogSettings', { settings: { log_colour: { bool_param: true } } }), status.INVALID_ARGUMENT, 'unknown log setting "log_colour"');
+  await rejects(t, server.client.call('LogSettings', { settings: { log_info: { uint32_param: 1 } } }), status.INVALID_ARGUMENT, 'log_info takes a bool value');
+  const restored = (await server.client.call('LogSettings', { settings: { log_verbose_level: { uint32_param: 0 } } })).settings;
+  t.is(restored.log_verbose_level.uint32_param, 0);
+  t.true(server.logs.some((l) => l.msg === 'log level changed by LogSettings' && l.to === 'debug'));
+  t.true(server.logs.some((l) => l.level === 20 && l.rpc === 'ModelInfer'), 'a debug line was written while verbose');
+});
+
+test('ModelStreamInfer answers each request on the stream with its id, errors included, and the stream lives on', async (t) => {
+  const stream = server.client.stream();
+  const responses = [];
+  const done = new Promise((resolve, reject) => {
+    stream.on('data', (r) => responses.push(r));
+    stream.on('end', resolve);
+    stream.on('error', reject);
+  });
+  const request = (id, images, extra = {}) => ({
+    model_name: 'digits', id,
+    inputs: [{ name: 'image', datatype: 'FP32', shape: [images.length, 8, 8] }],
+    outputs: [{ name: 'label' }],
+    raw_input_contents: [Buffer.from(Float32Array.from(images.flat()).buffer)],
+    ...extra,
+  });
+  stream.write(request('a', heldout.images.slice(0, 3)));
+  stream.write(request('bad', heldout.images.slice(0, 1), { model_name: 'nope' }));
+  stream.write(request('b', heldout.images.slice(3, 4)));
+  stream.end();
+  await done;
+  const byId = Object.fromEntries(responses.map((r) => [r.infer_response.id, r]));
+  t.deepEqual(Object.keys(byId).sort(), ['a', 'b', 'bad']);
+  t.is(byId.bad.error_message, 'unknown model "nope"; the repository serves: bad_dims, bad_dtype, bad_yaml, digits, dtypes, echo, fixed, negate, no_onnx');
+  for (const [id, rows] of [['a', [0, 3]], ['b', [3, 4]]]) {
+    t.is(byId[id].error_message, '');
+    const labels = new BigInt64Array(new Uint8Array(byId[id].infer_response.raw_output_contents[0]).buffer);
+    t.deepEqual([...labels].map(Number), heldout.labels.slice(...rows));
   }
 });
 

@@ -1,0 +1,82 @@
+// RepositoryModelLoad / RepositoryModelUnload through the real server: load a bundle added after
+// start-up, refuse a broken one with its reason, unload after in-flight requests finish, reload.
+import { cpSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import test from 'ava';
+import { status } from '@grpc/grpc-js';
+import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+
+const MODELS = path.join(FIXTURES, 'models');
+let server;
+let temp;
+let repo;
+
+test.before(async () => {
+  temp = tempDir();
+  repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits'), convnet: path.join(MODELS, 'convnet') });
+  server = await startServer({ model_repo: repo }, { root: temp.dir });
+});
+
+test.after.always(async () => {
+  await server?.stop();
+  temp?.cleanup();
+});
+
+const index = async () => Object.fromEntries((await server.client.call('RepositoryIndex', {})).models.map((m) => [m.name, m]));
+const image = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 3, 32, 32], data: new Float32Array(rows * 3 * 32 * 32).fill(0.1) });
+
+test.serial('a bundle added after start-up loads on request and serves', async (t) => {
+  cpSync(path.join(MODELS, 'negate'), path.join(repo, 'negate'), { recursive: true });
+  t.falsy((await index()).negate, 'not loaded until asked');
+  await server.client.call('RepositoryModelLoad', { model_name: 'negate' });
+  t.is((await index()).negate.state, 'READY');
+  const { outputs } = await server.client.infer('negate', [{ name: 'x', datatype: 'FP32', shape: [3], data: Float32Array.from([1, 2, 3]) }]);
+  t.deepEqual([...outputs[0].data], [-1, -2, -3]);
+});
+
+test.serial('loading an unknown bundle is NOT_FOUND; a broken one is refused with its reason', async (t) => {
+  const err = await t.throwsAsync(server.client.call('RepositoryModelLoad', { model_name: 'ghost' }));
+  t.is(err.code, status.NOT_FOUND);
+  t.regex(err.details, /unknown model "ghost"/);
+  cpSync(path.join(MODELS, 'negate'), path.join(repo, 'broken'), { recursive: true });
+  writeFileSync(path.join(repo, 'broken', 'manifest.yaml'), 'format_version: "2.0"\nexecutable_inputs: []\nexecutable_outputs: []\n');
+  const broken = await t.throwsAsync(server.client.call('RepositoryModelLoad', { model_name: 'broken' }));
+  t.is(broken.code, status.FAILED_PRECONDITION);
+  t.regex(broken.details, /bundle "broken", manifest\.yaml: executable_inputs: \[\] must NOT have fewer than 1 items/);
+  t.is((await index()).broken.state, 'UNAVAILABLE');
+  const params = await t.throwsAsync(server.client.call('RepositoryModelLoad', { model_name: 'digits', parameters: { config: { string_param: '{}' } } }));
+  t.is(params.code, status.INVALID_ARGUMENT);
+});
+
+test.serial('unload lets in-flight requests finish, then refuses new ones; load brings the model back', async (t) => {
+  // Requests in flight when the unload arrives: each must complete.
+  const inflight = Array.from({ length: 6 }, () => server.client.infer('convnet', [image(8)]));
+  const unload = server.client.call('RepositoryModelUnload', { model_name: 'convnet' });
+  const results = await Promise.allSettled(inflight);
+  t.deepEqual(results.map((r) => r.status), Array(6).fill('fulfilled'));
+  await unload;
+  const m = (await index()).convnet;
+  t.is(m.state, 'UNAVAILABLE');
+  t.is(m.reason, 'unloaded');
+  const err = await t.throwsAsync(server.client.infer('convnet', [image(1)]));
+  t.is(err.code, status.UNAVAILABLE);
+  t.regex(err.details, /model "convnet" is not ready \(state UNAVAILABLE\): unloaded/);
+  t.false(await server.client.modelReady('convnet'));
+
+  await server.client.call('RepositoryModelLoad', { model_name: 'convnet' });
+  t.true(await server.client.modelReady('convnet'));
+  const { outputs } = await server.client.infer('convnet', [image(2)]);
+  t.deepEqual(outputs[0].shape, [2, 10]);
+});
+
+test.serial('loading a loaded model reloads it from disk without a gap in service', async (t) => {
+  const during = Array.from({ length: 4 }, () => server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }]));
+  await server.client.call('RepositoryModelLoad', { model_name: 'digits' });
+  t.deepEqual((await Promise.allSettled(during)).map((r) => r.status), Array(4).fill('fulfilled'));
+  t.true(server.logs.filter((l) => l.msg === 'model loaded' && l.model === 'digits').length >= 2);
+});
+
+test.serial('unloading an unknown model is NOT_FOUND', async (t) => {
+  const err = await t.throwsAsync(server.client.call('RepositoryModelUnload', { model_name: 'ghost' }));
+  t.is(err.code, status.NOT_FOUND);
+});
