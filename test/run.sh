@@ -10,6 +10,17 @@ npm run --silent build || { echo "build failed"; echo "0 passed, 1 failed"; exit
 passed=0
 failed=0
 
+# ghz (a Go gRPC load tester) for test/integration/ghz.test.js, into a project-local GOPATH.
+GHZ_VERSION=v0.93.0
+if [ ! -x .toolchain/gopath/bin/ghz ]; then
+  if command -v go >/dev/null; then
+    GOPATH="$PWD/.toolchain/gopath" GOFLAGS=-modcacherw go install "github.com/bojand/ghz/cmd/ghz@${GHZ_VERSION}" \
+      || echo "go install ghz failed: the ghz test will fail"
+  else
+    echo "Go is not installed: the ghz test will fail (install Go, or run .ci/run)"
+  fi
+fi
+
 # ava with the TAP reporter, so the counts can be read reliably.
 ava_out=$(mktemp)
 npx ava --tap 2>&1 | tee "$ava_out"

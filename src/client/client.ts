@@ -109,6 +109,24 @@ export class InferenceClient {
   }
 
   /**
+   * Many independent requests to one model, at most `concurrency` in flight
+   * at once (the server coalesces them into batches); results in input order.
+   */
+  async inferMany(model: string, requests: Tensor[][], options: InferOptions & { concurrency?: number } = {}): Promise<Tensor[][]> {
+    const { concurrency = 16, ...perRequest } = options;
+    const results: Tensor[][] = new Array(requests.length);
+    let next = 0;
+    const worker = async () => {
+      while (next < requests.length) {
+        const i = next++;
+        results[i] = (await this.infer(model, requests[i], perRequest)).outputs;
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(concurrency, requests.length) }, worker));
+    return results;
+  }
+
+  /**
    * A ModelStreamInfer stream: write ModelInferRequest objects, read
    * ModelStreamInferResponse objects ({ error_message, infer_response }),
    * matched to requests by their `id`.

@@ -1,0 +1,47 @@
+// ghz, a gRPC load tester nobody on this team wrote, calls ModelInfer with our proto/ files:
+// a bounded run (count and time) must finish with every call OK. Its figures go to the log.
+// test/run.sh installs ghz into .toolchain/gopath with `go install`.
+import { execFile } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import test from 'ava';
+import { FIXTURES, ROOT, startServer, tempDir } from '../helpers/server.js';
+
+const GHZ = path.join(ROOT, '.toolchain', 'gopath', 'bin', 'ghz');
+const run = promisify(execFile);
+const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8'));
+
+test('ghz drives ModelInfer at concurrency 8 with zero errors', async (t) => {
+  t.true(existsSync(GHZ), `ghz is missing at ${GHZ}: test/run.sh installs it with go install`);
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const server = await startServer({ model_repo: path.join(ROOT, 'bundles') });
+  t.teardown(() => server.stop());
+  const image = Buffer.from(Float32Array.from(heldout.images[0]).buffer).toString('base64');
+  const data = path.join(temp.dir, 'request.json');
+  writeFileSync(data, JSON.stringify({
+    model_name: 'digits',
+    inputs: [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8] }],
+    outputs: [{ name: 'label' }],
+    raw_input_contents: [image],
+  }));
+  const { stdout } = await run(GHZ, [
+    '--insecure',
+    '--proto', path.join(ROOT, 'proto', 'grpc_service.proto'),
+    '--import-paths', path.join(ROOT, 'proto'),
+    '--call', 'inference.GRPCInferenceService/ModelInfer',
+    '--data-file', data,
+    '--total', '4000', '--concurrency', '8', '--timeout', '10s',
+    '--format', 'json',
+    server.address,
+  ], { maxBuffer: 64 * 1024 * 1024 });
+  const report = JSON.parse(stdout);
+  t.log(JSON.stringify({ count: report.count, status: report.statusCodeDistribution, errors: report.errorDistribution }));
+  t.is(report.count, 4000);
+  t.deepEqual(report.statusCodeDistribution, { OK: 4000 });
+  t.deepEqual(report.errorDistribution ?? {}, {});
+  const ms = (ns) => (ns / 1e6).toFixed(2);
+  const pct = (p) => report.latencyDistribution.find((l) => l.percentage === p).latency;
+  t.log(`ghz: ${report.count} calls at concurrency 8, ${report.rps.toFixed(0)} req/s, average ${ms(report.average)} ms, p50 ${ms(pct(50))} ms, p99 ${ms(pct(99))} ms`);
+});

@@ -1,0 +1,48 @@
+// The client is for callers that talk to a server: importing it must not load ONNX Runtime or
+// any server code. A child process records every module the import resolves.
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import test from 'ava';
+import { ROOT, startServer } from '../../helpers/server.js';
+
+const run = promisify(execFile);
+
+test('importing the client loads neither onnxruntime nor server code', async (t) => {
+  const script = `
+    import { registerHooks } from 'node:module';
+    const seen = [];
+    registerHooks({ resolve(specifier, context, next) { const r = next(specifier, context); seen.push(r.url); return r; } });
+    const { InferenceClient } = await import('./dist/client/client.js');
+    if (typeof InferenceClient !== 'function') throw new Error('no InferenceClient');
+    console.log(JSON.stringify(seen));
+  `;
+  const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], { cwd: ROOT });
+  const urls = JSON.parse(stdout);
+  t.true(urls.some((u) => u.includes('@grpc/grpc-js')), 'sanity: the hook saw the client\'s imports');
+  const root = new URL(`file://${ROOT}`).href;
+  const ours = urls.filter((u) => u.startsWith(`${root}dist/`)).map((u) => u.slice(root.length)).sort();
+  t.deepEqual(ours, ['dist/client/client.js', 'dist/constants.js', 'dist/dtypes.js', 'dist/protocol/bytes-elements.js', 'dist/protocol/proto.js']);
+  t.false(urls.some((u) => u.includes('onnxruntime')), 'onnxruntime-node must not load');
+});
+
+test('inferMany runs requests concurrently and returns results in input order', async (t) => {
+  const server = await startServer({ model_repo: `${ROOT}/bundles` });
+  t.teardown(() => server.stop());
+  const image = (v) => [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64).fill(v) }];
+  const requests = [0, 4, 8, 12, 16].map(image);
+  const results = await server.client.inferMany('digits', requests, { outputs: ['logits'], concurrency: 3 });
+  t.is(results.length, 5);
+  for (const [i, outputs] of results.entries()) {
+    const alone = (await server.client.infer('digits', requests[i], { outputs: ['logits'] })).outputs;
+    t.deepEqual([...outputs[0].data], [...alone[0].data]);
+  }
+});
+
+test('errors reach the caller with the gRPC status and the server\'s message', async (t) => {
+  const server = await startServer({ model_repo: `${ROOT}/bundles` });
+  t.teardown(() => server.stop());
+  const err = await t.throwsAsync(server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8], data: new Float32Array(8) }]));
+  t.is(err.code, 3);
+  t.regex(err.details, /expected shape \[-1, 8, 8\]/);
+  await t.throwsAsync(server.client.call('NoSuchRpc'), { message: /no RPC NoSuchRpc/ });
+});
