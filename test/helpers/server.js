@@ -47,6 +47,7 @@ export async function startServer(config, { env = {}, root } = {}) {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const logs = [];
+  const logWaiters = [];
   let stderr = '';
   child.stderr.on('data', (d) => { stderr += d; });
   const lines = createInterface({ input: child.stdout });
@@ -55,6 +56,12 @@ export async function startServer(config, { env = {}, root } = {}) {
       let entry;
       try { entry = JSON.parse(line); } catch { entry = { msg: line }; }
       logs.push(entry);
+      for (const w of [...logWaiters]) {
+        if (w.match(entry)) {
+          logWaiters.splice(logWaiters.indexOf(w), 1);
+          w.resolve(entry);
+        }
+      }
       if (entry.msg === 'serving') resolve(entry);
     });
     child.once('exit', (code) => reject(new Error(`server exited with code ${code} before serving:\n${stderr}`)));
@@ -71,5 +78,10 @@ export async function startServer(config, { env = {}, root } = {}) {
     }
     temp?.cleanup();
   };
-  return { client, address, adminPort, logs, child, stop, stderr: () => stderr };
+  /** The first log line (already written or still to come) that `match` accepts. */
+  const waitForLog = (match) => {
+    const seen = logs.find(match);
+    return seen ? Promise.resolve(seen) : new Promise((resolve) => logWaiters.push({ match, resolve }));
+  };
+  return { client, address, adminPort, logs, child, stop, waitForLog, stderr: () => stderr };
 }

@@ -65,7 +65,7 @@ test('SIGTERM stops the server cleanly with exit code 0', async (t) => {
   const server = await startServer({ model_repo: path.join(ROOT, 'bundles') });
   t.true(await server.client.serverReady());
   server.child.kill('SIGTERM');
-  const [code] = await once(server.child, 'exit');
+  const [code] = await once(server.child, 'close'); // after its output is drained
   t.is(code, 0);
   t.true(server.logs.some((l) => l.msg === 'stopped'));
   await server.stop();

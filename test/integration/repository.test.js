@@ -73,7 +73,8 @@ test.serial('loading a loaded model reloads it from disk without a gap in servic
   const during = Array.from({ length: 4 }, () => server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }]));
   await server.client.call('RepositoryModelLoad', { model_name: 'digits' });
   t.deepEqual((await Promise.allSettled(during)).map((r) => r.status), Array(4).fill('fulfilled'));
-  t.true(server.logs.filter((l) => l.msg === 'model loaded' && l.model === 'digits').length >= 2);
+  let loads = 0;
+  await server.waitForLog((l) => l.msg === 'model loaded' && l.model === 'digits' && ++loads === 2);
 });
 
 test.serial('unloading an unknown model is NOT_FOUND', async (t) => {
