@@ -13,7 +13,7 @@ export const MODEL_BACKEND = 'onnxruntime';
 export const MAX_MESSAGE_BYTES = 2 ** 31 - 1;
 
 /** Extensions of ServerMetadata: only what is really implemented. */
-export const SERVER_EXTENSIONS: readonly string[] = ['model_configuration', 'statistics'];
+export const SERVER_EXTENSIONS: readonly string[] = ['model_configuration', 'statistics', 'system_shared_memory'];
 
 /** How long a device actor may take to start (import ONNX Runtime) before it is declared dead. */
 export const DEVICE_START_TIMEOUT_MS = 30_000;

@@ -32,6 +32,10 @@ export const ERROR_CODES = {
   STOWAGE_INVALID_REQUEST: { status: Status.INVALID_ARGUMENT, means: 'the request is malformed apart from its tensors (parameters, raw contents count)' },
   STOWAGE_UNSUPPORTED: { status: Status.INVALID_ARGUMENT, means: 'the request asks for a feature this server does not provide (sequences, classification, shared memory)' },
   STOWAGE_QUEUE_FULL: { status: Status.RESOURCE_EXHAUSTED, means: 'the model\'s queue on the device holds scheduler.max_queue_depth requests already' },
+  STOWAGE_SHM_REGION_EXISTS: { status: Status.ALREADY_EXISTS, means: 'a system shared-memory region of that name is already registered' },
+  STOWAGE_SHM_REGION_NOT_FOUND: { status: Status.NOT_FOUND, means: 'no system shared-memory region of that name is registered' },
+  STOWAGE_SHM_INVALID: { status: Status.INVALID_ARGUMENT, means: 'a shared-memory key, offset or size is invalid or out of the region\'s bounds' },
+  STOWAGE_SHM_OPEN_FAILED: { status: Status.INTERNAL, means: 'the shared-memory object could not be opened or mapped' },
   STOWAGE_UNIMPLEMENTED_RPC: { status: Status.UNIMPLEMENTED, means: 'the RPC is part of the protocol but not implemented by this server' },
   STOWAGE_DEADLINE_EXCEEDED: { status: Status.DEADLINE_EXCEEDED, means: 'the request\'s deadline passed before it could run' },
   STOWAGE_DEVICE_UNAVAILABLE: { status: Status.UNAVAILABLE, means: 'the device actor serving the request stopped or crashed' },
@@ -100,6 +104,13 @@ export const errors = {
   queueFull: (model: string, depth: number) =>
     new StowageError('STOWAGE_QUEUE_FULL',
       `model ${quote(model)} already has ${depth} requests queued (scheduler.max_queue_depth); retry later`),
+  sharedMemoryExists: (name: string) =>
+    new StowageError('STOWAGE_SHM_REGION_EXISTS', `shared-memory region ${quote(name)} is already registered; unregister it first`),
+  sharedMemoryNotFound: (name: string) =>
+    new StowageError('STOWAGE_SHM_REGION_NOT_FOUND', `no shared-memory region ${quote(name)} is registered`),
+  sharedMemoryInvalid: (message: string) => new StowageError('STOWAGE_SHM_INVALID', message),
+  sharedMemoryOpenFailed: (key: string, message: string) =>
+    new StowageError('STOWAGE_SHM_OPEN_FAILED', `unable to open or map shared-memory key ${quote(key)}: ${message}`),
   unimplementedRpc: (rpc: string) =>
     new StowageError('STOWAGE_UNIMPLEMENTED_RPC', `${rpc} is not implemented by this server`),
   deadlineExceeded: (model: string, waitedMs: number, why = 'it passed its deadline') =>

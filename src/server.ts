@@ -16,6 +16,7 @@ import type { NodeConfig } from './config/schema.js';
 import { MAX_MESSAGE_BYTES } from './constants.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
 import { ModelRepository } from './repository.js';
+import { SharedMemoryRegistry } from './shared-memory.js';
 import { Statistics } from './statistics.js';
 import { loadInferenceClient } from './protocol/proto.js';
 import { createHandlers } from './protocol/service.js';
@@ -84,6 +85,7 @@ export class StowageServer {
       device: this.#device,
       repository,
       statistics: this.statistics,
+      sharedMemory: new SharedMemoryRegistry((regionId) => this.#device?.forgetRegion(regionId)),
       schedulerModels: scheduler.models,
       logger: this.#logger,
       version: PACKAGE_VERSION,

@@ -19,7 +19,7 @@ import type { ModelSpec } from '../bundle/model-spec.js';
 import type { SchedulerConfig } from '../config/schema.js';
 import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../constants.js';
 import { errors, fromErrorData, StowageError } from '../errors.js';
-import { nowMs, type DeviceInit, type ExecutionTiming, type FromDevice, type InferResult as ExecutedRequest, type ToDevice, type WireTensor } from './messages.js';
+import { nowMs, type DeviceInit, type ExecutionTiming, type FromDevice, type InferCommand, type InferResult as ExecutedRequest, type ToDevice, type WireTensor } from './messages.js';
 
 /** Lifecycle of a device actor. */
 export enum DeviceState {
@@ -38,6 +38,8 @@ export interface InferRequest {
   /** One tensor per manifest input, in manifest order. */
   inputs: WireTensor[];
   outputs: string[];
+  /** Per output: the shared-memory slice to write it into, or null to return it. */
+  outputRegions: InferCommand['outputRegions'];
   /** The client's absolute deadline (nowMs clock); Infinity if it set none. */
   deadlineMs: number;
 }
@@ -234,7 +236,7 @@ export class DeviceActor {
       : enqueuedAtMs + this.#options.scheduler.dispatch_timeout_seconds * 1000 + EXECUTION_WATCHDOG_MS;
     const transfer = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
     const call = this.#call(
-      { type: 'infer', id, model: req.model, inputs: req.inputs, outputs: req.outputs, deadlineMs: req.deadlineMs, enqueuedAtMs },
+      { type: 'infer', id, model: req.model, inputs: req.inputs, outputs: req.outputs, outputRegions: req.outputRegions, deadlineMs: req.deadlineMs, enqueuedAtMs },
       settleBy - enqueuedAtMs,
       () => errors.deadlineExceeded(req.model, nowMs() - enqueuedAtMs),
       transfer);
@@ -255,6 +257,11 @@ export class DeviceActor {
     } finally {
       signal?.removeEventListener('abort', onAbort);
     }
+  }
+
+  /** A shared-memory region was unregistered: the worker drops its cached mapping. */
+  forgetRegion(regionId: number): void {
+    if (this.#state !== DeviceState.DEAD) this.#worker.postMessage({ type: 'forgetRegion', regionId } satisfies ToDevice);
   }
 
   /** Stop the worker; pending calls are answered UNAVAILABLE. */

@@ -21,7 +21,9 @@ import type { ExecutableFile, ModelSpec } from '../bundle/model-spec.js';
 import { checkSignature, type GraphTensor } from '../bundle/signature.js';
 import { byOrtType, dtypeInfo } from '../dtypes.js';
 import { errors, toErrorData, type StowageError } from '../errors.js';
+import { mapSharedMemory } from '../native/shm.js';
 import { joinBytesElements, splitBytesElements } from '../protocol/bytes-elements.js';
+import type { RegionSlice } from '../shared-memory.js';
 import { concatRows, concatRowsArray, sliceRows, sliceRowsArray } from './batch-layout.js';
 import { CostModel } from './cost-model.js';
 import { nowMs, type DeviceInit, type FromDevice, type InferCommand, type InferResult, type ToDevice, type WireTensor } from './messages.js';
@@ -53,6 +55,27 @@ const scheduler = new Scheduler<InferCommand>({
   costs: new CostModel(config.ema_halflife_seconds * 1000),
   now: nowMs,
 });
+/** Mappings of registered shared-memory regions, by region id (a view keeps its mapping alive). */
+const regionMappings = new Map<number, ArrayBuffer>();
+
+/** A view of a shared-memory slice: the device reads inputs from it and writes outputs into it. */
+function sliceView(slice: RegionSlice): Uint8Array {
+  let mapping = regionMappings.get(slice.regionId);
+  if (!mapping) {
+    mapping = mapSharedMemory(slice.key, slice.fd, slice.regionOffset, slice.regionByteSize);
+    regionMappings.set(slice.regionId, mapping);
+  }
+  return new Uint8Array(mapping, slice.offset, slice.byteSize);
+}
+
+/** An input's bytes: inline, or read in place from shared memory (copied only if misaligned for its type). */
+function inputBytes(t: WireTensor): WireTensor {
+  if (!t.shm) return t;
+  const view = sliceView(t.shm);
+  const width = dtypeInfo(t.datatype).elementBytes;
+  return { ...t, data: width > 1 && view.byteOffset % width !== 0 ? view.slice() : view };
+}
+
 /** Messages not yet admitted, in arrival order. */
 const inbox: ToDevice[] = [];
 let pumping = false;
@@ -71,6 +94,10 @@ const utf8Encoder = new TextEncoder();
 function decodeStrings(t: WireTensor): string[] {
   const parts = splitBytesElements(t.data);
   if (!parts) throw errors.invalidTensor(`input ${JSON.stringify(t.name)}: BYTES contents are not length-prefixed elements`);
+  const elements = t.shape.reduce((a, b) => a * b, 1);
+  if (parts.length !== elements) {
+    throw errors.invalidTensor(`input ${JSON.stringify(t.name)}: shape needs ${elements} BYTES elements, the contents hold ${parts.length}`);
+  }
   return parts.map((p, i) => {
     try {
       return utf8.decode(p);
@@ -117,6 +144,15 @@ function requestOutput(model: string, name: string, tensor: ort.Tensor, batchDim
   const typed = tensor.data as Uint8Array;
   const bytes = new Uint8Array(typed.buffer, typed.byteOffset, typed.byteLength);
   return { name, datatype: info.datatype, shape, data: whole ? bytes : sliceRows(bytes, dims, batchDim, info.elementBytes, from, rows) };
+}
+
+/** Write an output into its shared-memory slice; what goes back to the main thread carries no bytes. */
+function writeToRegion(out: WireTensor, slice: RegionSlice): WireTensor {
+  if (out.data.byteLength > slice.byteSize) {
+    throw errors.sharedMemoryInvalid(`output ${JSON.stringify(out.name)}: shared_memory_byte_size ${slice.byteSize} is less than the ${out.data.byteLength} bytes of the result`);
+  }
+  sliceView(slice).set(out.data);
+  return { ...out, data: new Uint8Array(0), shm: slice };
 }
 
 function sessionOptions(): ort.InferenceSession.SessionOptions {
@@ -230,7 +266,7 @@ async function execute(batch: Ticket<InferCommand>[]): Promise<void> {
     const t0 = process.hrtime.bigint();
     const feeds: Record<string, ort.Tensor> = {};
     spec.inputs.forEach((input, i) => {
-      feeds[input.name] = batchInput(batch.map((t) => t.payload.inputs[i]), batchDims.get(input.name) ?? -1, runBatch);
+      feeds[input.name] = batchInput(batch.map((t) => inputBytes(t.payload.inputs[i])), batchDims.get(input.name) ?? -1, runBatch);
     });
     const t1 = process.hrtime.bigint();
     let outputs: ort.InferenceSession.OnnxValueMapType;
@@ -243,11 +279,19 @@ async function execute(batch: Ticket<InferCommand>[]): Promise<void> {
     const results: InferResult[] = [];
     let from = 0;
     for (const t of batch) {
-      results.push({
-        id: t.id,
-        outputs: t.payload.outputs.map((o) => requestOutput(name, o, outputs[o] as ort.Tensor, batchDims.get(o) ?? -1, from, t.rows)),
-        queueNs: Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6)),
-      });
+      try {
+        results.push({
+          id: t.id,
+          outputs: t.payload.outputs.map((o, k) => {
+            const out = requestOutput(name, o, outputs[o] as ort.Tensor, batchDims.get(o) ?? -1, from, t.rows);
+            const region = t.payload.outputRegions[k];
+            return region ? writeToRegion(out, region) : out;
+          }),
+          queueNs: Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6)),
+        });
+      } catch (err) {
+        fail(t.id, err); // this request only: its region was too small
+      }
       from += t.rows;
     }
     const t3 = process.hrtime.bigint();
@@ -299,6 +343,7 @@ async function pump(): Promise<void> {
             await handleControl(msg);
             break;
           case 'cancel':
+          case 'forgetRegion':
             break; // handled on arrival
           default: {
             const never: never = msg;
@@ -318,6 +363,10 @@ async function pump(): Promise<void> {
 }
 
 port.on('message', (msg: ToDevice) => {
+  if (msg.type === 'forgetRegion') {
+    regionMappings.delete(msg.regionId);
+    return;
+  }
   if (msg.type === 'cancel') {
     // Queued: removed and never runs. Running: finishes, and the main thread drops its result.
     const at = inbox.findIndex((m) => m.type === 'infer' && m.id === msg.id);

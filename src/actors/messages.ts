@@ -12,13 +12,17 @@ import type { ModelSpec } from '../bundle/model-spec.js';
 import type { SchedulerConfig } from '../config/schema.js';
 import type { Datatype } from '../dtypes.js';
 import type { ErrorData } from '../errors.js';
+import type { RegionSlice } from '../shared-memory.js';
 
 /** A tensor in KServe's raw wire layout: row-major little-endian elements; BYTES elements length-prefixed. */
 export interface WireTensor {
   name: string;
   datatype: Datatype;
   shape: number[];
+  /** The bytes; empty when they are in shared memory (`shm`). */
   data: Uint8Array;
+  /** Inputs: where the bytes are. Outputs: where they were written (nothing is returned inline). */
+  shm?: RegionSlice;
 }
 
 /** Given to the worker at start-up (as workerData). */
@@ -58,6 +62,8 @@ export interface InferCommand {
   inputs: WireTensor[];
   /** Output names to return, in response order (never empty: the codec fills in every output). */
   outputs: string[];
+  /** Per output: the shared-memory slice to write it into instead of returning it, or null. */
+  outputRegions: (RegionSlice | null)[];
   /** The client's absolute deadline, ms since the epoch (performance.timeOrigin + performance.now()); Infinity if none. */
   deadlineMs: number;
   /** When the main thread handed the request over, same clock. */
@@ -70,7 +76,9 @@ export type ToDevice =
   | { type: 'unload'; id: number; model: string }
   | InferCommand
   /** Drop a queued infer; one already running finishes and its result is discarded. */
-  | { type: 'cancel'; id: number };
+  | { type: 'cancel'; id: number }
+  /** A shared-memory region was unregistered: drop the cached mapping (requests using it keep theirs). */
+  | { type: 'forgetRegion'; regionId: number };
 
 /** device actor -> main thread */
 export type FromDevice =

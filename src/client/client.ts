@@ -25,9 +25,38 @@ export interface Tensor {
   data: TensorData;
 }
 
+/** Where a tensor sits in a registered system shared-memory region. */
+export interface SharedMemorySlice {
+  region: string;
+  byteSize: number;
+  offset?: number;
+}
+
+/** An input whose bytes are already in shared memory (see ./shared-memory.ts). */
+export interface SharedMemoryInput {
+  name: string;
+  datatype: Datatype;
+  shape: number[];
+  sharedMemory: SharedMemorySlice;
+}
+
+/** An output to write into shared memory instead of returning it. */
+export interface SharedMemoryOutput {
+  name: string;
+  sharedMemory: SharedMemorySlice;
+}
+
+function sliceParameters(s: SharedMemorySlice): Record<string, InferParameter> {
+  return {
+    shared_memory_region: { string_param: s.region },
+    shared_memory_byte_size: { int64_param: String(s.byteSize) },
+    shared_memory_offset: { int64_param: String(s.offset ?? 0) },
+  };
+}
+
 export interface InferOptions {
-  /** Output names to return (all when omitted). */
-  outputs?: string[];
+  /** Outputs to return (all when omitted); a SharedMemoryOutput is written to its region instead. */
+  outputs?: (string | SharedMemoryOutput)[];
   id?: string;
   parameters?: Record<string, InferParameter>;
   /** gRPC deadline, ms from now. */
@@ -86,15 +115,21 @@ export class InferenceClient {
     return (await this.call<{ ready: boolean }>('ModelReady', { name })).ready;
   }
 
-  /** Run a model; tensors go as raw contents, outputs come back as typed data. */
-  async infer(model: string, inputs: Tensor[], options: InferOptions = {}): Promise<{ id: string; outputs: Tensor[] }> {
+  /**
+   * Run a model; tensors go as raw contents (or stay in shared memory), outputs come back as
+   * typed data (empty for an output written to shared memory: read it from the region).
+   */
+  async infer(model: string, inputs: (Tensor | SharedMemoryInput)[], options: InferOptions = {}): Promise<{ id: string; outputs: Tensor[] }> {
     const request = {
       model_name: model,
       id: options.id ?? '',
       parameters: options.parameters ?? {},
-      inputs: inputs.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape })),
-      outputs: (options.outputs ?? []).map((name) => ({ name })),
-      raw_input_contents: inputs.map(toRaw),
+      inputs: inputs.map((t) => ({
+        name: t.name, datatype: t.datatype, shape: t.shape,
+        parameters: 'sharedMemory' in t ? sliceParameters(t.sharedMemory) : {},
+      })),
+      outputs: (options.outputs ?? []).map((o) => (typeof o === 'string' ? { name: o } : { name: o.name, parameters: sliceParameters(o.sharedMemory) })),
+      raw_input_contents: inputs.filter((t): t is Tensor => !('sharedMemory' in t)).map(toRaw),
     };
     const res = await this.call<ModelInferResponse>('ModelInfer', request, options.timeoutMs);
     return {
@@ -106,6 +141,23 @@ export class InferenceClient {
         data: fromRaw(o.datatype, res.raw_output_contents[i]),
       })),
     };
+  }
+
+  /** Register `byteSize` bytes at `offset` of the shared-memory object `key` as region `name`. */
+  async registerSystemSharedMemory(name: string, key: string, byteSize: number, offset = 0): Promise<void> {
+    await this.call('SystemSharedMemoryRegister', { name, key, offset: String(offset), byte_size: String(byteSize) });
+  }
+
+  /** Unregister one region, or every region when `name` is empty. */
+  async unregisterSystemSharedMemory(name = ''): Promise<void> {
+    await this.call('SystemSharedMemoryUnregister', { name });
+  }
+
+  /** Registered regions by name (one, or all when `name` is empty). */
+  async systemSharedMemoryStatus(name = ''): Promise<Record<string, { name: string; key: string; offset: number; byteSize: number }>> {
+    const res = await this.call<{ regions: Record<string, { name: string; key: string; offset: string; byte_size: string }> }>('SystemSharedMemoryStatus', { name });
+    return Object.fromEntries(Object.entries(res.regions).map(([k, r]) =>
+      [k, { name: r.name, key: r.key, offset: Number(r.offset), byteSize: Number(r.byte_size) }]));
   }
 
   /**

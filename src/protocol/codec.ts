@@ -15,12 +15,16 @@
  *   4. protobufjs copies the output bytes while encoding the response,
  *   5. and grpc-js frames it (one more copy).
  * Typed `contents` replace copy 2 with a conversion from the JS arrays.
+ * Shared-memory inputs are not copied here at all: the device actor maps
+ * the region and ONNX Runtime reads the tensor in place; shared-memory
+ * outputs are written into their region by the device actor (its one copy).
  */
 import type { ModelSpec, TensorSpec } from '../bundle/model-spec.js';
 import { byDatatype, DATATYPES, type DtypeInfo } from '../dtypes.js';
 import { errors } from '../errors.js';
 import { MODEL_VERSION } from '../constants.js';
 import type { WireTensor } from '../actors/messages.js';
+import type { RegionSlice, SharedMemoryRegistry } from '../shared-memory.js';
 import { joinBytesElements, splitBytesElements } from './bytes-elements.js';
 import type { InferInputTensor, InferTensorContents, ModelInferRequest, ModelInferResponse, Parameters } from './types.js';
 
@@ -28,6 +32,8 @@ export interface DecodedRequest {
   inputs: WireTensor[];
   /** Outputs to return, in response order. */
   outputs: string[];
+  /** Per output: the shared-memory slice it goes to, or null to return it inline. */
+  outputRegions: (RegionSlice | null)[];
   /** Rows in this request (0 for an unbatched model). */
   batchSize: number;
   /** The KServe `timeout` parameter in microseconds, if the client set one. */
@@ -119,10 +125,35 @@ function fromRaw(name: string, info: DtypeInfo, raw: Uint8Array, elements: numbe
   return new Uint8Array(raw); // copy 2 of the header comment
 }
 
-function rejectSharedMemory(what: string, params: Parameters): void {
-  if ('shared_memory_region' in params || 'shared_memory_byte_size' in params || 'shared_memory_offset' in params) {
-    throw errors.unsupported(`${what} uses shared_memory_region, but this server has no shared-memory regions; send the data in the request`);
+interface SharedMemoryParams {
+  region: string;
+  offset: number;
+  byteSize: number;
+}
+
+/** Triton's shared_memory_* parameters of one input or output; null when it uses none. */
+function sharedMemoryParams(what: string, params: Parameters): SharedMemoryParams | null {
+  const { shared_memory_region: region, shared_memory_byte_size: size, shared_memory_offset: offset } = params;
+  if (!region && !size && !offset) return null;
+  if (!region || region.parameter_choice !== 'string_param') {
+    throw errors.invalidRequest(`${what}: shared_memory_region must be a string parameter naming a registered region`);
   }
+  const integer = (key: string, p: Parameters[string] | undefined, fallback?: number): number => {
+    if (!p) {
+      if (fallback !== undefined) return fallback;
+      throw errors.invalidRequest(`${what}: ${key} is required with shared_memory_region`);
+    }
+    const raw = p.parameter_choice === 'int64_param' ? p.int64_param : p.parameter_choice === 'uint64_param' ? p.uint64_param : undefined;
+    const n = Number(raw);
+    if (raw === undefined || !Number.isSafeInteger(n) || n < 0) throw errors.invalidRequest(`${what}: ${key} must be a non-negative int64 parameter`);
+    return n;
+  };
+  return { region: region.string_param as string, byteSize: integer('shared_memory_byte_size', size), offset: integer('shared_memory_offset', offset, 0) };
+}
+
+function regionSlice(what: string, p: SharedMemoryParams, regions: SharedMemoryRegistry | undefined): RegionSlice {
+  if (!regions) throw errors.sharedMemoryNotFound(p.region);
+  return regions.slice(what, p.region, p.offset, p.byteSize);
 }
 
 function checkRequestParameters(params: Parameters): number | undefined {
@@ -143,12 +174,16 @@ function checkRequestParameters(params: Parameters): number | undefined {
 }
 
 /** Decode and check a request against the model's manifest. */
-export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec): DecodedRequest {
+export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regions?: SharedMemoryRegistry): DecodedRequest {
   const timeoutUs = checkRequestParameters(req.parameters);
   const expected = spec.inputs.map((t) => t.name);
+  const inputRegions = req.inputs.map((input) => sharedMemoryParams(`input ${q(input.name)}`, input.parameters));
+  // raw_input_contents holds one entry per input that is not in shared memory, in input order.
+  let inline = 0;
+  const rawIndex = inputRegions.map((r) => (r ? -1 : inline++));
   const useRaw = req.raw_input_contents.length > 0;
-  if (useRaw && req.raw_input_contents.length !== req.inputs.length) {
-    throw errors.invalidRequest(`raw_input_contents has ${req.raw_input_contents.length} entries for ${req.inputs.length} inputs; send one entry per input, in the order of inputs`);
+  if (useRaw && req.raw_input_contents.length !== inline) {
+    throw errors.invalidRequest(`raw_input_contents has ${req.raw_input_contents.length} entries for ${inline} inputs not in shared memory; send one entry per such input, in the order of inputs`);
   }
   const byName = new Map<string, WireTensor>();
   let batchSize = -1;
@@ -159,7 +194,6 @@ export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec): Dec
       throw errors.invalidTensor(`unknown input ${q(input.name)} for model ${q(spec.name)}; expected inputs: ${expected.join(', ')}`);
     }
     if (byName.has(input.name)) throw errors.invalidTensor(`input ${q(input.name)} is given twice`);
-    rejectSharedMemory(`input ${q(input.name)}`, input.parameters);
     const info = byDatatype(input.datatype);
     if (!info) {
       throw errors.invalidTensor(`input ${q(input.name)}: unknown datatype ${q(input.datatype)}; KServe datatypes are ${DATATYPES.join(', ')}`);
@@ -173,9 +207,18 @@ export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec): Dec
     const hasContents = input.contents !== null
       && Object.values(input.contents).some((v) => Array.isArray(v) && v.length > 0);
     let data: Uint8Array;
-    if (useRaw) {
+    let shm: RegionSlice | undefined;
+    const region = inputRegions[i];
+    if (region) {
+      if (hasContents) throw errors.invalidRequest(`input ${q(input.name)} sets contents and shared_memory_region; use one or the other`);
+      if (info.datatype !== 'BYTES' && region.byteSize !== elements * info.elementBytes) {
+        throw errors.invalidTensor(`input ${q(input.name)}: expected shared_memory_byte_size ${elements * info.elementBytes} (${elements} ${info.datatype} elements of ${info.elementBytes} bytes), got ${region.byteSize}`);
+      }
+      shm = regionSlice(`input ${q(input.name)}`, region, regions);
+      data = new Uint8Array(0); // the bytes stay in the region: the device actor reads them there
+    } else if (useRaw) {
       if (hasContents) throw errors.invalidRequest(`input ${q(input.name)} sets contents while the request uses raw_input_contents; use one or the other`);
-      data = fromRaw(input.name, info, req.raw_input_contents[i], elements);
+      data = fromRaw(input.name, info, req.raw_input_contents[rawIndex[i]], elements);
     } else if (hasContents || elements === 0) {
       data = fromContents(input.name, info, input.contents as InferTensorContents, elements);
     } else {
@@ -189,7 +232,7 @@ export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec): Dec
       batchSize = rows;
       batchFrom = input.name;
     }
-    byName.set(input.name, { name: input.name, datatype: info.datatype, shape, data });
+    byName.set(input.name, shm ? { name: input.name, datatype: info.datatype, shape, data, shm } : { name: input.name, datatype: info.datatype, shape, data });
   });
   const missing = expected.filter((n) => !byName.has(n));
   if (missing.length) {
@@ -198,12 +241,44 @@ export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec): Dec
   if (spec.maxBatchSize > 0 && batchSize > spec.maxBatchSize) {
     throw errors.invalidTensor(`batch of ${batchSize} rows exceeds model ${q(spec.name)}'s max_batch_size ${spec.maxBatchSize} (compiled batch sizes [${spec.compiledBatchSizes.join(', ')}]); split the request`);
   }
+  const outputs = decodeRequestedOutputs(req, spec);
   return {
     inputs: spec.inputs.map((t) => byName.get(t.name) as WireTensor),
-    outputs: decodeRequestedOutputs(req, spec),
+    outputs,
+    outputRegions: decodeOutputRegions(req, spec, outputs, Math.max(batchSize, 1), regions),
     batchSize: Math.max(batchSize, 0),
     timeoutUs,
   };
+}
+
+/** Every shared-memory slice a decoded request names, inputs and outputs. */
+export function slicesOf(decoded: DecodedRequest): RegionSlice[] {
+  const slices = decoded.inputs.flatMap((t) => (t.shm ? [t.shm] : []));
+  for (const r of decoded.outputRegions) if (r) slices.push(r);
+  return slices;
+}
+
+/** Requested outputs that go to shared memory, checked to hold at least the output's bytes. */
+function decodeOutputRegions(req: ModelInferRequest, spec: ModelSpec, outputs: string[], rows: number,
+  regions: SharedMemoryRegistry | undefined): (RegionSlice | null)[] {
+  return outputs.map((name) => {
+    const requested = req.outputs.find((o) => o.name === name);
+    const params = requested && sharedMemoryParams(`output ${q(name)}`, requested.parameters);
+    if (!params) return null;
+    const t = spec.outputs.find((o) => o.name === name) as TensorSpec;
+    const info = dtypeInfoOf(t);
+    if (info.elementBytes > 0) {
+      const needed = t.shape.reduce((a, d) => a * (d < 0 ? rows : d), 1) * info.elementBytes;
+      if (params.byteSize < needed) {
+        throw errors.sharedMemoryInvalid(`output ${q(name)}: shared_memory_byte_size ${params.byteSize} is less than the ${needed} bytes the output needs`);
+      }
+    }
+    return regionSlice(`output ${q(name)}`, params, regions);
+  });
+}
+
+function dtypeInfoOf(t: TensorSpec): DtypeInfo {
+  return byDatatype(t.datatype) as DtypeInfo;
 }
 
 function decodeRequestedOutputs(req: ModelInferRequest, spec: ModelSpec): string[] {
@@ -218,12 +293,15 @@ function decodeRequestedOutputs(req: ModelInferRequest, spec: ModelSpec): string
     if ('classification' in out.parameters) {
       throw errors.unsupported(`output ${q(out.name)} asks for classification, an extension this server does not provide; request the raw output`);
     }
-    rejectSharedMemory(`output ${q(out.name)}`, out.parameters);
   }
   return req.outputs.map((o) => o.name);
 }
 
-/** Outputs into a response; raw bytes are wrapped, not copied (protobufjs copies while encoding). */
+/**
+ * Outputs into a response; raw bytes are wrapped, not copied (protobufjs copies while encoding).
+ * An output written to shared memory keeps its place with an empty entry, because clients find
+ * an output's raw contents by its position among the outputs.
+ */
 export function encodeInferResponse(spec: ModelSpec, id: string, outputs: readonly WireTensor[]): ModelInferResponse {
   return {
     model_name: spec.name,

@@ -13,8 +13,9 @@ import { MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../constants.js';
 import { errors, errorToStatus } from '../errors.js';
 import { ModelState, type ModelRegistry } from '../model-registry.js';
 import type { ModelRepository } from '../repository.js';
+import type { RegionSlice, SharedMemoryRegistry } from '../shared-memory.js';
 import type { Statistics } from '../statistics.js';
-import { decodeInferRequest, encodeInferResponse } from './codec.js';
+import { decodeInferRequest, encodeInferResponse, slicesOf } from './codec.js';
 import { applyLogSettings, currentLogSettings } from './log-settings.js';
 import { modelConfig, modelMetadata } from './model-config.js';
 import type { ModelInferRequest, ModelInferResponse, ModelRef } from './types.js';
@@ -24,6 +25,7 @@ export interface ServiceContext {
   repository: ModelRepository;
   device: DeviceActor;
   statistics: Statistics;
+  sharedMemory: SharedMemoryRegistry;
   /** scheduler.models: per-model max_batch_size caps what ModelConfig reports as coalesced. */
   schedulerModels: SchedulerConfig['models'];
   logger: Logger;
@@ -59,18 +61,22 @@ function deadlineOf(call: HasDeadline, timeoutUs: number | undefined): number {
 }
 
 export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefinition): grpc.UntypedServiceImplementation {
-  const { registry, repository, device, statistics, logger } = ctx;
+  const { registry, repository, device, statistics, sharedMemory, logger } = ctx;
 
   /** One inference, shared by ModelInfer and ModelStreamInfer. */
   async function infer(req: ModelInferRequest, call: HasDeadline, signal: AbortSignal): Promise<ModelInferResponse> {
     const started = process.hrtime.bigint();
     const spec = registry.acquire(req.model_name, req.model_version);
+    let slices: RegionSlice[] = [];
     try {
-      const decoded = decodeInferRequest(req, spec);
+      const decoded = decodeInferRequest(req, spec, sharedMemory);
+      slices = slicesOf(decoded);
+      sharedMemory.hold(slices); // no await since decoding: the regions are still registered
       const result = await device.infer({
         model: spec.name,
         inputs: decoded.inputs,
         outputs: decoded.outputs,
+        outputRegions: decoded.outputRegions,
         deadlineMs: deadlineOf(call, decoded.timeoutUs),
       }, signal);
       const response = encodeInferResponse(spec, req.id, result.outputs);
@@ -81,6 +87,7 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
       throw err;
     } finally {
       registry.release(spec.name);
+      sharedMemory.release(slices); // a region unregistered meanwhile closes with its last request
     }
   }
 
@@ -152,6 +159,18 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
       if (req.name === '') return { model_stats: registry.all().map((r) => statistics.snapshot(r.name)) };
       registry.find(req.name, req.version);
       return { model_stats: [statistics.snapshot(req.name)] };
+    }),
+    SystemSharedMemoryRegister: unary('SystemSharedMemoryRegister', logger, (req: { name: string; key: string; offset: string; byte_size: string }) => {
+      sharedMemory.register(req.name, req.key, Number(req.offset), Number(req.byte_size));
+      return {};
+    }),
+    SystemSharedMemoryStatus: unary('SystemSharedMemoryStatus', logger, (req: { name: string }) => ({
+      regions: Object.fromEntries(sharedMemory.status(req.name).map((r) =>
+        [r.name, { name: r.name, key: r.key, offset: String(r.offset), byte_size: String(r.byteSize) }])),
+    })),
+    SystemSharedMemoryUnregister: unary('SystemSharedMemoryUnregister', logger, (req: { name: string }) => {
+      sharedMemory.unregister(req.name);
+      return {};
     }),
     LogSettings: unary('LogSettings', logger, (req: { settings: Parameters<typeof applyLogSettings>[1] }) =>
       ({ settings: Object.keys(req.settings).length ? applyLogSettings(logger, req.settings) : currentLogSettings(logger) })),

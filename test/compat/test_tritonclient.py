@@ -26,7 +26,7 @@ def test_health_and_server_metadata(client):
     assert client.is_server_ready()
     md = client.get_server_metadata(as_json=True)
     assert md["name"] == "stowage"
-    assert md["extensions"] == ["model_configuration", "statistics"]
+    assert md["extensions"] == ["model_configuration", "statistics", "system_shared_memory"]
 
 
 def test_repository_index_and_model_readiness(client):

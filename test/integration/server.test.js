@@ -63,7 +63,7 @@ test('ServerMetadata names the server and only the extensions it implements', as
   const md = await server.client.call('ServerMetadata');
   t.is(md.name, 'stowage');
   t.regex(md.version, /^\d+\.\d+\.\d+/);
-  t.deepEqual(md.extensions, ['model_configuration', 'statistics']);
+  t.deepEqual(md.extensions, ['model_configuration', 'statistics', 'system_shared_memory']);
 });
 
 test('RepositoryIndex lists every bundle, refused ones UNAVAILABLE with the reason', async (t) => {
@@ -288,7 +288,7 @@ test('a request whose timeout parameter has passed is DEADLINE_EXCEEDED', async 
 });
 
 test('RPCs outside this release answer UNIMPLEMENTED naming the RPC', async (t) => {
-  for (const rpc of ['SystemSharedMemoryStatus', 'SystemSharedMemoryRegister', 'TraceSetting']) {
+  for (const rpc of ['TraceSetting']) {
     await rejects(t, server.client.call(rpc, {}), status.UNIMPLEMENTED, rpc);
   }
 });

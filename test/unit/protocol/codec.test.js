@@ -84,7 +84,7 @@ test('input names: unknown, duplicated and missing', (t) => {
 
 test('raw contents must match the inputs one to one and exclude typed contents', (t) => {
   const r = good();
-  invalid(t, { ...r, raw_input_contents: [r.raw_input_contents[0]] }, /raw_input_contents has 1 entries for 2 inputs/, 'STOWAGE_INVALID_REQUEST');
+  invalid(t, { ...r, raw_input_contents: [r.raw_input_contents[0]] }, /raw_input_contents has 1 entries for 2 inputs not in shared memory/, 'STOWAGE_INVALID_REQUEST');
   const mixed = { ...r, inputs: [r.inputs[0], { ...r.inputs[1], contents: { fp32_contents: [1, 2, 3, 4] } }] };
   invalid(t, mixed, /input "a" sets contents while the request uses raw_input_contents/, 'STOWAGE_INVALID_REQUEST');
   invalid(t, request([input('a', 'FP32', [1, 2])]), /input "a" has no data/);
@@ -104,7 +104,10 @@ test('requested outputs select and order the response; unknown, repeated and cla
   invalid(t, { ...r, outputs: out('z') }, /unknown output "z" for model "m"; expected one of: p, q/);
   invalid(t, { ...r, outputs: out('p', 'p') }, /output "p" is requested twice/);
   invalid(t, { ...r, outputs: [{ name: 'p', parameters: { classification: { int64_param: '3' } } }] }, /classification/, 'STOWAGE_UNSUPPORTED');
-  invalid(t, { ...r, outputs: [{ name: 'p', parameters: { shared_memory_region: { string_param: 'r' } } }] }, /shared_memory_region/, 'STOWAGE_UNSUPPORTED');
+  invalid(t, { ...r, outputs: [{ name: 'p', parameters: { shared_memory_region: { parameter_choice: 'string_param', string_param: 'r' }, shared_memory_byte_size: { parameter_choice: 'int64_param', int64_param: '64' } } }] },
+    /no shared-memory region "r" is registered/, 'STOWAGE_SHM_REGION_NOT_FOUND');
+  invalid(t, { ...r, outputs: [{ name: 'p', parameters: { shared_memory_region: { parameter_choice: 'string_param', string_param: 'r' } } }] },
+    /output "p": shared_memory_byte_size is required/, 'STOWAGE_INVALID_REQUEST');
 });
 
 test('request parameters: timeout in microseconds, sequences refused, priority accepted', (t) => {
