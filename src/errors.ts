@@ -30,7 +30,7 @@ export const ERROR_CODES = {
   STOWAGE_MODEL_NOT_READY: { status: Status.UNAVAILABLE, means: 'the model exists but is loading, failed to load or is unloaded' },
   STOWAGE_INVALID_TENSOR: { status: Status.INVALID_ARGUMENT, means: 'an input or requested output does not match the model: name, datatype, shape or byte size' },
   STOWAGE_INVALID_REQUEST: { status: Status.INVALID_ARGUMENT, means: 'the request is malformed apart from its tensors (parameters, raw contents count)' },
-  STOWAGE_UNSUPPORTED: { status: Status.INVALID_ARGUMENT, means: 'the request asks for a feature this server does not provide (sequences, classification, shared memory)' },
+  STOWAGE_UNSUPPORTED: { status: Status.INVALID_ARGUMENT, means: 'the request asks for a feature this server does not provide (sequences, classification, CUDA shared memory)' },
   STOWAGE_QUEUE_FULL: { status: Status.RESOURCE_EXHAUSTED, means: 'the model\'s queue on the device holds scheduler.max_queue_depth requests already' },
   STOWAGE_SHM_REGION_EXISTS: { status: Status.ALREADY_EXISTS, means: 'a system shared-memory region of that name is already registered' },
   STOWAGE_SHM_REGION_NOT_FOUND: { status: Status.NOT_FOUND, means: 'no system shared-memory region of that name is registered' },
