@@ -32,6 +32,8 @@ export const ERROR_CODES = {
   STOWAGE_INVALID_REQUEST: { status: Status.INVALID_ARGUMENT, means: 'the request is malformed apart from its tensors (parameters, raw contents count)' },
   STOWAGE_UNSUPPORTED: { status: Status.INVALID_ARGUMENT, means: 'the request asks for a feature this server does not provide (sequences, classification, CUDA shared memory)' },
   STOWAGE_QUEUE_FULL: { status: Status.RESOURCE_EXHAUSTED, means: 'the model\'s queue on the device holds scheduler.max_queue_depth requests already' },
+  STOWAGE_SERVER_BUSY: { status: Status.RESOURCE_EXHAUSTED, means: 'endpoints.max_concurrent_requests inference RPCs are in flight already' },
+  STOWAGE_CANCELLED: { status: Status.CANCELLED, means: 'the client cancelled the request' },
   STOWAGE_SHM_REGION_EXISTS: { status: Status.ALREADY_EXISTS, means: 'a system shared-memory region of that name is already registered' },
   STOWAGE_SHM_REGION_NOT_FOUND: { status: Status.NOT_FOUND, means: 'no system shared-memory region of that name is registered' },
   STOWAGE_SHM_INVALID: { status: Status.INVALID_ARGUMENT, means: 'a shared-memory key, offset or size is invalid or out of the region\'s bounds' },
@@ -104,6 +106,9 @@ export const errors = {
   queueFull: (model: string, depth: number) =>
     new StowageError('STOWAGE_QUEUE_FULL',
       `model ${quote(model)} already has ${depth} requests queued (scheduler.max_queue_depth); retry later`),
+  serverBusy: (cap: number) =>
+    new StowageError('STOWAGE_SERVER_BUSY', `the server has ${cap} inference requests in flight (endpoints.max_concurrent_requests = ${cap}); retry later`),
+  cancelled: () => new StowageError('STOWAGE_CANCELLED', 'cancelled by the client'),
   sharedMemoryExists: (name: string) =>
     new StowageError('STOWAGE_SHM_REGION_EXISTS', `shared-memory region ${quote(name)} is already registered; unregister it first`),
   sharedMemoryNotFound: (name: string) =>

@@ -50,7 +50,8 @@ async function main(argv: string[]): Promise<void> {
       process.exit(1);
     }
     stopping = true;
-    logger.info({ signal }, 'stopping: finishing in-flight requests');
+    logger.info({ signal, inflight: server.admission.inflight, grace_seconds: config.global.endpoints.shutdown_grace_seconds },
+      'stopping: finishing in-flight requests');
     server.stop().then(() => {
       logger.info('stopped');
       process.exit(0);

@@ -89,6 +89,11 @@ export class ModelRegistry {
     }
   }
 
+  /** Requests in flight per model. */
+  pending(): Map<string, number> {
+    return new Map([...this.#inflight].map(([name, f]) => [name, f.count]));
+  }
+
   /** Resolves once no request holds the model. */
   drained(name: string): Promise<void> {
     const f = this.#inflight.get(name);

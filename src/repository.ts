@@ -21,7 +21,11 @@ export class ModelRepository {
   readonly #device: DeviceActor;
   readonly #logger: Logger;
 
-  constructor(dir: string, registry: ModelRegistry, device: DeviceActor, logger: Logger) {
+  readonly #onLoaded: (model: string, loadMs: number) => void;
+
+  constructor(dir: string, registry: ModelRegistry, device: DeviceActor, logger: Logger,
+    onLoaded: (model: string, loadMs: number) => void = () => undefined) {
+    this.#onLoaded = onLoaded;
     this.#dir = dir;
     this.#registry = registry;
     this.#device = device;
@@ -74,6 +78,7 @@ export class ModelRepository {
     try {
       const { loadMs } = await this.#device.load(spec);
       this.#registry.set({ name, state: ModelState.READY, spec, reason: '' });
+      this.#onLoaded(name, loadMs);
       this.#logger.info({ model: name, load_ms: Math.round(loadMs), progress }, 'model loaded');
     } catch (err) {
       const reason = (err as Error).message;

@@ -13,11 +13,12 @@ import type { Logger } from 'pino';
 import { DeviceActor } from './actors/device-actor.js';
 import { createAdminServer, listen } from './admin/http.js';
 import type { NodeConfig } from './config/schema.js';
-import { MAX_MESSAGE_BYTES } from './constants.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
 import { ModelRepository } from './repository.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
 import { Statistics } from './statistics.js';
+import { Metrics } from './metrics.js';
+import { Admission } from './protocol/admission.js';
 import { loadInferenceClient } from './protocol/proto.js';
 import { createHandlers } from './protocol/service.js';
 
@@ -30,7 +31,10 @@ export interface Ports {
 
 export class StowageServer {
   readonly registry = new ModelRegistry();
-  readonly statistics = new Statistics();
+  readonly admission: Admission;
+  readonly metrics: Metrics;
+  readonly statistics: Statistics;
+  readonly sharedMemory: SharedMemoryRegistry;
   readonly ports: Ports = { grpc: 0, admin: 0 };
   #config: NodeConfig;
   #logger: Logger;
@@ -42,6 +46,10 @@ export class StowageServer {
   private constructor(config: NodeConfig, logger: Logger) {
     this.#config = config;
     this.#logger = logger;
+    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), inflightRpcs: () => this.admission.inflight });
+    this.admission = new Admission(config.global.endpoints.max_concurrent_requests, () => this.metrics.recordShed());
+    this.statistics = new Statistics(this.metrics);
+    this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#device?.forgetRegion(regionId));
   }
 
   static async start(config: NodeConfig, logger: Logger): Promise<StowageServer> {
@@ -62,22 +70,24 @@ export class StowageServer {
   async #start(): Promise<void> {
     const { endpoints, runtime, scheduler } = this.#config.global;
     const isReady = () => this.#ready;
-    this.#admin = createAdminServer({ registry: this.registry, isReady });
+    this.#admin = createAdminServer({ registry: this.registry, metrics: this.metrics.registry, isReady });
     this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
+    this.#logger.info({ admin: `${endpoints.host}:${this.ports.admin}` }, 'admin listening: /healthz, /readyz, /metrics');
 
     this.#device = await DeviceActor.create({
       deviceId: 0,
       intraOpThreads: runtime.intra_op_threads,
       scheduler,
       logger: this.#logger,
-      onExecution: (model, timing) => this.statistics.recordExecution(model, timing),
+      onExecution: (model, timing, queued) => this.statistics.recordExecution(model, 0, timing, queued),
     });
-    const repository = new ModelRepository(this.#config.model_repo, this.registry, this.#device, this.#logger);
+    const repository = new ModelRepository(this.#config.model_repo, this.registry, this.#device, this.#logger,
+      (model, loadMs) => this.metrics.recordLoad(model, loadMs / 1000));
     await repository.loadAll();
 
     this.#grpc = new grpc.Server({
-      'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
-      'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+      'grpc.max_receive_message_length': endpoints.max_receive_message_bytes,
+      'grpc.max_send_message_length': endpoints.max_send_message_bytes,
     });
     const client = loadInferenceClient();
     this.#grpc.addService(client.service, createHandlers({
@@ -85,7 +95,8 @@ export class StowageServer {
       device: this.#device,
       repository,
       statistics: this.statistics,
-      sharedMemory: new SharedMemoryRegistry((regionId) => this.#device?.forgetRegion(regionId)),
+      sharedMemory: this.sharedMemory,
+      admission: this.admission,
       schedulerModels: scheduler.models,
       logger: this.#logger,
       version: PACKAGE_VERSION,
@@ -105,8 +116,12 @@ export class StowageServer {
     }, 'serving');
   }
 
-  /** Stop accepting, let in-flight calls finish (up to `graceMs`), stop the device actor. */
-  async stop(graceMs = 10_000): Promise<void> {
+  /**
+   * Graceful stop: report not ready, stop accepting calls, let the calls in flight finish (for at
+   * most `graceMs`, by default endpoints.shutdown_grace_seconds), then stop the device actor,
+   * close the shared-memory regions and the admin port.
+   */
+  async stop(graceMs = this.#config.global.endpoints.shutdown_grace_seconds * 1000): Promise<void> {
     this.#ready = false;
     const grpcServer = this.#grpc;
     if (grpcServer) {
@@ -122,6 +137,7 @@ export class StowageServer {
       });
     }
     await this.#device?.stop();
+    this.sharedMemory.unregister('');
     await new Promise<void>((resolve) => (this.#admin?.listening ? this.#admin.close(() => resolve()) : resolve()));
   }
 }

@@ -11,6 +11,8 @@
  */
 import { MODEL_VERSION } from './constants.js';
 import type { ExecutionTiming } from './actors/messages.js';
+import type { ErrorCode } from './errors.js';
+import type { Metrics } from './metrics.js';
 
 interface Duration {
   count: number;
@@ -38,8 +40,14 @@ const add = (d: Duration, ns: number) => {
 };
 const wire = (d: Duration) => ({ count: String(d.count), ns: String(Math.round(d.ns)) });
 
+/** Keeps ModelStatistics' counters and passes every event on to the Prometheus metrics. */
 export class Statistics {
   readonly #models = new Map<string, ModelCounters>();
+  readonly #metrics: Metrics | undefined;
+
+  constructor(metrics?: Metrics) {
+    this.#metrics = metrics;
+  }
 
   #of(model: string): ModelCounters {
     let c = this.#models.get(model);
@@ -55,7 +63,8 @@ export class Statistics {
   }
 
   /** Once per execution, whatever the number of requests in it. */
-  recordExecution(model: string, timing: ExecutionTiming): void {
+  recordExecution(model: string, device: number, timing: ExecutionTiming, queued: number): void {
+    this.#metrics?.recordExecution(model, device, timing, queued);
     const c = this.#of(model);
     c.executionCount++;
     const size = Math.max(timing.executedBatchSize, 1);
@@ -67,6 +76,7 @@ export class Statistics {
   }
 
   recordSuccess(model: string, rows: number, totalNs: number, queueNs: number, timing: ExecutionTiming): void {
+    this.#metrics?.recordSuccess(model, rows, totalNs, queueNs, timing);
     const c = this.#of(model);
     c.lastInferenceMs = Date.now();
     c.inferenceCount += Math.max(rows, 1);
@@ -77,7 +87,8 @@ export class Statistics {
     add(c.computeOutput, timing.computeOutputNs);
   }
 
-  recordFailure(model: string, totalNs: number): void {
+  recordFailure(model: string, code: ErrorCode | undefined, totalNs: number): void {
+    this.#metrics?.recordFailure(model, code, totalNs);
     const c = this.#of(model);
     c.lastInferenceMs = Date.now();
     add(c.fail, totalNs);

@@ -66,8 +66,8 @@ export interface DeviceActorOptions {
   intraOpThreads: number;
   scheduler: SchedulerConfig;
   logger: Logger;
-  /** Told of every execution once (statistics count executions, not requests). */
-  onExecution?: (model: string, timing: ExecutionTiming) => void;
+  /** Told of every execution once (statistics count executions, not requests), with the requests still queued. */
+  onExecution?: (model: string, timing: ExecutionTiming, queued: number) => void;
   /** The worker script; tests substitute a fixture. */
   workerUrl?: URL;
 }
@@ -170,7 +170,7 @@ export class DeviceActor {
     if (msg.type === 'started') return;
     if (msg.type === 'executed') {
       for (const result of msg.results) this.#resolve(result.id, { type: 'result', result, timing: msg.timing });
-      this.#options.onExecution?.(msg.model, msg.timing);
+      this.#options.onExecution?.(msg.model, msg.timing, msg.queued);
       return;
     }
     this.#resolve(msg.id, msg);
@@ -246,7 +246,7 @@ export class DeviceActor {
       this.#pending.delete(id);
       clearTimeout(pending.timer);
       this.#worker.postMessage({ type: 'cancel', id } satisfies ToDevice);
-      pending.reject(new StowageError('STOWAGE_INVALID_REQUEST', 'cancelled by the client'));
+      pending.reject(errors.cancelled());
     };
     signal?.addEventListener('abort', onAbort, { once: true });
     try {

@@ -309,6 +309,7 @@ async function execute(batch: Ticket<InferCommand>[]): Promise<void> {
         executedBatchSize: runBatch,
         requests: batch.length,
       },
+      queued: scheduler.queued,
     }, transfer);
     scheduler.charge(name, Math.max(runBatch, 1), Number(t2 - t1) / 1e6);
   } catch (err) {

@@ -86,7 +86,7 @@ export type FromDevice =
   | { type: 'loaded'; id: number; loadMs: number }
   | { type: 'unloaded'; id: number }
   /** One execution: every request that rode in it, answered in one message (their outputs may share buffers). */
-  | { type: 'executed'; model: string; results: InferResult[]; timing: ExecutionTiming }
+  | { type: 'executed'; model: string; results: InferResult[]; timing: ExecutionTiming; queued: number }
   | { type: 'failed'; id: number; error: ErrorData };
 
 /** The clock both threads share for deadlines (Date.now() has ms resolution only). */

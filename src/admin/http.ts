@@ -1,14 +1,17 @@
 /**
- * The admin HTTP server: /healthz (the process is alive and answering) and
+ * The admin HTTP server: /healthz (the process is alive and answering),
  * /readyz (200 once every model has loaded or failed with a reason; 503 with
- * the models still loading). Metrics join here in a later issue.
+ * the models still loading, and while the server stops), and /metrics
+ * (Prometheus text).
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
 import { ModelState, type ModelRegistry } from '../model-registry.js';
 
 export interface AdminContext {
   registry: ModelRegistry;
+  metrics: Registry;
   isReady: () => boolean;
 }
 
@@ -23,13 +26,19 @@ export function createAdminServer(ctx: AdminContext): http.Server {
     switch (url.pathname) {
       case '/healthz':
         return reply(200, { live: true });
+      case '/metrics':
+        ctx.metrics.metrics().then((text) => {
+          res.writeHead(200, { 'content-type': ctx.metrics.contentType });
+          res.end(text);
+        }, (err: Error) => reply(500, { error: err.message }));
+        return;
       case '/readyz': {
         const models = ctx.registry.all().map((r) => ({ name: r.name, state: r.state, reason: r.reason }));
         const loading = models.filter((m) => m.state === ModelState.LOADING).map((m) => m.name);
         return reply(ctx.isReady() ? 200 : 503, { ready: ctx.isReady(), loading, models });
       }
       default:
-        return reply(404, { error: `no such endpoint ${url.pathname}; try /healthz or /readyz` });
+        return reply(404, { error: `no such endpoint ${url.pathname}; try /healthz, /readyz or /metrics` });
     }
   });
 }

@@ -80,8 +80,16 @@ export const nodeConfigSchema = {
             host: { type: 'string', minLength: 1, default: '127.0.0.1' },
             // KServe V2 gRPC port; 0 picks a free port (logged at start-up).
             grpc_port: { type: 'integer', minimum: 0, maximum: 65535, default: 8001 },
-            // Admin HTTP port (/healthz, /readyz); 0 picks a free port.
+            // Admin HTTP port (/healthz, /readyz, /metrics); 0 picks a free port.
             admin_port: { type: 'integer', minimum: 0, maximum: 65535, default: 8002 },
+            // In-flight inference RPCs (ModelInfer calls and open ModelStreamInfer streams); past it,
+            // RESOURCE_EXHAUSTED at once. 0 = uncapped.
+            max_concurrent_requests: { type: 'integer', minimum: 0, default: 64 },
+            // gRPC message limits in bytes; Triton's clients use 2^31-1, so large tensors pass.
+            max_receive_message_bytes: { type: 'integer', minimum: 1024, maximum: 2147483647, default: 2147483647 },
+            max_send_message_bytes: { type: 'integer', minimum: 1024, maximum: 2147483647, default: 2147483647 },
+            // Seconds in-flight requests get to finish after SIGTERM/SIGINT before the server exits anyway.
+            shutdown_grace_seconds: { type: 'number', minimum: 0, default: 30 },
           },
         },
       },
@@ -110,6 +118,14 @@ export interface NodeConfig {
     readonly logging: { readonly level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
     readonly runtime: { readonly backend: 'cpu' | 'cuda'; readonly intra_op_threads: number };
     readonly scheduler: SchedulerConfig;
-    readonly endpoints: { readonly host: string; readonly grpc_port: number; readonly admin_port: number };
+    readonly endpoints: {
+      readonly host: string;
+      readonly grpc_port: number;
+      readonly admin_port: number;
+      readonly max_concurrent_requests: number;
+      readonly max_receive_message_bytes: number;
+      readonly max_send_message_bytes: number;
+      readonly shutdown_grace_seconds: number;
+    };
   };
 }

@@ -10,11 +10,12 @@ import type { DeviceActor } from '../actors/device-actor.js';
 import { nowMs } from '../actors/messages.js';
 import type { SchedulerConfig } from '../config/schema.js';
 import { MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../constants.js';
-import { errors, errorToStatus } from '../errors.js';
+import { errors, errorToStatus, StowageError } from '../errors.js';
 import { ModelState, type ModelRegistry } from '../model-registry.js';
 import type { ModelRepository } from '../repository.js';
 import type { RegionSlice, SharedMemoryRegistry } from '../shared-memory.js';
 import type { Statistics } from '../statistics.js';
+import type { Admission } from './admission.js';
 import { decodeInferRequest, encodeInferResponse, slicesOf } from './codec.js';
 import { applyLogSettings, currentLogSettings } from './log-settings.js';
 import { modelConfig, modelMetadata } from './model-config.js';
@@ -26,6 +27,8 @@ export interface ServiceContext {
   device: DeviceActor;
   statistics: Statistics;
   sharedMemory: SharedMemoryRegistry;
+  /** The cap on in-flight inference RPCs. */
+  admission: Admission;
   /** scheduler.models: per-model max_batch_size caps what ModelConfig reports as coalesced. */
   schedulerModels: SchedulerConfig['models'];
   logger: Logger;
@@ -61,7 +64,7 @@ function deadlineOf(call: HasDeadline, timeoutUs: number | undefined): number {
 }
 
 export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefinition): grpc.UntypedServiceImplementation {
-  const { registry, repository, device, statistics, sharedMemory, logger } = ctx;
+  const { registry, repository, device, statistics, sharedMemory, admission, logger } = ctx;
 
   /** One inference, shared by ModelInfer and ModelStreamInfer. */
   async function infer(req: ModelInferRequest, call: HasDeadline, signal: AbortSignal): Promise<ModelInferResponse> {
@@ -83,7 +86,7 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
       statistics.recordSuccess(spec.name, decoded.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
       return response;
     } catch (err) {
-      statistics.recordFailure(spec.name, Number(process.hrtime.bigint() - started));
+      statistics.recordFailure(spec.name, err instanceof StowageError ? err.code : undefined, Number(process.hrtime.bigint() - started));
       throw err;
     } finally {
       registry.release(spec.name);
@@ -93,14 +96,34 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
 
   /** A bidirectional stream of inferences: each answered on the stream as it completes, errors included. */
   function modelStreamInfer(call: grpc.ServerDuplexStream<ModelInferRequest, unknown>): void {
+    try {
+      admission.enter();
+    } catch (err) {
+      call.emit('error', logFailure(logger, 'ModelStreamInfer', err));
+      return;
+    }
     const abort = new AbortController();
     let pending = 0;
     let ended = false;
-    const finish = () => {
-      if (ended && pending === 0) call.end();
+    let left = false;
+    const leave = () => {
+      if (!left) admission.leave();
+      left = true;
     };
-    call.on('cancelled', () => abort.abort());
-    call.on('error', () => abort.abort());
+    const finish = () => {
+      if (ended && pending === 0) {
+        leave();
+        call.end();
+      }
+    };
+    call.on('cancelled', () => {
+      abort.abort();
+      leave();
+    });
+    call.on('error', () => {
+      abort.abort();
+      leave();
+    });
     call.on('data', (req: ModelInferRequest) => {
       pending++;
       infer(req, call, abort.signal).then(
@@ -149,10 +172,15 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
       await repository.unload(req.model_name);
       return {};
     }),
-    ModelInfer: unary('ModelInfer', logger, (req: ModelInferRequest, call) => {
-      const abort = new AbortController();
-      call.once('cancelled', () => abort.abort());
-      return infer(req, call, abort.signal);
+    ModelInfer: unary('ModelInfer', logger, async (req: ModelInferRequest, call) => {
+      admission.enter();
+      try {
+        const abort = new AbortController();
+        call.once('cancelled', () => abort.abort());
+        return await infer(req, call, abort.signal);
+      } finally {
+        admission.leave();
+      }
     }),
     ModelStreamInfer: modelStreamInfer,
     ModelStatistics: unary('ModelStatistics', logger, (req: ModelRef) => {

@@ -34,10 +34,11 @@ export function makeRepository(root, bundles, files = {}) {
 
 /**
  * Start the server with `config` (an object written as the node file) and
- * wait until it logs "serving". Ports are 0 (chosen by the OS) and read from
- * that log line. Resolves to { client, address, adminPort, logs, stop }.
+ * wait until it logs "serving" (or the line `until` accepts). Ports are 0
+ * (chosen by the OS) and read from the log. Resolves to
+ * { client, address, adminPort, logs, waitForLog, child, stop }.
  */
-export async function startServer(config, { env = {}, root } = {}) {
+export async function startServer(config, { env = {}, root, until = (entry) => entry.msg === 'serving' } = {}) {
   const temp = root ? null : tempDir();
   const dir = root ?? temp.dir;
   const file = path.join(dir, 'node.yaml');
@@ -62,14 +63,15 @@ export async function startServer(config, { env = {}, root } = {}) {
           w.resolve(entry);
         }
       }
-      if (entry.msg === 'serving') resolve(entry);
+      if (until(entry)) resolve(entry);
     });
     child.once('exit', (code) => reject(new Error(`server exited with code ${code} before serving:\n${stderr}`)));
   });
   const entry = await serving;
-  const address = entry.grpc;
-  const adminPort = Number(entry.admin.split(':').pop());
-  const client = new InferenceClient(address);
+  const admin = logs.find((l) => l.admin)?.admin;
+  const address = logs.find((l) => l.msg === 'serving')?.grpc;
+  const adminPort = admin ? Number(admin.split(':').pop()) : undefined;
+  const client = new InferenceClient(address ?? 'localhost:1'); // connects lazily: only used once serving
   const stop = async () => {
     client.close();
     if (child.exitCode === null) {
@@ -83,5 +85,5 @@ export async function startServer(config, { env = {}, root } = {}) {
     const seen = logs.find(match);
     return seen ? Promise.resolve(seen) : new Promise((resolve) => logWaiters.push({ match, resolve }));
   };
-  return { client, address, adminPort, logs, child, stop, waitForLog, stderr: () => stderr };
+  return { client, address, adminPort, logs, child, stop, waitForLog, entry, stderr: () => stderr };
 }

@@ -11,7 +11,10 @@ test('defaults fill every key and the result is frozen', (t) => {
     logging: { level: 'info' },
     runtime: { backend: 'cpu', intra_op_threads: 0 },
     scheduler: { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, models: {} },
-    endpoints: { host: '127.0.0.1', grpc_port: 8001, admin_port: 8002 },
+    endpoints: {
+      host: '127.0.0.1', grpc_port: 8001, admin_port: 8002, max_concurrent_requests: 64,
+      max_receive_message_bytes: 2147483647, max_send_message_bytes: 2147483647, shutdown_grace_seconds: 30,
+    },
   });
   t.true(Object.isFrozen(config.global.endpoints));
   t.throws(() => { config.global.endpoints.grpc_port = 1; }, { instanceOf: TypeError });
@@ -25,7 +28,7 @@ test('a relative model_repo is resolved against the node file\'s directory', (t)
 test('an unknown key names its path and the keys allowed there', (t) => {
   const err = t.throws(() => parse('model_repo: m\nglobal:\n  endpoints:\n    grpc_prot: 1\n'));
   t.is(err.code, 'STOWAGE_CONFIG_INVALID');
-  t.regex(err.message, /global\.endpoints\.grpc_prot: unknown key; allowed here: host, grpc_port, admin_port/);
+  t.regex(err.message, /global\.endpoints\.grpc_prot: unknown key; allowed here: host, grpc_port, admin_port, max_concurrent_requests/);
 });
 
 test('a wrong type names the key path, the value and what was expected', (t) => {

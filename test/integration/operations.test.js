@@ -1,0 +1,136 @@
+// What an operator sees and relies on: Prometheus metrics that count exactly what was sent,
+// readiness while models load, load shedding past the concurrency cap, graceful shutdown.
+import { cpSync } from 'node:fs';
+import { once } from 'node:events';
+import path from 'node:path';
+import test from 'ava';
+import { status } from '@grpc/grpc-js';
+import { InferenceClient } from '../../dist/client/client.js';
+import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+
+const CONVNET = path.join(FIXTURES, 'models', 'convnet');
+const image = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 3, 32, 32], data: new Float32Array(rows * 3 * 32 * 32).fill(0.2) });
+const digit = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 8, 8], data: new Float32Array(rows * 64) });
+
+/** Scrape /metrics into { 'name{labels}': value }. */
+async function scrape(port) {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const samples = {};
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const at = line.lastIndexOf(' ');
+    samples[line.slice(0, at)] = Number(line.slice(at + 1));
+  }
+  return samples;
+}
+
+test('/metrics counts exactly the requests, rows and executions sent, with Triton\'s names', async (t) => {
+  const server = await startServer({ model_repo: path.join(ROOT, 'bundles') });
+  t.teardown(() => server.stop());
+  const sizes = [1, 3, 1, 8, 2];
+  for (const rows of sizes) await server.client.infer('digits', [digit(rows)]);
+  await t.throwsAsync(server.client.infer('digits', [{ ...digit(1), shape: [1, 64] }]));
+  const m = await scrape(server.adminPort);
+  const labels = '{model="digits",version="1"}';
+  t.is(m[`nv_inference_request_success${labels}`], sizes.length);
+  t.is(m[`nv_inference_count${labels}`], sizes.reduce((a, b) => a + b, 0));
+  t.is(m[`nv_inference_exec_count${labels}`], sizes.length, 'sequential requests run alone');
+  t.is(m['nv_inference_request_failure{model="digits",version="1",reason="OTHER"}'], 1);
+  t.true(m[`nv_inference_compute_infer_duration_us${labels}`] > 0);
+  t.true(m[`nv_inference_queue_duration_us${labels}`] >= 0);
+  t.true(m[`nv_inference_request_duration_us${labels}`] > m[`nv_inference_compute_infer_duration_us${labels}`]);
+  t.true(m[`nv_model_load_duration_secs${labels}`] > 0);
+  t.is(m['stowage_device_executions_total{device="0"}'], sizes.length);
+  t.is(m['stowage_device_batch_rows_sum{device="0"}'], sizes.reduce((a, b) => a + b, 0));
+  t.is(m['stowage_grpc_inflight_requests'], 0);
+  t.is(m[`nv_inference_pending_request_count${labels}`] ?? 0, 0);
+  t.true('nodejs_eventloop_lag_seconds' in m, 'main-thread event-loop lag');
+});
+
+test.serial('readiness reports the models still loading, then ready', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, {});
+  for (let i = 0; i < 40; i++) cpSync(CONVNET, path.join(repo, `convnet_${String(i).padStart(2, '0')}`), { recursive: true });
+  const server = await startServer({ model_repo: repo }, { root: temp.dir, until: (l) => l.msg === 'loading the model repository' });
+  t.teardown(() => server.stop());
+  const early = await fetch(`http://127.0.0.1:${server.adminPort}/readyz`);
+  t.is(early.status, 503);
+  const body = await early.json();
+  t.false(body.ready);
+  t.true(body.loading.length > 0, `${body.loading.length} models still loading`);
+  await server.waitForLog((l) => l.msg === 'serving');
+  const ready = await fetch(`http://127.0.0.1:${server.adminPort}/readyz`);
+  t.is(ready.status, 200);
+  t.deepEqual((await ready.json()).loading, []);
+  const progress = server.logs.filter((l) => l.msg === 'model loaded').map((l) => l.progress);
+  t.is(progress.at(-1), '40/40');
+});
+
+test('past max_concurrent_requests a burst is shed with RESOURCE_EXHAUSTED and admitted requests succeed', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { convnet: CONVNET });
+  const server = await startServer({ model_repo: repo, global: { endpoints: { max_concurrent_requests: 4 } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const results = await Promise.allSettled(Array.from({ length: 40 }, () => server.client.infer('convnet', [image(16)])));
+  const shed = results.filter((r) => r.status === 'rejected');
+  t.true(shed.length > 0, 'some of the burst was shed');
+  for (const r of shed) {
+    t.is(r.reason.code, status.RESOURCE_EXHAUSTED);
+    t.regex(r.reason.details, /4 inference requests in flight \(endpoints\.max_concurrent_requests = 4\)/);
+  }
+  t.true(results.filter((r) => r.status === 'fulfilled').every((r) => r.value.outputs[0].shape[0] === 16));
+  const m = await scrape(server.adminPort);
+  t.is(m.stowage_grpc_shed_total, shed.length);
+  t.true(await server.client.serverReady(), 'health RPCs are never shed');
+});
+
+test('SIGTERM under load: every admitted request completes, then the process exits 0', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { convnet: CONVNET });
+  const server = await startServer({ model_repo: repo, global: { scheduler: { models: { convnet: { max_batch_size: 1 } } } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  // Twelve clients on connections of their own, each sending requests back to back until one fails.
+  const clients = Array.from({ length: 12 }, () => new InferenceClient(server.address));
+  t.teardown(() => clients.forEach((c) => c.close()));
+  let signalled = false;
+  let completedAfterSignal = 0;
+  const failures = [];
+  const load = clients.map(async (c) => {
+    for (;;) {
+      try {
+        const { outputs } = await c.infer('convnet', [image(32)]);
+        t.deepEqual(outputs[0].shape, [32, 10]);
+        if (signalled) completedAfterSignal++;
+      } catch (err) {
+        failures.push(err);
+        return;
+      }
+    }
+  });
+  // Wait until the server holds several (its own gauge says so), then ask it to stop. The scrapes
+  // are spaced out: back to back they would keep the server's main thread from the load itself.
+  let held = 0;
+  for (let polls = 0; held < 4 && polls < 200; polls++) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    held = (await scrape(server.adminPort)).stowage_grpc_inflight_requests;
+  }
+  t.true(held >= 4, `the server held ${held} requests`);
+  signalled = true;
+  server.child.kill('SIGTERM');
+  const stopping = await server.waitForLog((l) => String(l.msg).startsWith('stopping'));
+  await Promise.all(load);
+  // Every request the server had admitted when the signal came completed; what failed afterwards
+  // was refused at the door (the server no longer accepts calls), never cut off by the stop.
+  t.true(stopping.inflight >= 1);
+  t.true(completedAfterSignal >= stopping.inflight, `${completedAfterSignal} completed after the signal, ${stopping.inflight} were in flight`);
+  for (const err of failures) {
+    t.is(err.code, status.UNAVAILABLE, err.details);
+    t.notRegex(err.details, /device|stopping/);
+  }
+  const [code] = await once(server.child, 'close');
+  t.is(code, 0);
+  t.true(server.logs.some((l) => l.msg === 'stopped'));
+});
