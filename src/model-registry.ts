@@ -1,7 +1,11 @@
 /**
- * The main thread's table of models: what the repository holds, the state of
- * each, and why a model is not ready. The codec and the metadata RPCs read
- * specs from here; only READY models are routed to a device.
+ * The main thread's table of models: what the repository holds, the state of each, why a model
+ * is not ready, and which loaded instance serves it. The codec and the metadata RPCs read specs
+ * from here; only READY models are routed to a device.
+ *
+ * Instances make a reload atomic: a new version loads on the device under a new instance key
+ * beside the old one; switching the record's instance is one assignment, after which new requests
+ * go to the new version while requests already holding the old instance finish on it.
  */
 import { MODEL_VERSION } from './constants.js';
 import { errors } from './errors.js';
@@ -9,11 +13,13 @@ import type { ModelSpec } from './bundle/model-spec.js';
 
 /** Lifecycle of a model, in Triton's RepositoryIndex vocabulary. */
 export enum ModelState {
-  /** Sessions are being created on the device. */
+  /** Sessions are being created on the device (a first load; a reload keeps serving as READY). */
   LOADING = 'LOADING',
   /** Serving requests. */
   READY = 'READY',
-  /** Refused (bad bundle) or failed to load; `reason` says why. */
+  /** Refusing new requests while those in flight finish; then UNAVAILABLE, or gone if its bundle was removed. */
+  UNLOADING = 'UNLOADING',
+  /** Refused (bad bundle), failed to load, or unloaded; `reason` says why. */
   UNAVAILABLE = 'UNAVAILABLE',
 }
 
@@ -22,22 +28,36 @@ export interface ModelRecord {
   state: ModelState;
   /** Absent when the manifest itself could not be parsed. */
   spec?: ModelSpec;
-  /** Why the model is not ready; empty when READY. */
+  /** The device's key for the loaded version serving the model (`name#generation`); absent when none is loaded. */
+  instance?: string;
+  /** Why the model is not ready, or why its latest reload failed; empty otherwise. */
   reason: string;
+}
+
+/** What one request holds: the spec it was decoded with and the instance it runs on. */
+export interface ModelLease {
+  spec: ModelSpec;
+  instance: string;
 }
 
 interface Inflight {
   count: number;
-  /** Resolved when count drops to zero (unload waits on it). */
+  /** Resolved when count drops to zero (an unload waits on it). */
   drained: (() => void)[];
 }
 
 export class ModelRegistry {
   #records = new Map<string, ModelRecord>();
+  /** Requests in flight by instance. */
   #inflight = new Map<string, Inflight>();
 
   set(record: ModelRecord): void {
     this.#records.set(record.name, record);
+  }
+
+  /** Forget a model entirely (its bundle was removed): it answers NOT_FOUND from now on. */
+  delete(name: string): void {
+    this.#records.delete(name);
   }
 
   get(name: string): ModelRecord | undefined {
@@ -48,11 +68,6 @@ export class ModelRegistry {
     return [...this.#records.values()].sort((a, b) => a.name.localeCompare(b.name));
   }
 
-  /** True once no model is still LOADING. */
-  settled(): boolean {
-    return this.all().every((r) => r.state !== ModelState.LOADING);
-  }
-
   /** The record of a known model at a version we serve; NOT_FOUND otherwise. */
   find(name: string, version = ''): ModelRecord {
     const record = this.#records.get(name);
@@ -61,44 +76,45 @@ export class ModelRegistry {
     return record;
   }
 
-  /** The spec of a model that can serve now; NOT_FOUND or UNAVAILABLE otherwise. */
-  ready(name: string, version = ''): ModelSpec {
-    const record = this.find(name, version);
-    if (record.state !== ModelState.READY || !record.spec) throw errors.modelNotReady(name, record.state, record.reason);
-    return record.spec;
-  }
-
   /**
-   * Take a ready model's spec for one request; the caller must `release` it
-   * when the request is answered, so that an unload can wait for it.
+   * Take a ready model for one request; the caller must `release(lease)` when the request is
+   * answered, so that an unload or the end of a reload can wait for it.
    */
-  acquire(name: string, version = ''): ModelSpec {
-    const spec = this.ready(name, version);
-    let f = this.#inflight.get(name);
-    if (!f) this.#inflight.set(name, (f = { count: 0, drained: [] }));
+  acquire(name: string, version = ''): ModelLease {
+    const record = this.find(name, version);
+    if (record.state !== ModelState.READY || !record.spec || !record.instance) {
+      throw errors.modelNotReady(name, record.state, record.reason);
+    }
+    let f = this.#inflight.get(record.instance);
+    if (!f) this.#inflight.set(record.instance, (f = { count: 0, drained: [] }));
     f.count++;
-    return spec;
+    return { spec: record.spec, instance: record.instance };
   }
 
-  release(name: string): void {
-    const f = this.#inflight.get(name);
+  release(lease: ModelLease): void {
+    const f = this.#inflight.get(lease.instance);
     if (!f) return;
     if (--f.count === 0) {
-      this.#inflight.delete(name);
+      this.#inflight.delete(lease.instance);
       for (const resolve of f.drained) resolve();
     }
   }
 
-  /** Requests in flight per model. */
-  pending(): Map<string, number> {
-    return new Map([...this.#inflight].map(([name, f]) => [name, f.count]));
-  }
-
-  /** Resolves once no request holds the model. */
-  drained(name: string): Promise<void> {
-    const f = this.#inflight.get(name);
+  /** Resolves once no request holds the instance. */
+  drained(instance: string): Promise<void> {
+    const f = this.#inflight.get(instance);
     if (!f) return Promise.resolve();
     return new Promise((resolve) => f.drained.push(resolve));
+  }
+
+  /** Requests in flight per model, all instances together. */
+  pending(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const [instance, f] of this.#inflight) {
+      const name = instance.slice(0, instance.lastIndexOf('#'));
+      out.set(name, (out.get(name) ?? 0) + f.count);
+    }
+    return out;
   }
 
   /** A model's spec for metadata: available even when not ready, as long as the manifest parsed. */

@@ -15,6 +15,7 @@ import { createAdminServer, listen } from './admin/http.js';
 import type { NodeConfig } from './config/schema.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
 import { ModelRepository } from './repository.js';
+import { watchRepository } from './repository-watcher.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
 import { Statistics } from './statistics.js';
 import { Metrics } from './metrics.js';
@@ -42,6 +43,7 @@ export class StowageServer {
   #admin?: http.Server;
   #device?: DeviceActor;
   #ready = false;
+  #stopWatching?: () => void;
 
   private constructor(config: NodeConfig, logger: Logger) {
     this.#config = config;
@@ -81,9 +83,19 @@ export class StowageServer {
       logger: this.#logger,
       onExecution: (model, timing, queued) => this.statistics.recordExecution(model, 0, timing, queued),
     });
-    const repository = new ModelRepository(this.#config.model_repo, this.registry, this.#device, this.#logger,
-      (model, loadMs) => this.metrics.recordLoad(model, loadMs / 1000));
+    const repository = new ModelRepository({
+      dir: this.#config.model_repo,
+      mode: this.#config.global.model_control_mode,
+      include: this.#config.models_include,
+      registry: this.registry,
+      device: this.#device,
+      logger: this.#logger,
+      onLoaded: (model, loadMs) => this.metrics.recordLoad(model, loadMs / 1000),
+    });
     await repository.loadAll();
+    if (this.#config.global.model_control_mode === 'dynamic') {
+      this.#stopWatching = watchRepository(repository, this.#config.model_repo, this.#config.global.model_poll_seconds, this.#logger);
+    }
 
     this.#grpc = new grpc.Server({
       'grpc.max_receive_message_length': endpoints.max_receive_message_bytes,
@@ -123,6 +135,7 @@ export class StowageServer {
    */
   async stop(graceMs = this.#config.global.endpoints.shutdown_grace_seconds * 1000): Promise<void> {
     this.#ready = false;
+    this.#stopWatching?.();
     const grpcServer = this.#grpc;
     if (grpcServer) {
       await new Promise<void>((resolve) => {

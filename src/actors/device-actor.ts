@@ -34,7 +34,8 @@ export enum DeviceState {
 }
 
 export interface InferRequest {
-  model: string;
+  /** The model's loaded instance (from the registry's lease). */
+  instance: string;
   /** One tensor per manifest input, in manifest order. */
   inputs: WireTensor[];
   outputs: string[];
@@ -81,6 +82,7 @@ export class DeviceActor {
   #state = DeviceState.STARTING;
   #pending = new Map<number, Pending>();
   #nextId = 1;
+  /** Loaded instances and their specs, to load again into a replacement worker. */
   #loaded = new Map<string, ModelSpec>();
   #crashes = 0;
   #stopping = false;
@@ -160,8 +162,8 @@ export class DeviceActor {
     this.#state = DeviceState.RESTARTING;
     const started = this.#spawn();
     // Posted now, these loads sit first in the new worker's inbox, ahead of any later request.
-    for (const spec of this.#loaded.values()) {
-      this.load(spec).catch((err: Error) => this.#options.logger.error({ device: this.deviceId, model: spec.name }, `reload after crash failed: ${err.message}`));
+    for (const [instance, spec] of this.#loaded) {
+      this.load(spec, instance).catch((err: Error) => this.#options.logger.error({ device: this.deviceId, model: spec.name }, `reload after crash failed: ${err.message}`));
     }
     started.catch((err: Error) => this.#onCrash(`its replacement failed to start: ${err.message}`));
   }
@@ -210,18 +212,18 @@ export class DeviceActor {
     });
   }
 
-  /** Create the model's sessions on the device (replacing a loaded version). */
-  async load(spec: ModelSpec): Promise<{ loadMs: number }> {
-    const reply = await this.#call({ type: 'load', id: this.#nextId++, spec }, MODEL_LOAD_TIMEOUT_MS,
+  /** Create the sessions of one version of a model on the device, under `instance`. */
+  async load(spec: ModelSpec, instance: string): Promise<{ loadMs: number }> {
+    const reply = await this.#call({ type: 'load', id: this.#nextId++, instance, spec }, MODEL_LOAD_TIMEOUT_MS,
       () => errors.bundleInvalid(spec.name, 'model.onnx', `loading took longer than ${MODEL_LOAD_TIMEOUT_MS} ms`));
-    this.#loaded.set(spec.name, spec);
+    this.#loaded.set(instance, spec);
     return { loadMs: (reply as { loadMs: number }).loadMs };
   }
 
-  async unload(model: string): Promise<void> {
-    this.#loaded.delete(model);
-    await this.#call({ type: 'unload', id: this.#nextId++, model }, MODEL_LOAD_TIMEOUT_MS,
-      () => errors.internal(`unloading ${model} timed out`));
+  async unload(instance: string): Promise<void> {
+    this.#loaded.delete(instance);
+    await this.#call({ type: 'unload', id: this.#nextId++, instance }, MODEL_LOAD_TIMEOUT_MS,
+      () => errors.internal(`unloading ${instance} timed out`));
   }
 
   /**
@@ -236,9 +238,9 @@ export class DeviceActor {
       : enqueuedAtMs + this.#options.scheduler.dispatch_timeout_seconds * 1000 + EXECUTION_WATCHDOG_MS;
     const transfer = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
     const call = this.#call(
-      { type: 'infer', id, model: req.model, inputs: req.inputs, outputs: req.outputs, outputRegions: req.outputRegions, deadlineMs: req.deadlineMs, enqueuedAtMs },
+      { type: 'infer', id, instance: req.instance, inputs: req.inputs, outputs: req.outputs, outputRegions: req.outputRegions, deadlineMs: req.deadlineMs, enqueuedAtMs },
       settleBy - enqueuedAtMs,
-      () => errors.deadlineExceeded(req.model, nowMs() - enqueuedAtMs),
+      () => errors.deadlineExceeded(req.instance.slice(0, req.instance.lastIndexOf('#')), nowMs() - enqueuedAtMs),
       transfer);
     const onAbort = () => {
       const pending = this.#pending.get(id);

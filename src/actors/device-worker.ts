@@ -47,6 +47,7 @@ interface LoadedModel {
   batchDims: Map<string, number>;
 }
 
+/** Loaded model versions by instance key (`name#generation`). */
 const models = new Map<string, LoadedModel>();
 const scheduler = new Scheduler<InferCommand>({
   discipline: config.discipline,
@@ -191,7 +192,7 @@ function maxBatchRows(spec: ModelSpec): number {
   return Math.min(spec.maxBatchSize, config.models[spec.name]?.max_batch_size ?? Infinity);
 }
 
-async function load(id: number, spec: ModelSpec): Promise<void> {
+async function load(id: number, instance: string, spec: ModelSpec): Promise<void> {
   const started = nowMs();
   const sessions = new Map<number, ort.InferenceSession>();
   try {
@@ -200,57 +201,61 @@ async function load(id: number, spec: ModelSpec): Promise<void> {
     await releaseAll(sessions.values());
     throw err;
   }
-  const previous = models.get(spec.name);
+  const previous = models.get(instance); // only after a crash reload of the same instance
   const batchDims = new Map([...spec.inputs, ...spec.outputs].map((t) => [t.name, t.batchDim]));
-  models.set(spec.name, { spec, sessions, batchDims });
-  scheduler.setModel(spec.name, { weight: config.models[spec.name]?.weight ?? 1, maxBatchRows: maxBatchRows(spec) });
+  models.set(instance, { spec, sessions, batchDims });
+  scheduler.setModel(instance, { weight: config.models[spec.name]?.weight ?? 1, maxBatchRows: maxBatchRows(spec) });
   await releaseAll(previous?.sessions.values());
   send({ type: 'loaded', id, loadMs: nowMs() - started });
 }
 
-async function unload(id: number, name: string): Promise<void> {
-  const model = models.get(name);
-  models.delete(name);
-  for (const t of scheduler.removeModel(name)) fail(t.id, errors.modelNotReady(name, 'UNAVAILABLE', 'it was unloaded'));
+async function unload(id: number, instance: string): Promise<void> {
+  const model = models.get(instance);
+  models.delete(instance);
+  const name = model?.spec.name ?? instance;
+  for (const t of scheduler.removeModel(instance)) fail(t.id, errors.modelNotReady(name, 'UNAVAILABLE', 'it was unloaded'));
   await releaseAll(model?.sessions.values());
   send({ type: 'unloaded', id });
 }
 
 /** Put a request in its model's queue, or answer it at once (unknown model, full queue). */
 function admit(cmd: InferCommand): void {
-  const model = models.get(cmd.model);
-  if (!model) return fail(cmd.id, errors.modelNotReady(cmd.model, 'UNAVAILABLE', `not loaded on device ${init.deviceId}`));
+  const model = models.get(cmd.instance);
+  if (!model) return fail(cmd.id, errors.modelNotReady(cmd.instance, 'UNAVAILABLE', `not loaded on device ${init.deviceId}`));
   const first = cmd.inputs[0];
   const batchDim = first ? model.batchDims.get(first.name) ?? -1 : -1;
   const rows = batchDim >= 0 ? first.shape[batchDim] : 1;
   try {
-    scheduler.enqueue({ id: cmd.id, model: cmd.model, rows, enqueuedAtMs: cmd.enqueuedAtMs, deadlineMs: cmd.deadlineMs, payload: cmd });
+    scheduler.enqueue({ id: cmd.id, model: cmd.instance, rows, enqueuedAtMs: cmd.enqueuedAtMs, deadlineMs: cmd.deadlineMs, payload: cmd });
   } catch (err) {
-    fail(cmd.id, err);
+    // The scheduler knows instances; the client knows the model's name.
+    fail(cmd.id, (err as StowageError).code === 'STOWAGE_QUEUE_FULL' ? errors.queueFull(model.spec.name, config.max_queue_depth) : err);
   }
 }
 
 function shedError(ticket: Ticket<InferCommand>, reason: ShedReason): StowageError {
   const waitedMs = nowMs() - ticket.enqueuedAtMs;
+  const name = models.get(ticket.model)?.spec.name ?? ticket.model;
   if (reason === 'waited') {
-    return errors.deadlineExceeded(ticket.model, waitedMs, `queued longer than scheduler.dispatch_timeout_seconds (${config.dispatch_timeout_seconds})`);
+    return errors.deadlineExceeded(name, waitedMs, `queued longer than scheduler.dispatch_timeout_seconds (${config.dispatch_timeout_seconds})`);
   }
   if (reason === 'laxity') {
-    return errors.deadlineExceeded(ticket.model, waitedMs, `${Math.round(ticket.deadlineMs - nowMs())} ms were left, less than the model's learned execution time; shed instead of run late`);
+    return errors.deadlineExceeded(name, waitedMs, `${Math.round(ticket.deadlineMs - nowMs())} ms were left, less than the model's learned execution time; shed instead of run late`);
   }
-  return errors.deadlineExceeded(ticket.model, waitedMs);
+  return errors.deadlineExceeded(name, waitedMs);
 }
 
 /** Run one batch of one model's requests and answer them all in one message. */
 async function execute(batch: Ticket<InferCommand>[]): Promise<void> {
   const started = nowMs();
-  const name = batch[0].model;
-  const model = models.get(name);
+  const instance = batch[0].model;
+  const model = models.get(instance);
   if (!model) {
-    for (const t of batch) fail(t.id, errors.modelNotReady(name, 'UNAVAILABLE', `not loaded on device ${init.deviceId}`));
+    for (const t of batch) fail(t.id, errors.modelNotReady(instance, 'UNAVAILABLE', `not loaded on device ${init.deviceId}`));
     return;
   }
   const { spec, batchDims } = model;
+  const name = spec.name;
   const rows = batch.reduce((sum, t) => sum + t.rows, 0);
   // A dynamic session runs the exact rows; per-size sessions pad to the smallest compiled size that holds them.
   let session = model.sessions.get(0);
@@ -300,6 +305,7 @@ async function execute(batch: Ticket<InferCommand>[]): Promise<void> {
     send({
       type: 'executed',
       model: name,
+      instance,
       results,
       timing: {
         computeInputNs: Number(t1 - t0),
@@ -311,7 +317,7 @@ async function execute(batch: Ticket<InferCommand>[]): Promise<void> {
       },
       queued: scheduler.queued,
     }, transfer);
-    scheduler.charge(name, Math.max(runBatch, 1), Number(t2 - t1) / 1e6);
+    scheduler.charge(instance, Math.max(runBatch, 1), Number(t2 - t1) / 1e6);
   } catch (err) {
     for (const t of batch) fail(t.id, err);
   }
@@ -319,8 +325,8 @@ async function execute(batch: Ticket<InferCommand>[]): Promise<void> {
 
 async function handleControl(msg: Extract<ToDevice, { type: 'load' | 'unload' }>): Promise<void> {
   try {
-    if (msg.type === 'load') await load(msg.id, msg.spec);
-    else await unload(msg.id, msg.model);
+    if (msg.type === 'load') await load(msg.id, msg.instance, msg.spec);
+    else await unload(msg.id, msg.instance);
   } catch (err) {
     fail(msg.id, err);
   }

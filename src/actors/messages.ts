@@ -57,7 +57,8 @@ export interface InferResult {
 export interface InferCommand {
   type: 'infer';
   id: number;
-  model: string;
+  /** The loaded instance to run (`name#generation`: a reload loads a new one beside the old). */
+  instance: string;
   /** One tensor per manifest input, in the manifest's order (the codec guarantees it). */
   inputs: WireTensor[];
   /** Output names to return, in response order (never empty: the codec fills in every output). */
@@ -72,8 +73,9 @@ export interface InferCommand {
 
 /** main thread -> device actor */
 export type ToDevice =
-  | { type: 'load'; id: number; spec: ModelSpec }
-  | { type: 'unload'; id: number; model: string }
+  /** Create the sessions of one version of a model under its own instance key. */
+  | { type: 'load'; id: number; instance: string; spec: ModelSpec }
+  | { type: 'unload'; id: number; instance: string }
   | InferCommand
   /** Drop a queued infer; one already running finishes and its result is discarded. */
   | { type: 'cancel'; id: number }
@@ -86,7 +88,7 @@ export type FromDevice =
   | { type: 'loaded'; id: number; loadMs: number }
   | { type: 'unloaded'; id: number }
   /** One execution: every request that rode in it, answered in one message (their outputs may share buffers). */
-  | { type: 'executed'; model: string; results: InferResult[]; timing: ExecutionTiming; queued: number }
+  | { type: 'executed'; model: string; instance: string; results: InferResult[]; timing: ExecutionTiming; queued: number }
   | { type: 'failed'; id: number; error: ErrorData };
 
 /** The clock both threads share for deadlines (Date.now() has ms resolution only). */

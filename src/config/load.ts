@@ -3,9 +3,9 @@
  * against the schema (filling defaults), resolve paths, freeze.
  *
  * Environment overrides follow the seeds: `INFERENCE_SERVER_<SECTION>_<FIELD>`
- * sets `global.<section>.<field>` and `INFERENCE_SERVER_<KEY>` a top-level
- * key, for every scalar the schema declares (list values, when the schema has
- * them, are colon-separated). The table of names is derived from the schema,
+ * sets `global.<section>.<field>`, and `INFERENCE_SERVER_<KEY>` a top-level
+ * key or a scalar directly under `global`, for every scalar and list the schema
+ * declares (list values are colon-separated). The table of names is derived from the schema,
  * so a new key gets its override for free; an unknown `INFERENCE_SERVER_*`
  * variable stops start-up rather than being ignored.
  */
@@ -47,6 +47,11 @@ export function environmentOverrides(): Override[] {
   }
   const global = root.properties?.global?.properties ?? {};
   for (const [section, sectionNode] of Object.entries(global)) {
+    if (isScalar(sectionNode)) {
+      // A scalar directly under global (model_control_mode): INFERENCE_SERVER_<FIELD>.
+      out.push({ env: ENV_PREFIX + section.toUpperCase(), keyPath: ['global', section], schema: sectionNode });
+      continue;
+    }
     for (const [field, node] of Object.entries(sectionNode.properties ?? {})) {
       if (!isScalar(node)) continue;
       out.push({

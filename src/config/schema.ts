@@ -16,11 +16,18 @@ export const nodeConfigSchema = {
     // Directory of bundles: each immediate subdirectory with a manifest.yaml is a model.
     // A relative path is resolved against the directory of the node file.
     model_repo: { type: 'string', minLength: 1 },
+    // Serve only these models of the repository (empty: all). Environment: colon-separated.
+    models_include: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true, default: [] },
     global: {
       type: 'object',
       additionalProperties: false,
       default: {},
       properties: {
+        // dynamic: watch the repository and load, reload, unload bundles as they change;
+        // static: the start-up set is fixed; explicit: nothing loads until RepositoryModelLoad asks.
+        model_control_mode: { enum: ['dynamic', 'static', 'explicit'], default: 'dynamic' },
+        // Seconds between looks at the repository in dynamic mode, beside file events.
+        model_poll_seconds: { type: 'number', exclusiveMinimum: 0, default: 15 },
         logging: {
           type: 'object',
           additionalProperties: false,
@@ -114,7 +121,10 @@ export interface SchedulerConfig {
 export interface NodeConfig {
   /** Absolute path of the model repository. */
   readonly model_repo: string;
+  readonly models_include: readonly string[];
   readonly global: {
+    readonly model_control_mode: 'dynamic' | 'static' | 'explicit';
+    readonly model_poll_seconds: number;
     readonly logging: { readonly level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
     readonly runtime: { readonly backend: 'cpu' | 'cuda'; readonly intra_op_threads: number };
     readonly scheduler: SchedulerConfig;

@@ -69,14 +69,15 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
   /** One inference, shared by ModelInfer and ModelStreamInfer. */
   async function infer(req: ModelInferRequest, call: HasDeadline, signal: AbortSignal): Promise<ModelInferResponse> {
     const started = process.hrtime.bigint();
-    const spec = registry.acquire(req.model_name, req.model_version);
+    const lease = registry.acquire(req.model_name, req.model_version);
+    const { spec } = lease;
     let slices: RegionSlice[] = [];
     try {
       const decoded = decodeInferRequest(req, spec, sharedMemory);
       slices = slicesOf(decoded);
       sharedMemory.hold(slices); // no await since decoding: the regions are still registered
       const result = await device.infer({
-        model: spec.name,
+        instance: lease.instance,
         inputs: decoded.inputs,
         outputs: decoded.outputs,
         outputRegions: decoded.outputRegions,
@@ -89,7 +90,7 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
       statistics.recordFailure(spec.name, err instanceof StowageError ? err.code : undefined, Number(process.hrtime.bigint() - started));
       throw err;
     } finally {
-      registry.release(spec.name);
+      registry.release(lease);
       sharedMemory.release(slices); // a region unregistered meanwhile closes with its last request
     }
   }
@@ -162,6 +163,7 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
         .map((r) => ({ name: r.name, version: MODEL_VERSION, state: r.state, reason: r.reason })),
     })),
     RepositoryModelLoad: unary('RepositoryModelLoad', logger, async (req: { model_name: string; parameters: Record<string, unknown> }) => {
+      if (repository.mode === 'static') throw errors.modelControl('RepositoryModelLoad', 'static');
       if (Object.keys(req.parameters).length > 0) {
         throw errors.unsupported(`RepositoryModelLoad parameters (${Object.keys(req.parameters).join(', ')}) are not supported: a model loads from its bundle in model_repo`);
       }
@@ -169,6 +171,7 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
       return {};
     }),
     RepositoryModelUnload: unary('RepositoryModelUnload', logger, async (req: { model_name: string }) => {
+      if (repository.mode === 'static') throw errors.modelControl('RepositoryModelUnload', 'static');
       await repository.unload(req.model_name);
       return {};
     }),

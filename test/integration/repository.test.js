@@ -1,5 +1,6 @@
-// RepositoryModelLoad / RepositoryModelUnload through the real server: load a bundle added after
-// start-up, refuse a broken one with its reason, unload after in-flight requests finish, reload.
+// RepositoryModelLoad / RepositoryModelUnload through the real server in explicit mode (nothing
+// loads until asked): load bundles, one added after start-up, refuse a broken one with its reason,
+// unload after in-flight requests finish, reload.
 import { cpSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
@@ -14,7 +15,8 @@ let repo;
 test.before(async () => {
   temp = tempDir();
   repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits'), convnet: path.join(MODELS, 'convnet') });
-  server = await startServer({ model_repo: repo }, { root: temp.dir });
+  server = await startServer({ model_repo: repo, global: { model_control_mode: 'explicit' } }, { root: temp.dir });
+  for (const name of ['digits', 'convnet']) await server.client.call('RepositoryModelLoad', { model_name: name });
 });
 
 test.after.always(async () => {
@@ -25,9 +27,10 @@ test.after.always(async () => {
 const index = async () => Object.fromEntries((await server.client.call('RepositoryIndex', {})).models.map((m) => [m.name, m]));
 const image = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 3, 32, 32], data: new Float32Array(rows * 3 * 32 * 32).fill(0.1) });
 
-test.serial('a bundle added after start-up loads on request and serves', async (t) => {
+test.serial('explicit mode lists the repository without loading it; a bundle added later loads on request', async (t) => {
   cpSync(path.join(MODELS, 'negate'), path.join(repo, 'negate'), { recursive: true });
-  t.falsy((await index()).negate, 'not loaded until asked');
+  t.falsy((await index()).negate, 'not known until asked: explicit mode does not watch the repository');
+  t.true(server.logs.some((l) => l.msg === 'loading the model repository' && l.model_control_mode === 'explicit'));
   await server.client.call('RepositoryModelLoad', { model_name: 'negate' });
   t.is((await index()).negate.state, 'READY');
   const { outputs } = await server.client.infer('negate', [{ name: 'x', datatype: 'FP32', shape: [3], data: Float32Array.from([1, 2, 3]) }]);
@@ -73,8 +76,7 @@ test.serial('loading a loaded model reloads it from disk without a gap in servic
   const during = Array.from({ length: 4 }, () => server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }]));
   await server.client.call('RepositoryModelLoad', { model_name: 'digits' });
   t.deepEqual((await Promise.allSettled(during)).map((r) => r.status), Array(4).fill('fulfilled'));
-  let loads = 0;
-  await server.waitForLog((l) => l.msg === 'model loaded' && l.model === 'digits' && ++loads === 2);
+  await server.waitForLog((l) => l.msg === 'model reloaded' && l.model === 'digits');
 });
 
 test.serial('unloading an unknown model is NOT_FOUND', async (t) => {

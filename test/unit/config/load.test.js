@@ -7,7 +7,10 @@ const parse = (text, env = {}) => parseNodeConfig(text, FILE, env, '/work/here')
 
 test('defaults fill every key and the result is frozen', (t) => {
   const { config } = parse('model_repo: models\n');
+  t.deepEqual(config.models_include, []);
   t.deepEqual(config.global, {
+    model_control_mode: 'dynamic',
+    model_poll_seconds: 15,
     logging: { level: 'info' },
     runtime: { backend: 'cpu', intra_op_threads: 0 },
     scheduler: { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, models: {} },
