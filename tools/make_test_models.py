@@ -7,6 +7,8 @@
 - echo/model.onnx: Identity on f32[n,1024], for messages far above gRPC's
   default 4 MiB limit.
 - negate/model.onnx: y = -x on f32[3], a model without a batch axis.
+- double/model.onnx: y = 2x on f32[n,1024], the same interface as echo: a second
+  version of a model, for reload tests.
 - convnet/model.onnx: a small ResNet-style network (3x32x32 image -> 10
   scores; conv, batch-norm folded, residual blocks, global pooling) with fixed
   random weights: heavy enough that batching matters, for the coalescing tests
@@ -69,6 +71,15 @@ def echo_model():
          OUT / "echo" / "model.onnx")
 
 
+def double_model():
+    two = helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["y"])], "double",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 1024])], [two])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), OUT / "double" / "model.onnx")
+
+
 def negate_model():
     graph = helper.make_graph(
         [helper.make_node("Neg", ["x"], ["y"])], "negate",
@@ -123,5 +134,6 @@ if __name__ == "__main__":
     fixed_models()
     echo_model()
     negate_model()
+    double_model()
     convnet_model()
     print(f"wrote {OUT}")
