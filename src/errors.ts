@@ -32,6 +32,7 @@ export const ERROR_CODES = {
   STOWAGE_INVALID_REQUEST: { status: Status.INVALID_ARGUMENT, means: 'the request is malformed apart from its tensors (parameters, raw contents count)' },
   STOWAGE_UNSUPPORTED: { status: Status.INVALID_ARGUMENT, means: 'the request asks for a feature this server does not provide (sequences, classification, CUDA shared memory)' },
   STOWAGE_QUEUE_FULL: { status: Status.RESOURCE_EXHAUSTED, means: 'the model\'s queue on the device holds scheduler.max_queue_depth requests already' },
+  STOWAGE_HOOK_FAILED: { status: Status.INTERNAL, means: 'a bundle\'s model.js hook threw, rejected, or returned the wrong tensors' },
   STOWAGE_MODEL_CONTROL: { status: Status.FAILED_PRECONDITION, means: 'the model control mode does not allow the operation (static: the model set is fixed)' },
   STOWAGE_SERVER_BUSY: { status: Status.RESOURCE_EXHAUSTED, means: 'endpoints.max_concurrent_requests inference RPCs are in flight already' },
   STOWAGE_CANCELLED: { status: Status.CANCELLED, means: 'the client cancelled the request' },
@@ -107,6 +108,8 @@ export const errors = {
   queueFull: (model: string, depth: number) =>
     new StowageError('STOWAGE_QUEUE_FULL',
       `model ${quote(model)} already has ${depth} requests queued (scheduler.max_queue_depth); retry later`),
+  hookFailed: (model: string, hook: string, message: string) =>
+    new StowageError('STOWAGE_HOOK_FAILED', `model ${quote(model)}: the ${hook} hook in model.js failed: ${message}`),
   modelControl: (rpc: string, mode: string) =>
     new StowageError('STOWAGE_MODEL_CONTROL', `${rpc} is not allowed: model_control_mode is ${mode}, so the model set is fixed at start-up`),
   serverBusy: (cap: number) =>

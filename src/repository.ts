@@ -20,6 +20,7 @@ import { MANIFEST_FILE, readManifest } from './bundle/manifest.js';
 import type { ModelSpec } from './bundle/model-spec.js';
 import { scanRepository } from './bundle/repository.js';
 import { errors } from './errors.js';
+import type { HookPool } from './hooks/hook-pool.js';
 import { ModelState, type ModelRegistry } from './model-registry.js';
 
 export type ModelControlMode = 'dynamic' | 'static' | 'explicit';
@@ -31,6 +32,7 @@ export interface RepositoryOptions {
   include: readonly string[];
   registry: ModelRegistry;
   device: DeviceActor;
+  hooks: HookPool;
   logger: Logger;
   onLoaded?: (model: string, loadMs: number) => void;
 }
@@ -165,10 +167,12 @@ export class ModelRepository {
   }
 
   /** Load one version; on success switch the model to it and retire the version it replaces. */
-  async #loadSpec(name: string, spec: ModelSpec, progress: string): Promise<void> {
+  async #loadSpec(name: string, parsed: ModelSpec, progress: string): Promise<void> {
     const instance = `${name}#${++this.#generation}`;
     let loadMs: number;
+    let spec = parsed;
     try {
+      spec = await this.#withHooks(parsed);
       ({ loadMs } = await this.#o.device.load(spec, instance));
     } catch (err) {
       this.#refused(name, spec, err as Error);
@@ -183,6 +187,24 @@ export class ModelRepository {
       await this.#o.registry.drained(old);
       await this.#o.device.unload(old);
     }
+  }
+
+  /** The bundle's model.js, checked by the hook pool, and the client tensors it declares hooks for. */
+  async #withHooks(spec: ModelSpec): Promise<ModelSpec> {
+    const file = path.join(spec.dir, 'model.js');
+    const declared = (key: 'inputs' | 'outputs') => spec[key === 'inputs' ? 'clientInputs' : 'clientOutputs'] !== spec[key];
+    if (!existsSync(file)) {
+      for (const [key, hook] of [['inputs', 'preprocess'], ['outputs', 'postprocess']] as const) {
+        if (declared(key)) throw errors.bundleInvalid(spec.name, 'manifest.yaml', `client_${key} needs a ${hook} hook in model.js, and the bundle has no model.js`);
+      }
+      return spec;
+    }
+    const st = statSync(file);
+    const hooks = await this.#o.hooks.describe(spec.name, file, `${st.size}-${st.mtimeMs}`);
+    for (const [key, hook] of [['inputs', 'preprocess'], ['outputs', 'postprocess']] as const) {
+      if (declared(key) && !hooks[hook]) throw errors.bundleInvalid(spec.name, 'model.js', `manifest.yaml declares client_${key}, but model.js exports no ${hook}`);
+    }
+    return { ...spec, hooks };
   }
 
   /** A version failed: a serving model keeps serving (the reason says the reload failed); otherwise UNAVAILABLE. */

@@ -14,6 +14,7 @@ import { DeviceActor } from './actors/device-actor.js';
 import { createAdminServer, listen } from './admin/http.js';
 import type { NodeConfig } from './config/schema.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
+import { HookPool } from './hooks/hook-pool.js';
 import { ModelRepository } from './repository.js';
 import { watchRepository } from './repository-watcher.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
@@ -44,6 +45,7 @@ export class StowageServer {
   #device?: DeviceActor;
   #ready = false;
   #stopWatching?: () => void;
+  #hooks?: HookPool;
 
   private constructor(config: NodeConfig, logger: Logger) {
     this.#config = config;
@@ -83,12 +85,14 @@ export class StowageServer {
       logger: this.#logger,
       onExecution: (model, timing, queued) => this.statistics.recordExecution(model, 0, timing, queued),
     });
+    this.#hooks = new HookPool(this.#config.global.hooks.threads, this.#config.global.hooks.timeout_seconds * 1000);
     const repository = new ModelRepository({
       dir: this.#config.model_repo,
       mode: this.#config.global.model_control_mode,
       include: this.#config.models_include,
       registry: this.registry,
       device: this.#device,
+      hooks: this.#hooks,
       logger: this.#logger,
       onLoaded: (model, loadMs) => this.metrics.recordLoad(model, loadMs / 1000),
     });
@@ -106,6 +110,7 @@ export class StowageServer {
       registry: this.registry,
       device: this.#device,
       repository,
+      hooks: this.#hooks,
       statistics: this.statistics,
       sharedMemory: this.sharedMemory,
       admission: this.admission,
@@ -150,6 +155,7 @@ export class StowageServer {
       });
     }
     await this.#device?.stop();
+    await this.#hooks?.close();
     this.sharedMemory.unregister('');
     await new Promise<void>((resolve) => (this.#admin?.listening ? this.#admin.close(() => resolve()) : resolve()));
   }

@@ -157,16 +157,14 @@ export function parseManifest(text: string, dir: string): ModelSpec {
   const outputs = raw.executable_outputs.map((t) => parseTensor(bundle, 'executable_outputs', t, batchAxis));
   checkUniqueNames(bundle, 'executable_inputs', inputs);
   checkUniqueNames(bundle, 'executable_outputs', outputs);
-  // The client-facing tensors are parsed like the others, so their mistakes are reported precisely,
-  // but serving them needs model.js hooks between client and executable, which come in a later release.
-  for (const key of ['client_inputs', 'client_outputs'] as const) {
-    const declared = raw[key];
-    if (!declared) continue;
-    checkUniqueNames(bundle, key, declared.map((t) => parseTensor(bundle, key, t, batchAxis)));
-    throw errors.bundleInvalid(bundle, MANIFEST_FILE, `${key} needs model.js pre/post-processing hooks, which this version of Stowage does not run`);
-  }
+  // What clients see; model.js hooks convert between these and the executable's tensors (the
+  // repository checks at load that the hooks a bundle declares tensors for exist).
+  const clientInputs = raw.client_inputs?.map((t) => parseTensor(bundle, 'client_inputs', t, batchAxis)) ?? inputs;
+  const clientOutputs = raw.client_outputs?.map((t) => parseTensor(bundle, 'client_outputs', t, batchAxis)) ?? outputs;
+  checkUniqueNames(bundle, 'client_inputs', clientInputs);
+  checkUniqueNames(bundle, 'client_outputs', clientOutputs);
 
-  const all = [...inputs, ...outputs];
+  const all = [...inputs, ...outputs, ...clientInputs, ...clientOutputs];
   const batchedCount = all.filter((t) => t.batchDim >= 0).length;
   if (batchedCount !== 0 && batchedCount !== all.length) {
     const missing = all.filter((t) => t.batchDim < 0).map((t) => t.name);
@@ -185,6 +183,9 @@ export function parseManifest(text: string, dir: string): ModelSpec {
     dir,
     inputs,
     outputs,
+    clientInputs,
+    clientOutputs,
+    hooks: null,
     batchAxis: batched ? batchAxis : null,
     compiledBatchSizes: sizes,
     maxBatchSize: batched ? sizes[sizes.length - 1] : 0,

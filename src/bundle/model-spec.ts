@@ -22,12 +22,27 @@ export interface ExecutableFile {
   readonly path: string;
 }
 
+/** A bundle's model.js, as checked at load. */
+export interface BundleHooks {
+  readonly file: string;
+  /** Changes when model.js changes, so that a reload imports the new code. */
+  readonly version: string;
+  readonly preprocess: boolean;
+  readonly postprocess: boolean;
+}
+
 export interface ModelSpec {
   /** The model name: the bundle's directory name. */
   readonly name: string;
   readonly dir: string;
+  /** The executable's tensors (executable_inputs / executable_outputs). */
   readonly inputs: readonly TensorSpec[];
   readonly outputs: readonly TensorSpec[];
+  /** What clients send and receive: client_inputs / client_outputs, or the executable's when the manifest has none. */
+  readonly clientInputs: readonly TensorSpec[];
+  readonly clientOutputs: readonly TensorSpec[];
+  /** The bundle's model.js hooks; null without one (set at load, once the pool has checked it). */
+  readonly hooks: BundleHooks | null;
   /** The batch axis letter ("n" unless the manifest names another); null when no tensor batches. */
   readonly batchAxis: string | null;
   /** Sorted ascending; empty for an unbatched model. */

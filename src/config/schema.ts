@@ -78,6 +78,17 @@ export const nodeConfigSchema = {
             },
           },
         },
+        hooks: {
+          type: 'object',
+          additionalProperties: false,
+          default: {},
+          properties: {
+            // Threads running bundles' model.js hooks; 0 = half the cores, at least one.
+            threads: { type: 'integer', minimum: 0, default: 0 },
+            // Seconds one hook call may take; past it DEADLINE_EXCEEDED and its thread is replaced.
+            timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 10 },
+          },
+        },
         endpoints: {
           type: 'object',
           additionalProperties: false,
@@ -128,6 +139,7 @@ export interface NodeConfig {
     readonly logging: { readonly level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
     readonly runtime: { readonly backend: 'cpu' | 'cuda'; readonly intra_op_threads: number };
     readonly scheduler: SchedulerConfig;
+    readonly hooks: { readonly threads: number; readonly timeout_seconds: number };
     readonly endpoints: {
       readonly host: string;
       readonly grpc_port: number;

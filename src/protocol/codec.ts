@@ -176,7 +176,7 @@ function checkRequestParameters(params: Parameters): number | undefined {
 /** Decode and check a request against the model's manifest. */
 export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regions?: SharedMemoryRegistry): DecodedRequest {
   const timeoutUs = checkRequestParameters(req.parameters);
-  const expected = spec.inputs.map((t) => t.name);
+  const expected = spec.clientInputs.map((t) => t.name);
   const inputRegions = req.inputs.map((input) => sharedMemoryParams(`input ${q(input.name)}`, input.parameters));
   // raw_input_contents holds one entry per input that is not in shared memory, in input order.
   let inline = 0;
@@ -189,7 +189,7 @@ export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regi
   let batchSize = -1;
   let batchFrom = '';
   req.inputs.forEach((input, i) => {
-    const spec_ = spec.inputs.find((t) => t.name === input.name);
+    const spec_ = spec.clientInputs.find((t) => t.name === input.name);
     if (!spec_) {
       throw errors.invalidTensor(`unknown input ${q(input.name)} for model ${q(spec.name)}; expected inputs: ${expected.join(', ')}`);
     }
@@ -243,12 +243,36 @@ export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regi
   }
   const outputs = decodeRequestedOutputs(req, spec);
   return {
-    inputs: spec.inputs.map((t) => byName.get(t.name) as WireTensor),
+    inputs: spec.clientInputs.map((t) => byName.get(t.name) as WireTensor),
     outputs,
     outputRegions: decodeOutputRegions(req, spec, outputs, Math.max(batchSize, 1), regions),
     batchSize: Math.max(batchSize, 0),
     timeoutUs,
   };
+}
+
+/**
+ * The tensors a hook returned, checked against what must come next (the executable's inputs after
+ * preprocess, the client outputs after postprocess) and put in that order. Every mismatch fails
+ * the request with a message saying what was expected.
+ */
+export function checkHookTensors(model: string, hook: string, tensors: readonly WireTensor[], specs: readonly TensorSpec[],
+  batchSize: number): WireTensor[] {
+  const fail = (message: string) => errors.hookFailed(model, hook, message);
+  const byName = new Map(tensors.map((t) => [t.name, t]));
+  const missing = specs.filter((s) => !byName.has(s.name)).map((s) => q(s.name));
+  if (missing.length) throw fail(`it returned ${tensors.map((t) => q(t.name)).join(', ') || 'no tensors'}; expected ${specs.map((s) => q(s.name)).join(', ')} (missing ${missing.join(', ')})`);
+  return specs.map((s) => {
+    const t = byName.get(s.name) as WireTensor;
+    if (t.datatype !== s.datatype) throw fail(`tensor ${q(s.name)}: expected datatype ${s.datatype}, got ${t.datatype}`);
+    const shapeOk = t.shape.length === s.shape.length
+      && t.shape.every((d, i) => (i === s.batchDim ? d === batchSize : d === s.shape[i]));
+    if (!shapeOk) {
+      const want = s.shape.map((d, i) => (i === s.batchDim ? batchSize : d));
+      throw fail(`tensor ${q(s.name)}: expected shape ${fmtShape(want)} (axes ${q(s.axes)}), got ${fmtShape(t.shape)}`);
+    }
+    return t;
+  });
 }
 
 /** Every shared-memory slice a decoded request names, inputs and outputs. */
@@ -265,7 +289,7 @@ function decodeOutputRegions(req: ModelInferRequest, spec: ModelSpec, outputs: s
     const requested = req.outputs.find((o) => o.name === name);
     const params = requested && sharedMemoryParams(`output ${q(name)}`, requested.parameters);
     if (!params) return null;
-    const t = spec.outputs.find((o) => o.name === name) as TensorSpec;
+    const t = spec.clientOutputs.find((o) => o.name === name) as TensorSpec;
     const info = dtypeInfoOf(t);
     if (info.elementBytes > 0) {
       const needed = t.shape.reduce((a, d) => a * (d < 0 ? rows : d), 1) * info.elementBytes;
@@ -282,11 +306,11 @@ function dtypeInfoOf(t: TensorSpec): DtypeInfo {
 }
 
 function decodeRequestedOutputs(req: ModelInferRequest, spec: ModelSpec): string[] {
-  if (req.outputs.length === 0) return spec.outputs.map((t) => t.name);
+  if (req.outputs.length === 0) return spec.clientOutputs.map((t) => t.name);
   const seen = new Set<string>();
   for (const out of req.outputs) {
-    if (!spec.outputs.some((t) => t.name === out.name)) {
-      throw errors.invalidTensor(`unknown output ${q(out.name)} for model ${q(spec.name)}; expected one of: ${spec.outputs.map((t) => t.name).join(', ')}`);
+    if (!spec.clientOutputs.some((t) => t.name === out.name)) {
+      throw errors.invalidTensor(`unknown output ${q(out.name)} for model ${q(spec.name)}; expected one of: ${spec.clientOutputs.map((t) => t.name).join(', ')}`);
     }
     if (seen.has(out.name)) throw errors.invalidTensor(`output ${q(out.name)} is requested twice`);
     seen.add(out.name);

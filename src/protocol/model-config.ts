@@ -21,14 +21,14 @@ export function modelMetadata(spec: ModelSpec) {
     name: spec.name,
     versions: [MODEL_VERSION],
     platform: MODEL_PLATFORM,
-    inputs: spec.inputs.map(metadataTensor),
-    outputs: spec.outputs.map(metadataTensor),
+    inputs: spec.clientInputs.map(metadataTensor),
+    outputs: spec.clientOutputs.map(metadataTensor),
   };
 }
 
 /** True when Triton's implicit-leading-batch convention describes the model. */
 export function leadingBatch(spec: ModelSpec): boolean {
-  return spec.maxBatchSize > 0 && [...spec.inputs, ...spec.outputs].every((t) => t.batchDim === 0);
+  return spec.maxBatchSize > 0 && [...spec.clientInputs, ...spec.clientOutputs].every((t) => t.batchDim === 0);
 }
 
 /**
@@ -47,8 +47,8 @@ export function modelConfig(spec: ModelSpec, maxBatchRows: number = spec.maxBatc
     backend: MODEL_BACKEND,
     version_policy: { latest: { num_versions: 1 } },
     max_batch_size: implicit ? spec.maxBatchSize : 0,
-    input: spec.inputs.map((t) => ({ name: t.name, data_type: dtypeInfo(t.datatype).tritonType, format: 'FORMAT_NONE', ...shapeOf(t) })),
-    output: spec.outputs.map((t) => ({ name: t.name, data_type: dtypeInfo(t.datatype).tritonType, ...shapeOf(t) })),
+    input: spec.clientInputs.map((t) => ({ name: t.name, data_type: dtypeInfo(t.datatype).tritonType, format: 'FORMAT_NONE', ...shapeOf(t) })),
+    output: spec.clientOutputs.map((t) => ({ name: t.name, data_type: dtypeInfo(t.datatype).tritonType, ...shapeOf(t) })),
     instance_group: [{ name: `${spec.name}_0`, kind: 'KIND_CPU', count: 1 }],
     default_model_filename: spec.executables.length === 1 && spec.executables[0].batchSize === null ? 'model.onnx' : '',
     model_transaction_policy: { decoupled: false },

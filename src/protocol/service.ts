@@ -16,7 +16,9 @@ import type { ModelRepository } from '../repository.js';
 import type { RegionSlice, SharedMemoryRegistry } from '../shared-memory.js';
 import type { Statistics } from '../statistics.js';
 import type { Admission } from './admission.js';
-import { decodeInferRequest, encodeInferResponse, slicesOf } from './codec.js';
+import type { HookPool } from '../hooks/hook-pool.js';
+import type { HookContext } from '../hooks/messages.js';
+import { checkHookTensors, decodeInferRequest, encodeInferResponse, slicesOf } from './codec.js';
 import { applyLogSettings, currentLogSettings } from './log-settings.js';
 import { modelConfig, modelMetadata } from './model-config.js';
 import type { ModelInferRequest, ModelInferResponse, ModelRef } from './types.js';
@@ -24,6 +26,7 @@ import type { ModelInferRequest, ModelInferResponse, ModelRef } from './types.js
 export interface ServiceContext {
   registry: ModelRegistry;
   repository: ModelRepository;
+  hooks: HookPool;
   device: DeviceActor;
   statistics: Statistics;
   sharedMemory: SharedMemoryRegistry;
@@ -56,6 +59,18 @@ function unary<Req, Res>(rpc: string, logger: Logger, fn: UnaryHandler<Req, Res>
   };
 }
 
+/** What a hook sees of the request beside its tensors. */
+function hookContext(req: ModelInferRequest): HookContext {
+  const parameters: HookContext['parameters'] = {};
+  for (const [key, p] of Object.entries(req.parameters)) {
+    if (!p.parameter_choice) continue;
+    const value = p[p.parameter_choice] as boolean | number | string;
+    // int64/uint64 arrive as strings (every digit kept); hooks get numbers.
+    parameters[key] = p.parameter_choice === 'int64_param' || p.parameter_choice === 'uint64_param' ? Number(value) : value;
+  }
+  return { model: req.model_name, requestId: req.id, parameters };
+}
+
 /** The request's absolute deadline: the earlier of the call's deadline and the `timeout` parameter; Infinity if neither. */
 function deadlineOf(call: HasDeadline, timeoutUs: number | undefined): number {
   const deadline = call.getDeadline(); // Infinity when the client set none
@@ -64,7 +79,7 @@ function deadlineOf(call: HasDeadline, timeoutUs: number | undefined): number {
 }
 
 export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefinition): grpc.UntypedServiceImplementation {
-  const { registry, repository, device, statistics, sharedMemory, admission, logger } = ctx;
+  const { registry, repository, hooks, device, statistics, sharedMemory, admission, logger } = ctx;
 
   /** One inference, shared by ModelInfer and ModelStreamInfer. */
   async function infer(req: ModelInferRequest, call: HasDeadline, signal: AbortSignal): Promise<ModelInferResponse> {
@@ -76,14 +91,31 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
       const decoded = decodeInferRequest(req, spec, sharedMemory);
       slices = slicesOf(decoded);
       sharedMemory.hold(slices); // no await since decoding: the regions are still registered
+      const rows = Math.max(decoded.batchSize, 1);
+      let inputs = decoded.inputs;
+      const context = spec.hooks ? hookContext(req) : undefined;
+      if (spec.hooks && slices.length) {
+        throw errors.unsupported(`model ${JSON.stringify(spec.name)} runs model.js hooks, which read and write tensors in the request; send them inline, not in shared memory`);
+      }
+      if (spec.hooks?.preprocess) {
+        inputs = checkHookTensors(spec.name, 'preprocess', await hooks.run(spec.name, 'preprocess', spec.hooks, inputs, context!), spec.inputs, rows);
+      }
+      // With a postprocess hook the executable's every output goes to it; without, the client's choice.
+      const post = spec.hooks?.postprocess === true;
+      const executableOutputs = post ? spec.outputs.map((t) => t.name) : decoded.outputs;
       const result = await device.infer({
         instance: lease.instance,
-        inputs: decoded.inputs,
-        outputs: decoded.outputs,
-        outputRegions: decoded.outputRegions,
+        inputs,
+        outputs: executableOutputs,
+        outputRegions: post ? executableOutputs.map(() => null) : decoded.outputRegions,
         deadlineMs: deadlineOf(call, decoded.timeoutUs),
       }, signal);
-      const response = encodeInferResponse(spec, req.id, result.outputs);
+      let outputs = result.outputs;
+      if (post) {
+        const all = checkHookTensors(spec.name, 'postprocess', await hooks.run(spec.name, 'postprocess', spec.hooks!, outputs, context!), spec.clientOutputs, rows);
+        outputs = decoded.outputs.map((name) => all.find((t) => t.name === name)!);
+      }
+      const response = encodeInferResponse(spec, req.id, outputs);
       statistics.recordSuccess(spec.name, decoded.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
       return response;
     } catch (err) {

@@ -82,11 +82,19 @@ test('the batch axis may be named and placed anywhere', (t) => {
   t.is(spec.inputs[0].batchDim, 1);
 });
 
+test('client tensors default to the executable\'s, and are parsed like them when declared', (t) => {
+  const plain = parseManifest(`format_version: "2.0"\n${TENSORS}batching: { compiled_batch_sizes: [1] }\n`, dir);
+  t.is(plain.clientInputs, plain.inputs);
+  t.is(plain.clientOutputs, plain.outputs);
+  t.is(plain.hooks, null);
+  const graded = parseManifest(`format_version: "2.0"\n${TENSORS}client_outputs:\n  - { name: grade, dtype: i64, shape: n }\nbatching: { compiled_batch_sizes: [1] }\n`, dir);
+  t.deepEqual(graded.clientOutputs, [{ name: 'grade', datatype: 'INT64', axes: 'n', shape: [-1], batchDim: 0 }]);
+});
+
 test('unknown keys, a foreign name, duplicate tensors, hooks and meta bundles are refused', (t) => {
   fails(t, `format_version: "2.0"\n${TENSORS}batching: { compiled_batch_sizes: [1] }\nbatchsize: 3\n`, /batchsize: unknown key/);
   fails(t, `format_version: "2.0"\nname: other\n${TENSORS}batching: { compiled_batch_sizes: [1] }\n`, /name "other" differs from the bundle's directory name "digits"/);
   fails(t, `format_version: "2.0"\nexecutable_inputs:\n  - { name: x, dtype: f32, shape: n }\n  - { name: x, dtype: f32, shape: n }\nexecutable_outputs:\n  - { name: y, dtype: f32, shape: n }\nbatching: { compiled_batch_sizes: [1] }\n`, /executable_inputs names tensor "x" twice/);
-  fails(t, `format_version: "2.0"\n${TENSORS}client_outputs:\n  - { name: g, dtype: i64, shape: n }\nbatching: { compiled_batch_sizes: [1] }\n`, /client_outputs needs model\.js pre\/post-processing hooks/);
   fails(t, `format_version: "2.0"\n${TENSORS}client_outputs:\n  - { name: g, dtype: i64, shape: nz }\nbatching: { compiled_batch_sizes: [1] }\n`, /client_outputs "g": axis 'z' of shape "nz" has no size in dims/);
   fails(t, `format_version: "2.0"\nkind: meta\n${TENSORS}batching: { compiled_batch_sizes: [1] }\n`, /kind: meta bundles are not supported/);
   fails(t, 'format_version: "2.0"\nexecutable_inputs: [\n', /not valid YAML/);

@@ -14,6 +14,7 @@ test('defaults fill every key and the result is frozen', (t) => {
     logging: { level: 'info' },
     runtime: { backend: 'cpu', intra_op_threads: 0 },
     scheduler: { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, models: {} },
+    hooks: { threads: 0, timeout_seconds: 10 },
     endpoints: {
       host: '127.0.0.1', grpc_port: 8001, admin_port: 8002, max_concurrent_requests: 64,
       max_receive_message_bytes: 2147483647, max_send_message_bytes: 2147483647, shutdown_grace_seconds: 30,

@@ -22,7 +22,10 @@ const spec = {
   compiledBatchSizes: [1, 4],
   maxBatchSize: 4,
   executables: [],
+  hooks: null,
 };
+spec.clientInputs = spec.inputs;
+spec.clientOutputs = spec.outputs;
 const strings = (...s) => joinBytesElements(s.map((x) => new TextEncoder().encode(x)));
 const good = () => request([input('s', 'BYTES', [2]), input('a', 'FP32', [2, 2])],
   [Buffer.from(strings('x', 'yz')), raw(Float32Array.from([1, 2, 3, 4]))]);
@@ -59,7 +62,8 @@ test('typed contents are converted, checked for field, count and range', (t) => 
 });
 
 test('integer contents out of range for the datatype are refused', (t) => {
-  const i8spec = { ...spec, inputs: [{ name: 'a', datatype: 'INT8', axes: 'n', shape: [-1], batchDim: 0 }] };
+  const i8 = [{ name: 'a', datatype: 'INT8', axes: 'n', shape: [-1], batchDim: 0 }];
+  const i8spec = { ...spec, inputs: i8, clientInputs: i8 };
   const req = request([input('a', 'INT8', [2], { contents: { bool_contents: [], int_contents: [1, 300], int64_contents: [], uint_contents: [], uint64_contents: [], fp32_contents: [], fp64_contents: [], bytes_contents: [] } })]);
   t.regex(t.throws(() => decodeInferRequest(req, i8spec)).message, /element 1 = 300 is out of range for INT8 \[-128, 127\]/);
 });

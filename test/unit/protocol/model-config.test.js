@@ -7,7 +7,12 @@ const base = {
   executables: [{ batchSize: null, path: '/r/m/model.onnx' }],
   inputs: [tensor('x', 'FP32', 'nhw', [-1, 8, 8], 0)],
   outputs: [tensor('label', 'INT64', 'n', [-1], 0)],
+  hooks: null,
 };
+base.clientInputs = base.inputs;
+base.clientOutputs = base.outputs;
+/** A spec whose client tensors are its executable tensors. */
+const plain = (s) => ({ ...s, clientInputs: s.inputs, clientOutputs: s.outputs });
 
 test('a leading batch axis is implicit in ModelConfig, explicit (-1) in ModelMetadata', (t) => {
   const config = modelConfig(base);
@@ -24,14 +29,14 @@ test('a leading batch axis is implicit in ModelConfig, explicit (-1) in ModelMet
 });
 
 test('a batch axis that is not leading keeps -1 in place and max_batch_size 0', (t) => {
-  const spec = { ...base, inputs: [tensor('x', 'FP32', 'kn', [4, -1], 1)], outputs: [tensor('y', 'FP32', 'kn', [4, -1], 1)] };
+  const spec = plain({ ...base, inputs: [tensor('x', 'FP32', 'kn', [4, -1], 1)], outputs: [tensor('y', 'FP32', 'kn', [4, -1], 1)] });
   const config = modelConfig(spec);
   t.is(config.max_batch_size, 0);
   t.deepEqual(config.input[0].dims, [4, -1]);
 });
 
 test('an unbatched model has max_batch_size 0 and its full dims', (t) => {
-  const spec = { ...base, batchAxis: null, compiledBatchSizes: [], maxBatchSize: 0, inputs: [tensor('x', 'FP32', 'k', [3], -1)], outputs: [tensor('y', 'BYTES', 'k', [3], -1)] };
+  const spec = plain({ ...base, batchAxis: null, compiledBatchSizes: [], maxBatchSize: 0, inputs: [tensor('x', 'FP32', 'k', [3], -1)], outputs: [tensor('y', 'BYTES', 'k', [3], -1)] });
   const config = modelConfig(spec);
   t.is(config.max_batch_size, 0);
   t.deepEqual(config.output[0], { name: 'y', data_type: 'TYPE_STRING', dims: [3] });
