@@ -13,6 +13,8 @@ small and every node is visible:
                                                                       -> Softmax -> probabilities f32[n,10]
                                                                       -> ArgMax  -> label i64[n]
 
+It also writes the same network into bundles/digits_u8, whose model.js accepts raw 8-bit images.
+
 Run:  python tools/train_digits.py   (needs numpy, scikit-learn, onnx)
 """
 import json
@@ -74,6 +76,8 @@ def export(clf):
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, BUNDLE / "model.onnx")
+    # bundles/digits_u8 serves the same network to clients that send raw 8-bit images.
+    onnx.save(model, ROOT / "bundles" / "digits_u8" / "model.onnx")
 
 
 def main():

@@ -48,8 +48,13 @@ export class HookPool {
     return hooks;
   }
 
-  /** Run one hook on one request's tensors (their buffers are transferred to the pool). */
-  async run(model: string, hook: HookName, hooks: BundleHooks, tensors: WireTensor[], context: HookContext): Promise<WireTensor[]> {
+  /**
+   * Run one hook on one request's tensors. Their buffers are transferred to the pool; a tensor
+   * that is a view of a buffer it shares (a request's rows of a coalesced batch) is copied first,
+   * since a buffer can be transferred only once.
+   */
+  async run(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext): Promise<WireTensor[]> {
+    const tensors = given.map((t) => (t.data.byteOffset === 0 && t.data.byteLength === t.data.buffer.byteLength ? t : { ...t, data: t.data.slice() }));
     const transfer = [...new Set(tensors.map((t) => t.data.buffer as ArrayBuffer))];
     const signal = AbortSignal.timeout(this.#timeoutMs);
     let result: HookResult;

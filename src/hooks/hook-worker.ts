@@ -80,10 +80,11 @@ function fromHook(name: string, value: unknown): WireTensor | string {
 /** A result whose tensor buffers Piscina transfers instead of cloning. */
 function transferring(result: HookResult): unknown {
   const buffers = result.type === 'ran' ? [...new Set(result.tensors.map((t) => t.data.buffer))] : [];
-  return {
+  const movable = {
     get [Piscina.transferableSymbol]() { return buffers; },
     get [Piscina.valueSymbol]() { return result; },
   };
+  return Piscina.move(movable as unknown as ArrayBuffer); // marks it movable: Piscina transfers, then unwraps it
 }
 
 export default async function run(task: HookTask): Promise<unknown> {

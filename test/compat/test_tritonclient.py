@@ -32,7 +32,7 @@ def test_health_and_server_metadata(client):
 def test_repository_index_and_model_readiness(client):
     index = client.get_model_repository_index(as_json=True)
     states = {m["name"]: m["state"] for m in index["models"]}
-    assert states == {"digits": "READY", "dtypes": "READY"}
+    assert states == {"digits": "READY", "digits_u8": "READY", "dtypes": "READY", "severity_grader": "READY"}
     assert client.is_model_ready("digits")
 
 
@@ -224,3 +224,27 @@ def test_log_settings(client):
     assert updated["log_verbose_level"].uint32_param == 1
     client.update_log_settings({"log_verbose_level": 0})
     assert client.get_log_settings().settings["log_verbose_level"].uint32_param == 0
+
+
+def test_hooked_examples_answer_correctly(client, heldout):
+    """bundles/digits_u8 (preprocess) and bundles/severity_grader (postprocess) through tritonclient."""
+    import json
+    import pathlib
+    raw = np.rint(np.asarray(heldout["images"][:32], dtype=np.float64) * 255 / 16).astype(np.uint8).reshape(32, 8, 8)
+    image = grpcclient.InferInput("image", [32, 8, 8], "UINT8")
+    image.set_data_from_numpy(raw)
+    labels = client.infer("digits_u8", [image], outputs=[grpcclient.InferRequestedOutput("label")]).as_numpy("label")
+    assert (labels == np.asarray(heldout["labels"][:32])).mean() >= 0.9
+    md = client.get_model_metadata("digits_u8", as_json=True)
+    assert md["inputs"][0]["datatype"] == "UINT8"
+
+    grader = json.loads((pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "grader_heldout.json").read_text())
+    grades = []
+    for i in range(0, len(heldout["images"]), 32):
+        grades.append(client.infer("severity_grader", [images_input(heldout["images"][i:i + 32])]).as_numpy("grade"))
+    grades = np.concatenate(grades)
+    assert grades.shape == (len(heldout["images"]), 1) and grades.dtype == np.int64
+    assert grades[:, 0].tolist() == grader["grades"]
+    wrong = grpcclient.InferInput("image", [1, 8, 8], "FP32")
+    wrong.set_data_from_numpy(np.zeros((1, 8, 8), dtype=np.float32))
+    expect_error(lambda: client.infer("digits_u8", [wrong]), "StatusCode.INVALID_ARGUMENT", "expected datatype UINT8, got FP32")

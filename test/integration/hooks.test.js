@@ -1,0 +1,116 @@
+// model.js hooks through the real server: the two example bundles, client tensors in metadata,
+// and hooks that throw, reject, hang or return the wrong tensors failing only their own requests.
+import { copyFileSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import test from 'ava';
+import { status } from '@grpc/grpc-js';
+import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+
+const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8'));
+const grader = JSON.parse(readFileSync(path.join(FIXTURES, 'grader_heldout.json'), 'utf8'));
+const echoManifest = readFileSync(path.join(FIXTURES, 'models', 'echo', 'manifest.yaml'), 'utf8');
+let server;
+let temp;
+
+test.before(async () => {
+  temp = tempDir();
+  const hooked = {};
+  for (const name of ['throws', 'rejects', 'hangs', 'wrong', 'negates', 'exports-extra']) {
+    hooked[`${name}/manifest.yaml`] = echoManifest;
+    hooked[`${name}/model.js`] = readFileSync(path.join(FIXTURES, 'hooks', `${name}.js`), 'utf8');
+  }
+  hooked['needs_hook/manifest.yaml'] = `${echoManifest}client_outputs:\n  - { name: z, dtype: f32, shape: nk, dims: { k: 1024 } }\n`;
+  const repo = makeRepository(temp.dir, {
+    digits: path.join(ROOT, 'bundles', 'digits'),
+    digits_u8: path.join(ROOT, 'bundles', 'digits_u8'),
+    severity_grader: path.join(ROOT, 'bundles', 'severity_grader'),
+  }, hooked);
+  for (const name of ['throws', 'rejects', 'hangs', 'wrong', 'negates', 'exports-extra', 'needs_hook']) {
+    copyFileSync(path.join(FIXTURES, 'models', 'echo', 'model.onnx'), path.join(repo, name, 'model.onnx'));
+  }
+  server = await startServer({ model_repo: repo, global: { hooks: { threads: 2, timeout_seconds: 1 } } }, { root: temp.dir });
+});
+
+test.after.always(async () => {
+  await server?.stop();
+  temp?.cleanup();
+});
+
+const x = (rows, fill = (i) => i % 7) => ({ name: 'x', datatype: 'FP32', shape: [rows, 1024], data: Float32Array.from({ length: rows * 1024 }, (_, i) => fill(i)) });
+
+test('raw 8-bit images are scaled by preprocess and classified as the float model classifies them', async (t) => {
+  const rows = heldout.images.slice(0, 32);
+  const u8 = Uint8Array.from(rows.flat(), (v) => Math.round((v * 255) / 16));
+  const { outputs } = await server.client.infer('digits_u8', [{ name: 'image', datatype: 'UINT8', shape: [32, 8, 8], data: u8 }], { outputs: ['label'] });
+  const f32 = Float32Array.from(u8, (v) => v * (16 / 255));
+  const reference = await server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [32, 8, 8], data: f32 }], { outputs: ['label'] });
+  t.deepEqual([...outputs[0].data], [...reference.outputs[0].data]);
+  const right = [...outputs[0].data].filter((l, i) => Number(l) === heldout.labels[i]).length;
+  t.true(right >= 30, `${right}/32 right`);
+});
+
+test('the severity grader\'s postprocess counts the leading positive logits', async (t) => {
+  const grades = [];
+  for (let i = 0; i < heldout.images.length; i += 32) {
+    const rows = heldout.images.slice(i, i + 32);
+    const { outputs } = await server.client.infer('severity_grader', [{ name: 'image', datatype: 'FP32', shape: [rows.length, 8, 8], data: Float32Array.from(rows.flat()) }]);
+    t.deepEqual(outputs[0].shape, [rows.length, 1]);
+    t.is(outputs[0].datatype, 'INT64');
+    grades.push(...[...outputs[0].data].map(Number));
+  }
+  t.deepEqual(grades, grader.grades, 'the grades the training script computed with the same rule');
+  const exact = grades.filter((g, i) => g === heldout.labels[i]).length / grades.length;
+  t.is(Math.round(exact * 10000) / 10000, grader.exact);
+});
+
+test('metadata and config show the client tensors, and requests are checked against them', async (t) => {
+  const md = await server.client.call('ModelMetadata', { name: 'digits_u8' });
+  t.deepEqual(md.inputs.map((i) => [i.name, i.datatype, i.shape.map(Number)]), [['image', 'UINT8', [-1, 8, 8]]]);
+  const grades = await server.client.call('ModelMetadata', { name: 'severity_grader' });
+  t.deepEqual(grades.outputs.map((o) => [o.name, o.datatype, o.shape.map(Number)]), [['grade', 'INT64', [-1, 1]]]);
+  const { config } = await server.client.call('ModelConfig', { name: 'severity_grader' });
+  t.deepEqual(config.output.map((o) => [o.name, o.data_type]), [['grade', 'TYPE_INT64']]);
+  const err = await t.throwsAsync(server.client.infer('digits_u8', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }]));
+  t.is(err.code, status.INVALID_ARGUMENT);
+  t.regex(err.details, /expected datatype UINT8, got FP32/);
+  const out = await t.throwsAsync(server.client.infer('severity_grader', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }], { outputs: ['logits'] }));
+  t.regex(out.details, /unknown output "logits" for model "severity_grader"; expected one of: grade/);
+});
+
+test('hooks see the request\'s parameters; pre and post both run', async (t) => {
+  const { outputs } = await server.client.infer('negates', [x(2)], { parameters: { offset: { int64_param: '10' } } });
+  t.deepEqual([...outputs[0].data].slice(0, 8), [0, -1, -2, -3, -4, -5, -6, 0].map((v) => v + 10));
+});
+
+test('a hook that throws, rejects or returns the wrong tensors fails only its request, saying why', async (t) => {
+  const throws = await t.throwsAsync(server.client.infer('throws', [x(1)]));
+  t.is(throws.code, status.INTERNAL);
+  t.is(throws.details, 'model "throws": the preprocess hook in model.js failed: the scanner calibration is missing');
+  const rejects = await t.throwsAsync(server.client.infer('rejects', [x(1)]));
+  t.regex(rejects.details, /model "rejects": the postprocess hook in model\.js failed: it rejected without a reason/);
+  const wrong = await t.throwsAsync(server.client.infer('wrong', [x(3)]));
+  t.regex(wrong.details, /model "wrong": the preprocess hook in model\.js failed: tensor "x": expected shape \[3, 1024\] \(axes "nk"\), got \[3, 512\]/);
+  // The same models' neighbours, and the server, keep serving.
+  const { outputs } = await server.client.infer('negates', [x(1)]);
+  t.is(outputs[0].data[1], 0); // -(1) + 1
+  t.true(await server.client.serverLive());
+});
+
+test('a hook that hangs is cut off at hooks.timeout_seconds and its thread replaced; the next requests succeed', async (t) => {
+  const err = await t.throwsAsync(server.client.infer('hangs', [x(1)]));
+  t.is(err.code, status.DEADLINE_EXCEEDED);
+  t.regex(err.details, /preprocess hook ran longer than hooks\.timeout_seconds \(1\); its thread was replaced/);
+  const results = await Promise.all(Array.from({ length: 4 }, () => server.client.infer('negates', [x(1)])));
+  t.true(results.every((r) => r.outputs[0].data[0] === 1));
+  const digits = await server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: Float32Array.from(heldout.images[0]) }], { outputs: ['label'] });
+  t.is(Number(digits.outputs[0].data[0]), heldout.labels[0]);
+});
+
+test('bundles whose hooks do not fit are refused at load with the reason', async (t) => {
+  const { models } = await server.client.call('RepositoryIndex', {});
+  const by = Object.fromEntries(models.map((m) => [m.name, m]));
+  t.is(by['exports-extra'].state, 'UNAVAILABLE');
+  t.regex(by['exports-extra'].reason, /model\.js: exports "threshold", which is not a hook; a model\.js exports only preprocess and postprocess/);
+  t.regex(by.needs_hook.reason, /client_outputs needs a postprocess hook in model\.js, and the bundle has no model\.js/);
+  for (const name of ['digits_u8', 'severity_grader', 'negates', 'throws', 'hangs']) t.is(by[name].state, 'READY', name);
+});
