@@ -83,7 +83,7 @@ export const nodeConfigSchema = {
           additionalProperties: false,
           default: {},
           properties: {
-            // Threads running bundles' model.js hooks; 0 = half the cores, at least one.
+            // Threads running bundles' model.js hooks; 0 = half the cores, at least two.
             threads: { type: 'integer', minimum: 0, default: 0 },
             // Seconds one hook call may take; past it DEADLINE_EXCEEDED and its thread is replaced.
             timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 10 },

@@ -11,9 +11,13 @@ import type { BundleHooks } from '../bundle/model-spec.js';
 import { errors, StowageError } from '../errors.js';
 import { HOOK_NAMES, type HookContext, type HookName, type HookResult, type HookTask } from './messages.js';
 
-/** Default pool size: half the cores (the device actor and the gRPC thread need the rest), at least one. */
+/**
+ * Default pool size: half the cores (the device actor and the gRPC thread need the rest), but at
+ * least two, so that one request's hook never waits behind another's thread hop: on 2 cores one
+ * thread held the hooked convnet to 0.79x of the unhooked throughput, two reached 0.89x.
+ */
 export function defaultHookThreads(): number {
-  return Math.max(1, Math.floor(availableParallelism() / 2));
+  return Math.max(2, Math.floor(availableParallelism() / 2));
 }
 
 export class HookPool {
@@ -56,15 +60,20 @@ export class HookPool {
   async run(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext): Promise<WireTensor[]> {
     const tensors = given.map((t) => (t.data.byteOffset === 0 && t.data.byteLength === t.data.buffer.byteLength ? t : { ...t, data: t.data.slice() }));
     const transfer = [...new Set(tensors.map((t) => t.data.buffer as ArrayBuffer))];
-    const signal = AbortSignal.timeout(this.#timeoutMs);
+    // One timer per call, cleared when the call settles (AbortSignal.timeout would leave every
+    // timer pending until it fires: thousands at a few thousand requests a second).
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), this.#timeoutMs);
     let result: HookResult;
     try {
-      result = await this.#run({ type: 'run', hook, file: hooks.file, version: hooks.version, tensors, context }, transfer, signal);
+      result = await this.#run({ type: 'run', hook, file: hooks.file, version: hooks.version, tensors, context }, transfer, abort.signal);
     } catch (err) {
-      if (signal.aborted) {
+      if (abort.signal.aborted) {
         throw new StowageError('STOWAGE_DEADLINE_EXCEEDED', `model ${JSON.stringify(model)}: ${hook} hook ran longer than hooks.timeout_seconds (${this.#timeoutMs / 1000}); its thread was replaced`);
       }
       throw errors.hookFailed(model, hook, (err as Error).message);
+    } finally {
+      clearTimeout(timer);
     }
     if (result.type === 'hookFailed') throw errors.hookFailed(model, hook, result.message);
     return (result as Extract<HookResult, { type: 'ran' }>).tensors;
