@@ -83,23 +83,27 @@ test('hooks see the request\'s parameters; pre and post both run', async (t) => 
 });
 
 test('a hook that throws, rejects or returns the wrong tensors fails only its request, saying why', async (t) => {
-  const throws = await t.throwsAsync(server.client.infer('throws', [x(1)]));
+  const throws = await t.throwsAsync(server.client.infer('throws', [x(1)], { parameters: { fail: { bool_param: true } } }));
   t.is(throws.code, status.INTERNAL);
   t.is(throws.details, 'model "throws": the preprocess hook in model.js failed: the scanner calibration is missing');
   const rejects = await t.throwsAsync(server.client.infer('rejects', [x(1)]));
   t.regex(rejects.details, /model "rejects": the postprocess hook in model\.js failed: it rejected without a reason/);
   const wrong = await t.throwsAsync(server.client.infer('wrong', [x(3)]));
   t.regex(wrong.details, /model "wrong": the preprocess hook in model\.js failed: tensor "x": expected shape \[3, 1024\] \(axes "nk"\), got \[3, 512\]/);
-  // The same models' neighbours, and the server, keep serving.
+  // The same model's next request, other models, and the server keep serving.
+  const again = await server.client.infer('throws', [x(1)]);
+  t.is(again.outputs[0].data[1], 1);
   const { outputs } = await server.client.infer('negates', [x(1)]);
   t.is(outputs[0].data[1], 0); // -(1) + 1
   t.true(await server.client.serverLive());
 });
 
 test('a hook that hangs is cut off at hooks.timeout_seconds and its thread replaced; the next requests succeed', async (t) => {
-  const err = await t.throwsAsync(server.client.infer('hangs', [x(1)]));
+  const err = await t.throwsAsync(server.client.infer('hangs', [x(1)], { parameters: { hang: { bool_param: true } } }));
   t.is(err.code, status.DEADLINE_EXCEEDED);
   t.regex(err.details, /preprocess hook ran longer than hooks\.timeout_seconds \(1\); its thread was replaced/);
+  const same = await server.client.infer('hangs', [x(1)]);
+  t.is(same.outputs[0].data[2], 2, 'the same model answers its next request');
   const results = await Promise.all(Array.from({ length: 4 }, () => server.client.infer('negates', [x(1)])));
   t.true(results.every((r) => r.outputs[0].data[0] === 1));
   const digits = await server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: Float32Array.from(heldout.images[0]) }], { outputs: ['label'] });
