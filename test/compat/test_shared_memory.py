@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
-from tritonclient.utils import InferenceServerException
+
+from helpers import expect_error
 
 
 @pytest.fixture()
@@ -34,14 +35,6 @@ def regions():
 
 def images(heldout, n):
     return np.asarray(heldout["images"][:n], dtype=np.float32).reshape(n, 8, 8)
-
-
-def expect(call, status, *fragments):
-    with pytest.raises(InferenceServerException) as info:
-        call()
-    assert info.value.status() == status, info.value
-    for f in fragments:
-        assert f in info.value.message(), info.value.message()
 
 
 def test_inputs_in_shared_memory(client, regions, heldout):
@@ -121,11 +114,11 @@ def test_register_status_unregister_and_their_errors(client, regions):
     client.register_system_shared_memory("r", key, 512, offset=256)
     status = client.get_system_shared_memory_status(as_json=True)["regions"]["r"]
     assert status["key"] == key and int(status["offset"]) == 256 and int(status["byte_size"]) == 512
-    expect(lambda: client.register_system_shared_memory("r", key, 16), "StatusCode.ALREADY_EXISTS", '"r" is already registered')
-    expect(lambda: client.register_system_shared_memory("missing", "/stowage_no_such_key", 16), "StatusCode.INTERNAL", "/stowage_no_such_key")
-    expect(lambda: client.register_system_shared_memory("big", key, 2048), "StatusCode.INVALID_ARGUMENT", "holds 1024 bytes")
-    expect(lambda: client.register_system_shared_memory("escape", "/../etc/passwd", 16), "StatusCode.INVALID_ARGUMENT", "not a POSIX shared-memory name")
-    expect(lambda: client.get_system_shared_memory_status("nope"), "StatusCode.NOT_FOUND", '"nope"')
+    expect_error(lambda: client.register_system_shared_memory("r", key, 16), "StatusCode.ALREADY_EXISTS", '"r" is already registered')
+    expect_error(lambda: client.register_system_shared_memory("missing", "/stowage_no_such_key", 16), "StatusCode.INTERNAL", "/stowage_no_such_key")
+    expect_error(lambda: client.register_system_shared_memory("big", key, 2048), "StatusCode.INVALID_ARGUMENT", "holds 1024 bytes")
+    expect_error(lambda: client.register_system_shared_memory("escape", "/../etc/passwd", 16), "StatusCode.INVALID_ARGUMENT", "not a POSIX shared-memory name")
+    expect_error(lambda: client.get_system_shared_memory_status("nope"), "StatusCode.NOT_FOUND", '"nope"')
     client.unregister_system_shared_memory("nope")  # an unknown name is not an error
     client.unregister_system_shared_memory("r")
     assert client.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
@@ -137,16 +130,16 @@ def test_requests_naming_bad_regions_are_refused(client, regions, heldout):
     client.register_system_shared_memory("small", key, 256)
     unknown = grpcclient.InferInput("image", [1, 8, 8], "FP32")
     unknown.set_shared_memory("ghost", 256)
-    expect(lambda: client.infer("digits", [unknown]), "StatusCode.NOT_FOUND", '"ghost"')
+    expect_error(lambda: client.infer("digits", [unknown]), "StatusCode.NOT_FOUND", '"ghost"')
     outside = grpcclient.InferInput("image", [1, 8, 8], "FP32")
     outside.set_shared_memory("small", 256, offset=16)
-    expect(lambda: client.infer("digits", [outside]), "StatusCode.INVALID_ARGUMENT", "outside region")
+    expect_error(lambda: client.infer("digits", [outside]), "StatusCode.INVALID_ARGUMENT", "outside region")
     wrong_size = grpcclient.InferInput("image", [1, 8, 8], "FP32")
     wrong_size.set_shared_memory("small", 128)
-    expect(lambda: client.infer("digits", [wrong_size]), "StatusCode.INVALID_ARGUMENT", "expected shared_memory_byte_size 256")
+    expect_error(lambda: client.infer("digits", [wrong_size]), "StatusCode.INVALID_ARGUMENT", "expected shared_memory_byte_size 256")
     image = grpcclient.InferInput("image", [1, 8, 8], "FP32")
     image.set_data_from_numpy(x)
     too_small = grpcclient.InferRequestedOutput("logits")
     too_small.set_shared_memory("small", 8)
-    expect(lambda: client.infer("digits", [image], outputs=[too_small]), "StatusCode.INVALID_ARGUMENT", "less than the 40 bytes")
+    expect_error(lambda: client.infer("digits", [image], outputs=[too_small]), "StatusCode.INVALID_ARGUMENT", "less than the 40 bytes")
     assert client.infer("digits", [image]).as_numpy("label").shape == (1,)

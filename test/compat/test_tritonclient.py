@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
-from tritonclient.utils import InferenceServerException
+
+from helpers import expect_error
 
 
 @pytest.fixture()
@@ -100,14 +101,6 @@ def test_every_datatype_round_trips(client):
         out = result.as_numpy(f"out_{name}")
         assert out.shape == array.shape, name
         assert (out == array).all(), name
-
-
-def expect_error(call, status, *fragments):
-    with pytest.raises(InferenceServerException) as info:
-        call()
-    assert info.value.status() == status, info.value
-    for f in fragments:
-        assert f in info.value.message(), info.value.message()
 
 
 def test_malformed_requests_get_clear_errors_and_the_server_keeps_serving(client, heldout):
@@ -211,9 +204,7 @@ def test_load_and_unload_model(client, heldout):
     assert states["dtypes"]["state"] == "UNAVAILABLE" and states["dtypes"]["reason"] == "unloaded"
     client.load_model("dtypes")
     assert client.is_model_ready("dtypes")
-    with pytest.raises(InferenceServerException) as info:
-        client.load_model("no_such_model")
-    assert info.value.status() == "StatusCode.NOT_FOUND"
+    expect_error(lambda: client.load_model("no_such_model"), "StatusCode.NOT_FOUND", '"no_such_model"')
 
 
 def test_log_settings(client):
