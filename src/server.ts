@@ -21,7 +21,8 @@ import { SharedMemoryRegistry } from './shared-memory.js';
 import { Statistics } from './statistics.js';
 import { Metrics } from './metrics.js';
 import { Admission } from './protocol/admission.js';
-import { loadInferenceClient } from './protocol/proto.js';
+import { createControlHandlers } from './protocol/control-service.js';
+import { loadControlClient, loadInferenceClient } from './protocol/proto.js';
 import { createHandlers } from './protocol/service.js';
 
 const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
@@ -105,6 +106,9 @@ export class StowageServer {
       'grpc.max_receive_message_length': endpoints.max_receive_message_bytes,
       'grpc.max_send_message_length': endpoints.max_send_message_bytes,
     });
+    // Each model's scheduling policy as the main thread knows it: the node file's, then SetModelPolicy's.
+    const policies = new Map(Object.entries(scheduler.models).map(([name, p]) => [name, { ...p }]));
+    this.#grpc.addService(loadControlClient().service, createControlHandlers({ registry: this.registry, device: this.#device, logger: this.#logger, policies }));
     const client = loadInferenceClient();
     this.#grpc.addService(client.service, createHandlers({
       registry: this.registry,
@@ -114,7 +118,7 @@ export class StowageServer {
       statistics: this.statistics,
       sharedMemory: this.sharedMemory,
       admission: this.admission,
-      schedulerModels: scheduler.models,
+      maxBatchSizeOf: (model) => policies.get(model)?.max_batch_size,
       logger: this.#logger,
       version: PACKAGE_VERSION,
       isReady,

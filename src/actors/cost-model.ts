@@ -59,6 +59,12 @@ export class CostModel {
     return (sizes.get(best) as Ema).ms * (batchSize / best);
   }
 
+  /** What is known of a model: its learned cost per executed batch size, ascending. */
+  snapshot(model: string): { batchSize: number; ms: number }[] {
+    return [...(this.#emas.get(model) ?? new Map<number, Ema>())].map(([batchSize, e]) => ({ batchSize, ms: e.ms }))
+      .sort((a, b) => a.batchSize - b.batchSize);
+  }
+
   forget(model: string): void {
     this.#emas.delete(model);
   }

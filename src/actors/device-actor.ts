@@ -19,7 +19,7 @@ import type { ModelSpec } from '../bundle/model-spec.js';
 import type { SchedulerConfig } from '../config/schema.js';
 import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../constants.js';
 import { errors, fromErrorData, StowageError } from '../errors.js';
-import { nowMs, type DeviceInit, type ExecutionTiming, type FromDevice, type InferCommand, type InferResult as ExecutedRequest, type ToDevice, type WireTensor } from './messages.js';
+import { nowMs, type DeviceInit, type ExecutionTiming, type FromDevice, type InferCommand, type InferResult as ExecutedRequest, type InstanceStatus, type ModelPolicyUpdate, type ToDevice, type WireTensor } from './messages.js';
 
 /** Lifecycle of a device actor. */
 export enum DeviceState {
@@ -259,6 +259,17 @@ export class DeviceActor {
     } finally {
       signal?.removeEventListener('abort', onAbort);
     }
+  }
+
+  /** Every loaded instance's queue, learned costs and policy. */
+  async status(): Promise<InstanceStatus[]> {
+    const reply = await this.#call({ type: 'status', id: this.#nextId++ }, DEVICE_START_TIMEOUT_MS, () => errors.deviceUnavailable(this.deviceId, 'no status report'));
+    return (reply as Extract<FromDevice, { type: 'statusReport' }>).instances;
+  }
+
+  /** Change a model's scheduling policy now (its queued requests included) and for later loads. */
+  async setPolicy(model: string, policy: ModelPolicyUpdate): Promise<void> {
+    await this.#call({ type: 'setPolicy', id: this.#nextId++, model, policy }, DEVICE_START_TIMEOUT_MS, () => errors.deviceUnavailable(this.deviceId, 'no answer to setPolicy'));
   }
 
   /** A shared-memory region was unregistered: the worker drops its cached mapping. */

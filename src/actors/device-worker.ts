@@ -26,7 +26,7 @@ import { joinBytesElements, splitBytesElements } from '../protocol/bytes-element
 import type { RegionSlice } from '../shared-memory.js';
 import { concatRows, concatRowsArray, sliceRows, sliceRowsArray } from './batch-layout.js';
 import { CostModel } from './cost-model.js';
-import { nowMs, type DeviceInit, type FromDevice, type InferCommand, type InferResult, type ToDevice, type WireTensor } from './messages.js';
+import { nowMs, type DeviceInit, type FromDevice, type InferCommand, type InferResult, type ModelPolicyUpdate, type ToDevice, type WireTensor } from './messages.js';
 import { Scheduler, type ShedReason, type Ticket } from './scheduler.js';
 
 if (!parentPort) throw new Error('device-worker.js runs as a worker thread');
@@ -49,13 +49,16 @@ interface LoadedModel {
 
 /** Loaded model versions by instance key (`name#generation`). */
 const models = new Map<string, LoadedModel>();
+const costs = new CostModel(config.ema_halflife_seconds * 1000);
 const scheduler = new Scheduler<InferCommand>({
   discipline: config.discipline,
   maxQueueDepth: config.max_queue_depth,
   maxWaitMs: config.dispatch_timeout_seconds * 1000,
-  costs: new CostModel(config.ema_halflife_seconds * 1000),
+  costs,
   now: nowMs,
 });
+/** Policies changed at run time (SetModelPolicy), by model name; they outlive reloads. */
+const policyUpdates = new Map<string, ModelPolicyUpdate>();
 /** Mappings of registered shared-memory regions, by region id (a view keeps its mapping alive). */
 const regionMappings = new Map<number, ArrayBuffer>();
 
@@ -186,10 +189,15 @@ async function releaseAll(sessions: Iterable<ort.InferenceSession> | undefined):
   for (const s of sessions ?? []) await s.release().catch(() => undefined);
 }
 
-/** Most rows one execution of the model may carry. */
-function maxBatchRows(spec: ModelSpec): number {
-  if (spec.batchAxis === null) return 1; // nothing to concatenate along
-  return Math.min(spec.maxBatchSize, config.models[spec.name]?.max_batch_size ?? Infinity);
+/** The model's scheduling policy: the node file's, with run-time changes on top. */
+function policyOf(spec: ModelSpec): { weight: number; maxBatchRows: number } {
+  const update = policyUpdates.get(spec.name);
+  const cap = update?.maxBatchSize ?? config.models[spec.name]?.max_batch_size ?? Infinity;
+  return {
+    weight: update?.weight ?? config.models[spec.name]?.weight ?? 1,
+    // Most rows one execution may carry; 1 when there is no batch axis to concatenate along.
+    maxBatchRows: spec.batchAxis === null ? 1 : Math.min(spec.maxBatchSize, cap),
+  };
 }
 
 async function load(id: number, instance: string, spec: ModelSpec): Promise<void> {
@@ -204,7 +212,7 @@ async function load(id: number, instance: string, spec: ModelSpec): Promise<void
   const previous = models.get(instance); // only after a crash reload of the same instance
   const batchDims = new Map([...spec.inputs, ...spec.outputs].map((t) => [t.name, t.batchDim]));
   models.set(instance, { spec, sessions, batchDims });
-  scheduler.setModel(instance, { weight: config.models[spec.name]?.weight ?? 1, maxBatchRows: maxBatchRows(spec) });
+  scheduler.setModel(instance, policyOf(spec));
   await releaseAll(previous?.sessions.values());
   send({ type: 'loaded', id, loadMs: nowMs() - started });
 }
@@ -323,10 +331,27 @@ async function execute(batch: Ticket<InferCommand>[]): Promise<void> {
   }
 }
 
-async function handleControl(msg: Extract<ToDevice, { type: 'load' | 'unload' }>): Promise<void> {
+async function handleControl(msg: Extract<ToDevice, { type: 'load' | 'unload' | 'status' | 'setPolicy' }>): Promise<void> {
   try {
-    if (msg.type === 'load') await load(msg.id, msg.instance, msg.spec);
-    else await unload(msg.id, msg.instance);
+    switch (msg.type) {
+      case 'load':
+        return await load(msg.id, msg.instance, msg.spec);
+      case 'unload':
+        return await unload(msg.id, msg.instance);
+      case 'status':
+        return send({
+          type: 'statusReport',
+          id: msg.id,
+          instances: [...models].map(([instance, m]) => ({
+            instance, model: m.spec.name, queued: scheduler.queuedFor(instance), costs: costs.snapshot(instance), ...policyOf(m.spec),
+          })),
+        });
+      case 'setPolicy': {
+        policyUpdates.set(msg.model, { ...policyUpdates.get(msg.model), ...msg.policy });
+        for (const [instance, m] of models) if (m.spec.name === msg.model) scheduler.setModel(instance, policyOf(m.spec));
+        return send({ type: 'policySet', id: msg.id });
+      }
+    }
   } catch (err) {
     fail(msg.id, err);
   }
@@ -347,6 +372,8 @@ async function pump(): Promise<void> {
             break;
           case 'load':
           case 'unload':
+          case 'status':
+          case 'setPolicy':
             await handleControl(msg);
             break;
           case 'cancel':

@@ -80,7 +80,28 @@ export type ToDevice =
   /** Drop a queued infer; one already running finishes and its result is discarded. */
   | { type: 'cancel'; id: number }
   /** A shared-memory region was unregistered: drop the cached mapping (requests using it keep theirs). */
-  | { type: 'forgetRegion'; regionId: number };
+  | { type: 'forgetRegion'; regionId: number }
+  /** Report every loaded instance's queue and learned costs. */
+  | { type: 'status'; id: number }
+  /** Change a model's scheduling policy, for its loaded instances and those loaded later. */
+  | { type: 'setPolicy'; id: number; model: string; policy: ModelPolicyUpdate };
+
+/** A run-time change of scheduler.models.<name>; absent fields keep their value. */
+export interface ModelPolicyUpdate {
+  weight?: number;
+  maxBatchSize?: number;
+}
+
+/** One loaded instance as the device sees it. */
+export interface InstanceStatus {
+  instance: string;
+  model: string;
+  queued: number;
+  /** Learned cost per executed batch size. */
+  costs: { batchSize: number; ms: number }[];
+  weight: number;
+  maxBatchRows: number;
+}
 
 /** device actor -> main thread */
 export type FromDevice =
@@ -89,7 +110,9 @@ export type FromDevice =
   | { type: 'unloaded'; id: number }
   /** One execution: every request that rode in it, answered in one message (their outputs may share buffers). */
   | { type: 'executed'; model: string; instance: string; results: InferResult[]; timing: ExecutionTiming; queued: number }
-  | { type: 'failed'; id: number; error: ErrorData };
+  | { type: 'failed'; id: number; error: ErrorData }
+  | { type: 'statusReport'; id: number; instances: InstanceStatus[] }
+  | { type: 'policySet'; id: number };
 
 /** The clock both threads share for deadlines (Date.now() has ms resolution only). */
 export function nowMs(): number {

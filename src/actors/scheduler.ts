@@ -94,6 +94,10 @@ export class Scheduler<T> {
     return this.#queues.get(model)?.tickets.length ?? 0;
   }
 
+  policyOf(model: string): ModelPolicy | undefined {
+    return this.#queues.get(model)?.policy;
+  }
+
   /** Register a model (or change its policy); its queue is kept. */
   setModel(model: string, policy: ModelPolicy): void {
     const q = this.#queues.get(model);

@@ -22,6 +22,15 @@ export const LOADER_OPTIONS: protoLoader.Options = {
   includeDirs: [PROTO_DIR],
 };
 
+/** Stowage's control service (proto/control.proto), served beside the KServe one. */
+export function loadControlClient(): grpc.ServiceClientConstructor {
+  const definition = protoLoader.loadSync('control.proto', LOADER_OPTIONS);
+  const pkg = grpc.loadPackageDefinition(definition) as unknown as {
+    stowage: { control: { ModelControl: grpc.ServiceClientConstructor } };
+  };
+  return pkg.stowage.control.ModelControl;
+}
+
 /** The client constructor; its `.service` is the definition the server registers. */
 export function loadInferenceClient(): grpc.ServiceClientConstructor {
   const definition = protoLoader.loadSync('grpc_service.proto', LOADER_OPTIONS);

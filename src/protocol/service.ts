@@ -8,7 +8,6 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { DeviceActor } from '../actors/device-actor.js';
 import { nowMs } from '../actors/messages.js';
-import type { SchedulerConfig } from '../config/schema.js';
 import { MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../constants.js';
 import { errors, errorToStatus, StowageError } from '../errors.js';
 import { ModelState, type ModelRegistry } from '../model-registry.js';
@@ -32,8 +31,8 @@ export interface ServiceContext {
   sharedMemory: SharedMemoryRegistry;
   /** The cap on in-flight inference RPCs. */
   admission: Admission;
-  /** scheduler.models: per-model max_batch_size caps what ModelConfig reports as coalesced. */
-  schedulerModels: SchedulerConfig['models'];
+  /** A model's batch cap (scheduler.models.<name>.max_batch_size, or as SetModelPolicy changed it): ModelConfig reports it. */
+  maxBatchSizeOf: (model: string) => number | undefined;
   logger: Logger;
   version: string;
   /** False until start-up loading has settled, and again while stopping. */
@@ -187,7 +186,7 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
     ModelMetadata: unary('ModelMetadata', logger, (req: ModelRef) => modelMetadata(registry.described(req.name, req.version))),
     ModelConfig: unary('ModelConfig', logger, (req: ModelRef) => {
       const spec = registry.described(req.name, req.version);
-      return { config: modelConfig(spec, Math.min(spec.maxBatchSize, ctx.schedulerModels[spec.name]?.max_batch_size ?? Infinity)) };
+      return { config: modelConfig(spec, Math.min(spec.maxBatchSize, ctx.maxBatchSizeOf(spec.name) ?? Infinity)) };
     }),
     RepositoryIndex: unary('RepositoryIndex', logger, (req: { repository_name: string; ready: boolean }) => ({
       models: registry.all()

@@ -1,0 +1,71 @@
+// Stowage's control service (proto/control.proto) through the real server: status per model and
+// scheduling policy changed at run time.
+import path from 'node:path';
+import test from 'ava';
+import * as grpc from '@grpc/grpc-js';
+import { loadControlClient } from '../../dist/protocol/proto.js';
+import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+
+let server;
+let temp;
+let control;
+
+test.before(async () => {
+  temp = tempDir();
+  const repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits'), convnet: path.join(FIXTURES, 'models', 'convnet') });
+  server = await startServer({ model_repo: repo }, { root: temp.dir });
+  const Control = loadControlClient();
+  control = new Control(server.address, grpc.credentials.createInsecure());
+});
+
+test.after.always(async () => {
+  control?.close();
+  await server?.stop();
+  temp?.cleanup();
+});
+
+const call = (rpc, req) => new Promise((resolve, reject) => control[rpc](req, (err, res) => (err ? reject(err) : resolve(res))));
+const image = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 3, 32, 32], data: new Float32Array(rows * 3 * 32 * 32).fill(0.3) });
+
+test.serial('ModelControlStatus reports each model\'s state, instance, queue and learned cost', async (t) => {
+  await server.client.infer('convnet', [image(4)]);
+  const { models } = await call('ModelControlStatus', { name: '' });
+  const by = Object.fromEntries(models.map((m) => [m.name, m]));
+  t.deepEqual(Object.keys(by).sort(), ['convnet', 'digits']);
+  const c = by.convnet;
+  t.is(c.state, 'READY');
+  t.regex(c.instance, /^convnet#\d+$/);
+  t.is(c.residency, 'device');
+  t.true(Number(c.resident_bytes) > 100_000, 'the executable with its weights');
+  t.is(c.queue_depth, 0);
+  t.is(c.max_batch_size, 32);
+  t.is(c.weight, 1);
+  t.true(c.learned_cost.some((l) => l.batch_size === 4 && l.ms > 0), JSON.stringify(c.learned_cost));
+  const err = await t.throwsAsync(call('ModelControlStatus', { name: 'ghost' }));
+  t.is(err.code, grpc.status.NOT_FOUND);
+});
+
+test.serial('SetModelPolicy changes the batch cap and weight at run time', async (t) => {
+  await call('SetModelPolicy', { name: 'convnet', max_batch_size: 1, weight: 3 });
+  const { models } = await call('ModelControlStatus', { name: 'convnet' });
+  t.is(models[0].max_batch_size, 1);
+  t.is(models[0].weight, 3);
+  const { config } = await server.client.call('ModelConfig', { name: 'convnet' });
+  t.falsy(config.dynamic_batching, 'requests are no longer coalesced, and the config says so');
+  const stats = async () => Number((await server.client.call('ModelStatistics', { name: 'convnet' })).model_stats[0].execution_count);
+  const before = await stats();
+  await Promise.all(Array.from({ length: 16 }, () => server.client.infer('convnet', [image(1)])));
+  t.is(await stats() - before, 16, 'one execution per request');
+  await call('SetModelPolicy', { name: 'convnet', max_batch_size: 32, weight: 0 });
+  const after = (await call('ModelControlStatus', { name: 'convnet' })).models[0];
+  t.is(after.max_batch_size, 32);
+  t.is(after.weight, 3, 'weight 0 leaves the weight as it was');
+});
+
+test('residency and compaction say they need the weight cache', async (t) => {
+  for (const [rpc, req] of [['SetModelResidency', { name: 'digits', residency: 'device' }], ['CompactMemory', { device: 0 }]]) {
+    const err = await t.throwsAsync(call(rpc, req));
+    t.is(err.code, grpc.status.INVALID_ARGUMENT);
+    t.regex(err.details, /needs the on-demand weight cache/);
+  }
+});
