@@ -159,7 +159,7 @@ export class ModelRepository {
     this.#o.registry.set({ ...record, state: ModelState.UNLOADING, reason: forget ? 'its bundle was removed' : 'unloading' });
     if (instance) {
       await this.#o.registry.drained(instance);
-      await this.#o.device.unload(instance);
+      if (record.spec?.kind !== 'meta') await this.#o.device.unload(instance);
     }
     if (forget) this.#o.registry.delete(name);
     else this.#o.registry.set({ name, state: ModelState.UNAVAILABLE, spec: record.spec, reason: 'unloaded' });
@@ -172,26 +172,40 @@ export class ModelRepository {
     let loadMs: number;
     let spec = parsed;
     try {
+      const started = performance.now();
       spec = await this.#withHooks(parsed);
-      ({ loadMs } = await this.#o.device.load(spec, instance));
+      // A meta model has no executable: its instance exists only in the registry.
+      ({ loadMs } = spec.kind === 'meta' ? { loadMs: performance.now() - started } : await this.#o.device.load(spec, instance));
     } catch (err) {
       this.#refused(name, spec, err as Error);
       throw err;
     }
-    const old = this.#o.registry.get(name)?.instance;
+    const previous = this.#o.registry.get(name);
+    const old = previous?.instance;
     this.#o.registry.set({ name, state: ModelState.READY, spec, instance, reason: '' });
     this.#o.onLoaded?.(name, loadMs);
     this.#o.logger.info({ model: name, instance, load_ms: Math.round(loadMs), progress }, old ? 'model reloaded' : 'model loaded');
     if (old) {
       // Requests that took the old version finish on it; then it goes.
       await this.#o.registry.drained(old);
-      await this.#o.device.unload(old);
+      if (previous?.spec?.kind !== 'meta') await this.#o.device.unload(old);
     }
   }
 
   /** The bundle's model.js, checked by the hook pool, and the client tensors it declares hooks for. */
   async #withHooks(spec: ModelSpec): Promise<ModelSpec> {
     const file = path.join(spec.dir, 'model.js');
+    if (spec.kind === 'meta') {
+      for (const sub of spec.subModels) {
+        if (!this.#included(sub) || !existsSync(path.join(this.#o.dir, sub, MANIFEST_FILE))) {
+          throw errors.bundleInvalid(spec.name, 'manifest.yaml', `models lists ${JSON.stringify(sub)}, which is not a bundle of this repository`);
+        }
+      }
+      const st = statSync(file);
+      const hooks = await this.#o.hooks.describe(spec.name, file, `${st.size}-${st.mtimeMs}`, true);
+      if (!hooks.run) throw errors.bundleInvalid(spec.name, 'model.js', 'a meta model\'s model.js exports run');
+      return { ...spec, hooks };
+    }
     const declared = (key: 'inputs' | 'outputs') => spec[key === 'inputs' ? 'clientInputs' : 'clientOutputs'] !== spec[key];
     if (!existsSync(file)) {
       for (const [key, hook] of [['inputs', 'preprocess'], ['outputs', 'postprocess']] as const) {

@@ -7,7 +7,7 @@
  *
  * Every error names the bundle, the file and what is wrong.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Ajv } from 'ajv';
 import YAML from 'yaml';
@@ -35,11 +35,13 @@ const tensorSchema = {
 const manifestSchema = {
   type: 'object',
   additionalProperties: false,
-  required: ['format_version', 'executable_inputs', 'executable_outputs'],
+  required: ['format_version'],
   properties: {
     format_version: { const: '2.0' },
     name: { type: 'string' },
     kind: { enum: ['model', 'meta'] },
+    // A meta model's sub-models: the only models its run hook may call.
+    models: { type: 'array', minItems: 1, uniqueItems: true, items: { type: 'string', minLength: 1 } },
     executable_inputs: { type: 'array', minItems: 1, items: tensorSchema },
     executable_outputs: { type: 'array', minItems: 1, items: tensorSchema },
     client_inputs: { type: 'array', items: tensorSchema },
@@ -63,8 +65,9 @@ interface RawManifest {
   format_version: '2.0';
   name?: string;
   kind?: 'model' | 'meta';
-  executable_inputs: RawTensor[];
-  executable_outputs: RawTensor[];
+  models?: string[];
+  executable_inputs?: RawTensor[];
+  executable_outputs?: RawTensor[];
   client_inputs?: RawTensor[];
   client_outputs?: RawTensor[];
   batching?: { compiled_batch_sizes?: number[]; batch_axis?: string };
@@ -149,12 +152,14 @@ export function parseManifest(text: string, dir: string): ModelSpec {
   if (raw.name !== undefined && raw.name !== bundle) {
     throw errors.bundleInvalid(bundle, MANIFEST_FILE, `name ${JSON.stringify(raw.name)} differs from the bundle's directory name ${JSON.stringify(bundle)}; the directory name is the model name`);
   }
-  if (raw.kind === 'meta') {
-    throw errors.bundleInvalid(bundle, MANIFEST_FILE, 'kind: meta bundles are not supported by this version of Stowage');
-  }
   const batchAxis = raw.batching?.batch_axis ?? DEFAULT_BATCH_AXIS;
-  const inputs = raw.executable_inputs.map((t) => parseTensor(bundle, 'executable_inputs', t, batchAxis));
-  const outputs = raw.executable_outputs.map((t) => parseTensor(bundle, 'executable_outputs', t, batchAxis));
+  if (raw.kind === 'meta') return parseMeta(bundle, dir, raw, batchAxis);
+  if (raw.models) throw errors.bundleInvalid(bundle, MANIFEST_FILE, 'models lists the sub-models of a kind: meta bundle; this bundle is not one');
+  for (const key of ['executable_inputs', 'executable_outputs'] as const) {
+    if (!raw[key]?.length) throw errors.bundleInvalid(bundle, MANIFEST_FILE, `${key} is required (at least one tensor) for a model; only kind: meta bundles have none`);
+  }
+  const inputs = (raw.executable_inputs as RawTensor[]).map((t) => parseTensor(bundle, 'executable_inputs', t, batchAxis));
+  const outputs = (raw.executable_outputs as RawTensor[]).map((t) => parseTensor(bundle, 'executable_outputs', t, batchAxis));
   checkUniqueNames(bundle, 'executable_inputs', inputs);
   checkUniqueNames(bundle, 'executable_outputs', outputs);
   // What clients see; model.js hooks convert between these and the executable's tensors (the
@@ -186,10 +191,37 @@ export function parseManifest(text: string, dir: string): ModelSpec {
     clientInputs,
     clientOutputs,
     hooks: null,
+    kind: 'model',
+    subModels: [],
     batchAxis: batched ? batchAxis : null,
     compiledBatchSizes: sizes,
     maxBatchSize: batched ? sizes[sizes.length - 1] : 0,
     executables: findExecutables(bundle, dir, batched, sizes),
+  };
+}
+
+/**
+ * A kind: meta bundle: client tensors and the sub-models its model.js `run` hook may call; no
+ * executable of its own, so nothing to compile or batch (its sub-calls are batched where they run).
+ */
+function parseMeta(bundle: string, dir: string, raw: RawManifest, batchAxis: string): ModelSpec {
+  const fail = (msg: string) => errors.bundleInvalid(bundle, MANIFEST_FILE, msg);
+  if (raw.executable_inputs || raw.executable_outputs || raw.batching?.compiled_batch_sizes) {
+    throw fail('a kind: meta bundle has no executable: drop executable_inputs, executable_outputs and compiled_batch_sizes');
+  }
+  if (!raw.client_inputs?.length || !raw.client_outputs?.length) throw fail('a kind: meta bundle declares its client_inputs and client_outputs');
+  if (!raw.models) throw fail('a kind: meta bundle lists the sub-models its run hook may call under models');
+  if (raw.models.includes(bundle)) throw fail(`models lists ${JSON.stringify(bundle)} itself; a meta model may not call itself`);
+  const clientInputs = raw.client_inputs.map((t) => parseTensor(bundle, 'client_inputs', t, batchAxis));
+  const clientOutputs = raw.client_outputs.map((t) => parseTensor(bundle, 'client_outputs', t, batchAxis));
+  checkUniqueNames(bundle, 'client_inputs', clientInputs);
+  checkUniqueNames(bundle, 'client_outputs', clientOutputs);
+  if (!existsSync(path.join(dir, 'model.js'))) throw errors.bundleInvalid(bundle, 'model.js', 'a kind: meta bundle needs model.js with a run hook');
+  const batched = clientInputs.some((t) => t.batchDim >= 0);
+  return {
+    name: bundle, dir, inputs: [], outputs: [], clientInputs, clientOutputs, hooks: null,
+    kind: 'meta', subModels: raw.models, batchAxis: batched ? batchAxis : null,
+    compiledBatchSizes: [], maxBatchSize: 0, executables: [],
   };
 }
 

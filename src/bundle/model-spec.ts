@@ -29,6 +29,8 @@ export interface BundleHooks {
   readonly version: string;
   readonly preprocess: boolean;
   readonly postprocess: boolean;
+  /** A meta model's pipeline. */
+  readonly run: boolean;
 }
 
 export interface ModelSpec {
@@ -43,6 +45,9 @@ export interface ModelSpec {
   readonly clientOutputs: readonly TensorSpec[];
   /** The bundle's model.js hooks; null without one (set at load, once the pool has checked it). */
   readonly hooks: BundleHooks | null;
+  /** `meta`: no executable; model.js `run` calls `subModels` through the scheduler. */
+  readonly kind: 'model' | 'meta';
+  readonly subModels: readonly string[];
   /** The batch axis letter ("n" unless the manifest names another); null when no tensor batches. */
   readonly batchAxis: string | null;
   /** Sorted ascending; empty for an unbatched model. */

@@ -9,7 +9,12 @@ import { Piscina } from 'piscina';
 import type { WireTensor } from '../actors/messages.js';
 import type { BundleHooks } from '../bundle/model-spec.js';
 import { errors, StowageError } from '../errors.js';
-import { HOOK_NAMES, type HookContext, type HookName, type HookResult, type HookTask } from './messages.js';
+import { MessageChannel } from 'node:worker_threads';
+import { ERROR_CODES, type ErrorCode, toErrorData } from '../errors.js';
+import { HOOK_NAMES, META_HOOK_NAMES, type HookContext, type HookName, type HookResult, type HookTask, type SubCall, type SubCallReply } from './messages.js';
+
+/** How a meta model's run hook calls a sub-model: the main thread runs it like any request. */
+export type SubInfer = (model: string, tensors: WireTensor[], outputs: string[]) => Promise<WireTensor[]>;
 
 /**
  * Default pool size: half the cores (the device actor and the gRPC thread need the rest), but at
@@ -18,6 +23,23 @@ import { HOOK_NAMES, type HookContext, type HookName, type HookResult, type Hook
  */
 export function defaultHookThreads(): number {
   return Math.max(2, Math.floor(availableParallelism() / 2));
+}
+
+/** A channel whose port2 goes with a run task: sub-calls arrive on port1 and are answered there. */
+function serveSubCalls(subInfer: SubInfer): MessageChannel {
+  const channel = new MessageChannel();
+  channel.port1.on('message', (call: SubCall) => {
+    subInfer(call.model, call.tensors, call.outputs).then((tensors) => {
+      // Outputs may be views of a batch's buffer shared with other requests: copy what is sent.
+      const own = tensors.map((t) => ({ ...t, data: new Uint8Array(t.data) }));
+      channel.port1.postMessage({ type: 'inferred', id: call.id, tensors: own } satisfies SubCallReply, own.map((t) => t.data.buffer));
+    }, (err: unknown) => {
+      const data = toErrorData(err);
+      const status = err instanceof StowageError ? err.status : 13;
+      channel.port1.postMessage({ type: 'inferFailed', id: call.id, error: { code: data.code, status, message: data.message } } satisfies SubCallReply);
+    });
+  });
+  return channel;
 }
 
 export class HookPool {
@@ -35,20 +57,20 @@ export class HookPool {
     this.#timeoutMs = timeoutMs;
   }
 
-  /** Import a bundle's model.js and check its exports: only hooks, and only functions. */
-  async describe(model: string, file: string, version: string): Promise<BundleHooks> {
+  /** Import a bundle's model.js and check its exports: only hooks (for a meta model, only run), and only functions. */
+  async describe(model: string, file: string, version: string, meta = false): Promise<BundleHooks> {
     const result = await this.#run({ type: 'describe', file, version }, [], undefined).catch((err: Error) => {
       throw errors.bundleInvalid(model, 'model.js', `cannot be imported: ${err.message}`);
     }) as Extract<HookResult, { type: 'described' }>;
-    const hooks = { file, version, preprocess: false, postprocess: false };
+    const allowed: readonly string[] = meta ? META_HOOK_NAMES : HOOK_NAMES;
+    const what = meta ? 'a meta model\'s model.js exports only run' : `a model.js exports only ${HOOK_NAMES.join(' and ')}`;
+    const hooks = { file, version, preprocess: false, postprocess: false, run: false };
     for (const { name, kind } of result.exports) {
-      if (!(HOOK_NAMES as readonly string[]).includes(name)) {
-        throw errors.bundleInvalid(model, 'model.js', `exports ${JSON.stringify(name)}, which is not a hook; a model.js exports only ${HOOK_NAMES.join(' and ')}`);
-      }
+      if (!allowed.includes(name)) throw errors.bundleInvalid(model, 'model.js', `exports ${JSON.stringify(name)}, which is not a hook; ${what}`);
       if (kind !== 'function') throw errors.bundleInvalid(model, 'model.js', `export ${JSON.stringify(name)} is a ${kind}, not a function`);
       hooks[name as HookName] = true;
     }
-    if (!hooks.preprocess && !hooks.postprocess) throw errors.bundleInvalid(model, 'model.js', `exports no hook (${HOOK_NAMES.join(', ')})`);
+    if (!(hooks.preprocess || hooks.postprocess || hooks.run)) throw errors.bundleInvalid(model, 'model.js', `exports no hook (${allowed.join(', ')})`);
     return hooks;
   }
 
@@ -57,16 +79,18 @@ export class HookPool {
    * that is a view of a buffer it shares (a request's rows of a coalesced batch) is copied first,
    * since a buffer can be transferred only once.
    */
-  async run(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext): Promise<WireTensor[]> {
+  async run(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext, subInfer?: SubInfer): Promise<WireTensor[]> {
     const tensors = given.map((t) => (t.data.byteOffset === 0 && t.data.byteLength === t.data.buffer.byteLength ? t : { ...t, data: t.data.slice() }));
     const transfer = [...new Set(tensors.map((t) => t.data.buffer as ArrayBuffer))];
     // One timer per call, cleared when the call settles (AbortSignal.timeout would leave every
     // timer pending until it fires: thousands at a few thousand requests a second).
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), this.#timeoutMs);
+    const channel = subInfer ? serveSubCalls(subInfer) : undefined;
     let result: HookResult;
     try {
-      result = await this.#run({ type: 'run', hook, file: hooks.file, version: hooks.version, tensors, context }, transfer, abort.signal);
+      const task: HookTask = { type: 'run', hook, file: hooks.file, version: hooks.version, tensors, context, ...(channel ? { port: channel.port2 } : {}) };
+      result = await this.#run(task, channel ? [...transfer, channel.port2 as unknown as ArrayBuffer] : transfer, abort.signal);
     } catch (err) {
       if (abort.signal.aborted) {
         throw new StowageError('STOWAGE_DEADLINE_EXCEEDED', `model ${JSON.stringify(model)}: ${hook} hook ran longer than hooks.timeout_seconds (${this.#timeoutMs / 1000}); its thread was replaced`);
@@ -74,8 +98,13 @@ export class HookPool {
       throw errors.hookFailed(model, hook, (err as Error).message);
     } finally {
       clearTimeout(timer);
+      channel?.port1.close();
     }
-    if (result.type === 'hookFailed') throw errors.hookFailed(model, hook, result.message);
+    if (result.type === 'hookFailed') {
+      // An unhandled sub-call failure keeps its status (a sub-model's NOT_FOUND stays NOT_FOUND).
+      if (result.code && result.code in ERROR_CODES) throw new StowageError(result.code as ErrorCode, `model ${JSON.stringify(model)}: the ${hook} hook in model.js failed: ${result.message}`);
+      throw errors.hookFailed(model, hook, result.message);
+    }
     return (result as Extract<HookResult, { type: 'ran' }>).tensors;
   }
 

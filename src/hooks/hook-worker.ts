@@ -18,7 +18,8 @@ import { Piscina } from 'piscina';
 import type { WireTensor } from '../actors/messages.js';
 import { byDatatype, type Datatype } from '../dtypes.js';
 import { joinBytesElements, splitBytesElements } from '../protocol/bytes-elements.js';
-import type { HookResult, HookTask } from './messages.js';
+import type { MessagePort } from 'node:worker_threads';
+import type { HookResult, HookTask, SubCall, SubCallReply } from './messages.js';
 
 type HookTensor = { datatype: Datatype; shape: number[]; data: unknown };
 type Hook = (tensors: Record<string, HookTensor>, ctx: unknown) => unknown;
@@ -87,6 +88,38 @@ function transferring(result: HookResult): unknown {
   return Piscina.move(movable as unknown as ArrayBuffer); // marks it movable: Piscina transfers, then unwraps it
 }
 
+/**
+ * A meta model's `ctx.infer(model, tensors, { outputs })`: the sub-call goes to the main thread over
+ * the task's port and runs there like any request (scheduler, coalescing, statistics). It resolves
+ * with the sub-model's outputs as hook tensors, or rejects with an Error carrying the sub-model's
+ * `code` and gRPC `status`, so that `run` may handle it.
+ */
+function subCaller(port: MessagePort) {
+  let nextId = 1;
+  const pending = new Map<number, { resolve: (v: Record<string, HookTensor>) => void; reject: (e: Error) => void }>();
+  port.on('message', (reply: SubCallReply) => {
+    const p = pending.get(reply.id);
+    if (!p) return;
+    pending.delete(reply.id);
+    if (reply.type === 'inferred') p.resolve(Object.fromEntries(reply.tensors.map((t) => [t.name, toHook(t)])));
+    else p.reject(Object.assign(new Error(reply.error.message), { code: reply.error.code, status: reply.error.status }));
+  });
+  return (model: string, tensors: Record<string, unknown>, options: { outputs?: string[] } = {}): Promise<Record<string, HookTensor>> => {
+    const wire: WireTensor[] = [];
+    for (const [name, value] of Object.entries(tensors ?? {})) {
+      const t = fromHook(name, value);
+      if (typeof t === 'string') return Promise.reject(new Error(`ctx.infer(${JSON.stringify(model)}): bad ${t}`));
+      // Copied: the hook may pass the same tensor to several sub-calls, and a transfer would detach it.
+      wire.push({ ...t, data: t.data.slice() });
+    }
+    const id = nextId++;
+    return new Promise((resolve, reject) => {
+      pending.set(id, { resolve, reject });
+      port.postMessage({ type: 'infer', id, model, tensors: wire, outputs: options.outputs ?? [] } satisfies SubCall, [...new Set(wire.map((t) => t.data.buffer as ArrayBuffer))]);
+    });
+  };
+}
+
 export default async function run(task: HookTask): Promise<unknown> {
   if (task.type === 'describe') {
     const m = await load(task.file, task.version);
@@ -94,12 +127,16 @@ export default async function run(task: HookTask): Promise<unknown> {
   }
   const m = await load(task.file, task.version);
   const hook = m[task.hook] as Hook;
+  const context = task.port ? { ...task.context, infer: subCaller(task.port) } : { ...task.context };
   let returned: unknown;
   try {
-    returned = await hook(Object.fromEntries(task.tensors.map((t) => [t.name, toHook(t)])), Object.freeze({ ...task.context }));
+    returned = await hook(Object.fromEntries(task.tensors.map((t) => [t.name, toHook(t)])), Object.freeze(context));
   } catch (err) {
     const message = err === undefined ? 'it rejected without a reason' : err instanceof Error ? err.message : String(err);
-    return { type: 'hookFailed', message } satisfies HookResult;
+    const code = (err as { code?: unknown } | undefined)?.code;
+    return { type: 'hookFailed', message, ...(typeof code === 'string' ? { code } : {}) } satisfies HookResult;
+  } finally {
+    task.port?.close();
   }
   if (!returned || typeof returned !== 'object' || Array.isArray(returned)) {
     return { type: 'hookFailed', message: `it returned ${Array.isArray(returned) ? 'an array' : typeof returned}, not an object of named tensors` } satisfies HookResult;

@@ -16,11 +16,14 @@ function metadataTensor(t: TensorSpec) {
   return { name: t.name, datatype: t.datatype, shape: [...t.shape] };
 }
 
+/** A meta model reads to Triton clients like an ensemble: a model made of other models. */
+const platformOf = (spec: ModelSpec) => (spec.kind === 'meta' ? 'ensemble' : MODEL_PLATFORM);
+
 export function modelMetadata(spec: ModelSpec) {
   return {
     name: spec.name,
     versions: [MODEL_VERSION],
-    platform: MODEL_PLATFORM,
+    platform: platformOf(spec),
     inputs: spec.clientInputs.map(metadataTensor),
     outputs: spec.clientOutputs.map(metadataTensor),
   };
@@ -43,8 +46,8 @@ export function modelConfig(spec: ModelSpec, maxBatchRows: number = spec.maxBatc
   const shapeOf = (t: TensorSpec) => (dims(t).length === 0 ? { dims: [1], reshape: { shape: [] } } : { dims: dims(t) });
   return {
     name: spec.name,
-    platform: MODEL_PLATFORM,
-    backend: MODEL_BACKEND,
+    platform: platformOf(spec),
+    backend: spec.kind === 'meta' ? '' : MODEL_BACKEND,
     version_policy: { latest: { num_versions: 1 } },
     max_batch_size: implicit ? spec.maxBatchSize : 0,
     input: spec.clientInputs.map((t) => ({ name: t.name, data_type: dtypeInfo(t.datatype).tritonType, format: 'FORMAT_NONE', ...shapeOf(t) })),

@@ -17,7 +17,9 @@ import type { Statistics } from '../statistics.js';
 import type { Admission } from './admission.js';
 import type { HookPool } from '../hooks/hook-pool.js';
 import type { HookContext } from '../hooks/messages.js';
-import { checkHookTensors, decodeInferRequest, encodeInferResponse, slicesOf } from './codec.js';
+import type { ExecutionTiming, WireTensor } from '../actors/messages.js';
+import type { ModelSpec } from '../bundle/model-spec.js';
+import { checkHookTensors, decodeInferRequest, encodeInferResponse, slicesOf, type DecodedRequest } from './codec.js';
 import { applyLogSettings, currentLogSettings } from './log-settings.js';
 import { modelConfig, modelMetadata } from './model-config.js';
 import type { ModelInferRequest, ModelInferResponse, ModelRef } from './types.js';
@@ -39,8 +41,11 @@ export interface ServiceContext {
   isReady: () => boolean;
 }
 
+/** A meta model runs no execution of its own: its sub-models count theirs. */
+const NO_EXECUTION: ExecutionTiming = { computeInputNs: 0, computeInferNs: 0, computeOutputNs: 0, batchRows: 0, executedBatchSize: 0, requests: 1 };
+
 /** What a unary call and a stream share: the client's deadline. */
-type HasDeadline = Pick<grpc.ServerUnaryCall<unknown, unknown>, 'getDeadline'>;
+type HasDeadline = { getDeadline(): grpc.Deadline };
 
 type UnaryHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Promise<Res> | Res;
 
@@ -80,7 +85,31 @@ function deadlineOf(call: HasDeadline, timeoutUs: number | undefined): number {
 export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefinition): grpc.UntypedServiceImplementation {
   const { registry, repository, hooks, device, statistics, sharedMemory, admission, logger } = ctx;
 
-  /** One inference, shared by ModelInfer and ModelStreamInfer. */
+  /**
+   * A meta model's request: its run hook (in the pool) calls sub-models, each of which runs here
+   * like any request (validated, scheduled, coalesced, counted), within the meta request's deadline
+   * and cancelled with it.
+   */
+  async function inferMeta(req: ModelInferRequest, spec: ModelSpec, decoded: DecodedRequest, deadlineMs: number, signal: AbortSignal): Promise<WireTensor[]> {
+    const subCall = { getDeadline: () => deadlineMs };
+    const subInfer = async (model: string, tensors: WireTensor[], outputs: string[]): Promise<WireTensor[]> => {
+      if (!spec.subModels.includes(model)) {
+        throw errors.invalidRequest(`meta model ${JSON.stringify(spec.name)} may call only ${spec.subModels.join(', ')} (its manifest's models), not ${JSON.stringify(model)}`);
+      }
+      const res = await infer({
+        model_name: model, model_version: '', id: req.id, parameters: {},
+        inputs: tensors.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape.map(String), parameters: {}, contents: null })),
+        outputs: outputs.map((name) => ({ name, parameters: {} })),
+        raw_input_contents: tensors.map((t) => Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength)),
+      }, subCall, signal);
+      return res.outputs.map((o, i) => ({ name: o.name, datatype: o.datatype as WireTensor['datatype'], shape: o.shape, data: res.raw_output_contents[i] }));
+    };
+    const returned = await hooks.run(spec.name, 'run', spec.hooks!, decoded.inputs, hookContext(req), subInfer);
+    const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, Math.max(decoded.batchSize, 1));
+    return decoded.outputs.map((name) => all.find((t) => t.name === name)!);
+  }
+
+  /** One inference, shared by ModelInfer, ModelStreamInfer and meta models' sub-calls. */
   async function infer(req: ModelInferRequest, call: HasDeadline, signal: AbortSignal): Promise<ModelInferResponse> {
     const started = process.hrtime.bigint();
     const lease = registry.acquire(req.model_name, req.model_version);
@@ -90,6 +119,12 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
       const decoded = decodeInferRequest(req, spec, sharedMemory);
       slices = slicesOf(decoded);
       sharedMemory.hold(slices); // no await since decoding: the regions are still registered
+      if (spec.kind === 'meta') {
+        if (slices.length) throw errors.unsupported(`meta model ${JSON.stringify(spec.name)} takes its tensors inline, not in shared memory`);
+        const outputs = await inferMeta(req, spec, decoded, deadlineOf(call, decoded.timeoutUs), signal);
+        statistics.recordSuccess(spec.name, decoded.batchSize, Number(process.hrtime.bigint() - started), 0, NO_EXECUTION);
+        return encodeInferResponse(spec, req.id, outputs);
+      }
       const rows = Math.max(decoded.batchSize, 1);
       let inputs = decoded.inputs;
       const context = spec.hooks ? hookContext(req) : undefined;

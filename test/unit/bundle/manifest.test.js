@@ -91,12 +91,26 @@ test('client tensors default to the executable\'s, and are parsed like them when
   t.deepEqual(graded.clientOutputs, [{ name: 'grade', datatype: 'INT64', axes: 'n', shape: [-1], batchDim: 0 }]);
 });
 
+test('a meta bundle: client tensors, its sub-models, its model.js; never itself', (t) => {
+  const metaDir = bundle(t, 'pipeline', { 'manifest.yaml': '', 'model.js': 'export async function run() {}' });
+  const text = (models) => `format_version: "2.0"\nkind: meta\nmodels: [${models}]\nclient_inputs:\n  - { name: x, dtype: f32, shape: nk, dims: { k: 2 } }\nclient_outputs:\n  - { name: y, dtype: i64, shape: n }\n`;
+  const spec = parseManifest(text('digits, severity_grader'), metaDir);
+  t.is(spec.kind, 'meta');
+  t.deepEqual(spec.subModels, ['digits', 'severity_grader']);
+  t.deepEqual(spec.executables, []);
+  t.is(spec.batchAxis, 'n');
+  t.regex(t.throws(() => parseManifest(text('pipeline'), metaDir)).message, /models lists "pipeline" itself/);
+  t.regex(t.throws(() => parseManifest(text('severity_grader'), dir)).message, /needs model\.js with a run hook/);
+});
+
 test('unknown keys, a foreign name, duplicate tensors, hooks and meta bundles are refused', (t) => {
   fails(t, `format_version: "2.0"\n${TENSORS}batching: { compiled_batch_sizes: [1] }\nbatchsize: 3\n`, /batchsize: unknown key/);
   fails(t, `format_version: "2.0"\nname: other\n${TENSORS}batching: { compiled_batch_sizes: [1] }\n`, /name "other" differs from the bundle's directory name "digits"/);
   fails(t, `format_version: "2.0"\nexecutable_inputs:\n  - { name: x, dtype: f32, shape: n }\n  - { name: x, dtype: f32, shape: n }\nexecutable_outputs:\n  - { name: y, dtype: f32, shape: n }\nbatching: { compiled_batch_sizes: [1] }\n`, /executable_inputs names tensor "x" twice/);
   fails(t, `format_version: "2.0"\n${TENSORS}client_outputs:\n  - { name: g, dtype: i64, shape: nz }\nbatching: { compiled_batch_sizes: [1] }\n`, /client_outputs "g": axis 'z' of shape "nz" has no size in dims/);
-  fails(t, `format_version: "2.0"\nkind: meta\n${TENSORS}batching: { compiled_batch_sizes: [1] }\n`, /kind: meta bundles are not supported/);
+  fails(t, `format_version: "2.0"\nkind: meta\n${TENSORS}batching: { compiled_batch_sizes: [1] }\n`, /a kind: meta bundle has no executable/);
+  fails(t, `format_version: "2.0"\nmodels: [a]\n${TENSORS}batching: { compiled_batch_sizes: [1] }\n`, /models lists the sub-models of a kind: meta bundle/);
+  fails(t, 'format_version: "2.0"\n', /executable_inputs is required/);
   fails(t, 'format_version: "2.0"\nexecutable_inputs: [\n', /not valid YAML/);
 });
 
