@@ -33,7 +33,8 @@ def test_health_and_server_metadata(client):
 def test_repository_index_and_model_readiness(client):
     index = client.get_model_repository_index(as_json=True)
     states = {m["name"]: m["state"] for m in index["models"]}
-    assert states == {"digits": "READY", "digits_u8": "READY", "dtypes": "READY", "severity_grader": "READY"}
+    assert states == {"digit_cells": "READY", "digit_finder": "READY", "digits": "READY", "digits_u8": "READY",
+                      "dtypes": "READY", "severity_grader": "READY"}
     assert client.is_model_ready("digits")
 
 
@@ -239,3 +240,24 @@ def test_hooked_examples_answer_correctly(client, heldout):
     wrong = grpcclient.InferInput("image", [1, 8, 8], "FP32")
     wrong.set_data_from_numpy(np.zeros((1, 8, 8), dtype=np.float32))
     expect_error(lambda: client.infer("digits_u8", [wrong]), "StatusCode.INVALID_ARGUMENT", "expected datatype UINT8, got FP32")
+
+
+def test_meta_model_worked_example(client):
+    """bundles/digit_finder through tritonclient: boxes exact, digits read, a blank canvas too."""
+    import json
+    import pathlib
+    canvases = json.loads((pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "digit_canvases.json").read_text())
+    right = total = 0
+    for case in canvases:
+        canvas = grpcclient.InferInput("canvas", [32, 32], "FP32")
+        canvas.set_data_from_numpy(np.asarray(case["canvas"], dtype=np.float32))
+        result = client.infer("digit_finder", [canvas])
+        count = int(result.as_numpy("count")[0])
+        assert count == len(case["digits"])
+        assert result.as_numpy("boxes")[:count].tolist() == [d["box"] for d in case["digits"]]
+        found = result.as_numpy("digits")[:count].tolist()
+        right += sum(int(f == d["digit"]) for f, d in zip(found, case["digits"]))
+        total += count
+    assert any(not c["digits"] for c in canvases)
+    assert right / total >= 0.9
+    assert client.get_model_metadata("digit_finder", as_json=True)["platform"] == "ensemble"

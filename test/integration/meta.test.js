@@ -102,3 +102,29 @@ test('sub-calls inherit the meta request\'s deadline: past it they fail, and so 
   t.is(err.code, status.DEADLINE_EXCEEDED);
   t.regex(err.details, /model "per_row": the run hook in model\.js failed: request for model "digits" did not run/);
 });
+
+test('the worked example finds and reads the digits on canvases with 0 to 5 digits', async (t) => {
+  const canvases = JSON.parse(readFileSync(path.join(FIXTURES, 'digit_canvases.json'), 'utf8'));
+  const temp2 = tempDir();
+  t.teardown(temp2.cleanup);
+  const repo = makeRepository(temp2.dir, Object.fromEntries(['digits', 'digit_cells', 'digit_finder'].map((b) => [b, path.join(ROOT, 'bundles', b)])));
+  const finder = await startServer({ model_repo: repo }, { root: temp2.dir });
+  t.teardown(() => finder.stop());
+  let right = 0;
+  let total = 0;
+  for (const { canvas, digits } of canvases) {
+    const { outputs } = await finder.client.infer('digit_finder', [{ name: 'canvas', datatype: 'FP32', shape: [32, 32], data: Float32Array.from(canvas.flat()) }]);
+    const by = Object.fromEntries(outputs.map((o) => [o.name, [...o.data].map(Number)]));
+    t.is(by.count[0], digits.length);
+    const boxes = Array.from({ length: digits.length }, (_, k) => by.boxes.slice(k * 4, k * 4 + 4));
+    t.deepEqual(boxes, digits.map((d) => d.box), 'boxes in reading order');
+    t.true(by.boxes.slice(digits.length * 4).every((v) => v === -1) && by.digits.slice(digits.length).every((v) => v === -1));
+    digits.forEach((d, k) => {
+      total++;
+      if (by.digits[k] === d.digit) right++;
+    });
+  }
+  t.true(canvases.some((c) => c.digits.length === 0), 'a blank canvas is among them');
+  t.true(right / total >= 0.9, `${right}/${total} digits read right`);
+  t.log(`${right}/${total} digits read right over ${canvases.length} canvases`);
+});
