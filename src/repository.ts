@@ -15,7 +15,7 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import type { DeviceActor } from './actors/device-actor.js';
+import type { Gateway } from './actors/gateway.js';
 import { MANIFEST_FILE, readManifest } from './bundle/manifest.js';
 import type { ModelSpec } from './bundle/model-spec.js';
 import { scanRepository } from './bundle/repository.js';
@@ -31,7 +31,8 @@ export interface RepositoryOptions {
   /** Only these models (empty: every bundle). */
   include: readonly string[];
   registry: ModelRegistry;
-  device: DeviceActor;
+  /** Loads and unloads go to every device. */
+  device: Pick<Gateway, 'load' | 'unload'>;
   hooks: HookPool;
   logger: Logger;
   onLoaded?: (model: string, loadMs: number) => void;

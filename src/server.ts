@@ -11,6 +11,7 @@ import type http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { DeviceActor } from './actors/device-actor.js';
+import { Gateway } from './actors/gateway.js';
 import { createAdminServer, listen } from './admin/http.js';
 import type { NodeConfig } from './config/schema.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
@@ -43,7 +44,7 @@ export class StowageServer {
   #logger: Logger;
   #grpc?: grpc.Server;
   #admin?: http.Server;
-  #device?: DeviceActor;
+  #gateway?: Gateway;
   #ready = false;
   #stopWatching?: () => void;
   #hooks?: HookPool;
@@ -54,7 +55,7 @@ export class StowageServer {
     this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), inflightRpcs: () => this.admission.inflight });
     this.admission = new Admission(config.global.endpoints.max_concurrent_requests, () => this.metrics.recordShed());
     this.statistics = new Statistics(this.metrics);
-    this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#device?.forgetRegion(regionId));
+    this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#gateway?.forgetRegion(regionId));
   }
 
   static async start(config: NodeConfig, logger: Logger): Promise<StowageServer> {
@@ -79,20 +80,25 @@ export class StowageServer {
     this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
     this.#logger.info({ admin: `${endpoints.host}:${this.ports.admin}` }, 'admin listening: /healthz, /readyz, /metrics');
 
-    this.#device = await DeviceActor.create({
-      deviceId: 0,
+    // One device actor per device; on backend cpu each is a virtual device of its own.
+    const { gpus } = this.#config;
+    const ids = gpus === 'auto' ? [0] : typeof gpus === 'number' ? Array.from({ length: gpus }, (_, i) => i) : [...gpus];
+    const devices = await Promise.all(ids.map((deviceId) => DeviceActor.create({
+      deviceId,
       intraOpThreads: runtime.intra_op_threads,
       scheduler,
       logger: this.#logger,
-      onExecution: (model, timing, queued) => this.statistics.recordExecution(model, 0, timing, queued),
-    });
+      onExecution: (model, timing, queued) => this.statistics.recordExecution(model, deviceId, timing, queued),
+    })));
+    this.#gateway = new Gateway(devices, this.#config.gateway.scheduling.mode as 'round_robin' | 'least_outstanding');
+    this.#logger.info({ devices: ids, gateway: this.#config.gateway.scheduling.mode }, 'device actors started');
     this.#hooks = new HookPool(this.#config.global.hooks.threads, this.#config.global.hooks.timeout_seconds * 1000);
     const repository = new ModelRepository({
       dir: this.#config.model_repo,
       mode: this.#config.global.model_control_mode,
       include: this.#config.models_include,
       registry: this.registry,
-      device: this.#device,
+      device: this.#gateway,
       hooks: this.#hooks,
       logger: this.#logger,
       onLoaded: (model, loadMs) => this.metrics.recordLoad(model, loadMs / 1000),
@@ -108,11 +114,11 @@ export class StowageServer {
     });
     // Each model's scheduling policy as the main thread knows it: the node file's, then SetModelPolicy's.
     const policies = new Map(Object.entries(scheduler.models).map(([name, p]) => [name, { ...p }]));
-    this.#grpc.addService(loadControlClient().service, createControlHandlers({ registry: this.registry, device: this.#device, logger: this.#logger, policies }));
+    this.#grpc.addService(loadControlClient().service, createControlHandlers({ registry: this.registry, gateway: this.#gateway, logger: this.#logger, policies }));
     const client = loadInferenceClient();
     this.#grpc.addService(client.service, createHandlers({
       registry: this.registry,
-      device: this.#device,
+      gateway: this.#gateway,
       repository,
       hooks: this.#hooks,
       statistics: this.statistics,
@@ -158,7 +164,7 @@ export class StowageServer {
         });
       });
     }
-    await this.#device?.stop();
+    await this.#gateway?.stop();
     await this.#hooks?.close();
     this.sharedMemory.unregister('');
     await new Promise<void>((resolve) => (this.#admin?.listening ? this.#admin.close(() => resolve()) : resolve()));

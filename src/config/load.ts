@@ -21,6 +21,7 @@ const ENV_PREFIX = 'INFERENCE_SERVER_';
 
 interface SchemaNode {
   type?: string;
+  anyOf?: readonly SchemaNode[];
   enum?: readonly unknown[];
   properties?: Record<string, SchemaNode>;
   additionalProperties?: boolean;
@@ -71,6 +72,12 @@ export function environmentOverrides(): Override[] {
 
 /** Turn an environment string into the type the schema expects; validation reports a bad value. */
 function coerce(raw: string, schema: SchemaNode): unknown {
+  if (schema.anyOf) {
+    // gpus: auto, a count, or a colon-separated list of ids.
+    if (/^\d+$/.test(raw)) return Number(raw);
+    if (raw.includes(':')) return raw.split(':').map((p) => (/^\d+$/.test(p) ? Number(p) : p));
+    return raw;
+  }
   const type = schema.type;
   if (type === 'integer' || type === 'number') {
     const n = Number(raw);
@@ -146,6 +153,9 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
   }
   const config = doc as unknown as { model_repo: string };
   config.model_repo = path.resolve(path.dirname(path.resolve(cwd, file)), config.model_repo);
+  if ((doc as unknown as NodeConfig).gateway.scheduling.mode === 'lpt_packing') {
+    throw errors.configInvalid(`${file}: gateway.scheduling.mode: "lpt_packing" is not available yet (it packs models by weight memory, which comes with the weight cache); use "round_robin" or "least_outstanding"`);
+  }
   if ((doc as unknown as NodeConfig).global.runtime.backend === 'cuda') {
     throw errors.configInvalid(
       `${file}: global.runtime.backend: "cuda" is not available yet (the CUDA execution provider comes in a later release); use "cpu"`);

@@ -16,6 +16,25 @@ export const nodeConfigSchema = {
     // Directory of bundles: each immediate subdirectory with a manifest.yaml is a model.
     // A relative path is resolved against the directory of the node file.
     model_repo: { type: 'string', minLength: 1 },
+    // Devices: auto (every GPU; one on backend cpu), a count, or a list of device ids. On backend
+    // cpu, N gives N virtual devices, each a device actor with its own ONNX Runtime threads.
+    gpus: { anyOf: [{ const: 'auto' }, { type: 'integer', minimum: 1 }, { type: 'array', minItems: 1, uniqueItems: true, items: { type: 'integer', minimum: 0 } }], default: 'auto' },
+    gateway: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        scheduling: {
+          type: 'object',
+          additionalProperties: false,
+          default: {},
+          properties: {
+            // Which device serves a request: round_robin | least_outstanding (lpt_packing comes with the weight cache).
+            mode: { enum: ['round_robin', 'least_outstanding', 'lpt_packing'], default: 'round_robin' },
+          },
+        },
+      },
+    },
     // Serve only these models of the repository (empty: all). Environment: colon-separated.
     models_include: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true, default: [] },
     global: {
@@ -132,6 +151,8 @@ export interface SchedulerConfig {
 export interface NodeConfig {
   /** Absolute path of the model repository. */
   readonly model_repo: string;
+  readonly gpus: 'auto' | number | readonly number[];
+  readonly gateway: { readonly scheduling: { readonly mode: 'round_robin' | 'least_outstanding' | 'lpt_packing' } };
   readonly models_include: readonly string[];
   readonly global: {
     readonly model_control_mode: 'dynamic' | 'static' | 'explicit';

@@ -6,13 +6,13 @@
 import { statSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import type { DeviceActor } from '../actors/device-actor.js';
+import type { Gateway } from '../actors/gateway.js';
 import { errors, errorToStatus, StowageError } from '../errors.js';
 import type { ModelRegistry } from '../model-registry.js';
 
 export interface ControlContext {
   registry: ModelRegistry;
-  device: DeviceActor;
+  gateway: Gateway;
   logger: Logger;
   /** The main thread's copy of each model's policy (ModelConfig reads it); SetModelPolicy updates it. */
   policies: Map<string, { weight?: number; max_batch_size?: number }>;
@@ -29,7 +29,7 @@ function executableBytes(paths: readonly { path: string }[]): number {
 }
 
 export function createControlHandlers(ctx: ControlContext): grpc.UntypedServiceImplementation {
-  const { registry, device, logger, policies } = ctx;
+  const { registry, gateway, logger, policies } = ctx;
   const unary = <Req, Res>(rpc: string, fn: (req: Req) => Promise<Res> | Res): grpc.handleUnaryCall<Req, Res> => (call, callback) => {
     Promise.resolve().then(() => fn(call.request)).then((res) => callback(null, res), (err: unknown) => {
       const { code, details } = errorToStatus(err);
@@ -40,7 +40,14 @@ export function createControlHandlers(ctx: ControlContext): grpc.UntypedServiceI
   return {
     ModelControlStatus: unary('ModelControlStatus', async (req: { name: string }) => {
       const records = req.name === '' ? registry.all() : [registry.find(req.name)];
-      const instances = new Map((await device.status()).map((s) => [s.instance, s]));
+      // Every device holds every model: queues add up; costs and policy are read from the first device.
+      const reports = await gateway.status();
+      const instances = new Map<string, (typeof reports)[number] & { queuedAll: number }>();
+      for (const s of reports) {
+        const seen = instances.get(s.instance);
+        if (seen) seen.queuedAll += s.queued;
+        else instances.set(s.instance, { ...s, queuedAll: s.queued });
+      }
       return {
         models: records.map((r) => {
           const s = r.instance ? instances.get(r.instance) : undefined;
@@ -51,8 +58,8 @@ export function createControlHandlers(ctx: ControlContext): grpc.UntypedServiceI
             instance: r.instance ?? '',
             residency: r.instance ? 'device' : '',
             resident_bytes: String(r.instance && r.spec ? executableBytes(r.spec.executables) : 0),
-            device: device.deviceId,
-            queue_depth: s?.queued ?? 0,
+            device: gateway.devices.length === 1 ? gateway.devices[0].deviceId : -1,
+            queue_depth: s?.queuedAll ?? 0,
             learned_cost: (s?.costs ?? []).map((c) => ({ batch_size: c.batchSize, ms: c.ms })),
             weight: s?.weight ?? policies.get(r.name)?.weight ?? 1,
             max_batch_size: s ? (Number.isFinite(s.maxBatchRows) ? s.maxBatchRows : 0) : 0,
@@ -67,7 +74,7 @@ export function createControlHandlers(ctx: ControlContext): grpc.UntypedServiceI
         ...(req.weight > 0 ? { weight: req.weight } : {}),
         ...(req.max_batch_size > 0 ? { maxBatchSize: req.max_batch_size } : {}),
       };
-      await device.setPolicy(req.name, update);
+      await gateway.setPolicy(req.name, update);
       const current = policies.get(req.name) ?? {};
       policies.set(req.name, { ...current, ...(update.weight ? { weight: update.weight } : {}), ...(update.maxBatchSize ? { max_batch_size: update.maxBatchSize } : {}) });
       logger.info({ model: req.name, ...update }, 'model policy changed');

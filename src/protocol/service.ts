@@ -6,7 +6,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import type { DeviceActor } from '../actors/device-actor.js';
+import type { Gateway } from '../actors/gateway.js';
 import { nowMs } from '../actors/messages.js';
 import { MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../constants.js';
 import { errors, errorToStatus, StowageError } from '../errors.js';
@@ -28,7 +28,8 @@ export interface ServiceContext {
   registry: ModelRegistry;
   repository: ModelRepository;
   hooks: HookPool;
-  device: DeviceActor;
+  /** Which device serves a request (a pass-through with one device). */
+  gateway: Gateway;
   statistics: Statistics;
   sharedMemory: SharedMemoryRegistry;
   /** The cap on in-flight inference RPCs. */
@@ -83,7 +84,7 @@ function deadlineOf(call: HasDeadline, timeoutUs: number | undefined): number {
 }
 
 export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefinition): grpc.UntypedServiceImplementation {
-  const { registry, repository, hooks, device, statistics, sharedMemory, admission, logger } = ctx;
+  const { registry, repository, hooks, gateway, statistics, sharedMemory, admission, logger } = ctx;
 
   /**
    * A meta model's request: its run hook (in the pool) calls sub-models, each of which runs here
@@ -137,7 +138,7 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
       // With a postprocess hook the executable's every output goes to it; without, the client's choice.
       const post = spec.hooks?.postprocess === true;
       const executableOutputs = post ? spec.outputs.map((t) => t.name) : decoded.outputs;
-      const result = await device.infer({
+      const result = await gateway.pick().infer({
         instance: lease.instance,
         inputs,
         outputs: executableOutputs,

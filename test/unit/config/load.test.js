@@ -8,6 +8,8 @@ const parse = (text, env = {}) => parseNodeConfig(text, FILE, env, '/work/here')
 test('defaults fill every key and the result is frozen', (t) => {
   const { config } = parse('model_repo: models\n');
   t.deepEqual(config.models_include, []);
+  t.is(config.gpus, 'auto');
+  t.deepEqual(config.gateway, { scheduling: { mode: 'round_robin' } });
   t.deepEqual(config.global, {
     model_control_mode: 'dynamic',
     model_poll_seconds: 15,
@@ -52,6 +54,15 @@ test('every problem is reported at once, and a missing model_repo is named', (t)
 test('YAML that is not a mapping, or not YAML at all, is refused with the file name', (t) => {
   t.regex(t.throws(() => parse('- a\n- b\n')).message, /node\.yaml: the node file must be a YAML mapping/);
   t.regex(t.throws(() => parse('model_repo: [\n')).message, /node\.yaml: not valid YAML/);
+});
+
+test('gpus is auto, a count or a list of ids; lpt_packing is refused until the weight cache exists', (t) => {
+  t.is(parse('model_repo: m\ngpus: 4\n').config.gpus, 4);
+  t.deepEqual(parse('model_repo: m\ngpus: [0, 2]\n').config.gpus, [0, 2]);
+  t.is(parse('model_repo: m\n', { INFERENCE_SERVER_GPUS: '3' }).config.gpus, 3);
+  t.deepEqual(parse('model_repo: m\n', { INFERENCE_SERVER_GPUS: '1:3' }).config.gpus, [1, 3]);
+  t.regex(t.throws(() => parse('model_repo: m\ngpus: 0\n')).message, /gpus/);
+  t.regex(t.throws(() => parse('model_repo: m\ngateway:\n  scheduling:\n    mode: lpt_packing\n')).message, /"lpt_packing" is not available yet/);
 });
 
 test('backend cuda is refused with a message that says why', (t) => {

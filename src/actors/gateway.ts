@@ -1,0 +1,65 @@
+/**
+ * The gateway: which device actor serves a request. Every device loads every model (replicas), and
+ * the gateway spreads requests over them: `round_robin` in turn, `least_outstanding` to the device
+ * with the fewest calls in flight. With one device it is a pass-through that costs one array read.
+ * Placement by measured load (`lpt_packing`) comes with the weight cache it packs against.
+ */
+import type { ModelSpec } from '../bundle/model-spec.js';
+import type { DeviceActor } from './device-actor.js';
+import type { InstanceStatus, ModelPolicyUpdate } from './messages.js';
+
+export type GatewayMode = 'round_robin' | 'least_outstanding';
+
+export class Gateway {
+  readonly devices: readonly DeviceActor[];
+  readonly #mode: GatewayMode;
+  #next = 0;
+
+  constructor(devices: readonly DeviceActor[], mode: GatewayMode) {
+    if (devices.length === 0) throw new Error('a gateway needs at least one device');
+    this.devices = devices;
+    this.#mode = mode;
+  }
+
+  /** The device for the next request. */
+  pick(): DeviceActor {
+    const { devices } = this;
+    if (devices.length === 1) return devices[0];
+    if (this.#mode === 'least_outstanding') {
+      let best = devices[0];
+      for (const d of devices) if (d.inflight < best.inflight) best = d;
+      return best;
+    }
+    const d = devices[this.#next];
+    this.#next = (this.#next + 1) % devices.length;
+    return d;
+  }
+
+  /** Load one version of a model on every device; the slowest load's time is the model's. */
+  async load(spec: ModelSpec, instance: string): Promise<{ loadMs: number }> {
+    const loads = await Promise.all(this.devices.map((d) => d.load(spec, instance)));
+    return { loadMs: Math.max(...loads.map((l) => l.loadMs)) };
+  }
+
+  async unload(instance: string): Promise<void> {
+    await Promise.all(this.devices.map((d) => d.unload(instance)));
+  }
+
+  /** Every device's instances, tagged with the device. */
+  async status(): Promise<(InstanceStatus & { device: number })[]> {
+    const reports = await Promise.all(this.devices.map(async (d) => (await d.status()).map((s) => ({ ...s, device: d.deviceId }))));
+    return reports.flat();
+  }
+
+  async setPolicy(model: string, policy: ModelPolicyUpdate): Promise<void> {
+    await Promise.all(this.devices.map((d) => d.setPolicy(model, policy)));
+  }
+
+  forgetRegion(regionId: number): void {
+    for (const d of this.devices) d.forgetRegion(regionId);
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.devices.map((d) => d.stop()));
+  }
+}

@@ -1,0 +1,49 @@
+// Several devices behind one endpoint: N virtual CPU devices, each a device actor with every
+// model, and the gateway spreading requests over them.
+import path from 'node:path';
+import test from 'ava';
+import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+
+const image = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 3, 32, 32], data: Float32Array.from({ length: rows * 3 * 32 * 32 }, (_, i) => Math.sin(i)) });
+
+async function scrape(port) {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  return Object.fromEntries(text.split('\n').filter((l) => l && !l.startsWith('#')).map((l) => [l.slice(0, l.lastIndexOf(' ')), Number(l.slice(l.lastIndexOf(' ') + 1))]));
+}
+
+async function serve(t, config, env = {}) {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { convnet: path.join(FIXTURES, 'models', 'convnet'), digits: path.join(ROOT, 'bundles', 'digits') });
+  const server = await startServer({ model_repo: repo, ...config }, { root: temp.dir, env });
+  t.teardown(() => server.stop());
+  return server;
+}
+
+test('round_robin spreads requests over every device, each answering the same', async (t) => {
+  const server = await serve(t, { gpus: 3 });
+  t.deepEqual(server.logs.find((l) => l.msg === 'device actors started').devices, [0, 1, 2]);
+  const reference = (await server.client.infer('convnet', [image(2)])).outputs[0].data;
+  for (let i = 0; i < 9; i++) {
+    const { outputs } = await server.client.infer('convnet', [image(2)]);
+    t.deepEqual(outputs[0].data, reference);
+  }
+  const m = await scrape(server.adminPort);
+  for (const d of [0, 1, 2]) t.true(m[`stowage_device_executions_total{device="${d}"}`] >= 3, `device ${d}`);
+});
+
+test('least_outstanding sends requests where the fewest are in flight', async (t) => {
+  const server = await serve(t, { gpus: 2, gateway: { scheduling: { mode: 'least_outstanding' } } });
+  await Promise.all(Array.from({ length: 16 }, () => server.client.infer('convnet', [image(8)])));
+  const m = await scrape(server.adminPort);
+  t.true(m['stowage_device_executions_total{device="0"}'] > 0 && m['stowage_device_executions_total{device="1"}'] > 0);
+});
+
+test('the device count comes from the environment too, and models load on every device', async (t) => {
+  const server = await serve(t, {}, { INFERENCE_SERVER_GPUS: '2' });
+  t.deepEqual(server.logs.find((l) => l.msg === 'device actors started').devices, [0, 1]);
+  const control = await server.client.call('ModelStatistics', { name: 'digits' });
+  t.is(control.model_stats[0].name, 'digits');
+  const { outputs } = await server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }], { outputs: ['label'] });
+  t.is(outputs[0].shape[0], 1);
+});
