@@ -35,10 +35,18 @@ export class Gateway {
     return d;
   }
 
-  /** Load one version of a model on every device; the slowest load's time is the model's. */
+  /**
+   * Load one version of a model on every device; the slowest load's time is the model's. If any
+   * device refuses it, the devices that loaded it unload it again, and the refusal is the answer.
+   */
   async load(spec: ModelSpec, instance: string): Promise<{ loadMs: number }> {
-    const loads = await Promise.all(this.devices.map((d) => d.load(spec, instance)));
-    return { loadMs: Math.max(...loads.map((l) => l.loadMs)) };
+    const loads = await Promise.allSettled(this.devices.map((d) => d.load(spec, instance)));
+    const failed = loads.find((l): l is PromiseRejectedResult => l.status === 'rejected');
+    if (failed) {
+      await Promise.allSettled(this.devices.filter((_, i) => loads[i].status === 'fulfilled').map((d) => d.unload(instance)));
+      throw failed.reason;
+    }
+    return { loadMs: Math.max(...loads.map((l) => (l as PromiseFulfilledResult<{ loadMs: number }>).value.loadMs)) };
   }
 
   async unload(instance: string): Promise<void> {
