@@ -20,7 +20,7 @@
  * outputs are written into their region by the device actor (its one copy).
  */
 import type { ModelSpec, TensorSpec } from '../bundle/model-spec.js';
-import { byDatatype, DATATYPES, type DtypeInfo } from '../dtypes.js';
+import { byDatatype, DATATYPES, dtypeInfo, type DtypeInfo } from '../dtypes.js';
 import { errors } from '../errors.js';
 import { MODEL_VERSION } from '../constants.js';
 import type { WireTensor } from '../actors/messages.js';
@@ -290,7 +290,7 @@ function decodeOutputRegions(req: ModelInferRequest, spec: ModelSpec, outputs: s
     const params = requested && sharedMemoryParams(`output ${q(name)}`, requested.parameters);
     if (!params) return null;
     const t = spec.clientOutputs.find((o) => o.name === name) as TensorSpec;
-    const info = dtypeInfoOf(t);
+    const info = dtypeInfo(t.datatype);
     if (info.elementBytes > 0) {
       const needed = t.shape.reduce((a, d) => a * (d < 0 ? rows : d), 1) * info.elementBytes;
       if (params.byteSize < needed) {
@@ -301,9 +301,6 @@ function decodeOutputRegions(req: ModelInferRequest, spec: ModelSpec, outputs: s
   });
 }
 
-function dtypeInfoOf(t: TensorSpec): DtypeInfo {
-  return byDatatype(t.datatype) as DtypeInfo;
-}
 
 function decodeRequestedOutputs(req: ModelInferRequest, spec: ModelSpec): string[] {
   if (req.outputs.length === 0) return spec.clientOutputs.map((t) => t.name);

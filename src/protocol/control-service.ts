@@ -7,7 +7,8 @@ import { statSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { Gateway } from '../actors/gateway.js';
-import { errors, errorToStatus, StowageError } from '../errors.js';
+import { errors, StowageError } from '../errors.js';
+import { unary } from './unary.js';
 import type { ModelRegistry } from '../model-registry.js';
 
 export interface ControlContext {
@@ -30,15 +31,8 @@ function executableBytes(paths: readonly { path: string }[]): number {
 
 export function createControlHandlers(ctx: ControlContext): grpc.UntypedServiceImplementation {
   const { registry, gateway, logger, policies } = ctx;
-  const unary = <Req, Res>(rpc: string, fn: (req: Req) => Promise<Res> | Res): grpc.handleUnaryCall<Req, Res> => (call, callback) => {
-    Promise.resolve().then(() => fn(call.request)).then((res) => callback(null, res), (err: unknown) => {
-      const { code, details } = errorToStatus(err);
-      logger[code === grpc.status.INTERNAL ? 'error' : 'debug']({ rpc, code: grpc.status[code] }, details);
-      callback({ code, details });
-    });
-  };
   return {
-    ModelControlStatus: unary('ModelControlStatus', async (req: { name: string }) => {
+    ModelControlStatus: unary('ModelControlStatus', logger, async (req: { name: string }) => {
       const records = req.name === '' ? registry.all() : [registry.find(req.name)];
       // Every device holds every model: queues add up; costs and policy are read from the first device.
       const reports = await gateway.status();
@@ -67,7 +61,7 @@ export function createControlHandlers(ctx: ControlContext): grpc.UntypedServiceI
         }),
       };
     }),
-    SetModelPolicy: unary('SetModelPolicy', async (req: { name: string; weight: number; max_batch_size: number }) => {
+    SetModelPolicy: unary('SetModelPolicy', logger, async (req: { name: string; weight: number; max_batch_size: number }) => {
       registry.find(req.name);
       if (!(req.weight >= 0) || !Number.isFinite(req.weight)) throw errors.invalidRequest(`weight must be > 0 (or 0 to leave it), got ${req.weight}`);
       const update = {
@@ -80,10 +74,10 @@ export function createControlHandlers(ctx: ControlContext): grpc.UntypedServiceI
       logger.info({ model: req.name, ...update }, 'model policy changed');
       return {};
     }),
-    SetModelResidency: unary('SetModelResidency', () => {
+    SetModelResidency: unary('SetModelResidency', logger, () => {
       throw new StowageError('STOWAGE_UNSUPPORTED', 'SetModelResidency needs the on-demand weight cache, which this version does not have: every loaded model is resident on its device');
     }),
-    CompactMemory: unary('CompactMemory', () => {
+    CompactMemory: unary('CompactMemory', logger, () => {
       throw new StowageError('STOWAGE_UNSUPPORTED', 'CompactMemory needs the on-demand weight cache, which this version does not have: there is no weight arena to compact');
     }),
   };

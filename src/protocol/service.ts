@@ -22,6 +22,7 @@ import type { ModelSpec } from '../bundle/model-spec.js';
 import { checkHookTensors, decodeInferRequest, encodeInferResponse, slicesOf, type DecodedRequest } from './codec.js';
 import { applyLogSettings, currentLogSettings } from './log-settings.js';
 import { modelConfig, modelMetadata } from './model-config.js';
+import { logFailure, unary } from './unary.js';
 import type { ModelInferRequest, ModelInferResponse, ModelRef } from './types.js';
 
 export interface ServiceContext {
@@ -47,22 +48,6 @@ const NO_EXECUTION: ExecutionTiming = { computeInputNs: 0, computeInferNs: 0, co
 
 /** What a unary call and a stream share: the client's deadline. */
 type HasDeadline = { getDeadline(): grpc.Deadline };
-
-type UnaryHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Promise<Res> | Res;
-
-function logFailure(logger: Logger, rpc: string, err: unknown): { code: grpc.status; details: string } {
-  const { code, details } = errorToStatus(err);
-  logger[code === grpc.status.INTERNAL ? 'error' : 'debug']({ rpc, code: grpc.status[code], err }, details);
-  return { code, details };
-}
-
-function unary<Req, Res>(rpc: string, logger: Logger, fn: UnaryHandler<Req, Res>): grpc.handleUnaryCall<Req, Res> {
-  return (call, callback) => {
-    Promise.resolve()
-      .then(() => fn(call.request, call))
-      .then((res) => callback(null, res), (err: unknown) => callback(logFailure(logger, rpc, err)));
-  };
-}
 
 /** What a hook sees of the request beside its tensors. */
 function hookContext(req: ModelInferRequest): HookContext {

@@ -87,3 +87,15 @@ export async function startServer(config, { env = {}, root, until = (entry) => e
   };
   return { client, address, adminPort, logs, child, stop, waitForLog, entry, stderr: () => stderr };
 }
+
+/** Scrape the server's /metrics into { 'name{labels}': value }. */
+export async function scrapeMetrics(adminPort) {
+  const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text();
+  const samples = {};
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const at = line.lastIndexOf(' ');
+    samples[line.slice(0, at)] = Number(line.slice(at + 1));
+  }
+  return samples;
+}

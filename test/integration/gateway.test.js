@@ -2,14 +2,10 @@
 // model, and the gateway spreading requests over them.
 import path from 'node:path';
 import test from 'ava';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+import { FIXTURES, ROOT, makeRepository, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
 
 const image = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 3, 32, 32], data: Float32Array.from({ length: rows * 3 * 32 * 32 }, (_, i) => Math.sin(i)) });
 
-async function scrape(port) {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  return Object.fromEntries(text.split('\n').filter((l) => l && !l.startsWith('#')).map((l) => [l.slice(0, l.lastIndexOf(' ')), Number(l.slice(l.lastIndexOf(' ') + 1))]));
-}
 
 async function serve(t, config, env = {}) {
   const temp = tempDir();
@@ -28,14 +24,14 @@ test('round_robin spreads requests over every device, each answering the same', 
     const { outputs } = await server.client.infer('convnet', [image(2)]);
     t.deepEqual(outputs[0].data, reference);
   }
-  const m = await scrape(server.adminPort);
+  const m = await scrapeMetrics(server.adminPort);
   for (const d of [0, 1, 2]) t.true(m[`stowage_device_executions_total{device="${d}"}`] >= 3, `device ${d}`);
 });
 
 test('least_outstanding sends requests where the fewest are in flight', async (t) => {
   const server = await serve(t, { gpus: 2, gateway: { scheduling: { mode: 'least_outstanding' } } });
   await Promise.all(Array.from({ length: 16 }, () => server.client.infer('convnet', [image(8)])));
-  const m = await scrape(server.adminPort);
+  const m = await scrapeMetrics(server.adminPort);
   t.true(m['stowage_device_executions_total{device="0"}'] > 0 && m['stowage_device_executions_total{device="1"}'] > 0);
 });
 

@@ -6,23 +6,12 @@ import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
 import { InferenceClient } from '../../dist/client/client.js';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+import { FIXTURES, ROOT, makeRepository, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
 
 const CONVNET = path.join(FIXTURES, 'models', 'convnet');
 const image = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 3, 32, 32], data: new Float32Array(rows * 3 * 32 * 32).fill(0.2) });
 const digit = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 8, 8], data: new Float32Array(rows * 64) });
 
-/** Scrape /metrics into { 'name{labels}': value }. */
-async function scrape(port) {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const samples = {};
-  for (const line of text.split('\n')) {
-    if (!line || line.startsWith('#')) continue;
-    const at = line.lastIndexOf(' ');
-    samples[line.slice(0, at)] = Number(line.slice(at + 1));
-  }
-  return samples;
-}
 
 test('/metrics counts exactly the requests, rows and executions sent, with Triton\'s names', async (t) => {
   const server = await startServer({ model_repo: path.join(ROOT, 'bundles') });
@@ -30,7 +19,7 @@ test('/metrics counts exactly the requests, rows and executions sent, with Trito
   const sizes = [1, 3, 1, 8, 2];
   for (const rows of sizes) await server.client.infer('digits', [digit(rows)]);
   await t.throwsAsync(server.client.infer('digits', [{ ...digit(1), shape: [1, 64] }]));
-  const m = await scrape(server.adminPort);
+  const m = await scrapeMetrics(server.adminPort);
   const labels = '{model="digits",version="1"}';
   t.is(m[`nv_inference_request_success${labels}`], sizes.length);
   t.is(m[`nv_inference_count${labels}`], sizes.reduce((a, b) => a + b, 0));
@@ -81,7 +70,7 @@ test('past max_concurrent_requests a burst is shed with RESOURCE_EXHAUSTED and a
     t.regex(r.reason.details, /4 inference requests in flight \(endpoints\.max_concurrent_requests = 4\)/);
   }
   t.true(results.filter((r) => r.status === 'fulfilled').every((r) => r.value.outputs[0].shape[0] === 16));
-  const m = await scrape(server.adminPort);
+  const m = await scrapeMetrics(server.adminPort);
   t.is(m.stowage_grpc_shed_total, shed.length);
   t.true(await server.client.serverReady(), 'health RPCs are never shed');
 });
@@ -115,7 +104,7 @@ test('SIGTERM under load: every admitted request completes, then the process exi
   let held = 0;
   for (let polls = 0; held < 4 && polls < 200; polls++) {
     await new Promise((resolve) => setTimeout(resolve, 20));
-    held = (await scrape(server.adminPort)).stowage_grpc_inflight_requests;
+    held = (await scrapeMetrics(server.adminPort)).stowage_grpc_inflight_requests;
   }
   t.true(held >= 4, `the server held ${held} requests`);
   signalled = true;
