@@ -29,3 +29,6 @@ export const EXECUTION_WATCHDOG_MS = 120_000;
 
 /** A device actor that crashes this many times in a row without serving is not respawned again. */
 export const DEVICE_MAX_CONSECUTIVE_CRASHES = 3;
+
+/** The weight cache warns of thrash when the models used within this window need more than the budget. */
+export const WEIGHT_THRASH_WINDOW_SECONDS = 10;

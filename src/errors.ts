@@ -34,6 +34,7 @@ export const ERROR_CODES = {
   STOWAGE_QUEUE_FULL: { status: Status.RESOURCE_EXHAUSTED, means: 'the model\'s queue on the device holds scheduler.max_queue_depth requests already' },
   STOWAGE_HOOK_FAILED: { status: Status.INTERNAL, means: 'a bundle\'s model.js hook threw, rejected, or returned the wrong tensors' },
   STOWAGE_MODEL_CONTROL: { status: Status.FAILED_PRECONDITION, means: 'the model control mode does not allow the operation (static: the model set is fixed)' },
+  STOWAGE_WEIGHTS_TOO_LARGE: { status: Status.RESOURCE_EXHAUSTED, means: 'the model\'s weights do not fit in the device\'s weight budget (beside the models pinned with residency: device)' },
   STOWAGE_SERVER_BUSY: { status: Status.RESOURCE_EXHAUSTED, means: 'endpoints.max_concurrent_requests inference RPCs are in flight already' },
   STOWAGE_CANCELLED: { status: Status.CANCELLED, means: 'the client cancelled the request' },
   STOWAGE_SHM_REGION_EXISTS: { status: Status.ALREADY_EXISTS, means: 'a system shared-memory region of that name is already registered' },
@@ -112,6 +113,11 @@ export const errors = {
     new StowageError('STOWAGE_HOOK_FAILED', `model ${quote(model)}: the ${hook} hook in model.js failed: ${message}`),
   modelControl: (rpc: string, mode: string) =>
     new StowageError('STOWAGE_MODEL_CONTROL', `${rpc} is not allowed: model_control_mode is ${mode}, so the model set is fixed at start-up`),
+  weightsTooLarge: (model: string, bytes: number, budget: number, pinned: number) =>
+    new StowageError('STOWAGE_WEIGHTS_TOO_LARGE',
+      `model ${quote(model)} needs ${bytes} bytes of weights on the device, but the device's weight budget is ${budget} bytes`
+      + (pinned > 0 ? `, of which ${pinned} are held by models with residency: device` : '')
+      + '; raise runtime.cpu_device_memory_bytes or runtime.weight_cache_fraction, or unpin models'),
   serverBusy: (cap: number) =>
     new StowageError('STOWAGE_SERVER_BUSY', `the server has ${cap} inference requests in flight (endpoints.max_concurrent_requests = ${cap}); retry later`),
   cancelled: () => new StowageError('STOWAGE_CANCELLED', 'cancelled by the client'),

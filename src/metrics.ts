@@ -6,7 +6,7 @@
  * among them).
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { ExecutionTiming } from './actors/messages.js';
+import type { ExecutionTiming, WeightLoad, WeightMemory } from './actors/messages.js';
 import { MODEL_VERSION } from './constants.js';
 import type { ErrorCode } from './errors.js';
 
@@ -49,6 +49,13 @@ export class Metrics {
   readonly #executions: Counter;
   readonly #batchRows: Histogram;
   readonly #shed: Counter;
+  readonly #weightGauges: Record<keyof WeightMemory, Gauge>;
+  readonly #weightHits: Counter;
+  readonly #weightMisses: Counter;
+  readonly #evictions: Counter;
+  readonly #weightLoadBytes: Counter;
+  readonly #weightLoadSecs: Counter;
+  readonly #compiles: Counter;
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
@@ -84,6 +91,20 @@ export class Metrics {
       },
     });
     this.#shed = counter('stowage_grpc_shed_total', 'Inference RPCs refused because endpoints.max_concurrent_requests were in flight', []);
+    const device = ['device'] as const;
+    const gauge = (name: string, help: string) => new Gauge({ name, help, labelNames: device, registers });
+    this.#weightGauges = {
+      residentBytes: gauge('stowage_weight_cache_resident_bytes', 'Bytes of weights on the device (each distinct tensor once)'),
+      logicalBytes: gauge('stowage_weight_cache_logical_bytes', 'Bytes the resident models would take without sharing tensors'),
+      budgetBytes: gauge('stowage_weight_cache_budget_bytes', 'The device\'s weight budget: the arena\'s size'),
+      hostBytes: gauge('stowage_weight_cache_host_bytes', 'Bytes of weights held in host RAM for system and device models'),
+    };
+    this.#weightHits = counter('stowage_weight_cache_hits_total', 'Executions whose model\'s weights were on the device already', ['model']);
+    this.#weightMisses = counter('stowage_weight_cache_misses_total', 'Executions that had to bring their model\'s weights onto the device first', ['model']);
+    this.#evictions = counter('stowage_weight_cache_evictions_total', 'Times the model\'s weights were evicted from a device to make room', ['model']);
+    this.#weightLoadBytes = counter('stowage_weight_cache_load_bytes_total', 'Bytes of the model\'s weights copied onto a device, by where they came from (host RAM or disk)', ['model', 'source']);
+    this.#weightLoadSecs = counter('stowage_weight_cache_load_seconds_total', 'Seconds spent bringing the model\'s weights onto a device', ['model']);
+    this.#compiles = counter('stowage_compile_cache_lookups_total', 'ONNX files opened, by whether cache_dir had them compiled already', ['result']);
     collectDefaultMetrics({ register: this.registry });
   }
 
@@ -113,6 +134,25 @@ export class Metrics {
 
   recordLoad(model: string, seconds: number): void {
     this.#loadSecs.set({ model, version: MODEL_VERSION }, seconds);
+  }
+
+  /** A device's weight traffic: one model's load (or hit), and the memory after it. */
+  recordWeights(device: number, model: string, load: WeightLoad | null, memory: WeightMemory | null): void {
+    if (load) {
+      (load.hit ? this.#weightHits : this.#weightMisses).inc({ model });
+      if (!load.hit) {
+        this.#weightLoadBytes.inc({ model, source: 'host' }, load.loadedBytes - load.diskBytes);
+        this.#weightLoadBytes.inc({ model, source: 'disk' }, load.diskBytes);
+        this.#weightLoadSecs.inc({ model }, load.loadMs / 1000);
+      }
+      for (const evicted of load.evicted) this.#evictions.inc({ model: evicted });
+    }
+    if (memory) for (const [key, g] of Object.entries(this.#weightGauges)) g.set({ device: String(device) }, memory[key as keyof WeightMemory]);
+  }
+
+  recordCompiles(files: number, cacheHits: number): void {
+    if (cacheHits > 0) this.#compiles.inc({ result: 'hit' }, cacheHits);
+    if (files > cacheHits) this.#compiles.inc({ result: 'miss' }, files - cacheHits);
   }
 
   recordShed(): void {

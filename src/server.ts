@@ -14,6 +14,7 @@ import { DeviceActor } from './actors/device-actor.js';
 import { Gateway } from './actors/gateway.js';
 import { createAdminServer, listen } from './admin/http.js';
 import type { NodeConfig } from './config/schema.js';
+import { weightCacheInit } from './config/weight-budget.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
 import { HookPool } from './hooks/hook-pool.js';
 import { ModelRepository } from './repository.js';
@@ -83,15 +84,26 @@ export class StowageServer {
     // One device actor per device; on backend cpu each is a virtual device of its own.
     const { gpus } = this.#config;
     const ids = gpus === 'auto' ? [0] : typeof gpus === 'number' ? Array.from({ length: gpus }, (_, i) => i) : [...gpus];
+    const weights = weightCacheInit(this.#config);
     const devices = await Promise.all(ids.map((deviceId) => DeviceActor.create({
       deviceId,
       intraOpThreads: runtime.intra_op_threads,
       scheduler,
+      weights,
       logger: this.#logger,
       onExecution: (model, timing, queued) => this.statistics.recordExecution(model, deviceId, timing, queued),
+      onWeights: (model, load, memory) => this.metrics.recordWeights(deviceId, model, load, memory),
+      onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),
     })));
+    for (const d of devices) this.metrics.recordWeights(d.deviceId, '', null, weights && { residentBytes: 0, logicalBytes: 0, budgetBytes: weights.budgetBytes, hostBytes: 0 });
     this.#gateway = new Gateway(devices, this.#config.gateway.scheduling.mode as 'round_robin' | 'least_outstanding');
-    this.#logger.info({ devices: ids, gateway: this.#config.gateway.scheduling.mode }, 'device actors started');
+    this.#logger.info({
+      devices: ids,
+      gateway: this.#config.gateway.scheduling.mode,
+      weightBudgetBytes: weights?.budgetBytes ?? null,
+      cacheDir: weights?.cacheDir ?? null,
+      weightCache: weights ? 'on' : 'off: every model resident',
+    }, 'device actors started');
     this.#hooks = new HookPool(this.#config.global.hooks.threads, this.#config.global.hooks.timeout_seconds * 1000);
     const repository = new ModelRepository({
       dir: this.#config.model_repo,

@@ -19,7 +19,7 @@ import type { ModelSpec } from '../bundle/model-spec.js';
 import type { SchedulerConfig } from '../config/schema.js';
 import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../constants.js';
 import { errors, fromErrorData, StowageError } from '../errors.js';
-import { nowMs, type DeviceInit, type ExecutionTiming, type FromDevice, type InferCommand, type InferResult as ExecutedRequest, type InstanceStatus, type ModelPolicyUpdate, type ToDevice, type WireTensor } from './messages.js';
+import { nowMs, type DeviceInit, type ExecutionTiming, type FromDevice, type InferCommand, type InferResult as ExecutedRequest, type InstanceStatus, type ModelPolicyUpdate, type Residency, type ToDevice, type WeightCacheInit, type WeightLoad, type WeightMemory, type WireTensor } from './messages.js';
 
 /** Lifecycle of a device actor. */
 export enum DeviceState {
@@ -66,7 +66,13 @@ export interface DeviceActorOptions {
   deviceId: number;
   intraOpThreads: number;
   scheduler: SchedulerConfig;
+  /** The on-demand weight cache; null turns it off. */
+  weights: WeightCacheInit | null;
   logger: Logger;
+  /** Told of weight traffic: a model's load or hit (on execution and load), and the device memory after it. */
+  onWeights?: (model: string, load: WeightLoad | null, memory: WeightMemory | null) => void;
+  /** Told how many of a load's ONNX files the compile cache held already. */
+  onCompiled?: (files: number, cacheHits: number) => void;
   /** Told of every execution once (statistics count executions, not requests), with the requests still queued. */
   onExecution?: (model: string, timing: ExecutionTiming, queued: number) => void;
   /** The worker script; tests substitute a fixture. */
@@ -109,7 +115,7 @@ export class DeviceActor {
   }
 
   #spawn(): Promise<void> {
-    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, scheduler: this.#options.scheduler };
+    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, scheduler: this.#options.scheduler, weights: this.#options.weights };
     const worker = new Worker(this.#options.workerUrl ?? DEFAULT_WORKER_URL, { workerData: init, name: `device-${this.deviceId}` });
     this.#worker = worker;
     let lastError: Error | undefined;
@@ -173,6 +179,11 @@ export class DeviceActor {
     if (msg.type === 'executed') {
       for (const result of msg.results) this.#resolve(result.id, { type: 'result', result, timing: msg.timing });
       this.#options.onExecution?.(msg.model, msg.timing, msg.queued);
+      if (msg.load || msg.memory) this.#options.onWeights?.(msg.model, msg.load, msg.memory);
+      return;
+    }
+    if (msg.type === 'warning') {
+      this.#options.logger.warn(msg.fields, msg.message);
       return;
     }
     this.#resolve(msg.id, msg);
@@ -217,13 +228,18 @@ export class DeviceActor {
     const reply = await this.#call({ type: 'load', id: this.#nextId++, instance, spec }, MODEL_LOAD_TIMEOUT_MS,
       () => errors.bundleInvalid(spec.name, 'model.onnx', `loading took longer than ${MODEL_LOAD_TIMEOUT_MS} ms`));
     this.#loaded.set(instance, spec);
-    return { loadMs: (reply as { loadMs: number }).loadMs };
+    const loaded = reply as Extract<FromDevice, { type: 'loaded' }>;
+    this.#options.onCompiled?.(loaded.compiled.files, loaded.compiled.cacheHits);
+    if (loaded.memory) this.#options.onWeights?.(spec.name, loaded.load, loaded.memory);
+    return { loadMs: loaded.loadMs };
   }
 
   async unload(instance: string): Promise<void> {
     this.#loaded.delete(instance);
-    await this.#call({ type: 'unload', id: this.#nextId++, instance }, MODEL_LOAD_TIMEOUT_MS,
+    const reply = await this.#call({ type: 'unload', id: this.#nextId++, instance }, MODEL_LOAD_TIMEOUT_MS,
       () => errors.internal(`unloading ${instance} timed out`));
+    const { memory } = reply as Extract<FromDevice, { type: 'unloaded' }>;
+    if (memory) this.#options.onWeights?.(instance.slice(0, instance.lastIndexOf('#')), null, memory);
   }
 
   /**
@@ -261,10 +277,24 @@ export class DeviceActor {
     }
   }
 
-  /** Every loaded instance's queue, learned costs and policy. */
-  async status(): Promise<InstanceStatus[]> {
+  /** Every loaded instance's queue, learned costs, policy and residency, and the device's weight memory. */
+  async status(): Promise<{ instances: InstanceStatus[]; memory: WeightMemory | null }> {
     const reply = await this.#call({ type: 'status', id: this.#nextId++ }, DEVICE_START_TIMEOUT_MS, () => errors.deviceUnavailable(this.deviceId, 'no status report'));
-    return (reply as Extract<FromDevice, { type: 'statusReport' }>).instances;
+    const { instances, memory } = reply as Extract<FromDevice, { type: 'statusReport' }>;
+    return { instances, memory };
+  }
+
+  /** Change where a model's weights live at rest (`device` brings them on now, or fails if they cannot fit). */
+  async setResidency(model: string, residency: Residency): Promise<void> {
+    const reply = await this.#call({ type: 'setResidency', id: this.#nextId++, model, residency }, MODEL_LOAD_TIMEOUT_MS, () => errors.deviceUnavailable(this.deviceId, 'no answer to setResidency'));
+    const { memory } = reply as Extract<FromDevice, { type: 'residencySet' }>;
+    if (memory) this.#options.onWeights?.(model, null, memory);
+  }
+
+  /** Close the holes in the device's weight arena; returns the bytes moved. */
+  async compact(): Promise<number> {
+    const reply = await this.#call({ type: 'compact', id: this.#nextId++ }, MODEL_LOAD_TIMEOUT_MS, () => errors.deviceUnavailable(this.deviceId, 'no answer to compact'));
+    return (reply as Extract<FromDevice, { type: 'compacted' }>).movedBytes;
   }
 
   /** Change a model's scheduling policy now (its queued requests included) and for later loads. */

@@ -14,18 +14,19 @@
  * to ONNX Runtime in place when a request runs alone, or copied once into the
  * joined batch; each execution's outputs go back in one message, transferred.
  */
-import path from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
-import * as ort from 'onnxruntime-node';
-import type { ExecutableFile, ModelSpec } from '../bundle/model-spec.js';
-import { checkSignature, type GraphTensor } from '../bundle/signature.js';
+import type * as ort from 'onnxruntime-node';
+import type { ModelSpec } from '../bundle/model-spec.js';
 import { dtypeInfo } from '../dtypes.js';
 import { errors, toErrorData, type StowageError } from '../errors.js';
 import { mapSharedMemory } from '../native/shm.js';
 import type { RegionSlice } from '../shared-memory.js';
+import { Arena } from '../weights/arena.js';
+import { WeightCache, type ResidencyOutcome } from '../weights/weight-cache.js';
 import { CostModel } from './cost-model.js';
+import { openExecutable, readTensor, tensorSources, weightFeeds, type Executable } from './executables.js';
 import { batchInput, requestOutput } from './ort-tensors.js';
-import { nowMs, type DeviceInit, type FromDevice, type InferCommand, type InferResult, type ModelPolicyUpdate, type ToDevice, type WireTensor } from './messages.js';
+import { nowMs, type DeviceInit, type FromDevice, type InferCommand, type InferResult, type ModelPolicyUpdate, type Residency, type ToDevice, type WeightLoad, type WeightMemory, type WireTensor } from './messages.js';
 import { Scheduler, type ShedReason, type Ticket } from './scheduler.js';
 
 if (!parentPort) throw new Error('device-worker.js runs as a worker thread');
@@ -41,7 +42,7 @@ const config = init.scheduler;
 interface LoadedModel {
   spec: ModelSpec;
   /** Sessions by compiled batch size; key 0 is the single dynamic-batch session. */
-  sessions: Map<number, ort.InferenceSession>;
+  sessions: Map<number, Executable>;
   /** Position of the batch axis in each input and output tensor, by name (-1: none). */
   batchDims: Map<string, number>;
 }
@@ -58,6 +59,47 @@ const scheduler = new Scheduler<InferCommand>({
 });
 /** Policies changed at run time (SetModelPolicy), by model name; they outlive reloads. */
 const policyUpdates = new Map<string, ModelPolicyUpdate>();
+/** Residencies changed at run time (SetModelResidency), by model name; they outlive reloads. */
+const residencyUpdates = new Map<string, Residency>();
+/** The device's weights: an arena of the budget's size and what is resident in it; null when the cache is off. */
+const weightCache = init.weights
+  ? new WeightCache(new Arena(init.weights.budgetBytes, { preallocate: init.weights.preallocate }), {
+    readTensor,
+    compactionInterval: init.weights.compactionInterval,
+    thrashWindowMs: init.weights.thrashWindowSeconds * 1000,
+  })
+  : null;
+
+function memory(): WeightMemory | null {
+  if (!weightCache) return null;
+  return { residentBytes: weightCache.residentBytes, logicalBytes: weightCache.logicalResidentBytes, budgetBytes: weightCache.budget, hostBytes: weightCache.hostBytes };
+}
+
+/** Where a model's weights live at rest: SetModelResidency's, else the node file's, else system. */
+function residencyOf(name: string): Residency {
+  if (!weightCache) return 'device';
+  return residencyUpdates.get(name) ?? config.models[name]?.residency ?? 'system';
+}
+
+/** The cache's outcome as the main thread reports it (instances become model names). */
+function weightLoad(outcome: ResidencyOutcome): WeightLoad {
+  if (outcome.thrash) {
+    const t = outcome.thrash;
+    send({
+      type: 'warning',
+      message: `weight cache thrashing on device ${init.deviceId}: the ${t.models} models used in the last ${t.windowSeconds} s need ${t.bytes} bytes of weights, more than the budget of ${t.budget}; raise runtime.cpu_device_memory_bytes or spread the models over more devices`,
+      fields: { device: init.deviceId, models: t.models, bytes: t.bytes, budget: t.budget, windowSeconds: t.windowSeconds },
+    });
+  }
+  return {
+    hit: outcome.hit,
+    loadedBytes: outcome.loadedBytes,
+    diskBytes: outcome.diskBytes,
+    loadMs: outcome.loadMs,
+    evicted: outcome.evicted.map((i) => models.get(i)?.spec.name ?? i.slice(0, i.lastIndexOf('#'))),
+  };
+}
+
 /** Mappings of registered shared-memory regions, by region id (a view keeps its mapping alive). */
 const regionMappings = new Map<number, ArrayBuffer>();
 
@@ -100,34 +142,8 @@ function writeToRegion(out: WireTensor, slice: RegionSlice): WireTensor {
   return { ...out, data: new Uint8Array(0), shm: slice };
 }
 
-function sessionOptions(): ort.InferenceSession.SessionOptions {
-  return {
-    graphOptimizationLevel: 'all',
-    executionProviders: ['cpu'],
-    ...(init.intraOpThreads > 0 ? { intraOpNumThreads: init.intraOpThreads } : {}),
-    // Spinning threads burn an idle core between requests (measured 471 ms vs 60 ms of CPU on an idle loop).
-    extra: { session: { 'intra_op.allow_spinning': '0' } },
-  };
-}
-
-async function createSession(spec: ModelSpec, file: ExecutableFile): Promise<ort.InferenceSession> {
-  let session: ort.InferenceSession;
-  try {
-    session = await ort.InferenceSession.create(file.path, sessionOptions());
-  } catch (err) {
-    throw errors.bundleInvalid(spec.name, path.basename(file.path), `ONNX Runtime cannot load it: ${(err as Error).message}`);
-  }
-  try {
-    checkSignature(spec, file, session.inputMetadata as readonly GraphTensor[], session.outputMetadata as readonly GraphTensor[]);
-  } catch (err) {
-    await session.release();
-    throw err;
-  }
-  return session;
-}
-
-async function releaseAll(sessions: Iterable<ort.InferenceSession> | undefined): Promise<void> {
-  for (const s of sessions ?? []) await s.release().catch(() => undefined);
+async function releaseAll(executables: Iterable<Executable> | undefined): Promise<void> {
+  for (const e of executables ?? []) await e.session.release().catch(() => undefined);
 }
 
 /** The model's scheduling policy: the node file's, with run-time changes on top. */
@@ -143,9 +159,13 @@ function policyOf(spec: ModelSpec): { weight: number; maxBatchRows: number } {
 
 async function load(id: number, instance: string, spec: ModelSpec): Promise<void> {
   const started = nowMs();
-  const sessions = new Map<number, ort.InferenceSession>();
+  const sessions = new Map<number, Executable>();
+  let outcome: ResidencyOutcome | undefined;
   try {
-    for (const file of spec.executables) sessions.set(file.batchSize ?? 0, await createSession(spec, file));
+    const options = { intraOpThreads: init.intraOpThreads, cacheDir: init.weights?.cacheDir ?? null };
+    for (const file of spec.executables) sessions.set(file.batchSize ?? 0, await openExecutable(spec, file, options));
+    // A `device` model comes on now, and fails its load if it cannot fit.
+    outcome = weightCache?.add(instance, spec.name, residencyOf(spec.name), tensorSources(sessions.values()));
   } catch (err) {
     await releaseAll(sessions.values());
     throw err;
@@ -155,7 +175,15 @@ async function load(id: number, instance: string, spec: ModelSpec): Promise<void
   models.set(instance, { spec, sessions, batchDims });
   scheduler.setModel(instance, policyOf(spec));
   await releaseAll(previous?.sessions.values());
-  send({ type: 'loaded', id, loadMs: nowMs() - started });
+  const executables = [...sessions.values()];
+  send({
+    type: 'loaded',
+    id,
+    loadMs: nowMs() - started,
+    compiled: { files: weightCache ? executables.length : 0, cacheHits: executables.filter((e) => e.cacheHit).length },
+    memory: memory(),
+    load: outcome ? weightLoad(outcome) : null,
+  });
 }
 
 async function unload(id: number, instance: string): Promise<void> {
@@ -163,8 +191,9 @@ async function unload(id: number, instance: string): Promise<void> {
   models.delete(instance);
   const name = model?.spec.name ?? instance;
   for (const t of scheduler.removeModel(instance)) fail(t.id, errors.modelNotReady(name, 'UNAVAILABLE', 'it was unloaded'));
+  weightCache?.remove(instance);
   await releaseAll(model?.sessions.values());
-  send({ type: 'unloaded', id });
+  send({ type: 'unloaded', id, memory: memory() });
 }
 
 /** Put a request in its model's queue, or answer it at once (unknown model, full queue). */
@@ -207,18 +236,29 @@ async function execute(batch: Ticket<InferCommand>[]): Promise<void> {
   const name = spec.name;
   const rows = batch.reduce((sum, t) => sum + t.rows, 0);
   // A dynamic session runs the exact rows; per-size sessions pad to the smallest compiled size that holds them.
-  let session = model.sessions.get(0);
+  let executable = model.sessions.get(0);
   let runBatch = spec.batchAxis === null ? 0 : rows;
-  if (!session) {
+  if (!executable) {
     runBatch = spec.compiledBatchSizes.find((size) => size >= rows) ?? rows;
-    session = model.sessions.get(runBatch);
+    executable = model.sessions.get(runBatch);
   }
   // The outputs every request of the batch asked for, computed once.
   const wanted = [...new Set(batch.flatMap((t) => t.payload.outputs))];
+  let load: WeightLoad | null = null;
   try {
-    if (!session) throw errors.internal(`model ${name} has no session for ${rows} rows`);
+    if (!executable) throw errors.internal(`model ${name} has no session for ${rows} rows`);
+    const session = executable.session;
     const t0 = process.hrtime.bigint();
-    const feeds: Record<string, ort.Tensor> = {};
+    let feeds: Record<string, ort.Tensor> = {};
+    if (weightCache) {
+      // The cold path: the batch waits while the model's weights come on (one copy), and the model pays for it.
+      const outcome = weightCache.ensureResident(instance);
+      load = weightLoad(outcome);
+      if (!outcome.hit) scheduler.chargeTime(instance, outcome.loadMs);
+      const epoch = weightCache.epoch(instance);
+      if (executable.feeds?.epoch !== epoch) executable.feeds = { epoch, tensors: weightFeeds(executable, (key) => weightCache.deviceView(key)) };
+      feeds = { ...executable.feeds.tensors };
+    }
     spec.inputs.forEach((input, i) => {
       feeds[input.name] = batchInput(batch.map((t) => inputBytes(t.payload.inputs[i])), batchDims.get(input.name) ?? -1, runBatch);
     });
@@ -265,6 +305,8 @@ async function execute(batch: Ticket<InferCommand>[]): Promise<void> {
         requests: batch.length,
       },
       queued: scheduler.queued,
+      load,
+      memory: load && !load.hit ? memory() : null,
     }, transfer);
     scheduler.charge(instance, Math.max(runBatch, 1), Number(t2 - t1) / 1e6);
   } catch (err) {
@@ -272,7 +314,21 @@ async function execute(batch: Ticket<InferCommand>[]): Promise<void> {
   }
 }
 
-async function handleControl(msg: Extract<ToDevice, { type: 'load' | 'unload' | 'status' | 'setPolicy' }>): Promise<void> {
+/** Change where a model's weights live at rest, on every loaded version of it. */
+function setResidency(model: string, residency: Residency): void {
+  if (!weightCache) throw errors.unsupported('SetModelResidency needs the on-demand weight cache, which is off (runtime.weight_cache_fraction is 0): every model is resident');
+  const previous = residencyOf(model);
+  residencyUpdates.set(model, residency);
+  try {
+    for (const [instance, m] of models) if (m.spec.name === model) weightCache.setResidency(instance, residency);
+  } catch (err) {
+    residencyUpdates.set(model, previous);
+    for (const [instance, m] of models) if (m.spec.name === model) weightCache.setResidency(instance, previous);
+    throw err;
+  }
+}
+
+async function handleControl(msg: Extract<ToDevice, { type: 'load' | 'unload' | 'status' | 'setPolicy' | 'setResidency' | 'compact' }>): Promise<void> {
   try {
     switch (msg.type) {
       case 'load':
@@ -284,13 +340,29 @@ async function handleControl(msg: Extract<ToDevice, { type: 'load' | 'unload' | 
           type: 'statusReport',
           id: msg.id,
           instances: [...models].map(([instance, m]) => ({
-            instance, model: m.spec.name, queued: scheduler.queuedFor(instance), costs: costs.snapshot(instance), ...policyOf(m.spec),
+            instance,
+            model: m.spec.name,
+            queued: scheduler.queuedFor(instance),
+            costs: costs.snapshot(instance),
+            ...policyOf(m.spec),
+            residency: weightCache?.residencyOf(instance) ?? 'device',
+            resident: weightCache ? weightCache.isResident(instance) : true,
+            weightBytes: weightCache?.report().find((r) => r.instance === instance)?.weightBytes ?? 0,
           })),
+          memory: memory(),
         });
       case 'setPolicy': {
         policyUpdates.set(msg.model, { ...policyUpdates.get(msg.model), ...msg.policy });
         for (const [instance, m] of models) if (m.spec.name === msg.model) scheduler.setModel(instance, policyOf(m.spec));
         return send({ type: 'policySet', id: msg.id });
+      }
+      case 'setResidency':
+        setResidency(msg.model, msg.residency);
+        return send({ type: 'residencySet', id: msg.id, memory: memory() });
+      case 'compact': {
+        if (!weightCache) throw errors.unsupported('CompactMemory needs the on-demand weight cache, which is off (runtime.weight_cache_fraction is 0)');
+        const movedBytes = weightCache.compact();
+        return send({ type: 'compacted', id: msg.id, movedBytes, memory: memory() });
       }
     }
   } catch (err) {
@@ -315,6 +387,8 @@ async function pump(): Promise<void> {
           case 'unload':
           case 'status':
           case 'setPolicy':
+          case 'setResidency':
+          case 'compact':
             await handleControl(msg);
             break;
           case 'cancel':

@@ -6,7 +6,7 @@
  */
 import type { ModelSpec } from '../bundle/model-spec.js';
 import type { DeviceActor } from './device-actor.js';
-import type { InstanceStatus, ModelPolicyUpdate } from './messages.js';
+import type { InstanceStatus, ModelPolicyUpdate, Residency, WeightMemory } from './messages.js';
 
 export type GatewayMode = 'round_robin' | 'least_outstanding';
 
@@ -55,8 +55,24 @@ export class Gateway {
 
   /** Every device's instances, tagged with the device. */
   async status(): Promise<(InstanceStatus & { device: number })[]> {
-    const reports = await Promise.all(this.devices.map(async (d) => (await d.status()).map((s) => ({ ...s, device: d.deviceId }))));
+    const reports = await Promise.all(this.devices.map(async (d) => (await d.status()).instances.map((s) => ({ ...s, device: d.deviceId }))));
     return reports.flat();
+  }
+
+  /** Each device's weight memory (null where the weight cache is off). */
+  async memory(): Promise<{ device: number; memory: WeightMemory | null }[]> {
+    return Promise.all(this.devices.map(async (d) => ({ device: d.deviceId, memory: (await d.status()).memory })));
+  }
+
+  async setResidency(model: string, residency: Residency): Promise<void> {
+    await Promise.all(this.devices.map((d) => d.setResidency(model, residency)));
+  }
+
+  /** Compact one device's arena (or every device's, for -1); the bytes moved in all. */
+  async compact(device: number): Promise<number> {
+    const targets = device < 0 ? this.devices : this.devices.filter((d) => d.deviceId === device);
+    const moved = await Promise.all(targets.map((d) => d.compact()));
+    return moved.reduce((a, b) => a + b, 0);
   }
 
   async setPolicy(model: string, policy: ModelPolicyUpdate): Promise<void> {

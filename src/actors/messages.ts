@@ -31,6 +31,46 @@ export interface DeviceInit {
   /** ONNX Runtime intra-op threads; 0 lets ONNX Runtime choose. */
   intraOpThreads: number;
   scheduler: SchedulerConfig;
+  /** The on-demand weight cache; null when it is off (every model's weights embedded and resident). */
+  weights: WeightCacheInit | null;
+}
+
+/** How a device's weight cache is set up (config/weight-budget.ts derives it from the node file). */
+export interface WeightCacheInit {
+  /** Bytes of the device arena that weights may occupy. */
+  budgetBytes: number;
+  /** Touch the whole arena at start-up, so first loads do not pay page faults. */
+  preallocate: boolean;
+  /** Compact the arena every this many on-demand loads; 0 never. */
+  compactionInterval: number;
+  /** The compile cache directory. */
+  cacheDir: string;
+  /** Window over which thrash is judged, seconds. */
+  thrashWindowSeconds: number;
+}
+
+export type Residency = 'device' | 'system' | 'unpinned';
+
+/** A device's weight memory, after an event. */
+export interface WeightMemory {
+  /** Bytes on the device: distinct tensors, each once. */
+  residentBytes: number;
+  /** Bytes the resident models would take without sharing. */
+  logicalBytes: number;
+  budgetBytes: number;
+  /** Host RAM held for `system` and `device` models: distinct tensors, each once. */
+  hostBytes: number;
+}
+
+/** What one execution's model cost in weight traffic (a hit costs nothing). */
+export interface WeightLoad {
+  hit: boolean;
+  loadedBytes: number;
+  /** Of loadedBytes, read from the compile cache on disk (`unpinned` models). */
+  diskBytes: number;
+  loadMs: number;
+  /** Models evicted to make room. */
+  evicted: string[];
 }
 
 /** Where the time of one execution went, in nanoseconds (Triton's statistics vocabulary). */
@@ -84,7 +124,11 @@ export type ToDevice =
   /** Report every loaded instance's queue and learned costs. */
   | { type: 'status'; id: number }
   /** Change a model's scheduling policy, for its loaded instances and those loaded later. */
-  | { type: 'setPolicy'; id: number; model: string; policy: ModelPolicyUpdate };
+  | { type: 'setPolicy'; id: number; model: string; policy: ModelPolicyUpdate }
+  /** Change where a model's weights live at rest, for its loaded instances and those loaded later. */
+  | { type: 'setResidency'; id: number; model: string; residency: Residency }
+  /** Close the holes in the weight arena now. */
+  | { type: 'compact'; id: number };
 
 /** A run-time change of scheduler.models.<name>; absent fields keep their value. */
 export interface ModelPolicyUpdate {
@@ -101,18 +145,28 @@ export interface InstanceStatus {
   costs: { batchSize: number; ms: number }[];
   weight: number;
   maxBatchRows: number;
+  /** Where its weights live at rest; 'device' for every model when the weight cache is off. */
+  residency: Residency;
+  /** Whether its weights are on the device now. */
+  resident: boolean;
+  /** Bytes of its distinct weight tensors (0 when they are embedded in the executable). */
+  weightBytes: number;
 }
 
 /** device actor -> main thread */
 export type FromDevice =
   | { type: 'started' }
-  | { type: 'loaded'; id: number; loadMs: number }
-  | { type: 'unloaded'; id: number }
+  | { type: 'loaded'; id: number; loadMs: number; compiled: { files: number; cacheHits: number }; memory: WeightMemory | null; load: WeightLoad | null }
+  | { type: 'unloaded'; id: number; memory: WeightMemory | null }
   /** One execution: every request that rode in it, answered in one message (their outputs may share buffers). */
-  | { type: 'executed'; model: string; instance: string; results: InferResult[]; timing: ExecutionTiming; queued: number }
+  | { type: 'executed'; model: string; instance: string; results: InferResult[]; timing: ExecutionTiming; queued: number; load: WeightLoad | null; memory: WeightMemory | null }
   | { type: 'failed'; id: number; error: ErrorData }
-  | { type: 'statusReport'; id: number; instances: InstanceStatus[] }
-  | { type: 'policySet'; id: number };
+  | { type: 'statusReport'; id: number; instances: InstanceStatus[]; memory: WeightMemory | null }
+  | { type: 'policySet'; id: number }
+  | { type: 'residencySet'; id: number; memory: WeightMemory | null }
+  | { type: 'compacted'; id: number; movedBytes: number; memory: WeightMemory | null }
+  /** Something the operator should hear about (the main thread logs it). */
+  | { type: 'warning'; message: string; fields: Record<string, number | string> };
 
 /** The clock both threads share for deadlines (Date.now() has ms resolution only). */
 export function nowMs(): number {

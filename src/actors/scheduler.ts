@@ -173,6 +173,12 @@ export class Scheduler<T> {
     if (q) q.charged += cost / q.policy.weight;
   }
 
+  /** Charge device time that is not an execution (bringing the model's weights on) to the model (fair). */
+  chargeTime(model: string, ms: number): void {
+    const q = this.#queues.get(model);
+    if (q) q.charged += ms / q.policy.weight;
+  }
+
   /** The queue-wait bound folded into the deadline: what edf orders by. */
   #urgency(t: Ticket<T>): number {
     return Math.min(t.deadlineMs, t.enqueuedAtMs + this.#options.maxWaitMs);

@@ -10,6 +10,7 @@
  * variable stops start-up rather than being ignored.
  */
 import { readFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { Ajv } from 'ajv';
 import YAML from 'yaml';
@@ -88,6 +89,14 @@ function coerce(raw: string, schema: SchemaNode): unknown {
   return raw;
 }
 
+/** Keys holding paths: relative to the node file's directory (or, from the environment, to the working directory). */
+const PATH_KEYS = ['model_repo', 'cache_dir'];
+
+/** Where compiled models go when the node file does not say: the user's cache directory (XDG). */
+function defaultCacheDir(env: NodeJS.ProcessEnv): string {
+  return path.join(env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'), 'stowage');
+}
+
 function applyOverrides(doc: Record<string, unknown>, env: NodeJS.ProcessEnv, cwd: string): string[] {
   const table = environmentOverrides();
   const known = new Map(table.map((o) => [o.env, o]));
@@ -101,7 +110,7 @@ function applyOverrides(doc: Record<string, unknown>, env: NodeJS.ProcessEnv, cw
     }
     let value = coerce(raw, o.schema);
     // A path given in the environment is relative to where the server starts, not to the file.
-    if (o.keyPath.join('.') === 'model_repo' && typeof value === 'string') value = path.resolve(cwd, value);
+    if (PATH_KEYS.includes(o.keyPath.join('.')) && typeof value === 'string' && value !== '') value = path.resolve(cwd, value);
     let node = doc;
     for (const key of o.keyPath.slice(0, -1)) {
       const next = node[key];
@@ -151,8 +160,10 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
   if (!validate(doc)) {
     throw errors.configInvalid(`${file}: invalid configuration:\n${describeSchemaErrors(validate.errors ?? [], doc)}`);
   }
-  const config = doc as unknown as { model_repo: string };
-  config.model_repo = path.resolve(path.dirname(path.resolve(cwd, file)), config.model_repo);
+  const config = doc as unknown as { model_repo: string; cache_dir: string };
+  const fileDir = path.dirname(path.resolve(cwd, file));
+  config.model_repo = path.resolve(fileDir, config.model_repo);
+  config.cache_dir = config.cache_dir === '' ? defaultCacheDir(env) : path.resolve(fileDir, config.cache_dir);
   if ((doc as unknown as NodeConfig).gateway.scheduling.mode === 'lpt_packing') {
     throw errors.configInvalid(`${file}: gateway.scheduling.mode: "lpt_packing" is not available yet (it packs models by weight memory, which comes with the weight cache); use "round_robin" or "least_outstanding"`);
   }

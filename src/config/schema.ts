@@ -16,6 +16,9 @@ export const nodeConfigSchema = {
     // Directory of bundles: each immediate subdirectory with a manifest.yaml is a model.
     // A relative path is resolved against the directory of the node file.
     model_repo: { type: 'string', minLength: 1 },
+    // Where compiled models (ONNX Runtime's optimised graph, weights split off) are kept across
+    // restarts. Empty: $XDG_CACHE_HOME/stowage, else ~/.cache/stowage. Relative: to the node file.
+    cache_dir: { type: 'string', default: '' },
     // Devices: auto (every GPU; one on backend cpu), a count, or a list of device ids. On backend
     // cpu, N gives N virtual devices, each a device actor with its own ONNX Runtime threads.
     gpus: { anyOf: [{ const: 'auto' }, { type: 'integer', minimum: 1 }, { type: 'array', minItems: 1, uniqueItems: true, items: { type: 'integer', minimum: 0 } }], default: 'auto' },
@@ -64,6 +67,18 @@ export const nodeConfigSchema = {
             backend: { enum: ['cpu', 'cuda'], default: 'cpu' },
             // ONNX Runtime intra-op threads per device actor; 0 lets ONNX Runtime choose (one per core).
             intra_op_threads: { type: 'integer', minimum: 0, default: 0 },
+            // Bytes of memory each device has (backend cpu: memory the device actor allocates for itself,
+            // so a small device can be modelled). The memory pool is mem_fraction of it.
+            cpu_device_memory_bytes: { type: 'integer', minimum: 0, default: 1073741824 },
+            // Fraction of the device's memory claimed as the pool.
+            mem_fraction: { type: 'number', exclusiveMinimum: 0, maximum: 1, default: 0.9 },
+            // Claim the weight arena up front (cpu: touch every page at start-up, so loads never fault).
+            preallocate: { type: 'boolean', default: true },
+            // Fraction of the pool for weights (the arena). 0 turns the on-demand cache off: every
+            // model's weights stay embedded in its sessions and every model is resident.
+            weight_cache_fraction: { type: 'number', minimum: 0, maximum: 1, default: 1 },
+            // Fraction of the arena kept free (room for activations and fragmentation).
+            weight_cache_wiggle_fraction: { type: 'number', minimum: 0, exclusiveMaximum: 1, default: 0.1 },
           },
         },
         scheduler: {
@@ -80,6 +95,9 @@ export const nodeConfigSchema = {
             max_queue_depth: { type: 'integer', minimum: 1, default: 1024 },
             // Seconds a request may wait in the queue before DEADLINE_EXCEEDED.
             dispatch_timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
+            // Compact the device's weight arena after every N on-demand weight loads; 0 never (the arena
+            // also compacts when a load finds enough free bytes but no hole large enough).
+            compaction_interval: { type: 'integer', minimum: 0, default: 0 },
             // Per-model overrides, by model name.
             models: {
               type: 'object',
@@ -92,6 +110,9 @@ export const nodeConfigSchema = {
                   weight: { type: 'number', exclusiveMinimum: 0, default: 1 },
                   // Most rows coalesced into one execution (default: the largest compiled batch size).
                   max_batch_size: { type: 'integer', minimum: 1 },
+                  // Where the weights live at rest: device (loaded at start-up, never evicted), system
+                  // (host RAM, onto the device on demand; the default), unpinned (re-read from cache_dir on each load).
+                  residency: { enum: ['device', 'system', 'unpinned'] },
                 },
               },
             },
@@ -137,6 +158,7 @@ export const nodeConfigSchema = {
 export interface ModelSchedulerConfig {
   readonly weight: number;
   readonly max_batch_size?: number;
+  readonly residency?: 'device' | 'system' | 'unpinned';
 }
 
 export interface SchedulerConfig {
@@ -144,6 +166,7 @@ export interface SchedulerConfig {
   readonly ema_halflife_seconds: number;
   readonly max_queue_depth: number;
   readonly dispatch_timeout_seconds: number;
+  readonly compaction_interval: number;
   readonly models: Readonly<Record<string, ModelSchedulerConfig>>;
 }
 
@@ -151,6 +174,8 @@ export interface SchedulerConfig {
 export interface NodeConfig {
   /** Absolute path of the model repository. */
   readonly model_repo: string;
+  /** Absolute path of the compile cache. */
+  readonly cache_dir: string;
   readonly gpus: 'auto' | number | readonly number[];
   readonly gateway: { readonly scheduling: { readonly mode: 'round_robin' | 'least_outstanding' | 'lpt_packing' } };
   readonly models_include: readonly string[];
@@ -158,7 +183,15 @@ export interface NodeConfig {
     readonly model_control_mode: 'dynamic' | 'static' | 'explicit';
     readonly model_poll_seconds: number;
     readonly logging: { readonly level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
-    readonly runtime: { readonly backend: 'cpu' | 'cuda'; readonly intra_op_threads: number };
+    readonly runtime: {
+      readonly backend: 'cpu' | 'cuda';
+      readonly intra_op_threads: number;
+      readonly cpu_device_memory_bytes: number;
+      readonly mem_fraction: number;
+      readonly preallocate: boolean;
+      readonly weight_cache_fraction: number;
+      readonly weight_cache_wiggle_fraction: number;
+    };
     readonly scheduler: SchedulerConfig;
     readonly hooks: { readonly threads: number; readonly timeout_seconds: number };
     readonly endpoints: {

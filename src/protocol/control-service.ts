@@ -1,13 +1,13 @@
 /**
  * Stowage's control service (proto/control.proto): the seam a large deployment's own control plane
- * integrates against. Status and scheduling policy work today; residency and compaction belong to
- * the on-demand weight cache and say so until it exists.
+ * integrates against: each model's state, residency and learned costs; its scheduling policy and
+ * residency changed at run time; the weight arenas compacted on demand.
  */
-import { statSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { Gateway } from '../actors/gateway.js';
-import { errors, StowageError } from '../errors.js';
+import type { Residency } from '../actors/messages.js';
+import { errors } from '../errors.js';
 import { unary } from './unary.js';
 import type { ModelRegistry } from '../model-registry.js';
 
@@ -19,28 +19,25 @@ export interface ControlContext {
   policies: Map<string, { weight?: number; max_batch_size?: number }>;
 }
 
-function executableBytes(paths: readonly { path: string }[]): number {
-  return paths.reduce((sum, e) => {
-    try {
-      return sum + statSync(e.path).size;
-    } catch {
-      return sum;
-    }
-  }, 0);
-}
+const RESIDENCIES: readonly string[] = ['device', 'system', 'unpinned'];
 
 export function createControlHandlers(ctx: ControlContext): grpc.UntypedServiceImplementation {
   const { registry, gateway, logger, policies } = ctx;
   return {
     ModelControlStatus: unary('ModelControlStatus', logger, async (req: { name: string }) => {
       const records = req.name === '' ? registry.all() : [registry.find(req.name)];
-      // Every device holds every model: queues add up; costs and policy are read from the first device.
+      // Every device holds every model: queues add up; costs, policy and residency are the first
+      // device's; resident bytes add up over the devices where the weights are on now.
       const reports = await gateway.status();
-      const instances = new Map<string, (typeof reports)[number] & { queuedAll: number }>();
+      const instances = new Map<string, (typeof reports)[number] & { queuedAll: number; residentAll: number; onDevices: number[] }>();
       for (const s of reports) {
+        const resident = s.resident ? s.weightBytes : 0;
         const seen = instances.get(s.instance);
-        if (seen) seen.queuedAll += s.queued;
-        else instances.set(s.instance, { ...s, queuedAll: s.queued });
+        if (seen) {
+          seen.queuedAll += s.queued;
+          seen.residentAll += resident;
+          if (s.resident) seen.onDevices.push(s.device);
+        } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, onDevices: s.resident ? [s.device] : [] });
       }
       return {
         models: records.map((r) => {
@@ -50,9 +47,10 @@ export function createControlHandlers(ctx: ControlContext): grpc.UntypedServiceI
             state: r.state,
             reason: r.reason,
             instance: r.instance ?? '',
-            residency: r.instance ? 'device' : '',
-            resident_bytes: String(r.instance && r.spec ? executableBytes(r.spec.executables) : 0),
-            device: gateway.devices.length === 1 ? gateway.devices[0].deviceId : -1,
+            residency: s?.residency ?? '',
+            resident_bytes: String(s?.residentAll ?? 0),
+            // The device holding its weights now; -1 when none does, or several do.
+            device: s?.onDevices.length === 1 ? s.onDevices[0] : -1,
             queue_depth: s?.queuedAll ?? 0,
             learned_cost: (s?.costs ?? []).map((c) => ({ batch_size: c.batchSize, ms: c.ms })),
             weight: s?.weight ?? policies.get(r.name)?.weight ?? 1,
@@ -74,11 +72,21 @@ export function createControlHandlers(ctx: ControlContext): grpc.UntypedServiceI
       logger.info({ model: req.name, ...update }, 'model policy changed');
       return {};
     }),
-    SetModelResidency: unary('SetModelResidency', logger, () => {
-      throw new StowageError('STOWAGE_UNSUPPORTED', 'SetModelResidency needs the on-demand weight cache, which this version does not have: every loaded model is resident on its device');
+    SetModelResidency: unary('SetModelResidency', logger, async (req: { name: string; residency: string }) => {
+      const record = registry.find(req.name);
+      if (!RESIDENCIES.includes(req.residency)) throw errors.invalidRequest(`residency must be one of ${RESIDENCIES.join(', ')}, got ${JSON.stringify(req.residency)}`);
+      if (record.spec?.kind === 'meta') throw errors.invalidRequest(`model ${JSON.stringify(req.name)} is a meta model: it has no weights of its own`);
+      await gateway.setResidency(req.name, req.residency as Residency);
+      logger.info({ model: req.name, residency: req.residency }, 'model residency changed');
+      return {};
     }),
-    CompactMemory: unary('CompactMemory', logger, () => {
-      throw new StowageError('STOWAGE_UNSUPPORTED', 'CompactMemory needs the on-demand weight cache, which this version does not have: there is no weight arena to compact');
+    CompactMemory: unary('CompactMemory', logger, async (req: { device: number }) => {
+      if (req.device >= 0 && !gateway.devices.some((d) => d.deviceId === req.device)) {
+        throw errors.invalidRequest(`no device ${req.device}; devices: ${gateway.devices.map((d) => d.deviceId).join(', ')} (or -1 for all)`);
+      }
+      const movedBytes = await gateway.compact(req.device);
+      logger.info({ device: req.device, movedBytes }, 'weight arena compacted');
+      return { moved_bytes: String(movedBytes) };
     }),
   };
 }

@@ -17,7 +17,9 @@ def server():
     shutil.copytree(ROOT / "bundles", repo)
     shutil.copytree(ROOT / "test" / "fixtures" / "models" / "dtypes", repo / "dtypes")
     (tmp / "node.yaml").write_text(
-        f"model_repo: {repo}\nglobal:\n  endpoints:\n    grpc_port: 0\n    admin_port: 0\n")
+        f"model_repo: {repo}\ncache_dir: {tmp / 'compile-cache'}\n"
+        "global:\n  runtime:\n    cpu_device_memory_bytes: 134217728\n"
+        "  endpoints:\n    grpc_port: 0\n    admin_port: 0\n")
     proc = subprocess.Popen(["node", str(ROOT / "main.js"), str(tmp / "node.yaml")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     address = None

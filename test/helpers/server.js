@@ -33,6 +33,19 @@ export function makeRepository(root, bundles, files = {}) {
 }
 
 /**
+ * What a test does not set: a compile cache of its own (not the user's), and a small device
+ * (the default 1 GiB arena, touched at start-up, is more than tests running side by side need).
+ */
+function testDefaults(config, dir) {
+  const runtime = config.global?.runtime ?? {};
+  return {
+    cache_dir: path.join(dir, 'compile-cache'),
+    ...config,
+    global: { ...config.global, runtime: { cpu_device_memory_bytes: 128 * 2 ** 20, ...runtime } },
+  };
+}
+
+/**
  * Start the server with `config` (an object written as the node file) and
  * wait until it logs "serving" (or the line `until` accepts). Ports are 0
  * (chosen by the OS) and read from the log. Resolves to
@@ -42,7 +55,7 @@ export async function startServer(config, { env = {}, root, until = (entry) => e
   const temp = root ? null : tempDir();
   const dir = root ?? temp.dir;
   const file = path.join(dir, 'node.yaml');
-  writeFileSync(file, YAML.stringify(config));
+  writeFileSync(file, YAML.stringify(testDefaults(config, dir)));
   const child = spawn(process.execPath, [MAIN, file], {
     env: { ...process.env, INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '0', INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

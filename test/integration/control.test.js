@@ -1,5 +1,5 @@
-// Stowage's control service (proto/control.proto) through the real server: status per model and
-// scheduling policy changed at run time.
+// Stowage's control service (proto/control.proto) through the real server: status per model,
+// scheduling policy and residency changed at run time, compaction on demand.
 import path from 'node:path';
 import test from 'ava';
 import * as grpc from '@grpc/grpc-js';
@@ -35,8 +35,9 @@ test.serial('ModelControlStatus reports each model\'s state, instance, queue and
   const c = by.convnet;
   t.is(c.state, 'READY');
   t.regex(c.instance, /^convnet#\d+$/);
-  t.is(c.residency, 'device');
-  t.true(Number(c.resident_bytes) > 100_000, 'the executable with its weights');
+  t.is(c.residency, 'system', 'on demand from host RAM, the default');
+  t.true(Number(c.resident_bytes) > 400_000, `its weights are on the device after a call: ${c.resident_bytes}`);
+  t.is(c.device, 0);
   t.is(c.queue_depth, 0);
   t.is(c.max_batch_size, 32);
   t.is(c.weight, 1);
@@ -62,10 +63,44 @@ test.serial('SetModelPolicy changes the batch cap and weight at run time', async
   t.is(after.weight, 3, 'weight 0 leaves the weight as it was');
 });
 
-test('residency and compaction say they need the weight cache', async (t) => {
-  for (const [rpc, req] of [['SetModelResidency', { name: 'digits', residency: 'device' }], ['CompactMemory', { device: 0 }]]) {
+test.serial('SetModelResidency moves a model between device, system and unpinned; CompactMemory compacts', async (t) => {
+  const status = async () => (await call('ModelControlStatus', { name: 'digits' })).models[0];
+  await call('SetModelResidency', { name: 'digits', residency: 'device' });
+  t.is((await status()).residency, 'device');
+  t.true(Number((await status()).resident_bytes) > 0, 'device: on the device at once, before any call');
+  await call('SetModelResidency', { name: 'digits', residency: 'unpinned' });
+  t.is((await status()).residency, 'unpinned');
+  const { outputs } = await server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }], { outputs: ['label'] });
+  t.is(outputs[0].shape[0], 1);
+  await call('SetModelResidency', { name: 'digits', residency: 'system' });
+  t.is((await status()).residency, 'system');
+  const compacted = await call('CompactMemory', { device: -1 });
+  t.true(Number(compacted.moved_bytes) >= 0);
+  for (const [rpc, req, pattern] of [
+    ['SetModelResidency', { name: 'digits', residency: 'gpu' }, /residency must be one of device, system, unpinned, got "gpu"/],
+    ['CompactMemory', { device: 7 }, /no device 7; devices: 0/],
+  ]) {
     const err = await t.throwsAsync(call(rpc, req));
     t.is(err.code, grpc.status.INVALID_ARGUMENT);
-    t.regex(err.details, /needs the on-demand weight cache/);
+    t.regex(err.details, pattern);
+  }
+  const missing = await t.throwsAsync(call('SetModelResidency', { name: 'ghost', residency: 'device' }));
+  t.is(missing.code, grpc.status.NOT_FOUND);
+});
+
+test('with the weight cache off, every model is resident and residency cannot change', async (t) => {
+  const own = tempDir();
+  t.teardown(own.cleanup);
+  const repo = makeRepository(own.dir, { digits: path.join(ROOT, 'bundles', 'digits') });
+  const off = await startServer({ model_repo: repo, global: { runtime: { weight_cache_fraction: 0 } } }, { root: own.dir });
+  t.teardown(() => off.stop());
+  const client = new (loadControlClient())(off.address, grpc.credentials.createInsecure());
+  t.teardown(() => client.close());
+  const offCall = (rpc, req) => new Promise((resolve, reject) => client[rpc](req, (err, res) => (err ? reject(err) : resolve(res))));
+  t.is((await offCall('ModelControlStatus', { name: 'digits' })).models[0].residency, 'device');
+  for (const [rpc, req] of [['SetModelResidency', { name: 'digits', residency: 'device' }], ['CompactMemory', { device: 0 }]]) {
+    const err = await t.throwsAsync(offCall(rpc, req));
+    t.is(err.code, grpc.status.INVALID_ARGUMENT);
+    t.regex(err.details, /needs the on-demand weight cache, which is off \(runtime.weight_cache_fraction is 0\)/);
   }
 });

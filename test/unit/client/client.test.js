@@ -34,7 +34,9 @@ test('inferMany runs requests concurrently and returns results in input order', 
   t.is(results.length, 5);
   for (const [i, outputs] of results.entries()) {
     const alone = (await server.client.infer('digits', requests[i], { outputs: ['logits'] })).outputs;
-    t.deepEqual([...outputs[0].data], [...alone[0].data]);
+    // Coalesced or alone, the same logits; the last bits may differ, as the row count picks the kernel.
+    t.is(outputs[0].data.length, alone[0].data.length);
+    outputs[0].data.forEach((v, k) => t.true(Math.abs(v - alone[0].data[k]) < 1e-4 * (1 + Math.abs(v)), `logit ${k}: ${v} vs ${alone[0].data[k]}`));
   }
 });
 

@@ -14,8 +14,11 @@ test('defaults fill every key and the result is frozen', (t) => {
     model_control_mode: 'dynamic',
     model_poll_seconds: 15,
     logging: { level: 'info' },
-    runtime: { backend: 'cpu', intra_op_threads: 0 },
-    scheduler: { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, models: {} },
+    runtime: {
+      backend: 'cpu', intra_op_threads: 0, cpu_device_memory_bytes: 1073741824, mem_fraction: 0.9, preallocate: true,
+      weight_cache_fraction: 1, weight_cache_wiggle_fraction: 0.1,
+    },
+    scheduler: { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, compaction_interval: 0, models: {} },
     hooks: { threads: 0, timeout_seconds: 10 },
     endpoints: {
       host: '127.0.0.1', grpc_port: 8001, admin_port: 8002, max_concurrent_requests: 64,
@@ -106,4 +109,20 @@ test('the override table is derived from the schema', (t) => {
     'INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT', 'INFERENCE_SERVER_RUNTIME_BACKEND', 'INFERENCE_SERVER_SCHEDULER_DISPATCH_TIMEOUT_SECONDS']) {
     t.true(names.includes(n), n);
   }
+});
+
+test('cache_dir: relative to the node file, from the environment relative to the working directory, else the XDG cache', (t) => {
+  t.is(parse('model_repo: m\ncache_dir: cache\n').config.cache_dir, '/etc/stowage/cache');
+  t.is(parse('model_repo: m\n', { INFERENCE_SERVER_CACHE_DIR: 'c' }).config.cache_dir, '/work/here/c');
+  t.is(parse('model_repo: m\n', { XDG_CACHE_HOME: '/var/cache' }).config.cache_dir, '/var/cache/stowage');
+});
+
+test('the weight cache keys are checked: residency by name, fractions by range', (t) => {
+  const err = t.throws(() => parse('model_repo: m\nglobal:\n  scheduler:\n    models:\n      digits:\n        residency: gpu\n'));
+  t.regex(err.message, /global\.scheduler\.models\.digits\.residency: "gpu" is not allowed; expected one of "device", "system", "unpinned"/);
+  const err2 = t.throws(() => parse('model_repo: m\nglobal:\n  runtime:\n    weight_cache_wiggle_fraction: 1\n'));
+  t.regex(err2.message, /global\.runtime\.weight_cache_wiggle_fraction: 1 must be < 1/);
+  const { config } = parse('model_repo: m\n', { INFERENCE_SERVER_RUNTIME_CPU_DEVICE_MEMORY_BYTES: '1000000', INFERENCE_SERVER_SCHEDULER_COMPACTION_INTERVAL: '4' });
+  t.is(config.global.runtime.cpu_device_memory_bytes, 1000000);
+  t.is(config.global.scheduler.compaction_interval, 4);
 });

@@ -1,0 +1,124 @@
+// The on-demand weight cache through the real server: a catalog of 50 models whose weights are
+// five times the device's budget, called in cycles and at random. Every answer must be the
+// model's own (no weights mixed up between models that share every shape), resident bytes must
+// never exceed the budget, `device` models must never be evicted, `unpinned` ones must re-read
+// their weights from the compile cache each time they come on.
+import test from 'ava';
+import { mlpExpected, mlpWeightBytes, random, writeCatalog } from '../helpers/mlp-catalog.js';
+import { scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
+
+const INPUTS = 64;
+const HIDDEN = 512;
+const OUTPUTS = 8;
+const COUNT = 50;
+// b2 (32 bytes) stays in the executable; the rest moves, each tensor at its aligned size.
+const WEIGHT_BYTES = mlpWeightBytes(INPUTS, HIDDEN, OUTPUTS) - 4 * OUTPUTS;
+const BUDGET = Math.floor((COUNT * WEIGHT_BYTES) / 5 / 64) * 64;
+
+let server;
+let temp;
+let catalog;
+let giant;
+
+test.before(async () => {
+  temp = tempDir();
+  const repo = `${temp.dir}/repo`;
+  catalog = writeCatalog(repo, { count: COUNT, inputs: INPUTS, hidden: HIDDEN, outputs: OUTPUTS });
+  [giant] = writeCatalog(repo, { count: 1, inputs: INPUTS, hidden: 8192, outputs: OUTPUTS, prefix: 'giant', firstSeed: 999 });
+  server = await startServer({
+    model_repo: repo,
+    global: {
+      runtime: { cpu_device_memory_bytes: BUDGET, mem_fraction: 1, weight_cache_wiggle_fraction: 0 },
+      scheduler: { models: { m000: { residency: 'device' }, m001: { residency: 'unpinned' }, m002: { residency: 'unpinned' } } },
+    },
+  }, { root: temp.dir });
+});
+
+test.after.always(async () => {
+  await server?.stop();
+  temp?.cleanup();
+});
+
+/** Call a model with `rows` rows drawn from `next` and check every row against the model's own weights. */
+async function callAndCheck(t, model, rows, next) {
+  const x = Float32Array.from({ length: rows * INPUTS }, () => next() * 2 - 1);
+  const { outputs } = await server.client.infer(model.name, [{ name: 'x', datatype: 'FP32', shape: [rows, INPUTS], data: x }]);
+  const y = outputs[0].data;
+  for (let r = 0; r < rows; r++) {
+    const want = mlpExpected(model.weights, x.subarray(r * INPUTS, (r + 1) * INPUTS), INPUTS, HIDDEN, OUTPUTS);
+    for (let k = 0; k < OUTPUTS; k++) {
+      const got = y[r * OUTPUTS + k];
+      if (Math.abs(got - want[k]) > 1e-4 * (1 + Math.abs(want[k]))) {
+        t.fail(`${model.name} row ${r} output ${k}: got ${got}, its own weights give ${want[k]}`);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+const metric = (m, name, labels) => m[`${name}{${labels}}`] ?? 0;
+
+test.serial('a catalog five times the budget answers right in cycles and at random, never over the budget', async (t) => {
+  const m0 = await scrapeMetrics(server.adminPort);
+  t.is(metric(m0, 'stowage_weight_cache_budget_bytes', 'device="0"'), BUDGET);
+  t.true(COUNT * WEIGHT_BYTES >= 5 * BUDGET, `catalog ${COUNT * WEIGHT_BYTES} bytes, budget ${BUDGET}`);
+  const next = random(42);
+  let calls = 0;
+  let wrong = 0;
+  let peak = 0;
+  const check = async (model) => {
+    if (!(await callAndCheck(t, model, 1 + Math.floor(next() * 3), next))) wrong++;
+    calls++;
+    const m = await scrapeMetrics(server.adminPort);
+    const resident = metric(m, 'stowage_weight_cache_resident_bytes', 'device="0"');
+    peak = Math.max(peak, resident);
+    if (resident > BUDGET) t.fail(`after call ${calls} (${model.name}): ${resident} bytes resident, budget ${BUDGET}`);
+  };
+  for (let cycle = 0; cycle < 3; cycle++) for (const model of catalog) await check(model);
+  for (let i = 0; i < 150; i++) await check(catalog[Math.floor(next() * COUNT)]);
+  t.is(wrong, 0);
+  const m = await scrapeMetrics(server.adminPort);
+  const evictions = catalog.reduce((sum, { name }) => sum + metric(m, 'stowage_weight_cache_evictions_total', `model="${name}"`), 0);
+  const misses = catalog.reduce((sum, { name }) => sum + metric(m, 'stowage_weight_cache_misses_total', `model="${name}"`), 0);
+  t.log(`${calls} calls, ${misses} misses, ${evictions} evictions; peak resident ${peak} of ${BUDGET} bytes`);
+  t.true(evictions > COUNT, 'the cache really evicted');
+  t.is(metric(m, 'stowage_weight_cache_evictions_total', 'model="m000"'), 0, 'the device model was never evicted');
+  t.true(peak <= BUDGET && peak > BUDGET / 2);
+  // Unpinned models came back from disk on every miss; system models from host RAM only.
+  for (const name of ['m001', 'm002']) {
+    const missed = metric(m, 'stowage_weight_cache_misses_total', `model="${name}"`);
+    t.true(missed >= 3);
+    t.is(metric(m, 'stowage_weight_cache_load_bytes_total', `model="${name}",source="disk"`), missed * WEIGHT_BYTES, name);
+  }
+  t.is(metric(m, 'stowage_weight_cache_load_bytes_total', 'model="m010",source="disk"'), 0);
+  t.true(metric(m, 'stowage_weight_cache_load_bytes_total', 'model="m010",source="host"') >= 3 * WEIGHT_BYTES);
+  t.truthy(server.logs.find((l) => l.level === 40 && /weight cache thrashing on device 0/.test(l.msg)), 'cycling over 5x the budget is reported as thrash');
+});
+
+test.serial('concurrent requests for a cold model share one load, and clients at random all get their own answers', async (t) => {
+  const cold = catalog[COUNT - 1];
+  for (const model of catalog.slice(3, 15)) await callAndCheck(t, model, 1, random(1)); // push the last model out
+  const before = metric(await scrapeMetrics(server.adminPort), 'stowage_weight_cache_misses_total', `model="${cold.name}"`);
+  const results = await Promise.all(Array.from({ length: 8 }, (_, i) => callAndCheck(t, cold, 2, random(100 + i))));
+  t.true(results.every(Boolean));
+  const after = metric(await scrapeMetrics(server.adminPort), 'stowage_weight_cache_misses_total', `model="${cold.name}"`);
+  t.is(after - before, 1, 'one load for all eight');
+  // 8 clients, 240 calls over random models: answers stay each model's own under interleaving.
+  const next = random(7);
+  const picks = Array.from({ length: 240 }, () => catalog[Math.floor(next() * COUNT)]);
+  const answers = await Promise.all(Array.from({ length: 8 }, async (_, c) => {
+    let ok = 0;
+    for (let i = c; i < picks.length; i += 8) if (await callAndCheck(t, picks[i], 1 + (i % 3), random(i))) ok++;
+    return ok;
+  }));
+  t.is(answers.reduce((a, b) => a + b, 0), 240);
+  t.true(metric(await scrapeMetrics(server.adminPort), 'stowage_weight_cache_resident_bytes', 'device="0"') <= BUDGET);
+});
+
+test.serial('a model larger than the whole budget fails its requests with its size and the budget', async (t) => {
+  const err = await t.throwsAsync(server.client.infer(giant.name, [{ name: 'x', datatype: 'FP32', shape: [1, INPUTS], data: new Float32Array(INPUTS) }]));
+  t.is(err.code, 8); // RESOURCE_EXHAUSTED
+  t.regex(err.details, new RegExp(`model "${giant.name}" needs \\d+ bytes of weights on the device, but the device's weight budget is ${BUDGET} bytes`));
+  t.true(await callAndCheck(t, catalog[5], 1, random(5)), 'the others keep serving');
+});
