@@ -34,6 +34,8 @@ COPY package.json main.js ./
 COPY proto/ proto/
 COPY bundles/ /models/
 COPY docker/node.yaml /etc/stowage/node.yaml
+# The compile cache (cache_dir): owned by the user the server runs as; mount a volume to keep it.
+RUN mkdir -p /var/cache/stowage && chown 1000:1000 /var/cache/stowage
 USER 1000:1000
 EXPOSE 8001 8002
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s \

@@ -30,3 +30,4 @@ def test_container_node_file_is_valid():
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert '"host": "0.0.0.0"' in result.stdout
+    assert '"cache_dir": "/var/cache/stowage"' in result.stdout
