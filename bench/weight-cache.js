@@ -55,9 +55,9 @@ const INPUTS = 1024;
 const OUTPUTS = 16;
 for (const mb of [1, 10, 100]) {
   const hidden = Math.round((mb * MB) / 4 / (INPUTS + OUTPUTS));
-  const bytes = mlpWeightBytes(INPUTS, hidden, OUTPUTS);
+  const bytes = mlpWeightBytes([INPUTS, hidden, OUTPUTS]);
   const repo = path.join(temp.dir, `cold-${mb}`, 'repo');
-  writeCatalog(repo, { count: 2, inputs: INPUTS, hidden, outputs: OUTPUTS, prefix: `w${mb}mb_` });
+  writeCatalog(repo, { count: 2, sizes: [INPUTS, hidden, OUTPUTS], prefix: `w${mb}mb_` });
   // Room for one of the two models (plus alignment), not both.
   const server = await startServer({
     model_repo: repo,
@@ -89,8 +89,8 @@ console.log('\n(b) Zipf(1.0) over 200 models, 8 clients');
 const ZIPF_MODELS = 200;
 const Z = { inputs: 64, hidden: 1024, outputs: 8 };
 const zipfRepo = path.join(temp.dir, 'zipf', 'repo');
-const zipfCatalog = writeCatalog(zipfRepo, { count: ZIPF_MODELS, ...Z, prefix: 'z' });
-const modelBytes = mlpWeightBytes(Z.inputs, Z.hidden, Z.outputs);
+const zipfCatalog = writeCatalog(zipfRepo, { count: ZIPF_MODELS, sizes: [Z.inputs, Z.hidden, Z.outputs], prefix: 'z' });
+const modelBytes = mlpWeightBytes([Z.inputs, Z.hidden, Z.outputs]);
 const total = ZIPF_MODELS * modelBytes;
 // Zipf(1.0): the model of rank k is called with probability proportional to 1/k.
 const weights = zipfCatalog.map((_, k) => 1 / (k + 1));

@@ -31,6 +31,8 @@ export interface MetricsSources {
   pendingByModel: () => Map<string, number>;
   /** In-flight inference RPCs (stowage_grpc_inflight_requests). */
   inflightRpcs: () => number;
+  /** Host RAM held for weights by the process (stowage_weight_cache_host_bytes). */
+  hostWeightBytes: () => number;
 }
 
 export class Metrics {
@@ -49,7 +51,8 @@ export class Metrics {
   readonly #executions: Counter;
   readonly #batchRows: Histogram;
   readonly #shed: Counter;
-  readonly #weightGauges: Record<keyof WeightMemory, Gauge>;
+  readonly #weightGauges: Record<'residentBytes' | 'logicalBytes' | 'budgetBytes', Gauge>;
+  readonly #sharing: Gauge;
   readonly #weightHits: Counter;
   readonly #weightMisses: Counter;
   readonly #evictions: Counter;
@@ -97,8 +100,14 @@ export class Metrics {
       residentBytes: gauge('stowage_weight_cache_resident_bytes', 'Bytes of weights on the device (each distinct tensor once)'),
       logicalBytes: gauge('stowage_weight_cache_logical_bytes', 'Bytes the resident models would take without sharing tensors'),
       budgetBytes: gauge('stowage_weight_cache_budget_bytes', 'The device\'s weight budget: the arena\'s size'),
-      hostBytes: gauge('stowage_weight_cache_host_bytes', 'Bytes of weights held in host RAM for system and device models'),
     };
+    this.#sharing = gauge('stowage_weight_cache_sharing_ratio', 'Logical over resident bytes: how many times over shared tensors would be stored without sharing (1: no sharing)');
+    new Gauge({
+      name: 'stowage_weight_cache_host_bytes', help: 'Bytes of weights in host RAM for system and device models: each distinct tensor once, shared by every device', registers,
+      collect() {
+        this.set(sources.hostWeightBytes());
+      },
+    });
     this.#weightHits = counter('stowage_weight_cache_hits_total', 'Executions whose model\'s weights were on the device already', ['model']);
     this.#weightMisses = counter('stowage_weight_cache_misses_total', 'Executions that had to bring their model\'s weights onto the device first', ['model']);
     this.#evictions = counter('stowage_weight_cache_evictions_total', 'Times the model\'s weights were evicted from a device to make room', ['model']);
@@ -147,7 +156,12 @@ export class Metrics {
       }
       for (const evicted of load.evicted) this.#evictions.inc({ model: evicted });
     }
-    if (memory) for (const [key, g] of Object.entries(this.#weightGauges)) g.set({ device: String(device) }, memory[key as keyof WeightMemory]);
+    if (!memory) return;
+    const labels = { device: String(device) };
+    this.#weightGauges.residentBytes.set(labels, memory.residentBytes);
+    this.#weightGauges.logicalBytes.set(labels, memory.logicalBytes);
+    this.#weightGauges.budgetBytes.set(labels, memory.budgetBytes);
+    this.#sharing.set(labels, memory.residentBytes > 0 ? memory.logicalBytes / memory.residentBytes : 1);
   }
 
   recordCompiles(files: number, cacheHits: number): void {

@@ -19,6 +19,7 @@ import { ModelRegistry, ModelState } from './model-registry.js';
 import { HookPool } from './hooks/hook-pool.js';
 import { ModelRepository } from './repository.js';
 import { watchRepository } from './repository-watcher.js';
+import { HostWeights } from './weights/host-weights.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
 import { Statistics } from './statistics.js';
 import { Metrics } from './metrics.js';
@@ -40,6 +41,8 @@ export class StowageServer {
   readonly metrics: Metrics;
   readonly statistics: Statistics;
   readonly sharedMemory: SharedMemoryRegistry;
+  /** Host RAM copies of weights, one per distinct tensor, shared by every device actor. */
+  readonly hostWeights = new HostWeights();
   readonly ports: Ports = { grpc: 0, admin: 0 };
   #config: NodeConfig;
   #logger: Logger;
@@ -53,7 +56,7 @@ export class StowageServer {
   private constructor(config: NodeConfig, logger: Logger) {
     this.#config = config;
     this.#logger = logger;
-    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), inflightRpcs: () => this.admission.inflight });
+    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), inflightRpcs: () => this.admission.inflight, hostWeightBytes: () => this.hostWeights.bytes });
     this.admission = new Admission(config.global.endpoints.max_concurrent_requests, () => this.metrics.recordShed());
     this.statistics = new Statistics(this.metrics);
     this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#gateway?.forgetRegion(regionId));
@@ -85,18 +88,20 @@ export class StowageServer {
     const { gpus } = this.#config;
     const ids = gpus === 'auto' ? [0] : typeof gpus === 'number' ? Array.from({ length: gpus }, (_, i) => i) : [...gpus];
     const weights = weightCacheInit(this.#config);
+    const hostWeights = this.hostWeights;
     const devices = await Promise.all(ids.map((deviceId) => DeviceActor.create({
       deviceId,
       intraOpThreads: runtime.intra_op_threads,
       scheduler,
       weights,
+      hostWeights,
       logger: this.#logger,
       onExecution: (model, timing, queued) => this.statistics.recordExecution(model, deviceId, timing, queued),
       onWeights: (model, load, memory) => this.metrics.recordWeights(deviceId, model, load, memory),
       onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),
     })));
     for (const d of devices) this.metrics.recordWeights(d.deviceId, '', null, weights && { residentBytes: 0, logicalBytes: 0, budgetBytes: weights.budgetBytes, hostBytes: 0 });
-    this.#gateway = new Gateway(devices, this.#config.gateway.scheduling.mode as 'round_robin' | 'least_outstanding');
+    this.#gateway = new Gateway(devices, this.#config.gateway.scheduling.mode as 'round_robin' | 'least_outstanding', hostWeights);
     this.#logger.info({
       devices: ids,
       gateway: this.#config.gateway.scheduling.mode,

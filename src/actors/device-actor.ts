@@ -19,6 +19,7 @@ import type { ModelSpec } from '../bundle/model-spec.js';
 import type { SchedulerConfig } from '../config/schema.js';
 import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../constants.js';
 import { errors, fromErrorData, StowageError } from '../errors.js';
+import type { HostWeights } from '../weights/host-weights.js';
 import { nowMs, type DeviceInit, type ExecutionTiming, type FromDevice, type InferCommand, type InferResult as ExecutedRequest, type InstanceStatus, type ModelPolicyUpdate, type Residency, type ToDevice, type WeightCacheInit, type WeightLoad, type WeightMemory, type WireTensor } from './messages.js';
 
 /** Lifecycle of a device actor. */
@@ -68,6 +69,8 @@ export interface DeviceActorOptions {
   scheduler: SchedulerConfig;
   /** The on-demand weight cache; null turns it off. */
   weights: WeightCacheInit | null;
+  /** The process's host copies of weights, shared with the other device actors. */
+  hostWeights?: HostWeights;
   logger: Logger;
   /** Told of weight traffic: a model's load or hit (on execution and load), and the device memory after it. */
   onWeights?: (model: string, load: WeightLoad | null, memory: WeightMemory | null) => void;
@@ -225,10 +228,12 @@ export class DeviceActor {
 
   /** Create the sessions of one version of a model on the device, under `instance`. */
   async load(spec: ModelSpec, instance: string): Promise<{ loadMs: number }> {
-    const reply = await this.#call({ type: 'load', id: this.#nextId++, instance, spec }, MODEL_LOAD_TIMEOUT_MS,
+    const hostOffer = this.#options.hostWeights?.offer() ?? {};
+    const reply = await this.#call({ type: 'load', id: this.#nextId++, instance, spec, hostOffer }, MODEL_LOAD_TIMEOUT_MS,
       () => errors.bundleInvalid(spec.name, 'model.onnx', `loading took longer than ${MODEL_LOAD_TIMEOUT_MS} ms`));
     this.#loaded.set(instance, spec);
     const loaded = reply as Extract<FromDevice, { type: 'loaded' }>;
+    this.#options.hostWeights?.update(loaded.host);
     this.#options.onCompiled?.(loaded.compiled.files, loaded.compiled.cacheHits);
     if (loaded.memory) this.#options.onWeights?.(spec.name, loaded.load, loaded.memory);
     return { loadMs: loaded.loadMs };
@@ -286,8 +291,10 @@ export class DeviceActor {
 
   /** Change where a model's weights live at rest (`device` brings them on now, or fails if they cannot fit). */
   async setResidency(model: string, residency: Residency): Promise<void> {
-    const reply = await this.#call({ type: 'setResidency', id: this.#nextId++, model, residency }, MODEL_LOAD_TIMEOUT_MS, () => errors.deviceUnavailable(this.deviceId, 'no answer to setResidency'));
-    const { memory } = reply as Extract<FromDevice, { type: 'residencySet' }>;
+    const hostOffer = this.#options.hostWeights?.offer() ?? {};
+    const reply = await this.#call({ type: 'setResidency', id: this.#nextId++, model, residency, hostOffer }, MODEL_LOAD_TIMEOUT_MS, () => errors.deviceUnavailable(this.deviceId, 'no answer to setResidency'));
+    const { memory, host } = reply as Extract<FromDevice, { type: 'residencySet' }>;
+    this.#options.hostWeights?.update(host);
     if (memory) this.#options.onWeights?.(model, null, memory);
   }
 

@@ -26,7 +26,7 @@ import { WeightCache, type ResidencyOutcome } from '../weights/weight-cache.js';
 import { CostModel } from './cost-model.js';
 import { openExecutable, readTensor, tensorSources, weightFeeds, type Executable } from './executables.js';
 import { batchInput, requestOutput } from './ort-tensors.js';
-import { nowMs, type DeviceInit, type FromDevice, type InferCommand, type InferResult, type ModelPolicyUpdate, type Residency, type ToDevice, type WeightLoad, type WeightMemory, type WireTensor } from './messages.js';
+import { nowMs, type DeviceInit, type FromDevice, type InferCommand, type HostUpdate, type InferResult, type ModelPolicyUpdate, type Residency, type ToDevice, type WeightLoad, type WeightMemory, type WireTensor } from './messages.js';
 import { Scheduler, type ShedReason, type Ticket } from './scheduler.js';
 
 if (!parentPort) throw new Error('device-worker.js runs as a worker thread');
@@ -62,9 +62,20 @@ const policyUpdates = new Map<string, ModelPolicyUpdate>();
 /** Residencies changed at run time (SetModelResidency), by model name; they outlive reloads. */
 const residencyUpdates = new Map<string, Residency>();
 /** The device's weights: an arena of the budget's size and what is resident in it; null when the cache is off. */
+/** Host buffers the main thread offered with the control message being handled, and those read from disk meanwhile. */
+let hostOffer: Record<string, SharedArrayBuffer> = {};
+let hostCreated: Record<string, SharedArrayBuffer> = {};
 const weightCache = init.weights
   ? new WeightCache(new Arena(init.weights.budgetBytes, { preallocate: init.weights.preallocate }), {
     readTensor,
+    // Host copies are shared by every device of the process: use the main thread's, or make one it can share.
+    hostBuffer: (source) => {
+      const offered = hostOffer[source.key];
+      if (offered) return { bytes: new Uint8Array(offered), fresh: false };
+      const buffer = new SharedArrayBuffer(source.byteLength);
+      hostCreated[source.key] = buffer;
+      return { bytes: new Uint8Array(buffer), fresh: true };
+    },
     compactionInterval: init.weights.compactionInterval,
     thrashWindowMs: init.weights.thrashWindowSeconds * 1000,
   })
@@ -157,15 +168,31 @@ function policyOf(spec: ModelSpec): { weight: number; maxBatchRows: number } {
   };
 }
 
-async function load(id: number, instance: string, spec: ModelSpec): Promise<void> {
+/** Run `fn` with the main thread's host buffers on offer; returns what changed in host RAM. */
+async function withHostOffer(offer: Record<string, SharedArrayBuffer>, instances: () => string[], fn: () => Promise<void> | void): Promise<HostUpdate> {
+  hostOffer = offer;
+  hostCreated = {};
+  try {
+    await fn();
+    return { created: hostCreated, holdings: Object.fromEntries(instances().map((i) => [i, weightCache?.hostKeys(i) ?? []])) };
+  } finally {
+    hostOffer = {}; // the buffers this actor uses are held by its cache entries, not by the offer
+    hostCreated = {};
+  }
+}
+
+async function load(id: number, instance: string, spec: ModelSpec, offer: Record<string, SharedArrayBuffer>): Promise<void> {
   const started = nowMs();
   const sessions = new Map<number, Executable>();
   let outcome: ResidencyOutcome | undefined;
+  let host: HostUpdate;
   try {
     const options = { intraOpThreads: init.intraOpThreads, cacheDir: init.weights?.cacheDir ?? null };
     for (const file of spec.executables) sessions.set(file.batchSize ?? 0, await openExecutable(spec, file, options));
     // A `device` model comes on now, and fails its load if it cannot fit.
-    outcome = weightCache?.add(instance, spec.name, residencyOf(spec.name), tensorSources(sessions.values()));
+    host = await withHostOffer(offer, () => (weightCache ? [instance] : []), () => {
+      outcome = weightCache?.add(instance, spec.name, residencyOf(spec.name), tensorSources(sessions.values()));
+    });
   } catch (err) {
     await releaseAll(sessions.values());
     throw err;
@@ -183,6 +210,7 @@ async function load(id: number, instance: string, spec: ModelSpec): Promise<void
     compiled: { files: weightCache ? executables.length : 0, cacheHits: executables.filter((e) => e.cacheHit).length },
     memory: memory(),
     load: outcome ? weightLoad(outcome) : null,
+    host,
   });
 }
 
@@ -332,7 +360,7 @@ async function handleControl(msg: Extract<ToDevice, { type: 'load' | 'unload' | 
   try {
     switch (msg.type) {
       case 'load':
-        return await load(msg.id, msg.instance, msg.spec);
+        return await load(msg.id, msg.instance, msg.spec, msg.hostOffer);
       case 'unload':
         return await unload(msg.id, msg.instance);
       case 'status':
@@ -356,9 +384,11 @@ async function handleControl(msg: Extract<ToDevice, { type: 'load' | 'unload' | 
         for (const [instance, m] of models) if (m.spec.name === msg.model) scheduler.setModel(instance, policyOf(m.spec));
         return send({ type: 'policySet', id: msg.id });
       }
-      case 'setResidency':
-        setResidency(msg.model, msg.residency);
-        return send({ type: 'residencySet', id: msg.id, memory: memory() });
+      case 'setResidency': {
+        const instancesOf = () => [...models].filter(([, m]) => m.spec.name === msg.model).map(([i]) => i);
+        const host = await withHostOffer(msg.hostOffer, instancesOf, () => setResidency(msg.model, msg.residency));
+        return send({ type: 'residencySet', id: msg.id, memory: memory(), host });
+      }
       case 'compact': {
         if (!weightCache) throw errors.unsupported('CompactMemory needs the on-demand weight cache, which is off (runtime.weight_cache_fraction is 0)');
         const movedBytes = weightCache.compact();

@@ -20,8 +20,6 @@ export interface Executable {
   session: ort.InferenceSession;
   /** The weights it is fed on every run (empty when they are embedded). */
   weights: readonly WeightEntry[];
-  /** weights.bin of its compile cache entry ('' when embedded). */
-  weightsPath: string;
   /** Whether the compiled form came from the cache directory. */
   cacheHit: boolean;
   /** Weight feeds over the arena, valid while the model's residency epoch is unchanged. */
@@ -56,7 +54,7 @@ async function createSession(spec: ModelSpec, file: ExecutableFile, source: stri
 export async function openExecutable(spec: ModelSpec, file: ExecutableFile, options: OpenOptions): Promise<Executable> {
   let executable: Executable;
   if (options.cacheDir === null) {
-    executable = { session: await createSession(spec, file, file.path, sessionOptions(options, 'all')), weights: [], weightsPath: '', cacheHit: false };
+    executable = { session: await createSession(spec, file, file.path, sessionOptions(options, 'all')), weights: [], cacheHit: false };
   } else {
     const compiled = await compileExecutable(file.path, {
       cacheDir: options.cacheDir,
@@ -69,7 +67,7 @@ export async function openExecutable(spec: ModelSpec, file: ExecutableFile, opti
     });
     // The graph is optimised already: 'basic' only folds what the split left constant, in about a millisecond.
     const session = await createSession(spec, file, compiled.graphPath, sessionOptions(options, 'basic'));
-    executable = { session, weights: compiled.weights, weightsPath: compiled.weightsPath, cacheHit: compiled.hit };
+    executable = { session, weights: compiled.weights, cacheHit: compiled.hit };
   }
   const weightNames = new Set(executable.weights.map((w) => w.name));
   try {
@@ -86,19 +84,19 @@ export async function openExecutable(spec: ModelSpec, file: ExecutableFile, opti
 export function tensorSources(executables: Iterable<Executable>): TensorSource[] {
   const sources = new Map<string, TensorSource>();
   for (const e of executables) {
-    for (const w of e.weights) if (!sources.has(w.key)) sources.set(w.key, { key: w.key, byteLength: w.byteLength, file: e.weightsPath, fileOffset: w.offset });
+    for (const w of e.weights) if (!sources.has(w.key)) sources.set(w.key, { key: w.key, byteLength: w.byteLength, file: w.path });
   }
   return [...sources.values()];
 }
 
-/** Read a tensor's bytes from its weights.bin straight into `into` (host memory or the arena). */
+/** Read a tensor's bytes from the compile cache straight into `into` (host memory or the arena). */
 export function readTensor(source: TensorSource, into: Uint8Array): void {
   const fd = openSync(source.file, 'r');
   try {
     let done = 0;
     while (done < source.byteLength) {
-      const n = readSync(fd, into, done, source.byteLength - done, source.fileOffset + done);
-      if (n === 0) throw errors.internal(`${source.file} ended before its weight at ${source.fileOffset} (${source.byteLength} bytes)`);
+      const n = readSync(fd, into, done, source.byteLength - done, done);
+      if (n === 0) throw errors.internal(`${source.file} ended after ${done} of its ${source.byteLength} bytes`);
       done += n;
     }
   } finally {

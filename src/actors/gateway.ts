@@ -5,6 +5,7 @@
  * Placement by measured load (`lpt_packing`) comes with the weight cache it packs against.
  */
 import type { ModelSpec } from '../bundle/model-spec.js';
+import type { HostWeights } from '../weights/host-weights.js';
 import type { DeviceActor } from './device-actor.js';
 import type { InstanceStatus, ModelPolicyUpdate, Residency, WeightMemory } from './messages.js';
 
@@ -13,12 +14,14 @@ export type GatewayMode = 'round_robin' | 'least_outstanding';
 export class Gateway {
   readonly devices: readonly DeviceActor[];
   readonly #mode: GatewayMode;
+  readonly #hostWeights?: HostWeights;
   #next = 0;
 
-  constructor(devices: readonly DeviceActor[], mode: GatewayMode) {
+  constructor(devices: readonly DeviceActor[], mode: GatewayMode, hostWeights?: HostWeights) {
     if (devices.length === 0) throw new Error('a gateway needs at least one device');
     this.devices = devices;
     this.#mode = mode;
+    this.#hostWeights = hostWeights;
   }
 
   /** The device for the next request. */
@@ -36,21 +39,31 @@ export class Gateway {
   }
 
   /**
-   * Load one version of a model on every device; the slowest load's time is the model's. If any
+   * Load one version of a model on every device: the first device alone (it compiles the model
+   * into the compile cache and reads its weights into host RAM), then the others at once (they
+   * find both). The model's load time is the first load's plus the slowest of the others. If any
    * device refuses it, the devices that loaded it unload it again, and the refusal is the answer.
    */
   async load(spec: ModelSpec, instance: string): Promise<{ loadMs: number }> {
-    const loads = await Promise.allSettled(this.devices.map((d) => d.load(spec, instance)));
+    const [first, ...rest] = this.devices;
+    const loads: PromiseSettledResult<{ loadMs: number }>[] = [(await Promise.allSettled([first.load(spec, instance)]))[0]];
+    if (loads[0].status === 'fulfilled') loads.push(...await Promise.allSettled(rest.map((d) => d.load(spec, instance))));
     const failed = loads.find((l): l is PromiseRejectedResult => l.status === 'rejected');
     if (failed) {
-      await Promise.allSettled(this.devices.filter((_, i) => loads[i].status === 'fulfilled').map((d) => d.unload(instance)));
+      await Promise.allSettled(this.devices.filter((_, i) => loads[i]?.status === 'fulfilled').map((d) => d.unload(instance)));
+      this.#hostWeights?.release(instance);
       throw failed.reason;
     }
-    return { loadMs: Math.max(...loads.map((l) => (l as PromiseFulfilledResult<{ loadMs: number }>).value.loadMs)) };
+    const times = loads.map((l) => (l as PromiseFulfilledResult<{ loadMs: number }>).value.loadMs);
+    return { loadMs: times[0] + (times.length > 1 ? Math.max(...times.slice(1)) : 0) };
   }
 
   async unload(instance: string): Promise<void> {
-    await Promise.all(this.devices.map((d) => d.unload(instance)));
+    try {
+      await Promise.all(this.devices.map((d) => d.unload(instance)));
+    } finally {
+      this.#hostWeights?.release(instance);
+    }
   }
 
   /** Every device's instances, tagged with the device. */

@@ -58,8 +58,18 @@ export interface WeightMemory {
   /** Bytes the resident models would take without sharing. */
   logicalBytes: number;
   budgetBytes: number;
-  /** Host RAM held for `system` and `device` models: distinct tensors, each once. */
+  /** Host RAM this device's models use: distinct tensors, each once (shared with other devices). */
   hostBytes: number;
+}
+
+/**
+ * Host RAM changes a device actor reports (src/weights/host-weights.ts keeps the process's copy):
+ * buffers it read from disk, and which tensors each instance now keeps in host RAM.
+ */
+export interface HostUpdate {
+  created: Record<string, SharedArrayBuffer>;
+  /** instance -> its tensor keys in host RAM (empty: none, e.g. unpinned). */
+  holdings: Record<string, string[]>;
 }
 
 /** What one execution's model cost in weight traffic (a hit costs nothing). */
@@ -114,7 +124,7 @@ export interface InferCommand {
 /** main thread -> device actor */
 export type ToDevice =
   /** Create the sessions of one version of a model under its own instance key. */
-  | { type: 'load'; id: number; instance: string; spec: ModelSpec }
+  | { type: 'load'; id: number; instance: string; spec: ModelSpec; hostOffer: Record<string, SharedArrayBuffer> }
   | { type: 'unload'; id: number; instance: string }
   | InferCommand
   /** Drop a queued infer; one already running finishes and its result is discarded. */
@@ -126,7 +136,7 @@ export type ToDevice =
   /** Change a model's scheduling policy, for its loaded instances and those loaded later. */
   | { type: 'setPolicy'; id: number; model: string; policy: ModelPolicyUpdate }
   /** Change where a model's weights live at rest, for its loaded instances and those loaded later. */
-  | { type: 'setResidency'; id: number; model: string; residency: Residency }
+  | { type: 'setResidency'; id: number; model: string; residency: Residency; hostOffer: Record<string, SharedArrayBuffer> }
   /** Close the holes in the weight arena now. */
   | { type: 'compact'; id: number };
 
@@ -156,14 +166,14 @@ export interface InstanceStatus {
 /** device actor -> main thread */
 export type FromDevice =
   | { type: 'started' }
-  | { type: 'loaded'; id: number; loadMs: number; compiled: { files: number; cacheHits: number }; memory: WeightMemory | null; load: WeightLoad | null }
+  | { type: 'loaded'; id: number; loadMs: number; compiled: { files: number; cacheHits: number }; memory: WeightMemory | null; load: WeightLoad | null; host: HostUpdate }
   | { type: 'unloaded'; id: number; memory: WeightMemory | null }
   /** One execution: every request that rode in it, answered in one message (their outputs may share buffers). */
   | { type: 'executed'; model: string; instance: string; results: InferResult[]; timing: ExecutionTiming; queued: number; load: WeightLoad | null; memory: WeightMemory | null }
   | { type: 'failed'; id: number; error: ErrorData }
   | { type: 'statusReport'; id: number; instances: InstanceStatus[]; memory: WeightMemory | null }
   | { type: 'policySet'; id: number }
-  | { type: 'residencySet'; id: number; memory: WeightMemory | null }
+  | { type: 'residencySet'; id: number; memory: WeightMemory | null; host: HostUpdate }
   | { type: 'compacted'; id: number; movedBytes: number; memory: WeightMemory | null }
   /** Something the operator should hear about (the main thread logs it). */
   | { type: 'warning'; message: string; fields: Record<string, number | string> };

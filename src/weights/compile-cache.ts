@@ -1,10 +1,14 @@
 /**
  * "Compiling" a bundle's ONNX file, once: ONNX Runtime optimises it at level
- * 'all' and saves the result; its weights are then taken out (split-weights.ts)
- * into `weights.bin`, leaving a weightless `graph.onnx` that opens in about a
- * millisecond. The weights split off are the optimised ones (ORT reorders conv
- * weights into blocked layouts at that level), so runs fed them are as fast as
- * the embedded model (docs/weight-cache.md has the table).
+ * 'all' and saves the result; its weights are then taken out (split-weights.ts),
+ * leaving a weightless `graph.onnx` that opens in about a millisecond. The
+ * weights split off are the optimised ones (ORT reorders conv weights into
+ * blocked layouts at that level), so runs fed them are as fast as the embedded
+ * model (docs/weight-cache.md has the table).
+ *
+ * Weight tensors are stored by content: `tensors/<key>.bin`, where the key is
+ * a SHA-256 of the tensor's datatype, dims and bytes. Models fine-tuned from
+ * one backbone share those files, as they share host RAM and device blocks.
  *
  * The saved model is specific to the hardware and the runtime, so the cache
  * directory's entries are keyed by the source file's content hash, the ONNX
@@ -19,11 +23,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { threadId } from 'node:worker_threads';
 import type { Datatype } from '../dtypes.js';
-import { alignUp } from './arena.js';
 import { splitWeights } from './split-weights.js';
 
 /** Bump when the entry layout or the splitting rule changes: old entries then miss. */
-const CACHE_FORMAT = 1;
+const CACHE_FORMAT = 2;
 
 /** One weight tensor of a compiled executable. */
 export interface WeightEntry {
@@ -31,18 +34,17 @@ export interface WeightEntry {
   name: string;
   datatype: Datatype;
   dims: number[];
-  /** Where its bytes are in weights.bin. */
-  offset: number;
   byteLength: number;
   /** Content key: SHA-256 of datatype, dims and bytes. Equal keys mean interchangeable tensors. */
   key: string;
+  /** The file holding its bytes (shared by every entry with a tensor of that key). */
+  path: string;
 }
 
 export interface CompiledExecutable {
   /** The cache entry's directory. */
   dir: string;
   graphPath: string;
-  weightsPath: string;
   weights: WeightEntry[];
   /** Whether the entry was found (true) or compiled now (false). */
   hit: boolean;
@@ -51,8 +53,23 @@ export interface CompiledExecutable {
 interface IndexFile {
   format: number;
   source: string;
-  weightsBytes: number;
-  weights: WeightEntry[];
+  weights: Omit<WeightEntry, 'path'>[];
+}
+
+function tensorPath(cacheDir: string, key: string): string {
+  return path.join(cacheDir, 'tensors', `${key}.bin`);
+}
+
+/** Store a tensor's bytes under its key, unless a whole file is there already; atomic. */
+function storeTensor(file: string, bytes: Uint8Array): void {
+  try {
+    if (statSync(file).size === bytes.byteLength) return;
+  } catch {
+    // not there yet
+  }
+  const tmp = `${file}.tmp-${process.pid}-${threadId}-${Math.random().toString(36).slice(2)}`;
+  writeFileSync(tmp, bytes);
+  renameSync(tmp, file);
 }
 
 let fingerprint: string | undefined;
@@ -75,14 +92,15 @@ export function weightKey(datatype: string, dims: readonly number[], bytes: Uint
   return createHash('sha256').update(`${datatype}[${dims.join(',')}]`).update(bytes).digest('hex');
 }
 
-/** Read an entry back, or undefined when it is missing or not whole. */
-function readEntry(dir: string): CompiledExecutable | undefined {
+/** Read an entry back, or undefined when it is missing or not whole (its tensor files included). */
+function readEntry(cacheDir: string, dir: string): CompiledExecutable | undefined {
   try {
     const index = JSON.parse(readFileSync(path.join(dir, 'index.json'), 'utf8')) as IndexFile;
     const graphPath = path.join(dir, 'graph.onnx');
-    const weightsPath = path.join(dir, 'weights.bin');
-    if (index.format !== CACHE_FORMAT || statSync(weightsPath).size !== index.weightsBytes || !existsSync(graphPath)) return undefined;
-    return { dir, graphPath, weightsPath, weights: index.weights, hit: true };
+    if (index.format !== CACHE_FORMAT || !existsSync(graphPath)) return undefined;
+    const weights = index.weights.map((w) => ({ ...w, path: tensorPath(cacheDir, w.key) }));
+    if (weights.some((w) => statSync(w.path).size !== w.byteLength)) return undefined;
+    return { dir, graphPath, weights, hit: true };
   } catch {
     return undefined;
   }
@@ -101,40 +119,36 @@ export async function compileExecutable(source: string, options: CompileOptions)
   const sourceHash = createHash('sha256').update(readFileSync(source)).digest('hex');
   const key = createHash('sha256').update(`${CACHE_FORMAT}\n${options.runtime}\n${hostFingerprint()}\n${sourceHash}`).digest('hex').slice(0, 32);
   const dir = path.join(options.cacheDir, key);
-  const found = readEntry(dir);
+  const found = readEntry(options.cacheDir, dir);
   if (found) return found;
   rmSync(dir, { recursive: true, force: true }); // a partial or outdated entry
 
   const tmp = `${dir}.tmp-${process.pid}-${threadId}-${Math.random().toString(36).slice(2)}`;
   mkdirSync(tmp, { recursive: true });
+  mkdirSync(path.join(options.cacheDir, 'tensors'), { recursive: true });
   try {
     const optimised = path.join(tmp, 'optimised.onnx');
     await options.optimise(source, optimised);
     const { graph, weights } = splitWeights(new Uint8Array(readFileSync(optimised)));
-    // weights.bin: every tensor at an aligned offset, so a file read can land it straight in the arena.
-    const entries: WeightEntry[] = [];
-    let size = 0;
-    for (const w of weights) {
-      entries.push({ name: w.name, datatype: w.datatype, dims: w.dims, offset: size, byteLength: w.data.byteLength, key: weightKey(w.datatype, w.dims, w.data) });
-      size += alignUp(w.data.byteLength);
-    }
-    const blob = new Uint8Array(size);
-    weights.forEach((w, i) => blob.set(w.data, entries[i].offset));
+    const entries = weights.map((w) => {
+      const key = weightKey(w.datatype, w.dims, w.data);
+      storeTensor(tensorPath(options.cacheDir, key), w.data);
+      return { name: w.name, datatype: w.datatype, dims: w.dims, byteLength: w.data.byteLength, key };
+    });
     writeFileSync(path.join(tmp, 'graph.onnx'), graph);
-    writeFileSync(path.join(tmp, 'weights.bin'), blob);
-    const index: IndexFile = { format: CACHE_FORMAT, source: path.resolve(source), weightsBytes: size, weights: entries };
+    const index: IndexFile = { format: CACHE_FORMAT, source: path.resolve(source), weights: entries };
     writeFileSync(path.join(tmp, 'index.json'), JSON.stringify(index));
     rmSync(optimised);
     try {
       renameSync(tmp, dir);
     } catch (err) {
       // Another device compiled the same file meanwhile: its entry is as good as ours.
-      if (!readEntry(dir)) throw err;
+      if (!readEntry(options.cacheDir, dir)) throw err;
     }
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }
-  const entry = readEntry(dir);
+  const entry = readEntry(options.cacheDir, dir);
   if (!entry) throw new Error(`the compile cache entry ${dir} did not read back`);
   return { ...entry, hit: false };
 }

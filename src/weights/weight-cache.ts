@@ -5,8 +5,9 @@
  * Two tiers, both keyed by tensor content (a SHA-256 of datatype, dims and
  * bytes), so a tensor that several models hold is stored once in each tier:
  * - host: one copy in host RAM per distinct tensor of every loaded model with
- *   residency `system` or `device`; `unpinned` models keep nothing there and
- *   re-read the compile cache's weights.bin each time they come on;
+ *   residency `system` or `device` (a SharedArrayBuffer the main thread's
+ *   HostWeights shares with the other devices); `unpinned` models keep nothing
+ *   there and re-read their tensors from the compile cache each time they come on;
  * - device: blocks of the device's arena (arena.ts), counted by the resident
  *   models that use them; a block is freed with its last user.
  *
@@ -22,16 +23,18 @@ import { errors } from '../errors.js';
 import type { Residency } from '../actors/messages.js';
 import { alignUp, type Arena, type Block } from './arena.js';
 
-/** One distinct tensor of a model, and where its bytes are on disk. */
+/** One distinct tensor of a model, and the compile cache file holding its bytes. */
 export interface TensorSource {
   key: string;
   byteLength: number;
   file: string;
-  fileOffset: number;
 }
 
 /** Reads a tensor's bytes from the compile cache on disk. */
 export type ReadTensor = (source: TensorSource, into: Uint8Array) => void;
+
+/** Host memory for a tensor: `fresh` memory must be filled from disk; otherwise it holds the bytes already. */
+export type HostBuffer = (source: TensorSource) => { bytes: Uint8Array; fresh: boolean };
 
 interface HostTensor {
   bytes: Uint8Array;
@@ -92,6 +95,8 @@ export interface ModelResidencyReport {
 
 export interface WeightCacheOptions {
   readTensor: ReadTensor;
+  /** Where host copies live (default: fresh memory of this thread's own). */
+  hostBuffer?: HostBuffer;
   /** Compact the arena after every this many on-demand loads; 0 never. */
   compactionInterval: number;
   /** Window over which thrash is judged, ms. */
@@ -195,6 +200,12 @@ export class WeightCache {
       model.residency = before;
       throw err;
     }
+  }
+
+  /** The tensor keys the instance keeps in host RAM (none when unpinned). */
+  hostKeys(instance: string): string[] {
+    const model = this.#models.get(instance);
+    return model && model.residency !== 'unpinned' ? [...model.tensors.keys()] : [];
   }
 
   residencyOf(instance: string): Residency | undefined {
@@ -326,8 +337,8 @@ export class WeightCache {
         host.refs++;
         continue;
       }
-      const bytes = new Uint8Array(t.byteLength);
-      this.#options.readTensor(t, bytes);
+      const { bytes, fresh } = this.#options.hostBuffer?.(t) ?? { bytes: new Uint8Array(t.byteLength), fresh: true };
+      if (fresh) this.#options.readTensor(t, bytes);
       this.#host.set(t.key, { bytes, refs: 1 });
     }
   }

@@ -1,7 +1,8 @@
-// Catalogs of generated models for the weight-cache tests and benchmarks: each model is a two-layer
-// MLP, y = relu(x·W1 + b1)·W2 + b2 on f32[n, inputs], with its own weights drawn from its seed, so
-// every model answers differently and the answer can be computed here to check the server's.
-// The ONNX files are written with the protobuf writer the server splits them with.
+// Catalogs of generated models for the weight-cache tests and benchmarks: each model is an MLP,
+// relu(x·W1 + b1) … ·Wn + bn on f32[n, inputs], with weights drawn from seeds, so every model
+// answers differently and the answer can be computed here to check the server's. Layers can be
+// shared between models (a frozen backbone under per-model heads). The ONNX files are written
+// with the protobuf writer the server splits them with.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { WireWriter } from '../../dist/weights/protobuf-wire.js';
@@ -18,6 +19,18 @@ export function random(seed) {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
+}
+
+/** One dense layer { inputs, outputs, w: Float32Array[inputs*outputs], b: Float32Array[outputs] } drawn from `seed`. */
+export function denseLayer(seed, inputs, outputs) {
+  const next = random(seed);
+  const fill = (n, scale) => Float32Array.from({ length: n }, () => (next() * 2 - 1) * scale);
+  return { inputs, outputs, w: fill(inputs * outputs, 1 / Math.sqrt(inputs)), b: fill(outputs, 0.1) };
+}
+
+/** Layers for sizes [inputs, hidden..., outputs], layer i drawn from seed*1000 + i. */
+export function mlpLayers(seed, sizes) {
+  return sizes.slice(1).map((outputs, i) => denseLayer(seed * 1000 + i, sizes[i], outputs));
 }
 
 function tensor(name, dims, data) {
@@ -40,79 +53,101 @@ function node(op, inputs, outputs) {
   return w.string(3, `${op}_${outputs[0]}`).string(4, op).finish();
 }
 
-/** The weights of one model: { w1, b1, w2, b2 } as Float32Arrays. */
-export function mlpWeights(seed, inputs, hidden, outputs) {
-  const next = random(seed);
-  const fill = (n, scale) => Float32Array.from({ length: n }, () => (next() * 2 - 1) * scale);
-  return { w1: fill(inputs * hidden, 1 / Math.sqrt(inputs)), b1: fill(hidden, 0.1), w2: fill(hidden * outputs, 1 / Math.sqrt(hidden)), b2: fill(outputs, 0.1) };
-}
-
-/** The serialized ONNX model. */
-export function mlpModel(weights, inputs, hidden, outputs) {
-  const graph = new WireWriter()
-    .bytes(1, node('MatMul', ['x', 'w1'], ['h0']))
-    .bytes(1, node('Add', ['h0', 'b1'], ['h1']))
-    .bytes(1, node('Relu', ['h1'], ['h2']))
-    .bytes(1, node('MatMul', ['h2', 'w2'], ['y0']))
-    .bytes(1, node('Add', ['y0', 'b2'], ['y']))
-    .string(2, 'mlp')
-    .bytes(5, tensor('w1', [inputs, hidden], weights.w1))
-    .bytes(5, tensor('b1', [hidden], weights.b1))
-    .bytes(5, tensor('w2', [hidden, outputs], weights.w2))
-    .bytes(5, tensor('b2', [outputs], weights.b2))
-    .bytes(11, valueInfo('x', ['n', inputs]))
-    .bytes(12, valueInfo('y', ['n', outputs]))
-    .finish();
+/** The serialized ONNX model of `layers`: input x, output y. */
+export function mlpModel(layers) {
+  const graph = new WireWriter();
+  let current = 'x';
+  layers.forEach((l, i) => {
+    const last = i === layers.length - 1;
+    graph.bytes(1, node('MatMul', [current, `w${i}`], [`m${i}`]));
+    graph.bytes(1, node('Add', [`m${i}`, `b${i}`], [last ? 'y' : `a${i}`]));
+    if (!last) graph.bytes(1, node('Relu', [`a${i}`], [`h${i}`]));
+    current = `h${i}`;
+  });
+  graph.string(2, 'mlp');
+  layers.forEach((l, i) => graph.bytes(5, tensor(`w${i}`, [l.inputs, l.outputs], l.w)).bytes(5, tensor(`b${i}`, [l.outputs], l.b)));
+  graph.bytes(11, valueInfo('x', ['n', layers[0].inputs])).bytes(12, valueInfo('y', ['n', layers[layers.length - 1].outputs]));
   const opset = new WireWriter().string(1, '').varint(2, 17).finish();
-  return new WireWriter().varint(1, 8).string(2, 'stowage-test').bytes(7, graph).bytes(8, opset).finish();
+  return new WireWriter().varint(1, 8).string(2, 'stowage-test').bytes(7, graph.finish()).bytes(8, opset).finish();
 }
 
 /** What the model answers for one row x, computed here in double precision. */
-export function mlpExpected(weights, x, inputs, hidden, outputs) {
-  const h = new Float64Array(hidden);
-  for (let j = 0; j < hidden; j++) {
-    let s = weights.b1[j];
-    for (let i = 0; i < inputs; i++) s += x[i] * weights.w1[i * hidden + j];
-    h[j] = Math.max(0, s);
-  }
-  const y = new Float64Array(outputs);
-  for (let k = 0; k < outputs; k++) {
-    let s = weights.b2[k];
-    for (let j = 0; j < hidden; j++) s += h[j] * weights.w2[j * outputs + k];
-    y[k] = s;
-  }
-  return y;
+export function mlpExpected(layers, x) {
+  let v = Float64Array.from(x);
+  layers.forEach((l, i) => {
+    const out = new Float64Array(l.outputs);
+    for (let k = 0; k < l.outputs; k++) {
+      let s = l.b[k];
+      for (let j = 0; j < l.inputs; j++) s += v[j] * l.w[j * l.outputs + k];
+      out[k] = i === layers.length - 1 ? s : Math.max(0, s);
+    }
+    v = out;
+  });
+  return v;
 }
 
-/** Bytes of one model's weights. */
-export function mlpWeightBytes(inputs, hidden, outputs) {
-  return 4 * (inputs * hidden + hidden + hidden * outputs + outputs);
+/** Bytes of the weights of an MLP with these sizes. */
+export function mlpWeightBytes(sizes) {
+  return 4 * sizes.slice(1).reduce((sum, outputs, i) => sum + sizes[i] * outputs + outputs, 0);
+}
+
+/** Write one bundle of `layers` named `name` into `repo`. */
+export function writeBundle(repo, name, layers) {
+  const dir = path.join(repo, name);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(path.join(dir, 'model.onnx'), mlpModel(layers));
+  writeFileSync(path.join(dir, 'manifest.yaml'), [
+    'format_version: "2.0"',
+    'executable_inputs:',
+    `  - { name: x, dtype: f32, shape: nk, dims: { k: ${layers[0].inputs} } }`,
+    'executable_outputs:',
+    `  - { name: y, dtype: f32, shape: nk, dims: { k: ${layers[layers.length - 1].outputs} } }`,
+    'batching:',
+    '  compiled_batch_sizes: [1, 8]',
+    '',
+  ].join('\n'));
+  return { name, layers };
+}
+
+/** `count` bundles named `${prefix}NNN`, each an MLP of `sizes` with weights of its own. */
+export function writeCatalog(repo, { count, sizes, prefix = 'm', firstSeed = 1 }) {
+  return Array.from({ length: count }, (_, i) => writeBundle(repo, `${prefix}${String(i).padStart(3, '0')}`, mlpLayers(firstSeed + i, sizes)));
 }
 
 /**
- * Write `count` bundles named `${prefix}NN` into `repo`, each an MLP with its own seed.
- * Returns [{ name, seed, weights }].
+ * `count` variants fine-tuned from one backbone: every layer but the last comes from the same
+ * backbone, except that every `unfrozenEvery`-th variant has its own second-to-last layer too;
+ * the last layer (the head) is each variant's own.
  */
-export function writeCatalog(repo, { count, inputs, hidden, outputs, prefix = 'm', firstSeed = 1 }) {
-  const models = [];
-  for (let i = 0; i < count; i++) {
-    const name = `${prefix}${String(i).padStart(3, '0')}`;
-    const seed = firstSeed + i;
-    const weights = mlpWeights(seed, inputs, hidden, outputs);
-    const dir = path.join(repo, name);
-    mkdirSync(dir, { recursive: true });
-    writeFileSync(path.join(dir, 'model.onnx'), mlpModel(weights, inputs, hidden, outputs));
-    writeFileSync(path.join(dir, 'manifest.yaml'), [
-      'format_version: "2.0"',
-      'executable_inputs:',
-      `  - { name: x, dtype: f32, shape: nk, dims: { k: ${inputs} } }`,
-      'executable_outputs:',
-      `  - { name: y, dtype: f32, shape: nk, dims: { k: ${outputs} } }`,
-      'batching:',
-      '  compiled_batch_sizes: [1, 8]',
-      '',
-    ].join('\n'));
-    models.push({ name, seed, weights });
+export function writeVariants(repo, { count, sizes, prefix = 'v', unfrozenEvery = 0, backboneSeed = 7 }) {
+  const backbone = mlpLayers(backboneSeed, sizes);
+  const last = sizes.length - 2;
+  return Array.from({ length: count }, (_, i) => {
+    const layers = backbone.map((l, k) => {
+      if (k === last) return denseLayer(100_000 + i, l.inputs, l.outputs);
+      if (k === last - 1 && unfrozenEvery > 0 && i % unfrozenEvery === 0) return denseLayer(200_000 + i, l.inputs, l.outputs);
+      return l;
+    });
+    return writeBundle(repo, `${prefix}${String(i).padStart(3, '0')}`, layers);
+  });
+}
+
+/**
+ * Call `model` ({ name, layers }) with `rows` rows drawn from `next` and compare every output with
+ * what its own weights give. Resolves to null when all match, else a message naming the mismatch.
+ */
+export async function inferAndCheck(client, model, rows, next) {
+  const inputs = model.layers[0].inputs;
+  const outputs = model.layers[model.layers.length - 1].outputs;
+  const x = Float32Array.from({ length: rows * inputs }, () => next() * 2 - 1);
+  const reply = await client.infer(model.name, [{ name: 'x', datatype: 'FP32', shape: [rows, inputs], data: x }]);
+  const y = reply.outputs[0].data;
+  for (let r = 0; r < rows; r++) {
+    const want = mlpExpected(model.layers, x.subarray(r * inputs, (r + 1) * inputs));
+    for (let k = 0; k < outputs; k++) {
+      const got = y[r * outputs + k];
+      if (!(Math.abs(got - want[k]) <= 1e-4 * (1 + Math.abs(want[k])))) return `${model.name} row ${r} output ${k}: got ${got}, its own weights give ${want[k]}`;
+    }
   }
-  return models;
+  return null;
 }

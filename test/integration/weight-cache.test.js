@@ -4,15 +4,15 @@
 // never exceed the budget, `device` models must never be evicted, `unpinned` ones must re-read
 // their weights from the compile cache each time they come on.
 import test from 'ava';
-import { mlpExpected, mlpWeightBytes, random, writeCatalog } from '../helpers/mlp-catalog.js';
+import { inferAndCheck, mlpWeightBytes, random, writeCatalog } from '../helpers/mlp-catalog.js';
 import { scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
 
 const INPUTS = 64;
-const HIDDEN = 512;
 const OUTPUTS = 8;
+const SIZES = [INPUTS, 512, OUTPUTS];
 const COUNT = 50;
-// b2 (32 bytes) stays in the executable; the rest moves, each tensor at its aligned size.
-const WEIGHT_BYTES = mlpWeightBytes(INPUTS, HIDDEN, OUTPUTS) - 4 * OUTPUTS;
+// The last bias (32 bytes) stays in the executable; the rest moves, each tensor at its aligned size.
+const WEIGHT_BYTES = mlpWeightBytes(SIZES) - 4 * OUTPUTS;
 const BUDGET = Math.floor((COUNT * WEIGHT_BYTES) / 5 / 64) * 64;
 
 let server;
@@ -23,8 +23,8 @@ let giant;
 test.before(async () => {
   temp = tempDir();
   const repo = `${temp.dir}/repo`;
-  catalog = writeCatalog(repo, { count: COUNT, inputs: INPUTS, hidden: HIDDEN, outputs: OUTPUTS });
-  [giant] = writeCatalog(repo, { count: 1, inputs: INPUTS, hidden: 8192, outputs: OUTPUTS, prefix: 'giant', firstSeed: 999 });
+  catalog = writeCatalog(repo, { count: COUNT, sizes: SIZES });
+  [giant] = writeCatalog(repo, { count: 1, sizes: [INPUTS, 8192, OUTPUTS], prefix: 'giant', firstSeed: 999 });
   server = await startServer({
     model_repo: repo,
     global: {
@@ -39,22 +39,11 @@ test.after.always(async () => {
   temp?.cleanup();
 });
 
-/** Call a model with `rows` rows drawn from `next` and check every row against the model's own weights. */
+/** Call a model and check every row against the model's own weights; false (and a failed assertion) if any differs. */
 async function callAndCheck(t, model, rows, next) {
-  const x = Float32Array.from({ length: rows * INPUTS }, () => next() * 2 - 1);
-  const { outputs } = await server.client.infer(model.name, [{ name: 'x', datatype: 'FP32', shape: [rows, INPUTS], data: x }]);
-  const y = outputs[0].data;
-  for (let r = 0; r < rows; r++) {
-    const want = mlpExpected(model.weights, x.subarray(r * INPUTS, (r + 1) * INPUTS), INPUTS, HIDDEN, OUTPUTS);
-    for (let k = 0; k < OUTPUTS; k++) {
-      const got = y[r * OUTPUTS + k];
-      if (Math.abs(got - want[k]) > 1e-4 * (1 + Math.abs(want[k]))) {
-        t.fail(`${model.name} row ${r} output ${k}: got ${got}, its own weights give ${want[k]}`);
-        return false;
-      }
-    }
-  }
-  return true;
+  const wrong = await inferAndCheck(server.client, model, rows, next);
+  if (wrong) t.fail(wrong);
+  return wrong === null;
 }
 
 const metric = (m, name, labels) => m[`${name}{${labels}}`] ?? 0;

@@ -5,7 +5,7 @@ import path from 'node:path';
 import test from 'ava';
 import * as ort from 'onnxruntime-node';
 import { dtypeInfo } from '../../../dist/dtypes.js';
-import { compileExecutable } from '../../../dist/weights/compile-cache.js';
+import { compileExecutable, weightKey } from '../../../dist/weights/compile-cache.js';
 import { readFields, readRepeatedVarints } from '../../../dist/weights/protobuf-wire.js';
 import { WEIGHT_MIN_BYTES, splitWeights } from '../../../dist/weights/split-weights.js';
 import { FIXTURES, ROOT, tempDir } from '../../helpers/server.js';
@@ -24,11 +24,10 @@ const options = (cacheDir, counter = { optimisations: 0 }) => ({
 });
 
 function feedsFromCache(compiled) {
-  const blob = readFileSync(compiled.weightsPath);
   const feeds = {};
   for (const w of compiled.weights) {
     const info = dtypeInfo(w.datatype);
-    const bytes = new Uint8Array(blob.subarray(w.offset, w.offset + w.byteLength)); // an aligned copy
+    const bytes = new Uint8Array(readFileSync(w.path)); // an aligned copy
     feeds[w.name] = new ort.Tensor(info.ortType, new info.typedArray(bytes.buffer), w.dims);
   }
   return feeds;
@@ -69,10 +68,10 @@ test('the second open is a cache hit; a damaged entry or a changed file compiles
   t.true(second.hit);
   t.is(second.dir, first.dir);
   t.is(counter.optimisations, 1, 'ONNX Runtime optimised the file once');
-  truncateSync(first.weightsPath, 10);
+  truncateSync(first.weights[0].path, 10);
   const repaired = await compileExecutable(CONVNET, options(temp.dir));
-  t.false(repaired.hit);
-  t.is(readFileSync(repaired.weightsPath).length, readFileSync(second.weightsPath).length);
+  t.false(repaired.hit, 'a damaged tensor file fails the entry');
+  t.is(readFileSync(repaired.weights[0].path).length, first.weights[0].byteLength);
   // Same bytes under another name: the same entry. Other bytes: another entry.
   const copy = path.join(temp.dir, 'copy.onnx');
   writeFileSync(copy, readFileSync(CONVNET));
@@ -87,7 +86,8 @@ test('devices compiling the same file at once both get a whole entry, and no tem
   const [a, b] = await Promise.all([compileExecutable(CONVNET, options(temp.dir)), compileExecutable(CONVNET, options(temp.dir))]);
   t.is(a.dir, b.dir);
   t.deepEqual(a.weights, b.weights);
-  t.deepEqual(readdirSync(temp.dir), [path.basename(a.dir)]);
+  t.deepEqual(readdirSync(temp.dir).sort(), [path.basename(a.dir), 'tensors'].sort());
+  t.true(readdirSync(path.join(temp.dir, 'tensors')).every((f) => /^[0-9a-f]{64}\.bin$/.test(f)));
 });
 
 test('only numeric weights of WEIGHT_MIN_BYTES or more move out; int64 and tiny constants stay in the graph', async (t) => {
@@ -109,4 +109,13 @@ test('only numeric weights of WEIGHT_MIN_BYTES or more move out; int64 and tiny 
   // Everything but the initializers and the inputs is copied byte for byte (nodes first among them).
   const originalNodes = readFields(readFields(model).find((f) => f.field === 7).payload).filter((f) => f.field === 1).map((f) => Buffer.from(f.raw).toString('hex'));
   t.deepEqual(graphFields.filter((f) => f.field === 1).map((f) => Buffer.from(f.raw).toString('hex')), originalNodes);
+});
+
+test('tensors are keyed by datatype, dims and bytes: equal bytes in another shape are another tensor', (t) => {
+  const bytes = new Uint8Array(24).map((_, i) => i);
+  const key = weightKey('FP32', [2, 3], bytes);
+  t.is(weightKey('FP32', [2, 3], bytes.slice()), key);
+  t.not(weightKey('FP32', [3, 2], bytes), key);
+  t.not(weightKey('INT32', [2, 3], bytes), key);
+  t.not(weightKey('FP32', [23], bytes), weightKey('FP32', [2, 3], bytes), 'the dims list cannot run into the next one');
 });

@@ -3,13 +3,13 @@ import test from 'ava';
 import { Arena } from '../../../dist/weights/arena.js';
 import { WeightCache } from '../../../dist/weights/weight-cache.js';
 
-/** A catalog: model name -> tensors { key, byteLength, file, fileOffset }, with the bytes of each key. */
+/** A catalog: model name -> tensors { key, byteLength, file }, with the bytes of each key. */
 function catalog() {
   const bytes = new Map();
   const reads = [];
   const tensor = (key, byteLength, fill) => {
     bytes.set(key, new Uint8Array(byteLength).fill(fill));
-    return { key, byteLength, file: `/cache/${key}`, fileOffset: 0 };
+    return { key, byteLength, file: `/cache/${key}` };
   };
   const readTensor = (source, into) => {
     reads.push(source.key);

@@ -1,0 +1,61 @@
+/**
+ * Host RAM for weights, shared by every device actor of the process: one
+ * SharedArrayBuffer per distinct tensor (by content key), held on the main
+ * thread for as long as a loaded model version keeps its weights in host RAM
+ * (residency `system` or `device`). Device actors get these buffers with each
+ * load (posting a SharedArrayBuffer shares it, no copy), copy from them into
+ * their arenas, and hand back the buffers they had to read from disk. So with
+ * four devices, or fifty fine-tuned variants of one backbone, each distinct
+ * tensor is in host RAM once.
+ */
+import type { HostUpdate } from '../actors/messages.js';
+
+export class HostWeights {
+  #tensors = new Map<string, { buffer: SharedArrayBuffer; users: Set<string> }>();
+  #holdings = new Map<string, string[]>();
+
+  /** Every buffer held now: what a device actor may use instead of reading the disk. */
+  offer(): Record<string, SharedArrayBuffer> {
+    const offer: Record<string, SharedArrayBuffer> = {};
+    for (const [key, t] of this.#tensors) offer[key] = t.buffer;
+    return offer;
+  }
+
+  /** Take in what a device actor created and which tensors each instance now holds. */
+  update(update: HostUpdate): void {
+    for (const [key, buffer] of Object.entries(update.created)) {
+      if (!this.#tensors.has(key)) this.#tensors.set(key, { buffer, users: new Set() });
+    }
+    for (const [instance, keys] of Object.entries(update.holdings)) this.#hold(instance, keys);
+  }
+
+  /** The instance is gone from every device: its tensors stay only for other users. */
+  release(instance: string): void {
+    this.#hold(instance, []);
+    this.#holdings.delete(instance);
+  }
+
+  /** Bytes held: each distinct tensor once. */
+  get bytes(): number {
+    let sum = 0;
+    for (const t of this.#tensors.values()) sum += t.buffer.byteLength;
+    return sum;
+  }
+
+  get tensors(): number {
+    return this.#tensors.size;
+  }
+
+  #hold(instance: string, keys: readonly string[]): void {
+    // Take the new holdings before letting go of the old, so a tensor kept in both never drops out.
+    for (const key of keys) this.#tensors.get(key)?.users.add(instance);
+    const kept = new Set(keys);
+    for (const key of this.#holdings.get(instance) ?? []) {
+      if (kept.has(key)) continue;
+      const t = this.#tensors.get(key);
+      t?.users.delete(instance);
+      if (t && t.users.size === 0) this.#tensors.delete(key);
+    }
+    this.#holdings.set(instance, [...keys]);
+  }
+}
