@@ -15,6 +15,7 @@ import { Gateway } from './actors/gateway.js';
 import { createAdminServer, listen } from './admin/http.js';
 import type { NodeConfig } from './config/schema.js';
 import { weightCacheInit } from './config/weight-budget.js';
+import { resolveWorkers } from './config/workers.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
 import { HookPool } from './hooks/hook-pool.js';
 import { ModelRepository } from './repository.js';
@@ -78,36 +79,39 @@ export class StowageServer {
   }
 
   async #start(): Promise<void> {
-    const { endpoints, runtime, scheduler } = this.#config.global;
+    const { endpoints, scheduler } = this.#config.global;
     const isReady = () => this.#ready;
     this.#admin = createAdminServer({ registry: this.registry, metrics: this.metrics.registry, isReady });
     this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
     this.#logger.info({ admin: `${endpoints.host}:${this.ports.admin}` }, 'admin listening: /healthz, /readyz, /metrics');
 
-    // One device actor per device; on backend cpu each is a virtual device of its own.
-    const { gpus } = this.#config;
-    const ids = gpus === 'auto' ? [0] : typeof gpus === 'number' ? Array.from({ length: gpus }, (_, i) => i) : [...gpus];
-    const weights = weightCacheInit(this.#config);
+    // One device actor per worker (per device); on backend cpu each is a virtual device of its own.
+    const workers = resolveWorkers(this.#config);
     const hostWeights = this.hostWeights;
-    const devices = await Promise.all(ids.map((deviceId) => DeviceActor.create({
-      deviceId,
-      intraOpThreads: runtime.intra_op_threads,
-      scheduler,
-      weights,
-      hostWeights,
-      logger: this.#logger,
-      onExecution: (model, timing, queued) => this.statistics.recordExecution(model, deviceId, timing, queued),
-      onWeights: (model, load, memory) => this.metrics.recordWeights(deviceId, model, load, memory),
-      onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),
-    })));
-    for (const d of devices) this.metrics.recordWeights(d.deviceId, '', null, weights && { residentBytes: 0, logicalBytes: 0, budgetBytes: weights.budgetBytes, hostBytes: 0 });
+    const devices = await Promise.all(workers.map((w) => {
+      const weights = weightCacheInit(w.runtime, w.scheduler, this.#config.cache_dir);
+      this.metrics.recordWeights(w.deviceId, '', null, weights && { residentBytes: 0, logicalBytes: 0, budgetBytes: weights.budgetBytes, hostBytes: 0 });
+      return DeviceActor.create({
+        deviceId: w.deviceId,
+        intraOpThreads: w.runtime.intra_op_threads,
+        scheduler: w.scheduler,
+        weights,
+        hostWeights,
+        logger: this.#logger,
+        onExecution: (model, timing, queued) => this.statistics.recordExecution(model, w.deviceId, timing, queued),
+        onWeights: (model, load, memory) => this.metrics.recordWeights(w.deviceId, model, load, memory),
+        onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),
+      });
+    }));
     this.#gateway = new Gateway(devices, this.#config.gateway.scheduling.mode as 'round_robin' | 'least_outstanding', hostWeights);
     this.#logger.info({
-      devices: ids,
+      devices: workers.map((w) => w.deviceId),
+      workers: workers.map((w) => {
+        const weights = weightCacheInit(w.runtime, w.scheduler, this.#config.cache_dir);
+        return { name: w.name, device: w.deviceId, weightBudgetBytes: weights?.budgetBytes ?? null, pinned: Object.keys(w.scheduler.models).filter((m) => w.scheduler.models[m].residency === 'device') };
+      }),
       gateway: this.#config.gateway.scheduling.mode,
-      weightBudgetBytes: weights?.budgetBytes ?? null,
-      cacheDir: weights?.cacheDir ?? null,
-      weightCache: weights ? 'on' : 'off: every model resident',
+      cacheDir: this.#config.cache_dir,
     }, 'device actors started');
     this.#hooks = new HookPool(this.#config.global.hooks.threads, this.#config.global.hooks.timeout_seconds * 1000);
     const repository = new ModelRepository({

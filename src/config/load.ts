@@ -17,6 +17,7 @@ import YAML from 'yaml';
 import { errors } from '../errors.js';
 import { describeSchemaErrors } from '../schema-errors.js';
 import { nodeConfigSchema, type NodeConfig } from './schema.js';
+import { resolveWorkers } from './workers.js';
 
 const ENV_PREFIX = 'INFERENCE_SERVER_';
 
@@ -36,8 +37,9 @@ interface Override {
   schema: SchemaNode;
 }
 
+/** Scalars and lists of scalars (colon-separated) can come from the environment; mappings and lists of mappings cannot. */
 function isScalar(node: SchemaNode): boolean {
-  return node.type !== 'object';
+  return node.type !== 'object' && !(node.type === 'array' && node.items?.type === 'object');
 }
 
 /** Every environment override the schema allows, derived from the schema itself. */
@@ -171,6 +173,7 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
     throw errors.configInvalid(
       `${file}: global.runtime.backend: "cuda" is not available yet (the CUDA execution provider comes in a later release); use "cpu"`);
   }
+  resolveWorkers(doc as unknown as NodeConfig, file); // workers and the models: map must agree
   return { config: deepFreeze(doc as unknown as NodeConfig), overrides, file };
 }
 

@@ -3,10 +3,82 @@
  * ajv validates the parsed YAML against it once at start-up (filling in the
  * defaults); the result is frozen and handed to every thread.
  *
- * Keys follow the seeds' node configuration page. Later issues add `gpus`,
- * `workers`, `models`, more of `scheduler` and `runtime`; add them here, with
- * their default and unit, and to `NodeConfig` below.
+ * Keys follow the seeds' node configuration page, adapted to one process with
+ * a device actor per device (config/workers.ts resolves `gpus`, `workers` and
+ * the `models` pinning map into one configuration per device). A new key goes
+ * here, with its default and unit, and into `NodeConfig` below.
  */
+
+// The runtime and scheduler blocks: under global, and (without defaults, so that only what a
+// worker sets overrides global) under each entry of workers.
+const runtimeSchema = {
+  type: 'object',
+  additionalProperties: false,
+  default: {},
+  properties: {
+    // cpu is what runs today; cuda (ONNX Runtime's CUDA execution provider) comes with its own issue.
+    backend: { enum: ['cpu', 'cuda'], default: 'cpu' },
+    // ONNX Runtime intra-op threads per device actor; 0 lets ONNX Runtime choose (one per core).
+    intra_op_threads: { type: 'integer', minimum: 0, default: 0 },
+    // Bytes of memory each device has (backend cpu: memory the device actor allocates for itself,
+    // so a small device can be modelled). The memory pool is mem_fraction of it.
+    cpu_device_memory_bytes: { type: 'integer', minimum: 0, default: 1073741824 },
+    // Fraction of the device's memory claimed as the pool.
+    mem_fraction: { type: 'number', exclusiveMinimum: 0, maximum: 1, default: 0.9 },
+    // Claim the weight arena up front (cpu: touch every page at start-up, so loads never fault).
+    preallocate: { type: 'boolean', default: true },
+    // Fraction of the pool for weights (the arena). 0 turns the on-demand cache off: every
+    // model's weights stay embedded in its sessions and every model is resident.
+    weight_cache_fraction: { type: 'number', minimum: 0, maximum: 1, default: 1 },
+    // Fraction of the arena kept free (room for activations and fragmentation).
+    weight_cache_wiggle_fraction: { type: 'number', minimum: 0, exclusiveMaximum: 1, default: 0.1 },
+  },
+} as const;
+
+const schedulerSchema = {
+  type: 'object',
+  additionalProperties: false,
+  default: {},
+  properties: {
+    // fair: weighted share of device time by learned cost; fifo: oldest request first;
+    // edf: earliest deadline first, shedding what cannot finish in time.
+    discipline: { enum: ['fair', 'fifo', 'edf'], default: 'fair' },
+    // Half-life, in seconds, of the moving average that learns each model's execution cost.
+    ema_halflife_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
+    // Requests queued per model per device; past it, RESOURCE_EXHAUSTED.
+    max_queue_depth: { type: 'integer', minimum: 1, default: 1024 },
+    // Seconds a request may wait in the queue before DEADLINE_EXCEEDED.
+    dispatch_timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
+    // Compact the device's weight arena after every N on-demand weight loads; 0 never (the arena
+    // also compacts when a load finds enough free bytes but no hole large enough).
+    compaction_interval: { type: 'integer', minimum: 0, default: 0 },
+    // Per-model overrides, by model name.
+    models: {
+      type: 'object',
+      default: {},
+      additionalProperties: {
+        type: 'object',
+        additionalProperties: false,
+        properties: {
+          // Relative share of device time under `fair` (default 1).
+          weight: { type: 'number', exclusiveMinimum: 0, default: 1 },
+          // Most rows coalesced into one execution (default: the largest compiled batch size).
+          max_batch_size: { type: 'integer', minimum: 1 },
+          // Where the weights live at rest: device (loaded at start-up, never evicted), system
+          // (host RAM, onto the device on demand; the default), unpinned (re-read from cache_dir on each load).
+          residency: { enum: ['device', 'system', 'unpinned'] },
+        },
+      },
+    },
+  },
+} as const;
+
+/** A copy of a schema without its defaults: ajv fills defaults in, and an override block must not. */
+function withoutDefaults(schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(withoutDefaults);
+  if (schema === null || typeof schema !== 'object') return schema;
+  return Object.fromEntries(Object.entries(schema).filter(([k]) => k !== 'default').map(([k, v]) => [k, withoutDefaults(v)]));
+}
 
 export const nodeConfigSchema = {
   type: 'object',
@@ -38,6 +110,31 @@ export const nodeConfigSchema = {
         },
       },
     },
+    // One entry per device actor; when present it wins over gpus. name is the worker's identity (the
+    // models: map names it); gpu the device id (default: its index); runtime and scheduler blocks
+    // override global's for this device only.
+    workers: {
+      type: 'array',
+      minItems: 1,
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['name'],
+        properties: {
+          name: { type: 'string', minLength: 1 },
+          gpu: { type: 'integer', minimum: 0 },
+          runtime: withoutDefaults(runtimeSchema),
+          scheduler: withoutDefaults(schedulerSchema),
+        },
+      },
+    },
+    // Models pinned to device memory on the listed workers (residency: device there); without
+    // workers:, the devices of gpus: are named worker0, worker1, ...
+    models: {
+      type: 'object',
+      default: {},
+      additionalProperties: { type: 'array', minItems: 1, uniqueItems: true, items: { type: 'string', minLength: 1 } },
+    },
     // Serve only these models of the repository (empty: all). Environment: colon-separated.
     models_include: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true, default: [] },
     global: {
@@ -58,66 +155,8 @@ export const nodeConfigSchema = {
             level: { enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info' },
           },
         },
-        runtime: {
-          type: 'object',
-          additionalProperties: false,
-          default: {},
-          properties: {
-            // cpu is what runs today; cuda (ONNX Runtime's CUDA execution provider) comes with its own issue.
-            backend: { enum: ['cpu', 'cuda'], default: 'cpu' },
-            // ONNX Runtime intra-op threads per device actor; 0 lets ONNX Runtime choose (one per core).
-            intra_op_threads: { type: 'integer', minimum: 0, default: 0 },
-            // Bytes of memory each device has (backend cpu: memory the device actor allocates for itself,
-            // so a small device can be modelled). The memory pool is mem_fraction of it.
-            cpu_device_memory_bytes: { type: 'integer', minimum: 0, default: 1073741824 },
-            // Fraction of the device's memory claimed as the pool.
-            mem_fraction: { type: 'number', exclusiveMinimum: 0, maximum: 1, default: 0.9 },
-            // Claim the weight arena up front (cpu: touch every page at start-up, so loads never fault).
-            preallocate: { type: 'boolean', default: true },
-            // Fraction of the pool for weights (the arena). 0 turns the on-demand cache off: every
-            // model's weights stay embedded in its sessions and every model is resident.
-            weight_cache_fraction: { type: 'number', minimum: 0, maximum: 1, default: 1 },
-            // Fraction of the arena kept free (room for activations and fragmentation).
-            weight_cache_wiggle_fraction: { type: 'number', minimum: 0, exclusiveMaximum: 1, default: 0.1 },
-          },
-        },
-        scheduler: {
-          type: 'object',
-          additionalProperties: false,
-          default: {},
-          properties: {
-            // fair: weighted share of device time by learned cost; fifo: oldest request first;
-            // edf: earliest deadline first, shedding what cannot finish in time.
-            discipline: { enum: ['fair', 'fifo', 'edf'], default: 'fair' },
-            // Half-life, in seconds, of the moving average that learns each model's execution cost.
-            ema_halflife_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
-            // Requests queued per model per device; past it, RESOURCE_EXHAUSTED.
-            max_queue_depth: { type: 'integer', minimum: 1, default: 1024 },
-            // Seconds a request may wait in the queue before DEADLINE_EXCEEDED.
-            dispatch_timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
-            // Compact the device's weight arena after every N on-demand weight loads; 0 never (the arena
-            // also compacts when a load finds enough free bytes but no hole large enough).
-            compaction_interval: { type: 'integer', minimum: 0, default: 0 },
-            // Per-model overrides, by model name.
-            models: {
-              type: 'object',
-              default: {},
-              additionalProperties: {
-                type: 'object',
-                additionalProperties: false,
-                properties: {
-                  // Relative share of device time under `fair` (default 1).
-                  weight: { type: 'number', exclusiveMinimum: 0, default: 1 },
-                  // Most rows coalesced into one execution (default: the largest compiled batch size).
-                  max_batch_size: { type: 'integer', minimum: 1 },
-                  // Where the weights live at rest: device (loaded at start-up, never evicted), system
-                  // (host RAM, onto the device on demand; the default), unpinned (re-read from cache_dir on each load).
-                  residency: { enum: ['device', 'system', 'unpinned'] },
-                },
-              },
-            },
-          },
-        },
+        runtime: runtimeSchema,
+        scheduler: schedulerSchema,
         hooks: {
           type: 'object',
           additionalProperties: false,
@@ -170,6 +209,24 @@ export interface SchedulerConfig {
   readonly models: Readonly<Record<string, ModelSchedulerConfig>>;
 }
 
+export interface RuntimeConfig {
+  readonly backend: 'cpu' | 'cuda';
+  readonly intra_op_threads: number;
+  readonly cpu_device_memory_bytes: number;
+  readonly mem_fraction: number;
+  readonly preallocate: boolean;
+  readonly weight_cache_fraction: number;
+  readonly weight_cache_wiggle_fraction: number;
+}
+
+/** One entry of workers: (its blocks hold only what it overrides). */
+export interface WorkerEntry {
+  readonly name: string;
+  readonly gpu?: number;
+  readonly runtime?: Partial<RuntimeConfig>;
+  readonly scheduler?: Partial<Omit<SchedulerConfig, 'models'>> & { readonly models?: Readonly<Record<string, Partial<ModelSchedulerConfig>>> };
+}
+
 /** The validated configuration, every default filled in. */
 export interface NodeConfig {
   /** Absolute path of the model repository. */
@@ -179,19 +236,14 @@ export interface NodeConfig {
   readonly gpus: 'auto' | number | readonly number[];
   readonly gateway: { readonly scheduling: { readonly mode: 'round_robin' | 'least_outstanding' | 'lpt_packing' } };
   readonly models_include: readonly string[];
+  readonly workers?: readonly WorkerEntry[];
+  /** Model name -> the workers where it is pinned to device memory. */
+  readonly models: Readonly<Record<string, readonly string[]>>;
   readonly global: {
     readonly model_control_mode: 'dynamic' | 'static' | 'explicit';
     readonly model_poll_seconds: number;
     readonly logging: { readonly level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
-    readonly runtime: {
-      readonly backend: 'cpu' | 'cuda';
-      readonly intra_op_threads: number;
-      readonly cpu_device_memory_bytes: number;
-      readonly mem_fraction: number;
-      readonly preallocate: boolean;
-      readonly weight_cache_fraction: number;
-      readonly weight_cache_wiggle_fraction: number;
-    };
+    readonly runtime: RuntimeConfig;
     readonly scheduler: SchedulerConfig;
     readonly hooks: { readonly threads: number; readonly timeout_seconds: number };
     readonly endpoints: {

@@ -7,17 +7,19 @@
  */
 import type { WeightCacheInit } from '../actors/messages.js';
 import { WEIGHT_THRASH_WINDOW_SECONDS } from '../constants.js';
-import type { NodeConfig } from './schema.js';
+import { ARENA_ALIGNMENT } from '../weights/arena.js';
+import type { RuntimeConfig, SchedulerConfig } from './schema.js';
 
-export function weightCacheInit(config: NodeConfig): WeightCacheInit | null {
-  const r = config.global.runtime;
+/** One device's weight cache, from its (worker's) runtime and scheduler blocks; null when off. */
+export function weightCacheInit(r: RuntimeConfig, scheduler: SchedulerConfig, cacheDir: string): WeightCacheInit | null {
   if (r.weight_cache_fraction === 0) return null;
   const arena = r.cpu_device_memory_bytes * r.mem_fraction * r.weight_cache_fraction;
   return {
-    budgetBytes: Math.floor(arena * (1 - r.weight_cache_wiggle_fraction)),
+    // Rounded down to the arena's alignment: the arena's capacity is exactly the budget.
+    budgetBytes: Math.floor((arena * (1 - r.weight_cache_wiggle_fraction)) / ARENA_ALIGNMENT) * ARENA_ALIGNMENT,
     preallocate: r.preallocate,
-    compactionInterval: config.global.scheduler.compaction_interval,
-    cacheDir: config.cache_dir,
+    compactionInterval: scheduler.compaction_interval,
+    cacheDir,
     thrashWindowSeconds: WEIGHT_THRASH_WINDOW_SECONDS,
   };
 }

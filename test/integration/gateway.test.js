@@ -43,3 +43,17 @@ test('the device count comes from the environment too, and models load on every 
   const { outputs } = await server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }], { outputs: ['label'] });
   t.is(outputs[0].shape[0], 1);
 });
+
+test('workers: each device its own budget and discipline; the models: map pins a model on one device only', async (t) => {
+  const server = await serve(t, {
+    workers: [{ name: 'small', runtime: { cpu_device_memory_bytes: 8 * 2 ** 20 } }, { name: 'pinned', scheduler: { discipline: 'fifo' } }],
+    models: { convnet: ['pinned'] },
+  });
+  const started = server.logs.find((l) => l.msg === 'device actors started');
+  t.deepEqual(started.workers.map((w) => [w.name, w.device, w.pinned]), [['small', 0, []], ['pinned', 1, ['convnet']]]);
+  const m = await scrapeMetrics(server.adminPort);
+  t.is(m['stowage_weight_cache_budget_bytes{device="0"}'], Math.floor((8 * 2 ** 20 * 0.9 * 0.9) / 64) * 64);
+  t.true(m['stowage_weight_cache_budget_bytes{device="1"}'] > m['stowage_weight_cache_budget_bytes{device="0"}']);
+  t.true(m['stowage_weight_cache_resident_bytes{device="1"}'] > 400_000, 'convnet is on the device it is pinned to before any request');
+  t.is(m['stowage_weight_cache_resident_bytes{device="0"}'], 0, 'and nowhere else');
+});

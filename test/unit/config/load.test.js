@@ -126,3 +126,36 @@ test('the weight cache keys are checked: residency by name, fractions by range',
   t.is(config.global.runtime.cpu_device_memory_bytes, 1000000);
   t.is(config.global.scheduler.compaction_interval, 4);
 });
+
+test('workers: one per device, their runtime and scheduler blocks over global; the models: map pins per worker', async (t) => {
+  const { resolveWorkers } = await import('../../../dist/config/workers.js');
+  const { config } = parse([
+    'model_repo: m',
+    'global:',
+    '  runtime: { cpu_device_memory_bytes: 1000000, intra_op_threads: 2 }',
+    '  scheduler: { discipline: fifo, models: { digits: { weight: 3 } } }',
+    'workers:',
+    '  - { name: big, gpu: 3, runtime: { cpu_device_memory_bytes: 9000000 } }',
+    '  - { name: edfy, scheduler: { discipline: edf, models: { digits: { max_batch_size: 4 } } } }',
+    'models:',
+    '  digits: [edfy]',
+    '',
+  ].join('\n'));
+  const [big, edfy] = resolveWorkers(config);
+  t.like(big, { name: 'big', deviceId: 3, runtime: { cpu_device_memory_bytes: 9000000, intra_op_threads: 2 }, scheduler: { discipline: 'fifo' } });
+  t.deepEqual(big.scheduler.models, { digits: { weight: 3 } });
+  t.like(edfy, { name: 'edfy', deviceId: 1, runtime: { cpu_device_memory_bytes: 1000000 }, scheduler: { discipline: 'edf', max_queue_depth: 1024 } });
+  t.deepEqual(edfy.scheduler.models, { digits: { weight: 3, max_batch_size: 4, residency: 'device' } });
+  // Without workers:, the devices of gpus: are worker0, worker1, ...
+  const two = resolveWorkers(parse('model_repo: m\ngpus: 2\nmodels:\n  digits: [worker1]\n').config);
+  t.deepEqual(two.map((w) => [w.name, w.deviceId, w.scheduler.models.digits?.residency]), [['worker0', 0, undefined], ['worker1', 1, 'device']]);
+});
+
+test('workers and the models: map are checked: names, devices, keys', (t) => {
+  t.regex(t.throws(() => parse('model_repo: m\nmodels:\n  digits: [gpu7]\n')).message, /models\.digits: no worker named "gpu7"; workers: worker0/);
+  t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a }\n  - { name: a }\n')).message, /the name "a" is used twice/);
+  t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a, gpu: 1 }\n  - { name: b }\n')).message, /"a" and "b" both drive device 1/);
+  t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a, endpoints: {} }\n')).message, /workers\.0\.endpoints: unknown key; allowed here: name, gpu, runtime, scheduler/);
+  t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a, scheduler: { discipline: lifo } }\n')).message, /workers\.0\.scheduler\.discipline: "lifo" is not allowed/);
+  t.false(environmentOverrides().some((o) => o.env === 'INFERENCE_SERVER_WORKERS'), 'a list of mappings does not come from the environment');
+});

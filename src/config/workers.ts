@@ -1,0 +1,65 @@
+/**
+ * One configuration per device actor, from the node file: `workers:` when it
+ * is there (one entry per device; its `runtime` and `scheduler` blocks merge
+ * over `global`'s), else one worker per device of `gpus` (named worker0,
+ * worker1, ...). The top-level `models:` map then pins each listed model to
+ * device memory on the workers it names (`residency: device` there).
+ */
+import { errors } from '../errors.js';
+import type { ModelSchedulerConfig, NodeConfig, RuntimeConfig, SchedulerConfig } from './schema.js';
+
+export interface ResolvedWorker {
+  name: string;
+  deviceId: number;
+  runtime: RuntimeConfig;
+  scheduler: SchedulerConfig;
+}
+
+/** Device ids from gpus: auto is one device on the CPU backend. */
+function gpuIds(gpus: NodeConfig['gpus']): number[] {
+  if (gpus === 'auto') return [0];
+  if (typeof gpus === 'number') return Array.from({ length: gpus }, (_, i) => i);
+  return [...gpus];
+}
+
+/** Per-model settings: global's, the worker's over them, and `residency: device` for the models pinned here. */
+function mergeModels(base: SchedulerConfig['models'], over: Readonly<Record<string, Partial<ModelSchedulerConfig>>> = {}, pinned: readonly string[] = []): Record<string, ModelSchedulerConfig> {
+  const models: Record<string, ModelSchedulerConfig> = { ...base };
+  for (const [name, o] of Object.entries(over)) models[name] = { ...(base[name] ?? { weight: 1 }), ...o };
+  for (const name of pinned) models[name] = { ...(models[name] ?? { weight: 1 }), residency: 'device' };
+  return models;
+}
+
+/** Resolve every worker; `file` names the node file in errors. */
+export function resolveWorkers(config: NodeConfig, file = 'node file'): ResolvedWorker[] {
+  const { runtime, scheduler } = config.global;
+  const entries = config.workers ?? gpuIds(config.gpus).map((gpu, i) => ({ name: `worker${i}`, gpu }));
+  const names = entries.map((w) => w.name);
+  const pins = new Map<string, string[]>();
+  for (const [model, listed] of Object.entries(config.models)) {
+    for (const name of listed) {
+      if (!names.includes(name)) throw errors.configInvalid(`${file}: models.${model}: no worker named ${JSON.stringify(name)}; workers: ${names.join(', ')}`);
+      pins.set(name, [...(pins.get(name) ?? []), model]);
+    }
+  }
+  const workers: ResolvedWorker[] = entries.map((w: NonNullable<NodeConfig['workers']>[number], i) => ({
+    name: w.name,
+    deviceId: w.gpu ?? i,
+    runtime: { ...runtime, ...w.runtime },
+    scheduler: { ...scheduler, ...w.scheduler, models: mergeModels(scheduler.models, w.scheduler?.models, pins.get(w.name)) },
+  }));
+
+  const seen = new Map<string, number>();
+  const devices = new Map<number, string>();
+  for (const w of workers) {
+    if (seen.has(w.name)) throw errors.configInvalid(`${file}: workers: the name ${JSON.stringify(w.name)} is used twice; each worker needs a name of its own`);
+    seen.set(w.name, w.deviceId);
+    const other = devices.get(w.deviceId);
+    if (other !== undefined) throw errors.configInvalid(`${file}: workers: ${JSON.stringify(other)} and ${JSON.stringify(w.name)} both drive device ${w.deviceId}; give each its own gpu`);
+    devices.set(w.deviceId, w.name);
+    if (w.runtime.backend !== runtime.backend) {
+      throw errors.configInvalid(`${file}: workers.${w.name}.runtime.backend: ${JSON.stringify(w.runtime.backend)} differs from global.runtime.backend ${JSON.stringify(runtime.backend)}; one process runs one backend`);
+    }
+  }
+  return workers;
+}
