@@ -7,6 +7,7 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { ExecutionTiming, WeightLoad, WeightMemory } from './actors/messages.js';
+import type { Placement } from './actors/placement.js';
 import { MODEL_VERSION } from './constants.js';
 import type { ErrorCode } from './errors.js';
 
@@ -59,6 +60,11 @@ export class Metrics {
   readonly #weightLoadBytes: Counter;
   readonly #weightLoadSecs: Counter;
   readonly #compiles: Counter;
+  readonly #routed: Counter;
+  readonly #placedModels: Gauge;
+  readonly #placedBytes: Gauge;
+  readonly #placedLoad: Gauge;
+  readonly #busy: Counter;
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
@@ -113,6 +119,11 @@ export class Metrics {
     this.#evictions = counter('stowage_weight_cache_evictions_total', 'Times the model\'s weights were evicted from a device to make room', ['model']);
     this.#weightLoadBytes = counter('stowage_weight_cache_load_bytes_total', 'Bytes of the model\'s weights copied onto a device, by where they came from (host RAM or disk)', ['model', 'source']);
     this.#weightLoadSecs = counter('stowage_weight_cache_load_seconds_total', 'Seconds spent bringing the model\'s weights onto a device', ['model']);
+    this.#routed = counter('stowage_gateway_routed_total', 'Requests the gateway sent to each device, per model', ['model', 'device']);
+    this.#placedModels = gauge('stowage_gateway_placed_models', 'Models placed on the device by lpt_packing');
+    this.#placedBytes = gauge('stowage_gateway_placed_bytes', 'Weight bytes of the models placed on the device by lpt_packing');
+    this.#placedLoad = gauge('stowage_gateway_placed_load_seconds', 'Device-seconds of work measured, in the last packing window, for the models lpt_packing placed on the device');
+    this.#busy = counter('stowage_device_busy_seconds_total', 'Seconds the device spent running models (compute, without input and output handling)', ['device']);
     this.#compiles = counter('stowage_compile_cache_lookups_total', 'ONNX files opened, by whether cache_dir had them compiled already', ['result']);
     collectDefaultMetrics({ register: this.registry });
   }
@@ -122,6 +133,7 @@ export class Metrics {
     this.#execCount.inc(labels);
     this.#executions.inc({ device: String(device) });
     this.#batchRows.observe({ device: String(device) }, timing.batchRows);
+    this.#busy.inc({ device: String(device) }, timing.computeInferNs / 1e9);
     this.#queueDepth.set({ device: String(device) }, queued);
   }
 
@@ -162,6 +174,18 @@ export class Metrics {
     this.#weightGauges.logicalBytes.set(labels, memory.logicalBytes);
     this.#weightGauges.budgetBytes.set(labels, memory.budgetBytes);
     this.#sharing.set(labels, memory.residentBytes > 0 ? memory.logicalBytes / memory.residentBytes : 1);
+  }
+
+  recordRoute(model: string, device: number): void {
+    this.#routed.inc({ model, device: String(device) });
+  }
+
+  recordPlacement(placement: Placement): void {
+    for (const [device, bytes] of placement.bytes) {
+      this.#placedBytes.set({ device: String(device) }, bytes);
+      this.#placedLoad.set({ device: String(device) }, placement.load.get(device) ?? 0);
+      this.#placedModels.set({ device: String(device) }, [...placement.devices.values()].filter((ids) => ids.includes(device)).length);
+    }
   }
 
   recordCompiles(files: number, cacheHits: number): void {

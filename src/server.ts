@@ -98,12 +98,30 @@ export class StowageServer {
         weights,
         hostWeights,
         logger: this.#logger,
-        onExecution: (model, timing, queued) => this.statistics.recordExecution(model, w.deviceId, timing, queued),
+        onExecution: (model, timing, queued) => {
+          this.statistics.recordExecution(model, w.deviceId, timing, queued);
+          this.#gateway?.recordExecution(model, timing.computeInferNs);
+        },
         onWeights: (model, load, memory) => this.metrics.recordWeights(w.deviceId, model, load, memory),
         onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),
       });
     }));
-    this.#gateway = new Gateway(devices, this.#config.gateway.scheduling.mode as 'round_robin' | 'least_outstanding', hostWeights);
+    const scheduling = this.#config.gateway.scheduling;
+    this.#gateway = new Gateway(devices, {
+      mode: scheduling.mode,
+      hostWeights,
+      logger: this.#logger,
+      lpt: {
+        defaultReplicas: scheduling.default_replicas,
+        replicas: Object.fromEntries(Object.entries(scheduling.models).filter(([, m]) => m.replicas !== undefined).map(([name, m]) => [name, m.replicas!])),
+        fillFactor: scheduling.routing_fill_factor,
+        policy: scheduling.routing_policy,
+        rebalanceSeconds: scheduling.rebalance_compute_seconds,
+        budgets: new Map(workers.map((w) => [w.deviceId, weightCacheInit(w.runtime, w.scheduler, this.#config.cache_dir)?.budgetBytes ?? 0])),
+      },
+      onRoute: (model, device) => this.metrics.recordRoute(model, device),
+      onPlacement: (placement) => this.metrics.recordPlacement(placement),
+    });
     this.#logger.info({
       devices: workers.map((w) => w.deviceId),
       workers: workers.map((w) => {
@@ -125,6 +143,7 @@ export class StowageServer {
       onLoaded: (model, loadMs) => this.metrics.recordLoad(model, loadMs / 1000),
     });
     await repository.loadAll();
+    await this.#gateway.repack('start-up'); // lpt_packing: every model placed at once, heaviest first
     if (this.#config.global.model_control_mode === 'dynamic') {
       this.#stopWatching = watchRepository(repository, this.#config.model_repo, this.#config.global.model_poll_seconds, this.#logger);
     }

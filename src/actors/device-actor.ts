@@ -227,7 +227,7 @@ export class DeviceActor {
   }
 
   /** Create the sessions of one version of a model on the device, under `instance`. */
-  async load(spec: ModelSpec, instance: string): Promise<{ loadMs: number }> {
+  async load(spec: ModelSpec, instance: string): Promise<{ loadMs: number; weightBytes: number }> {
     const hostOffer = this.#options.hostWeights?.offer() ?? {};
     const reply = await this.#call({ type: 'load', id: this.#nextId++, instance, spec, hostOffer }, MODEL_LOAD_TIMEOUT_MS,
       () => errors.bundleInvalid(spec.name, 'model.onnx', `loading took longer than ${MODEL_LOAD_TIMEOUT_MS} ms`));
@@ -236,7 +236,7 @@ export class DeviceActor {
     this.#options.hostWeights?.update(loaded.host);
     this.#options.onCompiled?.(loaded.compiled.files, loaded.compiled.cacheHits);
     if (loaded.memory) this.#options.onWeights?.(spec.name, loaded.load, loaded.memory);
-    return { loadMs: loaded.loadMs };
+    return { loadMs: loaded.loadMs, weightBytes: loaded.weightBytes };
   }
 
   async unload(instance: string): Promise<void> {
@@ -296,6 +296,13 @@ export class DeviceActor {
     const { memory, host } = reply as Extract<FromDevice, { type: 'residencySet' }>;
     this.#options.hostWeights?.update(host);
     if (memory) this.#options.onWeights?.(model, null, memory);
+  }
+
+  /** Make an instance's weights resident now, if they fit (the gateway moving a model here). */
+  async prefetch(instance: string): Promise<void> {
+    const reply = await this.#call({ type: 'prefetch', id: this.#nextId++, instance }, MODEL_LOAD_TIMEOUT_MS, () => errors.deviceUnavailable(this.deviceId, 'no answer to prefetch'));
+    const { load, memory } = reply as Extract<FromDevice, { type: 'prefetched' }>;
+    if (load || memory) this.#options.onWeights?.(instance.slice(0, instance.lastIndexOf('#')), load, memory);
   }
 
   /** Close the holes in the device's weight arena; returns the bytes moved. */

@@ -208,6 +208,7 @@ async function load(id: number, instance: string, spec: ModelSpec, offer: Record
     id,
     loadMs: nowMs() - started,
     compiled: { files: weightCache ? executables.length : 0, cacheHits: executables.filter((e) => e.cacheHit).length },
+    weightBytes: weightCache?.report().find((r) => r.instance === instance)?.weightBytes ?? 0,
     memory: memory(),
     load: outcome ? weightLoad(outcome) : null,
     host,
@@ -356,7 +357,7 @@ function setResidency(model: string, residency: Residency): void {
   }
 }
 
-async function handleControl(msg: Extract<ToDevice, { type: 'load' | 'unload' | 'status' | 'setPolicy' | 'setResidency' | 'compact' }>): Promise<void> {
+async function handleControl(msg: Extract<ToDevice, { type: 'load' | 'unload' | 'status' | 'setPolicy' | 'setResidency' | 'compact' | 'prefetch' }>): Promise<void> {
   try {
     switch (msg.type) {
       case 'load':
@@ -389,6 +390,11 @@ async function handleControl(msg: Extract<ToDevice, { type: 'load' | 'unload' | 
         const host = await withHostOffer(msg.hostOffer, instancesOf, () => setResidency(msg.model, msg.residency));
         return send({ type: 'residencySet', id: msg.id, memory: memory(), host });
       }
+      case 'prefetch': {
+        // Best effort: a model that cannot come on now comes on with its first request instead.
+        const outcome = weightCache?.has(msg.instance) ? weightCache.ensureResident(msg.instance) : undefined;
+        return send({ type: 'prefetched', id: msg.id, load: outcome ? weightLoad(outcome) : null, memory: memory() });
+      }
       case 'compact': {
         if (!weightCache) throw errors.unsupported('CompactMemory needs the on-demand weight cache, which is off (runtime.weight_cache_fraction is 0)');
         const movedBytes = weightCache.compact();
@@ -419,6 +425,7 @@ async function pump(): Promise<void> {
           case 'setPolicy':
           case 'setResidency':
           case 'compact':
+          case 'prefetch':
             await handleControl(msg);
             break;
           case 'cancel':

@@ -138,7 +138,9 @@ export type ToDevice =
   /** Change where a model's weights live at rest, for its loaded instances and those loaded later. */
   | { type: 'setResidency'; id: number; model: string; residency: Residency; hostOffer: Record<string, SharedArrayBuffer> }
   /** Close the holes in the weight arena now. */
-  | { type: 'compact'; id: number };
+  | { type: 'compact'; id: number }
+  /** Make an instance's weights resident now (the gateway moving a model here). */
+  | { type: 'prefetch'; id: number; instance: string };
 
 /** A run-time change of scheduler.models.<name>; absent fields keep their value. */
 export interface ModelPolicyUpdate {
@@ -166,7 +168,7 @@ export interface InstanceStatus {
 /** device actor -> main thread */
 export type FromDevice =
   | { type: 'started' }
-  | { type: 'loaded'; id: number; loadMs: number; compiled: { files: number; cacheHits: number }; memory: WeightMemory | null; load: WeightLoad | null; host: HostUpdate }
+  | { type: 'loaded'; id: number; loadMs: number; compiled: { files: number; cacheHits: number }; weightBytes: number; memory: WeightMemory | null; load: WeightLoad | null; host: HostUpdate }
   | { type: 'unloaded'; id: number; memory: WeightMemory | null }
   /** One execution: every request that rode in it, answered in one message (their outputs may share buffers). */
   | { type: 'executed'; model: string; instance: string; results: InferResult[]; timing: ExecutionTiming; queued: number; load: WeightLoad | null; memory: WeightMemory | null }
@@ -175,6 +177,7 @@ export type FromDevice =
   | { type: 'policySet'; id: number }
   | { type: 'residencySet'; id: number; memory: WeightMemory | null; host: HostUpdate }
   | { type: 'compacted'; id: number; movedBytes: number; memory: WeightMemory | null }
+  | { type: 'prefetched'; id: number; load: WeightLoad | null; memory: WeightMemory | null }
   /** Something the operator should hear about (the main thread logs it). */
   | { type: 'warning'; message: string; fields: Record<string, number | string> };
 

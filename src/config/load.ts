@@ -166,14 +166,18 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
   const fileDir = path.dirname(path.resolve(cwd, file));
   config.model_repo = path.resolve(fileDir, config.model_repo);
   config.cache_dir = config.cache_dir === '' ? defaultCacheDir(env) : path.resolve(fileDir, config.cache_dir);
-  if ((doc as unknown as NodeConfig).gateway.scheduling.mode === 'lpt_packing') {
-    throw errors.configInvalid(`${file}: gateway.scheduling.mode: "lpt_packing" is not available yet (it packs models by weight memory, which comes with the weight cache); use "round_robin" or "least_outstanding"`);
-  }
   if ((doc as unknown as NodeConfig).global.runtime.backend === 'cuda') {
     throw errors.configInvalid(
       `${file}: global.runtime.backend: "cuda" is not available yet (the CUDA execution provider comes in a later release); use "cpu"`);
   }
-  resolveWorkers(doc as unknown as NodeConfig, file); // workers and the models: map must agree
+  const workers = resolveWorkers(doc as unknown as NodeConfig, file); // workers and the models: map must agree
+  if ((doc as unknown as NodeConfig).gateway.scheduling.mode === 'lpt_packing') {
+    // The gateway places models and so decides fairness; a fair device scheduler would fight it.
+    const fair = workers.filter((w) => w.scheduler.discipline === 'fair').map((w) => w.name);
+    if (fair.length) {
+      throw errors.configInvalid(`${file}: gateway.scheduling.mode "lpt_packing" needs every device to run scheduler.discipline fifo or edf, but ${fair.join(', ')} run${fair.length === 1 ? 's' : ''} "fair" (the default); set global.scheduler.discipline: fifo`);
+    }
+  }
   return { config: deepFreeze(doc as unknown as NodeConfig), overrides, file };
 }
 

@@ -104,8 +104,27 @@ export const nodeConfigSchema = {
           additionalProperties: false,
           default: {},
           properties: {
-            // Which device serves a request: round_robin | least_outstanding (lpt_packing comes with the weight cache).
+            // Which device serves a request: round_robin, least_outstanding, or lpt_packing (each model
+            // placed on `replicas` devices by measured compute and weight bytes; devices must run fifo or edf).
             mode: { enum: ['round_robin', 'least_outstanding', 'lpt_packing'], default: 'round_robin' },
+            // lpt_packing: devices per model, a count or all.
+            default_replicas: { anyOf: [{ type: 'integer', minimum: 1 }, { const: 'all' }], default: 1 },
+            // lpt_packing: a replica takes this many full batches in flight before the next opens.
+            routing_fill_factor: { type: 'number', exclusiveMinimum: 0, default: 1 },
+            // lpt_packing: which replica opens next: fill_rr in turn, fill_least the least busy device.
+            routing_policy: { enum: ['fill_rr', 'fill_least'], default: 'fill_rr' },
+            // lpt_packing: repack after this many device-seconds of work; 0 packs only at start-up.
+            rebalance_compute_seconds: { type: 'number', minimum: 0, default: 30 },
+            // lpt_packing: per-model replica counts.
+            models: {
+              type: 'object',
+              default: {},
+              additionalProperties: {
+                type: 'object',
+                additionalProperties: false,
+                properties: { replicas: { anyOf: [{ type: 'integer', minimum: 1 }, { const: 'all' }] } },
+              },
+            },
           },
         },
       },
@@ -209,6 +228,15 @@ export interface SchedulerConfig {
   readonly models: Readonly<Record<string, ModelSchedulerConfig>>;
 }
 
+export interface GatewaySchedulingConfig {
+  readonly mode: 'round_robin' | 'least_outstanding' | 'lpt_packing';
+  readonly default_replicas: number | 'all';
+  readonly routing_fill_factor: number;
+  readonly routing_policy: 'fill_rr' | 'fill_least';
+  readonly rebalance_compute_seconds: number;
+  readonly models: Readonly<Record<string, { readonly replicas?: number | 'all' }>>;
+}
+
 export interface RuntimeConfig {
   readonly backend: 'cpu' | 'cuda';
   readonly intra_op_threads: number;
@@ -234,7 +262,7 @@ export interface NodeConfig {
   /** Absolute path of the compile cache. */
   readonly cache_dir: string;
   readonly gpus: 'auto' | number | readonly number[];
-  readonly gateway: { readonly scheduling: { readonly mode: 'round_robin' | 'least_outstanding' | 'lpt_packing' } };
+  readonly gateway: { readonly scheduling: GatewaySchedulingConfig };
   readonly models_include: readonly string[];
   readonly workers?: readonly WorkerEntry[];
   /** Model name -> the workers where it is pinned to device memory. */

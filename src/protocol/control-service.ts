@@ -55,6 +55,7 @@ export function createControlHandlers(ctx: ControlContext): grpc.UntypedServiceI
             learned_cost: (s?.costs ?? []).map((c) => ({ batch_size: c.batchSize, ms: c.ms })),
             weight: s?.weight ?? policies.get(r.name)?.weight ?? 1,
             max_batch_size: s ? (Number.isFinite(s.maxBatchRows) ? s.maxBatchRows : 0) : 0,
+            placed_devices: r.spec?.kind === 'meta' ? [] : gateway.placementOf(r.name),
           };
         }),
       };

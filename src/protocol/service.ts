@@ -123,7 +123,7 @@ export function createHandlers(ctx: ServiceContext, definition: grpc.ServiceDefi
       // With a postprocess hook the executable's every output goes to it; without, the client's choice.
       const post = spec.hooks?.postprocess === true;
       const executableOutputs = post ? spec.outputs.map((t) => t.name) : decoded.outputs;
-      const result = await gateway.pick().infer({
+      const result = await gateway.infer(spec.name, {
         instance: lease.instance,
         inputs,
         outputs: executableOutputs,

@@ -9,7 +9,7 @@ test('defaults fill every key and the result is frozen', (t) => {
   const { config } = parse('model_repo: models\n');
   t.deepEqual(config.models_include, []);
   t.is(config.gpus, 'auto');
-  t.deepEqual(config.gateway, { scheduling: { mode: 'round_robin' } });
+  t.deepEqual(config.gateway, { scheduling: { mode: 'round_robin', default_replicas: 1, routing_fill_factor: 1, routing_policy: 'fill_rr', rebalance_compute_seconds: 30, models: {} } });
   t.deepEqual(config.global, {
     model_control_mode: 'dynamic',
     model_poll_seconds: 15,
@@ -59,13 +59,17 @@ test('YAML that is not a mapping, or not YAML at all, is refused with the file n
   t.regex(t.throws(() => parse('model_repo: [\n')).message, /node\.yaml: not valid YAML/);
 });
 
-test('gpus is auto, a count or a list of ids; lpt_packing is refused until the weight cache exists', (t) => {
+test('gpus is auto, a count or a list of ids; lpt_packing needs fifo or edf devices', (t) => {
   t.is(parse('model_repo: m\ngpus: 4\n').config.gpus, 4);
   t.deepEqual(parse('model_repo: m\ngpus: [0, 2]\n').config.gpus, [0, 2]);
   t.is(parse('model_repo: m\n', { INFERENCE_SERVER_GPUS: '3' }).config.gpus, 3);
   t.deepEqual(parse('model_repo: m\n', { INFERENCE_SERVER_GPUS: '1:3' }).config.gpus, [1, 3]);
   t.regex(t.throws(() => parse('model_repo: m\ngpus: 0\n')).message, /gpus/);
-  t.regex(t.throws(() => parse('model_repo: m\ngateway:\n  scheduling:\n    mode: lpt_packing\n')).message, /"lpt_packing" is not available yet/);
+  t.regex(t.throws(() => parse('model_repo: m\ngpus: 2\ngateway:\n  scheduling:\n    mode: lpt_packing\n')).message,
+    /"lpt_packing" needs every device to run scheduler.discipline fifo or edf, but worker0, worker1 run "fair" \(the default\)/);
+  const lpt = parse('model_repo: m\ngpus: 2\nglobal:\n  scheduler: { discipline: fifo }\ngateway:\n  scheduling:\n    mode: lpt_packing\n    default_replicas: all\n    models: { hot: { replicas: 2 } }\n').config.gateway.scheduling;
+  t.deepEqual(lpt, { mode: 'lpt_packing', default_replicas: 'all', routing_fill_factor: 1, routing_policy: 'fill_rr', rebalance_compute_seconds: 30, models: { hot: { replicas: 2 } } });
+  t.regex(t.throws(() => parse('model_repo: m\ngateway:\n  scheduling:\n    routing_policy: fill_most\n')).message, /gateway\.scheduling\.routing_policy: "fill_most" is not allowed/);
 });
 
 test('backend cuda is refused with a message that says why', (t) => {

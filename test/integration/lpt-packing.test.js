@@ -1,0 +1,97 @@
+// lpt_packing through the real server: four virtual devices and a catalog whose weights are about
+// three times one device's budget. Each model is placed on one device, every answer is its own,
+// the measured loads are balanced; a model with replicas spreads over two devices; repacking
+// while clients keep calling fails no request.
+import test from 'ava';
+import * as grpc from '@grpc/grpc-js';
+import { loadControlClient } from '../../dist/protocol/proto.js';
+import { inferAndCheck, mlpWeightBytes, random, writeCatalog } from '../helpers/mlp-catalog.js';
+import { scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
+
+const SIZES = [64, 1024, 8];
+const COUNT = 24;
+const MODEL_BYTES = mlpWeightBytes(SIZES);
+const BUDGET = Math.floor((COUNT * MODEL_BYTES) / 3 / 64) * 64; // the catalog is 3x one device
+
+async function serve(t, scheduling, { count = COUNT } = {}) {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = `${temp.dir}/repo`;
+  const models = writeCatalog(repo, { count, sizes: SIZES });
+  const server = await startServer({
+    model_repo: repo,
+    gpus: 4,
+    gateway: { scheduling: { mode: 'lpt_packing', ...scheduling } },
+    global: {
+      runtime: { cpu_device_memory_bytes: BUDGET, mem_fraction: 1, weight_cache_wiggle_fraction: 0, intra_op_threads: 1 },
+      scheduler: { discipline: 'fifo' },
+    },
+  }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const control = new (loadControlClient())(server.address, grpc.credentials.createInsecure());
+  t.teardown(() => control.close());
+  const placement = async () => {
+    const { models: status } = await new Promise((resolve, reject) => control.ModelControlStatus({ name: '' }, (err, res) => (err ? reject(err) : resolve(res))));
+    return Object.fromEntries(status.map((m) => [m.name, m.placed_devices]));
+  };
+  return { server, models, placement };
+}
+
+/** `clients` concurrent callers making `calls` checked calls in all, models chosen by `choose`; resolves to the failures. */
+async function traffic(t, server, { calls, clients, choose, seed = 1 }) {
+  const failures = [];
+  let left = calls;
+  const next = random(seed);
+  await Promise.all(Array.from({ length: clients }, async () => {
+    while (left-- > 0) {
+      const model = choose(next);
+      try {
+        const wrong = await inferAndCheck(server.client, model, 1 + Math.floor(next() * 2), next);
+        if (wrong) failures.push(wrong);
+      } catch (err) {
+        failures.push(`${model.name}: ${err.message}`);
+      }
+    }
+  }));
+  if (failures.length) t.fail(failures.slice(0, 3).join('\n'));
+  return failures.length;
+}
+
+test('each model on one device, every answer its own, loads within 1.3x; repacking under load fails nothing', async (t) => {
+  const { server, models, placement } = await serve(t, { rebalance_compute_seconds: 0.05 });
+  const start = await placement();
+  t.true(Object.values(start).every((ids) => ids.length === 1), 'placed on one device each');
+  const perDevice = [0, 1, 2, 3].map((d) => Object.values(start).filter((ids) => ids[0] === d).length);
+  t.deepEqual(perDevice, [6, 6, 6, 6], 'at start-up, packed by weight bytes: equal models, equal counts');
+  // Skew: the models of device 0 get most of the traffic, so a repack must spread them.
+  const hot = models.filter((m) => start[m.name][0] === 0);
+  let failed = await traffic(t, server, { calls: 1200, clients: 8, choose: (next) => (next() < 0.8 ? hot[Math.floor(next() * hot.length)] : models[Math.floor(next() * models.length)]) });
+  // Then even traffic: the packer's measured loads come out balanced.
+  failed += await traffic(t, server, { calls: 1500, clients: 8, choose: (next) => models[Math.floor(next() * models.length)], seed: 2 });
+  t.is(failed, 0, 'no request failed while models moved');
+  const moved = server.logs.filter((l) => l.msg === 'model moved');
+  t.true(moved.length > 0, 'the skewed load made the packer move models');
+  const end = await placement();
+  t.true(Object.values(end).every((ids) => ids.length === 1));
+  const m = await scrapeMetrics(server.adminPort);
+  const loads = [0, 1, 2, 3].map((d) => m[`stowage_gateway_placed_load_seconds{device="${d}"}`]);
+  t.log(`${moved.length} moves; last packing's measured load per device: ${loads.map((l) => (l * 1000).toFixed(1)).join(', ')} ms`);
+  t.true(Math.max(...loads) / Math.min(...loads) <= 1.3, `loads ${loads}`);
+  // Each model's requests went only where it was placed at the time: no device ran all models.
+  for (const d of [0, 1, 2, 3]) t.true(m[`stowage_weight_cache_resident_bytes{device="${d}"}`] <= BUDGET);
+});
+
+test('a model with replicas: 2 is served from two devices, filling one batch before the next', async (t) => {
+  const { server, models, placement } = await serve(t, { rebalance_compute_seconds: 0, models: { m000: { replicas: 2 } } }, { count: 8 });
+  const placed = await placement();
+  t.is(new Set(placed.m000).size, 2);
+  t.true(Object.entries(placed).filter(([name]) => name !== 'm000').every(([, ids]) => ids.length === 1));
+  const failed = await traffic(t, server, { calls: 400, clients: 24, choose: () => models[0] });
+  t.is(failed, 0);
+  const m = await scrapeMetrics(server.adminPort);
+  const routed = placed.m000.map((d) => m[`stowage_gateway_routed_total{model="m000",device="${d}"}`] ?? 0);
+  t.log(`m000 on devices ${placed.m000}: ${routed.join(' and ')} requests`);
+  t.true(routed.every((n) => n > 0), 'both replicas served');
+  const others = [0, 1, 2, 3].filter((d) => !placed.m000.includes(d));
+  t.true(others.every((d) => !(m[`stowage_gateway_routed_total{model="m000",device="${d}"}`] > 0)), 'and no other device');
+});
