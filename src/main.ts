@@ -5,6 +5,7 @@
 import { environmentOverrides, loadNodeConfig } from './config/load.js';
 import { StowageError } from './errors.js';
 import { createLogger } from './log.js';
+import { StowageGateway } from './remote/gateway-server.js';
 import { StowageServer } from './server.js';
 
 const USAGE = `Stowage: a KServe V2 / Triton-compatible inference server for ONNX models.
@@ -41,7 +42,8 @@ async function main(argv: string[]): Promise<void> {
   const { config, overrides } = loadNodeConfig(argv[0]);
   const logger = createLogger(config.global.logging.level);
   logger.info({ config, overrides }, 'effective configuration');
-  const server = await StowageServer.start(config, logger);
+  // gateway.endpoints makes this process a gateway in front of remote nodes, with no devices of its own.
+  const server = config.gateway.endpoints.length > 0 ? await StowageGateway.start(config, logger) : await StowageServer.start(config, logger);
 
   let stopping = false;
   const onSignal = (signal: NodeJS.Signals) => {

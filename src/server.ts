@@ -6,13 +6,12 @@
  * then the gRPC port opens. A bundle that fails is recorded UNAVAILABLE with
  * its reason and the rest still load.
  */
-import { readFileSync } from 'node:fs';
 import type http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { DeviceActor } from './actors/device-actor.js';
 import { Gateway } from './actors/gateway.js';
-import { createAdminServer, listen } from './admin/http.js';
+import { createAdminServer, listen, nodeReadiness, registryMetrics } from './admin/http.js';
 import type { NodeConfig } from './config/schema.js';
 import { weightCacheInit } from './config/weight-budget.js';
 import { resolveWorkers } from './config/workers.js';
@@ -28,8 +27,8 @@ import { Admission } from './protocol/admission.js';
 import { createControlHandlers } from './protocol/control-service.js';
 import { loadControlClient, loadInferenceClient } from './protocol/proto.js';
 import { createHandlers } from './protocol/service.js';
+import { PACKAGE_VERSION } from './version.js';
 
-const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 export interface Ports {
   grpc: number;
@@ -81,7 +80,7 @@ export class StowageServer {
   async #start(): Promise<void> {
     const { endpoints, scheduler } = this.#config.global;
     const isReady = () => this.#ready;
-    this.#admin = createAdminServer({ registry: this.registry, metrics: this.metrics.registry, isReady });
+    this.#admin = createAdminServer({ readiness: nodeReadiness(this.registry, isReady), metrics: registryMetrics(this.metrics.registry) });
     this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
     this.#logger.info({ admin: `${endpoints.host}:${this.ports.admin}` }, 'admin listening: /healthz, /readyz, /metrics');
 

@@ -1,8 +1,8 @@
 /**
  * The admin HTTP server: /healthz (the process is alive and answering),
- * /readyz (200 once every model has loaded or failed with a reason; 503 with
- * the models still loading, and while the server stops), and /metrics
- * (Prometheus text).
+ * /readyz (200 when ready, 503 when not, with what the server says about it:
+ * for a node, the models still loading; for a gateway, its nodes), and
+ * /metrics (Prometheus text).
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -10,9 +10,22 @@ import type { Registry } from 'prom-client';
 import { ModelState, type ModelRegistry } from '../model-registry.js';
 
 export interface AdminContext {
-  registry: ModelRegistry;
-  metrics: Registry;
-  isReady: () => boolean;
+  /** Whether the server is ready, and a body that says why (or why not). */
+  readiness: () => { ready: boolean } & Record<string, unknown>;
+  metrics: () => Promise<{ contentType: string; text: string }>;
+}
+
+/** A node's readiness: ready once every model has loaded or failed with a reason; the models still loading. */
+export function nodeReadiness(registry: ModelRegistry, isReady: () => boolean): AdminContext['readiness'] {
+  return () => {
+    const models = registry.all().map((r) => ({ name: r.name, state: r.state, reason: r.reason }));
+    const loading = models.filter((m) => m.state === ModelState.LOADING).map((m) => m.name);
+    return { ready: isReady(), loading, models };
+  };
+}
+
+export function registryMetrics(registry: Registry): AdminContext['metrics'] {
+  return async () => ({ contentType: registry.contentType, text: await registry.metrics() });
 }
 
 export function createAdminServer(ctx: AdminContext): http.Server {
@@ -27,15 +40,14 @@ export function createAdminServer(ctx: AdminContext): http.Server {
       case '/healthz':
         return reply(200, { live: true });
       case '/metrics':
-        ctx.metrics.metrics().then((text) => {
-          res.writeHead(200, { 'content-type': ctx.metrics.contentType });
+        ctx.metrics().then(({ contentType, text }) => {
+          res.writeHead(200, { 'content-type': contentType });
           res.end(text);
         }, (err: Error) => reply(500, { error: err.message }));
         return;
       case '/readyz': {
-        const models = ctx.registry.all().map((r) => ({ name: r.name, state: r.state, reason: r.reason }));
-        const loading = models.filter((m) => m.state === ModelState.LOADING).map((m) => m.name);
-        return reply(ctx.isReady() ? 200 : 503, { ready: ctx.isReady(), loading, models });
+        const body = ctx.readiness();
+        return reply(body.ready ? 200 : 503, body);
       }
       default:
         return reply(404, { error: `no such endpoint ${url.pathname}; try /healthz, /readyz or /metrics` });

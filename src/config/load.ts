@@ -159,19 +159,29 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
     throw errors.configInvalid(`${file}: the node file must be a YAML mapping of keys (model_repo, global, ...)`);
   }
   const overrides = applyOverrides(doc as Record<string, unknown>, env, cwd);
+  // model_repo is required unless gateway.endpoints makes this a gateway-only process.
+  const raw = doc as { model_repo?: unknown; gateway?: { endpoints?: unknown } };
+  const needsRepo = raw.model_repo === undefined && !(Array.isArray(raw.gateway?.endpoints) && raw.gateway.endpoints.length > 0);
+  const missingRepo = 'missing required key model_repo (the directory of bundles; a gateway-only process lists gateway.endpoints instead)';
   if (!validate(doc)) {
-    throw errors.configInvalid(`${file}: invalid configuration:\n${describeSchemaErrors(validate.errors ?? [], doc)}`);
+    const problems = describeSchemaErrors(validate.errors ?? [], doc);
+    throw errors.configInvalid(`${file}: invalid configuration:\n${needsRepo ? `  ${missingRepo}\n` : ''}${problems}`);
   }
-  const config = doc as unknown as { model_repo: string; cache_dir: string };
+  if (needsRepo) throw errors.configInvalid(`${file}: invalid configuration:\n  ${missingRepo}`);
+  const config = doc as unknown as { model_repo?: string; cache_dir: string; gateway: NodeConfig['gateway'] };
+  const gatewayOnly = config.gateway.endpoints.length > 0;
+  if (gatewayOnly && config.gateway.scheduling.mode === 'lpt_packing') {
+    throw errors.configInvalid(`${file}: gateway.scheduling.mode "lpt_packing" places models on this process's own devices; a gateway-only process (gateway.endpoints) routes with round_robin or least_outstanding`);
+  }
   const fileDir = path.dirname(path.resolve(cwd, file));
-  config.model_repo = path.resolve(fileDir, config.model_repo);
+  config.model_repo = config.model_repo === undefined ? '' : path.resolve(fileDir, config.model_repo);
   config.cache_dir = config.cache_dir === '' ? defaultCacheDir(env) : path.resolve(fileDir, config.cache_dir);
   if ((doc as unknown as NodeConfig).global.runtime.backend === 'cuda') {
     throw errors.configInvalid(
       `${file}: global.runtime.backend: "cuda" is not available yet (the CUDA execution provider comes in a later release); use "cpu"`);
   }
   const workers = resolveWorkers(doc as unknown as NodeConfig, file); // workers and the models: map must agree
-  if ((doc as unknown as NodeConfig).gateway.scheduling.mode === 'lpt_packing') {
+  if ((doc as unknown as NodeConfig).gateway.scheduling.mode === 'lpt_packing' && !gatewayOnly) {
     // The gateway places models and so decides fairness; a fair device scheduler would fight it.
     const fair = workers.filter((w) => w.scheduler.discipline === 'fair').map((w) => w.name);
     if (fair.length) {

@@ -83,10 +83,10 @@ function withoutDefaults(schema: unknown): unknown {
 export const nodeConfigSchema = {
   type: 'object',
   additionalProperties: false,
-  required: ['model_repo'],
   properties: {
     // Directory of bundles: each immediate subdirectory with a manifest.yaml is a model.
-    // A relative path is resolved against the directory of the node file.
+    // A relative path is resolved against the directory of the node file. Required, except for a
+    // gateway-only process (gateway.endpoints).
     model_repo: { type: 'string', minLength: 1 },
     // Where compiled models (ONNX Runtime's optimised graph, weights split off) are kept across
     // restarts. Empty: $XDG_CACHE_HOME/stowage, else ~/.cache/stowage. Relative: to the node file.
@@ -99,6 +99,17 @@ export const nodeConfigSchema = {
       additionalProperties: false,
       default: {},
       properties: {
+        // Remote Stowage nodes (host:port of their gRPC ports). Non-empty: this process is a
+        // gateway only; it serves no devices and forwards every request to these nodes.
+        endpoints: { type: 'array', uniqueItems: true, items: { type: 'string', pattern: '^[^\\s:]+:\\d+$' }, default: [] },
+        // Their admin ports (host:port), whose /metrics the gateway's /metrics includes, labelled node.
+        metrics_endpoints: { type: 'array', uniqueItems: true, items: { type: 'string', pattern: '^[^\\s:]+:\\d+$' }, default: [] },
+        // Forwarded RPCs (unary calls and open streams) in flight to one node; more wait their turn.
+        max_concurrent_streams: { type: 'integer', minimum: 1, default: 32 },
+        // Deadline, in seconds, of a forwarded call whose client set none.
+        request_timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 60 },
+        // Seconds between health checks of every node (RepositoryIndex); down nodes come back when they answer.
+        health_seconds: { type: 'number', exclusiveMinimum: 0, default: 2 },
         scheduling: {
           type: 'object',
           additionalProperties: false,
@@ -262,7 +273,14 @@ export interface NodeConfig {
   /** Absolute path of the compile cache. */
   readonly cache_dir: string;
   readonly gpus: 'auto' | number | readonly number[];
-  readonly gateway: { readonly scheduling: GatewaySchedulingConfig };
+  readonly gateway: {
+    readonly endpoints: readonly string[];
+    readonly metrics_endpoints: readonly string[];
+    readonly max_concurrent_streams: number;
+    readonly request_timeout_seconds: number;
+    readonly health_seconds: number;
+    readonly scheduling: GatewaySchedulingConfig;
+  };
   readonly models_include: readonly string[];
   readonly workers?: readonly WorkerEntry[];
   /** Model name -> the workers where it is pinned to device memory. */

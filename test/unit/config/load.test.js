@@ -9,7 +9,7 @@ test('defaults fill every key and the result is frozen', (t) => {
   const { config } = parse('model_repo: models\n');
   t.deepEqual(config.models_include, []);
   t.is(config.gpus, 'auto');
-  t.deepEqual(config.gateway, { scheduling: { mode: 'round_robin', default_replicas: 1, routing_fill_factor: 1, routing_policy: 'fill_rr', rebalance_compute_seconds: 30, models: {} } });
+  t.deepEqual(config.gateway, { endpoints: [], metrics_endpoints: [], max_concurrent_streams: 32, request_timeout_seconds: 60, health_seconds: 2, scheduling: { mode: 'round_robin', default_replicas: 1, routing_fill_factor: 1, routing_policy: 'fill_rr', rebalance_compute_seconds: 30, models: {} } });
   t.deepEqual(config.global, {
     model_control_mode: 'dynamic',
     model_poll_seconds: 15,
@@ -162,4 +162,12 @@ test('workers and the models: map are checked: names, devices, keys', (t) => {
   t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a, endpoints: {} }\n')).message, /workers\.0\.endpoints: unknown key; allowed here: name, gpu, runtime, scheduler/);
   t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a, scheduler: { discipline: lifo } }\n')).message, /workers\.0\.scheduler\.discipline: "lifo" is not allowed/);
   t.false(environmentOverrides().some((o) => o.env === 'INFERENCE_SERVER_WORKERS'), 'a list of mappings does not come from the environment');
+});
+
+test('a gateway-only process lists its nodes instead of a model repository', (t) => {
+  const { config } = parse('gateway:\n  endpoints: ["10.0.0.1:8001", "node2:8001"]\n  metrics_endpoints: ["node2:8002"]\n');
+  t.deepEqual(config.gateway.endpoints, ['10.0.0.1:8001', 'node2:8001']);
+  t.is(config.model_repo, '');
+  t.regex(t.throws(() => parse('gateway:\n  endpoints: ["node2"]\n')).message, /gateway\.endpoints\.0: "node2" must match pattern/);
+  t.regex(t.throws(() => parse('gateway:\n  endpoints: ["a:1"]\n  scheduling: { mode: lpt_packing }\n')).message, /a gateway-only process \(gateway.endpoints\) routes with round_robin or least_outstanding/);
 });

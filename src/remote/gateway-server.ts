@@ -1,0 +1,165 @@
+/**
+ * A gateway-only process: no devices and no repository of its own, it fronts
+ * the Stowage nodes that `gateway.endpoints` lists (host:port of their gRPC
+ * ports). It learns what each node serves from its RepositoryIndex, checks
+ * every node every `gateway.health_seconds` (a node that does not answer is
+ * down and gets no requests; one that answers again is back), forwards the
+ * KServe surface (proxy-service.ts), and serves on its admin port /healthz,
+ * /readyz (ready while any node is up, with each node's state) and /metrics:
+ * its own, and every `gateway.metrics_endpoints` node's with a `node` label.
+ */
+import type http from 'node:http';
+import * as grpc from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
+import { createAdminServer, listen } from '../admin/http.js';
+import type { NodeConfig } from '../config/schema.js';
+import { Admission } from '../protocol/admission.js';
+import { loadInferenceClient } from '../protocol/proto.js';
+import { PACKAGE_VERSION } from '../version.js';
+import { mergeMetrics } from './metrics-merge.js';
+import { createProxyHandlers, rawDefinition } from './proxy-service.js';
+import { RemoteNode } from './remote-node.js';
+
+/** How long a node gets to answer a health check or a metrics scrape. */
+const PROBE_TIMEOUT_MS = 1000;
+
+export class StowageGateway {
+  readonly ports = { grpc: 0, admin: 0 };
+  readonly admission: Admission;
+  readonly nodes: RemoteNode[];
+  #config: NodeConfig;
+  #logger: Logger;
+  #registry = new Registry();
+  #grpc?: grpc.Server;
+  #admin?: http.Server;
+  #timer?: NodeJS.Timeout;
+  #stopping = false;
+
+  private constructor(config: NodeConfig, logger: Logger) {
+    this.#config = config;
+    this.#logger = logger;
+    const gw = config.gateway;
+    const definition = loadInferenceClient().service;
+    this.nodes = gw.endpoints.map((address) => new RemoteNode(address, {
+      maxStreams: gw.max_concurrent_streams,
+      encodeIndexRequest: () => definition.RepositoryIndex.requestSerialize({ repository_name: '', ready: true }),
+      decodeIndex: (bytes) => definition.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
+    }));
+    const shed = new Counter({ name: 'stowage_grpc_shed_total', help: 'Inference RPCs refused because endpoints.max_concurrent_requests were in flight', registers: [this.#registry] });
+    this.admission = new Admission(config.global.endpoints.max_concurrent_requests, () => shed.inc());
+    const nodes = this.nodes;
+    const admission = this.admission;
+    new Gauge({
+      name: 'stowage_gateway_node_up', help: 'Whether the node answers (1) or is down (0)', labelNames: ['node'], registers: [this.#registry],
+      collect() {
+        for (const n of nodes) this.set({ node: n.address }, n.up ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'stowage_gateway_node_inflight', help: 'RPCs forwarded to the node and not yet answered', labelNames: ['node'], registers: [this.#registry],
+      collect() {
+        for (const n of nodes) this.set({ node: n.address }, n.inflight);
+      },
+    });
+    new Gauge({
+      name: 'stowage_grpc_inflight_requests', help: 'Inference RPCs in flight (ModelInfer calls and open streams)', registers: [this.#registry],
+      collect() {
+        this.set(admission.inflight);
+      },
+    });
+    collectDefaultMetrics({ register: this.#registry });
+  }
+
+  static async start(config: NodeConfig, logger: Logger): Promise<StowageGateway> {
+    const gateway = new StowageGateway(config, logger);
+    try {
+      await gateway.#start();
+    } catch (err) {
+      await gateway.stop();
+      throw err;
+    }
+    return gateway;
+  }
+
+  async #start(): Promise<void> {
+    const { endpoints } = this.#config.global;
+    const gw = this.#config.gateway;
+    this.#admin = createAdminServer({
+      readiness: () => ({ ready: !this.#stopping && this.nodes.some((n) => n.up), nodes: this.nodes.map((n) => ({ node: n.address, up: n.up, models: n.models })) }),
+      metrics: async () => ({ contentType: this.#registry.contentType, text: await this.#metrics() }),
+    });
+    this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
+    await this.#checkNodes();
+    this.#timer = setInterval(() => void this.#checkNodes(), gw.health_seconds * 1000);
+    this.#timer.unref();
+
+    this.#grpc = new grpc.Server({
+      'grpc.max_receive_message_length': endpoints.max_receive_message_bytes,
+      'grpc.max_send_message_length': endpoints.max_send_message_bytes,
+    });
+    const definition = loadInferenceClient().service;
+    this.#grpc.addService(rawDefinition(definition), createProxyHandlers({
+      nodes: this.nodes,
+      mode: gw.scheduling.mode === 'least_outstanding' ? 'least_outstanding' : 'round_robin',
+      definition,
+      admission: this.admission,
+      logger: this.#logger,
+      version: PACKAGE_VERSION,
+      requestTimeoutMs: gw.request_timeout_seconds * 1000,
+      healthTimeoutMs: PROBE_TIMEOUT_MS,
+    }));
+    this.ports.grpc = await new Promise<number>((resolve, reject) => {
+      this.#grpc!.bindAsync(`${endpoints.host}:${endpoints.grpc_port}`, grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port)));
+    });
+    this.#logger.info({
+      grpc: `${endpoints.host}:${this.ports.grpc}`,
+      admin: `${endpoints.host}:${this.ports.admin}`,
+      gateway: 'gateway-only',
+      nodes: this.nodes.map((n) => ({ node: n.address, up: n.up, models: n.models })),
+    }, 'serving');
+  }
+
+  /** Ask every node what it serves; log the ones that went down or came back. */
+  async #checkNodes(): Promise<void> {
+    await Promise.all(this.nodes.map(async (n) => {
+      if (await n.refresh(PROBE_TIMEOUT_MS)) {
+        if (n.up) this.#logger.info({ node: n.address, models: n.models }, 'node up');
+        else this.#logger.warn({ node: n.address }, 'node down: it does not answer');
+      }
+    }));
+  }
+
+  /** The gateway's metrics and each metrics endpoint's, labelled with the node. */
+  async #metrics(): Promise<string> {
+    const remote = await Promise.all(this.#config.gateway.metrics_endpoints.map(async (address) => {
+      try {
+        const res = await fetch(`http://${address}/metrics`, { signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
+        return { node: address, text: res.ok ? await res.text() : '' };
+      } catch {
+        return { node: address, text: '' }; // a node that does not answer is left out; stowage_gateway_node_up says so
+      }
+    }));
+    return mergeMetrics([{ node: null, text: await this.#registry.metrics() }, ...remote]);
+  }
+
+  async stop(graceMs = this.#config.global.endpoints.shutdown_grace_seconds * 1000): Promise<void> {
+    this.#stopping = true;
+    clearInterval(this.#timer);
+    const server = this.#grpc;
+    if (server) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          server.forceShutdown();
+          resolve();
+        }, graceMs);
+        server.tryShutdown(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+    for (const n of this.nodes) n.close();
+    await new Promise<void>((resolve) => (this.#admin?.listening ? this.#admin.close(() => resolve()) : resolve()));
+  }
+}

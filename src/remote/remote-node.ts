@@ -1,0 +1,127 @@
+/**
+ * One remote Stowage node as a gateway-only process sees it: a gRPC channel,
+ * whether it answers, which models it serves ready (from its RepositoryIndex),
+ * and how many forwarded RPCs it has in flight. Calls carry raw message bytes
+ * both ways: the gateway forwards requests unchanged.
+ *
+ * At most `maxStreams` forwarded RPCs (unary calls and open streams) are in
+ * flight to one node; more wait their turn, so a burst at the gateway cannot
+ * overrun a node's own admission cap.
+ */
+import * as grpc from '@grpc/grpc-js';
+
+const raw = (b: Buffer) => b;
+
+export interface RemoteNodeOptions {
+  maxStreams: number;
+  /** Decodes the node's RepositoryIndex answer. */
+  decodeIndex: (bytes: Buffer) => { models: { name: string; state: string }[] };
+  encodeIndexRequest: () => Buffer;
+}
+
+export class RemoteNode {
+  readonly address: string;
+  #client: grpc.Client;
+  #o: RemoteNodeOptions;
+  #up = false;
+  #models = new Set<string>();
+  #inflight = 0;
+  #waiting: (() => void)[] = [];
+
+  constructor(address: string, options: RemoteNodeOptions) {
+    this.address = address;
+    this.#o = options;
+    // Reconnect quickly: a node that comes back should be found within the health interval.
+    this.#client = new grpc.Client(address, grpc.credentials.createInsecure(), {
+      'grpc.initial_reconnect_backoff_ms': 200,
+      'grpc.max_reconnect_backoff_ms': 1000,
+      'grpc.max_receive_message_length': -1,
+      'grpc.max_send_message_length': -1,
+    });
+  }
+
+  get up(): boolean {
+    return this.#up;
+  }
+
+  get inflight(): number {
+    return this.#inflight;
+  }
+
+  serves(model: string): boolean {
+    return this.#up && this.#models.has(model);
+  }
+
+  get models(): string[] {
+    return [...this.#models];
+  }
+
+  /** Ask the node what it serves; up if it answers in time, down if not. Returns whether its state changed. */
+  async refresh(timeoutMs: number): Promise<boolean> {
+    const was = this.#up;
+    try {
+      const bytes = await this.#unaryRaw('/inference.GRPCInferenceService/RepositoryIndex', this.#o.encodeIndexRequest(), new grpc.Metadata(), Date.now() + timeoutMs);
+      this.#models = new Set(this.#o.decodeIndex(bytes).models.filter((m) => m.state === 'READY').map((m) => m.name));
+      this.#up = true;
+    } catch {
+      this.#up = false;
+    }
+    return was !== this.#up;
+  }
+
+  markDown(): void {
+    this.#up = false;
+  }
+
+  /** Forward one unary call's bytes; waits for a stream slot first. */
+  async unary(path: string, request: Buffer, metadata: grpc.Metadata, deadline: grpc.Deadline): Promise<Buffer> {
+    await this.#acquire();
+    try {
+      return await this.#unaryRaw(path, request, metadata, deadline);
+    } finally {
+      this.#release();
+    }
+  }
+
+  /** Open a forwarded bidirectional stream; it holds a stream slot until it ends. */
+  async stream(path: string, metadata: grpc.Metadata, deadline: grpc.Deadline): Promise<grpc.ClientDuplexStream<Buffer, Buffer>> {
+    await this.#acquire();
+    const stream = this.#client.makeBidiStreamRequest(path, raw, raw, metadata, { deadline });
+    let released = false;
+    const release = () => {
+      if (!released) {
+        released = true;
+        this.#release();
+      }
+    };
+    stream.on('status', release);
+    stream.on('error', release);
+    return stream;
+  }
+
+  close(): void {
+    this.#client.close();
+  }
+
+  #unaryRaw(path: string, request: Buffer, metadata: grpc.Metadata, deadline: grpc.Deadline): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      this.#client.makeUnaryRequest(path, raw, raw, request, metadata, { deadline }, (err, res) => (err ? reject(err) : resolve(res as Buffer)));
+    });
+  }
+
+  #acquire(): Promise<void> {
+    if (this.#inflight < this.#o.maxStreams) {
+      this.#inflight++;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => this.#waiting.push(() => {
+      this.#inflight++;
+      resolve();
+    }));
+  }
+
+  #release(): void {
+    this.#inflight--;
+    this.#waiting.shift()?.();
+  }
+}

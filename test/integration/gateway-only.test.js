@@ -1,0 +1,112 @@
+// Gateway-only mode: two Stowage nodes and a gateway process in front of them, all on loopback.
+// The gateway discovers what each node serves, forwards unary and streaming inference and the
+// metadata RPCs unchanged, merges RepositoryIndex and /metrics, and when a node is killed and
+// restarted during a bounded load, requests for models on the surviving node never fail and the
+// killed node's models come back.
+import { once } from 'node:events';
+import test from 'ava';
+import { inferAndCheck, random, writeBundle, mlpLayers } from '../helpers/mlp-catalog.js';
+import { scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
+
+const SIZES = [32, 64, 4];
+
+async function node(t, name, models, env = {}) {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const written = models.map(([model, seed]) => writeBundle(`${temp.dir}/repo`, model, mlpLayers(seed, SIZES)));
+  const start = (extraEnv = {}) => startServer({ model_repo: `${temp.dir}/repo` }, { root: temp.dir, env: { ...env, ...extraEnv } });
+  const server = await start();
+  return { name, server, models: written, start };
+}
+
+test('two nodes behind a gateway: routing, streaming, merged index and metrics; a killed node recovers and the other never fails', async (t) => {
+  const a = await node(t, 'a', [['a0', 1], ['shared', 3]]);
+  let b = await node(t, 'b', [['b0', 2], ['shared', 3]]);
+  t.teardown(() => a.server.stop());
+  let bServer = b.server;
+  t.teardown(() => bServer.stop());
+  const gateway = await startServer({
+    gateway: {
+      endpoints: [a.server.address, b.server.address],
+      metrics_endpoints: [`127.0.0.1:${a.server.adminPort}`, `127.0.0.1:${b.server.adminPort}`],
+      health_seconds: 0.2,
+    },
+  });
+  t.teardown(() => gateway.stop());
+  const [a0, shared] = a.models;
+  const [b0] = b.models;
+  const client = gateway.client;
+
+  // Discovery and forwarding.
+  const index = await client.call('RepositoryIndex', {});
+  t.deepEqual(index.models.map((m) => [m.name, m.state]), [['a0', 'READY'], ['b0', 'READY'], ['shared', 'READY']]);
+  for (const model of [a0, b0, shared]) t.is(await inferAndCheck(client, model, 2, random(1)), null);
+  const metadata = await client.call('ModelMetadata', { name: 'b0' });
+  t.is(metadata.name, 'b0');
+  const missing = await t.throwsAsync(client.infer('ghost', [{ name: 'x', datatype: 'FP32', shape: [1, 32], data: new Float32Array(32) }]));
+  t.is(missing.code, 5);
+  t.regex(missing.details, /unknown model "ghost"; the repository serves: a0, b0, shared/);
+  t.true((await client.call('ServerReady', {})).ready);
+
+  // Streaming: requests for models on both nodes on one stream, each answered with its id.
+  const stream = client.stream();
+  const answers = [];
+  stream.on('data', (r) => answers.push(r));
+  const x = () => Buffer.from(new Float32Array(32).fill(0.5).buffer);
+  for (const [i, model] of ['a0', 'b0', 'ghost', 'shared'].entries()) {
+    stream.write({ model_name: model, id: `r${i}`, inputs: [{ name: 'x', datatype: 'FP32', shape: ['1', '32'] }], raw_input_contents: [x()] });
+  }
+  stream.end();
+  await once(stream, 'end');
+  const byId = Object.fromEntries(answers.map((r) => [r.infer_response?.id, r]));
+  t.deepEqual(Object.keys(byId).sort(), ['r0', 'r1', 'r2', 'r3']);
+  t.is(byId.r1.infer_response.model_name, 'b0');
+  t.regex(byId.r2.error_message, /unknown model "ghost"/);
+
+  // Metrics from both nodes, labelled.
+  const m = await scrapeMetrics(gateway.adminPort);
+  t.true(m[`nv_inference_count{model="a0",version="1",node="127.0.0.1:${a.server.adminPort}"}`] >= 2);
+  t.true(m[`nv_inference_count{model="b0",version="1",node="127.0.0.1:${b.server.adminPort}"}`] >= 2);
+  t.is(m[`stowage_gateway_node_up{node="${b.server.address}"}`], 1);
+
+  // Bounded load from 6 clients while node b is killed and restarted on the same port.
+  const failures = { a0: 0, shared: 0, b0: 0 };
+  const ok = { a0: 0, shared: 0, b0: 0 };
+  let running = true;
+  const load = Promise.all(Array.from({ length: 6 }, async (_, c) => {
+    const next = random(10 + c);
+    const models = [a0, shared, b0];
+    let calls = 0;
+    while (running && calls++ < 50_000) { // bounded by time (running) and by count
+      const model = models[calls % 3];
+      try {
+        const wrong = await inferAndCheck(client, model, 1, next);
+        if (wrong) t.fail(wrong);
+        ok[model.name]++;
+      } catch (err) {
+        failures[model.name]++;
+        if (model !== b0) t.log(`${model.name}: ${err.details ?? err.message}`);
+        await new Promise((r) => setTimeout(r, 5)); // the node is down: do not spin
+      }
+    }
+  }));
+  await new Promise((r) => setTimeout(r, 500));
+  const port = b.server.address.split(':').pop();
+  const mark = gateway.logs.length; // only what the gateway logs from now on
+  const after = (match) => (l) => gateway.logs.indexOf(l) >= mark && match(l);
+  b.server.child.kill('SIGKILL');
+  await once(b.server.child, 'exit');
+  await gateway.waitForLog(after((l) => l.msg === 'node down: it does not answer' || l.msg === 'node marked down: it failed a call and its health check'));
+  await new Promise((r) => setTimeout(r, 500));
+  bServer = await b.start({ INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: port });
+  await gateway.waitForLog(after((l) => l.msg === 'node up' && l.node === `127.0.0.1:${port}`));
+  const okBefore = ok.b0;
+  await new Promise((r) => setTimeout(r, 500));
+  running = false;
+  await load;
+  t.log(`ok ${JSON.stringify(ok)}, failed ${JSON.stringify(failures)}`);
+  t.is(failures.a0, 0, 'models on the surviving node never fail');
+  t.is(failures.shared, 0, 'a model on both nodes fails over to the surviving one');
+  t.true(ok.b0 > okBefore, 'the killed node\'s model is served again after the restart');
+  t.is(await inferAndCheck(client, b0, 1, random(99)), null);
+});
