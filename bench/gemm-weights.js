@@ -6,17 +6,11 @@
 //   npm run build && node bench/gemm-weights.js
 import * as ort from 'onnxruntime-node';
 import { WireWriter } from '../dist/weights/protobuf-wire.js';
+import { valueInfo } from '../test/helpers/mlp-catalog.js';
 
 const K = 8192;
 const N = 2048;
 const RUNS = 30;
-
-function valueInfo(name, dims) {
-  const shape = new WireWriter();
-  for (const d of dims) shape.bytes(1, typeof d === 'string' ? new WireWriter().string(2, d).finish() : new WireWriter().varint(1, d).finish());
-  const tensorType = new WireWriter().varint(1, 1).bytes(2, shape.finish()).finish();
-  return new WireWriter().string(1, name).bytes(2, new WireWriter().bytes(1, tensorType).finish()).finish();
-}
 
 function model(op, transB, fed, weights) {
   const node = new WireWriter().string(1, 'x').string(1, 'w').string(2, 'y').string(3, 'fc').string(4, op);

@@ -6,6 +6,7 @@
  * then the gRPC port opens. A bundle that fails is recorded UNAVAILABLE with
  * its reason and the rest still load.
  */
+import { accessSync, constants, mkdirSync } from 'node:fs';
 import type http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
@@ -15,6 +16,7 @@ import { createAdminServer, listen, nodeReadiness, registryMetrics } from './adm
 import type { NodeConfig } from './config/schema.js';
 import { weightCacheInit } from './config/weight-budget.js';
 import { resolveWorkers } from './config/workers.js';
+import { errors } from './errors.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
 import { HookPool } from './hooks/hook-pool.js';
 import { ModelRepository } from './repository.js';
@@ -29,6 +31,16 @@ import { loadControlClient, loadInferenceClient } from './protocol/proto.js';
 import { createHandlers } from './protocol/service.js';
 import { PACKAGE_VERSION } from './version.js';
 
+
+/** The compile cache must be writable before any model loads: say so once, clearly, at start-up. */
+function ensureWritable(dir: string): void {
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+  } catch (err) {
+    throw errors.configInvalid(`cache_dir ${dir} is not a writable directory (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}); compiled models are kept there: point cache_dir at one the server may write`);
+  }
+}
 
 export interface Ports {
   grpc: number;
@@ -86,6 +98,7 @@ export class StowageServer {
 
     // One device actor per worker (per device); on backend cpu each is a virtual device of its own.
     const workers = resolveWorkers(this.#config);
+    if (workers.some((w) => w.runtime.weight_cache_fraction > 0)) ensureWritable(this.#config.cache_dir);
     const hostWeights = this.hostWeights;
     const devices = await Promise.all(workers.map((w) => {
       const weights = weightCacheInit(w.runtime, w.scheduler, this.#config.cache_dir);

@@ -39,7 +39,8 @@ function tensor(name, dims, data) {
   return w.varint(2, FLOAT).string(8, name).bytes(9, new Uint8Array(data.buffer, data.byteOffset, data.byteLength)).finish();
 }
 
-function valueInfo(name, dims) {
+/** A graph input or output declaration: a float tensor of `dims` (strings are symbolic dims). */
+export function valueInfo(name, dims) {
   const shape = new WireWriter();
   for (const d of dims) shape.bytes(1, typeof d === 'string' ? new WireWriter().string(2, d).finish() : new WireWriter().varint(1, d).finish());
   const tensorType = new WireWriter().varint(1, FLOAT).bytes(2, shape.finish()).finish();

@@ -51,6 +51,17 @@ test('an invalid node file stops start-up with exit code 2 and the key path', as
   t.regex(missing.stderr, /cannot read node file .*absent\.yaml: ENOENT/);
 });
 
+test('a cache_dir the server cannot write stops start-up with a clear message', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const file = path.join(temp.dir, 'node.yaml');
+  writeFileSync(path.join(temp.dir, 'a-file'), 'not a directory');
+  writeFileSync(file, `model_repo: ${path.join(ROOT, 'bundles')}\ncache_dir: ./a-file/cache\n`);
+  const { code, stderr } = await main([file], { INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '0', INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '0' });
+  t.is(code, 2);
+  t.regex(stderr, /cache_dir .*a-file\/cache is not a writable directory \(ENOTDIR\)/);
+});
+
 test('a model_repo that is not a directory stops start-up with a clear message', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);
