@@ -93,6 +93,9 @@ export class DeviceActor {
   #nextId = 1;
   /** Loaded instances and their specs, to load again into a replacement worker. */
   #loaded = new Map<string, ModelSpec>();
+  /** Run-time changes (SetModelPolicy, SetModelResidency) by model, to replay into a replacement worker. */
+  #policies = new Map<string, ModelPolicyUpdate>();
+  #residencies = new Map<string, Residency>();
   #crashes = 0;
   #stopping = false;
 
@@ -170,7 +173,11 @@ export class DeviceActor {
     }
     this.#state = DeviceState.RESTARTING;
     const started = this.#spawn();
-    // Posted now, these loads sit first in the new worker's inbox, ahead of any later request.
+    // Posted now, these sit first in the new worker's inbox, ahead of any later request: the
+    // run-time policy and residency changes, then the loads they apply to.
+    const replayFailed = (what: string) => (err: Error) => this.#options.logger.error({ device: this.deviceId }, `replaying ${what} after crash failed: ${err.message}`);
+    for (const [model, policy] of this.#policies) this.setPolicy(model, policy).catch(replayFailed(`the policy of ${model}`));
+    for (const [model, residency] of this.#residencies) this.setResidency(model, residency).catch(replayFailed(`the residency of ${model}`));
     for (const [instance, spec] of this.#loaded) {
       this.load(spec, instance).catch((err: Error) => this.#options.logger.error({ device: this.deviceId, model: spec.name }, `reload after crash failed: ${err.message}`));
     }
@@ -294,6 +301,7 @@ export class DeviceActor {
     const hostOffer = this.#options.hostWeights?.offer() ?? {};
     const reply = await this.#call({ type: 'setResidency', id: this.#nextId++, model, residency, hostOffer }, MODEL_LOAD_TIMEOUT_MS, () => errors.deviceUnavailable(this.deviceId, 'no answer to setResidency'));
     const { memory, host } = reply as Extract<FromDevice, { type: 'residencySet' }>;
+    this.#residencies.set(model, residency);
     this.#options.hostWeights?.update(host);
     if (memory) this.#options.onWeights?.(model, null, memory);
   }
@@ -314,6 +322,7 @@ export class DeviceActor {
   /** Change a model's scheduling policy now (its queued requests included) and for later loads. */
   async setPolicy(model: string, policy: ModelPolicyUpdate): Promise<void> {
     await this.#call({ type: 'setPolicy', id: this.#nextId++, model, policy }, DEVICE_START_TIMEOUT_MS, () => errors.deviceUnavailable(this.deviceId, 'no answer to setPolicy'));
+    this.#policies.set(model, { ...this.#policies.get(model), ...policy });
   }
 
   /** A shared-memory region was unregistered: the worker drops its cached mapping. */

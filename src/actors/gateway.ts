@@ -282,8 +282,14 @@ export class Gateway {
     await Promise.all(this.devices.map((d) => d.setPolicy(model, policy)));
   }
 
+  /** Change a model's residency on every device; if any device refuses, the others go back to what they had. */
   async setResidency(model: string, residency: Residency): Promise<void> {
-    await Promise.all(this.devices.map((d) => d.setResidency(model, residency)));
+    const before = (await this.status()).find((s) => s.model === model)?.residency;
+    const results = await Promise.allSettled(this.devices.map((d) => d.setResidency(model, residency)));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (!failed) return;
+    if (before) await Promise.allSettled(this.devices.filter((_, i) => results[i].status === 'fulfilled').map((d) => d.setResidency(model, before)));
+    throw failed.reason;
   }
 
   /** Compact one device's arena (or every device's, for -1); the bytes moved in all. */

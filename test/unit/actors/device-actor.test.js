@@ -72,6 +72,15 @@ test('a crash fails every in-flight request with UNAVAILABLE, and the replacemen
   t.is(device.inflight, 0);
 });
 
+test('run-time policy changes survive a crash: the replacement worker gets them before the reloads', async (t) => {
+  const device = await actor(t, scripted);
+  await device.load(spec('echo'), 'echo#1');
+  await device.setPolicy('echo', { weight: 3 });
+  await t.throwsAsync(device.infer({ instance: 'crash#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) }));
+  const { instances } = await device.status();
+  t.deepEqual(instances.map((i) => [i.instance, i.weight]), [['echo#1', 3]]);
+});
+
 test('a worker that keeps crashing is given up on, and later calls fail at once', async (t) => {
   const device = await actor(t, scripted);
   for (let i = 0; i < 3; i++) {
