@@ -26,7 +26,7 @@ import type { Datatype } from '../dtypes.js';
 import { splitWeights } from './split-weights.js';
 
 /** Bump when the entry layout or the splitting rule changes: old entries then miss. */
-const CACHE_FORMAT = 2;
+const CACHE_FORMAT = 3;
 
 /** One weight tensor of a compiled executable. */
 export interface WeightEntry {
