@@ -3,8 +3,8 @@
  * remote nodes unchanged (raw bytes both ways; the gateway reads only the
  * model name to route by), and the answers come back unchanged.
  *
- * - ModelInfer, ModelReady, ModelMetadata, ModelConfig, ModelStatistics (one
- *   model): to a node serving the model ready, `round_robin` or
+ * - ModelInfer, ModelReady, ModelMetadata, ModelConfig: to a node serving the
+ *   model ready, `round_robin` or
  *   `least_outstanding` among them. A node that fails with UNAVAILABLE and then
  *   does not answer its health check is marked down and the call goes to
  *   another node serving the model; with none left it fails UNAVAILABLE at once.
@@ -13,8 +13,8 @@
  *   back. If a node's stream fails, each of its unanswered requests gets an
  *   error_message on the client's stream, which lives on.
  * - ServerLive, ServerReady (any node up), ServerMetadata and LogSettings are
- *   the gateway's own; RepositoryIndex and ModelStatistics (every model) merge
- *   every node's; RepositoryModelLoad/Unload go to every node that is up.
+ *   the gateway's own; RepositoryIndex merges every node's, ModelStatistics sums
+ *   every node's per model; RepositoryModelLoad/Unload go to every node up.
  * - Shared memory is local to a machine: those RPCs say to use the node.
  */
 import * as grpc from '@grpc/grpc-js';
@@ -26,6 +26,7 @@ import { applyLogSettings, currentLogSettings } from '../protocol/log-settings.j
 import { logFailure } from '../protocol/unary.js';
 import { readFields, readString } from '../weights/protobuf-wire.js';
 import type { RemoteNode } from './remote-node.js';
+import { mergeStatistics } from './statistics-merge.js';
 
 const SERVICE = '/inference.GRPCInferenceService/';
 
@@ -166,11 +167,15 @@ export function createProxyHandlers(ctx: ProxyContext): grpc.UntypedServiceImple
       }, (err) => callback(logFailure(logger, 'RepositoryIndex', err)));
     },
     ModelStatistics: (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => {
-      if (stringField(call.request, 1) !== '') return forwardByModel('ModelStatistics')(call, callback);
-      // Every model: each node's statistics, one entry per model and node.
-      everyNode('ModelStatistics', call.request, call).then((answers) => {
-        const stats = answers.flatMap((a) => (a.status === 'fulfilled' ? decode('ModelStatistics', a.value).model_stats as unknown[] : []));
-        callback(null, encode('ModelStatistics', { model_stats: stats }));
+      // Every node's statistics for the model (or for every model), summed: one entry per model.
+      const model = stringField(call.request, 1);
+      const serving = model === '' ? upNodes() : nodes.filter((n) => n.serves(model));
+      if (model !== '' && serving.length === 0) return forwardByModel('ModelStatistics')(call, callback); // its NOT_FOUND or UNAVAILABLE
+      Promise.allSettled(serving.map((n) => n.unary(`${SERVICE}ModelStatistics`, call.request, call.metadata, deadlineOf(call)))).then((answers) => {
+        const ok = answers.filter((a): a is PromiseFulfilledResult<Buffer> => a.status === 'fulfilled');
+        if (ok.length === 0 && answers.length > 0) return callback((answers[0] as PromiseRejectedResult).reason);
+        const stats = ok.flatMap((a) => decode('ModelStatistics', a.value).model_stats as Record<string, unknown>[]);
+        callback(null, encode('ModelStatistics', { model_stats: mergeStatistics(stats) }));
       }, (err) => callback(logFailure(logger, 'ModelStatistics', err)));
     },
     ModelInfer: forwardByModel('ModelInfer'),

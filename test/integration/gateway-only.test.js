@@ -63,6 +63,15 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
   t.is(byId.r1.infer_response.model_name, 'b0');
   t.regex(byId.r2.error_message, /unknown model "ghost"/);
 
+  // Statistics: one entry per model, summed over the nodes serving it.
+  for (let i = 0; i < 4; i++) await inferAndCheck(client, shared, 1, random(i));
+  const onNodes = await Promise.all([a, b].map(async (n) => Number((await n.server.client.call('ModelStatistics', { name: 'shared' })).model_stats[0].inference_count)));
+  const viaGateway = (await client.call('ModelStatistics', { name: 'shared' })).model_stats;
+  t.is(viaGateway.length, 1);
+  t.is(Number(viaGateway[0].inference_count), onNodes[0] + onNodes[1]);
+  t.true(onNodes[0] > 0 && onNodes[1] > 0, `both nodes served "shared": ${onNodes}`);
+  t.deepEqual((await client.call('ModelStatistics', { name: '' })).model_stats.map((s) => s.name).sort(), ['a0', 'b0', 'shared']);
+
   // Metrics from both nodes, labelled.
   const m = await scrapeMetrics(gateway.adminPort);
   t.true(m[`nv_inference_count{model="a0",version="1",node="127.0.0.1:${a.server.adminPort}"}`] >= 2);
