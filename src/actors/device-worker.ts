@@ -10,6 +10,11 @@
  * admitted and can coalesce into the next batch. `session.run` blocks this
  * thread for the whole execution, which is exactly when queues fill.
  *
+ * Weights: with the on-demand cache on, every model's sessions are weightless
+ * and its weights are fed from this device's arena (weights/weight-cache.ts).
+ * Before a batch runs, its model's weights are made resident if they are not:
+ * the batch waits for that one copy, and the model is charged for it.
+ *
  * Buffers: input bytes arrive transferred (this thread owns them) and are fed
  * to ONNX Runtime in place when a request runs alone, or copied once into the
  * joined batch; each execution's outputs go back in one message, transferred.
@@ -61,10 +66,10 @@ const scheduler = new Scheduler<InferCommand>({
 const policyUpdates = new Map<string, ModelPolicyUpdate>();
 /** Residencies changed at run time (SetModelResidency), by model name; they outlive reloads. */
 const residencyUpdates = new Map<string, Residency>();
-/** The device's weights: an arena of the budget's size and what is resident in it; null when the cache is off. */
 /** Host buffers the main thread offered with the control message being handled, and those read from disk meanwhile. */
 let hostOffer: Record<string, SharedArrayBuffer> = {};
 let hostCreated: Record<string, SharedArrayBuffer> = {};
+/** The device's weights: an arena of the budget's size and what is resident in it; null when the cache is off. */
 const weightCache = init.weights
   ? new WeightCache(new Arena(init.weights.budgetBytes, { preallocate: init.weights.preallocate }), {
     readTensor,
@@ -92,7 +97,7 @@ function residencyOf(name: string): Residency {
   return residencyUpdates.get(name) ?? config.models[name]?.residency ?? 'system';
 }
 
-/** The cache's outcome as the main thread reports it (instances become model names). */
+/** The cache's outcome as the main thread reports it (instances become model names); thrash is logged there too. */
 function weightLoad(outcome: ResidencyOutcome): WeightLoad {
   if (outcome.thrash) {
     const t = outcome.thrash;
