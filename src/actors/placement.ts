@@ -9,11 +9,11 @@
  *
  * Repacking from scratch could move many models for a small gain, and every
  * move costs a cold load; a model's current device is therefore preferred
- * unless another is better by more than STICKINESS.
+ * unless another is better by more than STICKINESS (5%).
  */
 
 /** A device whose load is within this fraction of the best keeps the model it already holds. */
-export const STICKINESS = 0.1;
+export const STICKINESS = 0.05;
 
 export interface PlacementItem {
   model: string;

@@ -95,3 +95,12 @@ test('a model with replicas: 2 is served from two devices, filling one batch bef
   const others = [0, 1, 2, 3].filter((d) => !placed.m000.includes(d));
   t.true(others.every((d) => !(m[`stowage_gateway_routed_total{model="m000",device="${d}"}`] > 0)), 'and no other device');
 });
+
+test('default_replicas: all puts every model on every device, and a device that cannot hold them is warned about', async (t) => {
+  const { server, placement } = await serve(t, { default_replicas: 'all', rebalance_compute_seconds: 0 }, { count: 12 });
+  const placed = await placement();
+  t.true(Object.values(placed).every((ids) => [...ids].sort().join() === '0,1,2,3'));
+  const warning = server.logs.find((l) => l.level === 40 && /the models placed on it need \d+ bytes of weights, more than its budget of \d+; it will thrash/.test(l.msg));
+  t.truthy(warning, 'twelve models of a catalog sized for 24 at one third each do not fit one device');
+  t.is(warning.budget, BUDGET);
+});
