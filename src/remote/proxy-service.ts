@@ -57,8 +57,18 @@ const MODEL_FIELD: Record<string, number> = {
   ModelStatistics: 1,
 };
 
-function stringField(bytes: Buffer, field: number): string {
-  return readString(readFields(bytes), field) ?? '';
+/**
+ * The string fields the gateway routes by (model name, request id). The bytes are the client's,
+ * unchecked: a message that is not protobuf is INVALID_ARGUMENT, never a crash.
+ */
+function stringFields(bytes: Buffer, rpc: string, ...numbers: number[]): string[] {
+  let fields;
+  try {
+    fields = readFields(bytes);
+  } catch (err) {
+    throw errors.invalidRequest(`${rpc}: the request is not a valid protobuf message (${(err as Error).message})`);
+  }
+  return numbers.map((n) => readString(fields, n) ?? '');
 }
 
 /** The same service with raw bytes in and out: what the gateway registers. */
@@ -105,7 +115,13 @@ export function createProxyHandlers(ctx: ProxyContext): grpc.UntypedServiceImple
   /** Forward a model-scoped unary call; on a node failure, to the next node serving the model. */
   function forwardByModel(rpc: string): grpc.handleUnaryCall<Buffer, Buffer> {
     return (call, callback) => {
-      const model = stringField(call.request, MODEL_FIELD[rpc]);
+      let model: string;
+      try {
+        [model] = stringFields(call.request, rpc, MODEL_FIELD[rpc]);
+      } catch (err) {
+        callback(logFailure(logger, rpc, err));
+        return;
+      }
       const tried = new Set<RemoteNode>();
       const attempt = async (): Promise<Buffer> => {
         const node = pick(model, tried);
@@ -168,7 +184,13 @@ export function createProxyHandlers(ctx: ProxyContext): grpc.UntypedServiceImple
     },
     ModelStatistics: (call: grpc.ServerUnaryCall<Buffer, Buffer>, callback: grpc.sendUnaryData<Buffer>) => {
       // Every node's statistics for the model (or for every model), summed: one entry per model.
-      const model = stringField(call.request, 1);
+      let model: string;
+      try {
+        [model] = stringFields(call.request, 'ModelStatistics', 1);
+      } catch (err) {
+        callback(logFailure(logger, 'ModelStatistics', err));
+        return;
+      }
       const serving = model === '' ? upNodes() : nodes.filter((n) => n.serves(model));
       if (model !== '' && serving.length === 0) return forwardByModel('ModelStatistics')(call, callback); // its NOT_FOUND or UNAVAILABLE
       Promise.allSettled(serving.map((n) => n.unary(`${SERVICE}ModelStatistics`, call.request, call.metadata, deadlineOf(call)))).then((answers) => {
@@ -259,11 +281,11 @@ export function createProxyHandlers(ctx: ProxyContext): grpc.UntypedServiceImple
       return upstream;
     };
     call.on('data', (bytes: Buffer) => {
-      const fields = readFields(bytes);
-      const model = readString(fields, 1) ?? '';
-      const id = readString(fields, 3) ?? '';
+      let model = '';
+      let id = '';
       let node: RemoteNode;
       try {
+        [model, id] = stringFields(bytes, 'ModelStreamInfer', 1, 3);
         node = pick(model);
       } catch (err) {
         answerError(id, model, errorToStatus(err).details);

@@ -4,6 +4,7 @@
 // restarted during a bounded load, requests for models on the surviving node never fail and the
 // killed node's models come back.
 import { once } from 'node:events';
+import * as grpc from '@grpc/grpc-js';
 import test from 'ava';
 import { inferAndCheck, random, writeBundle, mlpLayers } from '../helpers/mlp-catalog.js';
 import { scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
@@ -47,6 +48,24 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
   t.is(missing.code, 5);
   t.regex(missing.details, /unknown model "ghost"; the repository serves: a0, b0, shared/);
   t.true((await client.call('ServerReady', {})).ready);
+
+  // Bytes that are not a protobuf message: INVALID_ARGUMENT (unary) or an error_message (stream); the gateway keeps serving.
+  const raw = new grpc.Client(gateway.address, grpc.credentials.createInsecure());
+  t.teardown(() => raw.close());
+  const garbage = Buffer.from([0x0a, 0x05, 0x61]); // a 5-byte string field with 1 byte left
+  const same = (b) => b;
+  const bad = await t.throwsAsync(new Promise((resolve, reject) => raw.makeUnaryRequest('/inference.GRPCInferenceService/ModelInfer', same, same, garbage, (err, res) => (err ? reject(err) : resolve(res)))));
+  t.is(bad.code, grpc.status.INVALID_ARGUMENT);
+  t.regex(bad.details, /ModelInfer: the request is not a valid protobuf message/);
+  const rawStream = raw.makeBidiStreamRequest('/inference.GRPCInferenceService/ModelStreamInfer', same, same);
+  const rawAnswers = [];
+  rawStream.on('data', (b) => rawAnswers.push(b));
+  rawStream.write(garbage);
+  rawStream.end();
+  await once(rawStream, 'end');
+  t.is(rawAnswers.length, 1);
+  t.regex(Buffer.from(rawAnswers[0]).toString('latin1'), /ModelStreamInfer: the request is not a valid protobuf message/);
+  t.is(await inferAndCheck(client, a0, 1, random(5)), null, 'and it still serves');
 
   // Streaming: requests for models on both nodes on one stream, each answered with its id.
   const stream = client.stream();
