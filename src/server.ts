@@ -12,9 +12,8 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { DeviceActor } from './actors/device-actor.js';
 import { Gateway } from './actors/gateway.js';
-import { createAdminServer, listen, nodeReadiness, registryMetrics } from './admin/http.js';
+import { closeAdmin, createAdminServer, listen, nodeReadiness, registryMetrics } from './admin/http.js';
 import type { NodeConfig } from './config/schema.js';
-import { weightCacheInit } from './config/weight-budget.js';
 import { resolveWorkers } from './config/workers.js';
 import { errors } from './errors.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
@@ -27,6 +26,7 @@ import { Statistics } from './statistics.js';
 import { Metrics } from './metrics.js';
 import { Admission } from './protocol/admission.js';
 import { createControlHandlers } from './protocol/control-service.js';
+import { bindGrpcServer, createGrpcServer, shutdownGrpcServer } from './protocol/grpc-server.js';
 import { loadControlClient, loadInferenceClient } from './protocol/proto.js';
 import { createHandlers } from './protocol/service.js';
 import { PACKAGE_VERSION } from './version.js';
@@ -98,16 +98,15 @@ export class StowageServer {
 
     // One device actor per worker (per device); on backend cpu each is a virtual device of its own.
     const workers = resolveWorkers(this.#config);
-    if (workers.some((w) => w.runtime.weight_cache_fraction > 0)) ensureWritable(this.#config.cache_dir);
+    if (workers.some((w) => w.weights)) ensureWritable(this.#config.cache_dir);
     const hostWeights = this.hostWeights;
     const devices = await Promise.all(workers.map((w) => {
-      const weights = weightCacheInit(w.runtime, w.scheduler, this.#config.cache_dir);
-      this.metrics.recordWeights(w.deviceId, '', null, weights && { residentBytes: 0, logicalBytes: 0, budgetBytes: weights.budgetBytes, hostBytes: 0 });
+      this.metrics.recordWeights(w.deviceId, '', null, w.weights && { residentBytes: 0, logicalBytes: 0, budgetBytes: w.weights.budgetBytes });
       return DeviceActor.create({
         deviceId: w.deviceId,
         intraOpThreads: w.runtime.intra_op_threads,
         scheduler: w.scheduler,
-        weights,
+        weights: w.weights,
         hostWeights,
         logger: this.#logger,
         onExecution: (model, timing, queued) => {
@@ -129,17 +128,19 @@ export class StowageServer {
         fillFactor: scheduling.routing_fill_factor,
         policy: scheduling.routing_policy,
         rebalanceSeconds: scheduling.rebalance_compute_seconds,
-        budgets: new Map(workers.map((w) => [w.deviceId, weightCacheInit(w.runtime, w.scheduler, this.#config.cache_dir)?.budgetBytes ?? 0])),
+        budgets: new Map(workers.map((w) => [w.deviceId, w.weights?.budgetBytes ?? 0])),
       },
       onRoute: (model, device) => this.metrics.recordRoute(model, device),
       onPlacement: (placement) => this.metrics.recordPlacement(placement),
     });
     this.#logger.info({
       devices: workers.map((w) => w.deviceId),
-      workers: workers.map((w) => {
-        const weights = weightCacheInit(w.runtime, w.scheduler, this.#config.cache_dir);
-        return { name: w.name, device: w.deviceId, weightBudgetBytes: weights?.budgetBytes ?? null, pinned: Object.keys(w.scheduler.models).filter((m) => w.scheduler.models[m].residency === 'device') };
-      }),
+      workers: workers.map((w) => ({
+        name: w.name,
+        device: w.deviceId,
+        weightBudgetBytes: w.weights?.budgetBytes ?? null,
+        pinned: Object.keys(w.scheduler.models).filter((m) => w.scheduler.models[m].residency === 'device'),
+      })),
       gateway: this.#config.gateway.scheduling.mode,
       cacheDir: this.#config.cache_dir,
     }, 'device actors started');
@@ -160,10 +161,7 @@ export class StowageServer {
       this.#stopWatching = watchRepository(repository, this.#config.model_repo, this.#config.global.model_poll_seconds, this.#logger);
     }
 
-    this.#grpc = new grpc.Server({
-      'grpc.max_receive_message_length': endpoints.max_receive_message_bytes,
-      'grpc.max_send_message_length': endpoints.max_send_message_bytes,
-    });
+    this.#grpc = createGrpcServer(endpoints);
     // Each model's scheduling policy as the main thread knows it: the node file's, then SetModelPolicy's.
     const policies = new Map(Object.entries(scheduler.models).map(([name, p]) => [name, { ...p }]));
     this.#grpc.addService(loadControlClient().service, createControlHandlers({ registry: this.registry, gateway: this.#gateway, logger: this.#logger, policies }));
@@ -181,10 +179,7 @@ export class StowageServer {
       version: PACKAGE_VERSION,
       isReady,
     }, client.service));
-    this.ports.grpc = await new Promise<number>((resolve, reject) => {
-      this.#grpc!.bindAsync(`${endpoints.host}:${endpoints.grpc_port}`, grpc.ServerCredentials.createInsecure(),
-        (err, port) => (err ? reject(err) : resolve(port)));
-    });
+    this.ports.grpc = await bindGrpcServer(this.#grpc, endpoints);
     this.#ready = true;
     const models = this.registry.all();
     this.#logger.info({
@@ -203,22 +198,10 @@ export class StowageServer {
   async stop(graceMs = this.#config.global.endpoints.shutdown_grace_seconds * 1000): Promise<void> {
     this.#ready = false;
     this.#stopWatching?.();
-    const grpcServer = this.#grpc;
-    if (grpcServer) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => {
-          grpcServer.forceShutdown();
-          resolve();
-        }, graceMs);
-        grpcServer.tryShutdown(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
-    }
+    await shutdownGrpcServer(this.#grpc, graceMs);
     await this.#gateway?.stop();
     await this.#hooks?.close();
     this.sharedMemory.unregister('');
-    await new Promise<void>((resolve) => (this.#admin?.listening ? this.#admin.close(() => resolve()) : resolve()));
+    await closeAdmin(this.#admin);
   }
 }

@@ -289,11 +289,10 @@ export class DeviceActor {
     }
   }
 
-  /** Every loaded instance's queue, learned costs, policy and residency, and the device's weight memory. */
-  async status(): Promise<{ instances: InstanceStatus[]; memory: WeightMemory | null }> {
+  /** Every loaded instance's queue, learned costs, policy and residency. */
+  async status(): Promise<InstanceStatus[]> {
     const reply = await this.#call({ type: 'status', id: this.#nextId++ }, DEVICE_START_TIMEOUT_MS, () => errors.deviceUnavailable(this.deviceId, 'no status report'));
-    const { instances, memory } = reply as Extract<FromDevice, { type: 'statusReport' }>;
-    return { instances, memory };
+    return (reply as Extract<FromDevice, { type: 'statusReport' }>).instances;
   }
 
   /** Change where a model's weights live at rest (`device` brings them on now, or fails if they cannot fit). */

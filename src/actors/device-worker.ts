@@ -88,7 +88,7 @@ const weightCache = init.weights
 
 function memory(): WeightMemory | null {
   if (!weightCache) return null;
-  return { residentBytes: weightCache.residentBytes, logicalBytes: weightCache.logicalResidentBytes, budgetBytes: weightCache.budget, hostBytes: weightCache.hostBytes };
+  return { residentBytes: weightCache.residentBytes, logicalBytes: weightCache.logicalResidentBytes, budgetBytes: weightCache.budget };
 }
 
 /** Where a model's weights live at rest: SetModelResidency's, else the node file's, else system. */
@@ -213,7 +213,7 @@ async function load(id: number, instance: string, spec: ModelSpec, offer: Record
     id,
     loadMs: nowMs() - started,
     compiled: { files: weightCache ? executables.length : 0, cacheHits: executables.filter((e) => e.cacheHit).length },
-    weightBytes: weightCache?.report().find((r) => r.instance === instance)?.weightBytes ?? 0,
+    weightBytes: weightCache?.weightBytes(instance) ?? 0,
     memory: memory(),
     load: outcome ? weightLoad(outcome) : null,
     host,
@@ -381,9 +381,8 @@ async function handleControl(msg: Extract<ToDevice, { type: 'load' | 'unload' | 
             ...policyOf(m.spec),
             residency: weightCache?.residencyOf(instance) ?? 'device',
             resident: weightCache ? weightCache.isResident(instance) : true,
-            weightBytes: weightCache?.report().find((r) => r.instance === instance)?.weightBytes ?? 0,
+            weightBytes: weightCache?.weightBytes(instance) ?? 0,
           })),
-          memory: memory(),
         });
       case 'setPolicy': {
         policyUpdates.set(msg.model, { ...policyUpdates.get(msg.model), ...msg.policy });

@@ -20,7 +20,7 @@ import type { Logger } from 'pino';
 import type { ModelSpec } from '../bundle/model-spec.js';
 import type { HostWeights } from '../weights/host-weights.js';
 import type { DeviceActor, InferRequest, InferResult } from './device-actor.js';
-import type { InstanceStatus, ModelPolicyUpdate, Residency, WeightMemory } from './messages.js';
+import type { InstanceStatus, ModelPolicyUpdate, Residency } from './messages.js';
 import { pack, type Placement } from './placement.js';
 
 export type GatewayMode = 'round_robin' | 'least_outstanding' | 'lpt_packing';
@@ -269,13 +269,8 @@ export class Gateway {
 
   /** Every device's instances, tagged with the device. */
   async status(): Promise<(InstanceStatus & { device: number })[]> {
-    const reports = await Promise.all(this.devices.map(async (d) => (await d.status()).instances.map((s) => ({ ...s, device: d.deviceId }))));
+    const reports = await Promise.all(this.devices.map(async (d) => (await d.status()).map((s) => ({ ...s, device: d.deviceId }))));
     return reports.flat();
-  }
-
-  /** Each device's weight memory (null where the weight cache is off). */
-  async memory(): Promise<{ device: number; memory: WeightMemory | null }[]> {
-    return Promise.all(this.devices.map(async (d) => ({ device: d.deviceId, memory: (await d.status()).memory })));
   }
 
   async setPolicy(model: string, policy: ModelPolicyUpdate): Promise<void> {

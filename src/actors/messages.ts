@@ -58,8 +58,6 @@ export interface WeightMemory {
   /** Bytes the resident models would take without sharing. */
   logicalBytes: number;
   budgetBytes: number;
-  /** Host RAM this device's models use: distinct tensors, each once (shared with other devices). */
-  hostBytes: number;
 }
 
 /**
@@ -173,7 +171,7 @@ export type FromDevice =
   /** One execution: every request that rode in it, answered in one message (their outputs may share buffers). */
   | { type: 'executed'; model: string; instance: string; results: InferResult[]; timing: ExecutionTiming; queued: number; load: WeightLoad | null; memory: WeightMemory | null }
   | { type: 'failed'; id: number; error: ErrorData }
-  | { type: 'statusReport'; id: number; instances: InstanceStatus[]; memory: WeightMemory | null }
+  | { type: 'statusReport'; id: number; instances: InstanceStatus[] }
   | { type: 'policySet'; id: number }
   | { type: 'residencySet'; id: number; memory: WeightMemory | null; host: HostUpdate }
   | { type: 'compacted'; id: number; movedBytes: number; memory: WeightMemory | null }

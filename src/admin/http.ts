@@ -55,6 +55,11 @@ export function createAdminServer(ctx: AdminContext): http.Server {
   });
 }
 
+/** Close the admin server if it is listening. */
+export function closeAdmin(server: http.Server | undefined): Promise<void> {
+  return new Promise((resolve) => (server?.listening ? server.close(() => resolve()) : resolve()));
+}
+
 export function listen(server: http.Server, host: string, port: number): Promise<number> {
   return new Promise((resolve, reject) => {
     server.once('error', reject);

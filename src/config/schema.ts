@@ -73,6 +73,12 @@ const schedulerSchema = {
   },
 } as const;
 
+/** A remote node's address: host:port. */
+const hostPort = { type: 'string', pattern: '^[^\\s:]+:\\d+$' } as const;
+
+/** How many devices a model is placed on under lpt_packing: a count, or all of them. */
+const replicaCount = { anyOf: [{ type: 'integer', minimum: 1 }, { const: 'all' }] } as const;
+
 /** A copy of a schema without its defaults: ajv fills defaults in, and an override block must not. */
 function withoutDefaults(schema: unknown): unknown {
   if (Array.isArray(schema)) return schema.map(withoutDefaults);
@@ -101,9 +107,9 @@ export const nodeConfigSchema = {
       properties: {
         // Remote Stowage nodes (host:port of their gRPC ports). Non-empty: this process is a
         // gateway only; it serves no devices and forwards every request to these nodes.
-        endpoints: { type: 'array', uniqueItems: true, items: { type: 'string', pattern: '^[^\\s:]+:\\d+$' }, default: [] },
+        endpoints: { type: 'array', uniqueItems: true, items: hostPort, default: [] },
         // Their admin ports (host:port), whose /metrics the gateway's /metrics includes, labelled node.
-        metrics_endpoints: { type: 'array', uniqueItems: true, items: { type: 'string', pattern: '^[^\\s:]+:\\d+$' }, default: [] },
+        metrics_endpoints: { type: 'array', uniqueItems: true, items: hostPort, default: [] },
         // Forwarded RPCs (unary calls and open streams) in flight to one node; more wait their turn.
         max_concurrent_streams: { type: 'integer', minimum: 1, default: 32 },
         // Deadline, in seconds, of a forwarded call whose client set none.
@@ -119,7 +125,7 @@ export const nodeConfigSchema = {
             // placed on `replicas` devices by measured compute and weight bytes; devices must run fifo or edf).
             mode: { enum: ['round_robin', 'least_outstanding', 'lpt_packing'], default: 'round_robin' },
             // lpt_packing: devices per model, a count or all.
-            default_replicas: { anyOf: [{ type: 'integer', minimum: 1 }, { const: 'all' }], default: 1 },
+            default_replicas: { ...replicaCount, default: 1 },
             // lpt_packing: a replica takes this many full batches in flight before the next opens.
             routing_fill_factor: { type: 'number', exclusiveMinimum: 0, default: 1 },
             // lpt_packing: which replica opens next: fill_rr in turn, fill_least the least busy device.
@@ -133,7 +139,7 @@ export const nodeConfigSchema = {
               additionalProperties: {
                 type: 'object',
                 additionalProperties: false,
-                properties: { replicas: { anyOf: [{ type: 'integer', minimum: 1 }, { const: 'all' }] } },
+                properties: { replicas: replicaCount },
               },
             },
           },

@@ -5,7 +5,9 @@
  * worker1, ...). The top-level `models:` map then pins each listed model to
  * device memory on the workers it names (`residency: device` there).
  */
+import type { WeightCacheInit } from '../actors/messages.js';
 import { errors } from '../errors.js';
+import { weightCacheInit } from './weight-budget.js';
 import type { ModelSchedulerConfig, NodeConfig, RuntimeConfig, SchedulerConfig } from './schema.js';
 
 export interface ResolvedWorker {
@@ -13,6 +15,8 @@ export interface ResolvedWorker {
   deviceId: number;
   runtime: RuntimeConfig;
   scheduler: SchedulerConfig;
+  /** Its weight cache (budget, compile cache); null when runtime.weight_cache_fraction is 0. */
+  weights: WeightCacheInit | null;
 }
 
 /** Device ids from gpus: auto is one device on the CPU backend. */
@@ -42,12 +46,10 @@ export function resolveWorkers(config: NodeConfig, file = 'node file'): Resolved
       pins.set(name, [...(pins.get(name) ?? []), model]);
     }
   }
-  const workers: ResolvedWorker[] = entries.map((w: NonNullable<NodeConfig['workers']>[number], i) => ({
-    name: w.name,
-    deviceId: w.gpu ?? i,
-    runtime: { ...runtime, ...w.runtime },
-    scheduler: { ...scheduler, ...w.scheduler, models: mergeModels(scheduler.models, w.scheduler?.models, pins.get(w.name)) },
-  }));
+  const workers: ResolvedWorker[] = entries.map((w: NonNullable<NodeConfig['workers']>[number], i) => {
+    const merged = { runtime: { ...runtime, ...w.runtime }, scheduler: { ...scheduler, ...w.scheduler, models: mergeModels(scheduler.models, w.scheduler?.models, pins.get(w.name)) } };
+    return { name: w.name, deviceId: w.gpu ?? i, ...merged, weights: weightCacheInit(merged.runtime, merged.scheduler, config.cache_dir) };
+  });
 
   const seen = new Map<string, number>();
   const devices = new Map<number, string>();

@@ -12,9 +12,10 @@ import type http from 'node:http';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
-import { createAdminServer, listen } from '../admin/http.js';
+import { closeAdmin, createAdminServer, listen } from '../admin/http.js';
 import type { NodeConfig } from '../config/schema.js';
 import { Admission } from '../protocol/admission.js';
+import { bindGrpcServer, createGrpcServer, shutdownGrpcServer } from '../protocol/grpc-server.js';
 import { loadInferenceClient } from '../protocol/proto.js';
 import { PACKAGE_VERSION } from '../version.js';
 import { mergeMetrics } from './metrics-merge.js';
@@ -94,10 +95,7 @@ export class StowageGateway {
     this.#timer = setInterval(() => void this.#checkNodes(), gw.health_seconds * 1000);
     this.#timer.unref();
 
-    this.#grpc = new grpc.Server({
-      'grpc.max_receive_message_length': endpoints.max_receive_message_bytes,
-      'grpc.max_send_message_length': endpoints.max_send_message_bytes,
-    });
+    this.#grpc = createGrpcServer(endpoints);
     const definition = loadInferenceClient().service;
     this.#grpc.addService(rawDefinition(definition), createProxyHandlers({
       nodes: this.nodes,
@@ -109,9 +107,7 @@ export class StowageGateway {
       requestTimeoutMs: gw.request_timeout_seconds * 1000,
       healthTimeoutMs: PROBE_TIMEOUT_MS,
     }));
-    this.ports.grpc = await new Promise<number>((resolve, reject) => {
-      this.#grpc!.bindAsync(`${endpoints.host}:${endpoints.grpc_port}`, grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port)));
-    });
+    this.ports.grpc = await bindGrpcServer(this.#grpc, endpoints);
     this.#logger.info({
       grpc: `${endpoints.host}:${this.ports.grpc}`,
       admin: `${endpoints.host}:${this.ports.admin}`,
@@ -146,20 +142,8 @@ export class StowageGateway {
   async stop(graceMs = this.#config.global.endpoints.shutdown_grace_seconds * 1000): Promise<void> {
     this.#stopping = true;
     clearInterval(this.#timer);
-    const server = this.#grpc;
-    if (server) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => {
-          server.forceShutdown();
-          resolve();
-        }, graceMs);
-        server.tryShutdown(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
-    }
+    await shutdownGrpcServer(this.#grpc, graceMs);
     for (const n of this.nodes) n.close();
-    await new Promise<void>((resolve) => (this.#admin?.listening ? this.#admin.close(() => resolve()) : resolve()));
+    await closeAdmin(this.#admin);
   }
 }

@@ -69,10 +69,6 @@ export class RemoteNode {
     return was !== this.#up;
   }
 
-  markDown(): void {
-    this.#up = false;
-  }
-
   /** Forward one unary call's bytes; waits for a stream slot first. */
   async unary(path: string, request: Buffer, metadata: grpc.Metadata, deadline: grpc.Deadline): Promise<Buffer> {
     await this.#acquire();

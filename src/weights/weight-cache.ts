@@ -84,15 +84,6 @@ export interface ThrashReport {
   budget: number;
 }
 
-export interface ModelResidencyReport {
-  instance: string;
-  model: string;
-  residency: Residency;
-  resident: boolean;
-  /** Aligned bytes of its distinct weight tensors. */
-  weightBytes: number;
-}
-
 export interface WeightCacheOptions {
   readTensor: ReadTensor;
   /** Where host copies live (default: fresh memory of this thread's own). */
@@ -290,8 +281,9 @@ export class WeightCache {
     return this.#compact();
   }
 
-  report(): ModelResidencyReport[] {
-    return [...this.#models].map(([instance, m]) => ({ instance, model: m.name, residency: m.residency, resident: m.resident, weightBytes: m.bytes }));
+  /** Aligned bytes of the instance's distinct weight tensors (what it takes on the device alone). */
+  weightBytes(instance: string): number {
+    return this.#models.get(instance)?.bytes ?? 0;
   }
 
   #require(instance: string): CachedModel {

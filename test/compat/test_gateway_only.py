@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from helpers import expect_error
+from helpers import expect_error, images_input
 
 
 @pytest.fixture()
@@ -13,13 +13,6 @@ def client(gateway):
     c = grpcclient.InferenceServerClient(gateway)
     yield c
     c.close()
-
-
-def images_input(images):
-    x = np.asarray(images, dtype=np.float32).reshape(-1, 8, 8)
-    inp = grpcclient.InferInput("image", list(x.shape), "FP32")
-    inp.set_data_from_numpy(x)
-    return inp
 
 
 def test_the_gateway_serves_the_nodes_models_with_their_metadata(client):

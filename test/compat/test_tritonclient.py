@@ -5,7 +5,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
-from helpers import expect_error
+from helpers import expect_error, images_input
 
 
 @pytest.fixture()
@@ -13,13 +13,6 @@ def client(server):
     c = grpcclient.InferenceServerClient(server)
     yield c
     c.close()
-
-
-def images_input(images):
-    x = np.asarray(images, dtype=np.float32).reshape(-1, 8, 8)
-    inp = grpcclient.InferInput("image", list(x.shape), "FP32")
-    inp.set_data_from_numpy(x)
-    return inp
 
 
 def test_health_and_server_metadata(client):

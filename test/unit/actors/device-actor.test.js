@@ -77,7 +77,7 @@ test('run-time policy changes survive a crash: the replacement worker gets them 
   await device.load(spec('echo'), 'echo#1');
   await device.setPolicy('echo', { weight: 3 });
   await t.throwsAsync(device.infer({ instance: 'crash#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) }));
-  const { instances } = await device.status();
+  const instances = await device.status();
   t.deepEqual(instances.map((i) => [i.instance, i.weight]), [['echo#1', 3]]);
 });
 
