@@ -5,7 +5,7 @@
 //
 //   npm run build && node bench/gemm-weights.js
 import * as ort from 'onnxruntime-node';
-import { WireWriter } from '../dist/weights/protobuf-wire.js';
+import { WireWriter } from '../dist/shared/protobuf-wire.js';
 import { valueInfo } from '../test/helpers/mlp-catalog.js';
 
 const K = 8192;

@@ -3,10 +3,10 @@
  * validates and prints the effective configuration; `--help` explains.
  */
 import { environmentOverrides, loadNodeConfig } from './config/load.js';
-import { StowageError } from './errors.js';
-import { createLogger } from './log.js';
+import { StowageError } from './shared/errors.js';
+import { createLogger } from './shared/log.js';
 import { StowageGateway } from './remote/gateway-server.js';
-import { StowageServer } from './server.js';
+import { StowageServer } from './node/server.js';
 
 const USAGE = `Stowage: a KServe V2 / Triton-compatible inference server for ONNX models.
 

@@ -5,6 +5,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# The Node the tests need: Node 24, fetched into .toolchain/ when the machine's is older (as .ci/run does).
+# shellcheck source=../tools/use-node.sh
+. tools/use-node.sh || { echo "0 passed, 1 failed"; exit 1; }
+echo "tests run on node $(node --version)"
+
 npm run --silent build || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
 
 passed=0

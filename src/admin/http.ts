@@ -7,21 +7,11 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
-import { ModelState, type ModelRegistry } from '../model-registry.js';
 
 export interface AdminContext {
   /** Whether the server is ready, and a body that says why (or why not). */
   readiness: () => { ready: boolean } & Record<string, unknown>;
   metrics: () => Promise<{ contentType: string; text: string }>;
-}
-
-/** A node's readiness: ready once every model has loaded or failed with a reason; the models still loading. */
-export function nodeReadiness(registry: ModelRegistry, isReady: () => boolean): AdminContext['readiness'] {
-  return () => {
-    const models = registry.all().map((r) => ({ name: r.name, state: r.state, reason: r.reason }));
-    const loading = models.filter((m) => m.state === ModelState.LOADING).map((m) => m.name);
-    return { ready: isReady(), loading, models };
-  };
 }
 
 export function registryMetrics(registry: Registry): AdminContext['metrics'] {

@@ -11,10 +11,10 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Ajv } from 'ajv';
 import YAML from 'yaml';
-import { byManifestDtype, MANIFEST_DTYPES } from '../dtypes.js';
-import { errors } from '../errors.js';
-import { describeSchemaErrors } from '../schema-errors.js';
-import type { ExecutableFile, ModelSpec, TensorSpec } from './model-spec.js';
+import { byManifestDtype, MANIFEST_DTYPES } from '../shared/dtypes.js';
+import { errors } from '../shared/errors.js';
+import { describeSchemaErrors } from '../shared/schema-errors.js';
+import type { ExecutableFile, ModelSpec, TensorSpec } from '../shared/model-spec.js';
 
 export const MANIFEST_FILE = 'manifest.yaml';
 const DEFAULT_BATCH_AXIS = 'n';

@@ -5,9 +5,9 @@
  * hand-written metadata.
  */
 import path from 'node:path';
-import { byOrtType, dtypeInfo } from '../dtypes.js';
-import { errors } from '../errors.js';
-import type { ExecutableFile, ModelSpec, TensorSpec } from './model-spec.js';
+import { byOrtType, dtypeInfo } from '../shared/dtypes.js';
+import { errors } from '../shared/errors.js';
+import type { ExecutableFile, ModelSpec, TensorSpec } from '../shared/model-spec.js';
 
 /** What onnxruntime-node's `session.inputMetadata` / `outputMetadata` give for a tensor. */
 export interface GraphTensor {

@@ -9,9 +9,9 @@
  *   ]);
  */
 import * as grpc from '@grpc/grpc-js';
-import { MAX_MESSAGE_BYTES } from '../constants.js';
-import { byDatatype, type Datatype } from '../dtypes.js';
-import { joinBytesElements, splitBytesElements } from '../protocol/bytes-elements.js';
+import { MAX_MESSAGE_BYTES } from '../shared/constants.js';
+import { byDatatype, type Datatype } from '../shared/dtypes.js';
+import { joinBytesElements, splitBytesElements } from '../shared/bytes-elements.js';
 import { loadInferenceClient } from '../protocol/proto.js';
 import type { InferParameter, ModelInferResponse } from '../protocol/types.js';
 

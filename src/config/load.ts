@@ -4,8 +4,9 @@
  *
  * Environment overrides follow the seeds: `INFERENCE_SERVER_<SECTION>_<FIELD>`
  * sets `global.<section>.<field>`, and `INFERENCE_SERVER_<KEY>` a top-level
- * key or a scalar directly under `global`, for every scalar and list the schema
- * declares (list values are colon-separated). The table of names is derived from the schema,
+ * key or a scalar directly under `global`, and `INFERENCE_SERVER_GATEWAY_<FIELD>`
+ * (`_SCHEDULING_<FIELD>`) the gateway's, for every scalar and list the schema
+ * declares (list values are colon-separated; lists of host:port, comma-separated). The table of names is derived from the schema,
  * so a new key gets its override for free; an unknown `INFERENCE_SERVER_*`
  * variable stops start-up rather than being ignored.
  */
@@ -14,9 +15,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { Ajv } from 'ajv';
 import YAML from 'yaml';
-import { errors } from '../errors.js';
-import { describeSchemaErrors } from '../schema-errors.js';
-import { nodeConfigSchema, type NodeConfig } from './schema.js';
+import { errors } from '../shared/errors.js';
+import { describeSchemaErrors } from '../shared/schema-errors.js';
+import { nodeConfigSchema, type NodeConfig } from '../shared/config-schema.js';
 import { resolveWorkers } from './workers.js';
 
 const ENV_PREFIX = 'INFERENCE_SERVER_';
@@ -28,6 +29,7 @@ interface SchemaNode {
   properties?: Record<string, SchemaNode>;
   additionalProperties?: boolean;
   items?: SchemaNode;
+  pattern?: string;
 }
 
 interface Override {
@@ -49,6 +51,15 @@ export function environmentOverrides(): Override[] {
   for (const [key, node] of Object.entries(root.properties ?? {})) {
     if (isScalar(node)) out.push({ env: ENV_PREFIX + key.toUpperCase(), keyPath: [key], schema: node });
   }
+  // gateway.*, nested sections included: INFERENCE_SERVER_GATEWAY_<FIELD>, INFERENCE_SERVER_GATEWAY_SCHEDULING_<FIELD>.
+  const nested = (prefix: string, keyPath: string[], node: SchemaNode): void => {
+    for (const [field, child] of Object.entries(node.properties ?? {})) {
+      const env = `${prefix}_${field.toUpperCase()}`;
+      if (isScalar(child)) out.push({ env, keyPath: [...keyPath, field], schema: child });
+      else if (child.properties) nested(env, [...keyPath, field], child);
+    }
+  };
+  if (root.properties?.gateway) nested(`${ENV_PREFIX}GATEWAY`, ['gateway'], root.properties.gateway);
   const global = root.properties?.global?.properties ?? {};
   for (const [section, sectionNode] of Object.entries(global)) {
     if (isScalar(sectionNode)) {
@@ -87,7 +98,8 @@ function coerce(raw: string, schema: SchemaNode): unknown {
     return raw.trim() !== '' && Number.isFinite(n) ? n : raw;
   }
   if (type === 'boolean') return raw === 'true' ? true : raw === 'false' ? false : raw;
-  if (type === 'array') return raw === '' ? [] : raw.split(':');
+  // Lists are colon-separated, except lists of host:port addresses, which are comma-separated.
+  if (type === 'array') return raw === '' ? [] : raw.split(schema.items?.pattern?.includes(':') ? ',' : ':').map((v) => v.trim());
   return raw;
 }
 

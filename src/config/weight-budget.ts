@@ -5,10 +5,9 @@
  * `weight_cache_wiggle_fraction` is kept free. `weight_cache_fraction: 0`
  * turns the cache off.
  */
-import type { WeightCacheInit } from '../actors/messages.js';
-import { WEIGHT_THRASH_WINDOW_SECONDS } from '../constants.js';
-import { ARENA_ALIGNMENT } from '../weights/arena.js';
-import type { RuntimeConfig, SchedulerConfig } from './schema.js';
+import type { WeightCacheInit } from '../shared/channels/device.js';
+import { ARENA_ALIGNMENT, WEIGHT_THRASH_WINDOW_SECONDS } from '../shared/constants.js';
+import type { RuntimeConfig, SchedulerConfig } from '../shared/config-schema.js';
 
 /** One device's weight cache, from its (worker's) runtime and scheduler blocks; null when off. */
 export function weightCacheInit(r: RuntimeConfig, scheduler: SchedulerConfig, cacheDir: string): WeightCacheInit | null {

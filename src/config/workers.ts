@@ -5,10 +5,10 @@
  * worker1, ...). The top-level `models:` map then pins each listed model to
  * device memory on the workers it names (`residency: device` there).
  */
-import type { WeightCacheInit } from '../actors/messages.js';
-import { errors } from '../errors.js';
+import type { WeightCacheInit } from '../shared/channels/device.js';
+import { errors } from '../shared/errors.js';
 import { weightCacheInit } from './weight-budget.js';
-import type { ModelSchedulerConfig, NodeConfig, RuntimeConfig, SchedulerConfig } from './schema.js';
+import type { ModelSchedulerConfig, NodeConfig, RuntimeConfig, SchedulerConfig } from '../shared/config-schema.js';
 
 export interface ResolvedWorker {
   name: string;

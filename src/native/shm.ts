@@ -4,7 +4,7 @@
  * region never loads it.
  */
 import { createRequire } from 'node:module';
-import { errors, type StowageError } from '../errors.js';
+import { errors, type StowageError } from '../shared/errors.js';
 
 interface Addon {
   open(key: string): { fd: number; size: number };

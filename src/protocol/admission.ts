@@ -5,7 +5,7 @@
  * server's memory without bound. Health and metadata RPCs are never shed, so probes keep
  * working under load.
  */
-import { errors } from '../errors.js';
+import { errors } from '../shared/errors.js';
 
 export class Admission {
   readonly #cap: number;

@@ -4,28 +4,22 @@
  * ModelInferResponse. Every mismatch is INVALID_ARGUMENT naming the tensor,
  * what was expected and what came.
  *
- * Copies of a request's tensor bytes, end to end (raw_input_contents path):
- *   1. grpc-js assembles the HTTP/2 frames into one message buffer;
- *      protobufjs decodes `bytes` fields as views into it (no copy).
- *   2. here: each input is copied into a fresh, aligned ArrayBuffer that can
- *      be transferred (the message buffer may be unaligned or pooled).
- *      Transfer to the device actor: no copy. ONNX Runtime reads it in place.
- *   3. ONNX Runtime's output is copied into a JS ArrayBuffer by the binding;
- *      transferred back: no copy (cutting padding rows off axis 0 is a view).
- *   4. protobufjs copies the output bytes while encoding the response,
- *   5. and grpc-js frames it (one more copy).
- * Typed `contents` replace copy 2 with a conversion from the JS arrays.
- * Shared-memory inputs are not copied here at all: the device actor maps
- * the region and ONNX Runtime reads the tensor in place; shared-memory
- * outputs are written into their region by the device actor (its one copy).
+ * The copies a request's bytes go through, end to end, are tabled at the top
+ * of node/pipeline.ts; this file makes copy 2 there (`fromRaw`).
  */
-import type { ModelSpec, TensorSpec } from '../bundle/model-spec.js';
-import { byDatatype, DATATYPES, dtypeInfo, type DtypeInfo } from '../dtypes.js';
-import { errors } from '../errors.js';
-import { MODEL_VERSION } from '../constants.js';
-import type { WireTensor } from '../actors/messages.js';
-import type { RegionSlice, SharedMemoryRegistry } from '../shared-memory.js';
-import { joinBytesElements, splitBytesElements } from './bytes-elements.js';
+import type { ModelSpec, TensorSpec } from '../shared/model-spec.js';
+import { byDatatype, DATATYPES, dtypeInfo, type DtypeInfo } from '../shared/dtypes.js';
+import { errors } from '../shared/errors.js';
+import { MODEL_VERSION } from '../shared/constants.js';
+import type { WireTensor } from '../shared/channels/device.js';
+import type { RegionSlice } from '../shared/channels/device.js';
+
+/** What decoding needs of the registered shared-memory regions (node/shared-memory.ts). */
+export interface RegionLookup {
+  /** The slice `byteSize` bytes at `offset` of region `name`, bounds checked; `what` names the tensor in errors. */
+  slice(what: string, name: string, offset: number, byteSize: number): RegionSlice;
+}
+import { joinBytesElements, splitBytesElements } from '../shared/bytes-elements.js';
 import type { InferInputTensor, InferTensorContents, ModelInferRequest, ModelInferResponse, Parameters } from './types.js';
 
 export interface DecodedRequest {
@@ -58,11 +52,11 @@ function parseShape(input: InferInputTensor): number[] {
   });
 }
 
-function checkShape(input: InferInputTensor, shape: number[], spec: TensorSpec): void {
+function checkShape(name: string, shape: readonly number[], spec: TensorSpec): void {
   const bad = shape.length !== spec.shape.length
     || shape.some((d, i) => (i === spec.batchDim ? d < 1 : d !== spec.shape[i]));
   if (bad) {
-    throw errors.invalidTensor(`input ${q(input.name)}: expected shape ${expectedShape(spec)}, got ${fmtShape(shape)}`);
+    throw errors.invalidTensor(`input ${q(name)}: expected shape ${expectedShape(spec)}, got ${fmtShape(shape)}`);
   }
 }
 
@@ -151,7 +145,7 @@ function sharedMemoryParams(what: string, params: Parameters): SharedMemoryParam
   return { region: region.string_param as string, byteSize: integer('shared_memory_byte_size', size), offset: integer('shared_memory_offset', offset, 0) };
 }
 
-function regionSlice(what: string, p: SharedMemoryParams, regions: SharedMemoryRegistry | undefined): RegionSlice {
+function regionSlice(what: string, p: SharedMemoryParams, regions: RegionLookup | undefined): RegionSlice {
   if (!regions) throw errors.sharedMemoryNotFound(p.region);
   return regions.slice(what, p.region, p.offset, p.byteSize);
 }
@@ -174,7 +168,7 @@ function checkRequestParameters(params: Parameters): number | undefined {
 }
 
 /** Decode and check a request against the model's manifest. */
-export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regions?: SharedMemoryRegistry): DecodedRequest {
+export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regions?: RegionLookup): DecodedRequest {
   const timeoutUs = checkRequestParameters(req.parameters);
   const expected = spec.clientInputs.map((t) => t.name);
   const inputRegions = req.inputs.map((input) => sharedMemoryParams(`input ${q(input.name)}`, input.parameters));
@@ -202,7 +196,7 @@ export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regi
       throw errors.invalidTensor(`input ${q(input.name)}: expected datatype ${spec_.datatype}, got ${info.datatype}`);
     }
     const shape = parseShape(input);
-    checkShape(input, shape, spec_);
+    checkShape(input.name, shape, spec_);
     const elements = shape.reduce((a, b) => a * b, 1);
     const hasContents = input.contents !== null
       && Object.values(input.contents).some((v) => Array.isArray(v) && v.length > 0);
@@ -252,6 +246,51 @@ export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regi
 }
 
 /**
+ * A meta model's sub-call: tensors its run hook built (already in wire layout, already owned by
+ * this thread), checked against the sub-model's client inputs as a request's would be, without a
+ * copy. `outputs` empty asks for every output.
+ */
+export function decodeTensors(tensors: readonly WireTensor[], outputNames: readonly string[], spec: ModelSpec): DecodedRequest {
+  const expected = spec.clientInputs.map((t) => t.name);
+  const byName = new Map<string, WireTensor>();
+  let batchSize = -1;
+  let batchFrom = '';
+  for (const t of tensors) {
+    const spec_ = spec.clientInputs.find((s) => s.name === t.name);
+    if (!spec_) throw errors.invalidTensor(`unknown input ${q(t.name)} for model ${q(spec.name)}; expected inputs: ${expected.join(', ')}`);
+    if (byName.has(t.name)) throw errors.invalidTensor(`input ${q(t.name)} is given twice`);
+    if (t.datatype !== spec_.datatype) throw errors.invalidTensor(`input ${q(t.name)}: expected datatype ${spec_.datatype}, got ${t.datatype}`);
+    checkShape(t.name, t.shape, spec_);
+    const elements = t.shape.reduce((a, b) => a * b, 1);
+    const info = dtypeInfo(t.datatype);
+    if (info.datatype !== 'BYTES' && t.data.byteLength !== elements * info.elementBytes) {
+      throw errors.invalidTensor(`input ${q(t.name)}: expected ${elements * info.elementBytes} bytes (${elements} ${info.datatype} elements of ${info.elementBytes} bytes), got ${t.data.byteLength}`);
+    }
+    if (spec_.batchDim >= 0) {
+      const rows = t.shape[spec_.batchDim];
+      if (batchSize >= 0 && rows !== batchSize) throw errors.invalidTensor(`inputs disagree on the batch size: ${q(batchFrom)} has ${batchSize} rows, ${q(t.name)} has ${rows}`);
+      batchSize = rows;
+      batchFrom = t.name;
+    }
+    byName.set(t.name, t);
+  }
+  const missing = expected.filter((n) => !byName.has(n));
+  if (missing.length) throw errors.invalidTensor(`model ${q(spec.name)} needs input${missing.length > 1 ? 's' : ''} ${missing.map(q).join(', ')}`);
+  if (spec.maxBatchSize > 0 && batchSize > spec.maxBatchSize) {
+    throw errors.invalidTensor(`batch of ${batchSize} rows exceeds model ${q(spec.name)}'s max_batch_size ${spec.maxBatchSize}; split the request`);
+  }
+  const unknown = outputNames.find((o) => !spec.clientOutputs.some((t) => t.name === o));
+  if (unknown !== undefined) throw errors.invalidTensor(`unknown output ${q(unknown)} for model ${q(spec.name)}; expected one of: ${spec.clientOutputs.map((t) => t.name).join(', ')}`);
+  const outputs = outputNames.length ? [...new Set(outputNames)] : spec.clientOutputs.map((t) => t.name);
+  return {
+    inputs: spec.clientInputs.map((t) => byName.get(t.name) as WireTensor),
+    outputs,
+    outputRegions: outputs.map(() => null),
+    batchSize: Math.max(batchSize, 0),
+  };
+}
+
+/**
  * The tensors a hook returned, checked against what must come next (the executable's inputs after
  * preprocess, the client outputs after postprocess) and put in that order. Every mismatch fails
  * the request with a message saying what was expected.
@@ -284,7 +323,7 @@ export function slicesOf(decoded: DecodedRequest): RegionSlice[] {
 
 /** Requested outputs that go to shared memory, checked to hold at least the output's bytes. */
 function decodeOutputRegions(req: ModelInferRequest, spec: ModelSpec, outputs: string[], rows: number,
-  regions: SharedMemoryRegistry | undefined): (RegionSlice | null)[] {
+  regions: RegionLookup | undefined): (RegionSlice | null)[] {
   return outputs.map((name) => {
     const requested = req.outputs.find((o) => o.name === name);
     const params = requested && sharedMemoryParams(`output ${q(name)}`, requested.parameters);

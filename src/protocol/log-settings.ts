@@ -7,7 +7,7 @@
  * `log_format` only "default".
  */
 import type { Logger } from 'pino';
-import { errors } from '../errors.js';
+import { errors } from '../shared/errors.js';
 
 type SettingValue = { parameter_choice?: 'bool_param' | 'uint32_param' | 'string_param'; bool_param?: boolean; uint32_param?: number; string_param?: string };
 

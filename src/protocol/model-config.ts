@@ -8,9 +8,9 @@
  * axis is not leading in every tensor cannot say that, so it reports
  * max_batch_size 0 and keeps -1 at the batch axis in its dims.
  */
-import type { ModelSpec, TensorSpec } from '../bundle/model-spec.js';
-import { MODEL_BACKEND, MODEL_PLATFORM, MODEL_VERSION } from '../constants.js';
-import { dtypeInfo } from '../dtypes.js';
+import type { ModelSpec, TensorSpec } from '../shared/model-spec.js';
+import { MODEL_BACKEND, MODEL_PLATFORM, MODEL_VERSION } from '../shared/constants.js';
+import { dtypeInfo } from '../shared/dtypes.js';
 
 function metadataTensor(t: TensorSpec) {
   return { name: t.name, datatype: t.datatype, shape: [...t.shape] };

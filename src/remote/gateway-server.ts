@@ -9,17 +9,16 @@
  * its own, and every `gateway.metrics_endpoints` node's with a `node` label.
  */
 import type http from 'node:http';
-import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
+import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import { closeAdmin, createAdminServer, listen } from '../admin/http.js';
-import type { NodeConfig } from '../config/schema.js';
-import { Admission } from '../protocol/admission.js';
-import { bindGrpcServer, createGrpcServer, shutdownGrpcServer } from '../protocol/grpc-server.js';
+import type { NodeConfig } from '../shared/config-schema.js';
+import type { Admission } from '../protocol/admission.js';
+import { GrpcEdge } from '../protocol/edge.js';
 import { loadInferenceClient } from '../protocol/proto.js';
-import { PACKAGE_VERSION } from '../version.js';
+import { PACKAGE_VERSION } from '../shared/version.js';
 import { mergeMetrics } from './metrics-merge.js';
-import { createProxyHandlers, rawDefinition } from './proxy-service.js';
+import { proxyDefinition, proxyService } from './proxy-service.js';
 import { RemoteNode } from './remote-node.js';
 
 /** How long a node gets to answer a health check or a metrics scrape. */
@@ -27,12 +26,11 @@ const PROBE_TIMEOUT_MS = 1000;
 
 export class StowageGateway {
   readonly ports = { grpc: 0, admin: 0 };
-  readonly admission: Admission;
   readonly nodes: RemoteNode[];
   #config: NodeConfig;
   #logger: Logger;
   #registry = new Registry();
-  #grpc?: grpc.Server;
+  readonly #edge: GrpcEdge;
   #admin?: http.Server;
   #timer?: NodeJS.Timeout;
   #stopping = false;
@@ -47,10 +45,8 @@ export class StowageGateway {
       encodeIndexRequest: () => definition.RepositoryIndex.requestSerialize({ repository_name: '', ready: true }),
       decodeIndex: (bytes) => definition.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
     }));
-    const shed = new Counter({ name: 'stowage_grpc_shed_total', help: 'Inference RPCs refused because endpoints.max_concurrent_requests were in flight', registers: [this.#registry] });
-    this.admission = new Admission(config.global.endpoints.max_concurrent_requests, () => shed.inc());
+    this.#edge = new GrpcEdge(config.global.endpoints, logger, this.#registry);
     const nodes = this.nodes;
-    const admission = this.admission;
     new Gauge({
       name: 'stowage_gateway_node_up', help: 'Whether the node answers (1) or is down (0)', labelNames: ['node'], registers: [this.#registry],
       collect() {
@@ -63,13 +59,12 @@ export class StowageGateway {
         for (const n of nodes) this.set({ node: n.address }, n.inflight);
       },
     });
-    new Gauge({
-      name: 'stowage_grpc_inflight_requests', help: 'Inference RPCs in flight (ModelInfer calls and open streams)', registers: [this.#registry],
-      collect() {
-        this.set(admission.inflight);
-      },
-    });
     collectDefaultMetrics({ register: this.#registry });
+  }
+
+  /** The cap on inference RPCs in flight, and how many are. */
+  get admission(): Admission {
+    return this.#edge.admission;
   }
 
   static async start(config: NodeConfig, logger: Logger): Promise<StowageGateway> {
@@ -95,19 +90,19 @@ export class StowageGateway {
     this.#timer = setInterval(() => void this.#checkNodes(), gw.health_seconds * 1000);
     this.#timer.unref();
 
-    this.#grpc = createGrpcServer(endpoints);
     const definition = loadInferenceClient().service;
-    this.#grpc.addService(rawDefinition(definition), createProxyHandlers({
+    const edge = this.#edge;
+    edge.addService(proxyDefinition(definition), proxyService({
+      edge,
       nodes: this.nodes,
       mode: gw.scheduling.mode === 'least_outstanding' ? 'least_outstanding' : 'round_robin',
       definition,
-      admission: this.admission,
       logger: this.#logger,
       version: PACKAGE_VERSION,
       requestTimeoutMs: gw.request_timeout_seconds * 1000,
       healthTimeoutMs: PROBE_TIMEOUT_MS,
     }));
-    this.ports.grpc = await bindGrpcServer(this.#grpc, endpoints);
+    this.ports.grpc = await edge.start();
     this.#logger.info({
       grpc: `${endpoints.host}:${this.ports.grpc}`,
       admin: `${endpoints.host}:${this.ports.admin}`,
@@ -142,7 +137,7 @@ export class StowageGateway {
   async stop(graceMs = this.#config.global.endpoints.shutdown_grace_seconds * 1000): Promise<void> {
     this.#stopping = true;
     clearInterval(this.#timer);
-    await shutdownGrpcServer(this.#grpc, graceMs);
+    await this.#edge.stop(graceMs);
     for (const n of this.nodes) n.close();
     await closeAdmin(this.#admin);
   }

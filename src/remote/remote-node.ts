@@ -79,22 +79,6 @@ export class RemoteNode {
     }
   }
 
-  /** Open a forwarded bidirectional stream; it holds a stream slot until it ends. */
-  async stream(path: string, metadata: grpc.Metadata, deadline: grpc.Deadline): Promise<grpc.ClientDuplexStream<Buffer, Buffer>> {
-    await this.#acquire();
-    const stream = this.#client.makeBidiStreamRequest(path, raw, raw, metadata, { deadline });
-    let released = false;
-    const release = () => {
-      if (!released) {
-        released = true;
-        this.#release();
-      }
-    };
-    stream.on('status', release);
-    stream.on('error', release);
-    return stream;
-  }
-
   close(): void {
     this.#client.close();
   }

@@ -5,7 +5,7 @@
 // with the protobuf writer the server splits them with.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { WireWriter } from '../../dist/weights/protobuf-wire.js';
+import { WireWriter } from '../../dist/shared/protobuf-wire.js';
 
 const FLOAT = 1;
 

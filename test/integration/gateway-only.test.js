@@ -118,6 +118,22 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
       }
     }
   }));
+  // And one stream whose requests all carry the same empty id (tritonclient's default): each one
+  // must get its own answer, even those in flight on node b when it dies.
+  const idless = client.stream();
+  const idlessAnswers = [];
+  idless.on('data', (r) => idlessAnswers.push(r));
+  let idlessWritten = 0;
+  const idlessLoad = (async () => {
+    const y = Buffer.from(new Float32Array(32).fill(0.25).buffer);
+    while (running && idlessWritten < 50_000) {
+      idless.write({ model_name: 'shared', id: '', inputs: [{ name: 'x', datatype: 'FP32', shape: ['1', '32'] }], raw_input_contents: [y] });
+      idlessWritten++;
+      while (running && idlessWritten - idlessAnswers.length >= 4) await new Promise((r) => setImmediate(r));
+    }
+    idless.end();
+    await once(idless, 'end');
+  })();
   await new Promise((r) => setTimeout(r, 500));
   const port = b.server.address.split(':').pop();
   const mark = gateway.logs.length; // only what the gateway logs from now on
@@ -132,7 +148,10 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
   await new Promise((r) => setTimeout(r, 500));
   running = false;
   await load;
-  t.log(`ok ${JSON.stringify(ok)}, failed ${JSON.stringify(failures)}`);
+  await idlessLoad;
+  t.log(`ok ${JSON.stringify(ok)}, failed ${JSON.stringify(failures)}; ${idlessWritten} stream requests without ids`);
+  t.is(idlessAnswers.length, idlessWritten, 'every stream request without an id got its own answer');
+  t.deepEqual(idlessAnswers.filter((r) => r.error_message !== ''), [], 'and "shared" failed over to the surviving node');
   t.is(failures.a0, 0, 'models on the surviving node never fail');
   t.is(failures.shared, 0, 'a model on both nodes fails over to the surviving one');
   t.true(ok.b0 > okBefore, 'the killed node\'s model is served again after the restart');

@@ -1,11 +1,11 @@
 // RepositoryModelLoad / RepositoryModelUnload through the real server in explicit mode (nothing
 // loads until asked): load bundles, one added after start-up, refuse a broken one with its reason,
 // unload after in-flight requests finish, reload.
-import { cpSync, writeFileSync } from 'node:fs';
+import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+import { FIXTURES, ROOT, makeRepository, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
 
 const MODELS = path.join(FIXTURES, 'models');
 let server;
@@ -14,9 +14,10 @@ let repo;
 
 test.before(async () => {
   temp = tempDir();
-  repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits'), convnet: path.join(MODELS, 'convnet') });
+  repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits'), convnet: path.join(MODELS, 'convnet'), gated: path.join(MODELS, 'negate') },
+    { 'gated/model.js': readFileSync(path.join(FIXTURES, 'hooks', 'gated.js')) });
   server = await startServer({ model_repo: repo, global: { model_control_mode: 'explicit' } }, { root: temp.dir });
-  for (const name of ['digits', 'convnet']) await server.client.call('RepositoryModelLoad', { model_name: name });
+  for (const name of ['digits', 'convnet', 'gated']) await server.client.call('RepositoryModelLoad', { model_name: name });
 });
 
 test.after.always(async () => {
@@ -25,7 +26,6 @@ test.after.always(async () => {
 });
 
 const index = async () => Object.fromEntries((await server.client.call('RepositoryIndex', {})).models.map((m) => [m.name, m]));
-const image = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 3, 32, 32], data: new Float32Array(rows * 3 * 32 * 32).fill(0.1) });
 
 test.serial('explicit mode lists the repository without loading it; a bundle added later loads on request', async (t) => {
   cpSync(path.join(MODELS, 'negate'), path.join(repo, 'negate'), { recursive: true });
@@ -52,24 +52,33 @@ test.serial('loading an unknown bundle is NOT_FOUND; a broken one is refused wit
 });
 
 test.serial('unload lets in-flight requests finish, then refuses new ones; load brings the model back', async (t) => {
-  // Requests in flight when the unload arrives: each must complete.
-  const inflight = Array.from({ length: 6 }, () => server.client.infer('convnet', [image(8)]));
-  const unload = server.client.call('RepositoryModelUnload', { model_name: 'convnet' });
+  // Six requests held in flight by the gated model's preprocess hook, so that the unload arrives
+  // while they are in flight, whatever the machine's load: each must complete once the gate opens.
+  const gate = path.join(temp.dir, 'gate-open');
+  const x = { name: 'x', datatype: 'FP32', shape: [3], data: Float32Array.from([1, 2, 3]) };
+  const inflight = Array.from({ length: 6 }, () => server.client.infer('gated', [x], { parameters: { gate: { string_param: gate } } }));
+  const pending = async () => (await scrapeMetrics(server.adminPort))['nv_inference_pending_request_count{model="gated",version="1"}'];
+  while (await pending() !== 6) await new Promise((resolve) => setImmediate(resolve));
+  const unload = server.client.call('RepositoryModelUnload', { model_name: 'gated' });
+  while ((await index()).gated.state !== 'UNLOADING') await new Promise((resolve) => setImmediate(resolve));
+  const refused = await t.throwsAsync(server.client.infer('gated', [x]));
+  t.is(refused.code, status.UNAVAILABLE, 'no new request while unloading');
+  writeFileSync(gate, '');
   const results = await Promise.allSettled(inflight);
   t.deepEqual(results.map((r) => r.status), Array(6).fill('fulfilled'));
   await unload;
-  const m = (await index()).convnet;
+  const m = (await index()).gated;
   t.is(m.state, 'UNAVAILABLE');
   t.is(m.reason, 'unloaded');
-  const err = await t.throwsAsync(server.client.infer('convnet', [image(1)]));
+  const err = await t.throwsAsync(server.client.infer('gated', [x], { parameters: { gate: { string_param: gate } } }));
   t.is(err.code, status.UNAVAILABLE);
-  t.regex(err.details, /model "convnet" is not ready \(state UNAVAILABLE\): unloaded/);
-  t.false(await server.client.modelReady('convnet'));
+  t.regex(err.details, /model "gated" is not ready \(state UNAVAILABLE\): unloaded/);
+  t.false(await server.client.modelReady('gated'));
 
-  await server.client.call('RepositoryModelLoad', { model_name: 'convnet' });
-  t.true(await server.client.modelReady('convnet'));
-  const { outputs } = await server.client.infer('convnet', [image(2)]);
-  t.deepEqual(outputs[0].shape, [2, 10]);
+  await server.client.call('RepositoryModelLoad', { model_name: 'gated' });
+  t.true(await server.client.modelReady('gated'));
+  const { outputs } = await server.client.infer('gated', [x], { parameters: { gate: { string_param: gate } } });
+  t.deepEqual([...outputs[0].data], [-1, -2, -3]);
 });
 
 test.serial('loading a loaded model reloads it from disk without a gap in service', async (t) => {

@@ -3,9 +3,9 @@
 // the heads, on the device and in host RAM (one copy for two devices); an evicted variant leaves
 // the backbone to the others; equal bytes in another shape are another tensor.
 import test from 'ava';
-import { alignUp } from '../../dist/weights/arena.js';
-import { weightKey } from '../../dist/weights/compile-cache.js';
-import { WEIGHT_MIN_BYTES } from '../../dist/weights/split-weights.js';
+import { alignUp } from '../../dist/actors/device/arena.js';
+import { weightKey } from '../../dist/actors/compiler/compile-cache.js';
+import { WEIGHT_MIN_BYTES } from '../../dist/actors/compiler/split-weights.js';
 import { denseLayer, inferAndCheck, random, writeBundle, writeVariants } from '../helpers/mlp-catalog.js';
 import { scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
 

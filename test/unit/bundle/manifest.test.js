@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
 import { parseManifest } from '../../../dist/bundle/manifest.js';
-import { scanRepository } from '../../../dist/bundle/repository.js';
+import { scanRepository } from '../../../dist/bundle/scan.js';
 import { makeRepository, ROOT, tempDir } from '../../helpers/server.js';
 
 /** A bundle directory holding the given files (empty model files are enough for parsing). */

@@ -1,6 +1,6 @@
 import test from 'ava';
 import { decodeInferRequest, encodeInferResponse } from '../../../dist/protocol/codec.js';
-import { joinBytesElements } from '../../../dist/protocol/bytes-elements.js';
+import { joinBytesElements } from '../../../dist/shared/bytes-elements.js';
 
 // Requests as @grpc/proto-loader hands them over (defaults filled in, int64 as strings).
 const input = (name, datatype, shape, extra = {}) => ({ name, datatype, shape: shape.map(String), parameters: {}, contents: null, ...extra });

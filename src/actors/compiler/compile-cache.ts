@@ -1,0 +1,135 @@
+/**
+ * "Compiling" a bundle's ONNX file, once: ONNX Runtime optimises it at level
+ * 'all' and saves the result; its weights are then taken out (split-weights.ts),
+ * leaving a weightless `graph.onnx` that opens in about a millisecond. The
+ * weights split off are the optimised ones (ORT reorders conv weights into
+ * blocked layouts at that level), so runs fed them are as fast as the embedded
+ * model (docs/weight-cache.md has the table).
+ *
+ * Weight tensors are stored by content: `tensors/<key>.bin`, where the key is
+ * a SHA-256 of the tensor's datatype, dims and bytes. Models fine-tuned from
+ * one backbone share those files, as they share host RAM and device blocks.
+ *
+ * The saved model is specific to the hardware and the runtime, so the cache
+ * directory's entries are keyed by the source file's content hash, the ONNX
+ * Runtime version, the backend and the CPU's features. A miss (or an entry
+ * that does not read back whole) compiles again. Entries are written to a
+ * temporary directory and renamed into place, so devices compiling the same
+ * file at once, or a crash mid-write, never leave a half entry behind.
+ */
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { threadId } from 'node:worker_threads';
+import type { CompiledExecutable, WeightEntry } from '../../shared/channels/compiler.js';
+
+export type { CompiledExecutable, WeightEntry };
+import { splitWeights } from './split-weights.js';
+
+/** Bump when the entry layout or the splitting rule changes: old entries then miss. */
+const CACHE_FORMAT = 3;
+
+
+interface IndexFile {
+  format: number;
+  source: string;
+  weights: Omit<WeightEntry, 'path'>[];
+}
+
+function tensorPath(cacheDir: string, key: string): string {
+  return path.join(cacheDir, 'tensors', `${key}.bin`);
+}
+
+/** Store a tensor's bytes under its key, unless a whole file is there already; atomic. */
+function storeTensor(file: string, bytes: Uint8Array): void {
+  try {
+    if (statSync(file).size === bytes.byteLength) return;
+  } catch {
+    // not there yet
+  }
+  const tmp = `${file}.tmp-${process.pid}-${threadId}-${Math.random().toString(36).slice(2)}`;
+  writeFileSync(tmp, bytes);
+  renameSync(tmp, file);
+}
+
+let fingerprint: string | undefined;
+
+/** The CPU's identity as far as compiled kernels care: architecture and instruction-set flags. */
+export function hostFingerprint(): string {
+  if (fingerprint) return fingerprint;
+  let flags = '';
+  try {
+    const info = readFileSync('/proc/cpuinfo', 'utf8');
+    flags = /^(?:flags|Features)\s*:\s*(.*)$/m.exec(info)?.[1] ?? '';
+  } catch {
+    // not Linux: the CPU model name stands in for its flags
+  }
+  fingerprint = `${os.arch()} ${flags || os.cpus()[0]?.model || 'unknown'}`;
+  return fingerprint;
+}
+
+export function weightKey(datatype: string, dims: readonly number[], bytes: Uint8Array): string {
+  return createHash('sha256').update(`${datatype}[${dims.join(',')}]`).update(bytes).digest('hex');
+}
+
+/** Read an entry back, or undefined when it is missing or not whole (its tensor files included). */
+function readEntry(cacheDir: string, dir: string): CompiledExecutable | undefined {
+  try {
+    const index = JSON.parse(readFileSync(path.join(dir, 'index.json'), 'utf8')) as IndexFile;
+    const graphPath = path.join(dir, 'graph.onnx');
+    if (index.format !== CACHE_FORMAT || !existsSync(graphPath)) return undefined;
+    const weights = index.weights.map((w) => ({ ...w, path: tensorPath(cacheDir, w.key) }));
+    if (weights.some((w) => statSync(w.path).size !== w.byteLength)) return undefined;
+    return { dir, graphPath, weights, hit: true };
+  } catch {
+    return undefined;
+  }
+}
+
+export interface CompileOptions {
+  cacheDir: string;
+  /** Names the runtime and backend (e.g. `onnxruntime 1.30.0 cpu`): part of the key. */
+  runtime: string;
+  /** Optimise `source` at level 'all' and save the optimised model to `target`. */
+  optimise: (source: string, target: string) => Promise<void>;
+}
+
+/** The compiled form of an ONNX file: from the cache, or compiled now and stored. */
+export async function compileExecutable(source: string, options: CompileOptions): Promise<CompiledExecutable> {
+  const sourceHash = createHash('sha256').update(readFileSync(source)).digest('hex');
+  const key = createHash('sha256').update(`${CACHE_FORMAT}\n${options.runtime}\n${hostFingerprint()}\n${sourceHash}`).digest('hex').slice(0, 32);
+  const dir = path.join(options.cacheDir, key);
+  const found = readEntry(options.cacheDir, dir);
+  if (found) return found;
+  rmSync(dir, { recursive: true, force: true }); // a partial or outdated entry
+
+  const tmp = `${dir}.tmp-${process.pid}-${threadId}-${Math.random().toString(36).slice(2)}`;
+  mkdirSync(tmp, { recursive: true });
+  mkdirSync(path.join(options.cacheDir, 'tensors'), { recursive: true });
+  try {
+    const optimised = path.join(tmp, 'optimised.onnx');
+    await options.optimise(source, optimised);
+    const { graph, weights } = splitWeights(new Uint8Array(readFileSync(optimised)));
+    const entries = weights.map((w) => {
+      const key = weightKey(w.datatype, w.dims, w.data);
+      storeTensor(tensorPath(options.cacheDir, key), w.data);
+      return { name: w.name, datatype: w.datatype, dims: w.dims, byteLength: w.data.byteLength, key };
+    });
+    writeFileSync(path.join(tmp, 'graph.onnx'), graph);
+    const index: IndexFile = { format: CACHE_FORMAT, source: path.resolve(source), weights: entries };
+    writeFileSync(path.join(tmp, 'index.json'), JSON.stringify(index));
+    rmSync(optimised);
+    try {
+      renameSync(tmp, dir);
+    } catch (err) {
+      // Another device compiled the same file meanwhile: its entry is as good as ours.
+      if (!readEntry(options.cacheDir, dir)) throw err;
+    }
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+  }
+  const entry = readEntry(options.cacheDir, dir);
+  if (!entry) throw new Error(`the compile cache entry ${dir} did not read back`);
+  return { ...entry, hit: false };
+}

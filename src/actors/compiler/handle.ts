@@ -1,0 +1,49 @@
+/**
+ * The main thread's handle on the compiler: one Piscina thread (worker.ts)
+ * that compiles bundles into the compile cache, one model at a time, so that
+ * no device actor's dispatch loop ever waits for a compile. A compile that
+ * runs past the model load timeout is aborted (Piscina ends its thread and
+ * starts another) and the load fails with that reason; a compile that fails
+ * answers with the bundle's error.
+ */
+import { Piscina } from 'piscina';
+import type { CompiledModel, CompileResult, CompileTask } from '../../shared/channels/compiler.js';
+import { MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
+import { errors, fromErrorData } from '../../shared/errors.js';
+import type { ModelSpec } from '../../shared/model-spec.js';
+
+export class Compiler {
+  readonly #pool: Piscina;
+  readonly #cacheDir: string;
+  readonly #timeoutMs: number;
+
+  constructor(cacheDir: string, timeoutMs = MODEL_LOAD_TIMEOUT_MS) {
+    this.#cacheDir = cacheDir;
+    this.#timeoutMs = timeoutMs;
+    // One thread: compiles are CPU-heavy, and on a small machine the cores belong to serving.
+    this.#pool = new Piscina({ filename: new URL('./worker.js', import.meta.url).href, minThreads: 1, maxThreads: 1, idleTimeout: Infinity });
+  }
+
+  /** Compile every ONNX file of `spec`; `inHostRam` lists the tensor keys the process holds already. */
+  async compile(spec: ModelSpec, inHostRam: Iterable<string>): Promise<CompiledModel> {
+    const task: CompileTask = { type: 'compile', model: spec.name, files: spec.executables.map((e) => e.path), cacheDir: this.#cacheDir, inHostRam: [...inHostRam] };
+    // One timer per compile, cleared when it settles (AbortSignal.timeout would keep it pending).
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), this.#timeoutMs);
+    let result: CompileResult;
+    try {
+      result = await this.#pool.run(task, { signal: abort.signal }) as CompileResult;
+    } catch (err) {
+      if (abort.signal.aborted) throw errors.bundleInvalid(spec.name, 'model.onnx', `compiling took longer than ${this.#timeoutMs} ms`);
+      throw errors.bundleInvalid(spec.name, 'model.onnx', `the compiler failed: ${(err as Error).message}`);
+    } finally {
+      clearTimeout(timer);
+    }
+    if (result.type === 'compileFailed') throw fromErrorData(result.error);
+    return { executables: result.executables, host: result.host };
+  }
+
+  async close(): Promise<void> {
+    await this.#pool.destroy();
+  }
+}

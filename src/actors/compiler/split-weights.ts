@@ -1,0 +1,203 @@
+/**
+ * Holding weights apart from the executable: an ONNX model's initializers
+ * become graph inputs, and their bytes come out as separate tensors. The
+ * weightless graph is what a session compiles; the tensors are what the
+ * weight cache moves onto the device and feeds to every run.
+ *
+ * Only the main graph's numeric initializers of WEIGHT_MIN_BYTES or more move
+ * out. Tiny ones, int64 ones (shapes, axes, indices: operators want those
+ * constant) and strings stay in the graph: they are part of the executable,
+ * cost nothing to keep, and each moved tensor costs a feed on every run.
+ *
+ * ONNX Runtime packs a constant GEMM weight once, when the session is made; a
+ * weight fed as an input is packed on every run, which costs least when it is
+ * already transposed (bench/gemm-weights.js: 1.37x against 1.82x the embedded
+ * time at batch 8). So a moved weight used only as B of Gemm (or ORT's
+ * FusedGemm) with transB 0 is stored transposed and those nodes get transB 1:
+ * the same product, a cheaper layout to feed.
+ */
+import { byOnnxType, dtypeInfo, type Datatype } from '../../shared/dtypes.js';
+import { readFields, readRepeatedVarints, readString, WIRE_LEN, WireWriter, type WireField } from '../../shared/protobuf-wire.js';
+
+/** Below this many bytes an initializer stays in the executable. */
+export const WEIGHT_MIN_BYTES = 128;
+
+// onnx.proto field numbers (https://github.com/onnx/onnx/blob/main/onnx/onnx.proto).
+const MODEL_GRAPH = 7;
+const GRAPH_INITIALIZER = 5;
+const GRAPH_INPUT = 11;
+const TENSOR_DIMS = 1;
+const TENSOR_DATA_TYPE = 2;
+const TENSOR_FLOAT_DATA = 4;
+const TENSOR_NAME = 8;
+const TENSOR_RAW_DATA = 9;
+const TENSOR_DATA_LOCATION = 14;
+const VALUE_INFO_NAME = 1;
+const NODE_INPUT = 1;
+const NODE_OP_TYPE = 4;
+const NODE_ATTRIBUTE = 5;
+const NODE_DOMAIN = 7;
+const ATTR_NAME = 1;
+const ATTR_I = 3;
+const ATTR_TYPE = 20;
+const ATTR_TYPE_INT = 2;
+const GRAPH_NODE = 1;
+const VALUE_INFO_TYPE = 2;
+const TYPE_TENSOR = 1;
+const TYPE_TENSOR_ELEM_TYPE = 1;
+const TYPE_TENSOR_SHAPE = 2;
+const SHAPE_DIM = 1;
+const DIM_VALUE = 1;
+const ONNX_FLOAT = 1;
+const ONNX_INT64 = 7;
+
+/** One weight tensor taken out of a model. */
+export interface WeightTensor {
+  /** The graph input it now feeds. */
+  name: string;
+  datatype: Datatype;
+  dims: number[];
+  /** Row-major little-endian elements (a view into the model's bytes). */
+  data: Uint8Array;
+}
+
+export interface SplitModel {
+  /** The model with those initializers turned into graph inputs. */
+  graph: Uint8Array;
+  weights: WeightTensor[];
+}
+
+/** The tensor's bytes if it is a weight that should move out, else null. */
+function weightBytes(fields: WireField[], elementBytes: number, count: number): Uint8Array | null {
+  if (fields.some((f) => f.field === TENSOR_DATA_LOCATION && f.varint !== 0)) return null; // external data: leave it to ORT
+  const raw = fields.find((f) => f.field === TENSOR_RAW_DATA && f.wireType === WIRE_LEN);
+  if (raw) return raw.payload.length === count * elementBytes ? raw.payload : null;
+  // float_data is packed little-endian floats: the same bytes raw_data would hold.
+  const floats = fields.find((f) => f.field === TENSOR_FLOAT_DATA && f.wireType === WIRE_LEN);
+  const type = fields.find((f) => f.field === TENSOR_DATA_TYPE)?.varint;
+  if (floats && type === ONNX_FLOAT && floats.payload.length === count * 4) return floats.payload;
+  return null; // other typed encodings are rare for weights; such a tensor stays embedded
+}
+
+function asWeight(tensor: Uint8Array): WeightTensor | null {
+  const fields = readFields(tensor);
+  const type = fields.find((f) => f.field === TENSOR_DATA_TYPE)?.varint ?? 0;
+  const info = byOnnxType(type);
+  if (!info || info.elementBytes === 0 || type === ONNX_INT64 || !info.ortType) return null;
+  const dims = readRepeatedVarints(fields, TENSOR_DIMS);
+  const count = dims.reduce((a, b) => a * b, 1);
+  if (count * info.elementBytes < WEIGHT_MIN_BYTES) return null;
+  const data = weightBytes(fields, info.elementBytes, count);
+  const name = readString(fields, TENSOR_NAME);
+  if (!data || !name) return null;
+  return { name, datatype: info.datatype, dims, data };
+}
+
+/** A graph input declaring the weight's exact type and shape. */
+function inputFor(w: WeightTensor, onnxType: number): Uint8Array {
+  const shape = new WireWriter();
+  for (const d of w.dims) shape.bytes(SHAPE_DIM, new WireWriter().varint(DIM_VALUE, d).finish());
+  const tensorType = new WireWriter().varint(TYPE_TENSOR_ELEM_TYPE, onnxType).bytes(TYPE_TENSOR_SHAPE, shape.finish()).finish();
+  const type = new WireWriter().bytes(TYPE_TENSOR, tensorType).finish();
+  return new WireWriter().string(VALUE_INFO_NAME, w.name).bytes(VALUE_INFO_TYPE, type).finish();
+}
+
+interface NodeInfo {
+  field: WireField;
+  inputs: string[];
+  gemm: boolean;
+  transB: number;
+}
+
+function nodeInfo(field: WireField): NodeInfo {
+  const fields = readFields(field.payload);
+  const dec = new TextDecoder();
+  const op = readString(fields, NODE_OP_TYPE) ?? '';
+  const domain = readString(fields, NODE_DOMAIN) ?? '';
+  let transB = 0;
+  for (const a of fields.filter((f) => f.field === NODE_ATTRIBUTE)) {
+    const attr = readFields(a.payload);
+    if (readString(attr, ATTR_NAME) === 'transB') transB = attr.find((x) => x.field === ATTR_I)?.varint ?? 0;
+  }
+  return {
+    field,
+    inputs: fields.filter((f) => f.field === NODE_INPUT).map((f) => dec.decode(f.payload)),
+    gemm: (op === 'Gemm' && (domain === '' || domain === 'ai.onnx')) || (op === 'FusedGemm' && domain === 'com.microsoft'),
+    transB,
+  };
+}
+
+/** The node with its transB attribute set to 1 (everything else copied as it was). */
+function withTransB(node: WireField): Uint8Array {
+  const out = new WireWriter();
+  for (const f of readFields(node.payload)) {
+    if (f.field === NODE_ATTRIBUTE && readString(readFields(f.payload), ATTR_NAME) === 'transB') continue;
+    out.raw(f.raw);
+  }
+  out.bytes(NODE_ATTRIBUTE, new WireWriter().string(ATTR_NAME, 'transB').varint(ATTR_I, 1).varint(ATTR_TYPE, ATTR_TYPE_INT).finish());
+  return out.finish();
+}
+
+/** A row-major [rows, cols] matrix of `width`-byte elements, transposed. */
+function transpose(data: Uint8Array, rows: number, cols: number, width: number): Uint8Array {
+  const out = new Uint8Array(data.byteLength);
+  const Words = width === 8 ? BigUint64Array : width === 4 ? Uint32Array : width === 2 ? Uint16Array : Uint8Array;
+  const src = new Words(data.slice().buffer);
+  const dst = new Words(out.buffer);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
+  return out;
+}
+
+/** Take the weights out of a serialized ONNX model. */
+export function splitWeights(model: Uint8Array): SplitModel {
+  const modelFields = readFields(model);
+  const graphField = modelFields.find((f) => f.field === MODEL_GRAPH && f.wireType === WIRE_LEN);
+  if (!graphField) throw new Error('not an ONNX model: it has no graph');
+  const graphFields = readFields(graphField.payload);
+  const declaredInputs = new Set(graphFields.filter((f) => f.field === GRAPH_INPUT).map((f) => readString(readFields(f.payload), VALUE_INFO_NAME)));
+
+  const moving = new Map<WireField, WeightTensor>();
+  for (const f of graphFields) {
+    const weight = f.field === GRAPH_INITIALIZER && f.wireType === WIRE_LEN ? asWeight(f.payload) : null;
+    if (weight) moving.set(f, weight);
+  }
+  // Weights used only as B of transB-0 GEMMs: stored transposed, and those nodes set transB 1.
+  const nodes = graphFields.filter((f) => f.field === GRAPH_NODE).map(nodeInfo);
+  const rewritten = new Set<WireField>();
+  for (const weight of moving.values()) {
+    if (weight.dims.length !== 2 || declaredInputs.has(weight.name)) continue;
+    const uses = nodes.filter((n) => n.inputs.includes(weight.name));
+    const asB = uses.every((n) => n.gemm && n.transB === 0 && n.inputs.indexOf(weight.name) === 1 && n.inputs.lastIndexOf(weight.name) === 1);
+    if (uses.length === 0 || !asB) continue;
+    const [rows, cols] = weight.dims;
+    weight.data = transpose(weight.data, rows, cols, dtypeInfo(weight.datatype).elementBytes);
+    weight.dims = [cols, rows];
+    for (const n of uses) rewritten.add(n.field);
+  }
+
+  const weights: WeightTensor[] = [];
+  const graph = new WireWriter();
+  const newInputs: Uint8Array[] = [];
+  for (const f of graphFields) {
+    if (rewritten.has(f)) {
+      graph.bytes(GRAPH_NODE, withTransB(f));
+      continue;
+    }
+    const weight = moving.get(f);
+    if (!weight) {
+      graph.raw(f.raw);
+      continue;
+    }
+    weights.push(weight);
+    // An initializer already listed as an input (IR < 4 style) keeps that declaration.
+    if (!declaredInputs.has(weight.name)) newInputs.push(inputFor(weight, dtypeInfo(weight.datatype).onnxType));
+  }
+  for (const input of newInputs) graph.bytes(GRAPH_INPUT, input);
+
+  const out = new WireWriter();
+  for (const f of modelFields) {
+    if (f === graphField) out.bytes(MODEL_GRAPH, graph.finish());
+    else out.raw(f.raw);
+  }
+  return { graph: out.finish(), weights };
+}

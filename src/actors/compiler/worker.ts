@@ -1,0 +1,69 @@
+/**
+ * The compiler thread (a Piscina worker; actors/compiler/handle.ts runs the
+ * pool): compiles a bundle's ONNX files into the compile cache and reads the
+ * weights the process does not hold yet into host RAM, so that a device actor
+ * loading the model only opens weightless sessions (about a millisecond each)
+ * and never stops executing for a compile. A compile of a large model takes
+ * seconds of CPU (hashing the file, ONNX Runtime's 'all' optimisation,
+ * splitting the weights); this thread lowers its own scheduling priority so
+ * that, on a machine with few cores, the threads serving requests win.
+ */
+import { readlinkSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import * as ort from 'onnxruntime-node';
+import type { CompiledExecutable, CompileResult, CompileTask } from '../../shared/channels/compiler.js';
+import { COMPILER_NICE } from '../../shared/constants.js';
+import { errors, toErrorData } from '../../shared/errors.js';
+import { readTensorFile } from '../../shared/tensor-file.js';
+import { compileExecutable } from './compile-cache.js';
+
+// Linux: /proc/thread-self names this thread; a nice value set on a thread id applies to that
+// thread alone (and to threads it starts later). Elsewhere the compile runs at normal priority.
+try {
+  const tid = Number(path.basename(readlinkSync('/proc/thread-self')));
+  if (Number.isInteger(tid)) os.setPriority(tid, COMPILER_NICE);
+} catch {
+  // not Linux, or not permitted: a compile then competes with serving as an equal
+}
+
+const RUNTIME = `onnxruntime ${ort.env.versions.common} cpu`;
+
+async function optimise(model: string, source: string, target: string): Promise<void> {
+  let session: ort.InferenceSession;
+  try {
+    // One thread: graph optimisation barely parallelises, and this thread is a guest on the machine.
+    // Level 'all' saved to disk is hardware specific; the cache key carries the CPU's features, so ORT's warning says nothing new.
+    session = await ort.InferenceSession.create(source, {
+      graphOptimizationLevel: 'all',
+      executionProviders: ['cpu'],
+      intraOpNumThreads: 1,
+      optimizedModelFilePath: target,
+      logSeverityLevel: 3,
+      extra: { session: { 'intra_op.allow_spinning': '0' } },
+    });
+  } catch (err) {
+    throw errors.bundleInvalid(model, path.basename(source), `ONNX Runtime cannot load it: ${(err as Error).message}`);
+  }
+  await session.release();
+}
+
+export default async function compile(task: CompileTask): Promise<CompileResult> {
+  try {
+    const executables: CompiledExecutable[] = [];
+    for (const file of task.files) {
+      executables.push(await compileExecutable(file, { cacheDir: task.cacheDir, runtime: RUNTIME, optimise: (source, target) => optimise(task.model, source, target) }));
+    }
+    const have = new Set(task.inHostRam);
+    const host: Record<string, SharedArrayBuffer> = {};
+    for (const w of executables.flatMap((e) => e.weights)) {
+      if (have.has(w.key) || host[w.key]) continue;
+      const buffer = new SharedArrayBuffer(w.byteLength);
+      readTensorFile(w.path, w.byteLength, new Uint8Array(buffer));
+      host[w.key] = buffer;
+    }
+    return { type: 'compiled', executables, host };
+  } catch (err) {
+    return { type: 'compileFailed', error: toErrorData(err) };
+  }
+}

@@ -1,0 +1,122 @@
+/**
+ * One execution on the device thread: a batch of one model's requests
+ * (picked by the scheduler) joined into one ONNX Runtime run, and every
+ * request answered from it in one message.
+ *
+ * Buffers: a request running alone is fed to ONNX Runtime in place; the
+ * requests of a coalesced batch are copied once into the joined input. Each
+ * request's outputs are views of the batch's output buffers (cutting its rows
+ * off axis 0 is a view), transferred back once per distinct buffer.
+ */
+import type * as ort from 'onnxruntime-node';
+import type { ExecutedRequest, FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
+import { nowMs } from '../../shared/channels/device.js';
+import { errors } from '../../shared/errors.js';
+import { weightFeeds } from './executables.js';
+import type { DeviceModels } from './models.js';
+import { batchInput, requestOutput } from './ort-tensors.js';
+import type { RegionMappings } from './regions.js';
+import type { Scheduler, Ticket } from './scheduler.js';
+
+export interface ExecutionContext {
+  deviceId: number;
+  models: DeviceModels;
+  scheduler: Scheduler<InferCommand>;
+  regions: RegionMappings;
+  send: (msg: FromDevice, transfer?: ArrayBuffer[]) => void;
+  /** Answer one request with an error. */
+  fail: (id: number, err: unknown) => void;
+}
+
+/** Run one batch of one model's requests and answer them all in one message. */
+export async function execute(batch: Ticket<InferCommand>[], ctx: ExecutionContext): Promise<void> {
+  const { models, scheduler, regions } = ctx;
+  const started = nowMs();
+  const instance = batch[0].model;
+  const model = models.get(instance);
+  if (!model) {
+    for (const t of batch) ctx.fail(t.id, errors.modelNotReady(instance, 'UNAVAILABLE', `not loaded on device ${ctx.deviceId}`));
+    return;
+  }
+  const { spec, batchDims } = model;
+  const name = spec.name;
+  const rows = batch.reduce((sum, t) => sum + t.rows, 0);
+  // A dynamic session runs the exact rows; per-size sessions pad to the smallest compiled size that holds them.
+  let executable = model.sessions.get(0);
+  let runBatch = spec.batchAxis === null ? 0 : rows;
+  if (!executable) {
+    runBatch = spec.compiledBatchSizes.find((size) => size >= rows) ?? rows;
+    executable = model.sessions.get(runBatch);
+  }
+  // The outputs every request of the batch asked for, computed once.
+  const wanted = [...new Set(batch.flatMap((t) => t.payload.outputs))];
+  const weightCache = models.weightCache;
+  let load: WeightLoad | null = null;
+  try {
+    if (!executable) throw errors.internal(`model ${name} has no session for ${rows} rows`);
+    const session = executable.session;
+    const t0 = process.hrtime.bigint();
+    let feeds: Record<string, ort.Tensor> = {};
+    if (weightCache) {
+      // The cold path: the batch waits while the model's weights come on (one copy), and the model pays for it.
+      const outcome = weightCache.ensureResident(instance);
+      load = models.weightLoad(outcome);
+      if (!outcome.hit) scheduler.chargeTime(instance, outcome.loadMs);
+      const epoch = weightCache.epoch(instance);
+      if (executable.feeds?.epoch !== epoch) executable.feeds = { epoch, tensors: weightFeeds(executable, (key) => weightCache.deviceView(key)) };
+      feeds = { ...executable.feeds.tensors };
+    }
+    spec.inputs.forEach((input, i) => {
+      feeds[input.name] = batchInput(batch.map((t) => regions.inputBytes(t.payload.inputs[i])), batchDims.get(input.name) ?? -1, runBatch);
+    });
+    const t1 = process.hrtime.bigint();
+    let outputs: ort.InferenceSession.OnnxValueMapType;
+    try {
+      outputs = await session.run(feeds, wanted);
+    } catch (err) {
+      throw errors.executionFailed(name, (err as Error).message);
+    }
+    const t2 = process.hrtime.bigint();
+    const results: ExecutedRequest[] = [];
+    let from = 0;
+    for (const t of batch) {
+      try {
+        results.push({
+          id: t.id,
+          outputs: t.payload.outputs.map((o, k) => {
+            const out = requestOutput(name, o, outputs[o] as ort.Tensor, batchDims.get(o) ?? -1, from, t.rows);
+            const region = t.payload.outputRegions[k];
+            return region ? regions.writeOutput(out, region) : out;
+          }),
+          queueNs: Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6)),
+        });
+      } catch (err) {
+        ctx.fail(t.id, err); // this request only: its region was too small
+      }
+      from += t.rows;
+    }
+    const t3 = process.hrtime.bigint();
+    // Each distinct buffer is transferred once: requests' outputs may be views of one batch buffer.
+    const transfer = [...new Set(results.flatMap((r) => r.outputs.map((o) => o.data.buffer as ArrayBuffer)))];
+    ctx.send({
+      type: 'executed',
+      model: name,
+      instance,
+      results,
+      timing: {
+        computeInputNs: Number(t1 - t0),
+        computeInferNs: Number(t2 - t1),
+        computeOutputNs: Number(t3 - t2),
+        batchRows: rows,
+        executedBatchSize: runBatch,
+        requests: batch.length,
+      },
+      queued: scheduler.queued,
+      load,
+      memory: load && !load.hit ? models.memory() : null,
+    }, transfer);
+    scheduler.charge(instance, Math.max(runBatch, 1), Number(t2 - t1) / 1e6);
+  } catch (err) {
+    for (const t of batch) ctx.fail(t.id, err);
+  }
+}

@@ -1,0 +1,373 @@
+/**
+ * The main thread's handle on one device actor (a worker thread running
+ * device-worker.js). Its interface is small: `load`, `unload`, `infer`,
+ * `inflight`, `stop`.
+ *
+ * Every pending call settles in exactly one of three ways: the worker's reply,
+ * its own timer (the request's deadline, or a load timeout), or the worker
+ * exiting, which rejects every pending call with UNAVAILABLE. A worker that
+ * exits unexpectedly is replaced and the models it held are loaded again
+ * before anything else runs there (the worker serves its inbox in order); a
+ * worker that keeps dying without serving is given up on.
+ *
+ * Buffers: `infer` transfers its inputs' ArrayBuffers to the worker (the
+ * caller must not touch them afterwards) and receives the outputs' buffers.
+ */
+import { Worker } from 'node:worker_threads';
+import type { Logger } from 'pino';
+import type { ModelSpec } from '../../shared/model-spec.js';
+import type { SchedulerConfig } from '../../shared/config-schema.js';
+import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
+import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
+import type { CompiledModel } from '../../shared/channels/compiler.js';
+import { nowMs, type DeviceCalls, type DeviceCallType, type DeviceInit, type ExecutedRequest, type ExecutionTiming, type FromDevice, type HostUpdate, type InferCommand, type InstanceStatus, type ModelPolicyUpdate, type Residency, type ToDevice, type WeightCacheInit, type WeightLoad, type WeightMemory, type WireTensor } from '../../shared/channels/device.js';
+
+/** Lifecycle of a device actor. */
+export enum DeviceState {
+  /** The worker is starting (loading ONNX Runtime). */
+  STARTING = 'STARTING',
+  /** Serving. */
+  READY = 'READY',
+  /** The worker died; a replacement is starting and reloading the models. */
+  RESTARTING = 'RESTARTING',
+  /** Given up on after repeated crashes, or stopped: every call answers UNAVAILABLE. */
+  DEAD = 'DEAD',
+}
+
+export interface InferRequest {
+  /** The model's loaded instance (from the registry's lease). */
+  instance: string;
+  /** One tensor per manifest input, in manifest order. */
+  inputs: WireTensor[];
+  outputs: string[];
+  /** Per output: the shared-memory slice to write it into, or null to return it. */
+  outputRegions: InferCommand['outputRegions'];
+  /** The client's absolute deadline (nowMs clock); Infinity if it set none. */
+  deadlineMs: number;
+}
+
+export interface InferResult {
+  outputs: WireTensor[];
+  /** Time queued on the device before its execution started. */
+  queueNs: number;
+  /** The execution this request rode in, shared with the others of its batch. */
+  timing: ExecutionTiming;
+}
+
+/** One request's share of an execution, as the device answered it. */
+interface Executed {
+  result: ExecutedRequest;
+  timing: ExecutionTiming;
+}
+
+/** The process's host copies of weights (actors/gateway/host-weights.ts), as a device handle uses them. */
+export interface HostRam {
+  /** Every buffer held now: what a device may use instead of reading the disk. */
+  offer(): Record<string, SharedArrayBuffer>;
+  /** Take in what a device read and which tensors each instance now keeps in host RAM. */
+  update(update: HostUpdate): void;
+}
+
+interface Pending {
+  /** A control call's reply or an infer's share of an execution; `#call`'s type parameter says which. */
+  resolve: (value: never) => void;
+  reject: (err: StowageError) => void;
+  timer: NodeJS.Timeout;
+}
+
+export interface DeviceHandleOptions {
+  deviceId: number;
+  intraOpThreads: number;
+  scheduler: SchedulerConfig;
+  /** The on-demand weight cache; null turns it off. */
+  weights: WeightCacheInit | null;
+  /** The process's host copies of weights, shared with the other device actors. */
+  hostWeights?: HostRam;
+  logger: Logger;
+  /** Told of weight traffic: a model's load or hit (on execution and load), and the device memory after it. */
+  onWeights?: (model: string, load: WeightLoad | null, memory: WeightMemory | null) => void;
+  /** Told how many of a load's ONNX files the compile cache held already. */
+  onCompiled?: (files: number, cacheHits: number) => void;
+  /** Told of every execution once (statistics count executions, not requests), with the requests still queued. */
+  onExecution?: (model: string, timing: ExecutionTiming, queued: number) => void;
+  /** The worker script; tests substitute a fixture. */
+  workerUrl?: URL;
+}
+
+const DEFAULT_WORKER_URL = new URL('./worker.js', import.meta.url);
+
+/** How long each control call may take before the handle stops waiting. */
+const CALL_TIMEOUT_MS: Record<DeviceCallType, number> = {
+  load: MODEL_LOAD_TIMEOUT_MS,
+  unload: MODEL_LOAD_TIMEOUT_MS,
+  status: DEVICE_START_TIMEOUT_MS,
+  setPolicy: DEVICE_START_TIMEOUT_MS,
+  setResidency: MODEL_LOAD_TIMEOUT_MS,
+  compact: MODEL_LOAD_TIMEOUT_MS,
+  prefetch: MODEL_LOAD_TIMEOUT_MS,
+};
+
+export class DeviceHandle {
+  readonly deviceId: number;
+  #options: DeviceHandleOptions;
+  #worker!: Worker;
+  #state = DeviceState.STARTING;
+  #pending = new Map<number, Pending>();
+  #nextId = 1;
+  /** Loaded instances, their specs and compiled forms, to load again into a replacement worker. */
+  #loaded = new Map<string, { spec: ModelSpec; compiled: CompiledModel | null }>();
+  /** Run-time changes (SetModelPolicy, SetModelResidency) by model, to replay into a replacement worker. */
+  #policies = new Map<string, ModelPolicyUpdate>();
+  #residencies = new Map<string, Residency>();
+  #crashes = 0;
+  #stopping = false;
+
+  private constructor(options: DeviceHandleOptions) {
+    this.deviceId = options.deviceId;
+    this.#options = options;
+  }
+
+  /** Start the worker and wait until ONNX Runtime is loaded in it. */
+  static async create(options: DeviceHandleOptions): Promise<DeviceHandle> {
+    const actor = new DeviceHandle(options);
+    await actor.#spawn();
+    return actor;
+  }
+
+  get state(): DeviceState {
+    return this.#state;
+  }
+
+  /** Calls sent to the worker and not yet settled. */
+  get inflight(): number {
+    return this.#pending.size;
+  }
+
+  #spawn(): Promise<void> {
+    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, scheduler: this.#options.scheduler, weights: this.#options.weights };
+    const worker = new Worker(this.#options.workerUrl ?? DEFAULT_WORKER_URL, { workerData: init, name: `device-${this.deviceId}` });
+    this.#worker = worker;
+    let lastError: Error | undefined;
+    let started = false;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        void worker.terminate();
+        reject(errors.deviceUnavailable(this.deviceId, `its worker did not start within ${DEVICE_START_TIMEOUT_MS} ms`));
+      }, DEVICE_START_TIMEOUT_MS);
+      worker.on('message', (msg: FromDevice) => {
+        if (msg.type === 'started') {
+          started = true;
+          clearTimeout(timer);
+          this.#state = DeviceState.READY;
+          resolve();
+          return;
+        }
+        this.#settle(msg);
+      });
+      worker.on('error', (err) => {
+        lastError = err;
+      });
+      worker.on('messageerror', (err) => {
+        lastError = err;
+      });
+      worker.on('exit', (code) => {
+        clearTimeout(timer);
+        if (worker !== this.#worker) return;
+        const why = this.#stopping ? 'the server is stopping'
+          : `its worker exited (code ${code}${lastError ? `: ${lastError.message}` : ''})`;
+        this.#failAll(errors.deviceUnavailable(this.deviceId, why));
+        if (!started) reject(errors.deviceUnavailable(this.deviceId, why));
+        else this.#onCrash(why);
+      });
+    });
+  }
+
+  #onCrash(why: string): void {
+    if (this.#stopping) {
+      this.#state = DeviceState.DEAD;
+      return;
+    }
+    this.#crashes++;
+    this.#options.logger.error({ device: this.deviceId, crashes: this.#crashes }, `device actor crashed: ${why}`);
+    if (this.#crashes >= DEVICE_MAX_CONSECUTIVE_CRASHES) {
+      this.#state = DeviceState.DEAD;
+      this.#options.logger.error({ device: this.deviceId }, `device actor crashed ${this.#crashes} times in a row; not restarting it`);
+      return;
+    }
+    this.#state = DeviceState.RESTARTING;
+    const started = this.#spawn();
+    // Posted now, these sit first in the new worker's inbox, ahead of any later request: the
+    // run-time policy and residency changes, then the loads they apply to.
+    const replayFailed = (what: string) => (err: Error) => this.#options.logger.error({ device: this.deviceId }, `replaying ${what} after crash failed: ${err.message}`);
+    for (const [model, policy] of this.#policies) this.setPolicy(model, policy).catch(replayFailed(`the policy of ${model}`));
+    for (const [model, residency] of this.#residencies) this.setResidency(model, residency).catch(replayFailed(`the residency of ${model}`));
+    for (const [instance, { spec, compiled }] of this.#loaded) {
+      this.load(spec, instance, compiled).catch((err: Error) => this.#options.logger.error({ device: this.deviceId, model: spec.name }, `reload after crash failed: ${err.message}`));
+    }
+    started.catch((err: Error) => this.#onCrash(`its replacement failed to start: ${err.message}`));
+  }
+
+  #settle(msg: FromDevice): void {
+    switch (msg.type) {
+      case 'started':
+        return;
+      case 'executed':
+        for (const result of msg.results) this.#resolve<Executed>(result.id, { result, timing: msg.timing });
+        this.#options.onExecution?.(msg.model, msg.timing, msg.queued);
+        if (msg.load || msg.memory) this.#options.onWeights?.(msg.model, msg.load, msg.memory);
+        return;
+      case 'warning':
+        this.#options.logger.warn(msg.fields, msg.message);
+        return;
+      case 'reply':
+        return this.#resolve(msg.id, msg.reply);
+      case 'failed': {
+        const pending = this.#take(msg.id);
+        pending?.reject(fromErrorData(msg.error));
+        return;
+      }
+      default: {
+        const never: never = msg;
+        this.#options.logger.error({ device: this.deviceId, message: never }, 'device sent an unknown message');
+      }
+    }
+  }
+
+  /** The pending call `id`, removed and its timer cleared; undefined if it was answered already (timed out or cancelled). */
+  #take(id: number): Pending | undefined {
+    const pending = this.#pending.get(id);
+    if (!pending) return undefined;
+    this.#pending.delete(id);
+    clearTimeout(pending.timer);
+    return pending;
+  }
+
+  #resolve<T>(id: number, value: T): void {
+    (this.#take(id)?.resolve as ((value: T) => void) | undefined)?.(value);
+  }
+
+  #failAll(err: StowageError): void {
+    const pending = [...this.#pending.values()];
+    this.#pending.clear();
+    for (const p of pending) {
+      clearTimeout(p.timer);
+      p.reject(err);
+    }
+  }
+
+  /** Post `msg` and wait for its settlement: the reply, `onTimeout` after `timeoutMs`, or the worker exiting. */
+  #post<T>(msg: ToDevice & { id: number }, timeoutMs: number, onTimeout: () => StowageError, transfer: ArrayBuffer[] = []): Promise<T> {
+    if (this.#state === DeviceState.DEAD) {
+      return Promise.reject(errors.deviceUnavailable(this.deviceId, 'it has stopped'));
+    }
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#pending.delete(msg.id);
+        if (msg.type === 'infer') this.#worker.postMessage({ type: 'cancel', id: msg.id } satisfies ToDevice);
+        reject(onTimeout());
+      }, Math.max(0, timeoutMs));
+      this.#pending.set(msg.id, { resolve: resolve as (value: never) => void, reject, timer });
+      this.#worker.postMessage(msg, transfer);
+    });
+  }
+
+  /** A control call: resolves with its reply's type. */
+  #call<K extends DeviceCallType>(type: K, request: DeviceCalls[K]['request']): Promise<DeviceCalls[K]['reply']> {
+    const msg = { ...request, type, id: this.#nextId++ } as ToDevice & { id: number };
+    return this.#post<DeviceCalls[K]['reply']>(msg, CALL_TIMEOUT_MS[type], () => errors.deviceUnavailable(this.deviceId, `no answer to ${type} within ${CALL_TIMEOUT_MS[type]} ms`));
+  }
+
+  /**
+   * Open the sessions of one version of a model on the device, under `instance`. `compiled` is its
+   * compiled form (null when the weight cache is off); its host buffers join the offer, and the
+   * host RAM the load ends up holding is reported to `hostWeights`.
+   */
+  async load(spec: ModelSpec, instance: string, compiled: CompiledModel | null): Promise<{ loadMs: number; weightBytes: number }> {
+    const hostOffer = { ...this.#options.hostWeights?.offer(), ...compiled?.host };
+    const loaded = await this.#call('load', { instance, spec, compiled: compiled?.executables ?? null, hostOffer });
+    // Kept for a crash reload without the compiler's buffers: HostWeights holds what is in use.
+    this.#loaded.set(instance, { spec, compiled: compiled && { executables: compiled.executables, host: {} } });
+    this.#options.hostWeights?.update({ created: { ...compiled?.host, ...loaded.host.created }, holdings: loaded.host.holdings });
+    this.#options.onCompiled?.(loaded.compiled.files, loaded.compiled.cacheHits);
+    if (loaded.memory) this.#options.onWeights?.(spec.name, loaded.load, loaded.memory);
+    return { loadMs: loaded.loadMs, weightBytes: loaded.weightBytes };
+  }
+
+  async unload(instance: string): Promise<void> {
+    this.#loaded.delete(instance);
+    const { memory } = await this.#call('unload', { instance });
+    if (memory) this.#options.onWeights?.(instance.slice(0, instance.lastIndexOf('#')), null, memory);
+  }
+
+  /**
+   * Run one request. Settles by its deadline at the latest (for a request
+   * without one: the queue-wait bound plus a watchdog on the execution); an
+   * aborted signal drops it (queued: removed; running: its result discarded).
+   */
+  async infer(req: InferRequest, signal?: AbortSignal): Promise<InferResult> {
+    const id = this.#nextId++;
+    const enqueuedAtMs = nowMs();
+    const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs
+      : enqueuedAtMs + this.#options.scheduler.dispatch_timeout_seconds * 1000 + EXECUTION_WATCHDOG_MS;
+    const transfer = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
+    const command: InferCommand = { type: 'infer', id, instance: req.instance, inputs: req.inputs, outputs: req.outputs, outputRegions: req.outputRegions, deadlineMs: req.deadlineMs, enqueuedAtMs };
+    const executed = this.#post<Executed>(command, settleBy - enqueuedAtMs,
+      () => errors.deadlineExceeded(req.instance.slice(0, req.instance.lastIndexOf('#')), nowMs() - enqueuedAtMs), transfer);
+    const onAbort = () => {
+      const pending = this.#take(id);
+      if (!pending) return;
+      this.#worker.postMessage({ type: 'cancel', id } satisfies ToDevice);
+      pending.reject(errors.cancelled());
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      const { result, timing } = await executed;
+      this.#crashes = 0; // served: the worker is healthy
+      return { outputs: result.outputs, queueNs: result.queueNs, timing };
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** Every loaded instance's queue, learned costs, policy and residency. */
+  async status(): Promise<InstanceStatus[]> {
+    return (await this.#call('status', {})).instances;
+  }
+
+  /** Change where a model's weights live at rest (`device` brings them on now, or fails if they cannot fit). */
+  async setResidency(model: string, residency: Residency): Promise<void> {
+    const { memory, host } = await this.#call('setResidency', { model, residency, hostOffer: this.#options.hostWeights?.offer() ?? {} });
+    this.#residencies.set(model, residency);
+    this.#options.hostWeights?.update(host);
+    if (memory) this.#options.onWeights?.(model, null, memory);
+  }
+
+  /** Make an instance's weights resident now, if they fit (the gateway moving a model here). */
+  async prefetch(instance: string): Promise<void> {
+    const { load, memory } = await this.#call('prefetch', { instance });
+    if (load || memory) this.#options.onWeights?.(instance.slice(0, instance.lastIndexOf('#')), load, memory);
+  }
+
+  /** Close the holes in the device's weight arena; returns the bytes moved. */
+  async compact(): Promise<number> {
+    return (await this.#call('compact', {})).movedBytes;
+  }
+
+  /** Change a model's scheduling policy now (its queued requests included) and for later loads. */
+  async setPolicy(model: string, policy: ModelPolicyUpdate): Promise<void> {
+    await this.#call('setPolicy', { model, policy });
+    this.#policies.set(model, { ...this.#policies.get(model), ...policy });
+  }
+
+  /** A shared-memory region was unregistered: the worker drops its cached mapping. */
+  forgetRegion(regionId: number): void {
+    if (this.#state !== DeviceState.DEAD) this.#worker.postMessage({ type: 'forgetRegion', regionId } satisfies ToDevice);
+  }
+
+  /** Stop the worker; pending calls are answered UNAVAILABLE. */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    this.#state = DeviceState.DEAD;
+    await this.#worker.terminate();
+  }
+}

@@ -1,0 +1,218 @@
+/**
+ * The models loaded on one device, on the device thread: their sessions, their
+ * scheduling policy and where their weights live. Loads arrive compiled (the
+ * compiler thread did the slow part), so a load here opens weightless
+ * sessions, about a millisecond each, and the dispatch loop barely pauses.
+ *
+ * Policy and residency: the node file's, with the run-time changes the main
+ * thread sends (SetModelPolicy, SetModelResidency) on top; they apply to the
+ * model's loaded instances and to those loaded later.
+ */
+import type { DeviceCalls, DeviceInit, HostUpdate, InstanceStatus, ModelPolicyUpdate, Residency, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
+import { nowMs } from '../../shared/channels/device.js';
+import { errors } from '../../shared/errors.js';
+import type { ModelSpec } from '../../shared/model-spec.js';
+import type { CostModel } from './cost-model.js';
+import { openExecutable, tensorSources, type Executable } from './executables.js';
+import type { Scheduler } from './scheduler.js';
+import type { InferCommand } from '../../shared/channels/device.js';
+import type { HostBuffer, ResidencyOutcome, TensorSource, WeightCache } from './weight-cache.js';
+
+export interface LoadedModel {
+  spec: ModelSpec;
+  /** Sessions by compiled batch size; key 0 is the single dynamic-batch session. */
+  sessions: Map<number, Executable>;
+  /** Position of the batch axis in each input and output tensor, by name (-1: none). */
+  batchDims: Map<string, number>;
+}
+
+/**
+ * Host RAM for one control call: the main thread's shared buffers on offer, and those this
+ * device had to read from disk itself (reported back so the other devices can use them).
+ */
+class HostOffer {
+  readonly created: Record<string, SharedArrayBuffer> = {};
+  readonly #offered: Record<string, SharedArrayBuffer>;
+
+  constructor(offered: Record<string, SharedArrayBuffer>) {
+    this.#offered = offered;
+  }
+
+  readonly buffer: HostBuffer = (source: TensorSource) => {
+    const offered = this.#offered[source.key];
+    if (offered) return { bytes: new Uint8Array(offered), fresh: false };
+    const buffer = new SharedArrayBuffer(source.byteLength);
+    this.created[source.key] = buffer;
+    return { bytes: new Uint8Array(buffer), fresh: true };
+  };
+}
+
+async function releaseAll(executables: Iterable<Executable> | undefined): Promise<void> {
+  for (const e of executables ?? []) await e.session.release().catch(() => undefined);
+}
+
+export class DeviceModels {
+  /** Loaded model versions by instance key (`name#generation`). */
+  readonly #loaded = new Map<string, LoadedModel>();
+  readonly #init: DeviceInit;
+  readonly #scheduler: Scheduler<InferCommand>;
+  readonly #costs: CostModel;
+  /** The device's weights; null when the cache is off. */
+  readonly weightCache: WeightCache | null;
+  /** Policies changed at run time (SetModelPolicy), by model name; they outlive reloads. */
+  readonly #policyUpdates = new Map<string, ModelPolicyUpdate>();
+  /** Residencies changed at run time (SetModelResidency), by model name; they outlive reloads. */
+  readonly #residencyUpdates = new Map<string, Residency>();
+  readonly #warn: (message: string, fields: Record<string, number | string>) => void;
+
+  constructor(init: DeviceInit, scheduler: Scheduler<InferCommand>, costs: CostModel, weightCache: WeightCache | null, warn: (message: string, fields: Record<string, number | string>) => void) {
+    this.#init = init;
+    this.#scheduler = scheduler;
+    this.#costs = costs;
+    this.weightCache = weightCache;
+    this.#warn = warn;
+  }
+
+  get(instance: string): LoadedModel | undefined {
+    return this.#loaded.get(instance);
+  }
+
+  /** The model's name, for messages (the scheduler knows instances; clients know names). */
+  nameOf(instance: string): string {
+    return this.#loaded.get(instance)?.spec.name ?? instance.slice(0, instance.lastIndexOf('#'));
+  }
+
+  memory(): WeightMemory | null {
+    const cache = this.weightCache;
+    if (!cache) return null;
+    return { residentBytes: cache.residentBytes, logicalBytes: cache.logicalResidentBytes, budgetBytes: cache.budget };
+  }
+
+  /** The model's scheduling policy: the node file's, with run-time changes on top. */
+  policyOf(spec: ModelSpec): { weight: number; maxBatchRows: number } {
+    const config = this.#init.scheduler.models[spec.name];
+    const update = this.#policyUpdates.get(spec.name);
+    const cap = update?.maxBatchSize ?? config?.max_batch_size ?? Infinity;
+    return {
+      weight: update?.weight ?? config?.weight ?? 1,
+      // Most rows one execution may carry; 1 when there is no batch axis to concatenate along.
+      maxBatchRows: spec.batchAxis === null ? 1 : Math.min(spec.maxBatchSize, cap),
+    };
+  }
+
+  /** Where a model's weights live at rest: SetModelResidency's, else the node file's, else system. */
+  residencyOf(name: string): Residency {
+    if (!this.weightCache) return 'device';
+    return this.#residencyUpdates.get(name) ?? this.#init.scheduler.models[name]?.residency ?? 'system';
+  }
+
+  /** The cache's outcome as the main thread reports it (instances become model names); thrash is warned of. */
+  weightLoad(outcome: ResidencyOutcome): WeightLoad {
+    if (outcome.thrash) {
+      const t = outcome.thrash;
+      const device = this.#init.deviceId;
+      this.#warn(
+        `weight cache thrashing on device ${device}: the ${t.models} models used in the last ${t.windowSeconds} s need ${t.bytes} bytes of weights, more than the budget of ${t.budget}; raise runtime.cpu_device_memory_bytes or spread the models over more devices`,
+        { device, models: t.models, bytes: t.bytes, budget: t.budget, windowSeconds: t.windowSeconds });
+    }
+    return { hit: outcome.hit, loadedBytes: outcome.loadedBytes, diskBytes: outcome.diskBytes, loadMs: outcome.loadMs, evicted: outcome.evicted.map((i) => this.nameOf(i)) };
+  }
+
+  async load({ instance, spec, compiled, hostOffer }: DeviceCalls['load']['request']): Promise<DeviceCalls['load']['reply']> {
+    const started = nowMs();
+    const sessions = new Map<number, Executable>();
+    const host = new HostOffer(hostOffer);
+    const cache = this.weightCache;
+    let outcome: ResidencyOutcome | undefined;
+    try {
+      if (cache && !compiled) throw errors.internal(`model ${spec.name} reached device ${this.#init.deviceId} uncompiled while its weight cache is on`);
+      const options = { intraOpThreads: this.#init.intraOpThreads };
+      for (const [i, file] of spec.executables.entries()) {
+        sessions.set(file.batchSize ?? 0, await openExecutable(spec, file, cache ? compiled![i] : null, options));
+      }
+      // A `device` model comes on now, and fails its load if it cannot fit.
+      outcome = cache?.add(instance, spec.name, this.residencyOf(spec.name), tensorSources(sessions.values()), host.buffer);
+    } catch (err) {
+      await releaseAll(sessions.values());
+      throw err;
+    }
+    const previous = this.#loaded.get(instance); // only after a crash reload of the same instance
+    const batchDims = new Map([...spec.inputs, ...spec.outputs].map((t) => [t.name, t.batchDim]));
+    this.#loaded.set(instance, { spec, sessions, batchDims });
+    this.#scheduler.setModel(instance, this.policyOf(spec));
+    await releaseAll(previous?.sessions.values());
+    const executables = [...sessions.values()];
+    return {
+      loadMs: nowMs() - started,
+      compiled: { files: cache ? executables.length : 0, cacheHits: executables.filter((e) => e.cacheHit).length },
+      weightBytes: cache?.weightBytes(instance) ?? 0,
+      memory: this.memory(),
+      load: outcome ? this.weightLoad(outcome) : null,
+      host: this.#hostUpdate(host, [instance]),
+    };
+  }
+
+  /** Free an instance; its queued requests are answered UNAVAILABLE by `failQueued`. */
+  async unload(instance: string, failQueued: (tickets: readonly { id: number }[], name: string) => void): Promise<DeviceCalls['unload']['reply']> {
+    const model = this.#loaded.get(instance);
+    this.#loaded.delete(instance);
+    failQueued(this.#scheduler.removeModel(instance), model?.spec.name ?? instance);
+    this.weightCache?.remove(instance);
+    await releaseAll(model?.sessions.values());
+    return { memory: this.memory() };
+  }
+
+  status(): InstanceStatus[] {
+    const cache = this.weightCache;
+    return [...this.#loaded].map(([instance, m]) => ({
+      instance,
+      model: m.spec.name,
+      queued: this.#scheduler.queuedFor(instance),
+      costs: this.#costs.snapshot(instance),
+      ...this.policyOf(m.spec),
+      residency: cache?.residencyOf(instance) ?? 'device',
+      resident: cache ? cache.isResident(instance) : true,
+      weightBytes: cache?.weightBytes(instance) ?? 0,
+    }));
+  }
+
+  setPolicy(model: string, policy: ModelPolicyUpdate): void {
+    this.#policyUpdates.set(model, { ...this.#policyUpdates.get(model), ...policy });
+    for (const [instance, m] of this.#loaded) if (m.spec.name === model) this.#scheduler.setModel(instance, this.policyOf(m.spec));
+  }
+
+  /** Change where a model's weights live at rest, on every loaded version of it; all or nothing. */
+  setResidency({ model, residency, hostOffer }: DeviceCalls['setResidency']['request']): DeviceCalls['setResidency']['reply'] {
+    const cache = this.weightCache;
+    if (!cache) throw errors.unsupported('SetModelResidency needs the on-demand weight cache, which is off (runtime.weight_cache_fraction is 0): every model is resident');
+    const host = new HostOffer(hostOffer);
+    const instances = [...this.#loaded].filter(([, m]) => m.spec.name === model).map(([i]) => i);
+    const previous = this.residencyOf(model);
+    this.#residencyUpdates.set(model, residency);
+    try {
+      for (const instance of instances) cache.setResidency(instance, residency, host.buffer);
+    } catch (err) {
+      this.#residencyUpdates.set(model, previous);
+      for (const instance of instances) cache.setResidency(instance, previous, host.buffer);
+      throw err;
+    }
+    return { memory: this.memory(), host: this.#hostUpdate(host, instances) };
+  }
+
+  /** Best effort: a model that cannot come on now comes on with its first request instead. */
+  prefetch(instance: string): DeviceCalls['prefetch']['reply'] {
+    const outcome = this.weightCache?.has(instance) ? this.weightCache.ensureResident(instance) : undefined;
+    return { load: outcome ? this.weightLoad(outcome) : null, memory: this.memory() };
+  }
+
+  compact(): DeviceCalls['compact']['reply'] {
+    if (!this.weightCache) throw errors.unsupported('CompactMemory needs the on-demand weight cache, which is off (runtime.weight_cache_fraction is 0)');
+    return { movedBytes: this.weightCache.compact(), memory: this.memory() };
+  }
+
+  /** What changed in host RAM: buffers read here, and which tensors each instance now keeps there. */
+  #hostUpdate(host: HostOffer, instances: string[]): HostUpdate {
+    const cache = this.weightCache;
+    return { created: host.created, holdings: Object.fromEntries((cache ? instances : []).map((i) => [i, cache!.hostKeys(i)])) };
+  }
+}

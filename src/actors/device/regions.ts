@@ -1,0 +1,48 @@
+/**
+ * Shared-memory regions as the device thread sees them: each registered region
+ * mapped once, from the descriptor the main thread holds open (threads share
+ * descriptors), and kept mapped until the main thread says the region was
+ * unregistered. A view keeps its mapping alive, so a request still reading an
+ * unregistered region finishes safely (its mapping is unmapped by GC).
+ */
+import { dtypeInfo } from '../../shared/dtypes.js';
+import { errors } from '../../shared/errors.js';
+import { mapSharedMemory } from '../../native/shm.js';
+import type { RegionSlice, WireTensor } from '../../shared/channels/device.js';
+
+export class RegionMappings {
+  /** Mappings of registered regions, by region id. */
+  readonly #mappings = new Map<number, ArrayBuffer>();
+
+  /** A view of a slice: inputs are read from it and outputs written into it. */
+  view(slice: RegionSlice): Uint8Array {
+    let mapping = this.#mappings.get(slice.regionId);
+    if (!mapping) {
+      mapping = mapSharedMemory(slice.key, slice.fd, slice.regionOffset, slice.regionByteSize);
+      this.#mappings.set(slice.regionId, mapping);
+    }
+    return new Uint8Array(mapping, slice.offset, slice.byteSize);
+  }
+
+  /** An input's bytes: inline, or read in place from shared memory (copied only if misaligned for its type). */
+  inputBytes(t: WireTensor): WireTensor {
+    if (!t.shm) return t;
+    const view = this.view(t.shm);
+    const width = dtypeInfo(t.datatype).elementBytes;
+    return { ...t, data: width > 1 && view.byteOffset % width !== 0 ? view.slice() : view };
+  }
+
+  /** Write an output into its slice; what goes back to the main thread carries no bytes. */
+  writeOutput(out: WireTensor, slice: RegionSlice): WireTensor {
+    if (out.data.byteLength > slice.byteSize) {
+      throw errors.sharedMemoryInvalid(`output ${JSON.stringify(out.name)}: shared_memory_byte_size ${slice.byteSize} is less than the ${out.data.byteLength} bytes of the result`);
+    }
+    this.view(slice).set(out.data);
+    return { ...out, data: new Uint8Array(0), shm: slice };
+  }
+
+  /** The region was unregistered: drop its mapping (views in use keep it alive). */
+  forget(regionId: number): void {
+    this.#mappings.delete(regionId);
+  }
+}

@@ -1,0 +1,235 @@
+/**
+ * The device's scheduler: per-model queues, the discipline that picks which
+ * model runs next, and coalescing of that model's queued requests into one
+ * batch. Pure: it owns no thread, no timer and no ONNX Runtime; the device
+ * actor feeds it requests and runs what `next()` returns, and tests drive it
+ * with a fake clock.
+ *
+ * Ownership: a ticket's payload belongs to the scheduler from `enqueue` until
+ * `next()` hands it out (in a batch, or shed) or `cancel()` returns it.
+ *
+ * Disciplines (the seeds' `scheduler.discipline`):
+ * - fair: each model carries the device time it has been charged, divided by
+ *   its weight; the least-charged model with queued work goes next, and each
+ *   execution is charged the model's learned cost for that batch size. A
+ *   model that was idle re-enters at the current charge level, so idleness
+ *   banks no credit and a flood on one model cannot starve another.
+ * - fifo: the model whose oldest queued request is oldest goes next.
+ * - edf: the model whose most urgent request has the earliest deadline goes
+ *   next; a request whose remaining time is below the model's learned cost is
+ *   shed instead of run late.
+ * In every discipline a request past its deadline, or queued longer than
+ * `dispatch_timeout_seconds`, is shed and never runs.
+ */
+import { errors } from '../../shared/errors.js';
+import type { CostModel } from './cost-model.js';
+
+export type Discipline = 'fair' | 'fifo' | 'edf';
+
+export interface ModelPolicy {
+  /** Share of device time under `fair` (the seeds' scheduler.models.<name>.weight). */
+  weight: number;
+  /** Most rows one execution may carry: the largest compiled size, capped by max_batch_size; 1 if unbatched. */
+  maxBatchRows: number;
+}
+
+export interface Ticket<T> {
+  id: number;
+  model: string;
+  /** Rows on the batch axis (1 for an unbatched model). */
+  rows: number;
+  enqueuedAtMs: number;
+  /** Absolute deadline from the client; Infinity when it set none. */
+  deadlineMs: number;
+  payload: T;
+}
+
+export type ShedReason = 'deadline' | 'waited' | 'laxity';
+
+export interface Pick<T> {
+  /** Requests of one model to run as one execution, in order; empty when nothing is queued. */
+  batch: Ticket<T>[];
+  /** Requests dropped instead of run, with why. */
+  shed: { ticket: Ticket<T>; reason: ShedReason }[];
+}
+
+export interface SchedulerOptions {
+  discipline: Discipline;
+  /** Per-model queue cap (scheduler.max_queue_depth). */
+  maxQueueDepth: number;
+  /** Longest a request may wait in the queue, ms (scheduler.dispatch_timeout_seconds). */
+  maxWaitMs: number;
+  costs: CostModel;
+  now: () => number;
+}
+
+interface ModelQueue<T> {
+  policy: ModelPolicy;
+  /** Arrival order (fair, fifo) or deadline order (edf). */
+  tickets: Ticket<T>[];
+  /** Device time charged so far, divided by the weight (fair). */
+  charged: number;
+  /** When this model was last picked, to rotate among equals. */
+  lastPicked: number;
+}
+
+export class Scheduler<T> {
+  readonly #options: SchedulerOptions;
+  readonly #queues = new Map<string, ModelQueue<T>>();
+  /** The charge level of the last model picked: where an idle model re-enters (fair). */
+  #virtualMs = 0;
+  #picks = 0;
+  #queued = 0;
+
+  constructor(options: SchedulerOptions) {
+    this.#options = options;
+  }
+
+  /** Requests waiting, across models. */
+  get queued(): number {
+    return this.#queued;
+  }
+
+  queuedFor(model: string): number {
+    return this.#queues.get(model)?.tickets.length ?? 0;
+  }
+
+  policyOf(model: string): ModelPolicy | undefined {
+    return this.#queues.get(model)?.policy;
+  }
+
+  /** Register a model (or change its policy); its queue is kept. */
+  setModel(model: string, policy: ModelPolicy): void {
+    const q = this.#queues.get(model);
+    if (q) q.policy = policy;
+    else this.#queues.set(model, { policy, tickets: [], charged: this.#virtualMs, lastPicked: -1 });
+  }
+
+  /** Forget a model; its queued tickets are returned for the caller to fail. */
+  removeModel(model: string): Ticket<T>[] {
+    const q = this.#queues.get(model);
+    this.#queues.delete(model);
+    this.#options.costs.forget(model);
+    this.#queued -= q?.tickets.length ?? 0;
+    return q?.tickets ?? [];
+  }
+
+  /** Queue a request; RESOURCE_EXHAUSTED when the model's queue is full. */
+  enqueue(ticket: Ticket<T>): void {
+    const q = this.#queues.get(ticket.model);
+    if (!q) throw errors.modelNotReady(ticket.model, 'UNAVAILABLE', 'not loaded on this device');
+    if (q.tickets.length >= this.#options.maxQueueDepth) throw errors.queueFull(ticket.model, this.#options.maxQueueDepth);
+    if (q.tickets.length === 0) q.charged = Math.max(q.charged, this.#virtualMs);
+    if (this.#options.discipline === 'edf') {
+      // Keep deadline order; equal deadlines stay in arrival order.
+      const key = this.#urgency(ticket);
+      let at = q.tickets.length;
+      while (at > 0 && this.#urgency(q.tickets[at - 1]) > key) at--;
+      q.tickets.splice(at, 0, ticket);
+    } else {
+      q.tickets.push(ticket);
+    }
+    this.#queued++;
+  }
+
+  /** Take a queued request out; undefined if it is not queued (already running or answered). */
+  cancel(id: number): Ticket<T> | undefined {
+    for (const q of this.#queues.values()) {
+      const at = q.tickets.findIndex((t) => t.id === id);
+      if (at >= 0) {
+        this.#queued--;
+        return q.tickets.splice(at, 1)[0];
+      }
+    }
+    return undefined;
+  }
+
+  /** Shed what can no longer run, pick the next model by the discipline, and coalesce its requests. */
+  next(): Pick<T> {
+    const shed = this.#shedExpired();
+    for (;;) {
+      const q = this.#pickQueue();
+      if (!q) return { batch: [], shed };
+      if (this.#options.discipline === 'edf') {
+        const head = q.tickets[0];
+        const remaining = head.deadlineMs - this.#options.now();
+        if (remaining < this.#options.costs.estimate(head.model, head.rows)) {
+          q.tickets.shift();
+          this.#queued--;
+          shed.push({ ticket: head, reason: 'laxity' });
+          continue;
+        }
+      }
+      q.lastPicked = this.#picks++;
+      this.#virtualMs = Math.max(this.#virtualMs, q.charged);
+      return { batch: this.#coalesce(q), shed };
+    }
+  }
+
+  /** After an execution: learn its cost and charge it to the model (fair). */
+  charge(model: string, executedRows: number, executedMs: number): void {
+    const cost = this.#options.costs.record(model, executedRows, executedMs, this.#options.now());
+    const q = this.#queues.get(model);
+    if (q) q.charged += cost / q.policy.weight;
+  }
+
+  /** Charge device time that is not an execution (bringing the model's weights on) to the model (fair). */
+  chargeTime(model: string, ms: number): void {
+    const q = this.#queues.get(model);
+    if (q) q.charged += ms / q.policy.weight;
+  }
+
+  /** The queue-wait bound folded into the deadline: what edf orders by. */
+  #urgency(t: Ticket<T>): number {
+    return Math.min(t.deadlineMs, t.enqueuedAtMs + this.#options.maxWaitMs);
+  }
+
+  #shedExpired(): Pick<T>['shed'] {
+    const now = this.#options.now();
+    const shed: Pick<T>['shed'] = [];
+    // A full scan: queues are bounded by max_queue_depth and this runs once per execution.
+    for (const q of this.#queues.values()) {
+      if (q.tickets.length === 0) continue;
+      const keep: Ticket<T>[] = [];
+      for (const t of q.tickets) {
+        if (now > t.deadlineMs) shed.push({ ticket: t, reason: 'deadline' });
+        else if (now - t.enqueuedAtMs > this.#options.maxWaitMs) shed.push({ ticket: t, reason: 'waited' });
+        else keep.push(t);
+      }
+      this.#queued -= q.tickets.length - keep.length;
+      q.tickets = keep;
+    }
+    return shed;
+  }
+
+  #pickQueue(): ModelQueue<T> | undefined {
+    let best: ModelQueue<T> | undefined;
+    let bestKey = Infinity;
+    for (const q of this.#queues.values()) {
+      if (q.tickets.length === 0) continue;
+      const head = q.tickets[0];
+      const key = this.#options.discipline === 'fair' ? q.charged
+        : this.#options.discipline === 'fifo' ? head.enqueuedAtMs
+          : this.#urgency(head);
+      if (!best || key < bestKey || (key === bestKey && q.lastPicked < best.lastPicked)) {
+        best = q;
+        bestKey = key;
+      }
+    }
+    return best;
+  }
+
+  /** As many queued requests as fit the model's batch cap, in queue order; never splits one. */
+  #coalesce(q: ModelQueue<T>): Ticket<T>[] {
+    const batch = [q.tickets[0]];
+    let rows = q.tickets[0].rows;
+    let taken = 1;
+    while (taken < q.tickets.length && rows + q.tickets[taken].rows <= q.policy.maxBatchRows) {
+      rows += q.tickets[taken].rows;
+      batch.push(q.tickets[taken++]);
+    }
+    q.tickets.splice(0, taken);
+    this.#queued -= taken;
+    return batch;
+  }
+}

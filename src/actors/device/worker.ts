@@ -1,0 +1,177 @@
+/**
+ * The device actor's thread: one worker thread per device. It alone touches
+ * the device: it owns the ONNX Runtime sessions of every model loaded on it
+ * (models.ts), the per-model queues and the scheduler that picks what runs
+ * next (scheduler.ts), the weight arena (weight-cache.ts) and the mappings of
+ * shared-memory regions (regions.ts). The main thread talks to it through
+ * `handle.ts` over the channel typed in shared/channels/device.ts.
+ *
+ * This file is the inbox and the dispatch loop: admit everything in the inbox
+ * (control calls are answered here, in arrival order; requests join their
+ * model's queue), then run one batch (execution.ts), then yield to the event
+ * loop so that requests that arrived during the run are admitted and can
+ * coalesce into the next batch. `session.run` blocks this thread for the
+ * whole execution, which is exactly when queues fill. Nothing slow happens in
+ * the loop besides executions: models arrive compiled (actors/compiler/), so
+ * a load only opens weightless sessions.
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, InferCommand, ToDevice } from '../../shared/channels/device.js';
+import { nowMs } from '../../shared/channels/device.js';
+import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
+import { Arena } from './arena.js';
+import { CostModel } from './cost-model.js';
+import { execute, type ExecutionContext } from './execution.js';
+import { readTensor } from './executables.js';
+import { DeviceModels } from './models.js';
+import { RegionMappings } from './regions.js';
+import { Scheduler, type ShedReason, type Ticket } from './scheduler.js';
+import { WeightCache } from './weight-cache.js';
+
+if (!parentPort) throw new Error('actors/device/worker.js runs as a worker thread');
+
+// onnxruntime-common turns float16 data into a Float16Array when the global exists (Node 24 has it),
+// but the Node binding cannot read a Float16Array and fails with "not enough space". Without the
+// global, float16 tensors stay Uint16Array both ways, which is also our wire layout. This thread only.
+delete (globalThis as { Float16Array?: unknown }).Float16Array;
+const port = parentPort;
+const init = workerData as DeviceInit;
+const config = init.scheduler;
+
+function send(msg: FromDevice, transfer: ArrayBuffer[] = []): void {
+  port.postMessage(msg, transfer);
+}
+
+function fail(id: number, err: unknown): void {
+  send({ type: 'failed', id, error: toErrorData(err) });
+}
+
+const costs = new CostModel(config.ema_halflife_seconds * 1000);
+const scheduler = new Scheduler<InferCommand>({
+  discipline: config.discipline,
+  maxQueueDepth: config.max_queue_depth,
+  maxWaitMs: config.dispatch_timeout_seconds * 1000,
+  costs,
+  now: nowMs,
+});
+/** The device's weights: an arena of the budget's size and what is resident in it; null when the cache is off. */
+const weightCache = init.weights
+  ? new WeightCache(new Arena(init.weights.budgetBytes, { preallocate: init.weights.preallocate }), {
+    readTensor,
+    compactionInterval: init.weights.compactionInterval,
+    thrashWindowMs: init.weights.thrashWindowSeconds * 1000,
+  })
+  : null;
+const models = new DeviceModels(init, scheduler, costs, weightCache, (message, fields) => send({ type: 'warning', message, fields }));
+const regions = new RegionMappings();
+const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, send, fail };
+
+/** The control calls, each answering with its own reply type. */
+const calls: { [K in DeviceCallType]: (request: Extract<DeviceCall, { type: K }>) => Promise<DeviceCalls[K]['reply']> | DeviceCalls[K]['reply'] } = {
+  load: (msg) => models.load(msg),
+  unload: (msg) => models.unload(msg.instance, (tickets, name) => {
+    for (const t of tickets) fail(t.id, errors.modelNotReady(name, 'UNAVAILABLE', 'it was unloaded'));
+  }),
+  status: () => ({ instances: models.status() }),
+  setPolicy: (msg) => {
+    models.setPolicy(msg.model, msg.policy);
+    return {};
+  },
+  setResidency: (msg) => models.setResidency(msg),
+  prefetch: (msg) => models.prefetch(msg.instance),
+  compact: () => models.compact(),
+};
+
+async function answer<K extends DeviceCallType>(msg: Extract<DeviceCall, { type: K }>): Promise<void> {
+  try {
+    const handler = calls[msg.type] as (request: Extract<DeviceCall, { type: K }>) => Promise<DeviceCalls[K]['reply']> | DeviceCalls[K]['reply'];
+    send({ type: 'reply', id: msg.id, reply: await handler(msg) });
+  } catch (err) {
+    fail(msg.id, err);
+  }
+}
+
+/** Put a request in its model's queue, or answer it at once (unknown model, full queue). */
+function admit(cmd: InferCommand): void {
+  const model = models.get(cmd.instance);
+  if (!model) return fail(cmd.id, errors.modelNotReady(cmd.instance, 'UNAVAILABLE', `not loaded on device ${init.deviceId}`));
+  const first = cmd.inputs[0];
+  const batchDim = first ? model.batchDims.get(first.name) ?? -1 : -1;
+  const rows = batchDim >= 0 ? first.shape[batchDim] : 1;
+  try {
+    scheduler.enqueue({ id: cmd.id, model: cmd.instance, rows, enqueuedAtMs: cmd.enqueuedAtMs, deadlineMs: cmd.deadlineMs, payload: cmd });
+  } catch (err) {
+    // The scheduler knows instances; the client knows the model's name.
+    fail(cmd.id, (err as StowageError).code === 'STOWAGE_QUEUE_FULL' ? errors.queueFull(model.spec.name, config.max_queue_depth) : err);
+  }
+}
+
+function shedError(ticket: Ticket<InferCommand>, reason: ShedReason): StowageError {
+  const waitedMs = nowMs() - ticket.enqueuedAtMs;
+  const name = models.nameOf(ticket.model);
+  if (reason === 'waited') {
+    return errors.deadlineExceeded(name, waitedMs, `queued longer than scheduler.dispatch_timeout_seconds (${config.dispatch_timeout_seconds})`);
+  }
+  if (reason === 'laxity') {
+    return errors.deadlineExceeded(name, waitedMs, `${Math.round(ticket.deadlineMs - nowMs())} ms were left, less than the model's learned execution time; shed instead of run late`);
+  }
+  return errors.deadlineExceeded(name, waitedMs);
+}
+
+/** Messages not yet admitted, in arrival order. */
+const inbox: (InferCommand | DeviceCall)[] = [];
+let pumping = false;
+const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+async function pump(): Promise<void> {
+  if (pumping) return;
+  pumping = true;
+  try {
+    for (;;) {
+      while (inbox.length) {
+        const msg = inbox.shift()!;
+        if (msg.type === 'infer') admit(msg);
+        else await answer(msg);
+      }
+      const { batch, shed } = scheduler.next();
+      for (const s of shed) fail(s.ticket.id, shedError(s.ticket, s.reason));
+      if (batch.length === 0) break;
+      await execute(batch, execution);
+      await yieldToEventLoop();
+    }
+  } finally {
+    pumping = false;
+  }
+}
+
+port.on('message', (msg: ToDevice) => {
+  switch (msg.type) {
+    case 'forgetRegion':
+      regions.forget(msg.regionId);
+      return;
+    case 'cancel': {
+      // Queued: removed and never runs. Running: finishes, and the main thread drops its result.
+      const at = inbox.findIndex((m) => m.type === 'infer' && m.id === msg.id);
+      if (at >= 0) inbox.splice(at, 1);
+      else scheduler.cancel(msg.id);
+      return;
+    }
+    case 'infer':
+    case 'load':
+    case 'unload':
+    case 'status':
+    case 'setPolicy':
+    case 'setResidency':
+    case 'compact':
+    case 'prefetch':
+      inbox.push(msg);
+      void pump();
+      return;
+    default: {
+      const never: never = msg;
+      send({ type: 'warning', message: `device actor got an unknown message ${JSON.stringify(never)}`, fields: { device: init.deviceId } });
+    }
+  }
+});
+
+send({ type: 'started' });

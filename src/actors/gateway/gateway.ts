@@ -1,0 +1,283 @@
+/**
+ * The gateway: which device actor serves a request. Every device loads every model (a loaded
+ * model costs a weightless session; its weights come onto a device only when that device runs
+ * it), and the mode decides where requests go:
+ *
+ * - `round_robin`: every device in turn;
+ * - `least_outstanding`: the device with the fewest calls in flight (both in routing.ts);
+ * - `lpt_packing`: each model is placed on `replicas` devices by longest-processing-time packing
+ *   of measured compute and weight bytes (placement.ts), and its requests go only there, so its
+ *   weights stay resident on few devices and its batches fill. Among a model's replicas, requests
+ *   fill one replica's batch (its largest batch × `routing_fill_factor` in flight) before the next
+ *   opens: `fill_rr` opens the next in turn, `fill_least` the least busy. After every
+ *   `rebalance_compute_seconds` of device time the models are packed again from the new
+ *   measurements; a model that moves is made resident on its new devices before requests switch,
+ *   and its old devices keep serving what they have, so no request fails.
+ *
+ * With one device every mode is a pass-through.
+ */
+import type { Logger } from 'pino';
+import type { ModelSpec } from '../../shared/model-spec.js';
+import type { Compiler } from '../compiler/handle.js';
+import type { HostWeights } from './host-weights.js';
+import type { DeviceHandle, InferRequest, InferResult } from '../device/handle.js';
+import type { InstanceStatus, ModelPolicyUpdate, Residency } from '../../shared/channels/device.js';
+import { pack, type Placement } from './placement.js';
+import { fill, Router } from './routing.js';
+
+export type GatewayMode = 'round_robin' | 'least_outstanding' | 'lpt_packing';
+
+export interface LptOptions {
+  defaultReplicas: number | 'all';
+  /** Per-model replica counts. */
+  replicas: Readonly<Record<string, number | 'all'>>;
+  fillFactor: number;
+  policy: 'fill_rr' | 'fill_least';
+  /** Repack after this many device-seconds of work; 0: only at start-up and on request. */
+  rebalanceSeconds: number;
+  /** Each device's weight budget in bytes (0: unknown). */
+  budgets: ReadonlyMap<number, number>;
+}
+
+export interface GatewayOptions {
+  mode: GatewayMode;
+  hostWeights?: HostWeights;
+  /** Compiles a model before its devices load it; absent when the weight cache is off (devices open the files as they are). */
+  compiler?: Pick<Compiler, 'compile'>;
+  lpt?: LptOptions;
+  logger?: Logger;
+  /** Told of every request routed, and of every placement applied. */
+  onRoute?: (model: string, device: number) => void;
+  onPlacement?: (placement: Placement) => void;
+}
+
+interface Placed {
+  instance: string;
+  /** Rows of one full batch: the model's largest batch (1 without a batch axis). */
+  batchRows: number;
+  bytes: number;
+  devices: DeviceHandle[];
+  /** The replica being filled (index into devices). */
+  open: number;
+}
+
+export class Gateway {
+  readonly devices: readonly DeviceHandle[];
+  readonly #o: GatewayOptions;
+  /** round_robin or least_outstanding (lpt_packing routes the models it has not placed yet round robin). */
+  readonly #router: Router;
+  /** lpt_packing: each loaded model's placement and what packing needs to know of it. */
+  #placed = new Map<string, Placed>();
+  /** Requests in flight per model per device (lpt_packing routing). */
+  #outstanding = new Map<string, Map<number, number>>();
+  /** Device-seconds of work per model since the last packing, and in all. */
+  #work = new Map<string, number>();
+  #workSinceRepack = 0;
+  #repacking: Promise<void> | null = null;
+
+  constructor(devices: readonly DeviceHandle[], options: GatewayOptions) {
+    if (devices.length === 0) throw new Error('a gateway needs at least one device');
+    this.devices = devices;
+    this.#o = options;
+    this.#router = new Router(options.mode === 'least_outstanding' ? 'least_outstanding' : 'round_robin');
+  }
+
+  get mode(): GatewayMode {
+    return this.#o.mode;
+  }
+
+  /** Run one request on the device the mode picks for its model. */
+  async infer(model: string, req: InferRequest, signal?: AbortSignal): Promise<InferResult> {
+    const device = this.#pick(model);
+    this.#o.onRoute?.(model, device.deviceId);
+    const counts = this.#outstanding.get(model);
+    if (!counts) return device.infer(req, signal);
+    counts.set(device.deviceId, (counts.get(device.deviceId) ?? 0) + 1);
+    try {
+      return await device.infer(req, signal);
+    } finally {
+      counts.set(device.deviceId, counts.get(device.deviceId)! - 1);
+    }
+  }
+
+  /** The devices a model's requests go to (lpt_packing), or every device. */
+  placementOf(model: string): number[] {
+    return (this.#placed.get(model)?.devices ?? this.devices).map((d) => d.deviceId);
+  }
+
+  #pick(model: string): DeviceHandle {
+    const { devices } = this;
+    if (devices.length === 1) return devices[0];
+    const placed = this.#o.mode === 'lpt_packing' ? this.#placed.get(model) : undefined;
+    if (!placed) return this.#router.pick(devices);
+    const counts = this.#outstanding.get(model)!;
+    const capacity = Math.max(1, Math.round(placed.batchRows * (this.#o.lpt?.fillFactor ?? 1)));
+    const i = fill(placed.devices, (r) => counts.get(placed.devices[r].deviceId) ?? 0, capacity, this.#o.lpt?.policy ?? 'fill_rr', placed);
+    return placed.devices[i];
+  }
+
+  /** Told of every execution: the model's measured work, and a repack when enough has been done. */
+  recordExecution(model: string, computeNs: number): void {
+    if (this.#o.mode !== 'lpt_packing') return;
+    const seconds = computeNs / 1e9;
+    this.#work.set(model, (this.#work.get(model) ?? 0) + seconds);
+    this.#workSinceRepack += seconds;
+    const every = this.#o.lpt?.rebalanceSeconds ?? 0;
+    if (every > 0 && this.#workSinceRepack >= every && !this.#repacking) void this.repack('rebalance');
+  }
+
+  /**
+   * Pack every model again from the work measured since the last packing and apply the result:
+   * a model moving to a device is made resident there first, then its requests switch.
+   */
+  repack(why: string): Promise<void> {
+    if (this.#o.mode !== 'lpt_packing' || this.devices.length === 1) return Promise.resolve();
+    if (this.#repacking) return this.#repacking;
+    this.#repacking = this.#repack(why).finally(() => {
+      this.#repacking = null;
+    });
+    return this.#repacking;
+  }
+
+  async #repack(why: string): Promise<void> {
+    const work = this.#work;
+    this.#work = new Map();
+    this.#workSinceRepack = 0;
+    const placement = this.#pack([...this.#placed.keys()], work);
+    const moves: Promise<unknown>[] = [];
+    for (const [model, ids] of placement.devices) {
+      const placed = this.#placed.get(model);
+      if (!placed) continue;
+      const before = placed.devices.map((d) => d.deviceId);
+      const added = ids.filter((id) => !before.includes(id));
+      if (added.length === 0 && ids.length === before.length) continue;
+      moves.push((async () => {
+        // Weights onto the new devices first; requests follow once they are there.
+        await Promise.allSettled(added.map((id) => this.#device(id).prefetch(placed.instance)));
+        if (this.#placed.get(model) !== placed) return; // unloaded or reloaded meanwhile
+        placed.devices = ids.map((id) => this.#device(id));
+        placed.open = 0;
+        this.#o.logger?.info({ model, from: before, to: ids }, 'model moved');
+      })());
+    }
+    await Promise.all(moves);
+    this.#report(placement, why);
+  }
+
+  #device(id: number): DeviceHandle {
+    return this.devices.find((d) => d.deviceId === id)!;
+  }
+
+  #replicas(model: string): number {
+    const lpt = this.#o.lpt;
+    const r = lpt?.replicas[model] ?? lpt?.defaultReplicas ?? 1;
+    return r === 'all' ? this.devices.length : Math.min(r, this.devices.length);
+  }
+
+  #pack(models: string[], work: ReadonlyMap<string, number>): Placement {
+    return pack(
+      models.map((model) => {
+        const p = this.#placed.get(model);
+        return { model, load: work.get(model) ?? 0, bytes: p?.bytes ?? 0, replicas: this.#replicas(model), current: p?.devices.map((d) => d.deviceId) };
+      }),
+      this.devices.map((d) => ({ id: d.deviceId, budget: this.#o.lpt?.budgets.get(d.deviceId) ?? 0 })),
+    );
+  }
+
+  #report(placement: Placement, why: string): void {
+    this.#o.onPlacement?.(placement);
+    const byDevice = Object.fromEntries(this.devices.map((d) => [d.deviceId, [...placement.devices].filter(([, ids]) => ids.includes(d.deviceId)).map(([m]) => m)]));
+    this.#o.logger?.info({ why, placement: byDevice, load: Object.fromEntries(placement.load), bytes: Object.fromEntries(placement.bytes) }, 'models packed onto devices');
+    for (const o of placement.oversubscribed) {
+      this.#o.logger?.warn(o, `device ${o.device}: the models placed on it need ${o.bytes} bytes of weights, more than its budget of ${o.budget}; it will thrash (fewer replicas, or more memory)`);
+    }
+  }
+
+  /**
+   * Load one version of a model on every device: the compiler compiles it first (off every
+   * device's thread, so they keep executing meanwhile) and reads its weights into host RAM, then
+   * every device opens its weightless sessions at once. The model's load time is the compile's
+   * plus the slowest device's. If any device refuses it, the devices that loaded it unload it
+   * again, and the refusal is the answer.
+   */
+  async load(spec: ModelSpec, instance: string): Promise<{ loadMs: number }> {
+    const started = performance.now();
+    const compiled = this.#o.compiler ? await this.#o.compiler.compile(spec, this.#o.hostWeights?.keys() ?? []) : null;
+    const compileMs = performance.now() - started;
+    const loads = await Promise.allSettled(this.devices.map((d) => d.load(spec, instance, compiled)));
+    const failed = loads.find((l): l is PromiseRejectedResult => l.status === 'rejected');
+    if (failed) {
+      await Promise.allSettled(this.devices.filter((_, i) => loads[i].status === 'fulfilled').map((d) => d.unload(instance)));
+      this.#o.hostWeights?.release(instance);
+      throw failed.reason;
+    }
+    const results = loads.map((l) => (l as PromiseFulfilledResult<{ loadMs: number; weightBytes: number }>).value);
+    if (this.#o.mode === 'lpt_packing' && this.devices.length > 1) this.#place(spec, instance, results[0].weightBytes);
+    return { loadMs: compileMs + Math.max(...results.map((r) => r.loadMs)) };
+  }
+
+  /** A newly loaded version: a reload keeps its model's devices; a new model is packed beside the others. */
+  #place(spec: ModelSpec, instance: string, bytes: number): void {
+    const previous = this.#placed.get(spec.name);
+    const batchRows = Math.max(1, spec.maxBatchSize);
+    if (previous) {
+      this.#placed.set(spec.name, { ...previous, instance, batchRows, bytes });
+      return;
+    }
+    // Where this model goes, given the others where they are: pack all, keep theirs, take its own.
+    this.#placed.set(spec.name, { instance, batchRows, bytes, devices: [], open: 0 });
+    const placement = this.#pack([...this.#placed.keys()], this.#work);
+    const ids = placement.devices.get(spec.name) ?? [this.devices[0].deviceId];
+    this.#placed.set(spec.name, { instance, batchRows, bytes, devices: ids.map((id) => this.#device(id)), open: 0 });
+    this.#outstanding.set(spec.name, new Map());
+  }
+
+  async unload(instance: string): Promise<void> {
+    const model = instance.slice(0, instance.lastIndexOf('#'));
+    if (this.#placed.get(model)?.instance === instance) {
+      this.#placed.delete(model);
+      this.#outstanding.delete(model);
+    }
+    try {
+      await Promise.all(this.devices.map((d) => d.unload(instance)));
+    } finally {
+      this.#o.hostWeights?.release(instance);
+    }
+  }
+
+  /** Every device's instances, tagged with the device. */
+  async status(): Promise<(InstanceStatus & { device: number })[]> {
+    const reports = await Promise.all(this.devices.map(async (d) => (await d.status()).map((s) => ({ ...s, device: d.deviceId }))));
+    return reports.flat();
+  }
+
+  async setPolicy(model: string, policy: ModelPolicyUpdate): Promise<void> {
+    await Promise.all(this.devices.map((d) => d.setPolicy(model, policy)));
+  }
+
+  /** Change a model's residency on every device; if any device refuses, the others go back to what they had. */
+  async setResidency(model: string, residency: Residency): Promise<void> {
+    const before = (await this.status()).find((s) => s.model === model)?.residency;
+    const results = await Promise.allSettled(this.devices.map((d) => d.setResidency(model, residency)));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (!failed) return;
+    if (before) await Promise.allSettled(this.devices.filter((_, i) => results[i].status === 'fulfilled').map((d) => d.setResidency(model, before)));
+    throw failed.reason;
+  }
+
+  /** Compact one device's arena (or every device's, for -1); the bytes moved in all. */
+  async compact(device: number): Promise<number> {
+    const targets = device < 0 ? this.devices : this.devices.filter((d) => d.deviceId === device);
+    const moved = await Promise.all(targets.map((d) => d.compact()));
+    return moved.reduce((a, b) => a + b, 0);
+  }
+
+  forgetRegion(regionId: number): void {
+    for (const d of this.devices) d.forgetRegion(regionId);
+  }
+
+  async stop(): Promise<void> {
+    await this.#repacking?.catch(() => undefined);
+    await Promise.all(this.devices.map((d) => d.stop()));
+  }
+}

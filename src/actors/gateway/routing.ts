@@ -1,0 +1,66 @@
+/**
+ * Routing policies: which of several candidates (device actors in a node, or
+ * remote nodes in a gateway-only process) serves the next request. Pure: the
+ * callers keep the counts and apply the choice; the in-process gateway
+ * (gateway.ts) and gateway-only forwarding (remote/proxy-service.ts) share them.
+ *
+ * - `round_robin`: every candidate in turn;
+ * - `least_outstanding`: the candidate with the fewest calls in flight;
+ * - fill (`lpt_packing`'s replicas): keep filling the open replica until it
+ *   holds a full batch in flight, then open another (`fill_rr`: the next in
+ *   turn; `fill_least`: the least busy).
+ */
+
+export type RoutingMode = 'round_robin' | 'least_outstanding';
+
+export interface Candidate {
+  /** Calls in flight on it, of any model. */
+  readonly inflight: number;
+}
+
+/** round_robin or least_outstanding over whatever candidates each call offers. */
+export class Router {
+  readonly mode: RoutingMode;
+  #next = 0;
+
+  constructor(mode: RoutingMode) {
+    this.mode = mode;
+  }
+
+  pick<T extends Candidate>(candidates: readonly T[]): T {
+    if (candidates.length === 0) throw new Error('Router.pick needs at least one candidate');
+    if (this.mode === 'least_outstanding') return candidates.reduce((best, c) => (c.inflight < best.inflight ? c : best));
+    const chosen = candidates[this.#next % candidates.length];
+    this.#next = (this.#next + 1) % Number.MAX_SAFE_INTEGER;
+    return chosen;
+  }
+}
+
+export interface FillState {
+  /** The replica being filled (index into the replicas). */
+  open: number;
+}
+
+/**
+ * Fill routing over one model's replicas: `mine(i)` is how many of this model's requests replica
+ * i has in flight, `capacity` how many make a full batch there. Returns the replica's index and
+ * moves `state.open` when a new replica opens.
+ */
+export function fill(replicas: readonly Candidate[], mine: (i: number) => number, capacity: number, policy: 'fill_rr' | 'fill_least', state: FillState): number {
+  if (replicas.length === 1) return 0;
+  if (mine(state.open) < capacity) return state.open;
+  const open = replicas.map((_, i) => i).filter((i) => mine(i) < capacity);
+  if (open.length === 0) {
+    // Every replica's batch is full: the one with the fewest of this model's requests.
+    return replicas.map((_, i) => i).reduce((a, b) => (mine(b) < mine(a) ? b : a));
+  }
+  let chosen = open[0];
+  if (policy === 'fill_least') {
+    for (const i of open) if (replicas[i].inflight < replicas[chosen].inflight) chosen = i;
+  } else {
+    // The next replica after the open one, in turn.
+    chosen = open.find((i) => i > state.open) ?? open[0];
+  }
+  state.open = chosen;
+  return chosen;
+}

@@ -1,0 +1,94 @@
+/**
+ * Stowage's control service (proto/control.proto): the seam a large deployment's own control plane
+ * integrates against: each model's state, residency and learned costs; its scheduling policy and
+ * residency changed at run time; the weight arenas compacted on demand.
+ */
+import * as grpc from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import type { Gateway } from '../actors/gateway/gateway.js';
+import type { Residency } from '../shared/channels/device.js';
+import { errors } from '../shared/errors.js';
+import type { GrpcEdge } from '../protocol/edge.js';
+import type { ModelRegistry } from './model-registry.js';
+
+export interface ControlContext {
+  edge: GrpcEdge;
+  registry: ModelRegistry;
+  gateway: Gateway;
+  logger: Logger;
+  /** The main thread's copy of each model's policy (ModelConfig reads it); SetModelPolicy updates it. */
+  policies: Map<string, { weight?: number; max_batch_size?: number }>;
+}
+
+const RESIDENCIES: readonly string[] = ['device', 'system', 'unpinned'];
+
+export function controlService(ctx: ControlContext): Record<string, grpc.UntypedHandleCall> {
+  const { edge, registry, gateway, logger, policies } = ctx;
+  return {
+    ModelControlStatus: edge.unary('ModelControlStatus', async (req: { name: string }) => {
+      const records = req.name === '' ? registry.all() : [registry.find(req.name)];
+      // Every device holds every model: queues add up; costs, policy and residency are the first
+      // device's; resident bytes add up over the devices where the weights are on now.
+      const reports = await gateway.status();
+      const instances = new Map<string, (typeof reports)[number] & { queuedAll: number; residentAll: number; onDevices: number[] }>();
+      for (const s of reports) {
+        const resident = s.resident ? s.weightBytes : 0;
+        const seen = instances.get(s.instance);
+        if (seen) {
+          seen.queuedAll += s.queued;
+          seen.residentAll += resident;
+          if (s.resident) seen.onDevices.push(s.device);
+        } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, onDevices: s.resident ? [s.device] : [] });
+      }
+      return {
+        models: records.map((r) => {
+          const s = r.instance ? instances.get(r.instance) : undefined;
+          return {
+            name: r.name,
+            state: r.state,
+            reason: r.reason,
+            instance: r.instance ?? '',
+            residency: s?.residency ?? '',
+            resident_bytes: String(s?.residentAll ?? 0),
+            // The device holding its weights now; -1 when none does, or several do.
+            device: s?.onDevices.length === 1 ? s.onDevices[0] : -1,
+            queue_depth: s?.queuedAll ?? 0,
+            learned_cost: (s?.costs ?? []).map((c) => ({ batch_size: c.batchSize, ms: c.ms })),
+            weight: s?.weight ?? policies.get(r.name)?.weight ?? 1,
+            max_batch_size: s ? (Number.isFinite(s.maxBatchRows) ? s.maxBatchRows : 0) : 0,
+            placed_devices: r.spec?.kind === 'meta' ? [] : gateway.placementOf(r.name),
+          };
+        }),
+      };
+    }),
+    SetModelPolicy: edge.unary('SetModelPolicy', async (req: { name: string; weight: number; max_batch_size: number }) => {
+      registry.find(req.name);
+      if (!(req.weight >= 0) || !Number.isFinite(req.weight)) throw errors.invalidRequest(`weight must be > 0 (or 0 to leave it), got ${req.weight}`);
+      const update = {
+        ...(req.weight > 0 ? { weight: req.weight } : {}),
+        ...(req.max_batch_size > 0 ? { maxBatchSize: req.max_batch_size } : {}),
+      };
+      await gateway.setPolicy(req.name, update);
+      const current = policies.get(req.name) ?? {};
+      policies.set(req.name, { ...current, ...(update.weight ? { weight: update.weight } : {}), ...(update.maxBatchSize ? { max_batch_size: update.maxBatchSize } : {}) });
+      logger.info({ model: req.name, ...update }, 'model policy changed');
+      return {};
+    }),
+    SetModelResidency: edge.unary('SetModelResidency', async (req: { name: string; residency: string }) => {
+      const record = registry.find(req.name);
+      if (!RESIDENCIES.includes(req.residency)) throw errors.invalidRequest(`residency must be one of ${RESIDENCIES.join(', ')}, got ${JSON.stringify(req.residency)}`);
+      if (record.spec?.kind === 'meta') throw errors.invalidRequest(`model ${JSON.stringify(req.name)} is a meta model: it has no weights of its own`);
+      await gateway.setResidency(req.name, req.residency as Residency);
+      logger.info({ model: req.name, residency: req.residency }, 'model residency changed');
+      return {};
+    }),
+    CompactMemory: edge.unary('CompactMemory', async (req: { device: number }) => {
+      if (req.device >= 0 && !gateway.devices.some((d) => d.deviceId === req.device)) {
+        throw errors.invalidRequest(`no device ${req.device}; devices: ${gateway.devices.map((d) => d.deviceId).join(', ')} (or -1 for all)`);
+      }
+      const movedBytes = await gateway.compact(req.device);
+      logger.info({ device: req.device, movedBytes }, 'weight arena compacted');
+      return { moved_bytes: String(movedBytes) };
+    }),
+  };
+}

@@ -1,0 +1,102 @@
+/**
+ * The node's KServe V2 RPC table, on the main thread: what each RPC of
+ * GRPCInferenceService answers. The gRPC edge (protocol/edge.ts) wraps every
+ * handler (errors to statuses, admission, streams, UNIMPLEMENTED for the rest);
+ * inferences go through the pipeline (pipeline.ts).
+ */
+import type * as grpc from '@grpc/grpc-js';
+import type { Gateway } from '../actors/gateway/gateway.js';
+import { MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../shared/constants.js';
+import { errors } from '../shared/errors.js';
+import { callDeadlineMs, type GrpcEdge } from '../protocol/edge.js';
+import { applyLogSettings, currentLogSettings } from '../protocol/log-settings.js';
+import { modelConfig, modelMetadata } from '../protocol/model-config.js';
+import type { ModelInferRequest, ModelInferResponse, ModelRef } from '../protocol/types.js';
+import { ModelState, type ModelRegistry } from './model-registry.js';
+import type { Pipeline } from './pipeline.js';
+import type { ModelRepository } from './repository.js';
+import type { SharedMemoryRegistry } from './shared-memory.js';
+import type { Statistics } from './statistics.js';
+import type { Logger } from 'pino';
+
+export interface ServiceContext {
+  edge: GrpcEdge;
+  pipeline: Pipeline;
+  registry: ModelRegistry;
+  repository: ModelRepository;
+  gateway: Gateway;
+  statistics: Statistics;
+  sharedMemory: SharedMemoryRegistry;
+  /** A model's batch cap (scheduler.models.<name>.max_batch_size, or as SetModelPolicy changed it): ModelConfig reports it. */
+  maxBatchSizeOf: (model: string) => number | undefined;
+  logger: Logger;
+  version: string;
+  /** False until start-up loading has settled, and again while stopping. */
+  isReady: () => boolean;
+}
+
+export function inferenceService(ctx: ServiceContext): Record<string, grpc.UntypedHandleCall> {
+  const { edge, pipeline, registry, repository, statistics, sharedMemory, logger } = ctx;
+  const table: Record<string, grpc.UntypedHandleCall> = {
+    ServerLive: edge.unary('ServerLive', () => ({ live: true })),
+    ServerReady: edge.unary('ServerReady', () => ({ ready: ctx.isReady() })),
+    ModelReady: edge.unary('ModelReady', (req: ModelRef) =>
+      ({ ready: registry.find(req.name, req.version).state === ModelState.READY })),
+    ServerMetadata: edge.unary('ServerMetadata', () =>
+      ({ name: SERVER_NAME, version: ctx.version, extensions: [...SERVER_EXTENSIONS] })),
+    ModelMetadata: edge.unary('ModelMetadata', (req: ModelRef) => modelMetadata(registry.described(req.name, req.version))),
+    ModelConfig: edge.unary('ModelConfig', (req: ModelRef) => {
+      const spec = registry.described(req.name, req.version);
+      return { config: modelConfig(spec, Math.min(spec.maxBatchSize, ctx.maxBatchSizeOf(spec.name) ?? Infinity)) };
+    }),
+    RepositoryIndex: edge.unary('RepositoryIndex', (req: { repository_name: string; ready: boolean }) => ({
+      models: registry.all()
+        .filter((r) => !req.ready || r.state === ModelState.READY)
+        .map((r) => ({ name: r.name, version: MODEL_VERSION, state: r.state, reason: r.reason })),
+    })),
+    RepositoryModelLoad: edge.unary('RepositoryModelLoad', async (req: { model_name: string; parameters: Record<string, unknown> }) => {
+      if (repository.mode === 'static') throw errors.modelControl('RepositoryModelLoad', 'static');
+      if (Object.keys(req.parameters).length > 0) {
+        throw errors.unsupported(`RepositoryModelLoad parameters (${Object.keys(req.parameters).join(', ')}) are not supported: a model loads from its bundle in model_repo`);
+      }
+      await repository.load(req.model_name);
+      return {};
+    }),
+    RepositoryModelUnload: edge.unary('RepositoryModelUnload', async (req: { model_name: string }) => {
+      if (repository.mode === 'static') throw errors.modelControl('RepositoryModelUnload', 'static');
+      await repository.unload(req.model_name);
+      return {};
+    }),
+    ModelInfer: edge.inference('ModelInfer', (req: ModelInferRequest, call, signal) => pipeline.infer(req, callDeadlineMs(call), signal)),
+    ModelStreamInfer: edge.stream<ModelInferRequest, { error_message: string; infer_response: Partial<ModelInferResponse> }>('ModelStreamInfer', {
+      answer: async (req, call, signal) => ({ error_message: '', infer_response: await pipeline.infer(req, callDeadlineMs(call), signal) }),
+      // The error travels as this response's message, with the request's id; the stream lives on.
+      failed: (req, details) => ({ error_message: details, infer_response: { model_name: req.model_name, model_version: req.model_version, id: req.id } }),
+    }),
+    ModelStatistics: edge.unary('ModelStatistics', (req: ModelRef) => {
+      if (req.name === '') return { model_stats: registry.all().map((r) => statistics.snapshot(r.name)) };
+      registry.find(req.name, req.version);
+      return { model_stats: [statistics.snapshot(req.name)] };
+    }),
+    SystemSharedMemoryRegister: edge.unary('SystemSharedMemoryRegister', (req: { name: string; key: string; offset: string; byte_size: string }) => {
+      sharedMemory.register(req.name, req.key, Number(req.offset), Number(req.byte_size));
+      return {};
+    }),
+    SystemSharedMemoryStatus: edge.unary('SystemSharedMemoryStatus', (req: { name: string }) => ({
+      regions: Object.fromEntries(sharedMemory.status(req.name).map((r) =>
+        [r.name, { name: r.name, key: r.key, offset: String(r.offset), byte_size: String(r.byteSize) }])),
+    })),
+    SystemSharedMemoryUnregister: edge.unary('SystemSharedMemoryUnregister', (req: { name: string }) => {
+      sharedMemory.unregister(req.name);
+      return {};
+    }),
+    LogSettings: edge.unary('LogSettings', (req: { settings: Parameters<typeof applyLogSettings>[1] }) =>
+      ({ settings: Object.keys(req.settings).length ? applyLogSettings(logger, req.settings) : currentLogSettings(logger) })),
+  };
+  for (const rpc of ['CudaSharedMemoryStatus', 'CudaSharedMemoryRegister', 'CudaSharedMemoryUnregister']) {
+    table[rpc] = edge.unary(rpc, () => {
+      throw errors.unsupported(`${rpc}: CUDA shared memory needs backend "cuda"; this server runs backend "cpu"`);
+    });
+  }
+  return table;
+}

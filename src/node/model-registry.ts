@@ -1,0 +1,126 @@
+/**
+ * The main thread's table of models: what the repository holds, the state of each, why a model
+ * is not ready, and which loaded instance serves it. The codec and the metadata RPCs read specs
+ * from here; only READY models are routed to a device.
+ *
+ * Instances make a reload atomic: a new version loads on the device under a new instance key
+ * beside the old one; switching the record's instance is one assignment, after which new requests
+ * go to the new version while requests already holding the old instance finish on it.
+ */
+import { MODEL_VERSION } from '../shared/constants.js';
+import { errors } from '../shared/errors.js';
+import type { ModelSpec } from '../shared/model-spec.js';
+
+/** Lifecycle of a model, in Triton's RepositoryIndex vocabulary. */
+export enum ModelState {
+  /** Sessions are being created on the device (a first load; a reload keeps serving as READY). */
+  LOADING = 'LOADING',
+  /** Serving requests. */
+  READY = 'READY',
+  /** Refusing new requests while those in flight finish; then UNAVAILABLE, or gone if its bundle was removed. */
+  UNLOADING = 'UNLOADING',
+  /** Refused (bad bundle), failed to load, or unloaded; `reason` says why. */
+  UNAVAILABLE = 'UNAVAILABLE',
+}
+
+export interface ModelRecord {
+  readonly name: string;
+  state: ModelState;
+  /** Absent when the manifest itself could not be parsed. */
+  spec?: ModelSpec;
+  /** The device's key for the loaded version serving the model (`name#generation`); absent when none is loaded. */
+  instance?: string;
+  /** Why the model is not ready, or why its latest reload failed; empty otherwise. */
+  reason: string;
+}
+
+/** What one request holds: the spec it was decoded with and the instance it runs on. */
+export interface ModelLease {
+  spec: ModelSpec;
+  instance: string;
+}
+
+interface Inflight {
+  count: number;
+  /** Resolved when count drops to zero (an unload waits on it). */
+  drained: (() => void)[];
+}
+
+export class ModelRegistry {
+  #records = new Map<string, ModelRecord>();
+  /** Requests in flight by instance. */
+  #inflight = new Map<string, Inflight>();
+
+  set(record: ModelRecord): void {
+    this.#records.set(record.name, record);
+  }
+
+  /** Forget a model entirely (its bundle was removed): it answers NOT_FOUND from now on. */
+  delete(name: string): void {
+    this.#records.delete(name);
+  }
+
+  get(name: string): ModelRecord | undefined {
+    return this.#records.get(name);
+  }
+
+  all(): ModelRecord[] {
+    return [...this.#records.values()].sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  /** The record of a known model at a version we serve; NOT_FOUND otherwise. */
+  find(name: string, version = ''): ModelRecord {
+    const record = this.#records.get(name);
+    if (!record) throw errors.modelNotFound(name, this.all().map((r) => r.name));
+    if (version !== '' && version !== MODEL_VERSION) throw errors.modelVersionNotFound(name, version, [MODEL_VERSION]);
+    return record;
+  }
+
+  /**
+   * Take a ready model for one request; the caller must `release(lease)` when the request is
+   * answered, so that an unload or the end of a reload can wait for it.
+   */
+  acquire(name: string, version = ''): ModelLease {
+    const record = this.find(name, version);
+    if (record.state !== ModelState.READY || !record.spec || !record.instance) {
+      throw errors.modelNotReady(name, record.state, record.reason);
+    }
+    let f = this.#inflight.get(record.instance);
+    if (!f) this.#inflight.set(record.instance, (f = { count: 0, drained: [] }));
+    f.count++;
+    return { spec: record.spec, instance: record.instance };
+  }
+
+  release(lease: ModelLease): void {
+    const f = this.#inflight.get(lease.instance);
+    if (!f) return;
+    if (--f.count === 0) {
+      this.#inflight.delete(lease.instance);
+      for (const resolve of f.drained) resolve();
+    }
+  }
+
+  /** Resolves once no request holds the instance. */
+  drained(instance: string): Promise<void> {
+    const f = this.#inflight.get(instance);
+    if (!f) return Promise.resolve();
+    return new Promise((resolve) => f.drained.push(resolve));
+  }
+
+  /** Requests in flight per model, all instances together. */
+  pending(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const [instance, f] of this.#inflight) {
+      const name = instance.slice(0, instance.lastIndexOf('#'));
+      out.set(name, (out.get(name) ?? 0) + f.count);
+    }
+    return out;
+  }
+
+  /** A model's spec for metadata: available even when not ready, as long as the manifest parsed. */
+  described(name: string, version = ''): ModelSpec {
+    const record = this.find(name, version);
+    if (!record.spec) throw errors.modelNotReady(name, record.state, record.reason);
+    return record.spec;
+  }
+}

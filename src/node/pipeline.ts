@@ -1,0 +1,155 @@
+/**
+ * The request path of a node, on the main thread: what one inference goes
+ * through between the gRPC edge and the device, for ModelInfer, each request
+ * of ModelStreamInfer, and a meta model's sub-calls alike.
+ *
+ *   lease -> decode -> [preprocess] -> route -> device -> [postprocess] -> encode -> statistics
+ *   (a meta model: lease -> decode -> run hook, whose sub-calls re-enter at `route` with tensors)
+ *
+ * Copies of a request's tensor bytes, and thread hops, end to end:
+ *
+ * | path | copies | hops |
+ * | --- | --- | --- |
+ * | inline (`raw_input_contents`) | 5: (1) grpc-js joins the HTTP/2 frames into one message (protobufjs decodes `bytes` as views of it); (2) `fromRaw` copies each input into a fresh, aligned, transferable buffer (the message may be unaligned or in Node's shared pool); transferred to the device, no copy; ONNX Runtime reads it in place; (3) the binding copies ONNX Runtime's output into a JS buffer; transferred back, no copy; (4) protobufjs copies it while encoding; (5) grpc-js copies it into its frame | 2: main -> device -> main |
+ * | typed `contents` | as inline, with (2) a conversion from the JS arrays instead of a copy | 2 |
+ * | system shared memory | input 0 (the device maps the region; ONNX Runtime reads it in place; a slice misaligned for its type is copied once); output 2: (3) above, then one into the region | 2 |
+ * | coalesced (several requests in one execution) | +1: each request's rows are copied once into the joined input; each request's outputs are views of the batch's | 2 |
+ * | hooks (preprocess and postprocess) | inline's, plus what the hooks themselves allocate; a request's rows of a coalesced output are copied once before going to postprocess (a buffer transfers once) | 6: main -> hook -> main -> device -> main -> hook -> main |
+ * | meta sub-call | the run hook's tensors are copied once in the hook thread (it may reuse them); passed to the device as they are (no re-encode, no decode copy); each output copied once to go back to the hook thread | 4 per sub-call: hook -> main -> device -> main -> hook |
+ */
+import type { Gateway } from '../actors/gateway/gateway.js';
+import type { HookPool } from '../actors/hooks/handle.js';
+import type { ExecutionTiming, RegionSlice, WireTensor } from '../shared/channels/device.js';
+import { nowMs } from '../shared/channels/device.js';
+import type { HookContext } from '../shared/channels/hooks.js';
+import { errors, StowageError } from '../shared/errors.js';
+import type { ModelSpec } from '../shared/model-spec.js';
+import { checkHookTensors, decodeInferRequest, decodeTensors, encodeInferResponse, slicesOf, type DecodedRequest } from '../protocol/codec.js';
+import type { ModelInferRequest, ModelInferResponse } from '../protocol/types.js';
+import type { ModelRegistry } from './model-registry.js';
+import type { SharedMemoryRegistry } from './shared-memory.js';
+import type { Statistics } from './statistics.js';
+
+export interface PipelineContext {
+  registry: ModelRegistry;
+  hooks: HookPool;
+  /** Which device serves a request (a pass-through with one device). */
+  gateway: Gateway;
+  statistics: Statistics;
+  sharedMemory: SharedMemoryRegistry;
+}
+
+/** What one inference produced, before encoding. */
+interface Outcome {
+  outputs: WireTensor[];
+  queueNs: number;
+  timing: ExecutionTiming;
+}
+
+/** A meta model runs no execution of its own: its sub-models count theirs. */
+const NO_EXECUTION: ExecutionTiming = { computeInputNs: 0, computeInferNs: 0, computeOutputNs: 0, batchRows: 0, executedBatchSize: 0, requests: 1 };
+
+/** What a hook sees of the request beside its tensors. */
+function hookContext(req: ModelInferRequest): HookContext {
+  const parameters: HookContext['parameters'] = {};
+  for (const [key, p] of Object.entries(req.parameters)) {
+    if (!p.parameter_choice) continue;
+    const value = p[p.parameter_choice] as boolean | number | string;
+    // int64/uint64 arrive as strings (every digit kept); hooks get numbers.
+    parameters[key] = p.parameter_choice === 'int64_param' || p.parameter_choice === 'uint64_param' ? Number(value) : value;
+  }
+  return { model: req.model_name, requestId: req.id, parameters };
+}
+
+export class Pipeline {
+  readonly #ctx: PipelineContext;
+
+  constructor(ctx: PipelineContext) {
+    this.#ctx = ctx;
+  }
+
+  /**
+   * One inference request from the wire. `callDeadlineMs` is the gRPC deadline (Infinity if none);
+   * the request's `timeout` parameter may shorten it. `signal` fires if the client cancels.
+   */
+  async infer(req: ModelInferRequest, callDeadlineMs: number, signal: AbortSignal): Promise<ModelInferResponse> {
+    const { registry, sharedMemory } = this.#ctx;
+    const started = process.hrtime.bigint();
+    const lease = registry.acquire(req.model_name, req.model_version);
+    const { spec } = lease;
+    let slices: RegionSlice[] = [];
+    try {
+      const decoded = decodeInferRequest(req, spec, sharedMemory);
+      slices = slicesOf(decoded);
+      sharedMemory.hold(slices); // no await since decoding: the regions are still registered
+      if (slices.length && spec.kind === 'meta') throw errors.unsupported(`meta model ${JSON.stringify(spec.name)} takes its tensors inline, not in shared memory`);
+      if (slices.length && spec.hooks) {
+        throw errors.unsupported(`model ${JSON.stringify(spec.name)} runs model.js hooks, which read and write tensors in the request; send them inline, not in shared memory`);
+      }
+      const deadlineMs = Math.min(callDeadlineMs, decoded.timeoutUs === undefined ? Infinity : nowMs() + decoded.timeoutUs / 1000);
+      const outcome = await this.#run(spec, lease.instance, decoded, hookContext(req), deadlineMs, signal);
+      const response = encodeInferResponse(spec, req.id, outcome.outputs);
+      this.#ctx.statistics.recordSuccess(spec.name, decoded.batchSize, Number(process.hrtime.bigint() - started), outcome.queueNs, outcome.timing);
+      return response;
+    } catch (err) {
+      this.#ctx.statistics.recordFailure(spec.name, err instanceof StowageError ? err.code : undefined, Number(process.hrtime.bigint() - started));
+      throw err;
+    } finally {
+      registry.release(lease);
+      sharedMemory.release(slices); // a region unregistered meanwhile closes with its last request
+    }
+  }
+
+  /** A meta model's sub-call: tensors in, tensors out, scheduled and counted like any request. */
+  async #subInfer(meta: ModelSpec, parent: HookContext, model: string, tensors: WireTensor[], outputs: string[], deadlineMs: number, signal: AbortSignal): Promise<WireTensor[]> {
+    if (!meta.subModels.includes(model)) {
+      throw errors.invalidRequest(`meta model ${JSON.stringify(meta.name)} may call only ${meta.subModels.join(', ')} (its manifest's models), not ${JSON.stringify(model)}`);
+    }
+    const started = process.hrtime.bigint();
+    const lease = this.#ctx.registry.acquire(model);
+    try {
+      const decoded = decodeTensors(tensors, outputs, lease.spec);
+      const outcome = await this.#run(lease.spec, lease.instance, decoded, { model, requestId: parent.requestId, parameters: {} }, deadlineMs, signal);
+      this.#ctx.statistics.recordSuccess(model, decoded.batchSize, Number(process.hrtime.bigint() - started), outcome.queueNs, outcome.timing);
+      return outcome.outputs;
+    } catch (err) {
+      this.#ctx.statistics.recordFailure(model, err instanceof StowageError ? err.code : undefined, Number(process.hrtime.bigint() - started));
+      throw err;
+    } finally {
+      this.#ctx.registry.release(lease);
+    }
+  }
+
+  /** Hooks and the device: the decoded request to its outputs, in the order the client asked. */
+  async #run(spec: ModelSpec, instance: string, decoded: DecodedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal): Promise<Outcome> {
+    const { hooks, gateway } = this.#ctx;
+    const rows = Math.max(decoded.batchSize, 1);
+    if (spec.kind === 'meta') {
+      // Its run hook (in the pool) calls sub-models, within this request's deadline and cancelled with it.
+      const subInfer = (model: string, tensors: WireTensor[], outputs: string[]) => this.#subInfer(spec, context, model, tensors, outputs, deadlineMs, signal);
+      const returned = await hooks.run(spec.name, 'run', spec.hooks!, decoded.inputs, context, subInfer);
+      const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, rows);
+      return { outputs: decoded.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION };
+    }
+    let inputs = decoded.inputs;
+    if (spec.hooks?.preprocess) {
+      inputs = checkHookTensors(spec.name, 'preprocess', await hooks.run(spec.name, 'preprocess', spec.hooks, inputs, context), spec.inputs, rows);
+    }
+    // With a postprocess hook the executable's every output goes to it; without, the client's choice.
+    const post = spec.hooks?.postprocess === true;
+    const executableOutputs = post ? spec.outputs.map((t) => t.name) : decoded.outputs;
+    const result = await gateway.infer(spec.name, {
+      instance,
+      inputs,
+      outputs: executableOutputs,
+      outputRegions: post ? executableOutputs.map(() => null) : decoded.outputRegions,
+      deadlineMs,
+    }, signal);
+    let outputs = result.outputs;
+    if (post) {
+      const all = checkHookTensors(spec.name, 'postprocess', await hooks.run(spec.name, 'postprocess', spec.hooks!, outputs, context), spec.clientOutputs, rows);
+      outputs = decoded.outputs.map((name) => all.find((t) => t.name === name)!);
+    }
+    return { outputs, queueNs: result.queueNs, timing: result.timing };
+  }
+}

@@ -1,0 +1,236 @@
+/**
+ * The model repository on the main thread: turns bundles on disk into models on the device.
+ *
+ * - Start-up loads every bundle (`static`, `dynamic`), or none (`explicit`: they are listed
+ *   UNAVAILABLE until RepositoryModelLoad asks); `models_include`, when set, limits the set.
+ * - `load` loads a model, or reloads it: the new version loads beside the old under a new instance
+ *   key and the registry switches to it at once; requests in flight finish on the old version,
+ *   which is unloaded when they are done. A version that fails to load leaves the old one serving.
+ * - `unload` stops routing new requests, waits for those in flight, then frees the sessions.
+ * - `sync` (dynamic mode: the watcher calls it) compares the bundles on disk with what it saw:
+ *   new bundles load, changed ones reload, removed ones are unloaded and forgotten (NOT_FOUND).
+ *
+ * Operations on one model run one at a time, in the order asked.
+ */
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import path from 'node:path';
+import type { Logger } from 'pino';
+import type { Gateway } from '../actors/gateway/gateway.js';
+import { MANIFEST_FILE, readManifest } from '../bundle/manifest.js';
+import type { ModelSpec } from '../shared/model-spec.js';
+import { scanRepository } from '../bundle/scan.js';
+import { errors } from '../shared/errors.js';
+import type { HookPool } from '../actors/hooks/handle.js';
+import { ModelState, type ModelRegistry } from './model-registry.js';
+
+export type ModelControlMode = 'dynamic' | 'static' | 'explicit';
+
+export interface RepositoryOptions {
+  dir: string;
+  mode: ModelControlMode;
+  /** Only these models (empty: every bundle). */
+  include: readonly string[];
+  registry: ModelRegistry;
+  /** Loads and unloads go to every device. */
+  device: Pick<Gateway, 'load' | 'unload'>;
+  hooks: HookPool;
+  logger: Logger;
+  onLoaded?: (model: string, loadMs: number) => void;
+}
+
+/** What changes when a bundle changes: its manifest, executables and hooks, by size and mtime. */
+function fingerprint(dir: string): string {
+  try {
+    return readdirSync(dir)
+      .filter((f) => f === MANIFEST_FILE || f.endsWith('.onnx') || f === 'model.js')
+      .sort()
+      .map((f) => {
+        const st = statSync(path.join(dir, f));
+        return `${f}:${st.size}:${st.mtimeMs}`;
+      })
+      .join('|');
+  } catch {
+    return '';
+  }
+}
+
+export class ModelRepository {
+  readonly #o: RepositoryOptions;
+  #generation = 0;
+  /** Per model, the tail of its chain of operations. */
+  readonly #chains = new Map<string, Promise<unknown>>();
+  /** Bundle fingerprints as last acted on (dynamic mode). */
+  readonly #seen = new Map<string, string>();
+
+  constructor(options: RepositoryOptions) {
+    this.#o = options;
+  }
+
+  get mode(): ModelControlMode {
+    return this.#o.mode;
+  }
+
+  #included(name: string): boolean {
+    return this.#o.include.length === 0 || this.#o.include.includes(name);
+  }
+
+  /** Run `op` after every earlier operation on `name`; a failure does not stop the chain. */
+  #serial<T>(name: string, op: () => Promise<T>): Promise<T> {
+    const run = (this.#chains.get(name) ?? Promise.resolve()).catch(() => undefined).then(op);
+    this.#chains.set(name, run);
+    return run;
+  }
+
+  /** Start-up: every bundle of the repository, one after the other, with progress in the log. */
+  async loadAll(): Promise<void> {
+    const bundles = scanRepository(this.#o.dir).filter((b) => this.#included(b.name));
+    this.#o.logger.info({ model_repo: this.#o.dir, bundles: bundles.length, model_control_mode: this.#o.mode }, 'loading the model repository');
+    for (const b of bundles) {
+      this.#seen.set(b.name, fingerprint(b.dir));
+      if (b.error) {
+        this.#o.registry.set({ name: b.name, state: ModelState.UNAVAILABLE, reason: b.error.message });
+        this.#o.logger.error({ model: b.name }, `bundle refused: ${b.error.message}`);
+      } else if (this.#o.mode === 'explicit') {
+        this.#o.registry.set({ name: b.name, state: ModelState.UNAVAILABLE, spec: b.spec, reason: 'not loaded: model_control_mode is explicit' });
+      } else {
+        this.#o.registry.set({ name: b.name, state: ModelState.LOADING, spec: b.spec, reason: '' });
+      }
+    }
+    if (this.#o.mode === 'explicit') return;
+    for (const [i, b] of bundles.entries()) {
+      if (b.spec) await this.#serial(b.name, () => this.#loadSpec(b.name, b.spec, `${i + 1}/${bundles.length}`)).catch(() => undefined);
+    }
+  }
+
+  /** Load, or reload, one bundle from disk; rejects with the reason it was refused. */
+  load(name: string): Promise<void> {
+    return this.#serial(name, async () => {
+      const dir = path.join(this.#o.dir, name);
+      if (name === '' || name.includes('/') || name.startsWith('.') || !this.#included(name) || !existsSync(path.join(dir, MANIFEST_FILE))) {
+        throw errors.modelNotFound(name, this.#o.registry.all().map((r) => r.name));
+      }
+      this.#seen.set(name, fingerprint(dir));
+      let spec: ModelSpec;
+      try {
+        spec = readManifest(dir);
+      } catch (err) {
+        this.#refused(name, undefined, err as Error);
+        throw err;
+      }
+      if (this.#o.registry.get(name)?.state !== ModelState.READY) {
+        this.#o.registry.set({ name, state: ModelState.LOADING, spec, reason: '' });
+      }
+      await this.#loadSpec(name, spec, 'on request');
+    });
+  }
+
+  /** Stop routing new requests to the model, let its in-flight requests finish, free it on the device. */
+  unload(name: string): Promise<void> {
+    return this.#serial(name, () => this.#unload(name, false));
+  }
+
+  /** Dynamic mode: act on what changed on disk since the last look. */
+  async sync(): Promise<void> {
+    const onDisk = new Map<string, string>();
+    if (existsSync(this.#o.dir)) {
+      for (const entry of readdirSync(this.#o.dir, { withFileTypes: true })) {
+        if (!entry.isDirectory() || entry.name.startsWith('.') || !this.#included(entry.name)) continue;
+        const dir = path.join(this.#o.dir, entry.name);
+        if (existsSync(path.join(dir, MANIFEST_FILE))) onDisk.set(entry.name, fingerprint(dir));
+      }
+    }
+    const work: Promise<unknown>[] = [];
+    for (const [name, print] of onDisk) {
+      if (this.#seen.get(name) === print) continue;
+      this.#o.logger.info({ model: name }, this.#seen.has(name) ? 'bundle changed on disk: reloading' : 'new bundle on disk: loading');
+      work.push(this.load(name).catch(() => undefined)); // a failure is logged and recorded
+    }
+    for (const name of [...this.#seen.keys()]) {
+      if (onDisk.has(name)) continue;
+      this.#seen.delete(name);
+      this.#o.logger.info({ model: name }, 'bundle removed from disk: unloading');
+      work.push(this.#serial(name, () => this.#unload(name, true)).catch(() => undefined));
+    }
+    await Promise.all(work);
+  }
+
+  async #unload(name: string, forget: boolean): Promise<void> {
+    const record = this.#o.registry.find(name);
+    const instance = record.instance;
+    this.#o.registry.set({ ...record, state: ModelState.UNLOADING, reason: forget ? 'its bundle was removed' : 'unloading' });
+    if (instance) {
+      await this.#o.registry.drained(instance);
+      if (record.spec?.kind !== 'meta') await this.#o.device.unload(instance);
+    }
+    if (forget) this.#o.registry.delete(name);
+    else this.#o.registry.set({ name, state: ModelState.UNAVAILABLE, spec: record.spec, reason: 'unloaded' });
+    this.#o.logger.info({ model: name }, forget ? 'model removed' : 'model unloaded');
+  }
+
+  /** Load one version; on success switch the model to it and retire the version it replaces. */
+  async #loadSpec(name: string, parsed: ModelSpec, progress: string): Promise<void> {
+    const instance = `${name}#${++this.#generation}`;
+    let loadMs: number;
+    let spec = parsed;
+    try {
+      const started = performance.now();
+      spec = await this.#withHooks(parsed);
+      // A meta model has no executable: its instance exists only in the registry.
+      ({ loadMs } = spec.kind === 'meta' ? { loadMs: performance.now() - started } : await this.#o.device.load(spec, instance));
+    } catch (err) {
+      this.#refused(name, spec, err as Error);
+      throw err;
+    }
+    const previous = this.#o.registry.get(name);
+    const old = previous?.instance;
+    this.#o.registry.set({ name, state: ModelState.READY, spec, instance, reason: '' });
+    this.#o.onLoaded?.(name, loadMs);
+    this.#o.logger.info({ model: name, instance, load_ms: Math.round(loadMs), progress }, old ? 'model reloaded' : 'model loaded');
+    if (old) {
+      // Requests that took the old version finish on it; then it goes.
+      await this.#o.registry.drained(old);
+      if (previous?.spec?.kind !== 'meta') await this.#o.device.unload(old);
+    }
+  }
+
+  /** The bundle's model.js, checked by the hook pool, and the client tensors it declares hooks for. */
+  async #withHooks(spec: ModelSpec): Promise<ModelSpec> {
+    const file = path.join(spec.dir, 'model.js');
+    if (spec.kind === 'meta') {
+      for (const sub of spec.subModels) {
+        if (!this.#included(sub) || !existsSync(path.join(this.#o.dir, sub, MANIFEST_FILE))) {
+          throw errors.bundleInvalid(spec.name, 'manifest.yaml', `models lists ${JSON.stringify(sub)}, which is not a bundle of this repository`);
+        }
+      }
+      const st = statSync(file);
+      const hooks = await this.#o.hooks.describe(spec.name, file, `${st.size}-${st.mtimeMs}`, true);
+      if (!hooks.run) throw errors.bundleInvalid(spec.name, 'model.js', 'a meta model\'s model.js exports run');
+      return { ...spec, hooks };
+    }
+    const declared = (key: 'inputs' | 'outputs') => spec[key === 'inputs' ? 'clientInputs' : 'clientOutputs'] !== spec[key];
+    if (!existsSync(file)) {
+      for (const [key, hook] of [['inputs', 'preprocess'], ['outputs', 'postprocess']] as const) {
+        if (declared(key)) throw errors.bundleInvalid(spec.name, 'manifest.yaml', `client_${key} needs a ${hook} hook in model.js, and the bundle has no model.js`);
+      }
+      return spec;
+    }
+    const st = statSync(file);
+    const hooks = await this.#o.hooks.describe(spec.name, file, `${st.size}-${st.mtimeMs}`);
+    for (const [key, hook] of [['inputs', 'preprocess'], ['outputs', 'postprocess']] as const) {
+      if (declared(key) && !hooks[hook]) throw errors.bundleInvalid(spec.name, 'model.js', `manifest.yaml declares client_${key}, but model.js exports no ${hook}`);
+    }
+    return { ...spec, hooks };
+  }
+
+  /** A version failed: a serving model keeps serving (the reason says the reload failed); otherwise UNAVAILABLE. */
+  #refused(name: string, spec: ModelSpec | undefined, err: Error): void {
+    const current = this.#o.registry.get(name);
+    if (current?.state === ModelState.READY) {
+      this.#o.registry.set({ ...current, reason: `reload failed, still serving the loaded version: ${err.message}` });
+      this.#o.logger.error({ model: name }, `reload refused, the loaded version keeps serving: ${err.message}`);
+    } else {
+      this.#o.registry.set({ name, state: ModelState.UNAVAILABLE, spec, reason: err.message });
+      this.#o.logger.error({ model: name }, `bundle refused: ${err.message}`);
+    }
+  }
+}

@@ -1,0 +1,226 @@
+/**
+ * The server: wires the pieces together and owns their lifetimes.
+ *
+ * Start-up: admin HTTP first (so /readyz can say what is loading), then the
+ * device actor, then every bundle of the repository is parsed and loaded,
+ * then the gRPC port opens. A bundle that fails is recorded UNAVAILABLE with
+ * its reason and the rest still load.
+ */
+import { accessSync, constants, mkdirSync } from 'node:fs';
+import type http from 'node:http';
+import type { Logger } from 'pino';
+import { DeviceHandle } from '../actors/device/handle.js';
+import { Compiler } from '../actors/compiler/handle.js';
+import { Gateway } from '../actors/gateway/gateway.js';
+import { closeAdmin, createAdminServer, listen, registryMetrics, type AdminContext } from '../admin/http.js';
+import type { NodeConfig } from '../shared/config-schema.js';
+import { resolveWorkers } from '../config/workers.js';
+import { errors } from '../shared/errors.js';
+import { ModelRegistry, ModelState } from './model-registry.js';
+import { HookPool } from '../actors/hooks/handle.js';
+import { ModelRepository } from './repository.js';
+import { watchRepository } from './repository-watcher.js';
+import { HostWeights } from '../actors/gateway/host-weights.js';
+import { SharedMemoryRegistry } from './shared-memory.js';
+import { Statistics } from './statistics.js';
+import { Metrics } from './metrics.js';
+import type { Admission } from '../protocol/admission.js';
+import { controlService } from './control-service.js';
+import { GrpcEdge } from '../protocol/edge.js';
+import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
+import { inferenceService } from './inference-service.js';
+import { Pipeline } from './pipeline.js';
+import { PACKAGE_VERSION } from '../shared/version.js';
+
+
+/** The compile cache must be writable before any model loads: say so once, clearly, at start-up. */
+function ensureWritable(dir: string): void {
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+  } catch (err) {
+    throw errors.configInvalid(`cache_dir ${dir} is not a writable directory (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}); compiled models are kept there: point cache_dir at one the server may write`);
+  }
+}
+
+/** A node's readiness: ready once every model has loaded or failed with a reason; the models still loading. */
+function nodeReadiness(registry: ModelRegistry, isReady: () => boolean): AdminContext['readiness'] {
+  return () => {
+    const models = registry.all().map((r) => ({ name: r.name, state: r.state, reason: r.reason }));
+    const loading = models.filter((m) => m.state === ModelState.LOADING).map((m) => m.name);
+    return { ready: isReady(), loading, models };
+  };
+}
+
+export interface Ports {
+  grpc: number;
+  admin: number;
+}
+
+export class StowageServer {
+  readonly registry = new ModelRegistry();
+  readonly metrics: Metrics;
+  readonly statistics: Statistics;
+  readonly sharedMemory: SharedMemoryRegistry;
+  /** Host RAM copies of weights, one per distinct tensor, shared by every device actor. */
+  readonly hostWeights = new HostWeights();
+  readonly ports: Ports = { grpc: 0, admin: 0 };
+  #config: NodeConfig;
+  #logger: Logger;
+  readonly #edge: GrpcEdge;
+  #admin?: http.Server;
+  #gateway?: Gateway;
+  #ready = false;
+  #stopWatching?: () => void;
+  #hooks?: HookPool;
+  #compiler?: Compiler;
+
+  private constructor(config: NodeConfig, logger: Logger) {
+    this.#config = config;
+    this.#logger = logger;
+    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), hostWeightBytes: () => this.hostWeights.bytes });
+    this.#edge = new GrpcEdge(config.global.endpoints, logger, this.metrics.registry);
+    this.statistics = new Statistics(this.metrics);
+    this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#gateway?.forgetRegion(regionId));
+  }
+
+  static async start(config: NodeConfig, logger: Logger): Promise<StowageServer> {
+    const server = new StowageServer(config, logger);
+    try {
+      await server.#start();
+    } catch (err) {
+      await server.stop();
+      throw err;
+    }
+    return server;
+  }
+
+  /** The cap on inference RPCs in flight, and how many are. */
+  get admission(): Admission {
+    return this.#edge.admission;
+  }
+
+  get ready(): boolean {
+    return this.#ready;
+  }
+
+  async #start(): Promise<void> {
+    const { endpoints, scheduler } = this.#config.global;
+    const isReady = () => this.#ready;
+    this.#admin = createAdminServer({ readiness: nodeReadiness(this.registry, isReady), metrics: registryMetrics(this.metrics.registry) });
+    this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
+    this.#logger.info({ admin: `${endpoints.host}:${this.ports.admin}` }, 'admin listening: /healthz, /readyz, /metrics');
+
+    // One device actor per worker (per device); on backend cpu each is a virtual device of its own.
+    const workers = resolveWorkers(this.#config);
+    if (workers.some((w) => w.weights)) ensureWritable(this.#config.cache_dir);
+    const hostWeights = this.hostWeights;
+    const devices = await Promise.all(workers.map((w) => {
+      this.metrics.recordWeights(w.deviceId, '', null, w.weights && { residentBytes: 0, logicalBytes: 0, budgetBytes: w.weights.budgetBytes });
+      return DeviceHandle.create({
+        deviceId: w.deviceId,
+        intraOpThreads: w.runtime.intra_op_threads,
+        scheduler: w.scheduler,
+        weights: w.weights,
+        hostWeights,
+        logger: this.#logger,
+        onExecution: (model, timing, queued) => {
+          this.statistics.recordExecution(model, w.deviceId, timing, queued);
+          this.#gateway?.recordExecution(model, timing.computeInferNs);
+        },
+        onWeights: (model, load, memory) => this.metrics.recordWeights(w.deviceId, model, load, memory),
+        onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),
+      });
+    }));
+    const scheduling = this.#config.gateway.scheduling;
+    // Models compile off the devices' threads, into the compile cache their weightless sessions open from.
+    if (workers.some((w) => w.weights)) this.#compiler = new Compiler(this.#config.cache_dir);
+    this.#gateway = new Gateway(devices, {
+      mode: scheduling.mode,
+      hostWeights,
+      compiler: this.#compiler,
+      logger: this.#logger,
+      lpt: {
+        defaultReplicas: scheduling.default_replicas,
+        replicas: Object.fromEntries(Object.entries(scheduling.models).filter(([, m]) => m.replicas !== undefined).map(([name, m]) => [name, m.replicas!])),
+        fillFactor: scheduling.routing_fill_factor,
+        policy: scheduling.routing_policy,
+        rebalanceSeconds: scheduling.rebalance_compute_seconds,
+        budgets: new Map(workers.map((w) => [w.deviceId, w.weights?.budgetBytes ?? 0])),
+      },
+      onRoute: (model, device) => this.metrics.recordRoute(model, device),
+      onPlacement: (placement) => this.metrics.recordPlacement(placement),
+    });
+    this.#logger.info({
+      devices: workers.map((w) => w.deviceId),
+      workers: workers.map((w) => ({
+        name: w.name,
+        device: w.deviceId,
+        weightBudgetBytes: w.weights?.budgetBytes ?? null,
+        pinned: Object.keys(w.scheduler.models).filter((m) => w.scheduler.models[m].residency === 'device'),
+      })),
+      gateway: this.#config.gateway.scheduling.mode,
+      cacheDir: this.#config.cache_dir,
+    }, 'device actors started');
+    this.#hooks = new HookPool(this.#config.global.hooks.threads, this.#config.global.hooks.timeout_seconds * 1000);
+    const repository = new ModelRepository({
+      dir: this.#config.model_repo,
+      mode: this.#config.global.model_control_mode,
+      include: this.#config.models_include,
+      registry: this.registry,
+      device: this.#gateway,
+      hooks: this.#hooks,
+      logger: this.#logger,
+      onLoaded: (model, loadMs) => this.metrics.recordLoad(model, loadMs / 1000),
+    });
+    await repository.loadAll();
+    await this.#gateway.repack('start-up'); // lpt_packing: every model placed at once, heaviest first
+    if (this.#config.global.model_control_mode === 'dynamic') {
+      this.#stopWatching = watchRepository(repository, this.#config.model_repo, this.#config.global.model_poll_seconds, this.#logger);
+    }
+
+    // Each model's scheduling policy as the main thread knows it: the node file's, then SetModelPolicy's.
+    const policies = new Map(Object.entries(scheduler.models).map(([name, p]) => [name, { ...p }]));
+    const edge = this.#edge;
+    edge.addService(loadControlClient().service, controlService({ edge, registry: this.registry, gateway: this.#gateway, logger: this.#logger, policies }));
+    const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks, gateway: this.#gateway, statistics: this.statistics, sharedMemory: this.sharedMemory });
+    edge.addService(loadInferenceClient().service, inferenceService({
+      edge,
+      pipeline,
+      registry: this.registry,
+      gateway: this.#gateway,
+      repository,
+      statistics: this.statistics,
+      sharedMemory: this.sharedMemory,
+      maxBatchSizeOf: (model) => policies.get(model)?.max_batch_size,
+      logger: this.#logger,
+      version: PACKAGE_VERSION,
+      isReady,
+    }));
+    this.ports.grpc = await edge.start();
+    this.#ready = true;
+    const models = this.registry.all();
+    this.#logger.info({
+      grpc: `${endpoints.host}:${this.ports.grpc}`,
+      admin: `${endpoints.host}:${this.ports.admin}`,
+      ready: models.filter((m) => m.state === ModelState.READY).map((m) => m.name),
+      unavailable: models.filter((m) => m.state !== ModelState.READY).map((m) => m.name),
+    }, 'serving');
+  }
+
+  /**
+   * Graceful stop: report not ready, stop accepting calls, let the calls in flight finish (for at
+   * most `graceMs`, by default endpoints.shutdown_grace_seconds), then stop the device actor,
+   * close the shared-memory regions and the admin port.
+   */
+  async stop(graceMs = this.#config.global.endpoints.shutdown_grace_seconds * 1000): Promise<void> {
+    this.#ready = false;
+    this.#stopWatching?.();
+    await this.#edge.stop(graceMs);
+    await this.#gateway?.stop();
+    await this.#hooks?.close();
+    await this.#compiler?.close();
+    this.sharedMemory.unregister('');
+    await closeAdmin(this.#admin);
+  }
+}

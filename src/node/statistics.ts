@@ -1,0 +1,117 @@
+/**
+ * Per-model inference statistics in Triton's vocabulary, kept on the main
+ * thread and served by the ModelStatistics RPC. Durations are nanoseconds.
+ *
+ * - inference_count counts rows (a request of 8 rows counts 8);
+ *   execution_count counts executions (8 coalesced requests count 1).
+ * - success/fail count requests; success.ns is the whole time from decode to
+ *   answer; queue and compute_* are each request's share of its execution
+ *   (every request of a batch records the batch's compute times, as Triton does).
+ * - batch_stats counts executions per executed batch size.
+ */
+import { MODEL_VERSION } from '../shared/constants.js';
+import type { ExecutionTiming } from '../shared/channels/device.js';
+import type { ErrorCode } from '../shared/errors.js';
+import type { Metrics } from './metrics.js';
+
+interface Duration {
+  count: number;
+  ns: number;
+}
+
+interface ModelCounters {
+  lastInferenceMs: number;
+  inferenceCount: number;
+  executionCount: number;
+  success: Duration;
+  fail: Duration;
+  queue: Duration;
+  computeInput: Duration;
+  computeInfer: Duration;
+  computeOutput: Duration;
+  /** executed batch size -> execution durations */
+  batches: Map<number, { computeInput: Duration; computeInfer: Duration; computeOutput: Duration }>;
+}
+
+const zero = (): Duration => ({ count: 0, ns: 0 });
+const add = (d: Duration, ns: number) => {
+  d.count++;
+  d.ns += ns;
+};
+const wire = (d: Duration) => ({ count: String(d.count), ns: String(Math.round(d.ns)) });
+
+/** Keeps ModelStatistics' counters and passes every event on to the Prometheus metrics. */
+export class Statistics {
+  readonly #models = new Map<string, ModelCounters>();
+  readonly #metrics: Metrics | undefined;
+
+  constructor(metrics?: Metrics) {
+    this.#metrics = metrics;
+  }
+
+  #of(model: string): ModelCounters {
+    let c = this.#models.get(model);
+    if (!c) {
+      c = {
+        lastInferenceMs: 0, inferenceCount: 0, executionCount: 0,
+        success: zero(), fail: zero(), queue: zero(), computeInput: zero(), computeInfer: zero(), computeOutput: zero(),
+        batches: new Map(),
+      };
+      this.#models.set(model, c);
+    }
+    return c;
+  }
+
+  /** Once per execution, whatever the number of requests in it. */
+  recordExecution(model: string, device: number, timing: ExecutionTiming, queued: number): void {
+    this.#metrics?.recordExecution(model, device, timing, queued);
+    const c = this.#of(model);
+    c.executionCount++;
+    const size = Math.max(timing.executedBatchSize, 1);
+    let b = c.batches.get(size);
+    if (!b) c.batches.set(size, (b = { computeInput: zero(), computeInfer: zero(), computeOutput: zero() }));
+    add(b.computeInput, timing.computeInputNs);
+    add(b.computeInfer, timing.computeInferNs);
+    add(b.computeOutput, timing.computeOutputNs);
+  }
+
+  recordSuccess(model: string, rows: number, totalNs: number, queueNs: number, timing: ExecutionTiming): void {
+    this.#metrics?.recordSuccess(model, rows, totalNs, queueNs, timing);
+    const c = this.#of(model);
+    c.lastInferenceMs = Date.now();
+    c.inferenceCount += Math.max(rows, 1);
+    add(c.success, totalNs);
+    add(c.queue, queueNs);
+    add(c.computeInput, timing.computeInputNs);
+    add(c.computeInfer, timing.computeInferNs);
+    add(c.computeOutput, timing.computeOutputNs);
+  }
+
+  recordFailure(model: string, code: ErrorCode | undefined, totalNs: number): void {
+    this.#metrics?.recordFailure(model, code, totalNs);
+    const c = this.#of(model);
+    c.lastInferenceMs = Date.now();
+    add(c.fail, totalNs);
+  }
+
+  /** One model's statistics as a ModelStatistics message (zeros if it never ran). */
+  snapshot(model: string) {
+    const c = this.#of(model);
+    return {
+      name: model,
+      version: MODEL_VERSION,
+      last_inference: String(c.lastInferenceMs),
+      inference_count: String(c.inferenceCount),
+      execution_count: String(c.executionCount),
+      inference_stats: {
+        success: wire(c.success), fail: wire(c.fail), queue: wire(c.queue),
+        compute_input: wire(c.computeInput), compute_infer: wire(c.computeInfer), compute_output: wire(c.computeOutput),
+        cache_hit: wire(zero()), cache_miss: wire(zero()),
+      },
+      batch_stats: [...c.batches.entries()].sort(([a], [b]) => a - b).map(([size, b]) => ({
+        batch_size: String(size),
+        compute_input: wire(b.computeInput), compute_infer: wire(b.computeInfer), compute_output: wire(b.computeOutput),
+      })),
+    };
+  }
+}

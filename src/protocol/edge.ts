@@ -1,0 +1,209 @@
+/**
+ * The gRPC edge, written once for both process kinds: a node (node/server.ts)
+ * and a gateway-only process (remote/gateway-server.ts) each plug their RPC
+ * tables into it. The edge owns what every RPC crosses:
+ *
+ * - the server's life: made with the node file's message limits, bound to
+ *   its address, stopped gracefully (calls in flight get the grace period);
+ * - the handler wrapper: a handler is a plain (async) function of the
+ *   request; its result becomes the reply and anything it throws becomes a
+ *   status (errorToStatus; a status forwarded from a remote node passes
+ *   through unchanged), logged at error level only when INTERNAL. A throwing
+ *   handler never crashes the server;
+ * - admission and shedding (admission.ts): inference RPCs (ModelInfer calls
+ *   and open ModelStreamInfer streams) past `max_concurrent_requests` are
+ *   refused RESOURCE_EXHAUSTED before their bytes are decoded;
+ * - the stream driver: each request of a stream is answered on it as it
+ *   completes, a failure as that response's `error_message`; the stream ends
+ *   once the client has ended it and every answer is written;
+ * - cancellation: an inference gets an AbortSignal that fires if the client
+ *   cancels; the listener is removed when the call settles (grpc-js emits
+ *   'cancelled' as every stream closes, answered or not);
+ * - UNIMPLEMENTED for every method of the service without a handler;
+ * - the edge's metrics (stowage_grpc_inflight_requests, stowage_grpc_shed_total).
+ */
+import * as grpc from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { NodeConfig } from '../shared/config-schema.js';
+import { errors, errorToStatus, StowageError } from '../shared/errors.js';
+import { Admission } from './admission.js';
+
+type Endpoints = NodeConfig['global']['endpoints'];
+
+/** A handler of a unary RPC: the request (and the call, for its deadline and metadata) to the reply. */
+export type UnaryHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Promise<Res> | Res;
+
+/** A handler of one inference: like a unary handler, with the signal that fires if the client cancels. */
+export type InferenceHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>, signal: AbortSignal) => Promise<Res>;
+
+/** One request of a stream, answered: its reply, or (on failure) the reply carrying the error. */
+export interface StreamHandler<Req, Res> {
+  answer: (request: Req, call: grpc.ServerDuplexStream<Req, Res>, signal: AbortSignal) => Promise<Res>;
+  /** The reply that reports `details` for `request` (the stream lives on). */
+  failed: (request: Req, details: string) => Res;
+}
+
+/** A status that came from a remote node's answer (a grpc-js client error): forwarded as it is. */
+function isForwardedStatus(err: unknown): err is grpc.ServiceError {
+  return typeof err === 'object' && err !== null && !(err instanceof StowageError)
+    && typeof (err as { code?: unknown }).code === 'number' && typeof (err as { details?: unknown }).details === 'string';
+}
+
+/** The call's absolute deadline in ms since the epoch; Infinity when the client set none. */
+export function callDeadlineMs(call: { getDeadline(): grpc.Deadline }): number {
+  const deadline = call.getDeadline();
+  return deadline instanceof Date ? deadline.getTime() : deadline;
+}
+
+export class GrpcEdge {
+  readonly admission: Admission;
+  readonly #server: grpc.Server;
+  readonly #endpoints: Endpoints;
+  readonly #logger: Logger;
+  #bound = false;
+
+  constructor(endpoints: Endpoints, logger: Logger, registry: Registry) {
+    this.#endpoints = endpoints;
+    this.#logger = logger;
+    this.#server = new grpc.Server({
+      'grpc.max_receive_message_length': endpoints.max_receive_message_bytes,
+      'grpc.max_send_message_length': endpoints.max_send_message_bytes,
+    });
+    const shed = new Counter({ name: 'stowage_grpc_shed_total', help: 'Inference RPCs refused because endpoints.max_concurrent_requests were in flight', registers: [registry] });
+    const admission = new Admission(endpoints.max_concurrent_requests, () => shed.inc());
+    this.admission = admission;
+    new Gauge({
+      name: 'stowage_grpc_inflight_requests', help: 'Inference RPCs in flight (ModelInfer calls and open streams)', registers: [registry],
+      collect() {
+        this.set(admission.inflight);
+      },
+    });
+  }
+
+  /** Map an error to its status and log it: what every handler answers with. */
+  failure(rpc: string, err: unknown): { code: grpc.status; details: string } {
+    const { code, details } = isForwardedStatus(err) ? { code: err.code, details: err.details } : errorToStatus(err);
+    this.#logger[code === grpc.status.INTERNAL ? 'error' : 'debug']({ rpc, code: grpc.status[code], err }, details);
+    return { code, details };
+  }
+
+  unary<Req, Res>(rpc: string, fn: UnaryHandler<Req, Res>): grpc.handleUnaryCall<Req, Res> {
+    return (call, callback) => {
+      Promise.resolve()
+        .then(() => fn(call.request, call))
+        .then((res) => callback(null, res), (err: unknown) => callback(this.failure(rpc, err)));
+    };
+  }
+
+  /** A unary inference RPC: admitted (or shed), and cancelled with the client. */
+  inference<Req, Res>(rpc: string, fn: InferenceHandler<Req, Res>): grpc.handleUnaryCall<Req, Res> {
+    return this.unary<Req, Res>(rpc, async (request, call) => {
+      this.admission.enter();
+      const abort = new AbortController();
+      const onCancelled = () => abort.abort();
+      call.once('cancelled', onCancelled);
+      try {
+        return await fn(request, call, abort.signal);
+      } finally {
+        call.off('cancelled', onCancelled);
+        this.admission.leave();
+      }
+    });
+  }
+
+  /** A bidirectional inference stream: one admission slot while open; every request answered on it. */
+  stream<Req, Res>(rpc: string, handler: StreamHandler<Req, Res>): grpc.handleBidiStreamingCall<Req, Res> {
+    return (call) => {
+      try {
+        this.admission.enter();
+      } catch (err) {
+        call.emit('error', this.failure(rpc, err));
+        return;
+      }
+      const abort = new AbortController();
+      let pending = 0;
+      let ended = false;
+      let left = false;
+      const leave = () => {
+        if (!left) this.admission.leave();
+        left = true;
+      };
+      const finish = () => {
+        if (ended && pending === 0 && !left) {
+          leave();
+          call.end();
+        }
+      };
+      const gone = () => {
+        abort.abort();
+        leave();
+      };
+      call.on('cancelled', gone);
+      call.on('error', gone);
+      call.on('data', (request: Req) => {
+        pending++;
+        Promise.resolve()
+          .then(() => handler.answer(request, call, abort.signal))
+          .then(
+            (reply) => reply,
+            (err: unknown) => handler.failed(request, this.failure(rpc, err).details),
+          )
+          .then((reply) => {
+            if (!left) call.write(reply);
+          })
+          .finally(() => {
+            pending--;
+            finish();
+          });
+      });
+      call.on('end', () => {
+        ended = true;
+        finish();
+      });
+    };
+  }
+
+  /** Register a service: `table`'s handlers, and UNIMPLEMENTED (naming the RPC) for every other method. */
+  addService(definition: grpc.ServiceDefinition, table: Record<string, grpc.UntypedHandleCall>): void {
+    const handlers: grpc.UntypedServiceImplementation = {};
+    for (const [name, method] of Object.entries(definition)) {
+      const handler = table[name];
+      if (handler) handlers[name] = handler;
+      else if (method.requestStream || method.responseStream) {
+        handlers[name] = (call: grpc.ServerDuplexStream<unknown, unknown>) => call.emit('error', this.failure(name, errors.unimplementedRpc(name)));
+      } else {
+        handlers[name] = this.unary(name, () => {
+          throw errors.unimplementedRpc(name);
+        });
+      }
+    }
+    this.#server.addService(definition, handlers);
+  }
+
+  /** Bind to endpoints.host:grpc_port; resolves to the port (the one chosen when grpc_port is 0). */
+  start(): Promise<number> {
+    return new Promise((resolve, reject) => {
+      this.#server.bindAsync(`${this.#endpoints.host}:${this.#endpoints.grpc_port}`, grpc.ServerCredentials.createInsecure(), (err, port) => {
+        if (err) return reject(err);
+        this.#bound = true;
+        resolve(port);
+      });
+    });
+  }
+
+  /** Stop accepting calls, let those in flight finish for at most `graceMs`, then cut them. */
+  stop(graceMs: number): Promise<void> {
+    if (!this.#bound) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.#server.forceShutdown();
+        resolve();
+      }, graceMs);
+      this.#server.tryShutdown(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+}

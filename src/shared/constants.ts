@@ -1,0 +1,43 @@
+/** Fixed facts of the server, in one place. */
+
+export const SERVER_NAME = 'stowage';
+
+/** Every bundle is served as version "1": perf_analyzer parses versions as integers. */
+export const MODEL_VERSION = '1';
+
+/** Triton's platform and backend names for what we run, so Triton tools recognise it. */
+export const MODEL_PLATFORM = 'onnxruntime_onnx';
+export const MODEL_BACKEND = 'onnxruntime';
+
+/** Triton's clients set gRPC message limits to INT32_MAX; large tensors must pass. */
+export const MAX_MESSAGE_BYTES = 2 ** 31 - 1;
+
+/** Extensions of ServerMetadata: only what is really implemented. */
+export const SERVER_EXTENSIONS: readonly string[] = ['model_configuration', 'statistics', 'system_shared_memory'];
+
+/** A gateway-only process's: shared memory is local to a node, so it is not among them. */
+export const GATEWAY_EXTENSIONS: readonly string[] = SERVER_EXTENSIONS.filter((e) => e !== 'system_shared_memory');
+
+/** How long a device actor may take to start (import ONNX Runtime) before it is declared dead. */
+export const DEVICE_START_TIMEOUT_MS = 30_000;
+
+/** How long a model load may take in a device actor (session creation with full optimisation). */
+export const MODEL_LOAD_TIMEOUT_MS = 300_000;
+
+/**
+ * For a request without a deadline: how long its execution may run once dispatched before the
+ * main thread stops waiting (a watchdog against a hung device, not a policy).
+ */
+export const EXECUTION_WATCHDOG_MS = 120_000;
+
+/** A device actor that crashes this many times in a row without serving is not respawned again. */
+export const DEVICE_MAX_CONSECUTIVE_CRASHES = 3;
+
+/** The weight cache warns of thrash when the models used within this window need more than the budget. */
+export const WEIGHT_THRASH_WINDOW_SECONDS = 10;
+
+/** Alignment, in bytes, of every block of a device's weight arena (and so of its budget). */
+export const ARENA_ALIGNMENT = 64;
+
+/** The compiler thread's nice value (Linux): compiles yield the CPU to the threads serving requests. */
+export const COMPILER_NICE = 10;

@@ -1,0 +1,138 @@
+// Compiling an ONNX file once: ONNX Runtime's optimised graph, its weights split off into
+// weights.bin, kept in the cache directory; runs fed those weights answer as the original does.
+import { mkdirSync, readFileSync, readdirSync, truncateSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import test from 'ava';
+import * as ort from 'onnxruntime-node';
+import { dtypeInfo } from '../../../../dist/shared/dtypes.js';
+import { compileExecutable, weightKey } from '../../../../dist/actors/compiler/compile-cache.js';
+import { readFields, readRepeatedVarints } from '../../../../dist/shared/protobuf-wire.js';
+import { WEIGHT_MIN_BYTES, splitWeights } from '../../../../dist/actors/compiler/split-weights.js';
+import { FIXTURES, ROOT, tempDir } from '../../../helpers/server.js';
+
+const CONVNET = path.join(FIXTURES, 'models', 'convnet', 'model.onnx');
+const DIGITS = path.join(ROOT, 'bundles', 'digits', 'model.onnx');
+
+const options = (cacheDir, counter = { optimisations: 0 }) => ({
+  cacheDir,
+  runtime: `onnxruntime ${ort.env.versions.common} cpu`,
+  optimise: async (source, target) => {
+    counter.optimisations++;
+    const s = await ort.InferenceSession.create(source, { graphOptimizationLevel: 'all', optimizedModelFilePath: target, logSeverityLevel: 3 });
+    await s.release();
+  },
+});
+
+function feedsFromCache(compiled) {
+  const feeds = {};
+  for (const w of compiled.weights) {
+    const info = dtypeInfo(w.datatype);
+    const bytes = new Uint8Array(readFileSync(w.path)); // an aligned copy
+    feeds[w.name] = new ort.Tensor(info.ortType, new info.typedArray(bytes.buffer), w.dims);
+  }
+  return feeds;
+}
+
+test('a compiled model fed its split weights answers as the original does', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  for (const [file, input, shape] of [[CONVNET, 'image', [2, 3, 32, 32]], [DIGITS, 'image', [3, 8, 8]]]) {
+    const compiled = await compileExecutable(file, options(temp.dir));
+    t.false(compiled.hit);
+    t.true(compiled.weights.length > 0);
+    const x = new ort.Tensor('float32', Float32Array.from({ length: shape.reduce((a, b) => a * b) }, (_, i) => Math.sin(i)), shape);
+    const original = await ort.InferenceSession.create(file);
+    const weightless = await ort.InferenceSession.create(compiled.graphPath, { graphOptimizationLevel: 'basic' });
+    t.true(compiled.weights.every((w) => weightless.inputNames.includes(w.name)), 'each weight is a graph input');
+    const want = await original.run({ [input]: x });
+    const got = await weightless.run({ [input]: x, ...feedsFromCache(compiled) });
+    for (const name of original.outputNames) {
+      const a = want[name].data;
+      const b = got[name].data;
+      t.is(a.length, b.length);
+      let worst = 0;
+      for (let i = 0; i < a.length; i++) worst = Math.max(worst, Math.abs(Number(a[i]) - Number(b[i])));
+      t.true(worst < 1e-4, `${path.basename(path.dirname(file))} ${name}: max difference ${worst}`);
+    }
+    await original.release();
+    await weightless.release();
+  }
+});
+
+test('the second open is a cache hit; a damaged entry or a changed file compiles again', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const counter = { optimisations: 0 };
+  const first = await compileExecutable(CONVNET, options(temp.dir, counter));
+  const second = await compileExecutable(CONVNET, options(temp.dir, counter));
+  t.true(second.hit);
+  t.is(second.dir, first.dir);
+  t.is(counter.optimisations, 1, 'ONNX Runtime optimised the file once');
+  truncateSync(first.weights[0].path, 10);
+  const repaired = await compileExecutable(CONVNET, options(temp.dir));
+  t.false(repaired.hit, 'a damaged tensor file fails the entry');
+  t.is(readFileSync(repaired.weights[0].path).length, first.weights[0].byteLength);
+  // Same bytes under another name: the same entry. Other bytes: another entry.
+  const copy = path.join(temp.dir, 'copy.onnx');
+  writeFileSync(copy, readFileSync(CONVNET));
+  t.is((await compileExecutable(copy, options(temp.dir))).dir, first.dir);
+  const other = await compileExecutable(DIGITS, options(temp.dir));
+  t.not(other.dir, first.dir);
+});
+
+test('devices compiling the same file at once both get a whole entry, and no temporary is left', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const [a, b] = await Promise.all([compileExecutable(CONVNET, options(temp.dir)), compileExecutable(CONVNET, options(temp.dir))]);
+  t.is(a.dir, b.dir);
+  t.deepEqual(a.weights, b.weights);
+  t.deepEqual(readdirSync(temp.dir).sort(), [path.basename(a.dir), 'tensors'].sort());
+  t.true(readdirSync(path.join(temp.dir, 'tensors')).every((f) => /^[0-9a-f]{64}\.bin$/.test(f)));
+});
+
+test('only numeric weights of WEIGHT_MIN_BYTES or more move out; int64 and tiny constants stay in the graph', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  mkdirSync(path.join(temp.dir, 'o'));
+  const optimised = path.join(temp.dir, 'o', 'model.onnx');
+  await options(temp.dir).optimise(CONVNET, optimised);
+  const model = new Uint8Array(readFileSync(optimised));
+  const { graph, weights } = splitWeights(model);
+  t.true(weights.every((w) => w.data.byteLength >= WEIGHT_MIN_BYTES && w.datatype !== 'INT64'));
+  const graphFields = readFields(readFields(graph).find((f) => f.field === 7).payload);
+  for (const init of graphFields.filter((f) => f.field === 5)) {
+    const fields = readFields(init.payload);
+    const type = fields.find((f) => f.field === 2)?.varint;
+    const count = readRepeatedVarints(fields, 1).reduce((a, b) => a * b, 1);
+    t.true(type === 7 || count * 4 < WEIGHT_MIN_BYTES || type === 8, `initializer of type ${type} with ${count} elements stayed`);
+  }
+  // Every node is copied byte for byte, but for GEMMs whose weight moved: those now read it transposed.
+  const nodesOf = (bytes) => readFields(readFields(bytes).find((f) => f.field === 7).payload).filter((f) => f.field === 1);
+  const before = nodesOf(model);
+  const after = nodesOf(graph);
+  t.is(after.length, before.length);
+  const dec = new TextDecoder();
+  let gemms = 0;
+  after.forEach((node, i) => {
+    const fields = readFields(node.payload);
+    const op = dec.decode(fields.find((f) => f.field === 4).payload);
+    if (Buffer.compare(Buffer.from(node.raw), Buffer.from(before[i].raw)) === 0) return;
+    t.is(op, 'Gemm', `only GEMM nodes change, not ${op}`);
+    gemms++;
+    const transB = fields.filter((f) => f.field === 5).map((a) => readFields(a.payload)).find((a) => dec.decode(a.find((x) => x.field === 1).payload) === 'transB');
+    t.is(transB.find((x) => x.field === 3).varint, 1);
+    const b = dec.decode(fields.filter((f) => f.field === 1)[1].payload);
+    const w = weights.find((x) => x.name === b);
+    t.truthy(w, 'its B is a moved weight');
+  });
+  t.is(gemms, 1, 'the convnet\'s classifier');
+});
+
+test('tensors are keyed by datatype, dims and bytes: equal bytes in another shape are another tensor', (t) => {
+  const bytes = new Uint8Array(24).map((_, i) => i);
+  const key = weightKey('FP32', [2, 3], bytes);
+  t.is(weightKey('FP32', [2, 3], bytes.slice()), key);
+  t.not(weightKey('FP32', [3, 2], bytes), key);
+  t.not(weightKey('INT32', [2, 3], bytes), key);
+  t.not(weightKey('FP32', [23], bytes), weightKey('FP32', [2, 3], bytes), 'the dims list cannot run into the next one');
+});

@@ -1,0 +1,45 @@
+import test from 'ava';
+import { concatRows, concatRowsArray, sliceRows, sliceRowsArray } from '../../../../dist/actors/device/batch-layout.js';
+
+const bytes = (...v) => Uint8Array.from(v);
+
+test('joining along axis 0 appends parts, then zero rows up to the target', (t) => {
+  const out = concatRows([{ data: bytes(1, 2), shape: [1, 2] }, { data: bytes(3, 4, 5, 6), shape: [2, 2] }], 0, 1, 4);
+  t.deepEqual(out, bytes(1, 2, 3, 4, 5, 6, 0, 0));
+});
+
+test('joining along an inner axis interleaves every outer block', (t) => {
+  // [[1],[2]] and [[3,4],[5,6]] joined on axis 1, padded to 4 columns
+  const out = concatRows([{ data: bytes(1, 2), shape: [2, 1] }, { data: bytes(3, 4, 5, 6), shape: [2, 2] }], 1, 1, 4);
+  t.deepEqual(out, bytes(1, 3, 4, 0, 2, 5, 6, 0));
+});
+
+test('element width is respected', (t) => {
+  const f = new Uint8Array(Float32Array.from([1, 2]).buffer);
+  t.deepEqual([...new Float32Array(concatRows([{ data: f, shape: [2] }], 0, 4, 4).buffer)], [1, 2, 0, 0]);
+});
+
+test('slicing along axis 0 is a view; along an inner axis a gathered copy', (t) => {
+  const data = bytes(1, 2, 3, 4, 5, 6);
+  const view = sliceRows(data, [3, 2], 0, 1, 1, 2);
+  t.deepEqual(view, bytes(3, 4, 5, 6));
+  t.is(view.buffer, data.buffer);
+  t.deepEqual(sliceRows(data, [2, 3], 1, 1, 1, 2), bytes(2, 3, 5, 6));
+});
+
+test('slicing undoes joining, for every part', (t) => {
+  const parts = [{ data: bytes(1, 2, 3), shape: [3, 1] }, { data: bytes(4), shape: [1, 1] }, { data: bytes(5, 6), shape: [2, 1] }];
+  const joined = concatRows(parts, 0, 1, 8);
+  let from = 0;
+  for (const p of parts) {
+    t.deepEqual(sliceRows(joined, [8, 1], 0, 1, from, p.shape[0]), p.data);
+    from += p.shape[0];
+  }
+});
+
+test('the same for element arrays (strings)', (t) => {
+  const joined = concatRowsArray([{ items: ['a', 'b'], shape: [2, 1] }, { items: ['c', 'd'], shape: [2, 1] }], 1, 3, '');
+  t.deepEqual(joined, ['a', 'c', '', 'b', 'd', '']);
+  t.deepEqual(sliceRowsArray(joined, [2, 3], 1, 1, 1), ['c', 'd']);
+  t.deepEqual(sliceRowsArray(['a', 'b', 'c', 'd'], [4], 0, 1, 2), ['b', 'c']);
+});

@@ -1,0 +1,126 @@
+// The main-thread handle on a device actor, with the real worker (real ONNX Runtime) and with
+// scripted stand-ins that crash, hang or fail to start.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import test from 'ava';
+import { pino } from 'pino';
+import { DeviceHandle, DeviceState } from '../../../../dist/actors/device/handle.js';
+import { nowMs } from '../../../../dist/shared/channels/device.js';
+import { readManifest } from '../../../../dist/bundle/manifest.js';
+import { FIXTURES, ROOT, makeRepository, tempDir } from '../../../helpers/server.js';
+
+const logger = pino({ level: 'silent' });
+const scripted = new URL('../../../fixtures/workers/scripted-device.js', import.meta.url);
+const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8'));
+const spec = (name) => ({ name, dir: '/nowhere', inputs: [], outputs: [], batchAxis: null, compiledBatchSizes: [], maxBatchSize: 0, executables: [] });
+const tensor = (values) => ({ name: 'x', datatype: 'FP32', shape: [values.length], data: new Uint8Array(Float32Array.from(values).buffer) });
+const inSeconds = (s) => nowMs() + s * 1000;
+const scheduler = { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 64, dispatch_timeout_seconds: 30, models: {} };
+
+async function actor(t, workerUrl) {
+  const a = await DeviceHandle.create({ deviceId: 0, intraOpThreads: 1, scheduler, logger, workerUrl });
+  t.teardown(() => a.stop());
+  return a;
+}
+
+test('the real worker loads a bundle and runs it; input buffers are transferred, not copied', async (t) => {
+  const device = await actor(t);
+  const digits = readManifest(path.join(ROOT, 'bundles', 'digits'));
+  const { loadMs } = await device.load(digits, 'digits#1');
+  t.true(loadMs > 0);
+  const image = { name: 'image', datatype: 'FP32', shape: [2, 8, 8], data: new Uint8Array(Float32Array.from(heldout.images.slice(0, 2).flat()).buffer) };
+  const { outputs, timing } = await device.infer({ instance: 'digits#1', inputs: [image], outputs: ['label'], outputRegions: [null], deadlineMs: Infinity });
+  t.is(image.data.byteLength, 0, 'the caller\'s buffer was detached by the transfer');
+  t.deepEqual([...new BigInt64Array(outputs[0].data.buffer, outputs[0].data.byteOffset, 2)].map(Number), heldout.labels.slice(0, 2));
+  t.is(timing.executedBatchSize, 2);
+  t.is(timing.batchRows, 2);
+  t.is(timing.requests, 1);
+  t.true(timing.computeInferNs > 0);
+  t.is(device.inflight, 0);
+});
+
+test('the real worker refuses a bundle whose manifest disagrees with the graph', async (t) => {
+  const device = await actor(t);
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const manifest = readFileSync(path.join(ROOT, 'bundles', 'digits', 'manifest.yaml'), 'utf8').replace('name: "digits"', '').replace('k: 10', 'k: 11');
+  const repo = makeRepository(temp.dir, {}, { 'wrong/manifest.yaml': manifest, 'wrong/model.onnx': readFileSync(path.join(ROOT, 'bundles', 'digits', 'model.onnx')) });
+  const err = await t.throwsAsync(device.load(readManifest(path.join(repo, 'wrong')), 'wrong#1'));
+  t.is(err.code, 'STOWAGE_BUNDLE_INVALID');
+  t.regex(err.message, /output "logits": axis 'k' is 11 in the manifest, 10 in the graph/);
+  const infer = await t.throwsAsync(device.infer({ instance: 'wrong#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(5) }));
+  t.is(infer.code, 'STOWAGE_MODEL_NOT_READY');
+});
+
+test('a crash fails every in-flight request with UNAVAILABLE, and the replacement serves the models again', async (t) => {
+  const device = await actor(t, scripted);
+  await device.load(spec('echo'), 'echo#1');
+  const waiting = device.infer({ instance: 'hang#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) });
+  const crashing = device.infer({ instance: 'crash#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) });
+  for (const p of [waiting, crashing]) {
+    const err = await t.throwsAsync(p);
+    t.is(err.code, 'STOWAGE_DEVICE_UNAVAILABLE');
+    t.is(err.status, 14);
+    t.regex(err.message, /device 0 is unavailable: its worker exited \(code 3\)/);
+  }
+  t.is(device.state, DeviceState.RESTARTING);
+  t.is(device.inflight, 1, 'the reload of "echo" is already queued in the new worker');
+  // The new worker got the reload before this request: "echo" is loaded there.
+  const { outputs } = await device.infer({ instance: 'echo#1', inputs: [tensor([1, 2])], outputs: ['x'], outputRegions: [null], deadlineMs: inSeconds(30) });
+  t.deepEqual([...new Float32Array(outputs[0].data.buffer)], [1, 2]);
+  t.is(device.state, DeviceState.READY);
+  t.is(device.inflight, 0);
+});
+
+test('run-time policy changes survive a crash: the replacement worker gets them before the reloads', async (t) => {
+  const device = await actor(t, scripted);
+  await device.load(spec('echo'), 'echo#1');
+  await device.setPolicy('echo', { weight: 3 });
+  await t.throwsAsync(device.infer({ instance: 'crash#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) }));
+  const instances = await device.status();
+  t.deepEqual(instances.map((i) => [i.instance, i.weight]), [['echo#1', 3]]);
+});
+
+test('a worker that keeps crashing is given up on, and later calls fail at once', async (t) => {
+  const device = await actor(t, scripted);
+  for (let i = 0; i < 3; i++) {
+    const err = await t.throwsAsync(device.infer({ instance: 'crash#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) }));
+    t.is(err.code, 'STOWAGE_DEVICE_UNAVAILABLE');
+  }
+  t.is(device.state, DeviceState.DEAD);
+  const err = await t.throwsAsync(device.infer({ instance: 'echo#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) }));
+  t.regex(err.message, /it has stopped/);
+});
+
+test('a request settles at its deadline even if the worker never answers', async (t) => {
+  const device = await actor(t, scripted);
+  const err = await t.throwsAsync(device.infer({ instance: 'hang#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(0.05) }));
+  t.is(err.code, 'STOWAGE_DEADLINE_EXCEEDED');
+  t.is(device.inflight, 0);
+});
+
+test('an aborted request is dropped and settles at once', async (t) => {
+  const device = await actor(t, scripted);
+  const abort = new AbortController();
+  const pending = device.infer({ instance: 'hang#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) }, abort.signal);
+  t.is(device.inflight, 1);
+  abort.abort();
+  const err = await t.throwsAsync(pending);
+  t.regex(err.message, /cancelled/);
+  t.is(device.inflight, 0);
+});
+
+test('a worker that dies while starting makes create() fail with the reason', async (t) => {
+  const err = await t.throwsAsync(DeviceHandle.create({ deviceId: 4, intraOpThreads: 1, scheduler, logger, workerUrl: new URL('../../../fixtures/workers/broken-device.js', import.meta.url) }));
+  t.is(err.code, 'STOWAGE_DEVICE_UNAVAILABLE');
+  t.regex(err.message, /device 4 .*cannot open the device/);
+});
+
+test('stop() answers pending calls with UNAVAILABLE', async (t) => {
+  const device = await DeviceHandle.create({ deviceId: 0, intraOpThreads: 1, scheduler, logger, workerUrl: scripted });
+  const pending = device.infer({ instance: 'hang#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) });
+  await device.stop();
+  const err = await t.throwsAsync(pending);
+  t.regex(err.message, /the server is stopping/);
+  t.is(device.state, DeviceState.DEAD);
+});

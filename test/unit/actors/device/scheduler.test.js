@@ -1,0 +1,198 @@
+// The scheduler as a unit: a fake clock, a fake executor that "runs" a batch by advancing the clock
+// by the model's cost, and nothing else.
+import test from 'ava';
+import { CostModel } from '../../../../dist/actors/device/cost-model.js';
+import { Scheduler } from '../../../../dist/actors/device/scheduler.js';
+
+function harness({ discipline = 'fair', maxQueueDepth = 10_000, maxWaitMs = 60_000, halflifeMs = 30_000 } = {}) {
+  const clock = { ms: 0 };
+  const scheduler = new Scheduler({ discipline, maxQueueDepth, maxWaitMs, costs: new CostModel(halflifeMs), now: () => clock.ms });
+  let id = 0;
+  const enqueue = (model, { rows = 1, deadlineMs = Infinity } = {}) => {
+    const ticket = { id: ++id, model, rows, enqueuedAtMs: clock.ms, deadlineMs, payload: null };
+    scheduler.enqueue(ticket);
+    return ticket;
+  };
+  /** Pick, "execute" for costMs(model, rows), charge; returns the pick. */
+  const step = (costMs) => {
+    const pick = scheduler.next();
+    if (pick.batch.length) {
+      const model = pick.batch[0].model;
+      const rows = pick.batch.reduce((a, t) => a + t.rows, 0);
+      const ms = costMs(model, rows);
+      clock.ms += ms;
+      scheduler.charge(model, rows, ms);
+      pick.ms = ms;
+    }
+    return pick;
+  };
+  return { clock, scheduler, enqueue, step };
+}
+
+test('fair: under a flood on every model, device time is shared by weight within 10%', (t) => {
+  const { scheduler, enqueue, step } = harness();
+  const weights = { a: 1, b: 2, c: 1 };
+  const cost = { a: 2, b: 1, c: 5 }; // ms per execution: shares are of time, not of executions
+  for (const [m, weight] of Object.entries(weights)) scheduler.setModel(m, { weight, maxBatchRows: 1 });
+  for (const m of Object.keys(weights)) for (let i = 0; i < 50; i++) enqueue(m);
+  const time = { a: 0, b: 0, c: 0 };
+  for (let i = 0; i < 5000; i++) {
+    const pick = step((m) => cost[m]);
+    const m = pick.batch[0].model;
+    time[m] += pick.ms;
+    enqueue(m); // keep every queue full
+  }
+  const total = time.a + time.b + time.c;
+  for (const [m, weight] of Object.entries(weights)) {
+    const share = time[m] / total;
+    const expected = weight / 4;
+    t.true(Math.abs(share - expected) / expected < 0.1, `${m}: share ${share.toFixed(3)}, expected ${expected}`);
+  }
+});
+
+test('fair: a rare model is never starved by a flood on another (waits at most one execution)', (t) => {
+  const { clock, scheduler, enqueue, step } = harness();
+  scheduler.setModel('flood', { weight: 1, maxBatchRows: 1 });
+  scheduler.setModel('rare', { weight: 1, maxBatchRows: 1 });
+  for (let i = 0; i < 1000; i++) enqueue('flood');
+  const waits = [];
+  let nextRareAt = 0;
+  while (clock.ms < 20_000) {
+    if (clock.ms >= nextRareAt) {
+      enqueue('rare');
+      nextRareAt += 100;
+    }
+    const pick = step((m) => (m === 'flood' ? 10 : 3));
+    for (const ticket of pick.batch) if (ticket.model === 'rare') waits.push(clock.ms - pick.ms - ticket.enqueuedAtMs);
+    if (pick.batch[0]?.model === 'flood') enqueue('flood');
+  }
+  t.true(waits.length >= 190, `${waits.length} rare requests served`);
+  // The stated bound: a rare request waits for at most the one flood execution already running.
+  t.true(Math.max(...waits) <= 10, `longest rare wait ${Math.max(...waits)} ms`);
+});
+
+test('fair: an idle model banks no credit while others run', (t) => {
+  const { scheduler, enqueue, step } = harness();
+  scheduler.setModel('a', { weight: 1, maxBatchRows: 1 });
+  scheduler.setModel('b', { weight: 1, maxBatchRows: 1 });
+  for (let i = 0; i < 100; i++) enqueue('a');
+  for (let i = 0; i < 100; i++) step(() => 1); // a runs alone for 100 ms
+  for (let i = 0; i < 20; i++) { enqueue('a'); enqueue('b'); }
+  const order = [];
+  for (let i = 0; i < 20; i++) order.push(step(() => 1).batch[0].model);
+  // b re-entered at a's level: they alternate instead of b running 20 times in a row.
+  t.true(order.filter((m) => m === 'a').length >= 9, order.join(''));
+});
+
+test('fifo: the oldest request across models runs first', (t) => {
+  const { clock, scheduler, enqueue, step } = harness({ discipline: 'fifo' });
+  for (const m of ['x', 'y', 'z']) scheduler.setModel(m, { weight: 1, maxBatchRows: 1 });
+  for (const m of ['y', 'x', 'z', 'x', 'y']) {
+    enqueue(m);
+    clock.ms += 1;
+  }
+  const order = [];
+  while (scheduler.queued) order.push(step(() => 0).batch[0].model);
+  t.deepEqual(order, ['y', 'x', 'z', 'x', 'y']);
+});
+
+test('edf: the earliest deadline runs first, across models and within one', (t) => {
+  const { scheduler, enqueue, step } = harness({ discipline: 'edf' });
+  for (const m of ['x', 'y']) scheduler.setModel(m, { weight: 1, maxBatchRows: 1 });
+  const a = enqueue('x', { deadlineMs: 500 });
+  const b = enqueue('y', { deadlineMs: 100 });
+  const c = enqueue('x', { deadlineMs: 50 });
+  const d = enqueue('y', { deadlineMs: 300 });
+  const order = [];
+  while (scheduler.queued) order.push(step(() => 1).batch[0].id);
+  t.deepEqual(order, [c.id, b.id, d.id, a.id]);
+});
+
+test('edf: with equal deadlines it behaves like fifo', (t) => {
+  const { clock, scheduler, enqueue, step } = harness({ discipline: 'edf', maxWaitMs: 1000 });
+  for (const m of ['x', 'y']) scheduler.setModel(m, { weight: 1, maxBatchRows: 1 });
+  const ids = [];
+  for (const m of ['y', 'x', 'y', 'x']) {
+    ids.push(enqueue(m).id);
+    clock.ms += 1;
+  }
+  const order = [];
+  while (scheduler.queued) order.push(step(() => 0).batch[0].id);
+  t.deepEqual(order, ids);
+});
+
+test('edf: a request that cannot finish in time is shed, not run late', (t) => {
+  const { clock, scheduler, enqueue, step } = harness({ discipline: 'edf' });
+  scheduler.setModel('x', { weight: 1, maxBatchRows: 1 });
+  enqueue('x');
+  step(() => 40); // learn: x costs 40 ms
+  const late = enqueue('x', { deadlineMs: clock.ms + 30 });
+  const fine = enqueue('x', { deadlineMs: clock.ms + 100 });
+  const pick = scheduler.next();
+  t.deepEqual(pick.shed.map((s) => [s.ticket.id, s.reason]), [[late.id, 'laxity']]);
+  t.deepEqual(pick.batch.map((b) => b.id), [fine.id]);
+});
+
+test('every discipline sheds requests past their deadline or queued past dispatch_timeout', (t) => {
+  for (const discipline of ['fair', 'fifo', 'edf']) {
+    const { clock, scheduler, enqueue } = harness({ discipline, maxWaitMs: 1000 });
+    scheduler.setModel('x', { weight: 1, maxBatchRows: 8 });
+    const expired = enqueue('x', { deadlineMs: 10 });
+    const waited = enqueue('x');
+    clock.ms = 600;
+    const fresh = enqueue('x');
+    clock.ms = 1500;
+    const pick = scheduler.next();
+    t.deepEqual(pick.shed.map((s) => [s.ticket.id, s.reason]).sort(), [[expired.id, 'deadline'], [waited.id, 'waited']].sort(), discipline);
+    t.deepEqual(pick.batch.map((b) => b.id), [fresh.id], discipline);
+    t.is(scheduler.queued, 0);
+  }
+});
+
+test('coalescing takes queued requests up to the batch cap, never splitting one', (t) => {
+  const { scheduler, enqueue } = harness();
+  scheduler.setModel('m', { weight: 1, maxBatchRows: 8 });
+  const [a, b, c] = [enqueue('m', { rows: 3 }), enqueue('m', { rows: 3 }), enqueue('m', { rows: 3 })];
+  t.deepEqual(scheduler.next().batch.map((x) => x.id), [a.id, b.id]);
+  t.deepEqual(scheduler.next().batch.map((x) => x.id), [c.id]);
+  const big = enqueue('m', { rows: 12 });
+  const small = enqueue('m', { rows: 1 });
+  t.deepEqual(scheduler.next().batch.map((x) => x.id), [big.id], 'larger than the cap: runs alone');
+  t.deepEqual(scheduler.next().batch.map((x) => x.id), [small.id]);
+  t.deepEqual(scheduler.next().batch, []);
+});
+
+test('a full queue refuses with RESOURCE_EXHAUSTED naming the model and the cap; cancel removes', (t) => {
+  const { scheduler, enqueue } = harness({ maxQueueDepth: 2 });
+  scheduler.setModel('m', { weight: 1, maxBatchRows: 1 });
+  const first = enqueue('m');
+  enqueue('m');
+  const err = t.throws(() => enqueue('m'));
+  t.is(err.code, 'STOWAGE_QUEUE_FULL');
+  t.is(err.status, 8);
+  t.regex(err.message, /model "m" already has 2 requests queued \(scheduler\.max_queue_depth\)/);
+  t.is(scheduler.cancel(first.id), first);
+  t.is(scheduler.cancel(first.id), undefined);
+  t.notThrows(() => enqueue('m'));
+  t.is(t.throws(() => enqueue('unknown')).code, 'STOWAGE_MODEL_NOT_READY');
+});
+
+test('removing a model hands back its queued requests', (t) => {
+  const { scheduler, enqueue } = harness();
+  scheduler.setModel('m', { weight: 1, maxBatchRows: 1 });
+  const a = enqueue('m');
+  t.deepEqual(scheduler.removeModel('m').map((x) => x.id), [a.id]);
+  t.is(scheduler.queued, 0);
+});
+
+test('the learned cost is an EMA whose old value halves every half-life', (t) => {
+  const costs = new CostModel(1000);
+  t.is(costs.estimate('m', 4), 1, 'an unmeasured model is assumed cheap');
+  costs.record('m', 4, 10, 0);
+  t.is(costs.record('m', 4, 20, 1000), 15);
+  t.is(costs.estimate('m', 4), 15);
+  t.is(costs.estimate('m', 8), 30, 'an unmeasured size scales the nearest measured one');
+  const after = costs.record('m', 4, 115, 1000);
+  // No clock time passed, so the sample weighs as its own 115 ms of device time: 1 - 0.5^0.115.
+  t.true(Math.abs(after - (15 * 0.5 ** 0.115 + 115 * (1 - 0.5 ** 0.115))) < 1e-9, String(after));
+});

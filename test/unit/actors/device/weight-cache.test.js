@@ -1,0 +1,171 @@
+// The weight cache's residency rules, on a real arena with an in-memory stand-in for weights.bin.
+import test from 'ava';
+import { Arena } from '../../../../dist/actors/device/arena.js';
+import { WeightCache } from '../../../../dist/actors/device/weight-cache.js';
+
+/** A catalog: model name -> tensors { key, byteLength, file }, with the bytes of each key. */
+function catalog() {
+  const bytes = new Map();
+  const reads = [];
+  const tensor = (key, byteLength, fill) => {
+    bytes.set(key, new Uint8Array(byteLength).fill(fill));
+    return { key, byteLength, file: `/cache/${key}` };
+  };
+  const readTensor = (source, into) => {
+    reads.push(source.key);
+    into.set(bytes.get(source.key));
+  };
+  return { tensor, readTensor, reads };
+}
+
+function cacheOf(capacity, readTensor, options = {}) {
+  let now = 0;
+  const cache = new WeightCache(new Arena(capacity), { readTensor, compactionInterval: 0, thrashWindowMs: 10_000, now: () => now, ...options });
+  return { cache, advance: (ms) => { now += ms; } };
+}
+
+test('least recently used models are evicted, and resident bytes never exceed the budget', (t) => {
+  const c = catalog();
+  const { cache } = cacheOf(64 * 3, c.readTensor);
+  for (const [i, name] of ['a', 'b', 'c', 'd'].entries()) cache.add(`${name}#1`, name, 'system', [c.tensor(name, 64, i + 1)]);
+  t.false(cache.isResident('a#1'), 'system models come on only when used');
+  for (const name of ['a', 'b', 'c']) t.false(cache.ensureResident(`${name}#1`).hit);
+  cache.ensureResident('a#1'); // a is now more recent than b
+  const outcome = cache.ensureResident('d#1');
+  t.deepEqual(outcome.evicted, ['b#1']);
+  t.is(outcome.loadedBytes, 64);
+  t.true(cache.residentBytes <= cache.budget);
+  t.true(cache.deviceView('d').every((v) => v === 4));
+  t.true(cache.ensureResident('a#1').hit);
+});
+
+test('system models are read from disk once; unpinned ones on every load', (t) => {
+  const c = catalog();
+  const { cache } = cacheOf(64, c.readTensor);
+  cache.add('s#1', 's', 'system', [c.tensor('s', 64, 1)]);
+  cache.add('u#1', 'u', 'unpinned', [c.tensor('u', 64, 2)]);
+  t.deepEqual(c.reads, ['s'], 'the system model is read into host RAM at load');
+  for (let i = 0; i < 3; i++) {
+    t.is(cache.ensureResident('s#1').diskBytes, 0);
+    t.is(cache.ensureResident('u#1').diskBytes, 64);
+  }
+  t.deepEqual(c.reads, ['s', 'u', 'u', 'u']);
+  t.is(cache.hostBytes, 64);
+});
+
+test('device models come on at load and are never evicted; one that cannot fit fails with the figures', (t) => {
+  const c = catalog();
+  const { cache } = cacheOf(64 * 2, c.readTensor);
+  t.false(cache.add('pinned#1', 'pinned', 'device', [c.tensor('p', 64, 9)]).hit);
+  t.true(cache.isResident('pinned#1'));
+  cache.add('x#1', 'x', 'system', [c.tensor('x', 64, 1)]);
+  cache.add('y#1', 'y', 'system', [c.tensor('y', 64, 2)]);
+  for (let i = 0; i < 4; i++) {
+    cache.ensureResident('x#1');
+    cache.ensureResident('y#1');
+    t.true(cache.isResident('pinned#1'));
+  }
+  cache.add('big#1', 'big', 'system', [c.tensor('big', 128, 3)]);
+  const err = t.throws(() => cache.ensureResident('big#1'));
+  t.is(err.code, 'STOWAGE_WEIGHTS_TOO_LARGE');
+  t.regex(err.message, /model "big" needs 128 bytes of weights on the device, but the device's weight budget is 128 bytes, of which 64 are held by models with residency: device/);
+  t.true(cache.isResident('pinned#1'));
+  const huge = t.throws(() => cache.add('huge#1', 'huge', 'device', [c.tensor('huge', 4096, 4)]));
+  t.regex(huge.message, /needs 4096 bytes .* budget is 128 bytes/);
+  t.false(cache.has('huge#1'), 'a device model that cannot fit is not registered');
+});
+
+test('a tensor shared by several models is stored once and freed with its last user', (t) => {
+  const c = catalog();
+  const { cache } = cacheOf(64 * 4, c.readTensor);
+  const backbone = c.tensor('backbone', 128, 7);
+  cache.add('m1#1', 'm1', 'system', [backbone, c.tensor('head1', 64, 1)]);
+  cache.add('m2#1', 'm2', 'system', [backbone, c.tensor('head2', 64, 2)]);
+  cache.ensureResident('m1#1');
+  const second = cache.ensureResident('m2#1');
+  t.is(second.loadedBytes, 64, 'only the head was copied');
+  t.is(cache.residentBytes, 256);
+  t.is(cache.logicalResidentBytes, 384);
+  t.is(cache.hostBytes, 256, 'host RAM holds the backbone once too');
+  cache.remove('m1#1');
+  t.is(cache.residentBytes, 192, 'head1 freed, the backbone stays for m2');
+  t.true(cache.deviceView('backbone').every((v) => v === 7));
+  cache.remove('m2#1');
+  t.is(cache.residentBytes, 0);
+  t.is(cache.hostBytes, 0);
+});
+
+test('a load claims its shared tensors before evicting, so the eviction cannot free them', (t) => {
+  const c = catalog();
+  const { cache } = cacheOf(64 * 3, c.readTensor);
+  const shared = c.tensor('shared', 64, 5);
+  cache.add('old#1', 'old', 'system', [shared, c.tensor('old', 64, 1)]);
+  cache.add('new#1', 'new', 'system', [shared, c.tensor('new', 128, 2)]);
+  cache.ensureResident('old#1');
+  const outcome = cache.ensureResident('new#1');
+  t.deepEqual(outcome.evicted, ['old#1']);
+  t.is(outcome.loadedBytes, 128, 'the shared tensor stayed; only the new one came on');
+  t.true(cache.deviceView('shared').every((v) => v === 5));
+  t.is(cache.residentBytes, 192);
+});
+
+test('fragmented free space is compacted for a load, and views read the right bytes afterwards', (t) => {
+  const c = catalog();
+  const { cache } = cacheOf(64 * 4, c.readTensor);
+  for (const [i, name] of ['a', 'b', 'c', 'd'].entries()) {
+    cache.add(`${name}#1`, name, 'system', [c.tensor(name, 64, i + 1)]);
+    cache.ensureResident(`${name}#1`);
+  }
+  cache.remove('a#1');
+  cache.remove('c#1');
+  const epochBefore = cache.epoch('d#1');
+  cache.add('wide#1', 'wide', 'system', [c.tensor('wide', 128, 9)]);
+  const outcome = cache.ensureResident('wide#1');
+  t.deepEqual(outcome.evicted, []);
+  t.true(outcome.compactedBytes > 0);
+  t.not(cache.epoch('d#1'), epochBefore, 'moved models get a new epoch');
+  t.true(cache.deviceView('b').every((v) => v === 2));
+  t.true(cache.deviceView('d').every((v) => v === 4));
+  t.true(cache.deviceView('wide').every((v) => v === 9));
+});
+
+test('compaction_interval compacts every N on-demand loads', (t) => {
+  const c = catalog();
+  const { cache } = cacheOf(64 * 4, c.readTensor, { compactionInterval: 2 });
+  for (const name of ['a', 'b', 'c', 'd']) cache.add(`${name}#1`, name, 'system', [c.tensor(name, 64, 1)]);
+  for (const name of ['a', 'b', 'c']) cache.ensureResident(`${name}#1`); // a at 0, b at 64, c at 128
+  cache.remove('a#1');
+  cache.remove('b#1');
+  // The fourth load lands at 0 and leaves a hole under c: on the interval, so it is closed.
+  t.is(cache.ensureResident('d#1').compactedBytes, 64);
+  t.is(cache.arena.largestHole, 128);
+});
+
+test('thrash is reported once per window when the models in use need more than the budget', (t) => {
+  const c = catalog();
+  const { cache, advance } = cacheOf(64 * 2, c.readTensor);
+  for (const name of ['a', 'b', 'c']) cache.add(`${name}#1`, name, 'system', [c.tensor(name, 64, 1)]);
+  t.falsy(cache.ensureResident('a#1').thrash);
+  t.falsy(cache.ensureResident('b#1').thrash);
+  const report = cache.ensureResident('c#1').thrash;
+  t.deepEqual(report, { windowSeconds: 10, models: 3, bytes: 192, budget: 128 });
+  t.falsy(cache.ensureResident('a#1').thrash, 'once per window');
+  advance(20_000);
+  t.falsy(cache.ensureResident('b#1').thrash, 'the old touches left the window');
+});
+
+test('residency changes move the host copy and pin or unpin', (t) => {
+  const c = catalog();
+  const { cache } = cacheOf(64 * 2, c.readTensor);
+  cache.add('m#1', 'm', 'unpinned', [c.tensor('m', 64, 3)]);
+  t.is(cache.hostBytes, 0);
+  cache.setResidency('m#1', 'system');
+  t.is(cache.hostBytes, 64);
+  cache.setResidency('m#1', 'device');
+  t.true(cache.isResident('m#1'));
+  t.is(cache.residencyOf('m#1'), 'device');
+  t.is(cache.weightBytes('m#1'), 64);
+  cache.setResidency('m#1', 'unpinned');
+  t.is(cache.hostBytes, 0);
+  t.true(cache.isResident('m#1'), 'unpinning does not evict; it makes the model evictable');
+});

@@ -1,0 +1,86 @@
+// The gateway's routing and placement with stand-in devices: lpt_packing fills one replica's batch
+// before the next, and a model that moves is made resident on its new device before requests follow.
+import test from 'ava';
+import { Gateway } from '../../../../dist/actors/gateway/gateway.js';
+
+/** A device whose infers stay pending until released; it records what it was asked. */
+function fakeDevice(deviceId, events) {
+  const pending = [];
+  return {
+    deviceId,
+    get inflight() {
+      return pending.length;
+    },
+    pending,
+    load: async (spec, instance) => ({ loadMs: 1, weightBytes: spec.bytes ?? 1000 }),
+    unload: async () => {},
+    prefetch: (instance) => new Promise((resolve) => events.push({ prefetch: deviceId, instance, resolve })),
+    infer: (req) => new Promise((resolve) => pending.push(() => resolve({ outputs: [], queueNs: 0, timing: {} }))),
+  };
+}
+const spec = (name, maxBatchSize, bytes) => ({ name, maxBatchSize, bytes });
+const lpt = (over = {}) => ({ defaultReplicas: 1, replicas: {}, fillFactor: 1, policy: 'fill_rr', rebalanceSeconds: 0, budgets: new Map(), ...over });
+
+test('fill_rr: a replica takes a full batch in flight before the next opens; when all are full, the least loaded', async (t) => {
+  const devices = [0, 1, 2].map((id) => fakeDevice(id, []));
+  const gateway = new Gateway(devices, { mode: 'lpt_packing', lpt: lpt({ replicas: { hot: 2 } }) });
+  await gateway.load(spec('hot', 2), 'hot#1');
+  const placed = gateway.placementOf('hot');
+  t.is(placed.length, 2);
+  const routed = [];
+  const send = () => {
+    void gateway.infer('hot', {});
+    routed.push(devices.findIndex((d) => d.pending.length > (d.seen ?? 0)));
+    for (const d of devices) d.seen = d.pending.length;
+  };
+  for (let i = 0; i < 5; i++) send();
+  t.deepEqual(routed, [placed[0], placed[0], placed[1], placed[1], placed[0]]);
+});
+
+test('fill_least: the next replica to open is the device with the fewest calls in flight', async (t) => {
+  const devices = [0, 1, 2].map((id) => fakeDevice(id, []));
+  const gateway = new Gateway(devices, { mode: 'lpt_packing', lpt: lpt({ policy: 'fill_least', replicas: { hot: 3 } }) });
+  await gateway.load(spec('hot', 1), 'hot#1');
+  const [first, second, third] = gateway.placementOf('hot');
+  // The third device is busy with other work; the second is idle.
+  devices[third].pending.push(() => {}, () => {});
+  void gateway.infer('hot', {});
+  void gateway.infer('hot', {});
+  t.is(devices[first].pending.length, 1);
+  t.is(devices[second].pending.length, 1, 'opened on the idle device, not the busy one');
+  t.is(devices[third].pending.length, 2);
+});
+
+test('a model that moves is made resident on its new device before its requests switch', async (t) => {
+  const events = [];
+  const devices = [0, 1].map((id) => fakeDevice(id, events));
+  const gateway = new Gateway(devices, { mode: 'lpt_packing', lpt: lpt({ rebalanceSeconds: 1 }) });
+  for (const name of ['a', 'b', 'c', 'd']) await gateway.load(spec(name, 1, 100), `${name}#1`);
+  const before = Object.fromEntries(['a', 'b', 'c', 'd'].map((m) => [m, gateway.placementOf(m)[0]]));
+  // All the work lands on the models of one device: a repack must move one of them.
+  const busy = Object.keys(before).filter((m) => before[m] === before.a);
+  for (const m of busy) gateway.recordExecution(m, 0.6e9);
+  await new Promise((r) => setImmediate(r));
+  t.true(events.length > 0, 'a prefetch was asked for');
+  const { instance, prefetch: to } = events[0];
+  const model = instance.split('#')[0];
+  t.not(to, before[model]);
+  t.is(gateway.placementOf(model)[0], before[model], 'while its weights come on, requests still go where it was');
+  for (const e of events) e.resolve();
+  await new Promise((r) => setTimeout(r, 10));
+  t.is(gateway.placementOf(model)[0], to, 'then they follow');
+});
+
+test('round_robin and least_outstanding ignore placement; one device is a pass-through', async (t) => {
+  const devices = [0, 1].map((id) => fakeDevice(id, []));
+  const rr = new Gateway(devices, { mode: 'round_robin' });
+  for (let i = 0; i < 4; i++) void rr.infer('m', {});
+  t.deepEqual(devices.map((d) => d.pending.length), [2, 2]);
+  const lo = new Gateway(devices, { mode: 'least_outstanding' });
+  devices[0].pending.push(() => {});
+  void lo.infer('m', {});
+  t.deepEqual(devices.map((d) => d.pending.length), [3, 3]);
+  const one = new Gateway([devices[0]], { mode: 'lpt_packing', lpt: lpt() });
+  await one.load(spec('m', 8), 'm#1');
+  t.deepEqual(one.placementOf('m'), [0]);
+});

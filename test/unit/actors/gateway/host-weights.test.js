@@ -1,0 +1,28 @@
+// The process's host copies of weights: one buffer per distinct tensor, kept while any loaded
+// model version holds it.
+import test from 'ava';
+import { HostWeights } from '../../../../dist/actors/gateway/host-weights.js';
+
+test('a tensor stays while any instance holds it; devices reporting the same holdings change nothing', (t) => {
+  const host = new HostWeights();
+  const backbone = new SharedArrayBuffer(100);
+  host.update({ created: { backbone, head1: new SharedArrayBuffer(10) }, holdings: { 'v1#1': ['backbone', 'head1'] } });
+  host.update({ created: {}, holdings: { 'v1#1': ['backbone', 'head1'] } }); // the second device
+  t.is(host.bytes, 110);
+  host.update({ created: { head2: new SharedArrayBuffer(10) }, holdings: { 'v2#1': ['backbone', 'head2'] } });
+  t.is(host.offer().backbone, backbone, 'offered to the next load, not copied');
+  host.release('v1#1');
+  t.is(host.bytes, 110, 'head1 gone, the backbone kept for v2');
+  host.update({ created: {}, holdings: { 'v2#1': [] } }); // v2 unpinned
+  t.is(host.bytes, 0);
+  t.is(host.tensors, 0);
+});
+
+test('a buffer created twice for one key (two devices at once) is held once', (t) => {
+  const host = new HostWeights();
+  const first = new SharedArrayBuffer(8);
+  host.update({ created: { k: first }, holdings: { 'a#1': ['k'] } });
+  host.update({ created: { k: new SharedArrayBuffer(8) }, holdings: { 'b#1': ['k'] } });
+  t.is(host.offer().k, first);
+  t.is(host.bytes, 8);
+});
