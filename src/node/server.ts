@@ -30,6 +30,7 @@ import { GrpcEdge } from '../protocol/edge.js';
 import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
 import { inferenceService } from './inference-service.js';
 import { Pipeline } from './pipeline.js';
+import { startOrStop } from '../shared/lifecycle.js';
 import { PACKAGE_VERSION } from '../shared/version.js';
 
 
@@ -84,15 +85,8 @@ export class StowageServer {
     this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#gateway?.forgetRegion(regionId));
   }
 
-  static async start(config: NodeConfig, logger: Logger): Promise<StowageServer> {
-    const server = new StowageServer(config, logger);
-    try {
-      await server.#start();
-    } catch (err) {
-      await server.stop();
-      throw err;
-    }
-    return server;
+  static start(config: NodeConfig, logger: Logger): Promise<StowageServer> {
+    return startOrStop(new StowageServer(config, logger), (server) => server.#start());
   }
 
   /** The cap on inference RPCs in flight, and how many are. */

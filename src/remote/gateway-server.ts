@@ -16,6 +16,7 @@ import type { NodeConfig } from '../shared/config-schema.js';
 import type { Admission } from '../protocol/admission.js';
 import { GrpcEdge } from '../protocol/edge.js';
 import { loadInferenceClient } from '../protocol/proto.js';
+import { startOrStop } from '../shared/lifecycle.js';
 import { PACKAGE_VERSION } from '../shared/version.js';
 import { mergeMetrics } from './metrics-merge.js';
 import { proxyDefinition, proxyService } from './proxy-service.js';
@@ -67,15 +68,8 @@ export class StowageGateway {
     return this.#edge.admission;
   }
 
-  static async start(config: NodeConfig, logger: Logger): Promise<StowageGateway> {
-    const gateway = new StowageGateway(config, logger);
-    try {
-      await gateway.#start();
-    } catch (err) {
-      await gateway.stop();
-      throw err;
-    }
-    return gateway;
+  static start(config: NodeConfig, logger: Logger): Promise<StowageGateway> {
+    return startOrStop(new StowageGateway(config, logger), (gateway) => gateway.#start());
   }
 
   async #start(): Promise<void> {

@@ -8,9 +8,8 @@ import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import type { WireTensor } from '../../shared/channels/device.js';
 import type { BundleHooks } from '../../shared/model-spec.js';
-import { errors, StowageError } from '../../shared/errors.js';
 import { MessageChannel } from 'node:worker_threads';
-import { ERROR_CODES, type ErrorCode, toErrorData } from '../../shared/errors.js';
+import { ERROR_CODES, errors, StowageError, type ErrorCode, toErrorData } from '../../shared/errors.js';
 import { HOOK_NAMES, META_HOOK_NAMES, type HookContext, type HookName, type HookResult, type HookTask, type SubCall, type SubCallReply } from '../../shared/channels/hooks.js';
 
 /** How a meta model's run hook calls a sub-model: the main thread runs it like any request. */
@@ -34,9 +33,7 @@ function serveSubCalls(subInfer: SubInfer): MessageChannel {
       const own = tensors.map((t) => ({ ...t, data: new Uint8Array(t.data) }));
       channel.port1.postMessage({ type: 'inferred', id: call.id, tensors: own } satisfies SubCallReply, own.map((t) => t.data.buffer));
     }, (err: unknown) => {
-      const data = toErrorData(err);
-      const status = err instanceof StowageError ? err.status : 13;
-      channel.port1.postMessage({ type: 'inferFailed', id: call.id, error: { code: data.code, status, message: data.message } } satisfies SubCallReply);
+      channel.port1.postMessage({ type: 'inferFailed', id: call.id, error: toErrorData(err) } satisfies SubCallReply);
     });
   });
   return channel;
@@ -89,7 +86,7 @@ export class HookPool {
     const channel = subInfer ? serveSubCalls(subInfer) : undefined;
     let result: HookResult;
     try {
-      const task: HookTask = { type: 'run', hook, file: hooks.file, version: hooks.version, tensors, context, ...(channel ? { port: channel.port2 } : {}) };
+      const task: HookTask = { type: 'run', hook, file: hooks.file, version: hooks.version, tensors, context, ...(channel ? { port: channel.port2, subCallTimeoutMs: this.#timeoutMs } : {}) };
       result = await this.#run(task, channel ? [...transfer, channel.port2 as unknown as ArrayBuffer] : transfer, abort.signal);
     } catch (err) {
       if (abort.signal.aborted) {

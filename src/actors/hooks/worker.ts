@@ -20,6 +20,7 @@ import { byDatatype, type Datatype } from '../../shared/dtypes.js';
 import { joinBytesElements, splitBytesElements } from '../../shared/bytes-elements.js';
 import type { MessagePort } from 'node:worker_threads';
 import type { HookResult, HookTask, SubCall, SubCallReply } from '../../shared/channels/hooks.js';
+import { ERROR_CODES, Status } from '../../shared/errors.js';
 
 type HookTensor = { datatype: Datatype; shape: number[]; data: unknown };
 type Hook = (tensors: Record<string, HookTensor>, ctx: unknown) => unknown;
@@ -94,15 +95,26 @@ function transferring(result: HookResult): unknown {
  * with the sub-model's outputs as hook tensors, or rejects with an Error carrying the sub-model's
  * `code` and gRPC `status`, so that `run` may handle it.
  */
-function subCaller(port: MessagePort) {
+function subCaller(port: MessagePort, timeoutMs: number) {
   let nextId = 1;
-  const pending = new Map<number, { resolve: (v: Record<string, HookTensor>) => void; reject: (e: Error) => void }>();
+  const pending = new Map<number, { resolve: (v: Record<string, HookTensor>) => void; reject: (e: Error) => void; timer: NodeJS.Timeout | undefined }>();
+  const settle = (id: number) => {
+    const p = pending.get(id);
+    if (p) {
+      pending.delete(id);
+      clearTimeout(p.timer);
+    }
+    return p;
+  };
   port.on('message', (reply: SubCallReply) => {
-    const p = pending.get(reply.id);
+    const p = settle(reply.id);
     if (!p) return;
-    pending.delete(reply.id);
     if (reply.type === 'inferred') p.resolve(Object.fromEntries(reply.tensors.map((t) => [t.name, toHook(t)])));
-    else p.reject(Object.assign(new Error(reply.error.message), { code: reply.error.code, status: reply.error.status }));
+    else p.reject(Object.assign(new Error(reply.error.message), { code: reply.error.code, status: ERROR_CODES[reply.error.code]?.status ?? Status.INTERNAL }));
+  });
+  // The main thread answered the meta request (or is gone): nothing pending will be answered.
+  port.on('close', () => {
+    for (const id of [...pending.keys()]) settle(id)!.reject(Object.assign(new Error('the meta request was answered or abandoned while this sub-call was in flight'), { code: 'STOWAGE_DEVICE_UNAVAILABLE', status: Status.UNAVAILABLE }));
   });
   return (model: string, tensors: Record<string, unknown>, options: { outputs?: string[] } = {}): Promise<Record<string, HookTensor>> => {
     const wire: WireTensor[] = [];
@@ -114,7 +126,12 @@ function subCaller(port: MessagePort) {
     }
     const id = nextId++;
     return new Promise((resolve, reject) => {
-      pending.set(id, { resolve, reject });
+      // Past the hook's own timeout nothing will answer (Piscina replaces this thread then anyway).
+      const timer = Number.isFinite(timeoutMs) ? setTimeout(() => {
+        settle(id);
+        reject(Object.assign(new Error(`ctx.infer(${JSON.stringify(model)}) had no answer within ${timeoutMs} ms`), { code: 'STOWAGE_DEADLINE_EXCEEDED', status: Status.DEADLINE_EXCEEDED }));
+      }, timeoutMs) : undefined;
+      pending.set(id, { resolve, reject, timer });
       port.postMessage({ type: 'infer', id, model, tensors: wire, outputs: options.outputs ?? [] } satisfies SubCall, [...new Set(wire.map((t) => t.data.buffer as ArrayBuffer))]);
     });
   };
@@ -127,7 +144,7 @@ export default async function run(task: HookTask): Promise<unknown> {
   }
   const m = await load(task.file, task.version);
   const hook = m[task.hook] as Hook;
-  const context = task.port ? { ...task.context, infer: subCaller(task.port) } : { ...task.context };
+  const context = task.port ? { ...task.context, infer: subCaller(task.port, task.subCallTimeoutMs ?? Infinity) } : { ...task.context };
   let returned: unknown;
   try {
     returned = await hook(Object.fromEntries(task.tensors.map((t) => [t.name, toHook(t)])), Object.freeze(context));

@@ -6,6 +6,7 @@
  * ways, never structured-cloned; after `run` the sender's views are detached.
  */
 import type { MessagePort } from 'node:worker_threads';
+import type { ErrorData } from '../errors.js';
 import type { WireTensor } from './device.js';
 
 /** The hooks a model's model.js may export, and nothing else; a meta model's exports only `run`. */
@@ -26,15 +27,19 @@ export type HookTask =
   /** Import model.js and report its exports (checked at load). */
   | { type: 'describe'; file: string; version: string }
   /** Run one hook on one request's tensors; `port` carries a meta model's sub-calls (SubCall). */
-  | { type: 'run'; hook: HookName; file: string; version: string; tensors: WireTensor[]; context: HookContext; port?: MessagePort };
+  | { type: 'run'; hook: HookName; file: string; version: string; tensors: WireTensor[]; context: HookContext; port?: MessagePort; subCallTimeoutMs?: number };
 
-/** A meta model's sub-call, from its run hook (in the pool) to the main thread, over the task's port. */
+/**
+ * A meta model's sub-call, from its run hook (in the pool) to the main thread, over the task's
+ * port. Each pending sub-call settles once: its reply, `subCallTimeoutMs`, or the port closing
+ * (the main thread has answered the meta request, or the hook thread is gone).
+ */
 export type SubCall = { type: 'infer'; id: number; model: string; tensors: WireTensor[]; outputs: string[] };
 
 /** The main thread's answer to a SubCall. */
 export type SubCallReply =
   | { type: 'inferred'; id: number; tensors: WireTensor[] }
-  | { type: 'inferFailed'; id: number; error: { code: string; status: number; message: string } };
+  | { type: 'inferFailed'; id: number; error: ErrorData };
 
 export type HookResult =
   | { type: 'described'; exports: { name: string; kind: string }[] }
