@@ -7,6 +7,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { Gateway } from '../actors/gateway/gateway.js';
 import type { Residency } from '../shared/channels/device.js';
+import { RESIDENCIES } from '../shared/config-schema.js';
 import { errors } from '../shared/errors.js';
 import type { GrpcEdge } from '../protocol/edge.js';
 import type { ModelRegistry } from './model-registry.js';
@@ -20,7 +21,6 @@ export interface ControlContext {
   policies: Map<string, { weight?: number; max_batch_size?: number }>;
 }
 
-const RESIDENCIES: readonly string[] = ['device', 'system', 'unpinned'];
 
 export function controlService(ctx: ControlContext): Record<string, grpc.UntypedHandleCall> {
   const { edge, registry, gateway, logger, policies } = ctx;
@@ -76,7 +76,7 @@ export function controlService(ctx: ControlContext): Record<string, grpc.Untyped
     }),
     SetModelResidency: edge.unary('SetModelResidency', async (req: { name: string; residency: string }) => {
       const record = registry.find(req.name);
-      if (!RESIDENCIES.includes(req.residency)) throw errors.invalidRequest(`residency must be one of ${RESIDENCIES.join(', ')}, got ${JSON.stringify(req.residency)}`);
+      if (!(RESIDENCIES as readonly string[]).includes(req.residency)) throw errors.invalidRequest(`residency must be one of ${RESIDENCIES.join(', ')}, got ${JSON.stringify(req.residency)}`);
       if (record.spec?.kind === 'meta') throw errors.invalidRequest(`model ${JSON.stringify(req.name)} is a meta model: it has no weights of its own`);
       await gateway.setResidency(req.name, req.residency as Residency);
       logger.info({ model: req.name, residency: req.residency }, 'model residency changed');

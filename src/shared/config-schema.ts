@@ -9,6 +9,19 @@
  * here, with its default and unit, and into `NodeConfig` below.
  */
 
+/**
+ * The config's unions, each spelled once: the schema's `enum`s and the types below come from these
+ * lists, and the rest of the code imports the types from here.
+ */
+export const RESIDENCIES = ['device', 'system', 'unpinned'] as const;
+export type Residency = (typeof RESIDENCIES)[number];
+export const DISCIPLINES = ['fair', 'fifo', 'edf'] as const;
+export type Discipline = (typeof DISCIPLINES)[number];
+export const GATEWAY_MODES = ['round_robin', 'least_outstanding', 'lpt_packing'] as const;
+export type GatewayMode = (typeof GATEWAY_MODES)[number];
+export const FILL_POLICIES = ['fill_rr', 'fill_least'] as const;
+export type FillPolicy = (typeof FILL_POLICIES)[number];
+
 // The runtime and scheduler blocks: under global, and (without defaults, so that only what a
 // worker sets overrides global) under each entry of workers.
 const runtimeSchema = {
@@ -42,7 +55,7 @@ const schedulerSchema = {
   properties: {
     // fair: weighted share of device time by learned cost; fifo: oldest request first;
     // edf: earliest deadline first, shedding what cannot finish in time.
-    discipline: { enum: ['fair', 'fifo', 'edf'], default: 'fair' },
+    discipline: { enum: DISCIPLINES, default: 'fair' },
     // Half-life, in seconds, of the moving average that learns each model's execution cost.
     ema_halflife_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
     // Requests queued per model per device; past it, RESOURCE_EXHAUSTED.
@@ -66,7 +79,7 @@ const schedulerSchema = {
           max_batch_size: { type: 'integer', minimum: 1 },
           // Where the weights live at rest: device (loaded at start-up, never evicted), system
           // (host RAM, onto the device on demand; the default), unpinned (re-read from cache_dir on each load).
-          residency: { enum: ['device', 'system', 'unpinned'] },
+          residency: { enum: RESIDENCIES },
         },
       },
     },
@@ -123,13 +136,13 @@ export const nodeConfigSchema = {
           properties: {
             // Which device serves a request: round_robin, least_outstanding, or lpt_packing (each model
             // placed on `replicas` devices by measured compute and weight bytes; devices must run fifo or edf).
-            mode: { enum: ['round_robin', 'least_outstanding', 'lpt_packing'], default: 'round_robin' },
+            mode: { enum: GATEWAY_MODES, default: 'round_robin' },
             // lpt_packing: devices per model, a count or all.
             default_replicas: { ...replicaCount, default: 1 },
             // lpt_packing: a replica takes this many full batches in flight before the next opens.
             routing_fill_factor: { type: 'number', exclusiveMinimum: 0, default: 1 },
             // lpt_packing: which replica opens next: fill_rr in turn, fill_least the least busy device.
-            routing_policy: { enum: ['fill_rr', 'fill_least'], default: 'fill_rr' },
+            routing_policy: { enum: FILL_POLICIES, default: 'fill_rr' },
             // lpt_packing: repack after this many device-seconds of work; 0 packs only at start-up.
             rebalance_compute_seconds: { type: 'number', minimum: 0, default: 30 },
             // lpt_packing: per-model replica counts.
@@ -233,11 +246,11 @@ export const nodeConfigSchema = {
 export interface ModelSchedulerConfig {
   readonly weight: number;
   readonly max_batch_size?: number;
-  readonly residency?: 'device' | 'system' | 'unpinned';
+  readonly residency?: Residency;
 }
 
 export interface SchedulerConfig {
-  readonly discipline: 'fair' | 'fifo' | 'edf';
+  readonly discipline: Discipline;
   readonly ema_halflife_seconds: number;
   readonly max_queue_depth: number;
   readonly dispatch_timeout_seconds: number;
@@ -246,10 +259,10 @@ export interface SchedulerConfig {
 }
 
 export interface GatewaySchedulingConfig {
-  readonly mode: 'round_robin' | 'least_outstanding' | 'lpt_packing';
+  readonly mode: GatewayMode;
   readonly default_replicas: number | 'all';
   readonly routing_fill_factor: number;
-  readonly routing_policy: 'fill_rr' | 'fill_least';
+  readonly routing_policy: FillPolicy;
   readonly rebalance_compute_seconds: number;
   readonly models: Readonly<Record<string, { readonly replicas?: number | 'all' }>>;
 }

@@ -21,10 +21,11 @@
  * In every discipline a request past its deadline, or queued longer than
  * `dispatch_timeout_seconds`, is shed and never runs.
  */
+import type { Discipline } from '../../shared/config-schema.js';
 import { errors } from '../../shared/errors.js';
 import type { CostModel } from './cost-model.js';
 
-export type Discipline = 'fair' | 'fifo' | 'edf';
+export type { Discipline };
 
 export interface ModelPolicy {
   /** Share of device time under `fair` (the seeds' scheduler.models.<name>.weight). */

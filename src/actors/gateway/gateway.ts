@@ -18,6 +18,7 @@
  */
 import type { Logger } from 'pino';
 import type { ModelSpec } from '../../shared/model-spec.js';
+import type { FillPolicy, GatewayMode } from '../../shared/config-schema.js';
 import type { Compiler } from '../compiler/handle.js';
 import type { HostWeights } from './host-weights.js';
 import type { DeviceHandle, InferRequest, InferResult } from '../device/handle.js';
@@ -25,14 +26,14 @@ import type { InstanceStatus, ModelPolicyUpdate, Residency } from '../../shared/
 import { pack, type Placement } from './placement.js';
 import { fill, Router } from './routing.js';
 
-export type GatewayMode = 'round_robin' | 'least_outstanding' | 'lpt_packing';
+export type { GatewayMode };
 
 export interface LptOptions {
   defaultReplicas: number | 'all';
   /** Per-model replica counts. */
   replicas: Readonly<Record<string, number | 'all'>>;
   fillFactor: number;
-  policy: 'fill_rr' | 'fill_least';
+  policy: FillPolicy;
   /** Repack after this many device-seconds of work; 0: only at start-up and on request. */
   rebalanceSeconds: number;
   /** Each device's weight budget in bytes (0: unknown). */

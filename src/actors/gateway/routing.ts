@@ -11,7 +11,10 @@
  *   turn; `fill_least`: the least busy).
  */
 
-export type RoutingMode = 'round_robin' | 'least_outstanding';
+import type { FillPolicy, GatewayMode } from '../../shared/config-schema.js';
+
+/** The modes that route without placement (lpt_packing places models, then fills their replicas). */
+export type RoutingMode = Exclude<GatewayMode, 'lpt_packing'>;
 
 export interface Candidate {
   /** Calls in flight on it, of any model. */
@@ -46,7 +49,7 @@ export interface FillState {
  * i has in flight, `capacity` how many make a full batch there. Returns the replica's index and
  * moves `state.open` when a new replica opens.
  */
-export function fill(replicas: readonly Candidate[], mine: (i: number) => number, capacity: number, policy: 'fill_rr' | 'fill_least', state: FillState): number {
+export function fill(replicas: readonly Candidate[], mine: (i: number) => number, capacity: number, policy: FillPolicy, state: FillState): number {
   if (replicas.length === 1) return 0;
   if (mine(state.open) < capacity) return state.open;
   const open = replicas.map((_, i) => i).filter((i) => mine(i) < capacity);

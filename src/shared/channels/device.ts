@@ -9,7 +9,7 @@
  * pool, which cannot be transferred).
  */
 import type { ModelSpec } from '../model-spec.js';
-import type { SchedulerConfig } from '../config-schema.js';
+import type { Residency, SchedulerConfig } from '../config-schema.js';
 import type { Datatype } from '../dtypes.js';
 import type { ErrorData } from '../errors.js';
 import type { CompiledExecutable } from './compiler.js';
@@ -62,7 +62,7 @@ export interface WeightCacheInit {
   thrashWindowSeconds: number;
 }
 
-export type Residency = 'device' | 'system' | 'unpinned';
+export type { Residency };
 
 /** A device's weight memory, after an event. */
 export interface WeightMemory {
