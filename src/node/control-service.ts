@@ -17,13 +17,11 @@ export interface ControlContext {
   registry: ModelRegistry;
   gateway: Gateway;
   logger: Logger;
-  /** The main thread's copy of each model's policy (ModelConfig reads it); SetModelPolicy updates it. */
-  policies: Map<string, { weight?: number; max_batch_size?: number }>;
 }
 
 
 export function controlService(ctx: ControlContext): Record<string, grpc.UntypedHandleCall> {
-  const { edge, registry, gateway, logger, policies } = ctx;
+  const { edge, registry, gateway, logger } = ctx;
   return {
     ModelControlStatus: edge.unary('ModelControlStatus', async (req: { name: string }) => {
       const records = req.name === '' ? registry.all() : [registry.find(req.name)];
@@ -54,7 +52,7 @@ export function controlService(ctx: ControlContext): Record<string, grpc.Untyped
             device: s?.onDevices.length === 1 ? s.onDevices[0] : -1,
             queue_depth: s?.queuedAll ?? 0,
             learned_cost: (s?.costs ?? []).map((c) => ({ batch_size: c.batchSize, ms: c.ms })),
-            weight: s?.weight ?? policies.get(r.name)?.weight ?? 1,
+            weight: s?.weight ?? gateway.policies.of(gateway.devices[0].deviceId, r.name).weight,
             max_batch_size: s ? (Number.isFinite(s.maxBatchRows) ? s.maxBatchRows : 0) : 0,
             placed_devices: r.spec?.kind === 'meta' ? [] : gateway.placementOf(r.name),
           };
@@ -69,8 +67,6 @@ export function controlService(ctx: ControlContext): Record<string, grpc.Untyped
         ...(req.max_batch_size > 0 ? { maxBatchSize: req.max_batch_size } : {}),
       };
       await gateway.setPolicy(req.name, update);
-      const current = policies.get(req.name) ?? {};
-      policies.set(req.name, { ...current, ...(update.weight ? { weight: update.weight } : {}), ...(update.maxBatchSize ? { max_batch_size: update.maxBatchSize } : {}) });
       logger.info({ model: req.name, ...update }, 'model policy changed');
       return {};
     }),

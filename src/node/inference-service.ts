@@ -27,8 +27,6 @@ export interface ServiceContext {
   gateway: Gateway;
   statistics: Statistics;
   sharedMemory: SharedMemoryRegistry;
-  /** A model's batch cap (scheduler.models.<name>.max_batch_size, or as SetModelPolicy changed it): ModelConfig reports it. */
-  maxBatchSizeOf: (model: string) => number | undefined;
   logger: Logger;
   version: string;
   /** False until start-up loading has settled, and again while stopping. */
@@ -47,7 +45,7 @@ export function inferenceService(ctx: ServiceContext): Record<string, grpc.Untyp
     ModelMetadata: edge.unary('ModelMetadata', (req: ModelRef) => modelMetadata(registry.described(req.name, req.version))),
     ModelConfig: edge.unary('ModelConfig', (req: ModelRef) => {
       const spec = registry.described(req.name, req.version);
-      return { config: modelConfig(spec, Math.min(spec.maxBatchSize, ctx.maxBatchSizeOf(spec.name) ?? Infinity)) };
+      return { config: modelConfig(spec, Math.min(spec.maxBatchSize, ctx.gateway.policies.maxBatchSize(spec.name) ?? Infinity)) };
     }),
     RepositoryIndex: edge.unary('RepositoryIndex', (req: { repository_name: string; ready: boolean }) => ({
       models: registry.all()

@@ -11,6 +11,7 @@ import type http from 'node:http';
 import type { Logger } from 'pino';
 import { DeviceHandle } from '../actors/device/handle.js';
 import { Compiler } from '../actors/compiler/handle.js';
+import { ModelPolicies } from '../actors/gateway/model-policies.js';
 import { Gateway } from '../actors/gateway/gateway.js';
 import { closeAdmin, createAdminServer, listen, registryMetrics, type AdminContext } from '../admin/http.js';
 import type { NodeConfig } from '../shared/config-schema.js';
@@ -99,7 +100,7 @@ export class StowageServer {
   }
 
   async #start(): Promise<void> {
-    const { endpoints, scheduler } = this.#config.global;
+    const { endpoints } = this.#config.global;
     const isReady = () => this.#ready;
     this.#admin = createAdminServer({ readiness: nodeReadiness(this.registry, isReady), metrics: registryMetrics(this.metrics.registry) });
     this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
@@ -109,12 +110,15 @@ export class StowageServer {
     const workers = resolveWorkers(this.#config);
     if (workers.some((w) => w.weights)) ensureWritable(this.#config.cache_dir);
     const hostWeights = this.hostWeights;
+    const policies = new ModelPolicies(workers.map((w) => ({ deviceId: w.deviceId, models: w.scheduler.models })));
     const devices = await Promise.all(workers.map((w) => {
+      const { models: _owned_by_policies, ...scheduling } = w.scheduler;
       this.metrics.recordWeights(w.deviceId, '', null, w.weights && { residentBytes: 0, logicalBytes: 0, budgetBytes: w.weights.budgetBytes });
       return DeviceHandle.create({
         deviceId: w.deviceId,
         intraOpThreads: w.runtime.intra_op_threads,
-        scheduler: w.scheduler,
+        scheduler: scheduling,
+        policies,
         weights: w.weights,
         hostWeights,
         logger: this.#logger,
@@ -131,6 +135,7 @@ export class StowageServer {
     if (workers.some((w) => w.weights)) this.#compiler = new Compiler(this.#config.cache_dir);
     this.#gateway = new Gateway(devices, {
       mode: scheduling.mode,
+      policies,
       hostWeights,
       compiler: this.#compiler,
       logger: this.#logger,
@@ -173,10 +178,8 @@ export class StowageServer {
       this.#stopWatching = watchRepository(repository, this.#config.model_repo, this.#config.global.model_poll_seconds, this.#logger);
     }
 
-    // Each model's scheduling policy as the main thread knows it: the node file's, then SetModelPolicy's.
-    const policies = new Map(Object.entries(scheduler.models).map(([name, p]) => [name, { ...p }]));
     const edge = this.#edge;
-    edge.addService(loadControlClient().service, controlService({ edge, registry: this.registry, gateway: this.#gateway, logger: this.#logger, policies }));
+    edge.addService(loadControlClient().service, controlService({ edge, registry: this.registry, gateway: this.#gateway, logger: this.#logger }));
     const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks, gateway: this.#gateway, statistics: this.statistics, sharedMemory: this.sharedMemory });
     edge.addService(loadInferenceClient().service, inferenceService({
       edge,
@@ -186,7 +189,6 @@ export class StowageServer {
       repository,
       statistics: this.statistics,
       sharedMemory: this.sharedMemory,
-      maxBatchSizeOf: (model) => policies.get(model)?.max_batch_size,
       logger: this.#logger,
       version: PACKAGE_VERSION,
       isReady,

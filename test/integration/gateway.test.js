@@ -44,9 +44,12 @@ test('the device count comes from the environment too, and models load on every 
   t.is(outputs[0].shape[0], 1);
 });
 
-test('workers: each device its own budget and discipline; the models: map pins a model on one device only', async (t) => {
+test('workers: each device its own budget, discipline and batch cap; the models: map pins a model on one device only', async (t) => {
   const server = await serve(t, {
-    workers: [{ name: 'small', runtime: { cpu_device_memory_bytes: 8 * 2 ** 20 } }, { name: 'pinned', scheduler: { discipline: 'fifo' } }],
+    workers: [
+      { name: 'small', runtime: { cpu_device_memory_bytes: 8 * 2 ** 20 }, scheduler: { models: { convnet: { weight: 1, max_batch_size: 8 } } } },
+      { name: 'pinned', scheduler: { discipline: 'fifo' } },
+    ],
     models: { convnet: ['pinned'] },
   });
   const started = server.logs.find((l) => l.msg === 'device actors started');
@@ -56,4 +59,9 @@ test('workers: each device its own budget and discipline; the models: map pins a
   t.true(m['stowage_weight_cache_budget_bytes{device="1"}'] > m['stowage_weight_cache_budget_bytes{device="0"}']);
   t.true(m['stowage_weight_cache_resident_bytes{device="1"}'] > 400_000, 'convnet is on the device it is pinned to before any request');
   t.is(m['stowage_weight_cache_resident_bytes{device="0"}'], 0, 'and nowhere else');
+  // A request may run on either device, so ModelConfig reports the batch every device coalesces: small's cap.
+  const { config } = await server.client.call('ModelConfig', { name: 'convnet' });
+  t.deepEqual(config.dynamic_batching.preferred_batch_size, [1, 8]);
+  const digits = (await server.client.call('ModelConfig', { name: 'digits' })).config;
+  t.deepEqual(digits.dynamic_batching.preferred_batch_size, [1, 8, 32], 'other models keep their compiled sizes');
 });

@@ -7,8 +7,9 @@
  * its own timer (the request's deadline, or a load timeout), or the worker
  * exiting, which rejects every pending call with UNAVAILABLE. A worker that
  * exits unexpectedly is replaced and the models it held are loaded again
- * before anything else runs there (the worker serves its inbox in order); a
- * worker that keeps dying without serving is given up on.
+ * before anything else runs there (the worker serves its inbox in order),
+ * each with its policy as the owner (ModelPolicies) has it then; a worker
+ * that keeps dying without serving is given up on.
  *
  * Buffers: `infer` transfers its inputs' ArrayBuffers to the worker (the
  * caller must not touch them afterwards) and receives the outputs' buffers.
@@ -16,11 +17,10 @@
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { ModelSpec } from '../../shared/model-spec.js';
-import type { SchedulerConfig } from '../../shared/config-schema.js';
 import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
-import { nowMs, type DeviceCalls, type DeviceCallType, type DeviceInit, type ExecutedRequest, type ExecutionTiming, type FromDevice, type HostUpdate, type InferCommand, type InstanceStatus, type ModelPolicyUpdate, type Residency, type ToDevice, type WeightCacheInit, type WeightLoad, type WeightMemory, type WireTensor } from '../../shared/channels/device.js';
+import { nowMs, type DeviceCalls, type DeviceCallType, type DeviceInit, type ExecutedRequest, type ExecutionTiming, type FromDevice, type HostUpdate, type InferCommand, type DeviceScheduling, type InstanceStatus, type ModelPolicy, type ToDevice, type WeightCacheInit, type WeightLoad, type WeightMemory, type WireTensor } from '../../shared/channels/device.js';
 
 /** Lifecycle of a device actor. */
 export enum DeviceState {
@@ -60,6 +60,11 @@ interface Executed {
   timing: ExecutionTiming;
 }
 
+/** The owner of every model's policy (actors/gateway/model-policies.ts), as a device handle reads it. */
+export interface PolicySource {
+  of(deviceId: number, model: string): ModelPolicy;
+}
+
 /** The process's host copies of weights (actors/gateway/host-weights.ts), as a device handle uses them. */
 export interface HostRam {
   /** Every buffer held now: what a device may use instead of reading the disk. */
@@ -78,7 +83,9 @@ interface Pending {
 export interface DeviceHandleOptions {
   deviceId: number;
   intraOpThreads: number;
-  scheduler: SchedulerConfig;
+  scheduler: DeviceScheduling;
+  /** Each model's policy; read when a load (or a change) is sent, never copied. */
+  policies: PolicySource;
   /** The on-demand weight cache; null turns it off. */
   weights: WeightCacheInit | null;
   /** The process's host copies of weights, shared with the other device actors. */
@@ -116,9 +123,6 @@ export class DeviceHandle {
   #nextId = 1;
   /** Loaded instances, their specs and compiled forms, to load again into a replacement worker. */
   #loaded = new Map<string, { spec: ModelSpec; compiled: CompiledModel | null }>();
-  /** Run-time changes (SetModelPolicy, SetModelResidency) by model, to replay into a replacement worker. */
-  #policies = new Map<string, ModelPolicyUpdate>();
-  #residencies = new Map<string, Residency>();
   #crashes = 0;
   #stopping = false;
 
@@ -196,11 +200,8 @@ export class DeviceHandle {
     }
     this.#state = DeviceState.RESTARTING;
     const started = this.#spawn();
-    // Posted now, these sit first in the new worker's inbox, ahead of any later request: the
-    // run-time policy and residency changes, then the loads they apply to.
-    const replayFailed = (what: string) => (err: Error) => this.#options.logger.error({ device: this.deviceId }, `replaying ${what} after crash failed: ${err.message}`);
-    for (const [model, policy] of this.#policies) this.setPolicy(model, policy).catch(replayFailed(`the policy of ${model}`));
-    for (const [model, residency] of this.#residencies) this.setResidency(model, residency).catch(replayFailed(`the residency of ${model}`));
+    // Posted now, the reloads sit first in the new worker's inbox, ahead of any later request;
+    // each carries its model's policy as it stands.
     for (const [instance, { spec, compiled }] of this.#loaded) {
       this.load(spec, instance, compiled).catch((err: Error) => this.#options.logger.error({ device: this.deviceId, model: spec.name }, `reload after crash failed: ${err.message}`));
     }
@@ -284,7 +285,8 @@ export class DeviceHandle {
    */
   async load(spec: ModelSpec, instance: string, compiled: CompiledModel | null): Promise<{ loadMs: number; weightBytes: number }> {
     const hostOffer = { ...this.#options.hostWeights?.offer(), ...compiled?.host };
-    const loaded = await this.#call('load', { instance, spec, compiled: compiled?.executables ?? null, hostOffer });
+    const policy = this.#options.policies.of(this.deviceId, spec.name);
+    const loaded = await this.#call('load', { instance, spec, policy, compiled: compiled?.executables ?? null, hostOffer });
     // Kept for a crash reload without the compiler's buffers: HostWeights holds what is in use.
     this.#loaded.set(instance, { spec, compiled: compiled && { executables: compiled.executables, host: {} } });
     this.#options.hostWeights?.update({ created: { ...compiled?.host, ...loaded.host.created }, holdings: loaded.host.holdings });
@@ -334,10 +336,10 @@ export class DeviceHandle {
     return (await this.#call('status', {})).instances;
   }
 
-  /** Change where a model's weights live at rest (`device` brings them on now, or fails if they cannot fit). */
-  async setResidency(model: string, residency: Residency): Promise<void> {
+  /** Move a model's loaded instances to its residency as the owner has it now (`device` brings them on now, or fails if they cannot fit). */
+  async applyResidency(model: string): Promise<void> {
+    const { residency } = this.#options.policies.of(this.deviceId, model);
     const { memory, host } = await this.#call('setResidency', { model, residency, hostOffer: this.#options.hostWeights?.offer() ?? {} });
-    this.#residencies.set(model, residency);
     this.#options.hostWeights?.update(host);
     if (memory) this.#options.onWeights?.(model, null, memory);
   }
@@ -353,10 +355,10 @@ export class DeviceHandle {
     return (await this.#call('compact', {})).movedBytes;
   }
 
-  /** Change a model's scheduling policy now (its queued requests included) and for later loads. */
-  async setPolicy(model: string, policy: ModelPolicyUpdate): Promise<void> {
-    await this.#call('setPolicy', { model, policy });
-    this.#policies.set(model, { ...this.#policies.get(model), ...policy });
+  /** Apply a model's scheduling policy as the owner has it now to its loaded instances (their queued requests included). */
+  async applyPolicy(model: string): Promise<void> {
+    const { weight, maxBatchSize } = this.#options.policies.of(this.deviceId, model);
+    await this.#call('setPolicy', { model, policy: { weight, ...(maxBatchSize === undefined ? {} : { maxBatchSize }) } });
   }
 
   /** A shared-memory region was unregistered: the worker drops its cached mapping. */

@@ -4,17 +4,17 @@
  * compiler thread did the slow part), so a load here opens weightless
  * sessions, about a millisecond each, and the dispatch loop barely pauses.
  *
- * Policy and residency: the node file's, with the run-time changes the main
- * thread sends (SetModelPolicy, SetModelResidency) on top; they apply to the
- * model's loaded instances and to those loaded later.
+ * Policy and residency belong to the main thread (actors/gateway/model-policies.ts):
+ * each load brings the model's policy as it stands, and a change reaches the
+ * loaded instances as setPolicy / setResidency. Nothing here outlives a load.
  */
-import type { DeviceCalls, DeviceInit, HostUpdate, InstanceStatus, ModelPolicyUpdate, Residency, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
+import type { DeviceCalls, DeviceInit, HostUpdate, InstanceStatus, SchedulingPolicy, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
 import { nowMs } from '../../shared/channels/device.js';
 import { errors } from '../../shared/errors.js';
 import type { ModelSpec } from '../../shared/model-spec.js';
 import type { CostModel } from './cost-model.js';
 import { openExecutable, tensorSources, type Executable } from './executables.js';
-import type { Scheduler } from './scheduler.js';
+import type { QueuePolicy, Scheduler } from './scheduler.js';
 import type { InferCommand } from '../../shared/channels/device.js';
 import type { HostBuffer, ResidencyOutcome, TensorSource, WeightCache } from './weight-cache.js';
 
@@ -24,6 +24,8 @@ export interface LoadedModel {
   sessions: Map<number, Executable>;
   /** Position of the batch axis in each input and output tensor, by name (-1: none). */
   batchDims: Map<string, number>;
+  /** As the main thread last sent it (with the load, or setPolicy since). */
+  policy: SchedulingPolicy;
 }
 
 /**
@@ -59,10 +61,6 @@ export class DeviceModels {
   readonly #costs: CostModel;
   /** The device's weights; null when the cache is off. */
   readonly weightCache: WeightCache | null;
-  /** Policies changed at run time (SetModelPolicy), by model name; they outlive reloads. */
-  readonly #policyUpdates = new Map<string, ModelPolicyUpdate>();
-  /** Residencies changed at run time (SetModelResidency), by model name; they outlive reloads. */
-  readonly #residencyUpdates = new Map<string, Residency>();
   readonly #warn: (message: string, fields: Record<string, number | string>) => void;
 
   constructor(init: DeviceInit, scheduler: Scheduler<InferCommand>, costs: CostModel, weightCache: WeightCache | null, warn: (message: string, fields: Record<string, number | string>) => void) {
@@ -88,22 +86,13 @@ export class DeviceModels {
     return { residentBytes: cache.residentBytes, logicalBytes: cache.logicalResidentBytes, budgetBytes: cache.budget };
   }
 
-  /** The model's scheduling policy: the node file's, with run-time changes on top. */
-  policyOf(spec: ModelSpec): { weight: number; maxBatchRows: number } {
-    const config = this.#init.scheduler.models[spec.name];
-    const update = this.#policyUpdates.get(spec.name);
-    const cap = update?.maxBatchSize ?? config?.max_batch_size ?? Infinity;
+  /** How the scheduler queues a model under `policy`. */
+  static queuePolicy(spec: ModelSpec, policy: SchedulingPolicy): QueuePolicy {
     return {
-      weight: update?.weight ?? config?.weight ?? 1,
+      weight: policy.weight,
       // Most rows one execution may carry; 1 when there is no batch axis to concatenate along.
-      maxBatchRows: spec.batchAxis === null ? 1 : Math.min(spec.maxBatchSize, cap),
+      maxBatchRows: spec.batchAxis === null ? 1 : Math.min(spec.maxBatchSize, policy.maxBatchSize ?? Infinity),
     };
-  }
-
-  /** Where a model's weights live at rest: SetModelResidency's, else the node file's, else system. */
-  residencyOf(name: string): Residency {
-    if (!this.weightCache) return 'device';
-    return this.#residencyUpdates.get(name) ?? this.#init.scheduler.models[name]?.residency ?? 'system';
   }
 
   /** The cache's outcome as the main thread reports it (instances become model names); thrash is warned of. */
@@ -118,7 +107,7 @@ export class DeviceModels {
     return { hit: outcome.hit, loadedBytes: outcome.loadedBytes, diskBytes: outcome.diskBytes, loadMs: outcome.loadMs, evicted: outcome.evicted.map((i) => this.nameOf(i)) };
   }
 
-  async load({ instance, spec, compiled, hostOffer }: DeviceCalls['load']['request']): Promise<DeviceCalls['load']['reply']> {
+  async load({ instance, spec, policy, compiled, hostOffer }: DeviceCalls['load']['request']): Promise<DeviceCalls['load']['reply']> {
     const started = nowMs();
     const sessions = new Map<number, Executable>();
     const host = new HostOffer(hostOffer);
@@ -131,15 +120,16 @@ export class DeviceModels {
         sessions.set(file.batchSize ?? 0, await openExecutable(spec, file, cache ? compiled![i] : null, options));
       }
       // A `device` model comes on now, and fails its load if it cannot fit.
-      outcome = cache?.add(instance, spec.name, this.residencyOf(spec.name), tensorSources(sessions.values()), host.buffer);
+      outcome = cache?.add(instance, spec.name, policy.residency, tensorSources(sessions.values()), host.buffer);
     } catch (err) {
       await releaseAll(sessions.values());
       throw err;
     }
     const previous = this.#loaded.get(instance); // only after a crash reload of the same instance
     const batchDims = new Map([...spec.inputs, ...spec.outputs].map((t) => [t.name, t.batchDim]));
-    this.#loaded.set(instance, { spec, sessions, batchDims });
-    this.#scheduler.setModel(instance, this.policyOf(spec));
+    const scheduling = { weight: policy.weight, ...(policy.maxBatchSize === undefined ? {} : { maxBatchSize: policy.maxBatchSize }) };
+    this.#loaded.set(instance, { spec, sessions, batchDims, policy: scheduling });
+    this.#scheduler.setModel(instance, DeviceModels.queuePolicy(spec, scheduling));
     await releaseAll(previous?.sessions.values());
     const executables = [...sessions.values()];
     return {
@@ -169,16 +159,19 @@ export class DeviceModels {
       model: m.spec.name,
       queued: this.#scheduler.queuedFor(instance),
       costs: this.#costs.snapshot(instance),
-      ...this.policyOf(m.spec),
+      ...DeviceModels.queuePolicy(m.spec, m.policy),
       residency: cache?.residencyOf(instance) ?? 'device',
       resident: cache ? cache.isResident(instance) : true,
       weightBytes: cache?.weightBytes(instance) ?? 0,
     }));
   }
 
-  setPolicy(model: string, policy: ModelPolicyUpdate): void {
-    this.#policyUpdates.set(model, { ...this.#policyUpdates.get(model), ...policy });
-    for (const [instance, m] of this.#loaded) if (m.spec.name === model) this.#scheduler.setModel(instance, this.policyOf(m.spec));
+  setPolicy(model: string, policy: SchedulingPolicy): void {
+    for (const [instance, m] of this.#loaded) {
+      if (m.spec.name !== model) continue;
+      m.policy = policy;
+      this.#scheduler.setModel(instance, DeviceModels.queuePolicy(m.spec, policy));
+    }
   }
 
   /** Change where a model's weights live at rest, on every loaded version of it; all or nothing. */
@@ -187,13 +180,11 @@ export class DeviceModels {
     if (!cache) throw errors.unsupported('SetModelResidency needs the on-demand weight cache, which is off (runtime.weight_cache_fraction is 0): every model is resident');
     const host = new HostOffer(hostOffer);
     const instances = [...this.#loaded].filter(([, m]) => m.spec.name === model).map(([i]) => i);
-    const previous = this.residencyOf(model);
-    this.#residencyUpdates.set(model, residency);
+    const previous = instances.map((i) => [i, cache.residencyOf(i) ?? residency] as const);
     try {
       for (const instance of instances) cache.setResidency(instance, residency, host.buffer);
     } catch (err) {
-      this.#residencyUpdates.set(model, previous);
-      for (const instance of instances) cache.setResidency(instance, previous, host.buffer);
+      for (const [instance, was] of previous) cache.setResidency(instance, was, host.buffer);
       throw err;
     }
     return { memory: this.memory(), host: this.#hostUpdate(host, instances) };

@@ -27,7 +27,7 @@ import type { CostModel } from './cost-model.js';
 
 export type { Discipline };
 
-export interface ModelPolicy {
+export interface QueuePolicy {
   /** Share of device time under `fair` (the seeds' scheduler.models.<name>.weight). */
   weight: number;
   /** Most rows one execution may carry: the largest compiled size, capped by max_batch_size; 1 if unbatched. */
@@ -65,7 +65,7 @@ export interface SchedulerOptions {
 }
 
 interface ModelQueue<T> {
-  policy: ModelPolicy;
+  policy: QueuePolicy;
   /** Arrival order (fair, fifo) or deadline order (edf). */
   tickets: Ticket<T>[];
   /** Device time charged so far, divided by the weight (fair). */
@@ -95,12 +95,12 @@ export class Scheduler<T> {
     return this.#queues.get(model)?.tickets.length ?? 0;
   }
 
-  policyOf(model: string): ModelPolicy | undefined {
+  policyOf(model: string): QueuePolicy | undefined {
     return this.#queues.get(model)?.policy;
   }
 
   /** Register a model (or change its policy); its queue is kept. */
-  setModel(model: string, policy: ModelPolicy): void {
+  setModel(model: string, policy: QueuePolicy): void {
     const q = this.#queues.get(model);
     if (q) q.policy = policy;
     else this.#queues.set(model, { policy, tickets: [], charged: this.#virtualMs, lastPicked: -1 });

@@ -23,6 +23,7 @@ import type { Compiler } from '../compiler/handle.js';
 import type { HostWeights } from './host-weights.js';
 import type { DeviceHandle, InferRequest, InferResult } from '../device/handle.js';
 import type { InstanceStatus, ModelPolicyUpdate, Residency } from '../../shared/channels/device.js';
+import type { ModelPolicies } from './model-policies.js';
 import { pack, type Placement } from './placement.js';
 import { fill, Router } from './routing.js';
 
@@ -42,6 +43,8 @@ export interface LptOptions {
 
 export interface GatewayOptions {
   mode: GatewayMode;
+  /** Every model's policy, the one its device handles read: set/residency changes go through it. */
+  policies: ModelPolicies;
   hostWeights?: HostWeights;
   /** Compiles a model before its devices load it; absent when the weight cache is off (devices open the files as they are). */
   compiler?: Pick<Compiler, 'compile'>;
@@ -252,17 +255,25 @@ export class Gateway {
     return reports.flat();
   }
 
-  async setPolicy(model: string, policy: ModelPolicyUpdate): Promise<void> {
-    await Promise.all(this.devices.map((d) => d.setPolicy(model, policy)));
+  /** Every model's policy (the node file's per worker, run-time changes over it). */
+  get policies(): ModelPolicies {
+    return this.#o.policies;
   }
 
-  /** Change a model's residency on every device; if any device refuses, the others go back to what they had. */
+  /** Change a model's weight or batch cap on every device, its queued requests included; later loads carry it. */
+  async setPolicy(model: string, update: ModelPolicyUpdate): Promise<void> {
+    this.#o.policies.change(model, update);
+    await Promise.all(this.devices.map((d) => d.applyPolicy(model)));
+  }
+
+  /** Change a model's residency on every device; if any device refuses, every device goes back to what it had. */
   async setResidency(model: string, residency: Residency): Promise<void> {
-    const before = (await this.status()).find((s) => s.model === model)?.residency;
-    const results = await Promise.allSettled(this.devices.map((d) => d.setResidency(model, residency)));
+    const before = this.#o.policies.change(model, { residency });
+    const results = await Promise.allSettled(this.devices.map((d) => d.applyResidency(model)));
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (!failed) return;
-    if (before) await Promise.allSettled(this.devices.filter((_, i) => results[i].status === 'fulfilled').map((d) => d.setResidency(model, before)));
+    this.#o.policies.restore(model, before);
+    await Promise.allSettled(this.devices.filter((_, i) => results[i].status === 'fulfilled').map((d) => d.applyResidency(model)));
     throw failed.reason;
   }
 

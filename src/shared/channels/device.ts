@@ -43,10 +43,14 @@ export interface DeviceInit {
   deviceId: number;
   /** ONNX Runtime intra-op threads; 0 lets ONNX Runtime choose. */
   intraOpThreads: number;
-  scheduler: SchedulerConfig;
+  /** The device's scheduler settings; per-model policies come with each load instead. */
+  scheduler: DeviceScheduling;
   /** The on-demand weight cache; null when it is off (every model's weights embedded and resident). */
   weights: WeightCacheInit | null;
 }
+
+/** A worker's scheduler block without `models:` (ModelPolicies owns those). */
+export type DeviceScheduling = Omit<SchedulerConfig, 'models'>;
 
 /** How a device's weight cache is set up (config/weight-budget.ts derives it from the node file). */
 export interface WeightCacheInit {
@@ -132,10 +136,26 @@ export interface InferCommand {
   enqueuedAtMs: number;
 }
 
-/** A run-time change of scheduler.models.<name>; absent fields keep their value. */
+/** A run-time change of scheduler.models.<name> (SetModelPolicy); absent fields keep their value. */
 export interface ModelPolicyUpdate {
   weight?: number;
   maxBatchSize?: number;
+}
+
+/** How a device queues a model: its share of device time under `fair`, and its batch cap. */
+export interface SchedulingPolicy {
+  weight: number;
+  /** scheduler.models.<name>.max_batch_size; absent: the model's largest compiled batch. */
+  maxBatchSize?: number;
+}
+
+/**
+ * One model's policy on one device as it stands: the node file's for that worker with the
+ * run-time changes over it. The main thread owns it (actors/gateway/model-policies.ts); loads
+ * carry it, so the device keeps no policy of its own beyond its loaded instances.
+ */
+export interface ModelPolicy extends SchedulingPolicy {
+  residency: Residency;
 }
 
 /** One loaded instance as the device sees it. */
@@ -163,15 +183,15 @@ export interface InstanceStatus {
 export interface DeviceCalls {
   /** Open the weightless sessions of one version of a model (compiled already) under its own instance key. */
   load: {
-    request: { instance: string; spec: ModelSpec; compiled: CompiledExecutable[] | null; hostOffer: Record<string, SharedArrayBuffer> };
+    request: { instance: string; spec: ModelSpec; policy: ModelPolicy; compiled: CompiledExecutable[] | null; hostOffer: Record<string, SharedArrayBuffer> };
     reply: { loadMs: number; compiled: { files: number; cacheHits: number }; weightBytes: number; memory: WeightMemory | null; load: WeightLoad | null; host: HostUpdate };
   };
   unload: { request: { instance: string }; reply: { memory: WeightMemory | null } };
   /** Every loaded instance's queue and learned costs. */
   status: { request: Record<string, never>; reply: { instances: InstanceStatus[] } };
-  /** Change a model's scheduling policy, for its loaded instances and those loaded later. */
-  setPolicy: { request: { model: string; policy: ModelPolicyUpdate }; reply: Record<string, never> };
-  /** Change where a model's weights live at rest, for its loaded instances and those loaded later. */
+  /** A model's scheduling policy changed: apply it to its loaded instances (their queued requests included). */
+  setPolicy: { request: { model: string; policy: SchedulingPolicy }; reply: Record<string, never> };
+  /** Move a model's loaded instances to another residency; all or nothing. */
   setResidency: { request: { model: string; residency: Residency; hostOffer: Record<string, SharedArrayBuffer> }; reply: { memory: WeightMemory | null; host: HostUpdate } };
   /** Close the holes in the weight arena now. */
   compact: { request: Record<string, never>; reply: { movedBytes: number; memory: WeightMemory | null } };

@@ -6,6 +6,7 @@ import test from 'ava';
 import { pino } from 'pino';
 import { DeviceHandle, DeviceState } from '../../../../dist/actors/device/handle.js';
 import { nowMs } from '../../../../dist/shared/channels/device.js';
+import { ModelPolicies } from '../../../../dist/actors/gateway/model-policies.js';
 import { readManifest } from '../../../../dist/bundle/manifest.js';
 import { FIXTURES, ROOT, makeRepository, tempDir } from '../../../helpers/server.js';
 
@@ -15,10 +16,11 @@ const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json
 const spec = (name) => ({ name, dir: '/nowhere', inputs: [], outputs: [], batchAxis: null, compiledBatchSizes: [], maxBatchSize: 0, executables: [] });
 const tensor = (values) => ({ name: 'x', datatype: 'FP32', shape: [values.length], data: new Uint8Array(Float32Array.from(values).buffer) });
 const inSeconds = (s) => nowMs() + s * 1000;
-const scheduler = { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 64, dispatch_timeout_seconds: 30, models: {} };
+const scheduler = { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 64, dispatch_timeout_seconds: 30 };
+const noPolicies = () => new ModelPolicies([{ deviceId: 0, models: {} }]);
 
-async function actor(t, workerUrl) {
-  const a = await DeviceHandle.create({ deviceId: 0, intraOpThreads: 1, scheduler, logger, workerUrl });
+async function actor(t, workerUrl, policies = noPolicies()) {
+  const a = await DeviceHandle.create({ deviceId: 0, intraOpThreads: 1, scheduler, policies, logger, workerUrl });
   t.teardown(() => a.stop());
   return a;
 }
@@ -72,13 +74,19 @@ test('a crash fails every in-flight request with UNAVAILABLE, and the replacemen
   t.is(device.inflight, 0);
 });
 
-test('run-time policy changes survive a crash: the replacement worker gets them before the reloads', async (t) => {
-  const device = await actor(t, scripted);
+test('after a crash the reloads carry each model\'s policy as the owner has it then', async (t) => {
+  // The node file gives echo weight 2 on this worker; SetModelPolicy then makes it 3.
+  const policies = new ModelPolicies([{ deviceId: 0, models: { echo: { weight: 2 } } }]);
+  const device = await actor(t, scripted, policies);
   await device.load(spec('echo'), 'echo#1');
-  await device.setPolicy('echo', { weight: 3 });
+  t.deepEqual((await device.status()).map((i) => [i.instance, i.weight]), [['echo#1', 2]]);
+  policies.change('echo', { weight: 3 });
+  await device.applyPolicy('echo');
+  t.deepEqual((await device.status()).map((i) => [i.instance, i.weight]), [['echo#1', 3]]);
+  // A change made while no worker is listening still reaches the replacement, through the reload.
+  policies.change('echo', { weight: 5 });
   await t.throwsAsync(device.infer({ instance: 'crash#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) }));
-  const instances = await device.status();
-  t.deepEqual(instances.map((i) => [i.instance, i.weight]), [['echo#1', 3]]);
+  t.deepEqual((await device.status()).map((i) => [i.instance, i.weight]), [['echo#1', 5]]);
 });
 
 test('a worker that keeps crashing is given up on, and later calls fail at once', async (t) => {
@@ -111,13 +119,13 @@ test('an aborted request is dropped and settles at once', async (t) => {
 });
 
 test('a worker that dies while starting makes create() fail with the reason', async (t) => {
-  const err = await t.throwsAsync(DeviceHandle.create({ deviceId: 4, intraOpThreads: 1, scheduler, logger, workerUrl: new URL('../../../fixtures/workers/broken-device.js', import.meta.url) }));
+  const err = await t.throwsAsync(DeviceHandle.create({ deviceId: 4, intraOpThreads: 1, scheduler, policies: noPolicies(), logger, workerUrl: new URL('../../../fixtures/workers/broken-device.js', import.meta.url) }));
   t.is(err.code, 'STOWAGE_DEVICE_UNAVAILABLE');
   t.regex(err.message, /device 4 .*cannot open the device/);
 });
 
 test('stop() answers pending calls with UNAVAILABLE', async (t) => {
-  const device = await DeviceHandle.create({ deviceId: 0, intraOpThreads: 1, scheduler, logger, workerUrl: scripted });
+  const device = await DeviceHandle.create({ deviceId: 0, intraOpThreads: 1, scheduler, policies: noPolicies(), logger, workerUrl: scripted });
   const pending = device.infer({ instance: 'hang#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) });
   await device.stop();
   const err = await t.throwsAsync(pending);

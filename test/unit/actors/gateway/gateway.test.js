@@ -2,6 +2,7 @@
 // before the next, and a model that moves is made resident on its new device before requests follow.
 import test from 'ava';
 import { Gateway } from '../../../../dist/actors/gateway/gateway.js';
+import { ModelPolicies } from '../../../../dist/actors/gateway/model-policies.js';
 
 /** A device whose infers stay pending until released; it records what it was asked. */
 function fakeDevice(deviceId, events) {
@@ -23,7 +24,7 @@ const lpt = (over = {}) => ({ defaultReplicas: 1, replicas: {}, fillFactor: 1, p
 
 test('fill_rr: a replica takes a full batch in flight before the next opens; when all are full, the least loaded', async (t) => {
   const devices = [0, 1, 2].map((id) => fakeDevice(id, []));
-  const gateway = new Gateway(devices, { mode: 'lpt_packing', lpt: lpt({ replicas: { hot: 2 } }) });
+  const gateway = new Gateway(devices, { mode: 'lpt_packing', policies: new ModelPolicies([]), lpt: lpt({ replicas: { hot: 2 } }) });
   await gateway.load(spec('hot', 2), 'hot#1');
   const placed = gateway.placementOf('hot');
   t.is(placed.length, 2);
@@ -39,7 +40,7 @@ test('fill_rr: a replica takes a full batch in flight before the next opens; whe
 
 test('fill_least: the next replica to open is the device with the fewest calls in flight', async (t) => {
   const devices = [0, 1, 2].map((id) => fakeDevice(id, []));
-  const gateway = new Gateway(devices, { mode: 'lpt_packing', lpt: lpt({ policy: 'fill_least', replicas: { hot: 3 } }) });
+  const gateway = new Gateway(devices, { mode: 'lpt_packing', policies: new ModelPolicies([]), lpt: lpt({ policy: 'fill_least', replicas: { hot: 3 } }) });
   await gateway.load(spec('hot', 1), 'hot#1');
   const [first, second, third] = gateway.placementOf('hot');
   // The third device is busy with other work; the second is idle.
@@ -54,7 +55,7 @@ test('fill_least: the next replica to open is the device with the fewest calls i
 test('a model that moves is made resident on its new device before its requests switch', async (t) => {
   const events = [];
   const devices = [0, 1].map((id) => fakeDevice(id, events));
-  const gateway = new Gateway(devices, { mode: 'lpt_packing', lpt: lpt({ rebalanceSeconds: 1 }) });
+  const gateway = new Gateway(devices, { mode: 'lpt_packing', policies: new ModelPolicies([]), lpt: lpt({ rebalanceSeconds: 1 }) });
   for (const name of ['a', 'b', 'c', 'd']) await gateway.load(spec(name, 1, 100), `${name}#1`);
   const before = Object.fromEntries(['a', 'b', 'c', 'd'].map((m) => [m, gateway.placementOf(m)[0]]));
   // All the work lands on the models of one device: a repack must move one of them.
@@ -73,14 +74,43 @@ test('a model that moves is made resident on its new device before its requests 
 
 test('round_robin and least_outstanding ignore placement; one device is a pass-through', async (t) => {
   const devices = [0, 1].map((id) => fakeDevice(id, []));
-  const rr = new Gateway(devices, { mode: 'round_robin' });
+  const rr = new Gateway(devices, { mode: 'round_robin', policies: new ModelPolicies([]) });
   for (let i = 0; i < 4; i++) void rr.infer('m', {});
   t.deepEqual(devices.map((d) => d.pending.length), [2, 2]);
-  const lo = new Gateway(devices, { mode: 'least_outstanding' });
+  const lo = new Gateway(devices, { mode: 'least_outstanding', policies: new ModelPolicies([]) });
   devices[0].pending.push(() => {});
   void lo.infer('m', {});
   t.deepEqual(devices.map((d) => d.pending.length), [3, 3]);
-  const one = new Gateway([devices[0]], { mode: 'lpt_packing', lpt: lpt() });
+  const one = new Gateway([devices[0]], { mode: 'lpt_packing', policies: new ModelPolicies([]), lpt: lpt() });
   await one.load(spec('m', 8), 'm#1');
   t.deepEqual(one.placementOf('m'), [0]);
+});
+
+test('policy changes go through the one owner; a residency a device refuses is undone everywhere', async (t) => {
+  // Worker 1 pins "big" to device memory in the node file; worker 0 keeps the default (system).
+  const policies = new ModelPolicies([{ deviceId: 0, models: {} }, { deviceId: 1, models: { big: { weight: 2, residency: 'device' } } }]);
+  const applied = [];
+  const devices = [0, 1].map((id) => ({
+    ...fakeDevice(id, []),
+    applyPolicy: async (model) => applied.push({ device: id, model, ...policies.of(id, model) }),
+    applyResidency: async (model) => {
+      const { residency } = policies.of(id, model);
+      if (id === 1 && residency === 'unpinned') throw new Error('device 1 refuses');
+      applied.push({ device: id, model, residency });
+    },
+  }));
+  const gateway = new Gateway(devices, { mode: 'round_robin', policies });
+
+  await gateway.setPolicy('big', { maxBatchSize: 4 });
+  t.deepEqual(applied.splice(0), [
+    { device: 0, model: 'big', weight: 1, maxBatchSize: 4, residency: 'system' },
+    { device: 1, model: 'big', weight: 2, maxBatchSize: 4, residency: 'device' },
+  ]);
+  t.is(gateway.policies.maxBatchSize('big'), 4, 'ModelConfig reads the owner');
+
+  await t.throwsAsync(gateway.setResidency('big', 'unpinned'), { message: 'device 1 refuses' });
+  // Device 0 took the change, then went back to what the node file gives it; the owner forgot the change.
+  t.deepEqual(applied.splice(0), [{ device: 0, model: 'big', residency: 'unpinned' }, { device: 0, model: 'big', residency: 'system' }]);
+  t.deepEqual([policies.of(0, 'big').residency, policies.of(1, 'big').residency], ['system', 'device']);
+  t.is(policies.of(1, 'big').maxBatchSize, 4, 'the earlier policy change stands');
 });
