@@ -17,7 +17,7 @@ import { Ajv } from 'ajv';
 import YAML from 'yaml';
 import { errors } from '../shared/errors.js';
 import { describeSchemaErrors } from '../shared/schema-errors.js';
-import { nodeConfigSchema, type NodeConfig } from '../shared/config-schema.js';
+import { nodeConfigSchema, type NodeConfig, type ValidatedConfig } from '../shared/config-schema.js';
 import { resolveWorkers } from './workers.js';
 
 const ENV_PREFIX = 'INFERENCE_SERVER_';
@@ -141,7 +141,7 @@ function applyOverrides(doc: Record<string, unknown>, env: NodeJS.ProcessEnv, cw
 }
 
 const ajv = new Ajv({ allErrors: true, useDefaults: true, strict: true, verbose: true });
-const validate = ajv.compile(nodeConfigSchema);
+const validate = ajv.compile<ValidatedConfig>(nodeConfigSchema);
 
 function deepFreeze<T>(value: T): T {
   if (value && typeof value === 'object') {
@@ -180,27 +180,28 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
     throw errors.configInvalid(`${file}: invalid configuration:\n${needsRepo ? `  ${missingRepo}\n` : ''}${problems}`);
   }
   if (needsRepo) throw errors.configInvalid(`${file}: invalid configuration:\n  ${missingRepo}`);
-  const config = doc as unknown as { model_repo?: string; cache_dir: string; gateway: NodeConfig['gateway'] };
-  const gatewayOnly = config.gateway.endpoints.length > 0;
-  if (gatewayOnly && config.gateway.scheduling.mode === 'lpt_packing') {
+  const gatewayOnly = doc.gateway.endpoints.length > 0;
+  if (gatewayOnly && doc.gateway.scheduling.mode === 'lpt_packing') {
     throw errors.configInvalid(`${file}: gateway.scheduling.mode "lpt_packing" places models on this process's own devices; a gateway-only process (gateway.endpoints) routes with round_robin or least_outstanding`);
   }
   const fileDir = path.dirname(path.resolve(cwd, file));
-  config.model_repo = config.model_repo === undefined ? '' : path.resolve(fileDir, config.model_repo);
-  config.cache_dir = config.cache_dir === '' ? defaultCacheDir(env) : path.resolve(fileDir, config.cache_dir);
-  if ((doc as unknown as NodeConfig).global.runtime.backend === 'cuda') {
+  const config: NodeConfig = Object.assign(doc, {
+    model_repo: doc.model_repo === undefined ? '' : path.resolve(fileDir, doc.model_repo),
+    cache_dir: doc.cache_dir === '' ? defaultCacheDir(env) : path.resolve(fileDir, doc.cache_dir),
+  });
+  if (config.global.runtime.backend === 'cuda') {
     throw errors.configInvalid(
       `${file}: global.runtime.backend: "cuda" is not available yet (the CUDA execution provider comes in a later release); use "cpu"`);
   }
-  const workers = resolveWorkers(doc as unknown as NodeConfig, file); // workers and the models: map must agree
-  if ((doc as unknown as NodeConfig).gateway.scheduling.mode === 'lpt_packing' && !gatewayOnly) {
+  const workers = resolveWorkers(config, file); // workers and the models: map must agree
+  if (config.gateway.scheduling.mode === 'lpt_packing' && !gatewayOnly) {
     // The gateway places models and so decides fairness; a fair device scheduler would fight it.
     const fair = workers.filter((w) => w.scheduler.discipline === 'fair').map((w) => w.name);
     if (fair.length) {
       throw errors.configInvalid(`${file}: gateway.scheduling.mode "lpt_packing" needs every device to run scheduler.discipline fifo or edf, but ${fair.join(', ')} run${fair.length === 1 ? 's' : ''} "fair" (the default); set global.scheduler.discipline: fifo`);
     }
   }
-  return { config: deepFreeze(doc as unknown as NodeConfig), overrides, file };
+  return { config: deepFreeze(config), overrides, file };
 }
 
 export function loadNodeConfig(file: string, env: NodeJS.ProcessEnv = process.env): LoadedConfig {

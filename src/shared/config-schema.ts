@@ -6,8 +6,10 @@
  * Keys follow the seeds' node configuration page, adapted to one process with
  * a device actor per device (config/workers.ts resolves `gpus`, `workers` and
  * the `models` pinning map into one configuration per device). A new key goes
- * here, with its default and unit, and into `NodeConfig` below.
+ * here, with its default and unit; the TypeScript types at the bottom are
+ * derived from the schema (json-schema-to-ts), so they follow on their own.
  */
+import type { FromSchema } from 'json-schema-to-ts';
 
 /**
  * The config's unions, each spelled once: the schema's `enum`s and the types below come from these
@@ -93,10 +95,12 @@ const hostPort = { type: 'string', pattern: '^[^\\s:]+:\\d+$' } as const;
 const replicaCount = { anyOf: [{ type: 'integer', minimum: 1 }, { const: 'all' }] } as const;
 
 /** A copy of a schema without its defaults: ajv fills defaults in, and an override block must not. */
-function withoutDefaults(schema: unknown): unknown {
-  if (Array.isArray(schema)) return schema.map(withoutDefaults);
-  if (schema === null || typeof schema !== 'object') return schema;
-  return Object.fromEntries(Object.entries(schema).filter(([k]) => k !== 'default').map(([k, v]) => [k, withoutDefaults(v)]));
+type WithoutDefaults<T> = T extends readonly unknown[] ? { readonly [K in keyof T]: WithoutDefaults<T[K]> }
+  : T extends object ? { readonly [K in keyof T as K extends 'default' ? never : K]: WithoutDefaults<T[K]> } : T;
+function withoutDefaults<T>(schema: T): WithoutDefaults<T> {
+  if (Array.isArray(schema)) return schema.map(withoutDefaults) as WithoutDefaults<T>;
+  if (schema === null || typeof schema !== 'object') return schema as WithoutDefaults<T>;
+  return Object.fromEntries(Object.entries(schema).filter(([k]) => k !== 'default').map(([k, v]) => [k, withoutDefaults(v)])) as WithoutDefaults<T>;
 }
 
 export const nodeConfigSchema = {
@@ -243,82 +247,20 @@ export const nodeConfigSchema = {
   },
 } as const;
 
-export interface ModelSchedulerConfig {
-  readonly weight: number;
-  readonly max_batch_size?: number;
-  readonly residency?: Residency;
-}
+/** The node file as ajv leaves it: validated, every default filled in (json-schema-to-ts reads the schema above). */
+export type ValidatedConfig = FromSchema<typeof nodeConfigSchema>;
 
-export interface SchedulerConfig {
-  readonly discipline: Discipline;
-  readonly ema_halflife_seconds: number;
-  readonly max_queue_depth: number;
-  readonly dispatch_timeout_seconds: number;
-  readonly compaction_interval: number;
-  readonly models: Readonly<Record<string, ModelSchedulerConfig>>;
-}
+type DeepReadonly<T> = T extends (infer E)[] ? readonly DeepReadonly<E>[] : T extends object ? { readonly [K in keyof T]: DeepReadonly<T[K]> } : T;
 
-export interface GatewaySchedulingConfig {
-  readonly mode: GatewayMode;
-  readonly default_replicas: number | 'all';
-  readonly routing_fill_factor: number;
-  readonly routing_policy: FillPolicy;
-  readonly rebalance_compute_seconds: number;
-  readonly models: Readonly<Record<string, { readonly replicas?: number | 'all' }>>;
-}
-
-export interface RuntimeConfig {
-  readonly backend: 'cpu' | 'cuda';
-  readonly intra_op_threads: number;
-  readonly cpu_device_memory_bytes: number;
-  readonly mem_fraction: number;
-  readonly preallocate: boolean;
-  readonly weight_cache_fraction: number;
-  readonly weight_cache_wiggle_fraction: number;
-}
-
+/**
+ * The configuration every part of the server reads: the validated file, frozen, with model_repo
+ * and cache_dir resolved to absolute paths (model_repo '' for a gateway-only process).
+ */
+export type NodeConfig = DeepReadonly<ValidatedConfig & { model_repo: string }>;
+export type RuntimeConfig = NodeConfig['global']['runtime'];
+export type SchedulerConfig = NodeConfig['global']['scheduler'];
+/** scheduler.models.<name>. */
+export type ModelSchedulerConfig = SchedulerConfig['models'][string];
+export type GatewaySchedulingConfig = NodeConfig['gateway']['scheduling'];
 /** One entry of workers: (its blocks hold only what it overrides). */
-export interface WorkerEntry {
-  readonly name: string;
-  readonly gpu?: number;
-  readonly runtime?: Partial<RuntimeConfig>;
-  readonly scheduler?: Partial<Omit<SchedulerConfig, 'models'>> & { readonly models?: Readonly<Record<string, Partial<ModelSchedulerConfig>>> };
-}
-
-/** The validated configuration, every default filled in. */
-export interface NodeConfig {
-  /** Absolute path of the model repository. */
-  readonly model_repo: string;
-  /** Absolute path of the compile cache. */
-  readonly cache_dir: string;
-  readonly gpus: 'auto' | number | readonly number[];
-  readonly gateway: {
-    readonly endpoints: readonly string[];
-    readonly metrics_endpoints: readonly string[];
-    readonly max_concurrent_streams: number;
-    readonly request_timeout_seconds: number;
-    readonly health_seconds: number;
-    readonly scheduling: GatewaySchedulingConfig;
-  };
-  readonly models_include: readonly string[];
-  readonly workers?: readonly WorkerEntry[];
-  /** Model name -> the workers where it is pinned to device memory. */
-  readonly models: Readonly<Record<string, readonly string[]>>;
-  readonly global: {
-    readonly model_control_mode: 'dynamic' | 'static' | 'explicit';
-    readonly model_poll_seconds: number;
-    readonly logging: { readonly level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent' };
-    readonly runtime: RuntimeConfig;
-    readonly scheduler: SchedulerConfig;
-    readonly hooks: { readonly threads: number; readonly timeout_seconds: number };
-    readonly endpoints: {
-      readonly host: string;
-      readonly grpc_port: number;
-      readonly admin_port: number;
-      readonly max_concurrent_requests: number;
-      readonly max_receive_message_bytes: number;
-      readonly max_send_message_bytes: number;
-      readonly shutdown_grace_seconds: number;
-    };
-  };
-}
+export type WorkerEntry = NonNullable<NodeConfig['workers']>[number];
