@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (`npm test`): build, run the ava suites (unit and integration
+# The test command (`npm test`): build, type-check the tests, run the ava suites (unit and integration
 # against the real server), then the compatibility suite with NVIDIA's Python
 # tritonclient in a project-local virtual environment, and print one total.
 set -uo pipefail
@@ -14,6 +14,14 @@ npm run --silent build || { echo "build failed"; echo "0 passed, 1 failed"; exit
 
 passed=0
 failed=0
+
+# The tests are plain JS, type-checked against the declarations the build wrote to dist/
+# (test/tsconfig.json): a test that calls the server's code with the wrong shapes fails here.
+if npx tsc -p test; then
+  echo "tests type-check"; passed=$((passed + 1))
+else
+  echo "tests do not type-check"; failed=$((failed + 1))
+fi
 
 # ghz (a Go gRPC load tester) for test/integration/ghz.test.js, into a project-local GOPATH.
 GHZ_VERSION=v0.93.0

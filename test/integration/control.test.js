@@ -76,10 +76,10 @@ test.serial('SetModelResidency moves a model between device, system and unpinned
   t.is((await status()).residency, 'system');
   const compacted = await call('CompactMemory', { device: -1 });
   t.true(Number(compacted.moved_bytes) >= 0);
-  for (const [rpc, req, pattern] of [
+  for (const [rpc, req, pattern] of /** @type {[string, object, RegExp][]} */ ([
     ['SetModelResidency', { name: 'digits', residency: 'gpu' }, /residency must be one of device, system, unpinned, got "gpu"/],
     ['CompactMemory', { device: 7 }, /no device 7; devices: 0/],
-  ]) {
+  ])) {
     const err = await t.throwsAsync(call(rpc, req));
     t.is(err.code, grpc.status.INVALID_ARGUMENT);
     t.regex(err.details, pattern);

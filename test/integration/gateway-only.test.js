@@ -100,6 +100,16 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
   // Bounded load from 6 clients while node b is killed and restarted on the same port.
   const failures = { a0: 0, shared: 0, b0: 0 };
   const ok = { a0: 0, shared: 0, b0: 0 };
+  // The test moves on when the load has done what it waits for, not after a fixed time.
+  const waiters = [];
+  const served = (model, count) => new Promise((resolve) => waiters.push({ done: () => ok[model] >= count, resolve }));
+  const progressed = () => {
+    for (const w of [...waiters]) {
+      if (!w.done()) continue;
+      waiters.splice(waiters.indexOf(w), 1);
+      w.resolve();
+    }
+  };
   let running = true;
   const load = Promise.all(Array.from({ length: 6 }, async (_, c) => {
     const next = random(10 + c);
@@ -111,6 +121,7 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
         const wrong = await inferAndCheck(client, model, 1, next);
         if (wrong) t.fail(wrong);
         ok[model.name]++;
+        progressed();
       } catch (err) {
         failures[model.name]++;
         if (model !== b0) t.log(`${model.name}: ${err.details ?? err.message}`);
@@ -134,18 +145,18 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
     idless.end();
     await once(idless, 'end');
   })();
-  await new Promise((r) => setTimeout(r, 500));
+  await Promise.all([served('a0', 20), served('shared', 20), served('b0', 20)]); // both nodes serving
   const port = b.server.address.split(':').pop();
   const mark = gateway.logs.length; // only what the gateway logs from now on
   const after = (match) => (l) => gateway.logs.indexOf(l) >= mark && match(l);
   b.server.child.kill('SIGKILL');
   await once(b.server.child, 'exit');
   await gateway.waitForLog(after((l) => l.msg === 'node down: it does not answer' || l.msg === 'node marked down: it failed a call and its health check'));
-  await new Promise((r) => setTimeout(r, 500));
+  await served('shared', ok.shared + 20); // served by node a alone while b is down
   bServer = await b.start({ INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: port });
   await gateway.waitForLog(after((l) => l.msg === 'node up' && l.node === `127.0.0.1:${port}`));
   const okBefore = ok.b0;
-  await new Promise((r) => setTimeout(r, 500));
+  await served('b0', okBefore + 20); // the restarted node serves its model again
   running = false;
   await load;
   await idlessLoad;

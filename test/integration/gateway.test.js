@@ -2,9 +2,9 @@
 // model, and the gateway spreading requests over them.
 import path from 'node:path';
 import test from 'ava';
-import { FIXTURES, ROOT, makeRepository, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
+import { FIXTURES, ROOT, makeRepository, scrapeMetrics, startServer, tempDir, tensor } from '../helpers/server.js';
 
-const image = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 3, 32, 32], data: Float32Array.from({ length: rows * 3 * 32 * 32 }, (_, i) => Math.sin(i)) });
+const image = (rows) => tensor('image', 'FP32', [rows, 3, 32, 32], Float32Array.from({ length: rows * 3 * 32 * 32 }, (_, i) => Math.sin(i)));
 
 
 async function serve(t, config, env = {}) {

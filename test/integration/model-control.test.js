@@ -9,6 +9,7 @@ import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers
 
 const MODELS = path.join(FIXTURES, 'models');
 const x = Float32Array.from({ length: 1024 }, (_, i) => (i % 17) - 8);
+/** @returns {[string, import('../../dist/client/client.js').Tensor[]]} */
 const request = (model) => [model, [{ name: 'x', datatype: 'FP32', shape: [1, 1024], data: x }]];
 
 /** Which version answered: 1 for identity (echo), 2 for doubling; 0 for anything else. */

@@ -6,11 +6,11 @@ import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
 import { InferenceClient } from '../../dist/client/client.js';
-import { FIXTURES, ROOT, makeRepository, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
+import { FIXTURES, ROOT, makeRepository, scrapeMetrics, startServer, tempDir, tensor } from '../helpers/server.js';
 
 const CONVNET = path.join(FIXTURES, 'models', 'convnet');
-const image = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 3, 32, 32], data: new Float32Array(rows * 3 * 32 * 32).fill(0.2) });
-const digit = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 8, 8], data: new Float32Array(rows * 64) });
+const image = (rows) => tensor('image', 'FP32', [rows, 3, 32, 32], new Float32Array(rows * 3 * 32 * 32).fill(0.2));
+const digit = (rows) => tensor('image', 'FP32', [rows, 8, 8], new Float32Array(rows * 64));
 
 
 test('/metrics counts exactly the requests, rows and executions sent, with Triton\'s names', async (t) => {

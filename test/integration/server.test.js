@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+import { FIXTURES, ROOT, makeRepository, startServer, tempDir, tensor } from '../helpers/server.js';
 
 const DIGITS = path.join(ROOT, 'bundles', 'digits');
 const MODELS = path.join(FIXTURES, 'models');
@@ -137,6 +137,7 @@ test('ModelInfer returns every output in manifest order when none is requested, 
   t.is(Number(outputs[2].data[0]), probs.indexOf(Math.max(...probs)));
 });
 
+/** Each numeric datatype: its typed array and six values that probe its range. @type {Record<string, [{ from(values: any[]): import('../../dist/client/client.js').TypedArray }, any[]]>} */
 const DTYPE_VALUES = {
   BOOL: [Uint8Array, [1, 0, 1, 0, 0, 1]],
   UINT8: [Uint8Array, [0, 1, 255, 7, 8, 9]],
@@ -155,10 +156,9 @@ const MANIFEST_NAME = { BOOL: 'bool', UINT8: 'u8', UINT16: 'u16', UINT32: 'u32',
 const utf8 = (s) => new TextEncoder().encode(s);
 const STRINGS = ['', 'a', 'stowage', 'ünïcødé', 'x'.repeat(300), '7'];
 
+/** @returns {import('../../dist/client/client.js').Tensor[]} */
 function dtypesInputs() {
-  const inputs = Object.entries(DTYPE_VALUES).map(([datatype, [Ctor, values]]) => ({
-    name: `in_${MANIFEST_NAME[datatype]}`, datatype, shape: [2, 3], data: Ctor.from(values),
-  }));
+  const inputs = Object.entries(DTYPE_VALUES).map(([datatype, [Ctor, values]]) => tensor(`in_${MANIFEST_NAME[datatype]}`, /** @type {any} */ (datatype), [2, 3], Ctor.from(values)));
   inputs.push({ name: 'in_bytes', datatype: 'BYTES', shape: [2, 3], data: STRINGS.map(utf8) });
   return inputs;
 }
@@ -340,7 +340,7 @@ test('ModelStreamInfer answers each request on the stream with its id, errors in
   const byId = Object.fromEntries(responses.map((r) => [r.infer_response.id, r]));
   t.deepEqual(Object.keys(byId).sort(), ['a', 'b', 'bad']);
   t.is(byId.bad.error_message, 'unknown model "nope"; the repository serves: bad_dims, bad_dtype, bad_yaml, digits, dtypes, echo, fixed, negate, no_onnx');
-  for (const [id, rows] of [['a', [0, 3]], ['b', [3, 4]]]) {
+  for (const [id, rows] of /** @type {[string, [number, number]][]} */ ([['a', [0, 3]], ['b', [3, 4]]])) {
     t.is(byId[id].error_message, '');
     const labels = new BigInt64Array(new Uint8Array(byId[id].infer_response.raw_output_contents[0]).buffer);
     t.deepEqual([...labels].map(Number), heldout.labels.slice(...rows));

@@ -1,7 +1,8 @@
 import test from 'ava';
 import { checkSignature } from '../../../dist/bundle/signature.js';
+import { modelSpec } from '../../helpers/specs.js';
 
-const spec = {
+const spec = modelSpec({
   name: 'm',
   dir: '/r/m',
   inputs: [{ name: 'x', datatype: 'FP32', axes: 'nhw', shape: [-1, 2, 3], batchDim: 0 }],
@@ -9,11 +10,12 @@ const spec = {
   batchAxis: 'n',
   compiledBatchSizes: [1, 4],
   maxBatchSize: 4,
-  executables: [],
-};
+});
 const dynamic = { batchSize: null, path: '/r/m/model.onnx' };
 const fixed4 = { batchSize: 4, path: '/r/m/model.b4.onnx' };
+/** A graph tensor as onnxruntime-node describes it: symbolic dimensions are strings. @param {(number | string)[]} shape */
 const x = (shape, type = 'float32') => ({ name: 'x', isTensor: true, type, shape });
+/** @param {(number | string)[]} shape */
 const y = (shape = ['N'], type = 'int64') => ({ name: 'y', isTensor: true, type, shape });
 
 test('a graph that matches passes, symbolic dimensions included', (t) => {
@@ -49,6 +51,6 @@ test('a missing tensor lists what the graph has', (t) => {
 });
 
 test('bf16 is refused because the Node binding cannot feed it', (t) => {
-  const bf = { ...spec, inputs: [{ ...spec.inputs[0], datatype: 'BF16' }] };
+  const bf = modelSpec({ ...spec, inputs: [{ ...spec.inputs[0], datatype: 'BF16' }] });
   t.regex(t.throws(() => checkSignature(bf, dynamic, [x(['N', 2, 3], 'bfloat16')], [y()])).message, /dtype bf16 cannot be fed/);
 });

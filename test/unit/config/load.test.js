@@ -26,6 +26,7 @@ test('defaults fill every key and the result is frozen', (t) => {
     },
   });
   t.true(Object.isFrozen(config.global.endpoints));
+  // @ts-expect-error -- the type says readonly too; this checks the object is frozen at run time
   t.throws(() => { config.global.endpoints.grpc_port = 1; }, { instanceOf: TypeError });
 });
 

@@ -1,13 +1,14 @@
 import test from 'ava';
 import { decodeInferRequest, encodeInferResponse } from '../../../dist/protocol/codec.js';
 import { joinBytesElements } from '../../../dist/shared/bytes-elements.js';
+import { modelSpec } from '../../helpers/specs.js';
 
 // Requests as @grpc/proto-loader hands them over (defaults filled in, int64 as strings).
 const input = (name, datatype, shape, extra = {}) => ({ name, datatype, shape: shape.map(String), parameters: {}, contents: null, ...extra });
 const request = (inputs, raw = [], extra = {}) => ({ model_name: 'm', model_version: '', id: '', parameters: {}, inputs, outputs: [], raw_input_contents: raw, ...extra });
 const raw = (typed) => Buffer.from(typed.buffer, typed.byteOffset, typed.byteLength);
 
-const spec = {
+const spec = modelSpec({
   name: 'm',
   dir: '/r/m',
   inputs: [
@@ -21,11 +22,7 @@ const spec = {
   batchAxis: 'n',
   compiledBatchSizes: [1, 4],
   maxBatchSize: 4,
-  executables: [],
-  hooks: null,
-};
-spec.clientInputs = spec.inputs;
-spec.clientOutputs = spec.outputs;
+});
 const strings = (...s) => joinBytesElements(s.map((x) => new TextEncoder().encode(x)));
 const good = () => request([input('s', 'BYTES', [2]), input('a', 'FP32', [2, 2])],
   [Buffer.from(strings('x', 'yz')), raw(Float32Array.from([1, 2, 3, 4]))]);
@@ -62,8 +59,7 @@ test('typed contents are converted, checked for field, count and range', (t) => 
 });
 
 test('integer contents out of range for the datatype are refused', (t) => {
-  const i8 = [{ name: 'a', datatype: 'INT8', axes: 'n', shape: [-1], batchDim: 0 }];
-  const i8spec = { ...spec, inputs: i8, clientInputs: i8 };
+  const i8spec = modelSpec({ ...spec, inputs: [{ name: 'a', datatype: 'INT8', axes: 'n', shape: [-1], batchDim: 0 }], clientInputs: undefined });
   const req = request([input('a', 'INT8', [2], { contents: { bool_contents: [], int_contents: [1, 300], int64_contents: [], uint_contents: [], uint64_contents: [], fp32_contents: [], fp64_contents: [], bytes_contents: [] } })]);
   t.regex(t.throws(() => decodeInferRequest(req, i8spec)).message, /element 1 = 300 is out of range for INT8 \[-128, 127\]/);
 });

@@ -1,18 +1,16 @@
 import test from 'ava';
 import { modelConfig, modelMetadata } from '../../../dist/protocol/model-config.js';
+import { modelSpec, tensorSpec } from '../../helpers/specs.js';
 
-const tensor = (name, datatype, axes, shape, batchDim) => ({ name, datatype, axes, shape, batchDim });
-const base = {
+const tensor = tensorSpec;
+const base = modelSpec({
   name: 'm', dir: '/r/m', batchAxis: 'n', compiledBatchSizes: [1, 8], maxBatchSize: 8,
   executables: [{ batchSize: null, path: '/r/m/model.onnx' }],
   inputs: [tensor('x', 'FP32', 'nhw', [-1, 8, 8], 0)],
   outputs: [tensor('label', 'INT64', 'n', [-1], 0)],
-  hooks: null,
-};
-base.clientInputs = base.inputs;
-base.clientOutputs = base.outputs;
+});
 /** A spec whose client tensors are its executable tensors. */
-const plain = (s) => ({ ...s, clientInputs: s.inputs, clientOutputs: s.outputs });
+const plain = (s) => modelSpec({ ...s, clientInputs: s.inputs, clientOutputs: s.outputs });
 
 test('a leading batch axis is implicit in ModelConfig, explicit (-1) in ModelMetadata', (t) => {
   const config = modelConfig(base);

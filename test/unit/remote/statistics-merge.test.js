@@ -11,6 +11,7 @@ const entry = (name, n, last) => ({
 });
 
 test('counts and durations add up, batch sizes merge, the latest inference wins, one entry per model', (t) => {
+  /** @type {any[]} ModelStatistics entries, as protobufjs decodes them */
   const merged = mergeStatistics([entry('a', 2, 100), entry('b', 1, 5), entry('a', 3, 300)]);
   t.deepEqual(merged.map((m) => m.name), ['a', 'b']);
   const a = merged[0];

@@ -28,7 +28,7 @@ function feedsFromCache(compiled) {
   for (const w of compiled.weights) {
     const info = dtypeInfo(w.datatype);
     const bytes = new Uint8Array(readFileSync(w.path)); // an aligned copy
-    feeds[w.name] = new ort.Tensor(info.ortType, new info.typedArray(bytes.buffer), w.dims);
+    feeds[w.name] = new ort.Tensor(/** @type {any} */ (info.ortType), new info.typedArray(bytes.buffer), w.dims);
   }
   return feeds;
 }
@@ -36,7 +36,7 @@ function feedsFromCache(compiled) {
 test('a compiled model fed its split weights answers as the original does', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);
-  for (const [file, input, shape] of [[CONVNET, 'image', [2, 3, 32, 32]], [DIGITS, 'image', [3, 8, 8]]]) {
+  for (const [file, input, shape] of /** @type {[string, string, number[]][]} */ ([[CONVNET, 'image', [2, 3, 32, 32]], [DIGITS, 'image', [3, 8, 8]]])) {
     const compiled = await compileExecutable(file, options(temp.dir));
     t.false(compiled.hit);
     t.true(compiled.weights.length > 0);

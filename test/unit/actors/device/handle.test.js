@@ -9,18 +9,21 @@ import { nowMs } from '../../../../dist/shared/channels/device.js';
 import { ModelPolicies } from '../../../../dist/actors/gateway/model-policies.js';
 import { readManifest } from '../../../../dist/bundle/manifest.js';
 import { FIXTURES, ROOT, makeRepository, tempDir } from '../../../helpers/server.js';
+import { modelSpec } from '../../../helpers/specs.js';
 
 const logger = pino({ level: 'silent' });
 const scripted = new URL('../../../fixtures/workers/scripted-device.js', import.meta.url);
 const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8'));
-const spec = (name) => ({ name, dir: '/nowhere', inputs: [], outputs: [], batchAxis: null, compiledBatchSizes: [], maxBatchSize: 0, executables: [] });
+const spec = (name) => modelSpec({ name });
+/** @returns {import('../../../../dist/shared/channels/device.js').WireTensor} */
 const tensor = (values) => ({ name: 'x', datatype: 'FP32', shape: [values.length], data: new Uint8Array(Float32Array.from(values).buffer) });
 const inSeconds = (s) => nowMs() + s * 1000;
-const scheduler = { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 64, dispatch_timeout_seconds: 30 };
+/** @type {import('../../../../dist/shared/channels/device.js').DeviceScheduling} */
+const scheduler = { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 64, dispatch_timeout_seconds: 30, compaction_interval: 0 };
 const noPolicies = () => new ModelPolicies([{ deviceId: 0, models: {} }]);
 
 async function actor(t, workerUrl, policies = noPolicies()) {
-  const a = await DeviceHandle.create({ deviceId: 0, intraOpThreads: 1, scheduler, policies, logger, workerUrl });
+  const a = await DeviceHandle.create({ deviceId: 0, intraOpThreads: 1, scheduler, policies, weights: null, logger, workerUrl });
   t.teardown(() => a.stop());
   return a;
 }
@@ -28,8 +31,9 @@ async function actor(t, workerUrl, policies = noPolicies()) {
 test('the real worker loads a bundle and runs it; input buffers are transferred, not copied', async (t) => {
   const device = await actor(t);
   const digits = readManifest(path.join(ROOT, 'bundles', 'digits'));
-  const { loadMs } = await device.load(digits, 'digits#1');
+  const { loadMs } = await device.load(digits, 'digits#1', null);
   t.true(loadMs > 0);
+  /** @type {import('../../../../dist/shared/channels/device.js').WireTensor} */
   const image = { name: 'image', datatype: 'FP32', shape: [2, 8, 8], data: new Uint8Array(Float32Array.from(heldout.images.slice(0, 2).flat()).buffer) };
   const { outputs, timing } = await device.infer({ instance: 'digits#1', inputs: [image], outputs: ['label'], outputRegions: [null], deadlineMs: Infinity });
   t.is(image.data.byteLength, 0, 'the caller\'s buffer was detached by the transfer');
@@ -47,7 +51,7 @@ test('the real worker refuses a bundle whose manifest disagrees with the graph',
   t.teardown(temp.cleanup);
   const manifest = readFileSync(path.join(ROOT, 'bundles', 'digits', 'manifest.yaml'), 'utf8').replace('name: "digits"', '').replace('k: 10', 'k: 11');
   const repo = makeRepository(temp.dir, {}, { 'wrong/manifest.yaml': manifest, 'wrong/model.onnx': readFileSync(path.join(ROOT, 'bundles', 'digits', 'model.onnx')) });
-  const err = await t.throwsAsync(device.load(readManifest(path.join(repo, 'wrong')), 'wrong#1'));
+  const err = await t.throwsAsync(device.load(readManifest(path.join(repo, 'wrong')), 'wrong#1', null));
   t.is(err.code, 'STOWAGE_BUNDLE_INVALID');
   t.regex(err.message, /output "logits": axis 'k' is 11 in the manifest, 10 in the graph/);
   const infer = await t.throwsAsync(device.infer({ instance: 'wrong#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(5) }));
@@ -56,7 +60,7 @@ test('the real worker refuses a bundle whose manifest disagrees with the graph',
 
 test('a crash fails every in-flight request with UNAVAILABLE, and the replacement serves the models again', async (t) => {
   const device = await actor(t, scripted);
-  await device.load(spec('echo'), 'echo#1');
+  await device.load(spec('echo'), 'echo#1', null);
   const waiting = device.infer({ instance: 'hang#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) });
   const crashing = device.infer({ instance: 'crash#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) });
   for (const p of [waiting, crashing]) {
@@ -78,7 +82,7 @@ test('after a crash the reloads carry each model\'s policy as the owner has it t
   // The node file gives echo weight 2 on this worker; SetModelPolicy then makes it 3.
   const policies = new ModelPolicies([{ deviceId: 0, models: { echo: { weight: 2 } } }]);
   const device = await actor(t, scripted, policies);
-  await device.load(spec('echo'), 'echo#1');
+  await device.load(spec('echo'), 'echo#1', null);
   t.deepEqual((await device.status()).map((i) => [i.instance, i.weight]), [['echo#1', 2]]);
   policies.change('echo', { weight: 3 });
   await device.applyPolicy('echo');
@@ -119,13 +123,13 @@ test('an aborted request is dropped and settles at once', async (t) => {
 });
 
 test('a worker that dies while starting makes create() fail with the reason', async (t) => {
-  const err = await t.throwsAsync(DeviceHandle.create({ deviceId: 4, intraOpThreads: 1, scheduler, policies: noPolicies(), logger, workerUrl: new URL('../../../fixtures/workers/broken-device.js', import.meta.url) }));
+  const err = await t.throwsAsync(DeviceHandle.create({ deviceId: 4, intraOpThreads: 1, scheduler, policies: noPolicies(), weights: null, logger, workerUrl: new URL('../../../fixtures/workers/broken-device.js', import.meta.url) }));
   t.is(err.code, 'STOWAGE_DEVICE_UNAVAILABLE');
   t.regex(err.message, /device 4 .*cannot open the device/);
 });
 
 test('stop() answers pending calls with UNAVAILABLE', async (t) => {
-  const device = await DeviceHandle.create({ deviceId: 0, intraOpThreads: 1, scheduler, policies: noPolicies(), logger, workerUrl: scripted });
+  const device = await DeviceHandle.create({ deviceId: 0, intraOpThreads: 1, scheduler, policies: noPolicies(), weights: null, logger, workerUrl: scripted });
   const pending = device.infer({ instance: 'hang#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) });
   await device.stop();
   const err = await t.throwsAsync(pending);

@@ -4,6 +4,7 @@ import test from 'ava';
 import { CostModel } from '../../../../dist/actors/device/cost-model.js';
 import { Scheduler } from '../../../../dist/actors/device/scheduler.js';
 
+/** @param {{ discipline?: 'fair' | 'fifo' | 'edf', maxQueueDepth?: number, maxWaitMs?: number, halflifeMs?: number }} [options] */
 function harness({ discipline = 'fair', maxQueueDepth = 10_000, maxWaitMs = 60_000, halflifeMs = 30_000 } = {}) {
   const clock = { ms: 0 };
   const scheduler = new Scheduler({ discipline, maxQueueDepth, maxWaitMs, costs: new CostModel(halflifeMs), now: () => clock.ms });
@@ -15,6 +16,7 @@ function harness({ discipline = 'fair', maxQueueDepth = 10_000, maxWaitMs = 60_0
   };
   /** Pick, "execute" for costMs(model, rows), charge; returns the pick. */
   const step = (costMs) => {
+    /** @type {ReturnType<typeof scheduler.next> & { ms?: number }} */
     const pick = scheduler.next();
     if (pick.batch.length) {
       const model = pick.batch[0].model;
@@ -134,7 +136,7 @@ test('edf: a request that cannot finish in time is shed, not run late', (t) => {
 });
 
 test('every discipline sheds requests past their deadline or queued past dispatch_timeout', (t) => {
-  for (const discipline of ['fair', 'fifo', 'edf']) {
+  for (const discipline of /** @type {const} */ (['fair', 'fifo', 'edf'])) {
     const { clock, scheduler, enqueue } = harness({ discipline, maxWaitMs: 1000 });
     scheduler.setModel('x', { weight: 1, maxBatchRows: 8 });
     const expired = enqueue('x', { deadlineMs: 10 });

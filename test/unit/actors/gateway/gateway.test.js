@@ -4,7 +4,11 @@ import test from 'ava';
 import { Gateway } from '../../../../dist/actors/gateway/gateway.js';
 import { ModelPolicies } from '../../../../dist/actors/gateway/model-policies.js';
 
-/** A device whose infers stay pending until released; it records what it was asked. */
+/**
+ * A device whose infers stay pending until released; it records what it was asked. A stand-in
+ * for a DeviceHandle with only what routing and placement use, hence `any`.
+ * @returns {any}
+ */
 function fakeDevice(deviceId, events) {
   const pending = [];
   return {
@@ -19,7 +23,11 @@ function fakeDevice(deviceId, events) {
     infer: (req) => new Promise((resolve) => pending.push(() => resolve({ outputs: [], queueNs: 0, timing: {} }))),
   };
 }
+/** A model spec with what placement reads (and the weight bytes its fake load reports). @returns {any} */
 const spec = (name, maxBatchSize, bytes) => ({ name, maxBatchSize, bytes });
+/** A request the fake devices never look at. @type {any} */
+const request = {};
+/** @returns {import('../../../../dist/actors/gateway/gateway.js').LptOptions} */
 const lpt = (over = {}) => ({ defaultReplicas: 1, replicas: {}, fillFactor: 1, policy: 'fill_rr', rebalanceSeconds: 0, budgets: new Map(), ...over });
 
 test('fill_rr: a replica takes a full batch in flight before the next opens; when all are full, the least loaded', async (t) => {
@@ -30,7 +38,7 @@ test('fill_rr: a replica takes a full batch in flight before the next opens; whe
   t.is(placed.length, 2);
   const routed = [];
   const send = () => {
-    void gateway.infer('hot', {});
+    void gateway.infer('hot', request);
     routed.push(devices.findIndex((d) => d.pending.length > (d.seen ?? 0)));
     for (const d of devices) d.seen = d.pending.length;
   };
@@ -45,8 +53,8 @@ test('fill_least: the next replica to open is the device with the fewest calls i
   const [first, second, third] = gateway.placementOf('hot');
   // The third device is busy with other work; the second is idle.
   devices[third].pending.push(() => {}, () => {});
-  void gateway.infer('hot', {});
-  void gateway.infer('hot', {});
+  void gateway.infer('hot', request);
+  void gateway.infer('hot', request);
   t.is(devices[first].pending.length, 1);
   t.is(devices[second].pending.length, 1, 'opened on the idle device, not the busy one');
   t.is(devices[third].pending.length, 2);
@@ -55,7 +63,10 @@ test('fill_least: the next replica to open is the device with the fewest calls i
 test('a model that moves is made resident on its new device before its requests switch', async (t) => {
   const events = [];
   const devices = [0, 1].map((id) => fakeDevice(id, events));
-  const gateway = new Gateway(devices, { mode: 'lpt_packing', policies: new ModelPolicies([]), lpt: lpt({ rebalanceSeconds: 1 }) });
+  // The gateway reports a placement once it is applied: after the moves' prefetches are done.
+  let applied;
+  const repacked = new Promise((resolve) => { applied = resolve; });
+  const gateway = new Gateway(devices, { mode: 'lpt_packing', policies: new ModelPolicies([]), lpt: lpt({ rebalanceSeconds: 1 }), onPlacement: () => applied() });
   for (const name of ['a', 'b', 'c', 'd']) await gateway.load(spec(name, 1, 100), `${name}#1`);
   const before = Object.fromEntries(['a', 'b', 'c', 'd'].map((m) => [m, gateway.placementOf(m)[0]]));
   // All the work lands on the models of one device: a repack must move one of them.
@@ -68,18 +79,18 @@ test('a model that moves is made resident on its new device before its requests 
   t.not(to, before[model]);
   t.is(gateway.placementOf(model)[0], before[model], 'while its weights come on, requests still go where it was');
   for (const e of events) e.resolve();
-  await new Promise((r) => setTimeout(r, 10));
+  await repacked;
   t.is(gateway.placementOf(model)[0], to, 'then they follow');
 });
 
 test('round_robin and least_outstanding ignore placement; one device is a pass-through', async (t) => {
   const devices = [0, 1].map((id) => fakeDevice(id, []));
   const rr = new Gateway(devices, { mode: 'round_robin', policies: new ModelPolicies([]) });
-  for (let i = 0; i < 4; i++) void rr.infer('m', {});
+  for (let i = 0; i < 4; i++) void rr.infer('m', request);
   t.deepEqual(devices.map((d) => d.pending.length), [2, 2]);
   const lo = new Gateway(devices, { mode: 'least_outstanding', policies: new ModelPolicies([]) });
   devices[0].pending.push(() => {});
-  void lo.infer('m', {});
+  void lo.infer('m', request);
   t.deepEqual(devices.map((d) => d.pending.length), [3, 3]);
   const one = new Gateway([devices[0]], { mode: 'lpt_packing', policies: new ModelPolicies([]), lpt: lpt() });
   await one.load(spec('m', 8), 'm#1');
