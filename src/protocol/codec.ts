@@ -167,10 +167,68 @@ function checkRequestParameters(params: Parameters): number | undefined {
   return us > 0 ? us : undefined;
 }
 
+/**
+ * One request's inputs checked against the model's client inputs as they are added (known name,
+ * given once, the right datatype and shape, one batch size), then as a whole (none missing, the
+ * batch within max_batch_size). Requests off the wire and meta sub-calls share it.
+ */
+class InputSet {
+  readonly #spec: ModelSpec;
+  readonly #byName = new Map<string, WireTensor>();
+  #batchSize = -1;
+  #batchFrom = '';
+
+  constructor(spec: ModelSpec) {
+    this.#spec = spec;
+  }
+
+  /** The manifest's entry for input `name` given as `datatype` (any string off the wire). */
+  specOf(name: string, datatype: string): TensorSpec {
+    const spec = this.#spec.clientInputs.find((t) => t.name === name);
+    if (!spec) {
+      throw errors.invalidTensor(`unknown input ${q(name)} for model ${q(this.#spec.name)}; expected inputs: ${this.#spec.clientInputs.map((t) => t.name).join(', ')}`);
+    }
+    if (this.#byName.has(name)) throw errors.invalidTensor(`input ${q(name)} is given twice`);
+    const info = byDatatype(datatype);
+    if (!info) throw errors.invalidTensor(`input ${q(name)}: unknown datatype ${q(datatype)}; KServe datatypes are ${DATATYPES.join(', ')}`);
+    if (info.datatype !== spec.datatype) throw errors.invalidTensor(`input ${q(name)}: expected datatype ${spec.datatype}, got ${info.datatype}`);
+    return spec;
+  }
+
+  /** Input `name`'s shape must fit its manifest entry and agree with the others on the batch size. */
+  fit(name: string, shape: readonly number[], spec: TensorSpec): void {
+    checkShape(name, shape, spec);
+    if (spec.batchDim < 0) return;
+    const rows = shape[spec.batchDim];
+    if (this.#batchSize >= 0 && rows !== this.#batchSize) {
+      throw errors.invalidTensor(`inputs disagree on the batch size: ${q(this.#batchFrom)} has ${this.#batchSize} rows, ${q(name)} has ${rows}`);
+    }
+    this.#batchSize = rows;
+    this.#batchFrom = name;
+  }
+
+  /** Keep a tensor `specOf` and `fit` accepted. */
+  put(t: WireTensor): void {
+    this.#byName.set(t.name, t);
+  }
+
+  /** Every input in manifest order, and the batch size (-1: no input has a batch axis). */
+  complete(given: readonly string[]): { inputs: WireTensor[]; batchSize: number } {
+    const spec = this.#spec;
+    const missing = spec.clientInputs.map((t) => t.name).filter((n) => !this.#byName.has(n));
+    if (missing.length) {
+      throw errors.invalidTensor(`model ${q(spec.name)} needs input${missing.length > 1 ? 's' : ''} ${missing.map(q).join(', ')}; the request has ${given.length ? given.map(q).join(', ') : 'none'}`);
+    }
+    if (spec.maxBatchSize > 0 && this.#batchSize > spec.maxBatchSize) {
+      throw errors.invalidTensor(`batch of ${this.#batchSize} rows exceeds model ${q(spec.name)}'s max_batch_size ${spec.maxBatchSize} (compiled batch sizes [${spec.compiledBatchSizes.join(', ')}]); split the request`);
+    }
+    return { inputs: spec.clientInputs.map((t) => this.#byName.get(t.name) as WireTensor), batchSize: this.#batchSize };
+  }
+}
+
 /** Decode and check a request against the model's manifest. */
 export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regions?: RegionLookup): DecodedRequest {
   const timeoutUs = checkRequestParameters(req.parameters);
-  const expected = spec.clientInputs.map((t) => t.name);
   const inputRegions = req.inputs.map((input) => sharedMemoryParams(`input ${q(input.name)}`, input.parameters));
   // raw_input_contents holds one entry per input that is not in shared memory, in input order.
   let inline = 0;
@@ -179,24 +237,12 @@ export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regi
   if (useRaw && req.raw_input_contents.length !== inline) {
     throw errors.invalidRequest(`raw_input_contents has ${req.raw_input_contents.length} entries for ${inline} inputs not in shared memory; send one entry per such input, in the order of inputs`);
   }
-  const byName = new Map<string, WireTensor>();
-  let batchSize = -1;
-  let batchFrom = '';
+  const set = new InputSet(spec);
   req.inputs.forEach((input, i) => {
-    const spec_ = spec.clientInputs.find((t) => t.name === input.name);
-    if (!spec_) {
-      throw errors.invalidTensor(`unknown input ${q(input.name)} for model ${q(spec.name)}; expected inputs: ${expected.join(', ')}`);
-    }
-    if (byName.has(input.name)) throw errors.invalidTensor(`input ${q(input.name)} is given twice`);
-    const info = byDatatype(input.datatype);
-    if (!info) {
-      throw errors.invalidTensor(`input ${q(input.name)}: unknown datatype ${q(input.datatype)}; KServe datatypes are ${DATATYPES.join(', ')}`);
-    }
-    if (info.datatype !== spec_.datatype) {
-      throw errors.invalidTensor(`input ${q(input.name)}: expected datatype ${spec_.datatype}, got ${info.datatype}`);
-    }
+    const spec_ = set.specOf(input.name, input.datatype);
+    const info = dtypeInfo(spec_.datatype);
     const shape = parseShape(input);
-    checkShape(input.name, shape, spec_);
+    set.fit(input.name, shape, spec_);
     const elements = shape.reduce((a, b) => a * b, 1);
     const hasContents = input.contents !== null
       && Object.values(input.contents).some((v) => Array.isArray(v) && v.length > 0);
@@ -218,26 +264,12 @@ export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regi
     } else {
       throw errors.invalidTensor(`input ${q(input.name)} has no data: send it in raw_input_contents or contents.${info.contentsField ?? 'raw'}`);
     }
-    if (spec_.batchDim >= 0) {
-      const rows = shape[spec_.batchDim];
-      if (batchSize >= 0 && rows !== batchSize) {
-        throw errors.invalidTensor(`inputs disagree on the batch size: ${q(batchFrom)} has ${batchSize} rows, ${q(input.name)} has ${rows}`);
-      }
-      batchSize = rows;
-      batchFrom = input.name;
-    }
-    byName.set(input.name, shm ? { name: input.name, datatype: info.datatype, shape, data, shm } : { name: input.name, datatype: info.datatype, shape, data });
+    set.put(shm ? { name: input.name, datatype: info.datatype, shape, data, shm } : { name: input.name, datatype: info.datatype, shape, data });
   });
-  const missing = expected.filter((n) => !byName.has(n));
-  if (missing.length) {
-    throw errors.invalidTensor(`model ${q(spec.name)} needs input${missing.length > 1 ? 's' : ''} ${missing.map(q).join(', ')}; the request has ${req.inputs.length ? req.inputs.map((t) => q(t.name)).join(', ') : 'none'}`);
-  }
-  if (spec.maxBatchSize > 0 && batchSize > spec.maxBatchSize) {
-    throw errors.invalidTensor(`batch of ${batchSize} rows exceeds model ${q(spec.name)}'s max_batch_size ${spec.maxBatchSize} (compiled batch sizes [${spec.compiledBatchSizes.join(', ')}]); split the request`);
-  }
+  const { inputs, batchSize } = set.complete(req.inputs.map((t) => t.name));
   const outputs = decodeRequestedOutputs(req, spec);
   return {
-    inputs: spec.clientInputs.map((t) => byName.get(t.name) as WireTensor),
+    inputs,
     outputs,
     outputRegions: decodeOutputRegions(req, spec, outputs, Math.max(batchSize, 1), regions),
     batchSize: Math.max(batchSize, 0),
@@ -251,39 +283,22 @@ export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regi
  * copy. `outputs` empty asks for every output.
  */
 export function decodeTensors(tensors: readonly WireTensor[], outputNames: readonly string[], spec: ModelSpec): DecodedRequest {
-  const expected = spec.clientInputs.map((t) => t.name);
-  const byName = new Map<string, WireTensor>();
-  let batchSize = -1;
-  let batchFrom = '';
+  const set = new InputSet(spec);
   for (const t of tensors) {
-    const spec_ = spec.clientInputs.find((s) => s.name === t.name);
-    if (!spec_) throw errors.invalidTensor(`unknown input ${q(t.name)} for model ${q(spec.name)}; expected inputs: ${expected.join(', ')}`);
-    if (byName.has(t.name)) throw errors.invalidTensor(`input ${q(t.name)} is given twice`);
-    if (t.datatype !== spec_.datatype) throw errors.invalidTensor(`input ${q(t.name)}: expected datatype ${spec_.datatype}, got ${t.datatype}`);
-    checkShape(t.name, t.shape, spec_);
+    set.fit(t.name, t.shape, set.specOf(t.name, t.datatype));
     const elements = t.shape.reduce((a, b) => a * b, 1);
     const info = dtypeInfo(t.datatype);
     if (info.datatype !== 'BYTES' && t.data.byteLength !== elements * info.elementBytes) {
       throw errors.invalidTensor(`input ${q(t.name)}: expected ${elements * info.elementBytes} bytes (${elements} ${info.datatype} elements of ${info.elementBytes} bytes), got ${t.data.byteLength}`);
     }
-    if (spec_.batchDim >= 0) {
-      const rows = t.shape[spec_.batchDim];
-      if (batchSize >= 0 && rows !== batchSize) throw errors.invalidTensor(`inputs disagree on the batch size: ${q(batchFrom)} has ${batchSize} rows, ${q(t.name)} has ${rows}`);
-      batchSize = rows;
-      batchFrom = t.name;
-    }
-    byName.set(t.name, t);
+    set.put(t);
   }
-  const missing = expected.filter((n) => !byName.has(n));
-  if (missing.length) throw errors.invalidTensor(`model ${q(spec.name)} needs input${missing.length > 1 ? 's' : ''} ${missing.map(q).join(', ')}`);
-  if (spec.maxBatchSize > 0 && batchSize > spec.maxBatchSize) {
-    throw errors.invalidTensor(`batch of ${batchSize} rows exceeds model ${q(spec.name)}'s max_batch_size ${spec.maxBatchSize}; split the request`);
-  }
+  const { inputs, batchSize } = set.complete(tensors.map((t) => t.name));
   const unknown = outputNames.find((o) => !spec.clientOutputs.some((t) => t.name === o));
   if (unknown !== undefined) throw errors.invalidTensor(`unknown output ${q(unknown)} for model ${q(spec.name)}; expected one of: ${spec.clientOutputs.map((t) => t.name).join(', ')}`);
   const outputs = outputNames.length ? [...new Set(outputNames)] : spec.clientOutputs.map((t) => t.name);
   return {
-    inputs: spec.clientInputs.map((t) => byName.get(t.name) as WireTensor),
+    inputs,
     outputs,
     outputRegions: outputs.map(() => null),
     batchSize: Math.max(batchSize, 0),

@@ -1,5 +1,5 @@
 import test from 'ava';
-import { decodeInferRequest, encodeInferResponse } from '../../../dist/protocol/codec.js';
+import { decodeInferRequest, decodeTensors, encodeInferResponse } from '../../../dist/protocol/codec.js';
 import { joinBytesElements } from '../../../dist/shared/bytes-elements.js';
 import { modelSpec } from '../../helpers/specs.js';
 
@@ -128,4 +128,25 @@ test('the response carries outputs in order with views of their bytes', (t) => {
   t.is(res.id, 'id-1');
   t.deepEqual(res.outputs, [{ name: 'p', datatype: 'FP32', shape: [1, 2] }]);
   t.is(res.raw_output_contents[0].buffer, data.buffer);
+});
+
+test('a meta sub-call\'s tensors get the same checks as a request, without a copy', (t) => {
+  /** @type {import('../../../dist/shared/channels/device.js').WireTensor[]} */
+  const [a, s] = [
+    { name: 'a', datatype: 'FP32', shape: [2, 2], data: new Uint8Array(new Float32Array([1, 2, 3, 4]).buffer) },
+    { name: 's', datatype: 'BYTES', shape: [2], data: strings('x', 'yz') },
+  ];
+  const decoded = decodeTensors([s, a], ['q'], spec);
+  t.deepEqual(decoded.inputs.map((x) => x.name), ['a', 's'], 'in manifest order');
+  t.is(decoded.inputs[0], a, 'the very tensor, not a copy');
+  t.deepEqual([decoded.outputs, decoded.batchSize], [['q'], 2]);
+  t.deepEqual(decodeTensors([a, s], [], spec).outputs, ['p', 'q'], 'no outputs named: all of them');
+  /** @param {import('../../../dist/shared/channels/device.js').WireTensor[]} tensors @param {string[]} outputs @param {RegExp} pattern */
+  const fails = (tensors, outputs, pattern) => t.regex(t.throws(() => decodeTensors(tensors, outputs, spec)).message, pattern);
+  fails([a], [], /model "m" needs input "s"; the request has "a"/);
+  fails([a, { ...s, shape: [3] }], [], /inputs disagree on the batch size: "a" has 2 rows, "s" has 3/);
+  fails([{ ...a, data: new Uint8Array(12) }, s], [], /input "a": expected 16 bytes \(4 FP32 elements of 4 bytes\), got 12/);
+  fails([{ ...a, datatype: 'INT32' }, s], [], /input "a": expected datatype FP32, got INT32/);
+  fails([a, s, a], [], /input "a" is given twice/);
+  fails([a, s], ['r'], /unknown output "r" for model "m"; expected one of: p, q/);
 });
