@@ -91,10 +91,16 @@ export function inferenceService(ctx: ServiceContext): Record<string, grpc.Untyp
     LogSettings: edge.unary('LogSettings', (req: { settings: Parameters<typeof applyLogSettings>[1] }) =>
       ({ settings: Object.keys(req.settings).length ? applyLogSettings(logger, req.settings) : currentLogSettings(logger) })),
   };
-  for (const rpc of ['CudaSharedMemoryStatus', 'CudaSharedMemoryRegister', 'CudaSharedMemoryUnregister']) {
-    table[rpc] = edge.unary(rpc, () => {
-      throw errors.unsupported(`${rpc}: CUDA shared memory needs backend "cuda"; this server runs backend "cpu"`);
-    });
-  }
+  // CUDA shared memory on the CPU backend: nothing can be registered, so the status of all is empty
+  // and unregistering succeeds with nothing to do, as on a Triton without GPUs (perf_analyzer's
+  // --shared-memory system cleans up with CudaSharedMemoryUnregister("")); only register is refused.
+  table.CudaSharedMemoryStatus = edge.unary('CudaSharedMemoryStatus', (req: { name: string }) => {
+    if (req.name !== '') throw errors.sharedMemoryNotFound(req.name);
+    return { regions: {} };
+  });
+  table.CudaSharedMemoryUnregister = edge.unary('CudaSharedMemoryUnregister', () => ({}));
+  table.CudaSharedMemoryRegister = edge.unary('CudaSharedMemoryRegister', () => {
+    throw errors.unsupported('CudaSharedMemoryRegister: CUDA shared memory needs backend "cuda"; this server runs backend "cpu" (use system shared memory)');
+  });
   return table;
 }

@@ -293,9 +293,13 @@ test('RPCs outside this release answer UNIMPLEMENTED naming the RPC', async (t) 
   }
 });
 
-test('CUDA shared memory RPCs say why they are not available on the CPU backend', async (t) => {
-  await rejects(t, server.client.call('CudaSharedMemoryStatus', {}), status.INVALID_ARGUMENT, 'CudaSharedMemoryStatus', 'backend "cuda"');
-  await rejects(t, server.client.call('CudaSharedMemoryUnregister', { name: '' }), status.INVALID_ARGUMENT, 'backend "cpu"');
+test('CUDA shared memory on the CPU backend: nothing registered, unregister succeeds, register says why not', async (t) => {
+  t.deepEqual(await server.client.call('CudaSharedMemoryStatus', { name: '' }), { regions: {} });
+  await rejects(t, server.client.call('CudaSharedMemoryStatus', { name: 'gpu0' }), status.NOT_FOUND, 'no shared-memory region "gpu0" is registered');
+  t.deepEqual(await server.client.call('CudaSharedMemoryUnregister', { name: '' }), {}, 'unregister all, as perf_analyzer does first and last');
+  t.deepEqual(await server.client.call('CudaSharedMemoryUnregister', { name: 'gpu0' }), {});
+  await rejects(t, server.client.call('CudaSharedMemoryRegister', { name: 'gpu0', raw_handle: Buffer.alloc(8), device_id: 0, byte_size: '64' }),
+    status.INVALID_ARGUMENT, 'CudaSharedMemoryRegister', 'backend "cpu"', 'system shared memory');
 });
 
 test.serial('LogSettings reads and sets the log level with Triton\'s switches', async (t) => {
