@@ -34,6 +34,9 @@ if [ ! -x .toolchain/gopath/bin/ghz ]; then
   fi
 fi
 
+# NVIDIA's perf_analyzer for test/integration/perf-analyzer.test.js, into .toolchain/perf_analyzer.
+bash tools/install-perf-analyzer.sh >/dev/null || echo "installing perf_analyzer failed: the perf_analyzer tests will fail"
+
 # ava with the TAP reporter, so the counts can be read reliably.
 ava_out=$(mktemp)
 npx ava --tap 2>&1 | tee "$ava_out"

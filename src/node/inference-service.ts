@@ -78,6 +78,7 @@ export function inferenceService(ctx: ServiceContext): Record<string, grpc.Untyp
     }),
     SystemSharedMemoryRegister: edge.unary('SystemSharedMemoryRegister', (req: { name: string; key: string; offset: string; byte_size: string }) => {
       sharedMemory.register(req.name, req.key, Number(req.offset), Number(req.byte_size));
+      logger.info({ region: req.name, key: req.key, offset: Number(req.offset), byteSize: Number(req.byte_size) }, 'shared-memory region registered');
       return {};
     }),
     SystemSharedMemoryStatus: edge.unary('SystemSharedMemoryStatus', (req: { name: string }) => ({
@@ -85,7 +86,9 @@ export function inferenceService(ctx: ServiceContext): Record<string, grpc.Untyp
         [r.name, { name: r.name, key: r.key, offset: String(r.offset), byte_size: String(r.byteSize) }])),
     })),
     SystemSharedMemoryUnregister: edge.unary('SystemSharedMemoryUnregister', (req: { name: string }) => {
+      const regions = sharedMemory.status('').map((r) => r.name).filter((name) => req.name === '' || name === req.name);
       sharedMemory.unregister(req.name);
+      if (regions.length) logger.info({ regions }, 'shared-memory regions unregistered');
       return {};
     }),
     LogSettings: edge.unary('LogSettings', (req: { settings: Parameters<typeof applyLogSettings>[1] }) =>
