@@ -358,7 +358,7 @@ export class DeviceHandle {
   /** Apply a model's scheduling policy as the owner has it now to its loaded instances (their queued requests included). */
   async applyPolicy(model: string): Promise<void> {
     const { weight, maxBatchSize } = this.#options.policies.of(this.deviceId, model);
-    await this.#call('setPolicy', { model, policy: { weight, ...(maxBatchSize === undefined ? {} : { maxBatchSize }) } });
+    await this.#call('setPolicy', { model, policy: { weight, maxBatchSize } });
   }
 
   /** A shared-memory region was unregistered: the worker drops its cached mapping. */

@@ -24,8 +24,6 @@ export interface LoadedModel {
   sessions: Map<number, Executable>;
   /** Position of the batch axis in each input and output tensor, by name (-1: none). */
   batchDims: Map<string, number>;
-  /** As the main thread last sent it (with the load, or setPolicy since). */
-  policy: SchedulingPolicy;
 }
 
 /**
@@ -127,9 +125,8 @@ export class DeviceModels {
     }
     const previous = this.#loaded.get(instance); // only after a crash reload of the same instance
     const batchDims = new Map([...spec.inputs, ...spec.outputs].map((t) => [t.name, t.batchDim]));
-    const scheduling = { weight: policy.weight, ...(policy.maxBatchSize === undefined ? {} : { maxBatchSize: policy.maxBatchSize }) };
-    this.#loaded.set(instance, { spec, sessions, batchDims, policy: scheduling });
-    this.#scheduler.setModel(instance, DeviceModels.queuePolicy(spec, scheduling));
+    this.#loaded.set(instance, { spec, sessions, batchDims });
+    this.#scheduler.setModel(instance, DeviceModels.queuePolicy(spec, policy));
     await releaseAll(previous?.sessions.values());
     const executables = [...sessions.values()];
     return {
@@ -159,7 +156,7 @@ export class DeviceModels {
       model: m.spec.name,
       queued: this.#scheduler.queuedFor(instance),
       costs: this.#costs.snapshot(instance),
-      ...DeviceModels.queuePolicy(m.spec, m.policy),
+      ...this.#scheduler.policyOf(instance)!,
       residency: cache?.residencyOf(instance) ?? 'device',
       resident: cache ? cache.isResident(instance) : true,
       weightBytes: cache?.weightBytes(instance) ?? 0,
@@ -168,9 +165,7 @@ export class DeviceModels {
 
   setPolicy(model: string, policy: SchedulingPolicy): void {
     for (const [instance, m] of this.#loaded) {
-      if (m.spec.name !== model) continue;
-      m.policy = policy;
-      this.#scheduler.setModel(instance, DeviceModels.queuePolicy(m.spec, policy));
+      if (m.spec.name === model) this.#scheduler.setModel(instance, DeviceModels.queuePolicy(m.spec, policy));
     }
   }
 
