@@ -1,54 +1,42 @@
 /**
  * Prometheus metrics, served on the admin port at /metrics. One registry, on the main thread:
- * device actors report through their execution messages. Triton's names and labels where a
+ * device actors report through their execution messages. What every request or execution
+ * changes (Triton's per-model counters, the device totals, routes) is kept as plain numbers by
+ * Statistics and the router's counts and read here at scrape time: the request path does no
+ * label lookups. Triton's names and labels where a
  * Triton user looks for them (durations as cumulative microsecond counters, as Triton exports
  * them), `stowage_*` for ours, and prom-client's process and Node.js defaults (event-loop lag
  * among them).
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { ExecutionTiming, WeightLoad, WeightMemory } from '../shared/channels/device.js';
+import type { WeightLoad, WeightMemory } from '../shared/channels/device.js';
 import type { Placement } from '../actors/gateway/placement.js';
 import { MODEL_VERSION } from '../shared/constants.js';
-import type { ErrorCode } from '../shared/errors.js';
-
-/** Triton's failure reasons. */
-export function failureReason(code: ErrorCode | undefined): 'REJECTED' | 'CANCELED' | 'BACKEND' | 'OTHER' {
-  switch (code) {
-    case 'STOWAGE_QUEUE_FULL':
-    case 'STOWAGE_SERVER_BUSY':
-    case 'STOWAGE_DEADLINE_EXCEEDED':
-      return 'REJECTED';
-    case 'STOWAGE_CANCELLED':
-      return 'CANCELED';
-    case 'STOWAGE_EXECUTION_FAILED':
-      return 'BACKEND';
-    default:
-      return 'OTHER';
-  }
-}
+import type { DeviceCounters, ModelCounters, Statistics } from './statistics.js';
 
 export interface MetricsSources {
   /** In-flight requests per model (nv_inference_pending_request_count). */
   pendingByModel: () => Map<string, number>;
   /** Host RAM held for weights by the process (stowage_weight_cache_host_bytes). */
   hostWeightBytes: () => number;
+  /** Per-model and per-device counts of requests and executions. */
+  statistics: Statistics;
+}
+
+/** A counter set at scrape time from a running total (Prometheus counters are totals since start). */
+function totals(counter: Counter, read: (set: (labels: Record<string, string>, value: number) => void) => void): void {
+  counter.reset();
+  read((labels, value) => {
+    if (value > 0) counter.inc(labels, value);
+  });
 }
 
 export class Metrics {
   readonly registry = new Registry();
-  readonly #success: Counter;
-  readonly #failure: Counter;
-  readonly #count: Counter;
-  readonly #execCount: Counter;
-  readonly #requestUs: Counter;
-  readonly #queueUs: Counter;
-  readonly #inputUs: Counter;
-  readonly #inferUs: Counter;
-  readonly #outputUs: Counter;
   readonly #loadSecs: Gauge;
-  readonly #queueDepth: Gauge;
-  readonly #executions: Counter;
   readonly #batchRows: Histogram;
+  /** Requests routed, per model and device (stowage_gateway_routed_total). */
+  readonly #routes = new Map<string, Map<number, number>>();
   readonly #weightGauges: Record<'residentBytes' | 'logicalBytes' | 'budgetBytes', Gauge>;
   readonly #sharing: Gauge;
   readonly #weightHits: Counter;
@@ -57,25 +45,39 @@ export class Metrics {
   readonly #weightLoadBytes: Counter;
   readonly #weightLoadSecs: Counter;
   readonly #compiles: Counter;
-  readonly #routed: Counter;
   readonly #placedModels: Gauge;
   readonly #placedBytes: Gauge;
   readonly #placedLoad: Gauge;
-  readonly #busy: Counter;
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
     const model = ['model', 'version'] as const;
     const counter = (name: string, help: string, labelNames: readonly string[] = model) => new Counter({ name, help, labelNames, registers });
-    this.#success = counter('nv_inference_request_success', 'Number of successful inference requests, all batch sizes');
-    this.#failure = counter('nv_inference_request_failure', 'Number of failed inference requests, all batch sizes', ['model', 'version', 'reason']);
-    this.#count = counter('nv_inference_count', 'Number of inferences performed (rows: a batch of 8 counts 8)');
-    this.#execCount = counter('nv_inference_exec_count', 'Number of model executions performed (a coalesced batch counts 1)');
-    this.#requestUs = counter('nv_inference_request_duration_us', 'Cumulative inference request duration in microseconds');
-    this.#queueUs = counter('nv_inference_queue_duration_us', 'Cumulative inference queuing duration in microseconds');
-    this.#inputUs = counter('nv_inference_compute_input_duration_us', 'Cumulative compute input duration in microseconds');
-    this.#inferUs = counter('nv_inference_compute_infer_duration_us', 'Cumulative compute inference duration in microseconds');
-    this.#outputUs = counter('nv_inference_compute_output_duration_us', 'Cumulative inference compute output duration in microseconds');
+    const { statistics } = sources;
+    const perModel = (name: string, help: string, value: (c: Readonly<ModelCounters>) => number) => new Counter({
+      name, help, labelNames: model, registers,
+      collect() {
+        totals(this, (set) => {
+          for (const [m, c] of statistics.models()) set({ model: m, version: MODEL_VERSION }, value(c));
+        });
+      },
+    });
+    perModel('nv_inference_request_success', 'Number of successful inference requests, all batch sizes', (c) => c.success.count);
+    new Counter({
+      name: 'nv_inference_request_failure', help: 'Number of failed inference requests, all batch sizes', labelNames: ['model', 'version', 'reason'], registers,
+      collect() {
+        totals(this, (set) => {
+          for (const [m, c] of statistics.models()) for (const [reason, n] of c.failures) set({ model: m, version: MODEL_VERSION, reason }, n);
+        });
+      },
+    });
+    perModel('nv_inference_count', 'Number of inferences performed (rows: a batch of 8 counts 8)', (c) => c.inferenceCount);
+    perModel('nv_inference_exec_count', 'Number of model executions performed (a coalesced batch counts 1)', (c) => c.executionCount);
+    perModel('nv_inference_request_duration_us', 'Cumulative inference request duration in microseconds', (c) => (c.success.ns + c.fail.ns) / 1000);
+    perModel('nv_inference_queue_duration_us', 'Cumulative inference queuing duration in microseconds', (c) => c.queue.ns / 1000);
+    perModel('nv_inference_compute_input_duration_us', 'Cumulative compute input duration in microseconds', (c) => c.computeInput.ns / 1000);
+    perModel('nv_inference_compute_infer_duration_us', 'Cumulative compute inference duration in microseconds', (c) => c.computeInfer.ns / 1000);
+    perModel('nv_inference_compute_output_duration_us', 'Cumulative inference compute output duration in microseconds', (c) => c.computeOutput.ns / 1000);
     new Gauge({
       name: 'nv_inference_pending_request_count', help: 'Instantaneous number of pending requests awaiting execution per-model', labelNames: model, registers,
       collect() {
@@ -84,12 +86,34 @@ export class Metrics {
       },
     });
     this.#loadSecs = new Gauge({ name: 'nv_model_load_duration_secs', help: 'Model load time in seconds', labelNames: model, registers });
-    this.#queueDepth = new Gauge({ name: 'stowage_device_queue_depth', help: 'Requests queued on the device after its last execution', labelNames: ['device'], registers });
-    this.#executions = counter('stowage_device_executions_total', 'Executions run on the device', ['device']);
+    new Gauge({
+      name: 'stowage_device_queue_depth', help: 'Requests queued on the device after its last execution', labelNames: ['device'], registers,
+      collect() {
+        for (const [device, d] of statistics.devices()) this.set({ device: String(device) }, d.queued);
+      },
+    });
+    const perDevice = (name: string, help: string, value: (d: Readonly<DeviceCounters>) => number) => new Counter({
+      name, help, labelNames: ['device'], registers,
+      collect() {
+        totals(this, (set) => {
+          for (const [device, d] of statistics.devices()) set({ device: String(device) }, value(d));
+        });
+      },
+    });
+    perDevice('stowage_device_executions_total', 'Executions run on the device', (d) => d.executions);
+    perDevice('stowage_device_busy_seconds_total', 'Seconds the device spent running models (compute, without input and output handling)', (d) => d.busyNs / 1e9);
     this.#batchRows = new Histogram({
       name: 'stowage_device_batch_rows', help: 'Rows per execution (sum/count is the average batch size)', labelNames: ['device'],
       buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers,
     });
+    const batchRows = this.#batchRows;
+    // A histogram keeps buckets, not a total: it is observed per execution (cached per device, so no label hashing).
+    const rowsOf = new Map<number, ReturnType<Histogram['labels']>>();
+    statistics.onBatchRows = (device, rows) => {
+      let child = rowsOf.get(device);
+      if (!child) rowsOf.set(device, (child = batchRows.labels({ device: String(device) })));
+      child.observe(rows);
+    };
     const device = ['device'] as const;
     const gauge = (name: string, help: string) => new Gauge({ name, help, labelNames: device, registers });
     this.#weightGauges = {
@@ -109,38 +133,20 @@ export class Metrics {
     this.#evictions = counter('stowage_weight_cache_evictions_total', 'Times the model\'s weights were evicted from a device to make room', ['model']);
     this.#weightLoadBytes = counter('stowage_weight_cache_load_bytes_total', 'Bytes of the model\'s weights copied onto a device, by where they came from (host RAM or disk)', ['model', 'source']);
     this.#weightLoadSecs = counter('stowage_weight_cache_load_seconds_total', 'Seconds spent bringing the model\'s weights onto a device', ['model']);
-    this.#routed = counter('stowage_gateway_routed_total', 'Requests the gateway sent to each device, per model', ['model', 'device']);
+    const routes = this.#routes;
+    new Counter({
+      name: 'stowage_gateway_routed_total', help: 'Requests the gateway sent to each device, per model', labelNames: ['model', 'device'], registers,
+      collect() {
+        totals(this, (set) => {
+          for (const [m, devices] of routes) for (const [device, n] of devices) set({ model: m, device: String(device) }, n);
+        });
+      },
+    });
     this.#placedModels = gauge('stowage_gateway_placed_models', 'Models placed on the device by lpt_packing');
     this.#placedBytes = gauge('stowage_gateway_placed_bytes', 'Weight bytes of the models placed on the device by lpt_packing');
     this.#placedLoad = gauge('stowage_gateway_placed_load_seconds', 'Device-seconds of work measured, in the last packing window, for the models lpt_packing placed on the device');
-    this.#busy = counter('stowage_device_busy_seconds_total', 'Seconds the device spent running models (compute, without input and output handling)', ['device']);
     this.#compiles = counter('stowage_compile_cache_lookups_total', 'ONNX files opened, by whether cache_dir had them compiled already', ['result']);
     collectDefaultMetrics({ register: this.registry });
-  }
-
-  recordExecution(model: string, device: number, timing: ExecutionTiming, queued: number): void {
-    const labels = { model, version: MODEL_VERSION };
-    this.#execCount.inc(labels);
-    this.#executions.inc({ device: String(device) });
-    this.#batchRows.observe({ device: String(device) }, timing.batchRows);
-    this.#busy.inc({ device: String(device) }, timing.computeInferNs / 1e9);
-    this.#queueDepth.set({ device: String(device) }, queued);
-  }
-
-  recordSuccess(model: string, rows: number, totalNs: number, queueNs: number, timing: ExecutionTiming): void {
-    const labels = { model, version: MODEL_VERSION };
-    this.#success.inc(labels);
-    this.#count.inc(labels, Math.max(rows, 1));
-    this.#requestUs.inc(labels, totalNs / 1000);
-    this.#queueUs.inc(labels, queueNs / 1000);
-    this.#inputUs.inc(labels, timing.computeInputNs / 1000);
-    this.#inferUs.inc(labels, timing.computeInferNs / 1000);
-    this.#outputUs.inc(labels, timing.computeOutputNs / 1000);
-  }
-
-  recordFailure(model: string, code: ErrorCode | undefined, totalNs: number): void {
-    this.#failure.inc({ model, version: MODEL_VERSION, reason: failureReason(code) });
-    this.#requestUs.inc({ model, version: MODEL_VERSION }, totalNs / 1000);
   }
 
   recordLoad(model: string, seconds: number): void {
@@ -167,7 +173,9 @@ export class Metrics {
   }
 
   recordRoute(model: string, device: number): void {
-    this.#routed.inc({ model, device: String(device) });
+    let devices = this.#routes.get(model);
+    if (!devices) this.#routes.set(model, (devices = new Map()));
+    devices.set(device, (devices.get(device) ?? 0) + 1);
   }
 
   recordPlacement(placement: Placement): void {

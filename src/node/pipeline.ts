@@ -10,11 +10,12 @@
  *
  * | path | copies | hops |
  * | --- | --- | --- |
- * | inline (`raw_input_contents`) | 5: (1) grpc-js joins the HTTP/2 frames into one message (protobufjs decodes `bytes` as views of it); (2) `fromRaw` copies each input into a fresh, aligned, transferable buffer (the message may be unaligned or in Node's shared pool); transferred to the device, no copy; ONNX Runtime reads it in place; (3) the binding copies ONNX Runtime's output into a JS buffer; transferred back, no copy; (4) protobufjs copies it while encoding; (5) grpc-js copies it into its frame | 2: main -> device -> main |
- * | typed `contents` | as inline, with (2) a conversion from the JS arrays instead of a copy | 2 |
- * | system shared memory | input 0 (the device maps the region; ONNX Runtime reads it in place; a slice misaligned for its type is copied once); output 2: (3) above, then one into the region | 2 |
+ * | inline (`raw_input_contents`), a message of half `Buffer.poolSize` or more (32 KiB on Node 24) | 4: (1) grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own (protobufjs decodes `bytes` as views of it); that ArrayBuffer is transferred to the device as it is (message-buffers.ts), no copy; ONNX Runtime reads it in place, unless the view is misaligned for its type: then the device copies it once, off the main thread; (2) the binding copies ONNX Runtime's output into a JS buffer; transferred back, no copy; (3) protobufjs copies it while encoding; (4) grpc-js copies it into its frame | 2: main -> device -> main |
+ * | inline, a smaller message (in Node's shared Buffer pool, which cannot be transferred) | 5: as above, plus a copy into a fresh transferable buffer on the main thread (`fromRaw`) | 2 |
+ * | typed `contents` | as a smaller inline message, with a conversion from the JS arrays instead of `fromRaw`'s copy | 2 |
+ * | system shared memory | input 0 (the device maps the region; ONNX Runtime reads it in place; a slice misaligned for its type is copied once); output 2: (2) above, then one into the region | 2 |
  * | coalesced (several requests in one execution) | +1: each request's rows are copied once into the joined input; each request's outputs are views of the batch's | 2 |
- * | hooks (preprocess and postprocess) | inline's, plus what the hooks themselves allocate; a request's rows of a coalesced output are copied once before going to postprocess (a buffer transfers once) | 6: main -> hook -> main -> device -> main -> hook -> main |
+ * | hooks (preprocess and postprocess) | inline's (a large message's bytes go to the hook uncopied only when aligned for their type), plus what the hooks themselves allocate; a request's rows of a coalesced output are copied once before going to postprocess (a buffer transfers once) | 6: main -> hook -> main -> device -> main -> hook -> main |
  * | meta sub-call | the run hook's tensors are copied once in the hook thread (it may reuse them); passed to the device as they are (no re-encode, no decode copy); each output copied once to go back to the hook thread | 4 per sub-call: hook -> main -> device -> main -> hook |
  */
 import type { Gateway } from '../actors/gateway/gateway.js';
@@ -25,6 +26,7 @@ import type { HookContext } from '../shared/channels/hooks.js';
 import { errors, StowageError } from '../shared/errors.js';
 import type { ModelSpec } from '../shared/model-spec.js';
 import { checkHookTensors, decodeInferRequest, decodeTensors, encodeInferResponse, slicesOf, type DecodedRequest } from '../protocol/codec.js';
+import { ownsItsBuffer } from '../protocol/message-buffers.js';
 import type { ModelInferRequest, ModelInferResponse } from '../protocol/types.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
@@ -79,7 +81,9 @@ export class Pipeline {
     const { spec } = lease;
     let slices: RegionSlice[] = [];
     try {
-      const decoded = decodeInferRequest(req, spec, sharedMemory);
+      // Hooks read typed arrays over the bytes, which must be aligned; the device aligns them itself.
+      const handOver = !ownsItsBuffer(req) ? 'none' : spec.hooks ? 'aligned' : 'any';
+      const decoded = decodeInferRequest(req, spec, sharedMemory, handOver);
       slices = slicesOf(decoded);
       sharedMemory.hold(slices); // no await since decoding: the regions are still registered
       if (slices.length && spec.kind === 'meta') throw errors.unsupported(`meta model ${JSON.stringify(spec.name)} takes its tensors inline, not in shared memory`);

@@ -29,6 +29,7 @@ import type { Admission } from '../protocol/admission.js';
 import { controlService } from './control-service.js';
 import { GrpcEdge } from '../protocol/edge.js';
 import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
+import { markOwnedBuffers } from '../protocol/message-buffers.js';
 import { inferenceService } from './inference-service.js';
 import { Pipeline } from './pipeline.js';
 import { startOrStop } from '../shared/lifecycle.js';
@@ -80,9 +81,9 @@ export class StowageServer {
   private constructor(config: NodeConfig, logger: Logger) {
     this.#config = config;
     this.#logger = logger;
-    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), hostWeightBytes: () => this.hostWeights.bytes });
+    this.statistics = new Statistics();
+    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), hostWeightBytes: () => this.hostWeights.bytes, statistics: this.statistics });
     this.#edge = new GrpcEdge(config.global.endpoints, logger, this.metrics.registry);
-    this.statistics = new Statistics(this.metrics);
     this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#gateway?.forgetRegion(regionId));
   }
 
@@ -181,7 +182,8 @@ export class StowageServer {
     const edge = this.#edge;
     edge.addService(loadControlClient().service, controlService({ edge, registry: this.registry, gateway: this.#gateway, logger: this.#logger }));
     const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks, gateway: this.#gateway, statistics: this.statistics, sharedMemory: this.sharedMemory });
-    edge.addService(loadInferenceClient().service, inferenceService({
+    // Large ModelInfer messages own their buffer: their tensors go to the device without a copy.
+    edge.addService(markOwnedBuffers(loadInferenceClient().service, ['ModelInfer', 'ModelStreamInfer']), inferenceService({
       edge,
       pipeline,
       registry: this.registry,

@@ -8,18 +8,22 @@
  *   answer; queue and compute_* are each request's share of its execution
  *   (every request of a batch records the batch's compute times, as Triton does).
  * - batch_stats counts executions per executed batch size.
+ *
+ * These plain numbers are the only record of a request: the Prometheus metrics
+ * (metrics.ts) read them when /metrics is scraped, so a request costs a few
+ * additions here and no label lookups in prom-client.
  */
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { ExecutionTiming } from '../shared/channels/device.js';
 import type { ErrorCode } from '../shared/errors.js';
-import type { Metrics } from './metrics.js';
+import { failureReason, type FailureReason } from './failure-reason.js';
 
 interface Duration {
   count: number;
   ns: number;
 }
 
-interface ModelCounters {
+export interface ModelCounters {
   lastInferenceMs: number;
   inferenceCount: number;
   executionCount: number;
@@ -29,6 +33,8 @@ interface ModelCounters {
   computeInput: Duration;
   computeInfer: Duration;
   computeOutput: Duration;
+  /** Failed requests by Triton's reason (nv_inference_request_failure). */
+  failures: Map<FailureReason, number>;
   /** executed batch size -> execution durations */
   batches: Map<number, { computeInput: Duration; computeInfer: Duration; computeOutput: Duration }>;
 }
@@ -40,13 +46,28 @@ const add = (d: Duration, ns: number) => {
 };
 const wire = (d: Duration) => ({ count: String(d.count), ns: String(Math.round(d.ns)) });
 
-/** Keeps ModelStatistics' counters and passes every event on to the Prometheus metrics. */
+/** Per-device totals of executions (stowage_device_*). */
+export interface DeviceCounters {
+  executions: number;
+  busyNs: number;
+  /** Requests queued on the device after its last execution. */
+  queued: number;
+}
+
+/** Keeps ModelStatistics' counters, which the Prometheus metrics read too. */
 export class Statistics {
   readonly #models = new Map<string, ModelCounters>();
-  readonly #metrics: Metrics | undefined;
+  readonly #devices = new Map<number, DeviceCounters>();
+  /** Rows of each execution, for the batch-size histogram (set by the metrics; none without them). */
+  onBatchRows: ((device: number, rows: number) => void) | undefined;
 
-  constructor(metrics?: Metrics) {
-    this.#metrics = metrics;
+  /** Every model that has counted something, with its counters (read, never written, by the caller). */
+  models(): IterableIterator<[string, Readonly<ModelCounters>]> {
+    return this.#models.entries();
+  }
+
+  devices(): IterableIterator<[number, Readonly<DeviceCounters>]> {
+    return this.#devices.entries();
   }
 
   #of(model: string): ModelCounters {
@@ -55,7 +76,7 @@ export class Statistics {
       c = {
         lastInferenceMs: 0, inferenceCount: 0, executionCount: 0,
         success: zero(), fail: zero(), queue: zero(), computeInput: zero(), computeInfer: zero(), computeOutput: zero(),
-        batches: new Map(),
+        failures: new Map(), batches: new Map(),
       };
       this.#models.set(model, c);
     }
@@ -64,7 +85,12 @@ export class Statistics {
 
   /** Once per execution, whatever the number of requests in it. */
   recordExecution(model: string, device: number, timing: ExecutionTiming, queued: number): void {
-    this.#metrics?.recordExecution(model, device, timing, queued);
+    let d = this.#devices.get(device);
+    if (!d) this.#devices.set(device, (d = { executions: 0, busyNs: 0, queued: 0 }));
+    d.executions++;
+    d.busyNs += timing.computeInferNs;
+    d.queued = queued;
+    this.onBatchRows?.(device, timing.batchRows);
     const c = this.#of(model);
     c.executionCount++;
     const size = Math.max(timing.executedBatchSize, 1);
@@ -76,7 +102,6 @@ export class Statistics {
   }
 
   recordSuccess(model: string, rows: number, totalNs: number, queueNs: number, timing: ExecutionTiming): void {
-    this.#metrics?.recordSuccess(model, rows, totalNs, queueNs, timing);
     const c = this.#of(model);
     c.lastInferenceMs = Date.now();
     c.inferenceCount += Math.max(rows, 1);
@@ -88,10 +113,11 @@ export class Statistics {
   }
 
   recordFailure(model: string, code: ErrorCode | undefined, totalNs: number): void {
-    this.#metrics?.recordFailure(model, code, totalNs);
     const c = this.#of(model);
     c.lastInferenceMs = Date.now();
     add(c.fail, totalNs);
+    const reason = failureReason(code);
+    c.failures.set(reason, (c.failures.get(reason) ?? 0) + 1);
   }
 
   /** One model's statistics as a ModelStatistics message (zeros if it never ran). */

@@ -103,8 +103,16 @@ function fromContents(name: string, info: DtypeInfo, contents: InferTensorConten
   }
 }
 
-/** Raw bytes into a fresh transferable buffer, checking the byte size the shape and datatype imply. */
-function fromRaw(name: string, info: DtypeInfo, raw: Uint8Array, elements: number): Uint8Array {
+/**
+ * May a request's raw bytes go on as the views they are (the message's ArrayBuffer, transferred
+ * whole), instead of being copied? 'none': no (the message shares its memory; message-buffers.ts);
+ * 'aligned': when each view is aligned for its datatype (what typed arrays over it need: hooks);
+ * 'any': always (the device actor copies a misaligned view itself, off the main thread).
+ */
+export type HandOver = 'none' | 'aligned' | 'any';
+
+/** Raw bytes, checked against the byte size the shape and datatype imply: handed over as they are, or copied into a fresh transferable buffer. */
+function fromRaw(name: string, info: DtypeInfo, raw: Uint8Array, elements: number, handOver: HandOver): Uint8Array {
   if (info.datatype === 'BYTES') {
     const parts = splitBytesElements(raw);
     if (!parts) {
@@ -116,7 +124,8 @@ function fromRaw(name: string, info: DtypeInfo, raw: Uint8Array, elements: numbe
   } else if (raw.byteLength !== elements * info.elementBytes) {
     throw errors.invalidTensor(`input ${q(name)}: expected ${elements * info.elementBytes} bytes (${elements} ${info.datatype} elements of ${info.elementBytes} bytes), got ${raw.byteLength}`);
   }
-  return new Uint8Array(raw); // copy 2 of the header comment
+  if (handOver === 'any' || (handOver === 'aligned' && raw.byteOffset % info.elementBytes === 0)) return raw;
+  return new Uint8Array(raw); // the copy the pipeline's table counts for small messages
 }
 
 interface SharedMemoryParams {
@@ -226,8 +235,8 @@ class InputSet {
   }
 }
 
-/** Decode and check a request against the model's manifest. */
-export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regions?: RegionLookup): DecodedRequest {
+/** Decode and check a request against the model's manifest; `handOver` says whether its raw bytes may go on uncopied. */
+export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regions?: RegionLookup, handOver: HandOver = 'none'): DecodedRequest {
   const timeoutUs = checkRequestParameters(req.parameters);
   const inputRegions = req.inputs.map((input) => sharedMemoryParams(`input ${q(input.name)}`, input.parameters));
   // raw_input_contents holds one entry per input that is not in shared memory, in input order.
@@ -258,7 +267,7 @@ export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regi
       data = new Uint8Array(0); // the bytes stay in the region: the device actor reads them there
     } else if (useRaw) {
       if (hasContents) throw errors.invalidRequest(`input ${q(input.name)} sets contents while the request uses raw_input_contents; use one or the other`);
-      data = fromRaw(input.name, info, req.raw_input_contents[rawIndex[i]], elements);
+      data = fromRaw(input.name, info, req.raw_input_contents[rawIndex[i]], elements, handOver);
     } else if (hasContents || elements === 0) {
       data = fromContents(input.name, info, input.contents as InferTensorContents, elements);
     } else {

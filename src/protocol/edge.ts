@@ -19,6 +19,7 @@
  * - cancellation: an inference gets an AbortSignal that fires if the client
  *   cancels; the listener is removed when the call settles (grpc-js emits
  *   'cancelled' as every stream closes, answered or not);
+ * - the HTTP/2 receive windows (http2-windows.ts): endpoints.http2_window_bytes, not 64 KiB;
  * - UNIMPLEMENTED for every method of the service without a handler;
  * - the edge's metrics (stowage_grpc_inflight_requests, stowage_grpc_shed_total).
  */
@@ -28,6 +29,7 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import type { NodeConfig } from '../shared/config-schema.js';
 import { errors, errorToStatus, StowageError } from '../shared/errors.js';
 import { Admission } from './admission.js';
+import { widenHttp2Windows } from './http2-windows.js';
 
 type Endpoints = NodeConfig['global']['endpoints'];
 
@@ -62,6 +64,8 @@ export class GrpcEdge {
   readonly #endpoints: Endpoints;
   readonly #logger: Logger;
   #bound = false;
+  #port = 0;
+  #stopWidening: (() => void) | undefined;
 
   constructor(endpoints: Endpoints, logger: Logger, registry: Registry) {
     this.#endpoints = endpoints;
@@ -69,6 +73,8 @@ export class GrpcEdge {
     this.#server = new grpc.Server({
       'grpc.max_receive_message_length': endpoints.max_receive_message_bytes,
       'grpc.max_send_message_length': endpoints.max_send_message_bytes,
+      // Channelz tracks every call for its introspection service, which Stowage does not serve.
+      'grpc.enable_channelz': 0,
     });
     const shed = new Counter({ name: 'stowage_grpc_shed_total', help: 'Inference RPCs refused because endpoints.max_concurrent_requests were in flight', registers: [registry] });
     const admission = new Admission(endpoints.max_concurrent_requests, () => shed.inc());
@@ -184,9 +190,12 @@ export class GrpcEdge {
   /** Bind to endpoints.host:grpc_port; resolves to the port (the one chosen when grpc_port is 0). */
   start(): Promise<number> {
     return new Promise((resolve, reject) => {
+      // Subscribed before binding, so that no connection is missed; the port is read per connection.
+      this.#stopWidening ??= widenHttp2Windows(() => this.#port, this.#endpoints.http2_window_bytes);
       this.#server.bindAsync(`${this.#endpoints.host}:${this.#endpoints.grpc_port}`, grpc.ServerCredentials.createInsecure(), (err, port) => {
         if (err) return reject(err);
         this.#bound = true;
+        this.#port = port;
         resolve(port);
       });
     });
@@ -194,6 +203,7 @@ export class GrpcEdge {
 
   /** Stop accepting calls, let those in flight finish for at most `graceMs`, then cut them. */
   stop(graceMs: number): Promise<void> {
+    this.#stopWidening?.();
     if (!this.#bound) return Promise.resolve();
     return new Promise((resolve) => {
       const timer = setTimeout(() => {

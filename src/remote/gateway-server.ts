@@ -43,6 +43,7 @@ export class StowageGateway {
     const definition = loadInferenceClient().service;
     this.nodes = gw.endpoints.map((address) => new RemoteNode(address, {
       maxStreams: gw.max_concurrent_streams,
+      windowBytes: config.global.endpoints.http2_window_bytes,
       encodeIndexRequest: () => definition.RepositoryIndex.requestSerialize({ repository_name: '', ready: true }),
       decodeIndex: (bytes) => definition.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
     }));

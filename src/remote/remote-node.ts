@@ -14,6 +14,8 @@ const raw = (b: Buffer) => b;
 
 export interface RemoteNodeOptions {
   maxStreams: number;
+  /** HTTP/2 receive window for the node's answers (endpoints.http2_window_bytes, as the gateway's own server uses). */
+  windowBytes: number;
   /** Decodes the node's RepositoryIndex answer. */
   decodeIndex: (bytes: Buffer) => { models: { name: string; state: string }[] };
   encodeIndexRequest: () => Buffer;
@@ -37,6 +39,7 @@ export class RemoteNode {
       'grpc.max_reconnect_backoff_ms': 1000,
       'grpc.max_receive_message_length': -1,
       'grpc.max_send_message_length': -1,
+      'grpc-node.flow_control_window': options.windowBytes,
     });
   }
 

@@ -245,6 +245,19 @@ test('tensors far above 4 MiB pass in both directions', async (t) => {
   t.deepEqual(outputs[0].data, x);
 });
 
+test('large raw tensors go to the device uncopied at any byte offset in their message, alone and coalesced', async (t) => {
+  // The id's length moves the tensor bytes through all four offsets modulo 4 within the message:
+  // a misaligned FP32 view must be aligned on the device side, never misread.
+  const x = (k) => Float32Array.from({ length: 150 * 1024 }, (_, i) => (i * 7 + k) % 10007);
+  for (let k = 0; k < 4; k++) {
+    const { outputs, id } = await server.client.infer('echo', [{ name: 'x', datatype: 'FP32', shape: [150, 1024], data: x(k) }], { id: 'i'.repeat(k) });
+    t.is(id, 'i'.repeat(k));
+    t.deepEqual(outputs[0].data, x(k), `offset shifted by ${k}`);
+  }
+  const together = await Promise.all([0, 1, 2, 3, 4, 5].map((k) => server.client.infer('echo', [{ name: 'x', datatype: 'FP32', shape: [150, 1024], data: x(k) }], { id: 'i'.repeat(k) })));
+  together.forEach(({ outputs }, k) => t.deepEqual(outputs[0].data, x(k), `request ${k} of 6 sent together`));
+});
+
 test('malformed requests get INVALID_ARGUMENT naming the tensor, what was expected and what came', async (t) => {
   const good = heldout.images[0];
   const c = server.client;

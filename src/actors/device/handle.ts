@@ -13,6 +13,11 @@
  *
  * Buffers: `infer` transfers its inputs' ArrayBuffers to the worker (the
  * caller must not touch them afterwards) and receives the outputs' buffers.
+ *
+ * Messages to the worker wait in an outbox until the end of the event-loop
+ * turn and go as one postMessage: requests that arrive together (one socket
+ * read can carry many) cost one wake-up of the device thread and arrive
+ * together, so they can run as one batch. Order is kept.
  */
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
@@ -121,6 +126,9 @@ export class DeviceHandle {
   #state = DeviceState.STARTING;
   #pending = new Map<number, Pending>();
   #nextId = 1;
+  /** Messages for the worker not yet posted (see the header), and the buffers they transfer. */
+  #outbox: ToDevice[] = [];
+  #outboxTransfer: ArrayBuffer[] = [];
   /** Loaded instances, their specs and compiled forms, to load again into a replacement worker. */
   #loaded = new Map<string, { spec: ModelSpec; compiled: CompiledModel | null }>();
   #crashes = 0;
@@ -177,6 +185,9 @@ export class DeviceHandle {
       worker.on('exit', (code) => {
         clearTimeout(timer);
         if (worker !== this.#worker) return;
+        // What was queued for this worker dies with it (its calls are failed just below).
+        this.#outbox = [];
+        this.#outboxTransfer = [];
         const why = this.#stopping ? 'the server is stopping'
           : `its worker exited (code ${code}${lastError ? `: ${lastError.message}` : ''})`;
         this.#failAll(errors.deviceUnavailable(this.deviceId, why));
@@ -256,6 +267,21 @@ export class DeviceHandle {
     }
   }
 
+  /** Queue `msg` for the worker; the outbox goes at the end of this event-loop turn. */
+  #send(msg: ToDevice, transfer: readonly ArrayBuffer[] = []): void {
+    if (this.#outbox.length === 0) setImmediate(this.#flush);
+    this.#outbox.push(msg);
+    for (const buffer of transfer) this.#outboxTransfer.push(buffer);
+  }
+
+  readonly #flush = (): void => {
+    const messages = this.#outbox;
+    const transfer = this.#outboxTransfer;
+    this.#outbox = [];
+    this.#outboxTransfer = [];
+    if (messages.length) this.#worker.postMessage(messages, transfer);
+  };
+
   /** Post `msg` and wait for its settlement: the reply, `onTimeout` after `timeoutMs`, or the worker exiting. */
   #post<T>(msg: ToDevice & { id: number }, timeoutMs: number, onTimeout: () => StowageError, transfer: ArrayBuffer[] = []): Promise<T> {
     if (this.#state === DeviceState.DEAD) {
@@ -264,11 +290,11 @@ export class DeviceHandle {
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.#pending.delete(msg.id);
-        if (msg.type === 'infer') this.#worker.postMessage({ type: 'cancel', id: msg.id } satisfies ToDevice);
+        if (msg.type === 'infer') this.#send({ type: 'cancel', id: msg.id });
         reject(onTimeout());
       }, Math.max(0, timeoutMs));
       this.#pending.set(msg.id, { resolve: resolve as (value: never) => void, reject, timer });
-      this.#worker.postMessage(msg, transfer);
+      this.#send(msg, transfer);
     });
   }
 
@@ -318,7 +344,7 @@ export class DeviceHandle {
     const onAbort = () => {
       const pending = this.#take(id);
       if (!pending) return;
-      this.#worker.postMessage({ type: 'cancel', id } satisfies ToDevice);
+      this.#send({ type: 'cancel', id });
       pending.reject(errors.cancelled());
     };
     signal?.addEventListener('abort', onAbort, { once: true });
@@ -363,7 +389,7 @@ export class DeviceHandle {
 
   /** A shared-memory region was unregistered: the worker drops its cached mapping. */
   forgetRegion(regionId: number): void {
-    if (this.#state !== DeviceState.DEAD) this.#worker.postMessage({ type: 'forgetRegion', regionId } satisfies ToDevice);
+    if (this.#state !== DeviceState.DEAD) this.#send({ type: 'forgetRegion', regionId });
   }
 
   /** Stop the worker; pending calls are answered UNAVAILABLE. */

@@ -45,7 +45,10 @@ export function batchInput(parts: WireTensor[], batchDim: number, runBatch: numb
     const strings = parts.map((p) => ({ items: decodeStrings(p), shape: p.shape }));
     return new ort.Tensor('string', joined ? concatRowsArray(strings, batchDim, runBatch, '') : strings[0].items, dims);
   }
-  const bytes = joined ? concatRows(parts, batchDim, info.elementBytes, runBatch) : first.data;
+  // A lone request's bytes may be a view of its gRPC message at any offset (message-buffers.ts): a
+  // typed array needs them aligned, so a misaligned one is copied here, off the main thread.
+  const bytes = joined ? concatRows(parts, batchDim, info.elementBytes, runBatch)
+    : first.data.byteOffset % info.elementBytes === 0 ? first.data : first.data.slice();
   const Typed = info.typedArray as Float32ArrayConstructor; // one of the numeric classes; BYTES returned above
   return new ort.Tensor(info.ortType as 'float32', new Typed(bytes.buffer, bytes.byteOffset, bytes.byteLength / info.elementBytes), dims);
 }

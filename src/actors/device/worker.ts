@@ -144,7 +144,14 @@ async function pump(): Promise<void> {
   }
 }
 
-port.on('message', (msg: ToDevice) => {
+// The main thread posts what it has for this device once per event-loop turn, as one array.
+// All of it joins the inbox before the loop runs, so that requests that came together can run together.
+port.on('message', (messages: ToDevice[]) => {
+  for (const msg of messages) receive(msg);
+  if (inbox.length) void pump();
+});
+
+function receive(msg: ToDevice): void {
   switch (msg.type) {
     case 'forgetRegion':
       regions.forget(msg.regionId);
@@ -165,13 +172,12 @@ port.on('message', (msg: ToDevice) => {
     case 'compact':
     case 'prefetch':
       inbox.push(msg);
-      void pump();
       return;
     default: {
       const never: never = msg;
       send({ type: 'warning', message: `device actor got an unknown message ${JSON.stringify(never)}`, fields: { device: init.deviceId } });
     }
   }
-});
+}
 
 send({ type: 'started' });
