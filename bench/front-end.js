@@ -128,7 +128,7 @@ async function ghz(server, payload, concurrency) {
   const total = Math.round(Math.max(args.quick ? payload.requests / 2 : payload.requests * 2, concurrency * 8));
   const { stdout } = await run(GHZ, [
     '--insecure', '--proto', path.join(ROOT, 'proto', 'grpc_service.proto'), '--import-paths', path.join(ROOT, 'proto'),
-    '--call', 'inference.GRPCInferenceService/ModelInfer', '--binary', '--data-file', requestFile(payload),
+    '--call', 'inference.GRPCInferenceService/ModelInfer', '--binary-file', requestFile(payload),
     '-c', String(concurrency), '-n', String(total), '-O', 'json', server.address,
   ], { timeout: 300_000, maxBuffer: 64 * 2 ** 20 });
   const report = JSON.parse(stdout);
