@@ -3,6 +3,10 @@
  * /readyz (200 when ready, 503 when not, with what the server says about it:
  * for a node, the models still loading; for a gateway, its nodes), and
  * /metrics (Prometheus text).
+ *
+ * Nothing a client sends may throw out of the request listener: an exception
+ * there is uncaught and would end the process, gRPC included. A request target
+ * that is not a path answers 400, and a failure while answering answers 500.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -18,31 +22,56 @@ export function registryMetrics(registry: Registry): AdminContext['metrics'] {
   return async () => ({ contentType: registry.contentType, text: await registry.metrics() });
 }
 
+/** The path of a request target (`/readyz?x=1`), or null when it is not one (`//[`, `*`, a full URL with a bad host). */
+function pathOf(target: string | undefined): string | null {
+  if (!target?.startsWith('/')) return null;
+  try {
+    return new URL(target, 'http://admin').pathname;
+  } catch {
+    return null;
+  }
+}
+
 export function createAdminServer(ctx: AdminContext): http.Server {
-  return http.createServer((req, res) => {
-    const url = new URL(req.url ?? '/', 'http://admin');
+  const server = http.createServer((req, res) => {
     const reply = (status: number, body: unknown) => {
+      if (res.headersSent) return void res.destroy();
       res.writeHead(status, { 'content-type': 'application/json' });
       res.end(`${JSON.stringify(body)}\n`);
     };
-    if (req.method !== 'GET' && req.method !== 'HEAD') return reply(405, { error: 'use GET' });
-    switch (url.pathname) {
-      case '/healthz':
-        return reply(200, { live: true });
-      case '/metrics':
-        ctx.metrics().then(({ contentType, text }) => {
-          res.writeHead(200, { 'content-type': contentType });
-          res.end(text);
-        }, (err: Error) => reply(500, { error: err.message }));
-        return;
-      case '/readyz': {
-        const body = ctx.readiness();
-        return reply(body.ready ? 200 : 503, body);
+    try {
+      const path = pathOf(req.url);
+      if (path === null) return reply(400, { error: `cannot parse the request target ${JSON.stringify(truncate(req.url ?? ''))}; expected a path such as /readyz` });
+      if (req.method !== 'GET' && req.method !== 'HEAD') return reply(405, { error: 'use GET' });
+      switch (path) {
+        case '/healthz':
+          return reply(200, { live: true });
+        case '/metrics':
+          ctx.metrics().then(({ contentType, text }) => {
+            res.writeHead(200, { 'content-type': contentType });
+            res.end(text);
+          }, (err: Error) => reply(500, { error: err.message }));
+          return;
+        case '/readyz': {
+          const body = ctx.readiness();
+          return reply(body.ready ? 200 : 503, body);
+        }
+        default:
+          return reply(404, { error: `no such endpoint ${JSON.stringify(truncate(path))}; try /healthz, /readyz or /metrics` });
       }
-      default:
-        return reply(404, { error: `no such endpoint ${url.pathname}; try /healthz, /readyz or /metrics` });
+    } catch (err) {
+      return reply(500, { error: (err as Error).message });
     }
   });
+  // Requests too slow to send their headers or body are cut off (a slow client holds a socket, not the process).
+  server.headersTimeout = 10_000;
+  server.requestTimeout = 30_000;
+  return server;
+}
+
+/** A client's string, cut short enough to echo in an error. */
+function truncate(s: string, max = 200): string {
+  return s.length > max ? `${s.slice(0, max)}... (${s.length} characters)` : s;
 }
 
 /** Close the admin server if it is listening. */
