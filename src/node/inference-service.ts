@@ -11,6 +11,7 @@ import { errors } from '../shared/errors.js';
 import { callDeadlineMs, type GrpcEdge } from '../protocol/edge.js';
 import { applyLogSettings, currentLogSettings } from '../protocol/log-settings.js';
 import { modelConfig, modelMetadata } from '../protocol/model-config.js';
+import type { EncodedResponse } from '../protocol/infer-response-wire.js';
 import type { ModelInferRequest, ModelInferResponse, ModelRef } from '../protocol/types.js';
 import { ModelState, type ModelRegistry } from './model-registry.js';
 import type { Pipeline } from './pipeline.js';
@@ -66,7 +67,7 @@ export function inferenceService(ctx: ServiceContext): Record<string, grpc.Untyp
       return {};
     }),
     ModelInfer: edge.inference('ModelInfer', (req: ModelInferRequest, call, signal) => pipeline.infer(req, callDeadlineMs(call), signal)),
-    ModelStreamInfer: edge.stream<ModelInferRequest, { error_message: string; infer_response: Partial<ModelInferResponse> }>('ModelStreamInfer', {
+    ModelStreamInfer: edge.stream<ModelInferRequest, { error_message: string; infer_response: Partial<ModelInferResponse> | EncodedResponse }>('ModelStreamInfer', {
       answer: async (req, call, signal) => ({ error_message: '', infer_response: await pipeline.infer(req, callDeadlineMs(call), signal) }),
       // The error travels as this response's message, with the request's id; the stream lives on.
       failed: (req, details) => ({ error_message: details, infer_response: { model_name: req.model_name, model_version: req.model_version, id: req.id } }),

@@ -25,8 +25,9 @@ import { nowMs } from '../shared/channels/device.js';
 import type { HookContext } from '../shared/channels/hooks.js';
 import { errors, StowageError } from '../shared/errors.js';
 import type { ModelSpec } from '../shared/model-spec.js';
-import { checkHookTensors, decodeInferRequest, decodeTensors, encodeInferResponse, slicesOf, type DecodedRequest } from '../protocol/codec.js';
+import { checkHookTensors, decodeInferRequest, decodeTensors, inferResponse, slicesOf, type DecodedRequest } from '../protocol/codec.js';
 import { ownsItsBuffer } from '../protocol/message-buffers.js';
+import { EncodedResponse } from '../protocol/infer-response-wire.js';
 import type { ModelInferRequest, ModelInferResponse } from '../protocol/types.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
@@ -41,9 +42,10 @@ export interface PipelineContext {
   sharedMemory: SharedMemoryRegistry;
 }
 
-/** What one inference produced, before encoding. */
+/** What one inference produced: its outputs, or its response already encoded by the device. */
 interface Outcome {
   outputs: WireTensor[];
+  response?: Uint8Array;
   queueNs: number;
   timing: ExecutionTiming;
 }
@@ -74,7 +76,7 @@ export class Pipeline {
    * One inference request from the wire. `callDeadlineMs` is the gRPC deadline (Infinity if none);
    * the request's `timeout` parameter may shorten it. `signal` fires if the client cancels.
    */
-  async infer(req: ModelInferRequest, callDeadlineMs: number, signal: AbortSignal): Promise<ModelInferResponse> {
+  async infer(req: ModelInferRequest, callDeadlineMs: number, signal: AbortSignal): Promise<ModelInferResponse | EncodedResponse> {
     const { registry, sharedMemory } = this.#ctx;
     const started = process.hrtime.bigint();
     const lease = registry.acquire(req.model_name, req.model_version);
@@ -91,8 +93,8 @@ export class Pipeline {
         throw errors.unsupported(`model ${JSON.stringify(spec.name)} runs model.js hooks, which read and write tensors in the request; send them inline, not in shared memory`);
       }
       const deadlineMs = Math.min(callDeadlineMs, decoded.timeoutUs === undefined ? Infinity : nowMs() + decoded.timeoutUs / 1000);
-      const outcome = await this.#run(spec, lease.instance, decoded, hookContext(req), deadlineMs, signal);
-      const response = encodeInferResponse(spec, req.id, outcome.outputs);
+      const outcome = await this.#run(spec, lease.instance, decoded, hookContext(req), deadlineMs, signal, { id: req.id });
+      const response = outcome.response ? new EncodedResponse(outcome.response) : inferResponse(spec, req.id, outcome.outputs);
       this.#ctx.statistics.recordSuccess(spec.name, decoded.batchSize, Number(process.hrtime.bigint() - started), outcome.queueNs, outcome.timing);
       return response;
     } catch (err) {
@@ -113,7 +115,7 @@ export class Pipeline {
     const lease = this.#ctx.registry.acquire(model);
     try {
       const decoded = decodeTensors(tensors, outputs, lease.spec);
-      const outcome = await this.#run(lease.spec, lease.instance, decoded, { model, requestId: parent.requestId, parameters: {} }, deadlineMs, signal);
+      const outcome = await this.#run(lease.spec, lease.instance, decoded, { model, requestId: parent.requestId, parameters: {} }, deadlineMs, signal, null);
       this.#ctx.statistics.recordSuccess(model, decoded.batchSize, Number(process.hrtime.bigint() - started), outcome.queueNs, outcome.timing);
       return outcome.outputs;
     } catch (err) {
@@ -124,8 +126,13 @@ export class Pipeline {
     }
   }
 
-  /** Hooks and the device: the decoded request to its outputs, in the order the client asked. */
-  async #run(spec: ModelSpec, instance: string, decoded: DecodedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal): Promise<Outcome> {
+  /**
+   * Hooks and the device: the decoded request to its outputs, in the order the client asked.
+   * `encode` (a request off the wire): the device encodes the response when the outputs go
+   * straight back to the client, that is when no postprocess hook reads them.
+   */
+  async #run(spec: ModelSpec, instance: string, decoded: DecodedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal,
+    encode: { id: string } | null): Promise<Outcome> {
     const { hooks, gateway } = this.#ctx;
     const rows = Math.max(decoded.batchSize, 1);
     if (spec.kind === 'meta') {
@@ -147,6 +154,7 @@ export class Pipeline {
       inputs,
       outputs: executableOutputs,
       outputRegions: post ? executableOutputs.map(() => null) : decoded.outputRegions,
+      encode: post ? null : encode,
       deadlineMs,
     }, signal);
     let outputs = result.outputs;
@@ -154,6 +162,6 @@ export class Pipeline {
       const all = checkHookTensors(spec.name, 'postprocess', await hooks.run(spec.name, 'postprocess', spec.hooks!, outputs, context), spec.clientOutputs, rows);
       outputs = decoded.outputs.map((name) => all.find((t) => t.name === name)!);
     }
-    return { outputs, queueNs: result.queueNs, timing: result.timing };
+    return { outputs, response: result.response, queueNs: result.queueNs, timing: result.timing };
   }
 }

@@ -30,6 +30,7 @@ import { controlService } from './control-service.js';
 import { GrpcEdge } from '../protocol/edge.js';
 import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
 import { markOwnedBuffers } from '../protocol/message-buffers.js';
+import { passEncodedResponses } from '../protocol/infer-response-wire.js';
 import { inferenceService } from './inference-service.js';
 import { Pipeline } from './pipeline.js';
 import { startOrStop } from '../shared/lifecycle.js';
@@ -183,7 +184,7 @@ export class StowageServer {
     edge.addService(loadControlClient().service, controlService({ edge, registry: this.registry, gateway: this.#gateway, logger: this.#logger }));
     const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks, gateway: this.#gateway, statistics: this.statistics, sharedMemory: this.sharedMemory });
     // Large ModelInfer messages own their buffer: their tensors go to the device without a copy.
-    edge.addService(markOwnedBuffers(loadInferenceClient().service, ['ModelInfer', 'ModelStreamInfer']), inferenceService({
+    edge.addService(passEncodedResponses(markOwnedBuffers(loadInferenceClient().service, ['ModelInfer', 'ModelStreamInfer'])), inferenceService({
       edge,
       pipeline,
       registry: this.registry,

@@ -382,11 +382,13 @@ function decodeRequestedOutputs(req: ModelInferRequest, spec: ModelSpec): string
 }
 
 /**
- * Outputs into a response; raw bytes are wrapped, not copied (protobufjs copies while encoding).
+ * Outputs into a response object, for protobufjs to encode: the answers of models with hooks
+ * (their outputs come from the hook pool). Others arrive encoded by the device
+ * (infer-response-wire.ts). Raw bytes are wrapped, not copied (protobufjs copies while encoding).
  * An output written to shared memory keeps its place with an empty entry, because clients find
  * an output's raw contents by its position among the outputs.
  */
-export function encodeInferResponse(spec: ModelSpec, id: string, outputs: readonly WireTensor[]): ModelInferResponse {
+export function inferResponse(spec: ModelSpec, id: string, outputs: readonly WireTensor[]): ModelInferResponse {
   return {
     model_name: spec.name,
     model_version: MODEL_VERSION,

@@ -19,13 +19,15 @@ export interface RowsPart {
 }
 
 /**
- * The parts joined along `axis` into one fresh buffer of `toRows` rows; rows
- * past the parts' total are zero. Every part has the same shape but for `axis`.
+ * The parts joined along `axis` into one buffer of `toRows` rows, from `alloc` (fresh by default;
+ * it may hand out reused memory: every byte is written); rows past the parts' total are zero.
+ * Every part has the same shape but for `axis`.
  */
-export function concatRows(parts: readonly RowsPart[], axis: number, elementBytes: number, toRows: number): Uint8Array {
+export function concatRows(parts: readonly RowsPart[], axis: number, elementBytes: number, toRows: number,
+  alloc: (bytes: number) => Uint8Array = (bytes) => new Uint8Array(bytes)): Uint8Array {
   const { outer, inner } = blocks(parts[0].shape, axis);
   const rowBytes = inner * elementBytes;
-  const out = new Uint8Array(outer * toRows * rowBytes);
+  const out = alloc(outer * toRows * rowBytes);
   for (let o = 0; o < outer; o++) {
     let at = o * toRows * rowBytes;
     for (const p of parts) {
@@ -33,6 +35,7 @@ export function concatRows(parts: readonly RowsPart[], axis: number, elementByte
       out.set(p.data.subarray(o * block, (o + 1) * block), at);
       at += block;
     }
+    out.fill(0, at, (o + 1) * toRows * rowBytes);
   }
   return out;
 }

@@ -6,23 +6,31 @@
  * Buffers: a request running alone is fed to ONNX Runtime in place; the
  * requests of a coalesced batch are copied once into the joined input. Each
  * request's outputs are views of the batch's output buffers (cutting its rows
- * off axis 0 is a view), transferred back once per distinct buffer.
+ * off axis 0 is a view). A request off the wire gets its ModelInferResponse
+ * encoded here, its outputs copied once into it (protocol/infer-response-wire.ts),
+ * so the main thread sends it as it is; others (hooks, meta sub-calls) get
+ * the views, transferred once per distinct buffer.
  */
 import type * as ort from 'onnxruntime-node';
 import type { ExecutedRequest, FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
 import { nowMs } from '../../shared/channels/device.js';
 import { errors } from '../../shared/errors.js';
+import { MODEL_VERSION } from '../../shared/constants.js';
+import { encodeInferResponse } from '../../protocol/infer-response-wire.js';
 import { weightFeeds } from './executables.js';
 import type { DeviceModels } from './models.js';
 import { batchInput, requestOutput } from './ort-tensors.js';
 import type { RegionMappings } from './regions.js';
 import type { Scheduler, Ticket } from './scheduler.js';
+import type { Staging } from './staging.js';
 
 export interface ExecutionContext {
   deviceId: number;
   models: DeviceModels;
   scheduler: Scheduler<InferCommand>;
   regions: RegionMappings;
+  /** Reused memory for joined and realigned inputs (free again once an execution ends). */
+  staging: Staging;
   send: (msg: FromDevice, transfer?: ArrayBuffer[]) => void;
   /** Answer one request with an error. */
   fail: (id: number, err: unknown) => void;
@@ -66,8 +74,10 @@ export async function execute(batch: Ticket<InferCommand>[], ctx: ExecutionConte
       if (executable.feeds?.epoch !== epoch) executable.feeds = { epoch, tensors: weightFeeds(executable, (key) => weightCache.deviceView(key)) };
       feeds = { ...executable.feeds.tensors };
     }
+    ctx.staging.beginExecution(); // executions run one at a time: the last one's staged inputs are free
+    const stage = (bytes: number) => ctx.staging.take(bytes);
     spec.inputs.forEach((input, i) => {
-      feeds[input.name] = batchInput(batch.map((t) => regions.inputBytes(t.payload.inputs[i])), batchDims.get(input.name) ?? -1, runBatch);
+      feeds[input.name] = batchInput(batch.map((t) => regions.inputBytes(t.payload.inputs[i])), batchDims.get(input.name) ?? -1, runBatch, stage);
     });
     const t1 = process.hrtime.bigint();
     let outputs: ort.InferenceSession.OnnxValueMapType;
@@ -81,15 +91,16 @@ export async function execute(batch: Ticket<InferCommand>[], ctx: ExecutionConte
     let from = 0;
     for (const t of batch) {
       try {
-        results.push({
-          id: t.id,
-          outputs: t.payload.outputs.map((o, k) => {
-            const out = requestOutput(name, o, outputs[o] as ort.Tensor, batchDims.get(o) ?? -1, from, t.rows);
-            const region = t.payload.outputRegions[k];
-            return region ? regions.writeOutput(out, region) : out;
-          }),
-          queueNs: Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6)),
+        const mine = t.payload.outputs.map((o, k) => {
+          const out = requestOutput(name, o, outputs[o] as ort.Tensor, batchDims.get(o) ?? -1, from, t.rows);
+          const region = t.payload.outputRegions[k];
+          return region ? regions.writeOutput(out, region) : out;
         });
+        const queueNs = Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6));
+        const { encode } = t.payload;
+        results.push(encode
+          ? { id: t.id, outputs: [], response: encodeInferResponse(name, MODEL_VERSION, encode.id, mine), queueNs }
+          : { id: t.id, outputs: mine, queueNs });
       } catch (err) {
         ctx.fail(t.id, err); // this request only: its region was too small
       }
@@ -97,7 +108,7 @@ export async function execute(batch: Ticket<InferCommand>[], ctx: ExecutionConte
     }
     const t3 = process.hrtime.bigint();
     // Each distinct buffer is transferred once: requests' outputs may be views of one batch buffer.
-    const transfer = [...new Set(results.flatMap((r) => r.outputs.map((o) => o.data.buffer as ArrayBuffer)))];
+    const transfer = [...new Set(results.flatMap((r) => (r.response ? [r.response] : r.outputs.map((o) => o.data)).map((b) => b.buffer as ArrayBuffer)))];
     ctx.send({
       type: 'executed',
       model: name,

@@ -12,7 +12,8 @@
  * that keeps dying without serving is given up on.
  *
  * Buffers: `infer` transfers its inputs' ArrayBuffers to the worker (the
- * caller must not touch them afterwards) and receives the outputs' buffers.
+ * caller must not touch them afterwards) and receives the outputs' buffers, or
+ * the encoded response's.
  *
  * Messages to the worker wait in an outbox until the end of the event-loop
  * turn and go as one postMessage: requests that arrive together (one socket
@@ -47,12 +48,17 @@ export interface InferRequest {
   outputs: string[];
   /** Per output: the shared-memory slice to write it into, or null to return it. */
   outputRegions: InferCommand['outputRegions'];
+  /** Answer with the encoded response instead of tensors (InferCommand.encode); absent: tensors. */
+  encode?: InferCommand['encode'];
   /** The client's absolute deadline (nowMs clock); Infinity if it set none. */
   deadlineMs: number;
 }
 
 export interface InferResult {
+  /** Empty when the request asked for the encoded response. */
   outputs: WireTensor[];
+  /** The encoded ModelInferResponse (RESPONSE_HEADROOM bytes, then the message), when asked for. */
+  response?: Uint8Array;
   /** Time queued on the device before its execution started. */
   queueNs: number;
   /** The execution this request rode in, shared with the others of its batch. */
@@ -338,7 +344,7 @@ export class DeviceHandle {
     const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs
       : enqueuedAtMs + this.#options.scheduler.dispatch_timeout_seconds * 1000 + EXECUTION_WATCHDOG_MS;
     const transfer = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
-    const command: InferCommand = { type: 'infer', id, instance: req.instance, inputs: req.inputs, outputs: req.outputs, outputRegions: req.outputRegions, deadlineMs: req.deadlineMs, enqueuedAtMs };
+    const command: InferCommand = { type: 'infer', id, instance: req.instance, inputs: req.inputs, outputs: req.outputs, outputRegions: req.outputRegions, encode: req.encode ?? null, deadlineMs: req.deadlineMs, enqueuedAtMs };
     const executed = this.#post<Executed>(command, settleBy - enqueuedAtMs,
       () => errors.deadlineExceeded(req.instance.slice(0, req.instance.lastIndexOf('#')), nowMs() - enqueuedAtMs), transfer);
     const onAbort = () => {
@@ -351,7 +357,7 @@ export class DeviceHandle {
     try {
       const { result, timing } = await executed;
       this.#crashes = 0; // served: the worker is healthy
-      return { outputs: result.outputs, queueNs: result.queueNs, timing };
+      return { outputs: result.outputs, response: result.response, queueNs: result.queueNs, timing };
     } finally {
       signal?.removeEventListener('abort', onAbort);
     }

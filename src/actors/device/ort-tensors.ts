@@ -31,10 +31,10 @@ function decodeStrings(t: WireTensor): string[] {
 
 /**
  * One input of the batch: the requests' tensors joined along the batch axis
- * and padded to `runBatch` rows. A lone request that needs no padding is fed
- * as it came, without a copy.
+ * and padded to `runBatch` rows, in memory from `stage` (staging.ts). A lone
+ * request that needs no padding is fed as it came, without a copy.
  */
-export function batchInput(parts: WireTensor[], batchDim: number, runBatch: number): ort.Tensor {
+export function batchInput(parts: WireTensor[], batchDim: number, runBatch: number, stage: (bytes: number) => Uint8Array): ort.Tensor {
   const first = parts[0];
   const info = dtypeInfo(first.datatype);
   const dims = first.shape.slice();
@@ -47,10 +47,16 @@ export function batchInput(parts: WireTensor[], batchDim: number, runBatch: numb
   }
   // A lone request's bytes may be a view of its gRPC message at any offset (message-buffers.ts): a
   // typed array needs them aligned, so a misaligned one is copied here, off the main thread.
-  const bytes = joined ? concatRows(parts, batchDim, info.elementBytes, runBatch)
-    : first.data.byteOffset % info.elementBytes === 0 ? first.data : first.data.slice();
+  const bytes = joined ? concatRows(parts, batchDim, info.elementBytes, runBatch, stage)
+    : first.data.byteOffset % info.elementBytes === 0 ? first.data : realign(first.data, stage);
   const Typed = info.typedArray as Float32ArrayConstructor; // one of the numeric classes; BYTES returned above
   return new ort.Tensor(info.ortType as 'float32', new Typed(bytes.buffer, bytes.byteOffset, bytes.byteLength / info.elementBytes), dims);
+}
+
+function realign(data: Uint8Array, stage: (bytes: number) => Uint8Array): Uint8Array {
+  const out = stage(data.byteLength);
+  out.set(data);
+  return out;
 }
 
 /** One request's rows of an output, as wire bytes (a view of the batch's buffer when the batch axis leads). */

@@ -22,6 +22,7 @@ import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
 import { Arena } from './arena.js';
 import { CostModel } from './cost-model.js';
 import { execute, type ExecutionContext } from './execution.js';
+import { Staging } from './staging.js';
 import { readTensor } from './executables.js';
 import { DeviceModels } from './models.js';
 import { RegionMappings } from './regions.js';
@@ -64,7 +65,7 @@ const weightCache = init.weights
   : null;
 const models = new DeviceModels(init, scheduler, costs, weightCache, (message, fields) => send({ type: 'warning', message, fields }));
 const regions = new RegionMappings();
-const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, send, fail };
+const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(), send, fail };
 
 /** The control calls, each answering with its own reply type. */
 const calls: { [K in DeviceCallType]: (request: Extract<DeviceCall, { type: K }>) => Promise<DeviceCalls[K]['reply']> | DeviceCalls[K]['reply'] } = {

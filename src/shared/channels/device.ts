@@ -114,7 +114,13 @@ export interface ExecutionTiming {
 /** One request's share of an execution, as the device answers it. */
 export interface ExecutedRequest {
   id: number;
+  /** The outputs as tensors; empty when the request asked for `response`. */
   outputs: WireTensor[];
+  /**
+   * The request's ModelInferResponse, encoded on the device (protocol/infer-response-wire.ts) when
+   * the command asked for it with `encode`: the main thread sends it as it is.
+   */
+  response?: Uint8Array;
   /** Time from the main thread's hand-over to the start of the execution. */
   queueNs: number;
 }
@@ -130,6 +136,11 @@ export interface InferCommand {
   outputs: string[];
   /** Per output: the shared-memory slice to write it into instead of returning it, or null. */
   outputRegions: (RegionSlice | null)[];
+  /**
+   * Answer with the encoded ModelInferResponse for the client's request `id` instead of tensors
+   * (a request off the wire whose outputs go straight back); null: tensors (hooks read them).
+   */
+  encode: { id: string } | null;
   /** The client's absolute deadline, ms since the epoch (performance.timeOrigin + performance.now()); Infinity if none. */
   deadlineMs: number;
   /** When the main thread handed the request over, same clock. */

@@ -1,5 +1,5 @@
 import test from 'ava';
-import { decodeInferRequest, decodeTensors, encodeInferResponse } from '../../../dist/protocol/codec.js';
+import { decodeInferRequest, decodeTensors, inferResponse } from '../../../dist/protocol/codec.js';
 import { joinBytesElements } from '../../../dist/shared/bytes-elements.js';
 import { modelSpec } from '../../helpers/specs.js';
 
@@ -122,7 +122,7 @@ test('request parameters: timeout in microseconds, sequences refused, priority a
 
 test('the response carries outputs in order with views of their bytes', (t) => {
   const data = new Uint8Array(Float32Array.from([1, 2]).buffer);
-  const res = encodeInferResponse(spec, 'id-1', [{ name: 'p', datatype: 'FP32', shape: [1, 2], data }]);
+  const res = inferResponse(spec, 'id-1', [{ name: 'p', datatype: 'FP32', shape: [1, 2], data }]);
   t.is(res.model_name, 'm');
   t.is(res.model_version, '1');
   t.is(res.id, 'id-1');
