@@ -36,10 +36,31 @@ export interface ExecutionContext {
   fail: (id: number, err: unknown) => void;
 }
 
+/**
+ * The requests whose shared-memory objects still cover their slices (regions.ts); the others are
+ * answered with the error here, so a client that shrank its region fails only its own request.
+ */
+function withRegionsIntact(batch: Ticket<InferCommand>[], ctx: ExecutionContext): Ticket<InferCommand>[] {
+  return batch.filter((t) => {
+    try {
+      for (const input of t.payload.inputs) if (input.shm) ctx.regions.check(`input ${JSON.stringify(input.name)}`, input.shm);
+      t.payload.outputRegions.forEach((slice, k) => {
+        if (slice) ctx.regions.check(`output ${JSON.stringify(t.payload.outputs[k])}`, slice);
+      });
+      return true;
+    } catch (err) {
+      ctx.fail(t.id, err);
+      return false;
+    }
+  });
+}
+
 /** Run one batch of one model's requests and answer them all in one message. */
-export async function execute(batch: Ticket<InferCommand>[], ctx: ExecutionContext): Promise<void> {
+export async function execute(whole: Ticket<InferCommand>[], ctx: ExecutionContext): Promise<void> {
   const { models, scheduler, regions } = ctx;
   const started = nowMs();
+  const batch = withRegionsIntact(whole, ctx);
+  if (batch.length === 0) return;
   const instance = batch[0].model;
   const model = models.get(instance);
   if (!model) {

@@ -4,7 +4,15 @@
  * descriptors), and kept mapped until the main thread says the region was
  * unregistered. A view keeps its mapping alive, so a request still reading an
  * unregistered region finishes safely (its mapping is unmapped by GC).
+ *
+ * A client can shrink the object under its region at any time (ftruncate): touching a mapped page
+ * past the object's end raises SIGBUS, which ends the process. So every execution first checks,
+ * per request, that each object it will read or write still covers its slice (`check`, one fstat),
+ * and fails that request alone if not. What is left is the window between that check and the
+ * end of the execution: an object shrunk during it still takes the process down. Clients own
+ * their regions; the guarantee is that a region shrunk between requests is caught.
  */
+import { fstatSync } from 'node:fs';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import { errors } from '../../shared/errors.js';
 import { mapSharedMemory } from '../../native/shm.js';
@@ -13,6 +21,23 @@ import type { RegionSlice, WireTensor } from '../../shared/channels/device.js';
 export class RegionMappings {
   /** Mappings of registered regions, by region id. */
   readonly #mappings = new Map<number, ArrayBuffer>();
+
+  /**
+   * Fails (INVALID_ARGUMENT) when the object under `slice` no longer covers it; `what` names the
+   * tensor. Call it just before an execution that touches the slice.
+   */
+  check(what: string, slice: RegionSlice): void {
+    const needed = slice.regionOffset + slice.offset + slice.byteSize;
+    let size: number;
+    try {
+      size = fstatSync(slice.fd).size;
+    } catch (err) {
+      throw errors.sharedMemoryInvalid(`${what}: shared-memory key ${JSON.stringify(slice.key)} cannot be checked: ${(err as Error).message}`);
+    }
+    if (size < needed) {
+      throw errors.sharedMemoryInvalid(`${what}: shared-memory key ${JSON.stringify(slice.key)} was shrunk to ${size} bytes after its region was registered; the request needs bytes up to ${needed}. Re-register the region after resizing it`);
+    }
+  }
 
   /** A view of a slice: inputs are read from it and outputs written into it. */
   view(slice: RegionSlice): Uint8Array {
