@@ -3,20 +3,26 @@
  * through between the gRPC edge and the device, for ModelInfer, each request
  * of ModelStreamInfer, and a meta model's sub-calls alike.
  *
- *   lease -> decode -> [preprocess] -> route -> device -> [postprocess] -> encode -> statistics
+ *   lease -> decode -> [preprocess] -> route -> device -> [postprocess -> encode] -> statistics
+ *   (without a postprocess hook the device encodes the response: infer-response-wire.ts)
  *   (a meta model: lease -> decode -> run hook, whose sub-calls re-enter at `route` with tensors)
  *
- * Copies of a request's tensor bytes, and thread hops, end to end:
+ * Copies of a request's tensor bytes, and thread hops, end to end (which thread makes each copy:
+ * the main thread also runs the gRPC front end, so copies moved off it are cheaper there):
  *
  * | path | copies | hops |
  * | --- | --- | --- |
- * | inline (`raw_input_contents`), a message of half `Buffer.poolSize` or more (32 KiB on Node 24) | 4: (1) grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own (protobufjs decodes `bytes` as views of it); that ArrayBuffer is transferred to the device as it is (message-buffers.ts), no copy; ONNX Runtime reads it in place, unless the view is misaligned for its type: then the device copies it once, off the main thread; (2) the binding copies ONNX Runtime's output into a JS buffer; transferred back, no copy; (3) protobufjs copies it while encoding; (4) grpc-js copies it into its frame | 2: main -> device -> main |
+ * | inline (`raw_input_contents`), a message of half `Buffer.poolSize` or more (32 KiB on Node 24) | 4, 2 of them on the main thread: (1, main) grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own (protobufjs decodes `bytes` as views of it); that ArrayBuffer is transferred to the device as it is (message-buffers.ts), no copy; ONNX Runtime reads it in place, unless the view is misaligned for its type: then the device copies it into reused staging memory (staging.ts); (2, device) onnxruntime-node copies each output out of ONNX Runtime into a fresh JS buffer (its binding always does, preallocated outputs included); (3, device) the device writes it into the encoded response (infer-response-wire.ts), transferred back, no copy; (4, main) grpc-js copies the message into its frame | 2: main -> device -> main |
  * | inline, a smaller message (in Node's shared Buffer pool, which cannot be transferred) | 5: as above, plus a copy into a fresh transferable buffer on the main thread (`fromRaw`) | 2 |
  * | typed `contents` | as a smaller inline message, with a conversion from the JS arrays instead of `fromRaw`'s copy | 2 |
- * | system shared memory | input 0 (the device maps the region; ONNX Runtime reads it in place; a slice misaligned for its type is copied once); output 2: (2) above, then one into the region | 2 |
- * | coalesced (several requests in one execution) | +1: each request's rows are copied once into the joined input; each request's outputs are views of the batch's | 2 |
- * | hooks (preprocess and postprocess) | inline's (a large message's bytes go to the hook uncopied only when aligned for their type), plus what the hooks themselves allocate; a request's rows of a coalesced output are copied once before going to postprocess (a buffer transfers once) | 6: main -> hook -> main -> device -> main -> hook -> main |
+ * | system shared memory | input 0 (the device maps the region; ONNX Runtime reads it in place; a slice misaligned for its type is copied into staging); output 2: (2) above, then one into the region; the response carries an empty entry | 2 |
+ * | coalesced (several requests in one execution) | +1: each request's rows are copied once into the joined input (staging memory, reused); each request's outputs are views of the batch's, copied once into its own response (3) | 2 |
+ * | hooks (preprocess and postprocess) | inline's (a large message's bytes go to the hook uncopied only when aligned for their type), plus what the hooks themselves allocate; with a postprocess hook the outputs go to it as tensors and protobufjs encodes the response on the main thread (3); a request's rows of a coalesced output are copied once before going to postprocess (a buffer transfers once) | 6: main -> hook -> main -> device -> main -> hook -> main |
  * | meta sub-call | the run hook's tensors are copied once in the hook thread (it may reuse them); passed to the device as they are (no re-encode, no decode copy); each output copied once to go back to the hook thread | 4 per sub-call: hook -> main -> device -> main -> hook |
+ *
+ * The floor with these libraries is 3 for a large inline request: (1), (2) and (4) are made by
+ * grpc-js and onnxruntime-node whatever we do. Reaching it means handing grpc-js the response's
+ * header and the binding's output buffers as one message without joining them (docs/performance.md).
  */
 import type { Gateway } from '../actors/gateway/gateway.js';
 import type { HookPool } from '../actors/hooks/handle.js';
