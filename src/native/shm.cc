@@ -27,10 +27,11 @@ struct Mapping {
 std::string ErrnoText(int err) { return std::string(std::strerror(err)); }
 
 // A key names a POSIX shared-memory object: "/" then a name without further "/", as shm_open
-// requires; nothing else, so no key resolves outside the shared-memory filesystem.
+// requires; nothing else, so no key resolves outside the shared-memory filesystem. A NUL would
+// cut the name short for shm_open: the object opened would not be the one the client named.
 bool ValidKey(const std::string& key) {
   if (key.size() < 2 || key.size() > 255 || key[0] != '/') return false;
-  if (key.find('/', 1) != std::string::npos) return false;
+  if (key.find('/', 1) != std::string::npos || key.find('\0') != std::string::npos) return false;
   return key != "/." && key != "/..";
 }
 
@@ -49,11 +50,15 @@ Napi::Value Open(const Napi::CallbackInfo& info) {
   if (info.Length() < 1 || !info[0].IsString()) return Fail(env, "EARGS", "open(key: string)");
   const std::string key = info[0].As<Napi::String>().Utf8Value();
   if (!ValidKey(key)) {
-    return Fail(env, "EINVALKEY", "shared-memory key \"" + key + "\" is not a POSIX shared-memory name: one leading '/', no other '/'");
+    return Fail(env, "EINVALKEY", "shared-memory key is not a POSIX shared-memory name: one leading '/', then 1 to 254 characters without '/' or NUL");
   }
-  const int fd = shm_open(key.c_str(), O_RDWR, 0);
+  // shm_open opens with O_NOFOLLOW: a symbolic link fails with ELOOP; a directory with EISDIR or EINVAL.
+  const int fd = shm_open(key.c_str(), O_RDWR | O_NONBLOCK, 0);
   if (fd < 0) {
     const int err = errno;
+    if (err == ELOOP || err == EISDIR || err == EINVAL) {
+      return Fail(env, "ENOTREG", "shm_open(\"" + key + "\"): " + ErrnoText(err) + "; a region must be a shared-memory object, not a link or a directory");
+    }
     return Fail(env, err == ENOENT ? "ENOENT" : "EOPEN", "shm_open(\"" + key + "\"): " + ErrnoText(err));
   }
   struct stat st;
@@ -61,6 +66,11 @@ Napi::Value Open(const Napi::CallbackInfo& info) {
     const int err = errno;
     close(fd);
     return Fail(env, "EOPEN", "fstat(\"" + key + "\"): " + ErrnoText(err));
+  }
+  // A FIFO or device node in the shared-memory filesystem is not memory: mapping or reading it could block or fault.
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return Fail(env, "ENOTREG", "\"" + key + "\" is not a regular shared-memory object (a FIFO, socket or device node)");
   }
   Napi::Object result = Napi::Object::New(env);
   result.Set("fd", Napi::Number::New(env, fd));

@@ -29,7 +29,9 @@ function load(): Addon {
 
 function wrap(key: string, err: unknown): StowageError {
   const e = err as Error & { code?: string };
-  if (e.code === 'EINVALKEY' || e.code === 'ETOOSMALL' || e.code === 'EARGS') return errors.sharedMemoryInvalid(`key ${JSON.stringify(key)}: ${e.message}`);
+  // A client's key is echoed cut short: an error must fit in a gRPC trailer.
+  const named = key.length > 300 ? `${JSON.stringify(key.slice(0, 300))}... (${key.length} characters)` : JSON.stringify(key);
+  if (e.code === 'EINVALKEY' || e.code === 'ENOTREG' || e.code === 'ETOOSMALL' || e.code === 'EARGS') return errors.sharedMemoryInvalid(`key ${named}: ${e.message}`);
   if (e.code === 'ENOENT' || e.code === 'EOPEN' || e.code === 'EMAP') return errors.sharedMemoryOpenFailed(key, e.message);
   return err as StowageError;
 }
