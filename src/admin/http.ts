@@ -11,6 +11,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
+import { quote } from '../shared/errors.js';
 
 export interface AdminContext {
   /** Whether the server is ready, and a body that says why (or why not). */
@@ -41,7 +42,7 @@ export function createAdminServer(ctx: AdminContext): http.Server {
     };
     try {
       const path = pathOf(req.url);
-      if (path === null) return reply(400, { error: `cannot parse the request target ${JSON.stringify(truncate(req.url ?? ''))}; expected a path such as /readyz` });
+      if (path === null) return reply(400, { error: `cannot parse the request target ${quote(req.url ?? '')}; expected a path such as /readyz` });
       if (req.method !== 'GET' && req.method !== 'HEAD') return reply(405, { error: 'use GET' });
       switch (path) {
         case '/healthz':
@@ -57,7 +58,7 @@ export function createAdminServer(ctx: AdminContext): http.Server {
           return reply(body.ready ? 200 : 503, body);
         }
         default:
-          return reply(404, { error: `no such endpoint ${JSON.stringify(truncate(path))}; try /healthz, /readyz or /metrics` });
+          return reply(404, { error: `no such endpoint ${quote(path)}; try /healthz, /readyz or /metrics` });
       }
     } catch (err) {
       return reply(500, { error: (err as Error).message });
@@ -67,11 +68,6 @@ export function createAdminServer(ctx: AdminContext): http.Server {
   server.headersTimeout = 10_000;
   server.requestTimeout = 30_000;
   return server;
-}
-
-/** A client's string, cut short enough to echo in an error. */
-function truncate(s: string, max = 200): string {
-  return s.length > max ? `${s.slice(0, max)}... (${s.length} characters)` : s;
 }
 
 /** Close the admin server if it is listening. */

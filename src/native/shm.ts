@@ -4,7 +4,7 @@
  * region never loads it.
  */
 import { createRequire } from 'node:module';
-import { errors, type StowageError } from '../shared/errors.js';
+import { errors, quote, type StowageError } from '../shared/errors.js';
 
 interface Addon {
   open(key: string): { fd: number; size: number };
@@ -29,9 +29,7 @@ function load(): Addon {
 
 function wrap(key: string, err: unknown): StowageError {
   const e = err as Error & { code?: string };
-  // A client's key is echoed cut short: an error must fit in a gRPC trailer.
-  const named = key.length > 300 ? `${JSON.stringify(key.slice(0, 300))}... (${key.length} characters)` : JSON.stringify(key);
-  if (e.code === 'EINVALKEY' || e.code === 'ENOTREG' || e.code === 'ETOOSMALL' || e.code === 'EARGS') return errors.sharedMemoryInvalid(`key ${named}: ${e.message}`);
+  if (e.code === 'EINVALKEY' || e.code === 'ENOTREG' || e.code === 'ETOOSMALL' || e.code === 'EARGS') return errors.sharedMemoryInvalid(`key ${quote(key)}: ${e.message}`);
   if (e.code === 'ENOENT' || e.code === 'EOPEN' || e.code === 'EMAP') return errors.sharedMemoryOpenFailed(key, e.message);
   return err as StowageError;
 }

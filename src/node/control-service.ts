@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import type { Gateway } from '../actors/gateway/gateway.js';
 import type { Residency } from '../shared/channels/device.js';
 import { RESIDENCIES } from '../shared/config-schema.js';
-import { errors } from '../shared/errors.js';
+import { errors, quote } from '../shared/errors.js';
 import type { GrpcEdge } from '../protocol/edge.js';
 import type { ModelRegistry } from './model-registry.js';
 
@@ -72,8 +72,8 @@ export function controlService(ctx: ControlContext): Record<string, grpc.Untyped
     }),
     SetModelResidency: edge.unary('SetModelResidency', async (req: { name: string; residency: string }) => {
       const record = registry.find(req.name);
-      if (!(RESIDENCIES as readonly string[]).includes(req.residency)) throw errors.invalidRequest(`residency must be one of ${RESIDENCIES.join(', ')}, got ${JSON.stringify(req.residency)}`);
-      if (record.spec?.kind === 'meta') throw errors.invalidRequest(`model ${JSON.stringify(req.name)} is a meta model: it has no weights of its own`);
+      if (!(RESIDENCIES as readonly string[]).includes(req.residency)) throw errors.invalidRequest(`residency must be one of ${RESIDENCIES.join(', ')}, got ${quote(req.residency)}`);
+      if (record.spec?.kind === 'meta') throw errors.invalidRequest(`model ${quote(req.name)} is a meta model: it has no weights of its own`);
       await gateway.setResidency(req.name, req.residency as Residency);
       logger.info({ model: req.name, residency: req.residency }, 'model residency changed');
       return {};

@@ -9,7 +9,7 @@
  * named it is still in flight (`hold` when the request is decoded, `release` when it is answered). Unregistering a
  * region in use is therefore safe: the requests finish on it, then it is closed.
  */
-import { errors } from '../shared/errors.js';
+import { errors, quote } from '../shared/errors.js';
 import { closeSharedMemory, openSharedMemory } from '../native/shm.js';
 import type { RegionSlice } from '../shared/channels/device.js';
 
@@ -46,15 +46,15 @@ export class SharedMemoryRegistry {
 
   register(name: string, key: string, offset: number, byteSize: number): Region {
     if (name === '') throw errors.sharedMemoryInvalid('a shared-memory region needs a name');
-    if (name.startsWith('triton_')) throw errors.sharedMemoryInvalid(`region names starting with "triton_" are reserved, as in Triton: ${JSON.stringify(name)}`);
+    if (name.startsWith('triton_')) throw errors.sharedMemoryInvalid(`region names starting with "triton_" are reserved, as in Triton: ${quote(name)}`);
     if (this.#regions.has(name)) throw errors.sharedMemoryExists(name);
     if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(byteSize) || offset < 0 || byteSize <= 0) {
-      throw errors.sharedMemoryInvalid(`region ${JSON.stringify(name)}: offset ${offset} and byte_size ${byteSize} must be whole numbers, byte_size > 0`);
+      throw errors.sharedMemoryInvalid(`region ${quote(name)}: offset ${offset} and byte_size ${byteSize} must be whole numbers, byte_size > 0`);
     }
     const { fd, size } = openSharedMemory(key);
     if (offset + byteSize > size) {
       closeSharedMemory(fd);
-      throw errors.sharedMemoryInvalid(`region ${JSON.stringify(name)}: key ${JSON.stringify(key)} holds ${size} bytes, fewer than offset ${offset} + byte_size ${byteSize}`);
+      throw errors.sharedMemoryInvalid(`region ${quote(name)}: key ${quote(key)} holds ${size} bytes, fewer than offset ${offset} + byte_size ${byteSize}`);
     }
     const region: OpenRegion = { id: this.#nextId++, name, key, offset, byteSize, fd, holds: 0, registered: true };
     this.#regions.set(name, region);

@@ -9,7 +9,7 @@
  */
 import type { ModelSpec, TensorSpec } from '../shared/model-spec.js';
 import { byDatatype, DATATYPES, dtypeInfo, type DtypeInfo } from '../shared/dtypes.js';
-import { errors } from '../shared/errors.js';
+import { errors, quote } from '../shared/errors.js';
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { WireTensor } from '../shared/channels/device.js';
 import type { RegionSlice } from '../shared/channels/device.js';
@@ -34,7 +34,7 @@ export interface DecodedRequest {
   timeoutUs?: number;
 }
 
-const q = (s: string) => JSON.stringify(s);
+const q = quote;
 const fmtShape = (shape: readonly number[]) => `[${shape.join(', ')}]`;
 
 /** The manifest shape with the batch axis shown as -1, for messages. */

@@ -90,7 +90,16 @@ export function errorToStatus(err: unknown): { code: StatusCode; details: string
   return { code: Status.INTERNAL, details: `internal error: ${message}` };
 }
 
-const quote = (s: string) => JSON.stringify(s);
+const QUOTED_CHARACTERS = 200;
+
+/**
+ * A client's string (a model, tensor or region name, a key, a path) as an error quotes it: cut
+ * short past 200 characters, so that an error about a 1 MB name still fits in a gRPC trailer.
+ * One parameter only, so that `names.map(quote)` is safe.
+ */
+export function quote(s: string): string {
+  return s.length > QUOTED_CHARACTERS ? `${JSON.stringify(s.slice(0, QUOTED_CHARACTERS))}... (${s.length} characters)` : JSON.stringify(s);
+}
 
 /** Factories: each gives a fresh error (and stack) with a message a user can act on. */
 export const errors = {
