@@ -7,13 +7,14 @@
  *
  * Every error names the bundle, the file and what is wrong.
  */
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { Ajv } from 'ajv';
 import YAML from 'yaml';
 import { byManifestDtype, MANIFEST_DTYPES } from '../shared/dtypes.js';
 import { errors } from '../shared/errors.js';
 import { describeSchemaErrors } from '../shared/schema-errors.js';
+import { checkBundleFile, MAX_HOOK_FILE_BYTES, MAX_MANIFEST_BYTES, MAX_MODEL_FILE_BYTES, readBundleFile } from './bundle-file.js';
 import type { ExecutableFile, ModelSpec, TensorSpec } from '../shared/model-spec.js';
 
 export const MANIFEST_FILE = 'manifest.yaml';
@@ -226,12 +227,10 @@ function parseMeta(bundle: string, dir: string, raw: RawManifest, batchAxis: str
 }
 
 export function readManifest(dir: string): ModelSpec {
-  const file = path.join(dir, MANIFEST_FILE);
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (err) {
-    throw errors.bundleInvalid(path.basename(dir), MANIFEST_FILE, `cannot read: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
-  }
-  return parseManifest(text, dir);
+  const spec = parseManifest(readBundleFile(dir, MANIFEST_FILE, MAX_MANIFEST_BYTES).toString('utf8'), dir);
+  // Checked now, on the thread that scans, so that no reader later meets a FIFO, a device or a
+  // link out of the bundle (bundle-file.ts): each refuses this bundle alone.
+  for (const e of spec.executables) checkBundleFile(dir, path.basename(e.path), MAX_MODEL_FILE_BYTES);
+  if (existsSync(path.join(dir, 'model.js'))) checkBundleFile(dir, 'model.js', MAX_HOOK_FILE_BYTES);
+  return spec;
 }

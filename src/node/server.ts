@@ -163,7 +163,12 @@ export class StowageServer {
       gateway: this.#config.gateway.scheduling.mode,
       cacheDir: this.#config.cache_dir,
     }, 'device actors started');
-    this.#hooks = new HookPool(this.#config.global.hooks.threads, this.#config.global.hooks.timeout_seconds * 1000);
+    this.#hooks = new HookPool({
+      threads: this.#config.global.hooks.threads,
+      timeoutMs: this.#config.global.hooks.timeout_seconds * 1000,
+      importTimeoutMs: this.#config.global.hooks.import_timeout_seconds * 1000,
+      maxHeapMib: this.#config.global.hooks.max_heap_mib,
+    });
     const repository = new ModelRepository({
       dir: this.#config.model_repo,
       mode: this.#config.global.model_control_mode,

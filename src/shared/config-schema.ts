@@ -219,6 +219,12 @@ export const nodeConfigSchema = {
             threads: { type: 'integer', minimum: 0, default: 0 },
             // Seconds one hook call may take; past it DEADLINE_EXCEEDED and its thread is replaced.
             timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 10 },
+            // Seconds importing one model.js may take (its top-level code); past it the bundle is
+            // refused and the thread replaced, and the repository goes on loading the others.
+            import_timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
+            // JS heap limit of each hook thread in MiB; a hook past it fails its call and its thread
+            // is replaced, instead of the process running out of memory. 0 = Node's default.
+            max_heap_mib: { type: 'integer', minimum: 0, default: 1024 },
           },
         },
         endpoints: {

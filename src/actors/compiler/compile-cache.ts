@@ -26,6 +26,7 @@ import type { CompiledExecutable, WeightEntry } from '../../shared/channels/comp
 
 export type { CompiledExecutable, WeightEntry };
 import { splitWeights } from './split-weights.js';
+import { MAX_MODEL_FILE_BYTES, readFileChunks } from '../../bundle/bundle-file.js';
 
 /** Bump when the entry layout or the splitting rule changes: old entries then miss. */
 const CACHE_FORMAT = 3;
@@ -97,7 +98,10 @@ export interface CompileOptions {
 
 /** The compiled form of an ONNX file: from the cache, or compiled now and stored. */
 export async function compileExecutable(source: string, options: CompileOptions): Promise<CompiledExecutable> {
-  const sourceHash = createHash('sha256').update(readFileSync(source)).digest('hex');
+  // Read through the bundle-file checks again: the file may have become a FIFO or a device since the scan.
+  const hash = createHash('sha256');
+  readFileChunks(source, MAX_MODEL_FILE_BYTES, (chunk) => hash.update(chunk));
+  const sourceHash = hash.digest('hex');
   const key = createHash('sha256').update(`${CACHE_FORMAT}\n${options.runtime}\n${hostFingerprint()}\n${sourceHash}`).digest('hex').slice(0, 32);
   const dir = path.join(options.cacheDir, key);
   const found = readEntry(options.cacheDir, dir);

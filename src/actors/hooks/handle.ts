@@ -39,26 +39,49 @@ function serveSubCalls(subInfer: SubInfer): MessageChannel {
   return channel;
 }
 
+export interface HookPoolOptions {
+  /** Threads; 0 = defaultHookThreads(). */
+  threads: number;
+  /** How long one hook call may run. */
+  timeoutMs: number;
+  /** How long importing a model.js may take (its top level runs then). */
+  importTimeoutMs: number;
+  /** Each thread's JS heap limit in MiB; 0 = Node's default. */
+  maxHeapMib: number;
+}
+
 export class HookPool {
   readonly #pool: Piscina;
   readonly #timeoutMs: number;
+  readonly #importTimeoutMs: number;
 
-  constructor(threads: number, timeoutMs: number) {
-    const size = threads > 0 ? threads : defaultHookThreads();
+  constructor(options: HookPoolOptions) {
+    const size = options.threads > 0 ? options.threads : defaultHookThreads();
     this.#pool = new Piscina({
       filename: new URL('./worker.js', import.meta.url).href,
       minThreads: size,
       maxThreads: size,
       idleTimeout: Infinity,
+      // A hook that allocates without bound ends its own thread (ERR_WORKER_OUT_OF_MEMORY, which
+      // fails its call; Piscina starts another), never the process.
+      ...(options.maxHeapMib > 0 ? { resourceLimits: { maxOldGenerationSizeMb: options.maxHeapMib } } : {}),
     });
-    this.#timeoutMs = timeoutMs;
+    this.#timeoutMs = options.timeoutMs;
+    this.#importTimeoutMs = options.importTimeoutMs;
   }
 
-  /** Import a bundle's model.js and check its exports: only hooks (for a meta model, only run), and only functions. */
+  /**
+   * Import a bundle's model.js and check its exports: only hooks (for a meta model, only run), and
+   * only functions. An import that throws, exits its thread, runs out of memory or runs past
+   * hooks.import_timeout_seconds refuses this bundle only (the thread is replaced).
+   */
   async describe(model: string, file: string, version: string, meta = false): Promise<BundleHooks> {
-    const result = await this.#run({ type: 'describe', file, version }, [], undefined).catch((err: Error) => {
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), this.#importTimeoutMs);
+    const result = await this.#run({ type: 'describe', file, version }, [], abort.signal).catch((err: Error) => {
+      if (abort.signal.aborted) throw errors.bundleInvalid(model, 'model.js', `importing it took longer than hooks.import_timeout_seconds (${this.#importTimeoutMs / 1000}); its thread was replaced`);
       throw errors.bundleInvalid(model, 'model.js', `cannot be imported: ${err.message}`);
-    }) as Extract<HookResult, { type: 'described' }>;
+    }).finally(() => clearTimeout(timer)) as Extract<HookResult, { type: 'described' }>;
     const allowed: readonly string[] = meta ? META_HOOK_NAMES : HOOK_NAMES;
     const what = meta ? 'a meta model\'s model.js exports only run' : `a model.js exports only ${HOOK_NAMES.join(' and ')}`;
     const hooks = { file, version, preprocess: false, postprocess: false, run: false };
