@@ -28,6 +28,8 @@ export interface ServiceContext {
   gateway: Gateway;
   statistics: Statistics;
   sharedMemory: SharedMemoryRegistry;
+  /** endpoints.system_shared_memory: false refuses every registration (and the extension is not listed). */
+  systemSharedMemory: boolean;
   logger: Logger;
   version: string;
   /** False until start-up loading has settled, and again while stopping. */
@@ -42,7 +44,7 @@ export function inferenceService(ctx: ServiceContext): Record<string, grpc.Untyp
     ModelReady: edge.unary('ModelReady', (req: ModelRef) =>
       ({ ready: registry.find(req.name, req.version).state === ModelState.READY })),
     ServerMetadata: edge.unary('ServerMetadata', () =>
-      ({ name: SERVER_NAME, version: ctx.version, extensions: [...SERVER_EXTENSIONS] })),
+      ({ name: SERVER_NAME, version: ctx.version, extensions: SERVER_EXTENSIONS.filter((e) => ctx.systemSharedMemory || e !== 'system_shared_memory') })),
     ModelMetadata: edge.unary('ModelMetadata', (req: ModelRef) => modelMetadata(registry.described(req.name, req.version))),
     ModelConfig: edge.unary('ModelConfig', (req: ModelRef) => {
       const spec = registry.described(req.name, req.version);
@@ -78,6 +80,7 @@ export function inferenceService(ctx: ServiceContext): Record<string, grpc.Untyp
       return { model_stats: [statistics.snapshot(req.name)] };
     }),
     SystemSharedMemoryRegister: edge.unary('SystemSharedMemoryRegister', (req: { name: string; key: string; offset: string; byte_size: string }) => {
+      if (!ctx.systemSharedMemory) throw errors.unsupported('SystemSharedMemoryRegister: system shared memory is turned off on this server (endpoints.system_shared_memory: false); send tensors in the request');
       sharedMemory.register(req.name, req.key, Number(req.offset), Number(req.byte_size));
       logger.info({ region: req.name, key: req.key, offset: Number(req.offset), byteSize: Number(req.byte_size) }, 'shared-memory region registered');
       return {};

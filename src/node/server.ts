@@ -197,6 +197,7 @@ export class StowageServer {
       repository,
       statistics: this.statistics,
       sharedMemory: this.sharedMemory,
+      systemSharedMemory: endpoints.system_shared_memory,
       logger: this.#logger,
       version: PACKAGE_VERSION,
       isReady,

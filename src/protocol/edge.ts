@@ -13,9 +13,14 @@
  * - admission and shedding (admission.ts): inference RPCs (ModelInfer calls
  *   and open ModelStreamInfer streams) past `max_concurrent_requests` are
  *   refused RESOURCE_EXHAUSTED before their bytes are decoded;
+ * - undecodable requests: bytes that are not a message of the RPC's type are
+ *   answered INVALID_ARGUMENT (STOWAGE_UNDECODABLE) naming the type and what
+ *   is wrong, by the same handler wrapper, never grpc-js's bare INTERNAL;
  * - the stream driver: each request of a stream is answered on it as it
  *   completes, a failure as that response's `error_message`; the stream ends
- *   once the client has ended it and every answer is written;
+ *   once the client has ended it and every answer is written. An undecodable
+ *   message breaks the stream: nothing after it is read, the requests before
+ *   it are answered, and the stream ends at once with its status;
  * - cancellation: an inference gets an AbortSignal that fires if the client
  *   cancels; the listener is removed when the call settles (grpc-js emits
  *   'cancelled' as every stream closes, answered or not);
@@ -27,7 +32,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { NodeConfig } from '../shared/config-schema.js';
-import { errors, errorToStatus, StowageError } from '../shared/errors.js';
+import { errors, errorToStatus, isUndecodable, Status, StowageError } from '../shared/errors.js';
 import { Admission } from './admission.js';
 import { widenHttp2Windows } from './http2-windows.js';
 
@@ -50,6 +55,42 @@ export interface StreamHandler<Req, Res> {
 function isForwardedStatus(err: unknown): err is grpc.ServiceError {
   return typeof err === 'object' && err !== null && !(err instanceof StowageError)
     && typeof (err as { code?: unknown }).code === 'number' && typeof (err as { details?: unknown }).details === 'string';
+}
+
+/**
+ * What a request deserializer gives, in place of throwing, for bytes it cannot decode: the
+ * handler wrapper then answers with the error. (grpc-js would answer INTERNAL "Error deserializing
+ * request" itself, on a stream at once and whatever the requests before it.)
+ */
+class Undecodable {
+  constructor(readonly error: StowageError) {}
+}
+
+/** `definition` with every request deserializer returning an Undecodable instead of throwing. */
+function undecodableAsValue(definition: grpc.ServiceDefinition): grpc.ServiceDefinition {
+  return Object.fromEntries(Object.entries(definition).map(([name, method]) => {
+    const deserialize = method.requestDeserialize;
+    // '/inference.GRPCInferenceService/ModelInfer': the package is the service's name up to its last dot.
+    const service = method.path.slice(1, method.path.lastIndexOf('/'));
+    const message = (method as { requestType?: { type?: { name?: string } } }).requestType?.type?.name;
+    const type = message ? `${service.slice(0, service.lastIndexOf('.'))}.${message}` : `${name} request`;
+    return [name, {
+      ...method,
+      requestDeserialize: (bytes: Buffer) => {
+        try {
+          return deserialize(bytes);
+        } catch (err) {
+          return new Undecodable(errors.undecodable(name, type, (err as Error).message));
+        }
+      },
+    }];
+  }));
+}
+
+/** A failure that ends a stream instead of answering one of its requests: a broken message, here or at the node it was forwarded to. */
+function breaksStream(err: unknown): boolean {
+  if (err instanceof StowageError) return err.code === 'STOWAGE_UNDECODABLE';
+  return isForwardedStatus(err) && err.code === Status.INVALID_ARGUMENT && isUndecodable(err.details);
 }
 
 /** The call's absolute deadline in ms since the epoch; Infinity when the client set none. */
@@ -97,7 +138,10 @@ export class GrpcEdge {
   unary<Req, Res>(rpc: string, fn: UnaryHandler<Req, Res>): grpc.handleUnaryCall<Req, Res> {
     return (call, callback) => {
       Promise.resolve()
-        .then(() => fn(call.request, call))
+        .then(() => {
+          if ((call.request as unknown) instanceof Undecodable) throw (call.request as unknown as Undecodable).error;
+          return fn(call.request, call);
+        })
         .then((res) => callback(null, res), (err: unknown) => callback(this.failure(rpc, err)));
     };
   }
@@ -131,15 +175,25 @@ export class GrpcEdge {
       let pending = 0;
       let ended = false;
       let left = false;
+      /** The status of the message that broke the stream: it ends with it once the requests before are answered. */
+      let broken: { code: grpc.status; details: string } | undefined;
       const leave = () => {
         if (!left) this.admission.leave();
         left = true;
       };
       const finish = () => {
-        if (ended && pending === 0 && !left) {
+        if (pending > 0 || left) return;
+        if (broken) {
+          leave();
+          call.emit('error', broken); // grpc-js writes what is queued, then this status
+        } else if (ended) {
           leave();
           call.end();
         }
+      };
+      const breakOff = (err: unknown) => {
+        broken ??= this.failure(rpc, err);
+        finish();
       };
       const gone = () => {
         abort.abort();
@@ -147,16 +201,25 @@ export class GrpcEdge {
       };
       call.on('cancelled', gone);
       call.on('error', gone);
-      call.on('data', (request: Req) => {
+      call.on('data', (request: Req | Undecodable) => {
+        if (broken || left) return; // nothing after a broken message is read
+        if (request instanceof Undecodable) {
+          breakOff(request.error);
+          return;
+        }
         pending++;
         Promise.resolve()
           .then(() => handler.answer(request, call, abort.signal))
           .then(
             (reply) => reply,
-            (err: unknown) => handler.failed(request, this.failure(rpc, err).details),
+            (err: unknown) => {
+              if (!breaksStream(err)) return handler.failed(request, this.failure(rpc, err).details);
+              broken ??= this.failure(rpc, err);
+              return undefined;
+            },
           )
           .then((reply) => {
-            if (!left) call.write(reply);
+            if (!left && reply !== undefined) call.write(reply);
           })
           .finally(() => {
             pending--;
@@ -184,7 +247,7 @@ export class GrpcEdge {
         });
       }
     }
-    this.#server.addService(definition, handlers);
+    this.#server.addService(undecodableAsValue(definition), handlers);
   }
 
   /** Bind to endpoints.host:grpc_port; resolves to the port (the one chosen when grpc_port is 0). */

@@ -2,6 +2,15 @@
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import { WireSchema } from './wire-check.js';
+
+let inferenceSchema: WireSchema | undefined;
+
+/** The KServe messages' wire schema: how a gateway checks the raw bytes it forwards. */
+export function inferenceWireSchema(): WireSchema {
+  if (!inferenceSchema) loadInferenceClient();
+  return inferenceSchema as WireSchema;
+}
 
 /** proto/ at the repository root (this file runs from dist/protocol/). */
 export const PROTO_DIR = fileURLToPath(new URL('../../proto/', import.meta.url));
@@ -22,9 +31,28 @@ export const LOADER_OPTIONS: protoLoader.Options = {
   includeDirs: [PROTO_DIR],
 };
 
+/**
+ * Make every request deserializer of `service` in `definition` check the wire strictly first
+ * (wire-check.ts), so that bytes that are not the request type throw, naming the field, instead
+ * of decoding into a plausible message. Returns the schema, for readers of raw bytes (a gateway).
+ */
+function strictRequests(definition: protoLoader.PackageDefinition, pkg: string, service: string): WireSchema {
+  const schema = new WireSchema(definition, pkg);
+  for (const method of Object.values(definition[`${pkg}.${service}`] as protoLoader.ServiceDefinition)) {
+    const type = `${pkg}.${(method.requestType.type as { name: string }).name}`;
+    const decode = method.requestDeserialize;
+    method.requestDeserialize = (bytes: Buffer) => {
+      schema.check(bytes, type);
+      return decode(bytes);
+    };
+  }
+  return schema;
+}
+
 /** Stowage's control service (proto/control.proto), served beside the KServe one. */
 export function loadControlClient(): grpc.ServiceClientConstructor {
   const definition = protoLoader.loadSync('control.proto', LOADER_OPTIONS);
+  strictRequests(definition, 'stowage.control', 'ModelControl');
   const pkg = grpc.loadPackageDefinition(definition) as unknown as {
     stowage: { control: { ModelControl: grpc.ServiceClientConstructor } };
   };
@@ -34,6 +62,7 @@ export function loadControlClient(): grpc.ServiceClientConstructor {
 /** The client constructor; its `.service` is the definition the server registers. */
 export function loadInferenceClient(): grpc.ServiceClientConstructor {
   const definition = protoLoader.loadSync('grpc_service.proto', LOADER_OPTIONS);
+  inferenceSchema = strictRequests(definition, 'inference', 'GRPCInferenceService');
   const pkg = grpc.loadPackageDefinition(definition) as unknown as {
     inference: { GRPCInferenceService: grpc.ServiceClientConstructor };
   };

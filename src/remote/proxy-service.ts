@@ -26,6 +26,7 @@ import { errors, StowageError } from '../shared/errors.js';
 import { readFields, readString, WireWriter } from '../shared/protobuf-wire.js';
 import type { GrpcEdge } from '../protocol/edge.js';
 import { applyLogSettings, currentLogSettings } from '../protocol/log-settings.js';
+import { inferenceWireSchema } from '../protocol/proto.js';
 import type { RemoteNode } from './remote-node.js';
 import { mergeStatistics } from './statistics-merge.js';
 
@@ -66,7 +67,7 @@ function stringFields(bytes: Buffer, rpc: string, ...numbers: number[]): string[
   try {
     fields = readFields(bytes);
   } catch (err) {
-    throw errors.invalidRequest(`${rpc}: the request is not a valid protobuf message (${(err as Error).message})`);
+    throw errors.undecodable(rpc, 'protobuf', (err as Error).message);
   }
   return numbers.map((n) => readString(fields, n) ?? '');
 }
@@ -74,8 +75,17 @@ function stringFields(bytes: Buffer, rpc: string, ...numbers: number[]): string[
 /** The service as the gateway registers it: the forwarded RPCs with raw bytes in and out, the rest decoded. */
 export function proxyDefinition(definition: grpc.ServiceDefinition): grpc.ServiceDefinition {
   const raw = (b: Buffer) => b;
-  return Object.fromEntries(Object.entries(definition).map(([name, m]) =>
-    [name, name in FORWARDED ? { ...m, requestDeserialize: raw, responseSerialize: raw } : m]));
+  const schema = inferenceWireSchema();
+  return Object.fromEntries(Object.entries(definition).map(([name, m]) => {
+    if (!(name in FORWARDED)) return [name, m];
+    // Checked as strictly as a node checks it (one status for broken bytes, here or there), then forwarded as it is.
+    const type = `inference.${(m as { requestType?: { type?: { name?: string } } }).requestType?.type?.name}`;
+    const checked = (b: Buffer) => {
+      schema.check(b, type);
+      return b;
+    };
+    return [name, { ...m, requestDeserialize: checked, responseSerialize: raw }];
+  }));
 }
 
 export function proxyService(ctx: ProxyContext): Record<string, grpc.UntypedHandleCall> {

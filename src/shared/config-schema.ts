@@ -249,6 +249,9 @@ export const nodeConfigSchema = {
             // 64 KiB (65535) throttles large tensors about 3× on loopback; 4 MiB lets a 600 KiB
             // request arrive in one round trip.
             http2_window_bytes: { type: 'integer', minimum: 65535, maximum: 2147483647, default: 4194304 },
+            // Triton's system shared-memory extension: clients name POSIX shared-memory objects of this
+            // machine (/dev/shm) for tensors. false refuses every registration (docs/security.md).
+            system_shared_memory: { type: 'boolean', default: true },
             // Seconds in-flight requests get to finish after SIGTERM/SIGINT before the server exits anyway.
             shutdown_grace_seconds: { type: 'number', minimum: 0, default: 30 },
           },

@@ -30,6 +30,7 @@ export const ERROR_CODES = {
   STOWAGE_MODEL_NOT_READY: { status: Status.UNAVAILABLE, means: 'the model exists but is loading, failed to load or is unloaded' },
   STOWAGE_INVALID_TENSOR: { status: Status.INVALID_ARGUMENT, means: 'an input or requested output does not match the model: name, datatype, shape or byte size' },
   STOWAGE_INVALID_REQUEST: { status: Status.INVALID_ARGUMENT, means: 'the request is malformed apart from its tensors (parameters, raw contents count)' },
+  STOWAGE_UNDECODABLE: { status: Status.INVALID_ARGUMENT, means: 'the request\'s bytes are not a protobuf message of the RPC\'s type; on a ModelStreamInfer stream this ends the stream after the requests before it are answered' },
   STOWAGE_UNSUPPORTED: { status: Status.INVALID_ARGUMENT, means: 'the request asks for a feature this server does not provide (sequences, classification, CUDA shared memory)' },
   STOWAGE_QUEUE_FULL: { status: Status.RESOURCE_EXHAUSTED, means: 'the model\'s queue on the device holds scheduler.max_queue_depth requests already' },
   STOWAGE_HOOK_FAILED: { status: Status.INTERNAL, means: 'a bundle\'s model.js hook threw, rejected, or returned the wrong tensors' },
@@ -101,6 +102,16 @@ export function quote(s: string): string {
   return s.length > QUOTED_CHARACTERS ? `${JSON.stringify(s.slice(0, QUOTED_CHARACTERS))}... (${s.length} characters)` : JSON.stringify(s);
 }
 
+const UNDECODABLE = 'the request is not a valid';
+
+/**
+ * Whether a status's details say the request could not be decoded (errors.undecodable): how a
+ * gateway tells, from a node's answer, that the message it forwarded was broken.
+ */
+export function isUndecodable(details: string): boolean {
+  return details.includes(`: ${UNDECODABLE} `);
+}
+
 /** Factories: each gives a fresh error (and stack) with a message a user can act on. */
 export const errors = {
   modelNotFound: (name: string, known: readonly string[]) =>
@@ -115,6 +126,8 @@ export const errors = {
   invalidTensor: (message: string) => new StowageError('STOWAGE_INVALID_TENSOR', message),
   invalidRequest: (message: string) => new StowageError('STOWAGE_INVALID_REQUEST', message),
   unsupported: (message: string) => new StowageError('STOWAGE_UNSUPPORTED', message),
+  undecodable: (rpc: string, type: string, reason: string) =>
+    new StowageError('STOWAGE_UNDECODABLE', `${rpc}: ${UNDECODABLE} ${type} message (${reason})`),
   queueFull: (model: string, depth: number) =>
     new StowageError('STOWAGE_QUEUE_FULL',
       `model ${quote(model)} already has ${depth} requests queued (scheduler.max_queue_depth); retry later`),

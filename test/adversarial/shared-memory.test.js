@@ -1,12 +1,13 @@
-// Shared memory against a client that changes its objects under the server: a region shrunk after
-// registration fails the requests that use it, never the process.
+// Shared memory against a client that changes its objects under the server (a region shrunk after
+// registration fails the requests that use it, never the process), keys that are not plain
+// objects, offsets and sizes at every edge, overlapping regions, and the switch that turns it off.
 import { execFileSync } from 'node:child_process';
-import { closeSync, ftruncateSync, mkdirSync, openSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, ftruncateSync, mkdirSync, openSync, readFileSync, readSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
 import { createRegion, destroyRegion, writeRegion } from '../../dist/client/shared-memory.js';
-import { ROOT, startServer, tensor } from '../helpers/server.js';
+import { FIXTURES, ROOT, startServer, tensor } from '../helpers/server.js';
 
 const resize = (/** @type {string} */ key, /** @type {number} */ bytes) => {
   const fd = openSync(`/dev/shm/${key.slice(1)}`, 'r+');
@@ -78,4 +79,88 @@ test('keys that are not plain shared-memory objects are refused INVALID_ARGUMENT
   // The plain object registers; nothing was left registered by the refusals.
   await server.client.registerSystemSharedMemory('r', `/${base}_file`, 16);
   t.deepEqual(Object.keys(await server.client.systemSharedMemoryStatus()), ['r']);
+});
+
+test('offsets and sizes at and past every edge, 2^64-1 included; overlapping regions; the switch that turns it off', async (t) => {
+  const server = await startServer({ model_repo: path.join(ROOT, 'bundles') });
+  t.teardown(() => server.stop());
+  const off = await startServer({ model_repo: path.join(ROOT, 'bundles'), global: { endpoints: { system_shared_memory: false } } });
+  t.teardown(() => off.stop());
+  const key = `/stowage_adv_${process.pid}_edges`;
+  t.teardown(() => {
+    try { destroyRegion(key); } catch { /* gone */ }
+  });
+  createRegion(key, 4096);
+  const MAX64 = '18446744073709551615';
+  const register = (/** @type {string} */ name, /** @type {string} */ offset, /** @type {string} */ size) =>
+    server.client.call('SystemSharedMemoryRegister', { name, key, offset, byte_size: size });
+  /** @type {[offset: string, size: string, message: RegExp | null][]} */
+  const registrations = [
+    ['0', '4096', null],
+    ['4095', '1', null],
+    ['4096', '1', /holds 4096 bytes, fewer than offset 4096 \+ byte_size 1/],
+    ['0', '4097', /holds 4096 bytes, fewer than offset 0 \+ byte_size 4097/],
+    ['0', '0', /byte_size > 0/],
+    [MAX64, '1', /must be whole numbers/],
+    ['0', MAX64, /must be whole numbers/],
+    ['9007199254740992', '1', /must be whole numbers/], // 2^53: past what a double holds exactly
+  ];
+  for (const [i, [offset, size, message]] of registrations.entries()) {
+    const label = `register offset ${offset} byte_size ${size}`;
+    if (!message) {
+      await register(`ok${i}`, offset, size);
+      continue;
+    }
+    const err = await t.throwsAsync(register(`bad${i}`, offset, size), undefined, label);
+    t.is(/** @type {any} */ (err).code, status.INVALID_ARGUMENT, label);
+    t.regex(err?.message ?? '', message, label);
+  }
+  t.deepEqual(Object.keys(await server.client.systemSharedMemoryStatus()).sort(), ['ok0', 'ok1']);
+
+  // Requests against region ok0 (the whole 4096 bytes): the image is 256 bytes, probabilities 40.
+  const image = Float32Array.from(JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8')).images[0]);
+  writeRegion(key, 4096 - 256, image);
+  const param = (/** @type {string} */ v) => (v.startsWith('-') ? { int64_param: v } : { uint64_param: v });
+  const infer = (/** @type {string} */ offset, /** @type {string} */ size) => server.client.call('ModelInfer', {
+    model_name: 'digits',
+    inputs: [{ name: 'image', datatype: 'FP32', shape: ['1', '8', '8'], parameters: { shared_memory_region: { string_param: 'ok0' }, shared_memory_offset: param(offset), shared_memory_byte_size: param(size) } }],
+    outputs: [{ name: 'label' }],
+  });
+  const answer = await infer(String(4096 - 256), '256');
+  t.is(answer.outputs[0].name, 'label', 'the last 256 bytes of the region are read');
+  /** @type {[offset: string, size: string, message: RegExp][]} */
+  const requests = [
+    [String(4096 - 255), '256', /input "image": offset 3841 \+ byte_size 256 is outside region "ok0" of 4096 bytes/],
+    ['0', '255', /expected shared_memory_byte_size 256/],
+    [MAX64, '256', /shared_memory_offset must be a non-negative int64/],
+    ['0', MAX64, /shared_memory_byte_size must be a non-negative int64/],
+    ['-1', '256', /shared_memory_offset must be a non-negative int64/],
+  ];
+  for (const [offset, size, message] of requests) {
+    const label = `input at offset ${offset}, byte_size ${size}`;
+    const err = await t.throwsAsync(infer(offset, size), undefined, label);
+    t.is(/** @type {any} */ (err).code, status.INVALID_ARGUMENT, label);
+    t.regex(err?.message ?? '', message, label);
+  }
+
+  // Overlapping regions of one object: an output written over the bytes its own input was read
+  // from. Inputs are read before outputs are written, so the answer is the one computed inline.
+  await server.client.registerSystemSharedMemory('tail', key, 256, 4096 - 256);
+  const inline = await server.client.infer('digits', [tensor('image', 'FP32', [1, 8, 8], image)], { outputs: ['probabilities'] });
+  const overlapping = await server.client.infer('digits', /** @type {any} */ ([{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], sharedMemory: { region: 'tail', byteSize: 256 } }]),
+    /** @type {any} */ ({ outputs: [{ name: 'probabilities', sharedMemory: { region: 'ok0', byteSize: 40, offset: 4096 - 256 } }] }));
+  t.is(overlapping.outputs[0].data.length, 0, 'written to the region, not inline');
+  const fd = openSync(`/dev/shm/${key.slice(1)}`, 'r');
+  const written = new Float32Array(10);
+  try { readSync(fd, new Uint8Array(written.buffer), 0, 40, 4096 - 256); } finally { closeSync(fd); }
+  t.deepEqual([...written], [.../** @type {Float32Array} */ (inline.outputs[0].data)]);
+
+  // Turned off: registration refused, nothing else changes; the extension is not advertised.
+  const refused = await t.throwsAsync(off.client.registerSystemSharedMemory('r', key, 16));
+  t.is(/** @type {any} */ (refused).code, status.INVALID_ARGUMENT);
+  t.regex(refused?.message ?? '', /system shared memory is turned off on this server \(endpoints\.system_shared_memory: false\)/);
+  t.deepEqual(await off.client.systemSharedMemoryStatus(), {});
+  await off.client.unregisterSystemSharedMemory();
+  t.false((await off.client.call('ServerMetadata', {})).extensions.includes('system_shared_memory'));
+  t.true((await server.client.call('ServerMetadata', {})).extensions.includes('system_shared_memory'));
 });

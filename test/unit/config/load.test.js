@@ -19,10 +19,10 @@ test('defaults fill every key and the result is frozen', (t) => {
       weight_cache_fraction: 1, weight_cache_wiggle_fraction: 0.1,
     },
     scheduler: { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, compaction_interval: 0, models: {} },
-    hooks: { threads: 0, timeout_seconds: 10 },
+    hooks: { threads: 0, timeout_seconds: 10, import_timeout_seconds: 30, max_heap_mib: 1024 },
     endpoints: {
       host: '127.0.0.1', grpc_port: 8001, admin_port: 8002, max_concurrent_requests: 64, http2_window_bytes: 4194304,
-      max_receive_message_bytes: 2147483647, max_send_message_bytes: 2147483647, shutdown_grace_seconds: 30,
+      max_receive_message_bytes: 2147483647, max_send_message_bytes: 2147483647, system_shared_memory: true, shutdown_grace_seconds: 30,
     },
   });
   t.true(Object.isFrozen(config.global.endpoints));
