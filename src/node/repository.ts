@@ -61,6 +61,8 @@ export class ModelRepository {
   readonly #chains = new Map<string, Promise<unknown>>();
   /** Bundle fingerprints as last acted on (dynamic mode). */
   readonly #seen = new Map<string, string>();
+  /** Why the repository directory could not be read at the last look, while it cannot. */
+  #unreadable: string | undefined;
 
   constructor(options: RepositoryOptions) {
     this.#o = options;
@@ -129,15 +131,31 @@ export class ModelRepository {
     return this.#serial(name, () => this.#unload(name, false));
   }
 
-  /** Dynamic mode: act on what changed on disk since the last look. */
+  /**
+   * Dynamic mode: act on what changed on disk since the last look. A repository directory that is
+   * gone or unreadable (a dropped mount, a deploy swapping it) says nothing about its bundles: the
+   * loaded models keep serving, and the look after it is back acts on what changed meanwhile.
+   */
   async sync(): Promise<void> {
-    const onDisk = new Map<string, string>();
-    if (existsSync(this.#o.dir)) {
-      for (const entry of readdirSync(this.#o.dir, { withFileTypes: true })) {
-        if (!entry.isDirectory() || entry.name.startsWith('.') || !this.#included(entry.name)) continue;
-        const dir = path.join(this.#o.dir, entry.name);
-        if (existsSync(path.join(dir, MANIFEST_FILE))) onDisk.set(entry.name, fingerprint(dir));
+    let entries;
+    try {
+      entries = readdirSync(this.#o.dir, { withFileTypes: true });
+    } catch (err) {
+      const why = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+      if (this.#unreadable !== why) {
+        this.#o.logger.error({ model_repo: this.#o.dir, err: why, loaded: this.#seen.size },
+          `model_repo cannot be read (${why}): the loaded models keep serving until it is back`);
       }
+      this.#unreadable = why;
+      return;
+    }
+    if (this.#unreadable) this.#o.logger.info({ model_repo: this.#o.dir }, 'model_repo can be read again: acting on what changed');
+    this.#unreadable = undefined;
+    const onDisk = new Map<string, string>();
+    for (const entry of entries) {
+      if (!entry.isDirectory() || entry.name.startsWith('.') || !this.#included(entry.name)) continue;
+      const dir = path.join(this.#o.dir, entry.name);
+      if (existsSync(path.join(dir, MANIFEST_FILE))) onDisk.set(entry.name, fingerprint(dir));
     }
     const work: Promise<unknown>[] = [];
     for (const [name, print] of onDisk) {

@@ -16,6 +16,12 @@
  * that does not read back whole) compiles again. Entries are written to a
  * temporary directory and renamed into place, so devices compiling the same
  * file at once, or a crash mid-write, never leave a half entry behind.
+ *
+ * A damaged entry (a disk error, a hand edit, a bad copy of the cache) is
+ * detected and compiled again, never served: the index records the graph's
+ * SHA-256, checked on every hit (the graph is weightless, so this is cheap),
+ * and a tensor file must hash to its key when the compiler reads it into host
+ * RAM (worker.ts; `tensorIntact`), which it does once per process per tensor.
  */
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -29,12 +35,14 @@ import { splitWeights } from './split-weights.js';
 import { MAX_MODEL_FILE_BYTES, readFileChunks } from '../../bundle/bundle-file.js';
 
 /** Bump when the entry layout or the splitting rule changes: old entries then miss. */
-const CACHE_FORMAT = 3;
+const CACHE_FORMAT = 4;
 
 
 interface IndexFile {
   format: number;
   source: string;
+  /** SHA-256 of graph.onnx. */
+  graph: string;
   weights: Omit<WeightEntry, 'path'>[];
 }
 
@@ -74,19 +82,47 @@ export function weightKey(datatype: string, dims: readonly number[], bytes: Uint
   return createHash('sha256').update(`${datatype}[${dims.join(',')}]`).update(bytes).digest('hex');
 }
 
-/** Read an entry back, or undefined when it is missing or not whole (its tensor files included). */
-function readEntry(cacheDir: string, dir: string): CompiledExecutable | undefined {
+/** Do a tensor file's bytes (read into `bytes`) hash to its key? */
+export function tensorIntact(w: Pick<WeightEntry, 'datatype' | 'dims' | 'key'>, bytes: Uint8Array): boolean {
+  return weightKey(w.datatype, w.dims, bytes) === w.key;
+}
+
+/**
+ * Throw away a damaged tensor file and the entries that name it, so the next compile of their
+ * sources writes them again (storeTensor keeps a file of the right size, so it must go).
+ */
+export function discardDamaged(tensorFile: string, entryDirs: Iterable<string>): void {
+  rmSync(tensorFile, { force: true });
+  for (const dir of entryDirs) rmSync(dir, { recursive: true, force: true });
+}
+
+const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
+
+/**
+ * Read an entry back: the entry, or undefined when there is none (or one of an older format), or
+ * `{ damaged }` saying what is wrong with one that does not read back whole and intact.
+ */
+function readEntry(cacheDir: string, dir: string): CompiledExecutable | { damaged: string } | undefined {
+  let index: IndexFile;
   try {
-    const index = JSON.parse(readFileSync(path.join(dir, 'index.json'), 'utf8')) as IndexFile;
-    const graphPath = path.join(dir, 'graph.onnx');
-    if (index.format !== CACHE_FORMAT || !existsSync(graphPath)) return undefined;
+    index = JSON.parse(readFileSync(path.join(dir, 'index.json'), 'utf8')) as IndexFile;
+  } catch (err) {
+    return existsSync(dir) ? { damaged: `${path.join(dir, 'index.json')} does not read: ${(err as Error).message}` } : undefined;
+  }
+  if (index?.format !== CACHE_FORMAT) return undefined;
+  const graphPath = path.join(dir, 'graph.onnx');
+  try {
+    if (sha256(readFileSync(graphPath)) !== index.graph) return { damaged: `${graphPath} does not hash to the index's ${index.graph}` };
     const weights = index.weights.map((w) => ({ ...w, path: tensorPath(cacheDir, w.key) }));
-    if (weights.some((w) => statSync(w.path).size !== w.byteLength)) return undefined;
+    const short = weights.find((w) => statSync(w.path).size !== w.byteLength);
+    if (short) return { damaged: `${short.path} is not ${short.byteLength} bytes long` };
     return { dir, graphPath, weights, hit: true };
-  } catch {
-    return undefined;
+  } catch (err) {
+    return { damaged: (err as Error).message };
   }
 }
+
+const isEntry = (e: ReturnType<typeof readEntry>): e is CompiledExecutable => e !== undefined && !('damaged' in e);
 
 export interface CompileOptions {
   cacheDir: string;
@@ -105,8 +141,9 @@ export async function compileExecutable(source: string, options: CompileOptions)
   const key = createHash('sha256').update(`${CACHE_FORMAT}\n${options.runtime}\n${hostFingerprint()}\n${sourceHash}`).digest('hex').slice(0, 32);
   const dir = path.join(options.cacheDir, key);
   const found = readEntry(options.cacheDir, dir);
-  if (found) return found;
-  rmSync(dir, { recursive: true, force: true }); // a partial or outdated entry
+  if (isEntry(found)) return found;
+  rmSync(dir, { recursive: true, force: true }); // a partial, damaged or outdated entry
+  const damaged = found?.damaged;
 
   const tmp = `${dir}.tmp-${process.pid}-${threadId}-${Math.random().toString(36).slice(2)}`;
   mkdirSync(tmp, { recursive: true });
@@ -121,19 +158,19 @@ export async function compileExecutable(source: string, options: CompileOptions)
       return { name: w.name, datatype: w.datatype, dims: w.dims, byteLength: w.data.byteLength, key };
     });
     writeFileSync(path.join(tmp, 'graph.onnx'), graph);
-    const index: IndexFile = { format: CACHE_FORMAT, source: path.resolve(source), weights: entries };
+    const index: IndexFile = { format: CACHE_FORMAT, source: path.resolve(source), graph: sha256(graph), weights: entries };
     writeFileSync(path.join(tmp, 'index.json'), JSON.stringify(index));
     rmSync(optimised);
     try {
       renameSync(tmp, dir);
     } catch (err) {
       // Another device compiled the same file meanwhile: its entry is as good as ours.
-      if (!readEntry(options.cacheDir, dir)) throw err;
+      if (!isEntry(readEntry(options.cacheDir, dir))) throw err;
     }
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }
   const entry = readEntry(options.cacheDir, dir);
-  if (!entry) throw new Error(`the compile cache entry ${dir} did not read back`);
-  return { ...entry, hit: false };
+  if (!isEntry(entry)) throw new Error(`the compile cache entry ${dir} did not read back${entry ? `: ${entry.damaged}` : ''}`);
+  return { ...entry, hit: false, ...(damaged ? { damaged } : {}) };
 }

@@ -40,7 +40,7 @@ export class Compiler {
       clearTimeout(timer);
     }
     if (result.type === 'compileFailed') throw fromErrorData(result.error);
-    return { executables: result.executables, host: result.host };
+    return { executables: result.executables, host: result.host, repaired: result.repaired };
   }
 
   async close(): Promise<void> {

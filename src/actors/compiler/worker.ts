@@ -16,7 +16,7 @@ import type { CompiledExecutable, CompileResult, CompileTask } from '../../share
 import { COMPILER_NICE } from '../../shared/constants.js';
 import { errors, toErrorData } from '../../shared/errors.js';
 import { readTensorFile } from '../../shared/tensor-file.js';
-import { compileExecutable } from './compile-cache.js';
+import { compileExecutable, discardDamaged, tensorIntact } from './compile-cache.js';
 
 // Linux: /proc/thread-self names this thread; a nice value set on a thread id applies to that
 // thread alone (and to threads it starts later). Elsewhere the compile runs at normal priority.
@@ -50,20 +50,43 @@ async function optimise(model: string, source: string, target: string): Promise<
 
 export default async function compile(task: CompileTask): Promise<CompileResult> {
   try {
-    const executables: CompiledExecutable[] = [];
-    for (const file of task.files) {
-      executables.push(await compileExecutable(file, { cacheDir: task.cacheDir, runtime: RUNTIME, optimise: (source, target) => optimise(task.model, source, target) }));
+    const repaired: string[] = [];
+    // Twice at most: a damaged tensor file is thrown away with the entries naming it and they are
+    // compiled again; damaged again at once means the disk itself is failing.
+    for (let attempt = 1; ; attempt++) {
+      const executables: CompiledExecutable[] = [];
+      for (const file of task.files) {
+        const e = await compileExecutable(file, { cacheDir: task.cacheDir, runtime: RUNTIME, optimise: (source, target) => optimise(task.model, source, target) });
+        if (e.damaged) repaired.push(e.damaged);
+        executables.push(e);
+      }
+      const { host, damaged } = readHostWeights(executables, new Set(task.inHostRam));
+      if (damaged.length === 0) return { type: 'compiled', executables, host, repaired };
+      if (attempt === 2) throw errors.internal(`the compile cache in ${task.cacheDir} read back damaged twice (${damaged.join('; ')}): is its disk failing?`);
+      for (const d of damaged) repaired.push(d);
     }
-    const have = new Set(task.inHostRam);
-    const host: Record<string, SharedArrayBuffer> = {};
-    for (const w of executables.flatMap((e) => e.weights)) {
-      if (have.has(w.key) || host[w.key]) continue;
-      const buffer = new SharedArrayBuffer(w.byteLength);
-      readTensorFile(w.path, w.byteLength, new Uint8Array(buffer));
-      host[w.key] = buffer;
-    }
-    return { type: 'compiled', executables, host };
   } catch (err) {
     return { type: 'compileFailed', error: toErrorData(err) };
   }
+}
+
+/**
+ * Read the weights the process does not hold yet into host RAM, each checked against its content
+ * key; a damaged tensor file is discarded with the entries naming it, and reported.
+ */
+function readHostWeights(executables: CompiledExecutable[], have: ReadonlySet<string>): { host: Record<string, SharedArrayBuffer>; damaged: string[] } {
+  const host: Record<string, SharedArrayBuffer> = {};
+  const damaged: string[] = [];
+  for (const w of executables.flatMap((e) => e.weights)) {
+    if (have.has(w.key) || host[w.key]) continue;
+    const buffer = new SharedArrayBuffer(w.byteLength);
+    readTensorFile(w.path, w.byteLength, new Uint8Array(buffer));
+    if (!tensorIntact(w, new Uint8Array(buffer))) {
+      damaged.push(`${w.path} does not hash to its key`);
+      discardDamaged(w.path, executables.filter((e) => e.weights.some((x) => x.key === w.key)).map((e) => e.dir));
+      continue;
+    }
+    host[w.key] = buffer;
+  }
+  return { host, damaged };
 }

@@ -15,6 +15,7 @@
  * the loop besides executions: models arrive compiled (actors/compiler/), so
  * a load only opens weightless sessions.
  */
+import { existsSync, rmSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, InferCommand, ToDevice } from '../../shared/channels/device.js';
 import { nowMs } from '../../shared/channels/device.js';
@@ -119,6 +120,20 @@ function shedError(ticket: Ticket<InferCommand>, reason: ShedReason): StowageErr
   return errors.deadlineExceeded(name, waitedMs);
 }
 
+/**
+ * Fault injection, for the tests of crash recovery (test/adversarial/faults.test.js): when the
+ * file STOWAGE_FAULT_DEVICE_EXIT names exists as a batch is about to run, this thread removes it
+ * and exits, as a fault in a kernel would end it, with the batch and the queues in flight. Unset
+ * (production), it costs nothing; a test creates the file once to get exactly one crash.
+ */
+const faultExitFile = process.env.STOWAGE_FAULT_DEVICE_EXIT;
+function injectedFault(): void {
+  if (faultExitFile && existsSync(faultExitFile)) {
+    rmSync(faultExitFile, { force: true });
+    process.exit(70);
+  }
+}
+
 /** Messages not yet admitted, in arrival order. */
 const inbox: (InferCommand | DeviceCall)[] = [];
 let pumping = false;
@@ -137,6 +152,7 @@ async function pump(): Promise<void> {
       const { batch, shed } = scheduler.next();
       for (const s of shed) fail(s.ticket.id, shedError(s.ticket, s.reason));
       if (batch.length === 0) break;
+      if (faultExitFile) injectedFault();
       await execute(batch, execution);
       await yieldToEventLoop();
     }

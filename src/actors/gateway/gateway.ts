@@ -207,6 +207,7 @@ export class Gateway {
   async load(spec: ModelSpec, instance: string): Promise<{ loadMs: number }> {
     const started = performance.now();
     const compiled = this.#o.compiler ? await this.#o.compiler.compile(spec, this.#o.hostWeights?.keys() ?? []) : null;
+    for (const damage of compiled?.repaired ?? []) this.#o.logger?.warn({ model: spec.name, damage }, 'compile cache damaged: compiled again');
     const compileMs = performance.now() - started;
     const loads = await Promise.allSettled(this.devices.map((d) => d.load(spec, instance, compiled)));
     const failed = loads.find((l): l is PromiseRejectedResult => l.status === 'rejected');

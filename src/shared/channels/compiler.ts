@@ -31,6 +31,8 @@ export interface CompiledExecutable {
   weights: WeightEntry[];
   /** Whether the entry was found (true) or compiled now (false). */
   hit: boolean;
+  /** What was wrong with the entry the cache held, when it was damaged and compiled again. */
+  damaged?: string;
 }
 
 export interface CompileTask {
@@ -51,6 +53,8 @@ export type CompileResult =
     executables: CompiledExecutable[];
     /** The model's weight tensors that were not in host RAM, read from the cache: key -> bytes. */
     host: Record<string, SharedArrayBuffer>;
+    /** Damaged cache entries and tensor files found, each compiled again: what was wrong, for the log. */
+    repaired: string[];
   }
   | { type: 'compileFailed'; error: ErrorData };
 
@@ -60,4 +64,6 @@ export interface CompiledModel {
   executables: CompiledExecutable[];
   /** Host copies read by the compiler that the process did not hold yet. */
   host: Record<string, SharedArrayBuffer>;
+  /** Damaged cache contents found and compiled again (empty almost always). */
+  repaired: string[];
 }

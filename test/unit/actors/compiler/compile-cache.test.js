@@ -71,7 +71,21 @@ test('the second open is a cache hit; a damaged entry or a changed file compiles
   truncateSync(first.weights[0].path, 10);
   const repaired = await compileExecutable(CONVNET, options(temp.dir));
   t.false(repaired.hit, 'a damaged tensor file fails the entry');
+  t.regex(repaired.damaged ?? '', /tensors\/[0-9a-f]{64}\.bin is not \d+ bytes long/);
   t.is(readFileSync(repaired.weights[0].path).length, first.weights[0].byteLength);
+  // Same length, other bytes: the graph's hash in the index catches it.
+  const graph = readFileSync(first.graphPath);
+  graph[graph.length >> 1] ^= 0xff;
+  writeFileSync(first.graphPath, graph);
+  const regraphed = await compileExecutable(CONVNET, options(temp.dir));
+  t.false(regraphed.hit);
+  t.regex(regraphed.damaged ?? '', /graph\.onnx does not hash to the index's [0-9a-f]{64}/);
+  t.deepEqual(readFileSync(regraphed.graphPath).length, graph.length);
+  t.true((await compileExecutable(CONVNET, options(temp.dir))).hit, 'the entry written again reads back whole');
+  writeFileSync(path.join(first.dir, 'index.json'), '{"format": 4, "weig');
+  const reindexed = await compileExecutable(CONVNET, options(temp.dir));
+  t.false(reindexed.hit);
+  t.regex(reindexed.damaged ?? '', /index\.json does not read/);
   // Same bytes under another name: the same entry. Other bytes: another entry.
   const copy = path.join(temp.dir, 'copy.onnx');
   writeFileSync(copy, readFileSync(CONVNET));

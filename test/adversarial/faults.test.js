@@ -1,0 +1,232 @@
+// Faults the server survives, each on the real server with nothing lost beyond what was in flight
+// at the fault: a device worker that dies mid-batch, the repository directory removed and
+// restored, a damaged compile cache, two servers compiling into one cache_dir at once, and a
+// log reader that goes away. (A hook thread that dies: bad-bundles.test.js; SIGTERM under load:
+// integration/operations.test.js.)
+import { once } from 'node:events';
+import { cpSync, existsSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import test from 'ava';
+import { status } from '@grpc/grpc-js';
+import { InferenceClient } from '../../dist/client/client.js';
+import { FIXTURES, ROOT, makeRepository, startServer, tempDir, tensor } from '../helpers/server.js';
+
+const DIGITS = path.join(ROOT, 'bundles', 'digits');
+const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8'));
+
+const N = heldout.images.length;
+/** Rows `from`..`from+rows` of the held-out digits. */
+function digits(from, rows) {
+  const data = new Float32Array(rows * 64);
+  for (let r = 0; r < rows; r++) data.set(heldout.images[(from + r) % N], r * 64);
+  return tensor('image', 'FP32', [rows, 8, 8], data);
+}
+
+/** The labels digits gives every held-out image, asked before any fault (the answers every later request must match). */
+async function referenceLabels(client) {
+  const labels = [];
+  for (let from = 0; from < N; from += 32) {
+    const { outputs } = await client.infer('digits', [digits(from, Math.min(32, N - from))], { outputs: ['label'] });
+    labels.push(...[...outputs[0].data].map(Number));
+  }
+  return labels;
+}
+
+/** Ask `client` for the labels of rows `from`.. and check them against `reference`; throws the call's error or a wrong answer. */
+async function classify(client, reference, from, rows = 2) {
+  const { outputs } = await client.infer('digits', [digits(from, rows)], { outputs: ['label'] });
+  const got = [...outputs[0].data].map(Number);
+  const expected = Array.from({ length: rows }, (_, r) => reference[(from + r) % N]);
+  if (JSON.stringify(got) !== JSON.stringify(expected)) throw new Error(`digits answered ${got}, expected ${expected}`);
+  return got;
+}
+
+test('a device worker that dies mid-batch fails only its in-flight requests, UNAVAILABLE; it restarts and later requests succeed', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const fault = path.join(temp.dir, 'device-exit');
+  const repo = makeRepository(temp.dir, { digits: DIGITS, digits_u8: path.join(ROOT, 'bundles', 'digits_u8') });
+  const server = await startServer({ model_repo: repo }, { root: temp.dir, env: { STOWAGE_FAULT_DEVICE_EXIT: fault } });
+  t.teardown(() => server.stop());
+  const CLIENTS = 8;
+  const clients = Array.from({ length: CLIENTS }, () => new InferenceClient(server.address));
+  t.teardown(() => clients.forEach((c) => c.close()));
+  const reference = await referenceLabels(server.client);
+
+  // Eight clients back to back; the fault is armed once a few hundred requests have gone through.
+  let ok = 0;
+  let okAfterRestart = 0;
+  let restarted = false;
+  const failures = [];
+  const wrong = [];
+  let stop = false;
+  const load = clients.map(async (c, k) => {
+    for (let i = 0; !stop; i++) {
+      try {
+        await classify(c, reference, k * 100 + i, 1 + (i % 3));
+        ok++;
+        if (restarted) okAfterRestart++;
+      } catch (err) {
+        if (err.code === undefined) wrong.push(err.message);
+        else failures.push(err);
+      }
+    }
+  });
+  while (ok < 300) await new Promise((resolve) => setTimeout(resolve, 10));
+  writeFileSync(fault, '');
+  await server.waitForLog((l) => String(l.msg).startsWith('device actor crashed'));
+  // The replacement serves: wait for it to answer, then let the load run on it a while.
+  for (;;) {
+    try {
+      await classify(server.client, reference, 0);
+      break;
+    } catch {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+  restarted = true;
+  while (okAfterRestart < 200) await new Promise((resolve) => setTimeout(resolve, 10));
+  stop = true;
+  await Promise.all(load);
+
+  t.log(`${ok} answered, ${failures.length} failed at the crash`);
+  t.false(existsSync(fault), 'the worker took the fault');
+  t.deepEqual(wrong, [], 'no answer was wrong');
+  // Only what the device held when it died fails: at most one request per client was in flight.
+  t.true(failures.length >= 1 && failures.length <= CLIENTS, `${failures.length} failed`);
+  for (const err of failures) {
+    t.is(err.code, status.UNAVAILABLE);
+    t.regex(err.details, /device 0 is unavailable: its worker exited \(code 70\)/);
+  }
+  t.is(server.logs.filter((l) => String(l.msg).startsWith('device actor crashed')).length, 1);
+  // The other model on the device was loaded again too (its preprocess scales 0-255 to digits' 0-16).
+  const u8 = Uint8Array.from(heldout.images.slice(0, 4).flat(), (v) => Math.round((v * 255) / 16));
+  const { outputs } = await server.client.infer('digits_u8', [tensor('image', 'UINT8', [4, 8, 8], u8)], { outputs: ['label'] });
+  const asFloat = await server.client.infer('digits', [tensor('image', 'FP32', [4, 8, 8], Float32Array.from(u8, (v) => v * (16 / 255)))], { outputs: ['label'] });
+  t.deepEqual([...outputs[0].data], [...asFloat.outputs[0].data]);
+  t.is(server.child.exitCode, null);
+});
+
+test('the repository directory removed and restored: the loaded models keep serving meanwhile, and changes made while it was gone are acted on', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { digits: DIGITS, echo: path.join(FIXTURES, 'models', 'echo') });
+  const server = await startServer({ model_repo: repo, global: { model_control_mode: 'dynamic', model_poll_seconds: 0.5 } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const reference = await referenceLabels(server.client);
+
+  // Removed: moved away whole, as a deploy or a dropped mount would take it.
+  const away = path.join(temp.dir, 'repo-away');
+  renameSync(repo, away);
+  const gone = await server.waitForLog((l) => String(l.msg).startsWith('model_repo cannot be read'));
+  t.is(gone.err, 'ENOENT');
+  await new Promise((resolve) => setTimeout(resolve, 1500)); // three more polls of a missing directory
+  t.deepEqual(await classify(server.client, reference, 3), reference.slice(3, 5), 'digits still serves');
+  t.true(await server.client.modelReady('echo'));
+  t.is(server.logs.filter((l) => String(l.msg).startsWith('model_repo cannot be read')).length, 1, 'said once, not at every poll');
+  t.false(server.logs.some((l) => l.msg === 'model removed'), 'nothing was unloaded');
+
+  // Restored with one bundle fewer and one more: the next look acts on exactly that.
+  rmSync(path.join(away, 'echo'), { recursive: true });
+  cpSync(path.join(FIXTURES, 'models', 'negate'), path.join(away, 'negate'), { recursive: true });
+  renameSync(away, repo);
+  await server.waitForLog((l) => l.msg === 'model loaded' && l.model === 'negate');
+  await server.waitForLog((l) => l.msg === 'model removed' && l.model === 'echo');
+  t.truthy(server.logs.find((l) => l.msg === 'model_repo can be read again: acting on what changed'));
+  const { outputs } = await server.client.infer('negate', [tensor('x', 'FP32', [3], Float32Array.from([1, 2, 3]))]);
+  t.deepEqual([...outputs[0].data], [-1, -2, -3]);
+  t.deepEqual(await classify(server.client, reference, 9), reference.slice(9, 11));
+  t.false(server.logs.some((l) => l.msg === 'model reloaded' && l.model === 'digits'), 'digits, unchanged, was not reloaded');
+
+  // The directory now there is watched (not only polled): a bundle dropped into it loads.
+  cpSync(path.join(FIXTURES, 'models', 'echo'), path.join(repo, 'echo2'), { recursive: true });
+  await server.waitForLog((l) => l.msg === 'model loaded' && l.model === 'echo2');
+});
+
+test('a damaged compile cache is detected and compiled again, never served: a weight file with other bytes, a garbled graph, a broken index', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { digits: DIGITS });
+  const cacheDir = path.join(temp.dir, 'cache');
+  const first = await startServer({ model_repo: repo, cache_dir: cacheDir }, { root: temp.dir });
+  const reference = await referenceLabels(first.client).finally(() => first.stop());
+
+  const entries = readdirSync(cacheDir).filter((f) => f !== 'tensors');
+  t.is(entries.length, 1, 'one entry: digits\' model.onnx');
+  const entry = path.join(cacheDir, entries[0]);
+  const tensors = readdirSync(path.join(cacheDir, 'tensors')).map((f) => path.join(cacheDir, 'tensors', f));
+  /** Flip one byte in the middle of `file`: same length, other bytes (what a size check misses). */
+  const flip = (file) => {
+    const bytes = readFileSync(file);
+    bytes[bytes.length >> 1] ^= 0x5a;
+    writeFileSync(file, bytes);
+  };
+  /** @type {[string, () => void, RegExp][]} */
+  const damages = [
+    ['a weight file', () => flip(tensors[0]), /tensors\/[0-9a-f]{64}\.bin does not hash to its key/],
+    ['the graph', () => flip(path.join(entry, 'graph.onnx')), /graph\.onnx does not hash to the index's/],
+    ['the index', () => writeFileSync(path.join(entry, 'index.json'), '{"format": 4, "gra'), /index\.json does not read/],
+  ];
+  for (const [what, damage, named] of damages) {
+    damage();
+    const server = await startServer({ model_repo: repo, cache_dir: cacheDir }, { root: temp.dir });
+    try {
+      const warning = server.logs.find((l) => l.msg === 'compile cache damaged: compiled again');
+      t.truthy(warning, `${what}: the damage is logged`);
+      t.regex(warning?.damage ?? '', named, what);
+      t.deepEqual(await referenceLabels(server.client), reference, `${what}: the answers are the undamaged model's`);
+    } finally {
+      await server.stop();
+    }
+  }
+  // Repaired in place: the next start is a clean hit.
+  const last = await startServer({ model_repo: repo, cache_dir: cacheDir }, { root: temp.dir });
+  t.teardown(() => last.stop());
+  t.false(last.logs.some((l) => l.msg === 'compile cache damaged: compiled again'));
+  t.deepEqual(await referenceLabels(last.client), reference);
+});
+
+test('two servers starting at once on one empty cache_dir both serve right answers and leave one whole entry per model', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const cacheDir = path.join(temp.dir, 'shared-cache');
+  const [a, b] = await Promise.all(['a', 'b'].map((n) => {
+    const root = path.join(temp.dir, n);
+    const repo = makeRepository(root, { digits: DIGITS, convnet: path.join(FIXTURES, 'models', 'convnet') });
+    return startServer({ model_repo: repo, cache_dir: cacheDir }, { root });
+  }));
+  t.teardown(() => Promise.all([a.stop(), b.stop()]));
+  t.deepEqual(await referenceLabels(a.client), await referenceLabels(b.client));
+  const image = tensor('image', 'FP32', [2, 3, 32, 32], new Float32Array(2 * 3 * 32 * 32).fill(0.3));
+  const [ca, cb] = await Promise.all([a.client.infer('convnet', [image]), b.client.infer('convnet', [image])]);
+  t.deepEqual([...ca.outputs[0].data], [...cb.outputs[0].data]);
+  const files = readdirSync(cacheDir);
+  t.is(files.filter((f) => f !== 'tensors').length, 2, `one entry per model: ${files}`);
+  t.false(files.some((f) => f.includes('.tmp-')), 'no temporary left behind');
+  t.false(readdirSync(path.join(cacheDir, 'tensors')).some((f) => f.includes('.tmp-')));
+});
+
+test('a node and a gateway whose log reader went away still stop promptly on SIGTERM, exit code 0', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { digits: DIGITS });
+  const node = await startServer({ model_repo: repo }, { root: temp.dir });
+  t.teardown(() => node.stop());
+  const gateway = await startServer({ gateway: { endpoints: [node.address] } });
+  t.teardown(() => gateway.stop());
+  // The gateway first: it stops in a few milliseconds, which is what used to leave a log line
+  // buffered at exit (pino's exit flush then retried its EPIPE forever and the process never ended).
+  for (const [name, server] of /** @type {const} */ ([['gateway', gateway], ['node', node]])) {
+    // Nothing reads the process's stdout any more (a log shipper or parent that died): every log
+    // line it writes from now on fails with EPIPE. Stopping writes two ('stopping', 'stopped').
+    server.child.stdout.destroy();
+    const started = Date.now();
+    server.child.kill('SIGTERM');
+    const exited = once(server.child, 'exit');
+    const timeout = new Promise((resolve) => setTimeout(resolve, 15_000, ['did not exit within 15 s']));
+    const [code] = await Promise.race([exited, timeout]);
+    if (server.child.exitCode === null) server.child.kill('SIGKILL'); // a regression fails here, and the teardown does not hang
+    t.is(code, 0, `${name}: exit code`);
+    t.true(Date.now() - started < 10_000, `${name} exited in ${Date.now() - started} ms`);
+  }
+});
