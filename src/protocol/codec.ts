@@ -35,7 +35,9 @@ export interface DecodedRequest {
 }
 
 const q = quote;
-const fmtShape = (shape: readonly number[]) => `[${shape.join(', ')}]`;
+/** A shape for a message: a client's can have any number of dims, so past 16 it is cut short. */
+const fmtShape = (shape: readonly (number | string)[]) =>
+  (shape.length <= 16 ? `[${shape.join(', ')}]` : `[${shape.slice(0, 8).join(', ')}, ... ${shape.length} dims in all]`);
 
 /** The manifest shape with the batch axis shown as -1, for messages. */
 function expectedShape(t: TensorSpec): string {
@@ -46,7 +48,7 @@ function parseShape(input: InferInputTensor): number[] {
   return input.shape.map((s) => {
     const n = Number(s);
     if (!Number.isSafeInteger(n) || n < 0) {
-      throw errors.invalidTensor(`input ${q(input.name)}: shape ${fmtShape(input.shape.map(Number))} has an invalid dimension ${s}`);
+      throw errors.invalidTensor(`input ${q(input.name)}: shape ${fmtShape(input.shape)} has an invalid dimension ${String(s).slice(0, 40)}: each must be a whole number from 0 to 2^53-1`);
     }
     return n;
   });
@@ -159,12 +161,24 @@ function regionSlice(what: string, p: SharedMemoryParams, regions: RegionLookup 
   return regions.slice(what, p.region, p.offset, p.byteSize);
 }
 
+/** The longest delay a Node timer holds. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 function checkRequestParameters(params: Parameters): number | undefined {
   const seq = params.sequence_id;
   const inSequence = seq !== undefined
     && ((seq.int64_param ?? seq.uint64_param ?? '0') !== '0' || (seq.string_param ?? '') !== '');
   if (inSequence || params.sequence_start?.bool_param || params.sequence_end?.bool_param) {
     throw errors.unsupported('sequence_id/sequence_start/sequence_end: this server has no sequence batching; send independent requests');
+  }
+  // Triton's request priority: its value is not used (the scheduler shares the device by cost
+  // and fairness), but a priority that is not an unsigned integer is refused as Triton refuses it.
+  const priority = params.priority;
+  if (priority !== undefined) {
+    const raw = priority.uint64_param ?? priority.int64_param;
+    if (raw === undefined || String(raw).startsWith('-')) {
+      throw errors.invalidRequest(`parameter "priority" must be an unsigned integer (uint64_param), got ${JSON.stringify(priority)}`);
+    }
   }
   const timeout = params.timeout;
   if (timeout === undefined) return undefined;
@@ -173,7 +187,9 @@ function checkRequestParameters(params: Parameters): number | undefined {
   if (!Number.isFinite(us) || us < 0) {
     throw errors.invalidRequest(`parameter "timeout" must be a non-negative int64 (microseconds), got ${JSON.stringify(timeout)}`);
   }
-  return us > 0 ? us : undefined;
+  // Past what a timer can hold (2^31-1 ms, about 24.8 days) a timeout means no timeout: a timer
+  // asked for longer fires at once, which would fail the request instead.
+  return us > 0 && us / 1000 <= MAX_TIMER_MS ? us : undefined;
 }
 
 /**

@@ -110,7 +110,7 @@ test('requested outputs select and order the response; unknown, repeated and cla
     /output "p": shared_memory_byte_size is required/, 'STOWAGE_INVALID_REQUEST');
 });
 
-test('request parameters: timeout in microseconds, sequences refused, priority accepted', (t) => {
+test('request parameters: timeout in microseconds (past a timer\'s range, none), sequences refused, an unsigned priority accepted', (t) => {
   const r = good();
   t.is(decodeInferRequest({ ...r, parameters: { timeout: { int64_param: '2500' } } }, spec).timeoutUs, 2500);
   t.is(decodeInferRequest({ ...r, parameters: { priority: { uint64_param: '1' } } }, spec).timeoutUs, undefined);
@@ -118,6 +118,12 @@ test('request parameters: timeout in microseconds, sequences refused, priority a
   invalid(t, { ...r, parameters: { sequence_id: { int64_param: '7' } } }, /no sequence batching/, 'STOWAGE_UNSUPPORTED');
   invalid(t, { ...r, parameters: { sequence_start: { bool_param: true } } }, /no sequence batching/, 'STOWAGE_UNSUPPORTED');
   invalid(t, { ...r, parameters: { timeout: { string_param: 'soon' } } }, /parameter "timeout" must be a non-negative int64/, 'STOWAGE_INVALID_REQUEST');
+  // 2^31-1 ms is the longest a timer holds; longer would fire at once, so it means no timeout.
+  t.is(decodeInferRequest({ ...r, parameters: { timeout: { int64_param: String((2 ** 31 - 1) * 1000) } } }, spec).timeoutUs, (2 ** 31 - 1) * 1000);
+  t.is(decodeInferRequest({ ...r, parameters: { timeout: { uint64_param: '18446744073709551615' } } }, spec).timeoutUs, undefined);
+  t.is(decodeInferRequest({ ...r, parameters: { priority: { int64_param: '3' } } }, spec).batchSize, 2);
+  invalid(t, { ...r, parameters: { priority: { int64_param: '-1' } } }, /parameter "priority" must be an unsigned integer/, 'STOWAGE_INVALID_REQUEST');
+  invalid(t, { ...r, parameters: { priority: { double_param: 1 } } }, /parameter "priority" must be an unsigned integer/, 'STOWAGE_INVALID_REQUEST');
 });
 
 test('the response carries outputs in order with views of their bytes', (t) => {
