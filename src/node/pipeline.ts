@@ -29,7 +29,7 @@ import type { HookPool } from '../actors/hooks/handle.js';
 import type { ExecutionTiming, RegionSlice, WireTensor } from '../shared/channels/device.js';
 import { nowMs } from '../shared/channels/device.js';
 import type { HookContext } from '../shared/channels/hooks.js';
-import { errors, StowageError } from '../shared/errors.js';
+import { errors, quote, StowageError } from '../shared/errors.js';
 import type { ModelSpec } from '../shared/model-spec.js';
 import { checkHookTensors, decodeInferRequest, decodeTensors, inferResponse, slicesOf, type DecodedRequest } from '../protocol/codec.js';
 import { ownsItsBuffer } from '../protocol/message-buffers.js';
@@ -115,7 +115,7 @@ export class Pipeline {
   /** A meta model's sub-call: tensors in, tensors out, scheduled and counted like any request. */
   async #subInfer(meta: ModelSpec, parent: HookContext, model: string, tensors: WireTensor[], outputs: string[], deadlineMs: number, signal: AbortSignal): Promise<WireTensor[]> {
     if (!meta.subModels.includes(model)) {
-      throw errors.invalidRequest(`meta model ${JSON.stringify(meta.name)} may call only ${meta.subModels.join(', ')} (its manifest's models), not ${JSON.stringify(model)}`);
+      throw errors.invalidRequest(`meta model ${JSON.stringify(meta.name)} may call only ${meta.subModels.join(', ')} (its manifest's models), not ${quote(model)}`);
     }
     const started = process.hrtime.bigint();
     const lease = this.#ctx.registry.acquire(model);

@@ -85,7 +85,7 @@ export class SharedMemoryRegistry {
     const region = this.#regions.get(regionName);
     if (!region) throw errors.sharedMemoryNotFound(regionName);
     if (offset < 0 || byteSize < 0 || offset + byteSize > region.byteSize) {
-      throw errors.sharedMemoryInvalid(`${what}: offset ${offset} + byte_size ${byteSize} is outside region ${JSON.stringify(regionName)} of ${region.byteSize} bytes`);
+      throw errors.sharedMemoryInvalid(`${what}: offset ${offset} + byte_size ${byteSize} is outside region ${quote(regionName)} of ${region.byteSize} bytes`);
     }
     return { regionId: region.id, key: region.key, fd: region.fd, regionOffset: region.offset, regionByteSize: region.byteSize, offset, byteSize };
   }

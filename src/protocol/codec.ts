@@ -161,6 +161,12 @@ function regionSlice(what: string, p: SharedMemoryParams, regions: RegionLookup 
   return regions.slice(what, p.region, p.offset, p.byteSize);
 }
 
+/** A client's parameter for a message: its type and its value, cut short like any client string. */
+function shownParameter(p: Parameters[string]): string {
+  const choice = p.parameter_choice;
+  return choice ? `${choice} ${quote(String((p as Record<string, unknown>)[choice]))}` : 'no value';
+}
+
 /** The longest delay a Node timer holds. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -177,7 +183,7 @@ function checkRequestParameters(params: Parameters): number | undefined {
   if (priority !== undefined) {
     const raw = priority.uint64_param ?? priority.int64_param;
     if (raw === undefined || String(raw).startsWith('-')) {
-      throw errors.invalidRequest(`parameter "priority" must be an unsigned integer (uint64_param), got ${JSON.stringify(priority)}`);
+      throw errors.invalidRequest(`parameter "priority" must be an unsigned integer (uint64_param), got ${shownParameter(priority)}`);
     }
   }
   const timeout = params.timeout;
@@ -185,7 +191,7 @@ function checkRequestParameters(params: Parameters): number | undefined {
   const raw = timeout.int64_param ?? timeout.uint64_param;
   const us = raw === undefined ? NaN : Number(raw);
   if (!Number.isFinite(us) || us < 0) {
-    throw errors.invalidRequest(`parameter "timeout" must be a non-negative int64 (microseconds), got ${JSON.stringify(timeout)}`);
+    throw errors.invalidRequest(`parameter "timeout" must be a non-negative int64 (microseconds), got ${shownParameter(timeout)}`);
   }
   // Past what a timer can hold (2^31-1 ms, about 24.8 days) a timeout means no timeout: a timer
   // asked for longer fires at once, which would fail the request instead.

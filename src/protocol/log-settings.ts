@@ -7,7 +7,7 @@
  * `log_format` only "default".
  */
 import type { Logger } from 'pino';
-import { errors } from '../shared/errors.js';
+import { errors, quote } from '../shared/errors.js';
 
 type SettingValue = { parameter_choice?: 'bool_param' | 'uint32_param' | 'string_param'; bool_param?: boolean; uint32_param?: number; string_param?: string };
 
@@ -81,7 +81,7 @@ export function applyLogSettings(logger: Logger, settings: Record<string, Settin
         if (value(key, v, 'string_param') !== 'default') throw errors.unsupported('log_format: the only format is "default" (pino JSON lines)');
         break;
       default:
-        throw errors.invalidRequest(`unknown log setting ${JSON.stringify(key)}; known settings: ${SETTINGS.join(', ')}`);
+        throw errors.invalidRequest(`unknown log setting ${quote(key)}; known settings: ${SETTINGS.join(', ')}`);
     }
   }
   const level = levelOf(next);
