@@ -24,8 +24,11 @@ export class Compiler {
     this.#pool = new Piscina({ filename: new URL('./worker.js', import.meta.url).href, minThreads: 1, maxThreads: 1, idleTimeout: Infinity });
   }
 
-  /** Compile every ONNX file of `spec`; `inHostRam` lists the tensor keys the process holds already. */
-  async compile(spec: ModelSpec, inHostRam: Iterable<string>): Promise<CompiledModel> {
+  /**
+   * Compile every ONNX file of `spec`; `inHostRam` lists the tensor keys the process holds already.
+   * `repaired` says what damage in the cache was found and compiled again, for the log.
+   */
+  async compile(spec: ModelSpec, inHostRam: Iterable<string>): Promise<CompiledModel & { repaired: string[] }> {
     const task: CompileTask = { type: 'compile', model: spec.name, files: spec.executables.map((e) => e.path), cacheDir: this.#cacheDir, inHostRam: [...inHostRam] };
     // One timer per compile, cleared when it settles (AbortSignal.timeout would keep it pending).
     const abort = new AbortController();

@@ -320,7 +320,7 @@ export class DeviceHandle {
     const policy = this.#options.policies.of(this.deviceId, spec.name);
     const loaded = await this.#call('load', { instance, spec, policy, compiled: compiled?.executables ?? null, hostOffer });
     // Kept for a crash reload without the compiler's buffers: HostWeights holds what is in use.
-    this.#loaded.set(instance, { spec, compiled: compiled && { executables: compiled.executables, host: {}, repaired: [] } });
+    this.#loaded.set(instance, { spec, compiled: compiled && { executables: compiled.executables, host: {} } });
     this.#options.hostWeights?.update({ created: { ...compiled?.host, ...loaded.host.created }, holdings: loaded.host.holdings });
     this.#options.onCompiled?.(loaded.compiled.files, loaded.compiled.cacheHits);
     if (loaded.memory) this.#options.onWeights?.(spec.name, loaded.load, loaded.memory);

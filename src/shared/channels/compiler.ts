@@ -64,6 +64,4 @@ export interface CompiledModel {
   executables: CompiledExecutable[];
   /** Host copies read by the compiler that the process did not hold yet. */
   host: Record<string, SharedArrayBuffer>;
-  /** Damaged cache contents found and compiled again (empty almost always). */
-  repaired: string[];
 }
