@@ -14,7 +14,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { InferenceClient } from '../dist/client/client.js';
 import { createRegion, destroyRegion, readRegion, writeRegion } from '../dist/client/shared-memory.js';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
+import { FIXTURES, ROOT, makeRepository, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
 
 const { values } = parseArgs({ options: { seconds: { type: 'string', default: '1800' }, warmup: { type: 'string', default: '120' } } });
 const SECONDS = Number(values.seconds);
@@ -219,13 +219,32 @@ async function malformedClient() {
   client.close();
 }
 
-// RSS every second; a line every 30 s.
+// Each thread's V8 heap (stowage_thread_heap_bytes), in MiB: where RSS growth would live if it
+// were JavaScript objects, and in which thread.
+async function threadHeaps() {
+  const m = await scrapeMetrics(server.adminPort);
+  const heaps = {};
+  for (const [key, value] of Object.entries(m)) {
+    const match = /^stowage_thread_heap_bytes\{thread="([^"]+)",kind="(used|total)"\}$/.exec(key);
+    if (match) (heaps[match[1]] ??= {})[match[2]] = value / 2 ** 20;
+  }
+  return heaps;
+}
+const showHeaps = (heaps) => Object.entries(heaps).map(([t, h]) => `${t} ${h.used.toFixed(0)}/${h.total.toFixed(0)}`).join(', ');
+
+// RSS every second; a line every 30 s with the heaps (used/total MiB per thread).
 const samples = [];
+const heapSamples = [];
 const started = Date.now();
 const sampler = setInterval(() => {
   const s = (Date.now() - started) / 1000;
   samples.push({ s, mib: rss() });
-  if (samples.length % 30 === 0) console.log(`${s.toFixed(0).padStart(6)} s  RSS ${samples.at(-1).mib.toFixed(0)} MiB  ${JSON.stringify(counts)}`);
+  if (samples.length % 30 === 0) {
+    void threadHeaps().then((heaps) => {
+      heapSamples.push({ s, heaps });
+      console.log(`${s.toFixed(0).padStart(6)} s  RSS ${samples.at(-1).mib.toFixed(0)} MiB  ${JSON.stringify(counts)}\n         heap ${showHeaps(heaps)}`);
+    }, (err) => problem(`metrics: ${err.message}`));
+  }
 }, 1000);
 
 console.log(`soak: ${SECONDS} s of mixed traffic against node pid ${pid}, warm-up ${WARMUP} s; RSS at start ${rss().toFixed(0)} MiB`);
@@ -249,6 +268,8 @@ console.log(`\nnode ${process.version}, ${SECONDS} s, warm-up ${WARMUP} s`);
 console.log(`requests: ${JSON.stringify(counts)}`);
 console.log(`RSS: ${after.toFixed(1)} MiB after warm-up, ${last.toFixed(1)} MiB at the end (${window} s means), peak ${peak.toFixed(1)} MiB`);
 console.log(`growth after warm-up: ${(growth * 100).toFixed(2)}% (limit 5%)`);
+const heapAfter = heapSamples.find((x) => x.s >= WARMUP + window);
+if (heapAfter) console.log(`V8 heaps (used/total MiB) after warm-up: ${showHeaps(heapAfter.heaps)}\n                       at the end: ${showHeaps(heapSamples.at(-1).heaps)}`);
 console.log(`problems: ${problems.length}${problems.length ? `\n  ${problems.slice(0, 20).join('\n  ')}` : ''}`);
 console.log(`server alive at the end: ${alive}`);
 process.exitCode = growth < 0.05 && problems.length === 0 && alive ? 0 : 1;

@@ -8,6 +8,8 @@
  * them), `stowage_*` for ours, and prom-client's process and Node.js defaults (event-loop lag
  * among them).
  */
+import { getHeapStatistics } from 'node:v8';
+import type { Worker } from 'node:worker_threads';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { WeightLoad, WeightMemory } from '../shared/channels/device.js';
 import type { Placement } from '../actors/gateway/placement.js';
@@ -21,6 +23,8 @@ export interface MetricsSources {
   hostWeightBytes: () => number;
   /** Per-model and per-device counts of requests and executions. */
   statistics: Statistics;
+  /** The worker threads by name (device-0, compiler-0, hook-1, ...), for stowage_thread_heap_bytes. */
+  threads: () => Iterable<[string, Worker]>;
 }
 
 /** A counter set at scrape time from a running total (Prometheus counters are totals since start). */
@@ -146,6 +150,23 @@ export class Metrics {
     this.#placedBytes = gauge('stowage_gateway_placed_bytes', 'Weight bytes of the models placed on the device by lpt_packing');
     this.#placedLoad = gauge('stowage_gateway_placed_load_seconds', 'Device-seconds of work measured, in the last packing window, for the models lpt_packing placed on the device');
     this.#compiles = counter('stowage_compile_cache_lookups_total', 'ONNX files opened, by whether cache_dir had them compiled already', ['result']);
+    new Gauge({
+      name: 'stowage_thread_heap_bytes', help: 'V8 heap of each thread (main and every worker): used, and total reserved', labelNames: ['thread', 'kind'], registers,
+      // prom-client's defaults see only the main thread's heap; a worker's is asked for across
+      // threads, and a thread that is exiting just does not answer.
+      async collect() {
+        this.reset();
+        const main = getHeapStatistics();
+        this.set({ thread: 'main', kind: 'used' }, main.used_heap_size);
+        this.set({ thread: 'main', kind: 'total' }, main.total_heap_size);
+        await Promise.all([...sources.threads()].map(async ([thread, worker]) => {
+          const heap = await worker.getHeapStatistics().catch(() => null);
+          if (!heap) return;
+          this.set({ thread, kind: 'used' }, heap.used_heap_size);
+          this.set({ thread, kind: 'total' }, heap.total_heap_size);
+        }));
+      },
+    });
     collectDefaultMetrics({ register: this.registry });
   }
 

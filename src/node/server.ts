@@ -8,6 +8,7 @@
  */
 import { accessSync, constants, mkdirSync } from 'node:fs';
 import type http from 'node:http';
+import type { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { DeviceHandle } from '../actors/device/handle.js';
 import { Compiler } from '../actors/compiler/handle.js';
@@ -78,14 +79,22 @@ export class StowageServer {
   #stopWatching?: () => void;
   #hooks?: HookPool;
   #compiler?: Compiler;
+  #devices: DeviceHandle[] = [];
 
   private constructor(config: NodeConfig, logger: Logger) {
     this.#config = config;
     this.#logger = logger;
     this.statistics = new Statistics();
-    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), hostWeightBytes: () => this.hostWeights.bytes, statistics: this.statistics });
+    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), hostWeightBytes: () => this.hostWeights.bytes, statistics: this.statistics, threads: () => this.#threads() });
     this.#edge = new GrpcEdge(config.global.endpoints, logger, this.metrics.registry);
     this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#gateway?.forgetRegion(regionId));
+  }
+
+  /** Every worker thread, named as stowage_thread_heap_bytes labels them. */
+  *#threads(): Iterable<[string, Worker]> {
+    for (const device of this.#devices) yield [`device-${device.deviceId}`, device.thread];
+    if (this.#compiler) for (const [i, thread] of this.#compiler.threads.entries()) yield [`compiler-${i}`, thread];
+    if (this.#hooks) for (const [i, thread] of this.#hooks.threads.entries()) yield [`hook-${i}`, thread];
   }
 
   static start(config: NodeConfig, logger: Logger): Promise<StowageServer> {
@@ -132,6 +141,7 @@ export class StowageServer {
         onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),
       });
     }));
+    this.#devices = devices;
     const scheduling = this.#config.gateway.scheduling;
     // Models compile off the devices' threads, into the compile cache their weightless sessions open from.
     if (workers.some((w) => w.weights)) this.#compiler = new Compiler(this.#config.cache_dir);

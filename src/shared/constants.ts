@@ -21,6 +21,16 @@ export const GATEWAY_EXTENSIONS: readonly string[] = SERVER_EXTENSIONS.filter((e
 /** How long a device actor may take to start (import ONNX Runtime) before it is declared dead. */
 export const DEVICE_START_TIMEOUT_MS = 30_000;
 
+/**
+ * The V8 young generation of the device and hook threads, in MiB. Their JavaScript garbage is
+ * small and short-lived (messages, tensor descriptors, a hook's temporaries; tensor bytes live
+ * outside the heap), but V8 grows an isolate's young generation under sustained allocation and
+ * keeps it: left to itself the device's heap went from 18 to 73 MiB reserved over 20 minutes of
+ * soak with 8-17 MiB in use, a busy hook thread's to 138 MiB with 8-50 in use, and the process's
+ * RSS crept up with them (bench/soak.js). A fixed size keeps those threads' memory flat.
+ */
+export const WORKER_YOUNG_GENERATION_MIB = 16;
+
 /** How long a model load may take in a device actor (session creation with full optimisation). */
 export const MODEL_LOAD_TIMEOUT_MS = 300_000;
 

@@ -38,6 +38,12 @@ test('/metrics counts exactly the requests, rows and executions sent, with Trito
   t.is(m['stowage_grpc_inflight_requests'], 0);
   t.is(m[`nv_inference_pending_request_count${labels}`] ?? 0, 0);
   t.true('nodejs_eventloop_lag_seconds' in m, 'main-thread event-loop lag');
+  // Every thread's V8 heap, workers included (the repository has hooked models, so hook threads run).
+  for (const thread of ['main', 'device-0', 'hook-0']) {
+    const used = m[`stowage_thread_heap_bytes{thread="${thread}",kind="used"}`];
+    t.true(used > 1e5, `${thread} heap used ${used}`);
+    t.true(m[`stowage_thread_heap_bytes{thread="${thread}",kind="total"}`] >= used, `${thread} heap total`);
+  }
 });
 
 test.serial('readiness reports the models still loading, then ready', async (t) => {

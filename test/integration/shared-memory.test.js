@@ -50,6 +50,32 @@ test.serial('inputs are read from the region and outputs written into it', async
   await server.client.unregisterSystemSharedMemory('io');
 });
 
+test.serial('outputs in the region are right whichever way they get there: computed into it, copied in, over the input, coalesced', async (t) => {
+  const x = images(4, 3);
+  const out = 4 * 10 * 4;
+  const key = region('ways', x.byteLength + 8 * out);
+  writeRegion(key, 0, x);
+  await server.client.registerSystemSharedMemory('ways', key, x.byteLength + 8 * out);
+  const inline = [...(await server.client.infer('convnet', [{ name: 'image', datatype: 'FP32', shape: [4, 3, 32, 32], data: x }])).outputs[0].data];
+  const input = [{ name: 'image', datatype: 'FP32', shape: [4, 3, 32, 32], sharedMemory: { region: 'ways', byteSize: x.byteLength } }];
+  const scoresAt = (offset) => ({ outputs: [{ name: 'scores', sharedMemory: { region: 'ways', byteSize: out, offset } }] });
+  const read = (offset) => [...new Float32Array(readRegion(key, offset, out).buffer.slice(0))];
+
+  // Aligned, alone: ONNX Runtime computes into the region.
+  await server.client.infer('convnet', input, scoresAt(x.byteLength));
+  t.deepEqual(read(x.byteLength), inline, 'computed into the region');
+  // Misaligned for FP32: written after the run.
+  await server.client.infer('convnet', input, scoresAt(x.byteLength + out + 2));
+  t.deepEqual([...new Float32Array(Uint8Array.from(readRegion(key, x.byteLength + out + 2, out)).buffer)], inline, 'copied in at an odd offset');
+  // Four at once, each to its own place: whether they run alone or coalesced, each gets its own rows.
+  await Promise.all([2, 3, 4, 5].map((k) => server.client.infer('convnet', input, scoresAt(x.byteLength + k * out))));
+  for (const k of [2, 3, 4, 5]) t.deepEqual(read(x.byteLength + k * out), inline, `concurrent request ${k}`);
+  // Over the request's own input bytes: ONNX Runtime must read the whole input before it is overwritten.
+  await server.client.infer('convnet', input, scoresAt(0));
+  t.deepEqual(read(0), inline, 'written over the input');
+  await server.client.unregisterSystemSharedMemory('ways');
+});
+
 test.serial('unregistering a region while requests read it is safe, and they answer correctly', async (t) => {
   const x = images(32, 2);
   const key = region('busy', x.byteLength);

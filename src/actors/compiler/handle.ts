@@ -6,6 +6,7 @@
  * starts another) and the load fails with that reason; a compile that fails
  * answers with the bundle's error.
  */
+import type { Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { CompiledModel, CompileResult, CompileTask } from '../../shared/channels/compiler.js';
 import { MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
@@ -44,6 +45,11 @@ export class Compiler {
     }
     if (result.type === 'compileFailed') throw fromErrorData(result.error);
     return { executables: result.executables, host: result.host, repaired: result.repaired };
+  }
+
+  /** The pool's threads, for their heap statistics (stowage_thread_heap_bytes). */
+  get threads(): readonly Worker[] {
+    return this.#pool.threads;
   }
 
   async close(): Promise<void> {

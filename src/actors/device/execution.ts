@@ -9,10 +9,11 @@
  * off axis 0 is a view). A request off the wire gets its ModelInferResponse
  * encoded here, its outputs copied once into it (protocol/infer-response-wire.ts),
  * so the main thread sends it as it is; others (hooks, meta sub-calls) get
- * the views, transferred once per distinct buffer.
+ * the views, transferred once per distinct buffer. A lone request's
+ * shared-memory outputs are computed by ONNX Runtime into the region itself.
  */
 import type * as ort from 'onnxruntime-node';
-import type { ExecutedRequest, FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
+import type { ExecutedRequest, FromDevice, InferCommand, RegionSlice, WeightLoad } from '../../shared/channels/device.js';
 import { nowMs } from '../../shared/channels/device.js';
 import { errors } from '../../shared/errors.js';
 import { MODEL_VERSION } from '../../shared/constants.js';
@@ -23,6 +24,7 @@ import { batchInput, requestOutput } from './ort-tensors.js';
 import type { RegionMappings } from './regions.js';
 import type { Scheduler, Ticket } from './scheduler.js';
 import type { Staging } from './staging.js';
+import type { TensorSpec } from '../../shared/model-spec.js';
 
 export interface ExecutionContext {
   deviceId: number;
@@ -53,6 +55,31 @@ function withRegionsIntact(batch: Ticket<InferCommand>[], ctx: ExecutionContext)
       return false;
     }
   });
+}
+
+/** Whether two slices share bytes of one shared-memory object (regions of one key may overlap). */
+function overlap(a: RegionSlice, b: RegionSlice): boolean {
+  const start = (x: RegionSlice) => x.regionOffset + x.offset;
+  return a.key === b.key && start(a) < start(b) + b.byteSize && start(b) < start(a) + a.byteSize;
+}
+
+/**
+ * The outputs of a lone request that ONNX Runtime can write straight into their shared-memory
+ * slices: each output with a region whose whole shape the manifest gives (the batch axis is the
+ * request's rows), by name. Null when there is none.
+ */
+function directOutputs(req: InferCommand, declared: readonly TensorSpec[], rows: number, regions: RegionMappings): Map<string, ort.Tensor> | null {
+  let direct: Map<string, ort.Tensor> | null = null;
+  req.outputRegions.forEach((slice, k) => {
+    const spec = slice && declared.find((t) => t.name === req.outputs[k]);
+    // An output over the bytes of an input is written after the run, as ever: ONNX Runtime may
+    // read an input after it has started writing outputs.
+    if (!slice || !spec || req.inputs.some((input) => input.shm && overlap(input.shm, slice))) return;
+    const shape = spec.shape.map((d, i) => (i === spec.batchDim ? rows : d));
+    const target = regions.outputTarget(spec.datatype, shape, slice);
+    if (target) (direct ??= new Map()).set(spec.name, target);
+  });
+  return direct;
 }
 
 /** Run one batch of one model's requests and answer them all in one message. */
@@ -100,10 +127,13 @@ export async function execute(whole: Ticket<InferCommand>[], ctx: ExecutionConte
     spec.inputs.forEach((input, i) => {
       feeds[input.name] = batchInput(batch.map((t) => regions.inputBytes(t.payload.inputs[i])), batchDims.get(input.name) ?? -1, runBatch, stage);
     });
+    // A lone request's shared-memory outputs, when their shapes are known now: ONNX Runtime writes
+    // them into the region itself (onnxruntime-node still copies each out afterwards, unused).
+    const direct = batch.length === 1 && (spec.batchAxis === null || runBatch === rows) ? directOutputs(batch[0].payload, spec.outputs, rows, regions) : null;
     const t1 = process.hrtime.bigint();
     let outputs: ort.InferenceSession.OnnxValueMapType;
     try {
-      outputs = await session.run(feeds, wanted);
+      outputs = await session.run(feeds, direct ? Object.fromEntries(wanted.map((o) => [o, direct.get(o) ?? null])) : wanted);
     } catch (err) {
       throw errors.executionFailed(name, (err as Error).message);
     }
@@ -115,7 +145,8 @@ export async function execute(whole: Ticket<InferCommand>[], ctx: ExecutionConte
         const mine = t.payload.outputs.map((o, k) => {
           const out = requestOutput(name, o, outputs[o] as ort.Tensor, batchDims.get(o) ?? -1, from, t.rows);
           const region = t.payload.outputRegions[k];
-          return region ? regions.writeOutput(out, region) : out;
+          if (!region) return out;
+          return direct?.has(o) ? regions.written(out, region) : regions.writeOutput(out, region);
         });
         const queueNs = Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6));
         const { encode } = t.payload;

@@ -23,7 +23,7 @@
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { ModelSpec } from '../../shared/model-spec.js';
-import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
+import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, WORKER_YOUNG_GENERATION_MIB, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
 import { nowMs, type DeviceCalls, type DeviceCallType, type DeviceInit, type ExecutedRequest, type ExecutionTiming, type FromDevice, type HostUpdate, type InferCommand, type DeviceScheduling, type InstanceStatus, type ModelPolicy, type ToDevice, type WeightCacheInit, type WeightLoad, type WeightMemory, type WireTensor } from '../../shared/channels/device.js';
@@ -156,6 +156,11 @@ export class DeviceHandle {
     return this.#state;
   }
 
+  /** The worker thread, for its heap statistics (stowage_thread_heap_bytes). */
+  get thread(): Worker {
+    return this.#worker;
+  }
+
   /** Calls sent to the worker and not yet settled. */
   get inflight(): number {
     return this.#pending.size;
@@ -163,7 +168,11 @@ export class DeviceHandle {
 
   #spawn(): Promise<void> {
     const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, scheduler: this.#options.scheduler, weights: this.#options.weights };
-    const worker = new Worker(this.#options.workerUrl ?? DEFAULT_WORKER_URL, { workerData: init, name: `device-${this.deviceId}` });
+    const worker = new Worker(this.#options.workerUrl ?? DEFAULT_WORKER_URL, {
+      workerData: init,
+      name: `device-${this.deviceId}`,
+      resourceLimits: { maxYoungGenerationSizeMb: WORKER_YOUNG_GENERATION_MIB },
+    });
     this.#worker = worker;
     let lastError: Error | undefined;
     let started = false;

@@ -8,7 +8,8 @@ import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import type { WireTensor } from '../../shared/channels/device.js';
 import type { BundleHooks } from '../../shared/model-spec.js';
-import { MessageChannel } from 'node:worker_threads';
+import { MessageChannel, type Worker } from 'node:worker_threads';
+import { WORKER_YOUNG_GENERATION_MIB } from '../../shared/constants.js';
 import { ERROR_CODES, errors, StowageError, type ErrorCode, toErrorData } from '../../shared/errors.js';
 import { HOOK_NAMES, META_HOOK_NAMES, type HookContext, type HookName, type HookResult, type HookTask, type SubCall, type SubCallReply } from '../../shared/channels/hooks.js';
 
@@ -64,7 +65,7 @@ export class HookPool {
       idleTimeout: Infinity,
       // A hook that allocates without bound ends its own thread (ERR_WORKER_OUT_OF_MEMORY, which
       // fails its call; Piscina starts another), never the process.
-      ...(options.maxHeapMib > 0 ? { resourceLimits: { maxOldGenerationSizeMb: options.maxHeapMib } } : {}),
+      resourceLimits: { maxYoungGenerationSizeMb: WORKER_YOUNG_GENERATION_MIB, ...(options.maxHeapMib > 0 ? { maxOldGenerationSizeMb: options.maxHeapMib } : {}) },
     });
     this.#timeoutMs = options.timeoutMs;
     this.#importTimeoutMs = options.importTimeoutMs;
@@ -130,6 +131,11 @@ export class HookPool {
 
   #run(task: HookTask, transferList: ArrayBuffer[], signal: AbortSignal | undefined): Promise<HookResult> {
     return this.#pool.run(task, { transferList, signal }) as Promise<HookResult>;
+  }
+
+  /** The pool's threads, for their heap statistics (stowage_thread_heap_bytes). */
+  get threads(): readonly Worker[] {
+    return this.#pool.threads;
   }
 
   async close(): Promise<void> {
