@@ -89,6 +89,16 @@ def negate_model():
          OUT / "negate" / "model.onnx")
 
 
+def stretch_model():
+    # Its output's axis is symbolic in the graph ("m"), so the manifest's size for it is not checked
+    # against anything: the fixture's manifest understates it (3; it is 2k = 4), as a careless one might.
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["x", "x"], ["y"], axis=1)], "stretch",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "k"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "m"])])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), OUT / "stretch" / "model.onnx")
+
+
 def convnet_model():
     rng = np.random.default_rng(0)
     nodes, inits = [], []
@@ -135,5 +145,6 @@ if __name__ == "__main__":
     echo_model()
     negate_model()
     double_model()
+    stretch_model()
     convnet_model()
     print(f"wrote {OUT}")

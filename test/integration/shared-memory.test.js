@@ -13,7 +13,11 @@ const keys = [];
 
 test.before(async () => {
   temp = tempDir();
-  const repo = makeRepository(temp.dir, { convnet: path.join(FIXTURES, 'models', 'convnet'), dtypes: path.join(FIXTURES, 'models', 'dtypes') });
+  const repo = makeRepository(temp.dir, {
+    convnet: path.join(FIXTURES, 'models', 'convnet'),
+    dtypes: path.join(FIXTURES, 'models', 'dtypes'),
+    stretch: path.join(FIXTURES, 'models', 'stretch'),
+  });
   server = await startServer({ model_repo: repo }, { root: temp.dir });
 });
 
@@ -74,6 +78,21 @@ test.serial('outputs in the region are right whichever way they get there: compu
   await server.client.infer('convnet', input, scoresAt(0));
   t.deepEqual(read(0), inline, 'written over the input');
   await server.client.unregisterSystemSharedMemory('ways');
+});
+
+test.serial('an output whose size the graph leaves open is answered as computed, in the region as inline', async (t) => {
+  // stretch's manifest says y is [n, 3]; the model computes [n, 4]. ONNX Runtime cannot be handed a
+  // [1, 3] tensor to fill, so the output is copied in after the run, whole.
+  const x = Float32Array.from([5, -7]);
+  const key = region('stretch', 64);
+  await server.client.registerSystemSharedMemory('stretch', key, 64);
+  const inline = (await server.client.infer('stretch', [{ name: 'x', datatype: 'FP32', shape: [1, 2], data: x }])).outputs[0];
+  t.deepEqual(inline.shape, [1, 4]);
+  const { outputs } = await server.client.infer('stretch', [{ name: 'x', datatype: 'FP32', shape: [1, 2], data: x }],
+    { outputs: [{ name: 'y', sharedMemory: { region: 'stretch', byteSize: 32 } }] });
+  t.deepEqual(outputs[0].shape, [1, 4]);
+  t.deepEqual([...new Float32Array(Uint8Array.from(readRegion(key, 0, 16)).buffer)], [5, -7, 5, -7]);
+  await server.client.unregisterSystemSharedMemory('stretch');
 });
 
 test.serial('unregistering a region while requests read it is safe, and they answer correctly', async (t) => {

@@ -24,6 +24,12 @@ export interface Executable {
   cacheHit: boolean;
   /** Weight feeds over the arena, valid while the model's residency epoch is unchanged. */
   feeds?: { epoch: number; tensors: Record<string, ort.Tensor> };
+  /**
+   * The outputs whose every axis but the batch one the graph fixes: their shape is known before a
+   * run, so ONNX Runtime can write them into memory given to it (a shared-memory slice). An axis the
+   * graph leaves symbolic has only the manifest's word for its size, which nothing checks.
+   */
+  shapedOutputs: ReadonlySet<string>;
 }
 
 export interface OpenOptions {
@@ -57,16 +63,21 @@ async function createSession(spec: ModelSpec, file: ExecutableFile, source: stri
 export async function openExecutable(spec: ModelSpec, file: ExecutableFile, compiled: CompiledExecutable | null, options: OpenOptions): Promise<Executable> {
   let executable: Executable;
   if (compiled === null) {
-    executable = { session: await createSession(spec, file, file.path, sessionOptions(options, 'all')), weights: [], cacheHit: false };
+    executable = { session: await createSession(spec, file, file.path, sessionOptions(options, 'all')), weights: [], cacheHit: false, shapedOutputs: new Set() };
   } else {
     // The graph is optimised already: 'basic' only folds what the split left constant, in about a millisecond.
     const session = await createSession(spec, file, compiled.graphPath, sessionOptions(options, 'basic'));
-    executable = { session, weights: compiled.weights, cacheHit: compiled.hit };
+    executable = { session, weights: compiled.weights, cacheHit: compiled.hit, shapedOutputs: new Set() };
   }
   const weightNames = new Set(executable.weights.map((w) => w.name));
   try {
     const inputs = (executable.session.inputMetadata as readonly GraphTensor[]).filter((t) => !weightNames.has(t.name));
-    checkSignature(spec, file, inputs, executable.session.outputMetadata as readonly GraphTensor[]);
+    const outputs = executable.session.outputMetadata as readonly GraphTensor[];
+    checkSignature(spec, file, inputs, outputs);
+    executable.shapedOutputs = new Set(spec.outputs.filter((t) => {
+      const shape = outputs.find((g) => g.name === t.name)?.shape ?? [];
+      return shape.every((d, i) => i === t.batchDim || (typeof d === 'number' && d >= 0));
+    }).map((t) => t.name));
   } catch (err) {
     await executable.session.release();
     throw err;

@@ -65,13 +65,13 @@ function overlap(a: RegionSlice, b: RegionSlice): boolean {
 
 /**
  * The outputs of a lone request that ONNX Runtime can write straight into their shared-memory
- * slices: each output with a region whose whole shape the manifest gives (the batch axis is the
- * request's rows), by name. Null when there is none.
+ * slices: each output with a region whose whole shape the graph fixes (`shaped`; the batch axis
+ * is the request's rows), by name. Null when there is none.
  */
-function directOutputs(req: InferCommand, declared: readonly TensorSpec[], rows: number, regions: RegionMappings): Map<string, ort.Tensor> | null {
+function directOutputs(req: InferCommand, declared: readonly TensorSpec[], shaped: ReadonlySet<string>, rows: number, regions: RegionMappings): Map<string, ort.Tensor> | null {
   let direct: Map<string, ort.Tensor> | null = null;
   req.outputRegions.forEach((slice, k) => {
-    const spec = slice && declared.find((t) => t.name === req.outputs[k]);
+    const spec = slice && shaped.has(req.outputs[k]) && declared.find((t) => t.name === req.outputs[k]);
     // An output over the bytes of an input is written after the run, as ever: ONNX Runtime may
     // read an input after it has started writing outputs.
     if (!slice || !spec || req.inputs.some((input) => input.shm && overlap(input.shm, slice))) return;
@@ -129,7 +129,7 @@ export async function execute(whole: Ticket<InferCommand>[], ctx: ExecutionConte
     });
     // A lone request's shared-memory outputs, when their shapes are known now: ONNX Runtime writes
     // them into the region itself (onnxruntime-node still copies each out afterwards, unused).
-    const direct = batch.length === 1 && (spec.batchAxis === null || runBatch === rows) ? directOutputs(batch[0].payload, spec.outputs, rows, regions) : null;
+    const direct = batch.length === 1 && (spec.batchAxis === null || runBatch === rows) ? directOutputs(batch[0].payload, spec.outputs, executable.shapedOutputs, rows, regions) : null;
     const t1 = process.hrtime.bigint();
     let outputs: ort.InferenceSession.OnnxValueMapType;
     try {
