@@ -1,7 +1,9 @@
 /**
  * The command line: `node main.js node.yaml` serves; `--check-config FILE`
- * validates and prints the effective configuration; `--help` explains.
+ * validates and prints the effective configuration; `bundle create|check`
+ * makes and checks bundles (bundle/cli.ts); `--help` explains.
  */
+import { BUNDLE_USAGE, bundleCommand } from './bundle/cli.js';
 import { environmentOverrides, loadNodeConfig } from './config/load.js';
 import { StowageError } from './shared/errors.js';
 import { createLogger } from './shared/log.js';
@@ -14,7 +16,12 @@ usage:
   node main.js NODE_FILE                 serve the model repository NODE_FILE names
   node main.js --check-config NODE_FILE  validate NODE_FILE (with environment overrides)
                                          and print the effective configuration
+  node main.js bundle create MODEL.onnx --out DIR [options]
+                                         make a bundle of an ONNX file and load it as the server would
+  node main.js bundle check DIR          run the server's checks on a bundle
   node main.js --help                    this text
+
+${BUNDLE_USAGE.replace(/^usage:\n/, 'bundle commands:\n')}
 
 The node file is YAML (see node.yaml and the README). Environment overrides:
 ${environmentOverrides().map((o) => `  ${o.env.padEnd(44)} ${o.keyPath.join('.')}`).join('\n')}
@@ -27,6 +34,10 @@ function fail(err: unknown): never {
 }
 
 async function main(argv: string[]): Promise<void> {
+  if (argv[0] === 'bundle') {
+    process.exitCode = await bundleCommand(argv.slice(1));
+    return;
+  }
   if (argv.length === 0 || argv.includes('--help') || argv.includes('-h')) {
     process.stdout.write(USAGE);
     if (argv.length === 0) process.exitCode = 2;

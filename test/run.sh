@@ -47,6 +47,21 @@ passed=$((passed + ${ava_pass:-0}))
 failed=$((failed + ${ava_fail:-0}))
 rm -f "$ava_out"
 
+# One pytest run with PYTHON (the node the tests use first on PATH), its counts added to the totals.
+run_pytest() {
+  local python=$1 out line pass fail
+  shift
+  out=$(mktemp)
+  PATH="$(dirname "$(command -v node)"):$PATH" "$python" -m pytest -q "$@" 2>&1 | tee "$out"
+  line=$(grep -E '[0-9]+ (passed|failed)' "$out" | tail -1)
+  pass=$(echo "$line" | grep -oE '[0-9]+ passed' | awk '{print $1}')
+  fail=$(echo "$line" | grep -oE '[0-9]+ (failed|error|errors)' | awk '{s+=$1} END {print s+0}')
+  if [ -z "$line" ]; then fail=1; fi
+  passed=$((passed + ${pass:-0}))
+  failed=$((failed + ${fail:-0}))
+  rm -f "$out"
+}
+
 # Python compatibility suite: tritonclient from PyPI, in .venv.
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv || { echo "cannot create .venv"; failed=$((failed + 1)); }
@@ -57,17 +72,17 @@ if [ -x .venv/bin/python ]; then
   # KServe's SDK and tritonclient both register the `inference` protos in protobuf's default
   # descriptor pool, so they cannot share a Python process: one pytest run each.
   for suite in "--ignore=test/compat/test_kserve.py test/compat" "test/compat/test_kserve.py"; do
-    py_out=$(mktemp)
     # shellcheck disable=SC2086
-    PATH="$(dirname "$(command -v node)"):$PATH" .venv/bin/python -m pytest -q $suite 2>&1 | tee "$py_out"
-    py_line=$(grep -E '[0-9]+ (passed|failed)' "$py_out" | tail -1)
-    py_pass=$(echo "$py_line" | grep -oE '[0-9]+ passed' | awk '{print $1}')
-    py_fail=$(echo "$py_line" | grep -oE '[0-9]+ (failed|error|errors)' | awk '{s+=$1} END {print s+0}')
-    if [ -z "$py_line" ]; then py_fail=1; fi
-    passed=$((passed + ${py_pass:-0}))
-    failed=$((failed + ${py_fail:-0}))
-    rm -f "$py_out"
+    run_pytest .venv/bin/python $suite
   done
+fi
+
+# The exporter's suite: PyTorch modules exported by tools/export, served, compared with PyTorch.
+# Its venv sees Debian's python3-torch, which tools/install-export-env.sh installs on first use.
+if export_python=$(bash tools/install-export-env.sh); then
+  run_pytest "$export_python" -p no:cacheprovider test/export
+else
+  echo "the exporter's environment could not be made (above): test/export did not run"; failed=$((failed + 1))
 fi
 
 echo "${passed} passed, ${failed} failed"

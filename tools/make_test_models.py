@@ -13,6 +13,11 @@
   scores; conv, batch-norm folded, residual blocks, global pooling) with fixed
   random weights: heavy enough that batching matters, for the coalescing tests
   and benchmark.
+- graphs/*.onnx: plain ONNX files (no bundle) for `bundle create`: named.onnx names its batch
+  axis and denotes every other axis; the others each hold one thing create must refuse
+  (unsupported.onnx an operator ONNX Runtime lacks, bf16.onnx and float8.onnx outputs Node or
+  KServe cannot carry, clash.onnx an input and an output of one name, unbatched.onnx no batch
+  axis, ragged.onnx a batch axis on some tensors only).
 
 Run:  python tools/make_test_models.py   (needs onnx)
 """
@@ -139,6 +144,46 @@ def convnet_model():
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), OUT / "convnet" / "model.onnx")
 
 
+def graph_files():
+    graphs = OUT.parent / "graphs"
+
+    def value(name, elem, dims, denotations=()):
+        info = helper.make_tensor_value_info(name, elem, dims)
+        for dim, den in zip(info.type.tensor_type.shape.dim, denotations):
+            dim.denotation = den
+        return info
+
+    def write(file, nodes, inputs, outputs, opset=17, initializers=()):
+        model = helper.make_model(helper.make_graph(nodes, file, inputs, outputs, list(initializers)),
+                                  opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = 9
+        graphs.mkdir(parents=True, exist_ok=True)
+        onnx.save(model, graphs / f"{file}.onnx")  # not checked: some are wrong on purpose
+
+    # y[n, k] = mean over h, w of image[n, c, h, w] times a fixed [c, k] matrix; label = argmax.
+    weights = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4) / 10, "w")
+    write("named", [
+        helper.make_node("ReduceMean", ["image"], ["pooled"], axes=[2, 3], keepdims=0),
+        helper.make_node("MatMul", ["pooled", "w"], ["scores"]),
+        helper.make_node("ArgMax", ["scores"], ["label"], axis=1, keepdims=0),
+    ], [value("image", TensorProto.FLOAT, ["batch", 3, 5, 5], ["DATA_BATCH", "DATA_CHANNEL", "h", "w"])],
+        [value("scores", TensorProto.FLOAT, ["batch", 4], ["", "k"]), value("label", TensorProto.INT64, ["batch"])],
+        initializers=[weights])
+    x = [value("x", TensorProto.FLOAT, ["n", 3], ["", "k"])]
+    write("unsupported", [helper.make_node("MysteryOp", ["x"], ["y"], name="mystery_node")], x,
+          [value("y", TensorProto.FLOAT, ["n", 3], ["", "k"])])
+    write("bf16", [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16)], x,
+          [value("y", TensorProto.BFLOAT16, ["n", 3], ["", "k"])])
+    write("float8", [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT8E4M3FN)], x,
+          [value("y", TensorProto.FLOAT8E4M3FN, ["n", 3], ["", "k"])], opset=19)
+    write("clash", [helper.make_node("Neg", ["x"], ["y"])], x,
+          [value("y", TensorProto.FLOAT, ["n", 3], ["", "k"]), value("x", TensorProto.FLOAT, ["n", 3], ["", "k"])])
+    write("unbatched", [helper.make_node("Neg", ["x"], ["y"])], [value("x", TensorProto.FLOAT, [2, 3])],
+          [value("y", TensorProto.FLOAT, [2, 3])])
+    write("ragged", [helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], x,
+          [value("y", TensorProto.FLOAT, [])])
+
+
 if __name__ == "__main__":
     dtypes_model()
     fixed_models()
@@ -147,4 +192,5 @@ if __name__ == "__main__":
     double_model()
     stretch_model()
     convnet_model()
+    graph_files()
     print(f"wrote {OUT}")

@@ -12,7 +12,7 @@ import path from 'node:path';
 import { Ajv } from 'ajv';
 import YAML from 'yaml';
 import { byManifestDtype, MANIFEST_DTYPES } from '../shared/dtypes.js';
-import { errors } from '../shared/errors.js';
+import { BundleInvalidError, errors, type BundleProblem } from '../shared/errors.js';
 import { describeSchemaErrors } from '../shared/schema-errors.js';
 import { checkBundleFile, MAX_HOOK_FILE_BYTES, MAX_MANIFEST_BYTES, MAX_MODEL_FILE_BYTES, readBundleFile } from './bundle-file.js';
 import type { ExecutableFile, ModelSpec, TensorSpec } from '../shared/model-spec.js';
@@ -74,37 +74,57 @@ interface RawManifest {
   batching?: { compiled_batch_sizes?: number[]; batch_axis?: string };
 }
 
-function parseTensor(bundle: string, where: string, raw: RawTensor, batchAxis: string): TensorSpec {
-  const fail = (msg: string) => errors.bundleInvalid(bundle, MANIFEST_FILE, `${where} ${JSON.stringify(raw.name)}: ${msg}`);
+/** Every problem found in one bundle; parsing goes on past each so that all are reported at once. */
+class Problems {
+  readonly list: BundleProblem[] = [];
+
+  constructor(readonly bundle: string) {}
+
+  add(file: string, message: string): void {
+    this.list.push({ file, message });
+  }
+
+  /** Throw STOWAGE_BUNDLE_INVALID naming every problem so far, if there is one. */
+  check(): void {
+    if (this.list.length) throw new BundleInvalidError(this.bundle, this.list);
+  }
+}
+
+function parseTensor(problems: Problems, where: string, raw: RawTensor, batchAxis: string): TensorSpec | null {
+  const before = problems.list.length;
+  const fail = (msg: string) => problems.add(MANIFEST_FILE, `${where} ${JSON.stringify(raw.name)}: ${msg}`);
   const letters = [...raw.shape];
   const dup = letters.find((l, i) => letters.indexOf(l) !== i);
-  if (dup) throw fail(`shape ${JSON.stringify(raw.shape)} names axis '${dup}' twice`);
+  if (dup) fail(`shape ${JSON.stringify(raw.shape)} names axis '${dup}' twice; give each axis its own letter`);
   const dims = raw.dims ?? {};
   for (const key of Object.keys(dims)) {
-    if (key === batchAxis) throw fail(`dims sets the batch axis '${batchAxis}'; the batch axis takes its size from each request`);
-    if (!letters.includes(key)) throw fail(`dims names axis '${key}', which is not in shape ${JSON.stringify(raw.shape)}`);
+    if (key === batchAxis) fail(`dims sets the batch axis '${batchAxis}'; the batch axis takes its size from each request: drop ${key} from dims`);
+    else if (!letters.includes(key)) fail(`dims names axis '${key}', which is not in shape ${JSON.stringify(raw.shape)}: drop it or add the axis to shape`);
   }
   const shape = letters.map((l) => {
     if (l === batchAxis) return -1;
     const d = dims[l];
-    if (d === undefined) throw fail(`axis '${l}' of shape ${JSON.stringify(raw.shape)} has no size in dims`);
-    return d;
+    if (d === undefined) fail(`axis '${l}' of shape ${JSON.stringify(raw.shape)} has no size in dims: add ${l}: SIZE to dims`);
+    return d ?? 0;
   });
   const info = byManifestDtype(raw.dtype);
-  if (!info) throw fail(`unknown dtype ${JSON.stringify(raw.dtype)}`); // unreachable: the schema checked it
+  if (!info) fail(`unknown dtype ${JSON.stringify(raw.dtype)}`); // unreachable: the schema checked it
+  if (!info || problems.list.length > before) return null;
   return { name: raw.name, datatype: info.datatype, axes: raw.shape, shape, batchDim: letters.indexOf(batchAxis) };
 }
 
-function checkUniqueNames(bundle: string, where: string, tensors: readonly TensorSpec[]): void {
+/** The tensors of one manifest list; those with problems are left out (and reported). */
+function parseTensors(problems: Problems, where: string, raw: readonly RawTensor[], batchAxis: string): TensorSpec[] {
   const seen = new Set<string>();
-  for (const t of tensors) {
-    if (seen.has(t.name)) throw errors.bundleInvalid(bundle, MANIFEST_FILE, `${where} names tensor ${JSON.stringify(t.name)} twice`);
+  for (const t of raw) {
+    if (seen.has(t.name)) problems.add(MANIFEST_FILE, `${where} names tensor ${JSON.stringify(t.name)} twice; tensor names are unique per list`);
     seen.add(t.name);
   }
+  return raw.map((t) => parseTensor(problems, where, t, batchAxis)).filter((t): t is TensorSpec => t !== null);
 }
 
 /** Which executables the bundle directory holds: model.onnx, or model.bN.onnx per compiled size. */
-function findExecutables(bundle: string, dir: string, batched: boolean, sizes: readonly number[]): ExecutableFile[] {
+function findExecutables(problems: Problems, dir: string, batched: boolean, sizes: readonly number[]): ExecutableFile[] {
   const files = readdirSync(dir);
   const perSize = new Map<number, string>();
   for (const f of files) {
@@ -113,30 +133,33 @@ function findExecutables(bundle: string, dir: string, batched: boolean, sizes: r
   }
   const hasDynamic = files.includes('model.onnx');
   if (hasDynamic && perSize.size > 0) {
-    throw errors.bundleInvalid(bundle, 'model.onnx', `the bundle holds both model.onnx and ${[...perSize.values()].join(', ')}; keep either one model.onnx with a dynamic batch axis or one model.bN.onnx per compiled batch size`);
+    problems.add('model.onnx', `the bundle holds both model.onnx and ${[...perSize.values()].join(', ')}; keep either one model.onnx with a dynamic batch axis or one model.bN.onnx per compiled batch size`);
+    return [];
   }
   if (hasDynamic) return [{ batchSize: null, path: path.join(dir, 'model.onnx') }];
   if (perSize.size === 0) {
-    throw errors.bundleInvalid(bundle, dir, `no executable: expected model.onnx${batched ? ' or model.bN.onnx for each compiled batch size' : ''}`);
+    problems.add(dir, `no executable: expected model.onnx${batched ? ' or model.bN.onnx for each compiled batch size' : ''}`);
+    return [];
   }
   if (!batched) {
-    throw errors.bundleInvalid(bundle, [...perSize.values()][0], 'per-batch-size files need a batch axis in the manifest; an unbatched model ships model.onnx');
+    problems.add([...perSize.values()][0], 'per-batch-size files need a batch axis in the manifest; an unbatched model ships model.onnx');
+    return [];
   }
   for (const [size, f] of perSize) {
-    if (!sizes.includes(size)) {
-      throw errors.bundleInvalid(bundle, f, `batch size ${size} is not in batching.compiled_batch_sizes [${sizes.join(', ')}]`);
-    }
+    if (!sizes.includes(size)) problems.add(f, `batch size ${size} is not in batching.compiled_batch_sizes [${sizes.join(', ')}]: add it there or remove the file`);
   }
-  return sizes.map((size) => {
-    const f = perSize.get(size);
-    if (!f) throw errors.bundleInvalid(bundle, dir, `batching.compiled_batch_sizes lists ${size}, but model.b${size}.onnx is missing`);
-    return { batchSize: size, path: path.join(dir, f) };
-  });
+  const missing = sizes.filter((size) => !perSize.has(size));
+  for (const size of missing) problems.add(dir, `batching.compiled_batch_sizes lists ${size}, but model.b${size}.onnx is missing`);
+  return missing.length ? [] : sizes.map((size) => ({ batchSize: size, path: path.join(dir, perSize.get(size)!) }));
 }
 
-/** Parse a manifest's text for the bundle in `dir` (whose directory name is the model name). */
+/**
+ * Parse a manifest's text for the bundle in `dir` (whose directory name is the model name).
+ * Throws one BundleInvalidError listing every problem found.
+ */
 export function parseManifest(text: string, dir: string): ModelSpec {
   const bundle = path.basename(dir);
+  const problems = new Problems(bundle);
   let doc: unknown;
   try {
     doc = YAML.parse(text);
@@ -146,44 +169,43 @@ export function parseManifest(text: string, dir: string): ModelSpec {
   if (!validateManifest(doc)) {
     const hint = (doc as { format_version?: unknown })?.format_version === 2
       ? ' (write format_version: "2.0" with quotes: unquoted, YAML reads the number 2)' : '';
-    throw errors.bundleInvalid(bundle, MANIFEST_FILE,
-      `${describeSchemaErrors(validateManifest.errors ?? [], doc).replace(/\n/g, '; ')}${hint}`);
+    const lines = describeSchemaErrors(validateManifest.errors ?? [], doc).split('\n').map((l) => l.trim()).filter(Boolean);
+    for (const [i, line] of lines.entries()) problems.add(MANIFEST_FILE, `${line}${i === lines.length - 1 ? hint : ''}`);
+    problems.check();
   }
   const raw = doc as unknown as RawManifest;
   if (raw.name !== undefined && raw.name !== bundle) {
-    throw errors.bundleInvalid(bundle, MANIFEST_FILE, `name ${JSON.stringify(raw.name)} differs from the bundle's directory name ${JSON.stringify(bundle)}; the directory name is the model name`);
+    problems.add(MANIFEST_FILE, `name ${JSON.stringify(raw.name)} differs from the bundle's directory name ${JSON.stringify(bundle)}; the directory name is the model name: rename one or drop name`);
   }
   const batchAxis = raw.batching?.batch_axis ?? DEFAULT_BATCH_AXIS;
-  if (raw.kind === 'meta') return parseMeta(bundle, dir, raw, batchAxis);
-  if (raw.models) throw errors.bundleInvalid(bundle, MANIFEST_FILE, 'models lists the sub-models of a kind: meta bundle; this bundle is not one');
+  if (raw.kind === 'meta') return parseMeta(problems, dir, raw, batchAxis);
+  if (raw.models) problems.add(MANIFEST_FILE, 'models lists the sub-models of a kind: meta bundle; this bundle is not one: drop models or set kind: meta');
   for (const key of ['executable_inputs', 'executable_outputs'] as const) {
-    if (!raw[key]?.length) throw errors.bundleInvalid(bundle, MANIFEST_FILE, `${key} is required (at least one tensor) for a model; only kind: meta bundles have none`);
+    if (!raw[key]?.length) problems.add(MANIFEST_FILE, `${key} is required (at least one tensor) for a model; only kind: meta bundles have none`);
   }
-  const inputs = (raw.executable_inputs as RawTensor[]).map((t) => parseTensor(bundle, 'executable_inputs', t, batchAxis));
-  const outputs = (raw.executable_outputs as RawTensor[]).map((t) => parseTensor(bundle, 'executable_outputs', t, batchAxis));
-  checkUniqueNames(bundle, 'executable_inputs', inputs);
-  checkUniqueNames(bundle, 'executable_outputs', outputs);
+  const inputs = parseTensors(problems, 'executable_inputs', raw.executable_inputs ?? [], batchAxis);
+  const outputs = parseTensors(problems, 'executable_outputs', raw.executable_outputs ?? [], batchAxis);
   // What clients see; model.js hooks convert between these and the executable's tensors (the
   // repository checks at load that the hooks a bundle declares tensors for exist).
-  const clientInputs = raw.client_inputs?.map((t) => parseTensor(bundle, 'client_inputs', t, batchAxis)) ?? inputs;
-  const clientOutputs = raw.client_outputs?.map((t) => parseTensor(bundle, 'client_outputs', t, batchAxis)) ?? outputs;
-  checkUniqueNames(bundle, 'client_inputs', clientInputs);
-  checkUniqueNames(bundle, 'client_outputs', clientOutputs);
+  const clientInputs = raw.client_inputs ? parseTensors(problems, 'client_inputs', raw.client_inputs, batchAxis) : inputs;
+  const clientOutputs = raw.client_outputs ? parseTensors(problems, 'client_outputs', raw.client_outputs, batchAxis) : outputs;
 
   const all = [...inputs, ...outputs, ...clientInputs, ...clientOutputs];
   const batchedCount = all.filter((t) => t.batchDim >= 0).length;
   if (batchedCount !== 0 && batchedCount !== all.length) {
-    const missing = all.filter((t) => t.batchDim < 0).map((t) => t.name);
-    throw errors.bundleInvalid(bundle, MANIFEST_FILE, `batch axis '${batchAxis}' is missing from ${missing.join(', ')}; either every tensor has the batch axis or none does`);
+    const missing = [...new Set(all.filter((t) => t.batchDim < 0).map((t) => t.name))];
+    problems.add(MANIFEST_FILE, `batch axis '${batchAxis}' is missing from ${missing.join(', ')}; either every tensor has the batch axis or none does`);
   }
   const batched = batchedCount > 0;
   const sizes = [...(raw.batching?.compiled_batch_sizes ?? [])].sort((a, b) => a - b);
   if (batched && sizes.length === 0) {
-    throw errors.bundleInvalid(bundle, MANIFEST_FILE, `tensors have the batch axis '${batchAxis}', so batching.compiled_batch_sizes is required (e.g. [1, 8])`);
+    problems.add(MANIFEST_FILE, `tensors have the batch axis '${batchAxis}', so batching.compiled_batch_sizes is required (e.g. [1, 8])`);
   }
   if (!batched && sizes.length > 0) {
-    throw errors.bundleInvalid(bundle, MANIFEST_FILE, `batching.compiled_batch_sizes is set, but no tensor has the batch axis '${batchAxis}'`);
+    problems.add(MANIFEST_FILE, `batching.compiled_batch_sizes is set, but no tensor has the batch axis '${batchAxis}': drop it, or give the tensors a batch axis (batching.batch_axis names its letter)`);
   }
+  const executables = findExecutables(problems, dir, batched, sizes);
+  problems.check();
   return {
     name: bundle,
     dir,
@@ -197,7 +219,7 @@ export function parseManifest(text: string, dir: string): ModelSpec {
     batchAxis: batched ? batchAxis : null,
     compiledBatchSizes: sizes,
     maxBatchSize: batched ? sizes[sizes.length - 1] : 0,
-    executables: findExecutables(bundle, dir, batched, sizes),
+    executables,
   };
 }
 
@@ -205,23 +227,23 @@ export function parseManifest(text: string, dir: string): ModelSpec {
  * A kind: meta bundle: client tensors and the sub-models its model.js `run` hook may call; no
  * executable of its own, so nothing to compile or batch (its sub-calls are batched where they run).
  */
-function parseMeta(bundle: string, dir: string, raw: RawManifest, batchAxis: string): ModelSpec {
-  const fail = (msg: string) => errors.bundleInvalid(bundle, MANIFEST_FILE, msg);
+function parseMeta(problems: Problems, dir: string, raw: RawManifest, batchAxis: string): ModelSpec {
+  const bundle = problems.bundle;
+  const fail = (msg: string) => problems.add(MANIFEST_FILE, msg);
   if (raw.executable_inputs || raw.executable_outputs || raw.batching?.compiled_batch_sizes) {
-    throw fail('a kind: meta bundle has no executable: drop executable_inputs, executable_outputs and compiled_batch_sizes');
+    fail('a kind: meta bundle has no executable: drop executable_inputs, executable_outputs and compiled_batch_sizes');
   }
-  if (!raw.client_inputs?.length || !raw.client_outputs?.length) throw fail('a kind: meta bundle declares its client_inputs and client_outputs');
-  if (!raw.models) throw fail('a kind: meta bundle lists the sub-models its run hook may call under models');
-  if (raw.models.includes(bundle)) throw fail(`models lists ${JSON.stringify(bundle)} itself; a meta model may not call itself`);
-  const clientInputs = raw.client_inputs.map((t) => parseTensor(bundle, 'client_inputs', t, batchAxis));
-  const clientOutputs = raw.client_outputs.map((t) => parseTensor(bundle, 'client_outputs', t, batchAxis));
-  checkUniqueNames(bundle, 'client_inputs', clientInputs);
-  checkUniqueNames(bundle, 'client_outputs', clientOutputs);
-  if (!existsSync(path.join(dir, 'model.js'))) throw errors.bundleInvalid(bundle, 'model.js', 'a kind: meta bundle needs model.js with a run hook');
+  if (!raw.client_inputs?.length || !raw.client_outputs?.length) fail('a kind: meta bundle declares its client_inputs and client_outputs');
+  if (!raw.models) fail('a kind: meta bundle lists the sub-models its run hook may call under models');
+  else if (raw.models.includes(bundle)) fail(`models lists ${JSON.stringify(bundle)} itself; a meta model may not call itself`);
+  const clientInputs = parseTensors(problems, 'client_inputs', raw.client_inputs ?? [], batchAxis);
+  const clientOutputs = parseTensors(problems, 'client_outputs', raw.client_outputs ?? [], batchAxis);
+  if (!existsSync(path.join(dir, 'model.js'))) problems.add('model.js', 'a kind: meta bundle needs model.js with a run hook');
+  problems.check();
   const batched = clientInputs.some((t) => t.batchDim >= 0);
   return {
     name: bundle, dir, inputs: [], outputs: [], clientInputs, clientOutputs, hooks: null,
-    kind: 'meta', subModels: raw.models, batchAxis: batched ? batchAxis : null,
+    kind: 'meta', subModels: raw.models ?? [], batchAxis: batched ? batchAxis : null,
     compiledBatchSizes: [], maxBatchSize: 0, executables: [],
   };
 }

@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 import { byOrtType, dtypeInfo } from '../shared/dtypes.js';
-import { errors } from '../shared/errors.js';
+import { BundleInvalidError } from '../shared/errors.js';
 import type { ExecutableFile, ModelSpec, TensorSpec } from '../shared/model-spec.js';
 
 /** What onnxruntime-node's `session.inputMetadata` / `outputMetadata` give for a tensor. */
@@ -40,12 +40,12 @@ function checkSide(spec: ModelSpec, file: ExecutableFile, side: 'input' | 'outpu
     }
     if (g.type !== info.ortType) {
       const graphDtype = byOrtType(g.type)?.manifest ?? g.type;
-      problems.push(`${side} ${JSON.stringify(t.name)}: manifest dtype ${info.manifest}, graph dtype ${graphDtype}`);
+      problems.push(`${side} ${JSON.stringify(t.name)}: manifest dtype ${info.manifest}, graph dtype ${graphDtype}: set dtype: ${graphDtype} in ${key}`);
       continue;
     }
     const shape = g.shape ?? [];
     if (shape.length !== t.shape.length) {
-      problems.push(`${side} ${JSON.stringify(t.name)}: manifest shape ${JSON.stringify(t.axes)} has rank ${t.shape.length}, graph shape [${shape.join(', ')}] has rank ${shape.length}`);
+      problems.push(`${side} ${JSON.stringify(t.name)}: manifest shape ${JSON.stringify(t.axes)} has rank ${t.shape.length}, graph shape [${shape.join(', ')}] has rank ${shape.length}: give shape one letter per axis of the graph`);
       continue;
     }
     shape.forEach((gd, i) => {
@@ -58,19 +58,19 @@ function checkSide(spec: ModelSpec, file: ExecutableFile, side: 'input' | 'outpu
           problems.push(`${side} ${JSON.stringify(t.name)}: batch axis '${axis}' is ${gd} in the graph, expected ${file.batchSize}`);
         }
       } else if (fixed && gd !== t.shape[i]) {
-        problems.push(`${side} ${JSON.stringify(t.name)}: axis '${axis}' is ${t.shape[i]} in the manifest, ${gd} in the graph`);
+        problems.push(`${side} ${JSON.stringify(t.name)}: axis '${axis}' is ${t.shape[i]} in the manifest, ${gd} in the graph: set ${axis}: ${gd} in its dims`);
       }
     });
   }
   if (side === 'input') {
     const declaredNames = new Set(declared.map((t) => t.name));
     const extra = graph.filter((g) => !declaredNames.has(g.name)).map((g) => JSON.stringify(g.name));
-    if (extra.length) problems.push(`the graph has inputs ${extra.join(', ')} that ${key} does not declare`);
+    if (extra.length) problems.push(`the graph has inputs ${extra.join(', ')} that ${key} does not declare: declare them there (a request must feed every graph input)`);
   }
   return problems;
 }
 
-/** Throws STOWAGE_BUNDLE_INVALID listing every mismatch between the manifest and one ONNX file. */
+/** Throws STOWAGE_BUNDLE_INVALID listing every mismatch between the manifest and one ONNX file, one problem each. */
 export function checkSignature(spec: ModelSpec, file: ExecutableFile,
   inputs: readonly GraphTensor[], outputs: readonly GraphTensor[]): void {
   const problems = [
@@ -78,6 +78,7 @@ export function checkSignature(spec: ModelSpec, file: ExecutableFile,
     ...checkSide(spec, file, 'output', spec.outputs, outputs),
   ];
   if (problems.length) {
-    throw errors.bundleInvalid(spec.name, path.basename(file.path), `does not match manifest.yaml: ${problems.join('; ')}`);
+    const onnxFile = path.basename(file.path);
+    throw new BundleInvalidError(spec.name, problems.map((p) => ({ file: onnxFile, message: `does not match manifest.yaml: ${p}` })));
   }
 }

@@ -64,6 +64,25 @@ export class StowageError extends Error {
   }
 }
 
+/** One thing wrong with a bundle: the file it is in and what to change. */
+export interface BundleProblem {
+  readonly file: string;
+  readonly message: string;
+}
+
+/**
+ * STOWAGE_BUNDLE_INVALID with every problem found, not only the first, so that `bundle check`
+ * and the server's log let a user fix them all in one pass. Its message lists them all.
+ */
+export class BundleInvalidError extends StowageError {
+  readonly problems: readonly BundleProblem[];
+
+  constructor(bundle: string, problems: readonly BundleProblem[]) {
+    super('STOWAGE_BUNDLE_INVALID', `bundle ${quote(bundle)}, ${problems.map((p) => `${p.file}: ${p.message}`).join('; ')}`);
+    this.problems = problems;
+  }
+}
+
 /** How an error travels between threads: plain data, rebuilt on the other side. */
 export interface ErrorData {
   code: ErrorCode;
@@ -159,8 +178,7 @@ export const errors = {
     new StowageError('STOWAGE_DEVICE_UNAVAILABLE', `device ${device} is unavailable: ${why}`),
   executionFailed: (model: string, message: string) =>
     new StowageError('STOWAGE_EXECUTION_FAILED', `model ${quote(model)} failed in ONNX Runtime: ${message}`),
-  bundleInvalid: (bundle: string, file: string, message: string) =>
-    new StowageError('STOWAGE_BUNDLE_INVALID', `bundle ${quote(bundle)}, ${file}: ${message}`),
+  bundleInvalid: (bundle: string, file: string, message: string) => new BundleInvalidError(bundle, [{ file, message }]),
   configInvalid: (message: string) => new StowageError('STOWAGE_CONFIG_INVALID', message),
   internal: (message: string) => new StowageError('STOWAGE_INTERNAL', message),
 };

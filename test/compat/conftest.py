@@ -2,34 +2,12 @@
 import json
 import pathlib
 import shutil
-import subprocess
 import tempfile
 
 import pytest
+from server_process import serve as _serve, stop_server as _stop
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _serve(tmp, node_yaml):
-    """Start `node main.js` on tmp/node.yaml; returns the process and its gRPC address once it serves."""
-    (tmp / "node.yaml").write_text(node_yaml)
-    proc = subprocess.Popen(["node", str(ROOT / "main.js"), str(tmp / "node.yaml")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if entry.get("msg") == "serving":
-            return proc, entry["grpc"]
-    proc.terminate()
-    raise RuntimeError(f"server exited before serving: {proc.stderr.read()}")
-
-
-def _stop(proc, tmp):
-    proc.terminate()
-    proc.wait(timeout=30)
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -128,3 +128,21 @@ test('the scanner takes each subdirectory with a manifest, and one bad bundle do
   t.regex(found[0].error.message, /bundle "broken", manifest\.yaml/);
   t.regex(t.throws(() => scanRepository(path.join(repo, 'nope'))).message, /model_repo .* is not a directory/);
 });
+
+test('every problem of a manifest is reported at once, each with its file', (t) => {
+  const text = `format_version: "2.0"\nname: other\nexecutable_inputs:\n  - { name: x, dtype: f32, shape: nhh, dims: { h: 2 } }\n  - { name: x, dtype: f32, shape: nw }\nexecutable_outputs:\n  - { name: y, dtype: i64, shape: n }\n`;
+  const err = /** @type {import('../../../dist/shared/errors.js').BundleInvalidError} */ (t.throws(() => parseManifest(text, dir)));
+  t.is(err.code, 'STOWAGE_BUNDLE_INVALID');
+  t.deepEqual(err.problems.map((p) => p.file), ['manifest.yaml', 'manifest.yaml', 'manifest.yaml', 'manifest.yaml', 'manifest.yaml']);
+  t.deepEqual(err.problems.map((p) => p.message.replace(/:.*/, '')), [
+    'name "other" differs from the bundle\'s directory name "digits"; the directory name is the model name',
+    'executable_inputs names tensor "x" twice; tensor names are unique per list',
+    'executable_inputs "x"',
+    'executable_inputs "x"',
+    'tensors have the batch axis \'n\', so batching.compiled_batch_sizes is required (e.g. [1, 8])',
+  ]);
+  t.regex(err.problems[2].message, /names axis 'h' twice/);
+  t.regex(err.problems[3].message, /axis 'w' of shape "nw" has no size in dims/);
+  // The message names them all too, for the server's log and the model's reason.
+  t.regex(err.message, /^bundle "digits", manifest\.yaml: name "other".*; manifest\.yaml: tensors have the batch axis/);
+});
