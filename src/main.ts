@@ -4,7 +4,7 @@
  * makes and checks bundles (bundle/cli.ts); `--help` explains.
  */
 import { BUNDLE_USAGE, bundleCommand } from './bundle/cli.js';
-import { environmentOverrides, loadNodeConfig } from './config/load.js';
+import { environmentOverrides, isGatewayOnly, loadNodeConfig } from './config/load.js';
 import { StowageError } from './shared/errors.js';
 import { createLogger } from './shared/log.js';
 import { StowageGateway } from './remote/gateway-server.js';
@@ -53,8 +53,8 @@ async function main(argv: string[]): Promise<void> {
   const { config, overrides } = loadNodeConfig(argv[0]);
   const logger = createLogger(config.global.logging.level);
   logger.info({ config, overrides }, 'effective configuration');
-  // gateway.endpoints makes this process a gateway in front of remote nodes, with no devices of its own.
-  const server = config.gateway.endpoints.length > 0 ? await StowageGateway.start(config, logger) : await StowageServer.start(config, logger);
+  // gateway.endpoints or gateway.discovery makes this process a gateway in front of remote nodes, with no devices of its own.
+  const server = isGatewayOnly(config) ? await StowageGateway.start(config, logger) : await StowageServer.start(config, logger);
 
   let stopping = false;
   const onSignal = (signal: NodeJS.Signals) => {

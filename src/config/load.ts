@@ -172,15 +172,17 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
   }
   const overrides = applyOverrides(doc as Record<string, unknown>, env, cwd);
   // model_repo is required unless gateway.endpoints makes this a gateway-only process.
-  const raw = doc as { model_repo?: unknown; gateway?: { endpoints?: unknown } };
-  const needsRepo = raw.model_repo === undefined && !(Array.isArray(raw.gateway?.endpoints) && raw.gateway.endpoints.length > 0);
-  const missingRepo = 'missing required key model_repo (the directory of bundles; a gateway-only process lists gateway.endpoints instead)';
+  const raw = doc as { model_repo?: unknown; gateway?: unknown };
+  const rawGateway = raw.gateway as { endpoints?: unknown; discovery?: { dns_name?: unknown } } | undefined;
+  const needsRepo = raw.model_repo === undefined
+    && !(Array.isArray(rawGateway?.endpoints) && rawGateway.endpoints.length > 0) && !rawGateway?.discovery?.dns_name;
+  const missingRepo = 'missing required key model_repo (the directory of bundles; a gateway-only process lists gateway.endpoints or gateway.discovery.dns_name instead)';
   if (!validate(doc)) {
     const problems = describeSchemaErrors(validate.errors ?? [], doc);
     throw errors.configInvalid(`${file}: invalid configuration:\n${needsRepo ? `  ${missingRepo}\n` : ''}${problems}`);
   }
   if (needsRepo) throw errors.configInvalid(`${file}: invalid configuration:\n  ${missingRepo}`);
-  const gatewayOnly = doc.gateway.endpoints.length > 0;
+  const gatewayOnly = doc.gateway.endpoints.length > 0 || doc.gateway.discovery.dns_name !== '';
   if (gatewayOnly && doc.gateway.scheduling.mode === 'lpt_packing') {
     throw errors.configInvalid(`${file}: gateway.scheduling.mode "lpt_packing" places models on this process's own devices; a gateway-only process (gateway.endpoints) routes with round_robin or least_outstanding`);
   }
@@ -202,6 +204,11 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
     }
   }
   return { config: deepFreeze(config), overrides, file };
+}
+
+/** A gateway in front of remote nodes (static endpoints or discovered by DNS), with no devices of its own. */
+export function isGatewayOnly(config: NodeConfig): boolean {
+  return config.gateway.endpoints.length > 0 || config.gateway.discovery.dns_name !== '';
 }
 
 export function loadNodeConfig(file: string, env: NodeJS.ProcessEnv = process.env): LoadedConfig {

@@ -1,7 +1,9 @@
 /**
  * A gateway-only process: no devices and no repository of its own, it fronts
  * the Stowage nodes that `gateway.endpoints` lists (host:port of their gRPC
- * ports). It learns what each node serves from its RepositoryIndex, checks
+ * ports) and those `gateway.discovery` finds by DNS (discovery.ts: nodes that
+ * appear are added, nodes that disappear take no new requests, finish those
+ * in flight and are dropped). It learns what each node serves from its RepositoryIndex, checks
  * every node every `gateway.health_seconds` (a node that does not answer is
  * down and gets no requests; one that answers again is back), forwards the
  * KServe surface (proxy-service.ts), and serves on its admin port /healthz,
@@ -20,6 +22,7 @@ import { startOrStop } from '../shared/lifecycle.js';
 import { PACKAGE_VERSION } from '../shared/version.js';
 import { mergeMetrics } from './metrics-merge.js';
 import { proxyDefinition, proxyService } from './proxy-service.js';
+import { DnsDiscovery } from './discovery.js';
 import { RemoteNode } from './remote-node.js';
 
 /** How long a node gets to answer a health check or a metrics scrape. */
@@ -27,7 +30,8 @@ const PROBE_TIMEOUT_MS = 1000;
 
 export class StowageGateway {
   readonly ports = { grpc: 0, admin: 0 };
-  readonly nodes: RemoteNode[];
+  /** The live list: discovery adds and removes nodes in place, and the proxy reads it per request. */
+  readonly nodes: RemoteNode[] = [];
   #config: NodeConfig;
   #logger: Logger;
   #registry = new Registry();
@@ -35,33 +39,69 @@ export class StowageGateway {
   #admin?: http.Server;
   #timer?: NodeJS.Timeout;
   #stopping = false;
+  #discovery?: DnsDiscovery;
+  /** Nodes being drained after discovery lost them, until they are dropped. */
+  readonly #draining = new Set<Promise<void>>();
 
   private constructor(config: NodeConfig, logger: Logger) {
     this.#config = config;
     this.#logger = logger;
     const gw = config.gateway;
-    const definition = loadInferenceClient().service;
-    this.nodes = gw.endpoints.map((address) => new RemoteNode(address, {
-      maxStreams: gw.max_concurrent_streams,
-      windowBytes: config.global.endpoints.http2_window_bytes,
-      encodeIndexRequest: () => definition.RepositoryIndex.requestSerialize({ repository_name: '', ready: true }),
-      decodeIndex: (bytes) => definition.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
-    }));
+    for (const address of gw.endpoints) this.nodes.push(this.#node(address));
     this.#edge = new GrpcEdge(config.global.endpoints, logger, this.#registry);
     const nodes = this.nodes;
     new Gauge({
       name: 'stowage_gateway_node_up', help: 'Whether the node answers (1) or is down (0)', labelNames: ['node'], registers: [this.#registry],
       collect() {
+        this.reset(); // a dropped node leaves the metric
         for (const n of nodes) this.set({ node: n.address }, n.up ? 1 : 0);
       },
     });
     new Gauge({
       name: 'stowage_gateway_node_inflight', help: 'RPCs forwarded to the node and not yet answered', labelNames: ['node'], registers: [this.#registry],
       collect() {
+        this.reset();
         for (const n of nodes) this.set({ node: n.address }, n.inflight);
       },
     });
     collectDefaultMetrics({ register: this.#registry });
+  }
+
+  #node(address: string): RemoteNode {
+    const gw = this.#config.gateway;
+    const definition = loadInferenceClient().service;
+    return new RemoteNode(address, {
+      maxStreams: gw.max_concurrent_streams,
+      windowBytes: this.#config.global.endpoints.http2_window_bytes,
+      encodeIndexRequest: () => definition.RepositoryIndex.requestSerialize({ repository_name: '', ready: true }),
+      decodeIndex: (bytes) => definition.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
+    });
+  }
+
+  /** Discovery found `added` and lost `removed`: new nodes are asked what they serve at once; lost ones drain. */
+  #discovered(added: readonly string[], removed: readonly string[]): void {
+    for (const address of added) {
+      // Also a static endpoint, or already known; one draining after it left DNS is replaced by a new one.
+      if (this.nodes.some((n) => n.address === address && !n.draining)) continue;
+      const node = this.#node(address);
+      this.nodes.push(node);
+      this.#logger.info({ node: address }, 'node discovered');
+      void node.refresh(PROBE_TIMEOUT_MS).then(() => {
+        if (node.up) this.#logger.info({ node: address, models: node.models }, 'node up');
+      });
+    }
+    for (const address of removed) {
+      if (this.#config.gateway.endpoints.includes(address)) continue; // static endpoints stay
+      const node = this.nodes.find((n) => n.address === address && !n.draining);
+      if (!node) continue;
+      this.#logger.info({ node: address, inflight: node.inflight }, 'node gone from DNS: draining it');
+      const drained = node.drain(this.#config.gateway.request_timeout_seconds * 1000).then(() => {
+        this.nodes.splice(this.nodes.indexOf(node), 1);
+        this.#draining.delete(drained);
+        this.#logger.info({ node: address }, 'node dropped');
+      });
+      this.#draining.add(drained);
+    }
   }
 
   /** The cap on inference RPCs in flight, and how many are. */
@@ -81,6 +121,18 @@ export class StowageGateway {
       metrics: async () => ({ contentType: this.#registry.contentType, text: await this.#metrics() }),
     });
     this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
+    const { discovery } = gw;
+    if (discovery.dns_name) {
+      this.#discovery = new DnsDiscovery({
+        dnsName: discovery.dns_name,
+        port: discovery.port,
+        intervalMs: discovery.interval_seconds * 1000,
+        resolver: discovery.resolver,
+        logger: this.#logger,
+        onChange: (added, removed) => this.#discovered(added, removed),
+      });
+      await this.#discovery.start();
+    }
     await this.#checkNodes();
     this.#timer = setInterval(() => void this.#checkNodes(), gw.health_seconds * 1000);
     this.#timer.unref();
@@ -103,6 +155,7 @@ export class StowageGateway {
       admin: `${endpoints.host}:${this.ports.admin}`,
       gateway: 'gateway-only',
       nodes: this.nodes.map((n) => ({ node: n.address, up: n.up, models: n.models })),
+      discovery: gw.discovery.dns_name || undefined,
     }, 'serving');
   }
 
@@ -118,7 +171,13 @@ export class StowageGateway {
 
   /** The gateway's metrics and each metrics endpoint's, labelled with the node. */
   async #metrics(): Promise<string> {
-    const remote = await Promise.all(this.#config.gateway.metrics_endpoints.map(async (address) => {
+    const { metrics_endpoints: fixed, discovery } = this.#config.gateway;
+    // A discovered node's admin port is its address with discovery.metrics_port.
+    const discovered = discovery.metrics_port > 0
+      ? this.nodes.filter((n) => !n.draining && !this.#config.gateway.endpoints.includes(n.address))
+        .map((n) => n.address.replace(/:\d+$/, `:${discovery.metrics_port}`))
+      : [];
+    const remote = await Promise.all([...new Set([...fixed, ...discovered])].map(async (address) => {
       try {
         const res = await fetch(`http://${address}/metrics`, { signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
         return { node: address, text: res.ok ? await res.text() : '' };
@@ -132,7 +191,9 @@ export class StowageGateway {
   async stop(graceMs = this.#config.global.endpoints.shutdown_grace_seconds * 1000): Promise<void> {
     this.#stopping = true;
     clearInterval(this.#timer);
+    this.#discovery?.stop();
     await this.#edge.stop(graceMs);
+    await Promise.all(this.#draining);
     for (const n of this.nodes) n.close();
     await closeAdmin(this.#admin);
   }

@@ -91,7 +91,7 @@ export function proxyDefinition(definition: grpc.ServiceDefinition): grpc.Servic
 export function proxyService(ctx: ProxyContext): Record<string, grpc.UntypedHandleCall> {
   const { edge, nodes, definition, logger } = ctx;
   const router = new Router(ctx.mode);
-  const upNodes = () => nodes.filter((n) => n.up);
+  const upNodes = () => nodes.filter((n) => n.up && !n.draining);
 
   /** The node for a request for `model`, skipping `tried`. */
   function pick(model: string, tried: ReadonlySet<RemoteNode>): RemoteNode {

@@ -29,6 +29,9 @@ export class RemoteNode {
   #models = new Set<string>();
   #inflight = 0;
   #waiting: (() => void)[] = [];
+  /** Set once the node is being retired (discovery lost it): it takes no new requests. */
+  #draining = false;
+  #idle?: () => void;
 
   constructor(address: string, options: RemoteNodeOptions) {
     this.address = address;
@@ -52,7 +55,28 @@ export class RemoteNode {
   }
 
   serves(model: string): boolean {
-    return this.#up && this.#models.has(model);
+    return this.#up && !this.#draining && this.#models.has(model);
+  }
+
+  get draining(): boolean {
+    return this.#draining;
+  }
+
+  /**
+   * Take no new requests and resolve once those in flight (and those waiting for a slot) are
+   * done, or after `timeoutMs`; then close the channel.
+   */
+  async drain(timeoutMs: number): Promise<void> {
+    this.#draining = true;
+    if (this.#inflight > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        new Promise<void>((resolve) => { this.#idle = resolve; }),
+        new Promise<void>((resolve) => { timer = setTimeout(resolve, timeoutMs); }),
+      ]);
+      clearTimeout(timer);
+    }
+    this.close();
   }
 
   get models(): string[] {
@@ -106,5 +130,6 @@ export class RemoteNode {
   #release(): void {
     this.#inflight--;
     this.#waiting.shift()?.();
+    if (this.#inflight === 0) this.#idle?.();
   }
 }

@@ -127,6 +127,26 @@ export const nodeConfigSchema = {
         endpoints: { type: 'array', uniqueItems: true, items: hostPort, default: [] },
         // Their admin ports (host:port), whose /metrics the gateway's /metrics includes, labelled node.
         metrics_endpoints: { type: 'array', uniqueItems: true, items: hostPort, default: [] },
+        // Nodes found by DNS (beside endpoints): a name resolved every interval_seconds to all its
+        // addresses (a Kubernetes headless Service answers one per ready pod). A set name makes this
+        // process a gateway only; nodes that appear are added, nodes that disappear drained and dropped.
+        discovery: {
+          type: 'object',
+          additionalProperties: false,
+          default: {},
+          properties: {
+            // The name to resolve; empty: no discovery.
+            dns_name: { type: 'string', default: '' },
+            // The discovered nodes' gRPC port.
+            port: { type: 'integer', minimum: 1, maximum: 65535, default: 8001 },
+            // Their admin port, whose /metrics the gateway's includes; 0: not scraped.
+            metrics_port: { type: 'integer', minimum: 0, maximum: 65535, default: 0 },
+            // Seconds between resolutions.
+            interval_seconds: { type: 'number', exclusiveMinimum: 0, default: 5 },
+            // A DNS server (host:port) to ask instead of the system's resolvers; empty: the system's.
+            resolver: { type: 'string', pattern: '^$|^[^\\s:]+:\\d+$', default: '' },
+          },
+        },
         // Forwarded RPCs (unary calls and open streams) in flight to one node; more wait their turn.
         max_concurrent_streams: { type: 'integer', minimum: 1, default: 32 },
         // Deadline, in seconds, of a forwarded call whose client set none.

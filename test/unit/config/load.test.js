@@ -9,7 +9,7 @@ test('defaults fill every key and the result is frozen', (t) => {
   const { config } = parse('model_repo: models\n');
   t.deepEqual(config.models_include, []);
   t.is(config.gpus, 'auto');
-  t.deepEqual(config.gateway, { endpoints: [], metrics_endpoints: [], max_concurrent_streams: 32, request_timeout_seconds: 60, health_seconds: 2, scheduling: { mode: 'round_robin', default_replicas: 1, routing_fill_factor: 1, routing_policy: 'fill_rr', rebalance_compute_seconds: 30, models: {} } });
+  t.deepEqual(config.gateway, { endpoints: [], metrics_endpoints: [], discovery: { dns_name: '', port: 8001, metrics_port: 0, interval_seconds: 5, resolver: '' }, max_concurrent_streams: 32, request_timeout_seconds: 60, health_seconds: 2, scheduling: { mode: 'round_robin', default_replicas: 1, routing_fill_factor: 1, routing_policy: 'fill_rr', rebalance_compute_seconds: 30, models: {} } });
   t.deepEqual(config.global, {
     model_control_mode: 'dynamic',
     model_poll_seconds: 15,
