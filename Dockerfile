@@ -4,8 +4,10 @@
 # Build argument ORT_CUDA=1 lets onnxruntime-node's install script fetch its CUDA 12 execution
 # provider (npm 11 runs it only once approved, which the build does; it needs network access to
 # NVIDIA's and Microsoft's servers, and the NVIDIA container runtime to use it). Not exercised in
-# CI: there is no GPU and no Docker engine there, and the node file refuses backend: cuda until
-# the CUDA issue lands. The default, ORT_CUDA=0, is the CPU build.
+# CI: there is no GPU there, and the node file refuses backend: cuda until the CUDA issue lands.
+# The default, ORT_CUDA=0, is the CPU build, which the tests build and run with podman
+# (test/container): NODE_IMAGE names the base, a local stand-in for node:24-bookworm-slim there
+# (tools/container/make-base-image.sh), since no container registry is reachable.
 ARG NODE_IMAGE=node:24-bookworm-slim
 
 # --- build: compile the TypeScript and the shared-memory addon ---

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Build the image from the repository's Dockerfile with podman, on a local base image
+# (make-base-image.sh), for test/container. Prints the image name. Exits 3 when podman cannot be
+# had on this machine (the caller skips the container test, saying so), 1 when the build fails.
+#
+# podman, runc and debootstrap come from Debian's packages, installed when this runs as root (or
+# may sudo). There is no Docker daemon here; podman runs containers with runc, host networking and
+# tools/container/containers.conf.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+image=localhost/stowage:test
+export CONTAINERS_CONF="$PWD/tools/container/containers.conf"
+
+missing=()
+for tool in podman runc debootstrap; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if [ "${#missing[@]}" -gt 0 ]; then
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if sudo -n true 2>/dev/null; then sudo="sudo -n"; else echo "${missing[*]} not installed and no root to install them" >&2; exit 3; fi
+  fi
+  command -v apt-get >/dev/null || { echo "${missing[*]} not installed and no apt-get" >&2; exit 3; }
+  echo "installing ${missing[*]} (Debian packages)" >&2
+  $sudo apt-get install -y -qq --no-install-recommends podman runc debootstrap uidmap >&2 \
+    || { $sudo apt-get update -qq >&2 && $sudo apt-get install -y -qq --no-install-recommends podman runc debootstrap uidmap >&2; } \
+    || { echo "could not install ${missing[*]}" >&2; exit 3; }
+fi
+podman info >/dev/null 2>&1 || { echo "podman does not work here: $(podman info 2>&1 | tail -1)" >&2; exit 3; }
+
+base=$(bash tools/container/make-base-image.sh) || { echo "could not make the base image" >&2; exit 1; }
+# --format docker keeps the Dockerfile's HEALTHCHECK (the OCI format has none).
+podman build --runtime runc --network host --format docker --build-arg "NODE_IMAGE=$base" -t "$image" . >&2 \
+  || { echo "podman build failed" >&2; exit 1; }
+echo "$image"
