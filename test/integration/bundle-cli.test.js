@@ -58,6 +58,20 @@ test('bundle create makes a bundle of a plain ONNX file with named dims that the
   t.deepEqual(outputs.find((o) => o.name === 'label').shape, [2]);
 });
 
+test('a server watching the repository picks up what bundle create writes, and never sees it half-written', async (t) => {
+  const repo = path.join(temp(t), 'repo');
+  cpSync(DIGITS, path.join(repo, 'digits'), { recursive: true });
+  const server = await startServer({ model_repo: repo, global: { model_control_mode: 'dynamic', model_poll_seconds: 0.2 } });
+  t.teardown(server.stop);
+  const made = await bundle('create', path.join(GRAPHS, 'named.onnx'), '--out', path.join(repo, 'pooled'));
+  t.is(made.code, 0, made.stdout + made.stderr);
+  await server.waitForLog((e) => e.msg === 'model loaded' && e.model === 'pooled');
+  const { outputs } = await server.client.infer('pooled', [{ name: 'image', datatype: 'FP32', shape: [1, 3, 5, 5], data: new Float32Array(75).fill(1) }]);
+  // All-ones image: every channel's mean is 1, so scores[k] = sum over c of (4c + k) / 10.
+  t.deepEqual([...outputs.find((o) => o.name === 'scores').data].map((v) => Math.round(Number(v) * 10) / 10), [1.2, 1.5, 1.8, 2.1]);
+  t.deepEqual(server.logs.filter((e) => /refused/.test(e.msg ?? '')), [], 'the staging directory was never taken for a bundle');
+});
+
 test('bundle create takes axis letters from --axes and names each tensor still missing one, with the flag to give', async (t) => {
   const repo = path.join(temp(t), 'repo');
   const source = path.join(FIXTURES, 'models', 'convnet', 'model.onnx');
