@@ -20,8 +20,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
   command -v apt-get >/dev/null || { echo "${missing[*]} not installed and no apt-get" >&2; exit 3; }
   echo "installing ${missing[*]} (Debian packages)" >&2
-  $sudo apt-get install -y -qq --no-install-recommends podman runc debootstrap uidmap >&2 \
-    || { $sudo apt-get update -qq >&2 && $sudo apt-get install -y -qq --no-install-recommends podman runc debootstrap uidmap >&2; } \
+  $sudo apt-get install -y -qq --no-install-recommends podman runc debootstrap uidmap slirp4netns fuse-overlayfs >&2 \
+    || { $sudo apt-get update -qq >&2 && $sudo apt-get install -y -qq --no-install-recommends podman runc debootstrap uidmap slirp4netns fuse-overlayfs >&2; } \
     || { echo "could not install ${missing[*]}" >&2; exit 3; }
 fi
 podman info >/dev/null 2>&1 || { echo "podman does not work here: $(podman info 2>&1 | tail -1)" >&2; exit 3; }
