@@ -60,9 +60,10 @@ def kubernetes(module, out):
     for doc_file in sorted((module / "api" / "openapi-spec" / "v3").glob("*.json")):
         schemas = json.loads(doc_file.read_text()).get("components", {}).get("schemas", {})
         for name, schema in schemas.items():
-            for gvk in schema.get("x-kubernetes-group-version-kind", []):
-                if len(schema.get("x-kubernetes-group-version-kind")) != 1:
-                    continue  # DeleteOptions, WatchEvent: not resources one writes
+            kinds = schema.get("x-kubernetes-group-version-kind", [])
+            if len(kinds) != 1:
+                continue  # not a resource, or one shared by every group (DeleteOptions, WatchEvent)
+            for gvk in kinds:
                 needed, todo = set(), [name]
                 while todo:
                     found = set()

@@ -26,7 +26,7 @@ export interface DraftOptions {
   readonly axes: Readonly<Record<string, string>>;
   /** compiled_batch_sizes; default DEFAULT_BATCH_SIZES for a dynamic batch axis. */
   readonly batchSizes?: readonly number[];
-  /** Per tensor, each dimension's denotation in the ONNX file ('' for none): dim-denotations.ts. */
+  /** Per tensor, each dimension's denotation in the ONNX file ('' for none): graph-file.ts. */
   readonly denotations?: ReadonlyMap<string, readonly string[]>;
   /** Serve the graph without a batch axis (every dimension fixed). */
   readonly unbatched?: boolean;

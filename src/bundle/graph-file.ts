@@ -1,10 +1,11 @@
 /**
  * What an ONNX file says about its inputs and outputs beyond what ONNX Runtime's Node binding
  * reports: each tensor's ONNX element type (the binding refuses a whole graph over one type it
- * cannot hold, without naming the tensor) and each dimension's `denotation` (onnx.proto's Dimension field 3). ONNX cannot name a fixed dimension
- * (dim_param and dim_value are one of), but it can denote one: the standard DATA_BATCH,
- * DATA_CHANNEL, DATA_TIME and DATA_FEATURE, or, as `tools/export` writes them, the manifest's
- * axis letter itself. `bundle create` reads them so that a self-describing graph needs no --axes.
+ * cannot hold, without naming the tensor) and each dimension's `denotation` (onnx.proto's
+ * Dimension field 3). ONNX cannot name a fixed dimension (dim_param and dim_value are one of),
+ * but it can denote one: the standard DATA_BATCH, DATA_CHANNEL, DATA_TIME and DATA_FEATURE, or,
+ * as `tools/export` writes them, the manifest's axis letter itself. `bundle create` reads them
+ * so that a self-describing graph needs no --axes.
  */
 import { readFields, readString, WIRE_LEN } from '../shared/protobuf-wire.js';
 

@@ -171,7 +171,8 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
     throw errors.configInvalid(`${file}: the node file must be a YAML mapping of keys (model_repo, global, ...)`);
   }
   const overrides = applyOverrides(doc as Record<string, unknown>, env, cwd);
-  // model_repo is required unless gateway.endpoints makes this a gateway-only process.
+  // model_repo is required unless gateway.endpoints or gateway.discovery makes this a gateway-only
+  // process (read here from the raw document: the schema has not filled its defaults yet).
   const raw = doc as { model_repo?: unknown; gateway?: unknown };
   const rawGateway = raw.gateway as { endpoints?: unknown; discovery?: { dns_name?: unknown } } | undefined;
   const needsRepo = raw.model_repo === undefined
@@ -182,9 +183,9 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
     throw errors.configInvalid(`${file}: invalid configuration:\n${needsRepo ? `  ${missingRepo}\n` : ''}${problems}`);
   }
   if (needsRepo) throw errors.configInvalid(`${file}: invalid configuration:\n  ${missingRepo}`);
-  const gatewayOnly = doc.gateway.endpoints.length > 0 || doc.gateway.discovery.dns_name !== '';
+  const gatewayOnly = isGatewayOnly(doc);
   if (gatewayOnly && doc.gateway.scheduling.mode === 'lpt_packing') {
-    throw errors.configInvalid(`${file}: gateway.scheduling.mode "lpt_packing" places models on this process's own devices; a gateway-only process (gateway.endpoints) routes with round_robin or least_outstanding`);
+    throw errors.configInvalid(`${file}: gateway.scheduling.mode "lpt_packing" places models on this process's own devices; a gateway-only process (gateway.endpoints or gateway.discovery) routes with round_robin or least_outstanding`);
   }
   const fileDir = path.dirname(path.resolve(cwd, file));
   const config: NodeConfig = Object.assign(doc, {
@@ -207,7 +208,7 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
 }
 
 /** A gateway in front of remote nodes (static endpoints or discovered by DNS), with no devices of its own. */
-export function isGatewayOnly(config: NodeConfig): boolean {
+export function isGatewayOnly(config: { readonly gateway: { readonly endpoints: readonly string[]; readonly discovery: { readonly dns_name: string } } }): boolean {
   return config.gateway.endpoints.length > 0 || config.gateway.discovery.dns_name !== '';
 }
 

@@ -38,11 +38,6 @@ export class DnsDiscovery {
     if (options.resolver) this.#resolver.setServers([options.resolver]);
   }
 
-  /** The node addresses (host:port) of the last successful resolution. */
-  get addresses(): string[] {
-    return [...this.#current];
-  }
-
   /** Resolve once now, then every interval. */
   async start(): Promise<void> {
     await this.resolve();

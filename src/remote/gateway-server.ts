@@ -3,12 +3,13 @@
  * the Stowage nodes that `gateway.endpoints` lists (host:port of their gRPC
  * ports) and those `gateway.discovery` finds by DNS (discovery.ts: nodes that
  * appear are added, nodes that disappear take no new requests, finish those
- * in flight and are dropped). It learns what each node serves from its RepositoryIndex, checks
- * every node every `gateway.health_seconds` (a node that does not answer is
- * down and gets no requests; one that answers again is back), forwards the
- * KServe surface (proxy-service.ts), and serves on its admin port /healthz,
- * /readyz (ready while any node is up, with each node's state) and /metrics:
- * its own, and every `gateway.metrics_endpoints` node's with a `node` label.
+ * in flight and are dropped). It learns what each node serves from its
+ * RepositoryIndex, checks every node every `gateway.health_seconds` (a node
+ * that does not answer is down and gets no requests; one that answers again
+ * is back), forwards the KServe surface (proxy-service.ts), and serves on its
+ * admin port /healthz, /readyz (ready while any node is up, with each node's
+ * state) and /metrics: its own, and every `gateway.metrics_endpoints` node's
+ * (and every discovered node's, with `discovery.metrics_port`) with a `node` label.
  */
 import type http from 'node:http';
 import type { Logger } from 'pino';

@@ -20,4 +20,3 @@ def images_input(images):
     inp = grpcclient.InferInput("image", list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
     return inp
-

@@ -11,6 +11,7 @@ import pathlib
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -21,6 +22,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "test" / "compat"))
+from helpers import images_input  # noqa: E402
+
 IMAGE = os.environ.get("STOWAGE_TEST_IMAGE", "")
 PODMAN = ["podman", "--runtime", "runc"]
 ENV = {**os.environ, "CONTAINERS_CONF": str(ROOT / "tools" / "container" / "containers.conf")}
@@ -115,13 +119,6 @@ def container(repo):
     c = Container(repo)
     yield c
     c.remove()
-
-
-def images_input(images):
-    x = np.asarray(images, dtype=np.float32).reshape(-1, 8, 8)
-    inp = grpcclient.InferInput("image", list(x.shape), "FP32")
-    inp.set_data_from_numpy(x)
-    return inp
 
 
 def test_the_image_serves_the_examples_and_reports_ready(container):

@@ -49,11 +49,13 @@ test('nodes found by DNS join and leave under load with no failed request; a sil
   const dns = await startDnsServer();
   t.teardown(() => dns.close());
   const port = await freePortOn(HOSTS);
+  let adminPort = await freePortOn(HOSTS);
+  while (adminPort === port) adminPort = await freePortOn(HOSTS);
   const startNode = async (host) => {
     const node = await startServer({
       model_repo: path.join(ROOT, 'bundles'), models_include: ['digits'],
       global: { endpoints: { host } },
-    }, { env: { INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: String(port) } });
+    }, { env: { INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: String(port), INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: String(adminPort) } });
     t.teardown(() => node.stop());
     return node;
   };
@@ -63,7 +65,7 @@ test('nodes found by DNS join and leave under load with no failed request; a sil
   const gateway = await startServer({
     gateway: {
       health_seconds: 0.5,
-      discovery: { dns_name: NAME, port, interval_seconds: 0.2, resolver: dns.address, metrics_port: 0 },
+      discovery: { dns_name: NAME, port, interval_seconds: 0.2, resolver: dns.address, metrics_port: adminPort },
     },
   });
   t.teardown(() => gateway.stop());
@@ -91,6 +93,11 @@ test('nodes found by DNS join and leave under load with no failed request; a sil
   dns.set(NAME, [HOSTS[0], HOSTS[1]]);
   await gateway.waitForLog((e) => e.msg === 'node up' && e.node === `${HOSTS[1]}:${port}`);
   await until(async () => (await answered(b)) > 20, 'B to take requests');
+  // The gateway's /metrics includes each discovered node's, from its admin port (discovery.metrics_port).
+  const merged = await (await fetch(`http://127.0.0.1:${gateway.adminPort}/metrics`)).text();
+  for (const host of [HOSTS[0], HOSTS[1]]) {
+    t.regex(merged, new RegExp(`nv_inference_request_success\\{[^}]*model="digits"[^}]*node="${host.replaceAll('.', '\\.')}:${adminPort}"`));
+  }
 
   // A leaves DNS: it is drained and dropped, then stopped; B answers everything.
   dns.set(NAME, [HOSTS[1]]);

@@ -170,5 +170,5 @@ test('a gateway-only process lists its nodes instead of a model repository', (t)
   t.deepEqual(config.gateway.endpoints, ['10.0.0.1:8001', 'node2:8001']);
   t.is(config.model_repo, '');
   t.regex(t.throws(() => parse('gateway:\n  endpoints: ["node2"]\n')).message, /gateway\.endpoints\.0: "node2" must match pattern/);
-  t.regex(t.throws(() => parse('gateway:\n  endpoints: ["a:1"]\n  scheduling: { mode: lpt_packing }\n')).message, /a gateway-only process \(gateway.endpoints\) routes with round_robin or least_outstanding/);
+  t.regex(t.throws(() => parse('gateway:\n  endpoints: ["a:1"]\n  scheduling: { mode: lpt_packing }\n')).message, /a gateway-only process \(gateway.endpoints or gateway.discovery\) routes with round_robin or least_outstanding/);
 });
