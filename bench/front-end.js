@@ -22,6 +22,7 @@ import { parseArgs, promisify } from 'node:util';
 import protobuf from 'protobufjs';
 import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
 import { mlpLayers, writeBundle } from '../test/helpers/mlp-catalog.js';
+import { cpuUs } from './proc-cpu.js';
 
 const run = promisify(execFile);
 const { values: args } = parseArgs({
@@ -82,16 +83,6 @@ const servers = [
 ];
 
 // ---- measuring ----
-const TICK_US = 1e6 / 100; // /proc reports CPU in clock ticks of 10 ms (USER_HZ = 100 on Linux)
-
-/** CPU µs used so far by a process and by its main thread (the thread whose id is the pid). */
-function cpuUs(pid) {
-  const ticks = (file) => {
-    const fields = readFileSync(file, 'utf8').split(') ')[1].split(' ');
-    return (Number(fields[11]) + Number(fields[12])) * TICK_US; // utime, stime
-  };
-  return { process: ticks(`/proc/${pid}/stat`), main: ticks(`/proc/${pid}/task/${pid}/stat`) };
-}
 
 async function perfAnalyzer(server, payload, concurrency) {
   const requests = Math.max(args.quick ? payload.requests / 4 : payload.requests, concurrency * 4);

@@ -3,7 +3,7 @@
  * through between the gRPC edge and the device, for ModelInfer, each request
  * of ModelStreamInfer, and a meta model's sub-calls alike.
  *
- *   lease -> decode -> [preprocess] -> route -> device -> [postprocess -> encode] -> statistics
+ *   lease -> decode -> route -> [preprocess, on a hook thread, which feeds the device] -> device -> [postprocess -> encode] -> statistics
  *   (without a postprocess hook the device encodes the response: infer-response-wire.ts)
  *   (a meta model: lease -> decode -> run hook, whose sub-calls re-enter at `route` with tensors)
  *
@@ -17,7 +17,7 @@
  * | typed `contents` | as a smaller inline message, with a conversion from the JS arrays instead of `fromRaw`'s copy | 2 |
  * | system shared memory | input 0 (the device maps the region; ONNX Runtime reads it in place; a slice misaligned for its type is copied into staging); output 1 for a lone request: ONNX Runtime computes it into the region itself (an output tensor over the mapping), and only onnxruntime-node's copy out (2), which is not used, remains; 2 when it cannot (a coalesced batch, an output axis the graph leaves symbolic, a slice misaligned for its type or over the request's input bytes): (2), then one into the region; the response carries an empty entry | 2 |
  * | coalesced (several requests in one execution) | +1: each request's rows are copied once into the joined input (staging memory, reused); each request's outputs are views of the batch's, copied once into its own response (3) | 2 |
- * | hooks (preprocess and postprocess) | inline's (a large message's bytes go to the hook uncopied only when aligned for their type), plus what the hooks themselves allocate; with a postprocess hook the outputs go to it as tensors and protobufjs encodes the response on the main thread (3); a request's rows of a coalesced output are copied once before going to postprocess (a buffer transfers once) | 6: main -> hook -> main -> device -> main -> hook -> main |
+ * | hooks (preprocess and postprocess) | inline's (a large message's bytes go to the hook uncopied only when aligned for their type), plus what the hooks themselves allocate; preprocess's tensors go from the hook thread to the device directly, through the thread's door to it (HookFeed: the main thread never receives them); with a postprocess hook the outputs go to it as tensors and protobufjs encodes the response on the main thread (3); a request's rows of a coalesced output are copied once before going to postprocess (a buffer transfers once) | preprocess only: 3, main -> hook -> device -> main; postprocess only: 4, main -> device -> main -> hook -> main; both: 5 |
  * | meta sub-call | the run hook's tensors are copied once in the hook thread (it may reuse them); passed to the device as they are (no re-encode, no decode copy); each output copied once to go back to the hook thread | 4 per sub-call: hook -> main -> device -> main -> hook |
  *
  * The floor with these libraries is 3 for a large inline request: (1), (2) and (4) are made by
@@ -25,6 +25,7 @@
  * header and the binding's output buffers as one message without joining them (docs/performance.md).
  */
 import type { Gateway } from '../actors/gateway/gateway.js';
+import type { HookFeedTarget, InferRequest, InferResult } from '../actors/device/handle.js';
 import type { HookPool } from '../actors/hooks/handle.js';
 import type { ExecutionTiming, RegionSlice, WireTensor } from '../shared/channels/device.js';
 import { nowMs } from '../shared/channels/device.js';
@@ -148,26 +149,55 @@ export class Pipeline {
       const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, rows);
       return { outputs: decoded.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION };
     }
-    let inputs = decoded.inputs;
-    if (spec.hooks?.preprocess) {
-      inputs = checkHookTensors(spec.name, 'preprocess', await hooks.run(spec.name, 'preprocess', spec.hooks, inputs, context), spec.inputs, rows);
-    }
     // With a postprocess hook the executable's every output goes to it; without, the client's choice.
     const post = spec.hooks?.postprocess === true;
     const executableOutputs = post ? spec.outputs.map((t) => t.name) : decoded.outputs;
-    const result = await gateway.infer(spec.name, {
+    const request: InferRequest = {
       instance,
-      inputs,
+      inputs: decoded.inputs,
       outputs: executableOutputs,
       outputRegions: post ? executableOutputs.map(() => null) : decoded.outputRegions,
       encode: post ? null : encode,
       deadlineMs,
-    }, signal);
+    };
+    const result = spec.hooks?.preprocess
+      ? await this.#preprocessed(spec, request, rows, context, signal)
+      : await gateway.infer(spec.name, request, signal);
     let outputs = result.outputs;
     if (post) {
       const all = checkHookTensors(spec.name, 'postprocess', await hooks.run(spec.name, 'postprocess', spec.hooks!, outputs, context), spec.clientOutputs, rows);
       outputs = decoded.outputs.map((name) => all.find((t) => t.name === name)!);
     }
     return { outputs, response: result.response, queueNs: result.queueNs, timing: result.timing };
+  }
+
+  /**
+   * A request through its preprocess hook, whose tensors go from the hook thread to the device
+   * directly (HookFeed): the device is picked and handed the request first, without inputs; the
+   * hook is told where to send them. A failed hook cancels the request on the device and fails
+   * it with the hook's error.
+   */
+  async #preprocessed(spec: ModelSpec, request: InferRequest, rows: number, context: HookContext, signal: AbortSignal): Promise<InferResult> {
+    const { hooks, gateway } = this.#ctx;
+    let to: HookFeedTarget | undefined;
+    const abandon = new AbortController();
+    const onAbort = () => abandon.abort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      const executed = gateway.infer(spec.name, { ...request, inputs: [], inputsFromHook: (target) => { to = target; } }, abandon.signal);
+      executed.catch(() => {}); // when the hook fails, its error is the one reported
+      const target = to;
+      if (!target) return await executed; // refused before it reached a device
+      try {
+        const door = await hooks.preprocessInto(spec.name, spec.hooks!, request.inputs, context, { ...target, inputs: spec.inputs, rows });
+        if (door) gateway.device(target.deviceId).adoptDoor(door, target.generation);
+      } catch (err) {
+        abandon.abort();
+        throw err;
+      }
+      return await executed;
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+    }
   }
 }

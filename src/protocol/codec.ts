@@ -343,21 +343,32 @@ export function decodeTensors(tensors: readonly WireTensor[], outputNames: reado
  */
 export function checkHookTensors(model: string, hook: string, tensors: readonly WireTensor[], specs: readonly TensorSpec[],
   batchSize: number): WireTensor[] {
-  const fail = (message: string) => errors.hookFailed(model, hook, message);
+  const checked = orderHookTensors(tensors, specs, batchSize);
+  if (typeof checked === 'string') throw errors.hookFailed(model, hook, checked);
+  return checked;
+}
+
+/**
+ * checkHookTensors without the error: the tensors in `specs`' order, or what is wrong with them.
+ * A hook thread feeding the device directly runs it there (actors/hooks/worker.ts).
+ */
+export function orderHookTensors(tensors: readonly WireTensor[], specs: readonly TensorSpec[], batchSize: number): WireTensor[] | string {
   const byName = new Map(tensors.map((t) => [t.name, t]));
   const missing = specs.filter((s) => !byName.has(s.name)).map((s) => q(s.name));
-  if (missing.length) throw fail(`it returned ${tensors.map((t) => q(t.name)).join(', ') || 'no tensors'}; expected ${specs.map((s) => q(s.name)).join(', ')} (missing ${missing.join(', ')})`);
-  return specs.map((s) => {
+  if (missing.length) return `it returned ${tensors.map((t) => q(t.name)).join(', ') || 'no tensors'}; expected ${specs.map((s) => q(s.name)).join(', ')} (missing ${missing.join(', ')})`;
+  const ordered: WireTensor[] = [];
+  for (const s of specs) {
     const t = byName.get(s.name) as WireTensor;
-    if (t.datatype !== s.datatype) throw fail(`tensor ${q(s.name)}: expected datatype ${s.datatype}, got ${t.datatype}`);
+    if (t.datatype !== s.datatype) return `tensor ${q(s.name)}: expected datatype ${s.datatype}, got ${t.datatype}`;
     const shapeOk = t.shape.length === s.shape.length
       && t.shape.every((d, i) => (i === s.batchDim ? d === batchSize : d === s.shape[i]));
     if (!shapeOk) {
       const want = s.shape.map((d, i) => (i === s.batchDim ? batchSize : d));
-      throw fail(`tensor ${q(s.name)}: expected shape ${fmtShape(want)} (axes ${q(s.axes)}), got ${fmtShape(t.shape)}`);
+      return `tensor ${q(s.name)}: expected shape ${fmtShape(want)} (axes ${q(s.axes)}), got ${fmtShape(t.shape)}`;
     }
-    return t;
-  });
+    ordered.push(t);
+  }
+  return ordered;
 }
 
 /** Every shared-memory slice a decoded request names, inputs and outputs. */

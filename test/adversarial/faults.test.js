@@ -15,26 +15,27 @@ const DIGITS = path.join(ROOT, 'bundles', 'digits');
 const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8'));
 
 const N = heldout.images.length;
-/** Rows `from`..`from+rows` of the held-out digits. */
-function digits(from, rows) {
+/** Rows `from`..`from+rows` of the held-out digits, as `digits` takes them, or as raw 8-bit pixels for `digits_u8` (whose preprocess hook scales them). */
+function digits(from, rows, model = 'digits') {
   const data = new Float32Array(rows * 64);
   for (let r = 0; r < rows; r++) data.set(heldout.images[(from + r) % N], r * 64);
+  if (model === 'digits_u8') return tensor('image', 'UINT8', [rows, 8, 8], Uint8Array.from(data, (v) => Math.round((v * 255) / 16)));
   return tensor('image', 'FP32', [rows, 8, 8], data);
 }
 
-/** The labels digits gives every held-out image, asked before any fault (the answers every later request must match). */
-async function referenceLabels(client) {
+/** The labels `model` gives every held-out image, asked before any fault (the answers every later request must match). */
+async function referenceLabels(client, model = 'digits') {
   const labels = [];
   for (let from = 0; from < N; from += 32) {
-    const { outputs } = await client.infer('digits', [digits(from, Math.min(32, N - from))], { outputs: ['label'] });
+    const { outputs } = await client.infer(model, [digits(from, Math.min(32, N - from), model)], { outputs: ['label'] });
     labels.push(...[...outputs[0].data].map(Number));
   }
   return labels;
 }
 
 /** Ask `client` for the labels of rows `from`.. and check them against `reference`; throws the call's error or a wrong answer. */
-async function classify(client, reference, from, rows = 2) {
-  const { outputs } = await client.infer('digits', [digits(from, rows)], { outputs: ['label'] });
+async function classify(client, reference, from, rows = 2, model = 'digits') {
+  const { outputs } = await client.infer(model, [digits(from, rows, model)], { outputs: ['label'] });
   const got = [...outputs[0].data].map(Number);
   const expected = Array.from({ length: rows }, (_, r) => reference[(from + r) % N]);
   if (JSON.stringify(got) !== JSON.stringify(expected)) throw new Error(`digits answered ${got}, expected ${expected}`);
@@ -52,10 +53,14 @@ test('a device worker that dies mid-batch fails only its in-flight requests, UNA
   const clients = Array.from({ length: CLIENTS }, () => new InferenceClient(server.address));
   t.teardown(() => clients.forEach((c) => c.close()));
   const reference = await referenceLabels(server.client);
+  // digits_u8's preprocess hook sends its tensors to the device directly, through each hook
+  // thread's door to the device's worker; the replacement worker needs new doors.
+  const referenceU8 = await referenceLabels(server.client, 'digits_u8');
 
-  // Eight clients back to back; the fault is armed once a few hundred requests have gone through.
+  // Eight clients back to back, half of them through the hook; the fault is armed once a few hundred requests have gone through.
   let ok = 0;
   let okAfterRestart = 0;
+  let hookedAfterRestart = 0;
   let restarted = false;
   const failures = [];
   const wrong = [];
@@ -63,9 +68,11 @@ test('a device worker that dies mid-batch fails only its in-flight requests, UNA
   const load = clients.map(async (c, k) => {
     for (let i = 0; !stop; i++) {
       try {
-        await classify(c, reference, k * 100 + i, 1 + (i % 3));
+        if (k % 2) await classify(c, referenceU8, k * 100 + i, 1 + (i % 3), 'digits_u8');
+        else await classify(c, reference, k * 100 + i, 1 + (i % 3));
         ok++;
         if (restarted) okAfterRestart++;
+        if (restarted && k % 2) hookedAfterRestart++;
       } catch (err) {
         if (err.code === undefined) wrong.push(err.message);
         else failures.push(err);
@@ -92,6 +99,7 @@ test('a device worker that dies mid-batch fails only its in-flight requests, UNA
   t.log(`${ok} answered, ${failures.length} failed at the crash`);
   t.false(existsSync(fault), 'the worker took the fault');
   t.deepEqual(wrong, [], 'no answer was wrong');
+  t.true(hookedAfterRestart >= 50, `${hookedAfterRestart} hooked requests answered by the replacement`);
   // Only what the device held when it died fails: at most one request per client was in flight.
   t.true(failures.length >= 1 && failures.length <= CLIENTS, `${failures.length} failed`);
   for (const err of failures) {

@@ -13,19 +13,22 @@
  *
  * Buffers: `infer` transfers its inputs' ArrayBuffers to the worker (the
  * caller must not touch them afterwards) and receives the outputs' buffers, or
- * the encoded response's.
+ * the encoded response's. A request whose preprocess hook feeds the device
+ * directly goes without inputs (InferRequest.inputsFromHook; the hook thread
+ * sends them through its door, `adoptDoor`) and is settled the same way.
  *
  * Messages to the worker wait in an outbox until the end of the event-loop
  * turn and go as one postMessage: requests that arrive together (one socket
  * read can carry many) cost one wake-up of the device thread and arrive
  * together, so they can run as one batch. Order is kept.
  */
-import { Worker } from 'node:worker_threads';
+import { Worker, type MessagePort, type Transferable } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { ModelSpec } from '../../shared/model-spec.js';
 import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, WORKER_YOUNG_GENERATION_MIB, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
+import type { HookFeed } from '../../shared/channels/hooks.js';
 import { nowMs, type DeviceCalls, type DeviceCallType, type DeviceInit, type ExecutedRequest, type ExecutionTiming, type FromDevice, type HostUpdate, type InferCommand, type DeviceScheduling, type InstanceStatus, type ModelPolicy, type ToDevice, type WeightCacheInit, type WeightLoad, type WeightMemory, type WireTensor } from '../../shared/channels/device.js';
 
 /** Lifecycle of a device actor. */
@@ -43,8 +46,13 @@ export enum DeviceState {
 export interface InferRequest {
   /** The model's loaded instance (from the registry's lease). */
   instance: string;
-  /** One tensor per manifest input, in manifest order. */
+  /** One tensor per manifest input, in manifest order; empty with `inputsFromHook`. */
   inputs: WireTensor[];
+  /**
+   * The inputs come from a hook thread instead (InferCommand.inputsFromHook): called at once with
+   * where that thread must send them (HookFeed's device, generation and id).
+   */
+  inputsFromHook?: (to: HookFeedTarget) => void;
   outputs: string[];
   /** Per output: the shared-memory slice to write it into, or null to return it. */
   outputRegions: InferCommand['outputRegions'];
@@ -64,6 +72,9 @@ export interface InferResult {
   /** The execution this request rode in, shared with the others of its batch. */
   timing: ExecutionTiming;
 }
+
+/** Where a hook thread sends one request's inputs (the device part of HookFeed). */
+export type HookFeedTarget = Pick<HookFeed, 'deviceId' | 'generation' | 'id'>;
 
 /** One request's share of an execution, as the device answered it. */
 interface Executed {
@@ -134,11 +145,13 @@ export class DeviceHandle {
   #nextId = 1;
   /** Messages for the worker not yet posted (see the header), and the buffers they transfer. */
   #outbox: ToDevice[] = [];
-  #outboxTransfer: ArrayBuffer[] = [];
+  #outboxTransfer: Transferable[] = [];
   /** Loaded instances, their specs and compiled forms, to load again into a replacement worker. */
   #loaded = new Map<string, { spec: ModelSpec; compiled: CompiledModel | null }>();
   #crashes = 0;
   #stopping = false;
+  /** Workers started so far: hook threads' doors are per worker (HookFeed.generation). */
+  #generation = 0;
 
   private constructor(options: DeviceHandleOptions) {
     this.deviceId = options.deviceId;
@@ -168,6 +181,7 @@ export class DeviceHandle {
 
   #spawn(): Promise<void> {
     const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, scheduler: this.#options.scheduler, weights: this.#options.weights };
+    this.#generation++;
     const worker = new Worker(this.#options.workerUrl ?? DEFAULT_WORKER_URL, {
       workerData: init,
       name: `device-${this.deviceId}`,
@@ -283,7 +297,7 @@ export class DeviceHandle {
   }
 
   /** Queue `msg` for the worker; the outbox goes at the end of this event-loop turn. */
-  #send(msg: ToDevice, transfer: readonly ArrayBuffer[] = []): void {
+  #send(msg: ToDevice, transfer: readonly Transferable[] = []): void {
     if (this.#outbox.length === 0) setImmediate(this.#flush);
     this.#outbox.push(msg);
     for (const buffer of transfer) this.#outboxTransfer.push(buffer);
@@ -298,7 +312,7 @@ export class DeviceHandle {
   };
 
   /** Post `msg` and wait for its settlement: the reply, `onTimeout` after `timeoutMs`, or the worker exiting. */
-  #post<T>(msg: ToDevice & { id: number }, timeoutMs: number, onTimeout: () => StowageError, transfer: ArrayBuffer[] = []): Promise<T> {
+  #post<T>(msg: ToDevice & { id: number }, timeoutMs: number, onTimeout: () => StowageError, transfer: Transferable[] = []): Promise<T> {
     if (this.#state === DeviceState.DEAD) {
       return Promise.reject(errors.deviceUnavailable(this.deviceId, 'it has stopped'));
     }
@@ -352,8 +366,12 @@ export class DeviceHandle {
     const enqueuedAtMs = nowMs();
     const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs
       : enqueuedAtMs + this.#options.scheduler.dispatch_timeout_seconds * 1000 + EXECUTION_WATCHDOG_MS;
-    const transfer = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
+    const transfer: Transferable[] = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
     const command: InferCommand = { type: 'infer', id, instance: req.instance, inputs: req.inputs, outputs: req.outputs, outputRegions: req.outputRegions, encode: req.encode ?? null, deadlineMs: req.deadlineMs, enqueuedAtMs };
+    if (req.inputsFromHook) {
+      command.inputsFromHook = true;
+      req.inputsFromHook({ deviceId: this.deviceId, generation: this.#generation, id });
+    }
     const executed = this.#post<Executed>(command, settleBy - enqueuedAtMs,
       () => errors.deadlineExceeded(req.instance.slice(0, req.instance.lastIndexOf('#')), nowMs() - enqueuedAtMs), transfer);
     const onAbort = () => {
@@ -400,6 +418,15 @@ export class DeviceHandle {
   async applyPolicy(model: string): Promise<void> {
     const { weight, maxBatchSize } = this.#options.policies.of(this.deviceId, model);
     await this.#call('setPolicy', { model, policy: { weight, maxBatchSize } });
+  }
+
+  /**
+   * A hook thread's new door to this device (HookFeed), made for worker `generation`: the worker
+   * reads the inputs waiting in it. A door to a worker that has since been replaced is closed.
+   */
+  adoptDoor(port: MessagePort, generation: number): void {
+    if (generation !== this.#generation || this.#state === DeviceState.DEAD) port.close();
+    else this.#send({ type: 'hookDoor', port }, [port]);
   }
 
   /** A shared-memory region was unregistered: the worker drops its cached mapping. */

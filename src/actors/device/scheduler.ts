@@ -20,9 +20,19 @@
  *   shed instead of run late.
  * In every discipline a request past its deadline, or queued longer than
  * `dispatch_timeout_seconds`, is shed and never runs.
+ *
+ * Requests on their way: a request whose preprocess hook is still running on a hook thread is
+ * announced (`expect`) before its inputs arrive (`arrived`). A model with such requests is held
+ * back for a moment: its queue is not picked while it has room in its batch and its oldest
+ * request has waited less than one execution of what is queued would take (the learned cost, at
+ * most MAX_HOLD_FOR_INPUTS_MS), so that the rows on their way ride in the same execution instead
+ * of each costing one of their own. The hold ends at once when the last expected request arrives
+ * or is withdrawn, so a lone request is never delayed; other models' queues run meanwhile;
+ * `next()` says when the first hold ends (`heldUntilMs`).
  */
 import type { Discipline } from '../../shared/config-schema.js';
 import { errors } from '../../shared/errors.js';
+import { MAX_HOLD_FOR_INPUTS_MS } from '../../shared/constants.js';
 import type { CostModel } from './cost-model.js';
 
 export type { Discipline };
@@ -48,10 +58,12 @@ export interface Ticket<T> {
 export type ShedReason = 'deadline' | 'waited' | 'laxity';
 
 export interface Pick<T> {
-  /** Requests of one model to run as one execution, in order; empty when nothing is queued. */
+  /** Requests of one model to run as one execution, in order; empty when nothing is queued or every queue is held. */
   batch: Ticket<T>[];
   /** Requests dropped instead of run, with why. */
   shed: { ticket: Ticket<T>; reason: ShedReason }[];
+  /** When `batch` is empty because queues are held for rows on their way: when the first hold ends (the clock of `now`). */
+  heldUntilMs?: number;
 }
 
 export interface SchedulerOptions {
@@ -72,6 +84,8 @@ interface ModelQueue<T> {
   charged: number;
   /** When this model was last picked, to rotate among equals. */
   lastPicked: number;
+  /** Requests announced whose inputs have not arrived (a preprocess hook still running). */
+  expected: number;
 }
 
 export class Scheduler<T> {
@@ -103,7 +117,7 @@ export class Scheduler<T> {
   setModel(model: string, policy: QueuePolicy): void {
     const q = this.#queues.get(model);
     if (q) q.policy = policy;
-    else this.#queues.set(model, { policy, tickets: [], charged: this.#virtualMs, lastPicked: -1 });
+    else this.#queues.set(model, { policy, tickets: [], charged: this.#virtualMs, lastPicked: -1, expected: 0 });
   }
 
   /** Forget a model; its queued tickets are returned for the caller to fail. */
@@ -133,6 +147,18 @@ export class Scheduler<T> {
     this.#queued++;
   }
 
+  /** A request of `model` is on its way: its inputs come later (see the header). */
+  expect(model: string): void {
+    const q = this.#queues.get(model);
+    if (q) q.expected++;
+  }
+
+  /** An expected request arrived (it is enqueued next) or was withdrawn. */
+  arrived(model: string): void {
+    const q = this.#queues.get(model);
+    if (q && q.expected > 0) q.expected--;
+  }
+
   /** Take a queued request out; undefined if it is not queued (already running or answered). */
   cancel(id: number): Ticket<T> | undefined {
     for (const q of this.#queues.values()) {
@@ -149,8 +175,8 @@ export class Scheduler<T> {
   next(): Pick<T> {
     const shed = this.#shedExpired();
     for (;;) {
-      const q = this.#pickQueue();
-      if (!q) return { batch: [], shed };
+      const { queue: q, heldUntilMs } = this.#pickQueue();
+      if (!q) return heldUntilMs === Infinity ? { batch: [], shed } : { batch: [], shed, heldUntilMs };
       if (this.#options.discipline === 'edf') {
         const head = q.tickets[0];
         const remaining = head.deadlineMs - this.#options.now();
@@ -203,11 +229,27 @@ export class Scheduler<T> {
     return shed;
   }
 
-  #pickQueue(): ModelQueue<T> | undefined {
+  /** When a queue's hold for rows on its way ends; -Infinity when it is not held (see the header). */
+  #heldUntil(q: ModelQueue<T>, model: string): number {
+    if (q.expected === 0) return -Infinity;
+    let rows = 0;
+    for (const t of q.tickets) rows += t.rows;
+    if (rows >= q.policy.maxBatchRows) return -Infinity;
+    return q.tickets[0].enqueuedAtMs + Math.min(this.#options.costs.estimate(model, rows), MAX_HOLD_FOR_INPUTS_MS);
+  }
+
+  #pickQueue(): { queue: ModelQueue<T> | undefined; heldUntilMs: number } {
     let best: ModelQueue<T> | undefined;
     let bestKey = Infinity;
-    for (const q of this.#queues.values()) {
+    let heldUntilMs = Infinity;
+    const now = this.#options.now();
+    for (const [model, q] of this.#queues) {
       if (q.tickets.length === 0) continue;
+      const holdEnds = this.#heldUntil(q, model);
+      if (holdEnds > now) {
+        heldUntilMs = Math.min(heldUntilMs, holdEnds);
+        continue;
+      }
       const head = q.tickets[0];
       const key = this.#options.discipline === 'fair' ? q.charged
         : this.#options.discipline === 'fifo' ? head.enqueuedAtMs
@@ -217,7 +259,7 @@ export class Scheduler<T> {
         bestKey = key;
       }
     }
-    return best;
+    return { queue: best, heldUntilMs };
   }
 
   /** As many queued requests as fit the model's batch cap, in queue order; never splits one. */

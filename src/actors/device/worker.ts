@@ -16,8 +16,8 @@
  * a load only opens weightless sessions.
  */
 import { existsSync, rmSync } from 'node:fs';
-import { parentPort, workerData } from 'node:worker_threads';
-import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, InferCommand, ToDevice } from '../../shared/channels/device.js';
+import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
+import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HookInputs, InferCommand, ToDevice } from '../../shared/channels/device.js';
 import { nowMs } from '../../shared/channels/device.js';
 import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
 import { Arena } from './arena.js';
@@ -134,10 +134,77 @@ function injectedFault(): void {
   }
 }
 
+/**
+ * Requests whose inputs come from a preprocess hook (InferCommand.inputsFromHook), and inputs
+ * that came through a hook thread's door before their request's command (the hook thread may be
+ * quicker than the main thread's end-of-turn post), by id. A request joins the inbox when it has
+ * both; its queue time starts when the hook sent its inputs. A hook that fails sends nothing and
+ * the main thread cancels the request.
+ */
+const awaitingInputs = new Map<number, InferCommand>();
+const earlyInputs = new Map<number, HookInputs>();
+/**
+ * The last infer command's id. The main thread numbers requests in the order it posts them, so
+ * inputs for an id at or below it whose request is not waiting belong to one cancelled meanwhile:
+ * they are dropped, not kept as early.
+ */
+let lastCommandId = 0;
+
+function withHookInputs(cmd: InferCommand, { inputs, sentAtMs }: HookInputs): void {
+  inbox.push({ ...cmd, inputs, inputsFromHook: false, enqueuedAtMs: sentAtMs });
+}
+
+/** A hook thread's door (see HookFeed): the inputs of each request it preprocessed for this device. */
+function openDoor(door: MessagePort): void {
+  door.on('message', (fed: HookInputs) => {
+    const cmd = awaitingInputs.get(fed.id);
+    if (!cmd) {
+      if (fed.id > lastCommandId) earlyInputs.set(fed.id, fed);
+      return;
+    }
+    awaitingInputs.delete(fed.id);
+    scheduler.arrived(cmd.instance);
+    withHookInputs(cmd, fed);
+    pumpSoon();
+  });
+  door.unref(); // a door never keeps this thread alive
+}
+
 /** Messages not yet admitted, in arrival order. */
 const inbox: (InferCommand | DeviceCall)[] = [];
 let pumping = false;
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/**
+ * Pump once the event loop has delivered everything that is waiting: inputs from several hook
+ * threads arrive on several doors, one message each, and pumping at the first would run it alone.
+ */
+let pumpScheduled = false;
+function pumpSoon(): void {
+  if (pumpScheduled) return;
+  pumpScheduled = true;
+  setImmediate(() => {
+    pumpScheduled = false;
+    void pump();
+  });
+}
+
+/**
+ * A queue held for rows on their way (scheduler.ts) is looked at again when they arrive, and at
+ * the latest when its hold ends: one timer for the earliest end.
+ */
+let wake: { atMs: number; timer: NodeJS.Timeout } | null = null;
+function wakeAt(atMs: number): void {
+  if (wake && wake.atMs <= atMs) return;
+  if (wake) clearTimeout(wake.timer);
+  wake = {
+    atMs,
+    timer: setTimeout(() => {
+      wake = null;
+      void pump();
+    }, Math.max(0, atMs - nowMs())),
+  };
+}
 
 async function pump(): Promise<void> {
   if (pumping) return;
@@ -149,9 +216,12 @@ async function pump(): Promise<void> {
         if (msg.type === 'infer') admit(msg);
         else await answer(msg);
       }
-      const { batch, shed } = scheduler.next();
+      const { batch, shed, heldUntilMs } = scheduler.next();
       for (const s of shed) fail(s.ticket.id, shedError(s.ticket, s.reason));
-      if (batch.length === 0) break;
+      if (batch.length === 0) {
+        if (heldUntilMs !== undefined) wakeAt(heldUntilMs);
+        break;
+      }
       if (faultExitFile) injectedFault();
       await execute(batch, execution);
       await yieldToEventLoop();
@@ -175,12 +245,32 @@ function receive(msg: ToDevice): void {
       return;
     case 'cancel': {
       // Queued: removed and never runs. Running: finishes, and the main thread drops its result.
+      const waiting = awaitingInputs.get(msg.id);
+      if (waiting) {
+        awaitingInputs.delete(msg.id);
+        scheduler.arrived(waiting.instance); // withdrawn: its model's queue is not held for it
+        return;
+      }
       const at = inbox.findIndex((m) => m.type === 'infer' && m.id === msg.id);
       if (at >= 0) inbox.splice(at, 1);
       else scheduler.cancel(msg.id);
       return;
     }
-    case 'infer':
+    case 'infer': {
+      lastCommandId = msg.id;
+      const early = msg.inputsFromHook ? earlyInputs.get(msg.id) : undefined;
+      if (early) {
+        earlyInputs.delete(msg.id);
+        withHookInputs(msg, early);
+      } else if (msg.inputsFromHook) {
+        awaitingInputs.set(msg.id, msg);
+        scheduler.expect(msg.instance);
+      } else inbox.push(msg);
+      return;
+    }
+    case 'hookDoor':
+      openDoor(msg.port);
+      return;
     case 'load':
     case 'unload':
     case 'status':

@@ -104,6 +104,13 @@ export class Gateway {
     }
   }
 
+  /** The device actor of id `deviceId`. */
+  device(deviceId: number): DeviceHandle {
+    const device = this.devices.find((d) => d.deviceId === deviceId);
+    if (!device) throw new Error(`no device ${deviceId}`);
+    return device;
+  }
+
   /** The devices a model's requests go to (lpt_packing), or every device. */
   placementOf(model: string): number[] {
     return (this.#placed.get(model)?.devices ?? this.devices).map((d) => d.deviceId);

@@ -8,10 +8,10 @@ import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import type { WireTensor } from '../../shared/channels/device.js';
 import type { BundleHooks } from '../../shared/model-spec.js';
-import { MessageChannel, type Worker } from 'node:worker_threads';
+import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import { WORKER_YOUNG_GENERATION_MIB } from '../../shared/constants.js';
 import { ERROR_CODES, errors, StowageError, type ErrorCode, toErrorData } from '../../shared/errors.js';
-import { HOOK_NAMES, META_HOOK_NAMES, type HookContext, type HookName, type HookResult, type HookTask, type SubCall, type SubCallReply } from '../../shared/channels/hooks.js';
+import { HOOK_NAMES, META_HOOK_NAMES, type HookContext, type HookFeed, type HookName, type HookResult, type HookTask, type SubCall, type SubCallReply } from '../../shared/channels/hooks.js';
 
 /** How a meta model's run hook calls a sub-model: the main thread runs it like any request. */
 export type SubInfer = (model: string, tensors: WireTensor[], outputs: string[]) => Promise<WireTensor[]>;
@@ -101,17 +101,39 @@ export class HookPool {
    * since a buffer can be transferred only once.
    */
   async run(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext, subInfer?: SubInfer): Promise<WireTensor[]> {
+    const channel = subInfer ? serveSubCalls(subInfer) : undefined;
+    try {
+      const extra = channel ? { port: channel.port2, subCallTimeoutMs: this.#timeoutMs } : {};
+      const result = await this.#runHook(model, hook, hooks, given, context, extra, channel ? [channel.port2] : []);
+      return (result as Extract<HookResult, { type: 'ran' }>).tensors;
+    } finally {
+      channel?.port1.close();
+    }
+  }
+
+  /**
+   * Run a preprocess hook whose tensors go straight to the device (see HookFeed): resolves once
+   * they are on their way, the device answers the request; with the thread's new door to that
+   * device when it made one, which the caller hands to the device. Fails as `run` does, and when
+   * the tensors are not the model's inputs.
+   */
+  async preprocessInto(model: string, hooks: BundleHooks, given: WireTensor[], context: HookContext, feed: HookFeed): Promise<MessagePort | undefined> {
+    const result = await this.#runHook(model, 'preprocess', hooks, given, context, { feed }, []);
+    return (result as Extract<HookResult, { type: 'fed' }>).door;
+  }
+
+  async #runHook(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext,
+    extra: Partial<Extract<HookTask, { type: 'run' }>>, ports: MessagePort[]): Promise<HookResult> {
     const tensors = given.map((t) => (t.data.byteOffset === 0 && t.data.byteLength === t.data.buffer.byteLength ? t : { ...t, data: t.data.slice() }));
     const transfer = [...new Set(tensors.map((t) => t.data.buffer as ArrayBuffer))];
     // One timer per call, cleared when the call settles (AbortSignal.timeout would leave every
     // timer pending until it fires: thousands at a few thousand requests a second).
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), this.#timeoutMs);
-    const channel = subInfer ? serveSubCalls(subInfer) : undefined;
     let result: HookResult;
     try {
-      const task: HookTask = { type: 'run', hook, file: hooks.file, version: hooks.version, tensors, context, ...(channel ? { port: channel.port2, subCallTimeoutMs: this.#timeoutMs } : {}) };
-      result = await this.#run(task, channel ? [...transfer, channel.port2 as unknown as ArrayBuffer] : transfer, abort.signal);
+      const task: HookTask = { type: 'run', hook, file: hooks.file, version: hooks.version, tensors, context, ...extra };
+      result = await this.#run(task, [...transfer, ...(ports as unknown as ArrayBuffer[])], abort.signal);
     } catch (err) {
       if (abort.signal.aborted) {
         throw new StowageError('STOWAGE_DEADLINE_EXCEEDED', `model ${JSON.stringify(model)}: ${hook} hook ran longer than hooks.timeout_seconds (${this.#timeoutMs / 1000}); its thread was replaced`);
@@ -119,14 +141,13 @@ export class HookPool {
       throw errors.hookFailed(model, hook, (err as Error).message);
     } finally {
       clearTimeout(timer);
-      channel?.port1.close();
     }
     if (result.type === 'hookFailed') {
       // An unhandled sub-call failure keeps its status (a sub-model's NOT_FOUND stays NOT_FOUND).
       if (result.code && result.code in ERROR_CODES) throw new StowageError(result.code as ErrorCode, `model ${JSON.stringify(model)}: the ${hook} hook in model.js failed: ${result.message}`);
       throw errors.hookFailed(model, hook, result.message);
     }
-    return (result as Extract<HookResult, { type: 'ran' }>).tensors;
+    return result;
   }
 
   #run(task: HookTask, transferList: ArrayBuffer[], signal: AbortSignal | undefined): Promise<HookResult> {

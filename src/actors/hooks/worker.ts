@@ -14,9 +14,11 @@
  * A returned tensor's data may also be a plain array of numbers, bigints or (BYTES) strings.
  */
 import { pathToFileURL } from 'node:url';
+import { MessageChannel, type MessagePort } from 'node:worker_threads';
 import { Piscina } from 'piscina';
-import type { WireTensor } from '../../shared/channels/device.js';
-import type { HookResult, HookTask } from '../../shared/channels/hooks.js';
+import { nowMs, type HookInputs, type WireTensor } from '../../shared/channels/device.js';
+import type { HookFeed, HookResult, HookTask } from '../../shared/channels/hooks.js';
+import { orderHookTensors } from '../../protocol/codec.js';
 import { fromHook, toHook, type HookTensor } from './hook-tensors.js';
 import { subCaller } from './sub-calls.js';
 
@@ -35,14 +37,38 @@ function load(file: string, version: string): Promise<Record<string, unknown>> {
   return m;
 }
 
-/** A result whose tensor buffers Piscina transfers instead of cloning. */
-function transferring(result: HookResult): unknown {
-  const buffers = result.type === 'ran' ? [...new Set(result.tensors.map((t) => t.data.buffer))] : [];
-  const movable = {
-    get [Piscina.transferableSymbol]() { return buffers; },
+/** A result whose buffers (and ports) Piscina transfers instead of cloning. */
+function movable(result: HookResult, transfer: (ArrayBufferLike | MessagePort)[]): unknown {
+  const wrapped = {
+    get [Piscina.transferableSymbol]() { return transfer; },
     get [Piscina.valueSymbol]() { return result; },
   };
-  return Piscina.move(movable as unknown as ArrayBuffer); // marks it movable: Piscina transfers, then unwraps it
+  return Piscina.move(wrapped as unknown as ArrayBuffer); // marks it movable: Piscina transfers, then unwraps it
+}
+
+/** This thread's door to each device actor it feeds (see HookFeed), by device id. */
+const doors = new Map<number, { generation: number; port: MessagePort }>();
+
+/**
+ * A preprocess hook's tensors, checked against the model's inputs and sent to the device through
+ * this thread's door (transferred: the main thread never sees them). The device answers the
+ * request. A door made now goes back in the result, for the main thread to hand to the device.
+ */
+function feed(to: HookFeed, tensors: WireTensor[]): unknown {
+  const inputs = orderHookTensors(tensors, to.inputs, to.rows);
+  if (typeof inputs === 'string') return { type: 'hookFailed', message: inputs } satisfies HookResult;
+  let door = doors.get(to.deviceId);
+  let made: MessagePort | undefined;
+  if (door?.generation !== to.generation) {
+    door?.port.close(); // that worker is gone
+    const channel = new MessageChannel();
+    door = { generation: to.generation, port: channel.port1 };
+    doors.set(to.deviceId, door);
+    made = channel.port2;
+  }
+  door.port.postMessage({ id: to.id, inputs, sentAtMs: nowMs() } satisfies HookInputs, [...new Set(inputs.map((t) => t.data.buffer as ArrayBuffer))]);
+  // Messages wait in a port until its other end is taken up: the device reads these once it has the door.
+  return made ? movable({ type: 'fed', door: made }, [made]) : { type: 'fed' } satisfies HookResult;
 }
 
 export default async function run(task: HookTask): Promise<unknown> {
@@ -72,5 +98,6 @@ export default async function run(task: HookTask): Promise<unknown> {
     if (typeof t === 'string') return { type: 'hookFailed', message: `it returned a bad ${t}` } satisfies HookResult;
     tensors.push(t);
   }
-  return transferring({ type: 'ran', tensors });
+  if (task.feed) return feed(task.feed, tensors);
+  return movable({ type: 'ran', tensors }, [...new Set(tensors.map((t) => t.data.buffer))]);
 }

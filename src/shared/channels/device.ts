@@ -8,6 +8,7 @@
  * is a whole ArrayBuffer created for the purpose (never Node's shared Buffer
  * pool, which cannot be transferred).
  */
+import type { MessagePort } from 'node:worker_threads';
 import type { ModelSpec } from '../model-spec.js';
 import type { Residency, SchedulerConfig } from '../config-schema.js';
 import type { Datatype } from '../dtypes.js';
@@ -130,8 +131,16 @@ export interface InferCommand {
   id: number;
   /** The loaded instance to run (`name#generation`: a reload loads a new one beside the old). */
   instance: string;
-  /** One tensor per manifest input, in the manifest's order (the codec guarantees it). */
+  /** One tensor per manifest input, in the manifest's order (the codec guarantees it); empty with `inputsFromHook`. */
   inputs: WireTensor[];
+  /**
+   * The inputs come from the hook thread running the request's preprocess hook, over that
+   * thread's door to this device (`hookDoor`), as a `HookInputs` with this id (checked against the
+   * manifest there), so that they never pass through the main thread. They may arrive before
+   * this command does. The request joins its queue when both are here; if the hook fails, the
+   * main thread cancels it.
+   */
+  inputsFromHook?: boolean;
   /** Output names to return, in response order (never empty: the codec fills in every output). */
   outputs: string[];
   /** Per output: the shared-memory slice to write it into instead of returning it, or null. */
@@ -145,6 +154,16 @@ export interface InferCommand {
   deadlineMs: number;
   /** When the main thread handed the request over, same clock. */
   enqueuedAtMs: number;
+}
+
+/** hook thread -> device actor, over the thread's door: one request's preprocessed inputs. */
+export interface HookInputs {
+  /** The InferCommand's id. */
+  id: number;
+  /** One tensor per manifest input, in the manifest's order. */
+  inputs: WireTensor[];
+  /** When the hook thread sent them (nowMs clock): the request's queue time starts here. */
+  sentAtMs: number;
 }
 
 /** A run-time change of scheduler.models.<name> (SetModelPolicy); absent fields keep their value. */
@@ -221,7 +240,13 @@ export type ToDevice =
   /** Drop a queued infer; one already running finishes and its result is discarded. */
   | { type: 'cancel'; id: number }
   /** A shared-memory region was unregistered: drop the cached mapping (requests using it keep theirs). */
-  | { type: 'forgetRegion'; regionId: number };
+  | { type: 'forgetRegion'; regionId: number }
+  /**
+   * A hook thread's door: the port over which it sends this device the inputs of requests whose
+   * preprocess hook it ran (HookInputs). A hook thread makes one per device actor it feeds
+   * (actors/hooks/worker.ts) and hands the other end over with its first result.
+   */
+  | { type: 'hookDoor'; port: MessagePort };
 
 /** device actor -> main thread */
 export type FromDevice =

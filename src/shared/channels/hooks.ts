@@ -7,6 +7,7 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 import type { ErrorData } from '../errors.js';
+import type { TensorSpec } from '../model-spec.js';
 import type { WireTensor } from './device.js';
 
 /** The hooks a model's model.js may export, and nothing else; a meta model's exports only `run`. */
@@ -27,7 +28,27 @@ export type HookTask =
   /** Import model.js and report its exports (checked at load). */
   | { type: 'describe'; file: string; version: string }
   /** Run one hook on one request's tensors; `port` carries a meta model's sub-calls (SubCall). */
-  | { type: 'run'; hook: HookName; file: string; version: string; tensors: WireTensor[]; context: HookContext; port?: MessagePort; subCallTimeoutMs?: number };
+  | { type: 'run'; hook: HookName; file: string; version: string; tensors: WireTensor[]; context: HookContext; port?: MessagePort; subCallTimeoutMs?: number; feed?: HookFeed };
+
+/**
+ * A preprocess hook's tensors go straight to the device actor that will run the request, not
+ * back to the main thread: the hook thread checks them against the manifest's inputs and posts
+ * them (HookInputs, transferred) through its door to that device, then answers `fed`. A thread
+ * makes its door to a device (a MessageChannel) the first time it feeds it, and to each
+ * replacement of a device actor that crashed (a new `generation`); the other end goes back with
+ * that `fed` result, for the main thread to hand to the device.
+ */
+export interface HookFeed {
+  deviceId: number;
+  /** Which worker of that device (DeviceHandle.generation): a replaced worker needs a new door. */
+  generation: number;
+  /** The request's id on that device (InferCommand.id). */
+  id: number;
+  /** The manifest's inputs, in order: what the hook must return. */
+  inputs: readonly TensorSpec[];
+  /** The request's rows: every input's batch axis. */
+  rows: number;
+}
 
 /**
  * A meta model's sub-call, from its run hook (in the pool) to the main thread, over the task's
@@ -44,6 +65,8 @@ export type SubCallReply =
 export type HookResult =
   | { type: 'described'; exports: { name: string; kind: string }[] }
   | { type: 'ran'; tensors: WireTensor[] }
+  /** A `feed` task's tensors went to the device; `door` is the thread's new door to it, when it made one. */
+  | { type: 'fed'; door?: MessagePort }
   /** The hook threw, rejected, or returned something that is not tensors: the message says which.
    *  `code` is set when the cause was a failed sub-call the run hook did not handle. */
   | { type: 'hookFailed'; message: string; code?: string };

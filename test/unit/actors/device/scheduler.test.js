@@ -164,6 +164,64 @@ test('coalescing takes queued requests up to the batch cap, never splitting one'
   t.deepEqual(scheduler.next().batch, []);
 });
 
+test('a model with requests on their way is held up to one learned execution, then runs what came; others run meanwhile', (t) => {
+  const { clock, scheduler, enqueue, step } = harness();
+  scheduler.setModel('hooked', { weight: 1, maxBatchRows: 8 });
+  scheduler.setModel('plain', { weight: 1, maxBatchRows: 8 });
+  step(() => 0); // nothing queued: nothing to pick, nothing held
+  // Learn that an execution of hooked at 1 row takes 0.5 ms.
+  enqueue('hooked');
+  step(() => 0.5);
+  // Three requests announced; the first one's inputs arrive.
+  for (let i = 0; i < 3; i++) scheduler.expect('hooked');
+  scheduler.arrived('hooked');
+  const first = enqueue('hooked');
+  const held = scheduler.next();
+  t.deepEqual(held.batch, [], 'held while rows are on their way');
+  t.is(held.heldUntilMs, first.enqueuedAtMs + 0.5, 'for one learned execution of what is queued');
+  // Another model is not held back by it.
+  const other = enqueue('plain');
+  t.deepEqual(scheduler.next().batch.map((x) => x.id), [other.id]);
+  // A second arrives within the hold, which grows to one execution of two rows (1 ms: unmeasured
+  // sizes scale the measured one); when it is up, both run together.
+  clock.ms += 0.2;
+  scheduler.arrived('hooked');
+  const second = enqueue('hooked');
+  const longer = scheduler.next();
+  t.deepEqual(longer.batch, []);
+  t.is(longer.heldUntilMs, first.enqueuedAtMs + 1);
+  clock.ms = first.enqueuedAtMs + 1;
+  t.deepEqual(scheduler.next().batch.map((x) => x.id), [first.id, second.id], 'the hold is over: what came runs as one batch');
+  // The third is withdrawn (its hook failed): nothing is held for it.
+  scheduler.arrived('hooked');
+  const lone = enqueue('hooked');
+  t.deepEqual(scheduler.next().batch.map((x) => x.id), [lone.id]);
+});
+
+test('a hold ends at once when the last request on its way arrives, or when the batch is full', (t) => {
+  const { scheduler, enqueue, step } = harness();
+  scheduler.setModel('m', { weight: 1, maxBatchRows: 4 });
+  enqueue('m');
+  step(() => 1); // learned: 1 ms
+  scheduler.expect('m');
+  scheduler.expect('m');
+  scheduler.arrived('m');
+  const a = enqueue('m');
+  t.deepEqual(scheduler.next().batch, []);
+  scheduler.arrived('m');
+  const b = enqueue('m');
+  t.deepEqual(scheduler.next().batch.map((x) => x.id), [a.id, b.id], 'nothing more on its way: no wait');
+  // Rows on their way but the queue already fills a batch: it runs.
+  scheduler.expect('m');
+  const full = enqueue('m', { rows: 4 });
+  t.deepEqual(scheduler.next().batch.map((x) => x.id), [full.id]);
+  // Requests announced for a model the scheduler does not know hold nothing back.
+  scheduler.arrived('m');
+  scheduler.expect('ghost');
+  const next = enqueue('m');
+  t.deepEqual(scheduler.next().batch.map((x) => x.id), [next.id]);
+});
+
 test('a full queue refuses with RESOURCE_EXHAUSTED naming the model and the cap; cancel removes', (t) => {
   const { scheduler, enqueue } = harness({ maxQueueDepth: 2 });
   scheduler.setModel('m', { weight: 1, maxBatchRows: 1 });

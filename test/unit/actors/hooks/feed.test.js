@@ -1,0 +1,107 @@
+// A preprocess hook feeding the device directly (HookFeed): the real hook pool (Piscina threads
+// running bundles/digits_u8/model.js) and the real device worker (ONNX Runtime). The hook thread
+// sends the preprocessed tensors through its door to the device; the main thread gets a door at
+// most once per hook thread and worker, never the tensors, and the device answers the request.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { MessagePort } from 'node:worker_threads';
+import test from 'ava';
+import { pino } from 'pino';
+import { DeviceHandle } from '../../../../dist/actors/device/handle.js';
+import { HookPool } from '../../../../dist/actors/hooks/handle.js';
+import { ModelPolicies } from '../../../../dist/actors/gateway/model-policies.js';
+import { readManifest } from '../../../../dist/bundle/manifest.js';
+import { FIXTURES, ROOT } from '../../../helpers/server.js';
+
+const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8'));
+const BUNDLE = path.join(ROOT, 'bundles', 'digits_u8');
+const spec = readManifest(BUNDLE);
+const context = { model: 'digits_u8', requestId: '', parameters: {} };
+/** @type {import('../../../../dist/shared/channels/device.js').DeviceScheduling} */
+const scheduler = { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 64, dispatch_timeout_seconds: 30, compaction_interval: 0 };
+
+/**
+ * Held-out rows `from`.. as the raw 8-bit images digits_u8's preprocess scales.
+ * @returns {import('../../../../dist/shared/channels/device.js').WireTensor}
+ */
+function image(from, rows) {
+  const pixels = Uint8Array.from(heldout.images.slice(from, from + rows).flat(), (v) => Math.round((v * 255) / 16));
+  return { name: 'image', datatype: 'UINT8', shape: [rows, 8, 8], data: pixels };
+}
+
+async function setup(t) {
+  const device = await DeviceHandle.create({ deviceId: 0, intraOpThreads: 1, scheduler, policies: new ModelPolicies([{ deviceId: 0, models: {} }]), weights: null, logger: pino({ level: 'silent' }) });
+  t.teardown(() => device.stop());
+  await device.load(spec, 'digits_u8#1', null);
+  const pool = new HookPool({ threads: 2, timeoutMs: 5000, importTimeoutMs: 10_000, maxHeapMib: 0 });
+  t.teardown(() => pool.close());
+  const hooks = await pool.describe('digits_u8', path.join(BUNDLE, 'model.js'), '1');
+  const doors = [];
+  /**
+   * One request the way the pipeline runs it: handed to the device without inputs, then the hook feeds it.
+   * @param {import('../../../../dist/shared/channels/device.js').WireTensor} tensor
+   * @param {{ signal?: AbortSignal, hookTensor?: import('../../../../dist/shared/channels/device.js').WireTensor }} [options]
+   */
+  const infer = async (tensor, { signal, hookTensor = tensor } = {}) => {
+    let to;
+    const executed = device.infer({ instance: 'digits_u8#1', inputs: [], inputsFromHook: (target) => { to = target; }, outputs: ['label'], outputRegions: [null], deadlineMs: Infinity }, signal);
+    executed.catch(() => {});
+    const door = await pool.preprocessInto('digits_u8', hooks, [hookTensor], context, { ...to, inputs: spec.inputs, rows: tensor.shape[0] });
+    if (door !== undefined) {
+      t.true(door instanceof MessagePort, 'a hook thread hands the main thread a door, never tensors');
+      doors.push(door);
+      device.adoptDoor(door, to.generation);
+    }
+    const { outputs, queueNs } = await executed;
+    return { labels: [...new BigInt64Array(outputs[0].data.buffer, outputs[0].data.byteOffset, tensor.shape[0])].map(Number), queueNs };
+  };
+  return { device, pool, hooks, doors, infer };
+}
+
+const expected = (from, rows) => heldout.labels.slice(from, from + rows);
+
+test('preprocessed tensors reach the device through the hook threads\' doors, one door per thread; the answers are right', async (t) => {
+  const { device, doors, infer } = await setup(t);
+  for (let i = 0; i < 4; i++) {
+    const { labels } = await infer(image(i * 3, 3));
+    t.deepEqual(labels, expected(i * 3, 3));
+  }
+  // Many at once: some tensors reach the device before their request's command does.
+  const all = await Promise.all(Array.from({ length: 24 }, (_, i) => infer(image(i, 1 + (i % 4))).then(({ labels }) => [labels, expected(i, 1 + (i % 4))])));
+  for (const [labels, want] of all) t.deepEqual(labels, want);
+  t.true(doors.length >= 1 && doors.length <= 2, `${doors.length} doors for a pool of two threads`);
+  t.is(device.inflight, 0);
+});
+
+test('a hook whose tensors are not the model\'s inputs fails its request with the reason; the device drops it and serves the next', async (t) => {
+  const { device, infer } = await setup(t);
+  const abandon = new AbortController();
+  // A 4-row request whose hook gets 2 rows: the hook's tensors do not match the request's rows.
+  const err = await t.throwsAsync(infer(image(0, 4), { hookTensor: image(0, 2), signal: abandon.signal }));
+  t.is(err.code, 'STOWAGE_HOOK_FAILED');
+  t.regex(err.message, /model "digits_u8": the preprocess hook in model\.js failed: tensor "image": expected shape \[4, 8, 8\] \(axes "nhw"\), got \[2, 8, 8\]/);
+  // The pipeline cancels the request at the device when its hook fails (a request waiting for inputs never runs).
+  abandon.abort();
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  t.is(device.inflight, 0);
+  const { labels } = await infer(image(5, 2));
+  t.deepEqual(labels, expected(5, 2));
+});
+
+test('a request cancelled before its inputs arrive settles at once; the inputs that come later are dropped and the next request is answered', async (t) => {
+  const { device, pool, hooks, infer } = await setup(t);
+  await infer(image(0, 1)); // this thread has a door now
+  const abandon = new AbortController();
+  let to;
+  const executed = device.infer({ instance: 'digits_u8#1', inputs: [], inputsFromHook: (target) => { to = target; }, outputs: ['label'], outputRegions: [null], deadlineMs: Infinity }, abandon.signal);
+  abandon.abort();
+  const err = await t.throwsAsync(executed);
+  t.is(err.code, 'STOWAGE_CANCELLED');
+  // The hook still sends the inputs of the cancelled request; the device must not run them or keep them.
+  const door = await pool.preprocessInto('digits_u8', hooks, [image(0, 1)], context, { ...to, inputs: spec.inputs, rows: 1 });
+  if (door) device.adoptDoor(door, to.generation);
+  for (let i = 0; i < 6; i++) t.deepEqual((await infer(image(i, 2))).labels, expected(i, 2));
+  const [status] = await device.status();
+  t.is(status.queued, 0, 'nothing left queued on the device');
+  t.is(device.inflight, 0);
+});
