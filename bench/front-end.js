@@ -13,16 +13,16 @@
 // perf_analyzer is installed by tools/install-perf-analyzer.sh and ghz by test/run.sh (both into
 // .toolchain/); a tool that is missing is skipped with a message. The machine is shared and
 // noisy: compare the rows of one run, not runs of different days.
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createInterface } from 'node:readline';
 import { parseArgs, promisify } from 'node:util';
 import protobuf from 'protobufjs';
 import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
 import { mlpLayers, writeBundle } from '../test/helpers/mlp-catalog.js';
 import { cpuUs } from './proc-cpu.js';
+import { PERF_ANALYZER, perfAnalyzer, startEcho } from './perf-analyzer.js';
 
 const run = promisify(execFile);
 const { values: args } = parseArgs({
@@ -33,7 +33,6 @@ const { values: args } = parseArgs({
     concurrency: { type: 'string', default: '1,16,64' },
   },
 });
-const PERF_ANALYZER = path.join(ROOT, '.toolchain', 'perf_analyzer', 'perf_analyzer');
 const GHZ = path.join(ROOT, '.toolchain', 'gopath', 'bin', 'ghz');
 const WINDOW_BYTES = 4 * 2 ** 20; // what the tuned echo and Stowage's default use (endpoints.http2_window_bytes)
 
@@ -67,35 +66,17 @@ for (const model of new Set(only.map((p) => PAYLOADS[p].model))) {
 const modelsFile = path.join(temp.dir, 'models.json');
 writeFileSync(modelsFile, JSON.stringify(models));
 
-async function startEcho(window) {
-  const child = spawn(process.execPath, [path.join(ROOT, 'bench', 'echo-server.js'), modelsFile, '--window', String(window)], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const lines = createInterface({ input: child.stdout });
-  const port = await new Promise((resolve, reject) => {
-    lines.once('line', (line) => resolve(Number(line.split(' ')[1])));
-    child.once('exit', (code) => reject(new Error(`echo server exited ${code}`)));
-  });
-  return { name: window ? 'echo (tuned)' : 'echo', address: `127.0.0.1:${port}`, pid: child.pid, stop: () => child.kill('SIGTERM') };
-}
 const servers = [
-  await startEcho(0),
-  await startEcho(WINDOW_BYTES),
+  await startEcho(modelsFile, 0),
+  await startEcho(modelsFile, WINDOW_BYTES),
   { name: 'stowage', address: stowage.address, pid: stowage.child.pid, stop: () => stowage.stop() },
 ];
 
 // ---- measuring ----
 
-async function perfAnalyzer(server, payload, concurrency) {
+function perfAnalyzerPoint(server, payload, concurrency) {
   const requests = Math.max(args.quick ? payload.requests / 4 : payload.requests, concurrency * 4);
-  const { stdout } = await run(PERF_ANALYZER, [
-    '-m', payload.model, '-u', server.address, '-i', 'grpc', '--async', '-b', String(payload.batch),
-    '--concurrency-range', String(concurrency), '--measurement-mode', 'count_windows',
-    '--measurement-request-count', String(Math.round(requests)), '--max-trials', '3', '--stability-percentage', '1000',
-  ], { timeout: 300_000, maxBuffer: 64 * 2 ** 20 });
-  const count = Number(stdout.match(/Request count: (\d+)/)?.[1]);
-  const rps = Number(stdout.match(/Throughput: ([\d.]+) infer\/sec/)?.[1]) / payload.batch;
-  const p50 = Number(stdout.match(/p50 latency: (\d+) usec/)?.[1]);
-  const p99 = Number(stdout.match(/p99 latency: (\d+) usec/)?.[1]);
-  return { rps, p50, p99, count };
+  return perfAnalyzer(server.address, { model: payload.model, batch: payload.batch, concurrency, requests });
 }
 
 /** ghz sends one serialized ModelInferRequest, made here with the same proto. */
@@ -131,7 +112,7 @@ async function ghz(server, payload, concurrency) {
 
 async function measure(tool, server, payload, concurrency) {
   const before = cpuUs(server.pid);
-  const result = await (tool === 'ghz' ? ghz : perfAnalyzer)(server, payload, concurrency);
+  const result = await (tool === 'ghz' ? ghz : perfAnalyzerPoint)(server, payload, concurrency);
   const after = cpuUs(server.pid);
   // perf_analyzer warms up and may run several windows: the server's CPU covers all it answered,
   // so it is divided by the requests the server counted over the same span.

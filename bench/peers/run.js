@@ -1,0 +1,293 @@
+// Stowage beside its peers, on this machine: the same ONNX models served by Stowage, NVIDIA Triton
+// (the tritonserver binary of the nvidia-pytriton wheel, each model a PyTriton Python model that
+// runs onnxruntime: pytriton_serve.py says why) and MLServer (onnxruntime through our runtime,
+// mlserver_onnx.py, with its adaptive batching), all driven by one load generator, NVIDIA's
+// perf_analyzer over gRPC, point by point in turn. Two limits beside them: raw onnxruntime-node in
+// this process (the compute limit: one request per run, or `concurrency` requests per run) and a
+// bare grpc-js echo of the same messages (bench/echo-server.js with tuned windows: the front end's).
+//
+//   npm run build && node bench/peers/run.js [--quick] [--only tiny,convnet,600KiB,8MiB] [--concurrency 1,8,32] [--servers stowage,triton,mlserver]
+//
+// Every server computes with the same ONNX Runtime thread count (--threads, default: the cores).
+// Before each point the machine must be idle (under 15% busy for half a second, waited for up to
+// 10 s); the CPU that anything else used during the point is recorded beside it, so a noisy point
+// shows. Writes docs/benchmarks/<date>.md (tables), <date>-<workload>.png (latency against
+// throughput; bench/peers/plot.py) and <date>.json, and points docs/benchmarks/README.md at them.
+// The peers' Python environments are made on first use (setup.sh).
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { parseArgs, promisify } from 'node:util';
+import * as ort from 'onnxruntime-node';
+import protobuf from 'protobufjs';
+import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../../test/helpers/server.js';
+import { treeCpuUs } from '../proc-cpu.js';
+import { PERF_ANALYZER, perfAnalyzer, startEcho } from '../perf-analyzer.js';
+
+const { values: args } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    only: { type: 'string' },
+    concurrency: { type: 'string', default: '1,8,32' },
+    servers: { type: 'string', default: 'stowage,triton,mlserver' },
+    threads: { type: 'string', default: String(os.availableParallelism()) },
+  },
+});
+const run = promisify(execFile);
+const PEERS = path.join(ROOT, '.toolchain', 'peers');
+const THREADS = Number(args.threads);
+const DATE = new Date().toISOString().slice(0, 10);
+const OUT = path.join(ROOT, 'docs', 'benchmarks');
+
+// name -> the model (a bundle Stowage serves and whose model.onnx the peers load), its input, rows
+// per request, requests per measurement window, and whether the tensors also go through system
+// shared memory (MLServer has no shared-memory protocol: those points are Stowage's and Triton's).
+const WORKLOADS = {
+  tiny: { model: 'digits', bundle: path.join(ROOT, 'bundles', 'digits'), batch: 1, requests: 2000, maxBatch: 32, what: 'digits MLP (64-32-10), 256 B in' },
+  convnet: { model: 'convnet', bundle: path.join(FIXTURES, 'models', 'convnet'), batch: 1, requests: 400, maxBatch: 32, what: 'small ResNet-style convnet, 3x32x32 in' },
+  '600KiB': { model: 'echo', bundle: path.join(FIXTURES, 'models', 'echo'), batch: 150, requests: 200, maxBatch: 2048, shm: true, what: 'identity on 150x1024 FP32 (600 KiB in and out)' },
+  '8MiB': { model: 'echo', bundle: path.join(FIXTURES, 'models', 'echo'), batch: 2048, requests: 30, maxBatch: 2048, shm: true, what: 'identity on 2048x1024 FP32 (8 MiB in and out)' },
+};
+const only = args.only ? args.only.split(',') : Object.keys(WORKLOADS);
+const concurrencies = args.concurrency.split(',').map(Number);
+/** The peers' adaptive batching: how long a batch may wait to fill (Stowage runs what is queued, no wait). */
+const PEER_BATCH_DELAY_S = 0.0005;
+
+if (!existsSync(PERF_ANALYZER)) throw new Error(`perf_analyzer is missing at ${PERF_ANALYZER}: run tools/install-perf-analyzer.sh`);
+execFileSync('bash', [path.join(ROOT, 'bench', 'peers', 'setup.sh')], { stdio: 'inherit' });
+
+// ---- the servers ----
+const temp = tempDir('stowage-peers-');
+const bundles = Object.fromEntries(only.map((w) => [WORKLOADS[w].model, WORKLOADS[w].bundle]));
+const repo = makeRepository(temp.dir, bundles);
+const stowage = await startServer({ model_repo: repo, global: { runtime: { intra_op_threads: THREADS } } }, { root: temp.dir });
+
+// What the peers and the echo need to know of each model, as Stowage describes it.
+// keepCase: the client answers with the proto's own (snake_case) field names.
+const root = new protobuf.Root().loadSync(path.join(ROOT, 'proto', 'grpc_service.proto'), { keepCase: true });
+const ModelConfigResponse = root.lookupType('inference.ModelConfigResponse');
+const models = [];
+const echoModels = {};
+for (const [name, bundle] of Object.entries(bundles)) {
+  const metadata = await stowage.client.call('ModelMetadata', { name });
+  const { config } = await stowage.client.call('ModelConfig', { name });
+  echoModels[name] = { metadata, config };
+  const maxBatch = Math.max(...only.filter((w) => WORKLOADS[w].model === name).map((w) => WORKLOADS[w].maxBatch));
+  const tensor = (t) => ({ name: t.name, datatype: t.datatype, shape: t.shape.map(Number) });
+  models.push({
+    name,
+    file: path.join(bundle, 'model.onnx'),
+    inputs: metadata.inputs.map(tensor),
+    outputs: metadata.outputs.map(tensor),
+    max_batch_size: maxBatch,
+    max_batch_time: PEER_BATCH_DELAY_S,
+    // For MLServer, which has no ModelConfig RPC of its own (mlserver_serve.py).
+    model_config: Buffer.from(ModelConfigResponse.encode(ModelConfigResponse.fromObject({ config: { ...config, max_batch_size: maxBatch } })).finish()).toString('base64'),
+  });
+}
+const modelsFile = path.join(temp.dir, 'models.json');
+writeFileSync(modelsFile, JSON.stringify(models, null, 2));
+const echoFile = path.join(temp.dir, 'echo-models.json');
+writeFileSync(echoFile, JSON.stringify(echoModels));
+
+/** A free port on 127.0.0.1 (bound and released; the peers take a port number, not 0). */
+async function freePort() {
+  const net = await import('node:net');
+  return new Promise((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Start a peer's Python process (given a gRPC and an HTTP port) and wait until it says every model is ready. */
+async function startPeer(name, venv, script, scriptArgs) {
+  const port = await freePort();
+  const child = spawn(path.join(PEERS, venv, 'bin', 'python'), [path.join(ROOT, 'bench', 'peers', script), ...scriptArgs(port, await freePort())], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, PEER_ORT_THREADS: String(THREADS), PYTHONPATH: path.join(ROOT, 'bench', 'peers') },
+  });
+  const log = [];
+  for (const stream of [child.stdout, child.stderr]) createInterface({ input: stream }).on('line', (line) => log.push(line));
+  const address = `127.0.0.1:${port}`;
+  const { InferenceClient } = await import('../../dist/client/client.js');
+  const client = new InferenceClient(address);
+  const deadline = Date.now() + 180_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${name} exited ${child.exitCode}:\n${log.slice(-30).join('\n')}`);
+    const ready = await Promise.all(models.map((m) => client.call('ModelReady', { name: m.name }).then((r) => r.ready, () => false)));
+    if (ready.every(Boolean)) break;
+    if (Date.now() > deadline) throw new Error(`${name} was not ready within 180 s:\n${log.slice(-30).join('\n')}`);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+  client.close();
+  return {
+    name, address, pid: child.pid,
+    stop: () => new Promise((resolve) => {
+      if (child.exitCode !== null) return resolve();
+      child.once('exit', resolve);
+      child.kill('SIGINT');
+      setTimeout(() => child.kill('SIGKILL'), 15_000).unref();
+    }),
+  };
+}
+
+const servers = [{ name: 'stowage', address: stowage.address, pid: stowage.child.pid, stop: () => stowage.stop() }];
+const wanted = args.servers.split(',');
+try {
+  if (wanted.includes('triton')) servers.push(await startPeer('triton', 'pytriton', 'pytriton_serve.py', (port, http) => [modelsFile, String(port), String(http)]));
+  if (wanted.includes('mlserver')) servers.push(await startPeer('mlserver', 'mlserver', 'mlserver_serve.py', (port, http) => [modelsFile, path.join(temp.dir, 'mlserver'), String(port), String(http)]));
+  servers.push(await startEcho(echoFile, 4 * 2 ** 20));
+} catch (err) {
+  for (const s of servers) await s.stop();
+  throw err;
+}
+
+// ---- the machine ----
+/** Busy and total CPU time of the whole machine so far, in µs (/proc/stat, all cores). */
+function machineCpu() {
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0].split(/\s+/).slice(1).map(Number);
+  const idle = fields[3] + fields[4];
+  const total = fields.slice(0, 8).reduce((a, b) => a + b, 0);
+  return { busy: (total - idle) * 1e4, total: total * 1e4 };
+}
+
+/** Wait until the machine is idle: under 15% busy over half a second, for at most 10 s. Returns the last busy fraction. */
+async function waitForIdle() {
+  let busy = 1;
+  const until = Date.now() + 10_000;
+  while (Date.now() < until) {
+    const a = machineCpu();
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const b = machineCpu();
+    busy = (b.busy - a.busy) / (b.total - a.total);
+    if (busy < 0.15) break;
+  }
+  return busy;
+}
+
+/** perf_analyzer at one point (bench/perf-analyzer.js; it also reports its own CPU). */
+function perfAnalyzerPoint(server, workload, concurrency, sharedMemory) {
+  return perfAnalyzer(server.address, {
+    model: workload.model,
+    batch: workload.batch,
+    concurrency,
+    requests: Math.max(args.quick ? workload.requests / 4 : workload.requests, concurrency * 4),
+    // Zeros, not perf_analyzer's random bytes: random FP32 bits include NaNs, which MLServer 1.7
+    // cannot pack into its answer ("required argument is not a float"). The same data for all.
+    inputData: 'zero',
+    ...(sharedMemory ? { sharedMemory: 'system', outputBytes: workload.batch * 1024 * 4 } : {}),
+  });
+}
+
+/** One point: idle first, then perf_analyzer, with the CPU used by anything but the server and the client. */
+async function point(server, workload, concurrency, sharedMemory) {
+  const idleBefore = await waitForIdle();
+  const m0 = machineCpu();
+  const s0 = treeCpuUs(server.pid);
+  const t0 = performance.now();
+  const r = await perfAnalyzerPoint(server, workload, concurrency, sharedMemory);
+  const wallUs = (performance.now() - t0) * 1000;
+  const m1 = machineCpu();
+  const s1 = treeCpuUs(server.pid);
+  const otherUs = (m1.busy - m0.busy) - (s1 - s0) - r.clientUs;
+  return { ...r, idleBefore, otherCpu: Math.max(0, otherUs) / wallUs, serverCpu: (s1 - s0) / wallUs };
+}
+
+/** Raw onnxruntime-node in this process: requests/s when each run carries `perRun` requests. */
+async function rawOrt(workload, perRun) {
+  const session = await ort.InferenceSession.create(path.join(workload.bundle, 'model.onnx'), { intraOpNumThreads: THREADS });
+  const meta = models.find((m) => m.name === workload.model);
+  const rows = workload.batch * perRun;
+  const feeds = Object.fromEntries(meta.inputs.map((t) => {
+    const shape = t.shape.map((d, i) => (i === 0 ? rows : d));
+    return [t.name, new ort.Tensor('float32', new Float32Array(shape.reduce((a, b) => a * b, 1)).fill(0.5), shape)];
+  }));
+  for (let i = 0; i < 5; i++) await session.run(feeds);
+  const runs = Math.max(5, Math.round(workload.requests / perRun / 4));
+  const t0 = performance.now();
+  for (let i = 0; i < runs; i++) await session.run(feeds);
+  const seconds = (performance.now() - t0) / 1000;
+  await session.release();
+  return (runs * perRun) / seconds;
+}
+
+// ---- measuring ----
+const rows = [];
+const fmt = (x, digits = 0) => (Number.isFinite(x) ? x.toFixed(digits) : '-');
+console.log(`peers bench: ${DATE}, ${os.cpus().length} × ${os.cpus()[0]?.model ?? 'cpu'}, ONNX Runtime threads ${THREADS}`);
+try {
+  for (const name of only) {
+    const workload = WORKLOADS[name];
+    for (const sharedMemory of workload.shm ? [false, true] : [false]) {
+      for (const concurrency of concurrencies) {
+        const limit = await rawOrt(workload, Math.min(concurrency, Math.floor(workload.maxBatch / workload.batch) || 1));
+        rows.push({ workload: name, sharedMemory, concurrency, server: 'raw onnxruntime', rps: limit });
+        for (const server of servers) {
+          if (sharedMemory && (server.name === 'mlserver' || server.name.startsWith('echo'))) continue;
+          const label = `${name.padEnd(8)} ${sharedMemory ? 'shm   ' : 'inline'} c${String(concurrency).padEnd(3)} ${server.name.padEnd(13)}`;
+          // A point that fails twice is reported as failed, with perf_analyzer's reason; the run goes on.
+          const r = await point(server, workload, concurrency, sharedMemory)
+            .catch(() => point(server, workload, concurrency, sharedMemory))
+            .catch((err) => ({ error: String(err.stderr || err.message).trim().split('\n').filter((l) => /error/i.test(l)).join(' ').slice(0, 300) || 'failed' }));
+          rows.push({ workload: name, sharedMemory, concurrency, server: server.name, ...r });
+          if (r.error) console.log(`${label} failed: ${r.error}`);
+          else console.log(`${label} ${fmt(r.rps).padStart(7)} req/s  p50 ${fmt(r.p50).padStart(7)} µs  p99 ${fmt(r.p99).padStart(7)} µs  others ${fmt(r.otherCpu * 100)}% of a core`);
+        }
+      }
+    }
+  }
+} finally {
+  for (const server of servers) await server.stop();
+  temp.cleanup();
+}
+
+// ---- the report ----
+const versions = {
+  node: process.version,
+  'onnxruntime-node': JSON.parse(readFileSync(path.join(ROOT, 'node_modules', 'onnxruntime-node', 'package.json'), 'utf8')).version,
+  perf_analyzer: (await run(PERF_ANALYZER, ['--version']).then((r) => r.stdout, () => '')).trim().split('\n').at(-1) || '2.41',
+  ...Object.fromEntries(await Promise.all([['pytriton', 'nvidia-pytriton'], ['mlserver', 'mlserver'], ['mlserver', 'onnxruntime']].map(async ([venv, pkg]) => {
+    const { stdout } = await run(path.join(PEERS, venv, 'bin', 'pip'), ['show', pkg]).catch(() => ({ stdout: '' }));
+    return [`${pkg} (${venv})`, stdout.match(/Version: (.*)/)?.[1] ?? '?'];
+  }))),
+};
+mkdirSync(OUT, { recursive: true });
+writeFileSync(path.join(OUT, `${DATE}.json`), JSON.stringify({ date: DATE, machine: machineLine(), threads: THREADS, versions, rows }, null, 2));
+execFileSync(path.join(PEERS, 'plots', 'bin', 'python'), [path.join(ROOT, 'bench', 'peers', 'plot.py'), path.join(OUT, `${DATE}.json`), OUT], { stdio: 'inherit' });
+writeFileSync(path.join(OUT, `${DATE}.md`), report());
+writeFileSync(path.join(OUT, 'README.md'), `# Benchmarks\n\nThe latest: [${DATE}](${DATE}.md), made by \`node bench/peers/run.js\` (see its header).\n`);
+console.log(`wrote docs/benchmarks/${DATE}.md`);
+
+function machineLine() {
+  return `${os.cpus().length} × ${os.cpus()[0]?.model ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, ${os.type()} ${os.release()}`;
+}
+
+function report() {
+  const lines = [`# Stowage beside Triton and MLServer: ${DATE}`, '',
+    `- **Machine:** ${machineLine()}.`,
+    `- **Versions:** ${Object.entries(versions).map(([k, v]) => `${k} ${v}`).join(', ')}.`,
+    `- **Threads:** every server's ONNX Runtime runs ${THREADS} intra-op threads; Stowage runs one device actor.`,
+    `- **What is compared:** Stowage serving each model's ONNX file; Triton's server (the tritonserver binary in nvidia-pytriton) with each model a PyTriton Python model that runs onnxruntime, behind Triton's dynamic batcher (${PEER_BATCH_DELAY_S * 1e6} µs queue delay); MLServer with an onnxruntime runtime (bench/peers/mlserver_onnx.py) and adaptive batching (the same delay); Stowage batches what is queued and never waits. perf_analyzer (async gRPC) drives each. Limits: raw onnxruntime-node in one process (one request per run at concurrency 1, else \`concurrency\` requests per run), and a bare grpc-js echo (tuned windows).`,
+    `- **Made by:** \`node bench/peers/run.js${args.quick ? ' --quick' : ''}\`. "others" is the CPU that anything but the server and perf_analyzer used during the point, in cores: a noisy point shows there.`, ''];
+  for (const name of only) {
+    const workload = WORKLOADS[name];
+    for (const sharedMemory of workload.shm ? [false, true] : [false]) {
+      lines.push(`## ${name}${sharedMemory ? ', system shared memory' : ''}: ${workload.what}`, '', `![${name}](${DATE}-${name}${sharedMemory ? '-shm' : ''}.png)`, '');
+      lines.push('| concurrency | server | req/s | p50 µs | p99 µs | others (cores) | Stowage ÷ this |', '| --- | --- | --- | --- | --- | --- | --- |');
+      for (const concurrency of concurrencies) {
+        const here = rows.filter((r) => r.workload === name && r.sharedMemory === sharedMemory && r.concurrency === concurrency);
+        const mine = here.find((r) => r.server === 'stowage');
+        for (const r of here) {
+          if (r.error) lines.push(`| ${concurrency} | ${r.server} | failed: ${r.error.replace(/\|/g, '/')} | | | | |`);
+          else lines.push(`| ${concurrency} | ${r.server} | ${fmt(r.rps)} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${fmt(r.otherCpu, 2)} | ${r.server === 'stowage' ? '' : fmt(mine?.rps / r.rps, 2)} |`);
+        }
+      }
+      lines.push('');
+    }
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,52 @@
+// What the benchmarks share: NVIDIA's perf_analyzer (installed by tools/install-perf-analyzer.sh
+// into .toolchain/), run once per point and read back, and the bare grpc-js echo server
+// (bench/echo-server.js) that is the gRPC front end's ceiling.
+import { execFile, spawn } from 'node:child_process';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
+import { promisify } from 'node:util';
+import { ROOT } from '../test/helpers/server.js';
+
+export const PERF_ANALYZER = path.join(ROOT, '.toolchain', 'perf_analyzer', 'perf_analyzer');
+const run = promisify(execFile);
+
+/**
+ * One perf_analyzer point (async gRPC, count windows) against `address`: requests/s (rows/s
+ * divided by the batch), p50 and p99 in µs, how many requests the client counted, and the CPU µs
+ * perf_analyzer itself used (it runs under a shell that reads its own cutime/cstime once it has
+ * waited for it). `sharedMemory: 'system'` puts inputs and outputs in system shared memory
+ * (`outputBytes`: the largest output's size); `inputData: 'zero'` sends zeros instead of random
+ * bytes.
+ */
+export async function perfAnalyzer(address, { model, batch, concurrency, requests, sharedMemory, outputBytes, inputData }) {
+  const args = [
+    '-m', model, '-u', address, '-i', 'grpc', '--async', '-b', String(batch),
+    '--concurrency-range', String(concurrency), '--measurement-mode', 'count_windows',
+    '--measurement-request-count', String(Math.round(requests)), '--max-trials', '3', '--stability-percentage', '1000',
+    ...(inputData ? ['--input-data', inputData] : []),
+    ...(sharedMemory ? ['--shared-memory', sharedMemory, '--output-shared-memory-size', String(outputBytes)] : []),
+  ];
+  const { stdout, stderr } = await run('sh', ['-c', '"$@"; rc=$?; cat /proc/$$/stat >&2; exit $rc', 'sh', PERF_ANALYZER, ...args], { timeout: 600_000, maxBuffer: 64 * 2 ** 20 });
+  const stat = stderr.trim().split('\n').at(-1).split(') ')[1].split(' ');
+  return {
+    rps: Number(stdout.match(/Throughput: ([\d.]+) infer\/sec/)?.[1]) / batch,
+    p50: Number(stdout.match(/p50 latency: (\d+) usec/)?.[1]),
+    p99: Number(stdout.match(/p99 latency: (\d+) usec/)?.[1]),
+    count: Number(stdout.match(/Request count: (\d+)/)?.[1]),
+    clientUs: (Number(stat[13]) + Number(stat[14])) * 10_000, // cutime, cstime, in 10 ms ticks
+  };
+}
+
+/**
+ * Start bench/echo-server.js answering as Stowage does for the models in `modelsFile` (see its
+ * header); `window` 0 keeps HTTP/2's 64 KiB windows, else the tuned size.
+ */
+export async function startEcho(modelsFile, window) {
+  const child = spawn(process.execPath, [path.join(ROOT, 'bench', 'echo-server.js'), modelsFile, '--window', String(window)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const lines = createInterface({ input: child.stdout });
+  const port = await new Promise((resolve, reject) => {
+    lines.once('line', (line) => resolve(Number(line.split(' ')[1])));
+    child.once('exit', (code) => reject(new Error(`echo server exited ${code}`)));
+  });
+  return { name: window ? 'echo (tuned)' : 'echo', address: `127.0.0.1:${port}`, pid: child.pid, stop: () => child.kill('SIGTERM') };
+}
