@@ -38,12 +38,22 @@ const requests = {
 };
 requests.convnet_hooked = requests.convnet;
 
-/** Requests/s of `model` at CLIENTS concurrent clients, and the server's CPU µs per request (main thread, whole process). */
+/** Inferences and executions of `model` so far (ModelStatistics). */
+async function counts(model) {
+  const [stats] = (await server.client.call('ModelStatistics', { name: model })).model_stats;
+  return { inferences: Number(stats.inference_count), executions: Number(stats.execution_count) };
+}
+
+/**
+ * Requests/s of `model` at CLIENTS concurrent clients, the server's CPU µs per request (main
+ * thread, whole process), and rows per execution (how well its requests were batched).
+ */
 async function throughput(model) {
   const clients = Array.from({ length: CLIENTS }, () => new InferenceClient(server.address));
   let done = 0;
   const end = performance.now() + seconds * 1000;
   const cpu0 = cpuUs(server.child.pid);
+  const counts0 = await counts(model);
   const t0 = performance.now();
   await Promise.all(clients.map(async (c) => {
     while (performance.now() < end) {
@@ -53,8 +63,10 @@ async function throughput(model) {
   }));
   const rps = done / ((performance.now() - t0) / 1000);
   const cpu = cpuUs(server.child.pid);
+  const counts1 = await counts(model);
   clients.forEach((c) => c.close());
-  return { rps, main: (cpu.main - cpu0.main) / done, all: (cpu.process - cpu0.process) / done };
+  const rows = (counts1.inferences - counts0.inferences) / (counts1.executions - counts0.executions);
+  return { rps, main: (cpu.main - cpu0.main) / done, all: (cpu.process - cpu0.process) / done, rows };
 }
 
 const pairs = [['convnet', 'convnet_hooked'], ['digits', 'digits_u8']];
@@ -63,17 +75,17 @@ for (const [plainModel, hookedModel] of pairs) {
   await throughput(plainModel);
   await throughput(hookedModel); // warm up both
   // Best of two rounds: requests/s at its highest, CPU per request at its lowest (the least disturbed).
-  const best = (a, b) => ({ rps: Math.max(a.rps, b.rps), main: Math.min(a.main, b.main), all: Math.min(a.all, b.all) });
-  let plain = { rps: 0, main: Infinity, all: Infinity };
-  let hooked = { rps: 0, main: Infinity, all: Infinity };
+  const best = (a, b) => ({ rps: Math.max(a.rps, b.rps), main: Math.min(a.main, b.main), all: Math.min(a.all, b.all), rows: a.rps > b.rps ? a.rows : b.rows });
+  let plain = { rps: 0, main: Infinity, all: Infinity, rows: NaN };
+  let hooked = { rps: 0, main: Infinity, all: Infinity, rows: NaN };
   for (let round = 0; round < 2; round++) {
     plain = best(plain, await throughput(plainModel));
     hooked = best(hooked, await throughput(hookedModel));
   }
-  const row = (r) => `${r.rps.toFixed(0).padStart(6)} req/s, cpu ${r.main.toFixed(0).padStart(4)}/${r.all.toFixed(0).padEnd(4)} µs`;
+  const row = (r) => `${r.rps.toFixed(0).padStart(6)} req/s, cpu ${r.main.toFixed(0).padStart(4)}/${r.all.toFixed(0).padEnd(4)} µs, ${r.rows.toFixed(1)} rows/exec`;
   lines.push(`${plainModel.padEnd(9)} ${row(plain)}   with a preprocess hook ${row(hooked)}   ratio ${(hooked.rps / plain.rps).toFixed(2)}`);
 }
 await server.stop();
 temp.cleanup();
-console.log(`\nnode ${process.version}, ${CLIENTS} clients, ${seconds} s per run, best of 2; cpu: the server's main thread / whole process per request`);
+console.log(`\nnode ${process.version}, ${CLIENTS} clients, ${seconds} s per run, best of 2; cpu: the server's main thread / whole process per request; rows/exec: requests batched per execution`);
 for (const line of lines) console.log(line);

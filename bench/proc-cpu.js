@@ -38,3 +38,11 @@ export function treeCpuUs(pid) {
   }
   return total;
 }
+
+/** Busy and total CPU time of the whole machine so far, in µs (/proc/stat, all cores). */
+export function machineCpu() {
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0].split(/\s+/).slice(1).map(Number);
+  const idle = fields[3] + fields[4]; // idle, iowait
+  const total = fields.slice(0, 8).reduce((a, b) => a + b, 0);
+  return { busy: (total - idle) * TICK_US, total: total * TICK_US };
+}

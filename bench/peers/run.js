@@ -16,6 +16,7 @@
 // The peers' Python environments are made on first use (setup.sh).
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -23,7 +24,8 @@ import { parseArgs, promisify } from 'node:util';
 import * as ort from 'onnxruntime-node';
 import protobuf from 'protobufjs';
 import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../../test/helpers/server.js';
-import { treeCpuUs } from '../proc-cpu.js';
+import { InferenceClient } from '../../dist/client/client.js';
+import { machineCpu, treeCpuUs } from '../proc-cpu.js';
 import { PERF_ANALYZER, perfAnalyzer, startEcho } from '../perf-analyzer.js';
 
 const { values: args } = parseArgs({
@@ -42,13 +44,14 @@ const DATE = new Date().toISOString().slice(0, 10);
 const OUT = path.join(ROOT, 'docs', 'benchmarks');
 
 // name -> the model (a bundle Stowage serves and whose model.onnx the peers load), its input, rows
-// per request, requests per measurement window, and whether the tensors also go through system
-// shared memory (MLServer has no shared-memory protocol: those points are Stowage's and Triton's).
+// per request, requests per measurement window, and `shm`: when the tensors also go through system
+// shared memory, the output's bytes (MLServer has no shared-memory protocol: those points are
+// Stowage's and Triton's).
 const WORKLOADS = {
   tiny: { model: 'digits', bundle: path.join(ROOT, 'bundles', 'digits'), batch: 1, requests: 2000, maxBatch: 32, what: 'digits MLP (64-32-10), 256 B in' },
   convnet: { model: 'convnet', bundle: path.join(FIXTURES, 'models', 'convnet'), batch: 1, requests: 400, maxBatch: 32, what: 'small ResNet-style convnet, 3x32x32 in' },
-  '600KiB': { model: 'echo', bundle: path.join(FIXTURES, 'models', 'echo'), batch: 150, requests: 200, maxBatch: 2048, shm: true, what: 'identity on 150x1024 FP32 (600 KiB in and out)' },
-  '8MiB': { model: 'echo', bundle: path.join(FIXTURES, 'models', 'echo'), batch: 2048, requests: 30, maxBatch: 2048, shm: true, what: 'identity on 2048x1024 FP32 (8 MiB in and out)' },
+  '600KiB': { model: 'echo', bundle: path.join(FIXTURES, 'models', 'echo'), batch: 150, requests: 200, maxBatch: 2048, shm: 150 * 4096, what: 'identity on 150x1024 FP32 (600 KiB in and out)' },
+  '8MiB': { model: 'echo', bundle: path.join(FIXTURES, 'models', 'echo'), batch: 2048, requests: 30, maxBatch: 2048, shm: 2048 * 4096, what: 'identity on 2048x1024 FP32 (8 MiB in and out)' },
 };
 const only = args.only ? args.only.split(',') : Object.keys(WORKLOADS);
 const concurrencies = args.concurrency.split(',').map(Number);
@@ -93,8 +96,7 @@ const echoFile = path.join(temp.dir, 'echo-models.json');
 writeFileSync(echoFile, JSON.stringify(echoModels));
 
 /** A free port on 127.0.0.1 (bound and released; the peers take a port number, not 0). */
-async function freePort() {
-  const net = await import('node:net');
+function freePort() {
   return new Promise((resolve) => {
     const s = net.createServer().listen(0, '127.0.0.1', () => {
       const { port } = s.address();
@@ -113,7 +115,6 @@ async function startPeer(name, venv, script, scriptArgs) {
   const log = [];
   for (const stream of [child.stdout, child.stderr]) createInterface({ input: stream }).on('line', (line) => log.push(line));
   const address = `127.0.0.1:${port}`;
-  const { InferenceClient } = await import('../../dist/client/client.js');
   const client = new InferenceClient(address);
   const deadline = Date.now() + 180_000;
   for (;;) {
@@ -147,14 +148,6 @@ try {
 }
 
 // ---- the machine ----
-/** Busy and total CPU time of the whole machine so far, in µs (/proc/stat, all cores). */
-function machineCpu() {
-  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0].split(/\s+/).slice(1).map(Number);
-  const idle = fields[3] + fields[4];
-  const total = fields.slice(0, 8).reduce((a, b) => a + b, 0);
-  return { busy: (total - idle) * 1e4, total: total * 1e4 };
-}
-
 /** Wait until the machine is idle: under 15% busy over half a second, for at most 10 s. Returns the last busy fraction. */
 async function waitForIdle() {
   let busy = 1;
@@ -179,7 +172,7 @@ function perfAnalyzerPoint(server, workload, concurrency, sharedMemory) {
     // Zeros, not perf_analyzer's random bytes: random FP32 bits include NaNs, which MLServer 1.7
     // cannot pack into its answer ("required argument is not a float"). The same data for all.
     inputData: 'zero',
-    ...(sharedMemory ? { sharedMemory: 'system', outputBytes: workload.batch * 1024 * 4 } : {}),
+    ...(sharedMemory ? { sharedMemory: 'system', outputBytes: workload.shm } : {}),
   });
 }
 

@@ -104,7 +104,7 @@ export class HookPool {
     const channel = subInfer ? serveSubCalls(subInfer) : undefined;
     try {
       const extra = channel ? { port: channel.port2, subCallTimeoutMs: this.#timeoutMs } : {};
-      const result = await this.#runHook(model, hook, hooks, given, context, extra, channel ? [channel.port2] : []);
+      const result = await this.#runHook(model, hook, hooks, given, context, extra);
       return (result as Extract<HookResult, { type: 'ran' }>).tensors;
     } finally {
       channel?.port1.close();
@@ -118,12 +118,12 @@ export class HookPool {
    * the tensors are not the model's inputs.
    */
   async preprocessInto(model: string, hooks: BundleHooks, given: WireTensor[], context: HookContext, feed: HookFeed): Promise<MessagePort | undefined> {
-    const result = await this.#runHook(model, 'preprocess', hooks, given, context, { feed }, []);
+    const result = await this.#runHook(model, 'preprocess', hooks, given, context, { feed });
     return (result as Extract<HookResult, { type: 'fed' }>).door;
   }
 
   async #runHook(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext,
-    extra: Partial<Extract<HookTask, { type: 'run' }>>, ports: MessagePort[]): Promise<HookResult> {
+    extra: Partial<Extract<HookTask, { type: 'run' }>>): Promise<HookResult> {
     const tensors = given.map((t) => (t.data.byteOffset === 0 && t.data.byteLength === t.data.buffer.byteLength ? t : { ...t, data: t.data.slice() }));
     const transfer = [...new Set(tensors.map((t) => t.data.buffer as ArrayBuffer))];
     // One timer per call, cleared when the call settles (AbortSignal.timeout would leave every
@@ -133,7 +133,8 @@ export class HookPool {
     let result: HookResult;
     try {
       const task: HookTask = { type: 'run', hook, file: hooks.file, version: hooks.version, tensors, context, ...extra };
-      result = await this.#run(task, [...transfer, ...(ports as unknown as ArrayBuffer[])], abort.signal);
+      // A meta model's sub-call port goes with the task too.
+      result = await this.#run(task, extra.port ? [...transfer, extra.port as unknown as ArrayBuffer] : transfer, abort.signal);
     } catch (err) {
       if (abort.signal.aborted) {
         throw new StowageError('STOWAGE_DEADLINE_EXCEEDED', `model ${JSON.stringify(model)}: ${hook} hook ran longer than hooks.timeout_seconds (${this.#timeoutMs / 1000}); its thread was replaced`);
