@@ -1,20 +1,18 @@
 // What the benchmarks share: NVIDIA's perf_analyzer (installed by tools/install-perf-analyzer.sh
 // into .toolchain/), run once per point and read back, and the bare grpc-js echo server
 // (bench/echo-server.js) that is the gRPC front end's ceiling.
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
-import { promisify } from 'node:util';
 import { ROOT } from '../test/helpers/server.js';
+import { runWithCpu } from './proc-cpu.js';
 
 export const PERF_ANALYZER = path.join(ROOT, '.toolchain', 'perf_analyzer', 'perf_analyzer');
-const run = promisify(execFile);
 
 /**
  * One perf_analyzer point (async gRPC, count windows) against `address`: requests/s (rows/s
  * divided by the batch), p50 and p99 in µs, how many requests the client counted, and the CPU µs
- * perf_analyzer itself used (it runs under a shell that reads its own cutime/cstime once it has
- * waited for it). `sharedMemory: 'system'` puts inputs and outputs in system shared memory
+ * perf_analyzer itself used (runWithCpu). `sharedMemory: 'system'` puts inputs and outputs in system shared memory
  * (`outputBytes`: the largest output's size); `inputData: 'zero'` sends zeros instead of random
  * bytes.
  */
@@ -26,14 +24,13 @@ export async function perfAnalyzer(address, { model, batch, concurrency, request
     ...(inputData ? ['--input-data', inputData] : []),
     ...(sharedMemory ? ['--shared-memory', sharedMemory, '--output-shared-memory-size', String(outputBytes)] : []),
   ];
-  const { stdout, stderr } = await run('sh', ['-c', '"$@"; rc=$?; cat /proc/$$/stat >&2; exit $rc', 'sh', PERF_ANALYZER, ...args], { timeout: 600_000, maxBuffer: 64 * 2 ** 20 });
-  const stat = stderr.trim().split('\n').at(-1).split(') ')[1].split(' ');
+  const { stdout, cpuUs } = await runWithCpu(PERF_ANALYZER, args, { timeout: 600_000, maxBuffer: 64 * 2 ** 20 });
   return {
     rps: Number(stdout.match(/Throughput: ([\d.]+) infer\/sec/)?.[1]) / batch,
     p50: Number(stdout.match(/p50 latency: (\d+) usec/)?.[1]),
     p99: Number(stdout.match(/p99 latency: (\d+) usec/)?.[1]),
     count: Number(stdout.match(/Request count: (\d+)/)?.[1]),
-    clientUs: (Number(stat[13]) + Number(stat[14])) * 10_000, // cutime, cstime, in 10 ms ticks
+    clientUs: cpuUs,
   };
 }
 

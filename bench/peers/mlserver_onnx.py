@@ -1,7 +1,7 @@
 """An MLServer runtime that serves an ONNX file with onnxruntime (MLServer 1.7 ships none).
 
 Loaded by MLServer from a model-settings.json whose `implementation` names this class and whose
-`parameters.uri` is the .onnx file; PEER_ORT_THREADS sets ONNX Runtime's intra-op threads, so
+`parameters.uri` is the .onnx file; PEER_ORT_THREADS sets ONNX Runtime's intra-op threads (which do not spin, as Stowage's do not), so
 every server in the benchmark computes with the same number of threads.
 """
 import os
@@ -16,6 +16,8 @@ class OnnxModel(MLModel):
     async def load(self) -> bool:
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(os.environ.get("PEER_ORT_THREADS", "0"))
+        # No spinning between runs, as Stowage: with many sessions, idle ones would spin on the cores.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(self.settings.parameters.uri, options, providers=["CPUExecutionProvider"])
         self._outputs = [o.name for o in self._session.get_outputs()]
         return True
