@@ -10,7 +10,7 @@
 //
 //   npm run build && node bench/front-end.js [--quick] [--only digits,64B] [--tools perf_analyzer,ghz]
 //
-// perf_analyzer is installed by tools/install-perf-analyzer.sh and ghz by test/run.sh (both into
+// perf_analyzer is installed by tools/install-perf-analyzer.sh and ghz by tools/install-ghz.sh (both into
 // .toolchain/); a tool that is missing is skipped with a message. The machine is shared and
 // noisy: compare the rows of one run, not runs of different days.
 import { execFile } from 'node:child_process';
@@ -48,7 +48,7 @@ const concurrencies = args.concurrency.split(',').map(Number);
 const tools = args.tools.split(',').filter((tool) => {
   const binary = tool === 'ghz' ? GHZ : PERF_ANALYZER;
   if (existsSync(binary)) return true;
-  console.log(`${tool} is missing at ${binary}: skipped (tools/install-perf-analyzer.sh installs perf_analyzer; test/run.sh installs ghz)`);
+  console.log(`${tool} is missing at ${binary}: skipped (tools/install-perf-analyzer.sh installs perf_analyzer; tools/install-ghz.sh installs ghz)`);
   return false;
 });
 

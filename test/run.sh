@@ -24,15 +24,7 @@ else
 fi
 
 # ghz (a Go gRPC load tester) for test/integration/ghz.test.js, into a project-local GOPATH.
-GHZ_VERSION=v0.93.0
-if [ ! -x .toolchain/gopath/bin/ghz ]; then
-  if command -v go >/dev/null; then
-    GOPATH="$PWD/.toolchain/gopath" GOFLAGS=-modcacherw go install "github.com/bojand/ghz/cmd/ghz@${GHZ_VERSION}" \
-      || echo "go install ghz failed: the ghz test will fail"
-  else
-    echo "Go is not installed: the ghz test will fail (install Go, or run .ci/run)"
-  fi
-fi
+bash tools/install-ghz.sh || echo "installing ghz failed: the ghz test will fail"
 
 # NVIDIA's perf_analyzer for test/integration/perf-analyzer.test.js, into .toolchain/perf_analyzer.
 bash tools/install-perf-analyzer.sh >/dev/null || echo "installing perf_analyzer failed: the perf_analyzer tests will fail"

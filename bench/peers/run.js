@@ -21,7 +21,7 @@
 // took six minutes). About 10 minutes on a 2-core machine (9.4 on 2026-11-25). Writes docs/benchmarks/<date>.md
 // (tables), <date>-<workload>.png (latency against throughput; density: p99 against the budget;
 // bench/peers/plot.py) and <date>.json, and points docs/benchmarks/README.md at them. The peers'
-// Python environments are made on first use (setup.sh); ghz comes from `npm test` (test/run.sh).
+// Python environments and the load generators are installed on first use (setup.sh).
 import { execFile, execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -67,9 +67,9 @@ const concurrencies = args.concurrency.split(',').map(Number);
 /** The peers' adaptive batching: how long a batch may wait to fill (Stowage runs what is queued, no wait). */
 const PEER_BATCH_DELAY_S = 0.0005;
 
-if (perfOnly.length && !existsSync(PERF_ANALYZER)) throw new Error(`perf_analyzer is missing at ${PERF_ANALYZER}: run tools/install-perf-analyzer.sh`);
-if (only.includes('density') && !existsSync(GHZ)) throw new Error(`ghz is missing at ${GHZ}: run npm test once (test/run.sh installs it)`);
 execFileSync('bash', [path.join(ROOT, 'bench', 'peers', 'setup.sh')], { stdio: 'inherit' });
+if (perfOnly.length && !existsSync(PERF_ANALYZER)) throw new Error(`perf_analyzer is missing at ${PERF_ANALYZER}: see tools/install-perf-analyzer.sh`);
+if (only.includes('density') && !existsSync(GHZ)) throw new Error(`ghz is missing at ${GHZ}: see tools/install-ghz.sh`);
 
 // ---- the servers ----
 const temp = tempDir('stowage-peers-');

@@ -6,6 +6,7 @@
 #             libpython Triton's Python stub loads (Debian's /usr/bin/python3 when there is one:
 #             a venv of another build of 3.11 fails in the stub's multiprocessing)
 #   plots     matplotlib, for the PNGs
+# and the load generators, perf_analyzer (tools/install-perf-analyzer.sh) and ghz (tools/install-ghz.sh).
 # About 1 GB in all and two minutes on a fast link. Prints nothing when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,3 +32,6 @@ if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import venv, ensurepip' 2>/de
 make_env mlserver python3 mlserver==1.7.1 uvloop==0.21.0 onnxruntime==1.32.0 numpy
 make_env pytriton "$system_python" nvidia-pytriton==0.7.0 onnxruntime==1.32.0 numpy
 make_env plots python3 matplotlib==3.11.2
+
+bash tools/install-perf-analyzer.sh >/dev/null
+bash tools/install-ghz.sh

@@ -1,7 +1,7 @@
 // ghz, a gRPC load tester nobody on this team wrote, calls ModelInfer with our proto/ files:
 // a bounded run (count and time) must finish with every call OK, and /metrics must count every
 // call. Its figures go to the log.
-// test/run.sh installs ghz into .toolchain/gopath with `go install`.
+// tools/install-ghz.sh (run by test/run.sh) installs ghz into .toolchain/gopath with `go install`.
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -14,7 +14,7 @@ const run = promisify(execFile);
 const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8'));
 
 test('ghz drives ModelInfer at concurrency 8 with zero errors', async (t) => {
-  t.true(existsSync(GHZ), `ghz is missing at ${GHZ}: test/run.sh installs it with go install`);
+  t.true(existsSync(GHZ), `ghz is missing at ${GHZ}: tools/install-ghz.sh installs it (test/run.sh runs it)`);
   const temp = tempDir();
   t.teardown(temp.cleanup);
   const server = await startServer({ model_repo: path.join(ROOT, 'bundles') });
