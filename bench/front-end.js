@@ -13,18 +13,16 @@
 // perf_analyzer is installed by tools/install-perf-analyzer.sh and ghz by tools/install-ghz.sh (both into
 // .toolchain/); a tool that is missing is skipped with a message. The machine is shared and
 // noisy: compare the rows of one run, not runs of different days.
-import { execFile } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { parseArgs, promisify } from 'node:util';
+import { parseArgs } from 'node:util';
 import protobuf from 'protobufjs';
 import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
 import { mlpLayers, writeBundle } from '../test/helpers/mlp-catalog.js';
 import { cpuUs } from './proc-cpu.js';
-import { PERF_ANALYZER, perfAnalyzer, startEcho } from './perf-analyzer.js';
+import { GHZ, PERF_ANALYZER, ghz, perfAnalyzer, startEcho } from './perf-analyzer.js';
 
-const run = promisify(execFile);
 const { values: args } = parseArgs({
   options: {
     quick: { type: 'boolean', default: false },
@@ -33,7 +31,6 @@ const { values: args } = parseArgs({
     concurrency: { type: 'string', default: '1,16,64' },
   },
 });
-const GHZ = path.join(ROOT, '.toolchain', 'gopath', 'bin', 'ghz');
 const WINDOW_BYTES = 4 * 2 ** 20; // what the tuned echo and Stowage's default use (endpoints.http2_window_bytes)
 
 // name -> the model, its input, and how many requests one measurement window holds.
@@ -96,23 +93,14 @@ function requestFile(payload) {
   return file;
 }
 
-async function ghz(server, payload, concurrency) {
-  const total = Math.round(Math.max(args.quick ? payload.requests / 2 : payload.requests * 2, concurrency * 8));
-  const { stdout } = await run(GHZ, [
-    '--insecure', '--proto', path.join(ROOT, 'proto', 'grpc_service.proto'), '--import-paths', path.join(ROOT, 'proto'),
-    '--call', 'inference.GRPCInferenceService/ModelInfer', '--binary-file', requestFile(payload),
-    '-c', String(concurrency), '-n', String(total), '-O', 'json', server.address,
-  ], { timeout: 300_000, maxBuffer: 64 * 2 ** 20 });
-  const report = JSON.parse(stdout);
-  const ok = report.statusCodeDistribution?.OK ?? 0;
-  if (ok !== total) throw new Error(`ghz against ${server.name}: ${ok} of ${total} OK: ${JSON.stringify(report.errorDistribution)}`);
-  const at = (p) => (report.latencyDistribution.find((d) => d.percentage === p)?.latency ?? NaN) / 1000;
-  return { rps: report.rps, p50: at(50), p99: at(99), count: total };
+function ghzPoint(server, payload, concurrency) {
+  const requests = Math.round(Math.max(args.quick ? payload.requests / 2 : payload.requests * 2, concurrency * 8));
+  return ghz(server.address, requestFile(payload), { concurrency, requests });
 }
 
 async function measure(tool, server, payload, concurrency) {
   const before = cpuUs(server.pid);
-  const result = await (tool === 'ghz' ? ghz : perfAnalyzerPoint)(server, payload, concurrency);
+  const result = await (tool === 'ghz' ? ghzPoint : perfAnalyzerPoint)(server, payload, concurrency);
   const after = cpuUs(server.pid);
   // perf_analyzer warms up and may run several windows: the server's CPU covers all it answered,
   // so it is divided by the requests the server counted over the same span.

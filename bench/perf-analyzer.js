@@ -1,6 +1,7 @@
-// What the benchmarks share: NVIDIA's perf_analyzer (installed by tools/install-perf-analyzer.sh
-// into .toolchain/), run once per point and read back, and the bare grpc-js echo server
-// (bench/echo-server.js) that is the gRPC front end's ceiling.
+// What the benchmarks share: the load generators, NVIDIA's perf_analyzer and ghz (installed by
+// tools/install-perf-analyzer.sh and tools/install-ghz.sh into .toolchain/), run once per point
+// and read back, and the bare grpc-js echo server (bench/echo-server.js) that is the gRPC front
+// end's ceiling.
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
@@ -8,6 +9,7 @@ import { ROOT } from '../test/helpers/server.js';
 import { runWithCpu } from './proc-cpu.js';
 
 export const PERF_ANALYZER = path.join(ROOT, '.toolchain', 'perf_analyzer', 'perf_analyzer');
+export const GHZ = path.join(ROOT, '.toolchain', 'gopath', 'bin', 'ghz');
 
 /**
  * One perf_analyzer point (async gRPC, count windows) against `address`: requests/s (rows/s
@@ -32,6 +34,25 @@ export async function perfAnalyzer(address, { model, batch, concurrency, request
     count: Number(stdout.match(/Request count: (\d+)/)?.[1]),
     clientUs: cpuUs,
   };
+}
+
+/**
+ * One ghz point against `address`: `requests` unary ModelInfer calls from `concurrency` workers
+ * (at `rate` requests/s, or as fast as they go without it) with the serialized ModelInferRequest
+ * messages in `file` (one message, or count-delimited ones: ghz sends message i mod n as request
+ * i). Rejects unless every call is OK. Requests/s, p50 and p99 in µs, and ghz's own CPU µs.
+ */
+export async function ghz(address, file, { concurrency, requests, rate }) {
+  const { stdout, cpuUs } = await runWithCpu(GHZ, [
+    '--insecure', '--proto', path.join(ROOT, 'proto', 'grpc_service.proto'), '--import-paths', path.join(ROOT, 'proto'),
+    '--call', 'inference.GRPCInferenceService/ModelInfer', '--binary-file', file,
+    '-c', String(concurrency), '-n', String(requests), ...(rate ? ['--rps', String(rate)] : []), '--timeout', '60s', '-O', 'json', address,
+  ], { timeout: 600_000, maxBuffer: 64 * 2 ** 20 });
+  const report = JSON.parse(stdout);
+  const ok = report.statusCodeDistribution?.OK ?? 0;
+  if (ok !== requests) throw new Error(`ghz against ${address}: ${ok} of ${requests} OK: ${JSON.stringify(report.errorDistribution)}`);
+  const at = (p) => (report.latencyDistribution.find((d) => d.percentage === p)?.latency ?? NaN) / 1000;
+  return { rps: report.rps, p50: at(50), p99: at(99), count: requests, clientUs: cpuUs };
 }
 
 /**

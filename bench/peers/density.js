@@ -26,10 +26,10 @@ import protobuf from 'protobufjs';
 import { mlpWeightBytes, random, writeCatalog } from '../../test/helpers/mlp-catalog.js';
 import { ROOT, makeRepository, scrapeMetrics, startServer } from '../../test/helpers/server.js';
 import { InferenceClient } from '../../dist/client/client.js';
-import { runWithCpu, treeRssBytes } from '../proc-cpu.js';
+import { ghz } from '../perf-analyzer.js';
+import { treeRssBytes } from '../proc-cpu.js';
 import { PEERS, freePort, measuredPoint, startPeer } from './peers.js';
 
-export const GHZ = path.join(ROOT, '.toolchain', 'gopath', 'bin', 'ghz');
 const SIZES = [256, 768, 768, 16];
 const MODELS = 200;
 const RATE = 200;
@@ -75,24 +75,11 @@ export async function densityWorkload({ dir, threads, requests = 6000, servers, 
   const warmFile = requestFile('density-warm-up', catalog.map((_, k) => k));
   const loadFile = requestFile('density-load', sequence);
 
-  /** ghz over `file` (n requests) at `rate` (0: as fast as it goes); figures in µs. */
-  const ghz = async (address, file, n, rate) => {
-    const { stdout, cpuUs } = await runWithCpu(GHZ, [
-      '--insecure', '--proto', path.join(ROOT, 'proto', 'grpc_service.proto'), '--import-paths', path.join(ROOT, 'proto'),
-      '--call', 'inference.GRPCInferenceService/ModelInfer', '--binary-file', file,
-      '-c', String(CONCURRENCY), '-n', String(n), ...(rate ? ['--rps', String(rate)] : []), '--timeout', '60s', '-O', 'json', address,
-    ], { timeout: 600_000, maxBuffer: 64 * 2 ** 20 });
-    const report = JSON.parse(stdout);
-    const ok = report.statusCodeDistribution?.OK ?? 0;
-    if (ok !== n) throw new Error(`ghz: ${ok} of ${n} OK: ${JSON.stringify(report.errorDistribution)}`);
-    const at = (p) => (report.latencyDistribution.find((d) => d.percentage === p)?.latency ?? NaN) / 1000;
-    return { rps: report.rps, p50: at(50), p99: at(99), clientUs: cpuUs };
-  };
   /** One point: every model once (loaded, compiled, warm), `afterWarmUp()`, then the sequence at RATE; and the server's memory after it. */
   const point = async (address, pid, afterWarmUp = async () => {}) => {
-    await ghz(address, warmFile, MODELS, 0);
+    await ghz(address, warmFile, { concurrency: CONCURRENCY, requests: MODELS });
     await afterWarmUp();
-    const r = await measuredPoint(pid, () => ghz(address, loadFile, requests, RATE));
+    const r = await measuredPoint(pid, () => ghz(address, loadFile, { concurrency: CONCURRENCY, requests, rate: RATE }));
     return { ...r, rssBytes: treeRssBytes(pid) };
   };
   const failure = (err) => ({ error: String(err.message).slice(0, 300) });

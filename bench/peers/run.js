@@ -30,8 +30,8 @@ import { parseArgs, promisify } from 'node:util';
 import * as ort from 'onnxruntime-node';
 import protobuf from 'protobufjs';
 import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../../test/helpers/server.js';
-import { PERF_ANALYZER, perfAnalyzer, startEcho } from '../perf-analyzer.js';
-import { GHZ, densityReport, densityWorkload } from './density.js';
+import { GHZ, PERF_ANALYZER, perfAnalyzer, startEcho } from '../perf-analyzer.js';
+import { densityReport, densityWorkload } from './density.js';
 import { PEERS, measuredPoint, startPeer } from './peers.js';
 
 const { values: args } = parseArgs({
@@ -110,9 +110,11 @@ const wanted = args.servers.split(',');
 const servers = [];
 if (stowage) servers.push({ name: 'stowage', address: stowage.address, pid: stowage.child.pid, stop: () => stowage.stop() });
 try {
-  if (perfOnly.length && wanted.includes('triton')) servers.push(await startPeer('triton', 'pytriton', 'pytriton_serve.py', (port, http) => [modelsFile, String(port), String(http)], peerOptions));
-  if (perfOnly.length && wanted.includes('mlserver')) servers.push(await startPeer('mlserver', 'mlserver', 'mlserver_serve.py', (port, http) => [modelsFile, path.join(temp.dir, 'mlserver'), String(port), String(http)], peerOptions));
-  if (perfOnly.length) servers.push(await startEcho(echoFile, 4 * 2 ** 20));
+  if (perfOnly.length) {
+    if (wanted.includes('triton')) servers.push(await startPeer('triton', 'pytriton', 'pytriton_serve.py', (port, http) => [modelsFile, String(port), String(http)], peerOptions));
+    if (wanted.includes('mlserver')) servers.push(await startPeer('mlserver', 'mlserver', 'mlserver_serve.py', (port, http) => [modelsFile, path.join(temp.dir, 'mlserver'), String(port), String(http)], peerOptions));
+    servers.push(await startEcho(echoFile, 4 * 2 ** 20));
+  }
 } catch (err) {
   for (const s of servers) await s.stop();
   throw err;
@@ -130,8 +132,8 @@ const lastRate = new Map();
 function windowFor(server, name, sharedMemory, concurrency) {
   const workload = WORKLOADS[name];
   const rate = lastRate.get(`${server.name}/${name}/${sharedMemory}`);
-  const wanted = args.quick ? workload.requests / 4 : workload.requests;
-  const requests = Math.round(Math.max(concurrency * 2, rate ? Math.min(wanted, rate * WINDOW_S) : wanted));
+  const full = args.quick ? workload.requests / 4 : workload.requests;
+  const requests = Math.round(Math.max(concurrency * 2, rate ? Math.min(full, rate * WINDOW_S) : full));
   const skip = rate && (3 * requests) / rate > POINT_MAX_S
     ? `skipped: ${requests} requests at the ${rate.toFixed(1)} req/s of the last point would take over ${POINT_MAX_S} s`
     : undefined;
