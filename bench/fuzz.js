@@ -31,9 +31,15 @@ const DATATYPES = ['BOOL', 'UINT8', 'UINT16', 'UINT32', 'UINT64', 'INT8', 'INT16
 const CONTENTS = ['bool_contents', 'int_contents', 'int64_contents', 'uint_contents', 'uint64_contents', 'fp32_contents', 'fp64_contents', 'bytes_contents'];
 const PARAMETER_KEYS = ['timeout', 'priority', 'sequence_id', 'sequence_start', 'sequence_end', 'binary_data', 'binary_data_size', 'binary_data_output',
   'shared_memory_region', 'shared_memory_offset', 'shared_memory_byte_size', 'classification', 'headers', 'fuzz'];
+/** A request as the fuzzer builds and mutates it, before protobufjs encodes it. @typedef {Record<string, any>} Request */
+/** The seeded generator's draws. @typedef {ReturnType<typeof generator>} Draws */
+
 const DIMS = ['0', '1', '2', '3', '4', '8', '-1', '-9223372036854775808', '9223372036854775807', '4294967296', '65536', '33'];
 
-/** The repository the fuzzer serves: the example bundles and the every-datatype fixture. */
+/**
+ * The repository the fuzzer serves: the example bundles and the every-datatype fixture.
+ * @param {string} root
+ */
 export function fuzzRepository(root) {
   return makeRepository(root, {
     digits: path.join(ROOT, 'bundles', 'digits'),
@@ -45,7 +51,10 @@ export function fuzzRepository(root) {
   });
 }
 
-/** mulberry32: a small seeded generator, so a finding can be replayed from its seed. */
+/**
+ * mulberry32: a small seeded generator, so a finding can be replayed from its seed.
+ * @param {number} seed
+ */
 function generator(seed) {
   let a = seed >>> 0;
   const next = () => {
@@ -55,23 +64,34 @@ function generator(seed) {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
-  const int = (n) => Math.floor(next() * n);
-  return { next, int, pick: (list) => list[int(list.length)], chance: (p) => next() < p };
+  const int = (/** @type {number} */ n) => Math.floor(next() * n);
+  /**
+   * @template T
+   * @param {readonly T[]} list
+   * @returns {T}
+   */
+  const pick = (list) => list[int(list.length)];
+  return { next, int, pick, chance: (/** @type {number} */ p) => next() < p };
 }
 
-const f32 = (values) => Buffer.from(Float32Array.from(values).buffer);
-const bytesElements = (strings) => Buffer.concat(strings.flatMap((s) => {
+const f32 = (/** @type {number[]} */ values) => Buffer.from(Float32Array.from(values).buffer);
+const bytesElements = (/** @type {string[]} */ strings) => Buffer.concat(strings.flatMap((s) => {
   const b = Buffer.from(s);
   const n = Buffer.alloc(4);
   n.writeUInt32LE(b.length);
   return [n, b];
 }));
 
-/** Valid requests, one per shape of use; the mutations start from these. */
+/**
+ * Valid requests, one per shape of use; the mutations start from these.
+ * @returns {Request[]}
+ */
 function seeds() {
+  /** @type {number[]} */
   const image = heldout.images[0];
   const dtypeInputs = [];
   const dtypeRaw = [];
+  /** @type {Record<string, number>} */
   const widths = { BOOL: 1, UINT8: 1, UINT16: 2, UINT32: 4, UINT64: 8, INT8: 1, INT16: 2, INT32: 4, INT64: 8, FP16: 2, FP32: 4, FP64: 8 };
   for (const [name, datatype] of [['in_bool', 'BOOL'], ['in_u8', 'UINT8'], ['in_u16', 'UINT16'], ['in_u32', 'UINT32'], ['in_u64', 'UINT64'], ['in_i8', 'INT8'],
     ['in_i16', 'INT16'], ['in_i32', 'INT32'], ['in_i64', 'INT64'], ['in_f16', 'FP16'], ['in_f32', 'FP32'], ['in_f64', 'FP64'], ['in_bytes', 'BYTES']]) {
@@ -88,6 +108,7 @@ function seeds() {
   ];
 }
 
+/** @param {Draws} r */
 function randomParameter(r) {
   switch (r.int(7)) {
     case 0: return { bool_param: r.chance(0.5) };
@@ -100,16 +121,23 @@ function randomParameter(r) {
   }
 }
 
+/** @param {Draws} r */
 function randomParameters(r) {
+  /** @type {Record<string, object>} */
   const out = {};
   for (let i = r.int(3); i >= 0; i--) out[r.pick(PARAMETER_KEYS)] = randomParameter(r);
   return out;
 }
 
+/** @param {Draws} r */
 function randomName(r) {
   return r.pick(['', 'x', 'image', 'canvas', 'in_f32', 'label', 'z'.repeat(r.int(300_000)), '../../etc/passwd', 'imäge', 'image\u0000']);
 }
 
+/**
+ * @param {Draws} r
+ * @param {number} n
+ */
 function randomContents(r, n) {
   const field = r.pick(CONTENTS);
   const values = Array.from({ length: n }, () => {
@@ -126,7 +154,12 @@ function randomContents(r, n) {
   return { [field]: values };
 }
 
-/** One to three protocol-level changes to a copy of `seed`. */
+/**
+ * One to three protocol-level changes to a copy of `seed`.
+ * @param {Draws} r
+ * @param {Request} seed
+ * @returns {Request}
+ */
 function mutate(r, seed) {
   const m = structuredClone(seed);
   m.inputs = m.inputs ?? [];
@@ -165,7 +198,11 @@ function mutate(r, seed) {
   return m;
 }
 
-/** Wire-level damage to an encoded request. */
+/**
+ * Wire-level damage to an encoded request.
+ * @param {Draws} r
+ * @param {Buffer} bytes
+ */
 function damage(r, bytes) {
   const b = Buffer.from(bytes);
   switch (r.int(5)) {
@@ -177,7 +214,13 @@ function damage(r, bytes) {
   }
 }
 
-/** One unary call; `hung` when it ran out the fuzzer's own deadline (a request's `timeout` parameter ends it sooner). */
+/**
+ * One unary call; `hung` when it ran out the fuzzer's own deadline (a request's `timeout` parameter ends it sooner).
+ * @param {grpc.Client} client
+ * @param {Buffer} bytes
+ * @param {number} deadlineMs
+ * @returns {Promise<{ code: number, details: string, hung: boolean }>}
+ */
 function unary(client, bytes, deadlineMs) {
   const deadline = Date.now() + deadlineMs;
   return new Promise((resolve) => {
@@ -186,26 +229,38 @@ function unary(client, bytes, deadlineMs) {
   });
 }
 
-/** Send `messages` on one stream and end it; resolves to the answers and the final status. */
+/**
+ * Send `messages` on one stream and end it; resolves to the answers and the final status.
+ * @param {grpc.Client} client
+ * @param {Buffer[]} messages
+ * @param {number} deadlineMs
+ * @returns {Promise<{ answers: unknown[], code: number, details: string, hung: boolean }>}
+ */
 function stream(client, messages, deadlineMs) {
   return new Promise((resolve) => {
     const deadline = Date.now() + deadlineMs;
     const call = client.makeBidiStreamRequest(`${METHOD}ModelStreamInfer`, same, same, new grpc.Metadata(), { deadline });
+    /** @type {unknown[]} */
     const answers = [];
-    call.on('data', (b) => answers.push(service.ModelStreamInfer.responseDeserialize(b)));
-    call.on('status', (s) => resolve({ answers, code: s.code, details: s.details, hung: s.code === grpc.status.DEADLINE_EXCEEDED && Date.now() >= deadline }));
+    call.on('data', (/** @type {Buffer} */ b) => answers.push(service.ModelStreamInfer.responseDeserialize(b)));
+    call.on('status', (/** @type {grpc.StatusObject} */ s) => resolve({ answers, code: s.code, details: s.details, hung: s.code === grpc.status.DEADLINE_EXCEEDED && Date.now() >= deadline }));
     call.on('error', () => { /* the status event says it */ });
     for (const m of messages) call.write(m);
     call.end();
   });
 }
 
-/** A request whose answer is known: the process is alive and still computes right. */
+/**
+ * A request whose answer is known: the process is alive and still computes right.
+ * @param {grpc.Client} client
+ * @returns {Promise<string | null>} what is wrong, or null
+ */
 async function healthy(client) {
   const image = heldout.images[3];
   const bytes = service.ModelInfer.requestSerialize({ model_name: 'digits', inputs: [{ name: 'image', datatype: 'FP32', shape: ['1', '8', '8'] }], outputs: [{ name: 'label' }], raw_input_contents: [f32(image)] });
+  /** @type {Error | { raw_output_contents: Buffer[] }} */
   const answer = await new Promise((resolve) => client.makeUnaryRequest(`${METHOD}ModelInfer`, same, same, bytes, new grpc.Metadata(), { deadline: Date.now() + 15_000 },
-    (err, res) => resolve(err ? err : service.ModelInfer.responseDeserialize(res))));
+    (err, res) => resolve(err ? err : service.ModelInfer.responseDeserialize(/** @type {Buffer} */ (res)))));
   if (answer instanceof Error) return `the known request failed: ${answer.message}`;
   const label = Number(answer.raw_output_contents[0].readBigInt64LE(0));
   return label === heldout.labels[3] ? null : `the known request answered ${label}, expected ${heldout.labels[3]}`;
@@ -223,9 +278,11 @@ export async function fuzz({ address, cases, seconds = Infinity, seed = 1, batch
   const r = generator(seed);
   const base = seeds();
   const client = new grpc.Client(address, grpc.credentials.createInsecure(), { 'grpc.max_send_message_length': -1, 'grpc.max_receive_message_length': -1 });
+  /** @type {Record<string, number>} */
   const statuses = {};
+  /** @type {{ seed: number, case: number, kind: string, details: string, request?: string }[]} */
   const findings = [];
-  const count = (code) => { statuses[grpc.status[code] ?? code] = (statuses[grpc.status[code] ?? code] ?? 0) + 1; };
+  const count = (/** @type {number} */ code) => { statuses[grpc.status[code] ?? code] = (statuses[grpc.status[code] ?? code] ?? 0) + 1; };
   const started = Date.now();
   let done = 0;
   let wireDamaged = 0;
@@ -304,8 +361,8 @@ async function main() {
   }
   try {
     for (const target of targets) {
-      const address = target === 'gateway' ? gateway.address : node.address;
-      const rssBefore = process.platform === 'linux' ? rssOf(node.child.pid) : 0;
+      const address = target === 'gateway' && gateway ? gateway.address : node.address;
+      const rssBefore = process.platform === 'linux' ? rssOf(node.child.pid ?? 0) : 0;
       console.log(`fuzzing the ${target} at ${address}: up to ${cases} cases or ${seconds} s, seed ${values.seed}`);
       const result = await fuzz({
         address, cases, seconds, seed: Number(values.seed),
@@ -313,7 +370,7 @@ async function main() {
       });
       console.log(`${target}: ${result.cases} cases (${result.wireDamaged} damaged on the wire) in ${result.seconds.toFixed(0)} s, ${(result.cases / result.seconds).toFixed(0)}/s`);
       console.log(`  statuses: ${JSON.stringify(result.statuses)}`);
-      if (rssBefore) console.log(`  node RSS ${(rssBefore / 2 ** 20).toFixed(0)} MiB before, ${(rssOf(node.child.pid) / 2 ** 20).toFixed(0)} MiB after`);
+      if (rssBefore) console.log(`  node RSS ${(rssBefore / 2 ** 20).toFixed(0)} MiB before, ${(rssOf(node.child.pid ?? 0) / 2 ** 20).toFixed(0)} MiB after`);
       console.log(`  findings: ${result.findings.length}`);
       for (const f of result.findings) console.log(`    ${JSON.stringify(f)}`);
       failed ||= result.findings.length > 0;
@@ -327,6 +384,7 @@ async function main() {
   process.exitCode = failed ? 1 : 0;
 }
 
+/** @param {number} pid */
 function rssOf(pid) {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0) * 1024;

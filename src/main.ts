@@ -1,9 +1,9 @@
 /**
  * The command line: `node main.js node.yaml` serves; `--check-config FILE`
  * validates and prints the effective configuration; `bundle create|check`
- * makes and checks bundles (bundle/cli.ts); `--help` explains.
+ * makes and checks bundles (cli/bundle.ts); `--help` explains.
  */
-import { BUNDLE_USAGE, bundleCommand } from './bundle/cli.js';
+import { BUNDLE_USAGE, bundleCommand } from './cli/bundle.js';
 import { environmentOverrides, isGatewayOnly, loadNodeConfig } from './config/load.js';
 import { StowageError } from './shared/errors.js';
 import { createLogger } from './shared/log.js';

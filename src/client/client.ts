@@ -14,6 +14,9 @@ import { byDatatype, type Datatype } from '../shared/dtypes.js';
 import { joinBytesElements, splitBytesElements } from '../shared/bytes-elements.js';
 import { loadInferenceClient } from '../protocol/proto.js';
 import type { InferParameter, ModelInferResponse } from '../protocol/types.js';
+import type { InferenceReplies, InferenceRpc } from './replies.js';
+
+export type * from './replies.js';
 
 /** A typed array of any element type (FP16 and BF16 travel as Uint16Array). */
 export type TypedArray = Int8Array | Uint8Array | Int16Array | Uint16Array | Int32Array | Uint32Array | BigInt64Array | BigUint64Array | Float32Array | Float64Array;
@@ -98,27 +101,29 @@ export class InferenceClient {
     }) as unknown as RawClient;
   }
 
-  /** Call any unary RPC of the service by name with a plain request object; the reply is untyped unless `Res` says. */
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any RPC's reply, as protobufjs decodes it
-  call<Res = Record<string, any>>(rpc: string, request: unknown = {}, timeoutMs?: number): Promise<Res> {
+  /** Call a unary RPC of the service by name with a plain request object; it resolves with that RPC's reply (replies.ts). */
+  call<K extends InferenceRpc>(rpc: K, request?: unknown, timeoutMs?: number): Promise<InferenceReplies[K]>;
+  /** Any other RPC name: its reply untyped (and a name the service lacks is refused). */
+  call(rpc: string, request?: unknown, timeoutMs?: number): Promise<unknown>;
+  call(rpc: string, request: unknown = {}, timeoutMs?: number): Promise<unknown> {
     const fn = this.#client[rpc];
     if (typeof fn !== 'function') return Promise.reject(new Error(`no RPC ${rpc} in GRPCInferenceService`));
     const opts: grpc.CallOptions = timeoutMs === undefined ? {} : { deadline: Date.now() + timeoutMs };
     return new Promise((resolve, reject) => {
-      fn.call(this.#client, request, new grpc.Metadata(), opts, (err, res) => (err ? reject(err) : resolve(res as Res)));
+      fn.call(this.#client, request, new grpc.Metadata(), opts, (err, res) => (err ? reject(err) : resolve(res)));
     });
   }
 
   async serverLive(): Promise<boolean> {
-    return (await this.call<{ live: boolean }>('ServerLive')).live;
+    return (await this.call('ServerLive')).live;
   }
 
   async serverReady(): Promise<boolean> {
-    return (await this.call<{ ready: boolean }>('ServerReady')).ready;
+    return (await this.call('ServerReady')).ready;
   }
 
   async modelReady(name: string): Promise<boolean> {
-    return (await this.call<{ ready: boolean }>('ModelReady', { name })).ready;
+    return (await this.call('ModelReady', { name })).ready;
   }
 
   /**
@@ -137,7 +142,7 @@ export class InferenceClient {
       outputs: (options.outputs ?? []).map((o) => (typeof o === 'string' ? { name: o } : { name: o.name, parameters: sliceParameters(o.sharedMemory) })),
       raw_input_contents: inputs.filter((t): t is Tensor => !('sharedMemory' in t)).map(toRaw),
     };
-    const res = await this.call<ModelInferResponse>('ModelInfer', request, options.timeoutMs);
+    const res = await this.call('ModelInfer', request, options.timeoutMs);
     return {
       id: res.id,
       outputs: res.outputs.map((o, i) => ({
@@ -161,7 +166,7 @@ export class InferenceClient {
 
   /** Registered regions by name (one, or all when `name` is empty). */
   async systemSharedMemoryStatus(name = ''): Promise<Record<string, { name: string; key: string; offset: number; byteSize: number }>> {
-    const res = await this.call<{ regions: Record<string, { name: string; key: string; offset: string; byte_size: string }> }>('SystemSharedMemoryStatus', { name });
+    const res = await this.call('SystemSharedMemoryStatus', { name });
     return Object.fromEntries(Object.entries(res.regions).map(([k, r]) =>
       [k, { name: r.name, key: r.key, offset: Number(r.offset), byteSize: Number(r.byte_size) }]));
   }

@@ -5,7 +5,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import type { Gateway } from '../actors/gateway/gateway.js';
+import type { Devices } from './devices.js';
 import type { Residency } from '../shared/channels/device.js';
 import { RESIDENCIES } from '../shared/config-schema.js';
 import { errors, quote } from '../shared/errors.js';
@@ -15,19 +15,19 @@ import type { ModelRegistry } from './model-registry.js';
 export interface ControlContext {
   edge: GrpcEdge;
   registry: ModelRegistry;
-  gateway: Gateway;
+  devices: Devices;
   logger: Logger;
 }
 
 
 export function controlService(ctx: ControlContext): Record<string, grpc.UntypedHandleCall> {
-  const { edge, registry, gateway, logger } = ctx;
+  const { edge, registry, devices, logger } = ctx;
   return {
     ModelControlStatus: edge.unary('ModelControlStatus', async (req: { name: string }) => {
       const records = req.name === '' ? registry.all() : [registry.find(req.name)];
       // Every device holds every model: queues add up; costs, policy and residency are the first
       // device's; resident bytes add up over the devices where the weights are on now.
-      const reports = await gateway.status();
+      const reports = await devices.status();
       const instances = new Map<string, (typeof reports)[number] & { queuedAll: number; residentAll: number; onDevices: number[] }>();
       for (const s of reports) {
         const resident = s.resident ? s.weightBytes : 0;
@@ -52,9 +52,9 @@ export function controlService(ctx: ControlContext): Record<string, grpc.Untyped
             device: s?.onDevices.length === 1 ? s.onDevices[0] : -1,
             queue_depth: s?.queuedAll ?? 0,
             learned_cost: (s?.costs ?? []).map((c) => ({ batch_size: c.batchSize, ms: c.ms })),
-            weight: s?.weight ?? gateway.policies.of(gateway.devices[0].deviceId, r.name).weight,
+            weight: s?.weight ?? devices.policies.of(devices.handles[0].deviceId, r.name).weight,
             max_batch_size: s ? (Number.isFinite(s.maxBatchRows) ? s.maxBatchRows : 0) : 0,
-            placed_devices: r.spec?.kind === 'meta' ? [] : gateway.placementOf(r.name),
+            placed_devices: r.spec?.kind === 'meta' ? [] : devices.placementOf(r.name),
           };
         }),
       };
@@ -66,7 +66,7 @@ export function controlService(ctx: ControlContext): Record<string, grpc.Untyped
         ...(req.weight > 0 ? { weight: req.weight } : {}),
         ...(req.max_batch_size > 0 ? { maxBatchSize: req.max_batch_size } : {}),
       };
-      await gateway.setPolicy(req.name, update);
+      await devices.setPolicy(req.name, update);
       logger.info({ model: req.name, ...update }, 'model policy changed');
       return {};
     }),
@@ -74,15 +74,15 @@ export function controlService(ctx: ControlContext): Record<string, grpc.Untyped
       const record = registry.find(req.name);
       if (!(RESIDENCIES as readonly string[]).includes(req.residency)) throw errors.invalidRequest(`residency must be one of ${RESIDENCIES.join(', ')}, got ${quote(req.residency)}`);
       if (record.spec?.kind === 'meta') throw errors.invalidRequest(`model ${quote(req.name)} is a meta model: it has no weights of its own`);
-      await gateway.setResidency(req.name, req.residency as Residency);
+      await devices.setResidency(req.name, req.residency as Residency);
       logger.info({ model: req.name, residency: req.residency }, 'model residency changed');
       return {};
     }),
     CompactMemory: edge.unary('CompactMemory', async (req: { device: number }) => {
-      if (req.device >= 0 && !gateway.devices.some((d) => d.deviceId === req.device)) {
-        throw errors.invalidRequest(`no device ${req.device}; devices: ${gateway.devices.map((d) => d.deviceId).join(', ')} (or -1 for all)`);
+      if (req.device >= 0 && !devices.handles.some((d) => d.deviceId === req.device)) {
+        throw errors.invalidRequest(`no device ${req.device}; devices: ${devices.handles.map((d) => d.deviceId).join(', ')} (or -1 for all)`);
       }
-      const movedBytes = await gateway.compact(req.device);
+      const movedBytes = await devices.compact(req.device);
       logger.info({ device: req.device, movedBytes }, 'weight arena compacted');
       return { moved_bytes: String(movedBytes) };
     }),

@@ -5,13 +5,13 @@
  * inferences go through the pipeline (pipeline.ts).
  */
 import type * as grpc from '@grpc/grpc-js';
-import type { Gateway } from '../actors/gateway/gateway.js';
+import type { Devices } from './devices.js';
 import { MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../shared/constants.js';
 import { errors } from '../shared/errors.js';
 import { callDeadlineMs, type GrpcEdge } from '../protocol/edge.js';
 import { applyLogSettings, currentLogSettings } from '../protocol/log-settings.js';
 import { modelConfig, modelMetadata } from '../protocol/model-config.js';
-import type { EncodedResponse } from '../protocol/infer-response-wire.js';
+import type { EncodedResponse } from '../protocol/encoded-response.js';
 import type { ModelInferRequest, ModelInferResponse, ModelRef } from '../protocol/types.js';
 import { ModelState, type ModelRegistry } from './model-registry.js';
 import type { Pipeline } from './pipeline.js';
@@ -25,7 +25,7 @@ export interface ServiceContext {
   pipeline: Pipeline;
   registry: ModelRegistry;
   repository: ModelRepository;
-  gateway: Gateway;
+  devices: Devices;
   statistics: Statistics;
   sharedMemory: SharedMemoryRegistry;
   /** endpoints.system_shared_memory: false refuses every registration (and the extension is not listed). */
@@ -48,7 +48,7 @@ export function inferenceService(ctx: ServiceContext): Record<string, grpc.Untyp
     ModelMetadata: edge.unary('ModelMetadata', (req: ModelRef) => modelMetadata(registry.described(req.name, req.version))),
     ModelConfig: edge.unary('ModelConfig', (req: ModelRef) => {
       const spec = registry.described(req.name, req.version);
-      return { config: modelConfig(spec, Math.min(spec.maxBatchSize, ctx.gateway.policies.maxBatchSize(spec.name) ?? Infinity)) };
+      return { config: modelConfig(spec, Math.min(spec.maxBatchSize, ctx.devices.policies.maxBatchSize(spec.name) ?? Infinity)) };
     }),
     RepositoryIndex: edge.unary('RepositoryIndex', (req: { repository_name: string; ready: boolean }) => ({
       models: registry.all()

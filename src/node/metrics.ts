@@ -12,7 +12,7 @@ import { getHeapStatistics } from 'node:v8';
 import type { Worker } from 'node:worker_threads';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { WeightLoad, WeightMemory } from '../shared/channels/device.js';
-import type { Placement } from '../actors/gateway/placement.js';
+import type { Placement } from '../routing/placement.js';
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { DeviceCounters, ModelCounters, Statistics } from './statistics.js';
 

@@ -9,7 +9,7 @@
  */
 import { MODEL_VERSION } from '../shared/constants.js';
 import { errors } from '../shared/errors.js';
-import type { ModelSpec } from '../shared/model-spec.js';
+import { modelOf, type InstanceKey, type ModelSpec } from '../shared/model-spec.js';
 
 /** Lifecycle of a model, in Triton's RepositoryIndex vocabulary. */
 export enum ModelState {
@@ -28,8 +28,8 @@ export interface ModelRecord {
   state: ModelState;
   /** Absent when the manifest itself could not be parsed. */
   spec?: ModelSpec;
-  /** The device's key for the loaded version serving the model (`name#generation`); absent when none is loaded. */
-  instance?: string;
+  /** The loaded version serving the model; absent when none is loaded. */
+  instance?: InstanceKey;
   /** Why the model is not ready, or why its latest reload failed; empty otherwise. */
   reason: string;
 }
@@ -37,7 +37,7 @@ export interface ModelRecord {
 /** What one request holds: the spec it was decoded with and the instance it runs on. */
 export interface ModelLease {
   spec: ModelSpec;
-  instance: string;
+  instance: InstanceKey;
 }
 
 interface Inflight {
@@ -49,7 +49,7 @@ interface Inflight {
 export class ModelRegistry {
   #records = new Map<string, ModelRecord>();
   /** Requests in flight by instance. */
-  #inflight = new Map<string, Inflight>();
+  #inflight = new Map<InstanceKey, Inflight>();
 
   set(record: ModelRecord): void {
     this.#records.set(record.name, record);
@@ -101,7 +101,7 @@ export class ModelRegistry {
   }
 
   /** Resolves once no request holds the instance. */
-  drained(instance: string): Promise<void> {
+  drained(instance: InstanceKey): Promise<void> {
     const f = this.#inflight.get(instance);
     if (!f) return Promise.resolve();
     return new Promise((resolve) => f.drained.push(resolve));
@@ -111,7 +111,7 @@ export class ModelRegistry {
   pending(): Map<string, number> {
     const out = new Map<string, number>();
     for (const [instance, f] of this.#inflight) {
-      const name = instance.slice(0, instance.lastIndexOf('#'));
+      const name = modelOf(instance);
       out.set(name, (out.get(name) ?? 0) + f.count);
     }
     return out;

@@ -15,9 +15,9 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import type { Gateway } from '../actors/gateway/gateway.js';
+import type { Devices } from './devices.js';
 import { MANIFEST_FILE, readManifest } from '../bundle/manifest.js';
-import type { ModelSpec } from '../shared/model-spec.js';
+import { instanceKey, type ModelSpec } from '../shared/model-spec.js';
 import { scanRepository } from '../bundle/scan.js';
 import { errors } from '../shared/errors.js';
 import type { HookPool } from '../actors/hooks/handle.js';
@@ -32,7 +32,7 @@ export interface RepositoryOptions {
   include: readonly string[];
   registry: ModelRegistry;
   /** Loads and unloads go to every device. */
-  device: Pick<Gateway, 'load' | 'unload'>;
+  devices: Pick<Devices, 'load' | 'unload'>;
   hooks: HookPool;
   logger: Logger;
   onLoaded?: (model: string, loadMs: number) => void;
@@ -145,6 +145,8 @@ export class ModelRepository {
       if (this.#unreadable !== why) {
         this.#o.logger.error({ model_repo: this.#o.dir, err: why, loaded: this.#seen.size },
           `model_repo cannot be read (${why}): the loaded models keep serving until it is back`);
+      } else {
+        this.#o.logger.debug({ model_repo: this.#o.dir, err: why }, 'model_repo still cannot be read');
       }
       this.#unreadable = why;
       return;
@@ -176,9 +178,10 @@ export class ModelRepository {
     const record = this.#o.registry.find(name);
     const instance = record.instance;
     this.#o.registry.set({ ...record, state: ModelState.UNLOADING, reason: forget ? 'its bundle was removed' : 'unloading' });
+    this.#o.logger.info({ model: name, inflight: instance ? this.#o.registry.pending().get(name) ?? 0 : 0 }, 'model unloading: new requests are refused, those in flight finish');
     if (instance) {
       await this.#o.registry.drained(instance);
-      if (record.spec?.kind !== 'meta') await this.#o.device.unload(instance);
+      if (record.spec?.kind !== 'meta') await this.#o.devices.unload(instance);
     }
     if (forget) this.#o.registry.delete(name);
     else this.#o.registry.set({ name, state: ModelState.UNAVAILABLE, spec: record.spec, reason: 'unloaded' });
@@ -187,14 +190,14 @@ export class ModelRepository {
 
   /** Load one version; on success switch the model to it and retire the version it replaces. */
   async #loadSpec(name: string, parsed: ModelSpec, progress: string): Promise<void> {
-    const instance = `${name}#${++this.#generation}`;
+    const instance = instanceKey(name, ++this.#generation);
     let loadMs: number;
     let spec = parsed;
     try {
       const started = performance.now();
       spec = await this.#withHooks(parsed);
       // A meta model has no executable: its instance exists only in the registry.
-      ({ loadMs } = spec.kind === 'meta' ? { loadMs: performance.now() - started } : await this.#o.device.load(spec, instance));
+      ({ loadMs } = spec.kind === 'meta' ? { loadMs: performance.now() - started } : await this.#o.devices.load(spec, instance));
     } catch (err) {
       this.#refused(name, spec, err as Error);
       throw err;
@@ -207,7 +210,7 @@ export class ModelRepository {
     if (old) {
       // Requests that took the old version finish on it; then it goes.
       await this.#o.registry.drained(old);
-      if (previous?.spec?.kind !== 'meta') await this.#o.device.unload(old);
+      if (previous?.spec?.kind !== 'meta') await this.#o.devices.unload(old);
     }
   }
 

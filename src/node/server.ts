@@ -2,7 +2,7 @@
  * The server: wires the pieces together and owns their lifetimes.
  *
  * Start-up: admin HTTP first (so /readyz can say what is loading), then the
- * device actor, then every bundle of the repository is parsed and loaded,
+ * device actors (the pool of them: devices.ts), then every bundle of the repository is parsed and loaded,
  * then the gRPC port opens. A bundle that fails is recorded UNAVAILABLE with
  * its reason and the rest still load.
  */
@@ -12,8 +12,8 @@ import type { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { DeviceHandle } from '../actors/device/handle.js';
 import { Compiler } from '../actors/compiler/handle.js';
-import { ModelPolicies } from '../actors/gateway/model-policies.js';
-import { Gateway } from '../actors/gateway/gateway.js';
+import { ModelPolicies } from './model-policies.js';
+import { Devices } from './devices.js';
 import { closeAdmin, createAdminServer, listen, registryMetrics, type AdminContext } from '../admin/http.js';
 import type { NodeConfig } from '../shared/config-schema.js';
 import { resolveWorkers } from '../config/workers.js';
@@ -22,7 +22,7 @@ import { ModelRegistry, ModelState } from './model-registry.js';
 import { HookPool } from '../actors/hooks/handle.js';
 import { ModelRepository } from './repository.js';
 import { watchRepository } from './repository-watcher.js';
-import { HostWeights } from '../actors/gateway/host-weights.js';
+import { HostWeights } from './host-weights.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
 import { Statistics } from './statistics.js';
 import { Metrics } from './metrics.js';
@@ -31,7 +31,7 @@ import { controlService } from './control-service.js';
 import { GrpcEdge } from '../protocol/edge.js';
 import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
 import { markOwnedBuffers } from '../protocol/message-buffers.js';
-import { passEncodedResponses } from '../protocol/infer-response-wire.js';
+import { passEncodedResponses } from '../protocol/encoded-response.js';
 import { inferenceService } from './inference-service.js';
 import { Pipeline } from './pipeline.js';
 import { startOrStop } from '../shared/lifecycle.js';
@@ -74,12 +74,11 @@ export class StowageServer {
   #logger: Logger;
   readonly #edge: GrpcEdge;
   #admin?: http.Server;
-  #gateway?: Gateway;
+  #devices?: Devices;
   #ready = false;
   #stopWatching?: () => void;
   #hooks?: HookPool;
   #compiler?: Compiler;
-  #devices: DeviceHandle[] = [];
 
   private constructor(config: NodeConfig, logger: Logger) {
     this.#config = config;
@@ -87,12 +86,12 @@ export class StowageServer {
     this.statistics = new Statistics();
     this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), hostWeightBytes: () => this.hostWeights.bytes, statistics: this.statistics, threads: () => this.#threads() });
     this.#edge = new GrpcEdge(config.global.endpoints, logger, this.metrics.registry);
-    this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#gateway?.forgetRegion(regionId));
+    this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#devices?.forgetRegion(regionId));
   }
 
   /** Every worker thread, named as stowage_thread_heap_bytes labels them. */
   *#threads(): Iterable<[string, Worker]> {
-    for (const device of this.#devices) yield [`device-${device.deviceId}`, device.thread];
+    for (const device of this.#devices?.handles ?? []) yield [`device-${device.deviceId}`, device.thread];
     if (this.#compiler) for (const [i, thread] of this.#compiler.threads.entries()) yield [`compiler-${i}`, thread];
     if (this.#hooks) for (const [i, thread] of this.#hooks.threads.entries()) yield [`hook-${i}`, thread];
   }
@@ -122,7 +121,7 @@ export class StowageServer {
     if (workers.some((w) => w.weights)) ensureWritable(this.#config.cache_dir);
     const hostWeights = this.hostWeights;
     const policies = new ModelPolicies(workers.map((w) => ({ deviceId: w.deviceId, models: w.scheduler.models })));
-    const devices = await Promise.all(workers.map((w) => {
+    const handles = await Promise.all(workers.map((w) => {
       const { models: _owned_by_policies, ...scheduling } = w.scheduler;
       this.metrics.recordWeights(w.deviceId, '', null, w.weights && { residentBytes: 0, logicalBytes: 0, budgetBytes: w.weights.budgetBytes });
       return DeviceHandle.create({
@@ -135,17 +134,16 @@ export class StowageServer {
         logger: this.#logger,
         onExecution: (model, timing, queued) => {
           this.statistics.recordExecution(model, w.deviceId, timing, queued);
-          this.#gateway?.recordExecution(model, timing.computeInferNs);
+          this.#devices?.recordExecution(model, timing.computeInferNs);
         },
         onWeights: (model, load, memory) => this.metrics.recordWeights(w.deviceId, model, load, memory),
         onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),
       });
     }));
-    this.#devices = devices;
     const scheduling = this.#config.gateway.scheduling;
     // Models compile off the devices' threads, into the compile cache their weightless sessions open from.
     if (workers.some((w) => w.weights)) this.#compiler = new Compiler(this.#config.cache_dir);
-    this.#gateway = new Gateway(devices, {
+    const devices = new Devices(handles, {
       mode: scheduling.mode,
       policies,
       hostWeights,
@@ -162,6 +160,7 @@ export class StowageServer {
       onRoute: (model, device) => this.metrics.recordRoute(model, device),
       onPlacement: (placement) => this.metrics.recordPlacement(placement),
     });
+    this.#devices = devices;
     this.#logger.info({
       devices: workers.map((w) => w.deviceId),
       workers: workers.map((w) => ({
@@ -184,26 +183,26 @@ export class StowageServer {
       mode: this.#config.global.model_control_mode,
       include: this.#config.models_include,
       registry: this.registry,
-      device: this.#gateway,
+      devices,
       hooks: this.#hooks,
       logger: this.#logger,
       onLoaded: (model, loadMs) => this.metrics.recordLoad(model, loadMs / 1000),
     });
     await repository.loadAll();
-    await this.#gateway.repack('start-up'); // lpt_packing: every model placed at once, heaviest first
+    await devices.repack('start-up'); // lpt_packing: every model placed at once, heaviest first
     if (this.#config.global.model_control_mode === 'dynamic') {
       this.#stopWatching = watchRepository(repository, this.#config.model_repo, this.#config.global.model_poll_seconds, this.#logger);
     }
 
     const edge = this.#edge;
-    edge.addService(loadControlClient().service, controlService({ edge, registry: this.registry, gateway: this.#gateway, logger: this.#logger }));
-    const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks, gateway: this.#gateway, statistics: this.statistics, sharedMemory: this.sharedMemory });
+    edge.addService(loadControlClient().service, controlService({ edge, registry: this.registry, devices, logger: this.#logger }));
+    const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks, devices, statistics: this.statistics, sharedMemory: this.sharedMemory });
     // Large ModelInfer messages own their buffer: their tensors go to the device without a copy.
     edge.addService(passEncodedResponses(markOwnedBuffers(loadInferenceClient().service, ['ModelInfer', 'ModelStreamInfer'])), inferenceService({
       edge,
       pipeline,
       registry: this.registry,
-      gateway: this.#gateway,
+      devices,
       repository,
       statistics: this.statistics,
       sharedMemory: this.sharedMemory,
@@ -232,7 +231,7 @@ export class StowageServer {
     this.#ready = false;
     this.#stopWatching?.();
     await this.#edge.stop(graceMs);
-    await this.#gateway?.stop();
+    await this.#devices?.stop();
     await this.#hooks?.close();
     await this.#compiler?.close();
     this.sharedMemory.unregister('');

@@ -11,7 +11,7 @@
  */
 import { errors, quote } from '../shared/errors.js';
 import { closeSharedMemory, openSharedMemory } from '../native/shm.js';
-import type { RegionSlice } from '../shared/channels/device.js';
+import type { RegionSlice } from '../shared/channels/inference.js';
 
 export type { RegionSlice };
 

@@ -14,7 +14,7 @@
  * additions here and no label lookups in prom-client.
  */
 import { MODEL_VERSION } from '../shared/constants.js';
-import type { ExecutionTiming } from '../shared/channels/device.js';
+import type { ExecutionTiming } from '../shared/channels/inference.js';
 import type { ErrorCode } from '../shared/errors.js';
 import { failureReason, type FailureReason } from './failure-reason.js';
 

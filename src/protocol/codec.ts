@@ -1,18 +1,19 @@
 /**
- * The codec: a decoded ModelInferRequest into the tensors a device actor runs,
- * checked against the model's manifest, and the device's outputs into a
- * ModelInferResponse. Every mismatch is INVALID_ARGUMENT naming the tensor,
- * what was expected and what came.
+ * The codec: a decoded ModelInferRequest into the request a device actor runs
+ * (shared/channels/inference.ts), checked against the model's manifest, and
+ * tensors into a ModelInferResponse. Every mismatch is INVALID_ARGUMENT naming
+ * the tensor, what was expected and what came. What is protobuf stays here:
+ * parameters reach the pipeline as plain values.
  *
  * The copies a request's bytes go through, end to end, are tabled at the top
- * of node/pipeline.ts; this file makes copy 2 there (`fromRaw`).
+ * of node/pipeline.ts; this file makes the small message's (`fromRaw`).
  */
 import type { ModelSpec, TensorSpec } from '../shared/model-spec.js';
 import { byDatatype, DATATYPES, dtypeInfo, type DtypeInfo } from '../shared/dtypes.js';
-import { errors, quote } from '../shared/errors.js';
+import { errors, quote, quoteShape } from '../shared/errors.js';
 import { MODEL_VERSION } from '../shared/constants.js';
-import type { WireTensor } from '../shared/channels/device.js';
-import type { RegionSlice } from '../shared/channels/device.js';
+import type { InferenceRequest, RegionSlice, WireTensor } from '../shared/channels/inference.js';
+import type { HookContext } from '../shared/channels/hooks.js';
 
 /** What decoding needs of the registered shared-memory regions (node/shared-memory.ts). */
 export interface RegionLookup {
@@ -22,22 +23,32 @@ export interface RegionLookup {
 import { joinBytesElements, splitBytesElements } from '../shared/bytes-elements.js';
 import type { InferInputTensor, InferTensorContents, ModelInferRequest, ModelInferResponse, Parameters } from './types.js';
 
-export interface DecodedRequest {
-  inputs: WireTensor[];
-  /** Outputs to return, in response order. */
-  outputs: string[];
-  /** Per output: the shared-memory slice it goes to, or null to return it inline. */
-  outputRegions: (RegionSlice | null)[];
-  /** Rows in this request (0 for an unbatched model). */
+/**
+ * A request decoded and checked: the tensors of the InferenceRequest it becomes (the pipeline adds
+ * the instance, the deadline and how to answer), and what else the pipeline reads of it.
+ */
+export interface DecodedRequest extends Pick<InferenceRequest, 'inputs' | 'rows' | 'outputs' | 'outputRegions'> {
+  /** Rows in this request as statistics count them (0 for an unbatched model; `rows` is then 1). */
   batchSize: number;
   /** The KServe `timeout` parameter in microseconds, if the client set one. */
   timeoutUs?: number;
+  /** The request's parameters as plain values (what hooks see in their context). */
+  parameters: HookContext['parameters'];
+}
+
+/** A request's parameters as plain values: int64/uint64 (strings on the wire, every digit kept) as numbers. */
+function plainParameters(params: Parameters): HookContext['parameters'] {
+  const plain: HookContext['parameters'] = {};
+  for (const [key, p] of Object.entries(params)) {
+    if (!p.parameter_choice) continue;
+    const value = p[p.parameter_choice] as boolean | number | string;
+    plain[key] = p.parameter_choice === 'int64_param' || p.parameter_choice === 'uint64_param' ? Number(value) : value;
+  }
+  return plain;
 }
 
 const q = quote;
-/** A shape for a message: a client's can have any number of dims, so past 16 it is cut short. */
-const fmtShape = (shape: readonly (number | string)[]) =>
-  (shape.length <= 16 ? `[${shape.join(', ')}]` : `[${shape.slice(0, 8).join(', ')}, ... ${shape.length} dims in all]`);
+const fmtShape = quoteShape;
 
 /** The manifest shape with the batch axis shown as -1, for messages. */
 function expectedShape(t: TensorSpec): string {
@@ -71,7 +82,10 @@ function bytesOf(view: ArrayBufferView): Uint8Array {
   return new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
 }
 
-/** Typed `contents` into wire bytes, checking the field matches the datatype and the count the shape. */
+/**
+ * Typed `contents` into wire bytes, checking the field matches the datatype and the count the shape.
+ * copy: every branch converts the decoded JS values into a fresh buffer (the typed-contents path's copy).
+ */
 function fromContents(name: string, info: DtypeInfo, contents: InferTensorContents, elements: number): Uint8Array {
   const used = (Object.keys(contents) as (keyof InferTensorContents)[]).filter((k) => contents[k]?.length > 0);
   if (info.contentsField === null) {
@@ -127,7 +141,9 @@ function fromRaw(name: string, info: DtypeInfo, raw: Uint8Array, elements: numbe
     throw errors.invalidTensor(`input ${q(name)}: expected ${elements * info.elementBytes} bytes (${elements} ${info.datatype} elements of ${info.elementBytes} bytes), got ${raw.byteLength}`);
   }
   if (handOver === 'any' || (handOver === 'aligned' && raw.byteOffset % info.elementBytes === 0)) return raw;
-  return new Uint8Array(raw); // the copy the pipeline's table counts for small messages
+  const own = new Uint8Array(raw.byteLength);
+  own.set(raw); // copy: a small message's bytes (or, for hooks, misaligned ones) into a buffer of their own
+  return own;
 }
 
 interface SharedMemoryParams {
@@ -301,10 +317,12 @@ export function decodeInferRequest(req: ModelInferRequest, spec: ModelSpec, regi
   const outputs = decodeRequestedOutputs(req, spec);
   return {
     inputs,
+    rows: Math.max(batchSize, 1),
     outputs,
     outputRegions: decodeOutputRegions(req, spec, outputs, Math.max(batchSize, 1), regions),
     batchSize: Math.max(batchSize, 0),
     timeoutUs,
+    parameters: plainParameters(req.parameters),
   };
 }
 
@@ -330,45 +348,12 @@ export function decodeTensors(tensors: readonly WireTensor[], outputNames: reado
   const outputs = outputNames.length ? [...new Set(outputNames)] : spec.clientOutputs.map((t) => t.name);
   return {
     inputs,
+    rows: Math.max(batchSize, 1),
     outputs,
     outputRegions: outputs.map(() => null),
     batchSize: Math.max(batchSize, 0),
+    parameters: {},
   };
-}
-
-/**
- * The tensors a hook returned, checked against what must come next (the executable's inputs after
- * preprocess, the client outputs after postprocess) and put in that order. Every mismatch fails
- * the request with a message saying what was expected.
- */
-export function checkHookTensors(model: string, hook: string, tensors: readonly WireTensor[], specs: readonly TensorSpec[],
-  batchSize: number): WireTensor[] {
-  const checked = orderHookTensors(tensors, specs, batchSize);
-  if (typeof checked === 'string') throw errors.hookFailed(model, hook, checked);
-  return checked;
-}
-
-/**
- * checkHookTensors without the error: the tensors in `specs`' order, or what is wrong with them.
- * A hook thread feeding the device directly runs it there (actors/hooks/worker.ts).
- */
-export function orderHookTensors(tensors: readonly WireTensor[], specs: readonly TensorSpec[], batchSize: number): WireTensor[] | string {
-  const byName = new Map(tensors.map((t) => [t.name, t]));
-  const missing = specs.filter((s) => !byName.has(s.name)).map((s) => q(s.name));
-  if (missing.length) return `it returned ${tensors.map((t) => q(t.name)).join(', ') || 'no tensors'}; expected ${specs.map((s) => q(s.name)).join(', ')} (missing ${missing.join(', ')})`;
-  const ordered: WireTensor[] = [];
-  for (const s of specs) {
-    const t = byName.get(s.name) as WireTensor;
-    if (t.datatype !== s.datatype) return `tensor ${q(s.name)}: expected datatype ${s.datatype}, got ${t.datatype}`;
-    const shapeOk = t.shape.length === s.shape.length
-      && t.shape.every((d, i) => (i === s.batchDim ? d === batchSize : d === s.shape[i]));
-    if (!shapeOk) {
-      const want = s.shape.map((d, i) => (i === s.batchDim ? batchSize : d));
-      return `tensor ${q(s.name)}: expected shape ${fmtShape(want)} (axes ${q(s.axes)}), got ${fmtShape(t.shape)}`;
-    }
-    ordered.push(t);
-  }
-  return ordered;
 }
 
 /** Every shared-memory slice a decoded request names, inputs and outputs. */
@@ -417,7 +402,7 @@ function decodeRequestedOutputs(req: ModelInferRequest, spec: ModelSpec): string
 /**
  * Outputs into a response object, for protobufjs to encode: the answers of models with hooks
  * (their outputs come from the hook pool). Others arrive encoded by the device
- * (infer-response-wire.ts). Raw bytes are wrapped, not copied (protobufjs copies while encoding).
+ * (shared/infer-response-wire.ts). Raw bytes are wrapped, not copied (protobufjs copies while encoding).
  * An output written to shared memory keeps its place with an empty entry, because clients find
  * an output's raw contents by its position among the outputs.
  */

@@ -6,7 +6,7 @@
  *
  * - ModelInfer, ModelReady, ModelMetadata, ModelConfig: to a node serving the
  *   model ready, `round_robin` or `least_outstanding` among them
- *   (actors/gateway/routing.ts). A node that fails with UNAVAILABLE and then
+ *   (routing/routing.ts). A node that fails with UNAVAILABLE and then
  *   does not answer its health check is marked down and the call goes to
  *   another node serving the model; with none left it fails UNAVAILABLE at once.
  * - ModelStreamInfer: each request of the client's stream is forwarded like a
@@ -20,7 +20,7 @@
  */
 import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import { Router, type RoutingMode } from '../actors/gateway/routing.js';
+import { Router, type RoutingMode } from '../routing/routing.js';
 import { GATEWAY_EXTENSIONS, SERVER_NAME } from '../shared/constants.js';
 import { errors, StowageError } from '../shared/errors.js';
 import { readFields, readString, WireWriter } from '../shared/protobuf-wire.js';

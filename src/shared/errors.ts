@@ -121,6 +121,11 @@ export function quote(s: string): string {
   return s.length > QUOTED_CHARACTERS ? `${JSON.stringify(s.slice(0, QUOTED_CHARACTERS))}... (${s.length} characters)` : JSON.stringify(s);
 }
 
+/** A client's shape as an error shows it: any number of dims can come, so past 16 it is cut short. */
+export function quoteShape(shape: readonly (number | string)[]): string {
+  return shape.length <= 16 ? `[${shape.join(', ')}]` : `[${shape.slice(0, 8).join(', ')}, ... ${shape.length} dims in all]`;
+}
+
 const UNDECODABLE = 'the request is not a valid';
 
 /**

@@ -57,3 +57,21 @@ export interface ModelSpec {
   /** model.onnx (dynamic batch) or one model.bN.onnx per compiled batch size. */
   readonly executables: readonly ExecutableFile[];
 }
+
+/**
+ * One loaded version of a model, as every thread names it: the model's name and the repository's
+ * load generation (`name#generation`). A reload loads a new instance beside the old, so requests
+ * in flight finish on the version they started on. Built by `instanceKey` and read by `modelOf`,
+ * nowhere else; the brand keeps a plain model name from being passed where an instance belongs.
+ */
+export type InstanceKey = string & { readonly __instance: true };
+
+/** The instance of `model` loaded as the repository's `generation`th load. */
+export function instanceKey(model: string, generation: number): InstanceKey {
+  return `${model}#${generation}` as InstanceKey;
+}
+
+/** The model an instance is a version of. */
+export function modelOf(instance: InstanceKey): string {
+  return instance.slice(0, instance.search(/#\d+$/));
+}

@@ -4,11 +4,17 @@ import net from 'node:net';
 import path from 'node:path';
 import test from 'ava';
 import { ROOT, startServer, tensor } from '../helpers/server.js';
+import { present } from '../helpers/checks.js';
 
-/** Send `raw` bytes to the admin port; resolve to what came back before the server closed or `ms` passed. */
+/**
+ * Send `raw` bytes to the admin port; resolve to what came back before the server closed or `ms` passed.
+ * @param {number | undefined} port
+ * @param {string | Buffer} raw
+ * @returns {Promise<string>}
+ */
 function rawRequest(port, raw, ms = 5000) {
   return new Promise((resolve, reject) => {
-    const socket = net.connect(port, '127.0.0.1');
+    const socket = net.connect(present(port, 'the admin port'), '127.0.0.1');
     let got = '';
     const timer = setTimeout(() => { socket.destroy(); resolve(got); }, ms);
     socket.on('data', (d) => { got += d.toString('latin1'); });
@@ -18,7 +24,7 @@ function rawRequest(port, raw, ms = 5000) {
   });
 }
 
-const statusOf = (reply) => Number(/^HTTP\/1\.1 (\d{3})/.exec(reply)?.[1]);
+const statusOf = (/** @type {string} */ reply) => Number(/^HTTP\/1\.1 (\d{3})/.exec(reply)?.[1]);
 
 test('the admin port answers every malformed request with a 4xx and the server keeps serving', async (t) => {
   const server = await startServer({ model_repo: path.join(ROOT, 'bundles') });
@@ -57,7 +63,7 @@ test('the admin port answers every malformed request with a 4xx and the server k
 test('a client that stops halfway through its headers does not hold up others', async (t) => {
   const server = await startServer({ model_repo: path.join(ROOT, 'bundles') });
   t.teardown(() => server.stop());
-  const socket = net.connect(server.adminPort, '127.0.0.1');
+  const socket = net.connect(present(server.adminPort, 'the admin port'), '127.0.0.1');
   await new Promise((resolve) => socket.once('connect', resolve));
   socket.write('GET /healthz HTTP/1.1\r\n'); // and nothing more
   t.is((await fetch(`http://127.0.0.1:${server.adminPort}/readyz`)).status, 200);

@@ -9,13 +9,18 @@ import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
 import { InferenceClient } from '../../dist/client/client.js';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir, tensor } from '../helpers/server.js';
+import { dataAs, FIXTURES, makeRepository, ROOT, startServer, tempDir, tensor } from '../helpers/server.js';
+import { awaitableCount } from '../helpers/checks.js';
 
 const DIGITS = path.join(ROOT, 'bundles', 'digits');
 const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8'));
 
 const N = heldout.images.length;
-/** Rows `from`..`from+rows` of the held-out digits, as `digits` takes them, or as raw 8-bit pixels for `digits_u8` (whose preprocess hook scales them). */
+/**
+ * Rows `from`..`from+rows` of the held-out digits, as `digits` takes them, or as raw 8-bit pixels for `digits_u8` (whose preprocess hook scales them).
+ * @param {number} from
+ * @param {number} rows
+ */
 function digits(from, rows, model = 'digits') {
   const data = new Float32Array(rows * 64);
   for (let r = 0; r < rows; r++) data.set(heldout.images[(from + r) % N], r * 64);
@@ -23,20 +28,29 @@ function digits(from, rows, model = 'digits') {
   return tensor('image', 'FP32', [rows, 8, 8], data);
 }
 
-/** The labels `model` gives every held-out image, asked before any fault (the answers every later request must match). */
+/**
+ * The labels `model` gives every held-out image, asked before any fault (the answers every later request must match).
+ * @param {InferenceClient} client
+ * @returns {Promise<number[]>}
+ */
 async function referenceLabels(client, model = 'digits') {
   const labels = [];
   for (let from = 0; from < N; from += 32) {
     const { outputs } = await client.infer(model, [digits(from, Math.min(32, N - from), model)], { outputs: ['label'] });
-    labels.push(...[...outputs[0].data].map(Number));
+    labels.push(...[...dataAs(outputs[0], BigInt64Array)].map(Number));
   }
   return labels;
 }
 
-/** Ask `client` for the labels of rows `from`.. and check them against `reference`; throws the call's error or a wrong answer. */
+/**
+ * Ask `client` for the labels of rows `from`.. and check them against `reference`; throws the call's error or a wrong answer.
+ * @param {InferenceClient} client
+ * @param {number[]} reference
+ * @param {number} from
+ */
 async function classify(client, reference, from, rows = 2, model = 'digits') {
   const { outputs } = await client.infer(model, [digits(from, rows, model)], { outputs: ['label'] });
-  const got = [...outputs[0].data].map(Number);
+  const got = [...dataAs(outputs[0], BigInt64Array)].map(Number);
   const expected = Array.from({ length: rows }, (_, r) => reference[(from + r) % N]);
   if (JSON.stringify(got) !== JSON.stringify(expected)) throw new Error(`digits answered ${got}, expected ${expected}`);
   return got;
@@ -58,11 +72,13 @@ test('a device worker that dies mid-batch fails only its in-flight requests, UNA
   const referenceU8 = await referenceLabels(server.client, 'digits_u8');
 
   // Eight clients back to back, half of them through the hook; the fault is armed once a few hundred requests have gone through.
-  let ok = 0;
-  let okAfterRestart = 0;
+  const ok = awaitableCount();
+  const okAfterRestart = awaitableCount();
   let hookedAfterRestart = 0;
   let restarted = false;
+  /** @type {import('@grpc/grpc-js').ServiceError[]} */
   const failures = [];
+  /** @type {string[]} */
   const wrong = [];
   let stop = false;
   const load = clients.map(async (c, k) => {
@@ -70,33 +86,28 @@ test('a device worker that dies mid-batch fails only its in-flight requests, UNA
       try {
         if (k % 2) await classify(c, referenceU8, k * 100 + i, 1 + (i % 3), 'digits_u8');
         else await classify(c, reference, k * 100 + i, 1 + (i % 3));
-        ok++;
-        if (restarted) okAfterRestart++;
+        ok.add();
+        if (restarted) okAfterRestart.add();
         if (restarted && k % 2) hookedAfterRestart++;
       } catch (err) {
-        if (err.code === undefined) wrong.push(err.message);
-        else failures.push(err);
+        const failure = /** @type {import('@grpc/grpc-js').ServiceError} */ (err);
+        if (failure.code === undefined) wrong.push(failure.message);
+        else failures.push(failure);
       }
     }
   });
-  while (ok < 300) await new Promise((resolve) => setTimeout(resolve, 10));
+  await ok.reached(300);
   writeFileSync(fault, '');
   await server.waitForLog((l) => String(l.msg).startsWith('device actor crashed'));
-  // The replacement serves: wait for it to answer, then let the load run on it a while.
-  for (;;) {
-    try {
-      await classify(server.client, reference, 0);
-      break;
-    } catch {
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-  }
+  // The replacement has its models again: let the load run on it a while.
+  const back = await server.waitForLog((l) => l.msg === 'device actor restarted: its models are loaded again');
+  t.is(back.reloaded, 2, 'both models loaded again');
   restarted = true;
-  while (okAfterRestart < 200) await new Promise((resolve) => setTimeout(resolve, 10));
+  await okAfterRestart.reached(200);
   stop = true;
   await Promise.all(load);
 
-  t.log(`${ok} answered, ${failures.length} failed at the crash`);
+  t.log(`${ok.value} answered, ${failures.length} failed at the crash`);
   t.false(existsSync(fault), 'the worker took the fault');
   t.deepEqual(wrong, [], 'no answer was wrong');
   t.true(hookedAfterRestart >= 50, `${hookedAfterRestart} hooked requests answered by the replacement`);
@@ -119,7 +130,7 @@ test('the repository directory removed and restored: the loaded models keep serv
   const temp = tempDir();
   t.teardown(temp.cleanup);
   const repo = makeRepository(temp.dir, { digits: DIGITS, echo: path.join(FIXTURES, 'models', 'echo') });
-  const server = await startServer({ model_repo: repo, global: { model_control_mode: 'dynamic', model_poll_seconds: 0.5 } }, { root: temp.dir });
+  const server = await startServer({ model_repo: repo, global: { model_control_mode: 'dynamic', model_poll_seconds: 0.5, logging: { level: 'debug' } } }, { root: temp.dir });
   t.teardown(() => server.stop());
   const reference = await referenceLabels(server.client);
 
@@ -128,7 +139,8 @@ test('the repository directory removed and restored: the loaded models keep serv
   renameSync(repo, away);
   const gone = await server.waitForLog((l) => String(l.msg).startsWith('model_repo cannot be read'));
   t.is(gone.err, 'ENOENT');
-  await new Promise((resolve) => setTimeout(resolve, 1500)); // three more polls of a missing directory
+  // Three more looks at the missing directory (each logged at debug level only).
+  await server.waitForLogs((l) => l.msg === 'model_repo still cannot be read', 3);
   t.deepEqual(await classify(server.client, reference, 3), reference.slice(3, 5), 'digits still serves');
   t.true(await server.client.modelReady('echo'));
   t.is(server.logs.filter((l) => String(l.msg).startsWith('model_repo cannot be read')).length, 1, 'said once, not at every poll');
@@ -164,7 +176,7 @@ test('a damaged compile cache is detected and compiled again, never served: a we
   const entry = path.join(cacheDir, entries[0]);
   const tensors = readdirSync(path.join(cacheDir, 'tensors')).map((f) => path.join(cacheDir, 'tensors', f));
   /** Flip one byte in the middle of `file`: same length, other bytes (what a size check misses). */
-  const flip = (file) => {
+  const flip = (/** @type {string} */ file) => {
     const bytes = readFileSync(file);
     bytes[bytes.length >> 1] ^= 0x5a;
     writeFileSync(file, bytes);

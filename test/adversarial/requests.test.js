@@ -15,28 +15,32 @@ const img = Buffer.from(Float32Array.from(heldout.images[0]).buffer);
 const { OK, INVALID_ARGUMENT, NOT_FOUND, DEADLINE_EXCEEDED } = status;
 
 /** A request for digits (input image FP32 [-1, 8, 8], max_batch_size 32), with `over` replacing fields. */
-const digits = (over = {}) => ({ model_name: 'digits', inputs: [{ name: 'image', datatype: 'FP32', shape: ['1', '8', '8'] }], raw_input_contents: [img], ...over });
-/** digits with its one input replaced by `input` (and the raw contents by `raw`). */
+const digits = (/** @type {Record<string, unknown>} */ over = {}) => ({ model_name: 'digits', inputs: [{ name: 'image', datatype: 'FP32', shape: ['1', '8', '8'] }], raw_input_contents: [img], ...over });
+/**
+ * digits with its one input replaced by `input` (and the raw contents by `raw`).
+ * @param {Record<string, unknown>} input
+ */
 const image = (input, raw = [img]) => digits({ inputs: [{ name: 'image', datatype: 'FP32', shape: ['1', '8', '8'], ...input }], raw_input_contents: raw });
 
 /** BYTES raw contents: each element after its 4-byte little-endian length. */
-const elements = (...strings) => Buffer.concat(strings.flatMap((s) => {
+const elements = (/** @type {string[]} */ ...strings) => Buffer.concat(strings.flatMap((s) => {
   const b = Buffer.from(s);
   const n = Buffer.alloc(4);
   n.writeUInt32LE(b.length);
   return [n, b];
 }));
-const lengthAt = (bytes, at, value) => {
+const lengthAt = (/** @type {Buffer} */ bytes, /** @type {number} */ at, /** @type {number} */ value) => {
   const b = Buffer.from(bytes);
   b.writeUInt32LE(value, at);
   return b;
 };
 const twelve = Array.from({ length: 12 }, (_, i) => `s${i}`);
+/** @type {Record<string, number>} */
 const WIDTHS = { BOOL: 1, UINT8: 1, UINT16: 2, UINT32: 4, UINT64: 8, INT8: 1, INT16: 2, INT32: 4, INT64: 8, FP16: 2, FP32: 4, FP64: 8 };
 const DTYPES = [['in_bool', 'BOOL'], ['in_u8', 'UINT8'], ['in_u16', 'UINT16'], ['in_u32', 'UINT32'], ['in_u64', 'UINT64'], ['in_i8', 'INT8'], ['in_i16', 'INT16'],
   ['in_i32', 'INT32'], ['in_i64', 'INT64'], ['in_f16', 'FP16'], ['in_f32', 'FP32'], ['in_f64', 'FP64'], ['in_bytes', 'BYTES']];
 /** A request for the every-datatype fixture (13 inputs of shape [4, 3]) with `bytesRaw` as in_bytes' contents. */
-const dtypes = (bytesRaw, drop = '') => {
+const dtypes = (/** @type {Buffer} */ bytesRaw, drop = '') => {
   const kept = DTYPES.filter(([name]) => name !== drop);
   return {
     model_name: 'dtypes',
@@ -140,8 +144,11 @@ const CORPUS = [
   ['classification asked of an output', digits({ outputs: [{ name: 'probabilities', parameters: { classification: { int64_param: '3' } } }] }), INVALID_ARGUMENT, /output "probabilities" asks for classification, an extension this server does not provide/],
 ];
 
+/** @type {import('../helpers/server.js').Server} */
 let node;
+/** @type {import('../helpers/server.js').Server} */
 let gateway;
+/** @type {import('../helpers/server.js').TempDir} */
 let temp;
 test.before(async () => {
   temp = tempDir();
@@ -155,7 +162,13 @@ test.after.always(async () => {
   temp?.cleanup();
 });
 
-const answer = (client, request) => client.call('ModelInfer', request).then(() => ({ code: OK, details: '' }), (err) => ({ code: err.code, details: err.details }));
+/**
+ * The status `request` gets and its message.
+ * @param {import('../../dist/client/client.js').InferenceClient} client
+ * @param {unknown} request
+ * @returns {Promise<{ code: number, details: string }>}
+ */
+const answer = (client, request) => client.call('ModelInfer', request).then(() => ({ code: OK, details: '' }), (/** @type {import('@grpc/grpc-js').ServiceError} */ err) => ({ code: err.code, details: err.details }));
 
 for (const target of ['node', 'gateway']) {
   test(`${target}: each request of the corpus gets its exact status and a message naming what is wrong`, async (t) => {
@@ -174,8 +187,9 @@ for (const target of ['node', 'gateway']) {
 test('on a stream, each bad request is its own error_message and the stream goes on; the good ones are answered', async (t) => {
   for (const server of [node, gateway]) {
     const call = server.client.stream();
+    /** @type {import('../../dist/client/client.js').ModelStreamInferResponse[]} */
     const replies = [];
-    call.on('data', (r) => replies.push(r));
+    call.on('data', (/** @type {import('../../dist/client/client.js').ModelStreamInferResponse} */ r) => replies.push(r));
     const ended = new Promise((resolve, reject) => {
       call.on('end', resolve);
       call.on('error', reject);

@@ -8,6 +8,7 @@ import test from 'ava';
 import { status } from '@grpc/grpc-js';
 import { createRegion, destroyRegion, writeRegion } from '../../dist/client/shared-memory.js';
 import { FIXTURES, ROOT, startServer, tensor } from '../helpers/server.js';
+import { grpcError } from '../helpers/errors.js';
 
 const resize = (/** @type {string} */ key, /** @type {number} */ bytes) => {
   const fd = openSync(`/dev/shm/${key.slice(1)}`, 'r+');
@@ -35,7 +36,7 @@ test('a region truncated after registration fails its requests with INVALID_ARGU
     ['an input read from it', fromRegion, {}],
     ['an output written to it', [tensor('image', 'FP32', [1, 8, 8], image)], toRegion],
   ])) {
-    const err = await t.throwsAsync(server.client.infer('digits', /** @type {any} */ (inputs), /** @type {any} */ (options)), undefined, label);
+    const err = await grpcError(t, server.client.infer('digits', /** @type {any} */ (inputs), /** @type {any} */ (options)), label);
     t.is(/** @type {any} */ (err).code, status.INVALID_ARGUMENT, label);
     t.regex(err?.message ?? '', /was shrunk to 0 bytes after its region was registered/, label);
   }
@@ -71,7 +72,7 @@ test('keys that are not plain shared-memory objects are refused INVALID_ARGUMENT
     [`/${'k'.repeat(1_000_000)}`, /\(1000001 characters\)/],
   ];
   for (const [key, message] of corpus) {
-    const err = await t.throwsAsync(server.client.registerSystemSharedMemory('r', key, 16), undefined, key.slice(0, 40));
+    const err = await grpcError(t, server.client.registerSystemSharedMemory('r', key, 16), key.slice(0, 40));
     t.is(/** @type {any} */ (err).code, status.INVALID_ARGUMENT, key.slice(0, 40));
     t.regex(err?.message ?? '', message, key.slice(0, 40));
     t.true((err?.message ?? '').length < 1000, 'the key is echoed cut short');
@@ -111,7 +112,7 @@ test('offsets and sizes at and past every edge, 2^64-1 included; overlapping reg
       await register(`ok${i}`, offset, size);
       continue;
     }
-    const err = await t.throwsAsync(register(`bad${i}`, offset, size), undefined, label);
+    const err = await grpcError(t, register(`bad${i}`, offset, size), label);
     t.is(/** @type {any} */ (err).code, status.INVALID_ARGUMENT, label);
     t.regex(err?.message ?? '', message, label);
   }
@@ -138,7 +139,7 @@ test('offsets and sizes at and past every edge, 2^64-1 included; overlapping reg
   ];
   for (const [offset, size, message] of requests) {
     const label = `input at offset ${offset}, byte_size ${size}`;
-    const err = await t.throwsAsync(infer(offset, size), undefined, label);
+    const err = await grpcError(t, infer(offset, size), label);
     t.is(/** @type {any} */ (err).code, status.INVALID_ARGUMENT, label);
     t.regex(err?.message ?? '', message, label);
   }
@@ -156,7 +157,7 @@ test('offsets and sizes at and past every edge, 2^64-1 included; overlapping reg
   t.deepEqual([...written], [.../** @type {Float32Array} */ (inline.outputs[0].data)]);
 
   // Turned off: registration refused, nothing else changes; the extension is not advertised.
-  const refused = await t.throwsAsync(off.client.registerSystemSharedMemory('r', key, 16));
+  const refused = await grpcError(t, off.client.registerSystemSharedMemory('r', key, 16));
   t.is(/** @type {any} */ (refused).code, status.INVALID_ARGUMENT);
   t.regex(refused?.message ?? '', /system shared memory is turned off on this server \(endpoints\.system_shared_memory: false\)/);
   t.deepEqual(await off.client.systemSharedMemoryStatus(), {});

@@ -10,6 +10,7 @@ import * as grpc from '@grpc/grpc-js';
 import test from 'ava';
 import { loadInferenceClient } from '../../dist/protocol/proto.js';
 import { FIXTURES, ROOT, startServer } from '../helpers/server.js';
+import { grpcError } from '../helpers/errors.js';
 
 const { service } = loadInferenceClient();
 const encode = (/** @type {any} */ request) => service.ModelInfer.requestSerialize(request);
@@ -45,7 +46,9 @@ const BROKEN = [
   ['a shape dim sent as a 32-bit float', Buffer.from('0a06646967697473' + '2a08' + '0a0178' + '1d0000803f', 'hex'), /inputs\.shape at byte 13 is 32-bit, but the field is varint/],
 ];
 
+/** @type {import('../helpers/server.js').Server} */
 let node;
+/** @type {import('../helpers/server.js').Server} */
 let gateway;
 
 test.before(async () => {
@@ -58,13 +61,18 @@ test.after.always(async () => {
   await node?.stop();
 });
 
-/** Open a raw stream to `address`, send `messages` and never end it; resolve to its answers and the status it ended with. */
+/**
+ * Open a raw stream to `address`, send `messages` and never end it; resolve to its answers and the status it ended with.
+ * @param {string} address
+ * @param {Buffer[]} messages
+ */
 async function rawStream(address, messages) {
   const client = new grpc.Client(address, grpc.credentials.createInsecure());
   try {
     const stream = client.makeBidiStreamRequest(`${METHOD}ModelStreamInfer`, same, same);
+    /** @type {ReturnType<typeof decodeStreamReply>[]} */
     const answers = [];
-    stream.on('data', (b) => answers.push(decodeStreamReply(b)));
+    stream.on('data', (/** @type {Buffer} */ b) => answers.push(decodeStreamReply(b)));
     for (const m of messages) stream.write(m);
     const [status] = await Promise.race([
       once(stream, 'error'),
@@ -76,6 +84,11 @@ async function rawStream(address, messages) {
   }
 }
 
+/**
+ * One unary ModelInfer of `bytes` as they are, on a connection of its own.
+ * @param {string} address
+ * @param {Buffer} bytes
+ */
 function rawUnary(address, bytes) {
   const client = new grpc.Client(address, grpc.credentials.createInsecure());
   return new Promise((resolve, reject) => client.makeUnaryRequest(`${METHOD}ModelInfer`, same, same, bytes, (err, res) => {
@@ -89,7 +102,7 @@ for (const via of ['node', 'gateway']) {
 
   test(`${via}: an undecodable ModelInfer is INVALID_ARGUMENT naming what is wrong`, async (t) => {
     for (const [label, bytes, names] of BROKEN) {
-      const err = await t.throwsAsync(rawUnary(address(), bytes), undefined, label);
+      const err = await grpcError(t, rawUnary(address(), bytes), label);
       t.is(/** @type {any} */ (err).code, grpc.status.INVALID_ARGUMENT, label);
       t.regex(/** @type {any} */ (err).details, /^ModelInfer: the request is not a valid inference\.ModelInferRequest message \(.+\)$/, label);
       t.regex(/** @type {any} */ (err).details, names, label);

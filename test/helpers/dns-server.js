@@ -4,7 +4,11 @@
 import dgram from 'node:dgram';
 import { once } from 'node:events';
 
-/** The reply to one query, or null for a message that is not one question. */
+/**
+ * The reply to one query, or null for a message that is not one question.
+ * @param {Buffer} query
+ * @param {Map<string, string[]>} records name -> its IPv4 addresses
+ */
 function reply(query, records) {
   if (query.length < 12 || query.readUInt16BE(4) !== 1) return null;
   let at = 12;
@@ -18,6 +22,7 @@ function reply(query, records) {
   const type = query.readUInt16BE(at);
   const question = query.subarray(12, at + 4);
   const addresses = records.get(labels.join('.').toLowerCase());
+  /** @type {string[]} */
   const answers = addresses && type === 1 ? addresses : [];
   const header = Buffer.alloc(12);
   header.writeUInt16BE(query.readUInt16BE(0), 0); // the query's id
@@ -38,6 +43,7 @@ function reply(query, records) {
 }
 
 export async function startDnsServer() {
+  /** @type {Map<string, string[]>} */
   const records = new Map();
   let answering = true;
   const socket = dgram.createSocket('udp4');

@@ -9,7 +9,14 @@ import { WireWriter } from '../../dist/shared/protobuf-wire.js';
 
 const FLOAT = 1;
 
-/** A deterministic PRNG (mulberry32): the same seed gives the same weights in tests and benchmarks. */
+/** One dense layer: y = x·w + b, w row-major [inputs, outputs]. @typedef {{ inputs: number, outputs: number, w: Float32Array, b: Float32Array }} Layer */
+/** A bundle written into a repository, and the layers that give its answers. @typedef {{ name: string, layers: Layer[] }} CatalogModel */
+
+/**
+ * A deterministic PRNG (mulberry32): the same seed gives the same weights in tests and benchmarks.
+ * @param {number} seed
+ * @returns {() => number} numbers in [0, 1)
+ */
 export function random(seed) {
   let a = seed >>> 0;
   return () => {
@@ -21,25 +28,46 @@ export function random(seed) {
   };
 }
 
-/** One dense layer { inputs, outputs, w: Float32Array[inputs*outputs], b: Float32Array[outputs] } drawn from `seed`. */
+/**
+ * One dense layer { inputs, outputs, w: Float32Array[inputs*outputs], b: Float32Array[outputs] } drawn from `seed`.
+ * @param {number} seed
+ * @param {number} inputs
+ * @param {number} outputs
+ * @returns {Layer}
+ */
 export function denseLayer(seed, inputs, outputs) {
   const next = random(seed);
-  const fill = (n, scale) => Float32Array.from({ length: n }, () => (next() * 2 - 1) * scale);
+  const fill = (/** @type {number} */ n, /** @type {number} */ scale) => Float32Array.from({ length: n }, () => (next() * 2 - 1) * scale);
   return { inputs, outputs, w: fill(inputs * outputs, 1 / Math.sqrt(inputs)), b: fill(outputs, 0.1) };
 }
 
-/** Layers for sizes [inputs, hidden..., outputs], layer i drawn from seed*1000 + i. */
+/**
+ * Layers for sizes [inputs, hidden..., outputs], layer i drawn from seed*1000 + i.
+ * @param {number} seed
+ * @param {number[]} sizes
+ * @returns {Layer[]}
+ */
 export function mlpLayers(seed, sizes) {
   return sizes.slice(1).map((outputs, i) => denseLayer(seed * 1000 + i, sizes[i], outputs));
 }
 
+/**
+ * An ONNX TensorProto of floats.
+ * @param {string} name
+ * @param {number[]} dims
+ * @param {Float32Array} data
+ */
 function tensor(name, dims, data) {
   const w = new WireWriter();
   for (const d of dims) w.varint(1, d);
   return w.varint(2, FLOAT).string(8, name).bytes(9, new Uint8Array(data.buffer, data.byteOffset, data.byteLength)).finish();
 }
 
-/** A graph input or output declaration: a float tensor of `dims` (strings are symbolic dims). */
+/**
+ * A graph input or output declaration: a float tensor of `dims` (strings are symbolic dims).
+ * @param {string} name
+ * @param {(number | string)[]} dims
+ */
 export function valueInfo(name, dims) {
   const shape = new WireWriter();
   for (const d of dims) shape.bytes(1, typeof d === 'string' ? new WireWriter().string(2, d).finish() : new WireWriter().varint(1, d).finish());
@@ -47,6 +75,12 @@ export function valueInfo(name, dims) {
   return new WireWriter().string(1, name).bytes(2, new WireWriter().bytes(1, tensorType).finish()).finish();
 }
 
+/**
+ * An ONNX NodeProto.
+ * @param {string} op
+ * @param {string[]} inputs
+ * @param {string[]} outputs
+ */
 function node(op, inputs, outputs) {
   const w = new WireWriter();
   for (const i of inputs) w.string(1, i);
@@ -54,7 +88,10 @@ function node(op, inputs, outputs) {
   return w.string(3, `${op}_${outputs[0]}`).string(4, op).finish();
 }
 
-/** The serialized ONNX model of `layers`: input x, output y. */
+/**
+ * The serialized ONNX model of `layers`: input x, output y.
+ * @param {Layer[]} layers
+ */
 export function mlpModel(layers) {
   const graph = new WireWriter();
   let current = 'x';
@@ -72,7 +109,11 @@ export function mlpModel(layers) {
   return new WireWriter().varint(1, 8).string(2, 'stowage-test').bytes(7, graph.finish()).bytes(8, opset).finish();
 }
 
-/** What the model answers for one row x, computed here in double precision. */
+/**
+ * What the model answers for one row x, computed here in double precision.
+ * @param {Layer[]} layers
+ * @param {ArrayLike<number>} x
+ */
 export function mlpExpected(layers, x) {
   let v = Float64Array.from(x);
   layers.forEach((l, i) => {
@@ -87,12 +128,21 @@ export function mlpExpected(layers, x) {
   return v;
 }
 
-/** Bytes of the weights of an MLP with these sizes. */
+/**
+ * Bytes of the weights of an MLP with these sizes.
+ * @param {number[]} sizes
+ */
 export function mlpWeightBytes(sizes) {
   return 4 * sizes.slice(1).reduce((sum, outputs, i) => sum + sizes[i] * outputs + outputs, 0);
 }
 
-/** Write one bundle of `layers` named `name` into `repo`. */
+/**
+ * Write one bundle of `layers` named `name` into `repo`.
+ * @param {string} repo
+ * @param {string} name
+ * @param {Layer[]} layers
+ * @returns {CatalogModel}
+ */
 export function writeBundle(repo, name, layers) {
   const dir = path.join(repo, name);
   mkdirSync(dir, { recursive: true });
@@ -110,7 +160,12 @@ export function writeBundle(repo, name, layers) {
   return { name, layers };
 }
 
-/** `count` bundles named `${prefix}NNN`, each an MLP of `sizes` with weights of its own. */
+/**
+ * `count` bundles named `${prefix}NNN`, each an MLP of `sizes` with weights of its own.
+ * @param {string} repo
+ * @param {{ count: number, sizes: number[], prefix?: string, firstSeed?: number }} options
+ * @returns {CatalogModel[]}
+ */
 export function writeCatalog(repo, { count, sizes, prefix = 'm', firstSeed = 1 }) {
   return Array.from({ length: count }, (_, i) => writeBundle(repo, `${prefix}${String(i).padStart(3, '0')}`, mlpLayers(firstSeed + i, sizes)));
 }
@@ -119,6 +174,9 @@ export function writeCatalog(repo, { count, sizes, prefix = 'm', firstSeed = 1 }
  * `count` variants fine-tuned from one backbone: every layer but the last comes from the same
  * backbone, except that every `unfrozenEvery`-th variant has its own second-to-last layer too;
  * the last layer (the head) is each variant's own.
+ * @param {string} repo
+ * @param {{ count: number, sizes: number[], prefix?: string, unfrozenEvery?: number, backboneSeed?: number }} options
+ * @returns {CatalogModel[]}
  */
 export function writeVariants(repo, { count, sizes, prefix = 'v', unfrozenEvery = 0, backboneSeed = 7 }) {
   const backbone = mlpLayers(backboneSeed, sizes);
@@ -136,13 +194,18 @@ export function writeVariants(repo, { count, sizes, prefix = 'v', unfrozenEvery 
 /**
  * Call `model` ({ name, layers }) with `rows` rows drawn from `next` and compare every output with
  * what its own weights give. Resolves to null when all match, else a message naming the mismatch.
+ * @param {import('../../dist/client/client.js').InferenceClient} client
+ * @param {CatalogModel} model
+ * @param {number} rows
+ * @param {() => number} next
+ * @returns {Promise<string | null>}
  */
 export async function inferAndCheck(client, model, rows, next) {
   const inputs = model.layers[0].inputs;
   const outputs = model.layers[model.layers.length - 1].outputs;
   const x = Float32Array.from({ length: rows * inputs }, () => next() * 2 - 1);
   const reply = await client.infer(model.name, [{ name: 'x', datatype: 'FP32', shape: [rows, inputs], data: x }]);
-  const y = reply.outputs[0].data;
+  const y = /** @type {Float32Array} */ (reply.outputs[0].data);
   for (let r = 0; r < rows; r++) {
     const want = mlpExpected(model.layers, x.subarray(r * inputs, (r + 1) * inputs));
     for (let k = 0; k < outputs; k++) {

@@ -14,6 +14,14 @@ export const MAIN = path.join(ROOT, 'main.js');
 export const FIXTURES = path.join(ROOT, 'test', 'fixtures');
 
 /** @typedef {import('../../dist/client/client.js').Tensor} Tensor */
+/**
+ * A node file as a test writes it: any part of the schema's sections (their values are checked by
+ * the server, which is what many tests exercise).
+ * @typedef {Record<string, any>} NodeFile
+ */
+/** One line of the server's JSON log. @typedef {Record<string, any> & { msg?: string }} LogEntry */
+/** A server a test started. @typedef {Awaited<ReturnType<typeof startServer>>} Server */
+/** A temporary directory a test made. @typedef {ReturnType<typeof tempDir>} TempDir */
 
 /** A fresh temporary directory, removed by the returned cleanup. */
 export function tempDir(prefix = 'stowage-test-') {
@@ -42,6 +50,9 @@ export function makeRepository(root, bundles, files = {}) {
 /**
  * What a test does not set: a compile cache of its own (not the user's), and a small device
  * (the default 1 GiB arena, touched at start-up, is more than tests running side by side need).
+ * @param {NodeFile} config
+ * @param {string} dir
+ * @returns {NodeFile}
  */
 function testDefaults(config, dir) {
   const runtime = config.global?.runtime ?? {};
@@ -57,25 +68,30 @@ function testDefaults(config, dir) {
  * wait until it logs "serving" (or the line `until` accepts). Ports are 0
  * (chosen by the OS) and read from the log. Resolves to
  * { client, address, adminPort, logs, waitForLog, child, stop }.
- * @param {Record<string, any>} config
- * @param {{ env?: Record<string, string>, root?: string, until?: (entry: any) => boolean }} [options]
+ * `nodeArgs` go to node before main.js (a test's --require preload, say).
+ * @param {NodeFile} config
+ * @param {{ env?: Record<string, string>, root?: string, until?: (entry: LogEntry) => boolean, nodeArgs?: string[] }} [options]
  */
-export async function startServer(config, { env = {}, root, until = (entry) => entry.msg === 'serving' } = {}) {
-  const temp = root ? null : tempDir();
-  const dir = root ?? temp.dir;
+export async function startServer(config, { env = {}, root, until = (entry) => entry.msg === 'serving', nodeArgs = [] } = {}) {
+  const temp = root === undefined ? tempDir() : null;
+  const dir = root ?? /** @type {TempDir} */ (temp).dir;
   const file = path.join(dir, 'node.yaml');
   writeFileSync(file, YAML.stringify(testDefaults(config, dir)));
-  const child = spawn(process.execPath, [MAIN, file], {
+  const child = spawn(process.execPath, [...nodeArgs, MAIN, file], {
     env: { ...process.env, INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '0', INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  /** @type {LogEntry[]} */
   const logs = [];
+  /** @type {{ match: (entry: LogEntry) => boolean, resolve: (entry: LogEntry) => void }[]} */
   const logWaiters = [];
   let stderr = '';
   child.stderr.on('data', (d) => { stderr += d; });
   const lines = createInterface({ input: child.stdout });
+  /** @type {Promise<LogEntry>} */
   const serving = new Promise((resolve, reject) => {
     lines.on('line', (line) => {
+      /** @type {LogEntry} */
       let entry;
       try { entry = JSON.parse(line); } catch { entry = { msg: line }; }
       logs.push(entry);
@@ -102,12 +118,27 @@ export async function startServer(config, { env = {}, root, until = (entry) => e
     }
     temp?.cleanup();
   };
-  /** The first log line (already written or still to come) that `match` accepts. */
+  /**
+   * The first log line (already written or still to come) that `match` accepts.
+   * @param {(entry: LogEntry) => boolean} match
+   * @returns {Promise<LogEntry>}
+   */
   const waitForLog = (match) => {
     const seen = logs.find(match);
     return seen ? Promise.resolve(seen) : new Promise((resolve) => logWaiters.push({ match, resolve }));
   };
-  return { client, address, adminPort, logs, child, stop, waitForLog, entry, stderr: () => stderr };
+  /**
+   * Resolves once `count` log lines (written already or still to come) are ones `match` accepts.
+   * @param {(entry: LogEntry) => boolean} match
+   * @param {number} count
+   */
+  const waitForLogs = async (match, count) => {
+    while (logs.filter(match).length < count) {
+      const seen = logs.length;
+      await waitForLog((l) => logs.indexOf(l) >= seen && match(l));
+    }
+  };
+  return { client, address, adminPort, logs, child, stop, waitForLog, waitForLogs, entry, stderr: () => stderr };
 }
 
 /**
@@ -122,9 +153,14 @@ export function tensor(name, datatype, shape, data) {
   return { name, datatype, shape, data };
 }
 
-/** Scrape the server's /metrics into { 'name{labels}': value }. */
+/**
+ * Scrape the server's /metrics into { 'name{labels}': value }.
+ * @param {number | undefined} adminPort
+ * @returns {Promise<Record<string, number>>}
+ */
 export async function scrapeMetrics(adminPort) {
   const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text();
+  /** @type {Record<string, number>} */
   const samples = {};
   for (const line of text.split('\n')) {
     if (!line || line.startsWith('#')) continue;
@@ -132,4 +168,36 @@ export async function scrapeMetrics(adminPort) {
     samples[line.slice(0, at)] = Number(line.slice(at + 1));
   }
   return samples;
+}
+
+/**
+ * The data of an answer's tensor as the typed array its datatype gives, checked to be one.
+ * @template {new (...args: any[]) => import('../../dist/client/client.js').TypedArray} C
+ * @param {Tensor} t
+ * @param {C} Type Float32Array, BigInt64Array, ...
+ * @returns {InstanceType<C>}
+ */
+export function dataAs(t, Type) {
+  if (!(t.data instanceof Type)) throw new Error(`tensor ${t.name} (${t.datatype}) holds ${t.data.constructor.name}, not ${Type.name}`);
+  return /** @type {InstanceType<C>} */ (t.data);
+}
+
+/**
+ * The elements of an answer's BYTES tensor.
+ * @param {Tensor} t
+ * @returns {Uint8Array[]}
+ */
+export function bytesOf(t) {
+  if (!Array.isArray(t.data)) throw new Error(`tensor ${t.name} (${t.datatype}) is not BYTES`);
+  return t.data;
+}
+
+/**
+ * One sample of a scrape (scrapeMetrics): `name{labels}`, 0 when the server has not reported it.
+ * @param {Record<string, number>} samples
+ * @param {string} name
+ * @param {string} labels as the exposition writes them, e.g. `model="m000"`
+ */
+export function metric(samples, name, labels) {
+  return samples[`${name}{${labels}}`] ?? 0;
 }

@@ -5,21 +5,28 @@ import { cpSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'no
 import path from 'node:path';
 import { promisify } from 'node:util';
 import test from 'ava';
-import { FIXTURES, MAIN, ROOT, startServer, tempDir } from '../helpers/server.js';
+import { dataAs, FIXTURES, MAIN, ROOT, startServer, tempDir } from '../helpers/server.js';
+import { present } from '../helpers/checks.js';
 
 const GRAPHS = path.join(FIXTURES, 'graphs');
 const DIGITS = path.join(ROOT, 'bundles', 'digits');
 
-/** Run `node main.js bundle ...`; resolves to { code, stdout, stderr } whatever the exit status. */
+/**
+ * Run `node main.js bundle ...`; resolves to { code, stdout, stderr } whatever the exit status.
+ * @param {string[]} args
+ * @returns {Promise<{ code: number, stdout: string, stderr: string }>}
+ */
 async function bundle(...args) {
   try {
     const { stdout, stderr } = await promisify(execFile)(process.execPath, [MAIN, 'bundle', ...args], { timeout: 90_000 });
     return { code: 0, stdout, stderr };
   } catch (err) {
-    return { code: err.code, stdout: err.stdout, stderr: err.stderr };
+    const failed = /** @type {{ code: number, stdout: string, stderr: string }} */ (err);
+    return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr };
   }
 }
 
+/** A temporary directory removed after the test. @param {import('ava').ExecutionContext} t */
 function temp(t) {
   const dir = tempDir();
   t.teardown(dir.cleanup);
@@ -45,9 +52,9 @@ test('bundle create makes a bundle of a plain ONNX file with named dims that the
   const image = new Float32Array(2 * 3 * 25);
   for (let i = 0; i < image.length; i++) image[i] = (i % 7) - (i % 3);
   const { outputs } = await server.client.infer('pooled', [{ name: 'image', datatype: 'FP32', shape: [2, 3, 5, 5], data: image }]);
-  const scores = outputs.find((o) => o.name === 'scores');
+  const scores = present(outputs.find((o) => o.name === 'scores'), 'a scores output');
   t.deepEqual(scores.shape, [2, 4]);
-  const got = /** @type {Float32Array} */ (scores.data);
+  const got = dataAs(scores, Float32Array);
   for (let n = 0; n < 2; n++) {
     const means = [0, 1, 2].map((c) => image.subarray((n * 3 + c) * 25, (n * 3 + c + 1) * 25).reduce((a, b) => a + b, 0) / 25);
     for (let k = 0; k < 4; k++) {
@@ -55,7 +62,7 @@ test('bundle create makes a bundle of a plain ONNX file with named dims that the
       t.true(Math.abs(got[n * 4 + k] - want) < 1e-4, `scores[${n}][${k}] = ${got[n * 4 + k]}, expected ${want}`);
     }
   }
-  t.deepEqual(outputs.find((o) => o.name === 'label').shape, [2]);
+  t.deepEqual(outputs.find((o) => o.name === 'label')?.shape, [2]);
 });
 
 test('a server watching the repository picks up what bundle create writes, and never sees it half-written', async (t) => {
@@ -68,7 +75,7 @@ test('a server watching the repository picks up what bundle create writes, and n
   await server.waitForLog((e) => e.msg === 'model loaded' && e.model === 'pooled');
   const { outputs } = await server.client.infer('pooled', [{ name: 'image', datatype: 'FP32', shape: [1, 3, 5, 5], data: new Float32Array(75).fill(1) }]);
   // All-ones image: every channel's mean is 1, so scores[k] = sum over c of (4c + k) / 10.
-  t.deepEqual([...outputs.find((o) => o.name === 'scores').data].map((v) => Math.round(Number(v) * 10) / 10), [1.2, 1.5, 1.8, 2.1]);
+  t.deepEqual([...dataAs(present(outputs.find((o) => o.name === 'scores')), Float32Array)].map((v) => Math.round(v * 10) / 10), [1.2, 1.5, 1.8, 2.1]);
   t.deepEqual(server.logs.filter((e) => /refused/.test(e.msg ?? '')), [], 'the staging directory was never taken for a bundle');
 });
 
@@ -127,7 +134,12 @@ test('bundle create refuses graphs the server could not serve, naming the tensor
   t.notRegex(readFileSync(path.join(repo, 'fixed_shape', 'manifest.yaml'), 'utf8'), /batching/);
 });
 
-/** A bundle named `name` in a new repository: the digits model with `files` (manifest.yaml, model.js, ...). */
+/**
+ * A bundle named `name` in a new repository: the digits model with `files` (manifest.yaml, model.js, ...).
+ * @param {string} root
+ * @param {string} name
+ * @param {Record<string, string>} files
+ */
 function seeded(root, name, files, { model = true } = {}) {
   const dir = path.join(root, name);
   cpSync(DIGITS, dir, { recursive: true });

@@ -9,12 +9,19 @@ import { MAIN, ROOT, startServer, tempDir } from '../helpers/server.js';
 
 const run = promisify(execFile);
 
+/**
+ * Run `node main.js ...args`; resolves to its exit code and output whatever the exit status.
+ * @param {string[]} args
+ * @param {Record<string, string>} [env]
+ * @returns {Promise<{ code: number, stdout: string, stderr: string }>}
+ */
 async function main(args, env = {}) {
   try {
     const { stdout, stderr } = await run(process.execPath, [MAIN, ...args], { env: { ...process.env, ...env } });
     return { code: 0, stdout, stderr };
   } catch (err) {
-    return { code: err.code, stdout: err.stdout, stderr: err.stderr };
+    const failed = /** @type {{ code: number, stdout: string, stderr: string }} */ (err);
+    return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr };
   }
 }
 

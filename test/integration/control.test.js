@@ -3,19 +3,22 @@
 import path from 'node:path';
 import test from 'ava';
 import * as grpc from '@grpc/grpc-js';
-import { loadControlClient } from '../../dist/protocol/proto.js';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+import { ControlClient } from '../../dist/client/control.js';
+import { FIXTURES, ROOT, makeRepository, startServer, tempDir, tensor } from '../helpers/server.js';
+import { grpcError } from '../helpers/errors.js';
 
+/** @type {import('../helpers/server.js').Server} */
 let server;
+/** @type {import('../helpers/server.js').TempDir} */
 let temp;
+/** @type {ControlClient} */
 let control;
 
 test.before(async () => {
   temp = tempDir();
   const repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits'), convnet: path.join(FIXTURES, 'models', 'convnet') });
   server = await startServer({ model_repo: repo }, { root: temp.dir });
-  const Control = loadControlClient();
-  control = new Control(server.address, grpc.credentials.createInsecure());
+  control = new ControlClient(server.address);
 });
 
 test.after.always(async () => {
@@ -24,8 +27,9 @@ test.after.always(async () => {
   temp?.cleanup();
 });
 
-const call = (rpc, req) => new Promise((resolve, reject) => control[rpc](req, (err, res) => (err ? reject(err) : resolve(res))));
-const image = (rows) => ({ name: 'image', datatype: 'FP32', shape: [rows, 3, 32, 32], data: new Float32Array(rows * 3 * 32 * 32).fill(0.3) });
+/** @type {ControlClient['call']} */
+const call = (rpc, req) => control.call(rpc, req);
+const image = (/** @type {number} */ rows) => tensor('image', 'FP32', [rows, 3, 32, 32], new Float32Array(rows * 3 * 32 * 32).fill(0.3));
 
 test.serial('ModelControlStatus reports each model\'s state, instance, queue and learned cost', async (t) => {
   await server.client.infer('convnet', [image(4)]);
@@ -42,7 +46,7 @@ test.serial('ModelControlStatus reports each model\'s state, instance, queue and
   t.is(c.max_batch_size, 32);
   t.is(c.weight, 1);
   t.true(c.learned_cost.some((l) => l.batch_size === 4 && l.ms > 0), JSON.stringify(c.learned_cost));
-  const err = await t.throwsAsync(call('ModelControlStatus', { name: 'ghost' }));
+  const err = await grpcError(t, call('ModelControlStatus', { name: 'ghost' }));
   t.is(err.code, grpc.status.NOT_FOUND);
 });
 
@@ -76,15 +80,15 @@ test.serial('SetModelResidency moves a model between device, system and unpinned
   t.is((await status()).residency, 'system');
   const compacted = await call('CompactMemory', { device: -1 });
   t.true(Number(compacted.moved_bytes) >= 0);
-  for (const [rpc, req, pattern] of /** @type {[string, object, RegExp][]} */ ([
+  for (const [rpc, req, pattern] of /** @type {[import('../../dist/client/control.js').ControlRpc, any, RegExp][]} */ ([
     ['SetModelResidency', { name: 'digits', residency: 'gpu' }, /residency must be one of device, system, unpinned, got "gpu"/],
     ['CompactMemory', { device: 7 }, /no device 7; devices: 0/],
   ])) {
-    const err = await t.throwsAsync(call(rpc, req));
+    const err = await grpcError(t, call(rpc, req));
     t.is(err.code, grpc.status.INVALID_ARGUMENT);
     t.regex(err.details, pattern);
   }
-  const missing = await t.throwsAsync(call('SetModelResidency', { name: 'ghost', residency: 'device' }));
+  const missing = await grpcError(t, call('SetModelResidency', { name: 'ghost', residency: 'device' }));
   t.is(missing.code, grpc.status.NOT_FOUND);
 });
 
@@ -94,12 +98,11 @@ test('with the weight cache off, every model is resident and residency cannot ch
   const repo = makeRepository(own.dir, { digits: path.join(ROOT, 'bundles', 'digits') });
   const off = await startServer({ model_repo: repo, global: { runtime: { weight_cache_fraction: 0 } } }, { root: own.dir });
   t.teardown(() => off.stop());
-  const client = new (loadControlClient())(off.address, grpc.credentials.createInsecure());
+  const client = new ControlClient(off.address);
   t.teardown(() => client.close());
-  const offCall = (rpc, req) => new Promise((resolve, reject) => client[rpc](req, (err, res) => (err ? reject(err) : resolve(res))));
-  t.is((await offCall('ModelControlStatus', { name: 'digits' })).models[0].residency, 'device');
-  for (const [rpc, req] of [['SetModelResidency', { name: 'digits', residency: 'device' }], ['CompactMemory', { device: 0 }]]) {
-    const err = await t.throwsAsync(offCall(rpc, req));
+  t.is((await client.call('ModelControlStatus', { name: 'digits' })).models[0].residency, 'device');
+  for (const refused of [client.call('SetModelResidency', { name: 'digits', residency: 'device' }), client.call('CompactMemory', { device: 0 })]) {
+    const err = await grpcError(t, refused);
     t.is(err.code, grpc.status.INVALID_ARGUMENT);
     t.regex(err.details, /needs the on-demand weight cache, which is off \(runtime.weight_cache_fraction is 0\)/);
   }

@@ -8,22 +8,27 @@ import path from 'node:path';
 import test from 'ava';
 import { startDnsServer } from '../helpers/dns-server.js';
 import { ROOT, scrapeMetrics, startServer } from '../helpers/server.js';
+import { grpcError } from '../helpers/errors.js';
+import { awaitableCount } from '../helpers/checks.js';
 
 const NAME = 'stowage-nodes.test.svc';
 const HOSTS = ['127.0.0.2', '127.0.0.3', '127.0.0.4'];
 
-/** A port free on every one of `hosts`. */
+/**
+ * A port free on every one of `hosts`.
+ * @param {string[]} hosts
+ */
 async function freePortOn(hosts) {
   for (let attempt = 0; attempt < 20; attempt++) {
     const first = net.createServer();
     await new Promise((resolve) => first.listen(0, hosts[0], () => resolve(undefined)));
     const { port } = /** @type {net.AddressInfo} */ (first.address());
-    const others = await Promise.all(hosts.slice(1).map((host) => new Promise((resolve) => {
+    const others = await Promise.all(hosts.slice(1).map((host) => /** @type {Promise<net.Server | null>} */ (new Promise((resolve) => {
       const s = net.createServer();
       s.once('error', () => resolve(null));
       s.listen(port, host, () => resolve(s));
-    })));
-    for (const s of [first, ...others]) /** @type {net.Server | null} */ (s)?.close();
+    }))));
+    for (const s of [first, ...others]) s?.close();
     if (others.every(Boolean)) return port;
   }
   throw new Error('no port free on every loopback address');
@@ -31,12 +36,20 @@ async function freePortOn(hosts) {
 
 const image = { name: 'image', datatype: /** @type {const} */ ('FP32'), shape: [1, 8, 8], data: new Float32Array(64) };
 
-/** Inferences the node answered, from its own statistics. */
+/**
+ * Inferences the node answered, from its own statistics.
+ * @param {import('../helpers/server.js').Server} node
+ */
 async function answered(node) {
   const stats = await node.client.call('ModelStatistics', { name: 'digits' });
   return Number(stats.model_stats[0]?.inference_count ?? 0);
 }
 
+/**
+ * Polls a node's statistics until `condition` holds (a count no event announces), at most `timeoutMs`.
+ * @param {() => Promise<boolean>} condition
+ * @param {string} what
+ */
 async function until(condition, what, timeoutMs = 20_000) {
   const started = Date.now();
   while (!(await condition())) {
@@ -51,7 +64,7 @@ test('nodes found by DNS join and leave under load with no failed request; a sil
   const port = await freePortOn(HOSTS);
   let adminPort = await freePortOn(HOSTS);
   while (adminPort === port) adminPort = await freePortOn(HOSTS);
-  const startNode = async (host) => {
+  const startNode = async (/** @type {string} */ host) => {
     const node = await startServer({
       model_repo: path.join(ROOT, 'bundles'), models_include: ['digits'],
       global: { endpoints: { host } },
@@ -70,24 +83,26 @@ test('nodes found by DNS join and leave under load with no failed request; a sil
   });
   t.teardown(() => gateway.stop());
   t.regex(gateway.entry.discovery, /stowage-nodes/);
-  t.deepEqual(gateway.entry.nodes.map((n) => n.node), [`${HOSTS[0]}:${port}`]);
+  t.deepEqual(gateway.entry.nodes.map((/** @type {{ node: string }} */ n) => n.node), [`${HOSTS[0]}:${port}`]);
 
   // A bounded load: four clients in a loop until told to stop (at most 60 s).
   let stopping = false;
-  let ok = 0;
+  const ok = awaitableCount();
+  /** @type {string[]} */
   const failures = [];
   const started = Date.now();
   const load = Promise.all([0, 1, 2, 3].map(async () => {
     while (!stopping && Date.now() - started < 60_000) {
       try {
         await gateway.client.infer('digits', [image], { outputs: ['label'] });
-        ok++;
+        ok.add();
       } catch (err) {
-        failures.push(`${err.code} ${err.details}`);
+        const failure = /** @type {import('@grpc/grpc-js').ServiceError} */ (err);
+        failures.push(`${failure.code} ${failure.details}`);
       }
     }
   }));
-  await until(() => ok > 50, 'the first answers');
+  await ok.reached(50);
 
   // B appears in DNS: the gateway adds it and sends it requests.
   dns.set(NAME, [HOSTS[0], HOSTS[1]]);
@@ -104,15 +119,13 @@ test('nodes found by DNS join and leave under load with no failed request; a sil
   await gateway.waitForLog((e) => e.msg === 'node dropped' && e.node === `${HOSTS[0]}:${port}`);
   const aAnswered = await answered(a);
   await a.stop();
-  const before = ok;
-  await until(() => ok > before + 50, 'answers from B alone');
+  await ok.reached(ok.value + 50); // answers from B alone
   t.true(aAnswered > 0);
 
   // DNS stops answering: the gateway keeps B and goes on serving.
   dns.pause();
-  await gateway.waitForLog((e) => e.msg?.startsWith('node discovery: DNS does not answer'));
-  const during = ok;
-  await until(() => ok > during + 50, 'answers while DNS is silent');
+  await gateway.waitForLog((e) => e.msg?.startsWith('node discovery: DNS does not answer') ?? false);
+  await ok.reached(ok.value + 50); // answers while DNS is silent
   dns.resume();
   await gateway.waitForLog((e) => e.msg === 'node discovery: DNS answers again');
 
@@ -126,7 +139,7 @@ test('nodes found by DNS join and leave under load with no failed request; a sil
   t.deepEqual(Object.keys(metrics).filter((k) => k.startsWith('stowage_gateway_node_up')), [], 'dropped nodes leave the metrics');
 
   t.deepEqual(failures, []);
-  t.true(ok > 150, `${ok} answered`);
+  t.true(ok.value > 150, `${ok.value} answered`);
 });
 
 test('discovery is configured from the node file or the environment, and makes the process a gateway', async (t) => {
@@ -143,7 +156,7 @@ test('discovery is configured from the node file or the environment, and makes t
   t.teardown(() => gateway.stop());
   t.is(gateway.entry.gateway, 'gateway-only');
   t.is(gateway.entry.discovery, 'empty.test');
-  const down = await t.throwsAsync(gateway.client.infer('digits', [image]));
+  const down = await grpcError(t, gateway.client.infer('digits', [image]));
   t.is(down.code, 14);
   t.regex(down.details, /no node is up/);
 });

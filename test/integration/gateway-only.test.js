@@ -8,14 +8,23 @@ import * as grpc from '@grpc/grpc-js';
 import test from 'ava';
 import { inferAndCheck, random, writeBundle, mlpLayers } from '../helpers/mlp-catalog.js';
 import { scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
+import { grpcError } from '../helpers/errors.js';
 
 const SIZES = [32, 64, 4];
+/** @typedef {import('../../dist/client/client.js').ModelStreamInferResponse} StreamAnswer */
 
+/**
+ * A node serving MLPs `models` ([name, seed] each), and how to start it again.
+ * @param {import('ava').ExecutionContext} t
+ * @param {string} name
+ * @param {[string, number][]} models
+ * @param {Record<string, string>} [env]
+ */
 async function node(t, name, models, env = {}) {
   const temp = tempDir();
   t.teardown(temp.cleanup);
   const written = models.map(([model, seed]) => writeBundle(`${temp.dir}/repo`, model, mlpLayers(seed, SIZES)));
-  const start = (extraEnv = {}) => startServer({ model_repo: `${temp.dir}/repo` }, { root: temp.dir, env: { ...env, ...extraEnv } });
+  const start = (/** @type {Record<string, string>} */ extraEnv = {}) => startServer({ model_repo: `${temp.dir}/repo` }, { root: temp.dir, env: { ...env, ...extraEnv } });
   const server = await start();
   return { name, server, models: written, start };
 }
@@ -44,7 +53,7 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
   for (const model of [a0, b0, shared]) t.is(await inferAndCheck(client, model, 2, random(1)), null);
   const metadata = await client.call('ModelMetadata', { name: 'b0' });
   t.is(metadata.name, 'b0');
-  const missing = await t.throwsAsync(client.infer('ghost', [{ name: 'x', datatype: 'FP32', shape: [1, 32], data: new Float32Array(32) }]));
+  const missing = await grpcError(t, client.infer('ghost', [{ name: 'x', datatype: 'FP32', shape: [1, 32], data: new Float32Array(32) }]));
   t.is(missing.code, 5);
   t.regex(missing.details, /unknown model "ghost"; the repository serves: a0, b0, shared/);
   t.true((await client.call('ServerReady', {})).ready);
@@ -53,8 +62,8 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
   const raw = new grpc.Client(gateway.address, grpc.credentials.createInsecure());
   t.teardown(() => raw.close());
   const garbage = Buffer.from([0x0a, 0x05, 0x61]); // a 5-byte string field with 1 byte left
-  const same = (b) => b;
-  const bad = await t.throwsAsync(new Promise((resolve, reject) => raw.makeUnaryRequest('/inference.GRPCInferenceService/ModelInfer', same, same, garbage, (err, res) => (err ? reject(err) : resolve(res)))));
+  const same = (/** @type {Buffer} */ b) => b;
+  const bad = await grpcError(t, new Promise((resolve, reject) => raw.makeUnaryRequest('/inference.GRPCInferenceService/ModelInfer', same, same, garbage, (err, res) => (err ? reject(err) : resolve(res)))));
   t.is(bad.code, grpc.status.INVALID_ARGUMENT);
   t.regex(bad.details, /ModelInfer: the request is not a valid inference\.ModelInferRequest message \(model_name at byte 1 claims 5 bytes/);
   const rawStream = raw.makeBidiStreamRequest('/inference.GRPCInferenceService/ModelStreamInfer', same, same);
@@ -69,8 +78,9 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
 
   // Streaming: requests for models on both nodes on one stream, each answered with its id.
   const stream = client.stream();
+  /** @type {StreamAnswer[]} */
   const answers = [];
-  stream.on('data', (r) => answers.push(r));
+  stream.on('data', (/** @type {StreamAnswer} */ r) => answers.push(r));
   const x = () => Buffer.from(new Float32Array(32).fill(0.5).buffer);
   for (const [i, model] of ['a0', 'b0', 'ghost', 'shared'].entries()) {
     stream.write({ model_name: model, id: `r${i}`, inputs: [{ name: 'x', datatype: 'FP32', shape: ['1', '32'] }], raw_input_contents: [x()] });
@@ -79,7 +89,7 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
   await once(stream, 'end');
   const byId = Object.fromEntries(answers.map((r) => [r.infer_response?.id, r]));
   t.deepEqual(Object.keys(byId).sort(), ['r0', 'r1', 'r2', 'r3']);
-  t.is(byId.r1.infer_response.model_name, 'b0');
+  t.is(byId.r1.infer_response?.model_name, 'b0');
   t.regex(byId.r2.error_message, /unknown model "ghost"/);
 
   // Statistics: one entry per model, summed over the nodes serving it.
@@ -98,10 +108,14 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
   t.is(m[`stowage_gateway_node_up{node="${b.server.address}"}`], 1);
 
   // Bounded load from 6 clients while node b is killed and restarted on the same port.
+  /** @type {Record<string, number>} */
   const failures = { a0: 0, shared: 0, b0: 0 };
+  /** @type {Record<string, number>} */
   const ok = { a0: 0, shared: 0, b0: 0 };
   // The test moves on when the load has done what it waits for, not after a fixed time.
+  /** @type {{ done: () => boolean, resolve: () => void }[]} */
   const waiters = [];
+  /** @type {(model: string, count: number) => Promise<void>} */
   const served = (model, count) => new Promise((resolve) => waiters.push({ done: () => ok[model] >= count, resolve }));
   const progressed = () => {
     for (const w of [...waiters]) {
@@ -124,7 +138,7 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
         progressed();
       } catch (err) {
         failures[model.name]++;
-        if (model !== b0) t.log(`${model.name}: ${err.details ?? err.message}`);
+        if (model !== b0) t.log(`${model.name}: ${/** @type {import('@grpc/grpc-js').ServiceError} */ (err).details ?? err}`);
         await new Promise((r) => setTimeout(r, 5)); // the node is down: do not spin
       }
     }
@@ -132,8 +146,9 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
   // And one stream whose requests all carry the same empty id (tritonclient's default): each one
   // must get its own answer, even those in flight on node b when it dies.
   const idless = client.stream();
+  /** @type {StreamAnswer[]} */
   const idlessAnswers = [];
-  idless.on('data', (r) => idlessAnswers.push(r));
+  idless.on('data', (/** @type {StreamAnswer} */ r) => idlessAnswers.push(r));
   let idlessWritten = 0;
   const idlessLoad = (async () => {
     const y = Buffer.from(new Float32Array(32).fill(0.25).buffer);
@@ -148,6 +163,7 @@ test('two nodes behind a gateway: routing, streaming, merged index and metrics; 
   await Promise.all([served('a0', 20), served('shared', 20), served('b0', 20)]); // both nodes serving
   const port = b.server.address.split(':').pop();
   const mark = gateway.logs.length; // only what the gateway logs from now on
+  /** @type {(match: (entry: import('../helpers/server.js').LogEntry) => boolean) => (entry: import('../helpers/server.js').LogEntry) => boolean} */
   const after = (match) => (l) => gateway.logs.indexOf(l) >= mark && match(l);
   b.server.child.kill('SIGKILL');
   await once(b.server.child, 'exit');

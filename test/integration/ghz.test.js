@@ -44,11 +44,11 @@ test('ghz drives ModelInfer at concurrency 8 with zero errors', async (t) => {
   t.deepEqual(report.errorDistribution ?? {}, {});
   // A Prometheus scrape afterwards counts exactly what ghz sent.
   const metrics = await (await fetch(`http://127.0.0.1:${server.adminPort}/metrics`)).text();
-  const sample = (name) => Number(metrics.match(new RegExp(`^${name}\\{model="digits",version="1"\\} (\\S+)$`, 'm'))?.[1]);
+  const sample = (/** @type {string} */ name) => Number(metrics.match(new RegExp(`^${name}\\{model="digits",version="1"\\} (\\S+)$`, 'm'))?.[1]);
   t.is(sample('nv_inference_request_success'), 4000);
   t.is(sample('nv_inference_count'), 4000);
   t.true(sample('nv_inference_exec_count') <= 4000);
-  const ms = (ns) => (ns / 1e6).toFixed(2);
-  const pct = (p) => report.latencyDistribution.find((l) => l.percentage === p).latency;
+  const ms = (/** @type {number} */ ns) => (ns / 1e6).toFixed(2);
+  const pct = (/** @type {number} */ p) => report.latencyDistribution.find((/** @type {{ percentage: number, latency: number }} */ l) => l.percentage === p).latency;
   t.log(`ghz: ${report.count} calls at concurrency 8, ${report.rps.toFixed(0)} req/s, average ${ms(report.average)} ms, p50 ${ms(pct(50))} ms, p99 ${ms(pct(99))} ms; ${sample('nv_inference_exec_count')} executions`);
 });

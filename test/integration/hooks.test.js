@@ -4,16 +4,20 @@ import { copyFileSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+import { FIXTURES, makeRepository, ROOT, startServer, tempDir, tensor } from '../helpers/server.js';
+import { grpcError } from '../helpers/errors.js';
 
 const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8'));
 const grader = JSON.parse(readFileSync(path.join(FIXTURES, 'grader_heldout.json'), 'utf8'));
 const echoManifest = readFileSync(path.join(FIXTURES, 'models', 'echo', 'manifest.yaml'), 'utf8');
+/** @type {import('../helpers/server.js').Server} */
 let server;
+/** @type {import('../helpers/server.js').TempDir} */
 let temp;
 
 test.before(async () => {
   temp = tempDir();
+  /** @type {Record<string, string>} */
   const hooked = {};
   for (const name of ['throws', 'rejects', 'hangs', 'wrong', 'negates', 'exports-extra']) {
     hooked[`${name}/manifest.yaml`] = echoManifest;
@@ -36,7 +40,7 @@ test.after.always(async () => {
   temp?.cleanup();
 });
 
-const x = (rows, fill = (i) => i % 7) => ({ name: 'x', datatype: 'FP32', shape: [rows, 1024], data: Float32Array.from({ length: rows * 1024 }, (_, i) => fill(i)) });
+const x = (/** @type {number} */ rows, fill = (/** @type {number} */ i) => i % 7) => tensor('x', 'FP32', [rows, 1024], Float32Array.from({ length: rows * 1024 }, (_, i) => fill(i)));
 
 test('raw 8-bit images are scaled by preprocess and classified as the float model classifies them', async (t) => {
   const rows = heldout.images.slice(0, 32);
@@ -70,10 +74,10 @@ test('metadata and config show the client tensors, and requests are checked agai
   t.deepEqual(grades.outputs.map((o) => [o.name, o.datatype, o.shape.map(Number)]), [['grade', 'INT64', [-1, 1]]]);
   const { config } = await server.client.call('ModelConfig', { name: 'severity_grader' });
   t.deepEqual(config.output.map((o) => [o.name, o.data_type]), [['grade', 'TYPE_INT64']]);
-  const err = await t.throwsAsync(server.client.infer('digits_u8', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }]));
+  const err = await grpcError(t, server.client.infer('digits_u8', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }]));
   t.is(err.code, status.INVALID_ARGUMENT);
   t.regex(err.details, /expected datatype UINT8, got FP32/);
-  const out = await t.throwsAsync(server.client.infer('severity_grader', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }], { outputs: ['logits'] }));
+  const out = await grpcError(t, server.client.infer('severity_grader', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }], { outputs: ['logits'] }));
   t.regex(out.details, /unknown output "logits" for model "severity_grader"; expected one of: grade/);
 });
 
@@ -83,12 +87,12 @@ test('hooks see the request\'s parameters; pre and post both run', async (t) => 
 });
 
 test('a hook that throws, rejects or returns the wrong tensors fails only its request, saying why', async (t) => {
-  const throws = await t.throwsAsync(server.client.infer('throws', [x(1)], { parameters: { fail: { bool_param: true } } }));
+  const throws = await grpcError(t, server.client.infer('throws', [x(1)], { parameters: { fail: { bool_param: true } } }));
   t.is(throws.code, status.INTERNAL);
   t.is(throws.details, 'model "throws": the preprocess hook in model.js failed: the scanner calibration is missing');
-  const rejects = await t.throwsAsync(server.client.infer('rejects', [x(1)]));
+  const rejects = await grpcError(t, server.client.infer('rejects', [x(1)]));
   t.regex(rejects.details, /model "rejects": the postprocess hook in model\.js failed: it rejected without a reason/);
-  const wrong = await t.throwsAsync(server.client.infer('wrong', [x(3)]));
+  const wrong = await grpcError(t, server.client.infer('wrong', [x(3)]));
   t.regex(wrong.details, /model "wrong": the preprocess hook in model\.js failed: tensor "x": expected shape \[3, 1024\] \(axes "nk"\), got \[3, 512\]/);
   // The same model's next request, other models, and the server keep serving.
   const again = await server.client.infer('throws', [x(1)]);
@@ -99,7 +103,7 @@ test('a hook that throws, rejects or returns the wrong tensors fails only its re
 });
 
 test('a hook that hangs is cut off at hooks.timeout_seconds and its thread replaced; the next requests succeed', async (t) => {
-  const err = await t.throwsAsync(server.client.infer('hangs', [x(1)], { parameters: { hang: { bool_param: true } } }));
+  const err = await grpcError(t, server.client.infer('hangs', [x(1)], { parameters: { hang: { bool_param: true } } }));
   t.is(err.code, status.DEADLINE_EXCEEDED);
   t.regex(err.details, /preprocess hook ran longer than hooks\.timeout_seconds \(1\); its thread was replaced/);
   const same = await server.client.infer('hangs', [x(1)]);

@@ -21,10 +21,11 @@ async function windowsGranted(address) {
     stream.end(Buffer.from([0, 0, 0, 0, 0])); // an empty, uncompressed ServerLiveRequest
     stream.resume();
     const { 'grpc-status': status } = /** @type {Record<string, string>} */ (await trailers);
-    // The SETTINGS frame and the WINDOW_UPDATE follow the first stream; give them a moment of I/O.
-    for (let i = 0; i < 50 && client.remoteSettings.initialWindowSize === 65535; i++) await new Promise((r) => setTimeout(r, 10));
+    // The server widens a connection when its first stream arrives: its SETTINGS and WINDOW_UPDATE
+    // are sent then, before that stream's answer, so they are here by its trailers. A ping's round
+    // trip makes sure every frame sent before its answer has been read.
     await new Promise((r) => client.ping(r));
-    return { status, stream: client.remoteSettings.initialWindowSize, connection: client.state.remoteWindowSize };
+    return { status, stream: client.remoteSettings.initialWindowSize, connection: client.state.remoteWindowSize ?? 0 };
   } finally {
     client.close();
   }

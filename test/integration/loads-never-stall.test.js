@@ -6,23 +6,29 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
 import { mlpLayers, writeBundle } from '../helpers/mlp-catalog.js';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+import { dataAs, FIXTURES, makeRepository, ROOT, startServer, tempDir } from '../helpers/server.js';
 
 const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8'));
 const image = Float32Array.from(heldout.images[0]);
 const CLIENTS = 2;
 
-const p99 = (latencies) => [...latencies].sort((a, b) => a - b)[Math.min(latencies.length - 1, Math.floor(latencies.length * 0.99))];
+const p99 = (/** @type {number[]} */ latencies) => [...latencies].sort((a, b) => a - b)[Math.min(latencies.length - 1, Math.floor(latencies.length * 0.99))];
 
-/** Send digits requests from CLIENTS loops until `until()` says stop; the latencies in ms. */
+/**
+ * Send digits requests from CLIENTS loops until `until()` says stop; the latencies in ms.
+ * @param {import('../../dist/client/client.js').InferenceClient} client
+ * @param {(answered: number) => boolean} until
+ */
 async function traffic(client, until) {
+  /** @type {number[]} */
   const latencies = [];
   await Promise.all(Array.from({ length: CLIENTS }, async () => {
     while (!until(latencies.length)) {
       const started = performance.now();
       const { outputs } = await client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: image }], { outputs: ['label'] });
       latencies.push(performance.now() - started);
-      if (Number(outputs[0].data[0]) !== heldout.labels[0]) throw new Error(`digits answered ${outputs[0].data[0]}, expected ${heldout.labels[0]}`);
+      const label = Number(dataAs(outputs[0], BigInt64Array)[0]);
+      if (label !== heldout.labels[0]) throw new Error(`digits answered ${label}, expected ${heldout.labels[0]}`);
     }
   }));
   return latencies;

@@ -3,8 +3,7 @@
 // the measured loads are balanced; a model with replicas spreads over two devices; repacking
 // while clients keep calling fails no request.
 import test from 'ava';
-import * as grpc from '@grpc/grpc-js';
-import { loadControlClient } from '../../dist/protocol/proto.js';
+import { ControlClient } from '../../dist/client/control.js';
 import { inferAndCheck, mlpWeightBytes, random, writeCatalog } from '../helpers/mlp-catalog.js';
 import { scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
 
@@ -13,6 +12,12 @@ const COUNT = 24;
 const MODEL_BYTES = mlpWeightBytes(SIZES);
 const BUDGET = Math.floor((COUNT * MODEL_BYTES) / 3 / 64) * 64; // the catalog is 3x one device
 
+/**
+ * A four-device node under lpt_packing serving a catalog of `count` MLPs; `placement()` reads where each model is.
+ * @param {import('ava').ExecutionContext} t
+ * @param {Record<string, unknown>} scheduling the node file's gateway.scheduling
+ * @param {{ count?: number }} [options]
+ */
 async function serve(t, scheduling, { count = COUNT } = {}) {
   const temp = tempDir();
   t.teardown(temp.cleanup);
@@ -28,17 +33,23 @@ async function serve(t, scheduling, { count = COUNT } = {}) {
     },
   }, { root: temp.dir });
   t.teardown(() => server.stop());
-  const control = new (loadControlClient())(server.address, grpc.credentials.createInsecure());
+  const control = new ControlClient(server.address);
   t.teardown(() => control.close());
   const placement = async () => {
-    const { models: status } = await new Promise((resolve, reject) => control.ModelControlStatus({ name: '' }, (err, res) => (err ? reject(err) : resolve(res))));
+    const { models: status } = await control.call('ModelControlStatus', { name: '' });
     return Object.fromEntries(status.map((m) => [m.name, m.placed_devices]));
   };
   return { server, models, placement };
 }
 
-/** `clients` concurrent callers making `calls` checked calls in all, models chosen by `choose`; resolves to the failures. */
+/**
+ * `clients` concurrent callers making `calls` checked calls in all, models chosen by `choose`; resolves to the failures.
+ * @param {import('ava').ExecutionContext} t
+ * @param {import('../helpers/server.js').Server} server
+ * @param {{ calls: number, clients: number, choose: (next: () => number) => import('../helpers/mlp-catalog.js').CatalogModel, seed?: number }} load
+ */
 async function traffic(t, server, { calls, clients, choose, seed = 1 }) {
+  /** @type {string[]} */
   const failures = [];
   let left = calls;
   const next = random(seed);
@@ -49,7 +60,7 @@ async function traffic(t, server, { calls, clients, choose, seed = 1 }) {
         const wrong = await inferAndCheck(server.client, model, 1 + Math.floor(next() * 2), next);
         if (wrong) failures.push(wrong);
       } catch (err) {
-        failures.push(`${model.name}: ${err.message}`);
+        failures.push(`${model.name}: ${/** @type {Error} */ (err).message}`);
       }
     }
   }));
@@ -65,7 +76,7 @@ test('each model on one device, every answer its own, loads within 1.3x; repacki
   t.deepEqual(perDevice, [6, 6, 6, 6], 'at start-up, packed by weight bytes: equal models, equal counts');
   // Skew: the models of device 0 get most of the traffic, so a repack must spread them.
   const hot = models.filter((m) => start[m.name][0] === 0);
-  const skewed = (next) => (next() < 0.8 ? hot[Math.floor(next() * hot.length)] : models[Math.floor(next() * models.length)]);
+  const skewed = (/** @type {() => number} */ next) => (next() < 0.8 ? hot[Math.floor(next() * hot.length)] : models[Math.floor(next() * models.length)]);
   let failed = 0;
   for (let round = 0; round < 20 && !server.logs.some((l) => l.msg === 'model moved'); round++) {
     failed += await traffic(t, server, { calls: 400, clients: 8, choose: skewed, seed: 100 + round });
@@ -76,7 +87,7 @@ test('each model on one device, every answer its own, loads within 1.3x; repacki
   const mark = server.logs.length;
   const packingsSinceMark = () => server.logs.slice(mark).filter((l) => l.msg === 'models packed onto devices').length;
   for (let round = 0; round < 20 && packingsSinceMark() < 2; round++) {
-    failed += await traffic(t, server, { calls: 500, clients: 8, choose: (next) => models[Math.floor(next() * models.length)], seed: 2 + round });
+    failed += await traffic(t, server, { calls: 500, clients: 8, choose: (/** @type {() => number} */ next) => models[Math.floor(next() * models.length)], seed: 2 + round });
   }
   t.true(packingsSinceMark() >= 2, 'the even traffic was measured and packed');
   t.is(failed, 0, 'no request failed while models moved');
@@ -111,7 +122,7 @@ test('default_replicas: all puts every model on every device, and a device that 
   const { server, placement } = await serve(t, { default_replicas: 'all', rebalance_compute_seconds: 0 }, { count: 12 });
   const placed = await placement();
   t.true(Object.values(placed).every((ids) => [...ids].sort().join() === '0,1,2,3'));
-  const warning = server.logs.find((l) => l.level === 40 && /the models placed on it need \d+ bytes of weights, more than its budget of \d+; it will thrash/.test(l.msg));
+  const warning = server.logs.find((l) => l.level === 40 && /the models placed on it need \d+ bytes of weights, more than its budget of \d+; it will thrash/.test(l.msg ?? ''));
   t.truthy(warning, 'twelve models of a catalog sized for 24 at one third each do not fit one device');
-  t.is(warning.budget, BUDGET);
+  t.is(warning?.budget, BUDGET);
 });

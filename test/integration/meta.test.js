@@ -5,11 +5,12 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+import { dataAs, FIXTURES, makeRepository, ROOT, startServer, tempDir, tensor } from '../helpers/server.js';
+import { grpcError } from '../helpers/errors.js';
 
 const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8'));
 const grader = JSON.parse(readFileSync(path.join(FIXTURES, 'grader_heldout.json'), 'utf8'));
-const meta = (name, models) => `format_version: "2.0"
+const meta = (/** @type {string} */ name, /** @type {string[]} */ models) => `format_version: "2.0"
 kind: meta
 models: [${models.join(', ')}]
 client_inputs:
@@ -17,7 +18,9 @@ client_inputs:
 client_outputs:
 ${name === 'report' ? '  - { name: label, dtype: i64, shape: n }\n  - { name: grade, dtype: i64, shape: ny, dims: { y: 1 } }' : '  - { name: label, dtype: i64, shape: n }'}
 `;
+/** @type {import('../helpers/server.js').Server} */
 let server;
+/** @type {import('../helpers/server.js').TempDir} */
 let temp;
 
 test.before(async () => {
@@ -43,7 +46,7 @@ test.after.always(async () => {
   temp?.cleanup();
 });
 
-const images = (from, n) => ({ name: 'image', datatype: 'FP32', shape: [n, 8, 8], data: Float32Array.from(heldout.images.slice(from, from + n).flat()) });
+const images = (/** @type {number} */ from, /** @type {number} */ n) => tensor('image', 'FP32', [n, 8, 8], Float32Array.from(heldout.images.slice(from, from + n).flat()));
 
 test('a meta model calls two sub-models in parallel and combines their answers', async (t) => {
   const { outputs } = await server.client.infer('report', [images(0, 16)]);
@@ -63,7 +66,7 @@ test('metadata describes the meta model\'s client tensors as an ensemble', async
 });
 
 test.serial('16 concurrent meta requests coalesce their sub-calls, and each model counts its own', async (t) => {
-  const stats = async (name) => (await server.client.call('ModelStatistics', { name })).model_stats[0];
+  const stats = async (/** @type {string} */ name) => (await server.client.call('ModelStatistics', { name })).model_stats[0];
   const [digitsBefore, metaBefore] = [await stats('digits'), await stats('per_row')];
   const results = await Promise.all(Array.from({ length: 16 }, (_, i) => server.client.infer('per_row', [images(i * 4, 4)])));
   for (const [i, r] of results.entries()) {
@@ -82,10 +85,10 @@ test.serial('16 concurrent meta requests coalesce their sub-calls, and each mode
 test('a failed sub-call rejects inside run: handled, or failing the meta request with its status', async (t) => {
   const handled = await server.client.infer('per_row', [images(0, 2)], { parameters: { bad_shape: { bool_param: true }, handle: { bool_param: true } } });
   t.deepEqual([...handled.outputs[0].data], [-3n, -3n], 'INVALID_ARGUMENT (3), handled by run');
-  const unhandled = await t.throwsAsync(server.client.infer('per_row', [images(0, 1)], { parameters: { bad_shape: { bool_param: true } } }));
+  const unhandled = await grpcError(t, server.client.infer('per_row', [images(0, 1)], { parameters: { bad_shape: { bool_param: true } } }));
   t.is(unhandled.code, status.INVALID_ARGUMENT);
   t.regex(unhandled.details, /model "per_row": the run hook in model\.js failed: .*"image"/);
-  const unlisted = await t.throwsAsync(server.client.infer('per_row', [images(0, 1)], { parameters: { call_unknown: { bool_param: true } } }));
+  const unlisted = await grpcError(t, server.client.infer('per_row', [images(0, 1)], { parameters: { call_unknown: { bool_param: true } } }));
   t.regex(unlisted.details, /may call only digits \(its manifest's models\), not "not_listed"/);
 });
 
@@ -98,12 +101,13 @@ test('a meta model that calls itself or an unknown model is refused at load', as
 });
 
 test('sub-calls inherit the meta request\'s deadline: past it they fail, and so does the meta request, DEADLINE_EXCEEDED', async (t) => {
-  const err = await t.throwsAsync(server.client.infer('per_row', [images(0, 32)], { parameters: { timeout: { int64_param: '1' } } }));
+  const err = await grpcError(t, server.client.infer('per_row', [images(0, 32)], { parameters: { timeout: { int64_param: '1' } } }));
   t.is(err.code, status.DEADLINE_EXCEEDED);
   t.regex(err.details, /model "per_row": the run hook in model\.js failed: request for model "digits" did not run/);
 });
 
 test('the worked example finds and reads the digits on canvases with 0 to 5 digits', async (t) => {
+  /** @type {{ canvas: number[][], digits: { box: number[], digit: number }[] }[]} */
   const canvases = JSON.parse(readFileSync(path.join(FIXTURES, 'digit_canvases.json'), 'utf8'));
   const temp2 = tempDir();
   t.teardown(temp2.cleanup);
@@ -114,7 +118,7 @@ test('the worked example finds and reads the digits on canvases with 0 to 5 digi
   let total = 0;
   for (const { canvas, digits } of canvases) {
     const { outputs } = await finder.client.infer('digit_finder', [{ name: 'canvas', datatype: 'FP32', shape: [32, 32], data: Float32Array.from(canvas.flat()) }]);
-    const by = Object.fromEntries(outputs.map((o) => [o.name, [...o.data].map(Number)]));
+    const by = Object.fromEntries(outputs.map((o) => [o.name, [...dataAs(o, BigInt64Array)].map(Number)]));
     t.is(by.count[0], digits.length);
     const boxes = Array.from({ length: digits.length }, (_, k) => by.boxes.slice(k * 4, k * 4 + 4));
     t.deepEqual(boxes, digits.map((d) => d.box), 'boxes in reading order');

@@ -5,20 +5,26 @@ import { copyFileSync, cpSync, renameSync, rmSync, writeFileSync } from 'node:fs
 import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+import { dataAs, FIXTURES, makeRepository, ROOT, startServer, tempDir } from '../helpers/server.js';
+import { grpcError } from '../helpers/errors.js';
 
 const MODELS = path.join(FIXTURES, 'models');
 const x = Float32Array.from({ length: 1024 }, (_, i) => (i % 17) - 8);
 /** @returns {[string, import('../../dist/client/client.js').Tensor[]]} */
-const request = (model) => [model, [{ name: 'x', datatype: 'FP32', shape: [1, 1024], data: x }]];
+const request = (/** @type {string} */ model) => [model, [{ name: 'x', datatype: 'FP32', shape: [1, 1024], data: x }]];
 
-/** Which version answered: 1 for identity (echo), 2 for doubling; 0 for anything else. */
-function version(out) {
+/**
+ * Which version answered: 1 for identity (echo), 2 for doubling; 0 for anything else.
+ * @param {import('../../dist/client/client.js').Tensor} tensor
+ */
+function version(tensor) {
+  const out = dataAs(tensor, Float32Array);
   if (out.every((v, i) => v === x[i])) return 1;
   if (out.every((v, i) => v === 2 * x[i])) return 2;
   return 0;
 }
 
+/** @param {import('ava').ExecutionContext} t */
 async function dynamicServer(t) {
   const temp = tempDir();
   t.teardown(temp.cleanup);
@@ -31,21 +37,23 @@ async function dynamicServer(t) {
 test('a model swapped on disk under continuous load switches versions with zero failed requests', async (t) => {
   const { server, repo } = await dynamicServer(t);
   let sent = 0;
+  /** @type {string[]} */
   const failed = [];
   const seen = new Set();
   let stop = false;
-  let sawNew;
-  const switched = new Promise((resolve) => { sawNew = resolve; });
+  /** @type {() => void} */
+  let sawNew = () => {};
+  const switched = new Promise((resolve) => { sawNew = () => resolve(undefined); });
   const clients = Array.from({ length: 4 }, async () => {
     while (!stop) {
       sent++;
       try {
         const { outputs } = await server.client.infer(...request('m'));
-        const v = version(outputs[0].data);
+        const v = version(outputs[0]);
         seen.add(v);
         if (v === 2) sawNew();
       } catch (err) {
-        failed.push(err.details);
+        failed.push(/** @type {import('@grpc/grpc-js').ServiceError} */ (err).details);
       }
     }
   });
@@ -64,7 +72,7 @@ test('a model swapped on disk under continuous load switches versions with zero 
   t.false(seen.has(0), 'every answer came from one version or the other');
   t.true(seen.has(1) && seen.has(2));
   const { outputs } = await server.client.infer(...request('m'));
-  t.is(version(outputs[0].data), 2, 'later requests use the new version');
+  t.is(version(outputs[0]), 2, 'later requests use the new version');
   t.truthy(server.logs.find((l) => l.msg === 'bundle changed on disk: reloading' && l.model === 'm'));
 });
 
@@ -77,7 +85,7 @@ test('a bundle added on disk loads, and one removed answers NOT_FOUND', async (t
 
   rmSync(path.join(repo, 'digits'), { recursive: true });
   await server.waitForLog((l) => l.msg === 'model removed' && l.model === 'digits');
-  const err = await t.throwsAsync(server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }]));
+  const err = await grpcError(t, server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }]));
   t.is(err.code, status.NOT_FOUND);
   const names = (await server.client.call('RepositoryIndex', {})).models.map((m) => m.name);
   t.false(names.includes('digits'));
@@ -88,10 +96,10 @@ test('a broken change keeps the loaded version serving, with the reason in the i
   writeFileSync(path.join(repo, 'm', 'manifest.yaml'), 'format_version: "2.0"\nexecutable_inputs: [ { name: x, dtype: f32, shape: nk, dims: { k: 7 } } ]\nexecutable_outputs: [ { name: y, dtype: f32, shape: nk, dims: { k: 1024 } } ]\nbatching: { compiled_batch_sizes: [1] }\n');
   await server.waitForLog((l) => String(l.msg).startsWith('reload refused') && l.model === 'm');
   const { outputs } = await server.client.infer(...request('m'));
-  t.is(version(outputs[0].data), 1, 'the old version still answers');
+  t.is(version(outputs[0]), 1, 'the old version still answers');
   const m = (await server.client.call('RepositoryIndex', {})).models.find((r) => r.name === 'm');
-  t.is(m.state, 'READY');
-  t.regex(m.reason, /reload failed, still serving the loaded version: .*axis 'k' is 7 in the manifest, 1024 in the graph/);
+  t.is(m?.state, 'READY');
+  t.regex(m?.reason ?? '', /reload failed, still serving the loaded version: .*axis 'k' is 7 in the manifest, 1024 in the graph/);
 });
 
 test('static mode keeps the start-up set: load and unload are refused', async (t) => {
@@ -101,7 +109,7 @@ test('static mode keeps the start-up set: load and unload are refused', async (t
   const server = await startServer({ model_repo: repo, global: { model_control_mode: 'static' } }, { root: temp.dir });
   t.teardown(() => server.stop());
   for (const rpc of ['RepositoryModelLoad', 'RepositoryModelUnload']) {
-    const err = await t.throwsAsync(server.client.call(rpc, { model_name: 'digits' }));
+    const err = await grpcError(t, server.client.call(rpc, { model_name: 'digits' }));
     t.is(err.code, status.FAILED_PRECONDITION, rpc);
     t.regex(err.details, /model_control_mode is static/);
   }

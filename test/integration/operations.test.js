@@ -9,8 +9,8 @@ import { InferenceClient } from '../../dist/client/client.js';
 import { FIXTURES, ROOT, makeRepository, scrapeMetrics, startServer, tempDir, tensor } from '../helpers/server.js';
 
 const CONVNET = path.join(FIXTURES, 'models', 'convnet');
-const image = (rows) => tensor('image', 'FP32', [rows, 3, 32, 32], new Float32Array(rows * 3 * 32 * 32).fill(0.2));
-const digit = (rows) => tensor('image', 'FP32', [rows, 8, 8], new Float32Array(rows * 64));
+const image = (/** @type {number} */ rows) => tensor('image', 'FP32', [rows, 3, 32, 32], new Float32Array(rows * 3 * 32 * 32).fill(0.2));
+const digit = (/** @type {number} */ rows) => tensor('image', 'FP32', [rows, 8, 8], new Float32Array(rows * 64));
 
 
 test('/metrics counts exactly the requests, rows and executions sent, with Triton\'s names', async (t) => {
@@ -96,6 +96,7 @@ test('SIGTERM under load: every admitted request completes, then the process exi
   t.teardown(() => clients.forEach((c) => c.close()));
   let signalled = false;
   let completedAfterSignal = 0;
+  /** @type {import('@grpc/grpc-js').ServiceError[]} */
   const failures = [];
   const load = clients.map(async (c) => {
     for (;;) {
@@ -104,7 +105,7 @@ test('SIGTERM under load: every admitted request completes, then the process exi
         t.deepEqual(outputs[0].shape, [32, 10]);
         if (signalled) completedAfterSignal++;
       } catch (err) {
-        failures.push(err);
+        failures.push(/** @type {import('@grpc/grpc-js').ServiceError} */ (err));
         return;
       }
     }

@@ -12,7 +12,11 @@ import { ROOT, startServer } from '../helpers/server.js';
 const PERF_ANALYZER = path.join(ROOT, '.toolchain', 'perf_analyzer', 'perf_analyzer');
 const run = promisify(execFile);
 
-/** Requests the server answered successfully for `model`, from its own statistics. */
+/**
+ * Requests the server answered successfully for `model`, from its own statistics.
+ * @param {import('../helpers/server.js').Server} server
+ * @param {string} model
+ */
 async function served(server, model) {
   const { model_stats: [stats] } = await server.client.call('ModelStatistics', { name: model });
   return Number(stats.inference_stats.success.count);
@@ -22,6 +26,10 @@ async function served(server, model) {
  * One bounded perf_analyzer run: windows of 100 requests at `concurrency`, at most 10 of them.
  * This checks that it works against us, not how fast: the stability band is wide (1000%) so that
  * a busy machine (other test files run beside this one) cannot fail it.
+ * @param {import('ava').ExecutionContext} t
+ * @param {import('../helpers/server.js').Server} server
+ * @param {number} concurrency
+ * @param {string[]} [extra]
  */
 async function perfAnalyzer(t, server, concurrency, extra = []) {
   const { stdout } = await run(PERF_ANALYZER, [
@@ -32,12 +40,13 @@ async function perfAnalyzer(t, server, concurrency, extra = []) {
     ...extra,
   ], { timeout: 60_000, maxBuffer: 16 * 1024 * 1024 });
   const summary = stdout.match(/Concurrency: (\d+), throughput: ([\d.]+) infer\/sec, latency (\d+) usec/);
-  t.truthy(summary, stdout);
+  if (!summary) throw new Error(`perf_analyzer printed no summary:\n${stdout}`);
   t.log(summary[0]);
   const sent = stdout.match(/Server:\s+Inference count: (\d+)/);
   return { throughput: Number(summary[2]), serverCount: Number(sent?.[1]), stdout };
 }
 
+/** @type {import('../helpers/server.js').Server} */
 let server;
 test.before(async () => {
   server = await startServer({ model_repo: path.join(ROOT, 'bundles') });

@@ -5,11 +5,14 @@ import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
 import { InferenceClient } from '../../dist/client/client.js';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir, tensor } from '../helpers/server.js';
+import { dataAs, FIXTURES, makeRepository, ROOT, startServer, tempDir, tensor } from '../helpers/server.js';
+import { present } from '../helpers/checks.js';
 
 const MODELS = path.join(FIXTURES, 'models');
+/** @type {{ server: import('../helpers/server.js').Server, temp: import('../helpers/server.js').TempDir }[]} */
 const servers = [];
 
+/** A server of echo, convnet and digits with these scheduler settings, stopped after the tests. */
 async function serve(scheduler = {}) {
   const temp = tempDir();
   const repo = makeRepository(temp.dir, {
@@ -29,7 +32,12 @@ test.after.always(async () => {
   }
 });
 
-/** A convnet input whose every row is unique to (client, request, row). */
+/**
+ * A convnet input whose every row is unique to (client, request, row).
+ * @param {number} client
+ * @param {number} request
+ * @param {number} rows
+ */
 function image(client, request, rows) {
   const data = new Float32Array(rows * 3 * 32 * 32);
   for (let r = 0; r < rows; r++) {
@@ -38,27 +46,28 @@ function image(client, request, rows) {
   return tensor('image', 'FP32', [rows, 3, 32, 32], data);
 }
 
-const stats = async (client, name) => (await client.call('ModelStatistics', { name })).model_stats[0];
+const stats = async (/** @type {InferenceClient} */ client, /** @type {string} */ name) => (await client.call('ModelStatistics', { name })).model_stats[0];
 
 test.serial('32 concurrent clients share executions and each gets exactly its own rows back', async (t) => {
   const server = await serve();
   const { client } = server;
   const CLIENTS = 32;
   const REQUESTS = 4;
-  const rowsOf = (c, r) => 1 + ((c + r) % 3);
+  const rowsOf = (/** @type {number} */ c, /** @type {number} */ r) => 1 + ((c + r) % 3);
   // References: every request alone, one at a time (nothing to coalesce with).
+  /** @type {Map<string, Float32Array>} */
   const expected = new Map();
   for (let c = 0; c < CLIENTS; c++) {
     for (let r = 0; r < REQUESTS; r++) {
       const { outputs } = await client.infer('convnet', [image(c, r, rowsOf(c, r))]);
-      expected.set(`${c}/${r}`, outputs[0].data);
+      expected.set(`${c}/${r}`, dataAs(outputs[0], Float32Array));
     }
   }
   const before = await stats(client, 'convnet');
   await Promise.all(Array.from({ length: CLIENTS }, async (_, c) => {
     for (let r = 0; r < REQUESTS; r++) {
       const { outputs } = await client.infer('convnet', [image(c, r, rowsOf(c, r))]);
-      const want = expected.get(`${c}/${r}`);
+      const want = present(expected.get(`${c}/${r}`));
       t.deepEqual(outputs[0].shape, [rowsOf(c, r), 10]);
       const got = /** @type {Float32Array} */ (outputs[0].data);
       const worst = Math.max(...want.map((v, i) => Math.abs(v - got[i])));

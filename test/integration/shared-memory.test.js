@@ -5,10 +5,14 @@ import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
 import { createRegion, destroyRegion, readRegion, writeRegion } from '../../dist/client/shared-memory.js';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../helpers/server.js';
+import { bytesOf, FIXTURES, makeRepository, ROOT, startServer, tempDir } from '../helpers/server.js';
+import { grpcError } from '../helpers/errors.js';
 
+/** @type {import('../helpers/server.js').Server} */
 let server;
+/** @type {import('../helpers/server.js').TempDir} */
 let temp;
+/** @type {string[]} */
 const keys = [];
 
 test.before(async () => {
@@ -29,6 +33,11 @@ test.after.always(async () => {
   temp?.cleanup();
 });
 
+/**
+ * A shared-memory object of `byteSize` bytes made for this test (removed after it).
+ * @param {string} label
+ * @param {number} byteSize
+ */
 function region(label, byteSize) {
   const key = `/stowage_it_${process.pid}_${label}`;
   createRegion(key, byteSize);
@@ -36,7 +45,7 @@ function region(label, byteSize) {
   return key;
 }
 
-const images = (rows, seed) => Float32Array.from({ length: rows * 3 * 32 * 32 }, (_, i) => Math.cos(seed + i * 0.01));
+const images = (/** @type {number} */ rows, /** @type {number} */ seed) => Float32Array.from({ length: rows * 3 * 32 * 32 }, (_, i) => Math.cos(seed + i * 0.01));
 
 test.serial('inputs are read from the region and outputs written into it', async (t) => {
   const x = images(4, 1);
@@ -61,9 +70,10 @@ test.serial('outputs in the region are right whichever way they get there: compu
   writeRegion(key, 0, x);
   await server.client.registerSystemSharedMemory('ways', key, x.byteLength + 8 * out);
   const inline = [...(await server.client.infer('convnet', [{ name: 'image', datatype: 'FP32', shape: [4, 3, 32, 32], data: x }])).outputs[0].data];
+  /** @type {import('../../dist/client/client.js').SharedMemoryInput[]} */
   const input = [{ name: 'image', datatype: 'FP32', shape: [4, 3, 32, 32], sharedMemory: { region: 'ways', byteSize: x.byteLength } }];
-  const scoresAt = (offset) => ({ outputs: [{ name: 'scores', sharedMemory: { region: 'ways', byteSize: out, offset } }] });
-  const read = (offset) => [...new Float32Array(readRegion(key, offset, out).buffer.slice(0))];
+  const scoresAt = (/** @type {number} */ offset) => ({ outputs: [{ name: 'scores', sharedMemory: { region: 'ways', byteSize: out, offset } }] });
+  const read = (/** @type {number} */ offset) => [...new Float32Array(readRegion(key, offset, out).buffer.slice(0))];
 
   // Aligned, alone: ONNX Runtime computes into the region.
   await server.client.infer('convnet', input, scoresAt(x.byteLength));
@@ -101,6 +111,7 @@ test.serial('unregistering a region while requests read it is safe, and they ans
   writeRegion(key, 0, x);
   const reference = (await server.client.infer('convnet', [{ name: 'image', datatype: 'FP32', shape: [32, 3, 32, 32], data: x }])).outputs[0].data;
   await server.client.registerSystemSharedMemory('busy', key, x.byteLength);
+  /** @type {import('../../dist/client/client.js').SharedMemoryInput[]} */
   const input = [{ name: 'image', datatype: 'FP32', shape: [32, 3, 32, 32], sharedMemory: { region: 'busy', byteSize: x.byteLength } }];
   const inflight = Array.from({ length: 4 }, () => server.client.infer('convnet', input));
   await server.client.unregisterSystemSharedMemory('busy');
@@ -110,7 +121,7 @@ test.serial('unregistering a region while requests read it is safe, and they ans
     if (r.status === 'rejected') t.fail(r.reason?.details);
     else t.deepEqual([...r.value.outputs[0].data], [...reference]);
   }
-  const after = await t.throwsAsync(server.client.infer('convnet', input));
+  const after = await grpcError(t, server.client.infer('convnet', input));
   t.is(after.code, status.NOT_FOUND);
   t.regex(after.details, /no shared-memory region "busy" is registered/);
 });
@@ -135,13 +146,13 @@ test.serial('BYTES inputs are parsed from the region', async (t) => {
   const inputs = Object.entries(numeric).map(([n, [datatype, Ctor]]) => ({ name: `in_${n}`, datatype, shape: [2, 3], data: new Ctor(6) }));
   inputs.push({ name: 'in_bytes', datatype: 'BYTES', shape: [2, 3], sharedMemory: { region: 'bytes', byteSize: framed.byteLength } });
   const { outputs } = await server.client.infer('dtypes', inputs, { outputs: ['out_bytes'] });
-  t.deepEqual(outputs[0].data.map((b) => new TextDecoder().decode(b)), strings.map((s) => new TextDecoder().decode(s)));
+  t.deepEqual(bytesOf(outputs[0]).map((b) => new TextDecoder().decode(b)), strings.map((s) => new TextDecoder().decode(s)));
   await server.client.unregisterSystemSharedMemory('bytes');
 });
 
 test('keys that are not shared-memory names are refused before anything is opened', async (t) => {
   for (const key of ['no_slash', '/a/b', '/../../etc/passwd', '/..']) {
-    const err = await t.throwsAsync(server.client.registerSystemSharedMemory(`k${keys.length}`, key, 16));
+    const err = await grpcError(t, server.client.registerSystemSharedMemory(`k${keys.length}`, key, 16));
     t.is(err.code, status.INVALID_ARGUMENT, key);
     t.regex(err.details, /not a POSIX shared-memory name/, key);
   }
@@ -151,9 +162,9 @@ test('status lists what is registered; names starting with triton_ are reserved'
   const key = region('status', 64);
   await server.client.registerSystemSharedMemory('st', key, 32, 16);
   t.deepEqual((await server.client.systemSharedMemoryStatus('st')).st, { name: 'st', key, offset: 16, byteSize: 32 });
-  const reserved = await t.throwsAsync(server.client.registerSystemSharedMemory('triton_x', key, 16));
+  const reserved = await grpcError(t, server.client.registerSystemSharedMemory('triton_x', key, 16));
   t.is(reserved.code, status.INVALID_ARGUMENT);
   await server.client.unregisterSystemSharedMemory('st');
-  const gone = await t.throwsAsync(server.client.systemSharedMemoryStatus('st'));
+  const gone = await grpcError(t, server.client.systemSharedMemoryStatus('st'));
   t.is(gone.code, status.NOT_FOUND);
 });

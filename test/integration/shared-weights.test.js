@@ -7,17 +7,24 @@ import { alignUp } from '../../dist/actors/device/arena.js';
 import { weightKey } from '../../dist/actors/compiler/compile-cache.js';
 import { WEIGHT_MIN_BYTES } from '../../dist/actors/compiler/split-weights.js';
 import { denseLayer, inferAndCheck, random, writeBundle, writeVariants } from '../helpers/mlp-catalog.js';
-import { scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
+import { metric, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
 
 const SIZES = [64, 512, 512, 8];
 const COUNT = 50;
 
-/** The distinct tensors the server will hold for these models: key -> bytes (as the compile step splits them). */
+/** @typedef {import('../helpers/mlp-catalog.js').CatalogModel} CatalogModel */
+/** @typedef {import('../helpers/mlp-catalog.js').Layer} Layer */
+
+/**
+ * The distinct tensors the server will hold for these models: key -> bytes (as the compile step splits them).
+ * @param {{ layers: Layer[] }[]} models
+ */
 function distinctTensors(models) {
+  /** @type {Map<string, number>} */
   const tensors = new Map();
   for (const { layers } of models) {
     for (const l of layers) {
-      for (const [data, dims] of [[l.w, [l.inputs, l.outputs]], [l.b, [l.outputs]]]) {
+      for (const [data, dims] of /** @type {[Float32Array, number[]][]} */ ([[l.w, [l.inputs, l.outputs]], [l.b, [l.outputs]]])) {
         if (data.byteLength < WEIGHT_MIN_BYTES) continue; // stays in the executable
         tensors.set(weightKey('FP32', dims, new Uint8Array(data.buffer, data.byteOffset, data.byteLength)), data.byteLength);
       }
@@ -25,10 +32,15 @@ function distinctTensors(models) {
   }
   return tensors;
 }
-const sum = (xs) => [...xs].reduce((a, b) => a + b, 0);
-const metric = (m, name, labels) => m[`${name}{${labels}}`] ?? 0;
+const sum = (/** @type {Iterable<number>} */ xs) => [...xs].reduce((a, b) => a + b, 0);
 
-/** Serve the models `write(repo)` writes, with runtime settings computed from them. */
+/**
+ * Serve the models `write(repo)` writes, with runtime settings computed from them.
+ * @param {import('ava').ExecutionContext} t
+ * @param {(repo: string) => CatalogModel[]} write
+ * @param {(models: CatalogModel[]) => Record<string, number>} runtime
+ * @param {Record<string, unknown>} [extra]
+ */
 async function serve(t, write, runtime, extra = {}) {
   const temp = tempDir();
   t.teardown(temp.cleanup);
@@ -44,9 +56,10 @@ async function serve(t, write, runtime, extra = {}) {
 }
 
 /** Aligned bytes of the distinct tensors of these layers. */
-const bytesOf = (layers) => sum([...distinctTensors([{ layers }]).values()].map(alignUp));
+const bytesOf = (/** @type {Layer[]} */ layers) => sum([...distinctTensors([{ layers }]).values()].map(alignUp));
 
 test('fifty variants of one backbone fit in one backbone plus the heads, on two devices and in host RAM once', async (t) => {
+  /** @type {CatalogModel[]} */
   let twins = [];
   const { server, models } = await serve(t, (repo) => {
     const variants = writeVariants(repo, { count: COUNT, sizes: SIZES, unfrozenEvery: 10 });
@@ -100,7 +113,7 @@ test('an evicted variant frees only its head: the backbone stays for the others 
     }
   }
   const m = await scrapeMetrics(server.adminPort);
-  const total = (name, labels = '') => sum(models.map((v) => metric(m, name, `model="${v.name}"${labels}`)));
+  const total = (/** @type {string} */ name, labels = '') => sum(models.map((v) => metric(m, name, `model="${v.name}"${labels}`)));
   const misses = total('stowage_weight_cache_misses_total');
   t.true(total('stowage_weight_cache_evictions_total') >= 60, 'variants were evicted');
   t.is(total('stowage_weight_cache_load_bytes_total', ',source="host"'), backbone + misses * headBytes, 'the backbone came on once; every other miss copied a head');

@@ -5,7 +5,8 @@
 // their weights from the compile cache each time they come on.
 import test from 'ava';
 import { inferAndCheck, mlpWeightBytes, random, writeCatalog } from '../helpers/mlp-catalog.js';
-import { scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
+import { metric, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
+import { grpcError } from '../helpers/errors.js';
 
 const INPUTS = 64;
 const OUTPUTS = 8;
@@ -15,9 +16,13 @@ const COUNT = 50;
 const WEIGHT_BYTES = mlpWeightBytes(SIZES) - 4 * OUTPUTS;
 const BUDGET = Math.floor((COUNT * WEIGHT_BYTES) / 5 / 64) * 64;
 
+/** @type {import('../helpers/server.js').Server} */
 let server;
+/** @type {import('../helpers/server.js').TempDir} */
 let temp;
+/** @type {import('../helpers/mlp-catalog.js').CatalogModel[]} */
 let catalog;
+/** @type {import('../helpers/mlp-catalog.js').CatalogModel} */
 let giant;
 
 test.before(async () => {
@@ -39,14 +44,19 @@ test.after.always(async () => {
   temp?.cleanup();
 });
 
-/** Call a model and check every row against the model's own weights; false (and a failed assertion) if any differs. */
+/**
+ * Call a model and check every row against the model's own weights; false (and a failed assertion) if any differs.
+ * @param {import('ava').ExecutionContext} t
+ * @param {import('../helpers/mlp-catalog.js').CatalogModel} model
+ * @param {number} rows
+ * @param {() => number} next
+ */
 async function callAndCheck(t, model, rows, next) {
   const wrong = await inferAndCheck(server.client, model, rows, next);
   if (wrong) t.fail(wrong);
   return wrong === null;
 }
 
-const metric = (m, name, labels) => m[`${name}{${labels}}`] ?? 0;
 
 test.serial('a catalog five times the budget answers right in cycles and at random, never over the budget', async (t) => {
   const m0 = await scrapeMetrics(server.adminPort);
@@ -56,7 +66,7 @@ test.serial('a catalog five times the budget answers right in cycles and at rand
   let calls = 0;
   let wrong = 0;
   let peak = 0;
-  const check = async (model) => {
+  const check = async (/** @type {import('../helpers/mlp-catalog.js').CatalogModel} */ model) => {
     if (!(await callAndCheck(t, model, 1 + Math.floor(next() * 3), next))) wrong++;
     calls++;
     const m = await scrapeMetrics(server.adminPort);
@@ -82,7 +92,7 @@ test.serial('a catalog five times the budget answers right in cycles and at rand
   }
   t.is(metric(m, 'stowage_weight_cache_load_bytes_total', 'model="m010",source="disk"'), 0);
   t.true(metric(m, 'stowage_weight_cache_load_bytes_total', 'model="m010",source="host"') >= 3 * WEIGHT_BYTES);
-  t.truthy(server.logs.find((l) => l.level === 40 && /weight cache thrashing on device 0/.test(l.msg)), 'cycling over 5x the budget is reported as thrash');
+  t.truthy(server.logs.find((l) => l.level === 40 && /weight cache thrashing on device 0/.test(l.msg ?? '')), 'cycling over 5x the budget is reported as thrash');
 });
 
 test.serial('concurrent requests for a cold model share one load, and clients at random all get their own answers', async (t) => {
@@ -106,7 +116,7 @@ test.serial('concurrent requests for a cold model share one load, and clients at
 });
 
 test.serial('a model larger than the whole budget fails its requests with its size and the budget', async (t) => {
-  const err = await t.throwsAsync(server.client.infer(giant.name, [{ name: 'x', datatype: 'FP32', shape: [1, INPUTS], data: new Float32Array(INPUTS) }]));
+  const err = await grpcError(t, server.client.infer(giant.name, [{ name: 'x', datatype: 'FP32', shape: [1, INPUTS], data: new Float32Array(INPUTS) }]));
   t.is(err.code, 8); // RESOURCE_EXHAUSTED
   t.regex(err.details, new RegExp(`model "${giant.name}" needs \\d+ bytes of weights on the device, but the device's weight budget is ${BUDGET} bytes`));
   t.true(await callAndCheck(t, catalog[5], 1, random(5)), 'the others keep serving');

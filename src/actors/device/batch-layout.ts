@@ -32,7 +32,7 @@ export function concatRows(parts: readonly RowsPart[], axis: number, elementByte
     let at = o * toRows * rowBytes;
     for (const p of parts) {
       const block = p.shape[axis] * rowBytes;
-      out.set(p.data.subarray(o * block, (o + 1) * block), at);
+      out.set(p.data.subarray(o * block, (o + 1) * block), at); // copy: a request's rows into the joined (or padded) input
       at += block;
     }
     out.fill(0, at, (o + 1) * toRows * rowBytes);
@@ -42,16 +42,24 @@ export function concatRows(parts: readonly RowsPart[], axis: number, elementByte
 
 /**
  * `count` rows from row `from` along `axis`. When the axis is the outermost
- * (axis 0, the usual batch position) this is a view, not a copy.
+ * (axis 0, the usual batch position) this is a view, not a copy, unless
+ * `fresh` asks for memory of its own.
  */
 export function sliceRows(data: Uint8Array, shape: readonly number[], axis: number, elementBytes: number,
-  from: number, count: number): Uint8Array {
+  from: number, count: number, fresh = false): Uint8Array {
   const { outer, inner } = blocks(shape, axis);
   const rowBytes = inner * elementBytes;
-  if (outer === 1) return data.subarray(from * rowBytes, (from + count) * rowBytes);
+  if (outer === 1) {
+    const rows = data.subarray(from * rowBytes, (from + count) * rowBytes);
+    if (!fresh) return rows;
+    const own = new Uint8Array(rows.byteLength);
+    own.set(rows); // copy: a coalesced request's rows out of the batch's output, to go on as its own tensor
+    return own;
+  }
   const size = shape[axis];
   const out = new Uint8Array(outer * count * rowBytes);
   for (let o = 0; o < outer; o++) {
+    // copy: a request's rows cut along a batch axis that is not the first (strided, so never a view)
     out.set(data.subarray((o * size + from) * rowBytes, (o * size + from + count) * rowBytes), o * count * rowBytes);
   }
   return out;

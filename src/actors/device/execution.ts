@@ -3,26 +3,28 @@
  * (picked by the scheduler) joined into one ONNX Runtime run, and every
  * request answered from it in one message.
  *
- * Buffers: a request running alone is fed to ONNX Runtime in place; the
- * requests of a coalesced batch are copied once into the joined input. Each
- * request's outputs are views of the batch's output buffers (cutting its rows
- * off axis 0 is a view). A request off the wire gets its ModelInferResponse
- * encoded here, its outputs copied once into it (protocol/infer-response-wire.ts),
- * so the main thread sends it as it is; others (hooks, meta sub-calls) get
- * the views, transferred once per distinct buffer. A lone request's
+ * Buffers: a request running alone is fed to ONNX Runtime in place (unless
+ * it must be padded to a compiled batch size, or is misaligned for its type);
+ * the requests of a coalesced batch are copied once into the joined input.
+ * A request off the wire gets its ModelInferResponse encoded here, its outputs
+ * copied once into it (shared/infer-response-wire.ts), so the main thread sends
+ * it as it is; others (hooks, meta sub-calls) get tensors whose buffers are
+ * their own: a lone request's are ONNX Runtime's outputs (or views of them),
+ * a coalesced request's rows are copied out of the batch's. A lone request's
  * shared-memory outputs are computed by ONNX Runtime into the region itself.
+ * Every copy is tabled at the top of node/pipeline.ts.
  */
 import type * as ort from 'onnxruntime-node';
-import type { ExecutedRequest, FromDevice, InferCommand, RegionSlice, WeightLoad } from '../../shared/channels/device.js';
-import { nowMs } from '../../shared/channels/device.js';
+import type { FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
+import { nowMs, type InferenceResult, type RegionSlice } from '../../shared/channels/inference.js';
 import { errors } from '../../shared/errors.js';
 import { MODEL_VERSION } from '../../shared/constants.js';
-import { encodeInferResponse } from '../../protocol/infer-response-wire.js';
+import { encodeInferResponse } from '../../shared/infer-response-wire.js';
 import { weightFeeds } from './executables.js';
 import type { DeviceModels } from './models.js';
 import { batchInput, requestOutput } from './ort-tensors.js';
 import type { RegionMappings } from './regions.js';
-import type { Scheduler, Ticket } from './scheduler.js';
+import type { Scheduler } from './scheduler.js';
 import type { Staging } from './staging.js';
 import type { TensorSpec } from '../../shared/model-spec.js';
 
@@ -42,12 +44,12 @@ export interface ExecutionContext {
  * The requests whose shared-memory objects still cover their slices (regions.ts); the others are
  * answered with the error here, so a client that shrank its region fails only its own request.
  */
-function withRegionsIntact(batch: Ticket<InferCommand>[], ctx: ExecutionContext): Ticket<InferCommand>[] {
+function withRegionsIntact(batch: InferCommand[], ctx: ExecutionContext): InferCommand[] {
   return batch.filter((t) => {
     try {
-      for (const input of t.payload.inputs) if (input.shm) ctx.regions.check(`input ${JSON.stringify(input.name)}`, input.shm);
-      t.payload.outputRegions.forEach((slice, k) => {
-        if (slice) ctx.regions.check(`output ${JSON.stringify(t.payload.outputs[k])}`, slice);
+      for (const input of t.inputs) if (input.shm) ctx.regions.check(`input ${JSON.stringify(input.name)}`, input.shm);
+      t.outputRegions.forEach((slice, k) => {
+        if (slice) ctx.regions.check(`output ${JSON.stringify(t.outputs[k])}`, slice);
       });
       return true;
     } catch (err) {
@@ -83,12 +85,12 @@ function directOutputs(req: InferCommand, declared: readonly TensorSpec[], shape
 }
 
 /** Run one batch of one model's requests and answer them all in one message. */
-export async function execute(whole: Ticket<InferCommand>[], ctx: ExecutionContext): Promise<void> {
+export async function execute(whole: InferCommand[], ctx: ExecutionContext): Promise<void> {
   const { models, scheduler, regions } = ctx;
   const started = nowMs();
   const batch = withRegionsIntact(whole, ctx);
   if (batch.length === 0) return;
-  const instance = batch[0].model;
+  const instance = batch[0].instance;
   const model = models.get(instance);
   if (!model) {
     for (const t of batch) ctx.fail(t.id, errors.modelNotReady(instance, 'UNAVAILABLE', `not loaded on device ${ctx.deviceId}`));
@@ -105,7 +107,7 @@ export async function execute(whole: Ticket<InferCommand>[], ctx: ExecutionConte
     executable = model.sessions.get(runBatch);
   }
   // The outputs every request of the batch asked for, computed once.
-  const wanted = [...new Set(batch.flatMap((t) => t.payload.outputs))];
+  const wanted = [...new Set(batch.flatMap((t) => t.outputs))];
   const weightCache = models.weightCache;
   let load: WeightLoad | null = null;
   try {
@@ -125,11 +127,11 @@ export async function execute(whole: Ticket<InferCommand>[], ctx: ExecutionConte
     ctx.staging.beginExecution(); // executions run one at a time: the last one's staged inputs are free
     const stage = (bytes: number) => ctx.staging.take(bytes);
     spec.inputs.forEach((input, i) => {
-      feeds[input.name] = batchInput(batch.map((t) => regions.inputBytes(t.payload.inputs[i])), batchDims.get(input.name) ?? -1, runBatch, stage);
+      feeds[input.name] = batchInput(batch.map((t) => regions.inputBytes(t.inputs[i], stage)), batchDims.get(input.name) ?? -1, runBatch, stage);
     });
     // A lone request's shared-memory outputs, when their shapes are known now: ONNX Runtime writes
     // them into the region itself (onnxruntime-node still copies each out afterwards, unused).
-    const direct = batch.length === 1 && (spec.batchAxis === null || runBatch === rows) ? directOutputs(batch[0].payload, spec.outputs, executable.shapedOutputs, rows, regions) : null;
+    const direct = batch.length === 1 && (spec.batchAxis === null || runBatch === rows) ? directOutputs(batch[0], spec.outputs, executable.shapedOutputs, rows, regions) : null;
     const t1 = process.hrtime.bigint();
     let outputs: ort.InferenceSession.OnnxValueMapType;
     try {
@@ -138,18 +140,20 @@ export async function execute(whole: Ticket<InferCommand>[], ctx: ExecutionConte
       throw errors.executionFailed(name, (err as Error).message);
     }
     const t2 = process.hrtime.bigint();
-    const results: ExecutedRequest[] = [];
+    const results: ({ id: number } & Omit<InferenceResult, 'timing'>)[] = [];
     let from = 0;
     for (const t of batch) {
       try {
-        const mine = t.payload.outputs.map((o, k) => {
-          const out = requestOutput(name, o, outputs[o] as ort.Tensor, batchDims.get(o) ?? -1, from, t.rows);
-          const region = t.payload.outputRegions[k];
+        const mine = t.outputs.map((o, k) => {
+          const region = t.outputRegions[k];
+          // Tensors handed over as tensors are the request's own (inference.ts): a coalesced batch's rows are copied out.
+          const own = batch.length > 1 && !t.encode && !region;
+          const out = requestOutput(name, o, outputs[o] as ort.Tensor, batchDims.get(o) ?? -1, from, t.rows, own);
           if (!region) return out;
           return direct?.has(o) ? regions.written(out, region) : regions.writeOutput(out, region);
         });
         const queueNs = Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6));
-        const { encode } = t.payload;
+        const { encode } = t;
         results.push(encode
           ? { id: t.id, outputs: [], response: encodeInferResponse(name, MODEL_VERSION, encode.id, mine), queueNs }
           : { id: t.id, outputs: mine, queueNs });
@@ -159,7 +163,7 @@ export async function execute(whole: Ticket<InferCommand>[], ctx: ExecutionConte
       from += t.rows;
     }
     const t3 = process.hrtime.bigint();
-    // Each distinct buffer is transferred once: requests' outputs may be views of one batch buffer.
+    // Each distinct buffer is transferred once (a request's outputs may be views of one of ONNX Runtime's).
     const transfer = [...new Set(results.flatMap((r) => (r.response ? [r.response] : r.outputs.map((o) => o.data)).map((b) => b.buffer as ArrayBuffer)))];
     ctx.send({
       type: 'executed',

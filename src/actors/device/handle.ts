@@ -1,6 +1,6 @@
 /**
  * The main thread's handle on one device actor (a worker thread running
- * device-worker.js). Its interface is small: `load`, `unload`, `infer`,
+ * worker.ts). Its interface is small: `load`, `unload`, `infer`,
  * `inflight`, `stop`.
  *
  * Every pending call settles in exactly one of three ways: the worker's reply,
@@ -14,7 +14,7 @@
  * Buffers: `infer` transfers its inputs' ArrayBuffers to the worker (the
  * caller must not touch them afterwards) and receives the outputs' buffers, or
  * the encoded response's. A request whose preprocess hook feeds the device
- * directly goes without inputs (InferRequest.inputsFromHook; the hook thread
+ * directly goes without inputs (`infer`'s `feedFromHook`; the hook thread
  * sends them through its door, `adoptDoor`) and is settled the same way.
  *
  * Messages to the worker wait in an outbox until the end of the event-loop
@@ -24,12 +24,13 @@
  */
 import { Worker, type MessagePort, type Transferable } from 'node:worker_threads';
 import type { Logger } from 'pino';
-import type { ModelSpec } from '../../shared/model-spec.js';
+import { modelOf, type InstanceKey, type ModelSpec } from '../../shared/model-spec.js';
 import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, WORKER_YOUNG_GENERATION_MIB, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
 import type { HookFeed } from '../../shared/channels/hooks.js';
-import { nowMs, type DeviceCalls, type DeviceCallType, type DeviceInit, type ExecutedRequest, type ExecutionTiming, type FromDevice, type HostUpdate, type InferCommand, type DeviceScheduling, type InstanceStatus, type ModelPolicy, type ToDevice, type WeightCacheInit, type WeightLoad, type WeightMemory, type WireTensor } from '../../shared/channels/device.js';
+import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HostUpdate, InferCommand, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
+import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult } from '../../shared/channels/inference.js';
 
 /** Lifecycle of a device actor. */
 export enum DeviceState {
@@ -43,51 +44,21 @@ export enum DeviceState {
   DEAD = 'DEAD',
 }
 
-export interface InferRequest {
-  /** The model's loaded instance (from the registry's lease). */
-  instance: string;
-  /** One tensor per manifest input, in manifest order; empty with `inputsFromHook`. */
-  inputs: WireTensor[];
-  /**
-   * The inputs come from a hook thread instead (InferCommand.inputsFromHook): called at once with
-   * where that thread must send them (HookFeed's device, generation and id).
-   */
-  inputsFromHook?: (to: HookFeedTarget) => void;
-  outputs: string[];
-  /** Per output: the shared-memory slice to write it into, or null to return it. */
-  outputRegions: InferCommand['outputRegions'];
-  /** Answer with the encoded response instead of tensors (InferCommand.encode); absent: tensors. */
-  encode?: InferCommand['encode'];
-  /** The client's absolute deadline (nowMs clock); Infinity if it set none. */
-  deadlineMs: number;
-}
-
-export interface InferResult {
-  /** Empty when the request asked for the encoded response. */
-  outputs: WireTensor[];
-  /** The encoded ModelInferResponse (RESPONSE_HEADROOM bytes, then the message), when asked for. */
-  response?: Uint8Array;
-  /** Time queued on the device before its execution started. */
-  queueNs: number;
-  /** The execution this request rode in, shared with the others of its batch. */
-  timing: ExecutionTiming;
-}
-
 /** Where a hook thread sends one request's inputs (the device part of HookFeed). */
 export type HookFeedTarget = Pick<HookFeed, 'deviceId' | 'generation' | 'id'>;
 
 /** One request's share of an execution, as the device answered it. */
 interface Executed {
-  result: ExecutedRequest;
+  result: Omit<InferenceResult, 'timing'>;
   timing: ExecutionTiming;
 }
 
-/** The owner of every model's policy (actors/gateway/model-policies.ts), as a device handle reads it. */
+/** The owner of every model's policy (node/model-policies.ts), as a device handle reads it. */
 export interface PolicySource {
   of(deviceId: number, model: string): ModelPolicy;
 }
 
-/** The process's host copies of weights (actors/gateway/host-weights.ts), as a device handle uses them. */
+/** The process's host copies of weights (node/host-weights.ts), as a device handle uses them. */
 export interface HostRam {
   /** Every buffer held now: what a device may use instead of reading the disk. */
   offer(): Record<string, SharedArrayBuffer>;
@@ -147,7 +118,7 @@ export class DeviceHandle {
   #outbox: ToDevice[] = [];
   #outboxTransfer: Transferable[] = [];
   /** Loaded instances, their specs and compiled forms, to load again into a replacement worker. */
-  #loaded = new Map<string, { spec: ModelSpec; compiled: CompiledModel | null }>();
+  #loaded = new Map<InstanceKey, { spec: ModelSpec; compiled: CompiledModel | null }>();
   #crashes = 0;
   #stopping = false;
   /** Workers started so far: hook threads' doors are per worker (HookFeed.generation). */
@@ -242,10 +213,14 @@ export class DeviceHandle {
     const started = this.#spawn();
     // Posted now, the reloads sit first in the new worker's inbox, ahead of any later request;
     // each carries its model's policy as it stands.
-    for (const [instance, { spec, compiled }] of this.#loaded) {
-      this.load(spec, instance, compiled).catch((err: Error) => this.#options.logger.error({ device: this.deviceId, model: spec.name }, `reload after crash failed: ${err.message}`));
-    }
-    started.catch((err: Error) => this.#onCrash(`its replacement failed to start: ${err.message}`));
+    const reloads = [...this.#loaded].map(([instance, { spec, compiled }]) => this.load(spec, instance, compiled).then(() => true, (err: Error) => {
+      this.#options.logger.error({ device: this.deviceId, model: spec.name }, `reload after crash failed: ${err.message}`);
+      return false;
+    }));
+    started.then(async () => {
+      const reloaded = (await Promise.all(reloads)).filter(Boolean).length;
+      this.#options.logger.info({ device: this.deviceId, reloaded, failed: reloads.length - reloaded }, 'device actor restarted: its models are loaded again');
+    }, (err: Error) => this.#onCrash(`its replacement failed to start: ${err.message}`));
   }
 
   #settle(msg: FromDevice): void {
@@ -253,7 +228,7 @@ export class DeviceHandle {
       case 'started':
         return;
       case 'executed':
-        for (const result of msg.results) this.#resolve<Executed>(result.id, { result, timing: msg.timing });
+        for (const { id, ...result } of msg.results) this.#resolve<Executed>(id, { result, timing: msg.timing });
         this.#options.onExecution?.(msg.model, msg.timing, msg.queued);
         if (msg.load || msg.memory) this.#options.onWeights?.(msg.model, msg.load, msg.memory);
         return;
@@ -329,7 +304,7 @@ export class DeviceHandle {
 
   /** A control call: resolves with its reply's type. */
   #call<K extends DeviceCallType>(type: K, request: DeviceCalls[K]['request']): Promise<DeviceCalls[K]['reply']> {
-    const msg = { ...request, type, id: this.#nextId++ } as ToDevice & { id: number };
+    const msg = { ...request, type, id: this.#nextId++ } as DeviceCall;
     return this.#post<DeviceCalls[K]['reply']>(msg, CALL_TIMEOUT_MS[type], () => errors.deviceUnavailable(this.deviceId, `no answer to ${type} within ${CALL_TIMEOUT_MS[type]} ms`));
   }
 
@@ -338,7 +313,7 @@ export class DeviceHandle {
    * compiled form (null when the weight cache is off); its host buffers join the offer, and the
    * host RAM the load ends up holding is reported to `hostWeights`.
    */
-  async load(spec: ModelSpec, instance: string, compiled: CompiledModel | null): Promise<{ loadMs: number; weightBytes: number }> {
+  async load(spec: ModelSpec, instance: InstanceKey, compiled: CompiledModel | null): Promise<{ loadMs: number; weightBytes: number }> {
     const hostOffer = { ...this.#options.hostWeights?.offer(), ...compiled?.host };
     const policy = this.#options.policies.of(this.deviceId, spec.name);
     const loaded = await this.#call('load', { instance, spec, policy, compiled: compiled?.executables ?? null, hostOffer });
@@ -350,30 +325,32 @@ export class DeviceHandle {
     return { loadMs: loaded.loadMs, weightBytes: loaded.weightBytes };
   }
 
-  async unload(instance: string): Promise<void> {
+  async unload(instance: InstanceKey): Promise<void> {
     this.#loaded.delete(instance);
     const { memory } = await this.#call('unload', { instance });
-    if (memory) this.#options.onWeights?.(instance.slice(0, instance.lastIndexOf('#')), null, memory);
+    if (memory) this.#options.onWeights?.(modelOf(instance), null, memory);
   }
 
   /**
    * Run one request. Settles by its deadline at the latest (for a request
    * without one: the queue-wait bound plus a watchdog on the execution); an
    * aborted signal drops it (queued: removed; running: its result discarded).
+   * With `feedFromHook` the request goes without inputs: it is called at once
+   * with where the hook thread running its preprocess hook must send them.
    */
-  async infer(req: InferRequest, signal?: AbortSignal): Promise<InferResult> {
+  async infer(req: InferenceRequest, signal?: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {
     const id = this.#nextId++;
     const enqueuedAtMs = nowMs();
     const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs
       : enqueuedAtMs + this.#options.scheduler.dispatch_timeout_seconds * 1000 + EXECUTION_WATCHDOG_MS;
     const transfer: Transferable[] = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
-    const command: InferCommand = { type: 'infer', id, instance: req.instance, inputs: req.inputs, outputs: req.outputs, outputRegions: req.outputRegions, encode: req.encode ?? null, deadlineMs: req.deadlineMs, enqueuedAtMs };
-    if (req.inputsFromHook) {
+    const command: InferCommand = { ...req, type: 'infer', id, enqueuedAtMs };
+    if (feedFromHook) {
       command.inputsFromHook = true;
-      req.inputsFromHook({ deviceId: this.deviceId, generation: this.#generation, id });
+      feedFromHook({ deviceId: this.deviceId, generation: this.#generation, id });
     }
     const executed = this.#post<Executed>(command, settleBy - enqueuedAtMs,
-      () => errors.deadlineExceeded(req.instance.slice(0, req.instance.lastIndexOf('#')), nowMs() - enqueuedAtMs), transfer);
+      () => errors.deadlineExceeded(modelOf(req.instance), nowMs() - enqueuedAtMs), transfer);
     const onAbort = () => {
       const pending = this.#take(id);
       if (!pending) return;
@@ -384,7 +361,7 @@ export class DeviceHandle {
     try {
       const { result, timing } = await executed;
       this.#crashes = 0; // served: the worker is healthy
-      return { outputs: result.outputs, response: result.response, queueNs: result.queueNs, timing };
+      return { ...result, timing };
     } finally {
       signal?.removeEventListener('abort', onAbort);
     }
@@ -403,10 +380,10 @@ export class DeviceHandle {
     if (memory) this.#options.onWeights?.(model, null, memory);
   }
 
-  /** Make an instance's weights resident now, if they fit (the gateway moving a model here). */
-  async prefetch(instance: string): Promise<void> {
+  /** Make an instance's weights resident now, if they fit (the device pool moving a model here under lpt_packing). */
+  async prefetch(instance: InstanceKey): Promise<void> {
     const { load, memory } = await this.#call('prefetch', { instance });
-    if (load || memory) this.#options.onWeights?.(instance.slice(0, instance.lastIndexOf('#')), load, memory);
+    if (load || memory) this.#options.onWeights?.(modelOf(instance), load, memory);
   }
 
   /** Close the holes in the device's weight arena; returns the bytes moved. */

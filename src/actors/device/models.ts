@@ -4,14 +4,14 @@
  * compiler thread did the slow part), so a load here opens weightless
  * sessions, about a millisecond each, and the dispatch loop barely pauses.
  *
- * Policy and residency belong to the main thread (actors/gateway/model-policies.ts):
+ * Policy and residency belong to the main thread (node/model-policies.ts):
  * each load brings the model's policy as it stands, and a change reaches the
  * loaded instances as setPolicy / setResidency. Nothing here outlives a load.
  */
 import type { DeviceCalls, DeviceInit, HostUpdate, InstanceStatus, SchedulingPolicy, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
-import { nowMs } from '../../shared/channels/device.js';
+import { nowMs } from '../../shared/channels/inference.js';
 import { errors } from '../../shared/errors.js';
-import type { ModelSpec } from '../../shared/model-spec.js';
+import { modelOf, type InstanceKey, type ModelSpec } from '../../shared/model-spec.js';
 import type { CostModel } from './cost-model.js';
 import { openExecutable, tensorSources, type Executable } from './executables.js';
 import type { QueuePolicy, Scheduler } from './scheduler.js';
@@ -52,16 +52,16 @@ async function releaseAll(executables: Iterable<Executable> | undefined): Promis
 }
 
 export class DeviceModels {
-  /** Loaded model versions by instance key (`name#generation`). */
-  readonly #loaded = new Map<string, LoadedModel>();
+  /** Loaded model versions by instance key. */
+  readonly #loaded = new Map<InstanceKey, LoadedModel>();
   readonly #init: DeviceInit;
   readonly #scheduler: Scheduler<InferCommand>;
   readonly #costs: CostModel;
   /** The device's weights; null when the cache is off. */
-  readonly weightCache: WeightCache | null;
+  readonly weightCache: WeightCache<InstanceKey> | null;
   readonly #warn: (message: string, fields: Record<string, number | string>) => void;
 
-  constructor(init: DeviceInit, scheduler: Scheduler<InferCommand>, costs: CostModel, weightCache: WeightCache | null, warn: (message: string, fields: Record<string, number | string>) => void) {
+  constructor(init: DeviceInit, scheduler: Scheduler<InferCommand>, costs: CostModel, weightCache: WeightCache<InstanceKey> | null, warn: (message: string, fields: Record<string, number | string>) => void) {
     this.#init = init;
     this.#scheduler = scheduler;
     this.#costs = costs;
@@ -69,13 +69,13 @@ export class DeviceModels {
     this.#warn = warn;
   }
 
-  get(instance: string): LoadedModel | undefined {
+  get(instance: InstanceKey): LoadedModel | undefined {
     return this.#loaded.get(instance);
   }
 
   /** The model's name, for messages (the scheduler knows instances; clients know names). */
-  nameOf(instance: string): string {
-    return this.#loaded.get(instance)?.spec.name ?? instance.slice(0, instance.lastIndexOf('#'));
+  nameOf(instance: InstanceKey): string {
+    return this.#loaded.get(instance)?.spec.name ?? modelOf(instance);
   }
 
   memory(): WeightMemory | null {
@@ -94,7 +94,7 @@ export class DeviceModels {
   }
 
   /** The cache's outcome as the main thread reports it (instances become model names); thrash is warned of. */
-  weightLoad(outcome: ResidencyOutcome): WeightLoad {
+  weightLoad(outcome: ResidencyOutcome<InstanceKey>): WeightLoad {
     if (outcome.thrash) {
       const t = outcome.thrash;
       const device = this.#init.deviceId;
@@ -110,7 +110,7 @@ export class DeviceModels {
     const sessions = new Map<number, Executable>();
     const host = new HostOffer(hostOffer);
     const cache = this.weightCache;
-    let outcome: ResidencyOutcome | undefined;
+    let outcome: ResidencyOutcome<InstanceKey> | undefined;
     try {
       if (cache && !compiled) throw errors.internal(`model ${spec.name} reached device ${this.#init.deviceId} uncompiled while its weight cache is on`);
       const options = { intraOpThreads: this.#init.intraOpThreads };
@@ -140,7 +140,7 @@ export class DeviceModels {
   }
 
   /** Free an instance; its queued requests are answered UNAVAILABLE by `failQueued`. */
-  async unload(instance: string, failQueued: (tickets: readonly { id: number }[], name: string) => void): Promise<DeviceCalls['unload']['reply']> {
+  async unload(instance: InstanceKey, failQueued: (tickets: readonly { id: number }[], name: string) => void): Promise<DeviceCalls['unload']['reply']> {
     const model = this.#loaded.get(instance);
     this.#loaded.delete(instance);
     failQueued(this.#scheduler.removeModel(instance), model?.spec.name ?? instance);
@@ -186,7 +186,7 @@ export class DeviceModels {
   }
 
   /** Best effort: a model that cannot come on now comes on with its first request instead. */
-  prefetch(instance: string): DeviceCalls['prefetch']['reply'] {
+  prefetch(instance: InstanceKey): DeviceCalls['prefetch']['reply'] {
     const outcome = this.weightCache?.has(instance) ? this.weightCache.ensureResident(instance) : undefined;
     return { load: outcome ? this.weightLoad(outcome) : null, memory: this.memory() };
   }
@@ -197,7 +197,7 @@ export class DeviceModels {
   }
 
   /** What changed in host RAM: buffers read here, and which tensors each instance now keeps there. */
-  #hostUpdate(host: HostOffer, instances: string[]): HostUpdate {
+  #hostUpdate(host: HostOffer, instances: InstanceKey[]): HostUpdate {
     const cache = this.weightCache;
     return { created: host.created, holdings: Object.fromEntries((cache ? instances : []).map((i) => [i, cache!.hostKeys(i)])) };
   }

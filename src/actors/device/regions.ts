@@ -17,7 +17,7 @@ import * as ort from 'onnxruntime-node';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import { errors } from '../../shared/errors.js';
 import { mapSharedMemory } from '../../native/shm.js';
-import type { RegionSlice, WireTensor } from '../../shared/channels/device.js';
+import type { RegionSlice, WireTensor } from '../../shared/channels/inference.js';
 
 export class RegionMappings {
   /** Mappings of registered regions, by region id. */
@@ -50,12 +50,18 @@ export class RegionMappings {
     return new Uint8Array(mapping, slice.offset, slice.byteSize);
   }
 
-  /** An input's bytes: inline, or read in place from shared memory (copied only if misaligned for its type). */
-  inputBytes(t: WireTensor): WireTensor {
+  /**
+   * An input's bytes: inline, or read in place from shared memory. A slice misaligned for its type
+   * is copied into `stage` (the execution's staging memory), since a typed array cannot be made over it.
+   */
+  inputBytes(t: WireTensor, stage: (bytes: number) => Uint8Array): WireTensor {
     if (!t.shm) return t;
     const view = this.view(t.shm);
     const width = dtypeInfo(t.datatype).elementBytes;
-    return { ...t, data: width > 1 && view.byteOffset % width !== 0 ? view.slice() : view };
+    if (width <= 1 || view.byteOffset % width === 0) return { ...t, data: view };
+    const aligned = stage(view.byteLength);
+    aligned.set(view); // copy: a shared-memory input misaligned for its type, into staging
+    return { ...t, data: aligned };
   }
 
   /**
@@ -84,7 +90,7 @@ export class RegionMappings {
     if (out.data.byteLength > slice.byteSize) {
       throw errors.sharedMemoryInvalid(`output ${JSON.stringify(out.name)}: shared_memory_byte_size ${slice.byteSize} is less than the ${out.data.byteLength} bytes of the result`);
     }
-    this.view(slice).set(out.data);
+    this.view(slice).set(out.data); // copy: an output into its shared-memory slice, when ONNX Runtime could not write it there
     return { ...out, data: new Uint8Array(0), shm: slice };
   }
 

@@ -5,8 +5,10 @@
  * actor feeds it requests and runs what `next()` returns, and tests drive it
  * with a fake clock.
  *
- * Ownership: a ticket's payload belongs to the scheduler from `enqueue` until
- * `next()` hands it out (in a batch, or shed) or `cancel()` returns it.
+ * Ownership: a request belongs to the scheduler from `enqueue` until `next()`
+ * hands it out (in a batch, or shed) or `cancel()` returns it. The scheduler
+ * queues the requests themselves (the device's InferCommand): it reads only
+ * the fields of `Queued`. Queues are per loaded instance (`instance`).
  *
  * Disciplines (the seeds' `scheduler.discipline`):
  * - fair: each model carries the device time it has been charged, divided by
@@ -44,24 +46,25 @@ export interface QueuePolicy {
   maxBatchRows: number;
 }
 
-export interface Ticket<T> {
-  id: number;
-  model: string;
+/** What the scheduler reads of a queued request. */
+export interface Queued {
+  readonly id: number;
+  /** The loaded instance whose queue it joins. */
+  readonly instance: string;
   /** Rows on the batch axis (1 for an unbatched model). */
-  rows: number;
-  enqueuedAtMs: number;
+  readonly rows: number;
+  readonly enqueuedAtMs: number;
   /** Absolute deadline from the client; Infinity when it set none. */
-  deadlineMs: number;
-  payload: T;
+  readonly deadlineMs: number;
 }
 
 export type ShedReason = 'deadline' | 'waited' | 'laxity';
 
-export interface Pick<T> {
+export interface Pick<T extends Queued> {
   /** Requests of one model to run as one execution, in order; empty when nothing is queued or every queue is held. */
-  batch: Ticket<T>[];
+  batch: T[];
   /** Requests dropped instead of run, with why. */
-  shed: { ticket: Ticket<T>; reason: ShedReason }[];
+  shed: { request: T; reason: ShedReason }[];
   /** When `batch` is empty because queues are held for rows on their way: when the first hold ends (the clock of `now`). */
   heldUntilMs?: number;
 }
@@ -76,10 +79,10 @@ export interface SchedulerOptions {
   now: () => number;
 }
 
-interface ModelQueue<T> {
+interface ModelQueue<T extends Queued> {
   policy: QueuePolicy;
   /** Arrival order (fair, fifo) or deadline order (edf). */
-  tickets: Ticket<T>[];
+  requests: T[];
   /** Device time charged so far, divided by the weight (fair). */
   charged: number;
   /** When this model was last picked, to rotate among equals. */
@@ -88,7 +91,7 @@ interface ModelQueue<T> {
   expected: number;
 }
 
-export class Scheduler<T> {
+export class Scheduler<T extends Queued> {
   readonly #options: SchedulerOptions;
   readonly #queues = new Map<string, ModelQueue<T>>();
   /** The charge level of the last model picked: where an idle model re-enters (fair). */
@@ -106,7 +109,7 @@ export class Scheduler<T> {
   }
 
   queuedFor(model: string): number {
-    return this.#queues.get(model)?.tickets.length ?? 0;
+    return this.#queues.get(model)?.requests.length ?? 0;
   }
 
   policyOf(model: string): QueuePolicy | undefined {
@@ -117,32 +120,32 @@ export class Scheduler<T> {
   setModel(model: string, policy: QueuePolicy): void {
     const q = this.#queues.get(model);
     if (q) q.policy = policy;
-    else this.#queues.set(model, { policy, tickets: [], charged: this.#virtualMs, lastPicked: -1, expected: 0 });
+    else this.#queues.set(model, { policy, requests: [], charged: this.#virtualMs, lastPicked: -1, expected: 0 });
   }
 
-  /** Forget a model; its queued tickets are returned for the caller to fail. */
-  removeModel(model: string): Ticket<T>[] {
+  /** Forget a model; its queued requests are returned for the caller to fail. */
+  removeModel(model: string): T[] {
     const q = this.#queues.get(model);
     this.#queues.delete(model);
     this.#options.costs.forget(model);
-    this.#queued -= q?.tickets.length ?? 0;
-    return q?.tickets ?? [];
+    this.#queued -= q?.requests.length ?? 0;
+    return q?.requests ?? [];
   }
 
   /** Queue a request; RESOURCE_EXHAUSTED when the model's queue is full. */
-  enqueue(ticket: Ticket<T>): void {
-    const q = this.#queues.get(ticket.model);
-    if (!q) throw errors.modelNotReady(ticket.model, 'UNAVAILABLE', 'not loaded on this device');
-    if (q.tickets.length >= this.#options.maxQueueDepth) throw errors.queueFull(ticket.model, this.#options.maxQueueDepth);
-    if (q.tickets.length === 0) q.charged = Math.max(q.charged, this.#virtualMs);
+  enqueue(request: T): void {
+    const q = this.#queues.get(request.instance);
+    if (!q) throw errors.modelNotReady(request.instance, 'UNAVAILABLE', 'not loaded on this device');
+    if (q.requests.length >= this.#options.maxQueueDepth) throw errors.queueFull(request.instance, this.#options.maxQueueDepth);
+    if (q.requests.length === 0) q.charged = Math.max(q.charged, this.#virtualMs);
     if (this.#options.discipline === 'edf') {
       // Keep deadline order; equal deadlines stay in arrival order.
-      const key = this.#urgency(ticket);
-      let at = q.tickets.length;
-      while (at > 0 && this.#urgency(q.tickets[at - 1]) > key) at--;
-      q.tickets.splice(at, 0, ticket);
+      const key = this.#urgency(request);
+      let at = q.requests.length;
+      while (at > 0 && this.#urgency(q.requests[at - 1]) > key) at--;
+      q.requests.splice(at, 0, request);
     } else {
-      q.tickets.push(ticket);
+      q.requests.push(request);
     }
     this.#queued++;
   }
@@ -160,12 +163,12 @@ export class Scheduler<T> {
   }
 
   /** Take a queued request out; undefined if it is not queued (already running or answered). */
-  cancel(id: number): Ticket<T> | undefined {
+  cancel(id: number): T | undefined {
     for (const q of this.#queues.values()) {
-      const at = q.tickets.findIndex((t) => t.id === id);
+      const at = q.requests.findIndex((t) => t.id === id);
       if (at >= 0) {
         this.#queued--;
-        return q.tickets.splice(at, 1)[0];
+        return q.requests.splice(at, 1)[0];
       }
     }
     return undefined;
@@ -178,12 +181,12 @@ export class Scheduler<T> {
       const { queue: q, heldUntilMs } = this.#pickQueue();
       if (!q) return heldUntilMs === Infinity ? { batch: [], shed } : { batch: [], shed, heldUntilMs };
       if (this.#options.discipline === 'edf') {
-        const head = q.tickets[0];
+        const head = q.requests[0];
         const remaining = head.deadlineMs - this.#options.now();
-        if (remaining < this.#options.costs.estimate(head.model, head.rows)) {
-          q.tickets.shift();
+        if (remaining < this.#options.costs.estimate(head.instance, head.rows)) {
+          q.requests.shift();
           this.#queued--;
-          shed.push({ ticket: head, reason: 'laxity' });
+          shed.push({ request: head, reason: 'laxity' });
           continue;
         }
       }
@@ -207,7 +210,7 @@ export class Scheduler<T> {
   }
 
   /** The queue-wait bound folded into the deadline: what edf orders by. */
-  #urgency(t: Ticket<T>): number {
+  #urgency(t: T): number {
     return Math.min(t.deadlineMs, t.enqueuedAtMs + this.#options.maxWaitMs);
   }
 
@@ -216,15 +219,15 @@ export class Scheduler<T> {
     const shed: Pick<T>['shed'] = [];
     // A full scan: queues are bounded by max_queue_depth and this runs once per execution.
     for (const q of this.#queues.values()) {
-      if (q.tickets.length === 0) continue;
-      const keep: Ticket<T>[] = [];
-      for (const t of q.tickets) {
-        if (now > t.deadlineMs) shed.push({ ticket: t, reason: 'deadline' });
-        else if (now - t.enqueuedAtMs > this.#options.maxWaitMs) shed.push({ ticket: t, reason: 'waited' });
+      if (q.requests.length === 0) continue;
+      const keep: T[] = [];
+      for (const t of q.requests) {
+        if (now > t.deadlineMs) shed.push({ request: t, reason: 'deadline' });
+        else if (now - t.enqueuedAtMs > this.#options.maxWaitMs) shed.push({ request: t, reason: 'waited' });
         else keep.push(t);
       }
-      this.#queued -= q.tickets.length - keep.length;
-      q.tickets = keep;
+      this.#queued -= q.requests.length - keep.length;
+      q.requests = keep;
     }
     return shed;
   }
@@ -233,9 +236,9 @@ export class Scheduler<T> {
   #heldUntil(q: ModelQueue<T>, model: string): number {
     if (q.expected === 0) return -Infinity;
     let rows = 0;
-    for (const t of q.tickets) rows += t.rows;
+    for (const t of q.requests) rows += t.rows;
     if (rows >= q.policy.maxBatchRows) return -Infinity;
-    return q.tickets[0].enqueuedAtMs + Math.min(this.#options.costs.estimate(model, rows), MAX_HOLD_FOR_INPUTS_MS);
+    return q.requests[0].enqueuedAtMs + Math.min(this.#options.costs.estimate(model, rows), MAX_HOLD_FOR_INPUTS_MS);
   }
 
   #pickQueue(): { queue: ModelQueue<T> | undefined; heldUntilMs: number } {
@@ -244,13 +247,13 @@ export class Scheduler<T> {
     let heldUntilMs = Infinity;
     const now = this.#options.now();
     for (const [model, q] of this.#queues) {
-      if (q.tickets.length === 0) continue;
+      if (q.requests.length === 0) continue;
       const holdEnds = this.#heldUntil(q, model);
       if (holdEnds > now) {
         heldUntilMs = Math.min(heldUntilMs, holdEnds);
         continue;
       }
-      const head = q.tickets[0];
+      const head = q.requests[0];
       const key = this.#options.discipline === 'fair' ? q.charged
         : this.#options.discipline === 'fifo' ? head.enqueuedAtMs
           : this.#urgency(head);
@@ -263,15 +266,15 @@ export class Scheduler<T> {
   }
 
   /** As many queued requests as fit the model's batch cap, in queue order; never splits one. */
-  #coalesce(q: ModelQueue<T>): Ticket<T>[] {
-    const batch = [q.tickets[0]];
-    let rows = q.tickets[0].rows;
+  #coalesce(q: ModelQueue<T>): T[] {
+    const batch = [q.requests[0]];
+    let rows = q.requests[0].rows;
     let taken = 1;
-    while (taken < q.tickets.length && rows + q.tickets[taken].rows <= q.policy.maxBatchRows) {
-      rows += q.tickets[taken].rows;
-      batch.push(q.tickets[taken++]);
+    while (taken < q.requests.length && rows + q.requests[taken].rows <= q.policy.maxBatchRows) {
+      rows += q.requests[taken].rows;
+      batch.push(q.requests[taken++]);
     }
-    q.tickets.splice(0, taken);
+    q.requests.splice(0, taken);
     this.#queued -= taken;
     return batch;
   }

@@ -62,7 +62,7 @@ interface CachedModel {
 }
 
 /** What making a model resident cost. */
-export interface ResidencyOutcome {
+export interface ResidencyOutcome<Id extends string = string> {
   hit: boolean;
   /** Bytes copied onto the device (shared tensors already there are not copied). */
   loadedBytes: number;
@@ -70,7 +70,7 @@ export interface ResidencyOutcome {
   diskBytes: number;
   loadMs: number;
   /** Instances evicted to make room. */
-  evicted: string[];
+  evicted: Id[];
   /** Bytes moved by compaction during this load. */
   compactedBytes: number;
   /** Set when the models used within the thrash window need more than the budget. */
@@ -93,18 +93,18 @@ export interface WeightCacheOptions {
   now?: () => number;
 }
 
-export class WeightCache {
+export class WeightCache<Id extends string = string> {
   readonly arena: Arena;
   #options: WeightCacheOptions;
   #now: () => number;
-  #models = new Map<string, CachedModel>();
+  #models = new Map<Id, CachedModel>();
   #host = new Map<string, HostTensor>();
   #device = new Map<string, DeviceTensor>();
   #clock = 0;
   #epochs = 0;
   #onDemandLoads = 0;
   /** When each model was last touched, for thrash detection. */
-  #touched = new Map<string, number>();
+  #touched = new Map<Id, number>();
   #lastThrashWarning = -Infinity;
 
   constructor(arena: Arena, options: WeightCacheOptions) {
@@ -137,7 +137,7 @@ export class WeightCache {
   }
 
   /** Register a loaded model version; a `device` one comes on now (and the call fails if it cannot fit). */
-  add(instance: string, name: string, residency: Residency, tensors: readonly TensorSource[], host?: HostBuffer): ResidencyOutcome | undefined {
+  add(instance: Id, name: string, residency: Residency, tensors: readonly TensorSource[], host?: HostBuffer): ResidencyOutcome<Id> | undefined {
     if (this.#models.has(instance)) this.remove(instance);
     const distinct = new Map(tensors.map((t) => [t.key, t]));
     const bytes = [...distinct.values()].reduce((sum, t) => sum + alignUp(t.byteLength), 0);
@@ -151,7 +151,7 @@ export class WeightCache {
     }
   }
 
-  remove(instance: string): void {
+  remove(instance: Id): void {
     const model = this.#models.get(instance);
     if (!model) return;
     if (model.resident) this.#evict(instance, model);
@@ -160,16 +160,16 @@ export class WeightCache {
     this.#touched.delete(instance);
   }
 
-  has(instance: string): boolean {
+  has(instance: Id): boolean {
     return this.#models.has(instance);
   }
 
-  isResident(instance: string): boolean {
+  isResident(instance: Id): boolean {
     return this.#models.get(instance)?.resident ?? false;
   }
 
   /** Changes whenever the instance's device views may have moved. */
-  epoch(instance: string): number {
+  epoch(instance: Id): number {
     return this.#models.get(instance)?.epoch ?? -1;
   }
 
@@ -177,7 +177,7 @@ export class WeightCache {
    * Change where a model's weights live at rest. `device` makes it resident now. Host copies it
    * needs come from `host` (the process's shared buffers), else fresh memory read from disk.
    */
-  setResidency(instance: string, residency: Residency, host?: HostBuffer): ResidencyOutcome | undefined {
+  setResidency(instance: Id, residency: Residency, host?: HostBuffer): ResidencyOutcome<Id> | undefined {
     const model = this.#require(instance);
     const before = model.residency;
     if (before === 'unpinned' && residency !== 'unpinned') this.#acquireHost(model, host);
@@ -195,17 +195,17 @@ export class WeightCache {
   }
 
   /** The tensor keys the instance keeps in host RAM (none when unpinned). */
-  hostKeys(instance: string): string[] {
+  hostKeys(instance: Id): string[] {
     const model = this.#models.get(instance);
     return model && model.residency !== 'unpinned' ? [...model.tensors.keys()] : [];
   }
 
-  residencyOf(instance: string): Residency | undefined {
+  residencyOf(instance: Id): Residency | undefined {
     return this.#models.get(instance)?.residency;
   }
 
   /** Bring the model's weights onto the device if they are not there; mark it used. */
-  ensureResident(instance: string): ResidencyOutcome {
+  ensureResident(instance: Id): ResidencyOutcome<Id> {
     const model = this.#require(instance);
     const now = this.#now();
     this.#touched.set(instance, now);
@@ -222,7 +222,7 @@ export class WeightCache {
       else missing.push(t);
     }
     const needed = missing.reduce((sum, t) => sum + alignUp(t.byteLength), 0);
-    const evicted: string[] = [];
+    const evicted: Id[] = [];
     if (this.arena.free < needed) {
       const victims = [...this.#models].filter(([, m]) => m.resident && m.residency !== 'device' && m !== model).sort(([, a], [, b]) => a.lastUsed - b.lastUsed);
       for (const [victimInstance, victim] of victims) {
@@ -283,11 +283,11 @@ export class WeightCache {
   }
 
   /** Aligned bytes of the instance's distinct weight tensors (what it takes on the device alone). */
-  weightBytes(instance: string): number {
+  weightBytes(instance: Id): number {
     return this.#models.get(instance)?.bytes ?? 0;
   }
 
-  #require(instance: string): CachedModel {
+  #require(instance: Id): CachedModel {
     const model = this.#models.get(instance);
     if (!model) throw errors.internal(`weight cache: ${instance} is not registered`);
     return model;
@@ -309,7 +309,7 @@ export class WeightCache {
     return sum;
   }
 
-  #evict(_instance: string, model: CachedModel): void {
+  #evict(_instance: Id, model: CachedModel): void {
     for (const key of model.tensors.keys()) this.#unref(key);
     model.resident = false;
   }

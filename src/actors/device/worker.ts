@@ -18,7 +18,8 @@
 import { existsSync, rmSync } from 'node:fs';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HookInputs, InferCommand, ToDevice } from '../../shared/channels/device.js';
-import { nowMs } from '../../shared/channels/device.js';
+import { nowMs } from '../../shared/channels/inference.js';
+import type { InstanceKey } from '../../shared/model-spec.js';
 import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
 import { Arena } from './arena.js';
 import { CostModel } from './cost-model.js';
@@ -27,7 +28,7 @@ import { Staging } from './staging.js';
 import { readTensor } from './executables.js';
 import { DeviceModels } from './models.js';
 import { RegionMappings } from './regions.js';
-import { Scheduler, type ShedReason, type Ticket } from './scheduler.js';
+import { Scheduler, type ShedReason } from './scheduler.js';
 import { WeightCache } from './weight-cache.js';
 
 if (!parentPort) throw new Error('actors/device/worker.js runs as a worker thread');
@@ -58,7 +59,7 @@ const scheduler = new Scheduler<InferCommand>({
 });
 /** The device's weights: an arena of the budget's size and what is resident in it; null when the cache is off. */
 const weightCache = init.weights
-  ? new WeightCache(new Arena(init.weights.budgetBytes, { preallocate: init.weights.preallocate }), {
+  ? new WeightCache<InstanceKey>(new Arena(init.weights.budgetBytes, { preallocate: init.weights.preallocate }), {
     readTensor,
     compactionInterval: init.weights.compactionInterval,
     thrashWindowMs: init.weights.thrashWindowSeconds * 1000,
@@ -69,7 +70,7 @@ const regions = new RegionMappings();
 const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(), send, fail };
 
 /** The control calls, each answering with its own reply type. */
-const calls: { [K in DeviceCallType]: (request: Extract<DeviceCall, { type: K }>) => Promise<DeviceCalls[K]['reply']> | DeviceCalls[K]['reply'] } = {
+const calls: { [K in DeviceCallType]: (request: DeviceCall<K>) => Promise<DeviceCalls[K]['reply']> | DeviceCalls[K]['reply'] } = {
   load: (msg) => models.load(msg),
   unload: (msg) => models.unload(msg.instance, (tickets, name) => {
     for (const t of tickets) fail(t.id, errors.modelNotReady(name, 'UNAVAILABLE', 'it was unloaded'));
@@ -84,10 +85,9 @@ const calls: { [K in DeviceCallType]: (request: Extract<DeviceCall, { type: K }>
   compact: () => models.compact(),
 };
 
-async function answer<K extends DeviceCallType>(msg: Extract<DeviceCall, { type: K }>): Promise<void> {
+async function answer<K extends DeviceCallType>(type: K, msg: DeviceCall<K>): Promise<void> {
   try {
-    const handler = calls[msg.type] as (request: Extract<DeviceCall, { type: K }>) => Promise<DeviceCalls[K]['reply']> | DeviceCalls[K]['reply'];
-    send({ type: 'reply', id: msg.id, reply: await handler(msg) });
+    send({ type: 'reply', id: msg.id, reply: await calls[type](msg) });
   } catch (err) {
     fail(msg.id, err);
   }
@@ -97,25 +97,22 @@ async function answer<K extends DeviceCallType>(msg: Extract<DeviceCall, { type:
 function admit(cmd: InferCommand): void {
   const model = models.get(cmd.instance);
   if (!model) return fail(cmd.id, errors.modelNotReady(cmd.instance, 'UNAVAILABLE', `not loaded on device ${init.deviceId}`));
-  const first = cmd.inputs[0];
-  const batchDim = first ? model.batchDims.get(first.name) ?? -1 : -1;
-  const rows = batchDim >= 0 ? first.shape[batchDim] : 1;
   try {
-    scheduler.enqueue({ id: cmd.id, model: cmd.instance, rows, enqueuedAtMs: cmd.enqueuedAtMs, deadlineMs: cmd.deadlineMs, payload: cmd });
+    scheduler.enqueue(cmd);
   } catch (err) {
     // The scheduler knows instances; the client knows the model's name.
     fail(cmd.id, (err as StowageError).code === 'STOWAGE_QUEUE_FULL' ? errors.queueFull(model.spec.name, config.max_queue_depth) : err);
   }
 }
 
-function shedError(ticket: Ticket<InferCommand>, reason: ShedReason): StowageError {
-  const waitedMs = nowMs() - ticket.enqueuedAtMs;
-  const name = models.nameOf(ticket.model);
+function shedError(request: InferCommand, reason: ShedReason): StowageError {
+  const waitedMs = nowMs() - request.enqueuedAtMs;
+  const name = models.nameOf(request.instance);
   if (reason === 'waited') {
     return errors.deadlineExceeded(name, waitedMs, `queued longer than scheduler.dispatch_timeout_seconds (${config.dispatch_timeout_seconds})`);
   }
   if (reason === 'laxity') {
-    return errors.deadlineExceeded(name, waitedMs, `${Math.round(ticket.deadlineMs - nowMs())} ms were left, less than the model's learned execution time; shed instead of run late`);
+    return errors.deadlineExceeded(name, waitedMs, `${Math.round(request.deadlineMs - nowMs())} ms were left, less than the model's learned execution time; shed instead of run late`);
   }
   return errors.deadlineExceeded(name, waitedMs);
 }
@@ -214,10 +211,10 @@ async function pump(): Promise<void> {
       while (inbox.length) {
         const msg = inbox.shift()!;
         if (msg.type === 'infer') admit(msg);
-        else await answer(msg);
+        else await answer(msg.type, msg);
       }
       const { batch, shed, heldUntilMs } = scheduler.next();
-      for (const s of shed) fail(s.ticket.id, shedError(s.ticket, s.reason));
+      for (const s of shed) fail(s.request.id, shedError(s.request, s.reason));
       if (batch.length === 0) {
         if (heldUntilMs !== undefined) wakeAt(heldUntilMs);
         break;

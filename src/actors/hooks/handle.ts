@@ -6,12 +6,12 @@
  */
 import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
-import type { WireTensor } from '../../shared/channels/device.js';
+import type { WireTensor } from '../../shared/channels/inference.js';
 import type { BundleHooks } from '../../shared/model-spec.js';
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import { WORKER_YOUNG_GENERATION_MIB } from '../../shared/constants.js';
 import { ERROR_CODES, errors, StowageError, type ErrorCode, toErrorData } from '../../shared/errors.js';
-import { HOOK_NAMES, META_HOOK_NAMES, type HookContext, type HookFeed, type HookName, type HookResult, type HookTask, type SubCall, type SubCallReply } from '../../shared/channels/hooks.js';
+import { HOOK_NAMES, META_HOOK_NAMES, type HookAnswer, type HookCalls, type HookCallType, type HookContext, type HookFeed, type HookName, type HookTask, type SubCall, type SubCallReply } from '../../shared/channels/hooks.js';
 
 /** How a meta model's run hook calls a sub-model: the main thread runs it like any request. */
 export type SubInfer = (model: string, tensors: WireTensor[], outputs: string[]) => Promise<WireTensor[]>;
@@ -30,9 +30,8 @@ function serveSubCalls(subInfer: SubInfer): MessageChannel {
   const channel = new MessageChannel();
   channel.port1.on('message', (call: SubCall) => {
     subInfer(call.model, call.tensors, call.outputs).then((tensors) => {
-      // Outputs may be views of a batch's buffer shared with other requests: copy what is sent.
-      const own = tensors.map((t) => ({ ...t, data: new Uint8Array(t.data) }));
-      channel.port1.postMessage({ type: 'inferred', id: call.id, tensors: own } satisfies SubCallReply, own.map((t) => t.data.buffer));
+      // A request's outputs are its own (shared/channels/inference.ts): they go on as they are.
+      channel.port1.postMessage({ type: 'inferred', id: call.id, tensors } satisfies SubCallReply, [...new Set(tensors.map((t) => t.data.buffer as ArrayBuffer))]);
     }, (err: unknown) => {
       channel.port1.postMessage({ type: 'inferFailed', id: call.id, error: toErrorData(err) } satisfies SubCallReply);
     });
@@ -79,10 +78,12 @@ export class HookPool {
   async describe(model: string, file: string, version: string, meta = false): Promise<BundleHooks> {
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), this.#importTimeoutMs);
-    const result = await this.#run({ type: 'describe', file, version }, [], abort.signal).catch((err: Error) => {
+    const answer = await this.#call({ type: 'describe', file, version }, [], abort.signal).catch((err: Error) => {
       if (abort.signal.aborted) throw errors.bundleInvalid(model, 'model.js', `importing it took longer than hooks.import_timeout_seconds (${this.#importTimeoutMs / 1000}); its thread was replaced`);
       throw errors.bundleInvalid(model, 'model.js', `cannot be imported: ${err.message}`);
-    }).finally(() => clearTimeout(timer)) as Extract<HookResult, { type: 'described' }>;
+    }).finally(() => clearTimeout(timer));
+    if (answer.type === 'hookFailed') throw errors.bundleInvalid(model, 'model.js', `cannot be imported: ${answer.message}`);
+    const result = answer.reply;
     const allowed: readonly string[] = meta ? META_HOOK_NAMES : HOOK_NAMES;
     const what = meta ? 'a meta model\'s model.js exports only run' : `a model.js exports only ${HOOK_NAMES.join(' and ')}`;
     const hooks = { file, version, preprocess: false, postprocess: false, run: false };
@@ -96,16 +97,16 @@ export class HookPool {
   }
 
   /**
-   * Run one hook on one request's tensors. Their buffers are transferred to the pool; a tensor
-   * that is a view of a buffer it shares (a request's rows of a coalesced batch) is copied first,
-   * since a buffer can be transferred only once.
+   * Run one hook on one request's tensors. Their buffers are transferred to the pool whole: every
+   * buffer a request's tensors view belongs to that request (shared/channels/inference.ts), so
+   * none is copied here, and the caller must not touch them afterwards.
    */
   async run(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext, subInfer?: SubInfer): Promise<WireTensor[]> {
     const channel = subInfer ? serveSubCalls(subInfer) : undefined;
     try {
-      const extra = channel ? { port: channel.port2, subCallTimeoutMs: this.#timeoutMs } : {};
-      const result = await this.#runHook(model, hook, hooks, given, context, extra);
-      return (result as Extract<HookResult, { type: 'ran' }>).tensors;
+      const task: HookTask<'run'> = { type: 'run', hook, file: hooks.file, version: hooks.version, tensors: given, context, ...(channel ? { port: channel.port2, subCallTimeoutMs: this.#timeoutMs } : {}) };
+      // A meta model's sub-call port goes with the task too.
+      return (await this.#callHook(model, hook, task, channel ? [channel.port2] : [])).tensors;
     } finally {
       channel?.port1.close();
     }
@@ -118,23 +119,19 @@ export class HookPool {
    * the tensors are not the model's inputs.
    */
   async preprocessInto(model: string, hooks: BundleHooks, given: WireTensor[], context: HookContext, feed: HookFeed): Promise<MessagePort | undefined> {
-    const result = await this.#runHook(model, 'preprocess', hooks, given, context, { feed });
-    return (result as Extract<HookResult, { type: 'fed' }>).door;
+    return (await this.#callHook(model, 'preprocess', { type: 'feed', file: hooks.file, version: hooks.version, tensors: given, context, feed }, [])).door;
   }
 
-  async #runHook(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext,
-    extra: Partial<Extract<HookTask, { type: 'run' }>>): Promise<HookResult> {
-    const tensors = given.map((t) => (t.data.byteOffset === 0 && t.data.byteLength === t.data.buffer.byteLength ? t : { ...t, data: t.data.slice() }));
-    const transfer = [...new Set(tensors.map((t) => t.data.buffer as ArrayBuffer))];
+  /** Run a hook task within hooks.timeout_seconds: its reply, or the hook's failure as an error. */
+  async #callHook<K extends 'run' | 'feed'>(model: string, hook: HookName, task: HookTask<K>, ports: MessagePort[]): Promise<HookCalls[K]['reply']> {
+    const transfer = [...new Set(task.tensors.map((t) => t.data.buffer as ArrayBuffer))];
     // One timer per call, cleared when the call settles (AbortSignal.timeout would leave every
     // timer pending until it fires: thousands at a few thousand requests a second).
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), this.#timeoutMs);
-    let result: HookResult;
+    let answer: HookAnswer<K>;
     try {
-      const task: HookTask = { type: 'run', hook, file: hooks.file, version: hooks.version, tensors, context, ...extra };
-      // A meta model's sub-call port goes with the task too.
-      result = await this.#run(task, extra.port ? [...transfer, extra.port as unknown as ArrayBuffer] : transfer, abort.signal);
+      answer = await this.#call(task, [...transfer, ...ports], abort.signal);
     } catch (err) {
       if (abort.signal.aborted) {
         throw new StowageError('STOWAGE_DEADLINE_EXCEEDED', `model ${JSON.stringify(model)}: ${hook} hook ran longer than hooks.timeout_seconds (${this.#timeoutMs / 1000}); its thread was replaced`);
@@ -143,16 +140,17 @@ export class HookPool {
     } finally {
       clearTimeout(timer);
     }
-    if (result.type === 'hookFailed') {
+    if (answer.type === 'hookFailed') {
       // An unhandled sub-call failure keeps its status (a sub-model's NOT_FOUND stays NOT_FOUND).
-      if (result.code && result.code in ERROR_CODES) throw new StowageError(result.code as ErrorCode, `model ${JSON.stringify(model)}: the ${hook} hook in model.js failed: ${result.message}`);
-      throw errors.hookFailed(model, hook, result.message);
+      if (answer.code && answer.code in ERROR_CODES) throw new StowageError(answer.code as ErrorCode, `model ${JSON.stringify(model)}: the ${hook} hook in model.js failed: ${answer.message}`);
+      throw errors.hookFailed(model, hook, answer.message);
     }
-    return result;
+    return answer.reply;
   }
 
-  #run(task: HookTask, transferList: ArrayBuffer[], signal: AbortSignal | undefined): Promise<HookResult> {
-    return this.#pool.run(task, { transferList, signal }) as Promise<HookResult>;
+  /** Post a task to the pool; its answer is the one its type gets (HookCalls), as the hook thread's handler for it returns. */
+  #call<K extends HookCallType>(task: HookTask<K>, transferList: (ArrayBuffer | MessagePort)[], signal: AbortSignal | undefined): Promise<HookAnswer<K>> {
+    return this.#pool.run(task, { transferList: transferList as ArrayBuffer[], signal }) as Promise<HookAnswer<K>>;
   }
 
   /** The pool's threads, for their heap statistics (stowage_thread_heap_bytes). */

@@ -4,7 +4,7 @@
  * Uint8Array elements). A hook may return data as a plain array of numbers, bigints or (BYTES)
  * strings too. `toHook` and `fromHook` convert from and to the wire layout.
  */
-import type { WireTensor } from '../../shared/channels/device.js';
+import type { WireTensor } from '../../shared/channels/inference.js';
 import { byDatatype, type Datatype } from '../../shared/dtypes.js';
 import { joinBytesElements, splitBytesElements } from '../../shared/bytes-elements.js';
 
@@ -37,16 +37,19 @@ export function fromHook(name: string, value: unknown): WireTensor | string {
   const Typed = info.typedArray as Float32ArrayConstructor;
   let typed: ArrayBufferView;
   if (ArrayBuffer.isView(data)) {
+    // copy: a typed array of another type converted to the datatype's
     typed = data.constructor === Typed ? data : (Typed.from as (v: ArrayLike<number>) => Float32Array)(data as unknown as ArrayLike<number>);
   } else if (Array.isArray(data)) {
-    typed = (Typed.from as (v: ArrayLike<unknown>) => Float32Array)(data);
+    typed = (Typed.from as (v: ArrayLike<unknown>) => Float32Array)(data); // copy: a plain array converted to the datatype's typed array
   } else {
     return `tensor ${JSON.stringify(name)}: data must be a typed array or an array`;
   }
   const count = typed.byteLength / Typed.BYTES_PER_ELEMENT;
   if (count !== elements) return `tensor ${JSON.stringify(name)}: shape [${shape.join(', ')}] needs ${elements} elements, data has ${count}`;
-  // A view of part of a larger buffer is copied so that only this tensor's bytes are transferred.
+  // A view of part of a larger buffer is copied so that only this tensor's bytes are transferred:
+  // the rest may be the hook's own (a module-level array), which a transfer would detach.
   const whole = typed.byteOffset === 0 && typed.byteLength === typed.buffer.byteLength;
-  const bytes = whole ? new Uint8Array(typed.buffer, 0, typed.byteLength) : new Uint8Array(typed.buffer.slice(typed.byteOffset, typed.byteOffset + typed.byteLength));
+  const bytes = whole ? new Uint8Array(typed.buffer, 0, typed.byteLength)
+    : new Uint8Array(typed.buffer.slice(typed.byteOffset, typed.byteOffset + typed.byteLength)); // copy: a returned view of part of a buffer
   return { name, datatype: info.datatype, shape, data: bytes };
 }

@@ -6,7 +6,7 @@
  * gone), which rejects all of them at once.
  */
 import type { MessagePort } from 'node:worker_threads';
-import type { WireTensor } from '../../shared/channels/device.js';
+import type { WireTensor } from '../../shared/channels/inference.js';
 import type { SubCall, SubCallReply } from '../../shared/channels/hooks.js';
 import { ERROR_CODES, Status } from '../../shared/errors.js';
 import { fromHook, toHook, type HookTensor } from './hook-tensors.js';
@@ -43,8 +43,8 @@ export function subCaller(port: MessagePort, timeoutMs: number) {
     for (const [name, value] of Object.entries(tensors ?? {})) {
       const t = fromHook(name, value);
       if (typeof t === 'string') return Promise.reject(new Error(`ctx.infer(${JSON.stringify(model)}): bad ${t}`));
-      // Copied: the hook may pass the same tensor to several sub-calls, and a transfer would detach it.
-      wire.push({ ...t, data: t.data.slice() });
+      // The hook may pass the same tensor to several sub-calls, and a transfer would detach it.
+      wire.push({ ...t, data: t.data.slice() }); // copy: a meta model's sub-call tensor, on its hook thread
     }
     const id = nextId++;
     return new Promise((resolve, reject) => {

@@ -2,7 +2,8 @@
  * A hook-pool thread (run by Piscina): imports bundles' model.js and runs their hooks on one
  * request's tensors at a time. A hook sees named tensors with typed data and returns named
  * tensors (hook-tensors.ts converts both ways; sub-calls.ts is a meta model's `ctx.infer`); this
- * file never lets a hook's exception escape as anything but a `hookFailed` result.
+ * file never lets a hook's exception escape as anything but a `hookFailed` answer. Each task type
+ * (shared/channels/hooks.ts `HookCalls`) has its handler here.
  *
  * The hook contract (documented in the README):
  *
@@ -16,9 +17,10 @@
 import { pathToFileURL } from 'node:url';
 import { MessageChannel, type MessagePort } from 'node:worker_threads';
 import { Piscina } from 'piscina';
-import { nowMs, type HookInputs, type WireTensor } from '../../shared/channels/device.js';
-import type { HookFeed, HookResult, HookTask } from '../../shared/channels/hooks.js';
-import { orderHookTensors } from '../../protocol/codec.js';
+import type { HookInputs } from '../../shared/channels/device.js';
+import { nowMs, type WireTensor } from '../../shared/channels/inference.js';
+import type { HookAnswer, HookCallType, HookFailed, HookFeed, HookTask } from '../../shared/channels/hooks.js';
+import { orderHookTensors } from '../../shared/hook-tensor-check.js';
 import { fromHook, toHook, type HookTensor } from './hook-tensors.js';
 import { subCaller } from './sub-calls.js';
 
@@ -37,67 +39,99 @@ function load(file: string, version: string): Promise<Record<string, unknown>> {
   return m;
 }
 
-/** A result whose buffers (and ports) Piscina transfers instead of cloning. */
-function movable(result: HookResult, transfer: (ArrayBufferLike | MessagePort)[]): unknown {
+/**
+ * An answer whose buffers (and ports) Piscina transfers instead of cloning: Piscina unwraps it
+ * on the other side, so the main thread receives the answer itself.
+ */
+function movable<K extends HookCallType>(answer: HookAnswer<K>, transfer: (ArrayBufferLike | MessagePort)[]): HookAnswer<K> {
+  if (transfer.length === 0) return answer;
   const wrapped = {
     get [Piscina.transferableSymbol]() { return transfer; },
-    get [Piscina.valueSymbol]() { return result; },
+    get [Piscina.valueSymbol]() { return answer; },
   };
-  return Piscina.move(wrapped as unknown as ArrayBuffer); // marks it movable: Piscina transfers, then unwraps it
+  return Piscina.move(wrapped as unknown as ArrayBuffer) as unknown as HookAnswer<K>; // marks it movable: Piscina transfers, then unwraps it
 }
+
+const failed = (message: string, code?: string): HookFailed => ({ type: 'hookFailed', message, ...(code === undefined ? {} : { code }) });
 
 /** This thread's door to each device actor it feeds (see HookFeed), by device id. */
 const doors = new Map<number, { generation: number; port: MessagePort }>();
 
 /**
- * A preprocess hook's tensors, checked against the model's inputs and sent to the device through
- * this thread's door (transferred: the main thread never sees them). The device answers the
- * request. A door made now goes back in the result, for the main thread to hand to the device.
+ * Call one hook of a module on tensors and bring back what it returned as wire tensors, or why
+ * not. A hook's exception never escapes this function.
  */
-function feed(to: HookFeed, tensors: WireTensor[]): unknown {
-  const inputs = orderHookTensors(tensors, to.inputs, to.rows);
-  if (typeof inputs === 'string') return { type: 'hookFailed', message: inputs } satisfies HookResult;
-  let door = doors.get(to.deviceId);
-  let made: MessagePort | undefined;
-  if (door?.generation !== to.generation) {
-    door?.port.close(); // that worker is gone
-    const channel = new MessageChannel();
-    door = { generation: to.generation, port: channel.port1 };
-    doors.set(to.deviceId, door);
-    made = channel.port2;
-  }
-  door.port.postMessage({ id: to.id, inputs, sentAtMs: nowMs() } satisfies HookInputs, [...new Set(inputs.map((t) => t.data.buffer as ArrayBuffer))]);
-  // Messages wait in a port until its other end is taken up: the device reads these once it has the door.
-  return made ? movable({ type: 'fed', door: made }, [made]) : { type: 'fed' } satisfies HookResult;
-}
-
-export default async function run(task: HookTask): Promise<unknown> {
-  if (task.type === 'describe') {
-    const m = await load(task.file, task.version);
-    return { type: 'described', exports: Object.entries(m).map(([name, v]) => ({ name, kind: typeof v })) } satisfies HookResult;
-  }
-  const m = await load(task.file, task.version);
-  const hook = m[task.hook] as Hook;
-  const context = task.port ? { ...task.context, infer: subCaller(task.port, task.subCallTimeoutMs ?? Infinity) } : { ...task.context };
+async function callHook(file: string, version: string, hook: string, given: WireTensor[], context: object): Promise<WireTensor[] | HookFailed> {
+  const m = await load(file, version);
   let returned: unknown;
   try {
-    returned = await hook(Object.fromEntries(task.tensors.map((t) => [t.name, toHook(t)])), Object.freeze(context));
+    returned = await (m[hook] as Hook)(Object.fromEntries(given.map((t) => [t.name, toHook(t)])), Object.freeze(context));
   } catch (err) {
     const message = err === undefined ? 'it rejected without a reason' : err instanceof Error ? err.message : String(err);
     const code = (err as { code?: unknown } | undefined)?.code;
-    return { type: 'hookFailed', message, ...(typeof code === 'string' ? { code } : {}) } satisfies HookResult;
-  } finally {
-    task.port?.close();
+    return failed(message, typeof code === 'string' ? code : undefined);
   }
   if (!returned || typeof returned !== 'object' || Array.isArray(returned)) {
-    return { type: 'hookFailed', message: `it returned ${Array.isArray(returned) ? 'an array' : typeof returned}, not an object of named tensors` } satisfies HookResult;
+    return failed(`it returned ${Array.isArray(returned) ? 'an array' : typeof returned}, not an object of named tensors`);
   }
   const tensors: WireTensor[] = [];
   for (const [name, value] of Object.entries(returned)) {
     const t = fromHook(name, value);
-    if (typeof t === 'string') return { type: 'hookFailed', message: `it returned a bad ${t}` } satisfies HookResult;
+    if (typeof t === 'string') return failed(`it returned a bad ${t}`);
     tensors.push(t);
   }
-  if (task.feed) return feed(task.feed, tensors);
-  return movable({ type: 'ran', tensors }, [...new Set(tensors.map((t) => t.data.buffer))]);
+  return tensors;
+}
+
+/** Every task, answered by its own handler with its own reply type (HookCalls). */
+const handlers: { [K in HookCallType]: (task: HookTask<K>) => Promise<HookAnswer<K>> } = {
+  async describe(task) {
+    const m = await load(task.file, task.version);
+    return { type: 'answered', reply: { exports: Object.entries(m).map(([name, v]) => ({ name, kind: typeof v })) } };
+  },
+
+  async run(task) {
+    const context = task.port ? { ...task.context, infer: subCaller(task.port, task.subCallTimeoutMs ?? Infinity) } : { ...task.context };
+    let tensors: WireTensor[] | HookFailed;
+    try {
+      tensors = await callHook(task.file, task.version, task.hook, task.tensors, context);
+    } finally {
+      task.port?.close();
+    }
+    if (!Array.isArray(tensors)) return tensors;
+    return movable<'run'>({ type: 'answered', reply: { tensors } }, [...new Set(tensors.map((t) => t.data.buffer))]);
+  },
+
+  /**
+   * A preprocess hook's tensors, checked against the model's inputs and sent to the device through
+   * this thread's door (transferred: the main thread never sees them). The device answers the
+   * request. A door made now goes back in the answer, for the main thread to hand to the device.
+   */
+  async feed(task) {
+    const tensors = await callHook(task.file, task.version, 'preprocess', task.tensors, { ...task.context });
+    if (!Array.isArray(tensors)) return tensors;
+    const to: HookFeed = task.feed;
+    const inputs = orderHookTensors(tensors, to.inputs, to.rows);
+    if (typeof inputs === 'string') return failed(inputs);
+    let door = doors.get(to.deviceId);
+    let made: MessagePort | undefined;
+    if (door?.generation !== to.generation) {
+      door?.port.close(); // that worker is gone
+      const channel = new MessageChannel();
+      door = { generation: to.generation, port: channel.port1 };
+      doors.set(to.deviceId, door);
+      made = channel.port2;
+    }
+    door.port.postMessage({ id: to.id, inputs, sentAtMs: nowMs() } satisfies HookInputs, [...new Set(inputs.map((t) => t.data.buffer as ArrayBuffer))]);
+    // Messages wait in a port until its other end is taken up: the device reads these once it has the door.
+    return made ? movable<'feed'>({ type: 'answered', reply: { door: made } }, [made]) : { type: 'answered', reply: {} };
+  },
+};
+
+function answer<K extends HookCallType>(type: K, task: HookTask<K>): Promise<HookAnswer<K>> {
+  return handlers[type](task);
+}
+
+export default function run(task: HookTask): Promise<HookAnswer> {
+  return answer(task.type, task);
 }

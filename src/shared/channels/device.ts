@@ -1,43 +1,15 @@
 /**
  * The channel between the main thread and a device actor: every message, both
- * ways, typed here and nowhere else. Both sides `import type` this file.
- *
- * Ownership: tensor bytes travel in `WireTensor.data`. The sender lists
- * `data.buffer` in the transfer list, so after postMessage the bytes belong to
- * the receiver and the sender's view is detached. Every buffer sent this way
- * is a whole ArrayBuffer created for the purpose (never Node's shared Buffer
- * pool, which cannot be transferred).
+ * ways, typed here and nowhere else. Both sides `import type` this file. The
+ * request and result it carries are inference.ts's (their buffers' ownership
+ * is said there).
  */
 import type { MessagePort } from 'node:worker_threads';
-import type { ModelSpec } from '../model-spec.js';
+import type { InstanceKey, ModelSpec } from '../model-spec.js';
 import type { Residency, SchedulerConfig } from '../config-schema.js';
-import type { Datatype } from '../dtypes.js';
 import type { ErrorData } from '../errors.js';
 import type { CompiledExecutable } from './compiler.js';
-
-/** A tensor's place in a region, as it travels to the device actor. */
-export interface RegionSlice {
-  regionId: number;
-  key: string;
-  /** The open descriptor the device maps from (the same process: threads share descriptors). */
-  fd: number;
-  regionOffset: number;
-  regionByteSize: number;
-  /** Within the region. */
-  offset: number;
-  byteSize: number;
-}
-
-/** A tensor in KServe's raw wire layout: row-major little-endian elements; BYTES elements length-prefixed. */
-export interface WireTensor {
-  name: string;
-  datatype: Datatype;
-  shape: number[];
-  /** The bytes; empty when they are in shared memory (`shm`). */
-  data: Uint8Array;
-  /** Inputs: where the bytes are. Outputs: where they were written (nothing is returned inline). */
-  shm?: RegionSlice;
-}
+import type { ExecutionTiming, InferenceRequest, InferenceResult, WireTensor } from './inference.js';
 
 /** Given to the worker at start-up (as workerData). */
 export interface DeviceInit {
@@ -79,7 +51,7 @@ export interface WeightMemory {
 }
 
 /**
- * Host RAM changes a device actor reports (src/weights/host-weights.ts keeps the process's copy):
+ * Host RAM changes a device actor reports (node/host-weights.ts keeps the process's copy):
  * buffers it read from disk, and which tensors each instance now keeps in host RAM.
  */
 export interface HostUpdate {
@@ -99,40 +71,14 @@ export interface WeightLoad {
   evicted: string[];
 }
 
-/** Where the time of one execution went, in nanoseconds (Triton's statistics vocabulary). */
-export interface ExecutionTiming {
-  computeInputNs: number;
-  computeInferNs: number;
-  computeOutputNs: number;
-  /** Rows of the requests that rode in this execution. */
-  batchRows: number;
-  /** Rows actually executed: batchRows padded up to a compiled batch size. */
-  executedBatchSize: number;
-  /** How many requests rode in this execution. */
-  requests: number;
-}
-
-/** One request's share of an execution, as the device answers it. */
-export interface ExecutedRequest {
-  id: number;
-  /** The outputs as tensors; empty when the request asked for `response`. */
-  outputs: WireTensor[];
-  /**
-   * The request's ModelInferResponse, encoded on the device (protocol/infer-response-wire.ts) when
-   * the command asked for it with `encode`: the main thread sends it as it is.
-   */
-  response?: Uint8Array;
-  /** Time from the main thread's hand-over to the start of the execution. */
-  queueNs: number;
-}
-
-export interface InferCommand {
+/**
+ * A request as it travels to the device: numbered by the handle, stamped with the hand-over
+ * time, and marked when a hook thread sends its inputs. The device queues it as it is (it is the
+ * scheduler's ticket).
+ */
+export interface InferCommand extends InferenceRequest {
   type: 'infer';
   id: number;
-  /** The loaded instance to run (`name#generation`: a reload loads a new one beside the old). */
-  instance: string;
-  /** One tensor per manifest input, in the manifest's order (the codec guarantees it); empty with `inputsFromHook`. */
-  inputs: WireTensor[];
   /**
    * The inputs come from the hook thread running the request's preprocess hook, over that
    * thread's door to this device (`hookDoor`), as a `HookInputs` with this id (checked against the
@@ -141,18 +87,7 @@ export interface InferCommand {
    * main thread cancels it.
    */
   inputsFromHook?: boolean;
-  /** Output names to return, in response order (never empty: the codec fills in every output). */
-  outputs: string[];
-  /** Per output: the shared-memory slice to write it into instead of returning it, or null. */
-  outputRegions: (RegionSlice | null)[];
-  /**
-   * Answer with the encoded ModelInferResponse for the client's request `id` instead of tensors
-   * (a request off the wire whose outputs go straight back); null: tensors (hooks read them).
-   */
-  encode: { id: string } | null;
-  /** The client's absolute deadline, ms since the epoch (performance.timeOrigin + performance.now()); Infinity if none. */
-  deadlineMs: number;
-  /** When the main thread handed the request over, same clock. */
+  /** When the main thread handed the request over (nowMs clock). */
   enqueuedAtMs: number;
 }
 
@@ -181,7 +116,7 @@ export interface SchedulingPolicy {
 
 /**
  * One model's policy on one device as it stands: the node file's for that worker with the
- * run-time changes over it. The main thread owns it (actors/gateway/model-policies.ts); loads
+ * run-time changes over it. The main thread owns it (node/model-policies.ts); loads
  * carry it, so the device keeps no policy of its own beyond its loaded instances.
  */
 export interface ModelPolicy extends SchedulingPolicy {
@@ -190,7 +125,7 @@ export interface ModelPolicy extends SchedulingPolicy {
 
 /** One loaded instance as the device sees it. */
 export interface InstanceStatus {
-  instance: string;
+  instance: InstanceKey;
   model: string;
   queued: number;
   /** Learned cost per executed batch size. */
@@ -213,10 +148,10 @@ export interface InstanceStatus {
 export interface DeviceCalls {
   /** Open the weightless sessions of one version of a model (compiled already) under its own instance key. */
   load: {
-    request: { instance: string; spec: ModelSpec; policy: ModelPolicy; compiled: CompiledExecutable[] | null; hostOffer: Record<string, SharedArrayBuffer> };
+    request: { instance: InstanceKey; spec: ModelSpec; policy: ModelPolicy; compiled: CompiledExecutable[] | null; hostOffer: Record<string, SharedArrayBuffer> };
     reply: { loadMs: number; compiled: { files: number; cacheHits: number }; weightBytes: number; memory: WeightMemory | null; load: WeightLoad | null; host: HostUpdate };
   };
-  unload: { request: { instance: string }; reply: { memory: WeightMemory | null } };
+  unload: { request: { instance: InstanceKey }; reply: { memory: WeightMemory | null } };
   /** Every loaded instance's queue and learned costs. */
   status: { request: Record<string, never>; reply: { instances: InstanceStatus[] } };
   /** A model's scheduling policy changed: apply it to its loaded instances (their queued requests included). */
@@ -225,13 +160,13 @@ export interface DeviceCalls {
   setResidency: { request: { model: string; residency: Residency; hostOffer: Record<string, SharedArrayBuffer> }; reply: { memory: WeightMemory | null; host: HostUpdate } };
   /** Close the holes in the weight arena now. */
   compact: { request: Record<string, never>; reply: { movedBytes: number; memory: WeightMemory | null } };
-  /** Make an instance's weights resident now (the gateway moving a model here). */
-  prefetch: { request: { instance: string }; reply: { load: WeightLoad | null; memory: WeightMemory | null } };
+  /** Make an instance's weights resident now (the device pool moving a model here under lpt_packing). */
+  prefetch: { request: { instance: InstanceKey }; reply: { load: WeightLoad | null; memory: WeightMemory | null } };
 }
 export type DeviceCallType = keyof DeviceCalls;
 
-/** A control call as it travels. */
-export type DeviceCall = { [K in DeviceCallType]: { type: K; id: number } & DeviceCalls[K]['request'] }[DeviceCallType];
+/** A control call as it travels: of type K, or (by default) of any type. */
+export type DeviceCall<K extends DeviceCallType = DeviceCallType> = { [P in K]: { type: P; id: number } & DeviceCalls[P]['request'] }[K];
 
 /** main thread -> device actor */
 export type ToDevice =
@@ -253,14 +188,9 @@ export type FromDevice =
   | { type: 'started' }
   /** The answer to a control call. */
   | { type: 'reply'; id: number; reply: DeviceCalls[DeviceCallType]['reply'] }
-  /** One execution: every request that rode in it, answered in one message (their outputs may share buffers). */
-  | { type: 'executed'; model: string; instance: string; results: ExecutedRequest[]; timing: ExecutionTiming; queued: number; load: WeightLoad | null; memory: WeightMemory | null }
+  /** One execution: every request that rode in it, answered in one message (each request's buffers its own). */
+  | { type: 'executed'; model: string; instance: InstanceKey; results: ({ id: number } & Omit<InferenceResult, 'timing'>)[]; timing: ExecutionTiming; queued: number; load: WeightLoad | null; memory: WeightMemory | null }
   /** A control call or an infer failed; errors cross threads as plain data. */
   | { type: 'failed'; id: number; error: ErrorData }
   /** Something the operator should hear about (the main thread logs it). */
   | { type: 'warning'; message: string; fields: Record<string, number | string> };
-
-/** The clock both threads share for deadlines (Date.now() has ms resolution only). */
-export function nowMs(): number {
-  return performance.timeOrigin + performance.now();
-}

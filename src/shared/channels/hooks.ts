@@ -1,14 +1,19 @@
 /**
  * The channel between the main thread and the hook pool (Piscina threads running bundles'
- * `model.js`): every task and result, typed here and nowhere else.
+ * `model.js`): every task and its answer, typed here and nowhere else.
+ *
+ * `HookCalls` maps each task to the reply it gets, as `DeviceCalls` does for the device channel:
+ * the pool's `#call(task)` returns `HookCalls[type]['reply']`, and the hook thread's handlers are
+ * a table typed by the same map. A task the hook fails answers `HookFailed` instead.
  *
  * Ownership: tensor bytes travel in WireTensor.data and their ArrayBuffers are transferred both
- * ways, never structured-cloned; after `run` the sender's views are detached.
+ * ways, never structured-cloned; after a task the sender's views are detached. Each buffer sent
+ * belongs to the one request (inference.ts), so it is transferred whole, whatever part of it the
+ * tensors view.
  */
 import type { MessagePort } from 'node:worker_threads';
-import type { ErrorData } from '../errors.js';
 import type { TensorSpec } from '../model-spec.js';
-import type { WireTensor } from './device.js';
+import type { WireTensor } from './inference.js';
 
 /** The hooks a model's model.js may export, and nothing else; a meta model's exports only `run`. */
 export const HOOK_NAMES = ['preprocess', 'postprocess'] as const;
@@ -24,19 +29,20 @@ export interface HookContext {
   parameters: Record<string, boolean | number | string>;
 }
 
-export type HookTask =
-  /** Import model.js and report its exports (checked at load). */
-  | { type: 'describe'; file: string; version: string }
-  /** Run one hook on one request's tensors; `port` carries a meta model's sub-calls (SubCall). */
-  | { type: 'run'; hook: HookName; file: string; version: string; tensors: WireTensor[]; context: HookContext; port?: MessagePort; subCallTimeoutMs?: number; feed?: HookFeed };
+/** Which module a task runs: a bundle's model.js, imported once per version. */
+interface HookModule {
+  file: string;
+  /** Changes when model.js changes, so that a reload imports the new code. */
+  version: string;
+}
 
 /**
  * A preprocess hook's tensors go straight to the device actor that will run the request, not
  * back to the main thread: the hook thread checks them against the manifest's inputs and posts
- * them (HookInputs, transferred) through its door to that device, then answers `fed`. A thread
- * makes its door to a device (a MessageChannel) the first time it feeds it, and to each
- * replacement of a device actor that crashed (a new `generation`); the other end goes back with
- * that `fed` result, for the main thread to hand to the device.
+ * them (HookInputs, transferred) through its door to that device, then answers. A thread makes
+ * its door to a device (a MessageChannel) the first time it feeds it, and to each replacement of
+ * a device actor that crashed (a new `generation`); the other end goes back with that answer,
+ * for the main thread to hand to the device.
  */
 export interface HookFeed {
   deviceId: number;
@@ -50,6 +56,42 @@ export interface HookFeed {
   rows: number;
 }
 
+/** Every task the pool runs, and the reply it gets when the hook did not fail. */
+export interface HookCalls {
+  /** Import model.js and report its exports (checked at load). */
+  describe: {
+    request: HookModule;
+    reply: { exports: { name: string; kind: string }[] };
+  };
+  /** Run one hook on one request's tensors; `port` carries a meta model's sub-calls (SubCall). */
+  run: {
+    request: HookModule & { hook: HookName; tensors: WireTensor[]; context: HookContext; port?: MessagePort; subCallTimeoutMs?: number };
+    reply: { tensors: WireTensor[] };
+  };
+  /** Run a preprocess hook whose tensors go to the device (HookFeed); `door` is the thread's new door to it, when it made one. */
+  feed: {
+    request: HookModule & { tensors: WireTensor[]; context: HookContext; feed: HookFeed };
+    reply: { door?: MessagePort };
+  };
+}
+export type HookCallType = keyof HookCalls;
+
+/** A task as it travels: of type K, or (by default) of any type. */
+export type HookTask<K extends HookCallType = HookCallType> = { [P in K]: { type: P } & HookCalls[P]['request'] }[K];
+
+/**
+ * The hook threw, rejected, or returned something that is not the tensors expected: the message
+ * says which. `code` is set when the cause was a failed sub-call the run hook did not handle.
+ */
+export interface HookFailed {
+  type: 'hookFailed';
+  message: string;
+  code?: string;
+}
+
+/** What a task of type K answers: its reply, or the hook's failure. */
+export type HookAnswer<K extends HookCallType = HookCallType> = { type: 'answered'; reply: HookCalls[K]['reply'] } | HookFailed;
+
 /**
  * A meta model's sub-call, from its run hook (in the pool) to the main thread, over the task's
  * port. Each pending sub-call settles once: its reply, `subCallTimeoutMs`, or the port closing
@@ -60,13 +102,4 @@ export type SubCall = { type: 'infer'; id: number; model: string; tensors: WireT
 /** The main thread's answer to a SubCall. */
 export type SubCallReply =
   | { type: 'inferred'; id: number; tensors: WireTensor[] }
-  | { type: 'inferFailed'; id: number; error: ErrorData };
-
-export type HookResult =
-  | { type: 'described'; exports: { name: string; kind: string }[] }
-  | { type: 'ran'; tensors: WireTensor[] }
-  /** A `feed` task's tensors went to the device; `door` is the thread's new door to it, when it made one. */
-  | { type: 'fed'; door?: MessagePort }
-  /** The hook threw, rejected, or returned something that is not tensors: the message says which.
-   *  `code` is set when the cause was a failed sub-call the run hook did not handle. */
-  | { type: 'hookFailed'; message: string; code?: string };
+  | { type: 'inferFailed'; id: number; error: import('../errors.js').ErrorData };

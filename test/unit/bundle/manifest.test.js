@@ -4,8 +4,14 @@ import test from 'ava';
 import { parseManifest } from '../../../dist/bundle/manifest.js';
 import { scanRepository } from '../../../dist/bundle/scan.js';
 import { makeRepository, ROOT, tempDir } from '../../helpers/server.js';
+import { stowageThrows } from '../../helpers/errors.js';
 
-/** A bundle directory holding the given files (empty model files are enough for parsing). */
+/**
+ * A bundle directory holding the given files (empty model files are enough for parsing).
+ * @param {import('ava').ExecutionContext} t
+ * @param {string} name
+ * @param {Record<string, string>} files
+ */
 function bundle(t, name, files) {
   const temp = tempDir();
   t.teardown(temp.cleanup);
@@ -45,8 +51,13 @@ test('one model.bN.onnx per compiled size; a missing or extra size is named', (t
 });
 
 const dir = path.join(ROOT, 'bundles', 'digits'); // holds a model.onnx
+/**
+ * @param {import('ava').ExecutionContext} t
+ * @param {string} text
+ * @param {RegExp} pattern
+ */
 const fails = (t, text, pattern) => {
-  const err = t.throws(() => parseManifest(text, dir));
+  const err = stowageThrows(t, () => parseManifest(text, dir));
   t.is(err.code, 'STOWAGE_BUNDLE_INVALID');
   t.regex(err.message, /^bundle "digits", manifest\.yaml: /);
   t.regex(err.message, pattern);
@@ -58,7 +69,7 @@ test('format_version must be the string "2.0", with a hint when YAML read a numb
 });
 
 test('an axis without a size, a size for an unknown axis, and a sized batch axis are refused', (t) => {
-  const with_ = (input) => `format_version: "2.0"\nexecutable_inputs:\n  - ${input}\nexecutable_outputs:\n  - { name: y, dtype: f32, shape: n }\nbatching: { compiled_batch_sizes: [1] }\n`;
+  const with_ = (/** @type {string} */ input) => `format_version: "2.0"\nexecutable_inputs:\n  - ${input}\nexecutable_outputs:\n  - { name: y, dtype: f32, shape: n }\nbatching: { compiled_batch_sizes: [1] }\n`;
   fails(t, with_('{ name: x, dtype: f32, shape: nhw, dims: { h: 2 } }'), /executable_inputs "x": axis 'w' of shape "nhw" has no size in dims/);
   fails(t, with_('{ name: x, dtype: f32, shape: nh, dims: { h: 2, c: 3 } }'), /dims names axis 'c', which is not in shape "nh"/);
   fails(t, with_('{ name: x, dtype: f32, shape: nh, dims: { h: 2, n: 3 } }'), /dims sets the batch axis 'n'/);
@@ -93,7 +104,7 @@ test('client tensors default to the executable\'s, and are parsed like them when
 
 test('a meta bundle: client tensors, its sub-models, its model.js; never itself', (t) => {
   const metaDir = bundle(t, 'pipeline', { 'manifest.yaml': '', 'model.js': 'export async function run() {}' });
-  const text = (models) => `format_version: "2.0"\nkind: meta\nmodels: [${models}]\nclient_inputs:\n  - { name: x, dtype: f32, shape: nk, dims: { k: 2 } }\nclient_outputs:\n  - { name: y, dtype: i64, shape: n }\n`;
+  const text = (/** @type {string} */ models) => `format_version: "2.0"\nkind: meta\nmodels: [${models}]\nclient_inputs:\n  - { name: x, dtype: f32, shape: nk, dims: { k: 2 } }\nclient_outputs:\n  - { name: y, dtype: i64, shape: n }\n`;
   const spec = parseManifest(text('digits, severity_grader'), metaDir);
   t.is(spec.kind, 'meta');
   t.deepEqual(spec.subModels, ['digits', 'severity_grader']);
@@ -125,7 +136,7 @@ test('the scanner takes each subdirectory with a manifest, and one bad bundle do
   const found = scanRepository(repo);
   t.deepEqual(found.map((b) => b.name), ['broken', 'digits']);
   t.truthy(found[1].spec);
-  t.regex(found[0].error.message, /bundle "broken", manifest\.yaml/);
+  t.regex(found[0].error?.message ?? '', /bundle "broken", manifest\.yaml/);
   t.regex(t.throws(() => scanRepository(path.join(repo, 'nope'))).message, /model_repo .* is not a directory/);
 });
 

@@ -4,6 +4,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import test from 'ava';
 import { ROOT, startServer, tensor } from '../../helpers/server.js';
+import { grpcError } from '../../helpers/errors.js';
 
 const run = promisify(execFile);
 
@@ -17,6 +18,7 @@ test('importing the client loads neither onnxruntime nor server code', async (t)
     console.log(JSON.stringify(seen));
   `;
   const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], { cwd: ROOT });
+  /** @type {string[]} */
   const urls = JSON.parse(stdout);
   t.true(urls.some((u) => u.includes('@grpc/grpc-js')), 'sanity: the hook saw the client\'s imports');
   const root = new URL(`file://${ROOT}`).href;
@@ -28,7 +30,7 @@ test('importing the client loads neither onnxruntime nor server code', async (t)
 test('inferMany runs requests concurrently and returns results in input order', async (t) => {
   const server = await startServer({ model_repo: `${ROOT}/bundles` });
   t.teardown(() => server.stop());
-  const image = (v) => [tensor('image', 'FP32', [1, 8, 8], new Float32Array(64).fill(v))];
+  const image = (/** @type {number} */ v) => [tensor('image', 'FP32', [1, 8, 8], new Float32Array(64).fill(v))];
   const requests = [0, 4, 8, 12, 16].map(image);
   const results = await server.client.inferMany('digits', requests, { outputs: ['logits'], concurrency: 3 });
   t.is(results.length, 5);
@@ -44,7 +46,7 @@ test('inferMany runs requests concurrently and returns results in input order', 
 test('errors reach the caller with the gRPC status and the server\'s message', async (t) => {
   const server = await startServer({ model_repo: `${ROOT}/bundles` });
   t.teardown(() => server.stop());
-  const err = await t.throwsAsync(server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8], data: new Float32Array(8) }]));
+  const err = await grpcError(t, server.client.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8], data: new Float32Array(8) }]));
   t.is(err.code, 3);
   t.regex(err.details, /expected shape \[-1, 8, 8\]/);
   await t.throwsAsync(server.client.call('NoSuchRpc'), { message: /no RPC NoSuchRpc/ });

@@ -1,8 +1,13 @@
 import path from 'node:path';
 import test from 'ava';
 import { environmentOverrides, parseNodeConfig } from '../../../dist/config/load.js';
+import { stowageThrows } from '../../helpers/errors.js';
 
 const FILE = '/etc/stowage/node.yaml';
+/**
+ * @param {string} text
+ * @param {Record<string, string>} [env]
+ */
 const parse = (text, env = {}) => parseNodeConfig(text, FILE, env, '/work/here');
 
 test('defaults fill every key and the result is frozen', (t) => {
@@ -36,20 +41,20 @@ test('a relative model_repo is resolved against the node file\'s directory', (t)
 });
 
 test('an unknown key names its path and the keys allowed there', (t) => {
-  const err = t.throws(() => parse('model_repo: m\nglobal:\n  endpoints:\n    grpc_prot: 1\n'));
+  const err = stowageThrows(t, () => parse('model_repo: m\nglobal:\n  endpoints:\n    grpc_prot: 1\n'));
   t.is(err.code, 'STOWAGE_CONFIG_INVALID');
   t.regex(err.message, /global\.endpoints\.grpc_prot: unknown key; allowed here: host, grpc_port, admin_port, max_concurrent_requests/);
 });
 
 test('a wrong type names the key path, the value and what was expected', (t) => {
-  const err = t.throws(() => parse('model_repo: m\nglobal:\n  endpoints:\n    grpc_port: "eighty"\n'));
+  const err = stowageThrows(t, () => parse('model_repo: m\nglobal:\n  endpoints:\n    grpc_port: "eighty"\n'));
   t.regex(err.message, /global\.endpoints\.grpc_port: "eighty" must be integer/);
-  const err2 = t.throws(() => parse('model_repo: m\nglobal:\n  runtime:\n    backend: tpu\n'));
+  const err2 = stowageThrows(t, () => parse('model_repo: m\nglobal:\n  runtime:\n    backend: tpu\n'));
   t.regex(err2.message, /global\.runtime\.backend: "tpu" is not allowed; expected one of "cpu", "cuda"/);
 });
 
 test('every problem is reported at once, and a missing model_repo is named', (t) => {
-  const err = t.throws(() => parse('global:\n  endpoints:\n    grpc_port: -1\n    admin_port: 70000\n'));
+  const err = stowageThrows(t, () => parse('global:\n  endpoints:\n    grpc_port: -1\n    admin_port: 70000\n'));
   t.regex(err.message, /missing required key model_repo/);
   t.regex(err.message, /grpc_port: -1 must be >= 0/);
   t.regex(err.message, /admin_port: 70000 must be <= 65535/);
@@ -74,7 +79,7 @@ test('gpus is auto, a count or a list of ids; lpt_packing needs fifo or edf devi
 });
 
 test('backend cuda is refused with a message that says why', (t) => {
-  const err = t.throws(() => parse('model_repo: m\nglobal:\n  runtime:\n    backend: cuda\n'));
+  const err = stowageThrows(t, () => parse('model_repo: m\nglobal:\n  runtime:\n    backend: cuda\n'));
   t.regex(err.message, /"cuda" is not available yet.*use "cpu"/);
 });
 
@@ -99,12 +104,12 @@ test('an override supplies a key the file leaves out', (t) => {
 });
 
 test('a bad override value is reported like a bad file value', (t) => {
-  const err = t.throws(() => parse('model_repo: m\n', { INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: 'abc' }));
+  const err = stowageThrows(t, () => parse('model_repo: m\n', { INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: 'abc' }));
   t.regex(err.message, /global\.endpoints\.grpc_port: "abc" must be integer/);
 });
 
 test('an unknown INFERENCE_SERVER_ variable stops start-up and lists the known ones', (t) => {
-  const err = t.throws(() => parse('model_repo: m\n', { INFERENCE_SERVER_ENDPOINTS_GRPC_PROT: '1' }));
+  const err = stowageThrows(t, () => parse('model_repo: m\n', { INFERENCE_SERVER_ENDPOINTS_GRPC_PROT: '1' }));
   t.regex(err.message, /unknown environment override INFERENCE_SERVER_ENDPOINTS_GRPC_PROT; known overrides: .*INFERENCE_SERVER_ENDPOINTS_GRPC_PORT/);
 });
 
@@ -123,9 +128,9 @@ test('cache_dir: relative to the node file, from the environment relative to the
 });
 
 test('the weight cache keys are checked: residency by name, fractions by range', (t) => {
-  const err = t.throws(() => parse('model_repo: m\nglobal:\n  scheduler:\n    models:\n      digits:\n        residency: gpu\n'));
+  const err = stowageThrows(t, () => parse('model_repo: m\nglobal:\n  scheduler:\n    models:\n      digits:\n        residency: gpu\n'));
   t.regex(err.message, /global\.scheduler\.models\.digits\.residency: "gpu" is not allowed; expected one of "device", "system", "unpinned"/);
-  const err2 = t.throws(() => parse('model_repo: m\nglobal:\n  runtime:\n    weight_cache_wiggle_fraction: 1\n'));
+  const err2 = stowageThrows(t, () => parse('model_repo: m\nglobal:\n  runtime:\n    weight_cache_wiggle_fraction: 1\n'));
   t.regex(err2.message, /global\.runtime\.weight_cache_wiggle_fraction: 1 must be < 1/);
   const { config } = parse('model_repo: m\n', { INFERENCE_SERVER_RUNTIME_CPU_DEVICE_MEMORY_BYTES: '1000000', INFERENCE_SERVER_SCHEDULER_COMPACTION_INTERVAL: '4' });
   t.is(config.global.runtime.cpu_device_memory_bytes, 1000000);

@@ -6,8 +6,13 @@ import test from 'ava';
 import YAML from 'yaml';
 import { parseNodeConfig } from '../../../dist/config/load.js';
 import { ROOT } from '../../helpers/server.js';
+import { stowageThrows } from '../../helpers/errors.js';
 
-/** Every key path of a plain object, with its value: [['global.runtime.backend', 'cpu'], ...]. */
+/**
+ * Every key path of a plain object, with its value: [['global.runtime.backend', 'cpu'], ...].
+ * @param {unknown} value
+ * @returns {[string, unknown][]}
+ */
 function leaves(value, prefix = '') {
   if (value === null || typeof value !== 'object' || Array.isArray(value) || Object.keys(value).length === 0) return [[prefix, value]];
   return Object.entries(value).flatMap(([k, v]) => leaves(v, prefix ? `${prefix}.${k}` : k));
@@ -42,6 +47,6 @@ test('gateway keys are overridable from the environment like every other key', (
   t.is(config.gateway.health_seconds, 5);
   t.is(config.gateway.scheduling.mode, 'least_outstanding');
   t.is(overrides.length, 3);
-  const bad = t.throws(() => parseNodeConfig('model_repo: m\n', '/etc/node.yaml', { INFERENCE_SERVER_GATEWAY_SCHEDULING_MODE: 'random' }, '/work'));
+  const bad = stowageThrows(t, () => parseNodeConfig('model_repo: m\n', '/etc/node.yaml', { INFERENCE_SERVER_GATEWAY_SCHEDULING_MODE: 'random' }, '/work'));
   t.regex(bad.message, /gateway\.scheduling\.mode/);
 });

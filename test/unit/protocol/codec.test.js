@@ -2,11 +2,27 @@ import test from 'ava';
 import { decodeInferRequest, decodeTensors, inferResponse } from '../../../dist/protocol/codec.js';
 import { joinBytesElements } from '../../../dist/shared/bytes-elements.js';
 import { modelSpec } from '../../helpers/specs.js';
+import { stowageThrows } from '../../helpers/errors.js';
 
 // Requests as @grpc/proto-loader hands them over (defaults filled in, int64 as strings).
+/** @typedef {import('../../../dist/protocol/types.js').ModelInferRequest} ModelInferRequest */
+/** @typedef {import('../../../dist/protocol/types.js').InferInputTensor} InferInputTensor */
+/**
+ * @param {string} name
+ * @param {string} datatype
+ * @param {number[]} shape
+ * @param {Partial<InferInputTensor>} [extra]
+ * @returns {InferInputTensor}
+ */
 const input = (name, datatype, shape, extra = {}) => ({ name, datatype, shape: shape.map(String), parameters: {}, contents: null, ...extra });
+/**
+ * @param {InferInputTensor[]} inputs
+ * @param {Buffer[]} [raw]
+ * @param {Partial<ModelInferRequest>} [extra]
+ * @returns {ModelInferRequest}
+ */
 const request = (inputs, raw = [], extra = {}) => ({ model_name: 'm', model_version: '', id: '', parameters: {}, inputs, outputs: [], raw_input_contents: raw, ...extra });
-const raw = (typed) => Buffer.from(typed.buffer, typed.byteOffset, typed.byteLength);
+const raw = (/** @type {ArrayBufferView} */ typed) => Buffer.from(typed.buffer, typed.byteOffset, typed.byteLength);
 
 const spec = modelSpec({
   name: 'm',
@@ -23,12 +39,18 @@ const spec = modelSpec({
   compiledBatchSizes: [1, 4],
   maxBatchSize: 4,
 });
-const strings = (...s) => joinBytesElements(s.map((x) => new TextEncoder().encode(x)));
+const strings = (/** @type {string[]} */ ...s) => joinBytesElements(s.map((x) => new TextEncoder().encode(x)));
 const good = () => request([input('s', 'BYTES', [2]), input('a', 'FP32', [2, 2])],
   [Buffer.from(strings('x', 'yz')), raw(Float32Array.from([1, 2, 3, 4]))]);
 
+/**
+ * @param {import('ava').ExecutionContext} t
+ * @param {ModelInferRequest} req
+ * @param {RegExp} pattern
+ * @param {import('../../../dist/shared/errors.js').ErrorCode} [code]
+ */
 const invalid = (t, req, pattern, code = 'STOWAGE_INVALID_TENSOR') => {
-  const err = t.throws(() => decodeInferRequest(req, spec));
+  const err = stowageThrows(t, () => decodeInferRequest(req, spec));
   t.is(err.code, code);
   t.regex(err.message, pattern);
 };
@@ -48,6 +70,11 @@ test('raw inputs become transferable copies in manifest order, every output by d
 });
 
 test('typed contents are converted, checked for field, count and range', (t) => {
+  /**
+   * @param {Partial<import('../../../dist/protocol/types.js').InferTensorContents>} c
+   * @param {string} [datatype]
+   * @param {number[]} [shape]
+   */
   const withContents = (c, datatype = 'FP32', shape = [1, 2]) =>
     request([input('a', datatype, shape, { contents: { bool_contents: [], int_contents: [], int64_contents: [], uint_contents: [], uint64_contents: [], fp32_contents: [], fp64_contents: [], bytes_contents: [], ...c } }),
       input('s', 'BYTES', [1], { contents: { bool_contents: [], int_contents: [], int64_contents: [], uint_contents: [], uint64_contents: [], fp32_contents: [], fp64_contents: [], bytes_contents: [Buffer.from('k')] } })]);
@@ -72,7 +99,7 @@ test('datatype, shape, byte size and BYTES framing are each checked', (t) => {
   invalid(t, { ...r, raw_input_contents: [r.raw_input_contents[0], Buffer.alloc(15)] }, /input "a": expected 16 bytes \(4 FP32 elements of 4 bytes\), got 15/);
   invalid(t, { ...r, raw_input_contents: [Buffer.from([5, 0, 0, 0, 1]), r.raw_input_contents[1]] }, /input "s": BYTES contents must be elements each prefixed/);
   invalid(t, { ...r, raw_input_contents: [Buffer.from(strings('only one')), r.raw_input_contents[1]] }, /input "s": shape needs 2 BYTES elements, raw contents hold 1/);
-  invalid(t, { ...r, inputs: [r.inputs[0], input('a', 'FP32', ['-1', 2])] }, /invalid dimension -1/);
+  invalid(t, { ...r, inputs: [r.inputs[0], input('a', 'FP32', [-1, 2])] }, /invalid dimension -1/);
 });
 
 test('input names: unknown, duplicated and missing', (t) => {
@@ -85,7 +112,7 @@ test('input names: unknown, duplicated and missing', (t) => {
 test('raw contents must match the inputs one to one and exclude typed contents', (t) => {
   const r = good();
   invalid(t, { ...r, raw_input_contents: [r.raw_input_contents[0]] }, /raw_input_contents has 1 entries for 2 inputs not in shared memory/, 'STOWAGE_INVALID_REQUEST');
-  const mixed = { ...r, inputs: [r.inputs[0], { ...r.inputs[1], contents: { fp32_contents: [1, 2, 3, 4] } }] };
+  const mixed = { ...r, inputs: [r.inputs[0], { ...r.inputs[1], contents: /** @type {import('../../../dist/protocol/types.js').InferTensorContents} */ ({ fp32_contents: [1, 2, 3, 4] }) }] };
   invalid(t, mixed, /input "a" sets contents while the request uses raw_input_contents/, 'STOWAGE_INVALID_REQUEST');
   invalid(t, request([input('a', 'FP32', [1, 2])]), /input "a" has no data/);
 });
@@ -99,7 +126,7 @@ test('inputs must agree on the batch size, which must fit max_batch_size', (t) =
 
 test('requested outputs select and order the response; unknown, repeated and classification are refused', (t) => {
   const r = good();
-  const out = (...names) => names.map((name) => ({ name, parameters: {} }));
+  const out = (/** @type {string[]} */ ...names) => names.map((name) => ({ name, parameters: {} }));
   t.deepEqual(decodeInferRequest({ ...r, outputs: out('q', 'p') }, spec).outputs, ['q', 'p']);
   invalid(t, { ...r, outputs: out('z') }, /unknown output "z" for model "m"; expected one of: p, q/);
   invalid(t, { ...r, outputs: out('p', 'p') }, /output "p" is requested twice/);
@@ -137,7 +164,7 @@ test('the response carries outputs in order with views of their bytes', (t) => {
 });
 
 test('a meta sub-call\'s tensors get the same checks as a request, without a copy', (t) => {
-  /** @type {import('../../../dist/shared/channels/device.js').WireTensor[]} */
+  /** @type {import('../../../dist/shared/channels/inference.js').WireTensor[]} */
   const [a, s] = [
     { name: 'a', datatype: 'FP32', shape: [2, 2], data: new Uint8Array(new Float32Array([1, 2, 3, 4]).buffer) },
     { name: 's', datatype: 'BYTES', shape: [2], data: strings('x', 'yz') },
@@ -147,7 +174,7 @@ test('a meta sub-call\'s tensors get the same checks as a request, without a cop
   t.is(decoded.inputs[0], a, 'the very tensor, not a copy');
   t.deepEqual([decoded.outputs, decoded.batchSize], [['q'], 2]);
   t.deepEqual(decodeTensors([a, s], [], spec).outputs, ['p', 'q'], 'no outputs named: all of them');
-  /** @param {import('../../../dist/shared/channels/device.js').WireTensor[]} tensors @param {string[]} outputs @param {RegExp} pattern */
+  /** @param {import('../../../dist/shared/channels/inference.js').WireTensor[]} tensors @param {string[]} outputs @param {RegExp} pattern */
   const fails = (tensors, outputs, pattern) => t.regex(t.throws(() => decodeTensors(tensors, outputs, spec)).message, pattern);
   fails([a], [], /model "m" needs input "s"; the request has "a"/);
   fails([a, { ...s, shape: [3] }], [], /inputs disagree on the batch size: "a" has 2 rows, "s" has 3/);

@@ -9,7 +9,10 @@ const base = modelSpec({
   inputs: [tensor('x', 'FP32', 'nhw', [-1, 8, 8], 0)],
   outputs: [tensor('label', 'INT64', 'n', [-1], 0)],
 });
-/** A spec whose client tensors are its executable tensors. */
+/**
+ * A spec whose client tensors are its executable tensors.
+ * @param {Partial<import('../../../dist/shared/model-spec.js').ModelSpec>} s
+ */
 const plain = (s) => modelSpec({ ...s, clientInputs: s.inputs, clientOutputs: s.outputs });
 
 test('a leading batch axis is implicit in ModelConfig, explicit (-1) in ModelMetadata', (t) => {
@@ -20,7 +23,7 @@ test('a leading batch axis is implicit in ModelConfig, explicit (-1) in ModelMet
   t.is(config.platform, 'onnxruntime_onnx');
   t.deepEqual(config.dynamic_batching, { preferred_batch_size: [1, 8], max_queue_delay_microseconds: 0 });
   t.is(modelConfig(base, 1).dynamic_batching, undefined, 'max_batch_size 1: requests run alone');
-  t.deepEqual(modelConfig(base, 4).dynamic_batching.preferred_batch_size, [1]);
+  t.deepEqual(modelConfig(base, 4).dynamic_batching?.preferred_batch_size, [1]);
   const md = modelMetadata(base);
   t.deepEqual(md.inputs, [{ name: 'x', datatype: 'FP32', shape: [-1, 8, 8] }]);
   t.deepEqual(md.versions, ['1']);

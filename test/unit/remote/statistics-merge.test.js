@@ -2,7 +2,13 @@
 import test from 'ava';
 import { mergeStatistics } from '../../../dist/remote/statistics-merge.js';
 
-const duration = (count, ns) => ({ count: String(count), ns: String(ns) });
+const duration = (/** @type {number} */ count, /** @type {number} */ ns) => ({ count: String(count), ns: String(ns) });
+/**
+ * A node's ModelStatistics entry, as protobufjs decodes it.
+ * @param {string} name
+ * @param {number} n
+ * @param {number} last
+ */
 const entry = (name, n, last) => ({
   name, version: '1', last_inference: String(last), inference_count: String(n * 2), execution_count: String(n),
   inference_stats: { success: duration(n, n * 1000), fail: duration(0, 0), queue: duration(n, 10) },
@@ -19,7 +25,7 @@ test('counts and durations add up, batch sizes merge, the latest inference wins,
   t.is(a.execution_count, '5');
   t.is(a.last_inference, '300');
   t.deepEqual(a.inference_stats.success, { count: '5', ns: '5000' });
-  t.deepEqual(a.batch_stats.map((b) => [b.batch_size, b.compute_infer.count]), [['1', '5'], ['2', '1'], ['3', '1']]);
+  t.deepEqual(a.batch_stats.map((/** @type {any} */ b) => [b.batch_size, b.compute_infer.count]), [['1', '5'], ['2', '1'], ['3', '1']]);
   t.is(merged[1].inference_count, '2');
   t.is(mergeStatistics([{ ...entry('big', 1, 1), inference_count: '18446744073709551615' }, { ...entry('big', 1, 1), inference_count: '1' }])[0].inference_count, '18446744073709551616');
 });

@@ -19,7 +19,7 @@ test('errors cross threads as plain data and come back with code, status and bot
   t.is(rebuilt.code, 'STOWAGE_INVALID_TENSOR');
   t.is(rebuilt.status, Status.INVALID_ARGUMENT);
   t.is(rebuilt.message, 'input "x": bad');
-  t.true(rebuilt.stack.includes('from another thread'));
+  t.true(rebuilt.stack?.includes('from another thread'));
 });
 
 test('anything that is not a StowageError maps to INTERNAL', (t) => {

@@ -9,26 +9,37 @@ import { compileExecutable, weightKey } from '../../../../dist/actors/compiler/c
 import { readFields, readRepeatedVarints } from '../../../../dist/shared/protobuf-wire.js';
 import { WEIGHT_MIN_BYTES, splitWeights } from '../../../../dist/actors/compiler/split-weights.js';
 import { FIXTURES, ROOT, tempDir } from '../../../helpers/server.js';
+import { present } from '../../../helpers/checks.js';
 
 const CONVNET = path.join(FIXTURES, 'models', 'convnet', 'model.onnx');
 const DIGITS = path.join(ROOT, 'bundles', 'digits', 'model.onnx');
 
+/**
+ * @param {string} cacheDir
+ * @param {{ optimisations: number }} [counter]
+ */
 const options = (cacheDir, counter = { optimisations: 0 }) => ({
   cacheDir,
   runtime: `onnxruntime ${ort.env.versions.common} cpu`,
-  optimise: async (source, target) => {
+  optimise: async (/** @type {string} */ source, /** @type {string} */ target) => {
     counter.optimisations++;
     const s = await ort.InferenceSession.create(source, { graphOptimizationLevel: 'all', optimizedModelFilePath: target, logSeverityLevel: 3 });
     await s.release();
   },
 });
 
+/**
+ * Feeds for a weightless session: its weights read from the compile cache.
+ * @param {import('../../../../dist/shared/channels/compiler.js').CompiledExecutable} compiled
+ */
 function feedsFromCache(compiled) {
+  /** @type {Record<string, import('onnxruntime-node').Tensor>} */
   const feeds = {};
   for (const w of compiled.weights) {
     const info = dtypeInfo(w.datatype);
     const bytes = new Uint8Array(readFileSync(w.path)); // an aligned copy
-    feeds[w.name] = new ort.Tensor(/** @type {any} */ (info.ortType), new info.typedArray(bytes.buffer), w.dims);
+    const Typed = /** @type {Float32ArrayConstructor} */ (present(info.typedArray, `a typed array for ${w.datatype}`));
+    feeds[w.name] = new ort.Tensor(/** @type {'float32'} */ (info.ortType), new Typed(bytes.buffer), w.dims);
   }
   return feeds;
 }
@@ -113,7 +124,7 @@ test('only numeric weights of WEIGHT_MIN_BYTES or more move out; int64 and tiny 
   const model = new Uint8Array(readFileSync(optimised));
   const { graph, weights } = splitWeights(model);
   t.true(weights.every((w) => w.data.byteLength >= WEIGHT_MIN_BYTES && w.datatype !== 'INT64'));
-  const graphFields = readFields(readFields(graph).find((f) => f.field === 7).payload);
+  const graphFields = readFields(present(readFields(graph).find((f) => f.field === 7)).payload);
   for (const init of graphFields.filter((f) => f.field === 5)) {
     const fields = readFields(init.payload);
     const type = fields.find((f) => f.field === 2)?.varint;
@@ -121,7 +132,7 @@ test('only numeric weights of WEIGHT_MIN_BYTES or more move out; int64 and tiny 
     t.true(type === 7 || count * 4 < WEIGHT_MIN_BYTES || type === 8, `initializer of type ${type} with ${count} elements stayed`);
   }
   // Every node is copied byte for byte, but for GEMMs whose weight moved: those now read it transposed.
-  const nodesOf = (bytes) => readFields(readFields(bytes).find((f) => f.field === 7).payload).filter((f) => f.field === 1);
+  const nodesOf = (/** @type {Uint8Array} */ bytes) => readFields(present(readFields(bytes).find((f) => f.field === 7)).payload).filter((f) => f.field === 1);
   const before = nodesOf(model);
   const after = nodesOf(graph);
   t.is(after.length, before.length);
@@ -129,12 +140,12 @@ test('only numeric weights of WEIGHT_MIN_BYTES or more move out; int64 and tiny 
   let gemms = 0;
   after.forEach((node, i) => {
     const fields = readFields(node.payload);
-    const op = dec.decode(fields.find((f) => f.field === 4).payload);
+    const op = dec.decode(present(fields.find((f) => f.field === 4)).payload);
     if (Buffer.compare(Buffer.from(node.raw), Buffer.from(before[i].raw)) === 0) return;
     t.is(op, 'Gemm', `only GEMM nodes change, not ${op}`);
     gemms++;
-    const transB = fields.filter((f) => f.field === 5).map((a) => readFields(a.payload)).find((a) => dec.decode(a.find((x) => x.field === 1).payload) === 'transB');
-    t.is(transB.find((x) => x.field === 3).varint, 1);
+    const transB = present(fields.filter((f) => f.field === 5).map((a) => readFields(a.payload)).find((a) => dec.decode(present(a.find((x) => x.field === 1)).payload) === 'transB'), 'a transB attribute');
+    t.is(present(transB.find((x) => x.field === 3)).varint, 1);
     const b = dec.decode(fields.filter((f) => f.field === 1)[1].payload);
     const w = weights.find((x) => x.name === b);
     t.truthy(w, 'its B is a moved weight');

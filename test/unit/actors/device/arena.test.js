@@ -1,11 +1,12 @@
 // The device arena: first-fit blocks in one buffer, merged holes, compaction that keeps every byte.
 import test from 'ava';
 import { ARENA_ALIGNMENT, Arena } from '../../../../dist/actors/device/arena.js';
+import { present } from '../../../helpers/checks.js';
 
 test('blocks are aligned, counted at their aligned size, and refused when no hole is large enough', (t) => {
   const arena = new Arena(1024);
-  const a = arena.alloc(10);
-  const b = arena.alloc(100);
+  const a = present(arena.alloc(10));
+  const b = present(arena.alloc(100));
   t.is(a.offset % ARENA_ALIGNMENT, 0);
   t.is(b.offset % ARENA_ALIGNMENT, 0);
   t.is(arena.used, 64 + 128);
@@ -16,7 +17,7 @@ test('blocks are aligned, counted at their aligned size, and refused when no hol
 
 test('released neighbours merge into one hole', (t) => {
   const arena = new Arena(64 * 4);
-  const blocks = [0, 1, 2, 3].map(() => arena.alloc(64));
+  const blocks = [0, 1, 2, 3].map(() => present(arena.alloc(64)));
   arena.release(blocks[1]);
   arena.release(blocks[3]);
   t.is(arena.largestHole, 64);
@@ -28,7 +29,7 @@ test('released neighbours merge into one hole', (t) => {
 test('compaction slides blocks down, keeps their bytes and updates their handles', (t) => {
   const arena = new Arena(64 * 8);
   const blocks = Array.from({ length: 8 }, (_, i) => {
-    const b = arena.alloc(64);
+    const b = present(arena.alloc(64));
     arena.view(b).fill(i + 1);
     return b;
   });

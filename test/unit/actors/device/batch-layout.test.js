@@ -2,7 +2,7 @@ import test from 'ava';
 import { concatRows, concatRowsArray, sliceRows, sliceRowsArray } from '../../../../dist/actors/device/batch-layout.js';
 import { Staging } from '../../../../dist/actors/device/staging.js';
 
-const bytes = (...v) => Uint8Array.from(v);
+const bytes = (/** @type {number[]} */ ...v) => Uint8Array.from(v);
 
 test('joining along axis 0 appends parts, then zero rows up to the target', (t) => {
   const out = concatRows([{ data: bytes(1, 2), shape: [1, 2] }, { data: bytes(3, 4, 5, 6), shape: [2, 2] }], 0, 1, 4);

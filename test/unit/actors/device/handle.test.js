@@ -5,23 +5,41 @@ import path from 'node:path';
 import test from 'ava';
 import { pino } from 'pino';
 import { DeviceHandle, DeviceState } from '../../../../dist/actors/device/handle.js';
-import { nowMs } from '../../../../dist/shared/channels/device.js';
-import { ModelPolicies } from '../../../../dist/actors/gateway/model-policies.js';
+import { nowMs } from '../../../../dist/shared/channels/inference.js';
+import { instanceKey } from '../../../../dist/shared/model-spec.js';
+import { ModelPolicies } from '../../../../dist/node/model-policies.js';
 import { readManifest } from '../../../../dist/bundle/manifest.js';
 import { FIXTURES, ROOT, makeRepository, tempDir } from '../../../helpers/server.js';
 import { modelSpec } from '../../../helpers/specs.js';
+import { stowageError } from '../../../helpers/errors.js';
 
 const logger = pino({ level: 'silent' });
 const scripted = new URL('../../../fixtures/workers/scripted-device.js', import.meta.url);
 const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json'), 'utf8'));
-const spec = (name) => modelSpec({ name });
-/** @returns {import('../../../../dist/shared/channels/device.js').WireTensor} */
-const tensor = (values) => ({ name: 'x', datatype: 'FP32', shape: [values.length], data: new Uint8Array(Float32Array.from(values).buffer) });
-const inSeconds = (s) => nowMs() + s * 1000;
+const spec = (/** @type {string} */ name) => modelSpec({ name });
+/** @returns {import('../../../../dist/shared/channels/inference.js').WireTensor} */
+const tensor = (/** @type {number[]} */ values) => ({ name: 'x', datatype: 'FP32', shape: [values.length], data: new Uint8Array(Float32Array.from(values).buffer) });
+const inSeconds = (/** @type {number} */ s) => nowMs() + s * 1000;
+/**
+ * A request for `instance` (`name#generation`), answered with tensors.
+ * @param {string} instance
+ * @param {{ inputs?: import('../../../../dist/shared/channels/inference.js').WireTensor[], outputs?: string[], deadlineMs?: number }} [options]
+ * @returns {import('../../../../dist/shared/channels/inference.js').InferenceRequest}
+ */
+function request(instance, { inputs = [], outputs = [], deadlineMs = inSeconds(30) } = {}) {
+  const [name, generation] = instance.split('#');
+  return { instance: instanceKey(name, Number(generation)), inputs, rows: inputs[0]?.shape[0] ?? 1, outputs, outputRegions: outputs.map(() => null), encode: null, deadlineMs };
+}
+const key = (/** @type {string} */ instance) => request(instance).instance;
 /** @type {import('../../../../dist/shared/channels/device.js').DeviceScheduling} */
 const scheduler = { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 64, dispatch_timeout_seconds: 30, compaction_interval: 0 };
 const noPolicies = () => new ModelPolicies([{ deviceId: 0, models: {} }]);
 
+/**
+ * A device actor for this test, stopped with it.
+ * @param {import('ava').ExecutionContext} t
+ * @param {URL} [workerUrl] a stand-in worker; the real one by default
+ */
 async function actor(t, workerUrl, policies = noPolicies()) {
   const a = await DeviceHandle.create({ deviceId: 0, intraOpThreads: 1, scheduler, policies, weights: null, logger, workerUrl });
   t.teardown(() => a.stop());
@@ -31,11 +49,11 @@ async function actor(t, workerUrl, policies = noPolicies()) {
 test('the real worker loads a bundle and runs it; input buffers are transferred, not copied', async (t) => {
   const device = await actor(t);
   const digits = readManifest(path.join(ROOT, 'bundles', 'digits'));
-  const { loadMs } = await device.load(digits, 'digits#1', null);
+  const { loadMs } = await device.load(digits, key('digits#1'), null);
   t.true(loadMs > 0);
-  /** @type {import('../../../../dist/shared/channels/device.js').WireTensor} */
+  /** @type {import('../../../../dist/shared/channels/inference.js').WireTensor} */
   const image = { name: 'image', datatype: 'FP32', shape: [2, 8, 8], data: new Uint8Array(Float32Array.from(heldout.images.slice(0, 2).flat()).buffer) };
-  const { outputs, timing } = await device.infer({ instance: 'digits#1', inputs: [image], outputs: ['label'], outputRegions: [null], deadlineMs: Infinity });
+  const { outputs, timing } = await device.infer(request('digits#1', { inputs: [image], outputs: ['label'], deadlineMs: Infinity }));
   t.is(image.data.byteLength, 0, 'the caller\'s buffer was detached by the transfer');
   t.deepEqual([...new BigInt64Array(outputs[0].data.buffer, outputs[0].data.byteOffset, 2)].map(Number), heldout.labels.slice(0, 2));
   t.is(timing.executedBatchSize, 2);
@@ -51,20 +69,20 @@ test('the real worker refuses a bundle whose manifest disagrees with the graph',
   t.teardown(temp.cleanup);
   const manifest = readFileSync(path.join(ROOT, 'bundles', 'digits', 'manifest.yaml'), 'utf8').replace('name: "digits"', '').replace('k: 10', 'k: 11');
   const repo = makeRepository(temp.dir, {}, { 'wrong/manifest.yaml': manifest, 'wrong/model.onnx': readFileSync(path.join(ROOT, 'bundles', 'digits', 'model.onnx')) });
-  const err = await t.throwsAsync(device.load(readManifest(path.join(repo, 'wrong')), 'wrong#1', null));
+  const err = await stowageError(t, device.load(readManifest(path.join(repo, 'wrong')), key('wrong#1'), null));
   t.is(err.code, 'STOWAGE_BUNDLE_INVALID');
   t.regex(err.message, /output "logits": axis 'k' is 11 in the manifest, 10 in the graph/);
-  const infer = await t.throwsAsync(device.infer({ instance: 'wrong#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(5) }));
+  const infer = await stowageError(t, device.infer(request('wrong#1', { deadlineMs: inSeconds(5) })));
   t.is(infer.code, 'STOWAGE_MODEL_NOT_READY');
 });
 
 test('a crash fails every in-flight request with UNAVAILABLE, and the replacement serves the models again', async (t) => {
   const device = await actor(t, scripted);
-  await device.load(spec('echo'), 'echo#1', null);
-  const waiting = device.infer({ instance: 'hang#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) });
-  const crashing = device.infer({ instance: 'crash#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) });
+  await device.load(spec('echo'), key('echo#1'), null);
+  const waiting = device.infer(request('hang#1'));
+  const crashing = device.infer(request('crash#1'));
   for (const p of [waiting, crashing]) {
-    const err = await t.throwsAsync(p);
+    const err = await stowageError(t, p);
     t.is(err.code, 'STOWAGE_DEVICE_UNAVAILABLE');
     t.is(err.status, 14);
     t.regex(err.message, /device 0 is unavailable: its worker exited \(code 3\)/);
@@ -72,7 +90,7 @@ test('a crash fails every in-flight request with UNAVAILABLE, and the replacemen
   t.is(device.state, DeviceState.RESTARTING);
   t.is(device.inflight, 1, 'the reload of "echo" is already queued in the new worker');
   // The new worker got the reload before this request: "echo" is loaded there.
-  const { outputs } = await device.infer({ instance: 'echo#1', inputs: [tensor([1, 2])], outputs: ['x'], outputRegions: [null], deadlineMs: inSeconds(30) });
+  const { outputs } = await device.infer(request('echo#1', { inputs: [tensor([1, 2])], outputs: ['x'] }));
   t.deepEqual([...new Float32Array(outputs[0].data.buffer)], [1, 2]);
   t.is(device.state, DeviceState.READY);
   t.is(device.inflight, 0);
@@ -82,31 +100,31 @@ test('after a crash the reloads carry each model\'s policy as the owner has it t
   // The node file gives echo weight 2 on this worker; SetModelPolicy then makes it 3.
   const policies = new ModelPolicies([{ deviceId: 0, models: { echo: { weight: 2 } } }]);
   const device = await actor(t, scripted, policies);
-  await device.load(spec('echo'), 'echo#1', null);
+  await device.load(spec('echo'), key('echo#1'), null);
   t.deepEqual((await device.status()).map((i) => [i.instance, i.weight]), [['echo#1', 2]]);
   policies.change('echo', { weight: 3 });
   await device.applyPolicy('echo');
   t.deepEqual((await device.status()).map((i) => [i.instance, i.weight]), [['echo#1', 3]]);
   // A change made while no worker is listening still reaches the replacement, through the reload.
   policies.change('echo', { weight: 5 });
-  await t.throwsAsync(device.infer({ instance: 'crash#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) }));
+  await t.throwsAsync(device.infer(request('crash#1')));
   t.deepEqual((await device.status()).map((i) => [i.instance, i.weight]), [['echo#1', 5]]);
 });
 
 test('a worker that keeps crashing is given up on, and later calls fail at once', async (t) => {
   const device = await actor(t, scripted);
   for (let i = 0; i < 3; i++) {
-    const err = await t.throwsAsync(device.infer({ instance: 'crash#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) }));
+    const err = await stowageError(t, device.infer(request('crash#1')));
     t.is(err.code, 'STOWAGE_DEVICE_UNAVAILABLE');
   }
   t.is(device.state, DeviceState.DEAD);
-  const err = await t.throwsAsync(device.infer({ instance: 'echo#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) }));
+  const err = await stowageError(t, device.infer(request('echo#1')));
   t.regex(err.message, /it has stopped/);
 });
 
 test('a request settles at its deadline even if the worker never answers', async (t) => {
   const device = await actor(t, scripted);
-  const err = await t.throwsAsync(device.infer({ instance: 'hang#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(0.05) }));
+  const err = await stowageError(t, device.infer(request('hang#1', { deadlineMs: inSeconds(0.05) })));
   t.is(err.code, 'STOWAGE_DEADLINE_EXCEEDED');
   t.is(device.inflight, 0);
 });
@@ -114,25 +132,25 @@ test('a request settles at its deadline even if the worker never answers', async
 test('an aborted request is dropped and settles at once', async (t) => {
   const device = await actor(t, scripted);
   const abort = new AbortController();
-  const pending = device.infer({ instance: 'hang#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) }, abort.signal);
+  const pending = device.infer(request('hang#1'), abort.signal);
   t.is(device.inflight, 1);
   abort.abort();
-  const err = await t.throwsAsync(pending);
+  const err = await stowageError(t, pending);
   t.regex(err.message, /cancelled/);
   t.is(device.inflight, 0);
 });
 
 test('a worker that dies while starting makes create() fail with the reason', async (t) => {
-  const err = await t.throwsAsync(DeviceHandle.create({ deviceId: 4, intraOpThreads: 1, scheduler, policies: noPolicies(), weights: null, logger, workerUrl: new URL('../../../fixtures/workers/broken-device.js', import.meta.url) }));
+  const err = await stowageError(t, DeviceHandle.create({ deviceId: 4, intraOpThreads: 1, scheduler, policies: noPolicies(), weights: null, logger, workerUrl: new URL('../../../fixtures/workers/broken-device.js', import.meta.url) }));
   t.is(err.code, 'STOWAGE_DEVICE_UNAVAILABLE');
   t.regex(err.message, /device 4 .*cannot open the device/);
 });
 
 test('stop() answers pending calls with UNAVAILABLE', async (t) => {
   const device = await DeviceHandle.create({ deviceId: 0, intraOpThreads: 1, scheduler, policies: noPolicies(), weights: null, logger, workerUrl: scripted });
-  const pending = device.infer({ instance: 'hang#1', inputs: [], outputs: [], outputRegions: [], deadlineMs: inSeconds(30) });
+  const pending = device.infer(request('hang#1'));
   await device.stop();
-  const err = await t.throwsAsync(pending);
+  const err = await stowageError(t, pending);
   t.regex(err.message, /the server is stopping/);
   t.is(device.state, DeviceState.DEAD);
 });

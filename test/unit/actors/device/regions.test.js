@@ -4,8 +4,10 @@ import { closeSync, openSync } from 'node:fs';
 import test from 'ava';
 import { RegionMappings } from '../../../../dist/actors/device/regions.js';
 import { createRegion, destroyRegion, readRegion } from '../../../../dist/client/shared-memory.js';
+import { present } from '../../../helpers/checks.js';
 
 const key = `/stowage_unit_regions_${process.pid}`;
+/** @type {number | undefined} */
 let fd;
 test.before(() => {
   createRegion(key, 4096);
@@ -16,18 +18,22 @@ test.after.always(() => {
   destroyRegion(key);
 });
 
-const slice = (offset, byteSize) => ({ regionId: 1, key, fd, regionOffset: 0, regionByteSize: 4096, offset, byteSize });
+/**
+ * @param {number} offset
+ * @param {number} byteSize
+ * @returns {import('../../../../dist/shared/channels/inference.js').RegionSlice}
+ */
+const slice = (offset, byteSize) => ({ regionId: 1, key, fd: present(fd), regionOffset: 0, regionByteSize: 4096, offset, byteSize });
 
 test('an output target is a tensor over the region itself: what is written into it is in the region', (t) => {
   const regions = new RegionMappings();
-  const target = regions.outputTarget('FP32', [2, 3], slice(64, 24));
-  t.truthy(target);
+  const target = present(regions.outputTarget('FP32', [2, 3], slice(64, 24)), 'an output target');
   t.deepEqual(target.dims, [2, 3]);
   /** @type {Float32Array} */ (target.data).set([1, 2, 3, 4, 5, 6]);
   t.deepEqual([...new Float32Array(Uint8Array.from(readRegion(key, 64, 24)).buffer)], [1, 2, 3, 4, 5, 6]);
   const written = regions.written({ name: 'y', datatype: 'FP32', shape: [2, 3], data: new Uint8Array(24) }, slice(64, 24));
   t.is(written.data.byteLength, 0, 'nothing goes back inline');
-  t.is(written.shm.offset, 64);
+  t.is(written.shm?.offset, 64);
 });
 
 test('no output target where ONNX Runtime cannot write in place: misaligned, too small, BYTES', (t) => {

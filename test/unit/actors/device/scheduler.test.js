@@ -3,23 +3,31 @@
 import test from 'ava';
 import { CostModel } from '../../../../dist/actors/device/cost-model.js';
 import { Scheduler } from '../../../../dist/actors/device/scheduler.js';
+import { stowageThrows } from '../../../helpers/errors.js';
 
 /** @param {{ discipline?: 'fair' | 'fifo' | 'edf', maxQueueDepth?: number, maxWaitMs?: number, halflifeMs?: number }} [options] */
 function harness({ discipline = 'fair', maxQueueDepth = 10_000, maxWaitMs = 60_000, halflifeMs = 30_000 } = {}) {
   const clock = { ms: 0 };
   const scheduler = new Scheduler({ discipline, maxQueueDepth, maxWaitMs, costs: new CostModel(halflifeMs), now: () => clock.ms });
   let id = 0;
+  /**
+   * @param {string} model
+   * @param {{ rows?: number, deadlineMs?: number }} [options]
+   */
   const enqueue = (model, { rows = 1, deadlineMs = Infinity } = {}) => {
-    const ticket = { id: ++id, model, rows, enqueuedAtMs: clock.ms, deadlineMs, payload: null };
+    const ticket = { id: ++id, instance: model, rows, enqueuedAtMs: clock.ms, deadlineMs };
     scheduler.enqueue(ticket);
     return ticket;
   };
   /** Pick, "execute" for costMs(model, rows), charge; returns the pick. */
+  /**
+   * @param {(model: string, rows: number) => number} costMs
+   */
   const step = (costMs) => {
     /** @type {ReturnType<typeof scheduler.next> & { ms?: number }} */
     const pick = scheduler.next();
     if (pick.batch.length) {
-      const model = pick.batch[0].model;
+      const model = pick.batch[0].instance;
       const rows = pick.batch.reduce((a, t) => a + t.rows, 0);
       const ms = costMs(model, rows);
       clock.ms += ms;
@@ -33,15 +41,18 @@ function harness({ discipline = 'fair', maxQueueDepth = 10_000, maxWaitMs = 60_0
 
 test('fair: under a flood on every model, device time is shared by weight within 10%', (t) => {
   const { scheduler, enqueue, step } = harness();
+  /** @type {Record<string, number>} */
   const weights = { a: 1, b: 2, c: 1 };
+  /** @type {Record<string, number>} */
   const cost = { a: 2, b: 1, c: 5 }; // ms per execution: shares are of time, not of executions
   for (const [m, weight] of Object.entries(weights)) scheduler.setModel(m, { weight, maxBatchRows: 1 });
   for (const m of Object.keys(weights)) for (let i = 0; i < 50; i++) enqueue(m);
+  /** @type {Record<string, number>} */
   const time = { a: 0, b: 0, c: 0 };
   for (let i = 0; i < 5000; i++) {
     const pick = step((m) => cost[m]);
-    const m = pick.batch[0].model;
-    time[m] += pick.ms;
+    const m = pick.batch[0].instance;
+    time[m] += pick.ms ?? 0;
     enqueue(m); // keep every queue full
   }
   const total = time.a + time.b + time.c;
@@ -65,8 +76,8 @@ test('fair: a rare model is never starved by a flood on another (waits at most o
       nextRareAt += 100;
     }
     const pick = step((m) => (m === 'flood' ? 10 : 3));
-    for (const ticket of pick.batch) if (ticket.model === 'rare') waits.push(clock.ms - pick.ms - ticket.enqueuedAtMs);
-    if (pick.batch[0]?.model === 'flood') enqueue('flood');
+    for (const ticket of pick.batch) if (ticket.instance === 'rare') waits.push(clock.ms - (pick.ms ?? 0) - ticket.enqueuedAtMs);
+    if (pick.batch[0]?.instance === 'flood') enqueue('flood');
   }
   t.true(waits.length >= 190, `${waits.length} rare requests served`);
   // The stated bound: a rare request waits for at most the one flood execution already running.
@@ -81,7 +92,7 @@ test('fair: an idle model banks no credit while others run', (t) => {
   for (let i = 0; i < 100; i++) step(() => 1); // a runs alone for 100 ms
   for (let i = 0; i < 20; i++) { enqueue('a'); enqueue('b'); }
   const order = [];
-  for (let i = 0; i < 20; i++) order.push(step(() => 1).batch[0].model);
+  for (let i = 0; i < 20; i++) order.push(step(() => 1).batch[0].instance);
   // b re-entered at a's level: they alternate instead of b running 20 times in a row.
   t.true(order.filter((m) => m === 'a').length >= 9, order.join(''));
 });
@@ -94,7 +105,7 @@ test('fifo: the oldest request across models runs first', (t) => {
     clock.ms += 1;
   }
   const order = [];
-  while (scheduler.queued) order.push(step(() => 0).batch[0].model);
+  while (scheduler.queued) order.push(step(() => 0).batch[0].instance);
   t.deepEqual(order, ['y', 'x', 'z', 'x', 'y']);
 });
 
@@ -131,7 +142,7 @@ test('edf: a request that cannot finish in time is shed, not run late', (t) => {
   const late = enqueue('x', { deadlineMs: clock.ms + 30 });
   const fine = enqueue('x', { deadlineMs: clock.ms + 100 });
   const pick = scheduler.next();
-  t.deepEqual(pick.shed.map((s) => [s.ticket.id, s.reason]), [[late.id, 'laxity']]);
+  t.deepEqual(pick.shed.map((s) => [s.request.id, s.reason]), [[late.id, 'laxity']]);
   t.deepEqual(pick.batch.map((b) => b.id), [fine.id]);
 });
 
@@ -145,7 +156,7 @@ test('every discipline sheds requests past their deadline or queued past dispatc
     const fresh = enqueue('x');
     clock.ms = 1500;
     const pick = scheduler.next();
-    t.deepEqual(pick.shed.map((s) => [s.ticket.id, s.reason]).sort(), [[expired.id, 'deadline'], [waited.id, 'waited']].sort(), discipline);
+    t.deepEqual(pick.shed.map((s) => [s.request.id, s.reason]).sort(), [[expired.id, 'deadline'], [waited.id, 'waited']].sort(), discipline);
     t.deepEqual(pick.batch.map((b) => b.id), [fresh.id], discipline);
     t.is(scheduler.queued, 0);
   }
@@ -227,14 +238,14 @@ test('a full queue refuses with RESOURCE_EXHAUSTED naming the model and the cap;
   scheduler.setModel('m', { weight: 1, maxBatchRows: 1 });
   const first = enqueue('m');
   enqueue('m');
-  const err = t.throws(() => enqueue('m'));
+  const err = stowageThrows(t, () => enqueue('m'));
   t.is(err.code, 'STOWAGE_QUEUE_FULL');
   t.is(err.status, 8);
   t.regex(err.message, /model "m" already has 2 requests queued \(scheduler\.max_queue_depth\)/);
   t.is(scheduler.cancel(first.id), first);
   t.is(scheduler.cancel(first.id), undefined);
   t.notThrows(() => enqueue('m'));
-  t.is(t.throws(() => enqueue('unknown')).code, 'STOWAGE_MODEL_NOT_READY');
+  t.is(stowageThrows(t, () => enqueue('unknown')).code, 'STOWAGE_MODEL_NOT_READY');
 });
 
 test('removing a model hands back its queued requests', (t) => {

@@ -2,26 +2,44 @@
 import test from 'ava';
 import { Arena } from '../../../../dist/actors/device/arena.js';
 import { WeightCache } from '../../../../dist/actors/device/weight-cache.js';
+import { stowageThrows } from '../../../helpers/errors.js';
+import { present } from '../../../helpers/checks.js';
 
 /** A catalog: model name -> tensors { key, byteLength, file }, with the bytes of each key. */
 function catalog() {
+  /** @type {Map<string, Uint8Array>} */
   const bytes = new Map();
+  /** @type {string[]} */
   const reads = [];
+  /**
+   * @param {string} key
+   * @param {number} byteLength
+   * @param {number} fill
+   */
   const tensor = (key, byteLength, fill) => {
     bytes.set(key, new Uint8Array(byteLength).fill(fill));
     return { key, byteLength, file: `/cache/${key}` };
   };
+  /**
+   * @param {import('../../../../dist/actors/device/weight-cache.js').TensorSource} source
+   * @param {Uint8Array} into
+   */
   const readTensor = (source, into) => {
     reads.push(source.key);
-    into.set(bytes.get(source.key));
+    into.set(present(bytes.get(source.key)));
   };
   return { tensor, readTensor, reads };
 }
 
+/**
+ * @param {number} capacity
+ * @param {(source: import('../../../../dist/actors/device/weight-cache.js').TensorSource, into: Uint8Array) => void} readTensor
+ * @param {Partial<import('../../../../dist/actors/device/weight-cache.js').WeightCacheOptions>} [options]
+ */
 function cacheOf(capacity, readTensor, options = {}) {
   let now = 0;
   const cache = new WeightCache(new Arena(capacity), { readTensor, compactionInterval: 0, thrashWindowMs: 10_000, now: () => now, ...options });
-  return { cache, advance: (ms) => { now += ms; } };
+  return { cache, advance: (/** @type {number} */ ms) => { now += ms; } };
 }
 
 test('least recently used models are evicted, and resident bytes never exceed the budget', (t) => {
@@ -56,7 +74,7 @@ test('system models are read from disk once; unpinned ones on every load', (t) =
 test('device models come on at load and are never evicted; one that cannot fit fails with the figures', (t) => {
   const c = catalog();
   const { cache } = cacheOf(64 * 2, c.readTensor);
-  t.false(cache.add('pinned#1', 'pinned', 'device', [c.tensor('p', 64, 9)]).hit);
+  t.false(present(cache.add('pinned#1', 'pinned', 'device', [c.tensor('p', 64, 9)])).hit);
   t.true(cache.isResident('pinned#1'));
   cache.add('x#1', 'x', 'system', [c.tensor('x', 64, 1)]);
   cache.add('y#1', 'y', 'system', [c.tensor('y', 64, 2)]);
@@ -66,11 +84,11 @@ test('device models come on at load and are never evicted; one that cannot fit f
     t.true(cache.isResident('pinned#1'));
   }
   cache.add('big#1', 'big', 'system', [c.tensor('big', 128, 3)]);
-  const err = t.throws(() => cache.ensureResident('big#1'));
+  const err = stowageThrows(t, () => cache.ensureResident('big#1'));
   t.is(err.code, 'STOWAGE_WEIGHTS_TOO_LARGE');
   t.regex(err.message, /model "big" needs 128 bytes of weights on the device, but the device's weight budget is 128 bytes, of which 64 are held by models with residency: device/);
   t.true(cache.isResident('pinned#1'));
-  const huge = t.throws(() => cache.add('huge#1', 'huge', 'device', [c.tensor('huge', 4096, 4)]));
+  const huge = stowageThrows(t, () => cache.add('huge#1', 'huge', 'device', [c.tensor('huge', 4096, 4)]));
   t.regex(huge.message, /needs 4096 bytes .* budget is 128 bytes/);
   t.false(cache.has('huge#1'), 'a device model that cannot fit is not registered');
 });

@@ -5,17 +5,24 @@ import { once } from 'node:events';
 import test from 'ava';
 import { subCaller } from '../../../../dist/actors/hooks/sub-calls.js';
 
-/** The main thread's end: each sub-call it receives, as it arrives. */
+/** @typedef {import('../../../../dist/shared/channels/hooks.js').SubCall} SubCall */
+
+/**
+ * The main thread's end: each sub-call it receives, as it arrives.
+ * @param {import('ava').ExecutionContext} t
+ */
 function mainSide(t) {
   const channel = new MessageChannel();
   t.teardown(() => channel.port1.close());
+  /** @type {SubCall[]} */
   const calls = [];
+  /** @type {((call: SubCall) => void)[]} */
   const arrived = [];
-  channel.port1.on('message', (call) => {
+  channel.port1.on('message', (/** @type {SubCall} */ call) => {
     calls.push(call);
     arrived.shift()?.(call);
   });
-  const next = () => new Promise((resolve) => arrived.push(resolve));
+  const next = () => /** @type {Promise<SubCall>} */ (new Promise((resolve) => arrived.push(resolve)));
   return { port: channel.port1, infer: subCaller(channel.port2, 10_000), calls, next, hookPort: channel.port2 };
 }
 

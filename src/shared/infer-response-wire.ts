@@ -4,19 +4,18 @@
  * thread, which hands it to grpc-js as it is. The main thread never re-encodes output bytes
  * (protobufjs would copy them once more, on the thread that also runs the gRPC front end).
  *
- * Two sides, one layout:
+ * The pure part, shared by both sides of one layout:
  * - device thread: `encodeInferResponse` writes `RESPONSE_HEADROOM` spare bytes, then the message;
- * - main thread: `EncodedResponse` wraps the buffer, and `passEncodedResponses` makes the service's
- *   response serializers return its bytes instead of encoding. ModelStreamInfer wraps the message
- *   as field 2 of ModelStreamInferResponse: the field's tag and length go into the headroom, so the
- *   stream's answer is not copied either.
+ * - main thread (protocol/encoded-response.ts): `EncodedResponse` wraps the buffer and hands grpc-js
+ *   its bytes instead of encoding. ModelStreamInfer wraps the message as field 2 of
+ *   ModelStreamInferResponse: `streamFrame` writes the field's tag and length into the headroom,
+ *   so the stream's answer is not copied either.
  *
  * The message (grpc_service.proto): 1 model_name, 2 model_version, 3 id, 5 outputs (1 name,
  * 2 datatype, 3 shape as packed int64), 6 raw_output_contents, one entry per output in the
  * outputs' order; an output written to shared memory keeps its place with an empty entry.
  */
-import type * as grpc from '@grpc/grpc-js';
-import type { WireTensor } from '../shared/channels/device.js';
+import type { WireTensor } from './channels/inference.js';
 
 /** Spare bytes in front of the message: the tag (1 byte) and length (at most 5) of the stream wrapper. */
 export const RESPONSE_HEADROOM = 8;
@@ -64,7 +63,7 @@ class Writer {
 
   raw(field: number, data: Uint8Array): void {
     this.lenHeader(field, data.byteLength);
-    this.bytes.set(data, this.at);
+    this.bytes.set(data, this.at); // copy: an output into its response (the pipeline's table counts it)
     this.at += data.byteLength;
   }
 }
@@ -109,50 +108,13 @@ export function encodeInferResponse(model: string, version: string, id: string, 
   return w.bytes;
 }
 
-/** On the main thread: a response the device encoded, as it arrived (see the header). */
-export class EncodedResponse {
-  readonly #bytes: Uint8Array;
-
-  constructor(bytes: Uint8Array) {
-    this.#bytes = bytes;
-  }
-
-  /** The ModelInferResponse message. */
-  message(): Buffer {
-    const b = this.#bytes;
-    return Buffer.from(b.buffer, b.byteOffset + RESPONSE_HEADROOM, b.byteLength - RESPONSE_HEADROOM);
-  }
-
-  /** A ModelStreamInferResponse carrying it (field 2, no error_message), written in place in the headroom. */
-  streamMessage(): Buffer {
-    const length = this.#bytes.byteLength - RESPONSE_HEADROOM;
-    const start = RESPONSE_HEADROOM - 1 - varintSize(length);
-    const w = new Writer(this.#bytes, start);
-    w.lenHeader(2, length);
-    const b = this.#bytes;
-    return Buffer.from(b.buffer, b.byteOffset + start, b.byteLength - start);
-  }
-}
-
 /**
- * The service definition with ModelInfer's and ModelStreamInfer's response serializers passing an
- * EncodedResponse through as its bytes (anything else is encoded as before).
+ * The bytes of a ModelStreamInferResponse carrying the encoded response `bytes` (field 2, no
+ * error_message), its tag and length written in place in the headroom: a view, no copy.
  */
-export function passEncodedResponses(definition: grpc.ServiceDefinition): grpc.ServiceDefinition {
-  const passed: Record<string, grpc.MethodDefinition<unknown, object>> = { ...definition };
-  const infer = definition.ModelInfer;
-  if (infer) {
-    const serialize = infer.responseSerialize;
-    passed.ModelInfer = { ...infer, responseSerialize: (value: object) => (value instanceof EncodedResponse ? value.message() : serialize(value)) };
-  }
-  const stream = definition.ModelStreamInfer;
-  if (stream) {
-    const serialize = stream.responseSerialize;
-    passed.ModelStreamInfer = {
-      ...stream,
-      responseSerialize: (value: { error_message?: string; infer_response?: unknown }) =>
-        (value.infer_response instanceof EncodedResponse && !value.error_message ? value.infer_response.streamMessage() : serialize(value)),
-    };
-  }
-  return passed as grpc.ServiceDefinition;
+export function streamFrame(bytes: Uint8Array): Uint8Array {
+  const length = bytes.byteLength - RESPONSE_HEADROOM;
+  const start = RESPONSE_HEADROOM - 1 - varintSize(length);
+  new Writer(bytes, start).lenHeader(2, length);
+  return bytes.subarray(start);
 }

@@ -1,7 +1,7 @@
 // The process's host copies of weights: one buffer per distinct tensor, kept while any loaded
 // model version holds it.
 import test from 'ava';
-import { HostWeights } from '../../../../dist/actors/gateway/host-weights.js';
+import { HostWeights } from '../../../dist/node/host-weights.js';
 
 test('a tensor stays while any instance holds it; devices reporting the same holdings change nothing', (t) => {
   const host = new HostWeights();

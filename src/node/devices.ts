@@ -1,12 +1,13 @@
 /**
- * The gateway: which device actor serves a request. Every device loads every model (a loaded
- * model costs a weightless session; its weights come onto a device only when that device runs
- * it), and the mode decides where requests go:
+ * The node's devices, on the main thread: the pool of device actors, and which one serves a
+ * request. Every device loads every model (a loaded model costs a weightless session; its weights
+ * come onto a device only when that device runs it), and the node file's `gateway.scheduling.mode`
+ * (the seeds' embedded gateway) decides where requests go:
  *
  * - `round_robin`: every device in turn;
- * - `least_outstanding`: the device with the fewest calls in flight (both in routing.ts);
+ * - `least_outstanding`: the device with the fewest calls in flight (both in routing/routing.ts);
  * - `lpt_packing`: each model is placed on `replicas` devices by longest-processing-time packing
- *   of measured compute and weight bytes (placement.ts), and its requests go only there, so its
+ *   of measured compute and weight bytes (routing/placement.ts), and its requests go only there, so its
  *   weights stay resident on few devices and its batches fill. Among a model's replicas, requests
  *   fill one replica's batch (its largest batch × `routing_fill_factor` in flight) before the next
  *   opens: `fill_rr` opens the next in turn, `fill_least` the least busy. After every
@@ -17,15 +18,16 @@
  * With one device every mode is a pass-through.
  */
 import type { Logger } from 'pino';
-import type { ModelSpec } from '../../shared/model-spec.js';
-import type { FillPolicy, GatewayMode } from '../../shared/config-schema.js';
-import type { Compiler } from '../compiler/handle.js';
+import { modelOf, type InstanceKey, type ModelSpec } from '../shared/model-spec.js';
+import type { FillPolicy, GatewayMode } from '../shared/config-schema.js';
+import type { Compiler } from '../actors/compiler/handle.js';
 import type { HostWeights } from './host-weights.js';
-import type { DeviceHandle, InferRequest, InferResult } from '../device/handle.js';
-import type { InstanceStatus, ModelPolicyUpdate, Residency } from '../../shared/channels/device.js';
+import type { DeviceHandle, HookFeedTarget } from '../actors/device/handle.js';
+import type { InstanceStatus, ModelPolicyUpdate, Residency } from '../shared/channels/device.js';
+import type { InferenceRequest, InferenceResult } from '../shared/channels/inference.js';
 import type { ModelPolicies } from './model-policies.js';
-import { pack, type Placement } from './placement.js';
-import { fill, Router } from './routing.js';
+import { pack, type Placement } from '../routing/placement.js';
+import { fill, Router } from '../routing/routing.js';
 
 export type { GatewayMode };
 
@@ -41,7 +43,7 @@ export interface LptOptions {
   budgets: ReadonlyMap<number, number>;
 }
 
-export interface GatewayOptions {
+export interface DevicesOptions {
   mode: GatewayMode;
   /** Every model's policy, the one its device handles read: set/residency changes go through it. */
   policies: ModelPolicies;
@@ -56,7 +58,7 @@ export interface GatewayOptions {
 }
 
 interface Placed {
-  instance: string;
+  instance: InstanceKey;
   /** Rows of one full batch: the model's largest batch (1 without a batch axis). */
   batchRows: number;
   bytes: number;
@@ -65,9 +67,10 @@ interface Placed {
   open: number;
 }
 
-export class Gateway {
-  readonly devices: readonly DeviceHandle[];
-  readonly #o: GatewayOptions;
+export class Devices {
+  /** The device actors' handles, in device order. */
+  readonly handles: readonly DeviceHandle[];
+  readonly #o: DevicesOptions;
   /** round_robin or least_outstanding (lpt_packing routes the models it has not placed yet round robin). */
   readonly #router: Router;
   /** lpt_packing: each loaded model's placement and what packing needs to know of it. */
@@ -79,9 +82,9 @@ export class Gateway {
   #workSinceRepack = 0;
   #repacking: Promise<void> | null = null;
 
-  constructor(devices: readonly DeviceHandle[], options: GatewayOptions) {
-    if (devices.length === 0) throw new Error('a gateway needs at least one device');
-    this.devices = devices;
+  constructor(devices: readonly DeviceHandle[], options: DevicesOptions) {
+    if (devices.length === 0) throw new Error('a node needs at least one device');
+    this.handles = devices;
     this.#o = options;
     this.#router = new Router(options.mode === 'least_outstanding' ? 'least_outstanding' : 'round_robin');
   }
@@ -90,15 +93,19 @@ export class Gateway {
     return this.#o.mode;
   }
 
-  /** Run one request on the device the mode picks for its model. */
-  async infer(model: string, req: InferRequest, signal?: AbortSignal): Promise<InferResult> {
+  /**
+   * Run one request on the device the mode picks for its model. With `feedFromHook` its inputs
+   * come from the hook thread running its preprocess hook (DeviceHandle.infer).
+   */
+  async infer(req: InferenceRequest, signal?: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {
+    const model = modelOf(req.instance);
     const device = this.#pick(model);
     this.#o.onRoute?.(model, device.deviceId);
     const counts = this.#outstanding.get(model);
-    if (!counts) return device.infer(req, signal);
+    if (!counts) return device.infer(req, signal, feedFromHook);
     counts.set(device.deviceId, (counts.get(device.deviceId) ?? 0) + 1);
     try {
-      return await device.infer(req, signal);
+      return await device.infer(req, signal, feedFromHook);
     } finally {
       counts.set(device.deviceId, counts.get(device.deviceId)! - 1);
     }
@@ -106,18 +113,18 @@ export class Gateway {
 
   /** The device actor of id `deviceId`. */
   device(deviceId: number): DeviceHandle {
-    const device = this.devices.find((d) => d.deviceId === deviceId);
+    const device = this.handles.find((d) => d.deviceId === deviceId);
     if (!device) throw new Error(`no device ${deviceId}`);
     return device;
   }
 
   /** The devices a model's requests go to (lpt_packing), or every device. */
   placementOf(model: string): number[] {
-    return (this.#placed.get(model)?.devices ?? this.devices).map((d) => d.deviceId);
+    return (this.#placed.get(model)?.devices ?? this.handles).map((d) => d.deviceId);
   }
 
   #pick(model: string): DeviceHandle {
-    const { devices } = this;
+    const devices = this.handles;
     if (devices.length === 1) return devices[0];
     const placed = this.#o.mode === 'lpt_packing' ? this.#placed.get(model) : undefined;
     if (!placed) return this.#router.pick(devices);
@@ -142,7 +149,7 @@ export class Gateway {
    * a model moving to a device is made resident there first, then its requests switch.
    */
   repack(why: string): Promise<void> {
-    if (this.#o.mode !== 'lpt_packing' || this.devices.length === 1) return Promise.resolve();
+    if (this.#o.mode !== 'lpt_packing' || this.handles.length === 1) return Promise.resolve();
     if (this.#repacking) return this.#repacking;
     this.#repacking = this.#repack(why).finally(() => {
       this.#repacking = null;
@@ -176,13 +183,13 @@ export class Gateway {
   }
 
   #device(id: number): DeviceHandle {
-    return this.devices.find((d) => d.deviceId === id)!;
+    return this.handles.find((d) => d.deviceId === id)!;
   }
 
   #replicas(model: string): number {
     const lpt = this.#o.lpt;
     const r = lpt?.replicas[model] ?? lpt?.defaultReplicas ?? 1;
-    return r === 'all' ? this.devices.length : Math.min(r, this.devices.length);
+    return r === 'all' ? this.handles.length : Math.min(r, this.handles.length);
   }
 
   #pack(models: string[], work: ReadonlyMap<string, number>): Placement {
@@ -191,13 +198,13 @@ export class Gateway {
         const p = this.#placed.get(model);
         return { model, load: work.get(model) ?? 0, bytes: p?.bytes ?? 0, replicas: this.#replicas(model), current: p?.devices.map((d) => d.deviceId) };
       }),
-      this.devices.map((d) => ({ id: d.deviceId, budget: this.#o.lpt?.budgets.get(d.deviceId) ?? 0 })),
+      this.handles.map((d) => ({ id: d.deviceId, budget: this.#o.lpt?.budgets.get(d.deviceId) ?? 0 })),
     );
   }
 
   #report(placement: Placement, why: string): void {
     this.#o.onPlacement?.(placement);
-    const byDevice = Object.fromEntries(this.devices.map((d) => [d.deviceId, [...placement.devices].filter(([, ids]) => ids.includes(d.deviceId)).map(([m]) => m)]));
+    const byDevice = Object.fromEntries(this.handles.map((d) => [d.deviceId, [...placement.devices].filter(([, ids]) => ids.includes(d.deviceId)).map(([m]) => m)]));
     this.#o.logger?.info({ why, placement: byDevice, load: Object.fromEntries(placement.load), bytes: Object.fromEntries(placement.bytes) }, 'models packed onto devices');
     for (const o of placement.oversubscribed) {
       this.#o.logger?.warn(o, `device ${o.device}: the models placed on it need ${o.bytes} bytes of weights, more than its budget of ${o.budget}; it will thrash (fewer replicas, or more memory)`);
@@ -211,25 +218,25 @@ export class Gateway {
    * plus the slowest device's. If any device refuses it, the devices that loaded it unload it
    * again, and the refusal is the answer.
    */
-  async load(spec: ModelSpec, instance: string): Promise<{ loadMs: number }> {
+  async load(spec: ModelSpec, instance: InstanceKey): Promise<{ loadMs: number }> {
     const started = performance.now();
     const compiled = this.#o.compiler ? await this.#o.compiler.compile(spec, this.#o.hostWeights?.keys() ?? []) : null;
     for (const damage of compiled?.repaired ?? []) this.#o.logger?.warn({ model: spec.name, damage }, 'compile cache damaged: compiled again');
     const compileMs = performance.now() - started;
-    const loads = await Promise.allSettled(this.devices.map((d) => d.load(spec, instance, compiled)));
+    const loads = await Promise.allSettled(this.handles.map((d) => d.load(spec, instance, compiled)));
     const failed = loads.find((l): l is PromiseRejectedResult => l.status === 'rejected');
     if (failed) {
-      await Promise.allSettled(this.devices.filter((_, i) => loads[i].status === 'fulfilled').map((d) => d.unload(instance)));
+      await Promise.allSettled(this.handles.filter((_, i) => loads[i].status === 'fulfilled').map((d) => d.unload(instance)));
       this.#o.hostWeights?.release(instance);
       throw failed.reason;
     }
     const results = loads.map((l) => (l as PromiseFulfilledResult<{ loadMs: number; weightBytes: number }>).value);
-    if (this.#o.mode === 'lpt_packing' && this.devices.length > 1) this.#place(spec, instance, results[0].weightBytes);
+    if (this.#o.mode === 'lpt_packing' && this.handles.length > 1) this.#place(spec, instance, results[0].weightBytes);
     return { loadMs: compileMs + Math.max(...results.map((r) => r.loadMs)) };
   }
 
   /** A newly loaded version: a reload keeps its model's devices; a new model is packed beside the others. */
-  #place(spec: ModelSpec, instance: string, bytes: number): void {
+  #place(spec: ModelSpec, instance: InstanceKey, bytes: number): void {
     const previous = this.#placed.get(spec.name);
     const batchRows = Math.max(1, spec.maxBatchSize);
     if (previous) {
@@ -239,19 +246,19 @@ export class Gateway {
     // Where this model goes, given the others where they are: pack all, keep theirs, take its own.
     this.#placed.set(spec.name, { instance, batchRows, bytes, devices: [], open: 0 });
     const placement = this.#pack([...this.#placed.keys()], this.#work);
-    const ids = placement.devices.get(spec.name) ?? [this.devices[0].deviceId];
+    const ids = placement.devices.get(spec.name) ?? [this.handles[0].deviceId];
     this.#placed.set(spec.name, { instance, batchRows, bytes, devices: ids.map((id) => this.#device(id)), open: 0 });
     this.#outstanding.set(spec.name, new Map());
   }
 
-  async unload(instance: string): Promise<void> {
-    const model = instance.slice(0, instance.lastIndexOf('#'));
+  async unload(instance: InstanceKey): Promise<void> {
+    const model = modelOf(instance);
     if (this.#placed.get(model)?.instance === instance) {
       this.#placed.delete(model);
       this.#outstanding.delete(model);
     }
     try {
-      await Promise.all(this.devices.map((d) => d.unload(instance)));
+      await Promise.all(this.handles.map((d) => d.unload(instance)));
     } finally {
       this.#o.hostWeights?.release(instance);
     }
@@ -259,7 +266,7 @@ export class Gateway {
 
   /** Every device's instances, tagged with the device. */
   async status(): Promise<(InstanceStatus & { device: number })[]> {
-    const reports = await Promise.all(this.devices.map(async (d) => (await d.status()).map((s) => ({ ...s, device: d.deviceId }))));
+    const reports = await Promise.all(this.handles.map(async (d) => (await d.status()).map((s) => ({ ...s, device: d.deviceId }))));
     return reports.flat();
   }
 
@@ -271,33 +278,33 @@ export class Gateway {
   /** Change a model's weight or batch cap on every device, its queued requests included; later loads carry it. */
   async setPolicy(model: string, update: ModelPolicyUpdate): Promise<void> {
     this.#o.policies.change(model, update);
-    await Promise.all(this.devices.map((d) => d.applyPolicy(model)));
+    await Promise.all(this.handles.map((d) => d.applyPolicy(model)));
   }
 
   /** Change a model's residency on every device; if any device refuses, every device goes back to what it had. */
   async setResidency(model: string, residency: Residency): Promise<void> {
     const before = this.#o.policies.change(model, { residency });
-    const results = await Promise.allSettled(this.devices.map((d) => d.applyResidency(model)));
+    const results = await Promise.allSettled(this.handles.map((d) => d.applyResidency(model)));
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (!failed) return;
     this.#o.policies.restore(model, before);
-    await Promise.allSettled(this.devices.filter((_, i) => results[i].status === 'fulfilled').map((d) => d.applyResidency(model)));
+    await Promise.allSettled(this.handles.filter((_, i) => results[i].status === 'fulfilled').map((d) => d.applyResidency(model)));
     throw failed.reason;
   }
 
   /** Compact one device's arena (or every device's, for -1); the bytes moved in all. */
   async compact(device: number): Promise<number> {
-    const targets = device < 0 ? this.devices : this.devices.filter((d) => d.deviceId === device);
+    const targets = device < 0 ? this.handles : this.handles.filter((d) => d.deviceId === device);
     const moved = await Promise.all(targets.map((d) => d.compact()));
     return moved.reduce((a, b) => a + b, 0);
   }
 
   forgetRegion(regionId: number): void {
-    for (const d of this.devices) d.forgetRegion(regionId);
+    for (const d of this.handles) d.forgetRegion(regionId);
   }
 
   async stop(): Promise<void> {
     await this.#repacking?.catch(() => undefined);
-    await Promise.all(this.devices.map((d) => d.stop()));
+    await Promise.all(this.handles.map((d) => d.stop()));
   }
 }

@@ -17,8 +17,8 @@ import { parseArgs } from 'node:util';
 import { BundleInvalidError, StowageError } from '../shared/errors.js';
 import { readGraphFile, type GraphFileTensor } from './graph-file.js';
 import { draftManifest } from './draft.js';
-import { MANIFEST_FILE, readManifest } from './manifest.js';
-import type { GraphTensor } from './signature.js';
+import { MANIFEST_FILE, readManifest } from '../bundle/manifest.js';
+import type { GraphTensor } from '../bundle/signature.js';
 import { trialLoad, type TrialResult } from './trial.js';
 
 export const BUNDLE_USAGE = `usage:

@@ -8,7 +8,7 @@
  * four devices, or fifty fine-tuned variants of one backbone, each distinct
  * tensor is in host RAM once.
  */
-import type { HostUpdate } from '../../shared/channels/device.js';
+import type { HostUpdate } from '../shared/channels/device.js';
 
 export class HostWeights {
   #tensors = new Map<string, { buffer: SharedArrayBuffer; users: Set<string> }>();

@@ -10,8 +10,8 @@
  * the current one), a change is pushed to the loaded instances by the
  * gateway, and ModelConfig and ModelControlStatus read it here.
  */
-import type { ModelPolicy, ModelPolicyUpdate, Residency } from '../../shared/channels/device.js';
-import type { ModelSchedulerConfig } from '../../shared/config-schema.js';
+import type { ModelPolicy, ModelPolicyUpdate, Residency } from '../shared/channels/device.js';
+import type { ModelSchedulerConfig } from '../shared/config-schema.js';
 
 /** Run-time changes to one model, on top of the node file; absent fields keep the file's value. */
 export type PolicyChange = ModelPolicyUpdate & { residency?: Residency };

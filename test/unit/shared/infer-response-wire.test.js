@@ -1,7 +1,8 @@
 // Responses the device encodes: every client decodes them as the message protobufjs would have
 // written (grpc-js's own deserializers stand in for them here), ModelInfer's and the stream's alike.
 import test from 'ava';
-import { EncodedResponse, encodeInferResponse, passEncodedResponses, RESPONSE_HEADROOM } from '../../../dist/protocol/infer-response-wire.js';
+import { encodeInferResponse, RESPONSE_HEADROOM } from '../../../dist/shared/infer-response-wire.js';
+import { EncodedResponse, passEncodedResponses } from '../../../dist/protocol/encoded-response.js';
 import { loadInferenceClient } from '../../../dist/protocol/proto.js';
 
 const { service } = loadInferenceClient();
@@ -9,7 +10,7 @@ const passed = passEncodedResponses(service);
 
 const f32 = (/** @type {number[]} */ values) => new Uint8Array(Float32Array.from(values).buffer);
 
-/** @type {import('../../../dist/shared/channels/device.js').WireTensor[]} */
+/** @type {import('../../../dist/shared/channels/inference.js').WireTensor[]} */
 const outputs = [
   { name: 'probabilities', datatype: 'FP32', shape: [2, 3], data: f32([0.1, 0.2, 0.7, 1, 0, 0]) },
   { name: 'label', datatype: 'INT64', shape: [2], data: new Uint8Array(new BigInt64Array([2n, 0n]).buffer) },

@@ -1,8 +1,8 @@
 /**
  * Routing policies: which of several candidates (device actors in a node, or
  * remote nodes in a gateway-only process) serves the next request. Pure: the
- * callers keep the counts and apply the choice; the in-process gateway
- * (gateway.ts) and gateway-only forwarding (remote/proxy-service.ts) share them.
+ * callers keep the counts and apply the choice; the node's device pool
+ * (node/devices.ts) and gateway-only forwarding (remote/proxy-service.ts) share them.
  *
  * - `round_robin`: every candidate in turn;
  * - `least_outstanding`: the candidate with the fewest calls in flight;
@@ -11,7 +11,7 @@
  *   turn; `fill_least`: the least busy).
  */
 
-import type { FillPolicy, GatewayMode } from '../../shared/config-schema.js';
+import type { FillPolicy, GatewayMode } from '../shared/config-schema.js';
 
 /** The modes that route without placement (lpt_packing places models, then fills their replicas). */
 export type RoutingMode = Exclude<GatewayMode, 'lpt_packing'>;

@@ -1,12 +1,16 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
-import { draftManifest } from '../../../dist/bundle/draft.js';
-import { readGraphFile } from '../../../dist/bundle/graph-file.js';
+import { draftManifest } from '../../../dist/cli/draft.js';
+import { readGraphFile } from '../../../dist/cli/graph-file.js';
 import { parseManifest } from '../../../dist/bundle/manifest.js';
 import { FIXTURES, ROOT } from '../../helpers/server.js';
 
-/** A tensor as onnxruntime-node's session metadata reports it. */
+/**
+ * A tensor as onnxruntime-node's session metadata reports it.
+ * @param {string} name
+ * @param {(number | string)[]} shape
+ */
 const g = (name, shape, type = 'float32') => ({ name, isTensor: true, type, shape });
 const options = (extra = {}) => ({ name: 'm', source: 'm.onnx', batchAxis: 'n', axes: {}, ...extra });
 

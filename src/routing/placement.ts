@@ -5,7 +5,7 @@
  * heaviest first, to the device where it leaves the device least loaded,
  * counting both resources: compute as a share of an even split of the total,
  * weight bytes as a share of the device's budget; the larger share is the
- * device's load. Pure: the gateway feeds it measurements and applies the result.
+ * device's load. Pure: the device pool (node/devices.ts) feeds it measurements and applies the result.
  *
  * Repacking from scratch could move many models for a small gain, and every
  * move costs a cold load; a model's current device is therefore preferred

@@ -1,10 +1,10 @@
 // lpt_packing's packer: heaviest first, balancing compute and weight bytes, replicas on distinct
 // devices, sticky to where a model is.
 import test from 'ava';
-import { pack } from '../../../../dist/actors/gateway/placement.js';
+import { pack } from '../../../dist/routing/placement.js';
 
-const devices = (n, budget = 0) => Array.from({ length: n }, (_, id) => ({ id, budget }));
-const spread = (placement) => {
+const devices = (/** @type {number} */ n, budget = 0) => Array.from({ length: n }, (_, id) => ({ id, budget }));
+const spread = (/** @type {import('../../../dist/routing/placement.js').Placement} */ placement) => {
   const loads = [...placement.load.values()];
   return Math.max(...loads) / Math.min(...loads);
 };
@@ -33,7 +33,7 @@ test('replicas land on distinct devices and share the model\'s load; all means e
     { model: 'b', load: 4, bytes: 10, replicas: 1 },
   ], devices(3));
   t.is(new Set(p.devices.get('hot')).size, 2);
-  t.deepEqual([...p.devices.get('everywhere')].sort(), [0, 1, 2]);
+  t.deepEqual([...p.devices.get('everywhere') ?? []].sort(), [0, 1, 2]);
 });
 
 test('a device whose placed weights exceed its budget is reported', (t) => {

@@ -1,0 +1,96 @@
+/**
+ * One inference, as it crosses threads: the request the main thread hands a device actor (and a
+ * hook thread feeds), and the result that comes back. Defined here once; the device channel
+ * (device.ts) carries them, the hook channel (hooks.ts) carries their tensors, and the protocols
+ * at the edge (protocol/) decode into them and encode from them. Nothing here knows protobuf.
+ *
+ * Ownership: tensor bytes travel in `WireTensor.data`. The sender lists `data.buffer` in the
+ * transfer list, so after postMessage the bytes belong to the receiver and the sender's view is
+ * detached. Every buffer sent this way belongs to the one request (never Node's shared Buffer
+ * pool, which cannot be transferred, nor a buffer another request's tensors are views of).
+ */
+import type { Datatype } from '../dtypes.js';
+import type { InstanceKey } from '../model-spec.js';
+
+/** A tensor's place in a registered shared-memory region, as it travels to the device actor. */
+export interface RegionSlice {
+  regionId: number;
+  key: string;
+  /** The open descriptor the device maps from (the same process: threads share descriptors). */
+  fd: number;
+  regionOffset: number;
+  regionByteSize: number;
+  /** Within the region. */
+  offset: number;
+  byteSize: number;
+}
+
+/** A tensor in KServe's raw wire layout: row-major little-endian elements; BYTES elements length-prefixed. */
+export interface WireTensor {
+  name: string;
+  datatype: Datatype;
+  shape: number[];
+  /** The bytes; empty when they are in shared memory (`shm`). */
+  data: Uint8Array;
+  /** Inputs: where the bytes are. Outputs: where they were written (nothing is returned inline). */
+  shm?: RegionSlice;
+}
+
+/** One request for one execution of a loaded model: decoded, checked against its manifest. */
+export interface InferenceRequest {
+  /** The loaded version to run (from the registry's lease): a reload loads a new one beside the old. */
+  instance: InstanceKey;
+  /**
+   * One tensor per executable input, in the manifest's order (the codec, or the hook check,
+   * guarantees it); empty while a preprocess hook is still making them.
+   */
+  inputs: WireTensor[];
+  /** Rows on the batch axis (1 for a model without one): what the scheduler packs into batches. */
+  rows: number;
+  /** Output names to return, in response order (never empty: the codec fills in every output). */
+  outputs: string[];
+  /** Per output: the shared-memory slice to write it into instead of returning it, or null. */
+  outputRegions: (RegionSlice | null)[];
+  /**
+   * Answer with the encoded ModelInferResponse for the client's request `id` instead of tensors
+   * (a gRPC request whose outputs go straight back: shared/infer-response-wire.ts); null: tensors
+   * (hooks read them, or another protocol encodes them).
+   */
+  encode: { id: string } | null;
+  /** The client's absolute deadline on the `nowMs` clock; Infinity if none. */
+  deadlineMs: number;
+}
+
+/** Where the time of one execution went, in nanoseconds (Triton's statistics vocabulary). */
+export interface ExecutionTiming {
+  computeInputNs: number;
+  computeInferNs: number;
+  computeOutputNs: number;
+  /** Rows of the requests that rode in this execution. */
+  batchRows: number;
+  /** Rows actually executed: batchRows padded up to a compiled batch size. */
+  executedBatchSize: number;
+  /** How many requests rode in this execution. */
+  requests: number;
+}
+
+/**
+ * What one request's inference produced. Its tensors' buffers belong to it alone (the device
+ * copies a request's rows out of a coalesced batch's output before handing them over as tensors),
+ * so whoever receives them may transfer them on without a copy.
+ */
+export interface InferenceResult {
+  /** The outputs, in the order asked; empty when the request asked for `response`. */
+  outputs: WireTensor[];
+  /** The encoded ModelInferResponse (RESPONSE_HEADROOM bytes, then the message), when `encode` asked for it. */
+  response?: Uint8Array;
+  /** Time from the hand-over to the device until its execution started. */
+  queueNs: number;
+  /** The execution it rode in, shared with the other requests of its batch. */
+  timing: ExecutionTiming;
+}
+
+/** The clock every thread shares for deadlines (Date.now() has ms resolution only). */
+export function nowMs(): number {
+  return performance.timeOrigin + performance.now();
+}
