@@ -10,9 +10,14 @@
 # (tools/container/make-base-image.sh), since no container registry is reachable.
 ARG NODE_IMAGE=node:24-bookworm-slim
 
-# --- build: compile the TypeScript and the shared-memory addon ---
+# --- build: compile the TypeScript and the native addons (shared memory, the ONNX Runtime binding) ---
+# The binding compiles against ONNX Runtime's C API headers, fetched by src/native/ort-header.mjs
+# from the Go module proxy that GOPROXY names (pass --build-arg GOPROXY="$(go env GOPROXY)"), unless
+# the build context already holds them in src/native/ort-include/ (an earlier `npm install` there).
 FROM ${NODE_IMAGE} AS build
 ARG ORT_CUDA=0
+ARG GOPROXY=""
+ENV GOPROXY=${GOPROXY}
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends g++ make python3 \
@@ -31,7 +36,7 @@ ENV NODE_ENV=production
 WORKDIR /app
 COPY --from=build /app/node_modules/ node_modules/
 COPY --from=build /app/dist/ dist/
-COPY --from=build /app/src/native/build/Release/stowage_shm.node src/native/build/Release/stowage_shm.node
+COPY --from=build /app/src/native/build/Release/stowage_shm.node /app/src/native/build/Release/stowage_ort.node src/native/build/Release/
 COPY package.json main.js ./
 COPY proto/ proto/
 COPY bundles/ /models/

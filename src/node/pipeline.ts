@@ -9,27 +9,31 @@
  *
  * Copies of a request's tensor bytes, and thread hops, per path. `copies` counts every copy of the
  * bytes of one request's input and output tensors (in units of their size: a copy of the input and
- * one of the output are two), `native` those made in a library's C++ where no JavaScript sees them,
- * and the last column says which thread makes each. Each copy in our code is a line marked
+ * one of the output are two), `native` those made in a library's C++ where no JavaScript sees them
+ * (the copy probe cannot count those), and the next column says which thread makes each. Each copy in our code is a line marked
  * `// copy:`. test/integration/copies.test.js reads this table and counts the copies each path
  * really makes, so a copy added or removed fails it until the table says so.
  *
  * | path | copies | native | each copy, in order (thread) | hops |
  * | --- | --- | --- | --- | --- |
- * | inline lone | 4 | 1 | grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own when the message is at least half `Buffer.poolSize` (32 KiB on Node 24; protobufjs decodes `bytes` as views of it), which is transferred to the device as it is (protocol/message-buffers.ts) and read by ONNX Runtime in place (main); onnxruntime-node copies each output out of ONNX Runtime into a fresh JS buffer, preallocated outputs included (device, native); the output into the encoded response (shared/infer-response-wire.ts), transferred back (device); grpc-js copies the message into its frame (main) | 2: main -> device -> main |
- * | inline small | 5 | 1 | as inline lone, and a message under half `Buffer.poolSize` sits in Node's shared pool, which cannot be transferred: its bytes are copied into a buffer of their own (`fromRaw`, main) | 2 |
- * | inline misaligned | 5 | 1 | as inline lone, and an input whose bytes are misaligned for its type in the message is copied into reused staging memory (staging.ts) before ONNX Runtime reads it (device) | 2 |
- * | inline padded | 5 | 1 | as inline lone, and a lone request run by an executable compiled for more rows is copied into staging, padded with zero rows (device) | 2 |
- * | inline coalesced | 5 | 1 | as inline lone (the output's copy into the response reads the request's rows of the batch's output), and each request's rows are copied into the joined input in staging (device) | 2 |
- * | typed contents | 5 | 1 | as inline small, with the JS arrays converted into bytes instead of `fromRaw`'s copy (main) | 2 |
- * | shared memory in place | 1 | 1 | inputs are read in place from the mapped region (a slice misaligned for its type is copied into staging, device); a lone request's output whose shape the graph fixes is computed by ONNX Runtime into the region itself; onnxruntime-node still copies it out, unused (device, native); the response carries an empty entry | 2 |
- * | shared memory copied | 2 | 1 | as shared memory in place, but when ONNX Runtime cannot write into the region (a coalesced batch, an output axis the graph leaves symbolic, a slice misaligned for its type or over the request's input bytes) the output is copied into it after onnxruntime-node's copy (device) | 2 |
- * | hooked | 4 | 1 | pre- and postprocess, lone: grpc-js's join (main); the message's buffer goes to the hook thread whole (a view misaligned for its type is copied first by `fromRaw`, main); what the hooks return is their own (a returned view of part of a buffer is copied, a plain array converted: hook); preprocess's tensors go from the hook thread to the device through its door, never to the main thread; onnxruntime-node's (device, native); the outputs go to postprocess as they are; protobufjs encodes the response (main); grpc-js's frame (main). Preprocess only: the device encodes instead of protobufjs. A coalesced request's rows of each output are copied out of the batch's before going to postprocess (device) | preprocess only: 3, main -> hook -> device -> main; postprocess only: 4, main -> device -> main -> hook -> main; both: 5 |
- * | meta sub-call | 2 | 1 | the run hook's tensors are copied once on the hook thread, which may reuse them (hook); passed to the device as they are (no re-encode, no decode copy); onnxruntime-node's (device, native); the outputs go back to the hook thread as they are | 4 per sub-call: hook -> main -> device -> main -> hook |
+ * | inline lone | 3 | 0 | grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own when the message is at least half `Buffer.poolSize` (32 KiB on Node 24; protobufjs decodes `bytes` as views of it), which is transferred to the device as it is (protocol/message-buffers.ts) and read by ONNX Runtime in place (main); ONNX Runtime writes each output into memory the device gives it (reused staging), no copy after the run; the output into the encoded response (shared/infer-response-wire.ts), transferred back (device); grpc-js copies the message into its frame (main) | 2: main -> device -> main |
+ * | inline small | 4 | 0 | as inline lone, and a message under half `Buffer.poolSize` sits in Node's shared pool, which cannot be transferred: its bytes are copied into a buffer of their own (`fromRaw`, main) | 2 |
+ * | inline misaligned | 4 | 0 | as inline lone, and an input whose bytes are misaligned for its type in the message is copied into reused staging memory (staging.ts) before ONNX Runtime reads it (device) | 2 |
+ * | inline padded | 4 | 0 | as inline lone, and a lone request run by an executable compiled for more rows is copied into staging, padded with zero rows (device) | 2 |
+ * | inline coalesced | 4 | 0 | as inline lone (the output's copy into the response reads the request's rows of the batch's output), and each request's rows are copied into the joined input in staging (device) | 2 |
+ * | typed contents | 4 | 0 | as inline small, with the JS arrays converted into bytes instead of `fromRaw`'s copy (main) | 2 |
+ * | shared memory in place | 0 | 0 | inputs are read in place from the mapped region (a slice misaligned for its type is copied into staging, device); a lone request's output whose shape the graph fixes is computed by ONNX Runtime into the region itself; the response carries an empty entry | 2 |
+ * | shared memory copied | 1 | 0 | as shared memory in place, but when ONNX Runtime cannot write into the region (a coalesced batch, an output axis the graph leaves symbolic, a slice misaligned for its type or over the request's input bytes) it writes into staging and the output is copied into the region after the run (device) | 2 |
+ * | hooked | 3 | 0 | pre- and postprocess, lone: grpc-js's join (main); the message's buffer goes to the hook thread whole (a view misaligned for its type is copied first by `fromRaw`, main); what the hooks return is their own (a returned view of part of a buffer is copied, a plain array converted: hook); preprocess's tensors go from the hook thread to the device through its door, never to the main thread; ONNX Runtime writes each output into a buffer of the request's own, which goes to postprocess as it is; protobufjs encodes the response (main); grpc-js's frame (main). Preprocess only: the device encodes instead of protobufjs. A coalesced request's rows of each output are copied out of the batch's before going to postprocess (device) | preprocess only: 3, main -> hook -> device -> main; postprocess only: 4, main -> device -> main -> hook -> main; both: 5 |
+ * | meta sub-call | 1 | 0 | the run hook's tensors are copied once on the hook thread, which may reuse them (hook); passed to the device as they are (no re-encode, no decode copy); ONNX Runtime writes the outputs into buffers of the sub-call's own, which go back to the hook thread as they are | 4 per sub-call: hook -> main -> device -> main -> hook |
  *
- * The floor with these libraries is 3 for a large inline request: grpc-js's two and
- * onnxruntime-node's are made whatever we do. Reaching it means handing grpc-js the response's
- * header and the binding's output buffers as one message without joining them (docs/performance.md).
+ * `native` counts copies made in a library's C++: none is left since the device runs models through
+ * Stowage's own binding (native/ort.ts), which has ONNX Runtime write outputs into memory we give it
+ * (an output whose shape the graph leaves open is allocated by ONNX Runtime and read in place; a
+ * request that takes it as a tensor gets a copy of its own, since such memory cannot move to
+ * another thread). A large inline request is at the floor grpc-js leaves, 3: its join and its frame,
+ * and the one copy into the encoded response. Going lower means handing grpc-js the response's
+ * header and the output buffers as one message without joining them (docs/performance.md).
  */
 import type { Devices } from './devices.js';
 import type { HookFeedTarget } from '../actors/device/handle.js';

@@ -28,6 +28,9 @@ podman info >/dev/null 2>&1 || { echo "podman does not work here: $(podman info 
 
 base=$(bash tools/container/make-base-image.sh) || { echo "could not make the base image" >&2; exit 1; }
 # --format docker keeps the Dockerfile's HEALTHCHECK (the OCI format has none).
-podman build --runtime runc --network host --format docker --build-arg "NODE_IMAGE=$base" -t "$image" . >&2 \
+# The ONNX Runtime C API headers come from the build context (src/native/ort-include/, made by the
+# build that ran before this) or from the Go module proxy GOPROXY names.
+goproxy=${GOPROXY:-$(go env GOPROXY 2>/dev/null || true)}
+podman build --runtime runc --network host --format docker --build-arg "NODE_IMAGE=$base" --build-arg "GOPROXY=$goproxy" -t "$image" . >&2 \
   || { echo "podman build failed" >&2; exit 1; }
 echo "$image"

@@ -14,19 +14,20 @@
  * shared-memory outputs are computed by ONNX Runtime into the region itself.
  * Every copy is tabled at the top of node/pipeline.ts.
  */
-import type * as ort from 'onnxruntime-node';
 import type { FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
 import { nowMs, type InferenceResult, type RegionSlice } from '../../shared/channels/inference.js';
 import { errors } from '../../shared/errors.js';
 import { MODEL_VERSION } from '../../shared/constants.js';
 import { encodeInferResponse } from '../../shared/infer-response-wire.js';
-import { weightFeeds } from './executables.js';
+import { bindWeights } from './executables.js';
 import type { DeviceModels } from './models.js';
-import { batchInput, requestOutput } from './ort-tensors.js';
+import { batchInput, outputBytes, requestOutput } from './ort-tensors.js';
+import { dtypeInfo } from '../../shared/dtypes.js';
+import type { ModelSpec, TensorSpec } from '../../shared/model-spec.js';
+import type { OrtOutput, OrtSession, OrtTensor } from '../../native/ort.js';
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
 import type { Staging } from './staging.js';
-import type { TensorSpec } from '../../shared/model-spec.js';
 
 export interface ExecutionContext {
   deviceId: number;
@@ -38,6 +39,14 @@ export interface ExecutionContext {
   send: (msg: FromDevice, transfer?: ArrayBuffer[]) => void;
   /** Answer one request with an error. */
   fail: (id: number, err: unknown) => void;
+  /** The run in flight, if any: the requests riding in it (a cancelled one leaves), and its session to terminate. */
+  running: { ids: Set<number>; session: OrtSession } | null;
+}
+
+/** Whether `data` lies in this execution's staging memory (it stays on the device). */
+function isStaging(data: ArrayBufferView | ArrayBuffer, ctx: ExecutionContext): boolean {
+  const buffer = ArrayBuffer.isView(data) ? data.buffer : data;
+  return ctx.staging.owns(buffer);
 }
 
 /**
@@ -68,10 +77,10 @@ function overlap(a: RegionSlice, b: RegionSlice): boolean {
 /**
  * The outputs of a lone request that ONNX Runtime can write straight into their shared-memory
  * slices: each output with a region whose whole shape the graph fixes (`shaped`; the batch axis
- * is the request's rows), by name. Null when there is none.
+ * is the request's rows), by name: the region's memory. Null when there is none.
  */
-function directOutputs(req: InferCommand, declared: readonly TensorSpec[], shaped: ReadonlySet<string>, rows: number, regions: RegionMappings): Map<string, ort.Tensor> | null {
-  let direct: Map<string, ort.Tensor> | null = null;
+function directOutputs(req: InferCommand, declared: readonly TensorSpec[], shaped: ReadonlySet<string>, rows: number, regions: RegionMappings): Map<string, Uint8Array> | null {
+  let direct: Map<string, Uint8Array> | null = null;
   req.outputRegions.forEach((slice, k) => {
     const spec = slice && shaped.has(req.outputs[k]) && declared.find((t) => t.name === req.outputs[k]);
     // An output over the bytes of an input is written after the run, as ever: ONNX Runtime may
@@ -82,6 +91,31 @@ function directOutputs(req: InferCommand, declared: readonly TensorSpec[], shape
     if (target) (direct ??= new Map()).set(spec.name, target);
   });
   return direct;
+}
+
+/**
+ * Where ONNX Runtime writes each output of this run: a lone request's shared-memory slice
+ * (`direct`), a buffer of the lone request's own when it takes its outputs as tensors (they are
+ * transferred as they are), or reused staging memory (encoded into responses, written into regions
+ * or cut into requests' rows afterwards). An output whose shape the graph leaves open (or BYTES)
+ * is named only: ONNX Runtime allocates it.
+ */
+function outputTargets(wanted: readonly string[], batch: readonly InferCommand[], spec: ModelSpec, shaped: ReadonlySet<string>, runBatch: number,
+  direct: Map<string, Uint8Array> | null, stage: (bytes: number) => Uint8Array): (string | OrtTensor)[] {
+  const lone = batch.length === 1 ? batch[0] : null;
+  return wanted.map((name) => {
+    const t = spec.outputs.find((o) => o.name === name);
+    if (!t || !shaped.has(name)) return name;
+    const dims = t.shape.map((d, i) => (i === t.batchDim ? runBatch : d));
+    const bytes = outputBytes(t.datatype, dims);
+    if (bytes === null) return name;
+    const type = dtypeInfo(t.datatype).onnxType;
+    const region = direct?.get(name);
+    if (region) return { name, type, dims, data: region };
+    const k = lone ? lone.outputs.indexOf(name) : -1;
+    const ownTensor = lone !== null && !lone.encode && k >= 0 && !lone.outputRegions[k];
+    return { name, type, dims, data: ownTensor ? new Uint8Array(bytes) : stage(bytes) };
+  });
 }
 
 /** Run one batch of one model's requests and answer them all in one message. */
@@ -114,41 +148,46 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     if (!executable) throw errors.internal(`model ${name} has no session for ${rows} rows`);
     const session = executable.session;
     const t0 = process.hrtime.bigint();
-    let feeds: Record<string, ort.Tensor> = {};
     if (weightCache) {
       // The cold path: the batch waits while the model's weights come on (one copy), and the model pays for it.
       const outcome = weightCache.ensureResident(instance);
       load = models.weightLoad(outcome);
       if (!outcome.hit) scheduler.chargeTime(instance, outcome.loadMs);
-      const epoch = weightCache.epoch(instance);
-      if (executable.feeds?.epoch !== epoch) executable.feeds = { epoch, tensors: weightFeeds(executable, (key) => weightCache.deviceView(key)) };
-      feeds = { ...executable.feeds.tensors };
+      // Bound once per residency: a warm call binds nothing.
+      bindWeights(executable, weightCache.epoch(instance), (key) => weightCache.deviceView(key));
     }
-    ctx.staging.beginExecution(); // executions run one at a time: the last one's staged inputs are free
+    ctx.staging.beginExecution(); // executions run one at a time: the last one's staged inputs and outputs are free
     const stage = (bytes: number) => ctx.staging.take(bytes);
-    spec.inputs.forEach((input, i) => {
-      feeds[input.name] = batchInput(batch.map((t) => regions.inputBytes(t.inputs[i], stage)), batchDims.get(input.name) ?? -1, runBatch, stage);
-    });
+    const inputs = spec.inputs.map((input, i) => batchInput(batch.map((t) => regions.inputBytes(t.inputs[i], stage)), batchDims.get(input.name) ?? -1, runBatch, stage));
     // A lone request's shared-memory outputs, when their shapes are known now: ONNX Runtime writes
-    // them into the region itself (onnxruntime-node still copies each out afterwards, unused).
+    // them into the region itself.
     const direct = batch.length === 1 && (spec.batchAxis === null || runBatch === rows) ? directOutputs(batch[0], spec.outputs, executable.shapedOutputs, rows, regions) : null;
+    const targets = outputTargets(wanted, batch, spec, executable.shapedOutputs, runBatch, direct, stage);
     const t1 = process.hrtime.bigint();
-    let outputs: ort.InferenceSession.OnnxValueMapType;
+    let outputs: OrtOutput[];
     try {
-      outputs = await session.run(feeds, direct ? Object.fromEntries(wanted.map((o) => [o, direct.get(o) ?? null])) : wanted);
+      // The run goes on a libuv thread: this thread keeps admitting requests meanwhile.
+      ctx.running = { ids: new Set(batch.map((t) => t.id)), session };
+      outputs = await session.run(inputs, targets);
     } catch (err) {
       throw errors.executionFailed(name, (err as Error).message);
+    } finally {
+      ctx.running = null;
     }
     const t2 = process.hrtime.bigint();
+    const byName = new Map(outputs.map((o) => [o.name, o]));
+    // ONNX Runtime's own buffers (outputs it allocated) cannot be transferred, nor can staging be given away.
+    const movable = new Set(targets.filter((o): o is OrtTensor => typeof o !== 'string' && !direct?.has(o.name) && !isStaging(o.data, ctx)).map((o) => o.name));
     const results: ({ id: number } & Omit<InferenceResult, 'timing'>)[] = [];
     let from = 0;
     for (const t of batch) {
       try {
         const mine = t.outputs.map((o, k) => {
           const region = t.outputRegions[k];
-          // Tensors handed over as tensors are the request's own (inference.ts): a coalesced batch's rows are copied out.
-          const own = batch.length > 1 && !t.encode && !region;
-          const out = requestOutput(name, o, outputs[o] as ort.Tensor, batchDims.get(o) ?? -1, from, t.rows, own);
+          // Tensors handed over as tensors are the request's own (inference.ts): a coalesced batch's
+          // rows are copied out, and so is a lone request's output in memory that cannot move.
+          const own = !t.encode && !region && (batch.length > 1 || !movable.has(o));
+          const out = requestOutput(name, byName.get(o)!, batchDims.get(o) ?? -1, from, t.rows, own);
           if (!region) return out;
           return direct?.has(o) ? regions.written(out, region) : regions.writeOutput(out, region);
         });

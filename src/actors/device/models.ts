@@ -48,7 +48,8 @@ class HostOffer {
 }
 
 async function releaseAll(executables: Iterable<Executable> | undefined): Promise<void> {
-  for (const e of executables ?? []) await e.session.release().catch(() => undefined);
+  // A session in a run is released when the run ends (the binding defers it).
+  for (const e of executables ?? []) e.session.release();
 }
 
 export class DeviceModels {

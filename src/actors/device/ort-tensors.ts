@@ -1,56 +1,49 @@
 /**
- * Converting between the wire's tensors and ONNX Runtime's, on the device actor's thread: join the
- * requests of a batch into each input (padding to a compiled batch size), and cut each request's
- * rows out of the outputs. BYTES tensors are strings to ONNX Runtime.
+ * Between the wire's tensors and the binding's (native/ort.ts), on the device actor's thread: join
+ * the requests of a batch into each input (padding to a compiled batch size), and cut each
+ * request's rows out of the outputs. Both sides use the wire layout, BYTES included (length-prefixed
+ * elements), so a lone request's tensors go to ONNX Runtime as they came.
  */
-import * as ort from 'onnxruntime-node';
-import { byOrtType, dtypeInfo } from '../../shared/dtypes.js';
+import { byOnnxType, dtypeInfo } from '../../shared/dtypes.js';
 import { errors } from '../../shared/errors.js';
 import { joinBytesElements, splitBytesElements } from '../../shared/bytes-elements.js';
 import { concatRows, concatRowsArray, sliceRows, sliceRowsArray } from './batch-layout.js';
 import type { WireTensor } from '../../shared/channels/inference.js';
+import type { OrtOutput, OrtTensor } from '../../native/ort.js';
 
-const utf8 = new TextDecoder('utf-8', { fatal: true });
-const utf8Encoder = new TextEncoder();
-
-function decodeStrings(t: WireTensor): string[] {
+function elementsOf(t: WireTensor): Uint8Array[] {
   const parts = splitBytesElements(t.data);
   if (!parts) throw errors.invalidTensor(`input ${JSON.stringify(t.name)}: BYTES contents are not length-prefixed elements`);
   const elements = t.shape.reduce((a, b) => a * b, 1);
   if (parts.length !== elements) {
     throw errors.invalidTensor(`input ${JSON.stringify(t.name)}: shape needs ${elements} BYTES elements, the contents hold ${parts.length}`);
   }
-  return parts.map((p, i) => {
-    try {
-      return utf8.decode(p);
-    } catch {
-      throw errors.invalidTensor(`input ${JSON.stringify(t.name)}: BYTES element ${i} is not valid UTF-8; ONNX Runtime's string tensors hold text only`);
-    }
-  });
+  return parts;
 }
 
 /**
- * One input of the batch: the requests' tensors joined along the batch axis
- * and padded to `runBatch` rows, in memory from `stage` (staging.ts). A lone
- * request that needs no padding is fed as it came, without a copy.
+ * One input of the batch: the requests' tensors joined along the batch axis and padded to
+ * `runBatch` rows, in memory from `stage` (staging.ts). A lone request that needs no padding is
+ * fed as it came, without a copy.
  */
-export function batchInput(parts: WireTensor[], batchDim: number, runBatch: number, stage: (bytes: number) => Uint8Array): ort.Tensor {
+export function batchInput(parts: WireTensor[], batchDim: number, runBatch: number, stage: (bytes: number) => Uint8Array): OrtTensor {
   const first = parts[0];
   const info = dtypeInfo(first.datatype);
   const dims = first.shape.slice();
   const rows = batchDim >= 0 ? parts.reduce((sum, p) => sum + p.shape[batchDim], 0) : 0;
   const joined = batchDim >= 0 && (parts.length > 1 || rows < runBatch);
   if (joined) dims[batchDim] = runBatch;
-  if (info.ortType === 'string') {
-    const strings = parts.map((p) => ({ items: decodeStrings(p), shape: p.shape })); // copy: BYTES elements into JS strings (ONNX Runtime's string tensors)
-    return new ort.Tensor('string', joined ? concatRowsArray(strings, batchDim, runBatch, '') : strings[0].items, dims);
+  if (info.datatype === 'BYTES') {
+    if (!joined) return { name: first.name, type: info.onnxType, dims, data: first.data };
+    const items = parts.map((p) => ({ items: elementsOf(p), shape: p.shape }));
+    // copy: a coalesced (or padded) BYTES input's elements, joined
+    return { name: first.name, type: info.onnxType, dims, data: joinBytesElements(concatRowsArray(items, batchDim, runBatch, new Uint8Array(0))) };
   }
   // A lone request's bytes may be a view of its gRPC message at any offset (message-buffers.ts): a
   // typed array needs them aligned, so a misaligned one is copied here, off the main thread.
   const bytes = joined ? concatRows(parts, batchDim, info.elementBytes, runBatch, stage) // copy: coalesced or padded rows, into staging
     : first.data.byteOffset % info.elementBytes === 0 ? first.data : realign(first.data, stage);
-  const Typed = info.typedArray as Float32ArrayConstructor; // one of the numeric classes; BYTES returned above
-  return new ort.Tensor(info.ortType as 'float32', new Typed(bytes.buffer, bytes.byteOffset, bytes.byteLength / info.elementBytes), dims);
+  return { name: first.name, type: info.onnxType, dims, data: bytes };
 }
 
 function realign(data: Uint8Array, stage: (bytes: number) => Uint8Array): Uint8Array {
@@ -59,25 +52,34 @@ function realign(data: Uint8Array, stage: (bytes: number) => Uint8Array): Uint8A
   return out;
 }
 
+/** Bytes of an output of `dims`, or null for a type whose elements have no fixed width (BYTES). */
+export function outputBytes(datatype: WireTensor['datatype'], dims: readonly number[]): number | null {
+  const width = dtypeInfo(datatype).elementBytes;
+  return width === 0 ? null : dims.reduce((a, b) => a * b, 1) * width;
+}
+
 /**
- * One request's rows of an output, as wire bytes: a view of the batch's buffer when the batch
- * axis leads, unless `own` asks for a buffer of the request's own (it goes on as a tensor while
- * other requests' rows stay behind).
+ * One request's rows of an output, as wire bytes: a view of the batch's buffer when the batch axis
+ * leads, unless `own` asks for a buffer of the request's own (it goes on as a tensor, transferred,
+ * while other requests' rows stay behind, or the buffer is ONNX Runtime's, which cannot move).
  */
-export function requestOutput(model: string, name: string, tensor: ort.Tensor, batchDim: number, from: number, rows: number, own = false): WireTensor {
-  const info = byOrtType(tensor.type);
-  if (!info) throw errors.executionFailed(model, `output ${JSON.stringify(name)} has type ${tensor.type}, which Stowage cannot send`);
-  const dims = tensor.dims.map(Number);
+export function requestOutput(model: string, out: OrtOutput, batchDim: number, from: number, rows: number, own = false): WireTensor {
+  const info = byOnnxType(out.type);
+  if (!info || (info.ortType === null && info.datatype !== 'BYTES')) throw errors.executionFailed(model, `output ${JSON.stringify(out.name)} has ONNX type ${out.type}, which Stowage cannot send`);
+  const dims = out.dims;
   const whole = batchDim < 0 || (from === 0 && rows === dims[batchDim]);
   const shape = dims.slice();
   if (!whole) shape[batchDim] = rows;
-  if (info.ortType === 'string') {
-    const strings = tensor.data as string[];
-    const mine = whole ? strings : sliceRowsArray(strings, dims, batchDim, from, rows);
-    return { name, datatype: info.datatype, shape, data: joinBytesElements(mine.map((s) => utf8Encoder.encode(s))) }; // copy: JS strings into BYTES elements
+  const bytes = new Uint8Array(out.data.buffer, out.data.byteOffset, out.data.byteLength);
+  if (info.datatype === 'BYTES') {
+    // The binding hands BYTES over as length-prefixed elements in a buffer of their own.
+    if (whole) return { name: out.name, datatype: info.datatype, shape, data: bytes };
+    const elements = splitBytesElements(bytes) ?? [];
+    return { name: out.name, datatype: info.datatype, shape, data: joinBytesElements(sliceRowsArray(elements, dims, batchDim, from, rows)) }; // copy: a request's BYTES rows
   }
-  const typed = tensor.data as Uint8Array;
-  const bytes = new Uint8Array(typed.buffer, typed.byteOffset, typed.byteLength);
-  return { name, datatype: info.datatype, shape, data: whole ? bytes : sliceRows(bytes, dims, batchDim, info.elementBytes, from, rows, own) };
+  if (whole) {
+    if (!own) return { name: out.name, datatype: info.datatype, shape, data: bytes };
+    return { name: out.name, datatype: info.datatype, shape, data: bytes.slice() }; // copy: a lone request's output out of memory it cannot take along (ONNX Runtime's or staging)
+  }
+  return { name: out.name, datatype: info.datatype, shape, data: sliceRows(bytes, dims, batchDim, info.elementBytes, from, rows, own) };
 }
-

@@ -13,7 +13,6 @@
  * their regions; the guarantee is that a region shrunk between requests is caught.
  */
 import { fstatSync } from 'node:fs';
-import * as ort from 'onnxruntime-node';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import { errors } from '../../shared/errors.js';
 import { mapSharedMemory } from '../../native/shm.js';
@@ -65,19 +64,18 @@ export class RegionMappings {
   }
 
   /**
-   * ONNX Runtime's output tensor over `slice` itself, for a lone request whose output's shape is
+   * The memory of `slice` itself as an output's buffer, for a lone request whose output's shape is
    * known before the run: ONNX Runtime then computes the output straight into the region and
    * `writeOutput`'s copy is not needed (`written`). Null when it cannot: BYTES, a slice too small
    * (writeOutput then fails the request with the sizes) or misaligned for the element type.
    */
-  outputTarget(datatype: WireTensor['datatype'], shape: readonly number[], slice: RegionSlice): ort.Tensor | null {
+  outputTarget(datatype: WireTensor['datatype'], shape: readonly number[], slice: RegionSlice): Uint8Array | null {
     const info = dtypeInfo(datatype);
-    if (info.ortType === null || info.ortType === 'string') return null;
-    const elements = shape.reduce((a, b) => a * b, 1);
+    if (info.elementBytes === 0) return null;
+    const bytes = shape.reduce((a, b) => a * b, 1) * info.elementBytes;
     const view = this.view(slice);
-    if (elements * info.elementBytes > view.byteLength || view.byteOffset % info.elementBytes !== 0) return null;
-    const Typed = info.typedArray as Float32ArrayConstructor; // numeric: BYTES returned above
-    return new ort.Tensor(info.ortType as 'float32', new Typed(view.buffer, view.byteOffset, elements), shape);
+    if (bytes > view.byteLength || view.byteOffset % info.elementBytes !== 0) return null;
+    return view.subarray(0, bytes);
   }
 
   /** An output ONNX Runtime computed into its slice (`outputTarget`): only the record goes back. */

@@ -1,8 +1,9 @@
 /**
- * Reused memory for an execution's joined and realigned inputs, on the device actor's thread.
+ * Reused memory for an execution's joined and realigned inputs and the outputs it does not give
+ * away, on the device actor's thread.
  *
- * Executions run one at a time, and ONNX Runtime reads its feeds only while `run` lasts, so the
- * memory one execution staged its inputs in is free again when the next begins. Copying into
+ * Executions run one at a time, and ONNX Runtime uses its bound tensors only while a run lasts, so
+ * the memory one execution staged in is free again when the next begins. Copying into
  * memory already mapped and warm costs a fraction of copying into a fresh allocation (page faults
  * and zeroing now, a collection to free it later): measured ≈19 GB/s against ≈2.4 GB/s for
  * 600 KiB on the 2-vCPU machine of docs/performance.md.
@@ -15,6 +16,8 @@ export class Staging {
   /** One buffer per `take` of an execution, in order: the same inputs reuse the same buffer. */
   readonly #kept: ArrayBuffer[] = [];
   #next = 0;
+  /** This execution's buffers too large to keep: staging all the same until the next begins. */
+  readonly #loose = new Set<ArrayBuffer>();
 
   /**
    * `bytes` bytes for this execution, 8-byte aligned; valid until the next begins. The contents are
@@ -26,13 +29,20 @@ export class Staging {
     if (!buffer || buffer.byteLength < bytes) {
       buffer = new ArrayBuffer(bytes);
       if (bytes <= MAX_KEPT_BYTES) this.#kept[i] = buffer;
+      else this.#loose.add(buffer);
     }
     return new Uint8Array(buffer, 0, bytes);
   }
 
-  /** A new execution begins: the last one's staged inputs are no longer read. */
+  /** Whether `buffer` is staging memory (it must not be given away: the next execution reuses it). */
+  owns(buffer: ArrayBufferLike): boolean {
+    return this.#kept.includes(buffer as ArrayBuffer) || this.#loose.has(buffer as ArrayBuffer);
+  }
+
+  /** A new execution begins: the last one's staged inputs and outputs are no longer read. */
   beginExecution(): void {
     this.#next = 0;
+    this.#loose.clear();
   }
 
   /** Bytes held between executions. */

@@ -9,11 +9,12 @@
  * This file is the inbox and the dispatch loop: admit everything in the inbox
  * (control calls are answered here, in arrival order; requests join their
  * model's queue), then run one batch (execution.ts), then yield to the event
- * loop so that requests that arrived during the run are admitted and can
- * coalesce into the next batch. `session.run` blocks this thread for the
- * whole execution, which is exactly when queues fill. Nothing slow happens in
- * the loop besides executions: models arrive compiled (actors/compiler/), so
- * a load only opens weightless sessions.
+ * loop. A run goes on a libuv thread (native/ort.ts), so this thread takes
+ * messages while it lasts: requests that arrive during the run are admitted
+ * and coalesce into the next batch, and a run whose requests have all been
+ * cancelled is terminated. Nothing slow happens in the loop besides
+ * executions: models arrive compiled (actors/compiler/), so a load only opens
+ * weightless sessions.
  */
 import { existsSync, rmSync } from 'node:fs';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
@@ -33,10 +34,6 @@ import { WeightCache } from './weight-cache.js';
 
 if (!parentPort) throw new Error('actors/device/worker.js runs as a worker thread');
 
-// onnxruntime-common turns float16 data into a Float16Array when the global exists (Node 24 has it),
-// but the Node binding cannot read a Float16Array and fails with "not enough space". Without the
-// global, float16 tensors stay Uint16Array both ways, which is also our wire layout. This thread only.
-delete (globalThis as { Float16Array?: unknown }).Float16Array;
 const port = parentPort;
 const init = workerData as DeviceInit;
 const config = init.scheduler;
@@ -67,7 +64,7 @@ const weightCache = init.weights
   : null;
 const models = new DeviceModels(init, scheduler, costs, weightCache, (message, fields) => send({ type: 'warning', message, fields }));
 const regions = new RegionMappings();
-const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(), send, fail };
+const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(), send, fail, running: null };
 
 /** The control calls, each answering with its own reply type. */
 const calls: { [K in DeviceCallType]: (request: DeviceCall<K>) => Promise<DeviceCalls[K]['reply']> | DeviceCalls[K]['reply'] } = {
@@ -167,6 +164,16 @@ function openDoor(door: MessagePort): void {
   door.unref(); // a door never keeps this thread alive
 }
 
+/**
+ * A request of the run in flight was cancelled (its client went, or its deadline passed): once
+ * every request riding in the run has gone, nobody waits for it, and ONNX Runtime is told to stop.
+ */
+function cancelRunning(id: number): void {
+  const running = execution.running;
+  if (!running || !running.ids.delete(id)) return;
+  if (running.ids.size === 0) running.session.terminate();
+}
+
 /** Messages not yet admitted, in arrival order. */
 const inbox: (InferCommand | DeviceCall)[] = [];
 let pumping = false;
@@ -250,7 +257,7 @@ function receive(msg: ToDevice): void {
       }
       const at = inbox.findIndex((m) => m.type === 'infer' && m.id === msg.id);
       if (at >= 0) inbox.splice(at, 1);
-      else scheduler.cancel(msg.id);
+      else if (!scheduler.cancel(msg.id)) cancelRunning(msg.id);
       return;
     }
     case 'infer': {

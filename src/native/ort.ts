@@ -1,0 +1,179 @@
+/**
+ * Stowage's own ONNX Runtime binding (ort.cc, built into src/native/build by `npm install`) behind
+ * typed functions. It runs the very libonnxruntime.so.1 that onnxruntime-node installs, through
+ * ONNX Runtime's C API, and gives the device thread what onnxruntime-node's JavaScript API cannot:
+ *
+ * - tensors over memory the caller owns (staging, the weight arena, shared-memory mappings), read
+ *   and written in place;
+ * - runs with inputs and outputs bound: an output given a buffer is written there by ONNX Runtime
+ *   (no copy after the run); an output of unknown shape comes back as an ArrayBuffer over ONNX
+ *   Runtime's own memory (no copy either; such a buffer cannot be transferred to another thread);
+ * - inputs bound once per session and kept across runs (a weightless session's weights);
+ * - runs on a libuv thread: `run` returns a promise and the calling thread keeps taking messages;
+ *   `terminate` stops the run in flight;
+ * - errors carrying ONNX Runtime's code (`ORT_*`), or `ERR_ORT_ARGUMENT` for arguments refused
+ *   before ONNX Runtime saw them.
+ *
+ * Tensors travel as `{ name, type, dims, data }`: `type` is ONNX's element type number (dtypes.ts
+ * `onnxType`), `data` any ArrayBuffer or view, aligned for the type; BYTES (strings) as KServe's
+ * length-prefixed elements. A buffer handed to `run` or `bindInput` must not be transferred away
+ * while a run may use it.
+ */
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { byOnnxType } from '../shared/dtypes.js';
+import type { GraphTensor } from '../bundle/signature.js';
+
+/** A tensor over the caller's memory. */
+export interface OrtTensor {
+  name: string;
+  /** ONNX's element type number (TensorProto.DataType). */
+  type: number;
+  dims: readonly number[];
+  data: ArrayBufferView | ArrayBuffer;
+}
+
+/** An output as a run answers it: `data` is the buffer it was given, or ONNX Runtime's. */
+export interface OrtOutput {
+  name: string;
+  type: number;
+  dims: number[];
+  data: ArrayBufferView;
+}
+
+/** An input or output as the session declares it. */
+export interface OrtTensorInfo {
+  name: string;
+  isTensor: boolean;
+  type?: number;
+  /** Fixed sizes as numbers; a symbolic dimension as its name, an unnamed free one as -1. */
+  dims?: (number | string)[];
+}
+
+export interface OrtSessionOptions {
+  /** ONNX Runtime intra-op threads; 0 lets it choose. */
+  intraOpThreads?: number;
+  interOpThreads?: number;
+  /** Whether idle intra-op threads spin (fast wake-up, a core busy between runs). */
+  allowSpinning?: boolean;
+  graphOptimizationLevel?: 'disabled' | 'basic' | 'extended' | 'all';
+  /** Where to save the optimised graph. */
+  optimizedModelFilePath?: string;
+  /** Initializers over the caller's memory (a weightless graph's weights): used in place, prepacked by ONNX Runtime. */
+  initializers?: OrtTensor[];
+  /** Use the process-wide thread pool `initOrt` made instead of threads of its own. */
+  useGlobalThreadPool?: boolean;
+  /** 0 verbose .. 4 fatal. */
+  logSeverityLevel?: number;
+}
+
+interface NativeSession {
+  inputs(): OrtTensorInfo[];
+  outputs(): OrtTensorInfo[];
+  bindInput(tensor: OrtTensor): void;
+  unbindInputs(): void;
+  run(inputs: OrtTensor[], outputs: (string | OrtTensor)[]): Promise<OrtOutput[]>;
+  terminate(): boolean;
+  release(): void;
+}
+
+interface Addon {
+  init(libraryPath: string, options?: { globalIntraOpThreads?: number; globalInterOpThreads?: number; globalAllowSpinning?: boolean }): string;
+  apiVersion: number;
+  Session: new (model: string | Uint8Array, options: OrtSessionOptions) => NativeSession;
+}
+
+let addon: Addon | undefined;
+
+/** The libonnxruntime.so.1 onnxruntime-node installed: the one ONNX Runtime of the process. */
+export function ortLibraryPath(): string {
+  const require = createRequire(import.meta.url);
+  const root = path.dirname(require.resolve('onnxruntime-node/package.json'));
+  return path.join(root, 'bin', 'napi-v6', process.platform, process.arch, 'libonnxruntime.so.1');
+}
+
+/**
+ * Load the binding and ONNX Runtime (once per process; every thread shares them) and answer its
+ * version. `globalThreads` makes one intra-op pool that sessions opened with
+ * `useGlobalThreadPool` share, instead of a pool each.
+ */
+export function initOrt(globalThreads?: { intraOp: number; allowSpinning: boolean }): string {
+  if (!addon) {
+    const require = createRequire(import.meta.url);
+    try {
+      // dist/native/ort.js -> src/native/build/Release/stowage_ort.node
+      addon = require('../../src/native/build/Release/stowage_ort.node') as Addon;
+    } catch (err) {
+      throw new Error(`the ONNX Runtime binding is not built (run npm run build:native): ${(err as Error).message}`);
+    }
+  }
+  return addon.init(ortLibraryPath(), globalThreads ? { globalIntraOpThreads: globalThreads.intraOp, globalInterOpThreads: 1, globalAllowSpinning: globalThreads.allowSpinning } : {});
+}
+
+/** An ONNX Runtime error as the binding raises it: `code` is ONNX Runtime's (`ORT_*`) or `ERR_ORT_ARGUMENT`. */
+export type OrtError = Error & { code: string };
+
+/** One ONNX Runtime session, opened on the calling thread (and used only there). */
+export class OrtSession {
+  readonly #native: NativeSession;
+  readonly inputs: readonly OrtTensorInfo[];
+  readonly outputs: readonly OrtTensorInfo[];
+
+  private constructor(native: NativeSession) {
+    this.#native = native;
+    this.inputs = native.inputs();
+    this.outputs = native.outputs();
+  }
+
+  /** Open a model from a file or from its bytes. Throws an OrtError when ONNX Runtime cannot. */
+  static open(model: string | Uint8Array, options: OrtSessionOptions = {}): OrtSession {
+    initOrt();
+    return new OrtSession(new addon!.Session(model, options));
+  }
+
+  /** The inputs and outputs in the shape bundle/signature.ts checks (ONNX Runtime's type names). */
+  get inputMetadata(): GraphTensor[] {
+    return this.inputs.map(asGraphTensor);
+  }
+
+  get outputMetadata(): GraphTensor[] {
+    return this.outputs.map(asGraphTensor);
+  }
+
+  /** Bind an input for every later run (until `unbindInputs`): a weightless session's weights. */
+  bindInput(tensor: OrtTensor): void {
+    this.#native.bindInput(tensor);
+  }
+
+  unbindInputs(): void {
+    this.#native.unbindInputs();
+  }
+
+  /**
+   * Run once. Inputs are read in place; each output is written into the buffer it is given, or
+   * (named only) allocated by ONNX Runtime. One run at a time per session.
+   */
+  run(inputs: OrtTensor[], outputs: (string | OrtTensor)[]): Promise<OrtOutput[]> {
+    try {
+      return this.#native.run(inputs, outputs);
+    } catch (err) {
+      return Promise.reject(err); // arguments refused before the run: a rejection all the same
+    }
+  }
+
+  /** Stop the run in flight (it rejects); false when none is. */
+  terminate(): boolean {
+    return this.#native.terminate();
+  }
+
+  /** Free the session (after the run in flight, if any). */
+  release(): void {
+    this.#native.release();
+  }
+}
+
+function asGraphTensor(t: OrtTensorInfo): GraphTensor {
+  if (!t.isTensor || t.type === undefined) return { name: t.name, isTensor: false };
+  // A type outside the table (float8, int4, ...) keeps a name that matches no manifest dtype.
+  return { name: t.name, isTensor: true, type: byOnnxType(t.type)?.ortType ?? `onnx-type-${t.type}`, shape: t.dims ?? [] };
+}

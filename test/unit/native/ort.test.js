@@ -1,0 +1,205 @@
+// Stowage's ONNX Runtime binding (src/native/ort.cc) on the real library onnxruntime-node installs:
+// outputs written into the buffers given, inputs bound once and kept, BYTES in KServe's layout,
+// runs that resolve on a libuv thread and can be terminated, typed errors, and a fuzz of every
+// entry point that must end with the process alive and every bad call refused with a code.
+import path from 'node:path';
+import { MessageChannel } from 'node:worker_threads';
+import test from 'ava';
+import { initOrt, OrtSession } from '../../../dist/native/ort.js';
+import { byOnnxType } from '../../../dist/shared/dtypes.js';
+import { joinBytesElements, splitBytesElements } from '../../../dist/shared/bytes-elements.js';
+import { mlpExpected, mlpLayers, mlpModel, random } from '../../helpers/mlp-catalog.js';
+import { FIXTURES } from '../../helpers/server.js';
+
+const FLOAT = 1;
+const MODELS = path.join(FIXTURES, 'models');
+const opts = { intraOpThreads: 1, allowSpinning: false, logSeverityLevel: 3 };
+/**
+ * The error a call rejected with, as the binding's: a real Error carrying a string code.
+ * @param {unknown} err
+ * @returns {import('../../../dist/native/ort.js').OrtError}
+ */
+const ortError = (err) => {
+  if (!(err instanceof Error) || typeof (/** @type {{ code?: unknown }} */ (err).code) !== 'string') throw new Error(`not a binding error: ${err}`);
+  return /** @type {import('../../../dist/native/ort.js').OrtError} */ (err);
+};
+
+test('the binding loads onnxruntime-node\'s library and reads a session\'s inputs and outputs', (t) => {
+  t.regex(initOrt(), /^1\.\d+\.\d+$/);
+  const s = OrtSession.open(path.join(MODELS, 'double', 'model.onnx'), opts);
+  t.deepEqual(s.inputs, [{ name: 'x', isTensor: true, type: FLOAT, dims: ['n', 1024] }]);
+  t.deepEqual(s.inputMetadata, [{ name: 'x', isTensor: true, type: 'float32', shape: ['n', 1024] }]);
+  s.release();
+});
+
+test('an output given a buffer is written there, in place: the same object comes back', async (t) => {
+  const s = OrtSession.open(path.join(MODELS, 'double', 'model.onnx'), opts);
+  t.teardown(() => s.release());
+  const x = Float32Array.from({ length: 3 * 1024 }, (_, i) => i - 7);
+  const y = new Float32Array(3 * 1024);
+  const [out] = await s.run([{ name: 'x', type: FLOAT, dims: [3, 1024], data: x }], [{ name: 'y', type: FLOAT, dims: [3, 1024], data: y }]);
+  t.is(out.data, y, 'no copy after the run: the answer is the caller\'s buffer');
+  t.deepEqual(out.dims, [3, 1024]);
+  t.true(y.every((v, i) => v === 2 * x[i]));
+  // Named only: ONNX Runtime allocates it, and it comes back over ONNX Runtime's memory, which
+  // cannot be transferred to another thread.
+  const [own] = await s.run([{ name: 'x', type: FLOAT, dims: [3, 1024], data: x }], ['y']);
+  const values = new Float32Array(own.data.buffer, own.data.byteOffset, 3 * 1024);
+  t.true(values.every((v, i) => v === 2 * x[i]));
+  const channel = new MessageChannel();
+  t.teardown(() => channel.port1.close());
+  t.throws(() => channel.port1.postMessage(own.data, [/** @type {ArrayBuffer} */ (own.data.buffer)]));
+});
+
+test('inputs bound once are read by every later run, and must be given again only after unbindInputs', async (t) => {
+  // A weightless MLP: its weights are graph inputs, bound once like the device's arena views.
+  const layers = mlpLayers(3, [8, 16, 4]);
+  const full = mlpModel(layers);
+  const s = OrtSession.open(full, opts);
+  t.teardown(() => s.release());
+  const rows = 2;
+  const next = random(1);
+  const x = Float32Array.from({ length: rows * 8 }, () => next() * 2 - 1);
+  const [a] = await s.run([{ name: 'x', type: FLOAT, dims: [rows, 8], data: x }], ['y']);
+  const want = [...mlpExpected(layers, x.subarray(0, 8)), ...mlpExpected(layers, x.subarray(8, 16))];
+  const got = [...new Float32Array(a.data.buffer, a.data.byteOffset, rows * 4)];
+  t.true(got.every((v, i) => Math.abs(v - want[i]) < 1e-4), 'the embedded model answers as computed here');
+  // x bound for good: a run without it reads the bound one.
+  s.bindInput({ name: 'x', type: FLOAT, dims: [rows, 8], data: x });
+  const [b] = await s.run([], ['y']);
+  t.deepEqual([...new Float32Array(b.data.buffer, b.data.byteOffset, rows * 4)], got);
+  const err = ortError(await t.throwsAsync(s.run([{ name: 'x', type: FLOAT, dims: [rows, 8], data: x }], ['y'])));
+  t.is(err.code, 'ERR_ORT_ARGUMENT');
+  t.regex(err.message, /input x is bound with bindInput/);
+  s.unbindInputs();
+  const missing = ortError(await t.throwsAsync(s.run([], ['y'])));
+  t.regex(missing.message, /input x is missing/);
+});
+
+test('BYTES travel in KServe\'s length-prefixed layout both ways', async (t) => {
+  const s = OrtSession.open(path.join(MODELS, 'dtypes', 'model.onnx'), opts);
+  t.teardown(() => s.release());
+  const strings = ['', 'a', 'nul\0inside', 'ünï', 'x'.repeat(300), '7'];
+  const inputs = s.inputs.map((i) => {
+    const type = /** @type {number} */ (i.type);
+    if (i.name === 'in_bytes') return { name: i.name, type, dims: [2, 3], data: joinBytesElements(strings.map((v) => new TextEncoder().encode(v))) };
+    return { name: i.name, type, dims: [2, 3], data: new Uint8Array(6 * (byOnnxType(type)?.elementBytes ?? 1)) };
+  });
+  const out = await s.run(inputs, ['out_bytes']);
+  t.deepEqual(out[0].dims, [2, 3]);
+  const elements = (splitBytesElements(new Uint8Array(out[0].data.buffer, out[0].data.byteOffset, out[0].data.byteLength)) ?? []).map((e) => new TextDecoder().decode(e));
+  t.deepEqual(elements, strings);
+});
+
+test('a run goes on a libuv thread, is terminated on request, and a session released mid-run is freed after it', async (t) => {
+  // Heavy enough to last a while on any machine: 8 layers of 1024x1024 over 512 rows.
+  const layers = mlpLayers(5, [1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024]);
+  const s = OrtSession.open(mlpModel(layers), opts);
+  const x = new Float32Array(512 * 1024).fill(0.01);
+  let ticks = 0;
+  const timer = setInterval(() => { ticks++; }, 1);
+  const started = performance.now();
+  const [done] = await s.run([{ name: 'x', type: FLOAT, dims: [512, 1024], data: x }], ['y']);
+  const tookMs = performance.now() - started;
+  clearInterval(timer);
+  t.deepEqual(done.dims, [512, 1024]);
+  t.true(ticks > 0, `this thread ran its timers during a ${tookMs.toFixed(0)} ms run`);
+  // Terminated: it rejects, sooner than a whole run.
+  const running = s.run([{ name: 'x', type: FLOAT, dims: [512, 1024], data: x }], ['y']);
+  t.true(s.terminate());
+  const err = ortError(await t.throwsAsync(running));
+  t.regex(err.code, /^ORT_/);
+  t.regex(err.message, /terminat/i);
+  t.false(s.terminate(), 'nothing left to terminate');
+  // Released while running: the run still answers; the session is gone after it.
+  const last = s.run([{ name: 'x', type: FLOAT, dims: [512, 1024], data: x }], ['y']);
+  s.release();
+  t.deepEqual((await last)[0].dims, [512, 1024]);
+  const gone = ortError(await t.throwsAsync(s.run([{ name: 'x', type: FLOAT, dims: [512, 1024], data: x }], ['y'])));
+  t.regex(gone.message, /released/);
+});
+
+test('a second run on a session in flight is refused; bad models are ONNX Runtime errors with its code', async (t) => {
+  const s = OrtSession.open(path.join(MODELS, 'double', 'model.onnx'), opts);
+  t.teardown(() => s.release());
+  const x = new Float32Array(1024);
+  const first = s.run([{ name: 'x', type: FLOAT, dims: [1, 1024], data: x }], ['y']);
+  const second = ortError(await t.throwsAsync(s.run([{ name: 'x', type: FLOAT, dims: [1, 1024], data: x }], ['y'])));
+  t.regex(second.message, /one at a time/);
+  await first;
+  const bad = ortError(t.throws(() => OrtSession.open(new Uint8Array([1, 2, 3, 4]), opts)));
+  t.regex(bad.code, /^ORT_/);
+  const missing = ortError(t.throws(() => OrtSession.open('/nowhere/model.onnx', opts)));
+  t.regex(missing.code, /^ORT_/);
+});
+
+test('fuzz: 3000 calls with bad shapes, types, sizes, names, buffers and sessions end with the process alive, each refused with a code', async (t) => {
+  const r = random(2026);
+  const int = (/** @type {number} */ n) => Math.floor(r() * n);
+  /** @template T @param {T[]} list @returns {T} */
+  const pick = (list) => list[int(list.length)];
+  const sessions = [OrtSession.open(path.join(MODELS, 'double', 'model.onnx'), opts), OrtSession.open(path.join(MODELS, 'dtypes', 'model.onnx'), opts)];
+  const detached = () => {
+    const view = new Float32Array(1024);
+    const channel = new MessageChannel();
+    channel.port1.postMessage(view.buffer, [view.buffer]);
+    channel.port1.close();
+    return view;
+  };
+  const data = () => pick([
+    () => new Float32Array(int(3) * 1024),
+    () => new Uint8Array(int(9000)),
+    () => new Uint8Array(new ArrayBuffer(4097), 1, 4096), // misaligned for FP32
+    () => detached(),
+    () => new ArrayBuffer(8),
+    () => 'not bytes',
+    () => null,
+    () => joinBytesElements([new Uint8Array(5)]),
+    () => Uint8Array.from([255, 255, 255, 255, 1]), // a BYTES length that lies
+  ])();
+  const dims = () => pick([[1, 1024], [2, 1024], [], [0, 1024], [-1, 1024], [1.5, 3], [2 ** 60, 2 ** 60], Array(70).fill(1), ['a'], [2, 3]]);
+  const tensor = () => ({ name: pick(['x', 'y', 'in_f32', 'in_bytes', '', 'ghost']), type: pick([1, 7, 8, 16, 0, 99, -1, 2, '1']), dims: dims(), data: data() });
+  const codes = new Map();
+  let resolved = 0;
+  for (let i = 0; i < 3000; i++) {
+    const s = pick(sessions);
+    try {
+      switch (int(8)) {
+        case 6: // a good call between bad ones: what a refusal leaves behind must not break it
+        case 7: {
+          const y = new Float32Array(1024);
+          await sessions[0].run([{ name: 'x', type: FLOAT, dims: [1, 1024], data: new Float32Array(1024).fill(i) }], [{ name: 'y', type: FLOAT, dims: [1, 1024], data: y }]);
+          if (!y.every((v) => v === 2 * i)) t.fail(`call ${i}: a good run answered wrong after refusals`);
+          resolved++;
+          break;
+        }
+        case 0: s.bindInput(/** @type {any} */ (tensor())); s.unbindInputs(); break;
+        case 1: OrtSession.open(/** @type {any} */ (pick([new Uint8Array(int(64)), '', 42, '/dev/null'])), /** @type {any} */ (pick([opts, { intraOpThreads: -1 }, { graphOptimizationLevel: 'max' }, { initializers: [tensor()] }, null]))).release(); break;
+        default: {
+          const inputs = Array.from({ length: int(3) }, tensor);
+          const outputs = Array.from({ length: int(3) }, () => (r() < 0.5 ? pick(['y', 'out_bytes', 'ghost', '']) : tensor()));
+          await s.run(/** @type {any} */ (inputs), /** @type {any} */ (outputs));
+          resolved++;
+        }
+      }
+    } catch (err) {
+      const code = ortError(err).code ?? 'none';
+      codes.set(code, (codes.get(code) ?? 0) + 1);
+    }
+  }
+  t.log(`3000 calls: ${resolved} ran, refused ${JSON.stringify(Object.fromEntries(codes))}`);
+  t.false(codes.has('none'), 'every refusal carries a code');
+  t.true([...codes.keys()].every((c) => /^(ORT_[A-Z_]+|ERR_ORT_ARGUMENT|ERR_ORT_BINDING)$/.test(c)), [...codes.keys()].join());
+  // Closed mid-run, then used: refused, never a crash.
+  const s = sessions[0];
+  const pending = s.run([{ name: 'x', type: FLOAT, dims: [1, 1024], data: new Float32Array(1024) }], ['y']);
+  for (const session of sessions) session.release();
+  await pending;
+  await t.throwsAsync(s.run([{ name: 'x', type: FLOAT, dims: [1, 1024], data: new Float32Array(1024) }], ['y']), { message: /released/ });
+  // And the binding still works.
+  const fresh = OrtSession.open(path.join(MODELS, 'double', 'model.onnx'), opts);
+  const y = new Float32Array(1024);
+  await fresh.run([{ name: 'x', type: FLOAT, dims: [1, 1024], data: new Float32Array(1024).fill(1) }], [{ name: 'y', type: FLOAT, dims: [1, 1024], data: y }]);
+  fresh.release();
+  t.true(y.every((v) => v === 2));
+});
