@@ -347,6 +347,7 @@ class Session : public Napi::ObjectWrap<Session> {
       InstanceMethod("bindInput", &Session::BindInput),
       InstanceMethod("unbindInputs", &Session::UnbindInputs),
       InstanceMethod("run", &Session::Run),
+      InstanceMethod("runSync", &Session::RunSync),
       InstanceMethod("terminate", &Session::Terminate),
       InstanceMethod("release", &Session::Release),
     });
@@ -619,6 +620,9 @@ class Session : public Napi::ObjectWrap<Session> {
   }
 
   Napi::Value Run(const Napi::CallbackInfo& info);
+  Napi::Value RunSync(const Napi::CallbackInfo& info);
+  // Check and bind a run's tensors (run and runSync alike); the state holds what they view.
+  std::unique_ptr<RunState> prepare(const Napi::CallbackInfo& info);
 
   Napi::Value Terminate(const Napi::CallbackInfo& info);
 
@@ -631,6 +635,60 @@ class Session : public Napi::ObjectWrap<Session> {
  public:
   RunWorker* current_ = nullptr;
 };
+
+// Every bound output, in the order they were asked for: a given buffer as it was given (ONNX
+// Runtime wrote into it), an allocated one as an ArrayBuffer over ONNX Runtime's memory.
+Napi::Array collectOutputs(Napi::Env e, Session* session, RunState* state) {
+  OrtValue** values = nullptr;
+  size_t count = 0;
+  check(ort->GetBoundOutputValues(session->binding_, allocator, &values, &count));
+  std::vector<OrtValue*> owned(values, values + count);
+  allocator->Free(allocator, values);
+  struct Release {
+    std::vector<OrtValue*>& list;
+    ~Release() {
+      for (OrtValue* v : list) if (v) ort->ReleaseValue(v);
+    }
+  } release{owned};
+  if (count != state->outputs.size()) throw OrtFailure(ORT_FAIL, "ONNX Runtime returned " + std::to_string(count) + " outputs for " + std::to_string(state->outputs.size()) + " bound");
+  Napi::Array out = Napi::Array::New(e, count);
+  for (size_t i = 0; i < count; i++) {
+    auto& [name, given] = state->outputs[i];
+    int type = 0;
+    std::vector<int64_t> dims;
+    shapeOf(owned[i], type, dims);
+    Napi::Object t = Napi::Object::New(e);
+    t.Set("name", name);
+    t.Set("type", type);
+    Napi::Array shape = Napi::Array::New(e, dims.size());
+    for (size_t d = 0; d < dims.size(); d++) shape.Set(d, Napi::Number::New(e, static_cast<double>(dims[d])));
+    t.Set("dims", shape);
+    if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING) {
+      std::vector<uint8_t> joined = joinElements(owned[i]);
+      Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(e, joined.size());
+      if (!joined.empty()) std::memcpy(ab.Data(), joined.data(), joined.size());
+      t.Set("data", Napi::Uint8Array::New(e, joined.size(), ab, 0));
+    } else if (!given.keep.IsEmpty()) {
+      t.Set("data", given.keep.Value());
+    } else {
+      void* data = nullptr;
+      check(ort->GetTensorMutableData(owned[i], &data));
+      size_t bytes = elementsOf(dims, name) * elementBytes(type);
+      // Handed over without a copy: the ArrayBuffer views ONNX Runtime's memory and releases the
+      // OrtValue (one reference of it) when collected.
+      OrtValue* ref = owned[i];
+      owned[i] = nullptr;
+      Napi::ArrayBuffer ab = bytes
+        ? Napi::ArrayBuffer::New(e, data, bytes, [](Napi::Env, void*, OrtValue* v) { ort->ReleaseValue(v); }, ref)
+        : Napi::ArrayBuffer::New(e, 0);
+      if (!bytes) ort->ReleaseValue(ref);
+      t.Set("data", Napi::Uint8Array::New(e, bytes, ab, 0));
+    }
+    out.Set(i, t);
+  }
+  return out;
+}
+
 
 class RunWorker : public Napi::AsyncWorker {
  public:
@@ -667,7 +725,7 @@ class RunWorker : public Napi::AsyncWorker {
       return;
     }
     try {
-      Napi::Array results = outputs(e);
+      Napi::Array results = collectOutputs(e, session_, state_.get());
       finish();
       deferred_.Resolve(results);
     } catch (const std::exception& err) {
@@ -682,59 +740,6 @@ class RunWorker : public Napi::AsyncWorker {
   }
 
  private:
-  // Every bound output, in the order they were asked for: a given buffer as it was given (ONNX
-  // Runtime wrote into it), an allocated one as an ArrayBuffer over ONNX Runtime's memory.
-  Napi::Array outputs(Napi::Env e) {
-    OrtValue** values = nullptr;
-    size_t count = 0;
-    check(ort->GetBoundOutputValues(session_->binding_, allocator, &values, &count));
-    std::vector<OrtValue*> owned(values, values + count);
-    allocator->Free(allocator, values);
-    struct Release {
-      std::vector<OrtValue*>& list;
-      ~Release() {
-        for (OrtValue* v : list) if (v) ort->ReleaseValue(v);
-      }
-    } release{owned};
-    if (count != state_->outputs.size()) throw OrtFailure(ORT_FAIL, "ONNX Runtime returned " + std::to_string(count) + " outputs for " + std::to_string(state_->outputs.size()) + " bound");
-    Napi::Array out = Napi::Array::New(e, count);
-    for (size_t i = 0; i < count; i++) {
-      auto& [name, given] = state_->outputs[i];
-      int type = 0;
-      std::vector<int64_t> dims;
-      shapeOf(owned[i], type, dims);
-      Napi::Object t = Napi::Object::New(e);
-      t.Set("name", name);
-      t.Set("type", type);
-      Napi::Array shape = Napi::Array::New(e, dims.size());
-      for (size_t d = 0; d < dims.size(); d++) shape.Set(d, Napi::Number::New(e, static_cast<double>(dims[d])));
-      t.Set("dims", shape);
-      if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING) {
-        std::vector<uint8_t> joined = joinElements(owned[i]);
-        Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(e, joined.size());
-        if (!joined.empty()) std::memcpy(ab.Data(), joined.data(), joined.size());
-        t.Set("data", Napi::Uint8Array::New(e, joined.size(), ab, 0));
-      } else if (!given.keep.IsEmpty()) {
-        t.Set("data", given.keep.Value());
-      } else {
-        void* data = nullptr;
-        check(ort->GetTensorMutableData(owned[i], &data));
-        size_t bytes = elementsOf(dims, name) * elementBytes(type);
-        // Handed over without a copy: the ArrayBuffer views ONNX Runtime's memory and releases the
-        // OrtValue (one reference of it) when collected.
-        OrtValue* ref = owned[i];
-        owned[i] = nullptr;
-        Napi::ArrayBuffer ab = bytes
-          ? Napi::ArrayBuffer::New(e, data, bytes, [](Napi::Env, void*, OrtValue* v) { ort->ReleaseValue(v); }, ref)
-          : Napi::ArrayBuffer::New(e, 0);
-        if (!bytes) ort->ReleaseValue(ref);
-        t.Set("data", Napi::Uint8Array::New(e, bytes, ab, 0));
-      }
-      out.Set(i, t);
-    }
-    return out;
-  }
-
   void finish() {
     if (session_->binding_) {
       ort->ClearBoundOutputs(session_->binding_);
@@ -752,9 +757,9 @@ class RunWorker : public Napi::AsyncWorker {
   Napi::ObjectReference self_;
 };
 
-// run(inputs: Tensor[], outputs: (string | Tensor)[]): Promise<OutputTensor[]>
-Napi::Value Session::Run(const Napi::CallbackInfo& info) {
-  Napi::Env e = info.Env();
+// Check a run's arguments and bind its tensors: this run's inputs over the kept ones, its
+// outputs afresh. A refusal leaves the binding as it was (made anew with the kept inputs).
+std::unique_ptr<RunState> Session::prepare(const Napi::CallbackInfo& info) {
   bool binding = false;  // whether this call has started to change the binding (undone if it fails)
   try {
     requireOpen();
@@ -799,7 +804,6 @@ Napi::Value Session::Run(const Napi::CallbackInfo& info) {
       requireName(outputNames_, state->outputs[i].first, "output");
       for (size_t j = 0; j < i; j++) if (state->outputs[j].first == state->outputs[i].first) throw ArgumentError("output " + state->outputs[i].first + " is asked for twice");
     }
-    // Bind: this run's inputs over the kept ones of the same name, its outputs afresh.
     binding = true;
     ort->ClearBoundOutputs(binding_);
     for (size_t i = 0; i < state->inputs.size(); i++) check(ort->BindInput(binding_, inputNames[i].c_str(), state->inputs[i].value));
@@ -807,6 +811,18 @@ Napi::Value Session::Run(const Napi::CallbackInfo& info) {
       if (held.value) check(ort->BindOutput(binding_, name.c_str(), held.value));
       else check(ort->BindOutputToDevice(binding_, name.c_str(), cpu));
     }
+    return state;
+  } catch (...) {
+    if (binding && binding_) rebuildBinding();
+    throw;
+  }
+}
+
+// run(inputs: Tensor[], outputs: (string | Tensor)[]): Promise<OutputTensor[]>, on a libuv thread.
+Napi::Value Session::Run(const Napi::CallbackInfo& info) {
+  Napi::Env e = info.Env();
+  try {
+    std::unique_ptr<RunState> state = prepare(info);
     check(ort->CreateRunOptions(&state->options));
     auto* worker = new RunWorker(e, this, std::move(state));
     Napi::Promise promise = worker->Promise();
@@ -815,13 +831,25 @@ Napi::Value Session::Run(const Napi::CallbackInfo& info) {
     worker->Queue();
     return promise;
   } catch (const std::exception& err) {
-    if (binding && binding_) {
-      try {
-        rebuildBinding();
-      } catch (const std::exception& again) {
-        throw toJs(e, again);
+    throw toJs(e, err);
+  }
+}
+
+// runSync(inputs, outputs): OutputTensor[], on the calling thread: for runs shorter than the
+// hop to a libuv thread and back (tens of microseconds), which would cost more than they save.
+Napi::Value Session::RunSync(const Napi::CallbackInfo& info) {
+  Napi::Env e = info.Env();
+  try {
+    std::unique_ptr<RunState> state = prepare(info);
+    struct Clear {
+      OrtIoBinding* binding;
+      ~Clear() {
+        if (binding) ort->ClearBoundOutputs(binding);
       }
-    }
+    } clear{binding_};
+    check(ort->RunWithBinding(session_, nullptr, binding_));
+    return collectOutputs(e, this, state.get());
+  } catch (const std::exception& err) {
     throw toJs(e, err);
   }
 }

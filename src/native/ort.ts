@@ -10,7 +10,8 @@
  *   Runtime's own memory (no copy either; such a buffer cannot be transferred to another thread);
  * - inputs bound once per session and kept across runs (a weightless session's weights);
  * - runs on a libuv thread: `run` returns a promise and the calling thread keeps taking messages;
- *   `terminate` stops the run in flight;
+ *   `terminate` stops the run in flight (`runSync` runs on the calling thread, for runs shorter
+ *   than the hop);
  * - errors carrying ONNX Runtime's code (`ORT_*`), or `ERR_ORT_ARGUMENT` for arguments refused
  *   before ONNX Runtime saw them.
  *
@@ -73,6 +74,7 @@ interface NativeSession {
   bindInput(tensor: OrtTensor): void;
   unbindInputs(): void;
   run(inputs: OrtTensor[], outputs: (string | OrtTensor)[]): Promise<OrtOutput[]>;
+  runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[]): OrtOutput[];
   terminate(): boolean;
   release(): void;
 }
@@ -159,6 +161,14 @@ export class OrtSession {
     } catch (err) {
       return Promise.reject(err); // arguments refused before the run: a rejection all the same
     }
+  }
+
+  /**
+   * Run once on the calling thread, blocking it: for runs shorter than the hop to a libuv thread
+   * and back (tens of microseconds). Cannot be terminated.
+   */
+  runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[]): OrtOutput[] {
+    return this.#native.runSync(inputs, outputs);
   }
 
   /** Stop the run in flight (it rejects); false when none is. */

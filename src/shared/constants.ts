@@ -59,3 +59,13 @@ export const ARENA_ALIGNMENT = 64;
 
 /** The compiler thread's nice value (Linux): compiles yield the CPU to the threads serving requests. */
 export const COMPILER_NICE = 10;
+
+/**
+ * An execution whose learned cost is below this runs on the device thread itself: handing a run to
+ * a libuv thread and back costs tens of microseconds (a one-op graph: 77 µs through the hop against
+ * 33 µs inline, measured with bench/binding.js on the 2-vCPU machine of docs/performance.md), more
+ * than a run this short keeps the device thread from its messages. Longer runs, and runs of a
+ * model not yet measured, go to a libuv thread.
+ */
+export const INLINE_RUN_BELOW_MS = 0.5;
+

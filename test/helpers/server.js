@@ -68,16 +68,17 @@ function testDefaults(config, dir) {
  * wait until it logs "serving" (or the line `until` accepts). Ports are 0
  * (chosen by the OS) and read from the log. Resolves to
  * { client, address, adminPort, logs, waitForLog, child, stop }.
- * `nodeArgs` go to node before main.js (a test's --require preload, say).
+ * `nodeArgs` go to node before main.js (a test's --require preload, say); `main` is another
+ * build's main.js (a benchmark comparing two builds).
  * @param {NodeFile} config
- * @param {{ env?: Record<string, string>, root?: string, until?: (entry: LogEntry) => boolean, nodeArgs?: string[] }} [options]
+ * @param {{ env?: Record<string, string>, root?: string, until?: (entry: LogEntry) => boolean, nodeArgs?: string[], main?: string }} [options]
  */
-export async function startServer(config, { env = {}, root, until = (entry) => entry.msg === 'serving', nodeArgs = [] } = {}) {
+export async function startServer(config, { env = {}, root, until = (entry) => entry.msg === 'serving', nodeArgs = [], main = MAIN } = {}) {
   const temp = root === undefined ? tempDir() : null;
   const dir = root ?? /** @type {TempDir} */ (temp).dir;
   const file = path.join(dir, 'node.yaml');
   writeFileSync(file, YAML.stringify(testDefaults(config, dir)));
-  const child = spawn(process.execPath, [...nodeArgs, MAIN, file], {
+  const child = spawn(process.execPath, [...nodeArgs, main, file], {
     env: { ...process.env, INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '0', INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

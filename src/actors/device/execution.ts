@@ -17,7 +17,8 @@
 import type { FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
 import { nowMs, type InferenceResult, type RegionSlice } from '../../shared/channels/inference.js';
 import { errors } from '../../shared/errors.js';
-import { MODEL_VERSION } from '../../shared/constants.js';
+import { INLINE_RUN_BELOW_MS, MODEL_VERSION } from '../../shared/constants.js';
+import type { CostModel } from './cost-model.js';
 import { encodeInferResponse } from '../../shared/infer-response-wire.js';
 import { bindWeights } from './executables.js';
 import type { DeviceModels } from './models.js';
@@ -39,6 +40,8 @@ export interface ExecutionContext {
   send: (msg: FromDevice, transfer?: ArrayBuffer[]) => void;
   /** Answer one request with an error. */
   fail: (id: number, err: unknown) => void;
+  /** Learned execution costs: a run expected shorter than INLINE_RUN_BELOW_MS runs on this thread. */
+  costs: CostModel;
   /** The run in flight, if any: the requests riding in it (a cancelled one leaves), and its session to terminate. */
   running: { ids: Set<number>; session: OrtSession } | null;
 }
@@ -166,9 +169,13 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     const t1 = process.hrtime.bigint();
     let outputs: OrtOutput[];
     try {
-      // The run goes on a libuv thread: this thread keeps admitting requests meanwhile.
-      ctx.running = { ids: new Set(batch.map((t) => t.id)), session };
-      outputs = await session.run(inputs, targets);
+      if (ctx.costs.estimate(instance, Math.max(runBatch, 1)) < INLINE_RUN_BELOW_MS) {
+        outputs = session.runSync(inputs, targets); // shorter than the hop to a libuv thread
+      } else {
+        // The run goes on a libuv thread: this thread keeps admitting requests meanwhile.
+        ctx.running = { ids: new Set(batch.map((t) => t.id)), session };
+        outputs = await session.run(inputs, targets);
+      }
     } catch (err) {
       throw errors.executionFailed(name, (err as Error).message);
     } finally {

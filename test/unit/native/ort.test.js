@@ -41,6 +41,11 @@ test('an output given a buffer is written there, in place: the same object comes
   t.is(out.data, y, 'no copy after the run: the answer is the caller\'s buffer');
   t.deepEqual(out.dims, [3, 1024]);
   t.true(y.every((v, i) => v === 2 * x[i]));
+  // runSync: the same, on this thread, for runs shorter than the hop to a libuv thread.
+  const z = new Float32Array(3 * 1024);
+  const [inline] = s.runSync([{ name: 'x', type: FLOAT, dims: [3, 1024], data: x }], [{ name: 'y', type: FLOAT, dims: [3, 1024], data: z }]);
+  t.is(inline.data, z);
+  t.true(z.every((v, i) => v === 2 * x[i]));
   // Named only: ONNX Runtime allocates it, and it comes back over ONNX Runtime's memory, which
   // cannot be transferred to another thread.
   const [own] = await s.run([{ name: 'x', type: FLOAT, dims: [3, 1024], data: x }], ['y']);
