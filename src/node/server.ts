@@ -127,6 +127,7 @@ export class StowageServer {
       return DeviceHandle.create({
         deviceId: w.deviceId,
         intraOpThreads: w.runtime.intra_op_threads,
+        inlineRunBelowMs: w.runtime.inline_run_below_ms,
         scheduler: scheduling,
         policies,
         weights: w.weights,

@@ -35,6 +35,11 @@ const runtimeSchema = {
     backend: { enum: ['cpu', 'cuda'], default: 'cpu' },
     // ONNX Runtime intra-op threads per device actor; 0 lets ONNX Runtime choose (one per core).
     intra_op_threads: { type: 'integer', minimum: 0, default: 0 },
+    // Runs whose learned cost is below this many ms run on the device thread itself; longer ones
+    // (and a model's first) on a libuv thread, the device thread admitting and coalescing meanwhile.
+    // 0: every run on a libuv thread. Where cores are few, a device thread awake beside a run's own
+    // threads slows the run more than it gains (docs/performance.md).
+    inline_run_below_ms: { type: 'number', minimum: 0, default: 50 },
     // Bytes of memory each device has (backend cpu: memory the device actor allocates for itself,
     // so a small device can be modelled). The memory pool is mem_fraction of it.
     cpu_device_memory_bytes: { type: 'integer', minimum: 0, default: 1073741824 },

@@ -61,11 +61,12 @@ export const ARENA_ALIGNMENT = 64;
 export const COMPILER_NICE = 10;
 
 /**
- * An execution whose learned cost is below this runs on the device thread itself: handing a run to
- * a libuv thread and back costs tens of microseconds (a one-op graph: 77 µs through the hop against
- * 33 µs inline, measured with bench/binding.js on the 2-vCPU machine of docs/performance.md), more
- * than a run this short keeps the device thread from its messages. Longer runs, and runs of a
- * model not yet measured, go to a libuv thread.
+ * The device's default for runtime.inline_run_below_ms where a handle is made without one (the
+ * node file's default is the schema's): an execution whose learned cost is below it runs on the
+ * device thread itself. Handing a run to a libuv thread and back costs tens of microseconds (a
+ * one-op graph: 54 µs through the hop against 11 µs inline, bench/binding.js on the 2-vCPU
+ * machine of docs/performance.md), and there a device thread awake beside a run's own threads
+ * slowed the convnet at concurrency 8 to 0.82x of running it inline.
  */
-export const INLINE_RUN_BELOW_MS = 0.5;
+export const INLINE_RUN_BELOW_MS = 50;
 

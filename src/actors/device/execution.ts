@@ -17,7 +17,7 @@
 import type { FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
 import { nowMs, type InferenceResult, type RegionSlice } from '../../shared/channels/inference.js';
 import { errors } from '../../shared/errors.js';
-import { INLINE_RUN_BELOW_MS, MODEL_VERSION } from '../../shared/constants.js';
+import { MODEL_VERSION } from '../../shared/constants.js';
 import type { CostModel } from './cost-model.js';
 import { encodeInferResponse } from '../../shared/infer-response-wire.js';
 import { bindWeights } from './executables.js';
@@ -40,8 +40,9 @@ export interface ExecutionContext {
   send: (msg: FromDevice, transfer?: ArrayBuffer[]) => void;
   /** Answer one request with an error. */
   fail: (id: number, err: unknown) => void;
-  /** Learned execution costs: a run expected shorter than INLINE_RUN_BELOW_MS runs on this thread. */
+  /** Learned execution costs: a run expected shorter than `inlineRunBelowMs` runs on this thread. */
   costs: CostModel;
+  inlineRunBelowMs: number;
   /** The run in flight, if any: the requests riding in it (a cancelled one leaves), and its session to terminate. */
   running: { ids: Set<number>; session: OrtSession } | null;
 }
@@ -168,15 +169,21 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     const targets = outputTargets(wanted, batch, spec, executable.shapedOutputs, runBatch, direct, stage);
     const t1 = process.hrtime.bigint();
     let outputs: OrtOutput[];
+    const running = { ids: new Set(batch.map((t) => t.id)), session };
     try {
-      if (ctx.costs.estimate(instance, Math.max(runBatch, 1)) < INLINE_RUN_BELOW_MS) {
+      if (ctx.costs.estimate(instance, Math.max(runBatch, 1)) < ctx.inlineRunBelowMs) {
         outputs = session.runSync(inputs, targets); // shorter than the hop to a libuv thread
       } else {
         // The run goes on a libuv thread: this thread keeps admitting requests meanwhile.
-        ctx.running = { ids: new Set(batch.map((t) => t.id)), session };
+        ctx.running = running;
         outputs = await session.run(inputs, targets);
       }
     } catch (err) {
+      if (running.ids.size === 0) {
+        // Terminated because every request riding in it had gone (worker.ts cancelRunning): nobody to answer.
+        ctx.send({ type: 'warning', message: `model ${name}: a run was terminated, every request riding in it having been cancelled`, fields: { model: name, requests: batch.length } });
+        return;
+      }
       throw errors.executionFailed(name, (err as Error).message);
     } finally {
       ctx.running = null;

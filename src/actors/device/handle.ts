@@ -25,7 +25,7 @@
 import { Worker, type MessagePort, type Transferable } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { modelOf, type InstanceKey, type ModelSpec } from '../../shared/model-spec.js';
-import { DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, WORKER_YOUNG_GENERATION_MIB, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
+import { INLINE_RUN_BELOW_MS, DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, WORKER_YOUNG_GENERATION_MIB, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
 import type { HookFeed } from '../../shared/channels/hooks.js';
@@ -76,6 +76,8 @@ interface Pending {
 export interface DeviceHandleOptions {
   deviceId: number;
   intraOpThreads: number;
+  /** runtime.inline_run_below_ms; INLINE_RUN_BELOW_MS when absent. */
+  inlineRunBelowMs?: number;
   scheduler: DeviceScheduling;
   /** Each model's policy; read when a load (or a change) is sent, never copied. */
   policies: PolicySource;
@@ -151,7 +153,7 @@ export class DeviceHandle {
   }
 
   #spawn(): Promise<void> {
-    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, scheduler: this.#options.scheduler, weights: this.#options.weights };
+    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, inlineRunBelowMs: this.#options.inlineRunBelowMs ?? INLINE_RUN_BELOW_MS, scheduler: this.#options.scheduler, weights: this.#options.weights };
     this.#generation++;
     const worker = new Worker(this.#options.workerUrl ?? DEFAULT_WORKER_URL, {
       workerData: init,

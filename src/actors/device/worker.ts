@@ -64,7 +64,7 @@ const weightCache = init.weights
   : null;
 const models = new DeviceModels(init, scheduler, costs, weightCache, (message, fields) => send({ type: 'warning', message, fields }));
 const regions = new RegionMappings();
-const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(), send, fail, costs, running: null };
+const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(), send, fail, costs, inlineRunBelowMs: init.inlineRunBelowMs, running: null };
 
 /** The control calls, each answering with its own reply type. */
 const calls: { [K in DeviceCallType]: (request: DeviceCall<K>) => Promise<DeviceCalls[K]['reply']> | DeviceCalls[K]['reply'] } = {

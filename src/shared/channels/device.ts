@@ -16,6 +16,8 @@ export interface DeviceInit {
   deviceId: number;
   /** ONNX Runtime intra-op threads; 0 lets ONNX Runtime choose. */
   intraOpThreads: number;
+  /** Runs whose learned cost is below this many ms run on the device thread (runtime.inline_run_below_ms). */
+  inlineRunBelowMs: number;
   /** The device's scheduler settings; per-model policies come with each load instead. */
   scheduler: DeviceScheduling;
   /** The on-demand weight cache; null when it is off (every model's weights embedded and resident). */

@@ -20,7 +20,7 @@ test('defaults fill every key and the result is frozen', (t) => {
     model_poll_seconds: 15,
     logging: { level: 'info' },
     runtime: {
-      backend: 'cpu', intra_op_threads: 0, cpu_device_memory_bytes: 1073741824, mem_fraction: 0.9, preallocate: true,
+      backend: 'cpu', intra_op_threads: 0, inline_run_below_ms: 50, cpu_device_memory_bytes: 1073741824, mem_fraction: 0.9, preallocate: true,
       weight_cache_fraction: 1, weight_cache_wiggle_fraction: 0.1,
     },
     scheduler: { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, compaction_interval: 0, models: {} },
