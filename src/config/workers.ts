@@ -62,6 +62,9 @@ export function resolveWorkers(config: NodeConfig, file = 'node file'): Resolved
     if (w.runtime.backend !== runtime.backend) {
       throw errors.configInvalid(`${file}: workers.${w.name}.runtime.backend: ${JSON.stringify(w.runtime.backend)} differs from global.runtime.backend ${JSON.stringify(runtime.backend)}; one process runs one backend`);
     }
+    if (w.runtime.thread_pool !== runtime.thread_pool) {
+      throw errors.configInvalid(`${file}: workers.${w.name}.runtime.thread_pool: ${JSON.stringify(w.runtime.thread_pool)} differs from global.runtime.thread_pool ${JSON.stringify(runtime.thread_pool)}; one process has one ONNX Runtime`);
+    }
   }
   return workers;
 }

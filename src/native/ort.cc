@@ -869,6 +869,8 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
     std::lock_guard<std::mutex> lock(initMutex);
     if (ort) {
       if (path != loadedFrom) throw ArgumentError("ONNX Runtime is already loaded from " + loadedFrom + ", not " + path);
+      bool wantsGlobal = info.Length() > 1 && info[1].IsObject() && info[1].As<Napi::Object>().Get("globalIntraOpThreads").IsNumber();
+      if (wantsGlobal && !globalPools) throw ArgumentError("ONNX Runtime's environment was made without a process-wide thread pool; it is made once per process");
       return Napi::String::New(e, version);
     }
     void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);

@@ -21,6 +21,7 @@
  * while a run may use it.
  */
 import { createRequire } from 'node:module';
+import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { byOnnxType } from '../shared/dtypes.js';
 import type { GraphTensor } from '../bundle/signature.js';
@@ -110,6 +111,14 @@ export function initOrt(globalThreads?: { intraOp: number; allowSpinning: boolea
     }
   }
   return addon.init(ortLibraryPath(), globalThreads ? { globalIntraOpThreads: globalThreads.intraOp, globalInterOpThreads: 1, globalAllowSpinning: globalThreads.allowSpinning } : {});
+}
+
+/**
+ * What `initOrt` is given for runtime.thread_pool: nothing for a pool per session, or the
+ * process-wide pool of `intraOpThreads` threads (0: one per core), never spinning.
+ */
+export function processThreadPool(threadPool: 'per_session' | 'process', intraOpThreads: number): { intraOp: number; allowSpinning: boolean } | undefined {
+  return threadPool === 'process' ? { intraOp: intraOpThreads > 0 ? intraOpThreads : availableParallelism(), allowSpinning: false } : undefined;
 }
 
 /** An ONNX Runtime error as the binding raises it: `code` is ONNX Runtime's (`ORT_*`) or `ERR_ORT_ARGUMENT`. */

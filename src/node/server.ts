@@ -11,6 +11,7 @@ import type http from 'node:http';
 import type { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { DeviceHandle } from '../actors/device/handle.js';
+import { initOrt, processThreadPool } from '../native/ort.js';
 import { Compiler } from '../actors/compiler/handle.js';
 import { ModelPolicies } from './model-policies.js';
 import { Devices } from './devices.js';
@@ -118,6 +119,11 @@ export class StowageServer {
 
     // One device actor per worker (per device); on backend cpu each is a virtual device of its own.
     const workers = resolveWorkers(this.#config);
+    // ONNX Runtime's environment is made once per process, by whoever asks first, and keeps the
+    // thread pools it was made with: make it here, before any thread (the compiler's onnxruntime-node
+    // included) could make it without the process-wide pool runtime.thread_pool: process needs.
+    const { thread_pool: threadPool, intra_op_threads: intraOp } = this.#config.global.runtime;
+    initOrt(processThreadPool(threadPool, intraOp));
     if (workers.some((w) => w.weights)) ensureWritable(this.#config.cache_dir);
     const hostWeights = this.hostWeights;
     const policies = new ModelPolicies(workers.map((w) => ({ deviceId: w.deviceId, models: w.scheduler.models })));
@@ -128,6 +134,7 @@ export class StowageServer {
         deviceId: w.deviceId,
         intraOpThreads: w.runtime.intra_op_threads,
         inlineRunBelowMs: w.runtime.inline_run_below_ms,
+        threadPool: w.runtime.thread_pool,
         scheduler: scheduling,
         policies,
         weights: w.weights,

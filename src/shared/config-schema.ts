@@ -40,6 +40,11 @@ const runtimeSchema = {
     // 0: every run on a libuv thread. Where cores are few, a device thread awake beside a run's own
     // threads slows the run more than it gains (docs/performance.md).
     inline_run_below_ms: { type: 'number', minimum: 0, default: 50 },
+    // ONNX Runtime's intra-op threads: a pool per session (intra_op_threads each: idle ones sleep,
+    // but a node with hundreds of models holds thousands of them), or one pool for the whole
+    // process (intra_op_threads threads, every session of every device sharing them). One process
+    // has one setting: a worker may not differ from global.
+    thread_pool: { enum: ['per_session', 'process'], default: 'per_session' },
     // Bytes of memory each device has (backend cpu: memory the device actor allocates for itself,
     // so a small device can be modelled). The memory pool is mem_fraction of it.
     cpu_device_memory_bytes: { type: 'integer', minimum: 0, default: 1073741824 },

@@ -36,12 +36,14 @@ export interface Executable {
 
 export interface OpenOptions {
   intraOpThreads: number;
+  /** Share the process's intra-op pool (runtime.thread_pool: process) instead of a pool of its own. */
+  sharedThreadPool: boolean;
 }
 
 function sessionOptions(options: OpenOptions, level: 'basic' | 'all'): OrtSessionOptions {
   return {
     graphOptimizationLevel: level,
-    intraOpThreads: Math.max(0, options.intraOpThreads),
+    ...(options.sharedThreadPool ? { useGlobalThreadPool: true } : { intraOpThreads: Math.max(0, options.intraOpThreads) }),
     // Spinning threads burn an idle core between requests (measured 471 ms vs 60 ms of CPU on an idle loop).
     allowSpinning: false,
     logSeverityLevel: 3,

@@ -78,6 +78,8 @@ export interface DeviceHandleOptions {
   intraOpThreads: number;
   /** runtime.inline_run_below_ms; INLINE_RUN_BELOW_MS when absent. */
   inlineRunBelowMs?: number;
+  /** runtime.thread_pool; a pool per session when absent. */
+  threadPool?: 'per_session' | 'process';
   scheduler: DeviceScheduling;
   /** Each model's policy; read when a load (or a change) is sent, never copied. */
   policies: PolicySource;
@@ -153,7 +155,7 @@ export class DeviceHandle {
   }
 
   #spawn(): Promise<void> {
-    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, inlineRunBelowMs: this.#options.inlineRunBelowMs ?? INLINE_RUN_BELOW_MS, scheduler: this.#options.scheduler, weights: this.#options.weights };
+    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, inlineRunBelowMs: this.#options.inlineRunBelowMs ?? INLINE_RUN_BELOW_MS, threadPool: this.#options.threadPool ?? 'per_session', scheduler: this.#options.scheduler, weights: this.#options.weights };
     this.#generation++;
     const worker = new Worker(this.#options.workerUrl ?? DEFAULT_WORKER_URL, {
       workerData: init,

@@ -114,7 +114,7 @@ export class DeviceModels {
     let outcome: ResidencyOutcome<InstanceKey> | undefined;
     try {
       if (cache && !compiled) throw errors.internal(`model ${spec.name} reached device ${this.#init.deviceId} uncompiled while its weight cache is on`);
-      const options = { intraOpThreads: this.#init.intraOpThreads };
+      const options = { intraOpThreads: this.#init.intraOpThreads, sharedThreadPool: this.#init.threadPool === 'process' };
       for (const [i, file] of spec.executables.entries()) {
         sessions.set(file.batchSize ?? 0, await openExecutable(spec, file, cache ? compiled![i] : null, options));
       }

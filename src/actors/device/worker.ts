@@ -20,6 +20,7 @@ import { existsSync, rmSync } from 'node:fs';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HookInputs, InferCommand, ToDevice } from '../../shared/channels/device.js';
 import { nowMs } from '../../shared/channels/inference.js';
+import { initOrt, processThreadPool } from '../../native/ort.js';
 import type { InstanceKey } from '../../shared/model-spec.js';
 import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
 import { Arena } from './arena.js';
@@ -33,6 +34,12 @@ import { Scheduler, type ShedReason } from './scheduler.js';
 import { WeightCache } from './weight-cache.js';
 
 if (!parentPort) throw new Error('actors/device/worker.js runs as a worker thread');
+// ONNX Runtime, once per process: the server made its environment before any device started;
+// a device started alone (tests, benches) makes it here, with the same pools.
+{
+  const { threadPool, intraOpThreads } = workerData as DeviceInit;
+  initOrt(processThreadPool(threadPool, intraOpThreads));
+}
 
 const port = parentPort;
 const init = workerData as DeviceInit;

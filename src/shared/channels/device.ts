@@ -18,6 +18,8 @@ export interface DeviceInit {
   intraOpThreads: number;
   /** Runs whose learned cost is below this many ms run on the device thread (runtime.inline_run_below_ms). */
   inlineRunBelowMs: number;
+  /** runtime.thread_pool: ONNX Runtime's intra-op threads per session, or one pool for the process. */
+  threadPool: 'per_session' | 'process';
   /** The device's scheduler settings; per-model policies come with each load instead. */
   scheduler: DeviceScheduling;
   /** The on-demand weight cache; null when it is off (every model's weights embedded and resident). */

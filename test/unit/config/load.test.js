@@ -20,7 +20,7 @@ test('defaults fill every key and the result is frozen', (t) => {
     model_poll_seconds: 15,
     logging: { level: 'info' },
     runtime: {
-      backend: 'cpu', intra_op_threads: 0, inline_run_below_ms: 50, cpu_device_memory_bytes: 1073741824, mem_fraction: 0.9, preallocate: true,
+      backend: 'cpu', intra_op_threads: 0, inline_run_below_ms: 50, thread_pool: 'per_session', cpu_device_memory_bytes: 1073741824, mem_fraction: 0.9, preallocate: true,
       weight_cache_fraction: 1, weight_cache_wiggle_fraction: 0.1,
     },
     scheduler: { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, compaction_interval: 0, models: {} },
@@ -168,6 +168,15 @@ test('workers and the models: map are checked: names, devices, keys', (t) => {
   t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a, endpoints: {} }\n')).message, /workers\.0\.endpoints: unknown key; allowed here: name, gpu, runtime, scheduler/);
   t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a, scheduler: { discipline: lifo } }\n')).message, /workers\.0\.scheduler\.discipline: "lifo" is not allowed/);
   t.false(environmentOverrides().some((o) => o.env === 'INFERENCE_SERVER_WORKERS'), 'a list of mappings does not come from the environment');
+});
+
+test('what one process has once (the backend, ONNX Runtime\'s thread pool) a worker may not change', async (t) => {
+  const { resolveWorkers } = await import('../../../dist/config/workers.js');
+  const pools = () => parse('model_repo: m\nglobal:\n  runtime: { thread_pool: process }\nworkers:\n  - { name: a, runtime: { thread_pool: per_session } }\n').config;
+  t.regex(t.throws(pools).message, /workers\.a\.runtime\.thread_pool: "per_session" differs from global\.runtime\.thread_pool "process"; one process has one ONNX Runtime/);
+  const backends = () => parse('model_repo: m\nworkers:\n  - { name: a, runtime: { backend: cuda } }\n');
+  t.regex(t.throws(backends).message, /workers\.a\.runtime\.backend: "cuda" differs from global\.runtime\.backend "cpu"/);
+  t.is(resolveWorkers(parse('model_repo: m\nglobal:\n  runtime: { thread_pool: process }\nworkers:\n  - { name: a }\n').config)[0].runtime.thread_pool, 'process');
 });
 
 test('a gateway-only process lists its nodes instead of a model repository', (t) => {
