@@ -364,30 +364,13 @@ class Session : public Napi::ObjectWrap<Session> {
       check(ort->CreateSessionOptions(&so));
       std::unique_ptr<OrtSessionOptions, void (*)(OrtSessionOptions*)> guard(so, [](OrtSessionOptions* p) { ort->ReleaseSessionOptions(p); });
       configure(so, options);
-      // Initializers over the caller's memory: ONNX Runtime uses them in place (no copy), and may prepack them.
-      std::vector<Held> initializers;
-      std::vector<std::string> initNames;
-      Napi::Value given = options.Get("initializers");
-      if (!given.IsUndefined()) {
-        if (!given.IsArray()) throw ArgumentError("options.initializers must be an array of tensors");
-        Napi::Array list = given.As<Napi::Array>();
-        for (uint32_t i = 0; i < list.Length(); i++) {
-          if (!list.Get(i).IsObject()) throw ArgumentError("options.initializers[" + std::to_string(i) + "] must be a tensor");
-          Napi::Object t = list.Get(i).As<Napi::Object>();
-          std::string what = "initializer " + std::to_string(i);
-          initNames.push_back(nameOf(t, what));
-          initializers.push_back(tensorOf(t, what + " (" + initNames.back() + ")"));
-        }
-        if (!initializers.empty()) {
-          std::vector<const char*> names;
-          std::vector<const OrtValue*> values;
-          for (size_t i = 0; i < initializers.size(); i++) {
-            names.push_back(initNames[i].c_str());
-            values.push_back(initializers[i].value);
-          }
-          check(ort->AddExternalInitializers(so, names.data(), values.data(), names.size()));
-        }
-      }
+      // Initializers over the caller's memory. `initializers` (AddInitializer): ONNX Runtime uses
+      // each in place instead of the model's initializer of that name, so it must outlive the
+      // session (kept below); constant, so ONNX Runtime may prepack it. `externalInitializers`
+      // (AddExternalInitializers): each replaces an initializer the model stores as external
+      // data, copied into the session (the caller's memory is free again once it is made).
+      std::vector<Held> initializers = initializersOf(so, options, "initializers", false);
+      std::vector<Held> copied = initializersOf(so, options, "externalInitializers", true);  // alive until the session is made
       if (info[0].IsString()) {
         std::string path = info[0].As<Napi::String>().Utf8Value();
         check(ort->CreateSession(env, path.c_str(), so, &session_));
@@ -515,6 +498,34 @@ class Session : public Napi::ObjectWrap<Session> {
       if (n > 4) throw ArgumentError("options.logSeverityLevel must be 0 to 4");
       check(ort->SetSessionLogSeverityLevel(so, n));
     }
+  }
+
+  static std::vector<Held> initializersOf(OrtSessionOptions* so, Napi::Object options, const char* key, bool external) {
+    std::vector<Held> held;
+    Napi::Value given = options.Get(key);
+    if (given.IsUndefined()) return held;
+    if (!given.IsArray()) throw ArgumentError(std::string("options.") + key + " must be an array of tensors");
+    Napi::Array list = given.As<Napi::Array>();
+    std::vector<std::string> names;
+    for (uint32_t i = 0; i < list.Length(); i++) {
+      std::string what = std::string(key) + "[" + std::to_string(i) + "]";
+      if (!list.Get(i).IsObject()) throw ArgumentError("options." + what + " must be a tensor");
+      Napi::Object t = list.Get(i).As<Napi::Object>();
+      names.push_back(nameOf(t, what));
+      held.push_back(tensorOf(t, what + " (" + names.back() + ")"));
+    }
+    if (external) {
+      std::vector<const char*> cNames;
+      std::vector<const OrtValue*> values;
+      for (size_t i = 0; i < held.size(); i++) {
+        cNames.push_back(names[i].c_str());
+        values.push_back(held[i].value);
+      }
+      if (!held.empty()) check(ort->AddExternalInitializers(so, cNames.data(), values.data(), cNames.size()));
+    } else {
+      for (size_t i = 0; i < held.size(); i++) check(ort->AddInitializer(so, names[i].c_str(), held[i].value));
+    }
+    return held;
   }
 
   void requireOpen() const {

@@ -61,8 +61,17 @@ export interface OrtSessionOptions {
   graphOptimizationLevel?: 'disabled' | 'basic' | 'extended' | 'all';
   /** Where to save the optimised graph. */
   optimizedModelFilePath?: string;
-  /** Initializers over the caller's memory (a weightless graph's weights): used in place, prepacked by ONNX Runtime. */
+  /**
+   * Tensors over the caller's memory that ONNX Runtime uses in place of the model's initializers of
+   * the same names (AddInitializer: not copied, constant so prepacked; the model must hold an
+   * initializer of each name, e.g. one stored as external data). The session keeps them alive.
+   */
   initializers?: OrtTensor[];
+  /**
+   * Tensors that replace initializers the model stores as external data (AddExternalInitializers):
+   * copied into the session as it is made (same name, shape and type required).
+   */
+  externalInitializers?: OrtTensor[];
   /** Use the process-wide thread pool `initOrt` made instead of threads of its own. */
   useGlobalThreadPool?: boolean;
   /** 0 verbose .. 4 fatal. */

@@ -63,6 +63,23 @@ function tensor(name, dims, data) {
   return w.varint(2, FLOAT).string(8, name).bytes(9, new Uint8Array(data.buffer, data.byteOffset, data.byteLength)).finish();
 }
 
+/** The file every external-data initializer of `mlpModel(layers, { externalWeights: true })` names. */
+export const EXTERNAL_WEIGHTS_FILE = 'weights.external';
+
+/**
+ * An ONNX TensorProto of floats whose bytes are not in the model (data_location EXTERNAL): ONNX
+ * Runtime wants the file to exist beside the model, and is given the bytes by the caller.
+ * @param {string} name
+ * @param {number[]} dims
+ * @param {number} byteLength
+ */
+function externalTensor(name, dims, byteLength) {
+  const w = new WireWriter();
+  for (const d of dims) w.varint(1, d);
+  const entry = (/** @type {string} */ key, /** @type {string} */ value) => new WireWriter().string(1, key).string(2, value).finish();
+  return w.varint(2, FLOAT).string(8, name).bytes(13, entry('location', EXTERNAL_WEIGHTS_FILE)).bytes(13, entry('length', String(byteLength))).varint(14, 1).finish();
+}
+
 /**
  * A graph input or output declaration: a float tensor of `dims` (strings are symbolic dims).
  * @param {string} name
@@ -89,10 +106,13 @@ function node(op, inputs, outputs) {
 }
 
 /**
- * The serialized ONNX model of `layers`: input x, output y.
+ * The serialized ONNX model of `layers`: input x, output y; its weights w0, b0, w1, ... embedded,
+ * or with `externalWeights` stored as external data the caller hands the session.
  * @param {Layer[]} layers
+ * @param {{ externalWeights?: boolean }} [options]
  */
-export function mlpModel(layers) {
+export function mlpModel(layers, { externalWeights = false } = {}) {
+  const weight = (/** @type {string} */ name, /** @type {number[]} */ dims, /** @type {Float32Array} */ data) => (externalWeights ? externalTensor(name, dims, data.byteLength) : tensor(name, dims, data));
   const graph = new WireWriter();
   let current = 'x';
   layers.forEach((l, i) => {
@@ -103,7 +123,7 @@ export function mlpModel(layers) {
     current = `h${i}`;
   });
   graph.string(2, 'mlp');
-  layers.forEach((l, i) => graph.bytes(5, tensor(`w${i}`, [l.inputs, l.outputs], l.w)).bytes(5, tensor(`b${i}`, [l.outputs], l.b)));
+  layers.forEach((l, i) => graph.bytes(5, weight(`w${i}`, [l.inputs, l.outputs], l.w)).bytes(5, weight(`b${i}`, [l.outputs], l.b)));
   graph.bytes(11, valueInfo('x', ['n', layers[0].inputs])).bytes(12, valueInfo('y', ['n', layers[layers.length - 1].outputs]));
   const opset = new WireWriter().string(1, '').varint(2, 17).finish();
   return new WireWriter().varint(1, 8).string(2, 'stowage-test').bytes(7, graph.finish()).bytes(8, opset).finish();

@@ -2,14 +2,15 @@
 // outputs written into the buffers given, inputs bound once and kept, BYTES in KServe's layout,
 // runs that resolve on a libuv thread and can be terminated, typed errors, and a fuzz of every
 // entry point that must end with the process alive and every bad call refused with a code.
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { MessageChannel } from 'node:worker_threads';
 import test from 'ava';
 import { initOrt, OrtSession } from '../../../dist/native/ort.js';
 import { byOnnxType } from '../../../dist/shared/dtypes.js';
 import { joinBytesElements, splitBytesElements } from '../../../dist/shared/bytes-elements.js';
-import { mlpExpected, mlpLayers, mlpModel, random } from '../../helpers/mlp-catalog.js';
-import { FIXTURES } from '../../helpers/server.js';
+import { EXTERNAL_WEIGHTS_FILE, mlpExpected, mlpLayers, mlpModel, random } from '../../helpers/mlp-catalog.js';
+import { FIXTURES, tempDir } from '../../helpers/server.js';
 
 const FLOAT = 1;
 const MODELS = path.join(FIXTURES, 'models');
@@ -79,6 +80,42 @@ test('inputs bound once are read by every later run, and must be given again onl
   s.unbindInputs();
   const missing = ortError(await t.throwsAsync(s.run([], ['y'])));
   t.regex(missing.message, /input x is missing/);
+});
+
+test('initializers over our memory: in place with initializers, copied in with externalInitializers', (t) => {
+  // A model whose weights are external data (the file beside it is empty): each session is handed them.
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const layers = mlpLayers(3, [16, 32, 4]);
+  const file = path.join(temp.dir, 'model.onnx');
+  writeFileSync(file, mlpModel(layers, { externalWeights: true }));
+  writeFileSync(path.join(temp.dir, EXTERNAL_WEIGHTS_FILE), '');
+  /** @param {Float32Array} b the last layer's bias, our memory */
+  const weights = (b) => layers.flatMap((l, i) => [
+    { name: `w${i}`, type: FLOAT, dims: [l.inputs, l.outputs], data: l.w },
+    { name: `b${i}`, type: FLOAT, dims: [l.outputs], data: i === layers.length - 1 ? b : l.b },
+  ]);
+  const inPlaceBias = Float32Array.from(layers[1].b);
+  const copiedBias = Float32Array.from(layers[1].b);
+  const inPlace = OrtSession.open(file, { ...opts, graphOptimizationLevel: 'disabled', initializers: weights(inPlaceBias) });
+  const copied = OrtSession.open(file, { ...opts, graphOptimizationLevel: 'disabled', externalInitializers: weights(copiedBias) });
+  t.teardown(() => { inPlace.release(); copied.release(); });
+  const x = Float32Array.from({ length: 16 }, (_, i) => Math.cos(i));
+  const run = (/** @type {OrtSession} */ s) => {
+    const [y] = s.runSync([{ name: 'x', type: FLOAT, dims: [1, 16], data: x }], [{ name: 'y', type: FLOAT, dims: [1, 4], data: new Float32Array(4) }]);
+    return /** @type {Float32Array} */ (y.data);
+  };
+  const want = mlpExpected(layers, x);
+  for (const s of [inPlace, copied]) t.true(run(s).every((v, k) => Math.abs(v - want[k]) < 1e-4), 'both answer what the weights give');
+  // Our memory changes under the session given it in place, not under the one that copied it.
+  inPlaceBias.fill(100);
+  copiedBias.fill(100);
+  t.true(run(inPlace).every((v, k) => Math.abs(v - (want[k] - layers[1].b[k] + 100)) < 1e-3), 'in place: the new bias is read');
+  t.true(run(copied).every((v, k) => Math.abs(v - want[k]) < 1e-4), 'copied: the old bias stays');
+  // A name the model does not hold, or without the empty file beside it, is ONNX Runtime's error.
+  const stray = ortError(t.throws(() => OrtSession.open(file, { ...opts, externalInitializers: [{ name: 'nope', type: FLOAT, dims: [1], data: new Float32Array(1) }] })));
+  t.regex(stray.code, /^ORT_/);
+  t.regex(t.throws(() => OrtSession.open(file, { ...opts, initializers: [{ name: 'w0', type: FLOAT, dims: [16, 32], data: new Float32Array(8) }] }))?.message ?? '', /w0/);
 });
 
 test('BYTES travel in KServe\'s length-prefixed layout both ways', async (t) => {
@@ -179,7 +216,7 @@ test('fuzz: 3000 calls with bad shapes, types, sizes, names, buffers and session
           break;
         }
         case 0: s.bindInput(/** @type {any} */ (tensor())); s.unbindInputs(); break;
-        case 1: OrtSession.open(/** @type {any} */ (pick([new Uint8Array(int(64)), '', 42, '/dev/null'])), /** @type {any} */ (pick([opts, { intraOpThreads: -1 }, { graphOptimizationLevel: 'max' }, { initializers: [tensor()] }, null]))).release(); break;
+        case 1: OrtSession.open(/** @type {any} */ (pick([new Uint8Array(int(64)), '', 42, '/dev/null'])), /** @type {any} */ (pick([opts, { intraOpThreads: -1 }, { graphOptimizationLevel: 'max' }, { initializers: [tensor()] }, { externalInitializers: [tensor()] }, { initializers: 7 }, null]))).release(); break;
         default: {
           const inputs = Array.from({ length: int(3) }, tensor);
           const outputs = Array.from({ length: int(3) }, () => (r() < 0.5 ? pick(['y', 'out_bytes', 'ghost', '']) : tensor()));
