@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <napi.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -148,6 +149,11 @@ size_t elementsOf(const std::vector<int64_t>& dims, const std::string& what) {
   return n;
 }
 
+// A JavaScript number that is a whole count of bytes a size_t holds exactly (checked before any cast).
+bool wholeBytes(double v) {
+  return v >= 0 && v <= 9007199254740991.0 && std::floor(v) == v;
+}
+
 // The bytes of an ArrayBuffer or a view of one, with the object that keeps them alive.
 struct Bytes {
   uint8_t* data = nullptr;
@@ -208,19 +214,36 @@ std::vector<std::string> splitElements(const Bytes& b, size_t count, const std::
   return out;
 }
 
-// An OrtValue and the JavaScript object whose memory it views (none for ONNX Runtime's own).
+// Memory on a device, from that device's allocator (the CPU's today; the CUDA provider's next),
+// which JavaScript cannot read: filled and read back by explicit copies. Every tensor over it
+// holds a reference, so it is freed only once nothing can read or write it.
+struct DeviceBlock {
+  OrtAllocator* allocator = nullptr;
+  const OrtMemoryInfo* info = nullptr;
+  std::string device;
+  void* data = nullptr;
+  size_t bytes = 0;
+  ~DeviceBlock() {
+    if (data && allocator && ort) allocator->Free(allocator, data);
+  }
+};
+
+// An OrtValue and what keeps the memory it views alive: the JavaScript object (host memory) or
+// the device block (none for ONNX Runtime's own).
 struct Held {
   OrtValue* value = nullptr;
   Napi::ObjectReference keep;
+  std::shared_ptr<DeviceBlock> block;
   Held() = default;
   Held(const Held&) = delete;
   Held& operator=(const Held&) = delete;
-  Held(Held&& o) noexcept : value(o.value), keep(std::move(o.keep)) { o.value = nullptr; }
+  Held(Held&& o) noexcept : value(o.value), keep(std::move(o.keep)), block(std::move(o.block)) { o.value = nullptr; }
   Held& operator=(Held&& o) noexcept {
     if (this != &o) {
       reset();
       value = o.value;
       keep = std::move(o.keep);
+      block = std::move(o.block);
       o.value = nullptr;
     }
     return *this;
@@ -229,11 +252,45 @@ struct Held {
     if (value) ort->ReleaseValue(value);
     value = nullptr;
     if (!keep.IsEmpty()) keep.Reset();
+    block.reset();
   }
   ~Held() {
     if (value && ort) ort->ReleaseValue(value);
   }
 };
+
+// The block of a DeviceMemory object (tagged as one when made), or null.
+std::shared_ptr<DeviceBlock>* blockOf(const Napi::Object& o);
+
+// A tensor over device memory: `data` is `{ memory: DeviceMemory, offset }`, numeric types only.
+Held deviceTensorOf(const Napi::Object& data, int type, const std::vector<int64_t>& dims, size_t count, const std::string& what) {
+  Napi::Value m = data.Get("memory");
+  std::shared_ptr<DeviceBlock>* block = m.IsObject() ? blockOf(m.As<Napi::Object>()) : nullptr;
+  if (!block) throw ArgumentError(what + ": data must be an ArrayBuffer, a view of one, or { memory: DeviceMemory, offset }");
+  if (!*block) throw ArgumentError(what + ": its device memory has been released");
+  if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING) throw ArgumentError(what + ": a BYTES tensor cannot live in device memory");
+  size_t width = elementBytes(type);
+  if (width == 0) throw ArgumentError(what + ": element type " + std::to_string(type) + " is not one this binding holds");
+  Napi::Value o = data.Get("offset");
+  double offset = o.IsUndefined() ? 0 : (o.IsNumber() ? o.As<Napi::Number>().DoubleValue() : -1);
+  const DeviceBlock& d = **block;
+  if (!wholeBytes(offset) || offset > static_cast<double>(d.bytes)) {
+    throw ArgumentError(what + ": offset must be a whole number of bytes within the device memory's " + std::to_string(d.bytes));
+  }
+  size_t at = static_cast<size_t>(offset);
+  if (count > SIZE_MAX / width || count * width > d.bytes - at) {
+    throw ArgumentError(what + ": shape and type need " + std::to_string(count) + " elements of " + std::to_string(width) + " bytes; the device memory has " + std::to_string(d.bytes - at) + " bytes from offset " + std::to_string(at));
+  }
+  if (at % width != 0) throw ArgumentError(what + ": offset " + std::to_string(at) + " is not aligned for its element type (" + std::to_string(width) + " bytes)");
+  Held held;
+  static uint64_t empty = 0;
+  void* p = count ? static_cast<void*>(static_cast<uint8_t*>(d.data) + at) : static_cast<void*>(&empty);
+  check(ort->CreateTensorWithDataAsOrtValue(d.info, p, count * width, dims.data(), dims.size(), static_cast<ONNXTensorElementDataType>(type), &held.value));
+  held.block = *block;
+  // The slice object itself: a given output comes back as it was given.
+  held.keep = Napi::Persistent(data);
+  return held;
+}
 
 // A tensor `{ name, type, dims, data }` as an OrtValue over `data` (numeric types: in place;
 // strings: ONNX Runtime's own copy of the elements).
@@ -243,7 +300,9 @@ Held tensorOf(const Napi::Object& t, const std::string& what) {
   int type = typeValue.As<Napi::Number>().Int32Value();
   std::vector<int64_t> dims = dimsOf(t.Get("dims"), what);
   size_t count = elementsOf(dims, what);
-  Bytes b = bytesOf(t.Get("data"), what);
+  Napi::Value data = t.Get("data");
+  if (data.IsObject() && !data.IsArrayBuffer() && !data.IsTypedArray() && !data.IsDataView()) return deviceTensorOf(data.As<Napi::Object>(), type, dims, count, what);
+  Bytes b = bytesOf(data, what);
   Held held;
   if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING) {
     std::vector<std::string> elements = splitElements(b, count, what);
@@ -925,7 +984,137 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Device memory
+
+const napi_type_tag kDeviceMemoryTag = {0x73746f7761676500ULL, 0x6465766963656d31ULL};
+
+// new DeviceMemory(bytes, device): `bytes` of memory on `device` ('cpu'; 'cuda:N' once the CUDA
+// provider is registered), filled and read by copyFromHost / copyToHost, freed by release()
+// once no tensor of a session still views it.
+class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
+ public:
+  static Napi::Function Define(Napi::Env e) {
+    return DefineClass(e, "DeviceMemory", {
+      InstanceAccessor("bytes", &DeviceMemory::Bytes, nullptr),
+      InstanceAccessor("device", &DeviceMemory::Device, nullptr),
+      InstanceMethod("copyFromHost", &DeviceMemory::CopyFromHost),
+      InstanceMethod("copyToHost", &DeviceMemory::CopyToHost),
+      InstanceMethod("release", &DeviceMemory::Release),
+    });
+  }
+
+  std::shared_ptr<DeviceBlock> block;
+
+  explicit DeviceMemory(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DeviceMemory>(info) {
+    Napi::Env e = info.Env();
+    try {
+      requireInit();
+      double bytes = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : -1;
+      if (!wholeBytes(bytes)) throw ArgumentError("new DeviceMemory(bytes, device): bytes must be a whole number, 0 or more");
+      std::string device = info.Length() > 1 && info[1].IsString() ? info[1].As<Napi::String>().Utf8Value() : "";
+      auto b = std::make_shared<DeviceBlock>();
+      b->device = device;
+      b->bytes = static_cast<size_t>(bytes);
+      if (device == "cpu") {
+        b->allocator = allocator;
+        b->info = cpu;
+      } else if (device.rfind("cuda:", 0) == 0) {
+        throw ArgumentError("device " + device + ": no allocator for it in this process (the CUDA execution provider is not registered)");
+      } else {
+        throw ArgumentError("new DeviceMemory(bytes, device): device must be 'cpu' or 'cuda:N', not '" + device + "'");
+      }
+      // At least a byte, so that an empty block still has an address of its own.
+      b->data = b->allocator->Alloc(b->allocator, b->bytes ? b->bytes : 1);
+      if (!b->data) throw ArgumentError("device " + device + ": cannot allocate " + std::to_string(b->bytes) + " bytes");
+      block = std::move(b);
+      Value().TypeTag(&kDeviceMemoryTag);
+    } catch (const std::exception& err) {
+      throw toJs(e, err);
+    }
+  }
+
+ private:
+  Napi::Value Bytes(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), block ? static_cast<double>(block->bytes) : 0);
+  }
+  Napi::Value Device(const Napi::CallbackInfo& info) {
+    return block ? Napi::String::New(info.Env(), block->device) : info.Env().Null();
+  }
+
+  // Host bytes [src] -> device [offset, offset + src.length), or device -> host [dst].
+  void copy(const Napi::CallbackInfo& info, bool toDevice) {
+    const char* call = toDevice ? "copyFromHost(src, offset)" : "copyToHost(dst, offset)";
+    if (!block) throw ArgumentError(std::string(call) + ": the device memory has been released");
+    ::Bytes host = bytesOf(info.Length() > 0 ? info[0] : info.Env().Undefined(), call);
+    double offset = info.Length() < 2 || info[1].IsUndefined() ? 0 : (info[1].IsNumber() ? info[1].As<Napi::Number>().DoubleValue() : -1);
+    if (!wholeBytes(offset)) throw ArgumentError(std::string(call) + ": offset must be a whole number of bytes, 0 or more");
+    size_t at = static_cast<size_t>(offset);
+    if (at > block->bytes || host.length > block->bytes - at) {
+      throw ArgumentError(std::string(call) + ": " + std::to_string(host.length) + " bytes at offset " + std::to_string(at) + " do not fit in the device memory's " + std::to_string(block->bytes));
+    }
+    if (host.length == 0) return;
+    uint8_t* device = static_cast<uint8_t*>(block->data) + at;
+    if (block->info == cpu) {
+      // The CPU device's memory is host memory: ONNX Runtime registers no data transfer for it
+      // (CopyTensors answers NOT_IMPLEMENTED), and a memcpy is what one would do.
+      std::memmove(toDevice ? device : host.data, toDevice ? host.data : device, host.length);
+      return;
+    }
+    // ONNX Runtime's data transfer for the device (CopyTensors): the CUDA provider's is a
+    // cudaMemcpy, from pinned memory at full speed.
+    int64_t n = static_cast<int64_t>(host.length);
+    OrtValue* h = nullptr;
+    OrtValue* d = nullptr;
+    try {
+      check(ort->CreateTensorWithDataAsOrtValue(cpu, host.data, host.length, &n, 1, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, &h));
+      check(ort->CreateTensorWithDataAsOrtValue(block->info, device, host.length, &n, 1, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, &d));
+      const OrtValue* src = toDevice ? h : d;
+      OrtValue* dst = toDevice ? d : h;
+      check(ort->CopyTensors(env, &src, &dst, nullptr, 1));
+    } catch (...) {
+      if (h) ort->ReleaseValue(h);
+      if (d) ort->ReleaseValue(d);
+      throw;
+    }
+    ort->ReleaseValue(h);
+    ort->ReleaseValue(d);
+  }
+
+  Napi::Value CopyFromHost(const Napi::CallbackInfo& info) {
+    try {
+      copy(info, true);
+    } catch (const std::exception& err) {
+      throw toJs(info.Env(), err);
+    }
+    return info.Env().Undefined();
+  }
+  Napi::Value CopyToHost(const Napi::CallbackInfo& info) {
+    try {
+      copy(info, false);
+    } catch (const std::exception& err) {
+      throw toJs(info.Env(), err);
+    }
+    return info.Env().Undefined();
+  }
+
+  // Free now, unless a session's tensor still views it (an input bound, a run in flight).
+  Napi::Value Release(const Napi::CallbackInfo& info) {
+    if (block && block.use_count() > 1) {
+      throw toJs(info.Env(), ArgumentError("release(): the device memory is still viewed by " + std::to_string(block.use_count() - 1) + " tensor(s) of a session (unbind or wait for the run)"));
+    }
+    block.reset();
+    return info.Env().Undefined();
+  }
+};
+
+std::shared_ptr<DeviceBlock>* blockOf(const Napi::Object& o) {
+  if (!o.CheckTypeTag(&kDeviceMemoryTag)) return nullptr;
+  return &DeviceMemory::Unwrap(o)->block;
+}
+
 Napi::Object Module(Napi::Env e, Napi::Object exports) {
+  exports.Set("DeviceMemory", DeviceMemory::Define(e));
   exports.Set("init", Napi::Function::New(e, Init));
   exports.Set("apiVersion", Napi::Number::New(e, ORT_API_VERSION));
   exports.Set("Session", Session::Define(e));

@@ -26,21 +26,65 @@ import path from 'node:path';
 import { byOnnxType } from '../shared/dtypes.js';
 import type { GraphTensor } from '../bundle/signature.js';
 
-/** A tensor over the caller's memory. */
+/** A tensor over the caller's memory: host memory, or a slice of device memory from `offset`. */
 export interface OrtTensor {
   name: string;
   /** ONNX's element type number (TensorProto.DataType). */
   type: number;
   dims: readonly number[];
-  data: ArrayBufferView | ArrayBuffer;
+  data: ArrayBufferView | ArrayBuffer | DeviceSlice;
 }
 
-/** An output as a run answers it: `data` is the buffer it was given, or ONNX Runtime's. */
+/** An output in host memory (every output a run writes for host tensors or names). */
+export type HostOutput = OrtOutput & { data: ArrayBufferView };
+
+/** `out`, which must be in host memory: a device slice is an error in the caller. */
+export function hostOutput(out: OrtOutput): HostOutput {
+  if (!ArrayBuffer.isView(out.data)) throw new Error(`output ${out.name} is in device memory; copy it to the host first`);
+  return out as HostOutput;
+}
+
+/** A tensor over host memory: what the device actor hands the CPU today. */
+export type HostTensor = OrtTensor & { data: ArrayBufferView | ArrayBuffer };
+
+/** Where a tensor in device memory starts (its length is its shape's). */
+export interface DeviceSlice {
+  memory: DeviceMemory;
+  offset: number;
+}
+
+/** Where device memory lives: the CPU, or a CUDA device (once the CUDA provider is registered). */
+export type DeviceName = 'cpu' | `cuda:${number}`;
+
+/**
+ * Memory on a device, from ONNX Runtime's allocator for it, that JavaScript cannot read: filled and
+ * read back by explicit copies (ONNX Runtime's data transfer for the device: a memcpy on the CPU, a
+ * cudaMemcpy on a GPU). Tensors over it (`{ memory, offset }`) are bound and run like any other.
+ * Freed by `release()`, which refuses while a session's tensor still views it, or when collected.
+ */
+export interface DeviceMemory {
+  readonly bytes: number;
+  /** Null once released. */
+  readonly device: DeviceName | null;
+  /** Copy `src` into the device memory at `offset` (bytes). */
+  copyFromHost(src: ArrayBufferView | ArrayBuffer, offset?: number): void;
+  /** Copy the device memory from `offset` into all of `dst`. */
+  copyToHost(dst: ArrayBufferView | ArrayBuffer, offset?: number): void;
+  release(): void;
+}
+
+/** `bytes` of memory on `device` (initOrt first). */
+export function allocateDeviceMemory(bytes: number, device: DeviceName = 'cpu'): DeviceMemory {
+  if (!addon) initOrt();
+  return new addon!.DeviceMemory(bytes, device);
+}
+
+/** An output as a run answers it: `data` is the buffer (or device slice) it was given, or ONNX Runtime's. */
 export interface OrtOutput {
   name: string;
   type: number;
   dims: number[];
-  data: ArrayBufferView;
+  data: ArrayBufferView | DeviceSlice;
 }
 
 /** An input or output as the session declares it. */
@@ -93,6 +137,7 @@ interface Addon {
   init(libraryPath: string, options?: { globalIntraOpThreads?: number; globalInterOpThreads?: number; globalAllowSpinning?: boolean }): string;
   apiVersion: number;
   Session: new (model: string | Uint8Array, options: OrtSessionOptions) => NativeSession;
+  DeviceMemory: new (bytes: number, device: string) => DeviceMemory;
 }
 
 let addon: Addon | undefined;

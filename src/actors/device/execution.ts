@@ -25,7 +25,7 @@ import type { DeviceModels } from './models.js';
 import { batchInput, outputBytes, requestOutput } from './ort-tensors.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import type { ModelSpec, TensorSpec } from '../../shared/model-spec.js';
-import type { OrtOutput, OrtSession, OrtTensor } from '../../native/ort.js';
+import type { HostTensor, OrtOutput, OrtSession } from '../../native/ort.js';
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
 import type { Staging } from './staging.js';
@@ -105,7 +105,7 @@ function directOutputs(req: InferCommand, declared: readonly TensorSpec[], shape
  * is named only: ONNX Runtime allocates it.
  */
 function outputTargets(wanted: readonly string[], batch: readonly InferCommand[], spec: ModelSpec, shaped: ReadonlySet<string>, runBatch: number,
-  direct: Map<string, Uint8Array> | null, stage: (bytes: number) => Uint8Array): (string | OrtTensor)[] {
+  direct: Map<string, Uint8Array> | null, stage: (bytes: number) => Uint8Array): (string | HostTensor)[] {
   const lone = batch.length === 1 ? batch[0] : null;
   return wanted.map((name) => {
     const t = spec.outputs.find((o) => o.name === name);
@@ -191,7 +191,7 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     const t2 = process.hrtime.bigint();
     const byName = new Map(outputs.map((o) => [o.name, o]));
     // ONNX Runtime's own buffers (outputs it allocated) cannot be transferred, nor can staging be given away.
-    const movable = new Set(targets.filter((o): o is OrtTensor => typeof o !== 'string' && !direct?.has(o.name) && !isStaging(o.data, ctx)).map((o) => o.name));
+    const movable = new Set(targets.filter((o): o is HostTensor => typeof o !== 'string' && !direct?.has(o.name) && !isStaging(o.data, ctx)).map((o) => o.name));
     const results: ({ id: number } & Omit<InferenceResult, 'timing'>)[] = [];
     let from = 0;
     for (const t of batch) {

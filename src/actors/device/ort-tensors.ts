@@ -9,7 +9,7 @@ import { errors } from '../../shared/errors.js';
 import { joinBytesElements, splitBytesElements } from '../../shared/bytes-elements.js';
 import { concatRows, concatRowsArray, sliceRows, sliceRowsArray } from './batch-layout.js';
 import type { WireTensor } from '../../shared/channels/inference.js';
-import type { OrtOutput, OrtTensor } from '../../native/ort.js';
+import { hostOutput, type HostTensor, type OrtOutput } from '../../native/ort.js';
 
 function elementsOf(t: WireTensor): Uint8Array[] {
   const parts = splitBytesElements(t.data);
@@ -26,7 +26,7 @@ function elementsOf(t: WireTensor): Uint8Array[] {
  * `runBatch` rows, in memory from `stage` (staging.ts). A lone request that needs no padding is
  * fed as it came, without a copy.
  */
-export function batchInput(parts: WireTensor[], batchDim: number, runBatch: number, stage: (bytes: number) => Uint8Array): OrtTensor {
+export function batchInput(parts: WireTensor[], batchDim: number, runBatch: number, stage: (bytes: number) => Uint8Array): HostTensor {
   const first = parts[0];
   const info = dtypeInfo(first.datatype);
   const dims = first.shape.slice();
@@ -70,7 +70,8 @@ export function requestOutput(model: string, out: OrtOutput, batchDim: number, f
   const whole = batchDim < 0 || (from === 0 && rows === dims[batchDim]);
   const shape = dims.slice();
   if (!whole) shape[batchDim] = rows;
-  const bytes = new Uint8Array(out.data.buffer, out.data.byteOffset, out.data.byteLength);
+  const { data } = hostOutput(out);
+  const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
   if (info.datatype === 'BYTES') {
     // The binding hands BYTES over as length-prefixed elements in a buffer of their own.
     if (whole) return { name: out.name, datatype: info.datatype, shape, data: bytes };

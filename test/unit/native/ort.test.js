@@ -6,7 +6,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { MessageChannel } from 'node:worker_threads';
 import test from 'ava';
-import { initOrt, OrtSession } from '../../../dist/native/ort.js';
+import { allocateDeviceMemory, hostOutput, initOrt, OrtSession } from '../../../dist/native/ort.js';
 import { byOnnxType } from '../../../dist/shared/dtypes.js';
 import { joinBytesElements, splitBytesElements } from '../../../dist/shared/bytes-elements.js';
 import { EXTERNAL_WEIGHTS_FILE, mlpExpected, mlpLayers, mlpModel, random } from '../../helpers/mlp-catalog.js';
@@ -50,11 +50,11 @@ test('an output given a buffer is written there, in place: the same object comes
   // Named only: ONNX Runtime allocates it, and it comes back over ONNX Runtime's memory, which
   // cannot be transferred to another thread.
   const [own] = await s.run([{ name: 'x', type: FLOAT, dims: [3, 1024], data: x }], ['y']);
-  const values = new Float32Array(own.data.buffer, own.data.byteOffset, 3 * 1024);
+  const values = new Float32Array(hostOutput(own).data.buffer, hostOutput(own).data.byteOffset, 3 * 1024);
   t.true(values.every((v, i) => v === 2 * x[i]));
   const channel = new MessageChannel();
   t.teardown(() => channel.port1.close());
-  t.throws(() => channel.port1.postMessage(own.data, [/** @type {ArrayBuffer} */ (own.data.buffer)]));
+  t.throws(() => channel.port1.postMessage(own.data, [/** @type {ArrayBuffer} */ (hostOutput(own).data.buffer)]));
 });
 
 test('inputs bound once are read by every later run, and must be given again only after unbindInputs', async (t) => {
@@ -68,12 +68,12 @@ test('inputs bound once are read by every later run, and must be given again onl
   const x = Float32Array.from({ length: rows * 8 }, () => next() * 2 - 1);
   const [a] = await s.run([{ name: 'x', type: FLOAT, dims: [rows, 8], data: x }], ['y']);
   const want = [...mlpExpected(layers, x.subarray(0, 8)), ...mlpExpected(layers, x.subarray(8, 16))];
-  const got = [...new Float32Array(a.data.buffer, a.data.byteOffset, rows * 4)];
+  const got = [...new Float32Array(hostOutput(a).data.buffer, hostOutput(a).data.byteOffset, rows * 4)];
   t.true(got.every((v, i) => Math.abs(v - want[i]) < 1e-4), 'the embedded model answers as computed here');
   // x bound for good: a run without it reads the bound one.
   s.bindInput({ name: 'x', type: FLOAT, dims: [rows, 8], data: x });
   const [b] = await s.run([], ['y']);
-  t.deepEqual([...new Float32Array(b.data.buffer, b.data.byteOffset, rows * 4)], got);
+  t.deepEqual([...new Float32Array(hostOutput(b).data.buffer, hostOutput(b).data.byteOffset, rows * 4)], got);
   const err = ortError(await t.throwsAsync(s.run([{ name: 'x', type: FLOAT, dims: [rows, 8], data: x }], ['y'])));
   t.is(err.code, 'ERR_ORT_ARGUMENT');
   t.regex(err.message, /input x is bound with bindInput/);
@@ -118,6 +118,48 @@ test('initializers over our memory: in place with initializers, copied in with e
   t.regex(t.throws(() => OrtSession.open(file, { ...opts, initializers: [{ name: 'w0', type: FLOAT, dims: [16, 32], data: new Float32Array(8) }] }))?.message ?? '', /w0/);
 });
 
+test('device memory: filled and read by explicit copies, bound and written by runs in place, freed only when nothing views it', async (t) => {
+  // On the CPU device the copies are memcpys; the same calls take the CUDA device's memory next.
+  const s = OrtSession.open(path.join(MODELS, 'double', 'model.onnx'), opts);
+  t.teardown(() => s.release());
+  const x = Float32Array.from({ length: 2 * 1024 }, (_, i) => i / 3 - 100);
+  const memory = allocateDeviceMemory(64 + 2 * x.byteLength);
+  t.is(memory.device, 'cpu');
+  t.is(memory.bytes, 64 + 2 * x.byteLength);
+  memory.copyFromHost(x, 64);
+  const input = { name: 'x', type: FLOAT, dims: [2, 1024], data: { memory, offset: 64 } };
+  const output = { memory, offset: 64 + x.byteLength };
+  // Async and inline runs, input and output both in device memory: the output slice comes back as given.
+  for (const run of [() => s.run([input], [{ name: 'y', type: FLOAT, dims: [2, 1024], data: output }]), async () => s.runSync([input], [{ name: 'y', type: FLOAT, dims: [2, 1024], data: output }])]) {
+    const back = new Float32Array(2 * 1024);
+    memory.copyFromHost(new Float32Array(2 * 1024), output.offset); // zeros, so the answer is the run's
+    const [y] = await run();
+    t.is(y.data, output);
+    memory.copyToHost(back, output.offset);
+    t.true(back.every((v, i) => v === 2 * x[i]));
+  }
+  // Bound once (a weight's route): later runs read what the device memory holds now.
+  s.bindInput(input);
+  memory.copyFromHost(new Float32Array(2 * 1024).fill(5), 64);
+  const [y] = await s.run([], ['y']);
+  t.true(new Float32Array(hostOutput(y).data.buffer, hostOutput(y).data.byteOffset, 2 * 1024).every((v) => v === 10));
+  // Not freed while a session views it; freed once unbound, and then refused everywhere.
+  t.throws(() => memory.release(), { code: 'ERR_ORT_ARGUMENT', message: /still viewed by 1 tensor/ });
+  s.unbindInputs();
+  memory.release();
+  t.is(memory.device, null);
+  t.throws(() => memory.copyToHost(new Uint8Array(4)), { code: 'ERR_ORT_ARGUMENT', message: /released/ });
+  t.throws(() => s.runSync([input], ['y']), { code: 'ERR_ORT_ARGUMENT', message: /released/ });
+  // What does not fit, or is misaligned, or has no device: said, with the numbers.
+  const small = allocateDeviceMemory(4096);
+  t.teardown(() => small.release());
+  t.throws(() => small.copyFromHost(new Uint8Array(100), 4000), { code: 'ERR_ORT_ARGUMENT', message: /100 bytes at offset 4000 do not fit in the device memory's 4096/ });
+  t.throws(() => s.runSync([{ name: 'x', type: FLOAT, dims: [1, 1024], data: { memory: small, offset: 4 } }], ['y']), { code: 'ERR_ORT_ARGUMENT', message: /the device memory has 4092 bytes from offset 4/ });
+  t.throws(() => s.runSync([{ name: 'x', type: FLOAT, dims: [1, 2], data: { memory: small, offset: 2 } }], ['y']), { code: 'ERR_ORT_ARGUMENT', message: /offset 2 is not aligned/ });
+  t.throws(() => allocateDeviceMemory(16, 'cuda:0'), { code: 'ERR_ORT_ARGUMENT', message: /cuda:0: no allocator for it in this process/ });
+  t.throws(() => allocateDeviceMemory(-1), { code: 'ERR_ORT_ARGUMENT', message: /bytes must be a whole number/ });
+});
+
 test('BYTES travel in KServe\'s length-prefixed layout both ways', async (t) => {
   const s = OrtSession.open(path.join(MODELS, 'dtypes', 'model.onnx'), opts);
   t.teardown(() => s.release());
@@ -129,7 +171,7 @@ test('BYTES travel in KServe\'s length-prefixed layout both ways', async (t) => 
   });
   const out = await s.run(inputs, ['out_bytes']);
   t.deepEqual(out[0].dims, [2, 3]);
-  const elements = (splitBytesElements(new Uint8Array(out[0].data.buffer, out[0].data.byteOffset, out[0].data.byteLength)) ?? []).map((e) => new TextDecoder().decode(e));
+  const elements = (splitBytesElements(new Uint8Array(hostOutput(out[0]).data.buffer, hostOutput(out[0]).data.byteOffset, hostOutput(out[0]).data.byteLength)) ?? []).map((e) => new TextDecoder().decode(e));
   t.deepEqual(elements, strings);
 });
 
@@ -181,6 +223,8 @@ test('fuzz: 3000 calls with bad shapes, types, sizes, names, buffers and session
   /** @template T @param {T[]} list @returns {T} */
   const pick = (list) => list[int(list.length)];
   const sessions = [OrtSession.open(path.join(MODELS, 'double', 'model.onnx'), opts), OrtSession.open(path.join(MODELS, 'dtypes', 'model.onnx'), opts)];
+  // Device memory: one always alive, one released at some point in the run (then every use is refused).
+  const memories = [allocateDeviceMemory(8192), allocateDeviceMemory(4096)];
   const detached = () => {
     const view = new Float32Array(1024);
     const channel = new MessageChannel();
@@ -198,6 +242,8 @@ test('fuzz: 3000 calls with bad shapes, types, sizes, names, buffers and session
     () => null,
     () => joinBytesElements([new Uint8Array(5)]),
     () => Uint8Array.from([255, 255, 255, 255, 1]), // a BYTES length that lies
+    () => ({ memory: pick(memories), offset: pick([0, 4, 3, 4096, 8192, -4, 1.5, 2 ** 60, undefined, 'x']) }),
+    () => ({ memory: pick([{}, null, new Float32Array(4)]), offset: 0 }),
   ])();
   const dims = () => pick([[1, 1024], [2, 1024], [], [0, 1024], [-1, 1024], [1.5, 3], [2 ** 60, 2 ** 60], Array(70).fill(1), ['a'], [2, 3]]);
   const tensor = () => ({ name: pick(['x', 'y', 'in_f32', 'in_bytes', '', 'ghost']), type: pick([1, 7, 8, 16, 0, 99, -1, 2, '1']), dims: dims(), data: data() });
@@ -216,6 +262,18 @@ test('fuzz: 3000 calls with bad shapes, types, sizes, names, buffers and session
           break;
         }
         case 0: s.bindInput(/** @type {any} */ (tensor())); s.unbindInputs(); break;
+        case 2:
+          if (r() < 0.5) {
+            const m = pick(memories);
+            const view = /** @type {any} */ (data());
+            const offset = /** @type {any} */ (pick([0, 8, 4095, 8192, -1, 0.5, 'x', undefined]));
+            if (r() < 0.5) m.copyFromHost(view, offset); else m.copyToHost(view, offset);
+          } else if (i > 1500) {
+            memories[1].release();
+          } else {
+            allocateDeviceMemory(/** @type {any} */ (pick([-1, 1.5, 'x', 2 ** 70, 16])), /** @type {any} */ (pick(['cpu', 'cuda:0', 'tpu', 7]))).release();
+          }
+          break;
         case 1: OrtSession.open(/** @type {any} */ (pick([new Uint8Array(int(64)), '', 42, '/dev/null'])), /** @type {any} */ (pick([opts, { intraOpThreads: -1 }, { graphOptimizationLevel: 'max' }, { initializers: [tensor()] }, { externalInitializers: [tensor()] }, { initializers: 7 }, null]))).release(); break;
         default: {
           const inputs = Array.from({ length: int(3) }, tensor);
