@@ -226,3 +226,37 @@ test.serial('shared memory copied: an output ONNX Runtime cannot write in place 
   const { units, shown } = await sharedMemoryRequest(t, 'copied', 2);
   t.is(units, seen('shared memory copied'), shown);
 });
+
+test.serial('shared memory coalesced: requests riding together, outputs end to end in one region, are computed into it (their inputs joined)', async (t) => {
+  const rows = 64;
+  const requests = 8;
+  const bytes = rows * ROW_BYTES;
+  const key = `/stowage_copies_${process.pid}_coalesced`;
+  // Inputs first, then the outputs end to end: request i reads slice i and writes slice requests + i.
+  createRegion(key, 2 * requests * bytes);
+  t.teardown(() => destroyRegion(key));
+  await server.client.registerSystemSharedMemory('coalesced', key, 2 * requests * bytes);
+  t.teardown(() => server.client.unregisterSystemSharedMemory('coalesced'));
+  const executions = async () => new Map((await server.client.call('ModelStatistics', { name: 'echo' })).model_stats[0].batch_stats.map((/** @type {any} */ b) => [Number(b.batch_size), Number(b.compute_infer.count)]));
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const inputs = Array.from({ length: requests }, (_, i) => Float32Array.from({ length: rows * 1024 }, (_, k) => ((k + i * 7 + attempt) % 17) - 8));
+    inputs.forEach((data, i) => writeRegion(key, i * bytes, data));
+    const before = await executions();
+    const { units, shown } = await copiesDuring(bytes, async () => {
+      const answers = await Promise.all(inputs.map((_, i) => server.client.infer('echo', [{ name: 'x', datatype: 'FP32', shape: [rows, 1024], sharedMemory: { region: 'coalesced', byteSize: bytes, offset: i * bytes } }],
+        { outputs: [{ name: 'y', sharedMemory: { region: 'coalesced', byteSize: bytes, offset: (requests + i) * bytes } }] })));
+      for (const a of answers) t.is(a.outputs[0].data.length, 0, 'nothing inline');
+    });
+    inputs.forEach((data, i) => {
+      const written = new Float32Array(readRegion(key, (requests + i) * bytes, bytes).slice().buffer);
+      t.true(written.every((v, k) => v === data[k]), `request ${i}'s output is in its slice`);
+    });
+    const after = await executions();
+    let coalesced = 0;
+    for (const [size, count] of after) if (size > rows) coalesced += (count - (before.get(size) ?? 0)) * (size / rows);
+    if (coalesced === 0) continue;
+    t.is(units, (requests - coalesced) * seen('shared memory in place') + coalesced * seen('shared memory coalesced'), `${coalesced} of ${requests} coalesced:\n${shown}`);
+    return;
+  }
+  t.fail('no two requests ever rode in one execution');
+});

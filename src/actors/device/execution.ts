@@ -78,23 +78,59 @@ function overlap(a: RegionSlice, b: RegionSlice): boolean {
   return a.key === b.key && start(a) < start(b) + b.byteSize && start(b) < start(a) + a.byteSize;
 }
 
+/** Where a slice starts within its shared-memory object. */
+const startOf = (x: RegionSlice) => x.regionOffset + x.offset;
+
 /**
- * The outputs of a lone request that ONNX Runtime can write straight into their shared-memory
- * slices: each output with a region whose whole shape the graph fixes (`shaped`; the batch axis
- * is the request's rows), by name: the region's memory. Null when there is none.
+ * The outputs ONNX Runtime can write straight into shared memory, by name: the region's memory for
+ * the whole run's output. A lone request: each output with a region whose whole shape the graph
+ * fixes (`shaped`; the batch axis is the request's rows). A coalesced batch (no padding rows): an
+ * output whose batch axis leads, when every request has a slice for it in one registered region
+ * and the slices follow one another, in the batch's order, each exactly as long as its rows — the
+ * run's output is then the requests' outputs laid end to end (a client placing its requests' outputs
+ * at consecutive offsets of one region). Never over the bytes of an input: ONNX Runtime may read an
+ * input after it has started writing outputs. Null when there is none.
  */
-function directOutputs(req: InferCommand, declared: readonly TensorSpec[], shaped: ReadonlySet<string>, rows: number, regions: RegionMappings): Map<string, Uint8Array> | null {
+function directOutputs(batch: readonly InferCommand[], declared: readonly TensorSpec[], shaped: ReadonlySet<string>, rows: number, regions: RegionMappings): Map<string, Uint8Array> | null {
   let direct: Map<string, Uint8Array> | null = null;
-  req.outputRegions.forEach((slice, k) => {
-    const spec = slice && shaped.has(req.outputs[k]) && declared.find((t) => t.name === req.outputs[k]);
-    // An output over the bytes of an input is written after the run, as ever: ONNX Runtime may
-    // read an input after it has started writing outputs.
-    if (!slice || !spec || req.inputs.some((input) => input.shm && overlap(input.shm, slice))) return;
+  const overInput = (slice: RegionSlice) => batch.some((t) => t.inputs.some((input) => input.shm && overlap(input.shm, slice)));
+  for (const spec of declared) {
+    if (!shaped.has(spec.name)) continue;
+    const slices = batch.map((t) => t.outputRegions[t.outputs.indexOf(spec.name)] ?? null);
+    if (slices.some((slice) => !slice || overInput(slice))) continue;
+    const [first] = slices as RegionSlice[];
+    let slice = first;
+    if (batch.length > 1) {
+      const rowBytes = spec.batchDim === 0 ? outputBytes(spec.datatype, spec.shape.map((d, i) => (i === 0 ? 1 : d))) : null;
+      if (rowBytes === null) continue;
+      let end = startOf(first);
+      const laidEndToEnd = (slices as RegionSlice[]).every((s, i) => {
+        const bytes = batch[i].rows * rowBytes;
+        const follows = s.regionId === first.regionId && startOf(s) === end && bytes <= s.byteSize;
+        end += bytes;
+        return follows;
+      });
+      if (!laidEndToEnd) continue;
+      slice = { ...first, byteSize: end - startOf(first) };
+    }
     const shape = spec.shape.map((d, i) => (i === spec.batchDim ? rows : d));
     const target = regions.outputTarget(spec.datatype, shape, slice);
     if (target) (direct ??= new Map()).set(spec.name, target);
-  });
+  }
   return direct;
+}
+
+/**
+ * A coalesced batch in the order of its requests' first output slices, when they all have one in
+ * one region: the order in which a client laid them out, which arrival need not keep (any order
+ * of a batch answers the same; this one lets directOutputs find the slices end to end).
+ */
+function inRegionOrder(batch: InferCommand[]): InferCommand[] {
+  if (batch.length < 2) return batch;
+  const first = (t: InferCommand) => t.outputRegions[0] ?? null;
+  const region = first(batch[0])?.regionId;
+  if (region === undefined || !batch.every((t) => first(t)?.regionId === region)) return batch;
+  return [...batch].sort((a, b) => startOf(first(a)!) - startOf(first(b)!));
 }
 
 /**
@@ -126,7 +162,7 @@ function outputTargets(wanted: readonly string[], batch: readonly InferCommand[]
 export async function execute(whole: InferCommand[], ctx: ExecutionContext): Promise<void> {
   const { models, scheduler, regions } = ctx;
   const started = nowMs();
-  const batch = withRegionsIntact(whole, ctx);
+  const batch = inRegionOrder(withRegionsIntact(whole, ctx));
   if (batch.length === 0) return;
   const instance = batch[0].instance;
   const model = models.get(instance);
@@ -163,9 +199,10 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     ctx.staging.beginExecution(); // executions run one at a time: the last one's staged inputs and outputs are free
     const stage = (bytes: number) => ctx.staging.take(bytes);
     const inputs = spec.inputs.map((input, i) => batchInput(batch.map((t) => regions.inputBytes(t.inputs[i], stage)), batchDims.get(input.name) ?? -1, runBatch, stage));
-    // A lone request's shared-memory outputs, when their shapes are known now: ONNX Runtime writes
-    // them into the region itself.
-    const direct = batch.length === 1 && (spec.batchAxis === null || runBatch === rows) ? directOutputs(batch[0], spec.outputs, executable.shapedOutputs, rows, regions) : null;
+    // Shared-memory outputs whose shapes are known now (a lone request's, or a coalesced batch's
+    // laid end to end in one region): ONNX Runtime writes them into the region itself.
+    const padded = spec.batchAxis !== null && runBatch !== rows;
+    const direct = padded || (batch.length > 1 && spec.batchAxis === null) ? null : directOutputs(batch, spec.outputs, executable.shapedOutputs, rows, regions);
     const targets = outputTargets(wanted, batch, spec, executable.shapedOutputs, runBatch, direct, stage);
     const t1 = process.hrtime.bigint();
     let outputs: OrtOutput[];
