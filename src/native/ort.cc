@@ -154,6 +154,13 @@ bool wholeBytes(double v) {
   return v >= 0 && v <= 9007199254740991.0 && std::floor(v) == v;
 }
 
+// An optional byte offset (undefined: 0), refused unless a whole number of bytes.
+size_t offsetOf(const Napi::Value& v, const std::string& what) {
+  double offset = v.IsUndefined() ? 0 : (v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1);
+  if (!wholeBytes(offset)) throw ArgumentError(what + ": offset must be a whole number of bytes, 0 or more");
+  return static_cast<size_t>(offset);
+}
+
 // The bytes of an ArrayBuffer or a view of one, with the object that keeps them alive.
 struct Bytes {
   uint8_t* data = nullptr;
@@ -271,13 +278,9 @@ Held deviceTensorOf(const Napi::Object& data, int type, const std::vector<int64_
   if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING) throw ArgumentError(what + ": a BYTES tensor cannot live in device memory");
   size_t width = elementBytes(type);
   if (width == 0) throw ArgumentError(what + ": element type " + std::to_string(type) + " is not one this binding holds");
-  Napi::Value o = data.Get("offset");
-  double offset = o.IsUndefined() ? 0 : (o.IsNumber() ? o.As<Napi::Number>().DoubleValue() : -1);
   const DeviceBlock& d = **block;
-  if (!wholeBytes(offset) || offset > static_cast<double>(d.bytes)) {
-    throw ArgumentError(what + ": offset must be a whole number of bytes within the device memory's " + std::to_string(d.bytes));
-  }
-  size_t at = static_cast<size_t>(offset);
+  size_t at = offsetOf(data.Get("offset"), what);
+  if (at > d.bytes) throw ArgumentError(what + ": offset " + std::to_string(at) + " is past the device memory's " + std::to_string(d.bytes) + " bytes");
   if (count > SIZE_MAX / width || count * width > d.bytes - at) {
     throw ArgumentError(what + ": shape and type need " + std::to_string(count) + " elements of " + std::to_string(width) + " bytes; the device memory has " + std::to_string(d.bytes - at) + " bytes from offset " + std::to_string(at));
   }
@@ -1047,9 +1050,7 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
     const char* call = toDevice ? "copyFromHost(src, offset)" : "copyToHost(dst, offset)";
     if (!block) throw ArgumentError(std::string(call) + ": the device memory has been released");
     ::Bytes host = bytesOf(info.Length() > 0 ? info[0] : info.Env().Undefined(), call);
-    double offset = info.Length() < 2 || info[1].IsUndefined() ? 0 : (info[1].IsNumber() ? info[1].As<Napi::Number>().DoubleValue() : -1);
-    if (!wholeBytes(offset)) throw ArgumentError(std::string(call) + ": offset must be a whole number of bytes, 0 or more");
-    size_t at = static_cast<size_t>(offset);
+    size_t at = offsetOf(info.Length() > 1 ? info[1] : info.Env().Undefined(), call);
     if (at > block->bytes || host.length > block->bytes - at) {
       throw ArgumentError(std::string(call) + ": " + std::to_string(host.length) + " bytes at offset " + std::to_string(at) + " do not fit in the device memory's " + std::to_string(block->bytes));
     }

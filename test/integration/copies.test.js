@@ -157,30 +157,40 @@ test.serial('inline small: a message in Node\'s Buffer pool is copied out of it 
   t.is(units, seen('inline small'), shown);
 });
 
-test.serial('inline coalesced: each request that rode with others costs one copy into the joined input', async (t) => {
-  const rows = 64;
-  const requests = 12;
-  const id = alignedId('echo', rows, true);
-  const stats = async () => (await server.client.call('ModelStatistics', { name: 'echo' })).model_stats[0].batch_stats;
-  /** Executions by batch size so far. @returns {Promise<Map<number, number>>} */
-  const executions = async () => new Map((await stats()).map((/** @type {any} */ b) => [Number(b.batch_size), Number(b.compute_infer.count)]));
-  // Coalescing depends on timing: try until some requests rode together (almost always the first time).
+/**
+ * Requests of `rows` rows each that coalescing depends on timing for: `send` runs `requests` of
+ * them (attempt by attempt) until some rode together, then the copies are held against the table:
+ * lone requests cost the `lone` path's, coalesced ones the `coalesced` path's.
+ * @param {import('ava').ExecutionContext} t
+ * @param {{ rows: number, requests: number, lone: string, coalesced: string }} paths
+ * @param {(attempt: number) => Promise<void>} send
+ */
+async function coalescedCopies(t, { rows, requests, lone, coalesced: path }, send) {
+  /** Executions of echo by batch size so far. @returns {Promise<Map<number, number>>} */
+  const executions = async () => new Map((await server.client.call('ModelStatistics', { name: 'echo' })).model_stats[0].batch_stats
+    .map((/** @type {any} */ b) => [Number(b.batch_size), Number(b.compute_infer.count)]));
   for (let attempt = 0; attempt < 5; attempt++) {
     const before = await executions();
-    const inputs = Array.from({ length: requests }, () => x(rows));
-    const { units, shown } = await copiesDuring(rows * ROW_BYTES, async () => {
-      const answers = await Promise.all(inputs.map((input) => server.client.infer('echo', [input], { id })));
-      answers.forEach((a, i) => check(t, a.outputs, inputs[i]));
-    });
+    const { units, shown } = await copiesDuring(rows * ROW_BYTES, () => send(attempt));
     const after = await executions();
     let coalesced = 0;
     for (const [size, count] of after) if (size > rows) coalesced += (count - (before.get(size) ?? 0)) * (size / rows);
     if (coalesced === 0) continue;
-    // Lone requests cost the lone path's copies, coalesced ones the coalesced path's.
-    t.is(units, (requests - coalesced) * seen('inline lone') + coalesced * seen('inline coalesced'), `${coalesced} of ${requests} coalesced:\n${shown}`);
+    t.is(units, (requests - coalesced) * seen(lone) + coalesced * seen(path), `${coalesced} of ${requests} coalesced:\n${shown}`);
     return;
   }
   t.fail('no two requests ever rode in one execution');
+}
+
+test.serial('inline coalesced: each request that rode with others costs one copy into the joined input', async (t) => {
+  const rows = 64;
+  const requests = 12;
+  const id = alignedId('echo', rows, true);
+  await coalescedCopies(t, { rows, requests, lone: 'inline lone', coalesced: 'inline coalesced' }, async () => {
+    const inputs = Array.from({ length: requests }, () => x(rows));
+    const answers = await Promise.all(inputs.map((input) => server.client.infer('echo', [input], { id })));
+    answers.forEach((a, i) => check(t, a.outputs, inputs[i]));
+  });
 });
 
 test.serial('hooked: a request through pre- and postprocess hooks is copied as the table says (its tensors go to the hook thread uncopied)', async (t) => {
@@ -237,26 +247,15 @@ test.serial('shared memory coalesced: requests riding together, outputs end to e
   t.teardown(() => destroyRegion(key));
   await server.client.registerSystemSharedMemory('coalesced', key, 2 * requests * bytes);
   t.teardown(() => server.client.unregisterSystemSharedMemory('coalesced'));
-  const executions = async () => new Map((await server.client.call('ModelStatistics', { name: 'echo' })).model_stats[0].batch_stats.map((/** @type {any} */ b) => [Number(b.batch_size), Number(b.compute_infer.count)]));
-  for (let attempt = 0; attempt < 5; attempt++) {
+  await coalescedCopies(t, { rows, requests, lone: 'shared memory in place', coalesced: 'shared memory coalesced' }, async (attempt) => {
     const inputs = Array.from({ length: requests }, (_, i) => Float32Array.from({ length: rows * 1024 }, (_, k) => ((k + i * 7 + attempt) % 17) - 8));
     inputs.forEach((data, i) => writeRegion(key, i * bytes, data));
-    const before = await executions();
-    const { units, shown } = await copiesDuring(bytes, async () => {
-      const answers = await Promise.all(inputs.map((_, i) => server.client.infer('echo', [{ name: 'x', datatype: 'FP32', shape: [rows, 1024], sharedMemory: { region: 'coalesced', byteSize: bytes, offset: i * bytes } }],
-        { outputs: [{ name: 'y', sharedMemory: { region: 'coalesced', byteSize: bytes, offset: (requests + i) * bytes } }] })));
-      for (const a of answers) t.is(a.outputs[0].data.length, 0, 'nothing inline');
-    });
+    const answers = await Promise.all(inputs.map((_, i) => server.client.infer('echo', [{ name: 'x', datatype: 'FP32', shape: [rows, 1024], sharedMemory: { region: 'coalesced', byteSize: bytes, offset: i * bytes } }],
+      { outputs: [{ name: 'y', sharedMemory: { region: 'coalesced', byteSize: bytes, offset: (requests + i) * bytes } }] })));
+    for (const a of answers) t.is(a.outputs[0].data.length, 0, 'nothing inline');
     inputs.forEach((data, i) => {
       const written = new Float32Array(readRegion(key, (requests + i) * bytes, bytes).slice().buffer);
       t.true(written.every((v, k) => v === data[k]), `request ${i}'s output is in its slice`);
     });
-    const after = await executions();
-    let coalesced = 0;
-    for (const [size, count] of after) if (size > rows) coalesced += (count - (before.get(size) ?? 0)) * (size / rows);
-    if (coalesced === 0) continue;
-    t.is(units, (requests - coalesced) * seen('shared memory in place') + coalesced * seen('shared memory coalesced'), `${coalesced} of ${requests} coalesced:\n${shown}`);
-    return;
-  }
-  t.fail('no two requests ever rode in one execution');
+  });
 });
