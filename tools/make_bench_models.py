@@ -10,7 +10,7 @@
 
 - neg64/: a 64 MiB row negated (an output as large as its input).
 
-- resnet50/ (only when named): ResNet-50's graph as a PyTorch export in eval mode leaves it (batch
+- resnet50/, resnet50_b/ (only when named; _b has other weights): ResNet-50's graph as a PyTorch export in eval mode leaves it (batch
   norm folded into each convolution's weights and bias), 3x224x224 -> 1000 scores, 25.5 M random
   He-initialised weights (97 MiB): the ResNet-50-class convnet bench/resnet50.js serves.
 
@@ -120,8 +120,8 @@ batching:
 """
 
 
-def resnet50(out):
-    rng = np.random.default_rng(50)
+def resnet50(out, name="resnet50", seed=50):
+    rng = np.random.default_rng(seed)
     nodes, inits = [], []
     count = [0]
 
@@ -163,10 +163,12 @@ def resnet50(out):
     graph = helper.make_graph(nodes, "resnet50",
                               [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["n", 3, 224, 224])],
                               [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n", 1000])], inits)
-    save_bundle(out, "resnet50", graph, RESNET50_MANIFEST)
+    save_bundle(out, name, graph, RESNET50_MANIFEST)
 
 
-MODELS = {"vgg_head": vgg_head, "sum64": sum64, "neg64": neg64, "resnet50": resnet50}
+MODELS = {"vgg_head": vgg_head, "sum64": sum64, "neg64": neg64, "resnet50": resnet50,
+          # The same graph with other weights: no tensor in common with resnet50 (bench/gpu.js's cold loads).
+          "resnet50_b": lambda out: resnet50(out, "resnet50_b", 51)}
 
 if __name__ == "__main__":
     for name in sys.argv[2:] or ["vgg_head", "sum64", "neg64"]:

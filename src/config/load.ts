@@ -192,10 +192,6 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
     model_repo: doc.model_repo === undefined ? '' : path.resolve(fileDir, doc.model_repo),
     cache_dir: doc.cache_dir === '' ? defaultCacheDir(env) : path.resolve(fileDir, doc.cache_dir),
   });
-  if (config.global.runtime.backend === 'cuda') {
-    throw errors.configInvalid(
-      `${file}: global.runtime.backend: "cuda" is not available yet (the CUDA execution provider comes in a later release); use "cpu"`);
-  }
   const workers = resolveWorkers(config, file); // workers and the models: map must agree
   if (config.gateway.scheduling.mode === 'lpt_packing' && !gatewayOnly) {
     // The gateway places models and so decides fairness; a fair device scheduler would fight it.

@@ -1,6 +1,7 @@
 /**
  * A device's weight budget, from the node file: the device's memory
- * (`runtime.cpu_device_memory_bytes` on backend cpu), of which `mem_fraction`
+ * (`runtime.cpu_device_memory_bytes` on backend cpu; on backend cuda the GPU's
+ * free memory when the server starts), of which `mem_fraction`
  * is the pool, of which `weight_cache_fraction` is the weight arena, of which
  * `weight_cache_wiggle_fraction` is kept free. `weight_cache_fraction: 0`
  * turns the cache off.
@@ -10,9 +11,9 @@ import { ARENA_ALIGNMENT, WEIGHT_THRASH_WINDOW_SECONDS } from '../shared/constan
 import type { RuntimeConfig, SchedulerConfig } from '../shared/config-schema.js';
 
 /** One device's weight cache, from its (worker's) runtime and scheduler blocks; null when off. */
-export function weightCacheInit(r: RuntimeConfig, scheduler: SchedulerConfig, cacheDir: string): WeightCacheInit | null {
+export function weightCacheInit(r: RuntimeConfig, scheduler: SchedulerConfig, cacheDir: string, deviceMemoryBytes = r.cpu_device_memory_bytes): WeightCacheInit | null {
   if (r.weight_cache_fraction === 0) return null;
-  const arena = r.cpu_device_memory_bytes * r.mem_fraction * r.weight_cache_fraction;
+  const arena = deviceMemoryBytes * r.mem_fraction * r.weight_cache_fraction;
   return {
     // Rounded down to the arena's alignment: the arena's capacity is exactly the budget.
     budgetBytes: Math.floor((arena * (1 - r.weight_cache_wiggle_fraction)) / ARENA_ALIGNMENT) * ARENA_ALIGNMENT,

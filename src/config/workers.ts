@@ -8,6 +8,7 @@
 import type { WeightCacheInit } from '../shared/channels/device.js';
 import { errors } from '../shared/errors.js';
 import { weightCacheInit } from './weight-budget.js';
+import { ARENA_ALIGNMENT } from '../shared/constants.js';
 import type { ModelSchedulerConfig, NodeConfig, RuntimeConfig, SchedulerConfig } from '../shared/config-schema.js';
 
 export interface ResolvedWorker {
@@ -19,11 +20,21 @@ export interface ResolvedWorker {
   weights: WeightCacheInit | null;
 }
 
-/** Device ids from gpus: auto is one device on the CPU backend. */
-function gpuIds(gpus: NodeConfig['gpus']): number[] {
-  if (gpus === 'auto') return [0];
-  if (typeof gpus === 'number') return Array.from({ length: gpus }, (_, i) => i);
-  return [...gpus];
+/** The GPUs the server found (backend cuda): their CUDA ordinals and free memory at start. */
+export interface FoundGpus {
+  ordinals: number[];
+  freeBytes(ordinal: number): number;
+}
+
+/** Device ids from gpus: auto is one device on the CPU backend, every GPU found on cuda. */
+function gpuIds(gpus: NodeConfig['gpus'], found: FoundGpus | undefined, file: string): number[] {
+  if (gpus === 'auto') return found ? [...found.ordinals] : [0];
+  const ids = typeof gpus === 'number' ? Array.from({ length: gpus }, (_, i) => i) : [...gpus];
+  const absent = found ? ids.filter((id) => !found.ordinals.includes(id)) : [];
+  if (found && absent.length > 0) {
+    throw errors.configInvalid(`${file}: gpus: ${JSON.stringify(gpus)} names GPU ${absent.join(', ')}, but this process sees ${found.ordinals.length} (CUDA ordinals ${found.ordinals.join(', ') || 'none'}; CUDA_VISIBLE_DEVICES=${process.env.CUDA_VISIBLE_DEVICES ?? 'unset'})`);
+  }
+  return ids;
 }
 
 /** Per-model settings: global's, the worker's over them, and `residency: device` for the models pinned here. */
@@ -34,10 +45,13 @@ function mergeModels(base: SchedulerConfig['models'], over: Readonly<Record<stri
   return models;
 }
 
-/** Resolve every worker; `file` names the node file in errors. */
-export function resolveWorkers(config: NodeConfig, file = 'node file'): ResolvedWorker[] {
+/**
+ * Resolve every worker; `file` names the node file in errors. `found`: the GPUs the server found
+ * (backend cuda, at start); without it (checking the file) a GPU's memory is not known yet.
+ */
+export function resolveWorkers(config: NodeConfig, file = 'node file', found?: FoundGpus): ResolvedWorker[] {
   const { runtime, scheduler } = config.global;
-  const entries = config.workers ?? gpuIds(config.gpus).map((gpu, i) => ({ name: `worker${i}`, gpu }));
+  const entries = config.workers ?? gpuIds(config.gpus, found, file).map((gpu, i) => ({ name: `worker${i}`, gpu }));
   const names = entries.map((w) => w.name);
   const pins = new Map<string, string[]>();
   for (const [model, listed] of Object.entries(config.models)) {
@@ -47,8 +61,19 @@ export function resolveWorkers(config: NodeConfig, file = 'node file'): Resolved
     }
   }
   const workers: ResolvedWorker[] = entries.map((w: NonNullable<NodeConfig['workers']>[number], i) => {
-    const merged = { runtime: { ...runtime, ...w.runtime }, scheduler: { ...scheduler, ...w.scheduler, models: mergeModels(scheduler.models, w.scheduler?.models, pins.get(w.name)) } };
-    return { name: w.name, deviceId: w.gpu ?? i, ...merged, weights: weightCacheInit(merged.runtime, merged.scheduler, config.cache_dir) };
+    const merged = { runtime: { ...runtime, ...w.runtime, cuda: { ...runtime.cuda, ...w.runtime?.cuda } }, scheduler: { ...scheduler, ...w.scheduler, models: mergeModels(scheduler.models, w.scheduler?.models, pins.get(w.name)) } };
+    const deviceId = w.gpu ?? i;
+    if (found && !found.ordinals.includes(deviceId)) {
+      throw errors.configInvalid(`${file}: workers.${w.name}: gpu ${deviceId} is not among the GPUs this process sees (CUDA ordinals ${found.ordinals.join(', ') || 'none'})`);
+    }
+    const memory = found ? found.freeBytes(deviceId) : merged.runtime.cpu_device_memory_bytes;
+    let weights = weightCacheInit(merged.runtime, merged.scheduler, config.cache_dir, memory);
+    const fixed = merged.runtime.cuda.weight_cache_bytes;
+    if (weights && found && fixed > 0) {
+      if (fixed > memory) throw errors.configInvalid(`${file}: runtime.cuda.weight_cache_bytes: ${fixed} is more than GPU ${deviceId}'s free memory (${memory} bytes)`);
+      weights = { ...weights, budgetBytes: Math.floor(fixed / ARENA_ALIGNMENT) * ARENA_ALIGNMENT };
+    }
+    return { name: w.name, deviceId, ...merged, weights };
   });
 
   const seen = new Map<string, number>();

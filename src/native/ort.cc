@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <napi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -32,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda.h"
 #include "onnxruntime_c_api.h"
 
 namespace {
@@ -221,19 +223,42 @@ std::vector<std::string> splitElements(const Bytes& b, size_t count, const std::
   return out;
 }
 
-// Memory on a device, from that device's allocator (the CPU's today; the CUDA provider's next),
-// which JavaScript cannot read: filled and read back by explicit copies. Every tensor over it
-// holds a reference, so it is freed only once nothing can read or write it.
+// Memory on a device, which JavaScript cannot read: filled and read back by explicit copies. On
+// the CPU it comes from ONNX Runtime's allocator; on a GPU from cudaMalloc (ONNX Runtime's CUDA
+// allocator belongs to a session, and this memory outlives sessions: the weight cache binds it to
+// every session of the models it holds). Every tensor over it holds a reference, so it is freed
+// only once nothing can read or write it.
 struct DeviceBlock {
-  OrtAllocator* allocator = nullptr;
+  OrtAllocator* allocator = nullptr;  // the CPU's
+  int cudaOrdinal = -1;               // or a GPU's
   const OrtMemoryInfo* info = nullptr;
   std::string device;
   void* data = nullptr;
   size_t bytes = 0;
   ~DeviceBlock() {
-    if (data && allocator && ort) allocator->Free(allocator, data);
+    if (!data) return;
+    if (allocator && ort) allocator->Free(allocator, data);
+    else if (cudaOrdinal >= 0) {
+      if (const stowage_cuda::Runtime* rt = stowage_cuda::runtime()) {
+        rt->setDevice(cudaOrdinal);
+        rt->free(data);
+      }
+    }
   }
 };
+
+// ONNX Runtime's description of memory on CUDA device `ordinal`, made once per device.
+const OrtMemoryInfo* cudaMemoryInfo(int ordinal) {
+  static std::mutex mutex;
+  static std::unordered_map<int, OrtMemoryInfo*> infos;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto at = infos.find(ordinal);
+  if (at != infos.end()) return at->second;
+  OrtMemoryInfo* info = nullptr;
+  check(ort->CreateMemoryInfo("Cuda", OrtDeviceAllocator, ordinal, OrtMemTypeDefault, &info));
+  infos[ordinal] = info;
+  return info;
+}
 
 // An OrtValue and what keeps the memory it views alive: the JavaScript object (host memory) or
 // the device block (none for ONNX Runtime's own).
@@ -412,6 +437,7 @@ class Session : public Napi::ObjectWrap<Session> {
       InstanceMethod("runSync", &Session::RunSync),
       InstanceMethod("terminate", &Session::Terminate),
       InstanceMethod("release", &Session::Release),
+      InstanceMethod("providerOptions", &Session::ProviderOptions),
     });
   }
 
@@ -425,7 +451,7 @@ class Session : public Napi::ObjectWrap<Session> {
       OrtSessionOptions* so = nullptr;
       check(ort->CreateSessionOptions(&so));
       std::unique_ptr<OrtSessionOptions, void (*)(OrtSessionOptions*)> guard(so, [](OrtSessionOptions* p) { ort->ReleaseSessionOptions(p); });
-      configure(so, options);
+      providerOptions_ = configure(so, options);
       // Initializers over the caller's memory. `initializers` (AddInitializer): ONNX Runtime uses
       // each in place instead of the model's initializer of that name, so it must outlive the
       // session (kept below); constant, so ONNX Runtime may prepack it. `externalInitializers`
@@ -473,6 +499,8 @@ class Session : public Napi::ObjectWrap<Session> {
   bool running_ = false;
   bool releasing_ = false;
   std::vector<Held> initializers_;
+  // The CUDA provider's options as ONNX Runtime took them ("" on the CPU).
+  std::string providerOptions_;
   // Inputs bound once and kept (weights), by name.
   std::unordered_map<std::string, Held> kept_;
   // Every input the graph takes: a run must bind each one that is not kept, since a binding left
@@ -513,7 +541,8 @@ class Session : public Napi::ObjectWrap<Session> {
   }
 
  private:
-  static void configure(OrtSessionOptions* so, const Napi::Object& options) {
+  // Applies the options; answers the CUDA provider's options as ONNX Runtime took them (or "").
+  static std::string configure(OrtSessionOptions* so, const Napi::Object& options) {
     auto number = [&](const char* key) -> int {
       Napi::Value v = options.Get(key);
       if (v.IsUndefined()) return -1;
@@ -554,12 +583,60 @@ class Session : public Napi::ObjectWrap<Session> {
       if (!globalPools) throw ArgumentError("options.useGlobalThreadPool: init() made no global thread pool (give it globalIntraOpThreads)");
       check(ort->DisablePerSessionThreads(so));
     }
+    Napi::Value cuda = options.Get("cuda");
+    std::string provider = cuda.IsUndefined() ? "" : appendCuda(so, cuda);
     Napi::Value logLevel = options.Get("logSeverityLevel");
     if (!logLevel.IsUndefined()) {
       int n = number("logSeverityLevel");
       if (n > 4) throw ArgumentError("options.logSeverityLevel must be 0 to 4");
       check(ort->SetSessionLogSeverityLevel(so, n));
     }
+    return provider;
+  }
+
+  // options.cuda = { deviceId, options: { key: value } }: the CUDA execution provider on that
+  // device, with ONNX Runtime's own option names (use_tf32, cudnn_conv_algo_search, gpu_mem_limit,
+  // enable_cuda_graph, ...), which ONNX Runtime checks. The CUDA libraries must be loaded first
+  // (cudaLoad); the provider's own two libraries sit beside libonnxruntime.so.1.
+  static std::string appendCuda(OrtSessionOptions* so, const Napi::Value& cuda) {
+    if (!cuda.IsObject()) throw ArgumentError("options.cuda must be { deviceId, options }");
+    if (!stowage_cuda::runtime()) throw ArgumentError("options.cuda: the CUDA libraries are not loaded in this process (cudaLoad first)");
+    Napi::Object c = cuda.As<Napi::Object>();
+    Napi::Value id = c.Get("deviceId");
+    if (!id.IsNumber() || id.As<Napi::Number>().DoubleValue() < 0 || id.As<Napi::Number>().DoubleValue() != id.As<Napi::Number>().Int32Value()) {
+      throw ArgumentError("options.cuda.deviceId must be a whole number, 0 or more");
+    }
+    std::vector<std::string> keys{"device_id"};
+    std::vector<std::string> values{std::to_string(id.As<Napi::Number>().Int32Value())};
+    Napi::Value given = c.Get("options");
+    if (!given.IsUndefined()) {
+      if (!given.IsObject()) throw ArgumentError("options.cuda.options must be an object of strings");
+      Napi::Object o = given.As<Napi::Object>();
+      Napi::Array names = o.GetPropertyNames();
+      for (uint32_t i = 0; i < names.Length(); i++) {
+        std::string k = names.Get(i).As<Napi::String>().Utf8Value();
+        Napi::Value v = o.Get(k);
+        if (!v.IsString()) throw ArgumentError("options.cuda.options." + k + " must be a string");
+        if (k == "device_id") throw ArgumentError("options.cuda.options.device_id: give deviceId instead");
+        keys.push_back(k);
+        values.push_back(v.As<Napi::String>().Utf8Value());
+      }
+    }
+    std::vector<const char*> k, v;
+    for (size_t i = 0; i < keys.size(); i++) {
+      k.push_back(keys[i].c_str());
+      v.push_back(values[i].c_str());
+    }
+    OrtCUDAProviderOptionsV2* provider = nullptr;
+    check(ort->CreateCUDAProviderOptions(&provider));
+    std::unique_ptr<OrtCUDAProviderOptionsV2, void (*)(OrtCUDAProviderOptionsV2*)> guard(provider, [](OrtCUDAProviderOptionsV2* p) { ort->ReleaseCUDAProviderOptions(p); });
+    check(ort->UpdateCUDAProviderOptions(provider, k.data(), v.data(), k.size()));
+    check(ort->SessionOptionsAppendExecutionProvider_CUDA_V2(so, provider));
+    char* taken = nullptr;
+    check(ort->GetCUDAProviderOptionsAsString(provider, allocator, &taken));
+    std::string out(taken);
+    allocator->Free(allocator, taken);
+    return out;
   }
 
   static std::vector<Held> initializersOf(OrtSessionOptions* so, Napi::Object options, const char* key, bool external) {
@@ -698,6 +775,10 @@ class Session : public Napi::ObjectWrap<Session> {
   std::unique_ptr<RunState> prepare(const Napi::CallbackInfo& info);
 
   Napi::Value Terminate(const Napi::CallbackInfo& info);
+
+  Napi::Value ProviderOptions(const Napi::CallbackInfo& info) {
+    return Napi::String::New(info.Env(), providerOptions_);
+  }
 
   Napi::Value Release(const Napi::CallbackInfo& info) {
     if (running_) releasing_ = true;
@@ -1003,6 +1084,8 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
       InstanceAccessor("device", &DeviceMemory::Device, nullptr),
       InstanceMethod("copyFromHost", &DeviceMemory::CopyFromHost),
       InstanceMethod("copyToHost", &DeviceMemory::CopyToHost),
+      InstanceMethod("moveWithin", &DeviceMemory::MoveWithin),
+      InstanceMethod("synchronize", &DeviceMemory::Synchronize),
       InstanceMethod("release", &DeviceMemory::Release),
     });
   }
@@ -1022,14 +1105,29 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
       if (device == "cpu") {
         b->allocator = allocator;
         b->info = cpu;
-      } else if (device.rfind("cuda:", 0) == 0) {
-        throw ArgumentError("device " + device + ": no allocator for it in this process (the CUDA execution provider is not registered)");
+      } else if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() < 9 && device.find_first_not_of("0123456789", 5) == std::string::npos) {
+        const stowage_cuda::Runtime* rt = stowage_cuda::runtime();
+        if (!rt) throw ArgumentError("device " + device + ": no allocator for it in this process (the CUDA libraries are not loaded: backend cuda loads them)");
+        b->cudaOrdinal = std::stoi(device.substr(5));
+        b->info = cudaMemoryInfo(b->cudaOrdinal);
       } else {
         throw ArgumentError("new DeviceMemory(bytes, device): device must be 'cpu' or 'cuda:N', not '" + device + "'");
       }
       // At least a byte, so that an empty block still has an address of its own.
-      b->data = b->allocator->Alloc(b->allocator, b->bytes ? b->bytes : 1);
-      if (!b->data) throw ArgumentError("device " + device + ": cannot allocate " + std::to_string(b->bytes) + " bytes");
+      if (b->allocator) {
+        b->data = b->allocator->Alloc(b->allocator, b->bytes ? b->bytes : 1);
+        if (!b->data) throw ArgumentError("device " + device + ": cannot allocate " + std::to_string(b->bytes) + " bytes");
+      } else {
+        const stowage_cuda::Runtime* rt = stowage_cuda::runtime();
+        void* p = nullptr;
+        try {
+          stowage_cuda::check(rt->setDevice(b->cudaOrdinal), "device " + device);
+          stowage_cuda::check(rt->malloc(&p, b->bytes ? b->bytes : 1), "device " + device + ": cudaMalloc of " + std::to_string(b->bytes) + " bytes");
+        } catch (const std::runtime_error& err) {
+          throw OrtFailure(ORT_FAIL, err.what());
+        }
+        b->data = p;
+      }
       block = std::move(b);
       Value().TypeTag(&kDeviceMemoryTag);
     } catch (const std::exception& err) {
@@ -1062,24 +1160,88 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
       std::memmove(toDevice ? device : host.data, toDevice ? host.data : device, host.length);
       return;
     }
-    // ONNX Runtime's data transfer for the device (CopyTensors): the CUDA provider's is a
-    // cudaMemcpy, from pinned memory at full speed.
-    int64_t n = static_cast<int64_t>(host.length);
-    OrtValue* h = nullptr;
-    OrtValue* d = nullptr;
+    // A GPU: a copy on the legacy default stream, at the bus's speed from pinned memory (pinHost).
+    // ONNX Runtime's kernels run on a stream of their own that does not wait for this one, so a
+    // copy to the device is waited for before answering (a run started next reads the bytes
+    // copied), unless `wait` is false: then the caller calls synchronize() after its last copy
+    // (a model's weights: one wait for all its tensors), and keeps `src` alive and unchanged until.
+    bool wait = info.Length() < 3 || !info[2].IsBoolean() || info[2].As<Napi::Boolean>().Value();
+    const stowage_cuda::Runtime* rt = stowage_cuda::runtime();
     try {
-      check(ort->CreateTensorWithDataAsOrtValue(cpu, host.data, host.length, &n, 1, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, &h));
-      check(ort->CreateTensorWithDataAsOrtValue(block->info, device, host.length, &n, 1, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, &d));
-      const OrtValue* src = toDevice ? h : d;
-      OrtValue* dst = toDevice ? d : h;
-      check(ort->CopyTensors(env, &src, &dst, nullptr, 1));
-    } catch (...) {
-      if (h) ort->ReleaseValue(h);
-      if (d) ort->ReleaseValue(d);
-      throw;
+      stowage_cuda::check(rt->setDevice(block->cudaOrdinal), block->device);
+      if (toDevice && !wait) {
+        stowage_cuda::check(rt->memcpyAsync(device, host.data, host.length, stowage_cuda::kHostToDevice, nullptr), std::string(call) + " on " + block->device);
+        return;
+      }
+      stowage_cuda::check(rt->memcpy(toDevice ? device : host.data, toDevice ? host.data : device, host.length, toDevice ? stowage_cuda::kHostToDevice : stowage_cuda::kDeviceToHost), std::string(call) + " on " + block->device);
+      stowage_cuda::check(rt->streamSynchronize(nullptr), std::string(call) + " on " + block->device);
+    } catch (const std::runtime_error& err) {
+      throw OrtFailure(ORT_FAIL, err.what());
     }
-    ort->ReleaseValue(h);
-    ort->ReleaseValue(d);
+  }
+
+  // synchronize(): every copy issued without waiting (copyFromHost(src, offset, false)) has landed.
+  Napi::Value Synchronize(const Napi::CallbackInfo& info) {
+    try {
+      if (!block) throw ArgumentError("synchronize(): the device memory has been released");
+      if (block->cudaOrdinal >= 0) {
+        const stowage_cuda::Runtime* rt = stowage_cuda::runtime();
+        try {
+          stowage_cuda::check(rt->setDevice(block->cudaOrdinal), block->device);
+          stowage_cuda::check(rt->streamSynchronize(nullptr), "synchronize() on " + block->device);
+        } catch (const std::runtime_error& err) {
+          throw OrtFailure(ORT_FAIL, err.what());
+        }
+      }
+    } catch (const std::exception& err) {
+      throw toJs(info.Env(), err);
+    }
+    return info.Env().Undefined();
+  }
+
+  // moveWithin(to, from, length): bytes [from, from + length) to [to, to + length) in this memory
+  // (compaction of the weight arena), overlapping ranges allowed.
+  void moveWithin(const Napi::CallbackInfo& info) {
+    const char* call = "moveWithin(to, from, length)";
+    if (!block) throw ArgumentError(std::string(call) + ": the device memory has been released");
+    Napi::Value undef = info.Env().Undefined();
+    size_t to = offsetOf(info.Length() > 0 ? info[0] : undef, call);
+    size_t from = offsetOf(info.Length() > 1 ? info[1] : undef, call);
+    size_t length = offsetOf(info.Length() > 2 ? info[2] : undef, call);
+    if (to > block->bytes || from > block->bytes || length > block->bytes - to || length > block->bytes - from) {
+      throw ArgumentError(std::string(call) + ": " + std::to_string(length) + " bytes from " + std::to_string(from) + " to " + std::to_string(to) + " do not fit in the device memory's " + std::to_string(block->bytes));
+    }
+    if (length == 0 || to == from) return;
+    uint8_t* base = static_cast<uint8_t*>(block->data);
+    if (block->info == cpu) {
+      std::memmove(base + to, base + from, length);
+      return;
+    }
+    // cudaMemcpy leaves overlapping ranges undefined: copy in pieces no longer than the distance
+    // moved, in the order that never overwrites bytes still to be read.
+    const stowage_cuda::Runtime* rt = stowage_cuda::runtime();
+    size_t distance = to > from ? to - from : from - to;
+    try {
+      stowage_cuda::check(rt->setDevice(block->cudaOrdinal), block->device);
+      for (size_t done = 0; done < length;) {
+        size_t piece = std::min(distance, length - done);
+        size_t at = to < from ? done : length - done - piece;
+        stowage_cuda::check(rt->memcpy(base + to + at, base + from + at, piece, stowage_cuda::kDeviceToDevice), std::string(call) + " on " + block->device);
+        done += piece;
+      }
+      stowage_cuda::check(rt->streamSynchronize(nullptr), std::string(call) + " on " + block->device);
+    } catch (const std::runtime_error& err) {
+      throw OrtFailure(ORT_FAIL, err.what());
+    }
+  }
+
+  Napi::Value MoveWithin(const Napi::CallbackInfo& info) {
+    try {
+      moveWithin(info);
+    } catch (const std::exception& err) {
+      throw toJs(info.Env(), err);
+    }
+    return info.Env().Undefined();
   }
 
   Napi::Value CopyFromHost(const Napi::CallbackInfo& info) {
@@ -1116,6 +1278,7 @@ std::shared_ptr<DeviceBlock>* blockOf(const Napi::Object& o) {
 
 Napi::Object Module(Napi::Env e, Napi::Object exports) {
   exports.Set("DeviceMemory", DeviceMemory::Define(e));
+  stowage_cuda::define(e, exports);
   exports.Set("init", Napi::Function::New(e, Init));
   exports.Set("apiVersion", Napi::Number::New(e, ORT_API_VERSION));
   exports.Set("Session", Session::Define(e));

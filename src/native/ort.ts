@@ -53,7 +53,7 @@ export interface DeviceSlice {
   offset: number;
 }
 
-/** Where device memory lives: the CPU, or a CUDA device (once the CUDA provider is registered). */
+/** Where device memory lives: the CPU, or a CUDA device (once the CUDA libraries are loaded: cuda.ts). */
 export type DeviceName = 'cpu' | `cuda:${number}`;
 
 /**
@@ -66,10 +66,17 @@ export interface DeviceMemory {
   readonly bytes: number;
   /** Null once released. */
   readonly device: DeviceName | null;
-  /** Copy `src` into the device memory at `offset` (bytes). */
-  copyFromHost(src: ArrayBufferView | ArrayBuffer, offset?: number): void;
+  /**
+   * Copy `src` into the device memory at `offset` (bytes). With `wait` false (a GPU) the copy is only
+   * issued: call `synchronize()` after the last one, and leave `src` alone until then.
+   */
+  copyFromHost(src: ArrayBufferView | ArrayBuffer, offset?: number, wait?: boolean): void;
   /** Copy the device memory from `offset` into all of `dst`. */
   copyToHost(dst: ArrayBufferView | ArrayBuffer, offset?: number): void;
+  /** Move `length` bytes at `from` to `to` within this memory (ranges may overlap). */
+  moveWithin(to: number, from: number, length: number): void;
+  /** Wait for the copies `copyFromHost(src, offset, false)` issued (a no-op on the CPU). */
+  synchronize(): void;
   release(): void;
 }
 
@@ -120,6 +127,12 @@ export interface OrtSessionOptions {
   useGlobalThreadPool?: boolean;
   /** 0 verbose .. 4 fatal. */
   logSeverityLevel?: number;
+  /**
+   * Run on the CUDA execution provider of GPU `deviceId` (a CUDA ordinal), with ONNX Runtime's own
+   * option names and string values (`use_tf32`, `cudnn_conv_algo_search`, `gpu_mem_limit`,
+   * `enable_cuda_graph`, ...). The CUDA libraries must be loaded first (cuda.ts `loadCuda`).
+   */
+  cuda?: { deviceId: number; options?: Record<string, string> };
 }
 
 interface NativeSession {
@@ -131,16 +144,56 @@ interface NativeSession {
   runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[]): OrtOutput[];
   terminate(): boolean;
   release(): void;
+  providerOptions(): string;
 }
 
-interface Addon {
+export interface Addon {
   init(libraryPath: string, options?: { globalIntraOpThreads?: number; globalInterOpThreads?: number; globalAllowSpinning?: boolean }): string;
   apiVersion: number;
   Session: new (model: string | Uint8Array, options: OrtSessionOptions) => NativeSession;
   DeviceMemory: new (bytes: number, device: string) => DeviceMemory;
+  cudaLoad(dirs: string[]): { loaded: string[]; missing: string[] };
+  cudaDevices(): NativeCudaDevices;
+  cudaMemoryInfo(ordinal: number): { freeBytes: number; totalBytes: number };
+  PinnedHost: new (view: ArrayBufferView | ArrayBuffer) => PinnedHost;
+}
+
+/** The GPUs as the binding reads them (cuda.ts words them). */
+export interface NativeCudaDevices {
+  error?: string;
+  runtimeVersion: number;
+  driverCudaVersion: number;
+  cudnnVersion: number;
+  driverVersion?: string;
+  nvmlError?: string;
+  devices: {
+    ordinal: number;
+    pciBusId?: string;
+    name?: string;
+    uuid?: string;
+    memoryTotalBytes?: number;
+    memoryUsedBytes?: number;
+    memoryFreeBytes?: number;
+    utilization?: number;
+    powerWatts?: number;
+    powerLimitWatts?: number;
+    energyJoules?: number;
+  }[];
+}
+
+/** Host memory registered with CUDA (page-locked) until `release()`. */
+export interface PinnedHost {
+  readonly bytes: number;
+  release(): void;
 }
 
 let addon: Addon | undefined;
+
+/** The loaded binding (initOrt first): for cuda.ts. */
+export function ortAddon(): Addon {
+  if (!addon) initOrt();
+  return addon!;
+}
 
 /** The libonnxruntime.so.1 onnxruntime-node installed: the one ONNX Runtime of the process. */
 export function ortLibraryPath(): string {
@@ -237,6 +290,11 @@ export class OrtSession {
   /** Stop the run in flight (it rejects); false when none is. */
   terminate(): boolean {
     return this.#native.terminate();
+  }
+
+  /** The CUDA provider's options as ONNX Runtime took them, `key=value;...` ("" on the CPU). */
+  get providerOptions(): string {
+    return this.#native.providerOptions();
   }
 
   /** Free the session (after the run in flight, if any). */

@@ -10,6 +10,7 @@
  */
 import { getHeapStatistics } from 'node:v8';
 import type { Worker } from 'node:worker_threads';
+import type { GpuInfo } from '../native/cuda.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { WeightLoad, WeightMemory } from '../shared/channels/device.js';
 import type { Placement } from '../routing/placement.js';
@@ -25,6 +26,8 @@ export interface MetricsSources {
   statistics: Statistics;
   /** The worker threads by name (device-0, compiler-0, hook-1, ...), for stowage_thread_heap_bytes. */
   threads: () => Iterable<[string, Worker]>;
+  /** Backend cuda: the GPUs as NVML reads them now (nv_gpu_*); empty on the CPU. */
+  gpus?: () => GpuInfo[];
 }
 
 /** A counter set at scrape time from a running total (Prometheus counters are totals since start). */
@@ -66,6 +69,20 @@ export class Metrics {
         });
       },
     });
+    // The GPUs, in Triton's names and units (utilization 0..1, power in watts, energy in joules).
+    const perGpu = (name: string, help: string, value: (g: GpuInfo) => number) => new Gauge({
+      name, help, labelNames: ['gpu_uuid'], registers,
+      collect() {
+        this.reset();
+        for (const g of sources.gpus?.() ?? []) this.set({ gpu_uuid: g.uuid || `cuda:${g.ordinal}` }, value(g));
+      },
+    });
+    perGpu('nv_gpu_utilization', 'GPU utilization rate [0.0 - 1.0)', (g) => g.utilization);
+    perGpu('nv_gpu_memory_total_bytes', 'GPU total memory, in bytes', (g) => g.memoryTotalBytes);
+    perGpu('nv_gpu_memory_used_bytes', 'GPU used memory, in bytes', (g) => g.memoryUsedBytes);
+    perGpu('nv_gpu_power_usage', 'GPU power usage in watts', (g) => g.powerWatts);
+    perGpu('nv_gpu_power_limit', 'GPU power management limit in watts', (g) => g.powerLimitWatts);
+    perGpu('nv_energy_consumption', 'GPU energy consumption in joules since the driver loaded', (g) => g.energyJoules);
     perModel('nv_inference_request_success', 'Number of successful inference requests, all batch sizes', (c) => c.success.count);
     new Counter({
       name: 'nv_inference_request_failure', help: 'Number of failed inference requests, all batch sizes', labelNames: ['model', 'version', 'reason'], registers,

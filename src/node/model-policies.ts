@@ -34,6 +34,7 @@ export class ModelPolicies {
       weight: changed?.weight ?? file?.weight ?? 1,
       ...(maxBatchSize === undefined ? {} : { maxBatchSize }),
       residency: changed?.residency ?? file?.residency ?? 'system',
+      ...(file?.warmup === undefined ? {} : { warmup: file.warmup }),
     };
   }
 

@@ -17,7 +17,9 @@ import { ModelPolicies } from './model-policies.js';
 import { Devices } from './devices.js';
 import { closeAdmin, createAdminServer, listen, registryMetrics, type AdminContext } from '../admin/http.js';
 import type { NodeConfig } from '../shared/config-schema.js';
-import { resolveWorkers } from '../config/workers.js';
+import { resolveWorkers, type FoundGpus } from '../config/workers.js';
+import { cudaProviderOptions } from '../config/cuda-options.js';
+import { cudaLibraryDirs, gpuMemory, gpuReport, loadCuda, type GpuInfo } from '../native/cuda.js';
 import { errors } from '../shared/errors.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
 import { HookPool } from '../actors/hooks/handle.js';
@@ -80,17 +82,48 @@ export class StowageServer {
   #stopWatching?: () => void;
   #hooks?: HookPool;
   #compiler?: Compiler;
+  /** Backend cuda: the GPUs were found (NVML is read again at each scrape). */
+  #cudaStarted = false;
 
   private constructor(config: NodeConfig, logger: Logger) {
     this.#config = config;
     this.#logger = logger;
     this.statistics = new Statistics();
-    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), hostWeightBytes: () => this.hostWeights.bytes, statistics: this.statistics, threads: () => this.#threads() });
+    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), hostWeightBytes: () => this.hostWeights.bytes, statistics: this.statistics, threads: () => this.#threads(), gpus: () => this.#gpus() });
     this.#edge = new GrpcEdge(config.global.endpoints, logger, this.metrics.registry);
     this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#devices?.forgetRegion(regionId));
   }
 
   /** Every worker thread, named as stowage_thread_heap_bytes labels them. */
+  /** The GPUs now, for the nv_gpu_* metrics (none on backend cpu). */
+  #gpus(): GpuInfo[] {
+    return this.#cudaStarted ? gpuReport().gpus : [];
+  }
+
+  /**
+   * Backend cuda: load the CUDA libraries (an error naming what is missing and the command that
+   * installs it, when they are not there), find the GPUs this process sees and log them.
+   */
+  #startCuda(): FoundGpus {
+    const dirs = cudaLibraryDirs();
+    const libraries = loadCuda(dirs);
+    const report = gpuReport();
+    if (report.gpus.length === 0) throw errors.configInvalid(`backend cuda: this process sees no GPU (CUDA_VISIBLE_DEVICES=${process.env.CUDA_VISIBLE_DEVICES ?? 'unset'})`);
+    this.#cudaStarted = true;
+    this.#logger.info({
+      gpus: report.gpus.map((g) => ({ ordinal: g.ordinal, name: g.name, uuid: g.uuid, pciBusId: g.pciBusId, memoryTotalBytes: g.memoryTotalBytes, memoryFreeBytes: g.memoryTotalBytes - g.memoryUsedBytes })),
+      driver: report.driverVersion,
+      driverCuda: report.driverCuda,
+      runtimeCuda: report.runtimeCuda,
+      cudnn: report.cudnn,
+      libraries: libraries.loaded.length,
+      ...(report.nvmlError ? { nvmlError: report.nvmlError } : {}),
+    }, 'GPUs found');
+    // NVML's figures, or without NVML the CUDA runtime's (which makes a context on each GPU here).
+    const free = new Map(report.gpus.map((g) => [g.ordinal, g.memoryTotalBytes > 0 ? g.memoryTotalBytes - g.memoryUsedBytes : gpuMemory(g.ordinal).freeBytes]));
+    return { ordinals: report.gpus.map((g) => g.ordinal), freeBytes: (ordinal) => free.get(ordinal) ?? 0 };
+  }
+
   *#threads(): Iterable<[string, Worker]> {
     for (const device of this.#devices?.handles ?? []) yield [`device-${device.deviceId}`, device.thread];
     if (this.#compiler) for (const [i, thread] of this.#compiler.threads.entries()) yield [`compiler-${i}`, thread];
@@ -117,13 +150,15 @@ export class StowageServer {
     this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
     this.#logger.info({ admin: `${endpoints.host}:${this.ports.admin}` }, 'admin listening: /healthz, /readyz, /metrics');
 
-    // One device actor per worker (per device); on backend cpu each is a virtual device of its own.
-    const workers = resolveWorkers(this.#config);
     // ONNX Runtime's environment is made once per process, by whoever asks first, and keeps the
     // thread pools it was made with: make it here, before any thread (the compiler's onnxruntime-node
     // included) could make it without the process-wide pool runtime.thread_pool: process needs.
-    const { thread_pool: threadPool, intra_op_threads: intraOp } = this.#config.global.runtime;
+    const { thread_pool: threadPool, intra_op_threads: intraOp, backend } = this.#config.global.runtime;
     initOrt(processThreadPool(threadPool, intraOp));
+    // Backend cuda: the CUDA libraries and the GPUs, before any device actor starts.
+    const found = backend === 'cuda' ? this.#startCuda() : undefined;
+    // One device actor per worker (per device); on backend cpu each is a virtual device of its own.
+    const workers = resolveWorkers(this.#config, 'node file', found);
     if (workers.some((w) => w.weights)) ensureWritable(this.#config.cache_dir);
     const hostWeights = this.hostWeights;
     const policies = new ModelPolicies(workers.map((w) => ({ deviceId: w.deviceId, models: w.scheduler.models })));
@@ -138,6 +173,8 @@ export class StowageServer {
         scheduler: scheduling,
         policies,
         weights: w.weights,
+        cuda: backend === 'cuda' ? { providerOptions: cudaProviderOptions(w.runtime.cuda), libraryDirs: cudaLibraryDirs() } : null,
+        warmup: w.runtime.warmup === 'on' || (w.runtime.warmup === 'auto' && backend === 'cuda'),
         hostWeights,
         logger: this.#logger,
         onExecution: (model, timing, queued) => {
@@ -150,7 +187,7 @@ export class StowageServer {
     }));
     const scheduling = this.#config.gateway.scheduling;
     // Models compile off the devices' threads, into the compile cache their weightless sessions open from.
-    if (workers.some((w) => w.weights)) this.#compiler = new Compiler(this.#config.cache_dir);
+    if (workers.some((w) => w.weights)) this.#compiler = new Compiler(this.#config.cache_dir, undefined, backend);
     const devices = new Devices(handles, {
       mode: scheduling.mode,
       policies,

@@ -31,13 +31,39 @@ const runtimeSchema = {
   additionalProperties: false,
   default: {},
   properties: {
-    // cpu is what runs today; cuda (ONNX Runtime's CUDA execution provider) comes with its own issue.
+    // cpu: ONNX Runtime's CPU provider, each device a virtual one. cuda: one device actor per GPU
+    // (gpus:), ONNX Runtime's CUDA provider, the weight arena in GPU memory (npm run cuda:install).
     backend: { enum: ['cpu', 'cuda'], default: 'cpu' },
+    // Run each model once per compiled batch size, on zeros, before it reports READY, so that no
+    // client pays ONNX Runtime's first run (90-470 ms on CUDA). auto: on for cuda, off for cpu.
+    warmup: { enum: ['auto', 'on', 'off'], default: 'auto' },
+    // Backend cuda: the CUDA provider's settings (config/cuda-options.ts maps them to ONNX Runtime's).
+    cuda: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        // TF32 tensor cores for float32 matrix products and convolutions: ONNX Runtime's default and
+        // Triton's, 1.5-1.85x faster on ResNet-50 (H100); answers differ from full float32 by about
+        // 6e-4 relative. false: full float32.
+        tf32: { type: 'boolean', default: true },
+        // cuDNN's convolution algorithm choice: exhaustive (times every algorithm on the first run of
+        // each shape: fastest after, slowest first run; warm-up pays it), heuristic, or default.
+        cudnn_conv_algo_search: { enum: ['exhaustive', 'heuristic', 'default'], default: 'exhaustive' },
+        // Bytes ONNX Runtime's own arena (activations, cuDNN workspace) may take per GPU and session
+        // group; 0: no limit beyond what the weight arena leaves free.
+        ort_arena_limit_bytes: { type: 'integer', minimum: 0, default: 0 },
+        // The weight arena's size in bytes on each GPU, instead of the fractions of its free memory
+        // (mem_fraction x weight_cache_fraction x (1 - weight_cache_wiggle_fraction)); 0: from those.
+        weight_cache_bytes: { type: 'integer', minimum: 0, default: 0 },
+      },
+    },
     // ONNX Runtime intra-op threads per device actor; 0 lets ONNX Runtime choose (one per core).
     intra_op_threads: { type: 'integer', minimum: 0, default: 0 },
     // Runs whose learned cost is below this many ms run on the device thread itself; longer ones
     // (and a model's first) on a libuv thread, the device thread admitting and coalescing meanwhile.
-    // 0: every run on a libuv thread. Where cores are few, a device thread awake beside a run's own
+    // 0: every run on a libuv thread. Backend cuda ignores it: every run is on the device thread
+    // (the CUDA provider keeps GPU memory per thread that runs a session). Where cores are few, a device thread awake beside a run's own
     // threads slows the run more than it gains (docs/performance.md).
     inline_run_below_ms: { type: 'number', minimum: 0, default: 50 },
     // ONNX Runtime's intra-op threads: a pool per session (intra_op_threads each: idle ones sleep,
@@ -46,7 +72,8 @@ const runtimeSchema = {
     // has one setting: a worker may not differ from global.
     thread_pool: { enum: ['per_session', 'process'], default: 'per_session' },
     // Bytes of memory each device has (backend cpu: memory the device actor allocates for itself,
-    // so a small device can be modelled). The memory pool is mem_fraction of it.
+    // so a small device can be modelled; backend cuda: ignored, the GPU's free memory at start
+    // counts). The memory pool is mem_fraction of it.
     cpu_device_memory_bytes: { type: 'integer', minimum: 0, default: 1073741824 },
     // Fraction of the device's memory claimed as the pool.
     mem_fraction: { type: 'number', exclusiveMinimum: 0, maximum: 1, default: 0.9 },
@@ -92,6 +119,8 @@ const schedulerSchema = {
           // Where the weights live at rest: device (loaded at start-up, never evicted), system
           // (host RAM, onto the device on demand; the default), unpinned (re-read from cache_dir on each load).
           residency: { enum: RESIDENCIES },
+          // Warm up before READY (runtime.warmup), for this model.
+          warmup: { type: 'boolean' },
         },
       },
     },

@@ -107,11 +107,12 @@ function node(op, inputs, outputs) {
 
 /**
  * The serialized ONNX model of `layers`: input x, output y; its weights w0, b0, w1, ... embedded,
- * or with `externalWeights` stored as external data the caller hands the session.
+ * or with `externalWeights` stored as external data the caller hands the session, or with
+ * `weightsAsInputs` none at all: each weight a graph input (a weightless graph, as the compiler makes).
  * @param {Layer[]} layers
- * @param {{ externalWeights?: boolean }} [options]
+ * @param {{ externalWeights?: boolean, weightsAsInputs?: boolean }} [options]
  */
-export function mlpModel(layers, { externalWeights = false } = {}) {
+export function mlpModel(layers, { externalWeights = false, weightsAsInputs = false } = {}) {
   const weight = (/** @type {string} */ name, /** @type {number[]} */ dims, /** @type {Float32Array} */ data) => (externalWeights ? externalTensor(name, dims, data.byteLength) : tensor(name, dims, data));
   const graph = new WireWriter();
   let current = 'x';
@@ -123,7 +124,8 @@ export function mlpModel(layers, { externalWeights = false } = {}) {
     current = `h${i}`;
   });
   graph.string(2, 'mlp');
-  layers.forEach((l, i) => graph.bytes(5, weight(`w${i}`, [l.inputs, l.outputs], l.w)).bytes(5, weight(`b${i}`, [l.outputs], l.b)));
+  if (weightsAsInputs) layers.forEach((l, i) => graph.bytes(11, valueInfo(`w${i}`, [l.inputs, l.outputs])).bytes(11, valueInfo(`b${i}`, [l.outputs])));
+  else layers.forEach((l, i) => graph.bytes(5, weight(`w${i}`, [l.inputs, l.outputs], l.w)).bytes(5, weight(`b${i}`, [l.outputs], l.b)));
   graph.bytes(11, valueInfo('x', ['n', layers[0].inputs])).bytes(12, valueInfo('y', ['n', layers[layers.length - 1].outputs]));
   const opset = new WireWriter().string(1, '').varint(2, 17).finish();
   return new WireWriter().varint(1, 8).string(2, 'stowage-test').bytes(7, graph.finish()).bytes(8, opset).finish();

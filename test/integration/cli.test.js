@@ -88,3 +88,20 @@ test('SIGTERM stops the server cleanly with exit code 0', async (t) => {
   t.true(server.logs.some((l) => l.msg === 'stopped'));
   await server.stop();
 });
+
+test('backend cuda without the CUDA provider installed stops start-up naming what is missing and the command that installs it', async (t) => {
+  // This machine (CI's) has no CUDA provider beside onnxruntime-node: start-up must say so, not crash.
+  const { existsSync } = await import('node:fs');
+  const { ortLibraryPath } = await import('../../dist/native/ort.js');
+  if (existsSync(path.join(path.dirname(ortLibraryPath()), 'libonnxruntime_providers_cuda.so'))) {
+    t.pass('the CUDA provider is installed here: test/gpu covers backend cuda');
+    return;
+  }
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const file = path.join(temp.dir, 'node.yaml');
+  writeFileSync(file, `model_repo: ${path.join(ROOT, 'bundles')}\ncache_dir: ${path.join(temp.dir, 'cache')}\nglobal:\n  runtime: { backend: cuda }\n  endpoints: { grpc_port: 0, admin_port: 0 }\n`);
+  const { code, stdout, stderr } = await main([file]);
+  t.not(code, 0);
+  t.regex(stdout + stderr, /backend cuda: ONNX Runtime's CUDA provider is not installed \(libonnxruntime_providers_shared\.so, libonnxruntime_providers_cuda\.so missing from .*\); run npm run cuda:install/);
+});

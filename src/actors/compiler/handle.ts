@@ -17,9 +17,11 @@ export class Compiler {
   readonly #pool: Piscina;
   readonly #cacheDir: string;
   readonly #timeoutMs: number;
+  readonly #backend: 'cpu' | 'cuda';
 
-  constructor(cacheDir: string, timeoutMs = MODEL_LOAD_TIMEOUT_MS) {
+  constructor(cacheDir: string, timeoutMs = MODEL_LOAD_TIMEOUT_MS, backend: 'cpu' | 'cuda' = 'cpu') {
     this.#cacheDir = cacheDir;
+    this.#backend = backend;
     this.#timeoutMs = timeoutMs;
     // One thread: compiles are CPU-heavy, and on a small machine the cores belong to serving.
     this.#pool = new Piscina({ filename: new URL('./worker.js', import.meta.url).href, minThreads: 1, maxThreads: 1, idleTimeout: Infinity });
@@ -30,7 +32,7 @@ export class Compiler {
    * `repaired` says what damage in the cache was found and compiled again, for the log.
    */
   async compile(spec: ModelSpec, inHostRam: Iterable<string>): Promise<CompiledModel & { repaired: string[] }> {
-    const task: CompileTask = { type: 'compile', model: spec.name, files: spec.executables.map((e) => e.path), cacheDir: this.#cacheDir, inHostRam: [...inHostRam] };
+    const task: CompileTask = { type: 'compile', model: spec.name, files: spec.executables.map((e) => e.path), cacheDir: this.#cacheDir, inHostRam: [...inHostRam], backend: this.#backend };
     // One timer per compile, cleared when it settles (AbortSignal.timeout would keep it pending).
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), this.#timeoutMs);

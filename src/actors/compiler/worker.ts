@@ -27,15 +27,22 @@ try {
   // not Linux, or not permitted: a compile then competes with serving as an equal
 }
 
-const RUNTIME = `onnxruntime ${ort.env.versions.common} cpu`;
+/** Names the runtime and the backend the graph is optimised for: part of the compile cache's key. */
+function runtimeName(backend: 'cpu' | 'cuda'): string {
+  return `onnxruntime ${ort.env.versions.common} ${backend}`;
+}
 
-async function optimise(model: string, source: string, target: string): Promise<void> {
+async function optimise(model: string, source: string, target: string, backend: 'cpu' | 'cuda'): Promise<void> {
   let session: ort.InferenceSession;
   try {
     // One thread: graph optimisation barely parallelises, and this thread is a guest on the machine.
     // Level 'all' saved to disk is hardware specific; the cache key carries the CPU's features, so ORT's warning says nothing new.
     session = await ort.InferenceSession.create(source, {
-      graphOptimizationLevel: 'all',
+      // On the CPU, 'all' (its fusions and blocked layouts are the CPU provider's). For CUDA only
+      // 'basic', which any provider runs (constant folding, Conv+BatchNorm, eliminations): the CPU
+      // provider's fused nodes would not run on the GPU, and the device session makes the CUDA
+      // provider's own fusions when it opens the graph.
+      graphOptimizationLevel: backend === 'cuda' ? 'basic' : 'all',
       executionProviders: ['cpu'],
       intraOpNumThreads: 1,
       optimizedModelFilePath: target,
@@ -56,7 +63,7 @@ export default async function compile(task: CompileTask): Promise<CompileResult>
     for (let attempt = 1; ; attempt++) {
       const executables: CompiledExecutable[] = [];
       for (const file of task.files) {
-        const e = await compileExecutable(file, { cacheDir: task.cacheDir, runtime: RUNTIME, optimise: (source, target) => optimise(task.model, source, target) });
+        const e = await compileExecutable(file, { cacheDir: task.cacheDir, runtime: runtimeName(task.backend), optimise: (source, target) => optimise(task.model, source, target, task.backend) });
         if (e.damaged) repaired.push(e.damaged);
         executables.push(e);
       }

@@ -8,10 +8,16 @@
  * Blocks are handles: compaction slides live blocks down to close the holes
  * and updates each handle's offset, so owners must re-read `offset` (and
  * rebuild their views) after `compact()`.
+ *
+ * The memory is host memory (backend cpu: a Uint8Array JavaScript reads and
+ * writes) or one allocation on a GPU (backend cuda: device memory reached by
+ * explicit copies, native/ort.ts DeviceMemory). Either way the owner writes
+ * blocks with `write`/`fill` and binds `data(block)` as tensor data.
  */
 
 /** Block offsets and sizes are multiples of ARENA_ALIGNMENT: every typed-array view is aligned, and so are SIMD loads. */
 import { ARENA_ALIGNMENT } from '../../shared/constants.js';
+import type { DeviceMemory, DeviceSlice } from '../../native/ort.js';
 
 export { ARENA_ALIGNMENT };
 
@@ -31,17 +37,24 @@ export function alignUp(bytes: number): number {
 
 export class Arena {
   readonly capacity: number;
-  readonly bytes: Uint8Array;
+  /** Host memory (backend cpu), or null when the arena lives on a GPU. */
+  readonly #host: Uint8Array | null;
+  readonly #device: DeviceMemory | null;
   /** Free ranges, sorted by offset, never adjacent (freeing merges neighbours). */
   #holes: Hole[];
   #live = new Set<Block>();
   #used = 0;
 
-  /** `preallocate` touches every page now, so the first loads do not pay the page faults. */
-  constructor(capacity: number, options: { preallocate?: boolean } = {}) {
-    this.capacity = Math.floor(capacity / ARENA_ALIGNMENT) * ARENA_ALIGNMENT;
-    this.bytes = new Uint8Array(this.capacity);
-    if (options.preallocate) for (let at = 0; at < this.capacity; at += 4096) this.bytes[at] = 1;
+  /**
+   * `preallocate` touches every page now, so the first loads do not pay the page faults. `device`:
+   * the arena's memory is that allocation (its capacity at most the allocation's size).
+   */
+  constructor(capacity: number, options: { preallocate?: boolean; device?: DeviceMemory } = {}) {
+    this.#device = options.device ?? null;
+    const size = this.#device ? Math.min(capacity, this.#device.bytes) : capacity;
+    this.capacity = Math.floor(size / ARENA_ALIGNMENT) * ARENA_ALIGNMENT;
+    this.#host = this.#device ? null : new Uint8Array(this.capacity);
+    if (this.#host && options.preallocate) for (let at = 0; at < this.capacity; at += 4096) this.#host[at] = 1;
     this.#holes = this.capacity > 0 ? [{ offset: 0, size: this.capacity }] : [];
   }
 
@@ -92,9 +105,53 @@ export class Arena {
     }
   }
 
-  /** The bytes of a live block. */
+  /** Where the arena lives: 'cpu', or the GPU's device name. */
+  get device(): string {
+    return this.#device?.device ?? 'cpu';
+  }
+
+  /** The whole arena's host memory (backend cpu only). */
+  get bytes(): Uint8Array {
+    if (!this.#host) throw new Error(`arena: its memory is on ${this.device}, which JavaScript cannot read`);
+    return this.#host;
+  }
+
+  /** The bytes of a live block (backend cpu only). */
   view(block: Block): Uint8Array {
     return this.bytes.subarray(block.offset, block.offset + block.size);
+  }
+
+  /** A block's first `length` bytes as tensor data: a view of host memory, or a slice of the GPU allocation. */
+  data(block: Block, length: number): Uint8Array | DeviceSlice {
+    if (this.#device) return { memory: this.#device, offset: block.offset };
+    return this.bytes.subarray(block.offset, block.offset + length);
+  }
+
+  /**
+   * Copy `src` into the start of a block (on a GPU: one host-to-device copy, fastest from pinned
+   * memory, only issued: `flush()` waits for every write; `src` must stay unchanged until then).
+   */
+  write(block: Block, src: Uint8Array): void {
+    // copy: weights into the arena: the one copy a cold load pays
+    if (this.#device) this.#device.copyFromHost(src, block.offset, false);
+    else this.bytes.set(src, block.offset);
+  }
+
+  /** Wait for the writes issued (one wait for a model's tensors, not one per tensor). */
+  flush(): void {
+    this.#device?.synchronize();
+  }
+
+  /** Fill a block's first `length` bytes with what `read` writes into the buffer it is given. */
+  fill(block: Block, length: number, read: (into: Uint8Array) => void): void {
+    if (!this.#device) {
+      read(this.bytes.subarray(block.offset, block.offset + length));
+      return;
+    }
+    // A GPU's memory is not addressable here: read into host memory, then copy it over.
+    const staging = new Uint8Array(length);
+    read(staging);
+    this.#device.copyFromHost(staging, block.offset);
   }
 
   /** Slide every live block down to close the holes; returns the bytes moved. Views made before are stale. */
@@ -103,7 +160,8 @@ export class Arena {
     let moved = 0;
     for (const block of [...this.#live].sort((a, b) => a.offset - b.offset)) {
       if (block.offset !== cursor) {
-        this.bytes.copyWithin(cursor, block.offset, block.offset + block.size);
+        if (this.#device) this.#device.moveWithin(cursor, block.offset, block.size);
+        else this.bytes.copyWithin(cursor, block.offset, block.offset + block.size);
         moved += block.size;
         block.offset = cursor;
       }

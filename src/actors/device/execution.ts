@@ -194,7 +194,7 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
       load = models.weightLoad(outcome);
       if (!outcome.hit) scheduler.chargeTime(instance, outcome.loadMs);
       // Bound once per residency: a warm call binds nothing.
-      bindWeights(executable, weightCache.epoch(instance), (key) => weightCache.deviceView(key));
+      bindWeights(executable, weightCache.epoch(instance), (key) => weightCache.deviceData(key));
     }
     ctx.staging.beginExecution(); // executions run one at a time: the last one's staged inputs and outputs are free
     const stage = (bytes: number) => ctx.staging.take(bytes);

@@ -29,7 +29,7 @@ import { INLINE_RUN_BELOW_MS, DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEO
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
 import type { HookFeed } from '../../shared/channels/hooks.js';
-import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HostUpdate, InferCommand, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
+import type { CudaDeviceInit, DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HostUpdate, InferCommand, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
 import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult } from '../../shared/channels/inference.js';
 
 /** Lifecycle of a device actor. */
@@ -85,6 +85,10 @@ export interface DeviceHandleOptions {
   policies: PolicySource;
   /** The on-demand weight cache; null turns it off. */
   weights: WeightCacheInit | null;
+  /** Backend cuda: the device is that CUDA ordinal; absent or null on backend cpu. */
+  cuda?: CudaDeviceInit | null;
+  /** Warm models up before they are ready (runtime.warmup resolved); off when absent. */
+  warmup?: boolean;
   /** The process's host copies of weights, shared with the other device actors. */
   hostWeights?: HostRam;
   logger: Logger;
@@ -155,7 +159,7 @@ export class DeviceHandle {
   }
 
   #spawn(): Promise<void> {
-    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, inlineRunBelowMs: this.#options.inlineRunBelowMs ?? INLINE_RUN_BELOW_MS, threadPool: this.#options.threadPool ?? 'per_session', scheduler: this.#options.scheduler, weights: this.#options.weights };
+    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, inlineRunBelowMs: this.#options.inlineRunBelowMs ?? INLINE_RUN_BELOW_MS, threadPool: this.#options.threadPool ?? 'per_session', scheduler: this.#options.scheduler, weights: this.#options.weights, cuda: this.#options.cuda ?? null, warmup: this.#options.warmup ?? false };
     this.#generation++;
     const worker = new Worker(this.#options.workerUrl ?? DEFAULT_WORKER_URL, {
       workerData: init,
@@ -326,6 +330,10 @@ export class DeviceHandle {
     this.#options.hostWeights?.update({ created: { ...compiled?.host, ...loaded.host.created }, holdings: loaded.host.holdings });
     this.#options.onCompiled?.(loaded.compiled.files, loaded.compiled.cacheHits);
     if (loaded.memory) this.#options.onWeights?.(spec.name, loaded.load, loaded.memory);
+    if (loaded.warmup) {
+      const w = loaded.warmup;
+      this.#options.logger[w.skipped ? 'warn' : 'info']({ model: spec.name, device: this.deviceId, runs: w.runs, warmup_ms: Math.round(w.ms), ...(w.skipped ? { skipped: w.skipped } : {}) }, 'model warmed up');
+    }
     return { loadMs: loaded.loadMs, weightBytes: loaded.weightBytes };
   }
 

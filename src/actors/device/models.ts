@@ -13,7 +13,8 @@ import { nowMs } from '../../shared/channels/inference.js';
 import { errors } from '../../shared/errors.js';
 import { modelOf, type InstanceKey, type ModelSpec } from '../../shared/model-spec.js';
 import type { CostModel } from './cost-model.js';
-import { openExecutable, tensorSources, type Executable } from './executables.js';
+import { bindWeights, openExecutable, tensorSources, type Executable } from './executables.js';
+import { warmUp, type WarmupOutcome } from './warmup.js';
 import type { QueuePolicy, Scheduler } from './scheduler.js';
 import type { InferCommand } from '../../shared/channels/device.js';
 import type { HostBuffer, ResidencyOutcome, TensorSource, WeightCache } from './weight-cache.js';
@@ -114,7 +115,7 @@ export class DeviceModels {
     let outcome: ResidencyOutcome<InstanceKey> | undefined;
     try {
       if (cache && !compiled) throw errors.internal(`model ${spec.name} reached device ${this.#init.deviceId} uncompiled while its weight cache is on`);
-      const options = { intraOpThreads: this.#init.intraOpThreads, sharedThreadPool: this.#init.threadPool === 'process' };
+      const options = { intraOpThreads: this.#init.intraOpThreads, sharedThreadPool: this.#init.threadPool === 'process', cuda: this.#init.cuda ? { deviceId: this.#init.deviceId, options: this.#init.cuda.providerOptions } : null };
       for (const [i, file] of spec.executables.entries()) {
         sessions.set(file.batchSize ?? 0, await openExecutable(spec, file, cache ? compiled![i] : null, options));
       }
@@ -123,6 +124,21 @@ export class DeviceModels {
     } catch (err) {
       await releaseAll(sessions.values());
       throw err;
+    }
+    // Warm-up before ready: the model comes on (if it is not on already) and runs once per batch size.
+    let warmup: WarmupOutcome | null = null;
+    if (policy.warmup ?? this.#init.warmup) {
+      try {
+        const residency = cache?.ensureResident(instance);
+        outcome = outcome ?? residency;
+        warmup = await warmUp(spec, sessions, (e) => {
+          if (cache) bindWeights(e, cache.epoch(instance), (key) => cache.deviceData(key));
+        }, this.#init.cuda !== null);
+      } catch (err) {
+        cache?.remove(instance);
+        await releaseAll(sessions.values());
+        throw errors.bundleInvalid(spec.name, 'model.onnx', `its warm-up run on zeros failed (set scheduler.models.${spec.name}.warmup: false to skip it): ${(err as Error).message}`);
+      }
     }
     const previous = this.#loaded.get(instance); // only after a crash reload of the same instance
     const batchDims = new Map([...spec.inputs, ...spec.outputs].map((t) => [t.name, t.batchDim]));
@@ -137,6 +153,7 @@ export class DeviceModels {
       memory: this.memory(),
       load: outcome ? this.weightLoad(outcome) : null,
       host: this.#hostUpdate(host, [instance]),
+      warmup,
     };
   }
 

@@ -15,6 +15,14 @@ const MAX_KEPT_BYTES = 64 * 2 ** 20;
 export class Staging {
   /** One buffer per `take` of an execution, in order: the same inputs reuse the same buffer. */
   readonly #kept: ArrayBuffer[] = [];
+  /** Backend cuda: the kept buffers' registrations (pinned, so ONNX Runtime's copies to the GPU run at the bus's speed). */
+  readonly #pins: ({ release(): void } | undefined)[] = [];
+  readonly #pin: ((buffer: ArrayBuffer) => { release(): void } | undefined) | undefined;
+
+  /** `pin` registers a kept buffer for fast copies to the device (backend cuda). */
+  constructor(pin?: (buffer: ArrayBuffer) => { release(): void } | undefined) {
+    this.#pin = pin;
+  }
   #next = 0;
   /** This execution's buffers too large to keep: staging all the same until the next begins. */
   readonly #loose = new Set<ArrayBuffer>();
@@ -28,8 +36,11 @@ export class Staging {
     let buffer = this.#kept[i];
     if (!buffer || buffer.byteLength < bytes) {
       buffer = new ArrayBuffer(bytes);
-      if (bytes <= MAX_KEPT_BYTES) this.#kept[i] = buffer;
-      else this.#loose.add(buffer);
+      if (bytes <= MAX_KEPT_BYTES) {
+        this.#pins[i]?.release();
+        this.#kept[i] = buffer;
+        this.#pins[i] = this.#pin?.(buffer);
+      } else this.#loose.add(buffer);
     }
     return new Uint8Array(buffer, 0, bytes);
   }

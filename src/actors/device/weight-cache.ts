@@ -21,6 +21,7 @@
  */
 import { errors } from '../../shared/errors.js';
 import type { Residency } from '../../shared/channels/device.js';
+import type { DeviceSlice } from '../../native/ort.js';
 import { alignUp, type Arena, type Block } from './arena.js';
 
 /** One distinct tensor of a model, and the compile cache file holding its bytes. */
@@ -39,6 +40,8 @@ export type HostBuffer = (source: TensorSource) => { bytes: Uint8Array; fresh: b
 interface HostTensor {
   bytes: Uint8Array;
   refs: number;
+  /** Its registration with the GPU (backend cuda), released with it. */
+  pin?: { release(): void };
 }
 
 interface DeviceTensor {
@@ -91,6 +94,11 @@ export interface WeightCacheOptions {
   /** Window over which thrash is judged, ms. */
   thrashWindowMs: number;
   now?: () => number;
+  /**
+   * Register host weights for fast copies to the device (backend cuda: page-locked, so a cold load
+   * copies at the bus's speed); released when the cache lets go of them.
+   */
+  pinHost?: (bytes: Uint8Array) => { release(): void } | undefined;
 }
 
 export class WeightCache<Id extends string = string> {
@@ -245,15 +253,15 @@ export class WeightCache<Id extends string = string> {
         compactedBytes += this.#compact();
         block = this.arena.alloc(t.byteLength) as Block;
       }
-      const target = this.arena.view(block).subarray(0, t.byteLength);
       const host = this.#host.get(t.key);
-      if (host) target.set(host.bytes);
+      if (host) this.arena.write(block, host.bytes);
       else {
-        this.#options.readTensor(t, target);
+        this.arena.fill(block, t.byteLength, (into) => this.#options.readTensor(t, into));
         diskBytes += t.byteLength;
       }
       this.#device.set(t.key, { block, byteLength: t.byteLength, refs: 1 });
     }
+    this.arena.flush();
     model.resident = true;
     model.epoch = ++this.#epochs;
     this.#onDemandLoads++;
@@ -270,11 +278,18 @@ export class WeightCache<Id extends string = string> {
     };
   }
 
-  /** The device bytes of one tensor (valid until the next compaction or its eviction). */
+  /** The device bytes of one tensor, backend cpu (valid until the next compaction or its eviction). */
   deviceView(key: string): Uint8Array {
+    const data = this.deviceData(key);
+    if (!(data instanceof Uint8Array)) throw errors.internal(`weight ${key.slice(0, 12)} is on ${this.arena.device}, not in host memory`);
+    return data;
+  }
+
+  /** One tensor's data on the device, to bind (valid until the next compaction or its eviction). */
+  deviceData(key: string): Uint8Array | DeviceSlice {
     const t = this.#device.get(key);
     if (!t) throw errors.internal(`weight ${key.slice(0, 12)} is not on the device`);
-    return this.arena.bytes.subarray(t.block.offset, t.block.offset + t.byteLength);
+    return this.arena.data(t.block, t.byteLength);
   }
 
   /** Close the arena's holes now (CompactMemory); returns the bytes moved. */
@@ -332,14 +347,17 @@ export class WeightCache<Id extends string = string> {
       }
       const { bytes, fresh } = hostBuffer?.(t) ?? { bytes: new Uint8Array(t.byteLength), fresh: true };
       if (fresh) this.#options.readTensor(t, bytes);
-      this.#host.set(t.key, { bytes, refs: 1 });
+      this.#host.set(t.key, { bytes, refs: 1, pin: this.#options.pinHost?.(bytes) });
     }
   }
 
   #releaseHost(model: CachedModel): void {
     for (const key of model.tensors.keys()) {
       const host = this.#host.get(key);
-      if (host && --host.refs === 0) this.#host.delete(key);
+      if (host && --host.refs === 0) {
+        host.pin?.release();
+        this.#host.delete(key);
+      }
     }
   }
 

@@ -20,7 +20,8 @@ import { existsSync, rmSync } from 'node:fs';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HookInputs, InferCommand, ToDevice } from '../../shared/channels/device.js';
 import { nowMs } from '../../shared/channels/inference.js';
-import { initOrt, processThreadPool } from '../../native/ort.js';
+import { allocateDeviceMemory, initOrt, processThreadPool } from '../../native/ort.js';
+import { loadCuda, pinHost } from '../../native/cuda.js';
 import type { InstanceKey } from '../../shared/model-spec.js';
 import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
 import { Arena } from './arena.js';
@@ -40,6 +41,9 @@ if (!parentPort) throw new Error('actors/device/worker.js runs as a worker threa
   const { threadPool, intraOpThreads } = workerData as DeviceInit;
   initOrt(processThreadPool(threadPool, intraOpThreads));
 }
+// Backend cuda: the CUDA libraries, once per process (the server loaded them already; a device
+// started alone loads them here).
+if ((workerData as DeviceInit).cuda) loadCuda((workerData as DeviceInit).cuda!.libraryDirs);
 
 const port = parentPort;
 const init = workerData as DeviceInit;
@@ -61,17 +65,47 @@ const scheduler = new Scheduler<InferCommand>({
   costs,
   now: nowMs,
 });
-/** The device's weights: an arena of the budget's size and what is resident in it; null when the cache is off. */
+/**
+ * The device's weights: an arena of the budget's size and what is resident in it; null when the
+ * cache is off. On a GPU the arena is one cudaMalloc of the budget, made now, and the host copies of
+ * weights are pinned so that a cold load copies at the bus's speed.
+ */
+/**
+ * Pin host memory for copies to the GPU, or go on without (copies then run at pageable speed) where
+ * the platform refuses it (some sandboxes do): said once, not a failure.
+ */
+let pinRefused = false;
+function pinOrNot(view: ArrayBufferView | ArrayBuffer): { release(): void } | undefined {
+  if (pinRefused) return undefined;
+  try {
+    return pinHost(view);
+  } catch (err) {
+    pinRefused = true;
+    send({ type: 'warning', message: `device ${init.deviceId}: host memory cannot be pinned here, so copies to the GPU run at pageable speed: ${(err as Error).message}`, fields: { device: init.deviceId } });
+    return undefined;
+  }
+}
+
+function weightArena(weights: NonNullable<DeviceInit['weights']>): Arena {
+  if (!init.cuda) return new Arena(weights.budgetBytes, { preallocate: weights.preallocate });
+  return new Arena(weights.budgetBytes, { device: allocateDeviceMemory(weights.budgetBytes, `cuda:${init.deviceId}`) });
+}
 const weightCache = init.weights
-  ? new WeightCache<InstanceKey>(new Arena(init.weights.budgetBytes, { preallocate: init.weights.preallocate }), {
+  ? new WeightCache<InstanceKey>(weightArena(init.weights), {
     readTensor,
     compactionInterval: init.weights.compactionInterval,
     thrashWindowMs: init.weights.thrashWindowSeconds * 1000,
+    ...(init.cuda ? { pinHost: pinOrNot } : {}),
   })
   : null;
 const models = new DeviceModels(init, scheduler, costs, weightCache, (message, fields) => send({ type: 'warning', message, fields }));
 const regions = new RegionMappings();
-const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(), send, fail, costs, inlineRunBelowMs: init.inlineRunBelowMs, running: null };
+const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(init.cuda ? pinOrNot : undefined), send, fail, costs,
+  // Backend cuda: every run on this thread. ONNX Runtime's CUDA provider keeps cuBLAS and cuDNN
+  // state per session and per thread that runs it, for good: runs spread over libuv's threads held
+  // 450 MiB of GPU memory per session, runs on one thread 130 (bench/gpu-session-memory.js, H200).
+  inlineRunBelowMs: init.cuda ? Infinity : init.inlineRunBelowMs,
+  running: null };
 
 /** The control calls, each answering with its own reply type. */
 const calls: { [K in DeviceCallType]: (request: DeviceCall<K>) => Promise<DeviceCalls[K]['reply']> | DeviceCalls[K]['reply'] } = {

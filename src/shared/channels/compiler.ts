@@ -44,6 +44,8 @@ export interface CompileTask {
   cacheDir: string;
   /** Tensor keys the process holds in host RAM already: not read again. */
   inHostRam: string[];
+  /** The devices' backend: the graph is optimised for it (cuda: only the provider-neutral level). */
+  backend: 'cpu' | 'cuda';
 }
 
 export type CompileResult =

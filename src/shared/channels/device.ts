@@ -9,6 +9,7 @@ import type { InstanceKey, ModelSpec } from '../model-spec.js';
 import type { Residency, SchedulerConfig } from '../config-schema.js';
 import type { ErrorData } from '../errors.js';
 import type { CompiledExecutable } from './compiler.js';
+import type { WarmupOutcome } from '../../actors/device/warmup.js';
 import type { ExecutionTiming, InferenceRequest, InferenceResult, WireTensor } from './inference.js';
 
 /** Given to the worker at start-up (as workerData). */
@@ -24,6 +25,18 @@ export interface DeviceInit {
   scheduler: DeviceScheduling;
   /** The on-demand weight cache; null when it is off (every model's weights embedded and resident). */
   weights: WeightCacheInit | null;
+  /** Backend cuda: this device is CUDA ordinal `deviceId`; null on backend cpu. */
+  cuda: CudaDeviceInit | null;
+  /** Warm each model up before it is ready (runtime.warmup resolved); a model's policy may say otherwise. */
+  warmup: boolean;
+}
+
+/** A CUDA device actor's settings (config/cuda-options.ts derives them from runtime.cuda). */
+export interface CudaDeviceInit {
+  /** The CUDA execution provider's options, in ONNX Runtime's names and string values. */
+  providerOptions: Record<string, string>;
+  /** Where the CUDA libraries are searched for (native/cuda.ts cudaLibraryDirs). */
+  libraryDirs: string[];
 }
 
 /** A worker's scheduler block without `models:` (ModelPolicies owns those). */
@@ -125,6 +138,8 @@ export interface SchedulingPolicy {
  */
 export interface ModelPolicy extends SchedulingPolicy {
   residency: Residency;
+  /** scheduler.models.<name>.warmup; absent: the device's runtime.warmup. */
+  warmup?: boolean;
 }
 
 /** One loaded instance as the device sees it. */
@@ -153,7 +168,7 @@ export interface DeviceCalls {
   /** Open the weightless sessions of one version of a model (compiled already) under its own instance key. */
   load: {
     request: { instance: InstanceKey; spec: ModelSpec; policy: ModelPolicy; compiled: CompiledExecutable[] | null; hostOffer: Record<string, SharedArrayBuffer> };
-    reply: { loadMs: number; compiled: { files: number; cacheHits: number }; weightBytes: number; memory: WeightMemory | null; load: WeightLoad | null; host: HostUpdate };
+    reply: { loadMs: number; compiled: { files: number; cacheHits: number }; weightBytes: number; memory: WeightMemory | null; load: WeightLoad | null; host: HostUpdate; warmup: WarmupOutcome | null };
   };
   unload: { request: { instance: InstanceKey }; reply: { memory: WeightMemory | null } };
   /** Every loaded instance's queue and learned costs. */

@@ -20,7 +20,7 @@ test('defaults fill every key and the result is frozen', (t) => {
     model_poll_seconds: 15,
     logging: { level: 'info' },
     runtime: {
-      backend: 'cpu', intra_op_threads: 0, inline_run_below_ms: 50, thread_pool: 'per_session', cpu_device_memory_bytes: 1073741824, mem_fraction: 0.9, preallocate: true,
+      backend: 'cpu', warmup: 'auto', cuda: { tf32: true, cudnn_conv_algo_search: 'exhaustive', ort_arena_limit_bytes: 0, weight_cache_bytes: 0 }, intra_op_threads: 0, inline_run_below_ms: 50, thread_pool: 'per_session', cpu_device_memory_bytes: 1073741824, mem_fraction: 0.9, preallocate: true,
       weight_cache_fraction: 1, weight_cache_wiggle_fraction: 0.1,
     },
     scheduler: { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, compaction_interval: 0, models: {} },
@@ -78,9 +78,28 @@ test('gpus is auto, a count or a list of ids; lpt_packing needs fifo or edf devi
   t.regex(t.throws(() => parse('model_repo: m\ngateway:\n  scheduling:\n    routing_policy: fill_most\n')).message, /gateway\.scheduling\.routing_policy: "fill_most" is not allowed/);
 });
 
-test('backend cuda is refused with a message that says why', (t) => {
-  const err = stowageThrows(t, () => parse('model_repo: m\nglobal:\n  runtime:\n    backend: cuda\n'));
-  t.regex(err.message, /"cuda" is not available yet.*use "cpu"/);
+test('backend cuda parses, and its settings become ONNX Runtime\'s CUDA provider options', async (t) => {
+  const { cudaProviderOptions } = await import('../../../dist/config/cuda-options.js');
+  const { config } = parse('model_repo: m\nglobal:\n  runtime:\n    backend: cuda\n');
+  t.is(config.global.runtime.backend, 'cuda');
+  t.deepEqual(cudaProviderOptions(config.global.runtime.cuda), { use_tf32: '1', cudnn_conv_algo_search: 'EXHAUSTIVE', arena_extend_strategy: 'kSameAsRequested' });
+  const set = parse('model_repo: m\nglobal:\n  runtime:\n    backend: cuda\n    cuda: { tf32: false, cudnn_conv_algo_search: heuristic, ort_arena_limit_bytes: 1073741824 }\n').config;
+  t.deepEqual(cudaProviderOptions(set.global.runtime.cuda), { use_tf32: '0', cudnn_conv_algo_search: 'HEURISTIC', arena_extend_strategy: 'kSameAsRequested', gpu_mem_limit: '1073741824' });
+  t.regex(t.throws(() => parse('model_repo: m\nglobal:\n  runtime:\n    cuda: { tf32: maybe }\n')).message, /global\.runtime\.cuda\.tf32/);
+});
+
+test('on backend cuda, gpus names CUDA ordinals the process sees, and a worker\'s cuda block merges over global\'s', async (t) => {
+  const { resolveWorkers } = await import('../../../dist/config/workers.js');
+  const found = { ordinals: [0, 1], freeBytes: (/** @type {number} */ o) => (o + 1) * 2 ** 30 };
+  const auto = resolveWorkers(parse('model_repo: m\nglobal:\n  runtime:\n    backend: cuda\n').config, 'node.yaml', found);
+  t.deepEqual(auto.map((w) => w.deviceId), [0, 1]);
+  // The budget: each GPU's free memory x mem_fraction x weight_cache_fraction x (1 - wiggle).
+  t.is(auto[1].weights?.budgetBytes, Math.floor((2 * 2 ** 30 * 0.9 * 0.9) / 64) * 64);
+  const fixed = resolveWorkers(parse('model_repo: m\nglobal:\n  runtime:\n    backend: cuda\n    cuda: { weight_cache_bytes: 1000033 }\n').config, 'node.yaml', found);
+  t.is(fixed[0].weights?.budgetBytes, 1000000); // rounded down to the arena alignment (64)
+  t.regex(t.throws(() => resolveWorkers(parse('model_repo: m\ngpus: [0, 3]\nglobal:\n  runtime:\n    backend: cuda\n').config, 'node.yaml', found)).message, /gpus: \[0,3\] names GPU 3, but this process sees 2/);
+  const merged = resolveWorkers(parse('model_repo: m\nglobal:\n  runtime:\n    backend: cuda\nworkers:\n  - { name: a, gpu: 1, runtime: { cuda: { tf32: false } } }\n').config, 'node.yaml', found);
+  t.deepEqual(merged[0].runtime.cuda, { tf32: false, cudnn_conv_algo_search: 'exhaustive', ort_arena_limit_bytes: 0, weight_cache_bytes: 0 });
 });
 
 test('environment variables override the file, typed by the schema', (t) => {

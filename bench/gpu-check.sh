@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The GPU checks in one go, for a GPU machine that has the project (built, with the CUDA provider
+# beside libonnxruntime.so.1: npm run cuda:install, or tools/pack-offline.sh --with-tests there):
+# the test/gpu suite, bench/gpu.js (ResNet-50 on backend cuda), and bench/resnet50.js (the CPU
+# backend against raw ONNX Runtime, on however many cores the machine has). Logs go to LOG_DIR.
+#
+#   bash bench/gpu-check.sh LOG_DIR
+#
+# STOWAGE_CUDA_LIBRARY_PATH must name the folders of the CUDA libraries when they are not where
+# npm run cuda:install puts them; with NVIDIA's Python wheels installed, they are found there.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+logs=${1:?usage: bench/gpu-check.sh LOG_DIR}
+mkdir -p "$logs"
+if [ -z "${STOWAGE_CUDA_LIBRARY_PATH:-}" ] && command -v python3 >/dev/null; then
+  site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)
+  if [ -d "$site/nvidia" ]; then
+    STOWAGE_CUDA_LIBRARY_PATH=$(find "$site/nvidia" -name 'lib*.so*' -printf '%h\n' | sort -u | paste -sd:)
+    export STOWAGE_CUDA_LIBRARY_PATH
+  fi
+fi
+echo "node $(node --version); STOWAGE_CUDA_LIBRARY_PATH=${STOWAGE_CUDA_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$logs/nvidia-smi.log"
+status=0
+step() {
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name ($(date -u +%T))"
+  timeout "$limit" "$@" > "$logs/$name.log" 2>&1
+  local rc=$?
+  tail -n 60 "$logs/$name.log"
+  echo "=== $name: exit $rc"
+  [ "$rc" -eq 0 ] || status=1
+}
+step gpu-tests 200 node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/cuda.test.js
+step bench-gpu 170 node bench/gpu.js
+step bench-resnet50-cpu 110 node bench/resnet50.js --rounds 1
+exit $status

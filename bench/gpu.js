@@ -1,0 +1,103 @@
+// Backend cuda on ResNet-50 (tools/make_bench_models.py resnet50 resnet50_b: 97 MiB of weights
+// each, no tensor in common), on one GPU:
+//   - raw: Stowage's binding, the model's own file with its weights embedded, CUDA provider
+//     (TF32 on, ONNX Runtime's default), host input and output: the floor;
+//   - server warm: `node main.js` with backend cuda over both bundles, called over gRPC, the
+//     model's weights already in the GPU weight arena (bound once per residency);
+//   - server cold: the arena holds one model (runtime.cuda.weight_cache_bytes), and calls alternate
+//     between the two, so every call first copies its model's 97 MiB from pinned host RAM.
+// Medians at batch 1, 8 and 32 after warm-up (the first run at each batch size costs 100+ ms).
+//
+//   npm run build && node bench/gpu.js        (a GPU machine after npm run cuda:install)
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
+import { gpuReport, loadCuda } from '../dist/native/cuda.js';
+import { OrtSession } from '../dist/native/ort.js';
+import { ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
+
+const BATCHES = [1, 8, 32];
+const CALLS = { 1: 60, 8: 30, 32: 15 };
+const FLOAT = 1;
+
+loadCuda();
+const report = gpuReport();
+const temp = tempDir('stowage-bench-gpu-');
+execFileSync(process.env.PYTHON ?? 'python3', [path.join(ROOT, 'tools', 'make_bench_models.py'), path.join(temp.dir, 'generated'), 'resnet50', 'resnet50_b'], { stdio: 'inherit' });
+const bundles = { resnet50: path.join(temp.dir, 'generated', 'resnet50'), resnet50_b: path.join(temp.dir, 'generated', 'resnet50_b') };
+const repo = makeRepository(temp.dir, bundles);
+
+const median = (/** @type {number[]} */ xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const image = (/** @type {number} */ n) => Float32Array.from({ length: n * 3 * 224 * 224 }, (_, i) => Math.sin(i * 0.001));
+
+/** Median ms of `calls` runs of `run` after three to warm up. */
+async function timed(calls, run) {
+  for (let i = 0; i < 3; i++) await run(i);
+  const ms = [];
+  for (let i = 0; i < calls; i++) {
+    const t0 = performance.now();
+    await run(i);
+    ms.push(performance.now() - t0);
+  }
+  return median(ms);
+}
+
+const rows = {};
+const usedBefore = gpuReport().gpus[0]?.memoryUsedBytes ?? 0;
+const raw = OrtSession.open(path.join(bundles.resnet50, 'model.onnx'), { graphOptimizationLevel: 'all', logSeverityLevel: 3, cuda: { deviceId: 0, options: {} } });
+const fp32 = OrtSession.open(path.join(bundles.resnet50, 'model.onnx'), { graphOptimizationLevel: 'all', logSeverityLevel: 3, cuda: { deviceId: 0, options: { use_tf32: '0' } } });
+for (const b of BATCHES) {
+  const x = image(b);
+  const feeds = [{ name: 'image', type: FLOAT, dims: [b, 3, 224, 224], data: x }];
+  rows[b] = { raw: await timed(CALLS[b], () => raw.run(feeds, ['scores'])), fp32: await timed(CALLS[b], () => fp32.run(feeds, ['scores'])) };
+}
+// GPU memory an embedded session holds once it has run at every batch size (context included: the first).
+const rawSessionBytes = ((gpuReport().gpus[0]?.memoryUsedBytes ?? 0) - usedBefore) / 2;
+raw.release();
+fp32.release();
+
+// Room for one model's weights (plus slack for alignment), not two.
+const weightBytes = 102_031_776;
+const usedIdle = gpuReport().gpus[0]?.memoryUsedBytes ?? 0;
+const server = await startServer({
+  model_repo: repo,
+  cache_dir: path.join(temp.dir, 'cache'),
+  global: { runtime: { backend: 'cuda', cuda: { weight_cache_bytes: Math.ceil(weightBytes * 1.3) } } },
+}, { root: temp.dir });
+try {
+  // Both models loaded and warmed (every batch size): the GPU memory they hold beyond the weight arena.
+  const usedServing = gpuReport().gpus[0]?.memoryUsedBytes ?? 0;
+  const arenaBytes = metric(await scrapeMetrics(server.adminPort), 'stowage_weight_cache_budget_bytes', 'device="0"');
+  const stats = async () => (await server.client.call('ModelStatistics', { name: 'resnet50' })).model_stats[0].inference_stats.compute_infer;
+  const infer = (/** @type {string} */ model, /** @type {Float32Array} */ x, /** @type {number} */ b) => server.client.infer(model, [{ name: 'image', datatype: 'FP32', shape: [b, 3, 224, 224], data: x }]);
+  for (const b of BATCHES) {
+    const x = image(b);
+    // Both models warm at this batch size first (each pays its first run here, not in the figures).
+    await infer('resnet50_b', x, b);
+    const before = await stats();
+    rows[b].warm = await timed(CALLS[b], () => infer('resnet50', x, b));
+    const after = await stats();
+    rows[b].compute = (Number(after.ns) - Number(before.ns)) / (Number(after.count) - Number(before.count)) / 1e6;
+    rows[b].cold = await timed(Math.ceil(CALLS[b] / 2), (i) => infer(i % 2 ? 'resnet50' : 'resnet50_b', x, b));
+  }
+  const m = await scrapeMetrics(server.adminPort);
+  const loads = ['resnet50', 'resnet50_b'].map((model) => ({
+    misses: metric(m, 'stowage_weight_cache_misses_total', `model="${model}"`),
+    bytes: metric(m, 'stowage_weight_cache_load_bytes_total', `model="${model}",source="host"`),
+    seconds: metric(m, 'stowage_weight_cache_load_seconds_total', `model="${model}"`),
+  }));
+  const misses = loads.reduce((s, l) => s + l.misses, 0);
+  const seconds = loads.reduce((s, l) => s + l.seconds, 0);
+  const bytes = loads.reduce((s, l) => s + l.bytes, 0);
+  console.log(`\n${new Date().toISOString().slice(0, 10)}, ${report.gpus[0]?.name} (${((report.gpus[0]?.memoryTotalBytes ?? 0) / 2 ** 30).toFixed(0)} GiB), driver ${report.driverVersion}, CUDA ${report.runtimeCuda}, cuDNN ${report.cudnn}, Node ${process.versions.node}\n`);
+  console.log('| batch | raw binding, embedded, TF32 (ms) | raw, TF32 off (ms) | server warm, end to end (ms) | server warm, compute (ms) | server cold: 97 MiB copied + run (ms) | compute / raw | cold - warm (ms) |');
+  console.log('| --- | --- | --- | --- | --- | --- | --- | --- |');
+  for (const b of BATCHES) {
+    const r = rows[b];
+    console.log(`| ${b} | ${r.raw.toFixed(2)} | ${r.fp32.toFixed(2)} | ${r.warm.toFixed(2)} | ${r.compute.toFixed(2)} | ${r.cold.toFixed(2)} | ${(r.compute / r.raw).toFixed(2)} | ${(r.cold - r.warm).toFixed(2)} |`);
+  }
+  console.log(`\nGPU memory: an embedded ResNet-50 session after runs at 1, 8 and 32 holds ${(rawSessionBytes / 2 ** 20).toFixed(0)} MiB (the first includes the CUDA context); the server with both models warm holds ${((usedServing - usedIdle) / 2 ** 20).toFixed(0)} MiB, of which the weight arena ${(arenaBytes / 2 ** 20).toFixed(0)} MiB: ${((usedServing - usedIdle - arenaBytes) / 2 / 2 ** 20).toFixed(0)} MiB per model's weightless session (and the server's CUDA context)`);
+  console.log(`\nweight loads: ${misses} cold calls, ${(bytes / 2 ** 20).toFixed(0)} MiB from host RAM in ${(seconds * 1000).toFixed(0)} ms: ${(seconds * 1000 / Math.max(1, misses)).toFixed(2)} ms and ${(bytes / Math.max(seconds, 1e-9) / 1e9).toFixed(1)} GB/s per load`);
+} finally {
+  await server.stop();
+  temp.cleanup();
+}

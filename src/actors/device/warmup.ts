@@ -1,0 +1,64 @@
+/**
+ * Warm-up before ready: each executable of a model runs once, on zeros, at its batch size, before
+ * the model reports READY, so that no client pays ONNX Runtime's first run at a batch size (on CUDA
+ * 90-470 ms: kernel and cuDNN algorithm selection, memory planning; ../shared/GPU.md). On by
+ * default on backend cuda, off on cpu, where a first run costs little (runtime.warmup, and per model
+ * scheduler.models.<name>.warmup).
+ */
+import type { ModelSpec } from '../../shared/model-spec.js';
+import { dtypeInfo } from '../../shared/dtypes.js';
+import type { OrtTensor } from '../../native/ort.js';
+import type { Executable } from './executables.js';
+
+export interface WarmupOutcome {
+  /** Runs made (one per executable warmed). */
+  runs: number;
+  ms: number;
+  /** Why some executable was not warmed (an input with a free axis), or null. */
+  skipped: string | null;
+}
+
+/** Zero inputs for one run at batch `rows`, or why there can be none. */
+function zeroInputs(spec: ModelSpec, rows: number): OrtTensor[] | string {
+  const inputs: OrtTensor[] = [];
+  for (const t of spec.inputs) {
+    const dims = t.shape.map((d, i) => (i === t.batchDim ? rows : d));
+    if (dims.some((d) => d < 0)) return `input ${t.name} has a free axis (${t.axes}): zeros have no shape`;
+    const info = dtypeInfo(t.datatype);
+    const elements = dims.reduce((a, b) => a * b, 1);
+    // BYTES travel length-prefixed (4 bytes each): zeros are that many empty strings.
+    const bytes = elements * (t.datatype === 'BYTES' ? 4 : info.elementBytes);
+    inputs.push({ name: t.name, type: info.onnxType, dims, data: new Uint8Array(bytes) });
+  }
+  return inputs;
+}
+
+/**
+ * Run every executable once. `bind` binds an executable's weights first (the model is resident);
+ * `onThisThread`: runSync (backend cuda), else on a libuv thread.
+ * A failed run is an error for the caller (a model that cannot run on zeros says why).
+ */
+export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, Executable>, bind: (e: Executable) => void, onThisThread: boolean): Promise<WarmupOutcome> {
+  const started = performance.now();
+  let runs = 0;
+  let skipped: string | null = null;
+  for (const [batchSize, executable] of executables) {
+    // A dynamic batch axis (batchSize 0): each compiled batch size is a first run of its own.
+    const sizes = batchSize > 0 ? [batchSize] : spec.compiledBatchSizes.length > 0 ? spec.compiledBatchSizes : [1];
+    for (const rows of sizes) {
+      const inputs = zeroInputs(spec, spec.batchAxis === null ? 1 : rows);
+      if (typeof inputs === 'string') {
+        skipped = inputs;
+        continue;
+      }
+      bind(executable);
+      const outputs = executable.session.outputs.map((o) => o.name);
+      // On CUDA on this thread, where every run of the device goes (worker.ts): a run on another
+      // thread would leave that thread's cuBLAS and cuDNN state on the GPU for good.
+      if (onThisThread) executable.session.runSync(inputs, outputs);
+      else await executable.session.run(inputs, outputs);
+      runs++;
+    }
+  }
+  return { runs, ms: performance.now() - started, skipped };
+}

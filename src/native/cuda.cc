@@ -1,0 +1,418 @@
+// CUDA for the binding, loaded at run time (cuda.h): the libraries the CUDA execution provider
+// needs, the GPUs as NVML describes them, and host memory pinned for fast host-to-device copies.
+// Nothing here links against CUDA: a machine with no GPU builds and loads the binding unchanged,
+// and every call answers a clear error there instead.
+#include "cuda.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <napi.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+namespace stowage_cuda {
+namespace {
+
+std::mutex loadMutex;
+Runtime table;
+bool loaded = false;
+size_t (*cudnnGetVersionFn)() = nullptr;
+
+bool isFile(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// dlopen `name` from the first of `dirs` that holds it, else by name (the loader's own path).
+void* open(const std::string& name, const std::vector<std::string>& dirs, std::string& from, std::string& error) {
+  for (const std::string& dir : dirs) {
+    std::string path = dir + "/" + name;
+    if (!isFile(path)) continue;
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (h) {
+      from = path;
+      return h;
+    }
+    error = dlerror();
+    return nullptr;
+  }
+  void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (h) from = name;
+  else error = dlerror();
+  return h;
+}
+
+template <typename F>
+void bind(void* lib, const char* symbol, F& fn) {
+  fn = reinterpret_cast<F>(dlsym(lib, symbol));
+  if (!fn) throw std::runtime_error(std::string("libcudart.so.13 has no ") + symbol);
+}
+
+}  // namespace
+
+const Runtime* runtime() {
+  return loaded ? &table : nullptr;
+}
+
+void check(int err, const std::string& what) {
+  if (err == 0) return;
+  if (loaded && table.getLastError) table.getLastError();
+  const char* message = loaded && table.getErrorString ? table.getErrorString(err) : "unknown error";
+  throw std::runtime_error(what + ": " + message + " (CUDA error " + std::to_string(err) + ")");
+}
+
+size_t cudnnVersion() {
+  return cudnnGetVersionFn ? cudnnGetVersionFn() : 0;
+}
+
+std::vector<std::string> load(const std::vector<std::string>& dirs, std::vector<std::string>& loadedFrom) {
+  std::lock_guard<std::mutex> lock(loadMutex);
+  // In dependency order, so each finds the ones before it already loaded. cuDNN 9 is a front
+  // library that opens its parts by soname at run time: they are loaded here too, so those opens
+  // find them whatever the loader's path.
+  // Optional ones (the compilers cuDNN's runtime-compiled engines use, cuDNN's parts) are loaded
+  // when present; cuDNN reports what it lacks when a model needs it.
+  struct Library {
+    const char* name;
+    bool required;
+  };
+  static const Library libraries[] = {
+    {"libcudart.so.13", true}, {"libcublasLt.so.13", true}, {"libcublas.so.13", true}, {"libcurand.so.10", true},
+    {"libcufft.so.12", true}, {"libnvrtc.so.13", false}, {"libnvJitLink.so.13", false},
+    {"libcudnn_graph.so.9", false}, {"libcudnn_engines_precompiled.so.9", false}, {"libcudnn_engines_runtime_compiled.so.9", false},
+    {"libcudnn_heuristic.so.9", false}, {"libcudnn_ops.so.9", false}, {"libcudnn_cnn.so.9", false}, {"libcudnn_adv.so.9", false},
+    {"libcudnn.so.9", true},
+  };
+  std::vector<std::string> missing;
+  for (const Library& library : libraries) {
+    const char* name = library.name;
+    std::string from, error;
+    void* h = open(name, dirs, from, error);
+    if (!h) {
+      if (library.required) missing.push_back(std::string(name) + " (" + error + ")");
+      continue;
+    }
+    loadedFrom.push_back(from);
+    if (std::strcmp(name, "libcudart.so.13") == 0 && !loaded) {
+      bind(h, "cudaGetDeviceCount", table.getDeviceCount);
+      bind(h, "cudaSetDevice", table.setDevice);
+      bind(h, "cudaMalloc", table.malloc);
+      bind(h, "cudaFree", table.free);
+      bind(h, "cudaMemcpy", table.memcpy);
+      bind(h, "cudaMemcpyAsync", table.memcpyAsync);
+      bind(h, "cudaGetLastError", table.getLastError);
+      bind(h, "cudaStreamSynchronize", table.streamSynchronize);
+      bind(h, "cudaMemGetInfo", table.memGetInfo);
+      bind(h, "cudaHostRegister", table.hostRegister);
+      bind(h, "cudaHostUnregister", table.hostUnregister);
+      bind(h, "cudaRuntimeGetVersion", table.runtimeGetVersion);
+      bind(h, "cudaDriverGetVersion", table.driverGetVersion);
+      bind(h, "cudaDeviceGetPCIBusId", table.deviceGetPCIBusId);
+      bind(h, "cudaGetErrorString", table.getErrorString);
+      loaded = true;
+    }
+    if (std::strcmp(name, "libcudnn.so.9") == 0) {
+      cudnnGetVersionFn = reinterpret_cast<size_t (*)()>(dlsym(h, "cudnnGetVersion"));
+    }
+  }
+  return missing;
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// NVML: the GPUs as the driver describes them (for the start-up log and the nv_gpu_* metrics)
+
+struct NvmlMemory {
+  unsigned long long total, free, used;
+};
+struct NvmlUtilization {
+  unsigned int gpu, memory;
+};
+using NvmlDevice = void*;
+
+struct Nvml {
+  int (*init)();
+  int (*getHandleByPciBusId)(const char*, NvmlDevice*);
+  int (*getName)(NvmlDevice, char*, unsigned int);
+  int (*getUuid)(NvmlDevice, char*, unsigned int);
+  int (*getMemoryInfo)(NvmlDevice, NvmlMemory*);
+  int (*getUtilization)(NvmlDevice, NvmlUtilization*);
+  int (*getPowerUsage)(NvmlDevice, unsigned int*);
+  int (*getPowerLimit)(NvmlDevice, unsigned int*);
+  int (*getEnergy)(NvmlDevice, unsigned long long*);
+  int (*driverVersion)(char*, unsigned int);
+  int (*cudaDriverVersion)(int*);
+  const char* (*errorString)(int);
+};
+
+std::mutex nvmlMutex;
+Nvml nvml;
+bool nvmlReady = false;
+std::string nvmlError;
+
+// NVML from the driver (libnvidia-ml.so.1), initialised once; false with nvmlError set when absent.
+bool loadNvml() {
+  std::lock_guard<std::mutex> lock(nvmlMutex);
+  if (nvmlReady) return true;
+  if (!nvmlError.empty()) return false;
+  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    nvmlError = std::string("NVML is not available (libnvidia-ml.so.1 comes with the NVIDIA driver): ") + dlerror();
+    return false;
+  }
+  auto sym = [&](const char* name) {
+    void* f = dlsym(h, name);
+    if (!f) throw std::runtime_error(std::string("libnvidia-ml.so.1 has no ") + name);
+    return f;
+  };
+  try {
+    nvml.init = reinterpret_cast<int (*)()>(sym("nvmlInit_v2"));
+    nvml.getHandleByPciBusId = reinterpret_cast<int (*)(const char*, NvmlDevice*)>(sym("nvmlDeviceGetHandleByPciBusId_v2"));
+    nvml.getName = reinterpret_cast<int (*)(NvmlDevice, char*, unsigned int)>(sym("nvmlDeviceGetName"));
+    nvml.getUuid = reinterpret_cast<int (*)(NvmlDevice, char*, unsigned int)>(sym("nvmlDeviceGetUUID"));
+    nvml.getMemoryInfo = reinterpret_cast<int (*)(NvmlDevice, NvmlMemory*)>(sym("nvmlDeviceGetMemoryInfo"));
+    nvml.getUtilization = reinterpret_cast<int (*)(NvmlDevice, NvmlUtilization*)>(sym("nvmlDeviceGetUtilizationRates"));
+    nvml.getPowerUsage = reinterpret_cast<int (*)(NvmlDevice, unsigned int*)>(sym("nvmlDeviceGetPowerUsage"));
+    nvml.getPowerLimit = reinterpret_cast<int (*)(NvmlDevice, unsigned int*)>(sym("nvmlDeviceGetEnforcedPowerLimit"));
+    nvml.getEnergy = reinterpret_cast<int (*)(NvmlDevice, unsigned long long*)>(sym("nvmlDeviceGetTotalEnergyConsumption"));
+    nvml.driverVersion = reinterpret_cast<int (*)(char*, unsigned int)>(sym("nvmlSystemGetDriverVersion"));
+    nvml.cudaDriverVersion = reinterpret_cast<int (*)(int*)>(sym("nvmlSystemGetCudaDriverVersion_v2"));
+    nvml.errorString = reinterpret_cast<const char* (*)(int)>(sym("nvmlErrorString"));
+  } catch (const std::exception& err) {
+    nvmlError = err.what();
+    return false;
+  }
+  int rc = nvml.init();
+  if (rc != 0) {
+    nvmlError = std::string("nvmlInit: ") + nvml.errorString(rc);
+    return false;
+  }
+  nvmlReady = true;
+  return true;
+}
+
+Napi::Error cudaError(Napi::Env e, const std::string& message) {
+  Napi::Error err = Napi::Error::New(e, message);
+  err.Set("code", Napi::String::New(e, "ERR_CUDA"));
+  return err;
+}
+
+// cudaLoad(dirs: string[]): { loaded: string[], missing: string[] }
+Napi::Value CudaLoad(const Napi::CallbackInfo& info) {
+  Napi::Env e = info.Env();
+  std::vector<std::string> dirs;
+  if (info.Length() > 0 && info[0].IsArray()) {
+    Napi::Array list = info[0].As<Napi::Array>();
+    for (uint32_t i = 0; i < list.Length(); i++) if (list.Get(i).IsString()) dirs.push_back(list.Get(i).As<Napi::String>().Utf8Value());
+  }
+  std::vector<std::string> from;
+  std::vector<std::string> missing;
+  try {
+    missing = load(dirs, from);
+  } catch (const std::exception& err) {
+    throw cudaError(e, err.what());
+  }
+  Napi::Object out = Napi::Object::New(e);
+  Napi::Array l = Napi::Array::New(e, from.size());
+  for (size_t i = 0; i < from.size(); i++) l.Set(i, from[i]);
+  Napi::Array m = Napi::Array::New(e, missing.size());
+  for (size_t i = 0; i < missing.size(); i++) m.Set(i, missing[i]);
+  out.Set("loaded", l);
+  out.Set("missing", m);
+  return out;
+}
+
+// cudaDevices(): the GPUs this process sees (CUDA_VISIBLE_DEVICES applies), by CUDA ordinal, with
+// NVML's description where NVML is there. Creates no CUDA context.
+Napi::Value CudaDevices(const Napi::CallbackInfo& info) {
+  Napi::Env e = info.Env();
+  const Runtime* rt = runtime();
+  if (!rt) throw cudaError(e, "the CUDA runtime is not loaded (cudaLoad first)");
+  Napi::Object out = Napi::Object::New(e);
+  int count = 0;
+  int rc = rt->getDeviceCount(&count);
+  if (rc != 0) {
+    // No driver or no device: an answer, not a crash; the caller words it.
+    out.Set("error", std::string(rt->getErrorString(rc)) + " (CUDA error " + std::to_string(rc) + ")");
+    rt->getLastError();
+    count = 0;
+  }
+  int runtimeVersion = 0, driverVersion = 0;
+  rt->runtimeGetVersion(&runtimeVersion);
+  rt->driverGetVersion(&driverVersion);
+  out.Set("runtimeVersion", runtimeVersion);
+  out.Set("driverCudaVersion", driverVersion);
+  out.Set("cudnnVersion", static_cast<double>(cudnnVersion()));
+  bool haveNvml = loadNvml();
+  if (haveNvml) {
+    char version[96] = {0};
+    if (nvml.driverVersion(version, sizeof version) == 0) out.Set("driverVersion", std::string(version));
+  } else {
+    out.Set("nvmlError", nvmlError);
+  }
+  Napi::Array devices = Napi::Array::New(e, count);
+  for (int i = 0; i < count; i++) {
+    Napi::Object d = Napi::Object::New(e);
+    d.Set("ordinal", i);
+    char bus[64] = {0};
+    if (rt->deviceGetPCIBusId(bus, sizeof bus, i) == 0) d.Set("pciBusId", std::string(bus));
+    NvmlDevice handle = nullptr;
+    if (haveNvml && bus[0] && nvml.getHandleByPciBusId(bus, &handle) == 0) {
+      char name[128] = {0}, uuid[96] = {0};
+      if (nvml.getName(handle, name, sizeof name) == 0) d.Set("name", std::string(name));
+      if (nvml.getUuid(handle, uuid, sizeof uuid) == 0) d.Set("uuid", std::string(uuid));
+      NvmlMemory mem;
+      if (nvml.getMemoryInfo(handle, &mem) == 0) {
+        d.Set("memoryTotalBytes", static_cast<double>(mem.total));
+        d.Set("memoryUsedBytes", static_cast<double>(mem.used));
+        d.Set("memoryFreeBytes", static_cast<double>(mem.free));
+      }
+      NvmlUtilization util;
+      if (nvml.getUtilization(handle, &util) == 0) d.Set("utilization", util.gpu / 100.0);
+      unsigned int mw = 0;
+      if (nvml.getPowerUsage(handle, &mw) == 0) d.Set("powerWatts", mw / 1000.0);
+      if (nvml.getPowerLimit(handle, &mw) == 0) d.Set("powerLimitWatts", mw / 1000.0);
+      unsigned long long mj = 0;
+      if (nvml.getEnergy(handle, &mj) == 0) d.Set("energyJoules", static_cast<double>(mj) / 1000.0);
+    }
+    devices.Set(i, d);
+  }
+  out.Set("devices", devices);
+  return out;
+}
+
+// cudaMemoryInfo(ordinal): { freeBytes, totalBytes } as the CUDA runtime counts them on that
+// device (makes the calling thread's context there: call it from the device's own thread).
+Napi::Value CudaMemoryInfo(const Napi::CallbackInfo& info) {
+  Napi::Env e = info.Env();
+  const Runtime* rt = runtime();
+  if (!rt) throw cudaError(e, "the CUDA runtime is not loaded (cudaLoad first)");
+  if (info.Length() < 1 || !info[0].IsNumber()) throw cudaError(e, "cudaMemoryInfo(ordinal): ordinal must be a number");
+  int ordinal = info[0].As<Napi::Number>().Int32Value();
+  size_t freeBytes = 0, totalBytes = 0;
+  try {
+    check(rt->setDevice(ordinal), "cudaSetDevice(" + std::to_string(ordinal) + ")");
+    check(rt->memGetInfo(&freeBytes, &totalBytes), "cudaMemGetInfo");
+  } catch (const std::exception& err) {
+    throw cudaError(e, err.what());
+  }
+  Napi::Object out = Napi::Object::New(e);
+  out.Set("freeBytes", static_cast<double>(freeBytes));
+  out.Set("totalBytes", static_cast<double>(totalBytes));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pinned host memory
+
+// Registrations by start address, counted: several device threads pin the same shared buffer
+// (the process's host weights), and CUDA registers a range once per process.
+std::mutex pinMutex;
+std::map<void*, std::pair<size_t, int>> pins;
+
+// pinHost(buffer): the buffer's pages locked and registered with CUDA (cudaHostRegister), so
+// copies from it run at the bus's speed without a staging copy. The object keeps the buffer alive;
+// release() (or collection) unregisters it once no other pin of the same range remains.
+class PinnedHost : public Napi::ObjectWrap<PinnedHost> {
+ public:
+  static Napi::Function Define(Napi::Env e) {
+    return DefineClass(e, "PinnedHost", {
+      InstanceAccessor("bytes", &PinnedHost::Bytes, nullptr),
+      InstanceMethod("release", &PinnedHost::Release),
+    });
+  }
+
+  explicit PinnedHost(const Napi::CallbackInfo& info) : Napi::ObjectWrap<PinnedHost>(info) {
+    Napi::Env e = info.Env();
+    const Runtime* rt = runtime();
+    if (!rt) throw cudaError(e, "pinHost: the CUDA runtime is not loaded (cudaLoad first)");
+    if (info.Length() < 1) throw cudaError(e, "pinHost(buffer): buffer must be an ArrayBuffer, SharedArrayBuffer or a view of one");
+    Napi::Value v = info[0];
+    if (v.IsArrayBuffer()) {
+      Napi::ArrayBuffer ab = v.As<Napi::ArrayBuffer>();
+      data_ = ab.Data();
+      bytes_ = ab.ByteLength();
+    } else if (v.IsTypedArray() || v.IsDataView()) {
+      napi_value ab;
+      void* p = nullptr;
+      size_t length = 0;
+      if (v.IsTypedArray()) {
+        napi_typedarray_type type;
+        size_t offset = 0;
+        napi_get_typedarray_info(e, v, &type, &length, &p, &ab, &offset);
+        length *= Napi::TypedArray(e, v).ElementSize();
+      } else {
+        size_t offset = 0;
+        napi_get_dataview_info(e, v, &length, &p, &ab, &offset);
+      }
+      data_ = p;
+      bytes_ = length;
+    } else {
+      // A SharedArrayBuffer: N-API (version 8) has no accessor for it; a view of it is the way in.
+      throw cudaError(e, "pinHost(buffer): buffer must be an ArrayBuffer or a view (for a SharedArrayBuffer, pass a Uint8Array over it)");
+    }
+    if (bytes_ == 0) return;  // nothing to register
+    keep_ = Napi::Persistent(v.As<Napi::Object>());
+    std::lock_guard<std::mutex> lock(pinMutex);
+    auto at = pins.find(data_);
+    if (at != pins.end()) {
+      if (at->second.first < bytes_) throw cudaError(e, "pinHost: the buffer's start is pinned already with a shorter length");
+      at->second.second++;
+      return;
+    }
+    int rc = rt->hostRegister(data_, bytes_, 1 /* cudaHostRegisterPortable: every device's context */);
+    if (rc != 0) {
+      rt->getLastError();
+      keep_.Reset();
+      std::string msg = std::string("cudaHostRegister of ") + std::to_string(bytes_) + " bytes: " + rt->getErrorString(rc);
+      data_ = nullptr;
+      throw cudaError(e, msg);
+    }
+    pins[data_] = {bytes_, 1};
+  }
+
+  ~PinnedHost() override { unpin(); }
+
+ private:
+  void unpin() {
+    if (!data_ || bytes_ == 0) return;
+    std::lock_guard<std::mutex> lock(pinMutex);
+    auto at = pins.find(data_);
+    if (at != pins.end() && --at->second.second == 0) {
+      if (const Runtime* rt = runtime()) rt->hostUnregister(data_);
+      pins.erase(at);
+    }
+    data_ = nullptr;
+    if (!keep_.IsEmpty()) keep_.Reset();
+  }
+
+  Napi::Value Bytes(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), data_ ? static_cast<double>(bytes_) : 0);
+  }
+
+  Napi::Value Release(const Napi::CallbackInfo& info) {
+    unpin();
+    return info.Env().Undefined();
+  }
+
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Napi::ObjectReference keep_;
+};
+
+}  // namespace
+
+void define(Napi::Env e, Napi::Object exports) {
+  exports.Set("cudaLoad", Napi::Function::New(e, CudaLoad));
+  exports.Set("cudaDevices", Napi::Function::New(e, CudaDevices));
+  exports.Set("cudaMemoryInfo", Napi::Function::New(e, CudaMemoryInfo));
+  exports.Set("PinnedHost", PinnedHost::Define(e));
+}
+
+}  // namespace stowage_cuda

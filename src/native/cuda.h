@@ -1,0 +1,57 @@
+// The CUDA runtime, NVML and cuDNN as the binding uses them: loaded at run time (dlopen), never
+// linked, so the binding builds and runs on a machine with no GPU and no CUDA toolkit. Only the
+// calls Stowage makes are declared, with the C ABI the libraries export (CUDA 13, NVML, cuDNN 9).
+#pragma once
+
+#include <napi.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace stowage_cuda {
+
+// cudaMemcpyKind
+constexpr int kHostToDevice = 1;
+constexpr int kDeviceToHost = 2;
+constexpr int kDeviceToDevice = 3;
+
+struct Runtime {
+  int (*getDeviceCount)(int*);
+  int (*setDevice)(int);
+  int (*malloc)(void**, size_t);
+  int (*free)(void*);
+  int (*memcpy)(void*, const void*, size_t, int);
+  int (*memcpyAsync)(void*, const void*, size_t, int, void*);
+  int (*getLastError)();
+  int (*streamSynchronize)(void*);
+  int (*memGetInfo)(size_t*, size_t*);
+  int (*hostRegister)(void*, size_t, unsigned int);
+  int (*hostUnregister)(void*);
+  int (*runtimeGetVersion)(int*);
+  int (*driverGetVersion)(int*);
+  int (*deviceGetPCIBusId)(char*, int, int);
+  const char* (*getErrorString)(int);
+};
+
+// The runtime, or null until load() succeeded.
+const Runtime* runtime();
+
+// Load the CUDA libraries the CUDA execution provider needs (cudart, cuBLAS/cuBLASLt, cuRAND,
+// cuFFT, cuDNN 9 and its parts) from `dirs` (first match wins) or the loader's own path, with
+// RTLD_GLOBAL: the provider then finds them by their sonames without LD_LIBRARY_PATH. Answers the
+// libraries it could not load (empty when all loaded); idempotent.
+std::vector<std::string> load(const std::vector<std::string>& dirs, std::vector<std::string>& loadedFrom);
+
+// Throws std::runtime_error("<what>: <CUDA's message>") when `err` is not cudaSuccess, after
+// clearing the thread's last error: ONNX Runtime's CUDA kernels check cudaGetLastError() after
+// each launch, and would fail on ours.
+void check(int err, const std::string& what);
+
+// cuDNN's version (e.g. 91900 for 9.19.0), or 0 when cuDNN is not loaded.
+size_t cudnnVersion();
+
+// Adds cudaLoad, cudaDevices, cudaMemoryInfo and PinnedHost to the binding's exports.
+void define(Napi::Env e, Napi::Object exports);
+
+}  // namespace stowage_cuda
