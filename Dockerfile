@@ -1,11 +1,12 @@
 # Stowage: one container per machine. Build:  docker build -t stowage .
 # Run:    docker run --rm -p 8001:8001 -p 8002:8002 -v /path/to/models:/models:ro stowage
 #
-# Build argument ORT_CUDA=1 lets onnxruntime-node's install script fetch its CUDA 12 execution
-# provider (npm 11 runs it only once approved, which the build does; it needs network access to
-# NVIDIA's and Microsoft's servers, and the NVIDIA container runtime to use it). Not exercised in
-# CI: there is no GPU there, and the node file refuses backend: cuda until the CUDA issue lands.
-# The default, ORT_CUDA=0, is the CPU build, which the tests build and run with podman
+# The CUDA variant:  docker build --build-arg CUDA=1 -t stowage:cuda .  then run it with the NVIDIA
+# container runtime (docker run --gpus all ...): the build runs npm run cuda:install
+# (tools/install-cuda.py: ONNX Runtime's CUDA provider of onnxruntime-node's exact version and the
+# CUDA 13 libraries, from PyPI) and sets the image's node file to backend: cuda. The host needs the
+# NVIDIA driver 580 or newer; nothing else CUDA is in the image beyond what the script placed.
+# The default, CUDA=0, is the CPU build, which the tests build and run with podman
 # (test/container): NODE_IMAGE names the base, a local stand-in for node:24-bookworm-slim there
 # (tools/container/make-base-image.sh), since no container registry is reachable.
 ARG NODE_IMAGE=node:24-bookworm-slim
@@ -15,32 +16,39 @@ ARG NODE_IMAGE=node:24-bookworm-slim
 # from the Go module proxy that GOPROXY names (pass --build-arg GOPROXY="$(go env GOPROXY)"), unless
 # the build context already holds them in src/native/ort-include/ (an earlier `npm install` there).
 FROM ${NODE_IMAGE} AS build
-ARG ORT_CUDA=0
+ARG CUDA=0
 ARG GOPROXY=""
 ENV GOPROXY=${GOPROXY}
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends g++ make python3 \
+ && apt-get install -y --no-install-recommends g++ make python3 $( [ "$CUDA" = "1" ] && echo python3-pip ) \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY package.json package-lock.json tsconfig.json ./
 COPY src/ src/
-RUN if [ "$ORT_CUDA" = "1" ]; then npm install-scripts approve onnxruntime-node && export ONNXRUNTIME_NODE_INSTALL_CUDA=v12; \
-     else export ONNXRUNTIME_NODE_INSTALL=skip; fi \
+COPY tools/install-cuda.py tools/
+# onnxruntime-node's own install script would fetch CUDA 12 libraries from a server outside the
+# registries: skipped; the CUDA variant gets its provider from PyPI instead.
+RUN export ONNXRUNTIME_NODE_INSTALL=skip \
  && npm ci --no-audit --no-fund \
- && npm prune --omit=dev
+ && npm prune --omit=dev \
+ && mkdir -p .stowage/cuda \
+ && if [ "$CUDA" = "1" ]; then python3 tools/install-cuda.py; fi
 
 # --- runtime: the built server, no compiler, the image's non-root user "node" (uid 1000) ---
 FROM ${NODE_IMAGE}
+ARG CUDA=0
 ENV NODE_ENV=production
 WORKDIR /app
 COPY --from=build /app/node_modules/ node_modules/
+COPY --from=build /app/.stowage/ .stowage/
 COPY --from=build /app/dist/ dist/
 COPY --from=build /app/src/native/build/Release/stowage_shm.node /app/src/native/build/Release/stowage_ort.node src/native/build/Release/
 COPY package.json main.js ./
 COPY proto/ proto/
 COPY bundles/ /models/
 COPY docker/node.yaml /etc/stowage/node.yaml
+RUN if [ "$CUDA" = "1" ]; then sed -i 's/^    backend: cpu$/    backend: cuda/' /etc/stowage/node.yaml; fi
 # The compile cache (cache_dir): owned by the user the server runs as; mount a volume to keep it.
 RUN mkdir -p /var/cache/stowage && chown 1000:1000 /var/cache/stowage
 USER 1000:1000

@@ -29,11 +29,12 @@ const repo = makeRepository(temp.dir, bundles);
 const median = (/** @type {number[]} */ xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const image = (/** @type {number} */ n) => Float32Array.from({ length: n * 3 * 224 * 224 }, (_, i) => Math.sin(i * 0.001));
 
-/** Median ms of `calls` runs of `run` after three to warm up. */
-async function timed(calls, run) {
+/** Median ms of `calls` runs of `run` after three to warm up; `idleMs` of idle GPU before each (not counted). */
+async function timed(calls, run, idleMs = 0) {
   for (let i = 0; i < 3; i++) await run(i);
   const ms = [];
   for (let i = 0; i < calls; i++) {
+    if (idleMs > 0) await new Promise((resolve) => setTimeout(resolve, idleMs));
     const t0 = performance.now();
     await run(i);
     ms.push(performance.now() - t0);
@@ -48,7 +49,12 @@ const fp32 = OrtSession.open(path.join(bundles.resnet50, 'model.onnx'), { graphO
 for (const b of BATCHES) {
   const x = image(b);
   const feeds = [{ name: 'image', type: FLOAT, dims: [b, 3, 224, 224], data: x }];
-  rows[b] = { raw: await timed(CALLS[b], () => raw.run(feeds, ['scores'])), fp32: await timed(CALLS[b], () => fp32.run(feeds, ['scores'])) };
+  rows[b] = {
+    raw: await timed(CALLS[b], () => raw.run(feeds, ['scores'])),
+    fp32: await timed(CALLS[b], () => fp32.run(feeds, ['scores'])),
+    // As a server sees it: the GPU idle for a few ms between requests (the round trip).
+    gaps: await timed(CALLS[b], () => raw.run(feeds, ['scores']), 3),
+  };
 }
 // GPU memory an embedded session holds once it has run at every batch size (context included: the first).
 const rawSessionBytes = ((gpuReport().gpus[0]?.memoryUsedBytes ?? 0) - usedBefore) / 2;
@@ -89,11 +95,11 @@ try {
   const seconds = loads.reduce((s, l) => s + l.seconds, 0);
   const bytes = loads.reduce((s, l) => s + l.bytes, 0);
   console.log(`\n${new Date().toISOString().slice(0, 10)}, ${report.gpus[0]?.name} (${((report.gpus[0]?.memoryTotalBytes ?? 0) / 2 ** 30).toFixed(0)} GiB), driver ${report.driverVersion}, CUDA ${report.runtimeCuda}, cuDNN ${report.cudnn}, Node ${process.versions.node}\n`);
-  console.log('| batch | raw binding, embedded, TF32 (ms) | raw, TF32 off (ms) | server warm, end to end (ms) | server warm, compute (ms) | server cold: 97 MiB copied + run (ms) | compute / raw | cold - warm (ms) |');
-  console.log('| --- | --- | --- | --- | --- | --- | --- | --- |');
+  console.log('| batch | raw binding, embedded, TF32 (ms) | raw, TF32 off (ms) | raw, 3 ms idle before each (ms) | server warm, end to end (ms) | server warm, compute (ms) | server cold: 97 MiB copied + run (ms) | compute / raw | cold - warm (ms) |');
+  console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- |');
   for (const b of BATCHES) {
     const r = rows[b];
-    console.log(`| ${b} | ${r.raw.toFixed(2)} | ${r.fp32.toFixed(2)} | ${r.warm.toFixed(2)} | ${r.compute.toFixed(2)} | ${r.cold.toFixed(2)} | ${(r.compute / r.raw).toFixed(2)} | ${(r.cold - r.warm).toFixed(2)} |`);
+    console.log(`| ${b} | ${r.raw.toFixed(2)} | ${r.fp32.toFixed(2)} | ${r.gaps.toFixed(2)} | ${r.warm.toFixed(2)} | ${r.compute.toFixed(2)} | ${r.cold.toFixed(2)} | ${(r.compute / r.raw).toFixed(2)} | ${(r.cold - r.warm).toFixed(2)} |`);
   }
   console.log(`\nGPU memory: an embedded ResNet-50 session after runs at 1, 8 and 32 holds ${(rawSessionBytes / 2 ** 20).toFixed(0)} MiB (the first includes the CUDA context); the server with both models warm holds ${((usedServing - usedIdle) / 2 ** 20).toFixed(0)} MiB, of which the weight arena ${(arenaBytes / 2 ** 20).toFixed(0)} MiB: ${((usedServing - usedIdle - arenaBytes) / 2 / 2 ** 20).toFixed(0)} MiB per model's weightless session (and the server's CUDA context)`);
   console.log(`\nweight loads: ${misses} cold calls, ${(bytes / 2 ** 20).toFixed(0)} MiB from host RAM in ${(seconds * 1000).toFixed(0)} ms: ${(seconds * 1000 / Math.max(1, misses)).toFixed(2)} ms and ${(bytes / Math.max(seconds, 1e-9) / 1e9).toFixed(1)} GB/s per load`);

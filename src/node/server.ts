@@ -19,7 +19,7 @@ import { closeAdmin, createAdminServer, listen, registryMetrics, type AdminConte
 import type { NodeConfig } from '../shared/config-schema.js';
 import { resolveWorkers, type FoundGpus } from '../config/workers.js';
 import { cudaProviderOptions } from '../config/cuda-options.js';
-import { cudaLibraryDirs, gpuMemory, gpuReport, loadCuda, type GpuInfo } from '../native/cuda.js';
+import { cudaLibraryDirs, gpuMemory, gpuReport, loadCuda, type GpuInfo, type GpuReport } from '../native/cuda.js';
 import { errors } from '../shared/errors.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
 import { HookPool } from '../actors/hooks/handle.js';
@@ -105,10 +105,15 @@ export class StowageServer {
    * installs it, when they are not there), find the GPUs this process sees and log them.
    */
   #startCuda(): FoundGpus {
-    const dirs = cudaLibraryDirs();
-    const libraries = loadCuda(dirs);
-    const report = gpuReport();
-    if (report.gpus.length === 0) throw errors.configInvalid(`backend cuda: this process sees no GPU (CUDA_VISIBLE_DEVICES=${process.env.CUDA_VISIBLE_DEVICES ?? 'unset'})`);
+    let libraries: { loaded: string[] };
+    let report: GpuReport;
+    try {
+      libraries = loadCuda(cudaLibraryDirs());
+      report = gpuReport();
+    } catch (err) {
+      throw errors.cudaUnavailable((err as Error).message);
+    }
+    if (report.gpus.length === 0) throw errors.cudaUnavailable(`backend cuda: this process sees no GPU (CUDA_VISIBLE_DEVICES=${process.env.CUDA_VISIBLE_DEVICES ?? 'unset'})`);
     this.#cudaStarted = true;
     this.#logger.info({
       gpus: report.gpus.map((g) => ({ ordinal: g.ordinal, name: g.name, uuid: g.uuid, pciBusId: g.pciBusId, memoryTotalBytes: g.memoryTotalBytes, memoryFreeBytes: g.memoryTotalBytes - g.memoryUsedBytes })),

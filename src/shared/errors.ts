@@ -48,6 +48,7 @@ export const ERROR_CODES = {
   STOWAGE_EXECUTION_FAILED: { status: Status.INTERNAL, means: 'ONNX Runtime failed while running the model' },
   STOWAGE_BUNDLE_INVALID: { status: Status.FAILED_PRECONDITION, means: 'a bundle was refused at load: its manifest or ONNX files are wrong or disagree' },
   STOWAGE_CONFIG_INVALID: { status: Status.INVALID_ARGUMENT, means: 'the node configuration file or an environment override is invalid' },
+  STOWAGE_CUDA_UNAVAILABLE: { status: Status.UNAVAILABLE, means: 'backend cuda cannot start: the CUDA provider, a CUDA library, the driver or a GPU is missing' },
   STOWAGE_INTERNAL: { status: Status.INTERNAL, means: 'a bug: an unexpected failure inside the server' },
 } as const;
 export type ErrorCode = keyof typeof ERROR_CODES;
@@ -185,5 +186,7 @@ export const errors = {
     new StowageError('STOWAGE_EXECUTION_FAILED', `model ${quote(model)} failed in ONNX Runtime: ${message}`),
   bundleInvalid: (bundle: string, file: string, message: string) => new BundleInvalidError(bundle, [{ file, message }]),
   configInvalid: (message: string) => new StowageError('STOWAGE_CONFIG_INVALID', message),
+  /** Backend cuda cannot start: a library, the driver or a GPU is missing (the message says which and what to run). */
+  cudaUnavailable: (message: string) => new StowageError('STOWAGE_CUDA_UNAVAILABLE', message),
   internal: (message: string) => new StowageError('STOWAGE_INTERNAL', message),
 };
