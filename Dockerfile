@@ -21,7 +21,8 @@ ARG GOPROXY=""
 ENV GOPROXY=${GOPROXY}
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends g++ make python3 $( [ "$CUDA" = "1" ] && echo python3-pip ) \
+ && apt-get install -y --no-install-recommends g++ make python3 \
+ && if [ "$CUDA" = "1" ]; then apt-get install -y --no-install-recommends python3-pip; fi \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY package.json package-lock.json tsconfig.json ./

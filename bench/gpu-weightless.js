@@ -87,6 +87,10 @@ if (!args['cpu-only']) {
   variants.push({ name: 'cuda C, weights 64-byte aligned', open: () => weightless(cudaBasic, { ...gpu, graphOptimizationLevel: 'all' }, 'cuda:0', 64) });
   variants.push({ name: 'cuda C, threads not spinning', open: () => weightless(cudaBasic, { ...gpu, ...still, graphOptimizationLevel: 'all' }, 'cuda:0') });
   variants.push({ name: 'cuda C, runSync', sync: true, open: () => weightless(cudaBasic, { ...gpu, graphOptimizationLevel: 'all' }, 'cuda:0') });
+  // The provider options the server sets (config/cuda-options.ts).
+  const serverOptions = { ...gpu, cuda: { deviceId: 0, options: { use_tf32: '1', cudnn_conv_algo_search: 'EXHAUSTIVE', arena_extend_strategy: 'kSameAsRequested' } } };
+  variants.push({ name: 'cuda C, the server\'s provider options', open: () => weightless(cudaBasic, { ...serverOptions, graphOptimizationLevel: 'all' }, 'cuda:0') });
+  variants.push({ name: 'cuda C, all of the device actor\'s settings and options', sync: true, open: () => weightless(cudaBasic, { ...serverOptions, ...still, graphOptimizationLevel: 'all' }, 'cuda:0', 64) });
   variants.push({ name: 'cuda C, all three (the device actor)', sync: true, open: () => weightless(cudaBasic, { ...gpu, ...still, graphOptimizationLevel: 'all' }, 'cuda:0', 64) });
   variants.push({ name: 'cuda B weightless, level basic', open: () => weightless(original, { ...gpu, graphOptimizationLevel: 'basic' }, 'cuda:0') });
 }

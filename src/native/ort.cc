@@ -452,6 +452,7 @@ class Session : public Napi::ObjectWrap<Session> {
       check(ort->CreateSessionOptions(&so));
       std::unique_ptr<OrtSessionOptions, void (*)(OrtSessionOptions*)> guard(so, [](OrtSessionOptions* p) { ort->ReleaseSessionOptions(p); });
       providerOptions_ = configure(so, options);
+      profiling_ = options.Get("profilePrefix").IsString();
       // Initializers over the caller's memory. `initializers` (AddInitializer): ONNX Runtime uses
       // each in place instead of the model's initializer of that name, so it must outlive the
       // session (kept below); constant, so ONNX Runtime may prepack it. `externalInitializers`
@@ -501,6 +502,8 @@ class Session : public Napi::ObjectWrap<Session> {
   std::vector<Held> initializers_;
   // The CUDA provider's options as ONNX Runtime took them ("" on the CPU).
   std::string providerOptions_;
+  // Whether ONNX Runtime profiles this session (its JSON is written at release).
+  bool profiling_ = false;
   // Inputs bound once and kept (weights), by name.
   std::unordered_map<std::string, Held> kept_;
   // Every input the graph takes: a run must bind each one that is not kept, since a binding left
@@ -525,6 +528,13 @@ class Session : public Napi::ObjectWrap<Session> {
   }
 
   void close() {
+    if (session_ && profiling_) {
+      // Write the profile (ONNX Runtime writes it only when asked or as the session ends).
+      char* file = nullptr;
+      OrtStatus* s = ort->SessionEndProfiling(session_, allocator, &file);
+      if (s) ort->ReleaseStatus(s);
+      if (file) allocator->Free(allocator, file);
+    }
     if (binding_) ort->ReleaseIoBinding(binding_);
     binding_ = nullptr;
     if (session_) ort->ReleaseSession(session_);
@@ -585,6 +595,12 @@ class Session : public Napi::ObjectWrap<Session> {
     }
     Napi::Value cuda = options.Get("cuda");
     std::string provider = cuda.IsUndefined() ? "" : appendCuda(so, cuda);
+    Napi::Value profile = options.Get("profilePrefix");
+    if (!profile.IsUndefined()) {
+      if (!profile.IsString()) throw ArgumentError("options.profilePrefix must be a string");
+      std::string prefix = profile.As<Napi::String>().Utf8Value();
+      check(ort->EnableProfiling(so, prefix.c_str()));
+    }
     Napi::Value logLevel = options.Get("logSeverityLevel");
     if (!logLevel.IsUndefined()) {
       int n = number("logSeverityLevel");

@@ -127,6 +127,8 @@ export interface OrtSessionOptions {
   useGlobalThreadPool?: boolean;
   /** 0 verbose .. 4 fatal. */
   logSeverityLevel?: number;
+  /** Profile every run (ONNX Runtime's per-node timings), written as `<prefix>_<date>.json` when the session is released. */
+  profilePrefix?: string;
   /**
    * Run on the CUDA execution provider of GPU `deviceId` (a CUDA ordinal), with ONNX Runtime's own
    * option names and string values (`use_tf32`, `cudnn_conv_algo_search`, `gpu_mem_limit`,

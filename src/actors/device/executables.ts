@@ -53,9 +53,16 @@ function sessionOptions(options: OpenOptions, level: 'basic' | 'all'): OrtSessio
   };
 }
 
+/**
+ * STOWAGE_ORT_PROFILE=DIR: every session profiles its runs into DIR (ONNX Runtime's per-node
+ * timings, one JSON per session, written when it is released), for finding where a run's time goes.
+ */
+const PROFILE_DIR = process.env.STOWAGE_ORT_PROFILE;
+
 function createSession(spec: ModelSpec, file: ExecutableFile, source: string, options: OrtSessionOptions): OrtSession {
   try {
-    return OrtSession.open(source, options);
+    const profile = PROFILE_DIR ? { profilePrefix: path.join(PROFILE_DIR, `${spec.name}-${path.basename(file.path, '.onnx')}`) } : {};
+    return OrtSession.open(source, { ...options, ...profile });
   } catch (err) {
     throw errors.bundleInvalid(spec.name, path.basename(file.path), `ONNX Runtime cannot load it: ${(err as Error).message}`);
   }

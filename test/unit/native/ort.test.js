@@ -303,3 +303,17 @@ test('fuzz: 3000 calls with bad shapes, types, sizes, names, buffers and session
   fresh.release();
   t.true(y.every((v) => v === 2));
 });
+
+test('profilePrefix: ONNX Runtime\'s per-node timings of every run, written when the session is released', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const { readdirSync, readFileSync } = await import('node:fs');
+  const s = OrtSession.open(mlpModel(mlpLayers(2, [8, 16, 4])), { ...opts, profilePrefix: path.join(temp.dir, 'mlp') });
+  await s.run([{ name: 'x', type: FLOAT, dims: [2, 8], data: new Float32Array(16) }], ['y']);
+  s.release();
+  const files = readdirSync(temp.dir);
+  t.is(files.length, 1);
+  t.regex(files[0], /^mlp_.*\.json$/);
+  const events = JSON.parse(readFileSync(path.join(temp.dir, files[0]), 'utf8'));
+  t.true(events.some((/** @type {{ cat: string, name: string }} */ e) => e.cat === 'Node' && /MatMul/.test(e.name)), 'a MatMul node\'s timing');
+});

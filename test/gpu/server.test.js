@@ -1,0 +1,181 @@
+// The server on backend cuda against the same server on the CPU, on a real GPU: every example
+// bundle answers as on the CPU; a catalog of 20 models under a budget of 3 uploads each cold
+// model's weights exactly once per cold call; fine-tuned variants share their backbone on the GPU;
+// warm-up takes the first-run cost off the first client; a device worker that dies on the GPU is
+// replaced without leaking the GPU memory it held. Skipped, saying why, without a GPU (CI).
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import test from 'ava';
+import { gpuReport, loadCuda } from '../../dist/native/cuda.js';
+import { inferAndCheck, mlpWeightBytes, random, writeCatalog, writeVariants } from '../helpers/mlp-catalog.js';
+import { FIXTURES, ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
+
+/** Why the suite cannot run here, or null on a GPU machine. */
+let absent = null;
+try {
+  loadCuda();
+  if (gpuReport().gpus.length === 0) absent = 'CUDA sees no GPU';
+} catch (err) {
+  absent = /** @type {Error} */ (err).message;
+}
+if (absent) console.error(`test/gpu skipped: ${absent}`);
+// One at a time: they share the GPU, and some measure its memory and timings.
+const gpuTest = absent ? test.skip : test.serial;
+
+/** The GPU's used memory now, as NVML reads it. */
+const gpuUsed = () => gpuReport().gpus[0]?.memoryUsedBytes ?? 0;
+
+gpuTest('every example bundle answers on CUDA as on the CPU: within 1e-5 with TF32 off, 2e-3 with it on', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = path.join(ROOT, 'bundles');
+  const cpu = await startServer({ model_repo: repo, cache_dir: path.join(temp.dir, 'cpu') }, { root: path.join(temp.dir) });
+  t.teardown(() => cpu.stop());
+  const exact = await startServer({ model_repo: repo, cache_dir: path.join(temp.dir, 'exact'), global: { runtime: { backend: 'cuda', cuda: { tf32: false, weight_cache_bytes: 2 ** 30 } } } }, { root: temp.dir });
+  t.teardown(() => exact.stop());
+  const tf32 = await startServer({ model_repo: repo, cache_dir: path.join(temp.dir, 'tf32'), global: { runtime: { backend: 'cuda', cuda: { tf32: true, weight_cache_bytes: 2 ** 30 } } } }, { root: temp.dir });
+  t.teardown(() => tf32.stop());
+  const index = await cpu.client.call('RepositoryIndex', { ready: true });
+  const names = index.models.map((/** @type {{ name: string }} */ m) => m.name).sort();
+  t.true(names.length >= 5, names.join(', '));
+  const next = random(31);
+  let compared = 0;
+  for (const name of names) {
+    const md = await cpu.client.call('ModelMetadata', { name });
+    const inputs = md.inputs.map((/** @type {{ name: string, datatype: string, shape: unknown[] }} */ i) => {
+      const shape = i.shape.map((d) => (Number(d) < 0 ? 4 : Number(d)));
+      const count = shape.reduce((a, b) => a * b, 1);
+      // The examples take images: pixel values 0..16 as FP32, or grey levels as UINT8.
+      const data = i.datatype === 'UINT8' ? Uint8Array.from({ length: count }, () => Math.floor(next() * 256)) : Float32Array.from({ length: count }, () => Math.floor(next() * 17));
+      return { name: i.name, datatype: /** @type {import('../../dist/shared/dtypes.js').Datatype} */ (i.datatype), shape, data };
+    });
+    const want = await cpu.client.infer(name, inputs);
+    for (const [server, limit, label] of [[exact, 1e-5, 'TF32 off'], [tf32, 2e-3, 'TF32 on']]) {
+      const got = await /** @type {typeof cpu} */ (server).client.infer(name, inputs);
+      for (const w of want.outputs) {
+        const g = got.outputs.find((o) => o.name === w.name);
+        if (!g) {
+          t.fail(`${name} (${label}): no output ${w.name}`);
+          continue;
+        }
+        const a = /** @type {ArrayLike<number | bigint>} */ (/** @type {unknown} */ (w.data));
+        const b = /** @type {ArrayLike<number | bigint>} */ (/** @type {unknown} */ (g.data));
+        if (w.datatype.startsWith('FP')) {
+          let d = 0;
+          let n = 0;
+          for (let k = 0; k < a.length; k++) {
+            d += (Number(a[k]) - Number(b[k])) ** 2;
+            n += Number(a[k]) ** 2;
+          }
+          const rel = Math.sqrt(d / Math.max(n, 1e-30));
+          t.log(`${name}.${w.name} (${label}): relative L2 ${rel.toExponential(2)}`);
+          t.true(rel <= /** @type {number} */ (limit), `${name}.${w.name} (${label}): ${rel}`);
+        } else {
+          t.deepEqual([...Array.from(b, String)], [...Array.from(a, String)], `${name}.${w.name} (${label})`);
+        }
+        compared++;
+      }
+    }
+  }
+  t.log(`${names.length} models, ${compared} outputs compared`);
+});
+
+gpuTest('20 models under a budget of 3 on the GPU: every answer right, exactly one upload of the weights per cold call', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const sizes = [64, 1024, 8];
+  // The last bias (32 bytes) stays in the executable; each moved tensor takes its aligned size.
+  const weightBytes = mlpWeightBytes(sizes) - 4 * 8;
+  const catalog = writeCatalog(path.join(temp.dir, 'repo'), { count: 20, sizes });
+  const server = await startServer({
+    model_repo: path.join(temp.dir, 'repo'),
+    global: { runtime: { backend: 'cuda', cuda: { tf32: false, weight_cache_bytes: 3 * (weightBytes + 256) } } },
+  }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const next = random(3);
+  // In order, round and round: with room for 3 of 20, least recently used out, every call is cold.
+  let calls = 0;
+  for (let round = 0; round < 3; round++) {
+    for (const model of catalog) {
+      t.is(await inferAndCheck(server.client, model, 2, next), null);
+      calls++;
+    }
+  }
+  const m = await scrapeMetrics(server.adminPort);
+  const misses = catalog.reduce((s, { name }) => s + metric(m, 'stowage_weight_cache_misses_total', `model="${name}"`), 0);
+  const bytes = catalog.reduce((s, { name }) => s + metric(m, 'stowage_weight_cache_load_bytes_total', `model="${name}",source="host"`), 0);
+  const disk = catalog.reduce((s, { name }) => s + metric(m, 'stowage_weight_cache_load_bytes_total', `model="${name}",source="disk"`), 0);
+  t.log(`${calls} calls, ${misses} cold, ${bytes} bytes from host RAM, ${disk} from disk`);
+  // Warm-up made each model resident once at load: those are misses too, before the calls.
+  t.true(misses >= calls, `${misses} cold loads for ${calls} calls`);
+  t.is((bytes + disk) % weightBytes, 0, 'whole models only');
+  t.is((bytes + disk) / weightBytes, misses, 'one upload of the model\'s weights per cold load, no more');
+  t.true(metric(m, 'stowage_weight_cache_resident_bytes', 'device="0"') <= 3 * (weightBytes + 256));
+});
+
+gpuTest('fine-tuned variants store their backbone once on the GPU and each answers with its own head', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const sizes = [64, 2048, 2048, 8];
+  const variants = writeVariants(path.join(temp.dir, 'repo'), { count: 12, sizes });
+  const server = await startServer({ model_repo: path.join(temp.dir, 'repo'), global: { runtime: { backend: 'cuda', cuda: { tf32: false, weight_cache_bytes: 2 ** 30 } } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const next = random(5);
+  for (const v of variants) t.is(await inferAndCheck(server.client, v, 3, next), null);
+  const m = await scrapeMetrics(server.adminPort);
+  const resident = metric(m, 'stowage_weight_cache_resident_bytes', 'device="0"');
+  const logical = metric(m, 'stowage_weight_cache_logical_bytes', 'device="0"');
+  t.log(`12 variants resident: ${resident} bytes on the GPU for ${logical} bytes of weights`);
+  t.true(resident * 4 < logical, 'the backbone is on the GPU once');
+});
+
+gpuTest('warm-up: the first client call at each batch size pays no first-run cost', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { convnet: path.join(FIXTURES, 'models', 'convnet') });
+  /** ms of the first call at batch 1 and at batch 8, on a fresh server with runtime.warmup `warmup`. */
+  const firstCalls = async (/** @type {string} */ warmup) => {
+    const server = await startServer({ model_repo: repo, cache_dir: path.join(temp.dir, `cache-${warmup}`), global: { runtime: { backend: 'cuda', warmup, cuda: { weight_cache_bytes: 2 ** 30 } } } }, { root: temp.dir });
+    try {
+      const md = await server.client.call('ModelMetadata', { name: 'convnet' });
+      const [input] = md.inputs;
+      const ms = [];
+      for (const rows of [1, 8]) {
+        const shape = input.shape.map((/** @type {unknown} */ d) => (Number(d) < 0 ? rows : Number(d)));
+        const data = new Float32Array(shape.reduce((/** @type {number} */ a, /** @type {number} */ b) => a * b, 1)).fill(0.5);
+        const t0 = performance.now();
+        await server.client.infer('convnet', [{ name: input.name, datatype: /** @type {import('../../dist/shared/dtypes.js').Datatype} */ (input.datatype), shape, data }]);
+        ms.push(performance.now() - t0);
+      }
+      return { ms, warmed: server.logs.find((e) => e.msg === 'model warmed up') };
+    } finally {
+      await server.stop();
+    }
+  };
+  const off = await firstCalls('off');
+  const on = await firstCalls('on');
+  t.log(`first calls at batch 1 and 8: warm-up off ${off.ms.map((v) => v.toFixed(1)).join(' / ')} ms, on ${on.ms.map((v) => v.toFixed(1)).join(' / ')} ms (${JSON.stringify(on.warmed)})`);
+  t.falsy(off.warmed);
+  t.truthy(on.warmed);
+  t.true(on.ms[1] < off.ms[1], 'the first batch-8 call is faster warmed');
+});
+
+gpuTest('a device worker that dies on the GPU is replaced, its models reloaded, and the GPU memory it held is not leaked', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const catalog = writeCatalog(path.join(temp.dir, 'repo'), { count: 3, sizes: [64, 256, 8] });
+  const fault = path.join(temp.dir, 'device-exit');
+  const arena = 2 * 2 ** 30; // 2 GiB: a leak of it would show
+  const server = await startServer({ model_repo: path.join(temp.dir, 'repo'), global: { runtime: { backend: 'cuda', cuda: { tf32: false, weight_cache_bytes: arena } } } }, { root: temp.dir, env: { STOWAGE_FAULT_DEVICE_EXIT: fault } });
+  t.teardown(() => server.stop());
+  const next = random(7);
+  for (const model of catalog) t.is(await inferAndCheck(server.client, model, 2, next), null);
+  const before = gpuUsed();
+  writeFileSync(fault, '');
+  await inferAndCheck(server.client, catalog[0], 1, next).catch(() => 'failed at the crash');
+  await server.waitForLog((l) => l.msg === 'device actor restarted: its models are loaded again');
+  for (const model of catalog) t.is(await inferAndCheck(server.client, model, 2, next), null);
+  const after = gpuUsed();
+  t.log(`GPU memory used: ${(before / 2 ** 20).toFixed(0)} MiB before the crash, ${(after / 2 ** 20).toFixed(0)} MiB after the replacement served`);
+  t.true(after - before < arena / 2, 'the dead worker\'s 2 GiB arena was freed');
+});
