@@ -35,6 +35,7 @@ export class ModelPolicies {
       ...(maxBatchSize === undefined ? {} : { maxBatchSize }),
       residency: changed?.residency ?? file?.residency ?? 'system',
       ...(file?.warmup === undefined ? {} : { warmup: file.warmup }),
+      ...(file?.tf32 === undefined ? {} : { tf32: file.tf32 }),
     };
   }
 

@@ -35,6 +35,11 @@
  * another thread). A large inline request is at the floor grpc-js leaves, 3: its join and its frame,
  * and the one copy into the encoded response. Going lower means handing grpc-js the response's
  * header and the output buffers as one message without joining them (docs/performance.md).
+ *
+ * Backend cuda adds one copy on every path whose input ONNX Runtime would read in place: the input
+ * into pinned staging (device), from which the GPU reads at the bus's speed; ONNX Runtime's own
+ * copies to and from the GPU are the device's, as on any GPU server, and are not counted (the
+ * table is the CPU backend's, which the copy test counts).
  */
 import type { Devices } from './devices.js';
 import type { HookFeedTarget } from '../actors/device/handle.js';

@@ -121,6 +121,9 @@ const schedulerSchema = {
           residency: { enum: RESIDENCIES },
           // Warm up before READY (runtime.warmup), for this model.
           warmup: { type: 'boolean' },
+          // Backend cuda: TF32 for this model (runtime.cuda.tf32 otherwise), e.g. off for a model
+          // whose answers must match full float32.
+          tf32: { type: 'boolean' },
         },
       },
     },

@@ -43,6 +43,8 @@ export interface ExecutionContext {
   /** Learned execution costs: a run expected shorter than `inlineRunBelowMs` runs on this thread. */
   costs: CostModel;
   inlineRunBelowMs: number;
+  /** Backend cuda: every input goes through (pinned) staging, a lone request's too. */
+  stageInputs: boolean;
   /** The run in flight, if any: the requests riding in it (a cancelled one leaves), and its session to terminate. */
   running: { ids: Set<number>; session: OrtSession } | null;
 }
@@ -198,7 +200,7 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     }
     ctx.staging.beginExecution(); // executions run one at a time: the last one's staged inputs and outputs are free
     const stage = (bytes: number) => ctx.staging.take(bytes);
-    const inputs = spec.inputs.map((input, i) => batchInput(batch.map((t) => regions.inputBytes(t.inputs[i], stage)), batchDims.get(input.name) ?? -1, runBatch, stage));
+    const inputs = spec.inputs.map((input, i) => batchInput(batch.map((t) => regions.inputBytes(t.inputs[i], stage)), batchDims.get(input.name) ?? -1, runBatch, stage, ctx.stageInputs));
     // Shared-memory outputs whose shapes are known now (a lone request's, or a coalesced batch's
     // laid end to end in one region): ONNX Runtime writes them into the region itself.
     const padded = spec.batchAxis !== null && runBatch !== rows;

@@ -26,7 +26,7 @@ function elementsOf(t: WireTensor): Uint8Array[] {
  * `runBatch` rows, in memory from `stage` (staging.ts). A lone request that needs no padding is
  * fed as it came, without a copy.
  */
-export function batchInput(parts: WireTensor[], batchDim: number, runBatch: number, stage: (bytes: number) => Uint8Array): HostTensor {
+export function batchInput(parts: WireTensor[], batchDim: number, runBatch: number, stage: (bytes: number) => Uint8Array, alwaysStage = false): HostTensor {
   const first = parts[0];
   const info = dtypeInfo(first.datatype);
   const dims = first.shape.slice();
@@ -41,14 +41,16 @@ export function batchInput(parts: WireTensor[], batchDim: number, runBatch: numb
   }
   // A lone request's bytes may be a view of its gRPC message at any offset (message-buffers.ts): a
   // typed array needs them aligned, so a misaligned one is copied here, off the main thread.
+  // `alwaysStage` (backend cuda): a lone input is copied into staging too, which is pinned, since
+  // the GPU reads pinned memory at the bus's speed and a fresh pageable buffer at a fraction of it.
   const bytes = joined ? concatRows(parts, batchDim, info.elementBytes, runBatch, stage) // copy: coalesced or padded rows, into staging
-    : first.data.byteOffset % info.elementBytes === 0 ? first.data : realign(first.data, stage);
+    : !alwaysStage && first.data.byteOffset % info.elementBytes === 0 ? first.data : realign(first.data, stage);
   return { name: first.name, type: info.onnxType, dims, data: bytes };
 }
 
 function realign(data: Uint8Array, stage: (bytes: number) => Uint8Array): Uint8Array {
   const out = stage(data.byteLength);
-  out.set(data); // copy: a lone inline input misaligned for its type, into staging
+  out.set(data); // copy: a lone input misaligned for its type (or any, on backend cuda), into staging
   return out;
 }
 

@@ -105,6 +105,9 @@ const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler
   // state per session and per thread that runs it, for good: runs spread over libuv's threads held
   // 450 MiB of GPU memory per session, runs on one thread 130 (bench/gpu-session-memory.js, H200).
   inlineRunBelowMs: init.cuda ? Infinity : init.inlineRunBelowMs,
+  // Backend cuda: inputs reach the GPU from pinned staging (one host copy at memory speed, then the
+  // bus at full speed), not from the request's pageable buffer.
+  stageInputs: init.cuda !== null,
   running: null };
 
 /** The control calls, each answering with its own reply type. */

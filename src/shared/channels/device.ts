@@ -140,6 +140,8 @@ export interface ModelPolicy extends SchedulingPolicy {
   residency: Residency;
   /** scheduler.models.<name>.warmup; absent: the device's runtime.warmup. */
   warmup?: boolean;
+  /** scheduler.models.<name>.tf32 (backend cuda); absent: runtime.cuda.tf32. */
+  tf32?: boolean;
 }
 
 /** One loaded instance as the device sees it. */
