@@ -1,20 +1,26 @@
 /**
- * Load shedding at the gRPC edge: at most `endpoints.max_concurrent_requests` inference RPCs
- * (ModelInfer calls and open ModelStreamInfer streams) in flight; past it a request is answered
- * RESOURCE_EXHAUSTED at once, before any of its bytes are decoded, so a burst cannot grow the
- * server's memory without bound. Health and metadata RPCs are never shed, so probes keep
- * working under load.
+ * Load shedding at the gRPC edge, on what costs memory: the bytes of the inference requests in
+ * flight (`endpoints.max_inflight_bytes`, default 1 GiB), and optionally their count
+ * (`endpoints.max_concurrent_requests`, default 0: uncapped). A burst of a thousand small requests
+ * from one client queues and is answered, as Triton's clients expect; a burst whose tensors would
+ * hold more memory than the cap is refused RESOURCE_EXHAUSTED at once, naming the bytes. A request
+ * alone is always admitted (the message limits bound its size), so a cap below the largest
+ * message never refuses everything. Per model, the device's queue depth bounds waiting requests
+ * (scheduler.max_queue_depth). Health and metadata RPCs are never shed, so probes keep working.
  */
 import { errors } from '../shared/errors.js';
 
 export class Admission {
   readonly #cap: number;
+  readonly #maxBytes: number;
   readonly #onShed: () => void;
   #inflight = 0;
+  #bytes = 0;
 
-  /** `cap` 0 means uncapped. */
-  constructor(cap: number, onShed: () => void = () => undefined) {
+  /** `cap` and `maxBytes` 0 mean uncapped. */
+  constructor(cap: number, maxBytes: number, onShed: () => void = () => undefined) {
     this.#cap = cap;
+    this.#maxBytes = maxBytes;
     this.#onShed = onShed;
   }
 
@@ -22,16 +28,27 @@ export class Admission {
     return this.#inflight;
   }
 
-  /** Take a place or throw STOWAGE_SERVER_BUSY; every successful enter() needs one leave(). */
-  enter(): void {
+  /** Bytes of the requests in flight (their tensors' bytes as received). */
+  get inflightBytes(): number {
+    return this.#bytes;
+  }
+
+  /** Take a place for a request of `bytes` or throw STOWAGE_SERVER_BUSY; every enter() needs one leave() with the same bytes. */
+  enter(bytes = 0): void {
     if (this.#cap > 0 && this.#inflight >= this.#cap) {
       this.#onShed();
       throw errors.serverBusy(this.#cap);
     }
+    if (this.#maxBytes > 0 && this.#inflight > 0 && this.#bytes + bytes > this.#maxBytes) {
+      this.#onShed();
+      throw errors.serverBusyBytes(this.#maxBytes, this.#bytes, bytes);
+    }
     this.#inflight++;
+    this.#bytes += bytes;
   }
 
-  leave(): void {
+  leave(bytes = 0): void {
     this.#inflight--;
+    this.#bytes -= bytes;
   }
 }

@@ -10,9 +10,10 @@
  *   status (errorToStatus; a status forwarded from a remote node passes
  *   through unchanged), logged at error level only when INTERNAL. A throwing
  *   handler never crashes the server;
- * - admission and shedding (admission.ts): inference RPCs (ModelInfer calls
- *   and open ModelStreamInfer streams) past `max_concurrent_requests` are
- *   refused RESOURCE_EXHAUSTED before their bytes are decoded;
+ * - admission and shedding (admission.ts): an inference request whose tensors
+ *   would take the bytes in flight past `max_inflight_bytes` (or the count
+ *   past `max_concurrent_requests`, uncapped by default) is refused
+ *   RESOURCE_EXHAUSTED before it reaches the pipeline;
  * - undecodable requests: bytes that are not a message of the RPC's type are
  *   answered INVALID_ARGUMENT (STOWAGE_UNDECODABLE) naming the type and what
  *   is wrong, by the same handler wrapper, never grpc-js's bare INTERNAL;
@@ -37,6 +38,22 @@ import { Admission } from './admission.js';
 import { widenHttp2Windows } from './http2-windows.js';
 
 type Endpoints = NodeConfig['global']['endpoints'];
+
+/**
+ * The bytes a decoded inference request holds, for admission: a forwarded request's whole message
+ * (a gateway's), else its raw_input_contents, plus 8 bytes per element of typed contents (an upper
+ * bound: what JS arrays of numbers cost at least).
+ */
+function requestBytes(request: unknown): number {
+  if (request instanceof Uint8Array) return request.byteLength;
+  const r = request as { raw_input_contents?: Uint8Array[]; inputs?: { contents?: Record<string, unknown[] | undefined> | null }[] };
+  let bytes = 0;
+  for (const raw of r.raw_input_contents ?? []) bytes += raw.byteLength;
+  for (const input of r.inputs ?? []) {
+    for (const values of Object.values(input.contents ?? {})) if (Array.isArray(values)) bytes += values.length * 8;
+  }
+  return bytes;
+}
 
 /** A handler of a unary RPC: the request (and the call, for its deadline and metadata) to the reply. */
 export type UnaryHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Promise<Res> | Res;
@@ -117,13 +134,19 @@ export class GrpcEdge {
       // Channelz tracks every call for its introspection service, which Stowage does not serve.
       'grpc.enable_channelz': 0,
     });
-    const shed = new Counter({ name: 'stowage_grpc_shed_total', help: 'Inference RPCs refused because endpoints.max_concurrent_requests were in flight', registers: [registry] });
-    const admission = new Admission(endpoints.max_concurrent_requests, () => shed.inc());
+    const shed = new Counter({ name: 'stowage_grpc_shed_total', help: 'Inference RPCs refused because the requests in flight held endpoints.max_inflight_bytes (or numbered endpoints.max_concurrent_requests)', registers: [registry] });
+    const admission = new Admission(endpoints.max_concurrent_requests, endpoints.max_inflight_bytes, () => shed.inc());
     this.admission = admission;
     new Gauge({
       name: 'stowage_grpc_inflight_requests', help: 'Inference RPCs in flight (ModelInfer calls and open streams)', registers: [registry],
       collect() {
         this.set(admission.inflight);
+      },
+    });
+    new Gauge({
+      name: 'stowage_grpc_inflight_bytes', help: 'Bytes of tensors the inference requests in flight hold (what endpoints.max_inflight_bytes caps)', registers: [registry],
+      collect() {
+        this.set(admission.inflightBytes);
       },
     });
   }
@@ -149,7 +172,8 @@ export class GrpcEdge {
   /** A unary inference RPC: admitted (or shed), and cancelled with the client. */
   inference<Req, Res>(rpc: string, fn: InferenceHandler<Req, Res>): grpc.handleUnaryCall<Req, Res> {
     return this.unary<Req, Res>(rpc, async (request, call) => {
-      this.admission.enter();
+      const bytes = requestBytes(request);
+      this.admission.enter(bytes);
       const abort = new AbortController();
       const onCancelled = () => abort.abort();
       call.once('cancelled', onCancelled);
@@ -157,7 +181,7 @@ export class GrpcEdge {
         return await fn(request, call, abort.signal);
       } finally {
         call.off('cancelled', onCancelled);
-        this.admission.leave();
+        this.admission.leave(bytes);
       }
     });
   }

@@ -300,9 +300,15 @@ export const nodeConfigSchema = {
             grpc_port: { type: 'integer', minimum: 0, maximum: 65535, default: 8001 },
             // Admin HTTP port (/healthz, /readyz, /metrics); 0 picks a free port.
             admin_port: { type: 'integer', minimum: 0, maximum: 65535, default: 8002 },
+            // Bytes of tensors that the inference requests in flight may hold (their input contents
+            // as received); a request past it is refused RESOURCE_EXHAUSTED at once, naming the
+            // bytes. A lone request is always admitted. 0 = uncapped. The memory guard: a burst of
+            // small requests queues, one of huge ones is shed.
+            max_inflight_bytes: { type: 'integer', minimum: 0, default: 1073741824 },
             // In-flight inference RPCs (ModelInfer calls and open ModelStreamInfer streams); past it,
-            // RESOURCE_EXHAUSTED at once. 0 = uncapped.
-            max_concurrent_requests: { type: 'integer', minimum: 0, default: 64 },
+            // RESOURCE_EXHAUSTED at once. 0 = uncapped (the default: bytes and each model's queue
+            // depth are the guards, so a client's burst of a thousand requests is answered).
+            max_concurrent_requests: { type: 'integer', minimum: 0, default: 0 },
             // gRPC message limits in bytes; Triton's clients use 2^31-1, so large tensors pass.
             max_receive_message_bytes: { type: 'integer', minimum: 1024, maximum: 2147483647, default: 2147483647 },
             max_send_message_bytes: { type: 'integer', minimum: 1024, maximum: 2147483647, default: 2147483647 },

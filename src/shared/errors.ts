@@ -36,7 +36,7 @@ export const ERROR_CODES = {
   STOWAGE_HOOK_FAILED: { status: Status.INTERNAL, means: 'a bundle\'s model.js hook threw, rejected, or returned the wrong tensors' },
   STOWAGE_MODEL_CONTROL: { status: Status.FAILED_PRECONDITION, means: 'the model control mode does not allow the operation (static: the model set is fixed)' },
   STOWAGE_WEIGHTS_TOO_LARGE: { status: Status.RESOURCE_EXHAUSTED, means: 'the model\'s weights do not fit in the device\'s weight budget (beside the models pinned with residency: device)' },
-  STOWAGE_SERVER_BUSY: { status: Status.RESOURCE_EXHAUSTED, means: 'endpoints.max_concurrent_requests inference RPCs are in flight already' },
+  STOWAGE_SERVER_BUSY: { status: Status.RESOURCE_EXHAUSTED, means: 'the inference requests in flight already hold endpoints.max_inflight_bytes of tensors (or number endpoints.max_concurrent_requests)' },
   STOWAGE_CANCELLED: { status: Status.CANCELLED, means: 'the client cancelled the request' },
   STOWAGE_SHM_REGION_EXISTS: { status: Status.ALREADY_EXISTS, means: 'a system shared-memory region of that name is already registered' },
   STOWAGE_SHM_REGION_NOT_FOUND: { status: Status.NOT_FOUND, means: 'no system shared-memory region of that name is registered' },
@@ -167,6 +167,8 @@ export const errors = {
       + '; raise runtime.cpu_device_memory_bytes or runtime.weight_cache_fraction, or unpin models'),
   serverBusy: (cap: number) =>
     new StowageError('STOWAGE_SERVER_BUSY', `the server has ${cap} inference requests in flight (endpoints.max_concurrent_requests = ${cap}); retry later`),
+  serverBusyBytes: (cap: number, inflight: number, bytes: number) =>
+    new StowageError('STOWAGE_SERVER_BUSY', `the inference requests in flight hold ${inflight} bytes of tensors and this one brings ${bytes} more, past endpoints.max_inflight_bytes = ${cap}; retry later`),
   cancelled: () => new StowageError('STOWAGE_CANCELLED', 'cancelled by the client'),
   sharedMemoryExists: (name: string) =>
     new StowageError('STOWAGE_SHM_REGION_EXISTS', `shared-memory region ${quote(name)} is already registered; unregister it first`),

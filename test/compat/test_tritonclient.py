@@ -164,6 +164,22 @@ def test_async_infer_with_many_requests_in_flight(client, heldout):
         assert result.as_numpy("label")[0] == expected[i]
 
 
+def test_a_burst_of_1000_async_requests_at_the_defaults_is_answered_none_refused(client, heldout):
+    # Triton's own client firing a thousand requests at once on one connection: they queue and are
+    # answered (the server sheds on bytes in flight and queue depth, not on a small count).
+    import queue
+    done = queue.Queue()
+    n = 1000
+    images = heldout["images"]
+    for i in range(n):
+        client.async_infer("digits", [images_input(images[i % len(images):i % len(images) + 1])],
+                           callback=lambda result, error, i=i: done.put((i, result, error)),
+                           request_id=str(i), outputs=[grpcclient.InferRequestedOutput("label")])
+    answers = [done.get(timeout=120) for _ in range(n)]
+    assert [str(e) for _, _, e in answers if e] == []
+    assert sorted(int(r.get_response().id) for _, r, _ in answers) == list(range(n))
+
+
 def solo_labels(client, heldout, n):
     """What the model answers for the first n images in plain requests of up to 32: the reference."""
     return np.concatenate([client.infer("digits", [images_input(heldout["images"][i:min(i + 32, n)])]).as_numpy("label")

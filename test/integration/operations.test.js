@@ -85,6 +85,44 @@ test('past max_concurrent_requests a burst is shed with RESOURCE_EXHAUSTED and a
   t.true(await server.client.serverReady(), 'health RPCs are never shed');
 });
 
+test('at the defaults, 1,000 concurrent requests from one client all queue and are answered, none refused', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits') });
+  const server = await startServer({ model_repo: repo }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  // One client, one connection, a thousand calls at once (tritonclient's async burst).
+  const results = await Promise.allSettled(Array.from({ length: 1000 }, (_, i) => server.client.infer('digits', [digit(1 + (i % 4))])));
+  const refused = results.filter((r) => r.status === 'rejected');
+  t.deepEqual(refused.map((r) => /** @type {PromiseRejectedResult} */ (r).reason.details), [], 'none refused');
+  t.true(results.every((r, i) => r.status === 'fulfilled' && r.value.outputs[0].shape[0] === 1 + (i % 4)), 'each answered with its own rows');
+  const m = await scrapeMetrics(server.adminPort);
+  t.is(m.stowage_grpc_shed_total, 0);
+});
+
+test('past max_inflight_bytes a burst of large requests is shed naming the bytes; a lone request larger than the cap still passes', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { convnet: CONVNET });
+  // 16 images are 196,608 bytes: the cap holds one such request at a time.
+  const cap = 300_000;
+  const server = await startServer({ model_repo: repo, global: { endpoints: { max_inflight_bytes: cap } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const results = await Promise.allSettled(Array.from({ length: 40 }, () => server.client.infer('convnet', [image(16)])));
+  const shed = results.filter((r) => r.status === 'rejected');
+  t.true(shed.length > 0, 'some of the burst was shed');
+  for (const r of shed) {
+    t.is(r.reason.code, status.RESOURCE_EXHAUSTED);
+    t.regex(r.reason.details, /in flight hold \d+ bytes of tensors and this one brings 196608 more, past endpoints\.max_inflight_bytes = 300000/);
+  }
+  t.true(results.filter((r) => r.status === 'fulfilled').every((r) => r.value.outputs[0].shape[0] === 16));
+  const alone = await server.client.infer('convnet', [image(32)]); // 393,216 bytes, alone
+  t.is(alone.outputs[0].shape[0], 32);
+  const m = await scrapeMetrics(server.adminPort);
+  t.is(m.stowage_grpc_shed_total, shed.length);
+  t.is(m.stowage_grpc_inflight_bytes, 0, 'every admitted request gave its bytes back');
+});
+
 test('SIGTERM under load: every admitted request completes, then the process exits 0', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);
