@@ -48,16 +48,26 @@ interface Inflight {
 
 export class ModelRegistry {
   #records = new Map<string, ModelRecord>();
+  /** Told of every change of a model's state (null: forgotten), in order: the gRPC health service. */
+  #watchers: ((name: string, state: ModelState | null) => void)[] = [];
   /** Requests in flight by instance. */
   #inflight = new Map<InstanceKey, Inflight>();
 
   set(record: ModelRecord): void {
     this.#records.set(record.name, record);
+    for (const w of this.#watchers) w(record.name, record.state);
   }
 
   /** Forget a model entirely (its bundle was removed): it answers NOT_FOUND from now on. */
   delete(name: string): void {
     this.#records.delete(name);
+    for (const w of this.#watchers) w(name, null);
+  }
+
+  /** Call `watcher` with every model's state now, then with each change. */
+  watch(watcher: (name: string, state: ModelState | null) => void): void {
+    this.#watchers.push(watcher);
+    for (const r of this.#records.values()) watcher(r.name, r.state);
   }
 
   get(name: string): ModelRecord | undefined {

@@ -28,6 +28,8 @@ import { watchRepository } from './repository-watcher.js';
 import { HostWeights } from './host-weights.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
 import { Statistics } from './statistics.js';
+import { healthService } from './health.js';
+import type { HealthImplementation } from 'grpc-health-check';
 import { Metrics } from './metrics.js';
 import type { Admission } from '../protocol/admission.js';
 import { controlService } from './control-service.js';
@@ -82,6 +84,8 @@ export class StowageServer {
   #stopWatching?: () => void;
   #hooks?: HookPool;
   #compiler?: Compiler;
+  /** The gRPC health service (grpc.health.v1): "" is the server, each model a service of its name. */
+  #health?: HealthImplementation;
   /** Backend cuda: the GPUs were found (NVML is read again at each scrape). */
   #cudaStarted = false;
 
@@ -261,8 +265,12 @@ export class StowageServer {
       version: PACKAGE_VERSION,
       isReady,
     }));
+    const health = healthService(this.registry);
+    this.#health = health;
+    edge.addExternalService(health);
     this.ports.grpc = await edge.start();
     this.#ready = true;
+    health.setStatus('', 'SERVING');
     const models = this.registry.all();
     this.#logger.info({
       grpc: `${endpoints.host}:${this.ports.grpc}`,
@@ -279,6 +287,7 @@ export class StowageServer {
    */
   async stop(graceMs = this.#config.global.endpoints.shutdown_grace_seconds * 1000): Promise<void> {
     this.#ready = false;
+    this.#health?.setStatus('', 'NOT_SERVING');
     this.#stopWatching?.();
     await this.#edge.stop(graceMs);
     await this.#devices?.stop();

@@ -257,6 +257,11 @@ export class GrpcEdge {
     };
   }
 
+  /** Register a service implemented whole elsewhere (the gRPC health service: grpc-health-check). */
+  addExternalService(service: { addToServer(server: grpc.Server): void }): void {
+    service.addToServer(this.#server);
+  }
+
   /** Register a service: `table`'s handlers, and UNIMPLEMENTED (naming the RPC) for every other method. */
   addService(definition: grpc.ServiceDefinition, table: Record<string, grpc.UntypedHandleCall>): void {
     const handlers: grpc.UntypedServiceImplementation = {};
