@@ -1,10 +1,11 @@
 """JSON schemas for kubeconform, derived offline from what the registries carry.
 
-    python tools/kubernetes-schemas.py K8S_MODULE_DIR KSERVE_MODULE_DIR OUT_DIR
+    python tools/kubernetes-schemas.py K8S_MODULE_DIR KSERVE_MODULE_DIR OUT_DIR [KEDA_MODULE_DIR]
 
 K8S_MODULE_DIR is the k8s.io/kubernetes module (its api/openapi-spec/v3/*.json: one OpenAPI 3
 document per group-version); KSERVE_MODULE_DIR the github.com/kserve/kserve module (its
-config/crd/full/**.yaml CustomResourceDefinitions). tools/validate-kubernetes.sh fetches both from
+config/crd/full/**.yaml CustomResourceDefinitions); KEDA_MODULE_DIR the
+github.com/kedacore/keda/v2 module (config/crd/bases/*.yaml: ScaledObject and the rest). tools/validate-kubernetes.sh fetches both from
 the Go module proxy. Writes one self-contained schema per kind and version, named as kubeconform's
 `{{ .ResourceKind }}{{ .KindSuffix }}.json` template expects (statefulset-apps-v1.json,
 service-v1.json, servingruntime-serving-v1alpha1.json), strict: an object that lists its
@@ -81,7 +82,10 @@ def kubernetes(module, out):
 
 def crds(module, out):
     count = 0
-    for crd_file in sorted((module / "config" / "crd" / "full").rglob("*.yaml")):
+    folder = module / "config" / "crd" / "full"
+    if not folder.is_dir():
+        folder = module / "config" / "crd" / "bases"  # KEDA's layout
+    for crd_file in sorted(folder.rglob("*.yaml")):
         for crd in yaml.safe_load_all(crd_file.read_text()):
             spec = (crd or {}).get("spec", {})
             if crd.get("kind") != "CustomResourceDefinition" or "versions" not in spec:
@@ -100,13 +104,14 @@ def crds(module, out):
 
 
 def main(argv):
-    if len(argv) != 4:
+    if len(argv) not in (4, 5):
         sys.exit(__doc__)
     out = pathlib.Path(argv[3])
     out.mkdir(parents=True, exist_ok=True)
     k8s = kubernetes(pathlib.Path(argv[1]), out)
     kserve = crds(pathlib.Path(argv[2]), out)
-    print(f"{k8s} Kubernetes schemas, {kserve} KServe schemas in {out}", file=sys.stderr)
+    keda = crds(pathlib.Path(argv[4]), out) if len(argv) == 5 else 0
+    print(f"{k8s} Kubernetes schemas, {kserve} KServe schemas, {keda} KEDA schemas in {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 import { getHeapStatistics } from 'node:v8';
 import type { Worker } from 'node:worker_threads';
 import type { GpuInfo } from '../native/cuda.js';
+import type { InstanceStatus } from '../shared/channels/device.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { WeightLoad, WeightMemory } from '../shared/channels/device.js';
 import type { Placement } from '../routing/placement.js';
@@ -28,6 +29,8 @@ export interface MetricsSources {
   threads: () => Iterable<[string, Worker]>;
   /** Backend cuda: the GPUs as NVML reads them now (nv_gpu_*); empty on the CPU. */
   gpus?: () => GpuInfo[];
+  /** Every loaded instance on every device now (queue, residency): asked for at each scrape. */
+  instances?: () => Promise<readonly (InstanceStatus & { device: number })[]>;
 }
 
 /** A counter set at scrape time from a running total (Prometheus counters are totals since start). */
@@ -83,6 +86,24 @@ export class Metrics {
     perGpu('nv_gpu_power_usage', 'GPU power usage in watts', (g) => g.powerWatts);
     perGpu('nv_gpu_power_limit', 'GPU power management limit in watts', (g) => g.powerLimitWatts);
     perGpu('nv_energy_consumption', 'GPU energy consumption in joules since the driver loaded', (g) => g.energyJoules);
+    // Signals for autoscalers (KEDA, HPA through an adapter), read from the devices at each scrape.
+    const instances = sources.instances;
+    new Gauge({
+      name: 'stowage_model_queue_depth', help: 'Requests of the model waiting in the devices\' queues (not yet running), all devices', labelNames: ['model'], registers,
+      async collect() {
+        this.reset();
+        const depth = new Map<string, number>();
+        for (const s of (await instances?.()) ?? []) depth.set(s.model, (depth.get(s.model) ?? 0) + s.queued);
+        for (const [m, n] of depth) this.set({ model: m }, n);
+      },
+    });
+    new Gauge({
+      name: 'stowage_weight_cache_model_resident_bytes', help: 'Bytes of the model\'s weights on the device now (0 when evicted)', labelNames: ['model', 'device'], registers,
+      async collect() {
+        this.reset();
+        for (const s of (await instances?.()) ?? []) this.inc({ model: s.model, device: String(s.device) }, s.resident ? s.weightBytes : 0);
+      },
+    });
     perModel('nv_inference_request_success', 'Number of successful inference requests, all batch sizes', (c) => c.success.count);
     new Counter({
       name: 'nv_inference_request_failure', help: 'Number of failed inference requests, all batch sizes', labelNames: ['model', 'version', 'reason'], registers,

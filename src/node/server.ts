@@ -93,7 +93,7 @@ export class StowageServer {
     this.#config = config;
     this.#logger = logger;
     this.statistics = new Statistics();
-    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), hostWeightBytes: () => this.hostWeights.bytes, statistics: this.statistics, threads: () => this.#threads(), gpus: () => this.#gpus() });
+    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), hostWeightBytes: () => this.hostWeights.bytes, statistics: this.statistics, threads: () => this.#threads(), gpus: () => this.#gpus(), instances: async () => (await this.#devices?.status()) ?? [] });
     this.#edge = new GrpcEdge(config.global.endpoints, logger, this.metrics.registry);
     this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#devices?.forgetRegion(regionId));
   }

@@ -1,6 +1,7 @@
 """deploy/: every Kubernetes manifest and overlay rendered by kustomize and checked by kubeconform in
 strict mode against Kubernetes' own schemas (v1.37) and KServe's CRD schemas (v0.20), made offline
-by tools/kubernetes-tools.sh; then what the manifests must agree on with the server itself."""
+by tools/kubernetes-tools.sh (and KEDA's, v2.21, for deploy/keda); then what the manifests must agree
+on with the server itself."""
 import json
 import os
 import pathlib
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-KUSTOMIZATIONS = ["deploy/kubernetes/base", "deploy/kubernetes/overlays/cpu", "deploy/kubernetes/overlays/production", "deploy/kserve"]
+KUSTOMIZATIONS = ["deploy/kubernetes/base", "deploy/kubernetes/overlays/cpu", "deploy/kubernetes/overlays/production", "deploy/kserve", "deploy/keda"]
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +128,16 @@ def test_the_kserve_runtime_is_what_kserve_selects_and_the_server_accepts(tools,
     assert json.loads(result.stdout)["config"]["model_repo"] == "/mnt/models"
     isvc = r["InferenceService", "stowage-lab"]["spec"]["predictor"]["model"]
     assert isvc["runtime"] == "stowage" and isvc["modelFormat"]["name"] == "onnx" and isvc["protocolVersion"] == "grpc-v2"
+
+
+def test_the_keda_example_scales_the_node_statefulset_on_a_metric_the_server_serves(tools):
+    scaled = resources(tools, "deploy/keda")["ScaledObject", "stowage-node"]
+    nodes = resources(tools, "deploy/kubernetes/base")
+    target = scaled["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) in nodes
+    query = scaled["spec"]["triggers"][0]["metadata"]["query"]
+    served = (ROOT / "src" / "node" / "metrics.ts").read_text()
+    metric = query.split("(")[1].split(")")[0].split("{")[0]
+    assert f"name: '{metric}'" in served, f"{metric} is not a metric the server exposes"
+    bad = render(tools, "deploy/keda").replace("minReplicaCount: 1", "minReplicaCount: one")
+    assert kubeconform(tools, bad).returncode != 0, "KEDA's schema refuses a wrong type"

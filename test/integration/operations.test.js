@@ -123,6 +123,29 @@ test('past max_inflight_bytes a burst of large requests is shed naming the bytes
   t.is(m.stowage_grpc_inflight_bytes, 0, 'every admitted request gave its bytes back');
 });
 
+test('signals for autoscalers: each model\'s queue depth under a burst, and its resident weight bytes per device', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { convnet: CONVNET, digits: path.join(ROOT, 'bundles', 'digits') });
+  const server = await startServer({ model_repo: repo, global: { scheduler: { models: { convnet: { max_batch_size: 1 } } } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  await server.client.infer('digits', [digit(1)]);
+  // One row per execution: a burst of 200 waits in convnet's queue.
+  const burst = Promise.all(Array.from({ length: 200 }, () => server.client.infer('convnet', [image(1)])));
+  let deepest = 0;
+  let done = false;
+  burst.then(() => { done = true; }, () => { done = true; });
+  while (!done) {
+    deepest = Math.max(deepest, (await scrapeMetrics(server.adminPort))['stowage_model_queue_depth{model="convnet"}'] ?? 0);
+  }
+  await burst;
+  t.true(deepest > 10, `convnet's queue reached ${deepest}`);
+  const m = await scrapeMetrics(server.adminPort);
+  t.is(m['stowage_model_queue_depth{model="convnet"}'], 0, 'drained');
+  const resident = m['stowage_weight_cache_model_resident_bytes{model="digits",device="0"}'];
+  t.true(resident > 0 && resident === m['stowage_weight_cache_resident_bytes{device="0"}'] - m['stowage_weight_cache_model_resident_bytes{model="convnet",device="0"}'], `digits holds ${resident} bytes on device 0`);
+});
+
 test('SIGTERM under load: every admitted request completes, then the process exits 0', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);
