@@ -1,5 +1,5 @@
 # Stowage: one container per machine. Build:  docker build -t stowage .
-# Run:    docker run --rm -p 8001:8001 -p 8002:8002 -v /path/to/models:/models:ro stowage
+# Run:    docker run --rm -p 8000:8000 -p 8001:8001 -p 8002:8002 -v /path/to/models:/models:ro stowage
 #
 # The CUDA variant:  docker build --build-arg CUDA=1 -t stowage:cuda .  then run it with the NVIDIA
 # container runtime (docker run --gpus all ...): the build runs npm run cuda:install
@@ -53,7 +53,7 @@ RUN if [ "$CUDA" = "1" ]; then sed -i 's/^    backend: cpu$/    backend: cuda/' 
 # The compile cache (cache_dir): owned by the user the server runs as; mount a volume to keep it.
 RUN mkdir -p /var/cache/stowage && chown 1000:1000 /var/cache/stowage
 USER 1000:1000
-EXPOSE 8001 8002
+EXPOSE 8000 8001 8002
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s \
   CMD ["node", "-e", "fetch('http://127.0.0.1:8002/readyz').then(r => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 ENTRYPOINT ["node", "main.js"]

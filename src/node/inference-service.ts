@@ -1,8 +1,10 @@
 /**
  * The node's KServe V2 RPC table, on the main thread: what each RPC of
- * GRPCInferenceService answers. The gRPC edge (protocol/edge.ts) wraps every
- * handler (errors to statuses, admission, streams, UNIMPLEMENTED for the rest);
- * inferences go through the pipeline (pipeline.ts).
+ * GRPCInferenceService answers (kserveOperations: plain functions of the
+ * request, which the REST edge calls too, node/rest-service.ts), and the gRPC
+ * table over them. The gRPC edge (protocol/edge.ts) wraps every handler (errors
+ * to statuses, admission, streams, UNIMPLEMENTED for the rest); inferences go
+ * through the pipeline (pipeline.ts).
  */
 import type * as grpc from '@grpc/grpc-js';
 import type { Devices } from './devices.js';
@@ -36,68 +38,77 @@ export interface ServiceContext {
   isReady: () => boolean;
 }
 
-export function inferenceService(ctx: ServiceContext): Record<string, grpc.UntypedHandleCall> {
-  const { edge, pipeline, registry, repository, statistics, sharedMemory, logger } = ctx;
-  const table: Record<string, grpc.UntypedHandleCall> = {
-    ServerLive: edge.unary('ServerLive', () => ({ live: true })),
-    ServerReady: edge.unary('ServerReady', () => ({ ready: ctx.isReady() })),
-    ModelReady: edge.unary('ModelReady', (req: ModelRef) =>
-      ({ ready: registry.find(req.name, req.version).state === ModelState.READY })),
-    ServerMetadata: edge.unary('ServerMetadata', () =>
-      ({ name: SERVER_NAME, version: ctx.version, extensions: SERVER_EXTENSIONS.filter((e) => ctx.systemSharedMemory || e !== 'system_shared_memory') })),
-    ModelMetadata: edge.unary('ModelMetadata', (req: ModelRef) => modelMetadata(registry.described(req.name, req.version))),
-    ModelConfig: edge.unary('ModelConfig', (req: ModelRef) => {
+/** What each KServe V2 operation answers, as a plain function of its request (both edges call these). */
+export function kserveOperations(ctx: Omit<ServiceContext, 'edge'>) {
+  const { registry, repository, statistics, sharedMemory, logger } = ctx;
+  return {
+    ServerLive: () => ({ live: true }),
+    ServerReady: () => ({ ready: ctx.isReady() }),
+    ModelReady: (req: ModelRef) => ({ ready: registry.find(req.name, req.version).state === ModelState.READY }),
+    ServerMetadata: () =>
+      ({ name: SERVER_NAME, version: ctx.version, extensions: SERVER_EXTENSIONS.filter((e) => ctx.systemSharedMemory || e !== 'system_shared_memory') }),
+    ModelMetadata: (req: ModelRef) => modelMetadata(registry.described(req.name, req.version)),
+    ModelConfig: (req: ModelRef) => {
       const spec = registry.described(req.name, req.version);
       return { config: modelConfig(spec, Math.min(spec.maxBatchSize, ctx.devices.policies.maxBatchSize(spec.name) ?? Infinity)) };
-    }),
-    RepositoryIndex: edge.unary('RepositoryIndex', (req: { repository_name: string; ready: boolean }) => ({
+    },
+    RepositoryIndex: (req: { repository_name: string; ready: boolean }) => ({
       models: registry.all()
         .filter((r) => !req.ready || r.state === ModelState.READY)
         .map((r) => ({ name: r.name, version: MODEL_VERSION, state: r.state, reason: r.reason })),
-    })),
-    RepositoryModelLoad: edge.unary('RepositoryModelLoad', async (req: { model_name: string; parameters: Record<string, unknown> }) => {
+    }),
+    RepositoryModelLoad: async (req: { model_name: string; parameters: Record<string, unknown> }) => {
       if (repository.mode === 'static') throw errors.modelControl('RepositoryModelLoad', 'static');
       if (Object.keys(req.parameters).length > 0) {
         throw errors.unsupported(`RepositoryModelLoad parameters (${Object.keys(req.parameters).join(', ')}) are not supported: a model loads from its bundle in model_repo`);
       }
       await repository.load(req.model_name);
       return {};
-    }),
-    RepositoryModelUnload: edge.unary('RepositoryModelUnload', async (req: { model_name: string }) => {
+    },
+    RepositoryModelUnload: async (req: { model_name: string }) => {
       if (repository.mode === 'static') throw errors.modelControl('RepositoryModelUnload', 'static');
       await repository.unload(req.model_name);
       return {};
-    }),
-    ModelInfer: edge.inference('ModelInfer', (req: ModelInferRequest, call, signal) => pipeline.infer(req, callDeadlineMs(call), signal)),
-    ModelStreamInfer: edge.stream<ModelInferRequest, { error_message: string; infer_response: Partial<ModelInferResponse> | EncodedResponse }>('ModelStreamInfer', {
-      answer: async (req, call, signal) => ({ error_message: '', infer_response: await pipeline.infer(req, callDeadlineMs(call), signal) }),
-      // The error travels as this response's message, with the request's id; the stream lives on.
-      failed: (req, details) => ({ error_message: details, infer_response: { model_name: req.model_name, model_version: req.model_version, id: req.id } }),
-    }),
-    ModelStatistics: edge.unary('ModelStatistics', (req: ModelRef) => {
+    },
+    ModelStatistics: (req: ModelRef) => {
       if (req.name === '') return { model_stats: registry.all().map((r) => statistics.snapshot(r.name)) };
       registry.find(req.name, req.version);
       return { model_stats: [statistics.snapshot(req.name)] };
-    }),
-    SystemSharedMemoryRegister: edge.unary('SystemSharedMemoryRegister', (req: { name: string; key: string; offset: string; byte_size: string }) => {
+    },
+    SystemSharedMemoryRegister: (req: { name: string; key: string; offset: string; byte_size: string }) => {
       if (!ctx.systemSharedMemory) throw errors.unsupported('SystemSharedMemoryRegister: system shared memory is turned off on this server (endpoints.system_shared_memory: false); send tensors in the request');
       sharedMemory.register(req.name, req.key, Number(req.offset), Number(req.byte_size));
       logger.info({ region: req.name, key: req.key, offset: Number(req.offset), byteSize: Number(req.byte_size) }, 'shared-memory region registered');
       return {};
-    }),
-    SystemSharedMemoryStatus: edge.unary('SystemSharedMemoryStatus', (req: { name: string }) => ({
+    },
+    SystemSharedMemoryStatus: (req: { name: string }) => ({
       regions: Object.fromEntries(sharedMemory.status(req.name).map((r) =>
         [r.name, { name: r.name, key: r.key, offset: String(r.offset), byte_size: String(r.byteSize) }])),
-    })),
-    SystemSharedMemoryUnregister: edge.unary('SystemSharedMemoryUnregister', (req: { name: string }) => {
+    }),
+    SystemSharedMemoryUnregister: (req: { name: string }) => {
       const regions = sharedMemory.status('').map((r) => r.name).filter((name) => req.name === '' || name === req.name);
       sharedMemory.unregister(req.name);
       if (regions.length) logger.info({ regions }, 'shared-memory regions unregistered');
       return {};
-    }),
-    LogSettings: edge.unary('LogSettings', (req: { settings: Parameters<typeof applyLogSettings>[1] }) =>
-      ({ settings: Object.keys(req.settings).length ? applyLogSettings(logger, req.settings) : currentLogSettings(logger) })),
+    },
+    LogSettings: (req: { settings: Parameters<typeof applyLogSettings>[1] }) =>
+      ({ settings: Object.keys(req.settings).length ? applyLogSettings(logger, req.settings) : currentLogSettings(logger) }),
   };
+}
+
+export type KserveOperations = ReturnType<typeof kserveOperations>;
+
+export function inferenceService(ctx: ServiceContext): Record<string, grpc.UntypedHandleCall> {
+  const { edge, pipeline } = ctx;
+  const ops = kserveOperations(ctx);
+  const table: Record<string, grpc.UntypedHandleCall> = {};
+  for (const [rpc, fn] of Object.entries(ops)) table[rpc] = edge.unary(rpc, fn as (req: unknown) => unknown);
+  table.ModelInfer = edge.inference('ModelInfer', (req: ModelInferRequest, call, signal) => pipeline.infer(req, callDeadlineMs(call), signal));
+  table.ModelStreamInfer = edge.stream<ModelInferRequest, { error_message: string; infer_response: Partial<ModelInferResponse> | EncodedResponse }>('ModelStreamInfer', {
+    answer: async (req, call, signal) => ({ error_message: '', infer_response: await pipeline.infer(req, callDeadlineMs(call), signal) }),
+    // The error travels as this response's message, with the request's id; the stream lives on.
+    failed: (req, details) => ({ error_message: details, infer_response: { model_name: req.model_name, model_version: req.model_version, id: req.id } }),
+  });
   // CUDA shared memory on the CPU backend: nothing can be registered, so the status of all is empty
   // and unregistering succeeds with nothing to do, as on a Triton without GPUs (perf_analyzer's
   // --shared-memory system cleans up with CudaSharedMemoryUnregister("")); only register is refused.

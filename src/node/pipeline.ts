@@ -79,8 +79,10 @@ export class Pipeline {
   /**
    * One inference request from the wire. `callDeadlineMs` is the gRPC deadline (Infinity if none);
    * the request's `timeout` parameter may shorten it. `signal` fires if the client cancels.
+   * `encode` false (the REST edge): the outputs come back as tensors, never as the device's encoded
+   * protobuf response.
    */
-  async infer(req: ModelInferRequest, callDeadlineMs: number, signal: AbortSignal): Promise<ModelInferResponse | EncodedResponse> {
+  async infer(req: ModelInferRequest, callDeadlineMs: number, signal: AbortSignal, { encode = true }: { encode?: boolean } = {}): Promise<ModelInferResponse | EncodedResponse> {
     const { registry, sharedMemory } = this.#ctx;
     const started = process.hrtime.bigint();
     const lease = registry.acquire(req.model_name, req.model_version);
@@ -98,7 +100,7 @@ export class Pipeline {
       }
       const deadlineMs = Math.min(callDeadlineMs, decoded.timeoutUs === undefined ? Infinity : nowMs() + decoded.timeoutUs / 1000);
       const context: HookContext = { model: req.model_name, requestId: req.id, parameters: decoded.parameters };
-      const result = await this.#run(spec, lease.instance, decoded, context, deadlineMs, signal, { id: req.id });
+      const result = await this.#run(spec, lease.instance, decoded, context, deadlineMs, signal, encode ? { id: req.id } : null);
       const response = result.response ? new EncodedResponse(result.response) : inferResponse(spec, req.id, result.outputs);
       this.#ctx.statistics.recordSuccess(spec.name, decoded.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
       return response;

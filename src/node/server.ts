@@ -37,7 +37,9 @@ import { GrpcEdge } from '../protocol/edge.js';
 import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
 import { markOwnedBuffers } from '../protocol/message-buffers.js';
 import { passEncodedResponses } from '../protocol/encoded-response.js';
-import { inferenceService } from './inference-service.js';
+import { inferenceService, kserveOperations } from './inference-service.js';
+import { restRoutes } from './rest-service.js';
+import { HttpEdge } from '../protocol/http-edge.js';
 import { Pipeline } from './pipeline.js';
 import { startOrStop } from '../shared/lifecycle.js';
 import { PACKAGE_VERSION } from '../shared/version.js';
@@ -64,6 +66,8 @@ function nodeReadiness(registry: ModelRegistry, isReady: () => boolean): AdminCo
 
 export interface Ports {
   grpc: number;
+  /** The REST port (endpoints.http_port). */
+  http: number;
   admin: number;
 }
 
@@ -74,7 +78,7 @@ export class StowageServer {
   readonly sharedMemory: SharedMemoryRegistry;
   /** Host RAM copies of weights, one per distinct tensor, shared by every device actor. */
   readonly hostWeights = new HostWeights();
-  readonly ports: Ports = { grpc: 0, admin: 0 };
+  readonly ports: Ports = { grpc: 0, http: 0, admin: 0 };
   #config: NodeConfig;
   #logger: Logger;
   readonly #edge: GrpcEdge;
@@ -84,6 +88,8 @@ export class StowageServer {
   #stopWatching?: () => void;
   #hooks?: HookPool;
   #compiler?: Compiler;
+  /** The REST edge (endpoints.http_port). */
+  #http?: HttpEdge;
   /** The gRPC health service (grpc.health.v1): "" is the server, each model a service of its name. */
   #health?: HealthImplementation;
   /** Backend cuda: the GPUs were found (NVML is read again at each scrape). */
@@ -268,12 +274,20 @@ export class StowageServer {
     const health = healthService(this.registry);
     this.#health = health;
     edge.addExternalService(health);
+    // The REST twin of the gRPC service: the same operations, the same pipeline, the same admission.
+    const ops = kserveOperations({ pipeline, registry: this.registry, devices, repository, statistics: this.statistics, sharedMemory: this.sharedMemory,
+      systemSharedMemory: endpoints.system_shared_memory, logger: this.#logger, version: PACKAGE_VERSION, isReady });
+    const http = new HttpEdge({ host: endpoints.host, port: endpoints.http_port, maxBodyBytes: endpoints.max_receive_message_bytes, admission: edge.admission, logger: this.#logger });
+    http.add(restRoutes(ops, pipeline));
+    this.#http = http;
+    this.ports.http = await http.start();
     this.ports.grpc = await edge.start();
     this.#ready = true;
     health.setStatus('', 'SERVING');
     const models = this.registry.all();
     this.#logger.info({
       grpc: `${endpoints.host}:${this.ports.grpc}`,
+      http: `${endpoints.host}:${this.ports.http}`,
       admin: `${endpoints.host}:${this.ports.admin}`,
       ready: models.filter((m) => m.state === ModelState.READY).map((m) => m.name),
       unavailable: models.filter((m) => m.state !== ModelState.READY).map((m) => m.name),
@@ -289,7 +303,7 @@ export class StowageServer {
     this.#ready = false;
     this.#health?.setStatus('', 'NOT_SERVING');
     this.#stopWatching?.();
-    await this.#edge.stop(graceMs);
+    await Promise.all([this.#edge.stop(graceMs), this.#http?.stop()]);
     await this.#devices?.stop();
     await this.#hooks?.close();
     await this.#compiler?.close();

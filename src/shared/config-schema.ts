@@ -298,6 +298,9 @@ export const nodeConfigSchema = {
             host: { type: 'string', minLength: 1, default: '127.0.0.1' },
             // KServe V2 gRPC port; 0 picks a free port (logged at start-up).
             grpc_port: { type: 'integer', minimum: 0, maximum: 65535, default: 8001 },
+            // KServe V2 REST port (with Triton's extensions: binary tensors, repository, statistics,
+            // shared memory, logging), as Triton's; 0 picks a free port (logged at start-up).
+            http_port: { type: 'integer', minimum: 0, maximum: 65535, default: 8000 },
             // Admin HTTP port (/healthz, /readyz, /metrics); 0 picks a free port.
             admin_port: { type: 'integer', minimum: 0, maximum: 65535, default: 8002 },
             // Bytes of tensors that the inference requests in flight may hold (their input contents

@@ -12,6 +12,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def serve(tmp, node_yaml):
     """Start `node main.js` on tmp/node.yaml; returns the process and its gRPC address once it serves."""
+    proc, entry = serve_entry(tmp, node_yaml)
+    return proc, entry["grpc"]
+
+
+def serve_entry(tmp, node_yaml):
+    """As serve, but returns the whole "serving" log line (its grpc, http and admin addresses)."""
     (tmp / "node.yaml").write_text(node_yaml)
     proc = subprocess.Popen(["node", str(ROOT / "main.js"), str(tmp / "node.yaml")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -21,7 +27,7 @@ def serve(tmp, node_yaml):
         except ValueError:
             continue
         if entry.get("msg") == "serving":
-            return proc, entry["grpc"]
+            return proc, entry
     proc.terminate()
     raise RuntimeError(f"server exited before serving: {proc.stderr.read()}")
 

@@ -20,7 +20,7 @@ def test_dockerfile_passes_hadolint():
 
 def test_compose_serves_the_ports_and_checks_readiness():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["stowage"]
-    assert compose["ports"] == ["8001:8001", "8002:8002"]
+    assert compose["ports"] == ["8000:8000", "8001:8001", "8002:8002"]
     assert "/readyz" in " ".join(compose["healthcheck"]["test"])
     assert any(v.endswith(":/models:ro") for v in compose["volumes"])
 

@@ -77,7 +77,8 @@ def test_nodes_a_headless_service_and_a_gateway_that_finds_them_by_dns(tools, tm
     assert mounts["models"] == image_node["model_repo"] and mounts["compile-cache"] == image_node["cache_dir"]
     grace = image_node["global"]["endpoints"].get("shutdown_grace_seconds", 30)
     assert pod["spec"]["terminationGracePeriodSeconds"] > grace
-    assert {p["containerPort"] for p in container["ports"]} == {image_node["global"]["endpoints"]["grpc_port"], image_node["global"]["endpoints"]["admin_port"]}
+    endpoints = image_node["global"]["endpoints"]
+    assert {p["containerPort"] for p in container["ports"]} == {endpoints["grpc_port"], endpoints["http_port"], endpoints["admin_port"]}
     for pdb in ("stowage-node", "stowage-gateway"):
         selector = r["PodDisruptionBudget", pdb]["spec"]["selector"]["matchLabels"]
         target = node if pdb == "stowage-node" else gateway

@@ -55,12 +55,13 @@ class Container:
     def __init__(self, repo):
         self.name = f"stowage-test-{uuid.uuid4().hex[:8]}"
         self.volume = f"{self.name}-cache"
-        self.grpc, self.admin = free_port(), free_port()
+        self.grpc, self.rest, self.admin = free_port(), free_port(), free_port()
         subprocess.run(PODMAN + [
             "run", "-d", "--name", self.name, "--network", "host", "--read-only",
             "-v", f"{repo}:/models:ro", "-v", f"{self.volume}:/var/cache/stowage",
             "-e", "INFERENCE_SERVER_ENDPOINTS_HOST=127.0.0.1",
             "-e", f"INFERENCE_SERVER_ENDPOINTS_GRPC_PORT={self.grpc}",
+            "-e", f"INFERENCE_SERVER_ENDPOINTS_HTTP_PORT={self.rest}",
             "-e", f"INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT={self.admin}",
             "-e", "INFERENCE_SERVER_RUNTIME_CPU_DEVICE_MEMORY_BYTES=268435456",
             IMAGE,

@@ -98,7 +98,7 @@ def test_exported_bundles_answer_through_the_server_like_pytorch(repo):
     server_tmp = pathlib.Path(tempfile.mkdtemp(prefix="stowage-export-server-"))
     proc, address = serve(server_tmp, f"model_repo: {tmp / 'repo'}\ncache_dir: {server_tmp / 'cache'}\n"
                                       "global:\n  runtime:\n    cpu_device_memory_bytes: 134217728\n"
-                                      "  endpoints:\n    grpc_port: 0\n    admin_port: 0\n")
+                                      "  endpoints:\n    grpc_port: 0\n    http_port: 0\n    admin_port: 0\n")
     try:
         client = grpcclient.InferenceServerClient(address)
         torch.manual_seed(11)

@@ -67,7 +67,7 @@ function testDefaults(config, dir) {
  * Start the server with `config` (an object written as the node file) and
  * wait until it logs "serving" (or the line `until` accepts). Ports are 0
  * (chosen by the OS) and read from the log. Resolves to
- * { client, address, adminPort, logs, waitForLog, child, stop }.
+ * { client, address, rest, adminPort, logs, waitForLog, child, stop }.
  * `nodeArgs` go to node before main.js (a test's --require preload, say); `main` is another
  * build's main.js (a benchmark comparing two builds).
  * @param {NodeFile} config
@@ -79,7 +79,7 @@ export async function startServer(config, { env = {}, root, until = (entry) => e
   const file = path.join(dir, 'node.yaml');
   writeFileSync(file, YAML.stringify(testDefaults(config, dir)));
   const child = spawn(process.execPath, [...nodeArgs, main, file], {
-    env: { ...process.env, INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '0', INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '0', ...env },
+    env: { ...process.env, INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '0', INFERENCE_SERVER_ENDPOINTS_HTTP_PORT: '0', INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   /** @type {LogEntry[]} */
@@ -110,6 +110,9 @@ export async function startServer(config, { env = {}, root, until = (entry) => e
   const admin = logs.find((l) => l.admin)?.admin;
   const address = logs.find((l) => l.msg === 'serving')?.grpc;
   const adminPort = admin ? Number(admin.split(':').pop()) : undefined;
+  /** The REST base URL (http://host:port), once serving. */
+  const http = logs.find((l) => l.msg === 'serving')?.http;
+  const rest = http ? `http://${http}` : undefined;
   const client = new InferenceClient(address ?? 'localhost:1'); // connects lazily: only used once serving
   const stop = async () => {
     client.close();
@@ -139,7 +142,7 @@ export async function startServer(config, { env = {}, root, until = (entry) => e
       await waitForLog((l) => logs.indexOf(l) >= seen && match(l));
     }
   };
-  return { client, address, adminPort, logs, child, stop, waitForLog, waitForLogs, entry, stderr: () => stderr };
+  return { client, address, rest, adminPort, logs, child, stop, waitForLog, waitForLogs, entry, stderr: () => stderr };
 }
 
 /**

@@ -64,7 +64,7 @@ test('a cache_dir the server cannot write stops start-up with a clear message', 
   const file = path.join(temp.dir, 'node.yaml');
   writeFileSync(path.join(temp.dir, 'a-file'), 'not a directory');
   writeFileSync(file, `model_repo: ${path.join(ROOT, 'bundles')}\ncache_dir: ./a-file/cache\n`);
-  const { code, stderr } = await main([file], { INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '0', INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '0' });
+  const { code, stderr } = await main([file], { INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '0', INFERENCE_SERVER_ENDPOINTS_HTTP_PORT: '0', INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '0' });
   t.is(code, 2);
   t.regex(stderr, /cache_dir .*a-file\/cache is not a writable directory \(ENOTDIR\)/);
 });
@@ -74,7 +74,7 @@ test('a model_repo that is not a directory stops start-up with a clear message',
   t.teardown(temp.cleanup);
   const file = path.join(temp.dir, 'node.yaml');
   writeFileSync(file, 'model_repo: ./no-such-dir\n');
-  const { code, stderr } = await main([file], { INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '0', INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '0' });
+  const { code, stderr } = await main([file], { INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '0', INFERENCE_SERVER_ENDPOINTS_HTTP_PORT: '0', INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '0' });
   t.is(code, 2);
   t.regex(stderr, /model_repo .*no-such-dir is not a directory/);
 });
@@ -100,7 +100,7 @@ test('backend cuda without the CUDA provider installed stops start-up naming wha
   const temp = tempDir();
   t.teardown(temp.cleanup);
   const file = path.join(temp.dir, 'node.yaml');
-  writeFileSync(file, `model_repo: ${path.join(ROOT, 'bundles')}\ncache_dir: ${path.join(temp.dir, 'cache')}\nglobal:\n  runtime: { backend: cuda }\n  endpoints: { grpc_port: 0, admin_port: 0 }\n`);
+  writeFileSync(file, `model_repo: ${path.join(ROOT, 'bundles')}\ncache_dir: ${path.join(temp.dir, 'cache')}\nglobal:\n  runtime: { backend: cuda }\n  endpoints: { grpc_port: 0, http_port: 0, admin_port: 0 }\n`);
   const { code, stdout, stderr } = await main([file]);
   t.not(code, 0);
   t.regex(stdout + stderr, /backend cuda: ONNX Runtime's CUDA provider is not installed \(libonnxruntime_providers_shared\.so, libonnxruntime_providers_cuda\.so missing from .*\); run npm run cuda:install/);

@@ -26,7 +26,7 @@ test('defaults fill every key and the result is frozen', (t) => {
     scheduler: { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, compaction_interval: 0, models: {} },
     hooks: { threads: 0, timeout_seconds: 10, import_timeout_seconds: 30, max_heap_mib: 1024 },
     endpoints: {
-      host: '127.0.0.1', grpc_port: 8001, admin_port: 8002, max_inflight_bytes: 1073741824, max_concurrent_requests: 0, http2_window_bytes: 4194304,
+      host: '127.0.0.1', grpc_port: 8001, http_port: 8000, admin_port: 8002, max_inflight_bytes: 1073741824, max_concurrent_requests: 0, http2_window_bytes: 4194304,
       max_receive_message_bytes: 2147483647, max_send_message_bytes: 2147483647, system_shared_memory: true, shutdown_grace_seconds: 30,
     },
   });
@@ -43,7 +43,7 @@ test('a relative model_repo is resolved against the node file\'s directory', (t)
 test('an unknown key names its path and the keys allowed there', (t) => {
   const err = stowageThrows(t, () => parse('model_repo: m\nglobal:\n  endpoints:\n    grpc_prot: 1\n'));
   t.is(err.code, 'STOWAGE_CONFIG_INVALID');
-  t.regex(err.message, /global\.endpoints\.grpc_prot: unknown key; allowed here: host, grpc_port, admin_port, max_inflight_bytes, max_concurrent_requests/);
+  t.regex(err.message, /global\.endpoints\.grpc_prot: unknown key; allowed here: host, grpc_port, http_port, admin_port, max_inflight_bytes, max_concurrent_requests/);
 });
 
 test('a wrong type names the key path, the value and what was expected', (t) => {

@@ -1,0 +1,106 @@
+/**
+ * The node's KServe V2 REST API with Triton's extensions (what tritonclient.http, KServe's REST
+ * client and KServe's model agent call): each route calls the very operation its gRPC twin calls
+ * (inference-service.ts kserveOperations; inferences through the same pipeline), and words the
+ * answer as Triton's HTTP endpoint does (JSON numbers for int64, arrays where Triton answers
+ * arrays). The HTTP edge (protocol/http-edge.ts) owns limits, admission and errors.
+ */
+import type { Pipeline } from './pipeline.js';
+import type { KserveOperations } from './inference-service.js';
+import { jsonBody, type RestReply, type RestRoute } from '../protocol/http-edge.js';
+import { parseRestInfer, restInferResponse, toParameters } from '../protocol/rest-tensors.js';
+import { errors } from '../shared/errors.js';
+import type { ModelInferResponse } from '../protocol/types.js';
+
+/** `/v2/models/{name}` with an optional `/versions/{v}`: captures name and version. */
+const MODEL = '/v2/models/([^/]+)(?:/versions/([^/]+))?';
+const route = (method: 'GET' | 'POST', pattern: string, handle: RestRoute['handle'], inference = false): RestRoute =>
+  ({ method, pattern: new RegExp(`^${pattern}$`), handle, inference });
+
+/** Statistics' counters as Triton's JSON writes them: numbers, not the int64 strings of protobuf. */
+const NUMERIC = new Set(['last_inference', 'inference_count', 'execution_count', 'count', 'ns', 'batch_size', 'memory_usage', 'byte_size', 'offset']);
+function numbers(value: unknown, key = ''): unknown {
+  if (Array.isArray(value)) return value.map((v) => numbers(v));
+  if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, numbers(v, k)]));
+  return NUMERIC.has(key) && typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value;
+}
+
+/** A log setting from JSON to the LogSettings message's value. */
+function settingValue(key: string, v: unknown) {
+  if (typeof v === 'boolean') return { parameter_choice: 'bool_param' as const, bool_param: v };
+  if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return { parameter_choice: 'uint32_param' as const, uint32_param: v };
+  if (typeof v === 'string') return { parameter_choice: 'string_param' as const, string_param: v };
+  throw errors.invalidRequest(`log setting ${JSON.stringify(key)} must be a boolean, a whole number or a string`);
+}
+
+export function restRoutes(ops: KserveOperations, pipeline: Pipeline): RestRoute[] {
+  const ref = (p: string[]) => ({ name: p[0], version: p[1] ?? '' });
+  const ok = (ready: boolean): RestReply => ({ json: { ready }, status: ready ? 200 : 503 });
+  return [
+    route('GET', '/v2/health/live', () => ({ json: { live: ops.ServerLive().live } })),
+    route('GET', '/v2/health/ready', () => ok(ops.ServerReady().ready)),
+    route('GET', '/v2', () => ({ json: ops.ServerMetadata() })),
+    route('GET', '/v2/models/stats', () => ({ json: numbers(ops.ModelStatistics({ name: '', version: '' })) })),
+    route('GET', `${MODEL}/stats`, (r) => ({ json: numbers(ops.ModelStatistics(ref(r.params))) })),
+    route('GET', `${MODEL}/ready`, (r) => ok(ops.ModelReady(ref(r.params)).ready)),
+    route('GET', `${MODEL}/config`, (r) => ({ json: numbers(ops.ModelConfig(ref(r.params)).config) })),
+    route('GET', MODEL, (r) => {
+      const md = ops.ModelMetadata(ref(r.params));
+      return { json: { ...md, inputs: md.inputs.map((t) => ({ ...t, shape: t.shape.map(Number) })), outputs: md.outputs.map((t) => ({ ...t, shape: t.shape.map(Number) })) } };
+    }),
+    route('POST', `${MODEL}/infer`, async (r): Promise<RestReply> => {
+      const header = r.headers['inference-header-content-length'];
+      const headerBytes = header === undefined ? undefined : Number(header);
+      if (headerBytes !== undefined && !(Number.isInteger(headerBytes) && headerBytes >= 0)) {
+        throw errors.invalidRequest(`Inference-Header-Content-Length must be a whole number of bytes, not ${JSON.stringify(header)}`);
+      }
+      const { name, version } = ref(r.params);
+      const request = parseRestInfer(r.body, headerBytes, name, version);
+      const response = await pipeline.infer(request, Infinity, r.signal, { encode: false }) as ModelInferResponse;
+      const { body, headerBytes: jsonBytes } = restInferResponse(request, response);
+      return jsonBytes === undefined
+        ? { body, headers: { 'content-type': 'application/json' } }
+        : { body, headers: { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(jsonBytes) } };
+    }, true),
+    route('POST', '/v2/repository/index', (r) => {
+      const { ready } = jsonBody(r.body);
+      return { json: ops.RepositoryIndex({ repository_name: '', ready: ready === true }).models };
+    }),
+    route('POST', '/v2/repository/models/([^/]+)/load', async (r) => {
+      const { parameters } = jsonBody(r.body);
+      await ops.RepositoryModelLoad({ model_name: r.params[0], parameters: toParameters(parameters as never, 'the load request') });
+      return { json: {} };
+    }),
+    route('POST', '/v2/repository/models/([^/]+)/unload', async (r) => {
+      await ops.RepositoryModelUnload({ model_name: r.params[0] });
+      return { json: {} };
+    }),
+    route('GET', '/v2/systemsharedmemory(?:/region/([^/]+))?/status', (r) =>
+      ({ json: numbers(Object.values(ops.SystemSharedMemoryStatus({ name: r.params[0] ?? '' }).regions)) })),
+    route('POST', '/v2/systemsharedmemory/region/([^/]+)/register', (r) => {
+      const { key, offset, byte_size: byteSize } = jsonBody(r.body);
+      if (typeof key !== 'string') throw errors.invalidRequest('register: "key" must be the shared-memory object\'s name (a string)');
+      if (typeof byteSize !== 'number') throw errors.invalidRequest('register: "byte_size" must be a number');
+      ops.SystemSharedMemoryRegister({ name: r.params[0], key, offset: String(offset ?? 0), byte_size: String(byteSize) });
+      return { json: {} };
+    }),
+    route('POST', '/v2/systemsharedmemory(?:/region/([^/]+))?/unregister', (r) => {
+      ops.SystemSharedMemoryUnregister({ name: r.params[0] ?? '' });
+      return { json: {} };
+    }),
+    // No CUDA shared memory through REST yet: its status is empty, as on the gRPC side.
+    route('GET', '/v2/cudasharedmemory(?:/region/([^/]+))?/status', () => ({ json: [] })),
+    route('GET', '/v2/logging', () => ({ json: plainSettings(ops.LogSettings({ settings: {} }).settings) })),
+    route('POST', '/v2/logging', (r) => {
+      const given = jsonBody(r.body);
+      const settings = Object.fromEntries(Object.entries(given).map(([k, v]) => [k, settingValue(k, v)]));
+      return { json: plainSettings(ops.LogSettings({ settings }).settings) };
+    }),
+  ];
+}
+
+/** Log settings as Triton's HTTP endpoint writes them: each value plain. */
+function plainSettings(settings: Record<string, { bool_param?: boolean; uint32_param?: number; string_param?: string }>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(settings).map(([k, v]) => [k, v.bool_param ?? v.uint32_param ?? v.string_param ?? null]));
+}
+
