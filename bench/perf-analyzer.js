@@ -16,11 +16,11 @@ export const GHZ = path.join(ROOT, '.toolchain', 'gopath', 'bin', 'ghz');
  * divided by the batch), p50 and p99 in µs, how many requests the client counted, and the CPU µs
  * perf_analyzer itself used (runWithCpu). `sharedMemory: 'system'` puts inputs and outputs in system shared memory
  * (`outputBytes`: the largest output's size); `inputData: 'zero'` sends zeros instead of random
- * bytes.
+ * bytes. `protocol: 'http'` drives the REST port instead (`address` then the REST host:port).
  */
-export async function perfAnalyzer(address, { model, batch, concurrency, requests, sharedMemory, outputBytes, inputData }) {
+export async function perfAnalyzer(address, { model, batch, concurrency, requests, sharedMemory, outputBytes, inputData, protocol = 'grpc' }) {
   const args = [
-    '-m', model, '-u', address, '-i', 'grpc', '--async', '-b', String(batch),
+    '-m', model, '-u', address, '-i', protocol, '--async', '-b', String(batch),
     '--concurrency-range', String(concurrency), '--measurement-mode', 'count_windows',
     '--measurement-request-count', String(Math.round(requests)), '--max-trials', '3', '--stability-percentage', '1000',
     ...(inputData ? ['--input-data', inputData] : []),
