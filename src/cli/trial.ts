@@ -68,7 +68,7 @@ export async function trialLoad(repo: string, models: readonly string[], options
       model_control_mode: 'static',
       logging: { level: options.logLevel ?? 'silent' },
       runtime: { cpu_device_memory_bytes: deviceBytes(repo, models), preallocate: false },
-      endpoints: { host: '127.0.0.1', grpc_port: 0, admin_port: 0 },
+      endpoints: { host: '127.0.0.1', grpc_port: 0, http_port: 0, admin_port: 0 },
     },
   };
   // JSON is YAML: the node file the trial would be, validated like any other.

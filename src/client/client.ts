@@ -67,6 +67,8 @@ export interface InferOptions {
   parameters?: Record<string, InferParameter>;
   /** gRPC deadline, ms from now. */
   timeoutMs?: number;
+  /** gRPC metadata to send (a W3C `traceparent`, say). */
+  metadata?: Record<string, string>;
 }
 
 type Callback = (err: grpc.ServiceError | null, res: unknown) => void;
@@ -102,15 +104,17 @@ export class InferenceClient {
   }
 
   /** Call a unary RPC of the service by name with a plain request object; it resolves with that RPC's reply (replies.ts). */
-  call<K extends InferenceRpc>(rpc: K, request?: unknown, timeoutMs?: number): Promise<InferenceReplies[K]>;
+  call<K extends InferenceRpc>(rpc: K, request?: unknown, timeoutMs?: number, metadata?: Record<string, string>): Promise<InferenceReplies[K]>;
   /** Any other RPC name: its reply untyped (and a name the service lacks is refused). */
-  call(rpc: string, request?: unknown, timeoutMs?: number): Promise<unknown>;
-  call(rpc: string, request: unknown = {}, timeoutMs?: number): Promise<unknown> {
+  call(rpc: string, request?: unknown, timeoutMs?: number, metadata?: Record<string, string>): Promise<unknown>;
+  call(rpc: string, request: unknown = {}, timeoutMs?: number, metadata: Record<string, string> = {}): Promise<unknown> {
     const fn = this.#client[rpc];
     if (typeof fn !== 'function') return Promise.reject(new Error(`no RPC ${rpc} in GRPCInferenceService`));
     const opts: grpc.CallOptions = timeoutMs === undefined ? {} : { deadline: Date.now() + timeoutMs };
+    const meta = new grpc.Metadata();
+    for (const [k, v] of Object.entries(metadata)) meta.set(k, v);
     return new Promise((resolve, reject) => {
-      fn.call(this.#client, request, new grpc.Metadata(), opts, (err, res) => (err ? reject(err) : resolve(res)));
+      fn.call(this.#client, request, meta, opts, (err, res) => (err ? reject(err) : resolve(res)));
     });
   }
 
@@ -142,7 +146,7 @@ export class InferenceClient {
       outputs: (options.outputs ?? []).map((o) => (typeof o === 'string' ? { name: o } : { name: o.name, parameters: sliceParameters(o.sharedMemory) })),
       raw_input_contents: inputs.filter((t): t is Tensor => !('sharedMemory' in t)).map(toRaw),
     };
-    const res = await this.call('ModelInfer', request, options.timeoutMs);
+    const res = await this.call('ModelInfer', request, options.timeoutMs, options.metadata);
     return {
       id: res.id,
       outputs: res.outputs.map((o, i) => ({

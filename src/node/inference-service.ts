@@ -7,6 +7,7 @@
  * through the pipeline (pipeline.ts).
  */
 import type * as grpc from '@grpc/grpc-js';
+import type { TraceCarrier } from './tracing.js';
 import type { Devices } from './devices.js';
 import { MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../shared/constants.js';
 import { errors } from '../shared/errors.js';
@@ -36,6 +37,14 @@ export interface ServiceContext {
   version: string;
   /** False until start-up loading has settled, and again while stopping. */
   isReady: () => boolean;
+}
+
+/** A call's W3C trace context (traceparent, tracestate) from its gRPC metadata. */
+function traceCarrier(metadata: grpc.Metadata): TraceCarrier | undefined {
+  const traceparent = metadata.get('traceparent')[0];
+  if (typeof traceparent !== 'string') return undefined;
+  const tracestate = metadata.get('tracestate')[0];
+  return { traceparent, ...(typeof tracestate === 'string' ? { tracestate } : {}) };
 }
 
 /** What each KServe V2 operation answers, as a plain function of its request (both edges call these). */
@@ -103,9 +112,9 @@ export function inferenceService(ctx: ServiceContext): Record<string, grpc.Untyp
   const ops = kserveOperations(ctx);
   const table: Record<string, grpc.UntypedHandleCall> = {};
   for (const [rpc, fn] of Object.entries(ops)) table[rpc] = edge.unary(rpc, fn as (req: unknown) => unknown);
-  table.ModelInfer = edge.inference('ModelInfer', (req: ModelInferRequest, call, signal) => pipeline.infer(req, callDeadlineMs(call), signal));
+  table.ModelInfer = edge.inference('ModelInfer', (req: ModelInferRequest, call, signal) => pipeline.infer(req, callDeadlineMs(call), signal, { trace: traceCarrier(call.metadata) }));
   table.ModelStreamInfer = edge.stream<ModelInferRequest, { error_message: string; infer_response: Partial<ModelInferResponse> | EncodedResponse }>('ModelStreamInfer', {
-    answer: async (req, call, signal) => ({ error_message: '', infer_response: await pipeline.infer(req, callDeadlineMs(call), signal) }),
+    answer: async (req, call, signal) => ({ error_message: '', infer_response: await pipeline.infer(req, callDeadlineMs(call), signal, { trace: traceCarrier(call.metadata) }) }),
     // The error travels as this response's message, with the request's id; the stream lives on.
     failed: (req, details) => ({ error_message: details, infer_response: { model_name: req.model_name, model_version: req.model_version, id: req.id } }),
   });

@@ -56,6 +56,7 @@ import type { ModelInferRequest, ModelInferResponse } from '../protocol/types.js
 import type { ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
 import type { Statistics } from './statistics.js';
+import { RequestTrace, type TraceCarrier } from './tracing.js';
 
 export interface PipelineContext {
   registry: ModelRegistry;
@@ -82,10 +83,19 @@ export class Pipeline {
    * `encode` false (the REST edge): the outputs come back as tensors, never as the device's encoded
    * protobuf response.
    */
-  async infer(req: ModelInferRequest, callDeadlineMs: number, signal: AbortSignal, { encode = true }: { encode?: boolean } = {}): Promise<ModelInferResponse | EncodedResponse> {
+  async infer(req: ModelInferRequest, callDeadlineMs: number, signal: AbortSignal,
+    { encode = true, trace, protocol = 'grpc' }: { encode?: boolean; trace?: TraceCarrier; protocol?: 'grpc' | 'http' } = {}): Promise<ModelInferResponse | EncodedResponse> {
     const { registry, sharedMemory } = this.#ctx;
     const started = process.hrtime.bigint();
-    const lease = registry.acquire(req.model_name, req.model_version);
+    // Tracing on: a span in the trace the request's traceparent names (tracing.ts); else null.
+    const spans = RequestTrace.request(req.model_name, trace, protocol);
+    let lease;
+    try {
+      lease = registry.acquire(req.model_name, req.model_version);
+    } catch (err) {
+      spans?.end(err);
+      throw err;
+    }
     const { spec } = lease;
     let slices: RegionSlice[] = [];
     try {
@@ -100,12 +110,14 @@ export class Pipeline {
       }
       const deadlineMs = Math.min(callDeadlineMs, decoded.timeoutUs === undefined ? Infinity : nowMs() + decoded.timeoutUs / 1000);
       const context: HookContext = { model: req.model_name, requestId: req.id, parameters: decoded.parameters };
-      const result = await this.#run(spec, lease.instance, decoded, context, deadlineMs, signal, encode ? { id: req.id } : null);
+      const result = await this.#run(spec, lease.instance, decoded, context, deadlineMs, signal, encode ? { id: req.id } : null, spans);
       const response = result.response ? new EncodedResponse(result.response) : inferResponse(spec, req.id, result.outputs);
       this.#ctx.statistics.recordSuccess(spec.name, decoded.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
+      spans?.end();
       return response;
     } catch (err) {
       this.#ctx.statistics.recordFailure(spec.name, err instanceof StowageError ? err.code : undefined, Number(process.hrtime.bigint() - started));
+      spans?.end(err);
       throw err;
     } finally {
       registry.release(lease);
@@ -114,19 +126,28 @@ export class Pipeline {
   }
 
   /** A meta model's sub-call: tensors in, tensors out, scheduled and counted like any request. */
-  async #subInfer(meta: ModelSpec, parent: HookContext, model: string, tensors: WireTensor[], outputs: string[], deadlineMs: number, signal: AbortSignal): Promise<WireTensor[]> {
+  async #subInfer(meta: ModelSpec, parent: HookContext, model: string, tensors: WireTensor[], outputs: string[], deadlineMs: number, signal: AbortSignal, parentTrace: RequestTrace | null): Promise<WireTensor[]> {
     if (!meta.subModels.includes(model)) {
       throw errors.invalidRequest(`meta model ${JSON.stringify(meta.name)} may call only ${meta.subModels.join(', ')} (its manifest's models), not ${quote(model)}`);
     }
     const started = process.hrtime.bigint();
-    const lease = this.#ctx.registry.acquire(model);
+    const spans = parentTrace?.subCall(model) ?? null;
+    let lease;
+    try {
+      lease = this.#ctx.registry.acquire(model);
+    } catch (err) {
+      spans?.end(err);
+      throw err;
+    }
     try {
       const decoded = decodeTensors(tensors, outputs, lease.spec);
-      const result = await this.#run(lease.spec, lease.instance, decoded, { model, requestId: parent.requestId, parameters: {} }, deadlineMs, signal, null);
+      const result = await this.#run(lease.spec, lease.instance, decoded, { model, requestId: parent.requestId, parameters: {} }, deadlineMs, signal, null, spans);
       this.#ctx.statistics.recordSuccess(model, decoded.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
+      spans?.end();
       return result.outputs;
     } catch (err) {
       this.#ctx.statistics.recordFailure(model, err instanceof StowageError ? err.code : undefined, Number(process.hrtime.bigint() - started));
+      spans?.end(err);
       throw err;
     } finally {
       this.#ctx.registry.release(lease);
@@ -139,12 +160,14 @@ export class Pipeline {
    * straight back to the client, that is when no postprocess hook reads them.
    */
   async #run(spec: ModelSpec, instance: InstanceKey, decoded: DecodedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal,
-    encode: { id: string } | null): Promise<InferenceResult> {
+    encode: { id: string } | null, spans: RequestTrace | null = null): Promise<InferenceResult> {
     const { hooks, devices } = this.#ctx;
+    // A hook call, in a span of its own when tracing.
+    const traced = <T>(name: string, work: () => Promise<T>): Promise<T> => (spans ? spans.around(name, work) : work());
     if (spec.kind === 'meta') {
       // Its run hook (in the pool) calls sub-models, within this request's deadline and cancelled with it.
-      const subInfer = (model: string, tensors: WireTensor[], outputs: string[]) => this.#subInfer(spec, context, model, tensors, outputs, deadlineMs, signal);
-      const returned = await hooks.run(spec.name, 'run', spec.hooks!, decoded.inputs, context, subInfer);
+      const subInfer = (model: string, tensors: WireTensor[], outputs: string[]) => this.#subInfer(spec, context, model, tensors, outputs, deadlineMs, signal, spans);
+      const returned = await traced('hook run', () => hooks.run(spec.name, 'run', spec.hooks!, decoded.inputs, context, subInfer));
       const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, decoded.rows);
       return { outputs: decoded.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION };
     }
@@ -160,11 +183,13 @@ export class Pipeline {
       encode: post ? null : encode,
       deadlineMs,
     };
+    const handedOverMs = nowMs();
     const result = spec.hooks?.preprocess
-      ? await this.#preprocessed(spec, request, context, signal)
+      ? await traced('hook preprocess + device', () => this.#preprocessed(spec, request, context, signal))
       : await devices.infer(request, signal);
+    spans?.device(spec.name, handedOverMs, result.queueNs, result.timing);
     if (!post) return result;
-    const all = checkHookTensors(spec.name, 'postprocess', await hooks.run(spec.name, 'postprocess', spec.hooks!, result.outputs, context), spec.clientOutputs, decoded.rows);
+    const all = checkHookTensors(spec.name, 'postprocess', await traced('hook postprocess', () => hooks.run(spec.name, 'postprocess', spec.hooks!, result.outputs, context)), spec.clientOutputs, decoded.rows);
     return { ...result, outputs: decoded.outputs.map((name) => all.find((t) => t.name === name)!) };
   }
 

@@ -29,6 +29,7 @@ import { HostWeights } from './host-weights.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
 import { Statistics } from './statistics.js';
 import { healthService } from './health.js';
+import { startTracing, stopTracing } from './tracing.js';
 import type { HealthImplementation } from 'grpc-health-check';
 import { Metrics } from './metrics.js';
 import type { Admission } from '../protocol/admission.js';
@@ -168,6 +169,8 @@ export class StowageServer {
     // ONNX Runtime's environment is made once per process, by whoever asks first, and keeps the
     // thread pools it was made with: make it here, before any thread (the compiler's onnxruntime-node
     // included) could make it without the process-wide pool runtime.thread_pool: process needs.
+    // OpenTelemetry, when the OTEL_* environment asks for it (tracing.ts): before any request.
+    await startTracing(this.#logger, this.#config.global.tracing);
     const { thread_pool: threadPool, intra_op_threads: intraOp, backend } = this.#config.global.runtime;
     initOrt(processThreadPool(threadPool, intraOp));
     // Backend cuda: the CUDA libraries and the GPUs, before any device actor starts.
@@ -309,5 +312,6 @@ export class StowageServer {
     await this.#compiler?.close();
     this.sharedMemory.unregister('');
     await closeAdmin(this.#admin);
+    await stopTracing(); // flushes the spans of the last requests
   }
 }

@@ -270,6 +270,23 @@ export const nodeConfigSchema = {
             level: { enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info' },
           },
         },
+        // OpenTelemetry tracing (node/tracing.ts). The standard OTEL_* environment variables win
+        // over these; these fill in what the environment leaves unset.
+        tracing: {
+          type: 'object',
+          additionalProperties: false,
+          default: {},
+          properties: {
+            // none (off) or otlp (OTEL_TRACES_EXPORTER).
+            exporter: { enum: ['none', 'otlp'], default: 'none' },
+            // The OTLP/HTTP receiver's base URL, e.g. http://collector:4318 (OTEL_EXPORTER_OTLP_ENDPOINT); empty: the SDK's default.
+            endpoint: { type: 'string', default: '' },
+            // http/protobuf or http/json (OTEL_EXPORTER_OTLP_PROTOCOL).
+            protocol: { enum: ['http/protobuf', 'http/json'], default: 'http/protobuf' },
+            // Fraction of the traces started here that are kept (parentbased_traceidratio; a caller's sampled flag wins).
+            sample_ratio: { type: 'number', minimum: 0, maximum: 1, default: 1 },
+          },
+        },
         runtime: runtimeSchema,
         scheduler: schedulerSchema,
         hooks: {

@@ -266,6 +266,7 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
         computeInputNs: Number(t1 - t0),
         computeInferNs: Number(t2 - t1),
         computeOutputNs: Number(t3 - t2),
+        ...(load && !load.hit ? { weightLoadMs: load.loadMs } : {}),
         batchRows: rows,
         executedBatchSize: runBatch,
         requests: batch.length,

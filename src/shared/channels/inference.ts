@@ -72,6 +72,8 @@ export interface ExecutionTiming {
   executedBatchSize: number;
   /** How many requests rode in this execution. */
   requests: number;
+  /** A cold execution: ms its model's weights took to come onto the device first (within computeInputNs). */
+  weightLoadMs?: number;
 }
 
 /**

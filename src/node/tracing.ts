@@ -1,0 +1,163 @@
+/**
+ * Trace context and spans, with OpenTelemetry's own JavaScript SDK, configured by the standard
+ * `OTEL_*` environment variables (`OTEL_TRACES_EXPORTER=otlp` turns it on;
+ * `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL` http/protobuf or http/json,
+ * `OTEL_TRACES_SAMPLER`, `OTEL_SERVICE_NAME`, ...). Off by default: then nothing here runs beyond
+ * one boolean test per request.
+ *
+ * A request (gRPC or REST) whose W3C `traceparent` names a trace gets a span in it, `infer <model>`,
+ * with children: queue wait, hooks, a meta model's sub-calls. Each execution on a device is one
+ * span, `execute <model>` (with a `weight load` child on a cold call), linked to every request it
+ * carried, since a coalesced batch serves several traces at once. Device threads keep no tracer:
+ * they report their timings (queue, compute, weight load) and the main thread places the spans.
+ */
+import { context, propagation, SpanKind, SpanStatusCode, trace, ROOT_CONTEXT, type Context, type Link, type Span } from '@opentelemetry/api';
+import type { Logger } from 'pino';
+import type { ExecutionTiming } from '../shared/channels/inference.js';
+
+let enabled = false;
+let shutdown: (() => Promise<void>) | null = null;
+
+/** Whether spans are made (OTEL_TRACES_EXPORTER names an exporter). */
+export function tracingEnabled(): boolean {
+  return enabled;
+}
+
+/** The node file's global.tracing: what the OTEL_* environment leaves unset. */
+export interface TracingConfig {
+  exporter: 'none' | 'otlp';
+  endpoint: string;
+  protocol: 'http/protobuf' | 'http/json';
+  sample_ratio: number;
+}
+
+/**
+ * Start the SDK when the environment (or the node file) asks for it; idempotent. The node file's
+ * settings become the OTEL_* variables the environment does not set, since the SDK reads those.
+ */
+export async function startTracing(logger: Logger, config?: TracingConfig, env: NodeJS.ProcessEnv = process.env): Promise<void> {
+  if (config && config.exporter !== 'none') {
+    env.OTEL_TRACES_EXPORTER ??= config.exporter;
+    if (config.endpoint) env.OTEL_EXPORTER_OTLP_ENDPOINT ??= config.endpoint;
+    env.OTEL_EXPORTER_OTLP_PROTOCOL ??= config.protocol;
+    if (config.sample_ratio < 1) {
+      env.OTEL_TRACES_SAMPLER ??= 'parentbased_traceidratio';
+      env.OTEL_TRACES_SAMPLER_ARG ??= String(config.sample_ratio);
+    }
+  }
+  // The SDK would start metrics and logs exporters too: only traces are Stowage's to export.
+  env.OTEL_METRICS_EXPORTER ??= 'none';
+  env.OTEL_LOGS_EXPORTER ??= 'none';
+  const exporter = env.OTEL_TRACES_EXPORTER;
+  if (enabled || !exporter || exporter === 'none') return;
+  const { NodeSDK } = await import('@opentelemetry/sdk-node');
+  // No automatic instrumentation: the spans are the ones this file makes. The SDK reads the
+  // exporter, endpoint, protocol, sampler, propagators (W3C trace context by default) and
+  // resource from the OTEL_* variables itself.
+  const sdk = new NodeSDK({ instrumentations: [], serviceName: env.OTEL_SERVICE_NAME ?? 'stowage' });
+  sdk.start();
+  enabled = true;
+  shutdown = () => sdk.shutdown();
+  logger.info({ exporter, endpoint: env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? env.OTEL_EXPORTER_OTLP_ENDPOINT ?? 'the SDK\'s default', protocol: env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? env.OTEL_EXPORTER_OTLP_PROTOCOL ?? 'the SDK\'s default' }, 'tracing on (OpenTelemetry)');
+}
+
+/** Flush and stop (spans ended before this are exported). */
+export async function stopTracing(): Promise<void> {
+  const stop = shutdown;
+  shutdown = null;
+  enabled = false;
+  await stop?.();
+}
+
+/** The trace context a request carries (W3C traceparent and tracestate), as its edge reads it. */
+export interface TraceCarrier {
+  traceparent?: string;
+  tracestate?: string;
+}
+
+const tracer = () => trace.getTracer('stowage');
+
+/** One execution's span, shared by the requests that rode in it: ended once every one has linked itself. */
+const executions = new WeakMap<ExecutionTiming, { span: Span; links: Link[] }>();
+
+/** The spans of one request (or of a meta model's sub-call): made only when tracing is on. */
+export class RequestTrace {
+  readonly span: Span;
+  readonly #ctx: Context;
+
+  private constructor(span: Span, parent: Context) {
+    this.span = span;
+    this.#ctx = trace.setSpan(parent, span);
+  }
+
+  /** A request from an edge: a span in the trace its traceparent names (a new trace without one); null when tracing is off. */
+  static request(model: string, carrier: TraceCarrier | undefined, protocol: 'grpc' | 'http'): RequestTrace | null {
+    if (!enabled) return null;
+    const parent = carrier?.traceparent ? propagation.extract(ROOT_CONTEXT, carrier) : ROOT_CONTEXT;
+    const span = tracer().startSpan(`infer ${model}`, { kind: SpanKind.SERVER, attributes: { 'stowage.model': model, 'rpc.system': protocol === 'grpc' ? 'grpc' : 'http' } }, parent);
+    return new RequestTrace(span, parent);
+  }
+
+  /** A meta model's sub-call, a child of this request. */
+  subCall(model: string): RequestTrace {
+    const span = tracer().startSpan(`sub-call ${model}`, { kind: SpanKind.INTERNAL, attributes: { 'stowage.model': model } }, this.#ctx);
+    return new RequestTrace(span, this.#ctx);
+  }
+
+  /** A child span over a known interval (ms since the epoch, as nowMs() gives). */
+  interval(name: string, startMs: number, endMs: number, attributes: Record<string, string | number> = {}): void {
+    tracer().startSpan(name, { startTime: startMs, attributes }, this.#ctx).end(endMs);
+  }
+
+  /** A child span around `work` (a hook call). */
+  async around<T>(name: string, work: () => Promise<T>): Promise<T> {
+    const span = tracer().startSpan(name, {}, this.#ctx);
+    try {
+      return await work();
+    } catch (err) {
+      span.recordException(err as Error);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
+      throw err;
+    } finally {
+      span.end();
+    }
+  }
+
+  /**
+   * The request's time on the device: its queue wait (from the hand-over to the execution's
+   * start), and the execution it rode in, one span per execution linked to each request (and a
+   * weight load inside it on a cold call).
+   */
+  device(model: string, handedOverMs: number, queueNs: number, timing: ExecutionTiming): void {
+    const startMs = handedOverMs + queueNs / 1e6;
+    this.interval('queue', handedOverMs, startMs);
+    let execution = executions.get(timing);
+    if (!execution) {
+      const endMs = startMs + (timing.computeInputNs + timing.computeInferNs + timing.computeOutputNs) / 1e6;
+      // Its own trace root, linked to the requests: a batch serves several traces at once.
+      const span = tracer().startSpan(`execute ${model}`, {
+        kind: SpanKind.INTERNAL, root: true, startTime: startMs,
+        attributes: { 'stowage.model': model, 'stowage.batch_rows': timing.batchRows, 'stowage.executed_batch_size': timing.executedBatchSize, 'stowage.requests': timing.requests },
+      });
+      if (timing.weightLoadMs !== undefined) {
+        tracer().startSpan('weight load', { startTime: startMs, attributes: { 'stowage.model': model } }, trace.setSpan(context.active(), span)).end(startMs + timing.weightLoadMs);
+      }
+      execution = { span, links: [] };
+      executions.set(timing, execution);
+      const ending = execution;
+      // Every request of the batch resolves in the same turn: end once they have all linked.
+      setImmediate(() => ending.span.end(endMs));
+    }
+    execution.span.addLink({ context: this.span.spanContext() });
+    this.span.addLink({ context: execution.span.spanContext(), attributes: { 'stowage.link': 'execution' } });
+  }
+
+  /** End the request's span, with its error if it failed. */
+  end(err?: unknown): void {
+    if (err) {
+      this.span.recordException(err as Error);
+      this.span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error).message });
+    }
+    this.span.end();
+  }
+}

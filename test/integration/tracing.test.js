@@ -1,0 +1,139 @@
+// Trace context through the real server, exported with OpenTelemetry's SDK over OTLP/HTTP (JSON)
+// to a receiver this test runs: a REST request and a gRPC request, each with a W3C traceparent and
+// each a cold call, produce connected traces: the request's span under the caller's, its queue
+// wait under it, and the execution it rode in linked to it, with the cold weight load inside.
+import http from 'node:http';
+import path from 'node:path';
+import test from 'ava';
+import { mlpLayers, writeBundle } from '../helpers/mlp-catalog.js';
+import { startServer, tempDir, tensor } from '../helpers/server.js';
+
+/**
+ * An OTLP/HTTP receiver on a free port, collecting the spans of every JSON export.
+ * @returns {Promise<{ url: string, spans: any[], close: () => Promise<void> }>}
+ */
+async function otlpReceiver() {
+  /** @type {any[]} */
+  const spans = [];
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      if (req.url === '/v1/traces') {
+        const doc = JSON.parse(body);
+        for (const rs of doc.resourceSpans ?? []) for (const ss of rs.scopeSpans ?? []) spans.push(...(ss.spans ?? []));
+      }
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{}');
+    });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(undefined)));
+  const { port } = /** @type {import('node:net').AddressInfo} */ (server.address());
+  return { url: `http://127.0.0.1:${port}`, spans, close: () => new Promise((resolve) => server.close(() => resolve(undefined))) };
+}
+
+test('a traceparent on a REST and on a gRPC request gives a connected trace: request, queue, execution linked, cold weight load', async (t) => {
+  const receiver = await otlpReceiver();
+  t.teardown(receiver.close);
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = path.join(temp.dir, 'repo');
+  const a = writeBundle(repo, 'a', mlpLayers(1, [64, 512, 8]));
+  const b = writeBundle(repo, 'b', mlpLayers(2, [64, 512, 8]));
+  // Room for one model's weights: each call below is cold.
+  const server = await startServer({ model_repo: repo, global: { runtime: { cpu_device_memory_bytes: 200_000, mem_fraction: 1, weight_cache_wiggle_fraction: 0 } } }, {
+    root: temp.dir,
+    env: { OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '100', OTEL_METRICS_EXPORTER: 'none', OTEL_LOGS_EXPORTER: 'none' },
+  });
+  t.teardown(() => server.stop());
+  t.truthy(server.logs.find((l) => l.msg === 'tracing on (OpenTelemetry)'));
+  const x = new Float32Array(2 * 64).fill(0.1);
+  const restTrace = '0af7651916cd43dd8448eb211c80319c';
+  const grpcTrace = '4bf92f3577b34da6a3ce929d0e0e4736';
+  const callerSpan = 'b7ad6b7169203331';
+  const rest = await fetch(`${server.rest}/v2/models/a/infer`, {
+    method: 'POST',
+    headers: { traceparent: `00-${restTrace}-${callerSpan}-01` },
+    body: JSON.stringify({ inputs: [{ name: 'x', datatype: 'FP32', shape: [2, 64], data: [...x] }] }),
+  });
+  t.is(rest.status, 200);
+  await server.client.infer('b', [tensor('x', 'FP32', [2, 64], x)], { metadata: { traceparent: `00-${grpcTrace}-${callerSpan}-01` } });
+  t.is(a.name, 'a');
+  t.is(b.name, 'b');
+
+  /** The spans of a trace, once its request, queue and execution spans have arrived. */
+  const traced = async (/** @type {string} */ traceId, /** @type {string} */ model) => {
+    for (let waited = 0; waited < 10_000; waited += 100) {
+      const mine = receiver.spans.filter((s) => s.traceId === traceId);
+      const request = mine.find((s) => s.name === `infer ${model}`);
+      const execution = receiver.spans.find((s) => s.name === `execute ${model}` && (s.links ?? []).some((/** @type {any} */ l) => l.traceId === traceId && l.spanId === request?.spanId));
+      if (request && execution && mine.some((s) => s.name === 'queue')) return { mine, request, execution };
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    throw new Error(`no complete trace ${traceId} for ${model}: ${JSON.stringify(receiver.spans.map((s) => [s.traceId, s.name]))}`);
+  };
+  for (const [traceId, model] of [[restTrace, 'a'], [grpcTrace, 'b']]) {
+    const { mine, request, execution } = await traced(traceId, model);
+    t.is(request.parentSpanId, callerSpan, `${model}: the request's span is the caller's child`);
+    const queue = mine.find((s) => s.name === 'queue');
+    t.is(queue.parentSpanId, request.spanId, `${model}: queue wait under the request`);
+    const load = receiver.spans.find((s) => s.name === 'weight load' && s.traceId === execution.traceId && s.parentSpanId === execution.spanId);
+    t.truthy(load, `${model}: the cold call's weight load inside its execution`);
+    t.true(BigInt(execution.startTimeUnixNano) >= BigInt(queue.endTimeUnixNano) - 1_000_000n, `${model}: the execution starts as the queue wait ends`);
+  }
+});
+
+test('tracing is off by default: no exporter, no spans, nothing said', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = path.join(temp.dir, 'repo');
+  writeBundle(repo, 'a', mlpLayers(1, [8, 16, 2]));
+  const server = await startServer({ model_repo: repo }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  t.falsy(server.logs.find((l) => l.msg === 'tracing on (OpenTelemetry)'));
+  const { outputs } = await server.client.infer('a', [tensor('x', 'FP32', [1, 8], new Float32Array(8))], { metadata: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' } });
+  t.deepEqual(outputs[0].shape, [1, 2]);
+});
+
+test('a meta model\'s trace has its run hook and a span per sub-call, each with its own device spans', async (t) => {
+  const receiver = await otlpReceiver();
+  t.teardown(receiver.close);
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const { ROOT } = await import('../helpers/server.js');
+  const server = await startServer({ model_repo: path.join(ROOT, 'bundles') }, {
+    root: temp.dir,
+    env: { OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '100', OTEL_METRICS_EXPORTER: 'none', OTEL_LOGS_EXPORTER: 'none' },
+  });
+  t.teardown(() => server.stop());
+  const traceId = '11111111111111111111111111111111';
+  await server.client.infer('digit_finder', [tensor('canvas', 'FP32', [32, 32], new Float32Array(1024).fill(3))], { metadata: { traceparent: `00-${traceId}-2222222222222222-01` } });
+  let names = /** @type {string[]} */ ([]);
+  for (let waited = 0; waited < 10_000 && !(names.includes('sub-call digits') && names.includes('sub-call digit_cells')); waited += 100) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    names = receiver.spans.filter((s) => s.traceId === traceId).map((s) => s.name);
+  }
+  for (const name of ['infer digit_finder', 'hook run', 'sub-call digit_cells', 'sub-call digits', 'queue']) t.true(names.includes(name), `${name} in ${names.join(', ')}`);
+  const spans = receiver.spans.filter((s) => s.traceId === traceId);
+  const run = spans.find((s) => s.name === 'hook run');
+  const sub = spans.find((s) => s.name === 'sub-call digits');
+  t.is(run.parentSpanId, spans.find((s) => s.name === 'infer digit_finder').spanId);
+  t.true(spans.some((s) => s.name === 'queue' && s.parentSpanId === sub.spanId), 'the sub-call\'s own queue wait under it');
+});
+
+test('the node file turns tracing on too (global.tracing), the environment unset', async (t) => {
+  const receiver = await otlpReceiver();
+  t.teardown(receiver.close);
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = path.join(temp.dir, 'repo');
+  writeBundle(repo, 'a', mlpLayers(1, [8, 16, 2]));
+  const env = /** @type {Record<string, string>} */ ({ OTEL_BSP_SCHEDULE_DELAY: '100' });
+  const server = await startServer({ model_repo: repo, global: { tracing: { exporter: 'otlp', endpoint: receiver.url, protocol: 'http/json' } } }, { root: temp.dir, env });
+  t.teardown(() => server.stop());
+  t.truthy(server.logs.find((l) => l.msg === 'tracing on (OpenTelemetry)'));
+  const traceId = '33333333333333333333333333333333';
+  await server.client.infer('a', [tensor('x', 'FP32', [1, 8], new Float32Array(8))], { metadata: { traceparent: `00-${traceId}-4444444444444444-01` } });
+  for (let waited = 0; waited < 10_000 && !receiver.spans.some((s) => s.traceId === traceId); waited += 100) await new Promise((resolve) => setTimeout(resolve, 100));
+  t.true(receiver.spans.some((s) => s.traceId === traceId && s.name === 'infer a'));
+});
