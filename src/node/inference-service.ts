@@ -112,7 +112,7 @@ export function inferenceService(ctx: ServiceContext): Record<string, grpc.Untyp
   const ops = kserveOperations(ctx);
   const table: Record<string, grpc.UntypedHandleCall> = {};
   for (const [rpc, fn] of Object.entries(ops)) table[rpc] = edge.unary(rpc, fn as (req: unknown) => unknown);
-  table.ModelInfer = edge.inference('ModelInfer', (req: ModelInferRequest, call, signal) => pipeline.infer(req, callDeadlineMs(call), signal, { trace: traceCarrier(call.metadata) }));
+  table.ModelInfer = edge.inference('ModelInfer', (req: ModelInferRequest, call, signal, admitted) => pipeline.infer(req, callDeadlineMs(call), signal, { trace: traceCarrier(call.metadata), admitted }));
   table.ModelStreamInfer = edge.stream<ModelInferRequest, { error_message: string; infer_response: Partial<ModelInferResponse> | EncodedResponse }>('ModelStreamInfer', {
     answer: async (req, call, signal) => ({ error_message: '', infer_response: await pipeline.infer(req, callDeadlineMs(call), signal, { trace: traceCarrier(call.metadata) }) }),
     // The error travels as this response's message, with the request's id; the stream lives on.

@@ -57,6 +57,7 @@ import type { ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
 import type { Statistics } from './statistics.js';
 import { RequestTrace, type TraceCarrier } from './tracing.js';
+import type { Admitted } from '../protocol/edge.js';
 
 export interface PipelineContext {
   registry: ModelRegistry;
@@ -84,11 +85,11 @@ export class Pipeline {
    * protobuf response.
    */
   async infer(req: ModelInferRequest, callDeadlineMs: number, signal: AbortSignal,
-    { encode = true, trace, protocol = 'grpc' }: { encode?: boolean; trace?: TraceCarrier; protocol?: 'grpc' | 'http' } = {}): Promise<ModelInferResponse | EncodedResponse> {
+    { encode = true, trace, protocol = 'grpc', admitted }: { encode?: boolean; trace?: TraceCarrier; protocol?: 'grpc' | 'http'; admitted?: Admitted } = {}): Promise<ModelInferResponse | EncodedResponse> {
     const { registry, sharedMemory } = this.#ctx;
     const started = process.hrtime.bigint();
     // Tracing on: a span in the trace the request's traceparent names (tracing.ts); else null.
-    const spans = RequestTrace.request(req.model_name, trace, protocol);
+    const spans = RequestTrace.request(req.model_name, trace, protocol, admitted);
     let lease;
     try {
       lease = registry.acquire(req.model_name, req.model_version);

@@ -59,7 +59,7 @@ export function restRoutes(ops: KserveOperations, pipeline: Pipeline): RestRoute
       const traceparent = r.headers.traceparent;
       const tracestate = r.headers.tracestate;
       const trace = typeof traceparent === 'string' ? { traceparent, ...(typeof tracestate === 'string' ? { tracestate } : {}) } : undefined;
-      const response = await pipeline.infer(request, Infinity, r.signal, { encode: false, trace, protocol: 'http' }) as ModelInferResponse;
+      const response = await pipeline.infer(request, Infinity, r.signal, { encode: false, trace, protocol: 'http', ...(r.admitted ? { admitted: r.admitted } : {}) }) as ModelInferResponse;
       const { body, headerBytes: jsonBytes } = restInferResponse(request, response);
       return jsonBytes === undefined
         ? { body, headers: { 'content-type': 'application/json' } }

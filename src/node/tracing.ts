@@ -91,10 +91,12 @@ export class RequestTrace {
   }
 
   /** A request from an edge: a span in the trace its traceparent names (a new trace without one); null when tracing is off. */
-  static request(model: string, carrier: TraceCarrier | undefined, protocol: 'grpc' | 'http'): RequestTrace | null {
+  static request(model: string, carrier: TraceCarrier | undefined, protocol: 'grpc' | 'http', admitted?: { bytes: number; inflightBytes: number }): RequestTrace | null {
     if (!enabled) return null;
     const parent = carrier?.traceparent ? propagation.extract(ROOT_CONTEXT, carrier) : ROOT_CONTEXT;
     const span = tracer().startSpan(`infer ${model}`, { kind: SpanKind.SERVER, attributes: { 'stowage.model': model, 'rpc.system': protocol === 'grpc' ? 'grpc' : 'http' } }, parent);
+    // Admission at the edge, before this span began: what it weighed (max_inflight_bytes).
+    if (admitted) span.addEvent('admitted', { 'stowage.request_bytes': admitted.bytes, 'stowage.inflight_bytes': admitted.inflightBytes });
     return new RequestTrace(span, parent);
   }
 

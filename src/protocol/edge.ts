@@ -59,7 +59,13 @@ function requestBytes(request: unknown): number {
 export type UnaryHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Promise<Res> | Res;
 
 /** A handler of one inference: like a unary handler, with the signal that fires if the client cancels. */
-export type InferenceHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>, signal: AbortSignal) => Promise<Res>;
+/** What admission saw of a request it let in: its bytes, and the bytes in flight with it (for its trace). */
+export interface Admitted {
+  bytes: number;
+  inflightBytes: number;
+}
+
+export type InferenceHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>, signal: AbortSignal, admitted: Admitted) => Promise<Res>;
 
 /** One request of a stream, answered: its reply, or (on failure) the reply carrying the error. */
 export interface StreamHandler<Req, Res> {
@@ -178,7 +184,7 @@ export class GrpcEdge {
       const onCancelled = () => abort.abort();
       call.once('cancelled', onCancelled);
       try {
-        return await fn(request, call, abort.signal);
+        return await fn(request, call, abort.signal, { bytes, inflightBytes: this.admission.inflightBytes });
       } finally {
         call.off('cancelled', onCancelled);
         this.admission.leave(bytes);

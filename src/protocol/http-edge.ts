@@ -29,6 +29,8 @@ export interface RestRequest {
   headers: http.IncomingHttpHeaders;
   /** Fires if the client goes away before the answer. */
   signal: AbortSignal;
+  /** An inference: what admission saw (its bytes, the bytes in flight with it). */
+  admitted?: { bytes: number; inflightBytes: number };
 }
 
 export interface RestRoute {
@@ -116,7 +118,8 @@ export class HttpEdge {
     const admitted = route.inference ? body.length : -1;
     if (admitted >= 0) this.#o.admission.enter(admitted);
     try {
-      const reply = await route.handle({ method, params, body, headers: req.headers, signal: abort.signal });
+      const admission = admitted >= 0 ? { admitted: { bytes: admitted, inflightBytes: this.#o.admission.inflightBytes } } : {};
+      const reply = await route.handle({ method, params, body, headers: req.headers, signal: abort.signal, ...admission });
       if ('json' in reply) {
         const text = JSON.stringify(reply.json);
         res.writeHead(reply.status ?? 200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });

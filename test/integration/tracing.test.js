@@ -75,6 +75,10 @@ test('a traceparent on a REST and on a gRPC request gives a connected trace: req
   for (const [traceId, model] of [[restTrace, 'a'], [grpcTrace, 'b']]) {
     const { mine, request, execution } = await traced(traceId, model);
     t.is(request.parentSpanId, callerSpan, `${model}: the request's span is the caller's child`);
+    const admitted = (request.events ?? []).find((/** @type {any} */ e) => e.name === 'admitted');
+    t.truthy(admitted, `${model}: admission recorded on the request's span`);
+    const bytes = admitted.attributes.find((/** @type {any} */ a) => a.key === 'stowage.request_bytes');
+    t.true(Number(bytes.value.intValue) > 0, `${model}: with the request's bytes`);
     const queue = mine.find((s) => s.name === 'queue');
     t.is(queue.parentSpanId, request.spanId, `${model}: queue wait under the request`);
     const load = receiver.spans.find((s) => s.name === 'weight load' && s.traceId === execution.traceId && s.parentSpanId === execution.spanId);
