@@ -127,7 +127,7 @@ export function inferenceService(ctx: ServiceContext): Record<string, grpc.Untyp
   });
   table.CudaSharedMemoryUnregister = edge.unary('CudaSharedMemoryUnregister', () => ({}));
   table.CudaSharedMemoryRegister = edge.unary('CudaSharedMemoryRegister', () => {
-    throw errors.unsupported('CudaSharedMemoryRegister: CUDA shared memory needs backend "cuda"; this server runs backend "cpu" (use system shared memory)');
+    throw errors.unsupported('CudaSharedMemoryRegister: CUDA shared memory (CUDA IPC handles) is not supported by this server, on either backend; use system shared memory');
   });
   return table;
 }
