@@ -18,6 +18,7 @@ import { allocateDeviceMemory, OrtSession } from '../dist/native/ort.js';
 import { loadCuda } from '../dist/native/cuda.js';
 import { splitWeights } from '../dist/actors/compiler/split-weights.js';
 import { dtypeInfo } from '../dist/shared/dtypes.js';
+import { timed } from './timing.js';
 import { ROOT, tempDir } from '../test/helpers/server.js';
 
 const { values: args } = parseArgs({ options: { 'cpu-only': { type: 'boolean', default: false }, 'gpu-only': { type: 'boolean', default: false } } });
@@ -35,17 +36,6 @@ async function optimised(level) {
   return readFileSync(out);
 }
 
-const median = (/** @type {number[]} */ xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-async function timed(calls, run) {
-  for (let i = 0; i < 3; i++) await run();
-  const ms = [];
-  for (let i = 0; i < calls; i++) {
-    const t0 = performance.now();
-    await run();
-    ms.push(performance.now() - t0);
-  }
-  return median(ms);
-}
 
 /** A weightless session over `model`'s split, its weights bound from `device` memory. */
 function weightless(model, options, device, align = 256) {

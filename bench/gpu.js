@@ -13,6 +13,7 @@ import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { gpuReport, loadCuda } from '../dist/native/cuda.js';
 import { OrtSession } from '../dist/native/ort.js';
+import { timed } from './timing.js';
 import { ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
 
 const BATCHES = [1, 8, 32];
@@ -26,21 +27,6 @@ execFileSync(process.env.PYTHON ?? 'python3', [path.join(ROOT, 'tools', 'make_be
 const bundles = { resnet50: path.join(temp.dir, 'generated', 'resnet50'), resnet50_b: path.join(temp.dir, 'generated', 'resnet50_b') };
 const repo = makeRepository(temp.dir, bundles);
 
-const median = (/** @type {number[]} */ xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const image = (/** @type {number} */ n) => Float32Array.from({ length: n * 3 * 224 * 224 }, (_, i) => Math.sin(i * 0.001));
-
-/** Median ms of `calls` runs of `run` after three to warm up; `idleMs` of idle GPU before each (not counted). */
-async function timed(calls, run, idleMs = 0) {
-  for (let i = 0; i < 3; i++) await run(i);
-  const ms = [];
-  for (let i = 0; i < calls; i++) {
-    if (idleMs > 0) await new Promise((resolve) => setTimeout(resolve, idleMs));
-    const t0 = performance.now();
-    await run(i);
-    ms.push(performance.now() - t0);
-  }
-  return median(ms);
-}
 
 const rows = {};
 const usedBefore = gpuReport().gpus[0]?.memoryUsedBytes ?? 0;
@@ -53,7 +39,7 @@ for (const b of BATCHES) {
     raw: await timed(CALLS[b], () => raw.run(feeds, ['scores'])),
     fp32: await timed(CALLS[b], () => fp32.run(feeds, ['scores'])),
     // As a server sees it: the GPU idle for a few ms between requests (the round trip).
-    gaps: await timed(CALLS[b], () => raw.run(feeds, ['scores']), 3),
+    gaps: await timed(CALLS[b], () => raw.run(feeds, ['scores']), { idleMs: 3 }),
   };
 }
 // GPU memory an embedded session holds once it has run at every batch size (context included: the first).

@@ -15,6 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import * as ort from 'onnxruntime-node';
+import { median, timed } from './timing.js';
 import { ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
 
 const { values: args } = parseArgs({ options: { rounds: { type: 'string', default: '2' } } });
@@ -29,20 +30,7 @@ execFileSync(python, [path.join(ROOT, 'tools', 'make_bench_models.py'), path.joi
 const bundle = path.join(temp.dir, 'generated', 'resnet50');
 const repo = makeRepository(temp.dir, { resnet50: bundle });
 
-const median = (/** @type {number[]} */ xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const image = (/** @type {number} */ n) => Float32Array.from({ length: n * 3 * 224 * 224 }, (_, i) => Math.sin(i * 0.001));
-
-/** Median ms of `calls` runs of `run` after one to warm up. */
-async function timed(calls, run) {
-  await run();
-  const ms = [];
-  for (let i = 0; i < calls; i++) {
-    const t0 = performance.now();
-    await run();
-    ms.push(performance.now() - t0);
-  }
-  return median(ms);
-}
 
 const model = readFileSync(path.join(bundle, 'model.onnx'));
 const raw = {
@@ -59,10 +47,10 @@ try {
     for (const b of BATCHES) {
       const x = image(b);
       const feeds = { image: new ort.Tensor('float32', x, [b, 3, 224, 224]) };
-      points[b].spinning.push(await timed(CALLS[b], () => raw.spinning.run(feeds)));
-      points[b].still.push(await timed(CALLS[b], () => raw.still.run(feeds)));
+      points[b].spinning.push(await timed(CALLS[b], () => raw.spinning.run(feeds), { warmups: 1 }));
+      points[b].still.push(await timed(CALLS[b], () => raw.still.run(feeds), { warmups: 1 }));
       const before = await stats();
-      points[b].server.push(await timed(CALLS[b], () => server.client.infer('resnet50', [{ name: 'image', datatype: 'FP32', shape: [b, 3, 224, 224], data: x }])));
+      points[b].server.push(await timed(CALLS[b], () => server.client.infer('resnet50', [{ name: 'image', datatype: 'FP32', shape: [b, 3, 224, 224], data: x }]), { warmups: 1 }));
       const after = await stats();
       points[b].compute.push((Number(after.ns) - Number(before.ns)) / (Number(after.count) - Number(before.count)) / 1e6);
     }

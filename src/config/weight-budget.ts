@@ -10,13 +10,17 @@ import type { WeightCacheInit } from '../shared/channels/device.js';
 import { ARENA_ALIGNMENT, WEIGHT_THRASH_WINDOW_SECONDS } from '../shared/constants.js';
 import type { RuntimeConfig, SchedulerConfig } from '../shared/config-schema.js';
 
-/** One device's weight cache, from its (worker's) runtime and scheduler blocks; null when off. */
-export function weightCacheInit(r: RuntimeConfig, scheduler: SchedulerConfig, cacheDir: string, deviceMemoryBytes = r.cpu_device_memory_bytes): WeightCacheInit | null {
+/**
+ * One device's weight cache, from its (worker's) runtime and scheduler blocks; null when off.
+ * `fixedBytes` > 0 (backend cuda: runtime.cuda.weight_cache_bytes) is the budget itself, in place
+ * of the fractions of the device's memory.
+ */
+export function weightCacheInit(r: RuntimeConfig, scheduler: SchedulerConfig, cacheDir: string, deviceMemoryBytes = r.cpu_device_memory_bytes, fixedBytes = 0): WeightCacheInit | null {
   if (r.weight_cache_fraction === 0) return null;
-  const arena = deviceMemoryBytes * r.mem_fraction * r.weight_cache_fraction;
+  const arena = fixedBytes > 0 ? fixedBytes : deviceMemoryBytes * r.mem_fraction * r.weight_cache_fraction * (1 - r.weight_cache_wiggle_fraction);
   return {
     // Rounded down to the arena's alignment: the arena's capacity is exactly the budget.
-    budgetBytes: Math.floor((arena * (1 - r.weight_cache_wiggle_fraction)) / ARENA_ALIGNMENT) * ARENA_ALIGNMENT,
+    budgetBytes: Math.floor(arena / ARENA_ALIGNMENT) * ARENA_ALIGNMENT,
     preallocate: r.preallocate,
     compactionInterval: scheduler.compaction_interval,
     cacheDir,

@@ -8,7 +8,6 @@
 import type { WeightCacheInit } from '../shared/channels/device.js';
 import { errors } from '../shared/errors.js';
 import { weightCacheInit } from './weight-budget.js';
-import { ARENA_ALIGNMENT } from '../shared/constants.js';
 import type { ModelSchedulerConfig, NodeConfig, RuntimeConfig, SchedulerConfig } from '../shared/config-schema.js';
 
 export interface ResolvedWorker {
@@ -67,13 +66,9 @@ export function resolveWorkers(config: NodeConfig, file = 'node file', found?: F
       throw errors.configInvalid(`${file}: workers.${w.name}: gpu ${deviceId} is not among the GPUs this process sees (CUDA ordinals ${found.ordinals.join(', ') || 'none'})`);
     }
     const memory = found ? found.freeBytes(deviceId) : merged.runtime.cpu_device_memory_bytes;
-    let weights = weightCacheInit(merged.runtime, merged.scheduler, config.cache_dir, memory);
-    const fixed = merged.runtime.cuda.weight_cache_bytes;
-    if (weights && found && fixed > 0) {
-      if (fixed > memory) throw errors.configInvalid(`${file}: runtime.cuda.weight_cache_bytes: ${fixed} is more than GPU ${deviceId}'s free memory (${memory} bytes)`);
-      weights = { ...weights, budgetBytes: Math.floor(fixed / ARENA_ALIGNMENT) * ARENA_ALIGNMENT };
-    }
-    return { name: w.name, deviceId, ...merged, weights };
+    const fixed = found ? merged.runtime.cuda.weight_cache_bytes : 0;
+    if (fixed > memory) throw errors.configInvalid(`${file}: runtime.cuda.weight_cache_bytes: ${fixed} is more than GPU ${deviceId}'s free memory (${memory} bytes)`);
+    return { name: w.name, deviceId, ...merged, weights: weightCacheInit(merged.runtime, merged.scheduler, config.cache_dir, memory, fixed) };
   });
 
   const seen = new Map<string, number>();

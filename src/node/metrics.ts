@@ -86,8 +86,13 @@ export class Metrics {
     perGpu('nv_gpu_power_usage', 'GPU power usage in watts', (g) => g.powerWatts);
     perGpu('nv_gpu_power_limit', 'GPU power management limit in watts', (g) => g.powerLimitWatts);
     perGpu('nv_energy_consumption', 'GPU energy consumption in joules since the driver loaded', (g) => g.energyJoules);
-    // Signals for autoscalers (KEDA, HPA through an adapter), read from the devices at each scrape.
-    const instances = sources.instances;
+    // Signals for autoscalers (KEDA, HPA through an adapter), read from the devices at each scrape:
+    // once per scrape for both gauges (collected in the same turn), not once per gauge.
+    let snapshot: Promise<readonly (InstanceStatus & { device: number })[]> | undefined;
+    const instances = sources.instances && (() => {
+      snapshot ??= sources.instances!().finally(() => setImmediate(() => { snapshot = undefined; }));
+      return snapshot;
+    });
     new Gauge({
       name: 'stowage_model_queue_depth', help: 'Requests of the model waiting in the devices\' queues (not yet running), all devices', labelNames: ['model'], registers,
       async collect() {

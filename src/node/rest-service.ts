@@ -9,6 +9,7 @@ import type { Pipeline } from './pipeline.js';
 import type { KserveOperations } from './inference-service.js';
 import { jsonBody, type RestReply, type RestRoute } from '../protocol/http-edge.js';
 import { parseRestInfer, restInferResponse, toParameters } from '../protocol/rest-tensors.js';
+import { markOwnedBody } from '../protocol/message-buffers.js';
 import { errors } from '../shared/errors.js';
 import type { ModelInferResponse } from '../protocol/types.js';
 
@@ -56,6 +57,8 @@ export function restRoutes(ops: KserveOperations, pipeline: Pipeline): RestRoute
       }
       const { name, version } = ref(r.params);
       const request = parseRestInfer(r.body, headerBytes, name, version);
+      // Binary inputs are views of the body, which nothing reads after this: hand them over as they are.
+      markOwnedBody(request, r.body);
       const traceparent = r.headers.traceparent;
       const tracestate = r.headers.tracestate;
       const trace = typeof traceparent === 'string' ? { traceparent, ...(typeof tracestate === 'string' ? { tracestate } : {}) } : undefined;

@@ -18,11 +18,6 @@ import type { ExecutionTiming } from '../shared/channels/inference.js';
 let enabled = false;
 let shutdown: (() => Promise<void>) | null = null;
 
-/** Whether spans are made (OTEL_TRACES_EXPORTER names an exporter). */
-export function tracingEnabled(): boolean {
-  return enabled;
-}
-
 /** The node file's global.tracing: what the OTEL_* environment leaves unset. */
 export interface TracingConfig {
   exporter: 'none' | 'otlp';

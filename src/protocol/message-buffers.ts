@@ -20,6 +20,16 @@ function ownsArrayBuffer(message: Buffer): boolean {
   return !(memory instanceof SharedArrayBuffer) && message.byteOffset === 5 && memory.byteLength === message.byteLength + 5;
 }
 
+/**
+ * A REST inference body: when it is the whole of an ArrayBuffer of its own (a body read in several
+ * chunks is joined into one; a small one sits in Node's pool and is not), the request made of it
+ * owns its bytes as a large gRPC message does: its tensors go to the device as they are.
+ */
+export function markOwnedBody(request: object, body: Buffer): void {
+  const memory = body.buffer;
+  if (!(memory instanceof SharedArrayBuffer) && body.byteOffset === 0 && memory.byteLength === body.byteLength) owning.add(request);
+}
+
 /** True when `request`'s bytes are views of an ArrayBuffer that belongs to it alone (see the header). */
 export function ownsItsBuffer(request: object): boolean {
   return owning.has(request);

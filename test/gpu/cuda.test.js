@@ -3,24 +3,13 @@
 // backend cuda, its weight cache in GPU memory, evicting under a small budget, every answer checked
 // against the model's own weights. Skipped, saying why, where no GPU and CUDA provider are (CI):
 // `npm run test:gpu` on a GPU machine after `npm run cuda:install`.
-import test from 'ava';
 import { allocateDeviceMemory, hostOutput, OrtSession } from '../../dist/native/ort.js';
-import { gpuReport, loadCuda, pinHost } from '../../dist/native/cuda.js';
+import { gpuReport, pinHost } from '../../dist/native/cuda.js';
+import { gpuTest } from '../helpers/gpu.js';
 import { inferAndCheck, mlpLayers, mlpModel, mlpWeightBytes, random, writeCatalog } from '../helpers/mlp-catalog.js';
 import { metric, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
 
 const FLOAT = 1;
-/** Why the suite cannot run here, or null on a GPU machine. */
-let absent = null;
-try {
-  loadCuda();
-  if (gpuReport().gpus.length === 0) absent = 'CUDA sees no GPU';
-} catch (err) {
-  absent = /** @type {Error} */ (err).message;
-}
-// One at a time: they share the GPU, and some measure its memory and timings.
-const gpuTest = absent ? test.skip : test.serial;
-if (absent) console.error(`test/gpu skipped: ${absent}`);
 
 const CPU = { intraOpThreads: 1, allowSpinning: false, logSeverityLevel: 3 };
 /** @param {Record<string, string>} options */

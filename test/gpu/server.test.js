@@ -5,22 +5,10 @@
 // replaced without leaking the GPU memory it held. Skipped, saying why, without a GPU (CI).
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import test from 'ava';
-import { gpuReport, loadCuda } from '../../dist/native/cuda.js';
+import { gpuReport } from '../../dist/native/cuda.js';
+import { gpuTest } from '../helpers/gpu.js';
 import { inferAndCheck, mlpWeightBytes, random, writeCatalog, writeVariants } from '../helpers/mlp-catalog.js';
 import { FIXTURES, ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
-
-/** Why the suite cannot run here, or null on a GPU machine. */
-let absent = null;
-try {
-  loadCuda();
-  if (gpuReport().gpus.length === 0) absent = 'CUDA sees no GPU';
-} catch (err) {
-  absent = /** @type {Error} */ (err).message;
-}
-if (absent) console.error(`test/gpu skipped: ${absent}`);
-// One at a time: they share the GPU, and some measure its memory and timings.
-const gpuTest = absent ? test.skip : test.serial;
 
 /** The GPU's used memory now, as NVML reads it. */
 const gpuUsed = () => gpuReport().gpus[0]?.memoryUsedBytes ?? 0;

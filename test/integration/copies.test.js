@@ -143,6 +143,21 @@ test.serial('inline lone: a large aligned request is copied as the table says', 
   t.is(units, seen('inline lone'), shown);
 });
 
+test.serial('REST binary lone: the body\'s tensor goes to the device as it is; the response is joined once', async (t) => {
+  const input = x(64);
+  const data = dataAs(input, Float32Array);
+  // The JSON header padded to a multiple of 4 bytes, so the tensor after it is aligned for FP32.
+  let header = Buffer.from(JSON.stringify({ inputs: [{ name: 'x', datatype: 'FP32', shape: [64, 1024], parameters: { binary_data_size: data.byteLength } }], outputs: [{ name: 'y', parameters: { binary_data: true } }] }));
+  header = Buffer.concat([header, Buffer.alloc((4 - (header.length % 4)) % 4, ' ')]);
+  const { units, shown } = await copiesDuring(64 * ROW_BYTES, async () => {
+    const res = await fetch(`${server.rest}/v2/models/echo/infer`, { method: 'POST', body: Buffer.concat([header, Buffer.from(data.buffer)]), headers: { 'inference-header-content-length': String(header.length) } });
+    const body = Buffer.from(await res.arrayBuffer());
+    const y = new Float32Array(body.buffer.slice(body.byteOffset + Number(res.headers.get('inference-header-content-length')), body.byteOffset + body.length));
+    t.true(y.length === data.length && y.every((v, i) => v === data[i]), 'the answer is the model\'s');
+  });
+  t.is(units, seen('REST binary lone'), shown);
+});
+
 test.serial('inline misaligned: an input misaligned for its type costs one copy into staging', async (t) => {
   const input = x(64);
   const id = alignedId('echo', 64, false);

@@ -9,8 +9,15 @@ import { mlpLayers, writeBundle } from '../helpers/mlp-catalog.js';
 import { startServer, tempDir, tensor } from '../helpers/server.js';
 
 /**
- * An OTLP/HTTP receiver on a free port, collecting the spans of every JSON export.
- * @returns {Promise<{ url: string, spans: any[], close: () => Promise<void> }>}
+ * The environment that turns tracing on, exporting OTLP/HTTP JSON to `url` every 100 ms.
+ * @param {string} url
+ */
+const otlpEnv = (url) => ({ OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_ENDPOINT: url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '100', OTEL_METRICS_EXPORTER: 'none', OTEL_LOGS_EXPORTER: 'none' });
+
+/**
+ * An OTLP/HTTP receiver on a free port, collecting the spans of every JSON export. `until(found)`
+ * resolves to what `found` returns once it returns something, or fails after 10 s naming the spans.
+ * @returns {Promise<{ url: string, spans: any[], until: <T>(found: (spans: any[]) => T | undefined) => Promise<T>, close: () => Promise<void> }>}
  */
 async function otlpReceiver() {
   /** @type {any[]} */
@@ -29,7 +36,16 @@ async function otlpReceiver() {
   });
   await new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(undefined)));
   const { port } = /** @type {import('node:net').AddressInfo} */ (server.address());
-  return { url: `http://127.0.0.1:${port}`, spans, close: () => new Promise((resolve) => server.close(() => resolve(undefined))) };
+  /** @type {<T>(found: (spans: any[]) => T | undefined) => Promise<T>} */
+  const until = async (found) => {
+    for (let waited = 0; waited < 10_000; waited += 100) {
+      const result = found(spans);
+      if (result !== undefined) return result;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    throw new Error(`the spans awaited never arrived; received: ${JSON.stringify(spans.map((s) => [s.traceId, s.name]))}`);
+  };
+  return { url: `http://127.0.0.1:${port}`, spans, until, close: () => new Promise((resolve) => server.close(() => resolve(undefined))) };
 }
 
 test('a traceparent on a REST and on a gRPC request gives a connected trace: request, queue, execution linked, cold weight load', async (t) => {
@@ -43,7 +59,7 @@ test('a traceparent on a REST and on a gRPC request gives a connected trace: req
   // Room for one model's weights: each call below is cold.
   const server = await startServer({ model_repo: repo, global: { runtime: { cpu_device_memory_bytes: 200_000, mem_fraction: 1, weight_cache_wiggle_fraction: 0 } } }, {
     root: temp.dir,
-    env: { OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '100', OTEL_METRICS_EXPORTER: 'none', OTEL_LOGS_EXPORTER: 'none' },
+    env: otlpEnv(receiver.url),
   });
   t.teardown(() => server.stop());
   t.truthy(server.logs.find((l) => l.msg === 'tracing on (OpenTelemetry)'));
@@ -62,16 +78,12 @@ test('a traceparent on a REST and on a gRPC request gives a connected trace: req
   t.is(b.name, 'b');
 
   /** The spans of a trace, once its request, queue and execution spans have arrived. */
-  const traced = async (/** @type {string} */ traceId, /** @type {string} */ model) => {
-    for (let waited = 0; waited < 10_000; waited += 100) {
-      const mine = receiver.spans.filter((s) => s.traceId === traceId);
-      const request = mine.find((s) => s.name === `infer ${model}`);
-      const execution = receiver.spans.find((s) => s.name === `execute ${model}` && (s.links ?? []).some((/** @type {any} */ l) => l.traceId === traceId && l.spanId === request?.spanId));
-      if (request && execution && mine.some((s) => s.name === 'queue')) return { mine, request, execution };
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    throw new Error(`no complete trace ${traceId} for ${model}: ${JSON.stringify(receiver.spans.map((s) => [s.traceId, s.name]))}`);
-  };
+  const traced = (/** @type {string} */ traceId, /** @type {string} */ model) => receiver.until((spans) => {
+    const mine = spans.filter((s) => s.traceId === traceId);
+    const request = mine.find((s) => s.name === `infer ${model}`);
+    const execution = spans.find((s) => s.name === `execute ${model}` && (s.links ?? []).some((/** @type {any} */ l) => l.traceId === traceId && l.spanId === request?.spanId));
+    return request && execution && mine.some((s) => s.name === 'queue') ? { mine, request, execution } : undefined;
+  });
   for (const [traceId, model] of [[restTrace, 'a'], [grpcTrace, 'b']]) {
     const { mine, request, execution } = await traced(traceId, model);
     t.is(request.parentSpanId, callerSpan, `${model}: the request's span is the caller's child`);
@@ -107,16 +119,15 @@ test('a meta model\'s trace has its run hook and a span per sub-call, each with 
   const { ROOT } = await import('../helpers/server.js');
   const server = await startServer({ model_repo: path.join(ROOT, 'bundles') }, {
     root: temp.dir,
-    env: { OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '100', OTEL_METRICS_EXPORTER: 'none', OTEL_LOGS_EXPORTER: 'none' },
+    env: otlpEnv(receiver.url),
   });
   t.teardown(() => server.stop());
   const traceId = '11111111111111111111111111111111';
   await server.client.infer('digit_finder', [tensor('canvas', 'FP32', [32, 32], new Float32Array(1024).fill(3))], { metadata: { traceparent: `00-${traceId}-2222222222222222-01` } });
-  let names = /** @type {string[]} */ ([]);
-  for (let waited = 0; waited < 10_000 && !(names.includes('sub-call digits') && names.includes('sub-call digit_cells')); waited += 100) {
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    names = receiver.spans.filter((s) => s.traceId === traceId).map((s) => s.name);
-  }
+  const names = await receiver.until((spans) => {
+    const mine = spans.filter((s) => s.traceId === traceId).map((s) => /** @type {string} */ (s.name));
+    return mine.includes('sub-call digits') && mine.includes('sub-call digit_cells') ? mine : undefined;
+  });
   for (const name of ['infer digit_finder', 'hook run', 'sub-call digit_cells', 'sub-call digits', 'queue']) t.true(names.includes(name), `${name} in ${names.join(', ')}`);
   const spans = receiver.spans.filter((s) => s.traceId === traceId);
   const run = spans.find((s) => s.name === 'hook run');
@@ -138,6 +149,6 @@ test('the node file turns tracing on too (global.tracing), the environment unset
   t.truthy(server.logs.find((l) => l.msg === 'tracing on (OpenTelemetry)'));
   const traceId = '33333333333333333333333333333333';
   await server.client.infer('a', [tensor('x', 'FP32', [1, 8], new Float32Array(8))], { metadata: { traceparent: `00-${traceId}-4444444444444444-01` } });
-  for (let waited = 0; waited < 10_000 && !receiver.spans.some((s) => s.traceId === traceId); waited += 100) await new Promise((resolve) => setTimeout(resolve, 100));
-  t.true(receiver.spans.some((s) => s.traceId === traceId && s.name === 'infer a'));
+  const request = await receiver.until((spans) => spans.find((s) => s.traceId === traceId && s.name === 'infer a'));
+  t.is(request.name, 'infer a');
 });

@@ -1,0 +1,23 @@
+// What the benchmarks' timed loops share: the median, and a run timed after its warm-up.
+
+/** The median of `xs` (the upper one of an even count). */
+export const median = (/** @type {number[]} */ xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/**
+ * Median ms of `calls` runs of `run(i)` after `warmups` untimed ones; `idleMs` of idle before each
+ * timed run (not counted: a device left idle between requests, as a server's is).
+ * @param {number} calls
+ * @param {(i: number) => unknown} run
+ * @param {{ warmups?: number, idleMs?: number }} [options]
+ */
+export async function timed(calls, run, { warmups = 3, idleMs = 0 } = {}) {
+  for (let i = 0; i < warmups; i++) await run(i);
+  const ms = [];
+  for (let i = 0; i < calls; i++) {
+    if (idleMs > 0) await new Promise((resolve) => setTimeout(resolve, idleMs));
+    const t0 = performance.now();
+    await run(i);
+    ms.push(performance.now() - t0);
+  }
+  return median(ms);
+}
