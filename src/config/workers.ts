@@ -4,6 +4,13 @@
  * over `global`'s), else one worker per device of `gpus` (named worker0,
  * worker1, ...). The top-level `models:` map then pins each listed model to
  * device memory on the workers it names (`residency: device` there).
+ *
+ * A GPU may be driven by more than one actor (`gpus: [0, 0]`): each runs its
+ * own sessions on its own thread, which keeps the GPU busy while the other's
+ * thread is queueing, copying or waiting on the CPU side. Those actors split
+ * the GPU's free memory between their weight budgets. An actor's deviceId is
+ * its identity (placement, statistics, metrics, the control API): the GPU's
+ * ordinal when every GPU has one actor, else the actor's position in the list.
  */
 import type { WeightCacheInit } from '../shared/channels/device.js';
 import { errors } from '../shared/errors.js';
@@ -12,7 +19,10 @@ import type { ModelSchedulerConfig, NodeConfig, RuntimeConfig, SchedulerConfig }
 
 export interface ResolvedWorker {
   name: string;
+  /** The actor's identity: unique among the workers (see above). */
   deviceId: number;
+  /** The device it drives: a CUDA ordinal on backend cuda; on backend cpu the virtual device's number. */
+  gpu: number;
   runtime: RuntimeConfig;
   scheduler: SchedulerConfig;
   /** Its weight cache (budget, compile cache); null when runtime.weight_cache_fraction is 0. */
@@ -59,26 +69,29 @@ export function resolveWorkers(config: NodeConfig, file = 'node file', found?: F
       pins.set(name, [...(pins.get(name) ?? []), model]);
     }
   }
+  const gpus = entries.map((w: NonNullable<NodeConfig['workers']>[number], i) => w.gpu ?? i);
+  const shared = new Set(gpus).size < gpus.length;
+  const sharers = (gpu: number) => gpus.filter((g) => g === gpu).length;
   const workers: ResolvedWorker[] = entries.map((w: NonNullable<NodeConfig['workers']>[number], i) => {
     const merged = { runtime: { ...runtime, ...w.runtime, cuda: { ...runtime.cuda, ...w.runtime?.cuda } }, scheduler: { ...scheduler, ...w.scheduler, models: mergeModels(scheduler.models, w.scheduler?.models, pins.get(w.name)) } };
-    const deviceId = w.gpu ?? i;
-    if (found && !found.ordinals.includes(deviceId)) {
-      throw errors.configInvalid(`${file}: workers.${w.name}: gpu ${deviceId} is not among the GPUs this process sees (CUDA ordinals ${found.ordinals.join(', ') || 'none'})`);
+    const gpu = gpus[i];
+    if (found && !found.ordinals.includes(gpu)) {
+      throw errors.configInvalid(`${file}: workers.${w.name}: gpu ${gpu} is not among the GPUs this process sees (CUDA ordinals ${found.ordinals.join(', ') || 'none'})`);
     }
-    const memory = found ? found.freeBytes(deviceId) : merged.runtime.cpu_device_memory_bytes;
+    // Actors on one GPU share its free memory; each virtual CPU device has memory of its own.
+    const memory = found ? Math.floor(found.freeBytes(gpu) / sharers(gpu)) : merged.runtime.cpu_device_memory_bytes;
     const fixed = found ? merged.runtime.cuda.weight_cache_bytes : 0;
-    if (fixed > memory) throw errors.configInvalid(`${file}: runtime.cuda.weight_cache_bytes: ${fixed} is more than GPU ${deviceId}'s free memory (${memory} bytes)`);
-    return { name: w.name, deviceId, ...merged, weights: weightCacheInit(merged.runtime, merged.scheduler, config.cache_dir, memory, fixed) };
+    if (fixed > memory) {
+      const share = sharers(gpu) > 1 ? ` shared by the ${sharers(gpu)} actors driving it (${memory} bytes each)` : ` (${memory} bytes)`;
+      throw errors.configInvalid(`${file}: runtime.cuda.weight_cache_bytes: ${fixed} is more than GPU ${gpu}'s free memory${share}`);
+    }
+    return { name: w.name, deviceId: shared ? i : gpu, gpu, ...merged, weights: weightCacheInit(merged.runtime, merged.scheduler, config.cache_dir, memory, fixed) };
   });
 
-  const seen = new Map<string, number>();
-  const devices = new Map<number, string>();
+  const seen = new Set<string>();
   for (const w of workers) {
     if (seen.has(w.name)) throw errors.configInvalid(`${file}: workers: the name ${JSON.stringify(w.name)} is used twice; each worker needs a name of its own`);
-    seen.set(w.name, w.deviceId);
-    const other = devices.get(w.deviceId);
-    if (other !== undefined) throw errors.configInvalid(`${file}: workers: ${JSON.stringify(other)} and ${JSON.stringify(w.name)} both drive device ${w.deviceId}; give each its own gpu`);
-    devices.set(w.deviceId, w.name);
+    seen.add(w.name);
     if (w.runtime.backend !== runtime.backend) {
       throw errors.configInvalid(`${file}: workers.${w.name}.runtime.backend: ${JSON.stringify(w.runtime.backend)} differs from global.runtime.backend ${JSON.stringify(runtime.backend)}; one process runs one backend`);
     }

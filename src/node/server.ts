@@ -191,7 +191,7 @@ export class StowageServer {
         scheduler: scheduling,
         policies,
         weights: w.weights,
-        cuda: backend === 'cuda' ? { providerOptions: cudaProviderOptions(w.runtime.cuda), libraryDirs: cudaLibraryDirs() } : null,
+        cuda: backend === 'cuda' ? { ordinal: w.gpu, providerOptions: cudaProviderOptions(w.runtime.cuda), libraryDirs: cudaLibraryDirs() } : null,
         warmup: w.runtime.warmup === 'on' || (w.runtime.warmup === 'auto' && backend === 'cuda'),
         hostWeights,
         logger: this.#logger,
@@ -229,6 +229,7 @@ export class StowageServer {
       workers: workers.map((w) => ({
         name: w.name,
         device: w.deviceId,
+        gpu: w.gpu,
         weightBudgetBytes: w.weights?.budgetBytes ?? null,
         pinned: Object.keys(w.scheduler.models).filter((m) => w.scheduler.models[m].residency === 'device'),
       })),

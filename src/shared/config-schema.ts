@@ -157,8 +157,10 @@ export const nodeConfigSchema = {
     // restarts. Empty: $XDG_CACHE_HOME/stowage, else ~/.cache/stowage. Relative: to the node file.
     cache_dir: { type: 'string', default: '' },
     // Devices: auto (every GPU; one on backend cpu), a count, or a list of device ids. On backend
-    // cpu, N gives N virtual devices, each a device actor with its own ONNX Runtime threads.
-    gpus: { anyOf: [{ const: 'auto' }, { type: 'integer', minimum: 1 }, { type: 'array', minItems: 1, uniqueItems: true, items: { type: 'integer', minimum: 0 } }], default: 'auto' },
+    // cpu, N gives N virtual devices, each a device actor with its own ONNX Runtime threads. A GPU
+    // listed twice ([0, 0]) gets two device actors, which split its free memory; the actors are then
+    // numbered by position (devices 0 and 1) rather than by GPU.
+    gpus: { anyOf: [{ const: 'auto' }, { type: 'integer', minimum: 1 }, { type: 'array', minItems: 1, items: { type: 'integer', minimum: 0 } }], default: 'auto' },
     gateway: {
       type: 'object',
       additionalProperties: false,
@@ -226,8 +228,8 @@ export const nodeConfigSchema = {
       },
     },
     // One entry per device actor; when present it wins over gpus. name is the worker's identity (the
-    // models: map names it); gpu the device id (default: its index); runtime and scheduler blocks
-    // override global's for this device only.
+    // models: map names it); gpu the device it drives (default: its index; two workers may drive
+    // one GPU, as gpus: [0, 0] does); runtime and scheduler blocks override global's for it only.
     workers: {
       type: 'array',
       minItems: 1,

@@ -1,8 +1,9 @@
 // The server on backend cuda against the same server on the CPU, on a real GPU: every example
 // bundle answers as on the CPU; a catalog of 20 models under a budget of 3 uploads each cold
 // model's weights exactly once per cold call; fine-tuned variants share their backbone on the GPU;
-// warm-up takes the first-run cost off the first client; a device worker that dies on the GPU is
-// replaced without leaking the GPU memory it held. Skipped, saying why, without a GPU (CI).
+// two device actors share one GPU behind the pool; warm-up takes the first-run cost off the first
+// client; a device worker that dies on the GPU is replaced without leaking the GPU memory it held.
+// Skipped, saying why, without a GPU (CI).
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { gpuReport } from '../../dist/native/cuda.js';
@@ -99,6 +100,31 @@ gpuTest('20 models under a budget of 3 on the GPU: every answer right, exactly o
   t.is((bytes + disk) % weightBytes, 0, 'whole models only');
   t.is((bytes + disk) / weightBytes, misses, 'one upload of the model\'s weights per cold load, no more');
   t.true(metric(m, 'stowage_weight_cache_resident_bytes', 'device="0"') <= 3 * (weightBytes + 256));
+});
+
+gpuTest('two device actors on one GPU (gpus: [0, 0]) behind the pool: both serve, right answers, the budget split', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const sizes = [64, 512, 512, 8];
+  const catalog = writeCatalog(path.join(temp.dir, 'repo'), { count: 4, sizes });
+  const server = await startServer({
+    model_repo: path.join(temp.dir, 'repo'),
+    gpus: [0, 0],
+    gateway: { scheduling: { mode: 'least_outstanding' } },
+    global: { runtime: { backend: 'cuda', cuda: { tf32: false } } },
+  }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const started = server.logs.find((l) => l.msg === 'device actors started');
+  t.deepEqual(started?.workers.map((/** @type {{ device: number, gpu: number }} */ w) => [w.device, w.gpu]), [[0, 0], [1, 0]]);
+  const next = random(11);
+  const answers = await Promise.all(Array.from({ length: 64 }, (_, i) => inferAndCheck(server.client, catalog[i % catalog.length], 1 + (i % 5), next)));
+  t.deepEqual(answers.filter((a) => a !== null), [], 'every answer right');
+  const m = await scrapeMetrics(server.adminPort);
+  for (const d of [0, 1]) t.true(metric(m, 'stowage_device_executions_total', `device="${d}"`) > 0, `actor ${d} ran`);
+  // Each actor's arena is its half of the GPU's free memory (x the fractions), so both fit at once.
+  const budgets = [0, 1].map((d) => metric(m, 'stowage_weight_cache_budget_bytes', `device="${d}"`));
+  const total = gpuReport().gpus[0].memoryTotalBytes;
+  t.true(budgets[0] > 0 && budgets[0] + budgets[1] < total, `budgets ${budgets.join(' + ')} of ${total}`);
 });
 
 gpuTest('fine-tuned variants store their backbone once on the GPU and each answers with its own head', async (t) => {

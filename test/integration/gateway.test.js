@@ -35,6 +35,17 @@ test('round_robin spreads requests over every device, each answering the same', 
   for (const d of [0, 1, 2]) t.true(m[`stowage_device_executions_total{device="${d}"}`] >= 3, `device ${d}`);
 });
 
+test('a device listed twice gets two device actors, numbered by position, both serving behind the pool', async (t) => {
+  const server = await serve(t, { gpus: [0, 0], gateway: { scheduling: { mode: 'least_outstanding' } } });
+  const started = present(server.logs.find((l) => l.msg === 'device actors started'), 'the start-up log line');
+  t.deepEqual(started.workers.map((/** @type {{ name: string, device: number, gpu: number }} */ w) => [w.name, w.device, w.gpu]), [['worker0', 0, 0], ['worker1', 1, 0]]);
+  const reference = (await server.client.infer('convnet', [image(2)])).outputs[0].data;
+  const answers = await Promise.all(Array.from({ length: 16 }, () => server.client.infer('convnet', [image(2)])));
+  for (const a of answers) t.deepEqual(a.outputs[0].data, reference);
+  const m = await scrapeMetrics(server.adminPort);
+  t.true(m['stowage_device_executions_total{device="0"}'] > 0 && m['stowage_device_executions_total{device="1"}'] > 0, 'both actors ran');
+});
+
 test('least_outstanding sends requests where the fewest are in flight', async (t) => {
   const server = await serve(t, { gpus: 2, gateway: { scheduling: { mode: 'least_outstanding' } } });
   await Promise.all(Array.from({ length: 16 }, () => server.client.infer('convnet', [image(8)])));

@@ -85,7 +85,7 @@ export interface DeviceHandleOptions {
   policies: PolicySource;
   /** The on-demand weight cache; null turns it off. */
   weights: WeightCacheInit | null;
-  /** Backend cuda: the device is that CUDA ordinal; absent or null on backend cpu. */
+  /** Backend cuda: the GPU (its CUDA ordinal) and the provider's settings; absent or null on backend cpu. */
   cuda?: CudaDeviceInit | null;
   /** Warm models up before they are ready (runtime.warmup resolved); off when absent. */
   warmup?: boolean;

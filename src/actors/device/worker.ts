@@ -88,7 +88,7 @@ function pinOrNot(view: ArrayBufferView | ArrayBuffer): { release(): void } | un
 
 function weightArena(weights: NonNullable<DeviceInit['weights']>): Arena {
   if (!init.cuda) return new Arena(weights.budgetBytes, { preallocate: weights.preallocate });
-  return new Arena(weights.budgetBytes, { device: allocateDeviceMemory(weights.budgetBytes, `cuda:${init.deviceId}`) });
+  return new Arena(weights.budgetBytes, { device: allocateDeviceMemory(weights.budgetBytes, `cuda:${init.cuda.ordinal}`) });
 }
 const weightCache = init.weights
   ? new WeightCache<InstanceKey>(weightArena(init.weights), {

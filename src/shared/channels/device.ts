@@ -25,7 +25,7 @@ export interface DeviceInit {
   scheduler: DeviceScheduling;
   /** The on-demand weight cache; null when it is off (every model's weights embedded and resident). */
   weights: WeightCacheInit | null;
-  /** Backend cuda: this device is CUDA ordinal `deviceId`; null on backend cpu. */
+  /** Backend cuda: the GPU this actor drives (cuda.ordinal) and its provider's settings; null on backend cpu. */
   cuda: CudaDeviceInit | null;
   /** Warm each model up before it is ready (runtime.warmup resolved); a model's policy may say otherwise. */
   warmup: boolean;
@@ -33,6 +33,11 @@ export interface DeviceInit {
 
 /** A CUDA device actor's settings (config/cuda-options.ts derives them from runtime.cuda). */
 export interface CudaDeviceInit {
+  /**
+   * The CUDA ordinal of the GPU this actor drives. It is the actor's deviceId unless a GPU is driven
+   * by more than one actor (gpus: [0, 0]); then the actors are numbered by position instead.
+   */
+  ordinal: number;
   /** The CUDA execution provider's options, in ONNX Runtime's names and string values. */
   providerOptions: Record<string, string>;
   /** Where the CUDA libraries are searched for (native/cuda.ts cudaLibraryDirs). */

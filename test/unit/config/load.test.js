@@ -99,6 +99,13 @@ test('on backend cuda, gpus names CUDA ordinals the process sees, and a worker\'
   const fixed = resolveWorkers(parse('model_repo: m\nglobal:\n  runtime:\n    backend: cuda\n    cuda: { weight_cache_bytes: 1000033 }\n').config, 'node.yaml', found);
   t.is(fixed[0].weights?.budgetBytes, 1000000); // rounded down to the arena alignment (64)
   t.regex(t.throws(() => resolveWorkers(parse('model_repo: m\ngpus: [0, 3]\nglobal:\n  runtime:\n    backend: cuda\n').config, 'node.yaml', found)).message, /gpus: \[0,3\] names GPU 3, but this process sees 2/);
+  // A GPU listed twice: two actors on it, numbered by position, splitting its free memory.
+  const twice = resolveWorkers(parse('model_repo: m\ngpus: [1, 1, 0]\nglobal:\n  runtime:\n    backend: cuda\n').config, 'node.yaml', found);
+  t.deepEqual(twice.map((w) => [w.name, w.deviceId, w.gpu]), [['worker0', 0, 1], ['worker1', 1, 1], ['worker2', 2, 0]]);
+  t.is(twice[0].weights?.budgetBytes, Math.floor((2 ** 30 * 0.9 * 0.9) / 64) * 64, 'half of GPU 1\'s 2 GiB');
+  t.is(twice[2].weights?.budgetBytes, Math.floor((2 ** 30 * 0.9 * 0.9) / 64) * 64, 'all of GPU 0\'s 1 GiB');
+  t.regex(t.throws(() => resolveWorkers(parse('model_repo: m\ngpus: [1, 1]\nglobal:\n  runtime:\n    backend: cuda\n    cuda: { weight_cache_bytes: 1500000000 }\n').config, 'node.yaml', found)).message,
+    /weight_cache_bytes: 1500000000 is more than GPU 1's free memory shared by the 2 actors driving it \(1073741824 bytes each\)/);
   const merged = resolveWorkers(parse('model_repo: m\nglobal:\n  runtime:\n    backend: cuda\nworkers:\n  - { name: a, gpu: 1, runtime: { cuda: { tf32: false } } }\n').config, 'node.yaml', found);
   t.deepEqual(merged[0].runtime.cuda, { tf32: false, cudnn_conv_algo_search: 'exhaustive', ort_arena_limit_bytes: 0, weight_cache_bytes: 0 });
 });
@@ -179,12 +186,14 @@ test('workers: one per device, their runtime and scheduler blocks over global; t
   // Without workers:, the devices of gpus: are worker0, worker1, ...
   const two = resolveWorkers(parse('model_repo: m\ngpus: 2\nmodels:\n  digits: [worker1]\n').config);
   t.deepEqual(two.map((w) => [w.name, w.deviceId, w.scheduler.models.digits?.residency]), [['worker0', 0, undefined], ['worker1', 1, 'device']]);
+  // Two workers on one device (a's gpu 1, and b's by its index) are both kept, numbered by position.
+  const pair = resolveWorkers(parse('model_repo: m\nworkers:\n  - { name: a, gpu: 1 }\n  - { name: b }\n').config);
+  t.deepEqual(pair.map((w) => [w.name, w.deviceId, w.gpu]), [['a', 0, 1], ['b', 1, 1]]);
 });
 
 test('workers and the models: map are checked: names, devices, keys', (t) => {
   t.regex(t.throws(() => parse('model_repo: m\nmodels:\n  digits: [gpu7]\n')).message, /models\.digits: no worker named "gpu7"; workers: worker0/);
   t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a }\n  - { name: a }\n')).message, /the name "a" is used twice/);
-  t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a, gpu: 1 }\n  - { name: b }\n')).message, /"a" and "b" both drive device 1/);
   t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a, endpoints: {} }\n')).message, /workers\.0\.endpoints: unknown key; allowed here: name, gpu, runtime, scheduler/);
   t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a, scheduler: { discipline: lifo } }\n')).message, /workers\.0\.scheduler\.discipline: "lifo" is not allowed/);
   t.false(environmentOverrides().some((o) => o.env === 'INFERENCE_SERVER_WORKERS'), 'a list of mappings does not come from the environment');
