@@ -9,6 +9,8 @@
 - negate/model.onnx: y = -x on f32[3], a model without a batch axis.
 - double/model.onnx: y = 2x on f32[n,1024], the same interface as echo: a second
   version of a model, for reload tests.
+- stepped/model.onnx: y = x on f32[n,2], through Range(0, 4, max(x)), so a run on zeros fails
+  (a zero step): a model only the bundle's warm-up data (warmup/x.bin) can warm up.
 - convnet/model.onnx: a small ResNet-style network (3x32x32 image -> 10
   scores; conv, batch-norm folded, residual blocks, global pooling) with fixed
   random weights: heavy enough that batching matters, for the coalescing tests
@@ -104,6 +106,25 @@ def stretch_model():
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), OUT / "stretch" / "model.onnx")
 
 
+def stepped_model():
+    zero = helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])
+    start = helper.make_tensor("start", TensorProto.FLOAT, [], [0.0])
+    limit = helper.make_tensor("limit", TensorProto.FLOAT, [], [4.0])
+    graph = helper.make_graph([
+        helper.make_node("ReduceMax", ["x"], ["step"], keepdims=0),
+        helper.make_node("Range", ["start", "limit", "step"], ["steps"]),
+        helper.make_node("ReduceSum", ["steps"], ["total"], keepdims=0),
+        helper.make_node("Mul", ["total", "zero"], ["nothing"]),
+        helper.make_node("Add", ["x", "nothing"], ["y"]),
+    ], "stepped",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 2])], [zero, start, limit])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), OUT / "stepped" / "model.onnx")
+    # One batch row of x, [1, 1]: a step of 1.
+    (OUT / "stepped" / "warmup").mkdir(exist_ok=True)
+    np.array([1.0, 1.0], dtype="<f4").tofile(OUT / "stepped" / "warmup" / "x.bin")
+
+
 def convnet_model():
     rng = np.random.default_rng(0)
     nodes, inits = [], []
@@ -191,6 +212,7 @@ if __name__ == "__main__":
     negate_model()
     double_model()
     stretch_model()
+    stepped_model()
     convnet_model()
     graph_files()
     print(f"wrote {OUT}")

@@ -22,6 +22,8 @@ import { errors } from '../shared/errors.js';
 export const MAX_MANIFEST_BYTES = 1024 * 1024;
 /** model.js: the hooks themselves; whatever they import is not a bundle file. */
 export const MAX_HOOK_FILE_BYTES = 16 * 1024 * 1024;
+/** A warm-up data file (manifest warmup.data): one batch row of one input. */
+export const MAX_WARMUP_FILE_BYTES = 64 * 1024 * 1024;
 /**
  * An ONNX file: one protobuf message, which cannot exceed 2 GiB (larger models keep their weights
  * in external data files, which ONNX Runtime reads itself). This is the format's limit, not a

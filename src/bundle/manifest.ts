@@ -11,13 +11,15 @@ import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { Ajv } from 'ajv';
 import YAML from 'yaml';
-import { byManifestDtype, MANIFEST_DTYPES } from '../shared/dtypes.js';
+import { byManifestDtype, dtypeInfo, MANIFEST_DTYPES } from '../shared/dtypes.js';
 import { BundleInvalidError, errors, type BundleProblem } from '../shared/errors.js';
 import { describeSchemaErrors } from '../shared/schema-errors.js';
-import { checkBundleFile, MAX_HOOK_FILE_BYTES, MAX_MANIFEST_BYTES, MAX_MODEL_FILE_BYTES, readBundleFile } from './bundle-file.js';
+import { checkBundleFile, MAX_HOOK_FILE_BYTES, MAX_MANIFEST_BYTES, MAX_MODEL_FILE_BYTES, MAX_WARMUP_FILE_BYTES, readBundleFile } from './bundle-file.js';
 import type { ExecutableFile, ModelSpec, TensorSpec } from '../shared/model-spec.js';
 
 export const MANIFEST_FILE = 'manifest.yaml';
+/** Where a bundle keeps its warm-up data (warmup.data names files in it). */
+export const WARMUP_DIR = 'warmup';
 const DEFAULT_BATCH_AXIS = 'n';
 
 const tensorSchema = {
@@ -47,6 +49,17 @@ const manifestSchema = {
     executable_outputs: { type: 'array', minItems: 1, items: tensorSchema },
     client_inputs: { type: 'array', items: tensorSchema },
     client_outputs: { type: 'array', items: tensorSchema },
+    // Data to warm up on instead of zeros: per executable input, a file in the bundle's warmup/
+    // directory (a change there reloads the model, as any bundle file does) holding one batch row
+    // (the whole tensor when unbatched), raw little-endian values of its dtype (BYTES: each element
+    // a 4-byte little-endian length, then its bytes), e.g. { image: warmup/image.bin }.
+    warmup: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        data: { type: 'object', minProperties: 1, additionalProperties: { type: 'string', pattern: '^warmup/[^/]+$' } },
+      },
+    },
     batching: {
       type: 'object',
       additionalProperties: false,
@@ -72,6 +85,7 @@ interface RawManifest {
   client_inputs?: RawTensor[];
   client_outputs?: RawTensor[];
   batching?: { compiled_batch_sizes?: number[]; batch_axis?: string };
+  warmup?: { data?: Record<string, string> };
 }
 
 /** Every problem found in one bundle; parsing goes on past each so that all are reported at once. */
@@ -154,6 +168,55 @@ function findExecutables(problems: Problems, dir: string, batched: boolean, size
 }
 
 /**
+ * The warm-up data the manifest names (`warmup.data`): each file read (a bundle file, checked as
+ * the others are) and its size checked against one batch row of its input.
+ */
+function readWarmupData(problems: Problems, dir: string, files: Readonly<Record<string, string>>, inputs: readonly TensorSpec[]): Record<string, Uint8Array> {
+  const data: Record<string, Uint8Array> = {};
+  for (const [name, file] of Object.entries(files)) {
+    const where = `warmup.data.${name}`;
+    const input = inputs.find((t) => t.name === name);
+    if (!input) {
+      problems.add(MANIFEST_FILE, `${where}: ${JSON.stringify(name)} is not an executable input (executable_inputs: ${inputs.map((t) => t.name).join(', ')})`);
+      continue;
+    }
+    let bytes: Buffer;
+    try {
+      bytes = readBundleFile(dir, file, MAX_WARMUP_FILE_BYTES);
+    } catch (err) {
+      const e = err as BundleInvalidError;
+      problems.add(file, e.problems?.[0]?.message ?? e.message);
+      continue;
+    }
+    const elements = input.shape.reduce((n, d, i) => (i === input.batchDim ? n : n * d), 1);
+    const row = input.batchDim >= 0 ? 'one batch row' : 'the whole tensor';
+    const dims = input.shape.filter((_, i) => i !== input.batchDim).join('x') || 'a scalar';
+    if (input.datatype === 'BYTES') {
+      // A row of strings repeats by concatenation only when the batch axis comes first.
+      if (input.batchDim > 0) problems.add(MANIFEST_FILE, `${where}: BYTES warm-up data needs the batch axis first; ${name}'s is axis ${input.batchDim} of ${JSON.stringify(input.axes)}`);
+      const count = countBytesElements(bytes);
+      if (count !== elements) problems.add(file, `holds ${count === null ? 'a length prefix that runs past the end' : `${count} strings`}; ${row} of ${name} (BYTES, ${dims}) is ${elements}, each a 4-byte little-endian length and its bytes`);
+    } else {
+      const expected = elements * dtypeInfo(input.datatype).elementBytes;
+      if (bytes.length !== expected) problems.add(file, `holds ${bytes.length} bytes; ${row} of ${name} (${input.datatype}, ${dims}) is ${expected} bytes of raw little-endian values`);
+    }
+    data[name] = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length);
+  }
+  return data;
+}
+
+/** How many length-prefixed strings fill `bytes` exactly; null when a length runs past the end. */
+function countBytesElements(bytes: Buffer): number | null {
+  let count = 0;
+  for (let at = 0; at < bytes.length; count++) {
+    if (at + 4 > bytes.length) return null;
+    at += 4 + bytes.readUInt32LE(at);
+    if (at > bytes.length) return null;
+  }
+  return count;
+}
+
+/**
  * Parse a manifest's text for the bundle in `dir` (whose directory name is the model name).
  * Throws one BundleInvalidError listing every problem found.
  */
@@ -205,6 +268,7 @@ export function parseManifest(text: string, dir: string): ModelSpec {
     problems.add(MANIFEST_FILE, `batching.compiled_batch_sizes is set, but no tensor has the batch axis '${batchAxis}': drop it, or give the tensors a batch axis (batching.batch_axis names its letter)`);
   }
   const executables = findExecutables(problems, dir, batched, sizes);
+  const warmupData = raw.warmup?.data ? readWarmupData(problems, dir, raw.warmup.data, inputs) : {};
   problems.check();
   return {
     name: bundle,
@@ -220,6 +284,7 @@ export function parseManifest(text: string, dir: string): ModelSpec {
     compiledBatchSizes: sizes,
     maxBatchSize: batched ? sizes[sizes.length - 1] : 0,
     executables,
+    warmupData,
   };
 }
 
@@ -230,8 +295,8 @@ export function parseManifest(text: string, dir: string): ModelSpec {
 function parseMeta(problems: Problems, dir: string, raw: RawManifest, batchAxis: string): ModelSpec {
   const bundle = problems.bundle;
   const fail = (msg: string) => problems.add(MANIFEST_FILE, msg);
-  if (raw.executable_inputs || raw.executable_outputs || raw.batching?.compiled_batch_sizes) {
-    fail('a kind: meta bundle has no executable: drop executable_inputs, executable_outputs and compiled_batch_sizes');
+  if (raw.executable_inputs || raw.executable_outputs || raw.batching?.compiled_batch_sizes || raw.warmup) {
+    fail('a kind: meta bundle has no executable: drop executable_inputs, executable_outputs, compiled_batch_sizes and warmup');
   }
   if (!raw.client_inputs?.length || !raw.client_outputs?.length) fail('a kind: meta bundle declares its client_inputs and client_outputs');
   if (!raw.models) fail('a kind: meta bundle lists the sub-models its run hook may call under models');
@@ -244,7 +309,7 @@ function parseMeta(problems: Problems, dir: string, raw: RawManifest, batchAxis:
   return {
     name: bundle, dir, inputs: [], outputs: [], clientInputs, clientOutputs, hooks: null,
     kind: 'meta', subModels: raw.models ?? [], batchAxis: batched ? batchAxis : null,
-    compiledBatchSizes: [], maxBatchSize: 0, executables: [],
+    compiledBatchSizes: [], maxBatchSize: 0, executables: [], warmupData: {},
   };
 }
 

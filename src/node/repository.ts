@@ -16,7 +16,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Devices } from './devices.js';
-import { MANIFEST_FILE, readManifest } from '../bundle/manifest.js';
+import { MANIFEST_FILE, readManifest, WARMUP_DIR } from '../bundle/manifest.js';
 import { instanceKey, type ModelSpec } from '../shared/model-spec.js';
 import { scanRepository } from '../bundle/scan.js';
 import { errors } from '../shared/errors.js';
@@ -41,8 +41,10 @@ export interface RepositoryOptions {
 /** What changes when a bundle changes: its manifest, executables and hooks, by size and mtime. */
 function fingerprint(dir: string): string {
   try {
-    return readdirSync(dir)
-      .filter((f) => f === MANIFEST_FILE || f.endsWith('.onnx') || f === 'model.js')
+    // warmup/: the files manifest warmup.data names (the only place it may name them).
+    const warmup = existsSync(path.join(dir, WARMUP_DIR)) ? readdirSync(path.join(dir, WARMUP_DIR)).map((f) => `${WARMUP_DIR}/${f}`) : [];
+    return [...readdirSync(dir), ...warmup]
+      .filter((f) => f === MANIFEST_FILE || f.endsWith('.onnx') || f === 'model.js' || f.startsWith(`${WARMUP_DIR}/`))
       .sort()
       .map((f) => {
         const st = statSync(path.join(dir, f));

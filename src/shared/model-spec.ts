@@ -56,6 +56,12 @@ export interface ModelSpec {
   readonly maxBatchSize: number;
   /** model.onnx (dynamic batch) or one model.bN.onnx per compiled batch size. */
   readonly executables: readonly ExecutableFile[];
+  /**
+   * The bundle's warm-up data (manifest `warmup.data`): per executable input named there, the bytes
+   * of one batch row (the whole tensor for an unbatched model), repeated to each batch size at
+   * warm-up. Inputs not named warm up on zeros. Empty for most bundles.
+   */
+  readonly warmupData: Readonly<Record<string, Uint8Array>>;
 }
 
 /**

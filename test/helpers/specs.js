@@ -21,6 +21,7 @@ export function modelSpec(fields) {
     compiledBatchSizes: [],
     maxBatchSize: 0,
     executables: [],
+    warmupData: {},
     ...fields,
     inputs,
     outputs,

@@ -1,7 +1,9 @@
 // Warm-up before ready through the real server: with runtime.warmup on, every model runs once per
-// compiled batch size on zeros before it is READY (logged, not counted in its statistics), a model
-// whose inputs have a free axis is warmed where it can be and the rest said, and a model can opt out.
+// compiled batch size before it is READY (logged, not counted in its statistics), on zeros or on
+// the bundle's warm-up data (manifest warmup.data), and a model can opt out.
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import test from 'ava';
+import { present } from '../helpers/checks.js';
 import { inferAndCheck, mlpLayers, random, writeBundle } from '../helpers/mlp-catalog.js';
 import { makeRepository, startServer, tempDir, FIXTURES } from '../helpers/server.js';
 import path from 'node:path';
@@ -40,4 +42,49 @@ test('every input type warms up, BYTES as empty strings; a fixed-batch bundle on
   t.is(entries.get('dtypes')?.runs, 1);
   t.is(entries.get('dtypes')?.skipped, undefined);
   t.is(entries.get('fixed')?.runs, 2, 'model.b1.onnx and model.b4.onnx');
+});
+
+test('warm-up on the bundle\'s data (warmup.data): a model that cannot run on zeros warms up on it, repeated to each batch size', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const stepped = path.join(FIXTURES, 'models', 'stepped');
+  const repo = makeRepository(temp.dir, { stepped });
+  // The same bundle without its warm-up data: zeros make Range's step zero, and the load says so.
+  const zeros = path.join(temp.dir, 'zeros');
+  mkdirSync(path.join(zeros, 'stepped'), { recursive: true });
+  copyFileSync(path.join(stepped, 'model.onnx'), path.join(zeros, 'stepped', 'model.onnx'));
+  writeFileSync(path.join(zeros, 'stepped', 'manifest.yaml'), readFileSync(path.join(stepped, 'manifest.yaml'), 'utf8').replace(/^warmup:[\s\S]*$/m, ''));
+  const server = await startServer({ model_repo: repo, global: { runtime: { warmup: 'on' } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const warmed = present(server.logs.find((e) => e.msg === 'model warmed up' && e.model === 'stepped'), 'the warm-up log line');
+  t.deepEqual(warmed.data, ['x'], 'x came from the bundle');
+  t.is(warmed.runs, 2, 'batch 1 and batch 4');
+  const x = Float32Array.from([1, 2, 3, 4, 5, 6]);
+  const { outputs } = await server.client.infer('stepped', [{ name: 'x', datatype: 'FP32', shape: [3, 2], data: x }]);
+  t.deepEqual(Array.from(/** @type {Float32Array} */ (outputs[0].data)), Array.from(x));
+
+  const refused = await startServer({ model_repo: zeros, global: { runtime: { warmup: 'on' } } });
+  t.teardown(() => refused.stop());
+  const status = await refused.client.call('RepositoryIndex', {});
+  const entry = status.models.find((/** @type {{ name: string }} */ m) => m.name === 'stepped');
+  t.is(entry?.state, 'UNAVAILABLE');
+  t.regex(entry?.reason ?? '', /warm-up run on zeros failed \(set scheduler\.models\.stepped\.warmup: false to skip it\).*Range/i);
+});
+
+test('BYTES and other inputs warm up on the bundle\'s rows; inputs it does not name warm up on zeros', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { dtypes: path.join(FIXTURES, 'models', 'dtypes') });
+  const dir = path.join(repo, 'dtypes');
+  mkdirSync(path.join(dir, 'warmup'));
+  // One row of in_bytes (shape n3): three length-prefixed strings; of in_i64: three int64s.
+  const strings = ['a', '', 'longer string'].map((s) => Buffer.from(s));
+  writeFileSync(path.join(dir, 'warmup', 'bytes.bin'), Buffer.concat(strings.flatMap((s) => [Buffer.from(Uint32Array.of(s.length).buffer), s])));
+  writeFileSync(path.join(dir, 'warmup', 'i64.bin'), Buffer.from(BigInt64Array.of(1n, -2n, 3n).buffer));
+  writeFileSync(path.join(dir, 'manifest.yaml'), `${readFileSync(path.join(dir, 'manifest.yaml'), 'utf8')}\nwarmup:\n  data: { in_bytes: warmup/bytes.bin, in_i64: warmup/i64.bin }\n`);
+  const server = await startServer({ model_repo: repo, global: { runtime: { warmup: 'on' } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const warmed = present(server.logs.find((e) => e.msg === 'model warmed up' && e.model === 'dtypes'), 'the warm-up log line');
+  t.deepEqual([...warmed.data].sort(), ['in_bytes', 'in_i64'], 'the named inputs came from the bundle');
+  t.is(warmed.skipped, undefined);
 });

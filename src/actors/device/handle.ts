@@ -332,7 +332,7 @@ export class DeviceHandle {
     if (loaded.memory) this.#options.onWeights?.(spec.name, loaded.load, loaded.memory);
     if (loaded.warmup) {
       const w = loaded.warmup;
-      this.#options.logger[w.skipped ? 'warn' : 'info']({ model: spec.name, device: this.deviceId, runs: w.runs, warmup_ms: Math.round(w.ms), ...(w.skipped ? { skipped: w.skipped } : {}) }, 'model warmed up');
+      this.#options.logger[w.skipped ? 'warn' : 'info']({ model: spec.name, device: this.deviceId, runs: w.runs, warmup_ms: Math.round(w.ms), data: w.fromBundle.length > 0 ? w.fromBundle : 'zeros', ...(w.skipped ? { skipped: w.skipped } : {}) }, 'model warmed up');
     }
     return { loadMs: loaded.loadMs, weightBytes: loaded.weightBytes };
   }

@@ -137,7 +137,8 @@ export class DeviceModels {
       } catch (err) {
         cache?.remove(instance);
         await releaseAll(sessions.values());
-        throw errors.bundleInvalid(spec.name, 'model.onnx', `its warm-up run on zeros failed (set scheduler.models.${spec.name}.warmup: false to skip it): ${(err as Error).message}`);
+        const on = Object.keys(spec.warmupData).length > 0 ? `the bundle's warm-up data (warmup.data: ${Object.keys(spec.warmupData).join(', ')})` : 'zeros';
+        throw errors.bundleInvalid(spec.name, 'model.onnx', `its warm-up run on ${on} failed (set scheduler.models.${spec.name}.warmup: false to skip it): ${(err as Error).message}`);
       }
     }
     const previous = this.#loaded.get(instance); // only after a crash reload of the same instance

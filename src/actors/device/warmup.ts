@@ -1,5 +1,7 @@
 /**
- * Warm-up before ready: each executable of a model runs once, on zeros, at its batch size, before
+ * Warm-up before ready: each executable of a model runs once at its batch size, on the bundle's
+ * warm-up data where its manifest names some (warmup.data: one row per input, repeated) and on
+ * zeros otherwise, before
  * the model reports READY, so that no client pays ONNX Runtime's first run at a batch size (on CUDA
  * 90-470 ms: kernel and cuDNN algorithm selection, memory planning; ../shared/GPU.md). On by
  * default on backend cuda, off on cpu, where a first run costs little (runtime.warmup, and per model
@@ -16,15 +18,38 @@ export interface WarmupOutcome {
   ms: number;
   /** Why some executable was not warmed (an input with a free axis), or null. */
   skipped: string | null;
+  /** The inputs that ran on the bundle's data rather than zeros. */
+  fromBundle: string[];
 }
 
-/** Zero inputs for one run at batch `rows`, or why there can be none. */
-function zeroInputs(spec: ModelSpec, rows: number): OrtTensor[] | string {
+/**
+ * `row` (one batch row of a tensor of `dims`, batch axis `batchDim`) repeated to `rows` rows: for
+ * each index of the axes before the batch axis, its block of the row `rows` times over.
+ */
+export function repeatRow(row: Uint8Array, dims: readonly number[], batchDim: number, rows: number): Uint8Array {
+  if (batchDim < 0) return row;
+  const outer = dims.slice(0, batchDim).reduce((a, b) => a * b, 1);
+  const block = row.length / outer;
+  const out = new Uint8Array(row.length * rows);
+  for (let o = 0; o < outer; o++) {
+    const from = row.subarray(o * block, (o + 1) * block);
+    for (let r = 0; r < rows; r++) out.set(from, (o * rows + r) * block);
+  }
+  return out;
+}
+
+/** Inputs for one run at batch `rows`: the bundle's data where it has some, zeros elsewhere; or why there can be none. */
+function warmupInputs(spec: ModelSpec, rows: number): OrtTensor[] | string {
   const inputs: OrtTensor[] = [];
   for (const t of spec.inputs) {
     const dims = t.shape.map((d, i) => (i === t.batchDim ? rows : d));
     if (dims.some((d) => d < 0)) return `input ${t.name} has a free axis (${t.axes}): zeros have no shape`;
     const info = dtypeInfo(t.datatype);
+    const sample = spec.warmupData[t.name];
+    if (sample) {
+      inputs.push({ name: t.name, type: info.onnxType, dims, data: repeatRow(sample, dims, t.batchDim, rows) });
+      continue;
+    }
     const elements = dims.reduce((a, b) => a * b, 1);
     // BYTES travel length-prefixed (4 bytes each): zeros are that many empty strings.
     const bytes = elements * (t.datatype === 'BYTES' ? 4 : info.elementBytes);
@@ -46,7 +71,7 @@ export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, E
     // A dynamic batch axis (batchSize 0): each compiled batch size is a first run of its own.
     const sizes = batchSize > 0 ? [batchSize] : spec.compiledBatchSizes.length > 0 ? spec.compiledBatchSizes : [1];
     for (const rows of sizes) {
-      const inputs = zeroInputs(spec, spec.batchAxis === null ? 1 : rows);
+      const inputs = warmupInputs(spec, spec.batchAxis === null ? 1 : rows);
       if (typeof inputs === 'string') {
         skipped = inputs;
         continue;
@@ -60,5 +85,5 @@ export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, E
       runs++;
     }
   }
-  return { runs, ms: performance.now() - started, skipped };
+  return { runs, ms: performance.now() - started, skipped, fromBundle: spec.inputs.filter((t) => spec.warmupData[t.name]).map((t) => t.name) };
 }

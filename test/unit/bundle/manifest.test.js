@@ -157,3 +157,36 @@ test('every problem of a manifest is reported at once, each with its file', (t) 
   // The message names them all too, for the server's log and the model's reason.
   t.regex(err.message, /^bundle "digits", manifest\.yaml: name "other".*; manifest\.yaml: tensors have the batch axis/);
 });
+
+test('warmup.data: one batch row per named input, read from warmup/ and checked against the input\'s row size', (t) => {
+  // x: f32 nhw with h 2, w 3: a row is 6 floats, 24 bytes. s: bytes nk with k 2: a row is 2 strings.
+  const text = (/** @type {string} */ data) => [
+    'format_version: "2.0"',
+    'executable_inputs:',
+    '  - { name: x, dtype: f32, shape: nhw, dims: { h: 2, w: 3 } }',
+    '  - { name: s, dtype: bytes, shape: nk, dims: { k: 2 } }',
+    'executable_outputs:',
+    '  - { name: y, dtype: i64, shape: n }',
+    'batching:',
+    '  compiled_batch_sizes: [1]',
+    'warmup:',
+    `  data: ${data}`,
+    '',
+  ].join('\n');
+  const strings = Buffer.concat([Buffer.from([2, 0, 0, 0]), Buffer.from('hi'), Buffer.from([0, 0, 0, 0])]);
+  const files = { 'model.onnx': '', 'warmup/x.bin': 'a'.repeat(24), 'warmup/s.bin': strings.toString('latin1'), 'warmup/short.bin': 'a'.repeat(20), 'warmup/cut.bin': '\u0009\0\0\0abc', 'warmup/three.bin': '\0'.repeat(12) };
+  const ok = bundle(t, 'warm', { 'manifest.yaml': '', ...files });
+  const spec = parseManifest(text('{ x: warmup/x.bin, s: warmup/s.bin }'), ok);
+  t.is(spec.warmupData.x.length, 24);
+  t.deepEqual(Buffer.from(spec.warmupData.s), strings);
+  t.deepEqual(parseManifest(text('{ x: warmup/x.bin }'), ok).warmupData.s, undefined, 'an input not named warms up on zeros');
+  t.deepEqual(parseManifest(`format_version: "2.0"${TENSORS}batching:\n  compiled_batch_sizes: [1]\n`, ok).warmupData, {});
+  const refused = (/** @type {string} */ data, /** @type {RegExp} */ pattern) => t.regex(t.throws(() => parseManifest(text(data), ok)).message, pattern);
+  refused('{ y: warmup/x.bin }', /warmup\.data\.y: "y" is not an executable input \(executable_inputs: x, s\)/);
+  refused('{ x: warmup/short.bin }', /warmup\/short\.bin: holds 20 bytes; one batch row of x \(FP32, 2x3\) is 24 bytes of raw little-endian values/);
+  refused('{ s: warmup/three.bin }', /warmup\/three\.bin: holds 3 strings; one batch row of s \(BYTES, 2\) is 2/);
+  refused('{ s: warmup/cut.bin }', /warmup\/cut\.bin: holds a length prefix that runs past the end/);
+  refused('{ x: warmup/none.bin }', /warmup\/none\.bin: cannot be opened: ENOENT/);
+  refused('{ x: x.bin }', /warmup\.data\.x.*must match pattern/);
+  refused('{ x: warmup/../../etc/passwd }', /warmup\.data\.x.*must match pattern/);
+});
