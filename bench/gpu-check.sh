@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks in one go, for a GPU machine that has the project (built, with the CUDA provider
 # beside libonnxruntime.so.1: npm run cuda:install, or tools/pack-offline.sh --with-tests there):
-# the test/gpu suites, bench/gpu.js (ResNet-50 on backend cuda), bench/gpu-weightless.js, and
+# the test/gpu suites, bench/gpu.js (ResNet-50 on backend cuda, and through gRPC with perf_analyzer
+# when it came along), bench/gpu-weightless.js, bench/gpu-density.js (a catalog 10x the budget), and
 # bench/resnet50.js (the CPU backend against raw ONNX Runtime, on however many cores the machine
 # has; GPU_CHECK_CPU=0 leaves it out). Logs go to LOG_DIR.
 #
@@ -36,5 +37,6 @@ step() {
 step gpu-tests 240 node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/cuda.test.js test/gpu/server.test.js
 step bench-gpu 120 node bench/gpu.js
 step bench-weightless 90 node bench/gpu-weightless.js --gpu-only
+step bench-density 150 node bench/gpu-density.js
 [ "${GPU_CHECK_CPU:-1}" = 0 ] || step bench-resnet50-cpu 110 node bench/resnet50.js --rounds 1
 exit $status

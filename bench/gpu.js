@@ -5,14 +5,17 @@
 //   - server warm: `node main.js` with backend cuda over both bundles, called over gRPC, the
 //     model's weights already in the GPU weight arena (bound once per residency);
 //   - server cold: the arena holds one model (runtime.cuda.weight_cache_bytes), and calls alternate
-//     between the two, so every call first copies its model's 97 MiB from pinned host RAM.
+//     between the two, so every call first copies its model's 97 MiB from pinned host RAM;
+//   - through gRPC with NVIDIA's perf_analyzer at batch 1, when .toolchain/perf_analyzer has it.
 // Medians at batch 1, 8 and 32 after warm-up (the first run at each batch size costs 100+ ms).
 //
 //   npm run build && node bench/gpu.js        (a GPU machine after npm run cuda:install)
 import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { gpuReport, loadCuda } from '../dist/native/cuda.js';
 import { OrtSession } from '../dist/native/ort.js';
+import { PERF_ANALYZER, perfAnalyzer } from './perf-analyzer.js';
 import { timed } from './timing.js';
 import { ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
 
@@ -71,6 +74,13 @@ try {
     rows[b].compute = (Number(after.ns) - Number(before.ns)) / (Number(after.count) - Number(before.count)) / 1e6;
     rows[b].cold = await timed(Math.ceil(CALLS[b] / 2), (i) => infer(i % 2 ? 'resnet50' : 'resnet50_b', x, b));
   }
+  // Through gRPC with NVIDIA's perf_analyzer (when tools/install-perf-analyzer.sh or pack-offline's
+  // --with-tests brought it): batch 1, one request at a time, against the raw run at batch 1.
+  let perf = null;
+  if (existsSync(PERF_ANALYZER)) {
+    await infer('resnet50', image(1), 1);
+    perf = await perfAnalyzer(server.address, { model: 'resnet50', batch: 1, concurrency: 1, requests: 300, inputData: 'zero' });
+  }
   const m = await scrapeMetrics(server.adminPort);
   const loads = ['resnet50', 'resnet50_b'].map((model) => ({
     misses: metric(m, 'stowage_weight_cache_misses_total', `model="${model}"`),
@@ -87,6 +97,9 @@ try {
     const r = rows[b];
     console.log(`| ${b} | ${r.raw.toFixed(2)} | ${r.fp32.toFixed(2)} | ${r.gaps.toFixed(2)} | ${r.warm.toFixed(2)} | ${r.compute.toFixed(2)} | ${r.cold.toFixed(2)} | ${(r.compute / r.raw).toFixed(2)} | ${(r.cold - r.warm).toFixed(2)} |`);
   }
+  console.log(perf
+    ? `\nperf_analyzer over gRPC, batch 1, concurrency 1: ${perf.rps.toFixed(0)} req/s, p50 ${(perf.p50 / 1000).toFixed(2)} ms, p99 ${(perf.p99 / 1000).toFixed(2)} ms: p50 ${(perf.p50 / 1000 - rows[1].raw).toFixed(2)} ms above the raw run (target: at most 0.3 ms)`
+    : `\nperf_analyzer: not at ${PERF_ANALYZER} (bash tools/install-perf-analyzer.sh), so no gRPC figure`);
   console.log(`\nGPU memory: an embedded ResNet-50 session after runs at 1, 8 and 32 holds ${(rawSessionBytes / 2 ** 20).toFixed(0)} MiB (the first includes the CUDA context); the server with both models warm holds ${((usedServing - usedIdle) / 2 ** 20).toFixed(0)} MiB, of which the weight arena ${(arenaBytes / 2 ** 20).toFixed(0)} MiB: ${((usedServing - usedIdle - arenaBytes) / 2 / 2 ** 20).toFixed(0)} MiB per model's weightless session (and the server's CUDA context)`);
   console.log(`\nweight loads: ${misses} cold calls, ${(bytes / 2 ** 20).toFixed(0)} MiB from host RAM in ${(seconds * 1000).toFixed(0)} ms: ${(seconds * 1000 / Math.max(1, misses)).toFixed(2)} ms and ${(bytes / Math.max(seconds, 1e-9) / 1e9).toFixed(1)} GB/s per load`);
 } finally {

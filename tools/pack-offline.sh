@@ -31,7 +31,12 @@ mkdir -p "$root/node/bin" "$root/src/native/build/Release"
 cp "$node_bin" "$root/node/bin/node"
 cp -r package.json main.js node.yaml proto bundles dist "$root/"
 cp src/native/build/Release/*.node "$root/src/native/build/Release/"
-if [ "$with_tests" = 1 ]; then cp -r test bench tools "$root/"; fi
+if [ "$with_tests" = 1 ]; then
+  cp -r test bench tools "$root/"
+  # perf_analyzer (tools/install-perf-analyzer.sh), when this machine has it: bench/gpu.js drives
+  # the server's gRPC port with it on the GPU machine, which has no registry to fetch it from.
+  if [ -d .toolchain/perf_analyzer ]; then mkdir -p "$root/.toolchain" && cp -r .toolchain/perf_analyzer "$root/.toolchain/"; fi
+fi
 
 # node_modules: everything when the tests come along, else only what `npm ls --omit=dev` lists;
 # never the other platforms' ONNX Runtime binaries, the compilers or the type checkers.

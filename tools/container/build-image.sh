@@ -2,13 +2,20 @@
 # Build the image from the repository's Dockerfile with podman, on a local base image
 # (make-base-image.sh), for test/container. Prints the image name. Exits 3 when podman cannot be
 # had on this machine (the caller skips the container test, saying so), 1 when the build fails.
+# `build-image.sh cuda` builds the CUDA variant instead (--build-arg CUDA=1: 1.5 GB of NVIDIA's
+# wheels from PyPI), as localhost/stowage:cuda.
 #
 # podman, runc and debootstrap come from Debian's packages, installed when this runs as root (or
 # may sudo). There is no Docker daemon here; podman runs containers with runc, host networking and
 # tools/container/containers.conf.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-image=localhost/stowage:test
+variant=${1:-cpu}
+case "$variant" in
+  cpu) image=localhost/stowage:test; cuda=0 ;;
+  cuda) image=localhost/stowage:cuda; cuda=1 ;;
+  *) echo "usage: build-image.sh [cpu|cuda]" >&2; exit 2 ;;
+esac
 export CONTAINERS_CONF="$PWD/tools/container/containers.conf"
 
 missing=()
@@ -31,6 +38,6 @@ base=$(bash tools/container/make-base-image.sh) || { echo "could not make the ba
 # The ONNX Runtime C API headers come from the build context (src/native/ort-include/, made by the
 # build that ran before this) or from the Go module proxy GOPROXY names.
 goproxy=${GOPROXY:-$(go env GOPROXY 2>/dev/null || true)}
-podman build --runtime runc --network host --format docker --build-arg "NODE_IMAGE=$base" --build-arg "GOPROXY=$goproxy" -t "$image" . >&2 \
+podman build --runtime runc --network host --format docker --build-arg "NODE_IMAGE=$base" --build-arg "GOPROXY=$goproxy" --build-arg "CUDA=$cuda" -t "$image" . >&2 \
   || { echo "podman build failed" >&2; exit 1; }
 echo "$image"
