@@ -15,7 +15,13 @@
  *   its weight; the least-charged model with queued work goes next, and each
  *   execution is charged the model's learned cost for that batch size. A
  *   model that was idle re-enters at the current charge level, so idleness
- *   banks no credit and a flood on one model cannot starve another.
+ *   banks no credit and a flood on one model cannot starve another. With the
+ *   weight cache on (`resident` given), a model whose weights are on the
+ *   device may go before a less-charged one whose weights are not, while its
+ *   charge is within what that one's last cold load cost: serving the queued
+ *   models strictly in turn is a cycle over more models than the budget may
+ *   hold, LRU's worst case (every call cold), and the detour is bounded by
+ *   one load's worth of device time, which the cold model is charged anyway.
  * - fifo: the model whose oldest queued request is oldest goes next.
  * - edf: the model whose most urgent request has the earliest deadline goes
  *   next; a request whose remaining time is below the model's learned cost is
@@ -77,6 +83,8 @@ export interface SchedulerOptions {
   maxWaitMs: number;
   costs: CostModel;
   now: () => number;
+  /** Whether a model's weights are on the device now (the weight cache); absent: all are. */
+  resident?: (model: string) => boolean;
 }
 
 interface ModelQueue<T extends Queued> {
@@ -89,6 +97,8 @@ interface ModelQueue<T extends Queued> {
   lastPicked: number;
   /** Requests announced whose inputs have not arrived (a preprocess hook still running). */
   expected: number;
+  /** Device ms its last cold load took (chargeTime), 0 before one: the fair detour's bound. */
+  lastLoadMs: number;
 }
 
 export class Scheduler<T extends Queued> {
@@ -120,7 +130,7 @@ export class Scheduler<T extends Queued> {
   setModel(model: string, policy: QueuePolicy): void {
     const q = this.#queues.get(model);
     if (q) q.policy = policy;
-    else this.#queues.set(model, { policy, requests: [], charged: this.#virtualMs, lastPicked: -1, expected: 0 });
+    else this.#queues.set(model, { policy, requests: [], charged: this.#virtualMs, lastPicked: -1, expected: 0, lastLoadMs: 0 });
   }
 
   /** Forget a model; its queued requests are returned for the caller to fail. */
@@ -206,7 +216,9 @@ export class Scheduler<T extends Queued> {
   /** Charge device time that is not an execution (bringing the model's weights on) to the model (fair). */
   chargeTime(model: string, ms: number): void {
     const q = this.#queues.get(model);
-    if (q) q.charged += ms / q.policy.weight;
+    if (!q) return;
+    q.charged += ms / q.policy.weight;
+    q.lastLoadMs = ms;
   }
 
   /** The queue-wait bound folded into the deadline: what edf orders by. */
@@ -243,9 +255,11 @@ export class Scheduler<T extends Queued> {
 
   #pickQueue(): { queue: ModelQueue<T> | undefined; heldUntilMs: number } {
     let best: ModelQueue<T> | undefined;
+    let bestModel = '';
     let bestKey = Infinity;
     let heldUntilMs = Infinity;
     const now = this.#options.now();
+    const ready: [string, ModelQueue<T>][] = [];
     for (const [model, q] of this.#queues) {
       if (q.requests.length === 0) continue;
       const holdEnds = this.#heldUntil(q, model);
@@ -253,16 +267,33 @@ export class Scheduler<T extends Queued> {
         heldUntilMs = Math.min(heldUntilMs, holdEnds);
         continue;
       }
+      ready.push([model, q]);
       const head = q.requests[0];
       const key = this.#options.discipline === 'fair' ? q.charged
         : this.#options.discipline === 'fifo' ? head.enqueuedAtMs
           : this.#urgency(head);
       if (!best || key < bestKey || (key === bestKey && q.lastPicked < best.lastPicked)) {
         best = q;
+        bestModel = model;
         bestKey = key;
       }
     }
-    return { queue: best, heldUntilMs };
+    return { queue: best && this.#residentDetour(best, bestModel, ready), heldUntilMs };
+  }
+
+  /**
+   * fair, with the weight cache: `best` if its weights are on the device; else the least-charged
+   * queue whose weights are, if its charge is within best's last cold load (in charge units).
+   */
+  #residentDetour(best: ModelQueue<T>, bestModel: string, ready: readonly [string, ModelQueue<T>][]): ModelQueue<T> {
+    const resident = this.#options.resident;
+    if (this.#options.discipline !== 'fair' || !resident || best.lastLoadMs === 0 || resident(bestModel)) return best;
+    const limit = best.charged + best.lastLoadMs / best.policy.weight;
+    let detour: ModelQueue<T> | undefined;
+    for (const [model, q] of ready) {
+      if (q !== best && q.charged <= limit && (!detour || q.charged < detour.charged) && resident(model)) detour = q;
+    }
+    return detour ?? best;
   }
 
   /** As many queued requests as fit the model's batch cap, in queue order; never splits one. */

@@ -64,6 +64,8 @@ const scheduler = new Scheduler<InferCommand>({
   maxWaitMs: config.dispatch_timeout_seconds * 1000,
   costs,
   now: nowMs,
+  // Read at each pick, once the cache below exists; without a cache every model is on the device.
+  resident: (instance) => weightCache?.isResident(instance as InstanceKey) ?? true,
 });
 /**
  * The device's weights: an arena of the budget's size and what is resident in it; null when the

@@ -5,10 +5,10 @@ import { CostModel } from '../../../../dist/actors/device/cost-model.js';
 import { Scheduler } from '../../../../dist/actors/device/scheduler.js';
 import { stowageThrows } from '../../../helpers/errors.js';
 
-/** @param {{ discipline?: 'fair' | 'fifo' | 'edf', maxQueueDepth?: number, maxWaitMs?: number, halflifeMs?: number }} [options] */
-function harness({ discipline = 'fair', maxQueueDepth = 10_000, maxWaitMs = 60_000, halflifeMs = 30_000 } = {}) {
+/** @param {{ discipline?: 'fair' | 'fifo' | 'edf', maxQueueDepth?: number, maxWaitMs?: number, halflifeMs?: number, resident?: (model: string) => boolean }} [options] */
+function harness({ discipline = 'fair', maxQueueDepth = 10_000, maxWaitMs = 60_000, halflifeMs = 30_000, resident } = {}) {
   const clock = { ms: 0 };
-  const scheduler = new Scheduler({ discipline, maxQueueDepth, maxWaitMs, costs: new CostModel(halflifeMs), now: () => clock.ms });
+  const scheduler = new Scheduler({ discipline, maxQueueDepth, maxWaitMs, costs: new CostModel(halflifeMs), now: () => clock.ms, resident });
   let id = 0;
   /**
    * @param {string} model
@@ -95,6 +95,44 @@ test('fair: an idle model banks no credit while others run', (t) => {
   for (let i = 0; i < 20; i++) order.push(step(() => 1).batch[0].instance);
   // b re-entered at a's level: they alternate instead of b running 20 times in a row.
   t.true(order.filter((m) => m === 'a').length >= 9, order.join(''));
+});
+
+test('fair with the weight cache: a resident model may go before a cold one, by at most that one\'s last load', (t) => {
+  // A budget for one model: whichever ran last is resident, as LRU with room for one leaves it.
+  let onDevice = 'warm';
+  const { scheduler, enqueue, step } = harness({ resident: (m) => m === onDevice });
+  scheduler.setModel('warm', { weight: 1, maxBatchRows: 1 });
+  scheduler.setModel('cold', { weight: 1, maxBatchRows: 1 });
+  // Loaded once each before (cold's load took 5 ms, warm's 6, charged to them); cold is off the device.
+  scheduler.chargeTime('cold', 5);
+  scheduler.chargeTime('warm', 6);
+  for (let i = 0; i < 40; i++) { enqueue('warm'); enqueue('cold'); }
+  let order = '';
+  for (let i = 0; i < 80; i++) {
+    const model = step(() => 1).batch[0].instance;
+    order += model[0];
+    onDevice = model;
+  }
+  // cold is least charged (5 against 6) but off the device: warm runs while its charge is within
+  // cold's 5 ms load (6..10), then cold comes on and runs until it leads by warm's 6 ms load, and so
+  // on: runs of a dozen executions instead of a cold load at every turn, and a lead never beyond
+  // one load (a run at most 2 x 6 + 1 long).
+  t.is(order.slice(0, 6), 'wwwwwc', order);
+  const runs = order.match(/w+|c+/g) ?? [];
+  t.true(runs.length >= 6 && runs.every((r) => r.length <= 13), `runs ${runs.map((r) => r.length).join(', ')}`);
+  t.is([...order].filter((m) => m === 'w').length, 40);
+});
+
+test('fair with the weight cache: without a cold load seen, or with every model resident, the order is plain fair', (t) => {
+  for (const resident of [() => true, (/** @type {string} */ m) => m === 'a']) {
+    const { scheduler, enqueue, step } = harness({ resident });
+    scheduler.setModel('a', { weight: 1, maxBatchRows: 1 });
+    scheduler.setModel('b', { weight: 1, maxBatchRows: 1 });
+    for (let i = 0; i < 5; i++) { enqueue('a'); enqueue('b'); }
+    const order = [];
+    for (let i = 0; i < 10; i++) order.push(step(() => 1).batch[0].instance);
+    t.is(order.join(''), 'ababababab');
+  }
 });
 
 test('fifo: the oldest request across models runs first', (t) => {
