@@ -18,10 +18,10 @@
  *   banks no credit and a flood on one model cannot starve another. With the
  *   weight cache on (`resident` given), a model whose weights are on the
  *   device may go before a less-charged one whose weights are not, while its
- *   charge is within what that one's last cold load cost: serving the queued
- *   models strictly in turn is a cycle over more models than the budget may
- *   hold, LRU's worst case (every call cold), and the detour is bounded by
- *   one load's worth of device time, which the cold model is charged anyway.
+ *   charge is within what that one's coming on would cost (its last cold
+ *   load and one execution): serving the queued models strictly in turn is a
+ *   cycle over more models than the budget may hold, LRU's worst case (every
+ *   call cold), and the detour is bounded by that much device time.
  * - fifo: the model whose oldest queued request is oldest goes next.
  * - edf: the model whose most urgent request has the earliest deadline goes
  *   next; a request whose remaining time is below the model's learned cost is
@@ -97,7 +97,7 @@ interface ModelQueue<T extends Queued> {
   lastPicked: number;
   /** Requests announced whose inputs have not arrived (a preprocess hook still running). */
   expected: number;
-  /** Device ms its last cold load took (chargeTime), 0 before one: the fair detour's bound. */
+  /** Device ms its last cold load took (chargeTime), 0 before one: part of the fair detour's bound. */
   lastLoadMs: number;
 }
 
@@ -283,12 +283,13 @@ export class Scheduler<T extends Queued> {
 
   /**
    * fair, with the weight cache: `best` if its weights are on the device; else the least-charged
-   * queue whose weights are, if its charge is within best's last cold load (in charge units).
+   * queue whose weights are, if its charge is within best's coming on (its last cold load and one
+   * execution of its head, in charge units). No detour before best's first load has been seen.
    */
   #residentDetour(best: ModelQueue<T>, bestModel: string, ready: readonly [string, ModelQueue<T>][]): ModelQueue<T> {
     const resident = this.#options.resident;
     if (this.#options.discipline !== 'fair' || !resident || best.lastLoadMs === 0 || resident(bestModel)) return best;
-    const limit = best.charged + best.lastLoadMs / best.policy.weight;
+    const limit = best.charged + (best.lastLoadMs + this.#options.costs.estimate(bestModel, best.requests[0].rows)) / best.policy.weight;
     let detour: ModelQueue<T> | undefined;
     for (const [model, q] of ready) {
       if (q !== best && q.charged <= limit && (!detour || q.charged < detour.charged) && resident(model)) detour = q;

@@ -65,7 +65,7 @@ const scheduler = new Scheduler<InferCommand>({
   costs,
   now: nowMs,
   // Read at each pick, once the cache below exists; without a cache every model is on the device.
-  resident: (instance) => weightCache?.isResident(instance as InstanceKey) ?? true,
+  ...(config.prefer_resident ? { resident: (instance: string) => weightCache?.isResident(instance as InstanceKey) ?? true } : {}),
 });
 /**
  * The device's weights: an arena of the budget's size and what is resident in it; null when the

@@ -32,7 +32,7 @@ function request(instance, { inputs = [], outputs = [], deadlineMs = inSeconds(3
 }
 const key = (/** @type {string} */ instance) => request(instance).instance;
 /** @type {import('../../../../dist/shared/channels/device.js').DeviceScheduling} */
-const scheduler = { discipline: 'fair', ema_halflife_seconds: 30, max_queue_depth: 64, dispatch_timeout_seconds: 30, compaction_interval: 0 };
+const scheduler = { discipline: 'fair', prefer_resident: true, ema_halflife_seconds: 30, max_queue_depth: 64, dispatch_timeout_seconds: 30, compaction_interval: 0 };
 const noPolicies = () => new ModelPolicies([{ deviceId: 0, models: {} }]);
 
 /**
