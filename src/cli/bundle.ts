@@ -7,7 +7,7 @@
  *   (scanners and watchers skip dot-directories, so a server watching the repository never sees a
  *   half-written bundle), trial-loads it (trial.ts), and only then renames it into place.
  * check: parses the manifest reporting every problem at once, then trial-loads the bundle (and a
- *   meta bundle's sub-models) and runs it once on zeros.
+ *   meta bundle's sub-models) and runs it once on zeros (or its warm-up data, manifest warmup.data).
  *
  * Exit status: 0 when the bundle is good, 1 when it has problems, 2 for a wrong command line.
  */
@@ -38,7 +38,8 @@ export const BUNDLE_USAGE = `usage:
         --verbose              show the server's warnings while the bundle loads
   node main.js bundle check DIR [--verbose]
       Run the server's checks on the bundle in DIR: its manifest (every problem at once), the
-      graph against the manifest, its model.js hooks, one inference on zeros.
+      graph against the manifest, its model.js hooks, one inference on zeros (on the bundle's
+      warm-up data for the inputs its manifest's warmup.data names).
 `;
 
 class UsageError extends Error {}
@@ -53,10 +54,10 @@ function printReason(reason: string): void {
 function printTrial(results: readonly TrialResult[]): boolean {
   for (const r of results) {
     if (r.ok) {
-      say(`${r.model}: loaded; one request of zeros answered in ${r.inferMs.toFixed(1)} ms:`);
+      say(`${r.model}: loaded; one request of ${r.request} answered in ${r.inferMs.toFixed(1)} ms:`);
       for (const o of r.outputs) say(`  ${o.name}  ${o.datatype}  [${o.shape.join(', ')}]`);
     } else {
-      say(`${r.model}: ${r.stage === 'load' ? 'the server refuses it' : 'it loads, but a request of zeros fails'}:`);
+      say(`${r.model}: ${r.stage === 'load' ? 'the server refuses it' : `it loads, but a request of ${r.request} fails`}:`);
       printReason(r.reason);
     }
   }

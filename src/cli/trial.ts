@@ -2,7 +2,8 @@
  * A trial load: the bundles of a repository loaded exactly as the server loads them, by the
  * server itself, in this process: a StowageServer limited to those models (models_include), on
  * 127.0.0.1 with ports the system picks, compiling into a temporary cache. Each loaded model then
- * answers one request of zeros through real gRPC, hooks and all. `bundle create` and
+ * answers one request through real gRPC, hooks and all: zeros, or its bundle's warm-up data
+ * where the manifest has some (a model that cannot run on zeros says so with warmup.data). `bundle create` and
  * `bundle check` use it, so that a bundle they pass is one the server takes.
  */
 import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
@@ -14,7 +15,7 @@ import { ModelState } from '../node/model-registry.js';
 import { StowageServer } from '../node/server.js';
 import { byDatatype } from '../shared/dtypes.js';
 import { createLogger } from '../shared/log.js';
-import type { TensorSpec } from '../shared/model-spec.js';
+import type { ModelSpec } from '../shared/model-spec.js';
 
 export interface TrialOutput {
   readonly name: string;
@@ -22,9 +23,11 @@ export interface TrialOutput {
   readonly shape: readonly number[];
 }
 
+/** `request`: what the trial request held, e.g. "zeros" or "the bundle's warm-up data for x". */
 export type TrialResult =
-  | { readonly model: string; readonly ok: true; readonly inferMs: number; readonly outputs: readonly TrialOutput[] }
-  | { readonly model: string; readonly ok: false; readonly stage: 'load' | 'inference'; readonly reason: string };
+  | { readonly model: string; readonly ok: true; readonly inferMs: number; readonly outputs: readonly TrialOutput[]; readonly request: string }
+  | { readonly model: string; readonly ok: false; readonly stage: 'load'; readonly reason: string }
+  | { readonly model: string; readonly ok: false; readonly stage: 'inference'; readonly reason: string; readonly request: string };
 
 export interface TrialOptions {
   /** Server log level while the trial runs (default silent: the results say what failed). */
@@ -45,18 +48,39 @@ function deviceBytes(repo: string, models: readonly string[]): number {
   return Math.max(128 * 2 ** 20, 3 * bytes + 64 * 2 ** 20);
 }
 
-/** One request of zeros for a model's client inputs: batch size 1 where the tensor batches. */
-function zeros(inputs: readonly TensorSpec[]): Tensor[] {
-  return inputs.map((t) => {
+/**
+ * One request for a model's client inputs, batch size 1 where the tensor batches: the bundle's
+ * warm-up row (manifest warmup.data) for an input the executable takes as the client sends it
+ * (same name, datatype and shape: no hook between), zeros for every other.
+ */
+function trialInputs(spec: ModelSpec): { tensors: Tensor[]; request: string } {
+  const fromBundle: string[] = [];
+  const tensors = spec.clientInputs.map((t): Tensor => {
     const shape = t.shape.map((d, i) => (i === t.batchDim ? 1 : d));
     const count = shape.reduce((a, b) => a * b, 1);
     const info = byDatatype(t.datatype)!;
+    const executable = spec.inputs.find((e) => e.name === t.name);
+    const row = executable && executable.datatype === t.datatype && executable.shape.join() === t.shape.join() ? spec.warmupData[t.name] : undefined;
+    if (row) {
+      fromBundle.push(t.name);
+      return { name: t.name, datatype: t.datatype, shape, data: info.typedArray ? new info.typedArray(row.slice().buffer) : lengthPrefixed(row) };
+    }
     const data = info.typedArray ? new info.typedArray(count) : Array.from({ length: count }, () => new Uint8Array(0));
     return { name: t.name, datatype: t.datatype, shape, data };
   });
+  const others = spec.clientInputs.length > fromBundle.length ? ', zeros for the rest' : '';
+  return { tensors, request: fromBundle.length ? `the bundle's warm-up data for ${fromBundle.join(', ')}${others}` : 'zeros' };
 }
 
-/** Load `models` of `repo` in a server of their own, run each once on zeros, stop the server. */
+/** BYTES elements from their wire form (each a 4-byte little-endian length, then the bytes). */
+function lengthPrefixed(bytes: Uint8Array): Uint8Array[] {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const out: Uint8Array[] = [];
+  for (let at = 0; at < bytes.length; at += 4 + view.getUint32(at, true)) out.push(bytes.slice(at + 4, at + 4 + view.getUint32(at, true)));
+  return out;
+}
+
+/** Load `models` of `repo` in a server of their own, run each once (trialInputs), stop the server. */
 export async function trialLoad(repo: string, models: readonly string[], options: TrialOptions = {}): Promise<TrialResult[]> {
   const cacheDir = mkdtempSync(path.join(os.tmpdir(), 'stowage-trial-'));
   const node = {
@@ -85,15 +109,16 @@ export async function trialLoad(repo: string, models: readonly string[], options
           results.push({ model, ok: false, stage: 'load', reason: record?.reason || 'not found in the repository' });
           continue;
         }
+        const { tensors, request } = trialInputs(record.spec);
         const started = performance.now();
         try {
-          const { outputs } = await client.infer(model, zeros(record.spec.clientInputs), { timeoutMs: 60_000 });
+          const { outputs } = await client.infer(model, tensors, { timeoutMs: 60_000 });
           results.push({
-            model, ok: true, inferMs: performance.now() - started,
+            model, ok: true, inferMs: performance.now() - started, request,
             outputs: outputs.map((o) => ({ name: o.name, datatype: o.datatype, shape: o.shape })),
           });
         } catch (err) {
-          results.push({ model, ok: false, stage: 'inference', reason: (err as { details?: string }).details || (err as Error).message });
+          results.push({ model, ok: false, stage: 'inference', request, reason: (err as { details?: string }).details || (err as Error).message });
         }
       }
     } finally {

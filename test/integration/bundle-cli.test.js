@@ -197,6 +197,20 @@ test('bundle check passes the example bundles, hooks and meta models with their 
   t.regex(finder.stdout, /digit_cells: loaded/, 'a meta model\'s sub-models load with it');
 });
 
+test('bundle check runs a bundle on its warm-up data where the manifest names some, and on zeros otherwise', async (t) => {
+  const stepped = path.join(FIXTURES, 'models', 'stepped');
+  const good = await bundle('check', stepped);
+  t.is(good.code, 0, good.stdout + good.stderr);
+  t.regex(good.stdout, /^stepped: loaded; one request of the bundle's warm-up data for x answered/m);
+  // Without warmup.data the request is zeros, on which this model cannot run (Range's step is zero).
+  const dir = path.join(temp(t), 'stepped');
+  cpSync(stepped, dir, { recursive: true });
+  writeFileSync(path.join(dir, 'manifest.yaml'), readFileSync(path.join(stepped, 'manifest.yaml'), 'utf8').replace(/^warmup:[\s\S]*$/m, ''));
+  const bad = await bundle('check', dir);
+  t.is(bad.code, 1, bad.stdout + bad.stderr);
+  t.regex(bad.stdout, /stepped: it loads, but a request of zeros fails:/);
+});
+
 test('the bundle commands explain a wrong command line and exit 2', async (t) => {
   const root = temp(t);
   t.is((await bundle()).code, 2);
