@@ -109,6 +109,13 @@ export class Metrics {
         for (const s of (await instances?.()) ?? []) this.inc({ model: s.model, device: String(s.device) }, s.resident ? s.weightBytes : 0);
       },
     });
+    new Gauge({
+      name: 'stowage_model_session_device_bytes', help: 'GPU memory the model\'s sessions took at load and warm-up, beyond its weights (backend cuda)', labelNames: ['model', 'device'], registers,
+      async collect() {
+        this.reset();
+        for (const s of (await instances?.()) ?? []) if (s.sessionDeviceBytes !== null) this.inc({ model: s.model, device: String(s.device) }, s.sessionDeviceBytes);
+      },
+    });
     perModel('nv_inference_request_success', 'Number of successful inference requests, all batch sizes', (c) => c.success.count);
     new Counter({
       name: 'nv_inference_request_failure', help: 'Number of failed inference requests, all batch sizes', labelNames: ['model', 'version', 'reason'], registers,

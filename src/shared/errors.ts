@@ -36,6 +36,7 @@ export const ERROR_CODES = {
   STOWAGE_HOOK_FAILED: { status: Status.INTERNAL, means: 'a bundle\'s model.js hook threw, rejected, or returned the wrong tensors' },
   STOWAGE_MODEL_CONTROL: { status: Status.FAILED_PRECONDITION, means: 'the model control mode does not allow the operation (static: the model set is fixed)' },
   STOWAGE_WEIGHTS_TOO_LARGE: { status: Status.RESOURCE_EXHAUSTED, means: 'the model\'s weights do not fit in the device\'s weight budget (beside the models pinned with residency: device)' },
+  STOWAGE_DEVICE_MEMORY_EXHAUSTED: { status: Status.RESOURCE_EXHAUSTED, means: 'the GPU (or ONNX Runtime\'s arena under runtime.cuda.ort_arena_limit_bytes) ran out of memory loading or running the model; the message says what holds the memory and what to change' },
   STOWAGE_SERVER_BUSY: { status: Status.RESOURCE_EXHAUSTED, means: 'the inference requests in flight already hold endpoints.max_inflight_bytes of tensors (or number endpoints.max_concurrent_requests)' },
   STOWAGE_CANCELLED: { status: Status.CANCELLED, means: 'the client cancelled the request' },
   STOWAGE_SHM_REGION_EXISTS: { status: Status.ALREADY_EXISTS, means: 'a system shared-memory region of that name is already registered' },
@@ -184,6 +185,8 @@ export const errors = {
       `request for model ${quote(model)} did not run after ${Math.round(waitedMs)} ms: ${why}`),
   deviceUnavailable: (device: number, why: string) =>
     new StowageError('STOWAGE_DEVICE_UNAVAILABLE', `device ${device} is unavailable: ${why}`),
+  deviceMemoryExhausted: (model: string, message: string) =>
+    new StowageError('STOWAGE_DEVICE_MEMORY_EXHAUSTED', `model ${quote(model)}: ${message}`),
   executionFailed: (model: string, message: string) =>
     new StowageError('STOWAGE_EXECUTION_FAILED', `model ${quote(model)} failed in ONNX Runtime: ${message}`),
   bundleInvalid: (bundle: string, file: string, message: string) => new BundleInvalidError(bundle, [{ file, message }]),

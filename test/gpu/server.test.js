@@ -1,14 +1,15 @@
 // The server on backend cuda against the same server on the CPU, on a real GPU: every example
 // bundle answers as on the CPU; a catalog of 20 models under a budget of 3 uploads each cold
 // model's weights exactly once per cold call; fine-tuned variants share their backbone on the GPU;
-// two device actors share one GPU behind the pool; warm-up takes the first-run cost off the first
-// client; a device worker that dies on the GPU is replaced without leaking the GPU memory it held.
+// two device actors share one GPU behind the pool; each model's sessions' GPU memory is measured
+// and running out of it is said; warm-up takes the first-run cost off the first client; a device
+// worker that dies on the GPU is replaced without leaking the GPU memory it held.
 // Skipped, saying why, without a GPU (CI).
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { gpuReport } from '../../dist/native/cuda.js';
 import { gpuTest } from '../helpers/gpu.js';
-import { inferAndCheck, mlpWeightBytes, random, writeCatalog, writeVariants } from '../helpers/mlp-catalog.js';
+import { inferAndCheck, mlpLayers, mlpWeightBytes, random, writeBundle, writeCatalog, writeVariants } from '../helpers/mlp-catalog.js';
 import { FIXTURES, ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
 
 /** The GPU's used memory now, as NVML reads it. */
@@ -172,6 +173,33 @@ gpuTest('warm-up: the first client call at each batch size pays no first-run cos
   t.falsy(off.warmed);
   t.truthy(on.warmed);
   t.true(on.ms[1] < off.ms[1], 'the first batch-8 call is faster warmed');
+});
+
+gpuTest('each model\'s sessions\' GPU memory is measured; running out of it refuses the load with what holds the memory', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = path.join(temp.dir, 'repo');
+  const catalog = writeCatalog(repo, { count: 3, sizes: [256, 1024, 8] });
+  const server = await startServer({ model_repo: repo, global: { runtime: { backend: 'cuda', cuda: { tf32: false, weight_cache_bytes: 2 ** 28 } } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const m = await scrapeMetrics(server.adminPort);
+  for (const { name } of catalog) {
+    const bytes = metric(m, 'stowage_model_session_device_bytes', `model="${name}",device="0"`);
+    t.log(`${name}: its sessions took ${(bytes / 2 ** 20).toFixed(1)} MiB of the GPU`);
+    t.true(bytes > 0, name);
+  }
+  t.true(server.logs.some((l) => l.msg === 'model sessions on the GPU' && l.model === catalog[0].name));
+
+  // ONNX Runtime's arena limited to 64 KiB: warming up at batch 8 needs 128 KiB activations.
+  const tight = path.join(temp.dir, 'tight');
+  writeBundle(tight, 'wide', mlpLayers(9, [256, 4096, 4096, 16]));
+  const refused = await startServer({ model_repo: tight, global: { runtime: { backend: 'cuda', cuda: { weight_cache_bytes: 2 ** 28, ort_arena_limit_bytes: 65536 } } } });
+  t.teardown(() => refused.stop());
+  const index = await refused.client.call('RepositoryIndex', {});
+  const entry = index.models.find((/** @type {{ name: string }} */ x) => x.name === 'wide');
+  t.is(entry?.state, 'UNAVAILABLE');
+  t.log(entry?.reason);
+  t.regex(entry?.reason ?? '', /GPU 0 \(device 0\) ran out of memory (opening its sessions|warming it up): .* free now, the weight arena holds 256 MiB, .*runtime\.cuda\.ort_arena_limit_bytes.*ONNX Runtime: /);
 });
 
 gpuTest('a device worker that dies on the GPU is replaced, its models reloaded, and the GPU memory it held is not leaked', async (t) => {

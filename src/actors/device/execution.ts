@@ -29,6 +29,7 @@ import type { HostTensor, OrtOutput, OrtSession } from '../../native/ort.js';
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
 import type { Staging } from './staging.js';
+import { isOutOfMemory } from './session-memory.js';
 
 export interface ExecutionContext {
   deviceId: number;
@@ -223,7 +224,10 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
         ctx.send({ type: 'warning', message: `model ${name}: a run was terminated, every request riding in it having been cancelled`, fields: { model: name, requests: batch.length } });
         return;
       }
-      throw errors.executionFailed(name, (err as Error).message);
+      const message = (err as Error).message;
+      // A new batch size's activations can be what the GPU has no room for.
+      if (models.sessionMemory && isOutOfMemory(message)) throw models.sessionMemory.exhausted(name, `running a batch of ${runBatch}`, message);
+      throw errors.executionFailed(name, message);
     } finally {
       ctx.running = null;
     }

@@ -330,6 +330,10 @@ export class DeviceHandle {
     this.#options.hostWeights?.update({ created: { ...compiled?.host, ...loaded.host.created }, holdings: loaded.host.holdings });
     this.#options.onCompiled?.(loaded.compiled.files, loaded.compiled.cacheHits);
     if (loaded.memory) this.#options.onWeights?.(spec.name, loaded.load, loaded.memory);
+    if (loaded.sessionDeviceBytes !== null) {
+      // What limits how many models a GPU holds: its sessions' memory beyond the weight arena.
+      this.#options.logger.info({ model: spec.name, device: this.deviceId, session_device_mib: Math.round(loaded.sessionDeviceBytes / 2 ** 20) }, 'model sessions on the GPU');
+    }
     if (loaded.warmup) {
       const w = loaded.warmup;
       this.#options.logger[w.skipped ? 'warn' : 'info']({ model: spec.name, device: this.deviceId, runs: w.runs, warmup_ms: Math.round(w.ms), data: w.fromBundle.length > 0 ? w.fromBundle : 'zeros', ...(w.skipped ? { skipped: w.skipped } : {}) }, 'model warmed up');

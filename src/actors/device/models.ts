@@ -18,6 +18,7 @@ import { warmUp, type WarmupOutcome } from './warmup.js';
 import type { QueuePolicy, Scheduler } from './scheduler.js';
 import type { InferCommand } from '../../shared/channels/device.js';
 import type { HostBuffer, ResidencyOutcome, TensorSource, WeightCache } from './weight-cache.js';
+import { isOutOfMemory, type SessionMemory } from './session-memory.js';
 
 export interface LoadedModel {
   spec: ModelSpec;
@@ -62,13 +63,16 @@ export class DeviceModels {
   /** The device's weights; null when the cache is off. */
   readonly weightCache: WeightCache<InstanceKey> | null;
   readonly #warn: (message: string, fields: Record<string, number | string>) => void;
+  /** Backend cuda: the GPU memory each model's sessions take; null on the CPU. */
+  readonly sessionMemory: SessionMemory | null;
 
-  constructor(init: DeviceInit, scheduler: Scheduler<InferCommand>, costs: CostModel, weightCache: WeightCache<InstanceKey> | null, warn: (message: string, fields: Record<string, number | string>) => void) {
+  constructor(init: DeviceInit, scheduler: Scheduler<InferCommand>, costs: CostModel, weightCache: WeightCache<InstanceKey> | null, warn: (message: string, fields: Record<string, number | string>) => void, sessionMemory: SessionMemory | null = null) {
     this.#init = init;
     this.#scheduler = scheduler;
     this.#costs = costs;
     this.weightCache = weightCache;
     this.#warn = warn;
+    this.sessionMemory = sessionMemory;
   }
 
   get(instance: InstanceKey): LoadedModel | undefined {
@@ -112,6 +116,10 @@ export class DeviceModels {
     const sessions = new Map<number, Executable>();
     const host = new HostOffer(hostOffer);
     const cache = this.weightCache;
+    const memory = this.sessionMemory;
+    const freeBefore = memory?.free() ?? 0;
+    // The GPU ran out: say where its memory went rather than ONNX Runtime's bare words.
+    const outOfMemory = (err: unknown, doing: string) => (memory && isOutOfMemory((err as Error).message) ? memory.exhausted(spec.name, doing, (err as Error).message) : err);
     let outcome: ResidencyOutcome<InstanceKey> | undefined;
     try {
       if (cache && !compiled) throw errors.internal(`model ${spec.name} reached device ${this.#init.deviceId} uncompiled while its weight cache is on`);
@@ -123,7 +131,7 @@ export class DeviceModels {
       outcome = cache?.add(instance, spec.name, policy.residency, tensorSources(sessions.values()), host.buffer);
     } catch (err) {
       await releaseAll(sessions.values());
-      throw err;
+      throw outOfMemory(err, 'opening its sessions');
     }
     // Warm-up before ready: the model comes on (if it is not on already) and runs once per batch size.
     let warmup: WarmupOutcome | null = null;
@@ -137,10 +145,13 @@ export class DeviceModels {
       } catch (err) {
         cache?.remove(instance);
         await releaseAll(sessions.values());
+        if (memory && isOutOfMemory((err as Error).message)) throw outOfMemory(err, 'warming it up');
         const on = Object.keys(spec.warmupData).length > 0 ? `the bundle's warm-up data (warmup.data: ${Object.keys(spec.warmupData).join(', ')})` : 'zeros';
         throw errors.bundleInvalid(spec.name, 'model.onnx', `its warm-up run on ${on} failed (set scheduler.models.${spec.name}.warmup: false to skip it): ${(err as Error).message}`);
       }
     }
+    // Measured after the warm-up, so the activations of every warmed batch size are in it.
+    const sessionDeviceBytes = memory ? memory.record(instance, freeBefore) : null;
     const previous = this.#loaded.get(instance); // only after a crash reload of the same instance
     const batchDims = new Map([...spec.inputs, ...spec.outputs].map((t) => [t.name, t.batchDim]));
     this.#loaded.set(instance, { spec, sessions, batchDims });
@@ -155,6 +166,7 @@ export class DeviceModels {
       load: outcome ? this.weightLoad(outcome) : null,
       host: this.#hostUpdate(host, [instance]),
       warmup,
+      sessionDeviceBytes,
     };
   }
 
@@ -164,6 +176,7 @@ export class DeviceModels {
     this.#loaded.delete(instance);
     failQueued(this.#scheduler.removeModel(instance), model?.spec.name ?? instance);
     this.weightCache?.remove(instance);
+    this.sessionMemory?.forget(instance);
     await releaseAll(model?.sessions.values());
     return { memory: this.memory() };
   }
@@ -179,6 +192,7 @@ export class DeviceModels {
       residency: cache?.residencyOf(instance) ?? 'device',
       resident: cache ? cache.isResident(instance) : true,
       weightBytes: cache?.weightBytes(instance) ?? 0,
+      sessionDeviceBytes: this.sessionMemory?.of(instance) ?? null,
     }));
   }
 

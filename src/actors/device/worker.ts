@@ -21,7 +21,7 @@ import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HookInputs, InferCommand, ToDevice } from '../../shared/channels/device.js';
 import { nowMs } from '../../shared/channels/inference.js';
 import { allocateDeviceMemory, initOrt, processThreadPool } from '../../native/ort.js';
-import { loadCuda, pinHost } from '../../native/cuda.js';
+import { gpuMemory, loadCuda, pinHost } from '../../native/cuda.js';
 import type { InstanceKey } from '../../shared/model-spec.js';
 import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
 import { Arena } from './arena.js';
@@ -32,6 +32,7 @@ import { readTensor } from './executables.js';
 import { DeviceModels } from './models.js';
 import { RegionMappings } from './regions.js';
 import { Scheduler, type ShedReason } from './scheduler.js';
+import { SessionMemory } from './session-memory.js';
 import { WeightCache } from './weight-cache.js';
 
 if (!parentPort) throw new Error('actors/device/worker.js runs as a worker thread');
@@ -100,7 +101,12 @@ const weightCache = init.weights
     ...(init.cuda ? { pinHost: pinOrNot } : {}),
   })
   : null;
-const models = new DeviceModels(init, scheduler, costs, weightCache, (message, fields) => send({ type: 'warning', message, fields }));
+// Backend cuda: the GPU memory each model's sessions take, measured around its load (session-memory.ts).
+const cuda = init.cuda;
+const sessionMemory = cuda
+  ? new SessionMemory({ free: () => gpuMemory(cuda.ordinal).freeBytes, device: init.deviceId, gpu: cuda.ordinal, arenaBytes: init.weights?.budgetBytes ?? 0, ortArenaLimitBytes: Number(cuda.providerOptions.gpu_mem_limit ?? 0) })
+  : null;
+const models = new DeviceModels(init, scheduler, costs, weightCache, (message, fields) => send({ type: 'warning', message, fields }), sessionMemory);
 const regions = new RegionMappings();
 const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(init.cuda ? pinOrNot : undefined), send, fail, costs,
   // Backend cuda: every run on this thread. ONNX Runtime's CUDA provider keeps cuBLAS and cuDNN

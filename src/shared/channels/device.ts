@@ -164,6 +164,8 @@ export interface InstanceStatus {
   resident: boolean;
   /** Bytes of its distinct weight tensors (0 when they are embedded in the executable). */
   weightBytes: number;
+  /** Backend cuda: GPU memory its sessions took at load and warm-up (session-memory.ts); null on the CPU. */
+  sessionDeviceBytes: number | null;
 }
 
 /**
@@ -175,7 +177,8 @@ export interface DeviceCalls {
   /** Open the weightless sessions of one version of a model (compiled already) under its own instance key. */
   load: {
     request: { instance: InstanceKey; spec: ModelSpec; policy: ModelPolicy; compiled: CompiledExecutable[] | null; hostOffer: Record<string, SharedArrayBuffer> };
-    reply: { loadMs: number; compiled: { files: number; cacheHits: number }; weightBytes: number; memory: WeightMemory | null; load: WeightLoad | null; host: HostUpdate; warmup: WarmupOutcome | null };
+    /** sessionDeviceBytes: backend cuda, the GPU memory the model's sessions took (load and warm-up); null on the CPU. */
+    reply: { loadMs: number; compiled: { files: number; cacheHits: number }; weightBytes: number; memory: WeightMemory | null; load: WeightLoad | null; host: HostUpdate; warmup: WarmupOutcome | null; sessionDeviceBytes: number | null };
   };
   unload: { request: { instance: InstanceKey }; reply: { memory: WeightMemory | null } };
   /** Every loaded instance's queue and learned costs. */

@@ -1,0 +1,51 @@
+// The GPU memory of a model's sessions, as the device actor measures it around a load (the GPU's
+// free memory before and after), and the error when the GPU runs out: driven here by a fake
+// free-memory reading, since CI has no GPU (test/gpu/server.test.js runs it on one).
+import test from 'ava';
+import { isOutOfMemory, SessionMemory } from '../../../../dist/actors/device/session-memory.js';
+import { Status } from '../../../../dist/shared/errors.js';
+
+const MiB = 2 ** 20;
+
+test('ONNX Runtime\'s and CUDA\'s out-of-memory messages are recognised, and nothing else', (t) => {
+  for (const said of [
+    'CUDA failure 2: out of memory ; GPU=0 ; hostname=x ; file=cuda_allocator.cc',
+    'CUDA error cudaErrorMemoryAllocation:out of memory',
+    'Failed to allocate memory for requested buffer of size 134217728',
+    'Available memory of 65536 is smaller than requested bytes of 131072',
+    'CUBLAS failure 3: CUBLAS_STATUS_ALLOC_FAILED',
+    'CUDNN failure 2: CUDNN_STATUS_ALLOC_FAILED',
+  ]) t.true(isOutOfMemory(said), said);
+  for (const said of ['Got invalid dimensions for input: x', 'delta in Range operator can not be zero!', 'CUDA failure 700: an illegal memory access was encountered']) {
+    t.false(isOutOfMemory(said), said);
+  }
+});
+
+test('each load is measured as the free memory it took; the figures name the loaded sessions', (t) => {
+  let free = 10_000 * MiB;
+  const memory = new SessionMemory({ free: () => free, device: 1, gpu: 0, arenaBytes: 4096 * MiB, ortArenaLimitBytes: 0 });
+  t.is(memory.describe(), 'no other model is loaded on it');
+  const before = memory.free();
+  free -= 900 * MiB; // the sessions and the warm-up's activations
+  t.is(memory.record('resnet#1', before), 900 * MiB);
+  const again = memory.free();
+  free -= 100 * MiB;
+  memory.record('mlp#2', again);
+  t.is(memory.of('resnet#1'), 900 * MiB);
+  t.is(memory.describe(), 'the 2 loaded models\' sessions hold 1000 MiB (the largest 900 MiB)');
+  // Memory that came back during a load (another actor freeing) is not a negative session.
+  const third = memory.free();
+  free += 50 * MiB;
+  t.is(memory.record('small#3', third), 0);
+  memory.forget('mlp#2');
+  memory.forget('small#3');
+  t.is(memory.of('mlp#2'), undefined);
+  t.is(memory.describe(), 'the 1 loaded model\'s sessions hold 900 MiB (the largest 900 MiB)');
+
+  const err = memory.exhausted('wide', 'warming it up', 'Failed to allocate memory for requested buffer of size 1024');
+  t.is(err.code, 'STOWAGE_DEVICE_MEMORY_EXHAUSTED');
+  t.is(err.status, Status.RESOURCE_EXHAUSTED);
+  t.is(err.message, 'model "wide": GPU 0 (device 1) ran out of memory warming it up: 9050 MiB free now, the weight arena holds 4096 MiB, the 1 loaded model\'s sessions hold 900 MiB (the largest 900 MiB); lower runtime.mem_fraction or runtime.weight_cache_fraction (or set runtime.cuda.weight_cache_bytes) to leave sessions more room, or serve fewer models on this GPU. ONNX Runtime: Failed to allocate memory for requested buffer of size 1024');
+  const limited = new SessionMemory({ free: () => free, device: 0, gpu: 0, arenaBytes: 0, ortArenaLimitBytes: 64 * MiB });
+  t.regex(limited.exhausted('wide', 'running a batch of 8', 'out of memory').message, /ONNX Runtime's arena is limited to 64 MiB per session \(runtime\.cuda\.ort_arena_limit_bytes\): raise it, or serve fewer models/);
+});
