@@ -936,6 +936,20 @@ std::unique_ptr<RunState> Session::prepare(const Napi::CallbackInfo& info) {
     if (running_) throw ArgumentError("a run is already in flight on this session: runs of one session go one at a time");
     if (info.Length() < 2 || !info[0].IsArray() || !info[1].IsArray()) throw ArgumentError("run(inputs, outputs): both must be arrays");
     auto state = std::make_unique<RunState>();
+    // run(inputs, outputs, { graphId }): the CUDA graph this run captures or replays (ONNX
+    // Runtime's gpu_graph_id run option; -1 runs without one), for sessions opened with the CUDA
+    // provider's enable_cuda_graph.
+    if (info.Length() > 2 && !info[2].IsUndefined()) {
+      if (!info[2].IsObject()) throw ArgumentError("run(inputs, outputs, options): options must be an object");
+      Napi::Value graph = info[2].As<Napi::Object>().Get("graphId");
+      if (!graph.IsUndefined()) {
+        if (!graph.IsNumber()) throw ArgumentError("run options: graphId must be an integer");
+        double id = graph.As<Napi::Number>().DoubleValue();
+        if (id != static_cast<double>(static_cast<int64_t>(id)) || id < -1 || id > 2147483647) throw ArgumentError("run options: graphId must be an integer from -1 to 2^31-1");
+        check(ort->CreateRunOptions(&state->options));
+        check(ort->AddRunConfigEntry(state->options, "gpu_graph_id", std::to_string(static_cast<int64_t>(id)).c_str()));
+      }
+    }
     Napi::Array inputs = info[0].As<Napi::Array>();
     Napi::Array outputs = info[1].As<Napi::Array>();
     if (outputs.Length() == 0) throw ArgumentError("run: name at least one output");
@@ -993,7 +1007,7 @@ Napi::Value Session::Run(const Napi::CallbackInfo& info) {
   Napi::Env e = info.Env();
   try {
     std::unique_ptr<RunState> state = prepare(info);
-    check(ort->CreateRunOptions(&state->options));
+    if (!state->options) check(ort->CreateRunOptions(&state->options));  // terminate() sets its flag
     auto* worker = new RunWorker(e, this, std::move(state));
     Napi::Promise promise = worker->Promise();
     running_ = true;
@@ -1017,7 +1031,7 @@ Napi::Value Session::RunSync(const Napi::CallbackInfo& info) {
         if (binding) ort->ClearBoundOutputs(binding);
       }
     } clear{binding_};
-    check(ort->RunWithBinding(session_, nullptr, binding_));
+    check(ort->RunWithBinding(session_, state->options, binding_));
     return collectOutputs(e, this, state.get());
   } catch (const std::exception& err) {
     throw toJs(e, err);

@@ -103,6 +103,17 @@ export interface OrtTensorInfo {
   dims?: (number | string)[];
 }
 
+/** One run's options. */
+export interface OrtRunOptions {
+  /**
+   * The CUDA graph this run captures (its first runs) or replays (after): ONNX Runtime's
+   * `gpu_graph_id`, for a session opened with the CUDA provider's `enable_cuda_graph: '1'`, whose
+   * inputs and outputs are bound to GPU memory at the same addresses on every run of the graph.
+   * -1 runs without a graph. Absent: ONNX Runtime's one default graph (when enabled).
+   */
+  graphId?: number;
+}
+
 export interface OrtSessionOptions {
   /** ONNX Runtime intra-op threads; 0 lets it choose. */
   intraOpThreads?: number;
@@ -142,8 +153,8 @@ interface NativeSession {
   outputs(): OrtTensorInfo[];
   bindInput(tensor: OrtTensor): void;
   unbindInputs(): void;
-  run(inputs: OrtTensor[], outputs: (string | OrtTensor)[]): Promise<OrtOutput[]>;
-  runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[]): OrtOutput[];
+  run(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): Promise<OrtOutput[]>;
+  runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): OrtOutput[];
   terminate(): boolean;
   release(): void;
   providerOptions(): string;
@@ -273,9 +284,9 @@ export class OrtSession {
    * Run once. Inputs are read in place; each output is written into the buffer it is given, or
    * (named only) allocated by ONNX Runtime. One run at a time per session.
    */
-  run(inputs: OrtTensor[], outputs: (string | OrtTensor)[]): Promise<OrtOutput[]> {
+  run(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): Promise<OrtOutput[]> {
     try {
-      return this.#native.run(inputs, outputs);
+      return this.#native.run(inputs, outputs, options);
     } catch (err) {
       return Promise.reject(err); // arguments refused before the run: a rejection all the same
     }
@@ -285,8 +296,8 @@ export class OrtSession {
    * Run once on the calling thread, blocking it: for runs shorter than the hop to a libuv thread
    * and back (tens of microseconds). Cannot be terminated.
    */
-  runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[]): OrtOutput[] {
-    return this.#native.runSync(inputs, outputs);
+  runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): OrtOutput[] {
+    return this.#native.runSync(inputs, outputs, options);
   }
 
   /** Stop the run in flight (it rejects); false when none is. */

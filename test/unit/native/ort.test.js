@@ -203,6 +203,23 @@ test('a run goes on a libuv thread, is terminated on request, and a session rele
   t.regex(gone.message, /released/);
 });
 
+test('run options: a CUDA graph id travels to ONNX Runtime (ignored on the CPU), and a bad one is refused', async (t) => {
+  const s = OrtSession.open(path.join(MODELS, 'double', 'model.onnx'), opts);
+  t.teardown(() => s.release());
+  const x = [{ name: 'x', type: FLOAT, dims: [1, 1024], data: new Float32Array(1024).fill(3) }];
+  for (const options of [undefined, { graphId: -1 }, { graphId: 5 }, {}]) {
+    const y = new Float32Array(1024);
+    s.runSync(x, [{ name: 'y', type: FLOAT, dims: [1, 1024], data: y }], options);
+    t.true(y.every((v) => v === 6), JSON.stringify(options));
+    const z = new Float32Array(1024);
+    await s.run(x, [{ name: 'y', type: FLOAT, dims: [1, 1024], data: z }], options);
+    t.true(z.every((v) => v === 6));
+  }
+  for (const bad of [{ graphId: 1.5 }, { graphId: -2 }, { graphId: '3' }, 'graph']) {
+    t.regex(ortError(t.throws(() => s.runSync(x, ['y'], /** @type {any} */ (bad)))).message, /run options|options must be an object/, JSON.stringify(bad));
+  }
+});
+
 test('a second run on a session in flight is refused; bad models are ONNX Runtime errors with its code', async (t) => {
   const s = OrtSession.open(path.join(MODELS, 'double', 'model.onnx'), opts);
   t.teardown(() => s.release());
@@ -278,7 +295,8 @@ test('fuzz: 3000 calls with bad shapes, types, sizes, names, buffers and session
         default: {
           const inputs = Array.from({ length: int(3) }, tensor);
           const outputs = Array.from({ length: int(3) }, () => (r() < 0.5 ? pick(['y', 'out_bytes', 'ghost', '']) : tensor()));
-          await s.run(/** @type {any} */ (inputs), /** @type {any} */ (outputs));
+          const runOptions = pick([undefined, undefined, { graphId: pick([-1, 1, 0.5, 'x', 2 ** 40, -2, undefined]) }, 7, null]);
+          await s.run(/** @type {any} */ (inputs), /** @type {any} */ (outputs), /** @type {any} */ (runOptions));
           resolved++;
         }
       }
