@@ -35,7 +35,7 @@ step() {
   [ "$rc" -eq 0 ] || status=1
 }
 step gpu-tests 240 node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/cuda.test.js test/gpu/server.test.js
-step bench-gpu 120 node bench/gpu.js
+step bench-gpu 180 node bench/gpu.js
 step bench-weightless 90 node bench/gpu-weightless.js --gpu-only
 step bench-density 150 node bench/gpu-density.js
 [ "${GPU_CHECK_CPU:-1}" = 0 ] || step bench-resnet50-cpu 110 node bench/resnet50.js --rounds 1

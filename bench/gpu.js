@@ -6,7 +6,8 @@
 //     model's weights already in the GPU weight arena (bound once per residency);
 //   - server cold: the arena holds one model (runtime.cuda.weight_cache_bytes), and calls alternate
 //     between the two, so every call first copies its model's 97 MiB from pinned host RAM;
-//   - through gRPC with NVIDIA's perf_analyzer at batch 1, when .toolchain/perf_analyzer has it.
+//   - through gRPC with NVIDIA's perf_analyzer at batch 1, when .toolchain/perf_analyzer has it;
+//   - server warm again with CUDA graphs (runtime.cuda.graphs), both models resident.
 // Medians at batch 1, 8 and 32 after warm-up (the first run at each batch size costs 100+ ms).
 //
 //   npm run build && node bench/gpu.js        (a GPU machine after npm run cuda:install)
@@ -111,5 +112,30 @@ try {
   console.log(`\nweight loads: ${misses} cold calls, ${(bytes / 2 ** 20).toFixed(0)} MiB from host RAM in ${(seconds * 1000).toFixed(0)} ms: ${(seconds * 1000 / Math.max(1, misses)).toFixed(2)} ms and ${(bytes / Math.max(seconds, 1e-9) / 1e9).toFixed(1)} GB/s per load`);
 } finally {
   await server.stop();
+}
+
+// The same warm calls with CUDA graphs (runtime.cuda.graphs), both models resident.
+const graphed = await startServer({
+  model_repo: repo,
+  cache_dir: path.join(temp.dir, 'cache'),
+  global: { runtime: { backend: 'cuda', cuda: { graphs: true, weight_cache_bytes: Math.ceil(weightBytes * 2.6) } } },
+});
+try {
+  const stats = async () => (await graphed.client.call('ModelStatistics', { name: 'resnet50' })).model_stats[0].inference_stats.compute_infer;
+  console.log('\n| batch | raw (ms) | server warm with CUDA graphs, end to end (ms) | its compute (ms) | compute / raw | without graphs: compute (ms) |');
+  console.log('| --- | --- | --- | --- | --- | --- |');
+  for (const b of BATCHES) {
+    const x = image(b);
+    const infer = () => graphed.client.infer('resnet50', [{ name: 'image', datatype: 'FP32', shape: [b, 3, 224, 224], data: x }]);
+    await infer();
+    const before = await stats();
+    const warm = await timed(CALLS[b], infer);
+    const after = await stats();
+    const compute = (Number(after.ns) - Number(before.ns)) / (Number(after.count) - Number(before.count)) / 1e6;
+    console.log(`| ${b} | ${rows[b].raw.toFixed(2)} | ${warm.toFixed(2)} | ${compute.toFixed(2)} | ${(compute / rows[b].raw).toFixed(2)} | ${rows[b].compute.toFixed(2)} |`);
+  }
+  console.log(`\nresnet50's CUDA graphs: ${graphed.logs.find((l) => l.msg === 'CUDA graphs' && l.model === 'resnet50')?.cuda_graphs ?? graphed.logs.find((l) => String(l.msg).startsWith('CUDA graphs off') && l.model === 'resnet50')?.cuda_graphs ?? 'not said'}`);
+} finally {
+  await graphed.stop();
   temp.cleanup();
 }

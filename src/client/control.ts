@@ -29,6 +29,10 @@ export interface ModelControlStatus {
   max_batch_size: number;
   /** The devices its requests go to (lpt_packing: its placement). */
   placed_devices: number[];
+  /** Backend cuda: GPU memory its sessions took at load, summed over the devices (a decimal string). */
+  session_device_bytes: string;
+  /** runtime.cuda.graphs: whether its runs use CUDA graphs, or why not; empty otherwise. */
+  cuda_graphs: string;
 }
 
 /** Each control RPC's request and reply, by name. */

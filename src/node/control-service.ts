@@ -25,18 +25,20 @@ export function controlService(ctx: ControlContext): Record<string, grpc.Untyped
   return {
     ModelControlStatus: edge.unary('ModelControlStatus', async (req: { name: string }) => {
       const records = req.name === '' ? registry.all() : [registry.find(req.name)];
-      // Every device holds every model: queues add up; costs, policy and residency are the first
-      // device's; resident bytes add up over the devices where the weights are on now.
+      // Every device holds every model: queues add up; costs, policy, residency and CUDA graphs are
+      // the first device's; resident bytes add up over the devices where the weights are on now,
+      // sessions' GPU memory over every device.
       const reports = await devices.status();
-      const instances = new Map<string, (typeof reports)[number] & { queuedAll: number; residentAll: number; onDevices: number[] }>();
+      const instances = new Map<string, (typeof reports)[number] & { queuedAll: number; residentAll: number; sessionAll: number; onDevices: number[] }>();
       for (const s of reports) {
         const resident = s.resident ? s.weightBytes : 0;
         const seen = instances.get(s.instance);
         if (seen) {
           seen.queuedAll += s.queued;
           seen.residentAll += resident;
+          seen.sessionAll += s.sessionDeviceBytes ?? 0;
           if (s.resident) seen.onDevices.push(s.device);
-        } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, onDevices: s.resident ? [s.device] : [] });
+        } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, sessionAll: s.sessionDeviceBytes ?? 0, onDevices: s.resident ? [s.device] : [] });
       }
       return {
         models: records.map((r) => {
@@ -55,6 +57,8 @@ export function controlService(ctx: ControlContext): Record<string, grpc.Untyped
             weight: s?.weight ?? devices.policies.of(devices.handles[0].deviceId, r.name).weight,
             max_batch_size: s ? (Number.isFinite(s.maxBatchRows) ? s.maxBatchRows : 0) : 0,
             placed_devices: r.spec?.kind === 'meta' ? [] : devices.placementOf(r.name),
+            session_device_bytes: String(s?.sessionAll ?? 0),
+            cuda_graphs: s?.cudaGraphs ?? '',
           };
         }),
       };

@@ -56,6 +56,10 @@ const runtimeSchema = {
         // The weight arena's size in bytes on each GPU, instead of the fractions of its free memory
         // (mem_fraction x weight_cache_fraction x (1 - weight_cache_wiggle_fraction)); 0: from those.
         weight_cache_bytes: { type: 'integer', minimum: 0, default: 0 },
+        // CUDA graphs: each model's warm runs replay one captured graph per compiled batch size
+        // (inputs and outputs through fixed GPU buffers), where the model allows it; a model that
+        // does not runs as before and its status says why. Off by default until it has run on a GPU.
+        graphs: { type: 'boolean', default: false },
       },
     },
     // ONNX Runtime intra-op threads per device actor; 0 lets ONNX Runtime choose (one per core).

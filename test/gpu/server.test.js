@@ -2,11 +2,13 @@
 // bundle answers as on the CPU; a catalog of 20 models under a budget of 3 uploads each cold
 // model's weights exactly once per cold call; fine-tuned variants share their backbone on the GPU;
 // two device actors share one GPU behind the pool; each model's sessions' GPU memory is measured
-// and running out of it is said; warm-up takes the first-run cost off the first client; a device
-// worker that dies on the GPU is replaced without leaking the GPU memory it held.
+// and running out of it is said; CUDA graphs answer as plain runs; warm-up takes the first-run cost
+// off the first client; a device worker that dies on the GPU is replaced without leaking the GPU
+// memory it held.
 // Skipped, saying why, without a GPU (CI).
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { ControlClient } from '../../dist/client/control.js';
 import { gpuReport } from '../../dist/native/cuda.js';
 import { gpuTest } from '../helpers/gpu.js';
 import { inferAndCheck, mlpLayers, mlpWeightBytes, random, writeBundle, writeCatalog, writeVariants } from '../helpers/mlp-catalog.js';
@@ -200,6 +202,52 @@ gpuTest('each model\'s sessions\' GPU memory is measured; running out of it refu
   t.is(entry?.state, 'UNAVAILABLE');
   t.log(entry?.reason);
   t.regex(entry?.reason ?? '', /GPU 0 \(device 0\) ran out of memory (opening its sessions|warming it up): .* free now, the weight arena holds 256 MiB, .*runtime\.cuda\.ort_arena_limit_bytes.*ONNX Runtime: /);
+});
+
+gpuTest('CUDA graphs in the server (runtime.cuda.graphs): answers as without them, said in the status; weights that move get new graphs, then none', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { convnet: path.join(FIXTURES, 'models', 'convnet') });
+  const sizes = [64, 256, 8];
+  const catalog = writeCatalog(repo, { count: 3, sizes });
+  const runtime = (/** @type {boolean} */ graphs, /** @type {number} */ bytes) => ({ backend: 'cuda', cuda: { tf32: false, graphs, weight_cache_bytes: bytes } });
+  const plain = await startServer({ model_repo: repo, cache_dir: path.join(temp.dir, 'plain'), global: { runtime: runtime(false, 2 ** 28) } }, { root: temp.dir });
+  t.teardown(() => plain.stop());
+  const graphed = await startServer({ model_repo: repo, cache_dir: path.join(temp.dir, 'graphed'), global: { runtime: runtime(true, 2 ** 28) } });
+  t.teardown(() => graphed.stop());
+  const next = random(17);
+  for (const rows of [1, 8, 32, 3]) {
+    const x = Float32Array.from({ length: rows * 3 * 32 * 32 }, () => next());
+    const image = [{ name: 'image', datatype: /** @type {const} */ ('FP32'), shape: [rows, 3, 32, 32], data: x }];
+    for (let call = 0; call < 3; call++) {
+      const want = /** @type {Float32Array} */ ((await plain.client.infer('convnet', image)).outputs[0].data);
+      const got = /** @type {Float32Array} */ ((await graphed.client.infer('convnet', image)).outputs[0].data);
+      let d = 0;
+      let n = 0;
+      for (let i = 0; i < want.length; i++) { d += (want[i] - got[i]) ** 2; n += want[i] ** 2; }
+      t.true(Math.sqrt(d / n) < 1e-5, `convnet, ${rows} rows, call ${call}: relative L2 ${Math.sqrt(d / n)}`);
+    }
+  }
+  for (const m of catalog) for (const rows of [1, 8]) t.is(await inferAndCheck(graphed.client, m, rows, next), null);
+  const control = new ControlClient(graphed.address);
+  t.teardown(() => control.close());
+  const status = (await control.call('ModelControlStatus', { name: 'convnet' })).models[0];
+  t.log(`convnet: ${status.cuda_graphs}`);
+  t.regex(status.cuda_graphs, /^on for batch 1, 8, 32 \(\d+ runs through 3 graphs\)$/);
+  t.true(graphed.logs.some((l) => l.msg === 'CUDA graphs' && l.model === 'convnet'));
+
+  // A budget for one of the three MLPs: every call moves the weights; each move gets a graph of its
+  // own until MAX_RECAPTURES, then the model runs without graphs. Every answer stays right.
+  const small = path.join(temp.dir, 'small');
+  const few = writeCatalog(small, { count: 3, sizes });
+  const moving = await startServer({ model_repo: small, global: { runtime: runtime(true, Math.ceil((mlpWeightBytes(sizes) + 1024) * 1.5)) } });
+  t.teardown(() => moving.stop());
+  for (let round = 0; round < 5; round++) for (const m of few) t.is(await inferAndCheck(moving.client, m, 1, next), null, `round ${round}, ${m.name}`);
+  const movingControl = new ControlClient(moving.address);
+  t.teardown(() => movingControl.close());
+  const off = (await movingControl.call('ModelControlStatus', { name: few[0].name })).models[0];
+  t.log(`${few[0].name}: ${off.cuda_graphs}`);
+  t.regex(off.cuda_graphs, /off: its weights moved \d+ times/);
 });
 
 gpuTest('a device worker that dies on the GPU is replaced, its models reloaded, and the GPU memory it held is not leaked', async (t) => {

@@ -15,7 +15,8 @@ import { dtypeInfo } from '../../shared/dtypes.js';
 import { errors } from '../../shared/errors.js';
 import type { CompiledExecutable, WeightEntry } from '../../shared/channels/compiler.js';
 import { readTensorFile } from '../../shared/tensor-file.js';
-import { OrtSession, type DeviceSlice, type OrtSessionOptions } from '../../native/ort.js';
+import { OrtSession, type DeviceSlice, type OrtRunOptions, type OrtSessionOptions } from '../../native/ort.js';
+import { CudaGraphs, graphRefusal } from './cuda-graphs.js';
 import type { TensorSource } from './weight-cache.js';
 
 export interface Executable {
@@ -32,6 +33,16 @@ export interface Executable {
    * graph leaves symbolic has only the manifest's word for its size, which nothing checks.
    */
   shapedOutputs: ReadonlySet<string>;
+  /** Backend cuda with runtime.cuda.graphs: its CUDA graphs (on, or off saying why); null otherwise. */
+  graphs: CudaGraphs | null;
+}
+
+/**
+ * The options of a run that does not go through a graph. A session opened for CUDA graphs would
+ * capture ONNX Runtime's default graph on such a run: -1 says it runs without one.
+ */
+export function plainRun(executable: Executable): OrtRunOptions | undefined {
+  return executable.graphs ? { graphId: -1 } : undefined;
 }
 
 export interface OpenOptions {
@@ -40,6 +51,8 @@ export interface OpenOptions {
   sharedThreadPool: boolean;
   /** Backend cuda: the CUDA provider on this device with these options; null on the CPU. */
   cuda: { deviceId: number; options: Record<string, string> } | null;
+  /** Backend cuda: open for CUDA graphs (runtime.cuda.graphs). */
+  graphs?: boolean;
 }
 
 function sessionOptions(options: OpenOptions, level: 'basic' | 'all'): OrtSessionOptions {
@@ -75,16 +88,26 @@ function createSession(spec: ModelSpec, file: ExecutableFile, source: string, op
  * embedded, at full optimisation.
  */
 export async function openExecutable(spec: ModelSpec, file: ExecutableFile, compiled: CompiledExecutable | null, options: OpenOptions): Promise<Executable> {
-  let executable: Executable;
-  if (compiled === null) {
-    executable = { session: createSession(spec, file, file.path, sessionOptions(options, 'all')), weights: [], cacheHit: false, shapedOutputs: new Set() };
-  } else {
-    // On the CPU the graph is optimised already: 'basic' only folds what the split left constant, in
-    // about a millisecond. For CUDA the compiler stopped at the provider-neutral level: 'all' here
-    // makes the CUDA provider's own fusions.
-    const session = createSession(spec, file, compiled.graphPath, sessionOptions(options, options.cuda ? 'all' : 'basic'));
-    executable = { session, weights: compiled.weights, cacheHit: compiled.hit, shapedOutputs: new Set() };
+  // On the CPU the compiled graph is optimised already: 'basic' only folds what the split left
+  // constant, in about a millisecond. For CUDA the compiler stopped at the provider-neutral level:
+  // 'all' here makes the CUDA provider's own fusions. Without the weight cache the file opens as it is.
+  const source = compiled === null ? file.path : compiled.graphPath;
+  const level = compiled === null || options.cuda ? 'all' : 'basic';
+  let session: OrtSession | undefined;
+  // CUDA graphs: ONNX Runtime refuses enable_cuda_graph at creation when a node of the graph runs
+  // on the CPU; such a model opens without it and runs as before, saying why.
+  let graphsOff: string | null = null;
+  if (options.cuda && options.graphs) {
+    try {
+      session = OrtSession.open(source, sessionOptions({ ...options, cuda: { ...options.cuda, options: { ...options.cuda.options, enable_cuda_graph: '1' } } }, level));
+    } catch (err) {
+      graphsOff = `ONNX Runtime cannot capture it: ${(err as Error).message}`;
+    }
   }
+  session ??= createSession(spec, file, source, sessionOptions(options, level));
+  const executable: Executable = compiled === null
+    ? { session, weights: [], cacheHit: false, shapedOutputs: new Set(), graphs: null }
+    : { session, weights: compiled.weights, cacheHit: compiled.hit, shapedOutputs: new Set(), graphs: null };
   const weightNames = new Set(executable.weights.map((w) => w.name));
   try {
     const inputs = executable.session.inputMetadata.filter((t) => !weightNames.has(t.name));
@@ -94,6 +117,12 @@ export async function openExecutable(spec: ModelSpec, file: ExecutableFile, comp
       const shape = outputs.find((g) => g.name === t.name)?.shape ?? [];
       return shape.every((d, i) => i === t.batchDim || (typeof d === 'number' && d >= 0));
     }).map((t) => t.name));
+    if (options.cuda && options.graphs) {
+      // The batch sizes it runs at: its own (a per-size file), the compiled ones (dynamic), or 0 (unbatched).
+      const sizes = file.batchSize !== null ? [file.batchSize] : spec.batchAxis === null ? [0] : spec.compiledBatchSizes;
+      const off = graphsOff ?? graphRefusal(spec.inputs, spec.outputs, executable.shapedOutputs);
+      executable.graphs = new CudaGraphs(session, spec.inputs, spec.outputs, `cuda:${options.cuda.deviceId}`, sizes, off);
+    }
   } catch (err) {
     executable.session.release();
     throw err;

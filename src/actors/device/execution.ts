@@ -20,12 +20,12 @@ import { errors } from '../../shared/errors.js';
 import { MODEL_VERSION } from '../../shared/constants.js';
 import type { CostModel } from './cost-model.js';
 import { encodeInferResponse } from '../../shared/infer-response-wire.js';
-import { bindWeights } from './executables.js';
+import { bindWeights, plainRun, type Executable } from './executables.js';
 import type { DeviceModels } from './models.js';
 import { batchInput, outputBytes, requestOutput } from './ort-tensors.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import type { ModelSpec, TensorSpec } from '../../shared/model-spec.js';
-import type { HostTensor, OrtOutput, OrtSession } from '../../native/ort.js';
+import type { HostTensor, OrtOutput, OrtSession, OrtTensor } from '../../native/ort.js';
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
 import type { Staging } from './staging.js';
@@ -161,6 +161,22 @@ function outputTargets(wanted: readonly string[], batch: readonly InferCommand[]
   });
 }
 
+/**
+ * A run through the executable's CUDA graph for this batch size (cuda-graphs.ts); null when it
+ * cannot take one, and the run goes on plainly. A graph run that fails turns graphs off for the
+ * executable (said in its status) and the batch runs plainly.
+ */
+function runGraph(executable: Executable, inputs: OrtTensor[], targets: (string | OrtTensor)[], runBatch: number, epoch: number): OrtOutput[] | null {
+  const graphs = executable.graphs!;
+  if (targets.some((t) => typeof t === 'string')) return null;
+  try {
+    return graphs.run(inputs, targets as OrtTensor[], runBatch, epoch);
+  } catch (err) {
+    graphs.turnOff(`a run through its graph failed: ${(err as Error).message}`);
+    return null;
+  }
+}
+
 /** Run one batch of one model's requests and answer them all in one message. */
 export async function execute(whole: InferCommand[], ctx: ExecutionContext): Promise<void> {
   const { models, scheduler, regions } = ctx;
@@ -211,12 +227,15 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     let outputs: OrtOutput[];
     const running = { ids: new Set(batch.map((t) => t.id)), session };
     try {
-      if (ctx.costs.estimate(instance, Math.max(runBatch, 1)) < ctx.inlineRunBelowMs) {
-        outputs = session.runSync(inputs, targets); // shorter than the hop to a libuv thread
+      const graphed = executable.graphs?.usable(runBatch) ? runGraph(executable, inputs, targets, runBatch, weightCache?.epoch(instance) ?? 0) : null;
+      if (graphed) {
+        outputs = graphed;
+      } else if (ctx.costs.estimate(instance, Math.max(runBatch, 1)) < ctx.inlineRunBelowMs) {
+        outputs = session.runSync(inputs, targets, plainRun(executable)); // shorter than the hop to a libuv thread
       } else {
         // The run goes on a libuv thread: this thread keeps admitting requests meanwhile.
         ctx.running = running;
-        outputs = await session.run(inputs, targets);
+        outputs = await session.run(inputs, targets, plainRun(executable));
       }
     } catch (err) {
       if (running.ids.size === 0) {

@@ -334,6 +334,10 @@ export class DeviceHandle {
       // What limits how many models a GPU holds: its sessions' memory beyond the weight arena.
       this.#options.logger.info({ model: spec.name, device: this.deviceId, session_device_mib: Math.round(loaded.sessionDeviceBytes / 2 ** 20) }, 'model sessions on the GPU');
     }
+    if (loaded.cudaGraphs !== null) {
+      const off = /(^|; )off: /.test(loaded.cudaGraphs);
+      this.#options.logger[off ? 'warn' : 'info']({ model: spec.name, device: this.deviceId, cuda_graphs: loaded.cudaGraphs }, off ? 'CUDA graphs off for (part of) the model: it runs without them' : 'CUDA graphs');
+    }
     if (loaded.warmup) {
       const w = loaded.warmup;
       this.#options.logger[w.skipped ? 'warn' : 'info']({ model: spec.name, device: this.deviceId, runs: w.runs, warmup_ms: Math.round(w.ms), data: w.fromBundle.length > 0 ? w.fromBundle : 'zeros', ...(w.skipped ? { skipped: w.skipped } : {}) }, 'model warmed up');

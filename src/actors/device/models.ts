@@ -50,8 +50,12 @@ class HostOffer {
 }
 
 async function releaseAll(executables: Iterable<Executable> | undefined): Promise<void> {
-  // A session in a run is released when the run ends (the binding defers it).
-  for (const e of executables ?? []) e.session.release();
+  // A session in a run is released when the run ends (the binding defers it); runs on CUDA are on
+  // this thread, so no graph's buffers are in use now.
+  for (const e of executables ?? []) {
+    e.session.release();
+    e.graphs?.release();
+  }
 }
 
 export class DeviceModels {
@@ -90,6 +94,12 @@ export class DeviceModels {
     return { residentBytes: cache.residentBytes, logicalBytes: cache.logicalResidentBytes, budgetBytes: cache.budget };
   }
 
+  /** Its executables' CUDA graphs, as its status says them (batch sizes each); null without graphs. */
+  static graphStatus(executables: Iterable<Executable>): string | null {
+    const said = [...new Set([...executables].flatMap((e) => (e.graphs ? [e.graphs.status] : [])))];
+    return said.length ? said.join('; ') : null;
+  }
+
   /** How the scheduler queues a model under `policy`. */
   static queuePolicy(spec: ModelSpec, policy: SchedulingPolicy): QueuePolicy {
     return {
@@ -123,7 +133,7 @@ export class DeviceModels {
     let outcome: ResidencyOutcome<InstanceKey> | undefined;
     try {
       if (cache && !compiled) throw errors.internal(`model ${spec.name} reached device ${this.#init.deviceId} uncompiled while its weight cache is on`);
-      const options = { intraOpThreads: this.#init.intraOpThreads, sharedThreadPool: this.#init.threadPool === 'process', cuda: this.#init.cuda ? { deviceId: this.#init.cuda.ordinal, options: { ...this.#init.cuda.providerOptions, ...(policy.tf32 === undefined ? {} : { use_tf32: policy.tf32 ? '1' : '0' }) } } : null };
+      const options = { intraOpThreads: this.#init.intraOpThreads, sharedThreadPool: this.#init.threadPool === 'process', cuda: this.#init.cuda ? { deviceId: this.#init.cuda.ordinal, options: { ...this.#init.cuda.providerOptions, ...(policy.tf32 === undefined ? {} : { use_tf32: policy.tf32 ? '1' : '0' }) } } : null, graphs: this.#init.cuda?.graphs ?? false };
       for (const [i, file] of spec.executables.entries()) {
         sessions.set(file.batchSize ?? 0, await openExecutable(spec, file, cache ? compiled![i] : null, options));
       }
@@ -141,7 +151,7 @@ export class DeviceModels {
         outcome = outcome ?? residency;
         warmup = await warmUp(spec, sessions, (e) => {
           if (cache) bindWeights(e, cache.epoch(instance), (key) => cache.deviceData(key));
-        }, this.#init.cuda !== null);
+        }, this.#init.cuda !== null, () => cache?.epoch(instance) ?? 0);
       } catch (err) {
         cache?.remove(instance);
         await releaseAll(sessions.values());
@@ -167,6 +177,7 @@ export class DeviceModels {
       host: this.#hostUpdate(host, [instance]),
       warmup,
       sessionDeviceBytes,
+      cudaGraphs: DeviceModels.graphStatus(executables),
     };
   }
 
@@ -193,6 +204,7 @@ export class DeviceModels {
       resident: cache ? cache.isResident(instance) : true,
       weightBytes: cache?.weightBytes(instance) ?? 0,
       sessionDeviceBytes: this.sessionMemory?.of(instance) ?? null,
+      cudaGraphs: DeviceModels.graphStatus(m.sessions.values()),
     }));
   }
 

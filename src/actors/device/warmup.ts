@@ -10,7 +10,7 @@
 import type { ModelSpec } from '../../shared/model-spec.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import type { OrtTensor } from '../../native/ort.js';
-import type { Executable } from './executables.js';
+import { plainRun, type Executable } from './executables.js';
 
 export interface WarmupOutcome {
   /** Runs made (one per executable warmed). */
@@ -58,12 +58,25 @@ function warmupInputs(spec: ModelSpec, rows: number): OrtTensor[] | string {
   return inputs;
 }
 
+/** Runs through a CUDA graph at warm-up: ONNX Runtime's plain run, its capture, and a replay. */
+const GRAPH_WARMUP_RUNS = 3;
+
+/** Host buffers for every output of one run at `batch` rows (graph runs write all of them). */
+function graphTargets(spec: ModelSpec, batch: number): OrtTensor[] {
+  return spec.outputs.map((t) => {
+    const dims = t.shape.map((d, i) => (i === t.batchDim ? batch : d));
+    const info = dtypeInfo(t.datatype);
+    return { name: t.name, type: info.onnxType, dims, data: new Uint8Array(dims.reduce((a, b) => a * b, 1) * info.elementBytes) };
+  });
+}
+
 /**
- * Run every executable once. `bind` binds an executable's weights first (the model is resident);
+ * Run every executable once (through its CUDA graph, capturing it, where it has one). `bind`
+ * binds an executable's weights first (the model is resident); `epoch` is their residency epoch;
  * `onThisThread`: runSync (backend cuda), else on a libuv thread.
  * A failed run is an error for the caller (a model that cannot run on zeros says why).
  */
-export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, Executable>, bind: (e: Executable) => void, onThisThread: boolean): Promise<WarmupOutcome> {
+export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, Executable>, bind: (e: Executable) => void, onThisThread: boolean, epoch: (e: Executable) => number = () => 0): Promise<WarmupOutcome> {
   const started = performance.now();
   let runs = 0;
   let skipped: string | null = null;
@@ -77,11 +90,28 @@ export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, E
         continue;
       }
       bind(executable);
+      const batch = spec.batchAxis === null ? 0 : rows;
+      const graphs = executable.graphs;
+      if (graphs?.usable(batch)) {
+        // CUDA graphs: ONNX Runtime runs plainly, then captures, then replays: all before READY.
+        // A graph that fails here is turned off, and the executable warms up plainly below.
+        const targets = graphTargets(spec, batch);
+        let ran = true;
+        try {
+          for (let i = 0; i < GRAPH_WARMUP_RUNS && ran; i++) ran = graphs.run(inputs, targets, batch, epoch(executable)) !== null;
+        } catch (err) {
+          graphs.turnOff(`its graph failed at warm-up: ${(err as Error).message}`);
+        }
+        if (ran && graphs.usable(batch)) {
+          runs++;
+          continue;
+        }
+      }
       const outputs = executable.session.outputs.map((o) => o.name);
       // On CUDA on this thread, where every run of the device goes (worker.ts): a run on another
       // thread would leave that thread's cuBLAS and cuDNN state on the GPU for good.
-      if (onThisThread) executable.session.runSync(inputs, outputs);
-      else await executable.session.run(inputs, outputs);
+      if (onThisThread) executable.session.runSync(inputs, outputs, plainRun(executable));
+      else await executable.session.run(inputs, outputs, plainRun(executable));
       runs++;
     }
   }

@@ -42,6 +42,8 @@ export interface CudaDeviceInit {
   providerOptions: Record<string, string>;
   /** Where the CUDA libraries are searched for (native/cuda.ts cudaLibraryDirs). */
   libraryDirs: string[];
+  /** runtime.cuda.graphs: run models through CUDA graphs where they allow it (cuda-graphs.ts). */
+  graphs: boolean;
 }
 
 /** A worker's scheduler block without `models:` (ModelPolicies owns those). */
@@ -166,6 +168,8 @@ export interface InstanceStatus {
   weightBytes: number;
   /** Backend cuda: GPU memory its sessions took at load and warm-up (session-memory.ts); null on the CPU. */
   sessionDeviceBytes: number | null;
+  /** Backend cuda with runtime.cuda.graphs: whether its runs use CUDA graphs, or why not; null otherwise. */
+  cudaGraphs: string | null;
 }
 
 /**
@@ -177,8 +181,11 @@ export interface DeviceCalls {
   /** Open the weightless sessions of one version of a model (compiled already) under its own instance key. */
   load: {
     request: { instance: InstanceKey; spec: ModelSpec; policy: ModelPolicy; compiled: CompiledExecutable[] | null; hostOffer: Record<string, SharedArrayBuffer> };
-    /** sessionDeviceBytes: backend cuda, the GPU memory the model's sessions took (load and warm-up); null on the CPU. */
-    reply: { loadMs: number; compiled: { files: number; cacheHits: number }; weightBytes: number; memory: WeightMemory | null; load: WeightLoad | null; host: HostUpdate; warmup: WarmupOutcome | null; sessionDeviceBytes: number | null };
+    /**
+     * sessionDeviceBytes: backend cuda, the GPU memory the model's sessions took (load and warm-up);
+     * cudaGraphs: with runtime.cuda.graphs, whether its runs use CUDA graphs or why not; both null otherwise.
+     */
+    reply: { loadMs: number; compiled: { files: number; cacheHits: number }; weightBytes: number; memory: WeightMemory | null; load: WeightLoad | null; host: HostUpdate; warmup: WarmupOutcome | null; sessionDeviceBytes: number | null; cudaGraphs: string | null };
   };
   unload: { request: { instance: InstanceKey }; reply: { memory: WeightMemory | null } };
   /** Every loaded instance's queue and learned costs. */

@@ -1,0 +1,161 @@
+/**
+ * CUDA graphs in the server (runtime.cuda.graphs): a warm run replays one captured graph of the
+ * whole model instead of launching its kernels one by one (ResNet-50 at batch 1 went from 1.35 to
+ * 0.92 ms on an H100, ../shared/GPU.md).
+ *
+ * A captured graph reads and writes fixed addresses, so for each batch size the executable runs at
+ * with a graph (its compiled sizes) it gets one block of GPU memory holding its inputs and outputs:
+ * a run copies the batch's inputs in, runs the graph (ONNX Runtime's gpu_graph_id: it runs plainly,
+ * captures, then replays), and copies the outputs out into the host buffers the execution gave.
+ *
+ * The weights are bound from the weight arena, where they move when the model is evicted and
+ * comes back, or when the arena is compacted (the residency epoch changes). A graph captured over
+ * the old addresses would read whatever is there now, so a new epoch gets a new graph id, and
+ * ONNX Runtime keeps the old graph until the session goes. A model whose weights keep moving stops
+ * using graphs after MAX_RECAPTURES (said in its status) rather than piling up graphs: graphs pay
+ * off for the models that stay on the GPU, which are the busy ones.
+ *
+ * Only where the executable allows it: ONNX Runtime refuses enable_cuda_graph at session creation
+ * when some node runs on the CPU, and every input and output needs a shape known before the run
+ * (no free axis, no BYTES). Otherwise the model runs as before, and its status says why.
+ */
+import type { DeviceMemory, DeviceName, OrtOutput, OrtSession, OrtTensor } from '../../native/ort.js';
+import { allocateDeviceMemory } from '../../native/ort.js';
+import { dtypeInfo } from '../../shared/dtypes.js';
+import type { TensorSpec } from '../../shared/model-spec.js';
+
+/** New graphs for new weight addresses, per batch size, before graphs are given up for the executable. */
+export const MAX_RECAPTURES = 2;
+/** Each tensor in a graph's block starts at this alignment (cudaMalloc's own is 256). */
+const ALIGNMENT = 256;
+
+interface Slot {
+  memory: DeviceMemory;
+  /** Byte offset of each input, then each output, in the spec's order. */
+  inputs: { name: string; type: number; dims: number[]; offset: number; bytes: number }[];
+  outputs: { name: string; type: number; dims: number[]; offset: number; bytes: number }[];
+  graphId: number;
+  /** The weights' residency epoch the graph was captured over. */
+  epoch: number;
+  recaptures: number;
+}
+
+const align = (n: number) => Math.ceil(n / ALIGNMENT) * ALIGNMENT;
+
+/** Why `inputs` and `outputs` cannot run in a graph, or null when they can. */
+export function graphRefusal(inputs: readonly TensorSpec[], outputs: readonly TensorSpec[], shapedOutputs: ReadonlySet<string>): string | null {
+  for (const t of [...inputs, ...outputs]) {
+    if (t.datatype === 'BYTES') return `${t.name} is BYTES, which ONNX Runtime keeps on the CPU`;
+    if (dtypeInfo(t.datatype).elementBytes === 0) return `${t.name} has no fixed element size`;
+  }
+  const free = outputs.find((t) => !shapedOutputs.has(t.name));
+  return free ? `output ${free.name} has an axis the graph leaves free, so its size is not known before the run` : null;
+}
+
+export class CudaGraphs {
+  readonly #session: OrtSession;
+  readonly #inputs: readonly TensorSpec[];
+  readonly #outputs: readonly TensorSpec[];
+  readonly #device: DeviceName;
+  /** Batch sizes that run in a graph (0: an unbatched model). */
+  readonly #sizes: ReadonlySet<number>;
+  readonly #slots = new Map<number, Slot>();
+  #nextId = 1; // ONNX Runtime's 0 is its default graph; ids here are this session's own
+  #off: string | null = null;
+  #runs = 0;
+
+  /** `off`: why this executable cannot use graphs at all (its runs go on without). */
+  constructor(session: OrtSession, inputs: readonly TensorSpec[], outputs: readonly TensorSpec[], device: DeviceName, sizes: readonly number[], off: string | null = null) {
+    this.#session = session;
+    this.#inputs = inputs;
+    this.#outputs = outputs;
+    this.#device = device;
+    this.#sizes = new Set(sizes);
+    this.#off = off;
+  }
+
+  /** Whether a run of `batch` rows goes through a graph. */
+  usable(batch: number): boolean {
+    return this.#off === null && this.#sizes.has(batch);
+  }
+
+  /** For the model's status: on for which batch sizes, or off and why. */
+  get status(): string {
+    if (this.#off) return `off: ${this.#off}`;
+    const sizes = [...this.#sizes].sort((a, b) => a - b);
+    const graphs = this.#nextId - 1;
+    return `on for batch ${sizes.join(', ') || 'none'} (${this.#runs} runs through ${graphs} graph${graphs === 1 ? '' : 's'})`;
+  }
+
+  /** Stop using graphs for this executable, saying why (runs go on without). */
+  turnOff(why: string): void {
+    this.#off ??= why;
+  }
+
+  /**
+   * Run `batch` rows through the graph for the weights' `epoch`: `inputs` host tensors in, outputs
+   * copied out into `outputs` (host buffers of the outputs' exact size). Null when this run cannot
+   * use a graph (the caller runs it plainly): graphs off, or the weights moved too often.
+   */
+  run(inputs: readonly OrtTensor[], outputs: readonly OrtTensor[], batch: number, epoch: number): OrtOutput[] | null {
+    if (!this.usable(batch)) return null;
+    const slot = this.#slot(batch, epoch);
+    if (!slot) return null;
+    for (const t of slot.inputs) {
+      const data = inputs.find((x) => x.name === t.name)?.data;
+      if (!data || 'memory' in data || data.byteLength !== t.bytes) return null; // not this slot's shape: run plainly
+      slot.memory.copyFromHost(data, t.offset, false);
+    }
+    slot.memory.synchronize();
+    const onDevice = (t: Slot['inputs'][number]) => ({ name: t.name, type: t.type, dims: t.dims, data: { memory: slot.memory, offset: t.offset } });
+    this.#session.runSync(slot.inputs.map(onDevice), slot.outputs.map(onDevice), { graphId: slot.graphId });
+    this.#runs++;
+    return slot.outputs.map((t) => {
+      const target = outputs.find((o) => o.name === t.name);
+      const data = target && !('memory' in target.data) && target.data.byteLength === t.bytes ? target.data : new Uint8Array(t.bytes);
+      slot.memory.copyToHost(data, t.offset);
+      return { name: t.name, type: t.type, dims: t.dims, data: ArrayBuffer.isView(data) ? data : new Uint8Array(data) };
+    });
+  }
+
+  /** The batch size's block and graph id for the weights' epoch; null once it has recaptured too often. */
+  #slot(batch: number, epoch: number): Slot | null {
+    const slot = this.#slots.get(batch);
+    if (!slot) {
+      const made = this.#layout(batch, epoch);
+      this.#slots.set(batch, made);
+      return made;
+    }
+    if (slot.epoch !== epoch) {
+      // The weights moved under the captured graph: a graph of its own for their new addresses.
+      if (slot.recaptures >= MAX_RECAPTURES) {
+        this.turnOff(`its weights moved ${slot.recaptures + 1} times (evicted and loaded again, or compacted), and each move needs a graph of its own`);
+        return null;
+      }
+      slot.recaptures++;
+      slot.graphId = this.#nextId++;
+      slot.epoch = epoch;
+    }
+    return slot;
+  }
+
+  #layout(batch: number, epoch: number): Slot {
+    let at = 0;
+    const place = (t: TensorSpec) => {
+      const dims = t.shape.map((d, i) => (i === t.batchDim ? batch : d));
+      const bytes = dims.reduce((a, b) => a * b, 1) * dtypeInfo(t.datatype).elementBytes;
+      const offset = at;
+      at += align(Math.max(bytes, 1));
+      return { name: t.name, type: dtypeInfo(t.datatype).onnxType, dims, offset, bytes };
+    };
+    const inputs = this.#inputs.map(place);
+    const outputs = this.#outputs.map(place);
+    return { memory: allocateDeviceMemory(at, this.#device), inputs, outputs, graphId: this.#nextId++, epoch, recaptures: 0 };
+  }
+
+  /** Free the blocks (the session's graphs go with the session). */
+  release(): void {
+    for (const slot of this.#slots.values()) slot.memory.release();
+    this.#slots.clear();
+  }
+}
