@@ -7,6 +7,9 @@
 //      then opened as B (what the device actor runs);
 //   D  (CUDA) compiled at level all by the CUDA provider itself, saved, split, opened at basic.
 //
+//   E  (CUDA) the device actor's run exactly: C with its settings, a fresh input buffer per call and
+//      the output written into a buffer given, as a server's requests come.
+//
 //   npm run build && node bench/gpu-weightless.js [--cpu-only]
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -82,6 +85,9 @@ if (!args['cpu-only']) {
   variants.push({ name: 'cuda C, the server\'s provider options', open: () => weightless(cudaBasic, { ...serverOptions, graphOptimizationLevel: 'all' }, 'cuda:0') });
   variants.push({ name: 'cuda C, all of the device actor\'s settings and options', sync: true, open: () => weightless(cudaBasic, { ...serverOptions, ...still, graphOptimizationLevel: 'all' }, 'cuda:0', 64) });
   variants.push({ name: 'cuda C, all three (the device actor)', sync: true, open: () => weightless(cudaBasic, { ...gpu, ...still, graphOptimizationLevel: 'all' }, 'cuda:0', 64) });
+  // And as a server's requests come: each input in memory of its own (a gRPC message's fresh
+  // buffer), the output written into a buffer given (the execution's staging).
+  variants.push({ name: 'cuda C, the device actor + a fresh input per call + output into a buffer', sync: true, fresh: true, target: true, open: () => weightless(cudaBasic, { ...serverOptions, ...still, graphOptimizationLevel: 'all' }, 'cuda:0', 64) });
   variants.push({ name: 'cuda B weightless, level basic', open: () => weightless(original, { ...gpu, graphOptimizationLevel: 'basic' }, 'cuda:0') });
 }
 
@@ -94,8 +100,11 @@ for (const v of variants) {
   for (const b of BATCHES) {
     const x = Float32Array.from({ length: b * 3 * 224 * 224 }, (_, i) => Math.sin(i * 0.001));
     const calls = v.name.startsWith('cpu') ? { 1: 10, 8: 4, 32: 2 }[b] : { 1: 40, 8: 20, 32: 10 }[b];
-    const feeds = [{ name: 'image', type: 1, dims: [b, 3, 224, 224], data: x }];
-    cells.push((await timed(calls, async () => (v.sync ? opened.session.runSync(feeds, ['scores']) : opened.session.run(feeds, ['scores'])))).toFixed(2));
+    const copies = v.fresh ? Array.from({ length: calls + 3 }, () => x.slice()) : [x];
+    let next = 0;
+    const feeds = () => [{ name: 'image', type: 1, dims: [b, 3, 224, 224], data: copies[v.fresh ? next++ : 0] }];
+    const scores = v.target ? [{ name: 'scores', type: 1, dims: [b, 1000], data: new Float32Array(b * 1000) }] : ['scores'];
+    cells.push((await timed(calls, async () => (v.sync ? opened.session.runSync(feeds(), scores) : opened.session.run(feeds(), scores)))).toFixed(2));
   }
   opened.release();
   console.log(`| ${v.name} | ${cells.join(' | ')} |`);
