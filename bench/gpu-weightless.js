@@ -5,8 +5,7 @@
 //      weights bound once (GPU: from one cudaMalloc'd block; CPU: from host memory);
 //   C  the server's compile for the backend (CPU: level all; CUDA: level basic) saved, then split,
 //      then opened as B (what the device actor runs);
-//   D  (CUDA) compiled at level all by the CUDA provider itself, saved, split, opened at basic.
-//
+//   D  (CUDA) compiled at level all by the CUDA provider itself, saved, split, opened at basic;
 //   E  (CUDA) the device actor's run exactly: C with its settings, a fresh input buffer per call and
 //      the output written into a buffer given, as a server's requests come.
 //
