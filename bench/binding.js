@@ -112,7 +112,8 @@ async function servers() {
   const threads = os.availableParallelism();
   const config = { model_repo: repo, global: { runtime: { intra_op_threads: threads, cpu_device_memory_bytes: 256 * 2 ** 20 } } };
   const now = await startServer(config);
-  const then = await startServer({ ...config, cache_dir: path.join(temp.dir, 'cache-before') }, { main: path.join(beforeDir, 'main.js') });
+  // The build before the binding has no REST port: it would refuse the helper's override for one.
+  const then = await startServer({ ...config, cache_dir: path.join(temp.dir, 'cache-before') }, { main: path.join(beforeDir, 'main.js'), env: /** @type {Record<string, string>} */ ({ INFERENCE_SERVER_ENDPOINTS_HTTP_PORT: undefined }) });
   console.log(`\nThrough the server: this tree against ${before} (the JS path), perf_analyzer, ${threads} ONNX Runtime threads each\n`);
   console.log('| workload | concurrency | binding req/s (p50, p99 µs) | JS path req/s (p50, p99 µs) | binding / JS | CPU µs per request: binding / JS |');
   console.log('| --- | --- | --- | --- | --- | --- |');
