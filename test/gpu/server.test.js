@@ -185,11 +185,12 @@ gpuTest('each model\'s sessions\' GPU memory is measured; running out of it refu
   const server = await startServer({ model_repo: repo, global: { runtime: { backend: 'cuda', cuda: { tf32: false, weight_cache_bytes: 2 ** 28 } } } }, { root: temp.dir });
   t.teardown(() => server.stop());
   const m = await scrapeMetrics(server.adminPort);
-  for (const { name } of catalog) {
-    const bytes = metric(m, 'stowage_model_session_device_bytes', `model="${name}",device="0"`);
-    t.log(`${name}: its sessions took ${(bytes / 2 ** 20).toFixed(1)} MiB of the GPU`);
-    t.true(bytes > 0, name);
-  }
+  const taken = catalog.map(({ name }) => m[`stowage_model_session_device_bytes{model="${name}",device="0"}`]);
+  t.log(`their sessions took ${taken.map((b) => `${((b ?? NaN) / 2 ** 20).toFixed(1)} MiB`).join(', ')} of the GPU`);
+  // Reported for every model. The first on a device also brings the thread's cuBLAS and cuDNN
+  // handles; a small one after it may take less than the driver's 2 MiB granule, and read 0.
+  t.true(taken.every((b) => typeof b === 'number' && b >= 0), 'every model reported');
+  t.true(taken.reduce((a, b) => a + b, 0) > 0, 'and the sessions took some');
   t.true(server.logs.some((l) => l.msg === 'model sessions on the GPU' && l.model === catalog[0].name));
 
   // ONNX Runtime's arena limited to 64 KiB: warming up at batch 8 needs 128 KiB activations.
