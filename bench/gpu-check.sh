@@ -24,9 +24,14 @@ fi
 echo "node $(node --version); STOWAGE_CUDA_LIBRARY_PATH=${STOWAGE_CUDA_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$logs/nvidia-smi.log"
 status=0
+# GPU_CHECK_STEPS: the steps to run, comma-separated (default all: gpu-tests, bench-gpu,
+# bench-weightless, bench-density, bench-resnet50-cpu), to split the check over calls of a
+# limited length. Each step's limit is its most; together they can exceed ten minutes.
+wanted=",${GPU_CHECK_STEPS:-gpu-tests,bench-gpu,bench-weightless,bench-density,bench-resnet50-cpu},"
 step() {
   local name=$1 limit=$2
   shift 2
+  case "$wanted" in *",$name,"*) ;; *) echo "=== $name: not in GPU_CHECK_STEPS"; return ;; esac
   echo "=== $name ($(date -u +%T))"
   timeout "$limit" "$@" > "$logs/$name.log" 2>&1
   local rc=$?
