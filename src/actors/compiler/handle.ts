@@ -8,8 +8,11 @@
  */
 import type { Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
-import type { CompiledModel, CompileResult, CompileTask } from '../../shared/channels/compiler.js';
+import type { CompiledModel, CompileResult, CompileTask, ReadyTask } from '../../shared/channels/compiler.js';
 import { MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
+
+/** How long `close` waits for a thread still loading (it loads in well under a second). */
+const COMPILER_LOAD_WAIT_MS = 10_000;
 import { errors, fromErrorData } from '../../shared/errors.js';
 import type { ModelSpec } from '../../shared/model-spec.js';
 
@@ -25,7 +28,11 @@ export class Compiler {
     this.#timeoutMs = timeoutMs;
     // One thread: compiles are CPU-heavy, and on a small machine the cores belong to serving.
     this.#pool = new Piscina({ filename: new URL('./worker.js', import.meta.url).href, minThreads: 1, maxThreads: 1, idleTimeout: Infinity });
+    this.#loaded = this.#pool.run({ type: 'ready' } satisfies ReadyTask).then(() => undefined, () => undefined);
   }
+
+  /** Settles once the thread has loaded (or failed to): see ReadyTask. */
+  readonly #loaded: Promise<void>;
 
   /**
    * Compile every ONNX file of `spec`; `inHostRam` lists the tensor keys the process holds already.
@@ -46,6 +53,7 @@ export class Compiler {
       clearTimeout(timer);
     }
     if (result.type === 'compileFailed') throw fromErrorData(result.error);
+    if (result.type === 'ready') throw errors.internal('the compiler answered a compile with ready');
     return { executables: result.executables, host: result.host, repaired: result.repaired };
   }
 
@@ -54,7 +62,15 @@ export class Compiler {
     return this.#pool.threads;
   }
 
+  /**
+   * End the thread. Not while it is still loading onnxruntime-node (ReadyTask: a server stopped
+   * right after it started, as `bundle check` does with a refused bundle, aborted the process):
+   * wait for that first, for at most COMPILER_LOAD_WAIT_MS (a thread busy compiling is past it).
+   */
   async close(): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.#loaded, new Promise<void>((resolve) => { timer = setTimeout(resolve, COMPILER_LOAD_WAIT_MS); })]);
+    clearTimeout(timer);
     await this.#pool.destroy();
   }
 }

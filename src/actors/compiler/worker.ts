@@ -12,7 +12,7 @@ import { readlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import * as ort from 'onnxruntime-node';
-import type { CompiledExecutable, CompileResult, CompileTask } from '../../shared/channels/compiler.js';
+import type { CompiledExecutable, CompileResult, CompileTask, ReadyTask } from '../../shared/channels/compiler.js';
 import { COMPILER_NICE } from '../../shared/constants.js';
 import { errors, toErrorData } from '../../shared/errors.js';
 import { readTensorFile } from '../../shared/tensor-file.js';
@@ -55,7 +55,8 @@ async function optimise(model: string, source: string, target: string, backend: 
   await session.release();
 }
 
-export default async function compile(task: CompileTask): Promise<CompileResult> {
+export default async function compile(task: CompileTask | ReadyTask): Promise<CompileResult> {
+  if (task.type === 'ready') return { type: 'ready' }; // this module, and so onnxruntime-node, is loaded
   try {
     const repaired: string[] = [];
     // Twice at most: a damaged tensor file is thrown away with the entries naming it and they are

@@ -48,7 +48,17 @@ export interface CompileTask {
   backend: 'cpu' | 'cuda';
 }
 
+/**
+ * Answered as soon as the compiler thread has loaded (onnxruntime-node included): the handle waits
+ * for it before ending the thread, since ending a thread while onnxruntime-node's addon registers
+ * aborts the whole process (its module init throws a C++ exception when its environment goes).
+ */
+export interface ReadyTask {
+  type: 'ready';
+}
+
 export type CompileResult =
+  | { type: 'ready' }
   | {
     type: 'compiled';
     /** One per file of the task, in its order. */
