@@ -11,6 +11,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { Ajv } from 'ajv';
 import YAML from 'yaml';
+import { splitBytesElements } from '../shared/bytes-elements.js';
 import { byManifestDtype, dtypeInfo, MANIFEST_DTYPES } from '../shared/dtypes.js';
 import { BundleInvalidError, errors, type BundleProblem } from '../shared/errors.js';
 import { describeSchemaErrors } from '../shared/schema-errors.js';
@@ -194,7 +195,7 @@ function readWarmupData(problems: Problems, dir: string, files: Readonly<Record<
     if (input.datatype === 'BYTES') {
       // A row of strings repeats by concatenation only when the batch axis comes first.
       if (input.batchDim > 0) problems.add(MANIFEST_FILE, `${where}: BYTES warm-up data needs the batch axis first; ${name}'s is axis ${input.batchDim} of ${JSON.stringify(input.axes)}`);
-      const count = countBytesElements(bytes);
+      const count = splitBytesElements(bytes)?.length ?? null;
       if (count !== elements) problems.add(file, `holds ${count === null ? 'a length prefix that runs past the end' : `${count} strings`}; ${row} of ${name} (BYTES, ${dims}) is ${elements}, each a 4-byte little-endian length and its bytes`);
     } else {
       const expected = elements * dtypeInfo(input.datatype).elementBytes;
@@ -205,16 +206,6 @@ function readWarmupData(problems: Problems, dir: string, files: Readonly<Record<
   return data;
 }
 
-/** How many length-prefixed strings fill `bytes` exactly; null when a length runs past the end. */
-function countBytesElements(bytes: Buffer): number | null {
-  let count = 0;
-  for (let at = 0; at < bytes.length; count++) {
-    if (at + 4 > bytes.length) return null;
-    at += 4 + bytes.readUInt32LE(at);
-    if (at > bytes.length) return null;
-  }
-  return count;
-}
 
 /**
  * Parse a manifest's text for the bundle in `dir` (whose directory name is the model name).

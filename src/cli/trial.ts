@@ -13,6 +13,7 @@ import { InferenceClient, type Tensor } from '../client/client.js';
 import { parseNodeConfig } from '../config/load.js';
 import { ModelState } from '../node/model-registry.js';
 import { StowageServer } from '../node/server.js';
+import { splitBytesElements } from '../shared/bytes-elements.js';
 import { byDatatype } from '../shared/dtypes.js';
 import { createLogger } from '../shared/log.js';
 import type { ModelSpec } from '../shared/model-spec.js';
@@ -63,7 +64,7 @@ function trialInputs(spec: ModelSpec): { tensors: Tensor[]; request: string } {
     const row = executable && executable.datatype === t.datatype && executable.shape.join() === t.shape.join() ? spec.warmupData[t.name] : undefined;
     if (row) {
       fromBundle.push(t.name);
-      return { name: t.name, datatype: t.datatype, shape, data: info.typedArray ? new info.typedArray(row.slice().buffer) : lengthPrefixed(row) };
+      return { name: t.name, datatype: t.datatype, shape, data: info.typedArray ? new info.typedArray(row.slice().buffer) : splitBytesElements(row)! }; // framing checked at parse
     }
     const data = info.typedArray ? new info.typedArray(count) : Array.from({ length: count }, () => new Uint8Array(0));
     return { name: t.name, datatype: t.datatype, shape, data };
@@ -72,13 +73,6 @@ function trialInputs(spec: ModelSpec): { tensors: Tensor[]; request: string } {
   return { tensors, request: fromBundle.length ? `the bundle's warm-up data for ${fromBundle.join(', ')}${others}` : 'zeros' };
 }
 
-/** BYTES elements from their wire form (each a 4-byte little-endian length, then the bytes). */
-function lengthPrefixed(bytes: Uint8Array): Uint8Array[] {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const out: Uint8Array[] = [];
-  for (let at = 0; at < bytes.length; at += 4 + view.getUint32(at, true)) out.push(bytes.slice(at + 4, at + 4 + view.getUint32(at, true)));
-  return out;
-}
 
 /** Load `models` of `repo` in a server of their own, run each once (trialInputs), stop the server. */
 export async function trialLoad(repo: string, models: readonly string[], options: TrialOptions = {}): Promise<TrialResult[]> {

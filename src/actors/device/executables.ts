@@ -72,10 +72,14 @@ function sessionOptions(options: OpenOptions, level: 'basic' | 'all'): OrtSessio
  */
 const PROFILE_DIR = process.env.STOWAGE_ORT_PROFILE;
 
+/** STOWAGE_ORT_PROFILE's prefix for one file's session, or nothing. */
+function profiled(spec: ModelSpec, file: ExecutableFile, options: OrtSessionOptions): OrtSessionOptions {
+  return PROFILE_DIR ? { ...options, profilePrefix: path.join(PROFILE_DIR, `${spec.name}-${path.basename(file.path, '.onnx')}`) } : options;
+}
+
 function createSession(spec: ModelSpec, file: ExecutableFile, source: string, options: OrtSessionOptions): OrtSession {
   try {
-    const profile = PROFILE_DIR ? { profilePrefix: path.join(PROFILE_DIR, `${spec.name}-${path.basename(file.path, '.onnx')}`) } : {};
-    return OrtSession.open(source, { ...options, ...profile });
+    return OrtSession.open(source, profiled(spec, file, options));
   } catch (err) {
     throw errors.bundleInvalid(spec.name, path.basename(file.path), `ONNX Runtime cannot load it: ${(err as Error).message}`);
   }
@@ -99,7 +103,7 @@ export async function openExecutable(spec: ModelSpec, file: ExecutableFile, comp
   let graphsOff: string | null = null;
   if (options.cuda && options.graphs) {
     try {
-      session = OrtSession.open(source, sessionOptions({ ...options, cuda: { ...options.cuda, options: { ...options.cuda.options, enable_cuda_graph: '1' } } }, level));
+      session = OrtSession.open(source, profiled(spec, file, sessionOptions({ ...options, cuda: { ...options.cuda, options: { ...options.cuda.options, enable_cuda_graph: '1' } } }, level)));
     } catch (err) {
       graphsOff = `ONNX Runtime cannot capture it: ${(err as Error).message}`;
     }

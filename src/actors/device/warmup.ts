@@ -11,6 +11,7 @@ import type { ModelSpec } from '../../shared/model-spec.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import type { OrtTensor } from '../../native/ort.js';
 import { plainRun, type Executable } from './executables.js';
+import { outputBytes } from './ort-tensors.js';
 
 export interface WarmupOutcome {
   /** Runs made (one per executable warmed). */
@@ -65,8 +66,8 @@ const GRAPH_WARMUP_RUNS = 3;
 function graphTargets(spec: ModelSpec, batch: number): OrtTensor[] {
   return spec.outputs.map((t) => {
     const dims = t.shape.map((d, i) => (i === t.batchDim ? batch : d));
-    const info = dtypeInfo(t.datatype);
-    return { name: t.name, type: info.onnxType, dims, data: new Uint8Array(dims.reduce((a, b) => a * b, 1) * info.elementBytes) };
+    // Graphs refuse BYTES outputs (graphRefusal), so every size here is known.
+    return { name: t.name, type: dtypeInfo(t.datatype).onnxType, dims, data: new Uint8Array(outputBytes(t.datatype, dims)!) };
   });
 }
 
