@@ -2,8 +2,8 @@
 # The GPU checks in one go, for a GPU machine that has the project (built, with the CUDA provider
 # beside libonnxruntime.so.1: npm run cuda:install, or tools/pack-offline.sh --with-tests there):
 # the test/gpu suites, bench/gpu.js (ResNet-50 on backend cuda, and through gRPC with perf_analyzer
-# when it came along), bench/gpu-weightless.js, bench/gpu-density.js (a catalog 10x the budget), and
-# bench/resnet50.js (the CPU backend against raw ONNX Runtime, on however many cores the machine
+# when it came along), bench/gpu-weightless.js, bench/gpu-density.js (a catalog 10x the budget),
+# bench/gpu-first-call.js (each batch size's first client call after warm-up), and bench/resnet50.js (the CPU backend against raw ONNX Runtime, on however many cores the machine
 # has; GPU_CHECK_CPU=0 leaves it out). Logs go to LOG_DIR.
 #
 #   bash bench/gpu-check.sh LOG_DIR
@@ -25,9 +25,9 @@ echo "node $(node --version); STOWAGE_CUDA_LIBRARY_PATH=${STOWAGE_CUDA_LIBRARY_P
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$logs/nvidia-smi.log"
 status=0
 # GPU_CHECK_STEPS: the steps to run, comma-separated (default all: gpu-tests, bench-gpu,
-# bench-weightless, bench-density, bench-resnet50-cpu), to split the check over calls of a
+# bench-weightless, bench-density, bench-first-call, bench-resnet50-cpu), to split the check over calls of a
 # limited length. Each step's limit is its most; together they can exceed ten minutes.
-wanted=",${GPU_CHECK_STEPS:-gpu-tests,bench-gpu,bench-weightless,bench-density,bench-resnet50-cpu},"
+wanted=",${GPU_CHECK_STEPS:-gpu-tests,bench-gpu,bench-weightless,bench-density,bench-first-call,bench-resnet50-cpu},"
 step() {
   local name=$1 limit=$2
   shift 2
@@ -43,5 +43,6 @@ step gpu-tests 240 node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/
 step bench-gpu 180 node bench/gpu.js
 step bench-weightless 90 node bench/gpu-weightless.js --gpu-only
 step bench-density 150 node bench/gpu-density.js
+step bench-first-call 120 node bench/gpu-first-call.js
 [ "${GPU_CHECK_CPU:-1}" = 0 ] || step bench-resnet50-cpu 110 node bench/resnet50.js --rounds 1
 exit $status

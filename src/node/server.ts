@@ -18,7 +18,7 @@ import { Devices } from './devices.js';
 import { closeAdmin, createAdminServer, listen, registryMetrics, type AdminContext } from '../admin/http.js';
 import type { NodeConfig } from '../shared/config-schema.js';
 import { resolveWorkers, type FoundGpus } from '../config/workers.js';
-import { cudaProviderOptions } from '../config/cuda-options.js';
+import { cudaProviderOptions, intraOpThreadsFor } from '../config/cuda-options.js';
 import { cudaLibraryDirs, gpuMemory, gpuReport, loadCuda, type GpuInfo, type GpuReport } from '../native/cuda.js';
 import { errors } from '../shared/errors.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
@@ -172,7 +172,7 @@ export class StowageServer {
     // OpenTelemetry, when the OTEL_* environment asks for it (tracing.ts): before any request.
     await startTracing(this.#logger, this.#config.global.tracing);
     const { thread_pool: threadPool, intra_op_threads: intraOp, backend } = this.#config.global.runtime;
-    initOrt(processThreadPool(threadPool, intraOp));
+    initOrt(processThreadPool(threadPool, intraOpThreadsFor(backend, intraOp)));
     // Backend cuda: the CUDA libraries and the GPUs, before any device actor starts.
     const found = backend === 'cuda' ? this.#startCuda() : undefined;
     // One device actor per worker (per device); on backend cpu each is a virtual device of its own.
@@ -185,7 +185,7 @@ export class StowageServer {
       this.metrics.recordWeights(w.deviceId, '', null, w.weights && { residentBytes: 0, logicalBytes: 0, budgetBytes: w.weights.budgetBytes });
       return DeviceHandle.create({
         deviceId: w.deviceId,
-        intraOpThreads: w.runtime.intra_op_threads,
+        intraOpThreads: intraOpThreadsFor(backend, w.runtime.intra_op_threads),
         inlineRunBelowMs: w.runtime.inline_run_below_ms,
         threadPool: w.runtime.thread_pool,
         scheduler: scheduling,

@@ -22,7 +22,8 @@ export function isOutOfMemory(message: string): boolean {
   return OUT_OF_MEMORY.test(message);
 }
 
-const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
+/** Sizes in the messages: MiB, or KiB and bytes below one (a 64 KiB arena limit is not "0 MiB"). */
+const mib = (bytes: number) => (bytes >= 2 ** 20 ? `${(bytes / 2 ** 20).toFixed(0)} MiB` : bytes >= 1024 ? `${(bytes / 1024).toFixed(0)} KiB` : `${bytes} bytes`);
 
 export interface SessionMemoryOptions {
   /** The GPU's free bytes now (cudaMemGetInfo on the device's ordinal). */

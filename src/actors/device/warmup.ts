@@ -14,7 +14,7 @@ import { plainRun, type Executable } from './executables.js';
 import { outputBytes } from './ort-tensors.js';
 
 export interface WarmupOutcome {
-  /** Runs made (one per executable warmed). */
+  /** Batch sizes warmed (each run once, or on CUDA two or three times). */
   runs: number;
   ms: number;
   /** Why some executable was not warmed (an input with a free axis), or null. */
@@ -62,22 +62,34 @@ function warmupInputs(spec: ModelSpec, rows: number): OrtTensor[] | string {
 /** Runs through a CUDA graph at warm-up: ONNX Runtime's plain run, its capture, and a replay. */
 const GRAPH_WARMUP_RUNS = 3;
 
-/** Host buffers for every output of one run at `batch` rows (graph runs write all of them). */
-function graphTargets(spec: ModelSpec, batch: number): OrtTensor[] {
+/**
+ * Plain runs per batch size at warm-up on CUDA. One was not enough: after it, the first client call
+ * at each size still ran 96-156 ms against 2-6 ms warm (ResNet-50, H200, bench/gpu-first-call.js:
+ * whatever the cuDNN search or thread settings), and the second was warm. Graph warm-ups, which
+ * run three times, left no such first call.
+ */
+const CUDA_PLAIN_WARMUP_RUNS = 2;
+
+/**
+ * Host buffers for the outputs of one run at `batch` rows, as executions bind them; an output of
+ * unknown size (BYTES, a free axis) by name, for ONNX Runtime to allocate.
+ */
+function hostTargets(spec: ModelSpec, batch: number): (string | OrtTensor)[] {
   return spec.outputs.map((t) => {
     const dims = t.shape.map((d, i) => (i === t.batchDim ? batch : d));
-    // Graphs refuse BYTES outputs (graphRefusal), so every size here is known.
-    return { name: t.name, type: dtypeInfo(t.datatype).onnxType, dims, data: new Uint8Array(outputBytes(t.datatype, dims)!) };
+    const bytes = outputBytes(t.datatype, dims);
+    return bytes === null ? t.name : { name: t.name, type: dtypeInfo(t.datatype).onnxType, dims, data: new Uint8Array(bytes) };
   });
 }
 
 /**
- * Run every executable once (through its CUDA graph, capturing it, where it has one). `bind`
- * binds an executable's weights first (the model is resident); `epoch` is their residency epoch;
- * `onThisThread`: runSync (backend cuda), else on a libuv thread.
+ * Run every executable at each of its batch sizes (through its CUDA graph, capturing it, where it
+ * has one). `bind` binds an executable's weights first (the model is resident); `epoch` is their
+ * residency epoch; `cuda`: backend cuda, where runs go on this thread (runSync) and each plain size
+ * runs twice, the second time into host buffers as executions do; else once, on a libuv thread.
  * A failed run is an error for the caller (a model that cannot run on zeros says why).
  */
-export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, Executable>, bind: (e: Executable) => void, onThisThread: boolean, epoch: (e: Executable) => number = () => 0): Promise<WarmupOutcome> {
+export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, Executable>, bind: (e: Executable) => void, cuda: boolean, epoch: (e: Executable) => number = () => 0): Promise<WarmupOutcome> {
   const started = performance.now();
   let runs = 0;
   let skipped: string | null = null;
@@ -96,7 +108,8 @@ export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, E
       if (graphs?.usable(batch)) {
         // CUDA graphs: ONNX Runtime runs plainly, then captures, then replays: all before READY.
         // A graph that fails here is turned off, and the executable warms up plainly below.
-        const targets = graphTargets(spec, batch);
+        // Graphs refuse outputs of unknown size (graphRefusal): every target is a buffer.
+        const targets = hostTargets(spec, batch) as OrtTensor[];
         let ran = true;
         try {
           for (let i = 0; i < GRAPH_WARMUP_RUNS && ran; i++) ran = graphs.run(inputs, targets, batch, epoch(executable)) !== null;
@@ -111,8 +124,12 @@ export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, E
       const outputs = executable.session.outputs.map((o) => o.name);
       // On CUDA on this thread, where every run of the device goes (worker.ts): a run on another
       // thread would leave that thread's cuBLAS and cuDNN state on the GPU for good.
-      if (onThisThread) executable.session.runSync(inputs, outputs, plainRun(executable));
-      else await executable.session.run(inputs, outputs, plainRun(executable));
+      if (cuda) {
+        executable.session.runSync(inputs, outputs, plainRun(executable));
+        for (let i = 1; i < CUDA_PLAIN_WARMUP_RUNS; i++) executable.session.runSync(inputs, hostTargets(spec, batch), plainRun(executable));
+      } else {
+        await executable.session.run(inputs, outputs, plainRun(executable));
+      }
       runs++;
     }
   }

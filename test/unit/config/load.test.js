@@ -89,6 +89,14 @@ test('backend cuda parses, and its settings become ONNX Runtime\'s CUDA provider
   t.regex(t.throws(() => parse('model_repo: m\nglobal:\n  runtime:\n    cuda: { tf32: maybe }\n')).message, /global\.runtime\.cuda\.tf32/);
 });
 
+test('intra_op_threads 0 means one per core on backend cpu and one thread on backend cuda; a number set is kept on both', async (t) => {
+  const { intraOpThreadsFor } = await import('../../../dist/config/cuda-options.js');
+  t.is(intraOpThreadsFor('cpu', 0), 0, 'ONNX Runtime chooses: one per core');
+  t.is(intraOpThreadsFor('cuda', 0), 1);
+  t.is(intraOpThreadsFor('cuda', 4), 4);
+  t.is(intraOpThreadsFor('cpu', 3), 3);
+});
+
 test('on backend cuda, gpus names CUDA ordinals the process sees, and a worker\'s cuda block merges over global\'s', async (t) => {
   const { resolveWorkers } = await import('../../../dist/config/workers.js');
   const found = { ordinals: [0, 1], freeBytes: (/** @type {number} */ o) => (o + 1) * 2 ** 30 };
