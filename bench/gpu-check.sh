@@ -24,10 +24,10 @@ fi
 echo "node $(node --version); STOWAGE_CUDA_LIBRARY_PATH=${STOWAGE_CUDA_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$logs/nvidia-smi.log"
 status=0
-# GPU_CHECK_STEPS: the steps to run, comma-separated (default all: gpu-tests, bench-gpu,
-# bench-weightless, bench-density, bench-first-call, bench-resnet50-cpu), to split the check over calls of a
+# GPU_CHECK_STEPS: the steps to run, comma-separated (default all: gpu-tests, gpu-tests-graphs,
+# bench-gpu, bench-weightless, bench-density, bench-first-call, bench-resnet50-cpu), to split the check over calls of a
 # limited length. Each step's limit is its most; together they can exceed ten minutes.
-wanted=",${GPU_CHECK_STEPS:-gpu-tests,bench-gpu,bench-weightless,bench-density,bench-first-call,bench-resnet50-cpu},"
+wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,bench-gpu,bench-weightless,bench-density,bench-first-call,bench-resnet50-cpu},"
 step() {
   local name=$1 limit=$2
   shift 2
@@ -40,6 +40,8 @@ step() {
   [ "$rc" -eq 0 ] || status=1
 }
 step gpu-tests 240 node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/cuda.test.js test/gpu/server.test.js
+# The same suite with every server's CUDA graphs on: what runtime.cuda.graphs needs to be on by default.
+step gpu-tests-graphs 240 env INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS=true node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/server.test.js
 step bench-gpu 180 node bench/gpu.js
 step bench-weightless 90 node bench/gpu-weightless.js --gpu-only
 step bench-density 150 node bench/gpu-density.js

@@ -3,7 +3,8 @@
  * against the schema (filling defaults), resolve paths, freeze.
  *
  * Environment overrides follow the seeds: `INFERENCE_SERVER_<SECTION>_<FIELD>`
- * sets `global.<section>.<field>`, and `INFERENCE_SERVER_<KEY>` a top-level
+ * sets `global.<section>.<field>` (deeper sections likewise: `INFERENCE_SERVER_RUNTIME_CUDA_TF32`
+ * sets `global.runtime.cuda.tf32`), and `INFERENCE_SERVER_<KEY>` a top-level
  * key or a scalar directly under `global`, and `INFERENCE_SERVER_GATEWAY_<FIELD>`
  * (`_SCHEDULING_<FIELD>`) the gateway's, for every scalar and list the schema
  * declares (list values are colon-separated; lists of host:port, comma-separated). The table of names is derived from the schema,
@@ -67,14 +68,9 @@ export function environmentOverrides(): Override[] {
       out.push({ env: ENV_PREFIX + section.toUpperCase(), keyPath: ['global', section], schema: sectionNode });
       continue;
     }
-    for (const [field, node] of Object.entries(sectionNode.properties ?? {})) {
-      if (!isScalar(node)) continue;
-      out.push({
-        env: `${ENV_PREFIX}${section.toUpperCase()}_${field.toUpperCase()}`,
-        keyPath: ['global', section, field],
-        schema: node,
-      });
-    }
+    // global.<section>.<field>, and deeper sections the same way (runtime.cuda.graphs:
+    // INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS).
+    nested(`${ENV_PREFIX}${section.toUpperCase()}`, ['global', section], sectionNode);
   }
   const names = new Set<string>();
   for (const o of out) {

@@ -156,6 +156,18 @@ test('the override table is derived from the schema', (t) => {
   }
 });
 
+test('a subsection of global takes overrides too: INFERENCE_SERVER_RUNTIME_CUDA_<FIELD> sets global.runtime.cuda.<field>, checked as from the file', (t) => {
+  const { config } = parse('model_repo: m\n', { INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS: 'true', INFERENCE_SERVER_RUNTIME_CUDA_TF32: 'false', INFERENCE_SERVER_RUNTIME_CUDA_CUDNN_CONV_ALGO_SEARCH: 'heuristic' });
+  t.true(config.global.runtime.cuda.graphs);
+  t.false(config.global.runtime.cuda.tf32);
+  t.is(config.global.runtime.cuda.cudnn_conv_algo_search, 'heuristic');
+  t.is(config.global.runtime.cuda.weight_cache_bytes, 0, 'the rest of the subsection keeps its defaults');
+  const fromFile = parse('model_repo: m\nglobal:\n  runtime:\n    cuda: { graphs: false, tf32: true }\n', { INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS: 'true' }).config;
+  t.true(fromFile.global.runtime.cuda.graphs, 'the environment wins over the file');
+  t.true(fromFile.global.runtime.cuda.tf32);
+  t.regex(stowageThrows(t, () => parse('model_repo: m\n', { INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS: 'yes' })).message, /global\.runtime\.cuda\.graphs/);
+});
+
 test('cache_dir: relative to the node file, from the environment relative to the working directory, else the XDG cache', (t) => {
   t.is(parse('model_repo: m\ncache_dir: cache\n').config.cache_dir, '/etc/stowage/cache');
   t.is(parse('model_repo: m\n', { INFERENCE_SERVER_CACHE_DIR: 'c' }).config.cache_dir, '/work/here/c');
