@@ -9,6 +9,11 @@
 // 8 MiB (the identity fixture `echo`, 150 and 2048 rows of 1024 FP32). Concurrency 1, 16, 64.
 //
 //   npm run build && node bench/front-end.js [--quick] [--only digits,64B] [--tools perf_analyzer,ghz]
+//                                            [--v8=--initial-old-space-size=256]
+//
+// --v8=FLAGS starts a second Stowage with those V8 flags instead of main.js's own
+// (STOWAGE_V8_FLAGS=FLAGS; `--v8=` for none), measured beside the first point by point, its
+// ratio to the first printed last.
 //
 // perf_analyzer is installed by tools/install-perf-analyzer.sh and ghz by tools/install-ghz.sh (both into
 // .toolchain/); a tool that is missing is skipped with a message. The machine is shared and
@@ -29,6 +34,7 @@ const { values: args } = parseArgs({
     only: { type: 'string' },
     tools: { type: 'string', default: 'perf_analyzer,ghz' },
     concurrency: { type: 'string', default: '1,16,64' },
+    v8: { type: 'string' },
   },
 });
 const WINDOW_BYTES = 4 * 2 ** 20; // what the tuned echo and Stowage's default use (endpoints.http2_window_bytes)
@@ -63,11 +69,29 @@ for (const model of new Set(only.map((p) => PAYLOADS[p].model))) {
 const modelsFile = path.join(temp.dir, 'models.json');
 writeFileSync(modelsFile, JSON.stringify(models));
 
+/** A Stowage under measurement: it counts what it answered (the echo servers' CPU is divided by the client's count instead). */
+function stowageEntry(/** @type {Awaited<ReturnType<typeof startServer>>} */ server, /** @type {string} */ name) {
+  let lastCount = 0;
+  return {
+    name, address: server.address, pid: server.child.pid, stop: () => server.stop(),
+    answered: async () => {
+      const { model_stats: stats } = await server.client.call('ModelStatistics', {});
+      const total = stats.reduce((sum, s) => sum + Number(s.inference_stats.success.count), 0);
+      const delta = total - lastCount;
+      lastCount = total;
+      return delta;
+    },
+  };
+}
 const servers = [
   await startEcho(modelsFile, 0),
   await startEcho(modelsFile, WINDOW_BYTES),
-  { name: 'stowage', address: stowage.address, pid: stowage.child.pid, stop: () => stowage.stop() },
+  stowageEntry(stowage, 'stowage'),
 ];
+if (args.v8 !== undefined) {
+  const flagged = await startServer({ model_repo: repo, global: { logging: { level: 'info' } } }, { root: temp.dir, env: { STOWAGE_V8_FLAGS: args.v8 } });
+  servers.push(stowageEntry(flagged, 'stowage (v8)'));
+}
 
 // ---- measuring ----
 
@@ -108,17 +132,9 @@ async function measure(tool, server, payload, concurrency) {
   return { ...result, mainUs: (after.main - before.main) / answered, processUs: (after.process - before.process) / answered };
 }
 
-// Stowage counts what it answered; the echo servers' CPU is divided by the client's count (a
-// slight overestimate of their cost per request, so the ratios below favour the echo).
-let lastCount = 0;
-servers[2].answered = async () => {
-  const { model_stats: stats } = await stowage.client.call('ModelStatistics', {});
-  const total = stats.reduce((sum, s) => sum + Number(s.inference_stats.success.count), 0);
-  const delta = total - lastCount;
-  lastCount = total;
-  return delta;
-};
-await servers[2].answered();
+// The echo servers' CPU is divided by the client's count (a slight overestimate of their cost per
+// request, so the ratios below favour the echo).
+for (const server of servers) if (server.answered) await server.answered();
 
 const fmt = (x, digits = 0) => (Number.isFinite(x) ? x.toFixed(digits) : '-');
 console.log(`front-end bench: ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${os.cpus().length} × ${os.cpus()[0]?.model ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB`);
@@ -138,7 +154,8 @@ try {
         const mine = results[2];
         servers.forEach((server, i) => {
           const r = results[i];
-          const ratio = i === 2 ? '' : fmt(mine.rps / r.rps, 2);
+          // Stowage against each echo; a second Stowage (--v8) against the first.
+          const ratio = i < 2 ? fmt(mine.rps / r.rps, 2) : i === 2 ? '' : `${fmt(r.rps / mine.rps, 2)} of stowage's`;
           console.log(`${name.padEnd(9)} ${String(concurrency).padStart(4)}  ${server.name.padEnd(13)} ${fmt(r.rps).padStart(7)} ${fmt(r.p50).padStart(7)} ${fmt(r.p99).padStart(7)}   ${fmt(r.mainUs).padStart(5)}/${fmt(r.processUs).padEnd(6)}   ${ratio}`);
           rows.push({ tool, payload: name, concurrency, server: server.name, ...r });
         });

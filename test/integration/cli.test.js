@@ -1,7 +1,7 @@
 // The command line of the real program: help, config checking, start-up errors, signals.
 import { execFile } from 'node:child_process';
 import { once } from 'node:events';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import test from 'ava';
@@ -104,4 +104,33 @@ test('backend cuda without the CUDA provider installed stops start-up naming wha
   const { code, stdout, stderr } = await main([file]);
   t.not(code, 0);
   t.regex(stdout + stderr, /backend cuda: ONNX Runtime's CUDA provider is not installed \(libonnxruntime_providers_shared\.so, libonnxruntime_providers_cuda\.so missing from .*\); run npm run cuda:install/);
+});
+
+/** The command line the kernel has for `pid`, as its arguments. */
+function commandLine(/** @type {number | undefined} */ pid) {
+  return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+}
+
+test('the server runs under its V8 flags: the same process restarted with them, a flag given by hand kept, STOWAGE_V8_FLAGS replacing them', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = path.join(ROOT, 'bundles');
+  const serve = async (/** @type {string[]} */ nodeArgs, /** @type {Record<string, string>} */ env = {}) => {
+    const server = await startServer({ model_repo: repo }, { root: temp.dir, nodeArgs, env });
+    try {
+      // The PID the test spawned is the one serving: execve replaced the image, no child was made.
+      t.truthy(await server.client.call('ServerLive', {}));
+      return commandLine(server.child.pid);
+    } finally {
+      await server.stop();
+    }
+  };
+  const plain = await serve([]);
+  t.deepEqual(plain.slice(1, 3), ['--initial-old-space-size=128', MAIN], 'the flag, then the script');
+  const byHand = await serve(['--initial-old-space-size=64']);
+  t.deepEqual(byHand.filter((a) => a.startsWith('--initial-old-space-size')), ['--initial-old-space-size=64'], 'a size chosen by hand is kept and not given twice');
+  const replaced = await serve([], { STOWAGE_V8_FLAGS: '--max-semi-space-size=8' });
+  t.deepEqual(replaced.slice(1, 3), ['--max-semi-space-size=8', MAIN]);
+  const none = await serve([], { STOWAGE_V8_FLAGS: '' });
+  t.is(none[1], MAIN, 'no flags: the process runs as started');
 });
