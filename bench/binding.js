@@ -111,7 +111,9 @@ async function servers() {
   });
   const threads = os.availableParallelism();
   const config = { model_repo: repo, global: { runtime: { intra_op_threads: threads, cpu_device_memory_bytes: 256 * 2 ** 20 } } };
-  const now = await startServer(config);
+  // Both under V8's own heap sizing: the build before has no main.js flags, and this compares the
+  // execution paths, not them (bench/front-end.js --v8= measures the flags).
+  const now = await startServer(config, { env: { STOWAGE_V8_FLAGS: '' } });
   // The build before the binding has no REST port: it would refuse the helper's override for one.
   const then = await startServer({ ...config, cache_dir: path.join(temp.dir, 'cache-before') }, { main: path.join(beforeDir, 'main.js'), env: /** @type {Record<string, string>} */ ({ INFERENCE_SERVER_ENDPOINTS_HTTP_PORT: undefined }) });
   console.log(`\nThrough the server: this tree against ${before} (the JS path), perf_analyzer, ${threads} ONNX Runtime threads each\n`);
