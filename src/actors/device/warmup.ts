@@ -66,7 +66,8 @@ const GRAPH_WARMUP_RUNS = 3;
  * Plain runs per batch size at warm-up on CUDA. One was not enough: after it, the first client call
  * at each size still ran 96-156 ms against 2-6 ms warm (ResNet-50, H200, bench/gpu-first-call.js:
  * whatever the cuDNN search or thread settings), and the second was warm. Graph warm-ups, which
- * run three times, left no such first call.
+ * run three times, left no such first call. Two runs have not been measured on a GPU yet:
+ * test/gpu's warm-up test checks that the first client call's run is a warm one.
  */
 const CUDA_PLAIN_WARMUP_RUNS = 2;
 
