@@ -12,12 +12,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { loadCuda, pinHost } from '../dist/native/cuda.js';
 import { OrtSession } from '../dist/native/ort.js';
-import { median } from './timing.js';
+import { image, median } from './timing.js';
 import { ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
 
 const BATCHES = [1, 8, 32];
 const FLOAT = 1;
-const image = (/** @type {number} */ n) => Float32Array.from({ length: n * 3 * 224 * 224 }, (_, i) => Math.sin(i * 0.001));
 const ms = (/** @type {() => unknown} */ f) => { const t0 = performance.now(); f(); return performance.now() - t0; };
 
 loadCuda();

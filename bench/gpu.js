@@ -17,13 +17,12 @@ import path from 'node:path';
 import { gpuReport, loadCuda } from '../dist/native/cuda.js';
 import { OrtSession } from '../dist/native/ort.js';
 import { PERF_ANALYZER, perfAnalyzer } from './perf-analyzer.js';
-import { timed } from './timing.js';
+import { image, timed } from './timing.js';
 import { ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
 
 const BATCHES = [1, 8, 32];
 const CALLS = { 1: 60, 8: 30, 32: 15 };
 const FLOAT = 1;
-const image = (/** @type {number} */ n) => Float32Array.from({ length: n * 3 * 224 * 224 }, (_, i) => Math.sin(i * 0.001));
 
 loadCuda();
 const report = gpuReport();

@@ -15,7 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import * as ort from 'onnxruntime-node';
-import { median, timed } from './timing.js';
+import { image, median, timed } from './timing.js';
 import { ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
 
 const { values: args } = parseArgs({ options: { rounds: { type: 'string', default: '2' } } });
@@ -30,7 +30,6 @@ execFileSync(python, [path.join(ROOT, 'tools', 'make_bench_models.py'), path.joi
 const bundle = path.join(temp.dir, 'generated', 'resnet50');
 const repo = makeRepository(temp.dir, { resnet50: bundle });
 
-const image = (/** @type {number} */ n) => Float32Array.from({ length: n * 3 * 224 * 224 }, (_, i) => Math.sin(i * 0.001));
 
 const model = readFileSync(path.join(bundle, 'model.onnx'));
 const raw = {

@@ -1,4 +1,5 @@
-// What the benchmarks' timed loops share: the median, and a run timed after its warm-up.
+// What the benchmarks' timed loops share: the median, a run timed after its warm-up, and the
+// ResNet-50 input they feed.
 
 /** The median of `xs` (the upper one of an even count). */
 export const median = (/** @type {number[]} */ xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -21,3 +22,6 @@ export async function timed(calls, run, { warmups = 3, idleMs = 0 } = {}) {
   }
   return median(ms);
 }
+
+/** `n` ResNet-50 inputs (3x224x224 float32 each), deterministic and not all zeros. */
+export const image = (/** @type {number} */ n) => Float32Array.from({ length: n * 3 * 224 * 224 }, (_, i) => Math.sin(i * 0.001));

@@ -206,7 +206,6 @@ function readWarmupData(problems: Problems, dir: string, files: Readonly<Record<
   return data;
 }
 
-
 /**
  * Parse a manifest's text for the bundle in `dir` (whose directory name is the model name).
  * Throws one BundleInvalidError listing every problem found.

@@ -73,7 +73,6 @@ function trialInputs(spec: ModelSpec): { tensors: Tensor[]; request: string } {
   return { tensors, request: fromBundle.length ? `the bundle's warm-up data for ${fromBundle.join(', ')}${others}` : 'zeros' };
 }
 
-
 /** Load `models` of `repo` in a server of their own, run each once (trialInputs), stop the server. */
 export async function trialLoad(repo: string, models: readonly string[], options: TrialOptions = {}): Promise<TrialResult[]> {
   const cacheDir = mkdtempSync(path.join(os.tmpdir(), 'stowage-trial-'));

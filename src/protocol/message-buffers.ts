@@ -13,11 +13,13 @@
 import type * as grpc from '@grpc/grpc-js';
 
 const owning = new WeakSet<object>();
+/** grpc-js's message prefix (compressed flag and length) before the bytes it deserializes. */
+const GRPC_PREFIX_BYTES = 5;
 
-/** Whether `message` (the deserializer's argument) is the whole of its ArrayBuffer but grpc-js's 5-byte prefix. */
-function ownsArrayBuffer(message: Buffer): boolean {
-  const memory = message.buffer;
-  return !(memory instanceof SharedArrayBuffer) && message.byteOffset === 5 && memory.byteLength === message.byteLength + 5;
+/** Whether `bytes` is the whole of its (non-shared) ArrayBuffer but the `prefix` bytes before it. */
+function ownsArrayBuffer(bytes: Buffer, prefix: number): boolean {
+  const memory = bytes.buffer;
+  return !(memory instanceof SharedArrayBuffer) && bytes.byteOffset === prefix && memory.byteLength === bytes.byteLength + prefix;
 }
 
 /**
@@ -26,8 +28,7 @@ function ownsArrayBuffer(message: Buffer): boolean {
  * owns its bytes as a large gRPC message does: its tensors go to the device as they are.
  */
 export function markOwnedBody(request: object, body: Buffer): void {
-  const memory = body.buffer;
-  if (!(memory instanceof SharedArrayBuffer) && body.byteOffset === 0 && memory.byteLength === body.byteLength) owning.add(request);
+  if (ownsArrayBuffer(body, 0)) owning.add(request);
 }
 
 /** True when `request`'s bytes are views of an ArrayBuffer that belongs to it alone (see the header). */
@@ -45,7 +46,7 @@ export function markOwnedBuffers(definition: grpc.ServiceDefinition, methods: re
       ...method,
       requestDeserialize: (message: Buffer) => {
         const request = deserialize(message);
-        if (ownsArrayBuffer(message)) owning.add(request);
+        if (ownsArrayBuffer(message, GRPC_PREFIX_BYTES)) owning.add(request);
         return request;
       },
     };

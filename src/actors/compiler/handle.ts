@@ -10,11 +10,11 @@ import type { Worker } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 import type { CompiledModel, CompileResult, CompileTask, ReadyTask } from '../../shared/channels/compiler.js';
 import { MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
+import { errors, fromErrorData } from '../../shared/errors.js';
+import type { ModelSpec } from '../../shared/model-spec.js';
 
 /** How long `close` waits for a thread still loading (it loads in well under a second). */
 const COMPILER_LOAD_WAIT_MS = 10_000;
-import { errors, fromErrorData } from '../../shared/errors.js';
-import type { ModelSpec } from '../../shared/model-spec.js';
 
 export class Compiler {
   readonly #pool: Piscina;

@@ -23,6 +23,7 @@ import type { DeviceMemory, DeviceName, OrtOutput, OrtSession, OrtTensor } from 
 import { allocateDeviceMemory } from '../../native/ort.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import type { TensorSpec } from '../../shared/model-spec.js';
+import { outputBytes } from './ort-tensors.js';
 
 /** New graphs for new weight addresses, per batch size, before graphs are given up for the executable. */
 export const MAX_RECAPTURES = 2;
@@ -143,7 +144,7 @@ export class CudaGraphs {
     let at = 0;
     const place = (t: TensorSpec) => {
       const dims = t.shape.map((d, i) => (i === t.batchDim ? batch : d));
-      const bytes = dims.reduce((a, b) => a * b, 1) * dtypeInfo(t.datatype).elementBytes;
+      const bytes = outputBytes(t.datatype, dims) ?? 0; // graphRefusal keeps out what has no fixed size
       const offset = at;
       at += align(Math.max(bytes, 1));
       return { name: t.name, type: dtypeInfo(t.datatype).onnxType, dims, offset, bytes };

@@ -29,7 +29,6 @@ import type { HostTensor, OrtOutput, OrtSession, OrtTensor } from '../../native/
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
 import type { Staging } from './staging.js';
-import { isOutOfMemory } from './session-memory.js';
 
 export interface ExecutionContext {
   deviceId: number;
@@ -245,8 +244,7 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
       }
       const message = (err as Error).message;
       // A new batch size's activations can be what the GPU has no room for.
-      if (models.sessionMemory && isOutOfMemory(message)) throw models.sessionMemory.exhausted(name, `running a batch of ${runBatch}`, message);
-      throw errors.executionFailed(name, message);
+      throw models.sessionMemory?.exhausted(name, `running a batch of ${runBatch}`, message) ?? errors.executionFailed(name, message);
     } finally {
       ctx.running = null;
     }

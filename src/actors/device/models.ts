@@ -18,7 +18,7 @@ import { warmUp, type WarmupOutcome } from './warmup.js';
 import type { QueuePolicy, Scheduler } from './scheduler.js';
 import type { InferCommand } from '../../shared/channels/device.js';
 import type { HostBuffer, ResidencyOutcome, TensorSource, WeightCache } from './weight-cache.js';
-import { isOutOfMemory, type SessionMemory } from './session-memory.js';
+import type { SessionMemory } from './session-memory.js';
 
 export interface LoadedModel {
   spec: ModelSpec;
@@ -129,7 +129,7 @@ export class DeviceModels {
     const memory = this.sessionMemory;
     const freeBefore = memory?.free() ?? 0;
     // The GPU ran out: say where its memory went rather than ONNX Runtime's bare words.
-    const outOfMemory = (err: unknown, doing: string) => (memory && isOutOfMemory((err as Error).message) ? memory.exhausted(spec.name, doing, (err as Error).message) : err);
+    const outOfMemory = (err: unknown, doing: string) => memory?.exhausted(spec.name, doing, (err as Error).message) ?? null;
     let outcome: ResidencyOutcome<InstanceKey> | undefined;
     try {
       if (cache && !compiled) throw errors.internal(`model ${spec.name} reached device ${this.#init.deviceId} uncompiled while its weight cache is on`);
@@ -141,7 +141,7 @@ export class DeviceModels {
       outcome = cache?.add(instance, spec.name, policy.residency, tensorSources(sessions.values()), host.buffer);
     } catch (err) {
       await releaseAll(sessions.values());
-      throw outOfMemory(err, 'opening its sessions');
+      throw outOfMemory(err, 'opening its sessions') ?? err;
     }
     // Warm-up before ready: the model comes on (if it is not on already) and runs once per batch size.
     let warmup: WarmupOutcome | null = null;
@@ -155,7 +155,8 @@ export class DeviceModels {
       } catch (err) {
         cache?.remove(instance);
         await releaseAll(sessions.values());
-        if (memory && isOutOfMemory((err as Error).message)) throw outOfMemory(err, 'warming it up');
+        const exhausted = outOfMemory(err, 'warming it up');
+        if (exhausted) throw exhausted;
         const on = Object.keys(spec.warmupData).length > 0 ? `the bundle's warm-up data (warmup.data: ${Object.keys(spec.warmupData).join(', ')})` : 'zeros';
         throw errors.bundleInvalid(spec.name, 'model.onnx', `its warm-up run on ${on} failed (set scheduler.models.${spec.name}.warmup: false to skip it): ${(err as Error).message}`);
       }

@@ -75,8 +75,12 @@ export class SessionMemory {
     return `the ${all.length} loaded ${all.length === 1 ? 'model\'s' : 'models\''} sessions hold ${mib(sum)} (the largest ${mib(Math.max(...all))})`;
   }
 
-  /** The error for `model` when ONNX Runtime said `message` (an isOutOfMemory one) while `doing`. */
-  exhausted(model: string, doing: string, message: string): StowageError {
+  /**
+   * The error for `model` when ONNX Runtime said `message` while `doing`, if that is the GPU running
+   * out of memory (isOutOfMemory); null for any other failure (the caller's error stands).
+   */
+  exhausted(model: string, doing: string, message: string): StowageError | null {
+    if (!isOutOfMemory(message)) return null;
     const o = this.#o;
     const limit = o.ortArenaLimitBytes > 0
       ? `ONNX Runtime's arena is limited to ${mib(o.ortArenaLimitBytes)} per session (runtime.cuda.ort_arena_limit_bytes): raise it, or`
