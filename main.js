@@ -6,8 +6,8 @@ import { existsSync } from 'node:fs';
 // from here: the process re-executes itself with them (execve: the same PID, stdio and
 // environment) before doing anything else. `--initial-old-space-size=128`: with V8's own sizing
 // the main thread's heap stayed near 18 MB and V8 ran a full collection every ~10 requests of
-// 600 KiB (~1 ms of the main thread each request); with it, 2.2x the requests/s at 600 KiB and
-// 1.4x at 8 MiB one at a time, the same at small payloads, and the same resident memory after
+// 600 KiB (~1 ms of the main thread each request); with it, 2.21x the requests/s at 600 KiB and
+// 1.28x at 8 MiB one at a time, the same at small payloads, and the same resident memory after
 // load (`node bench/front-end.js --v8=...`, docs/performance.md). STOWAGE_V8_FLAGS replaces the
 // list (empty: none); a flag given to node by hand is kept and not given twice.
 const flags = (process.env.STOWAGE_V8_FLAGS ?? '--initial-old-space-size=128').split(/\s+/).filter(Boolean);

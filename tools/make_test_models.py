@@ -20,6 +20,8 @@
   (unsupported.onnx an operator ONNX Runtime lacks, bf16.onnx and float8.onnx outputs Node or
   KServe cannot carry, clash.onnx an input and an output of one name, unbatched.onnx no batch
   axis, ragged.onnx a batch axis on some tensors only).
+- graphs/expand.onnx: y = Expand(x, shape): an output as large as the shape the caller gives, so a
+  run can ask ONNX Runtime's allocator for more memory than there is (the out-of-memory tests).
 
 Run:  python tools/make_test_models.py   (needs onnx)
 """
@@ -203,6 +205,9 @@ def graph_files():
           [value("y", TensorProto.FLOAT, [2, 3])])
     write("ragged", [helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], x,
           [value("y", TensorProto.FLOAT, [])])
+    write("expand", [helper.make_node("Expand", ["x", "shape"], ["y"])],
+          [value("x", TensorProto.FLOAT, [1]), value("shape", TensorProto.INT64, [1])],
+          [value("y", TensorProto.FLOAT, ["m"])])
 
 
 if __name__ == "__main__":

@@ -7,16 +7,7 @@
 import path from 'node:path';
 import { byOrtType, dtypeInfo } from '../shared/dtypes.js';
 import { BundleInvalidError } from '../shared/errors.js';
-import type { ExecutableFile, ModelSpec, TensorSpec } from '../shared/model-spec.js';
-
-/** What onnxruntime-node's `session.inputMetadata` / `outputMetadata` give for a tensor. */
-export interface GraphTensor {
-  name: string;
-  isTensor: boolean;
-  type?: string;
-  /** Numbers for fixed dimensions, strings (or -1) for symbolic ones. */
-  shape?: ReadonlyArray<number | string>;
-}
+import type { ExecutableFile, GraphTensor, ModelSpec, TensorSpec } from '../shared/model-spec.js';
 
 function checkSide(spec: ModelSpec, file: ExecutableFile, side: 'input' | 'output',
   declared: readonly TensorSpec[], graph: readonly GraphTensor[]): string[] {

@@ -18,7 +18,7 @@ import { BundleInvalidError, StowageError } from '../shared/errors.js';
 import { readGraphFile, type GraphFileTensor } from './graph-file.js';
 import { draftManifest } from './draft.js';
 import { MANIFEST_FILE, readManifest } from '../bundle/manifest.js';
-import type { GraphTensor } from '../bundle/signature.js';
+import type { GraphTensor } from '../shared/model-spec.js';
 import { trialLoad, type TrialResult } from './trial.js';
 
 export const BUNDLE_USAGE = `usage:

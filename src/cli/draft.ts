@@ -13,7 +13,7 @@
  * - every tensor still missing a letter is one problem, with a suggested flag.
  */
 import { byOrtType } from '../shared/dtypes.js';
-import type { GraphTensor } from '../bundle/signature.js';
+import type { GraphTensor } from '../shared/model-spec.js';
 
 export interface DraftOptions {
   /** The model name (the bundle directory's name). */

@@ -8,17 +8,8 @@
  * so that a self-describing graph needs no --axes.
  */
 import { readFields, readString, WIRE_LEN } from '../shared/protobuf-wire.js';
+import { MODEL_GRAPH, GRAPH_INPUT, GRAPH_OUTPUT, VALUE_INFO_NAME, VALUE_INFO_TYPE, TYPE_TENSOR, TYPE_TENSOR_ELEM_TYPE, TYPE_TENSOR_SHAPE, SHAPE_DIM, DIM_DENOTATION } from '../shared/onnx-fields.js';
 
-const MODEL_GRAPH = 7;
-const GRAPH_INPUT = 11;
-const GRAPH_OUTPUT = 12;
-const VALUE_INFO_NAME = 1;
-const VALUE_INFO_TYPE = 2;
-const TYPE_TENSOR = 1;
-const TYPE_TENSOR_ELEM_TYPE = 1;
-const TYPE_TENSOR_SHAPE = 2;
-const SHAPE_DIM = 1;
-const DIM_DENOTATION = 3;
 
 const sub = (fields: ReturnType<typeof readFields>, field: number) => fields.find((f) => f.field === field && f.wireType === WIRE_LEN)?.payload;
 

@@ -82,10 +82,11 @@ function toRaw(t: Tensor): Buffer {
 
 /** Raw output bytes into typed data; copies, so the result is aligned whatever the message layout. */
 export function fromRaw(datatype: string, raw: Uint8Array): TensorData {
+  // copy: each BYTES element into a buffer of its own (the caller may keep it past the message)
   if (datatype === 'BYTES') return (splitBytesElements(raw) ?? []).map((e) => new Uint8Array(e));
   const Typed = byDatatype(datatype)?.typedArray as Float32ArrayConstructor | undefined;
   if (!Typed) throw new Error(`unknown datatype ${datatype}`);
-  const copy = new Uint8Array(raw);
+  const copy = new Uint8Array(raw); // copy: the output out of the message, aligned for its typed view
   return new Typed(copy.buffer, 0, copy.byteLength / Typed.BYTES_PER_ELEMENT);
 }
 

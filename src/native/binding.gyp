@@ -11,7 +11,7 @@
     },
     {
       "target_name": "stowage_ort",
-      "sources": ["ort.cc", "cuda.cc"],
+      "sources": ["ort.cc", "cuda.cc", "failure.cc", "buffers.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "ort-include"],
       "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED", "NAPI_CPP_EXCEPTIONS"],
       "cflags_cc": ["-std=c++17", "-fexceptions", "-frtti", "-Wall", "-Wextra", "-Wno-unused-parameter"],

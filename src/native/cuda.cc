@@ -1,8 +1,12 @@
 // CUDA for the binding, loaded at run time (cuda.h): the libraries the CUDA execution provider
-// needs, the GPUs as NVML describes them, and host memory pinned for fast host-to-device copies.
+// needs, the GPUs as NVML describes them, host memory pinned for fast host-to-device copies, and
+// device memory with its copies.
 // Nothing here links against CUDA: a machine with no GPU builds and loads the binding unchanged,
 // and every call answers a clear error there instead.
 #include "cuda.h"
+
+#include "buffers.h"
+#include "failure.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -50,7 +54,7 @@ void* open(const std::string& name, const std::vector<std::string>& dirs, std::s
 template <typename F>
 void bind(void* lib, const char* symbol, F& fn) {
   fn = reinterpret_cast<F>(dlsym(lib, symbol));
-  if (!fn) throw std::runtime_error(std::string("libcudart.so.13 has no ") + symbol);
+  if (!fn) throw stowage::Failure(stowage::Origin::Binding, 0, std::string("libcudart.so.13 has no ") + symbol);
 }
 
 }  // namespace
@@ -63,7 +67,72 @@ void check(int err, const std::string& what) {
   if (err == 0) return;
   if (loaded && table.getLastError) table.getLastError();
   const char* message = loaded && table.getErrorString ? table.getErrorString(err) : "unknown error";
-  throw std::runtime_error(what + ": " + message + " (CUDA error " + std::to_string(err) + ")");
+  throw stowage::CudaFailure(err, what + ": " + message + " (CUDA error " + std::to_string(err) + ")");
+}
+
+namespace {
+
+const Runtime& loadedRuntime() {
+  if (!loaded) throw stowage::ArgumentError("the CUDA runtime is not loaded (cudaLoad first)");
+  return table;
+}
+
+}  // namespace
+
+void* deviceAlloc(int ordinal, size_t bytes, const std::string& device) {
+  const Runtime& rt = loadedRuntime();
+  void* p = nullptr;
+  check(rt.setDevice(ordinal), "device " + device);
+  check(rt.malloc(&p, bytes ? bytes : 1), "device " + device + ": cudaMalloc of " + std::to_string(bytes) + " bytes");
+  return p;
+}
+
+void deviceFree(int ordinal, void* data) noexcept {
+  if (!loaded || !data) return;
+  table.setDevice(ordinal);
+  table.free(data);
+  table.getLastError();  // a failure here has nobody to tell, and must not fail ONNX Runtime's next launch
+}
+
+void copyToDevice(int ordinal, void* dst, const void* src, size_t bytes, bool wait, const std::string& what) {
+  const Runtime& rt = loadedRuntime();
+  check(rt.setDevice(ordinal), what);
+  // copy: host to GPU (the weight arena's loads, a graph's inputs)
+  if (!wait) {
+    check(rt.memcpyAsync(dst, src, bytes, kHostToDevice, nullptr), what);
+    return;
+  }
+  check(rt.memcpy(dst, src, bytes, kHostToDevice), what);  // copy: (as above)
+  check(rt.streamSynchronize(nullptr), what);
+}
+
+void copyToHost(int ordinal, void* dst, const void* src, size_t bytes, const std::string& what) {
+  const Runtime& rt = loadedRuntime();
+  check(rt.setDevice(ordinal), what);
+  check(rt.memcpy(dst, src, bytes, kDeviceToHost), what);  // copy: GPU to host (a graph's outputs)
+  check(rt.streamSynchronize(nullptr), what);
+}
+
+void moveWithin(int ordinal, uint8_t* base, size_t to, size_t from, size_t length, const std::string& what) {
+  if (length == 0 || to == from) return;
+  const Runtime& rt = loadedRuntime();
+  check(rt.setDevice(ordinal), what);
+  // cudaMemcpy leaves overlapping ranges undefined: copy in pieces no longer than the distance
+  // moved, in the order that never overwrites bytes still to be read.
+  size_t distance = to > from ? to - from : from - to;
+  for (size_t done = 0; done < length;) {
+    size_t piece = std::min(distance, length - done);
+    size_t at = to < from ? done : length - done - piece;
+    check(rt.memcpy(base + to + at, base + from + at, piece, kDeviceToDevice), what);  // copy: compaction, within the GPU
+    done += piece;
+  }
+  check(rt.streamSynchronize(nullptr), what);
+}
+
+void synchronize(int ordinal, const std::string& what) {
+  const Runtime& rt = loadedRuntime();
+  check(rt.setDevice(ordinal), what);
+  check(rt.streamSynchronize(nullptr), what);
 }
 
 size_t cudnnVersion() {
@@ -197,12 +266,6 @@ bool loadNvml() {
   return true;
 }
 
-Napi::Error cudaError(Napi::Env e, const std::string& message) {
-  Napi::Error err = Napi::Error::New(e, message);
-  err.Set("code", Napi::String::New(e, "ERR_CUDA"));
-  return err;
-}
-
 // cudaLoad(dirs: string[]): { loaded: string[], missing: string[] }
 Napi::Value CudaLoad(const Napi::CallbackInfo& info) {
   Napi::Env e = info.Env();
@@ -212,12 +275,7 @@ Napi::Value CudaLoad(const Napi::CallbackInfo& info) {
     for (uint32_t i = 0; i < list.Length(); i++) if (list.Get(i).IsString()) dirs.push_back(list.Get(i).As<Napi::String>().Utf8Value());
   }
   std::vector<std::string> from;
-  std::vector<std::string> missing;
-  try {
-    missing = load(dirs, from);
-  } catch (const std::exception& err) {
-    throw cudaError(e, err.what());
-  }
+  std::vector<std::string> missing = load(dirs, from);
   Napi::Object out = Napi::Object::New(e);
   Napi::Array l = Napi::Array::New(e, from.size());
   for (size_t i = 0; i < from.size(); i++) l.Set(i, from[i]);
@@ -232,8 +290,7 @@ Napi::Value CudaLoad(const Napi::CallbackInfo& info) {
 // NVML's description where NVML is there. Creates no CUDA context.
 Napi::Value CudaDevices(const Napi::CallbackInfo& info) {
   Napi::Env e = info.Env();
-  const Runtime* rt = runtime();
-  if (!rt) throw cudaError(e, "the CUDA runtime is not loaded (cudaLoad first)");
+  const Runtime* rt = &loadedRuntime();
   Napi::Object out = Napi::Object::New(e);
   int count = 0;
   int rc = rt->getDeviceCount(&count);
@@ -291,17 +348,12 @@ Napi::Value CudaDevices(const Napi::CallbackInfo& info) {
 // device (makes the calling thread's context there: call it from the device's own thread).
 Napi::Value CudaMemoryInfo(const Napi::CallbackInfo& info) {
   Napi::Env e = info.Env();
-  const Runtime* rt = runtime();
-  if (!rt) throw cudaError(e, "the CUDA runtime is not loaded (cudaLoad first)");
-  if (info.Length() < 1 || !info[0].IsNumber()) throw cudaError(e, "cudaMemoryInfo(ordinal): ordinal must be a number");
+  const Runtime& rt = loadedRuntime();
+  if (info.Length() < 1 || !info[0].IsNumber()) throw stowage::ArgumentError("cudaMemoryInfo(ordinal): ordinal must be a number");
   int ordinal = info[0].As<Napi::Number>().Int32Value();
   size_t freeBytes = 0, totalBytes = 0;
-  try {
-    check(rt->setDevice(ordinal), "cudaSetDevice(" + std::to_string(ordinal) + ")");
-    check(rt->memGetInfo(&freeBytes, &totalBytes), "cudaMemGetInfo");
-  } catch (const std::exception& err) {
-    throw cudaError(e, err.what());
-  }
+  check(rt.setDevice(ordinal), "cudaSetDevice(" + std::to_string(ordinal) + ")");
+  check(rt.memGetInfo(&freeBytes, &totalBytes), "cudaMemGetInfo");
   Napi::Object out = Napi::Object::New(e);
   out.Set("freeBytes", static_cast<double>(freeBytes));
   out.Set("totalBytes", static_cast<double>(totalBytes));
@@ -329,57 +381,31 @@ class PinnedHost : public Napi::ObjectWrap<PinnedHost> {
   }
 
   explicit PinnedHost(const Napi::CallbackInfo& info) : Napi::ObjectWrap<PinnedHost>(info) {
-    Napi::Env e = info.Env();
-    const Runtime* rt = runtime();
-    if (!rt) throw cudaError(e, "pinHost: the CUDA runtime is not loaded (cudaLoad first)");
-    if (info.Length() < 1) throw cudaError(e, "pinHost(buffer): buffer must be an ArrayBuffer, SharedArrayBuffer or a view of one");
-    Napi::Value v = info[0];
-    if (v.IsArrayBuffer()) {
-      Napi::ArrayBuffer ab = v.As<Napi::ArrayBuffer>();
-      data_ = ab.Data();
-      bytes_ = ab.ByteLength();
-    } else if (v.IsTypedArray() || v.IsDataView()) {
-      napi_value ab;
-      void* p = nullptr;
-      size_t length = 0;
-      if (v.IsTypedArray()) {
-        napi_typedarray_type type;
-        size_t offset = 0;
-        napi_get_typedarray_info(e, v, &type, &length, &p, &ab, &offset);
-        length *= Napi::TypedArray(e, v).ElementSize();
-      } else {
-        size_t offset = 0;
-        napi_get_dataview_info(e, v, &length, &p, &ab, &offset);
-      }
-      data_ = p;
-      bytes_ = length;
-    } else {
-      // A SharedArrayBuffer: N-API (version 8) has no accessor for it; a view of it is the way in.
-      throw cudaError(e, "pinHost(buffer): buffer must be an ArrayBuffer or a view (for a SharedArrayBuffer, pass a Uint8Array over it)");
-    }
-    if (bytes_ == 0) return;  // nothing to register
-    keep_ = Napi::Persistent(v.As<Napi::Object>());
-    std::lock_guard<std::mutex> lock(pinMutex);
-    auto at = pins.find(data_);
-    if (at != pins.end()) {
-      if (at->second.first < bytes_) throw cudaError(e, "pinHost: the buffer's start is pinned already with a shorter length");
-      at->second.second++;
-      return;
-    }
-    int rc = rt->hostRegister(data_, bytes_, 1 /* cudaHostRegisterPortable: every device's context */);
-    if (rc != 0) {
-      rt->getLastError();
-      keep_.Reset();
-      std::string msg = std::string("cudaHostRegister of ") + std::to_string(bytes_) + " bytes: " + rt->getErrorString(rc);
-      data_ = nullptr;
-      throw cudaError(e, msg);
-    }
-    pins[data_] = {bytes_, 1};
+    stowage::entry(info.Env(), [&] { pin(info); });
   }
 
   ~PinnedHost() override { unpin(); }
 
  private:
+  void pin(const Napi::CallbackInfo& info) {
+    // The same checks as every buffer the binding takes: a detached one is refused, not pinned at 0 bytes.
+    stowage::Bytes host = stowage::bytesOf(info.Length() > 0 ? info[0] : info.Env().Undefined(), "pinHost(buffer)");
+    const Runtime& rt = loadedRuntime();
+    if (host.length == 0) return;  // nothing to register
+    std::lock_guard<std::mutex> lock(pinMutex);
+    auto at = pins.find(host.data);
+    if (at != pins.end()) {
+      if (at->second.first < host.length) throw stowage::ArgumentError("pinHost: the buffer's start is pinned already with a shorter length");
+      at->second.second++;
+    } else {
+      check(rt.hostRegister(host.data, host.length, 1 /* cudaHostRegisterPortable: every device's context */), "cudaHostRegister of " + std::to_string(host.length) + " bytes");
+      pins[host.data] = {host.length, 1};
+    }
+    data_ = host.data;
+    bytes_ = host.length;
+    keep_ = Napi::Persistent(host.holder);
+  }
+
   void unpin() {
     if (!data_ || bytes_ == 0) return;
     std::lock_guard<std::mutex> lock(pinMutex);
@@ -409,9 +435,9 @@ class PinnedHost : public Napi::ObjectWrap<PinnedHost> {
 }  // namespace
 
 void define(Napi::Env e, Napi::Object exports) {
-  exports.Set("cudaLoad", Napi::Function::New(e, CudaLoad));
-  exports.Set("cudaDevices", Napi::Function::New(e, CudaDevices));
-  exports.Set("cudaMemoryInfo", Napi::Function::New(e, CudaMemoryInfo));
+  exports.Set("cudaLoad", Napi::Function::New(e, stowage::entered<CudaLoad>));
+  exports.Set("cudaDevices", Napi::Function::New(e, stowage::entered<CudaDevices>));
+  exports.Set("cudaMemoryInfo", Napi::Function::New(e, stowage::entered<CudaMemoryInfo>));
   exports.Set("PinnedHost", PinnedHost::Define(e));
 }
 

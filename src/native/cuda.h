@@ -1,11 +1,15 @@
 // The CUDA runtime, NVML and cuDNN as the binding uses them: loaded at run time (dlopen), never
 // linked, so the binding builds and runs on a machine with no GPU and no CUDA toolkit. Only the
 // calls Stowage makes are declared, with the C ABI the libraries export (CUDA 13, NVML, cuDNN 9).
+// Everything the binding does with CUDA is here: loading it, describing the GPUs, pinned host
+// memory, and device memory with its copies (ort.cc binds tensors over that memory; it makes no
+// CUDA call of its own). Failures throw stowage::CudaFailure with CUDA's error number.
 #pragma once
 
 #include <napi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -43,10 +47,27 @@ const Runtime* runtime();
 // libraries it could not load (empty when all loaded); idempotent.
 std::vector<std::string> load(const std::vector<std::string>& dirs, std::vector<std::string>& loadedFrom);
 
-// Throws std::runtime_error("<what>: <CUDA's message>") when `err` is not cudaSuccess, after
-// clearing the thread's last error: ONNX Runtime's CUDA kernels check cudaGetLastError() after
-// each launch, and would fail on ours.
+// Throws stowage::CudaFailure(err, "<what>: <CUDA's message> (CUDA error <err>)") when `err` is not
+// cudaSuccess, after clearing the thread's last error: ONNX Runtime's CUDA kernels check
+// cudaGetLastError() after each launch, and would fail on ours.
 void check(int err, const std::string& what);
+
+// Device memory on GPU `ordinal` (cudaMalloc; at least a byte, so that an empty block still has an
+// address of its own). `device` names it in messages ("cuda:0").
+void* deviceAlloc(int ordinal, size_t bytes, const std::string& device);
+// Frees what deviceAlloc gave; never throws (it runs in destructors).
+void deviceFree(int ordinal, void* data) noexcept;
+// Host -> device. From pinned memory this runs at the bus's speed. The copy goes on the legacy
+// default stream, which ONNX Runtime's kernels (on a stream of their own) do not wait for, so it is
+// waited for before returning, unless `wait` is false: then the caller calls synchronize() after
+// its last copy and keeps `src` alive and unchanged until then.
+void copyToDevice(int ordinal, void* dst, const void* src, size_t bytes, bool wait, const std::string& what);
+// Device -> host, waited for.
+void copyToHost(int ordinal, void* dst, const void* src, size_t bytes, const std::string& what);
+// [from, from + length) to [to, to + length) within one allocation, overlapping ranges allowed.
+void moveWithin(int ordinal, uint8_t* base, size_t to, size_t from, size_t length, const std::string& what);
+// Every copy issued on the default stream without waiting has landed.
+void synchronize(int ordinal, const std::string& what);
 
 // cuDNN's version (e.g. 91900 for 9.19.0), or 0 when cuDNN is not loaded.
 size_t cudnnVersion();

@@ -12,7 +12,7 @@ import { ortAddon, ortLibraryPath, type NativeCudaDevices, type PinnedHost } fro
 
 export type { PinnedHost };
 
-/** Where `npm run cuda:install` puts the CUDA libraries (tools/install-cuda.mjs). */
+/** Where `npm run cuda:install` puts the CUDA libraries (tools/install-cuda.py). */
 export const CUDA_INSTALL_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '.stowage', 'cuda', 'lib');
 /** What a user runs to get the CUDA provider and its libraries. */
 export const CUDA_INSTALL_COMMAND = 'npm run cuda:install';

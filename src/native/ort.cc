@@ -12,8 +12,12 @@
 //   - inputs bound once and kept (a weightless session's weights), per session;
 //   - runs on a libuv thread, resolving a promise, so the calling thread keeps taking messages;
 //     a run in flight can be terminated;
-//   - errors as JavaScript errors carrying ONNX Runtime's code and message; bad arguments are
-//     refused before anything reaches ONNX Runtime.
+//   - errors as JavaScript errors carrying their origin and its number (failure.h: ONNX Runtime's
+//     OrtErrorCode, CUDA's error number, out of memory); bad arguments are refused before anything
+//     reaches ONNX Runtime.
+//
+// Every ONNX Runtime handle the binding makes is owned (Owned<T>, Held, RunState) from the call
+// that makes it, so no path leaks one; CUDA is cuda.cc's (device memory and its copies included).
 //
 // Ownership: a tensor handed to `run` or `bindInput` must not be detached (transferred) while a
 // run may read or write it: the session keeps a reference to every buffer it uses, which keeps it
@@ -33,7 +37,9 @@
 #include <utility>
 #include <vector>
 
+#include "buffers.h"
 #include "cuda.h"
+#include "failure.h"
 #include "onnxruntime_c_api.h"
 
 namespace {
@@ -48,52 +54,50 @@ std::mutex initMutex;
 // Whether the environment has process-wide thread pools that sessions may share.
 bool globalPools = false;
 
-// An ONNX Runtime failure, kept as its code and message until it reaches JavaScript.
-struct OrtFailure : std::runtime_error {
-  OrtErrorCode code;
-  OrtFailure(OrtErrorCode c, const std::string& message) : std::runtime_error(message), code(c) {}
-};
+using stowage::ArgumentError;
+using stowage::Bytes;
+using stowage::bytesOf;
+using stowage::entry;
 
-// A refusal of the caller's arguments, before ONNX Runtime sees them.
-struct ArgumentError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+// ONNX Runtime's handles, each released by its own Release function when its owner goes.
+struct OrtRelease {
+  void operator()(OrtStatus* p) const { ort->ReleaseStatus(p); }
+  void operator()(OrtEnv* p) const { ort->ReleaseEnv(p); }
+  void operator()(OrtThreadingOptions* p) const { ort->ReleaseThreadingOptions(p); }
+  void operator()(OrtSessionOptions* p) const { ort->ReleaseSessionOptions(p); }
+  void operator()(OrtTensorTypeAndShapeInfo* p) const { ort->ReleaseTensorTypeAndShapeInfo(p); }
+  void operator()(OrtTypeInfo* p) const { ort->ReleaseTypeInfo(p); }
+  void operator()(OrtCUDAProviderOptionsV2* p) const { ort->ReleaseCUDAProviderOptions(p); }
+  void operator()(OrtRunOptions* p) const { ort->ReleaseRunOptions(p); }
+  void operator()(OrtValue* p) const { ort->ReleaseValue(p); }
+  void operator()(OrtMemoryInfo* p) const { ort->ReleaseMemoryInfo(p); }
+  void operator()(OrtSession* p) const { ort->ReleaseSession(p); }
+  void operator()(OrtIoBinding* p) const { ort->ReleaseIoBinding(p); }
+  // Strings and arrays ONNX Runtime's default allocator made for us.
+  void operator()(char* p) const { allocator->Free(allocator, p); }
+  void operator()(OrtValue** p) const { allocator->Free(allocator, p); }
 };
+template <typename T>
+using Owned = std::unique_ptr<T, OrtRelease>;
+
+// A handle ONNX Runtime makes through an out-parameter, owned from the moment it exists:
+// `Owned<OrtTypeInfo> info = made<OrtTypeInfo>([&](OrtTypeInfo** out) { return ort->...(..., out); });`
+template <typename T, typename Make>
+Owned<T> made(Make&& make);
 
 void check(OrtStatus* status) {
   if (!status) return;
-  OrtErrorCode code = ort->GetErrorCode(status);
-  std::string message = ort->GetErrorMessage(status);
-  ort->ReleaseStatus(status);
-  throw OrtFailure(code, message);
+  Owned<OrtStatus> owned(status);
+  throw stowage::OrtFailure(ort->GetErrorCode(status), ort->GetErrorMessage(status));
 }
 
-const char* codeName(OrtErrorCode code) {
-  switch (code) {
-    case ORT_FAIL: return "ORT_FAIL";
-    case ORT_INVALID_ARGUMENT: return "ORT_INVALID_ARGUMENT";
-    case ORT_NO_SUCHFILE: return "ORT_NO_SUCHFILE";
-    case ORT_NO_MODEL: return "ORT_NO_MODEL";
-    case ORT_ENGINE_ERROR: return "ORT_ENGINE_ERROR";
-    case ORT_RUNTIME_EXCEPTION: return "ORT_RUNTIME_EXCEPTION";
-    case ORT_INVALID_PROTOBUF: return "ORT_INVALID_PROTOBUF";
-    case ORT_MODEL_LOADED: return "ORT_MODEL_LOADED";
-    case ORT_NOT_IMPLEMENTED: return "ORT_NOT_IMPLEMENTED";
-    case ORT_INVALID_GRAPH: return "ORT_INVALID_GRAPH";
-    case ORT_EP_FAIL: return "ORT_EP_FAIL";
-    default: return "ORT_ERROR";
-  }
-}
-
-Napi::Error toJs(Napi::Env jsEnv, const std::exception& err) {
-  Napi::Error e = Napi::Error::New(jsEnv, err.what());
-  if (auto failure = dynamic_cast<const OrtFailure*>(&err)) {
-    e.Set("code", Napi::String::New(jsEnv, codeName(failure->code)));
-  } else if (dynamic_cast<const ArgumentError*>(&err)) {
-    e.Set("code", Napi::String::New(jsEnv, "ERR_ORT_ARGUMENT"));
-  } else {
-    e.Set("code", Napi::String::New(jsEnv, "ERR_ORT_BINDING"));
-  }
-  return e;
+template <typename T, typename Make>
+Owned<T> made(Make&& make) {
+  T* out = nullptr;
+  OrtStatus* status = make(&out);
+  Owned<T> owned(out);
+  check(status);
+  return owned;
 }
 
 void requireInit() {
@@ -163,49 +167,6 @@ size_t offsetOf(const Napi::Value& v, const std::string& what) {
   return static_cast<size_t>(offset);
 }
 
-// The bytes of an ArrayBuffer or a view of one, with the object that keeps them alive.
-struct Bytes {
-  uint8_t* data = nullptr;
-  size_t length = 0;
-  Napi::Object holder;
-};
-
-Bytes bytesOf(const Napi::Value& value, const std::string& what) {
-  Bytes b;
-  if (value.IsArrayBuffer()) {
-    Napi::ArrayBuffer ab = value.As<Napi::ArrayBuffer>();
-    if (ab.IsDetached()) throw ArgumentError(what + ": its ArrayBuffer is detached (transferred away)");
-    b.data = static_cast<uint8_t*>(ab.Data());
-    b.length = ab.ByteLength();
-    b.holder = ab;
-    return b;
-  }
-  if (value.IsTypedArray() || value.IsDataView()) {
-    napi_env e = value.Env();
-    void* data = nullptr;
-    size_t length = 0;
-    napi_value buffer;
-    size_t offset = 0;
-    if (value.IsTypedArray()) {
-      napi_typedarray_type type;
-      size_t count;
-      if (napi_get_typedarray_info(e, value, &type, &count, &data, &buffer, &offset) != napi_ok) throw ArgumentError(what + ": unreadable typed array");
-      length = Napi::TypedArray(e, value).ByteLength();
-    } else {
-      if (napi_get_dataview_info(e, value, &length, &data, &buffer, &offset) != napi_ok) throw ArgumentError(what + ": unreadable DataView");
-    }
-    bool detached = false;
-    napi_is_detached_arraybuffer(e, buffer, &detached);
-    if (detached) throw ArgumentError(what + ": its ArrayBuffer is detached (transferred away)");
-    b.data = static_cast<uint8_t*>(data);
-    b.length = length;
-    // The view itself: it keeps its buffer alive, and a given output comes back as the same object.
-    b.holder = value.As<Napi::Object>();
-    return b;
-  }
-  throw ArgumentError(what + ": data must be an ArrayBuffer or a view of one");
-}
-
 // Length-prefixed elements (4-byte little-endian length, then the bytes): KServe's BYTES layout.
 std::vector<std::string> splitElements(const Bytes& b, size_t count, const std::string& what) {
   std::vector<std::string> out;
@@ -224,10 +185,10 @@ std::vector<std::string> splitElements(const Bytes& b, size_t count, const std::
 }
 
 // Memory on a device, which JavaScript cannot read: filled and read back by explicit copies. On
-// the CPU it comes from ONNX Runtime's allocator; on a GPU from cudaMalloc (ONNX Runtime's CUDA
-// allocator belongs to a session, and this memory outlives sessions: the weight cache binds it to
-// every session of the models it holds). Every tensor over it holds a reference, so it is freed
-// only once nothing can read or write it.
+// the CPU it comes from ONNX Runtime's allocator; on a GPU from cuda.cc's deviceAlloc (ONNX
+// Runtime's CUDA allocator belongs to a session, and this memory outlives sessions: the weight
+// cache binds it to every session of the models it holds). Every tensor over it holds a
+// reference, so it is freed only once nothing can read or write it.
 struct DeviceBlock {
   OrtAllocator* allocator = nullptr;  // the CPU's
   int cudaOrdinal = -1;               // or a GPU's
@@ -238,12 +199,7 @@ struct DeviceBlock {
   ~DeviceBlock() {
     if (!data) return;
     if (allocator && ort) allocator->Free(allocator, data);
-    else if (cudaOrdinal >= 0) {
-      if (const stowage_cuda::Runtime* rt = stowage_cuda::runtime()) {
-        rt->setDevice(cudaOrdinal);
-        rt->free(data);
-      }
-    }
+    else if (cudaOrdinal >= 0) stowage_cuda::deviceFree(cudaOrdinal, data);
   }
 };
 
@@ -254,8 +210,8 @@ const OrtMemoryInfo* cudaMemoryInfo(int ordinal) {
   std::lock_guard<std::mutex> lock(mutex);
   auto at = infos.find(ordinal);
   if (at != infos.end()) return at->second;
-  OrtMemoryInfo* info = nullptr;
-  check(ort->CreateMemoryInfo("Cuda", OrtDeviceAllocator, ordinal, OrtMemTypeDefault, &info));
+  // Kept for the process's life: every tensor on that device points at it.
+  OrtMemoryInfo* info = made<OrtMemoryInfo>([&](OrtMemoryInfo** out) { return ort->CreateMemoryInfo("Cuda", OrtDeviceAllocator, ordinal, OrtMemTypeDefault, out); }).release();
   infos[ordinal] = info;
   return info;
 }
@@ -341,6 +297,7 @@ Held tensorOf(const Napi::Object& t, const std::string& what) {
     for (size_t i = 0; i < elements.size(); i++) {
       char* into = nullptr;
       check(ort->GetResizedStringTensorElementBuffer(held.value, i, elements[i].size(), &into));
+      // copy: a BYTES element into ONNX Runtime's own string (it holds strings, not our bytes)
       if (!elements[i].empty()) std::memcpy(into, elements[i].data(), elements[i].size());
     }
     return held;
@@ -370,41 +327,42 @@ std::string nameOf(const Napi::Object& t, const std::string& what) {
 
 // The shape and element type of a value ONNX Runtime made.
 void shapeOf(const OrtValue* value, int& type, std::vector<int64_t>& dims) {
-  OrtTensorTypeAndShapeInfo* info = nullptr;
-  check(ort->GetTensorTypeAndShape(value, &info));
+  Owned<OrtTensorTypeAndShapeInfo> info = made<OrtTensorTypeAndShapeInfo>([&](OrtTensorTypeAndShapeInfo** out) { return ort->GetTensorTypeAndShape(value, out); });
   ONNXTensorElementDataType t;
   size_t n = 0;
-  OrtStatus* s = ort->GetTensorElementType(info, &t);
-  if (!s) s = ort->GetDimensionsCount(info, &n);
+  check(ort->GetTensorElementType(info.get(), &t));
+  check(ort->GetDimensionsCount(info.get(), &n));
   dims.assign(n, 0);
-  if (!s && n) s = ort->GetDimensions(info, dims.data(), n);
-  ort->ReleaseTensorTypeAndShapeInfo(info);
-  check(s);
+  if (n) check(ort->GetDimensions(info.get(), dims.data(), n));
   type = static_cast<int>(t);
 }
 
-// A string tensor's elements in KServe's BYTES layout: a conversion, since ONNX Runtime holds
-// them as its own strings.
-std::vector<uint8_t> joinElements(const OrtValue* value) {
+// A string tensor's elements in KServe's BYTES layout, in a new ArrayBuffer: a conversion, since
+// ONNX Runtime holds them as its own strings (their lengths first, then each written in place).
+Napi::ArrayBuffer joinElements(Napi::Env e, const OrtValue* value) {
   size_t count = 0;
-  OrtTensorTypeAndShapeInfo* info = nullptr;
-  check(ort->GetTensorTypeAndShape(value, &info));
-  OrtStatus* s = ort->GetTensorShapeElementCount(info, &count);
-  ort->ReleaseTensorTypeAndShapeInfo(info);
-  check(s);
-  std::vector<uint8_t> out;
+  Owned<OrtTensorTypeAndShapeInfo> info = made<OrtTensorTypeAndShapeInfo>([&](OrtTensorTypeAndShapeInfo** out) { return ort->GetTensorTypeAndShape(value, out); });
+  check(ort->GetTensorShapeElementCount(info.get(), &count));
+  std::vector<size_t> lengths(count);
+  size_t total = 0;
   for (size_t i = 0; i < count; i++) {
-    size_t length = 0;
-    check(ort->GetStringTensorElementLength(value, i, &length));
-    size_t at = out.size();
-    out.resize(at + 4 + length);
+    check(ort->GetStringTensorElementLength(value, i, &lengths[i]));
+    if (lengths[i] > UINT32_MAX) throw stowage::Failure(stowage::Origin::Binding, 0, "a BYTES element of " + std::to_string(lengths[i]) + " bytes does not fit KServe's 4-byte length");
+    total += 4 + lengths[i];
+  }
+  Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(e, total);
+  uint8_t* out = static_cast<uint8_t*>(ab.Data());
+  for (size_t i = 0, at = 0; i < count; i++) {
+    size_t length = lengths[i];
     out[at] = length & 0xff;
     out[at + 1] = (length >> 8) & 0xff;
     out[at + 2] = (length >> 16) & 0xff;
     out[at + 3] = (length >> 24) & 0xff;
-    if (length) check(ort->GetStringTensorElement(value, length, i, out.data() + at + 4));
+    // copy: a string ONNX Runtime holds into KServe's BYTES layout (a conversion; no copy follows)
+    if (length) check(ort->GetStringTensorElement(value, length, i, out + at + 4));
+    at += 4 + length;
   }
-  return out;
+  return ab;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -416,11 +374,7 @@ class Session;
 struct RunState {
   std::vector<Held> inputs;
   std::vector<std::pair<std::string, Held>> outputs;  // given buffers (value set) or to be allocated (value null)
-  std::vector<std::string> outputNames;
-  OrtRunOptions* options = nullptr;
-  ~RunState() {
-    if (options && ort) ort->ReleaseRunOptions(options);
-  }
+  Owned<OrtRunOptions> options;
 };
 
 class RunWorker;
@@ -443,14 +397,22 @@ class Session : public Napi::ObjectWrap<Session> {
 
   // new Session(model: string | Uint8Array, options)
   explicit Session(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Session>(info) {
-    Napi::Env e = info.Env();
-    try {
+    entry(info.Env(), [&] {
+      try {
+        open(info);
+      } catch (...) {
+        close();
+        throw;
+      }
+    });
+  }
+
+  void open(const Napi::CallbackInfo& info) {
       requireInit();
       if (info.Length() < 2 || !info[1].IsObject()) throw ArgumentError("new Session(model, options): options must be an object");
       Napi::Object options = info[1].As<Napi::Object>();
-      OrtSessionOptions* so = nullptr;
-      check(ort->CreateSessionOptions(&so));
-      std::unique_ptr<OrtSessionOptions, void (*)(OrtSessionOptions*)> guard(so, [](OrtSessionOptions* p) { ort->ReleaseSessionOptions(p); });
+      Owned<OrtSessionOptions> owned = made<OrtSessionOptions>([](OrtSessionOptions** out) { return ort->CreateSessionOptions(out); });
+      OrtSessionOptions* so = owned.get();
       providerOptions_ = configure(so, options);
       profiling_ = options.Get("profilePrefix").IsString();
       // Initializers over the caller's memory. `initializers` (AddInitializer): ONNX Runtime uses
@@ -462,41 +424,36 @@ class Session : public Napi::ObjectWrap<Session> {
       std::vector<Held> copied = initializersOf(so, options, "externalInitializers", true);  // alive until the session is made
       if (info[0].IsString()) {
         std::string path = info[0].As<Napi::String>().Utf8Value();
-        check(ort->CreateSession(env, path.c_str(), so, &session_));
+        session_ = made<OrtSession>([&](OrtSession** out) { return ort->CreateSession(env, path.c_str(), so, out); });
       } else {
         Bytes model = bytesOf(info[0], "model");
-        check(ort->CreateSessionFromArray(env, model.data, model.length, so, &session_));
+        session_ = made<OrtSession>([&](OrtSession** out) { return ort->CreateSessionFromArray(env, model.data, model.length, so, out); });
       }
       // The initializers' memory must outlive the session: keep their holders.
       initializers_ = std::move(initializers);
-      check(ort->CreateIoBinding(session_, &binding_));
-      size_t count = 0;
-      check(ort->SessionGetInputCount(session_, &count));
-      for (size_t i = 0; i < count; i++) {
-        char* name = nullptr;
-        check(ort->SessionGetInputName(session_, i, allocator, &name));
-        inputNames_.emplace_back(name);
-        allocator->Free(allocator, name);
-      }
-      check(ort->SessionGetOutputCount(session_, &count));
-      for (size_t i = 0; i < count; i++) {
-        char* name = nullptr;
-        check(ort->SessionGetOutputName(session_, i, allocator, &name));
-        outputNames_.emplace_back(name);
-        allocator->Free(allocator, name);
-      }
-    } catch (const std::exception& err) {
-      close();
-      throw toJs(e, err);
+      binding_ = made<OrtIoBinding>([&](OrtIoBinding** out) { return ort->CreateIoBinding(session_.get(), out); });
+      inputNames_ = names(true);
+      outputNames_ = names(false);
+  }
+
+  // The graph's input (or output) names, in its order.
+  std::vector<std::string> names(bool inputs) const {
+    size_t count = 0;
+    check(inputs ? ort->SessionGetInputCount(session_.get(), &count) : ort->SessionGetOutputCount(session_.get(), &count));
+    std::vector<std::string> out;
+    for (size_t i = 0; i < count; i++) {
+      Owned<char> name = made<char>([&](char** n) { return inputs ? ort->SessionGetInputName(session_.get(), i, allocator, n) : ort->SessionGetOutputName(session_.get(), i, allocator, n); });
+      out.emplace_back(name.get());
     }
+    return out;
   }
 
   ~Session() override { close(); }
 
   bool busy() const { return running_; }
 
-  OrtSession* session_ = nullptr;
-  OrtIoBinding* binding_ = nullptr;
+  Owned<OrtSession> session_;
+  Owned<OrtIoBinding> binding_;
   bool running_ = false;
   bool releasing_ = false;
   std::vector<Held> initializers_;
@@ -521,24 +478,21 @@ class Session : public Napi::ObjectWrap<Session> {
   }
 
   void rebuildBinding() {
-    if (binding_) ort->ReleaseIoBinding(binding_);
-    binding_ = nullptr;
-    check(ort->CreateIoBinding(session_, &binding_));
-    for (auto& [name, held] : kept_) check(ort->BindInput(binding_, name.c_str(), held.value));
+    binding_.reset();
+    binding_ = made<OrtIoBinding>([&](OrtIoBinding** out) { return ort->CreateIoBinding(session_.get(), out); });
+    for (auto& [name, held] : kept_) check(ort->BindInput(binding_.get(), name.c_str(), held.value));
   }
 
   void close() {
     if (session_ && profiling_) {
-      // Write the profile (ONNX Runtime writes it only when asked or as the session ends).
+      // Write the profile (ONNX Runtime writes it only when asked or as the session ends); a
+      // failure to write it must not stop the session's release.
       char* file = nullptr;
-      OrtStatus* s = ort->SessionEndProfiling(session_, allocator, &file);
-      if (s) ort->ReleaseStatus(s);
-      if (file) allocator->Free(allocator, file);
+      Owned<OrtStatus> failed(ort->SessionEndProfiling(session_.get(), allocator, &file));
+      Owned<char> written(file);
     }
-    if (binding_) ort->ReleaseIoBinding(binding_);
-    binding_ = nullptr;
-    if (session_) ort->ReleaseSession(session_);
-    session_ = nullptr;
+    binding_.reset();
+    session_.reset();
     for (auto& [name, held] : kept_) held.reset();
     kept_.clear();
     for (Held& h : initializers_) h.reset();
@@ -643,16 +597,11 @@ class Session : public Napi::ObjectWrap<Session> {
       k.push_back(keys[i].c_str());
       v.push_back(values[i].c_str());
     }
-    OrtCUDAProviderOptionsV2* provider = nullptr;
-    check(ort->CreateCUDAProviderOptions(&provider));
-    std::unique_ptr<OrtCUDAProviderOptionsV2, void (*)(OrtCUDAProviderOptionsV2*)> guard(provider, [](OrtCUDAProviderOptionsV2* p) { ort->ReleaseCUDAProviderOptions(p); });
-    check(ort->UpdateCUDAProviderOptions(provider, k.data(), v.data(), k.size()));
-    check(ort->SessionOptionsAppendExecutionProvider_CUDA_V2(so, provider));
-    char* taken = nullptr;
-    check(ort->GetCUDAProviderOptionsAsString(provider, allocator, &taken));
-    std::string out(taken);
-    allocator->Free(allocator, taken);
-    return out;
+    Owned<OrtCUDAProviderOptionsV2> provider = made<OrtCUDAProviderOptionsV2>([](OrtCUDAProviderOptionsV2** out) { return ort->CreateCUDAProviderOptions(out); });
+    check(ort->UpdateCUDAProviderOptions(provider.get(), k.data(), v.data(), k.size()));
+    check(ort->SessionOptionsAppendExecutionProvider_CUDA_V2(so, provider.get()));
+    Owned<char> taken = made<char>([&](char** out) { return ort->GetCUDAProviderOptionsAsString(provider.get(), allocator, out); });
+    return std::string(taken.get());
   }
 
   static std::vector<Held> initializersOf(OrtSessionOptions* so, Napi::Object options, const char* key, bool external) {
@@ -689,69 +638,55 @@ class Session : public Napi::ObjectWrap<Session> {
 
   Napi::Value describe(Napi::Env e, bool inputs) {
     requireOpen();
-    size_t count = 0;
-    check(inputs ? ort->SessionGetInputCount(session_, &count) : ort->SessionGetOutputCount(session_, &count));
-    Napi::Array out = Napi::Array::New(e, count);
-    for (size_t i = 0; i < count; i++) {
-      char* name = nullptr;
-      check(inputs ? ort->SessionGetInputName(session_, i, allocator, &name) : ort->SessionGetOutputName(session_, i, allocator, &name));
-      std::string n(name);
-      allocator->Free(allocator, name);
-      OrtTypeInfo* typeInfo = nullptr;
-      check(inputs ? ort->SessionGetInputTypeInfo(session_, i, &typeInfo) : ort->SessionGetOutputTypeInfo(session_, i, &typeInfo));
+    std::vector<std::string> names = this->names(inputs);
+    Napi::Array out = Napi::Array::New(e, names.size());
+    for (size_t i = 0; i < names.size(); i++) {
+      Owned<OrtTypeInfo> typeInfo = made<OrtTypeInfo>([&](OrtTypeInfo** o) { return inputs ? ort->SessionGetInputTypeInfo(session_.get(), i, o) : ort->SessionGetOutputTypeInfo(session_.get(), i, o); });
       Napi::Object t = Napi::Object::New(e);
-      t.Set("name", n);
+      t.Set("name", names[i]);
+      // Owned by typeInfo.
       const OrtTensorTypeAndShapeInfo* tensor = nullptr;
-      OrtStatus* s = ort->CastTypeInfoToTensorInfo(typeInfo, &tensor);
-      if (!s && tensor) {
-        ONNXTensorElementDataType type;
-        size_t dimsCount = 0;
-        s = ort->GetTensorElementType(tensor, &type);
-        if (!s) s = ort->GetDimensionsCount(tensor, &dimsCount);
-        std::vector<int64_t> dims(dimsCount);
-        std::vector<const char*> symbols(dimsCount, nullptr);
-        if (!s && dimsCount) s = ort->GetDimensions(tensor, dims.data(), dimsCount);
-        if (!s && dimsCount) s = ort->GetSymbolicDimensions(tensor, symbols.data(), dimsCount);
-        if (!s) {
-          t.Set("isTensor", true);
-          t.Set("type", static_cast<int>(type));
-          Napi::Array shape = Napi::Array::New(e, dimsCount);
-          for (size_t d = 0; d < dimsCount; d++) {
-            // A symbolic dim reads as its name; an unnamed free one as -1.
-            if (dims[d] < 0 && symbols[d] && symbols[d][0]) shape.Set(d, Napi::String::New(e, symbols[d]));
-            else shape.Set(d, Napi::Number::New(e, static_cast<double>(dims[d])));
-          }
-          t.Set("dims", shape);
-        }
-      } else {
+      check(ort->CastTypeInfoToTensorInfo(typeInfo.get(), &tensor));
+      if (!tensor) {
         t.Set("isTensor", false);
+        out.Set(i, t);
+        continue;
       }
-      ort->ReleaseTypeInfo(typeInfo);
-      check(s);
+      ONNXTensorElementDataType type;
+      size_t dimsCount = 0;
+      check(ort->GetTensorElementType(tensor, &type));
+      check(ort->GetDimensionsCount(tensor, &dimsCount));
+      std::vector<int64_t> dims(dimsCount);
+      std::vector<const char*> symbols(dimsCount, nullptr);
+      if (dimsCount) {
+        check(ort->GetDimensions(tensor, dims.data(), dimsCount));
+        check(ort->GetSymbolicDimensions(tensor, symbols.data(), dimsCount));
+      }
+      t.Set("isTensor", true);
+      t.Set("type", static_cast<int>(type));
+      Napi::Array shape = Napi::Array::New(e, dimsCount);
+      for (size_t d = 0; d < dimsCount; d++) {
+        // A symbolic dim reads as its name; an unnamed free one as -1.
+        if (dims[d] < 0 && symbols[d] && symbols[d][0]) shape.Set(d, Napi::String::New(e, symbols[d]));
+        else shape.Set(d, Napi::Number::New(e, static_cast<double>(dims[d])));
+      }
+      t.Set("dims", shape);
       out.Set(i, t);
     }
     return out;
   }
 
   Napi::Value Inputs(const Napi::CallbackInfo& info) {
-    try {
-      return describe(info.Env(), true);
-    } catch (const std::exception& err) {
-      throw toJs(info.Env(), err);
-    }
+    return entry(info.Env(), [&] { return describe(info.Env(), true); });
   }
 
   Napi::Value Outputs(const Napi::CallbackInfo& info) {
-    try {
-      return describe(info.Env(), false);
-    } catch (const std::exception& err) {
-      throw toJs(info.Env(), err);
-    }
+    return entry(info.Env(), [&] { return describe(info.Env(), false); });
   }
 
   // bindInput(tensor): bound for every later run until unbindInputs() (a weightless session's weights).
   Napi::Value BindInput(const Napi::CallbackInfo& info) {
-    try {
+    return entry(info.Env(), [&] {
       requireOpen();
       if (running_) throw ArgumentError("bindInput while a run is in flight");
       if (info.Length() < 1 || !info[0].IsObject()) throw ArgumentError("bindInput(tensor): tensor must be an object");
@@ -760,29 +695,25 @@ class Session : public Napi::ObjectWrap<Session> {
       requireName(inputNames_, name, "input");
       Held held = tensorOf(t, "bound input " + name);
       try {
-        check(ort->BindInput(binding_, name.c_str(), held.value));
+        check(ort->BindInput(binding_.get(), name.c_str(), held.value));
       } catch (...) {
         rebuildBinding();
         throw;
       }
       kept_[name] = std::move(held);
       return info.Env().Undefined();
-    } catch (const std::exception& err) {
-      throw toJs(info.Env(), err);
-    }
+    });
   }
 
   Napi::Value UnbindInputs(const Napi::CallbackInfo& info) {
-    try {
+    return entry(info.Env(), [&] {
       requireOpen();
       if (running_) throw ArgumentError("unbindInputs while a run is in flight");
-      ort->ClearBoundInputs(binding_);
+      ort->ClearBoundInputs(binding_.get());
       for (auto& [name, held] : kept_) held.reset();
       kept_.clear();
       return info.Env().Undefined();
-    } catch (const std::exception& err) {
-      throw toJs(info.Env(), err);
-    }
+    });
   }
 
   Napi::Value Run(const Napi::CallbackInfo& info);
@@ -811,22 +742,19 @@ class Session : public Napi::ObjectWrap<Session> {
 Napi::Array collectOutputs(Napi::Env e, Session* session, RunState* state) {
   OrtValue** values = nullptr;
   size_t count = 0;
-  check(ort->GetBoundOutputValues(session->binding_, allocator, &values, &count));
-  std::vector<OrtValue*> owned(values, values + count);
-  allocator->Free(allocator, values);
-  struct Release {
-    std::vector<OrtValue*>& list;
-    ~Release() {
-      for (OrtValue* v : list) if (v) ort->ReleaseValue(v);
-    }
-  } release{owned};
-  if (count != state->outputs.size()) throw OrtFailure(ORT_FAIL, "ONNX Runtime returned " + std::to_string(count) + " outputs for " + std::to_string(state->outputs.size()) + " bound");
+  check(ort->GetBoundOutputValues(session->binding_.get(), allocator, &values, &count));
+  Owned<OrtValue*> array(values);
+  // Each value owned from here; one handed over to JavaScript below is released from this list.
+  std::vector<Owned<OrtValue>> owned;
+  for (size_t i = 0; i < count; i++) owned.emplace_back(values[i]);
+  array.reset();
+  if (count != state->outputs.size()) throw stowage::OrtFailure(ORT_FAIL, "ONNX Runtime returned " + std::to_string(count) + " outputs for " + std::to_string(state->outputs.size()) + " bound");
   Napi::Array out = Napi::Array::New(e, count);
   for (size_t i = 0; i < count; i++) {
     auto& [name, given] = state->outputs[i];
     int type = 0;
     std::vector<int64_t> dims;
-    shapeOf(owned[i], type, dims);
+    shapeOf(owned[i].get(), type, dims);
     Napi::Object t = Napi::Object::New(e);
     t.Set("name", name);
     t.Set("type", type);
@@ -834,24 +762,20 @@ Napi::Array collectOutputs(Napi::Env e, Session* session, RunState* state) {
     for (size_t d = 0; d < dims.size(); d++) shape.Set(d, Napi::Number::New(e, static_cast<double>(dims[d])));
     t.Set("dims", shape);
     if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_STRING) {
-      std::vector<uint8_t> joined = joinElements(owned[i]);
-      Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(e, joined.size());
-      if (!joined.empty()) std::memcpy(ab.Data(), joined.data(), joined.size());
-      t.Set("data", Napi::Uint8Array::New(e, joined.size(), ab, 0));
+      Napi::ArrayBuffer ab = joinElements(e, owned[i].get());
+      t.Set("data", Napi::Uint8Array::New(e, ab.ByteLength(), ab, 0));
     } else if (!given.keep.IsEmpty()) {
       t.Set("data", given.keep.Value());
     } else {
       void* data = nullptr;
-      check(ort->GetTensorMutableData(owned[i], &data));
+      check(ort->GetTensorMutableData(owned[i].get(), &data));
       size_t bytes = elementsOf(dims, name) * elementBytes(type);
       // Handed over without a copy: the ArrayBuffer views ONNX Runtime's memory and releases the
       // OrtValue (one reference of it) when collected.
-      OrtValue* ref = owned[i];
-      owned[i] = nullptr;
       Napi::ArrayBuffer ab = bytes
-        ? Napi::ArrayBuffer::New(e, data, bytes, [](Napi::Env, void*, OrtValue* v) { ort->ReleaseValue(v); }, ref)
+        ? Napi::ArrayBuffer::New(e, data, bytes, [](Napi::Env, void*, OrtValue* v) { ort->ReleaseValue(v); }, owned[i].get())
         : Napi::ArrayBuffer::New(e, 0);
-      if (!bytes) ort->ReleaseValue(ref);
+      if (bytes) owned[i].release();  // the ArrayBuffer's finalizer owns it now
       t.Set("data", Napi::Uint8Array::New(e, bytes, ab, 0));
     }
     out.Set(i, t);
@@ -871,18 +795,20 @@ class RunWorker : public Napi::AsyncWorker {
 
   void terminate() {
     if (!state_ || !state_->options) return;
-    OrtStatus* s = ort->RunOptionsSetTerminate(state_->options);
-    if (s) ort->ReleaseStatus(s);
+    Owned<OrtStatus> ignored(ort->RunOptionsSetTerminate(state_->options.get()));
   }
 
  protected:
+  // On a libuv thread: nothing here may touch JavaScript, so a failure is kept for OnOK.
   void Execute() override {
     try {
-      check(ort->RunWithBinding(session_->session_, state_->options, session_->binding_));
-    } catch (const OrtFailure& err) {
-      failure_ = std::make_unique<OrtFailure>(err);
+      check(ort->RunWithBinding(session_->session_.get(), state_->options.get(), session_->binding_.get()));
+    } catch (const stowage::Failure& err) {
+      failure_ = std::make_unique<stowage::Failure>(err);
+    } catch (const std::bad_alloc&) {
+      failure_ = std::make_unique<stowage::AllocationFailure>("out of host memory (std::bad_alloc) during the run");
     } catch (const std::exception& err) {
-      failure_ = std::make_unique<OrtFailure>(ORT_FAIL, err.what());
+      failure_ = std::make_unique<stowage::Failure>(stowage::Origin::Binding, 0, err.what());
     }
   }
 
@@ -891,16 +817,16 @@ class RunWorker : public Napi::AsyncWorker {
     Napi::HandleScope scope(e);
     if (failure_) {
       finish();
-      deferred_.Reject(toJs(e, *failure_).Value());
+      deferred_.Reject(stowage::toJs(e, *failure_).Value());
       return;
     }
     try {
-      Napi::Array results = collectOutputs(e, session_, state_.get());
+      Napi::Array results = entry(e, [&] { return collectOutputs(e, session_, state_.get()); });
       finish();
       deferred_.Resolve(results);
-    } catch (const std::exception& err) {
+    } catch (const Napi::Error& err) {
       finish();
-      deferred_.Reject(toJs(e, err).Value());
+      deferred_.Reject(err.Value());
     }
   }
 
@@ -911,9 +837,7 @@ class RunWorker : public Napi::AsyncWorker {
 
  private:
   void finish() {
-    if (session_->binding_) {
-      ort->ClearBoundOutputs(session_->binding_);
-    }
+    if (session_->binding_) ort->ClearBoundOutputs(session_->binding_.get());
     session_->current_ = nullptr;
     session_->runEnded();
     state_.reset();
@@ -923,7 +847,7 @@ class RunWorker : public Napi::AsyncWorker {
   Napi::Promise::Deferred deferred_;
   Session* session_;
   std::unique_ptr<RunState> state_;
-  std::unique_ptr<OrtFailure> failure_;
+  std::unique_ptr<stowage::Failure> failure_;
   Napi::ObjectReference self_;
 };
 
@@ -946,8 +870,8 @@ std::unique_ptr<RunState> Session::prepare(const Napi::CallbackInfo& info) {
         if (!graph.IsNumber()) throw ArgumentError("run options: graphId must be an integer");
         double id = graph.As<Napi::Number>().DoubleValue();
         if (id != static_cast<double>(static_cast<int64_t>(id)) || id < -1 || id > 2147483647) throw ArgumentError("run options: graphId must be an integer from -1 to 2^31-1");
-        check(ort->CreateRunOptions(&state->options));
-        check(ort->AddRunConfigEntry(state->options, "gpu_graph_id", std::to_string(static_cast<int64_t>(id)).c_str()));
+        state->options = made<OrtRunOptions>([](OrtRunOptions** out) { return ort->CreateRunOptions(out); });
+        check(ort->AddRunConfigEntry(state->options.get(), "gpu_graph_id", std::to_string(static_cast<int64_t>(id)).c_str()));
       }
     }
     Napi::Array inputs = info[0].As<Napi::Array>();
@@ -989,11 +913,11 @@ std::unique_ptr<RunState> Session::prepare(const Napi::CallbackInfo& info) {
       for (size_t j = 0; j < i; j++) if (state->outputs[j].first == state->outputs[i].first) throw ArgumentError("output " + state->outputs[i].first + " is asked for twice");
     }
     binding = true;
-    ort->ClearBoundOutputs(binding_);
-    for (size_t i = 0; i < state->inputs.size(); i++) check(ort->BindInput(binding_, inputNames[i].c_str(), state->inputs[i].value));
+    ort->ClearBoundOutputs(binding_.get());
+    for (size_t i = 0; i < state->inputs.size(); i++) check(ort->BindInput(binding_.get(), inputNames[i].c_str(), state->inputs[i].value));
     for (auto& [name, held] : state->outputs) {
-      if (held.value) check(ort->BindOutput(binding_, name.c_str(), held.value));
-      else check(ort->BindOutputToDevice(binding_, name.c_str(), cpu));
+      if (held.value) check(ort->BindOutput(binding_.get(), name.c_str(), held.value));
+      else check(ort->BindOutputToDevice(binding_.get(), name.c_str(), cpu));
     }
     return state;
   } catch (...) {
@@ -1005,37 +929,34 @@ std::unique_ptr<RunState> Session::prepare(const Napi::CallbackInfo& info) {
 // run(inputs: Tensor[], outputs: (string | Tensor)[]): Promise<OutputTensor[]>, on a libuv thread.
 Napi::Value Session::Run(const Napi::CallbackInfo& info) {
   Napi::Env e = info.Env();
-  try {
+  return entry(e, [&]() -> Napi::Value {
     std::unique_ptr<RunState> state = prepare(info);
-    if (!state->options) check(ort->CreateRunOptions(&state->options));  // terminate() sets its flag
+    // terminate() sets its flag.
+    if (!state->options) state->options = made<OrtRunOptions>([](OrtRunOptions** out) { return ort->CreateRunOptions(out); });
     auto* worker = new RunWorker(e, this, std::move(state));
     Napi::Promise promise = worker->Promise();
     running_ = true;
     current_ = worker;
     worker->Queue();
     return promise;
-  } catch (const std::exception& err) {
-    throw toJs(e, err);
-  }
+  });
 }
 
 // runSync(inputs, outputs): OutputTensor[], on the calling thread: for runs shorter than the
 // hop to a libuv thread and back (tens of microseconds), which would cost more than they save.
 Napi::Value Session::RunSync(const Napi::CallbackInfo& info) {
   Napi::Env e = info.Env();
-  try {
+  return entry(e, [&]() -> Napi::Value {
     std::unique_ptr<RunState> state = prepare(info);
     struct Clear {
       OrtIoBinding* binding;
       ~Clear() {
         if (binding) ort->ClearBoundOutputs(binding);
       }
-    } clear{binding_};
-    check(ort->RunWithBinding(session_, state->options, binding_));
+    } clear{binding_.get()};
+    check(ort->RunWithBinding(session_.get(), state->options.get(), binding_.get()));
     return collectOutputs(e, this, state.get());
-  } catch (const std::exception& err) {
-    throw toJs(e, err);
-  }
+  });
 }
 
 // terminate(): the run in flight stops at its next check and rejects; nothing happens without one.
@@ -1047,55 +968,53 @@ Napi::Value Session::Terminate(const Napi::CallbackInfo& info) {
 // init(libraryPath, { globalIntraOpThreads?, globalInterOpThreads?, globalAllowSpinning? }): version
 Napi::Value Init(const Napi::CallbackInfo& info) {
   Napi::Env e = info.Env();
-  try {
-    if (info.Length() < 1 || !info[0].IsString()) throw ArgumentError("init(libraryPath): the path of libonnxruntime.so.1");
-    std::string path = info[0].As<Napi::String>().Utf8Value();
-    std::lock_guard<std::mutex> lock(initMutex);
-    if (ort) {
-      if (path != loadedFrom) throw ArgumentError("ONNX Runtime is already loaded from " + loadedFrom + ", not " + path);
-      bool wantsGlobal = info.Length() > 1 && info[1].IsObject() && info[1].As<Napi::Object>().Get("globalIntraOpThreads").IsNumber();
-      if (wantsGlobal && !globalPools) throw ArgumentError("ONNX Runtime's environment was made without a process-wide thread pool; it is made once per process");
-      return Napi::String::New(e, version);
-    }
-    void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
-    if (!library) throw ArgumentError(std::string("cannot load ") + path + ": " + dlerror());
-    using GetApiBase = const OrtApiBase* (*)();
-    auto getApiBase = reinterpret_cast<GetApiBase>(dlsym(library, "OrtGetApiBase"));
-    if (!getApiBase) throw ArgumentError(path + " has no OrtGetApiBase: it is not ONNX Runtime");
-    const OrtApiBase* base = getApiBase();
-    const OrtApi* api = base->GetApi(ORT_API_VERSION);
-    if (!api) throw ArgumentError(std::string("ONNX Runtime ") + base->GetVersionString() + " does not serve C API version " + std::to_string(ORT_API_VERSION));
-    ort = api;
-    version = base->GetVersionString();
-    try {
-      OrtThreadingOptions* threading = nullptr;
-      Napi::Object options = info.Length() > 1 && info[1].IsObject() ? info[1].As<Napi::Object>() : Napi::Object::New(e);
-      Napi::Value intra = options.Get("globalIntraOpThreads");
-      if (intra.IsNumber()) {
-        check(ort->CreateThreadingOptions(&threading));
-        check(ort->SetGlobalIntraOpNumThreads(threading, intra.As<Napi::Number>().Int32Value()));
-        Napi::Value inter = options.Get("globalInterOpThreads");
-        check(ort->SetGlobalInterOpNumThreads(threading, inter.IsNumber() ? inter.As<Napi::Number>().Int32Value() : 1));
-        Napi::Value spin = options.Get("globalAllowSpinning");
-        check(ort->SetGlobalSpinControl(threading, spin.IsBoolean() && spin.As<Napi::Boolean>().Value() ? 1 : 0));
-        OrtStatus* s = ort->CreateEnvWithGlobalThreadPools(ORT_LOGGING_LEVEL_WARNING, "stowage", threading, &env);
-        ort->ReleaseThreadingOptions(threading);
-        check(s);
-        globalPools = true;
-      } else {
-        check(ort->CreateEnv(ORT_LOGGING_LEVEL_WARNING, "stowage", &env));
-      }
-      check(ort->CreateCpuMemoryInfo(OrtDeviceAllocator, OrtMemTypeDefault, &cpu));
-      check(ort->GetAllocatorWithDefaultOptions(&allocator));
-    } catch (...) {
-      ort = nullptr;
-      throw;
-    }
-    loadedFrom = path;
+  if (info.Length() < 1 || !info[0].IsString()) throw ArgumentError("init(libraryPath): the path of libonnxruntime.so.1");
+  std::string path = info[0].As<Napi::String>().Utf8Value();
+  std::lock_guard<std::mutex> lock(initMutex);
+  if (ort) {
+    if (path != loadedFrom) throw ArgumentError("ONNX Runtime is already loaded from " + loadedFrom + ", not " + path);
+    bool wantsGlobal = info.Length() > 1 && info[1].IsObject() && info[1].As<Napi::Object>().Get("globalIntraOpThreads").IsNumber();
+    if (wantsGlobal && !globalPools) throw ArgumentError("ONNX Runtime's environment was made without a process-wide thread pool; it is made once per process");
     return Napi::String::New(e, version);
-  } catch (const std::exception& err) {
-    throw toJs(e, err);
   }
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (!library) throw ArgumentError(std::string("cannot load ") + path + ": " + dlerror());
+  using GetApiBase = const OrtApiBase* (*)();
+  auto getApiBase = reinterpret_cast<GetApiBase>(dlsym(library, "OrtGetApiBase"));
+  if (!getApiBase) throw ArgumentError(path + " has no OrtGetApiBase: it is not ONNX Runtime");
+  const OrtApiBase* base = getApiBase();
+  const OrtApi* api = base->GetApi(ORT_API_VERSION);
+  if (!api) throw ArgumentError(std::string("ONNX Runtime ") + base->GetVersionString() + " does not serve C API version " + std::to_string(ORT_API_VERSION));
+  ort = api;
+  try {
+    // Owned until every step has succeeded; then the process keeps them.
+    Owned<OrtEnv> madeEnv;
+    Owned<OrtMemoryInfo> madeCpu;
+    Napi::Object options = info.Length() > 1 && info[1].IsObject() ? info[1].As<Napi::Object>() : Napi::Object::New(e);
+    Napi::Value intra = options.Get("globalIntraOpThreads");
+    if (intra.IsNumber()) {
+      Owned<OrtThreadingOptions> threading = made<OrtThreadingOptions>([](OrtThreadingOptions** out) { return ort->CreateThreadingOptions(out); });
+      check(ort->SetGlobalIntraOpNumThreads(threading.get(), intra.As<Napi::Number>().Int32Value()));
+      Napi::Value inter = options.Get("globalInterOpThreads");
+      check(ort->SetGlobalInterOpNumThreads(threading.get(), inter.IsNumber() ? inter.As<Napi::Number>().Int32Value() : 1));
+      Napi::Value spin = options.Get("globalAllowSpinning");
+      check(ort->SetGlobalSpinControl(threading.get(), spin.IsBoolean() && spin.As<Napi::Boolean>().Value() ? 1 : 0));
+      madeEnv = made<OrtEnv>([&](OrtEnv** out) { return ort->CreateEnvWithGlobalThreadPools(ORT_LOGGING_LEVEL_WARNING, "stowage", threading.get(), out); });
+    } else {
+      madeEnv = made<OrtEnv>([](OrtEnv** out) { return ort->CreateEnv(ORT_LOGGING_LEVEL_WARNING, "stowage", out); });
+    }
+    madeCpu = made<OrtMemoryInfo>([](OrtMemoryInfo** out) { return ort->CreateCpuMemoryInfo(OrtDeviceAllocator, OrtMemTypeDefault, out); });
+    check(ort->GetAllocatorWithDefaultOptions(&allocator));
+    globalPools = intra.IsNumber();
+    env = madeEnv.release();
+    cpu = madeCpu.release();
+  } catch (...) {
+    ort = nullptr;
+    throw;
+  }
+  version = base->GetVersionString();
+  loadedFrom = path;
+  return Napi::String::New(e, version);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1123,8 +1042,7 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
   std::shared_ptr<DeviceBlock> block;
 
   explicit DeviceMemory(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DeviceMemory>(info) {
-    Napi::Env e = info.Env();
-    try {
+    entry(info.Env(), [&] {
       requireInit();
       double bytes = info.Length() > 0 && info[0].IsNumber() ? info[0].As<Napi::Number>().DoubleValue() : -1;
       if (!wholeBytes(bytes)) throw ArgumentError("new DeviceMemory(bytes, device): bytes must be a whole number, 0 or more");
@@ -1135,34 +1053,25 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
       if (device == "cpu") {
         b->allocator = allocator;
         b->info = cpu;
+        // At least a byte, so that an empty block still has an address of its own. ONNX Runtime's
+        // CPU allocator throws std::bad_alloc when refused (or, another build, answers null).
+        try {
+          b->data = b->allocator->Alloc(b->allocator, b->bytes ? b->bytes : 1);
+        } catch (const std::bad_alloc&) {
+          b->data = nullptr;
+        }
+        if (!b->data) throw stowage::AllocationFailure("device cpu: ONNX Runtime's allocator cannot allocate " + std::to_string(b->bytes) + " bytes");
       } else if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() < 9 && device.find_first_not_of("0123456789", 5) == std::string::npos) {
-        const stowage_cuda::Runtime* rt = stowage_cuda::runtime();
-        if (!rt) throw ArgumentError("device " + device + ": no allocator for it in this process (the CUDA libraries are not loaded: backend cuda loads them)");
+        if (!stowage_cuda::runtime()) throw ArgumentError("device " + device + ": no allocator for it in this process (the CUDA libraries are not loaded: backend cuda loads them)");
         b->cudaOrdinal = std::stoi(device.substr(5));
         b->info = cudaMemoryInfo(b->cudaOrdinal);
+        b->data = stowage_cuda::deviceAlloc(b->cudaOrdinal, b->bytes, device);
       } else {
         throw ArgumentError("new DeviceMemory(bytes, device): device must be 'cpu' or 'cuda:N', not '" + device + "'");
       }
-      // At least a byte, so that an empty block still has an address of its own.
-      if (b->allocator) {
-        b->data = b->allocator->Alloc(b->allocator, b->bytes ? b->bytes : 1);
-        if (!b->data) throw ArgumentError("device " + device + ": cannot allocate " + std::to_string(b->bytes) + " bytes");
-      } else {
-        const stowage_cuda::Runtime* rt = stowage_cuda::runtime();
-        void* p = nullptr;
-        try {
-          stowage_cuda::check(rt->setDevice(b->cudaOrdinal), "device " + device);
-          stowage_cuda::check(rt->malloc(&p, b->bytes ? b->bytes : 1), "device " + device + ": cudaMalloc of " + std::to_string(b->bytes) + " bytes");
-        } catch (const std::runtime_error& err) {
-          throw OrtFailure(ORT_FAIL, err.what());
-        }
-        b->data = p;
-      }
       block = std::move(b);
       Value().TypeTag(&kDeviceMemoryTag);
-    } catch (const std::exception& err) {
-      throw toJs(e, err);
-    }
+    });
   }
 
  private:
@@ -1173,131 +1082,94 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
     return block ? Napi::String::New(info.Env(), block->device) : info.Env().Null();
   }
 
+  const DeviceBlock& open(const char* call) const {
+    if (!block) throw ArgumentError(std::string(call) + ": the device memory has been released");
+    return *block;
+  }
+
   // Host bytes [src] -> device [offset, offset + src.length), or device -> host [dst].
   void copy(const Napi::CallbackInfo& info, bool toDevice) {
     const char* call = toDevice ? "copyFromHost(src, offset)" : "copyToHost(dst, offset)";
-    if (!block) throw ArgumentError(std::string(call) + ": the device memory has been released");
-    ::Bytes host = bytesOf(info.Length() > 0 ? info[0] : info.Env().Undefined(), call);
+    const DeviceBlock& d = open(call);
+    stowage::Bytes host = bytesOf(info.Length() > 0 ? info[0] : info.Env().Undefined(), call);
     size_t at = offsetOf(info.Length() > 1 ? info[1] : info.Env().Undefined(), call);
-    if (at > block->bytes || host.length > block->bytes - at) {
-      throw ArgumentError(std::string(call) + ": " + std::to_string(host.length) + " bytes at offset " + std::to_string(at) + " do not fit in the device memory's " + std::to_string(block->bytes));
+    if (at > d.bytes || host.length > d.bytes - at) {
+      throw ArgumentError(std::string(call) + ": " + std::to_string(host.length) + " bytes at offset " + std::to_string(at) + " do not fit in the device memory's " + std::to_string(d.bytes));
     }
     if (host.length == 0) return;
-    uint8_t* device = static_cast<uint8_t*>(block->data) + at;
-    if (block->info == cpu) {
+    uint8_t* device = static_cast<uint8_t*>(d.data) + at;
+    if (d.info == cpu) {
       // The CPU device's memory is host memory: ONNX Runtime registers no data transfer for it
       // (CopyTensors answers NOT_IMPLEMENTED), and a memcpy is what one would do.
+      // copy: host <-> the CPU device's memory (the weight arena's one copy per cold load)
       std::memmove(toDevice ? device : host.data, toDevice ? host.data : device, host.length);
       return;
     }
-    // A GPU: a copy on the legacy default stream, at the bus's speed from pinned memory (pinHost).
-    // ONNX Runtime's kernels run on a stream of their own that does not wait for this one, so a
-    // copy to the device is waited for before answering (a run started next reads the bytes
-    // copied), unless `wait` is false: then the caller calls synchronize() after its last copy
-    // (a model's weights: one wait for all its tensors), and keeps `src` alive and unchanged until.
-    bool wait = info.Length() < 3 || !info[2].IsBoolean() || info[2].As<Napi::Boolean>().Value();
-    const stowage_cuda::Runtime* rt = stowage_cuda::runtime();
-    try {
-      stowage_cuda::check(rt->setDevice(block->cudaOrdinal), block->device);
-      if (toDevice && !wait) {
-        stowage_cuda::check(rt->memcpyAsync(device, host.data, host.length, stowage_cuda::kHostToDevice, nullptr), std::string(call) + " on " + block->device);
-        return;
-      }
-      stowage_cuda::check(rt->memcpy(toDevice ? device : host.data, toDevice ? host.data : device, host.length, toDevice ? stowage_cuda::kHostToDevice : stowage_cuda::kDeviceToHost), std::string(call) + " on " + block->device);
-      stowage_cuda::check(rt->streamSynchronize(nullptr), std::string(call) + " on " + block->device);
-    } catch (const std::runtime_error& err) {
-      throw OrtFailure(ORT_FAIL, err.what());
+    // A GPU (cuda.h says how the copy is ordered against ONNX Runtime's stream). With `wait` false
+    // the caller calls synchronize() after its last copy (a model's weights: one wait for all its
+    // tensors), and keeps `src` alive and unchanged until then.
+    std::string what = std::string(call) + " on " + d.device;
+    if (toDevice) {
+      bool wait = info.Length() < 3 || !info[2].IsBoolean() || info[2].As<Napi::Boolean>().Value();
+      stowage_cuda::copyToDevice(d.cudaOrdinal, device, host.data, host.length, wait, what);
+    } else {
+      stowage_cuda::copyToHost(d.cudaOrdinal, host.data, device, host.length, what);
     }
   }
 
   // synchronize(): every copy issued without waiting (copyFromHost(src, offset, false)) has landed.
   Napi::Value Synchronize(const Napi::CallbackInfo& info) {
-    try {
-      if (!block) throw ArgumentError("synchronize(): the device memory has been released");
-      if (block->cudaOrdinal >= 0) {
-        const stowage_cuda::Runtime* rt = stowage_cuda::runtime();
-        try {
-          stowage_cuda::check(rt->setDevice(block->cudaOrdinal), block->device);
-          stowage_cuda::check(rt->streamSynchronize(nullptr), "synchronize() on " + block->device);
-        } catch (const std::runtime_error& err) {
-          throw OrtFailure(ORT_FAIL, err.what());
-        }
-      }
-    } catch (const std::exception& err) {
-      throw toJs(info.Env(), err);
-    }
-    return info.Env().Undefined();
+    return entry(info.Env(), [&] {
+      const DeviceBlock& d = open("synchronize()");
+      if (d.cudaOrdinal >= 0) stowage_cuda::synchronize(d.cudaOrdinal, "synchronize() on " + d.device);
+      return info.Env().Undefined();
+    });
   }
 
   // moveWithin(to, from, length): bytes [from, from + length) to [to, to + length) in this memory
   // (compaction of the weight arena), overlapping ranges allowed.
-  void moveWithin(const Napi::CallbackInfo& info) {
-    const char* call = "moveWithin(to, from, length)";
-    if (!block) throw ArgumentError(std::string(call) + ": the device memory has been released");
-    Napi::Value undef = info.Env().Undefined();
-    size_t to = offsetOf(info.Length() > 0 ? info[0] : undef, call);
-    size_t from = offsetOf(info.Length() > 1 ? info[1] : undef, call);
-    size_t length = offsetOf(info.Length() > 2 ? info[2] : undef, call);
-    if (to > block->bytes || from > block->bytes || length > block->bytes - to || length > block->bytes - from) {
-      throw ArgumentError(std::string(call) + ": " + std::to_string(length) + " bytes from " + std::to_string(from) + " to " + std::to_string(to) + " do not fit in the device memory's " + std::to_string(block->bytes));
-    }
-    if (length == 0 || to == from) return;
-    uint8_t* base = static_cast<uint8_t*>(block->data);
-    if (block->info == cpu) {
-      std::memmove(base + to, base + from, length);
-      return;
-    }
-    // cudaMemcpy leaves overlapping ranges undefined: copy in pieces no longer than the distance
-    // moved, in the order that never overwrites bytes still to be read.
-    const stowage_cuda::Runtime* rt = stowage_cuda::runtime();
-    size_t distance = to > from ? to - from : from - to;
-    try {
-      stowage_cuda::check(rt->setDevice(block->cudaOrdinal), block->device);
-      for (size_t done = 0; done < length;) {
-        size_t piece = std::min(distance, length - done);
-        size_t at = to < from ? done : length - done - piece;
-        stowage_cuda::check(rt->memcpy(base + to + at, base + from + at, piece, stowage_cuda::kDeviceToDevice), std::string(call) + " on " + block->device);
-        done += piece;
-      }
-      stowage_cuda::check(rt->streamSynchronize(nullptr), std::string(call) + " on " + block->device);
-    } catch (const std::runtime_error& err) {
-      throw OrtFailure(ORT_FAIL, err.what());
-    }
-  }
-
   Napi::Value MoveWithin(const Napi::CallbackInfo& info) {
-    try {
-      moveWithin(info);
-    } catch (const std::exception& err) {
-      throw toJs(info.Env(), err);
-    }
-    return info.Env().Undefined();
+    return entry(info.Env(), [&] {
+      const char* call = "moveWithin(to, from, length)";
+      const DeviceBlock& d = open(call);
+      Napi::Value undef = info.Env().Undefined();
+      size_t to = offsetOf(info.Length() > 0 ? info[0] : undef, call);
+      size_t from = offsetOf(info.Length() > 1 ? info[1] : undef, call);
+      size_t length = offsetOf(info.Length() > 2 ? info[2] : undef, call);
+      if (to > d.bytes || from > d.bytes || length > d.bytes - to || length > d.bytes - from) {
+        throw ArgumentError(std::string(call) + ": " + std::to_string(length) + " bytes from " + std::to_string(from) + " to " + std::to_string(to) + " do not fit in the device memory's " + std::to_string(d.bytes));
+      }
+      uint8_t* base = static_cast<uint8_t*>(d.data);
+      if (length == 0 || to == from) return undef;
+      // copy: a live block slid down within the device memory (compaction; counted as the bytes it moves)
+      if (d.info == cpu) std::memmove(base + to, base + from, length);
+      else stowage_cuda::moveWithin(d.cudaOrdinal, base, to, from, length, std::string(call) + " on " + d.device);
+      return undef;
+    });
   }
 
   Napi::Value CopyFromHost(const Napi::CallbackInfo& info) {
-    try {
+    return entry(info.Env(), [&] {
       copy(info, true);
-    } catch (const std::exception& err) {
-      throw toJs(info.Env(), err);
-    }
-    return info.Env().Undefined();
+      return info.Env().Undefined();
+    });
   }
   Napi::Value CopyToHost(const Napi::CallbackInfo& info) {
-    try {
+    return entry(info.Env(), [&] {
       copy(info, false);
-    } catch (const std::exception& err) {
-      throw toJs(info.Env(), err);
-    }
-    return info.Env().Undefined();
+      return info.Env().Undefined();
+    });
   }
 
   // Free now, unless a session's tensor still views it (an input bound, a run in flight).
   Napi::Value Release(const Napi::CallbackInfo& info) {
-    if (block && block.use_count() > 1) {
-      throw toJs(info.Env(), ArgumentError("release(): the device memory is still viewed by " + std::to_string(block.use_count() - 1) + " tensor(s) of a session (unbind or wait for the run)"));
-    }
-    block.reset();
-    return info.Env().Undefined();
+    return entry(info.Env(), [&] {
+      if (block && block.use_count() > 1) {
+        throw ArgumentError("release(): the device memory is still viewed by " + std::to_string(block.use_count() - 1) + " tensor(s) of a session (unbind or wait for the run)");
+      }
+      block.reset();
+      return info.Env().Undefined();
+    });
   }
 };
 
@@ -1306,10 +1178,19 @@ std::shared_ptr<DeviceBlock>* blockOf(const Napi::Object& o) {
   return &DeviceMemory::Unwrap(o)->block;
 }
 
+// ortFailure(ortCode, message): the error the binding raises when ONNX Runtime answers that status.
+// What a GPU's failures look like (a CUDA library's "<LIBRARY> failure <N>: ...") cannot be made to
+// happen on a machine without one; this lets their reading be tested anywhere.
+Napi::Value OrtFailureOf(const Napi::CallbackInfo& info) {
+  if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsString()) throw ArgumentError("ortFailure(ortCode, message)");
+  return stowage::toJs(info.Env(), stowage::OrtFailure(info[0].As<Napi::Number>().Int32Value(), info[1].As<Napi::String>().Utf8Value())).Value();
+}
+
 Napi::Object Module(Napi::Env e, Napi::Object exports) {
   exports.Set("DeviceMemory", DeviceMemory::Define(e));
   stowage_cuda::define(e, exports);
-  exports.Set("init", Napi::Function::New(e, Init));
+  exports.Set("init", Napi::Function::New(e, stowage::entered<Init>));
+  exports.Set("ortFailure", Napi::Function::New(e, stowage::entered<OrtFailureOf>));
   exports.Set("apiVersion", Napi::Number::New(e, ORT_API_VERSION));
   exports.Set("Session", Session::Define(e));
   return exports;

@@ -12,8 +12,9 @@
  * - runs on a libuv thread: `run` returns a promise and the calling thread keeps taking messages;
  *   `terminate` stops the run in flight (`runSync` runs on the calling thread, for runs shorter
  *   than the hop);
- * - errors carrying ONNX Runtime's code (`ORT_*`), or `ERR_ORT_ARGUMENT` for arguments refused
- *   before ONNX Runtime saw them.
+ * - errors carrying where they came from and that origin's own number (`OrtError`: ONNX Runtime's
+ *   code, CUDA's error number), and whether memory ran out, so callers decide by numbers, never by
+ *   reading a message.
  *
  * Tensors travel as `{ name, type, dims, data }`: `type` is ONNX's element type number (dtypes.ts
  * `onnxType`), `data` any ArrayBuffer or view, aligned for the type; BYTES (strings) as KServe's
@@ -24,7 +25,7 @@ import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { byOnnxType } from '../shared/dtypes.js';
-import type { GraphTensor } from '../bundle/signature.js';
+import type { GraphTensor } from '../shared/model-spec.js';
 
 /** A tensor over the caller's memory: host memory, or a slice of device memory from `offset`. */
 export interface OrtTensor {
@@ -169,6 +170,8 @@ export interface Addon {
   cudaDevices(): NativeCudaDevices;
   cudaMemoryInfo(ordinal: number): { freeBytes: number; totalBytes: number };
   PinnedHost: new (view: ArrayBufferView | ArrayBuffer) => PinnedHost;
+  /** The error the binding raises when ONNX Runtime answers status `ortCode` with `message` (its reading of a GPU's failures, testable anywhere). */
+  ortFailure(ortCode: number, message: string): OrtError;
 }
 
 /** The GPUs as the binding reads them (cuda.ts words them). */
@@ -241,8 +244,41 @@ export function processThreadPool(threadPool: 'per_session' | 'process', intraOp
   return threadPool === 'process' ? { intraOp: intraOpThreads > 0 ? intraOpThreads : availableParallelism(), allowSpinning: false } : undefined;
 }
 
-/** An ONNX Runtime error as the binding raises it: `code` is ONNX Runtime's (`ORT_*`) or `ERR_ORT_ARGUMENT`. */
-export type OrtError = Error & { code: string };
+/**
+ * An error as the binding raises it (src/native/failure.h). `code` names it: ONNX Runtime's code
+ * (`ORT_FAIL`, ...), `ERR_CUDA`, `ERR_OUT_OF_MEMORY`, `ERR_ORT_ARGUMENT` (refused before ONNX Runtime
+ * or CUDA saw it) or `ERR_ORT_BINDING`; the numbers say the rest.
+ */
+export interface OrtError extends Error {
+  code: string;
+  origin: 'onnxruntime' | 'cuda' | 'allocator' | 'argument' | 'binding';
+  /** ONNX Runtime's OrtErrorCode, when ONNX Runtime answered the failure. */
+  ortCode?: number;
+  /** The CUDA runtime's error number: of a call the binding made, or the one ONNX Runtime's CUDA provider reports. */
+  cudaError?: number;
+  /** Which CUDA library failed (CUDA, CUBLAS, CUDNN, ...), with its own status number. */
+  library?: string;
+  libraryStatus?: number;
+  /**
+   * Memory ran out: cudaErrorMemoryAllocation (CUDA_ERROR_MEMORY_ALLOCATION), a CUDA library's
+   * *_ALLOC_FAILED status, an allocation refused to the binding, or ONNX Runtime's allocator (its
+   * arena, on any device) refusing a buffer.
+   */
+  outOfMemory: boolean;
+}
+
+/** cudaErrorMemoryAllocation. */
+export const CUDA_ERROR_MEMORY_ALLOCATION = 2;
+
+/** Whether `err` came from the binding (it carries an origin). */
+export function isOrtError(err: unknown): err is OrtError {
+  return err instanceof Error && typeof (err as Partial<OrtError>).origin === 'string' && typeof (err as Partial<OrtError>).code === 'string';
+}
+
+/** Whether `err` is memory running out, as the binding classified it where it happened. */
+export function isOutOfMemory(err: unknown): boolean {
+  return isOrtError(err) && err.outOfMemory === true;
+}
 
 /** One ONNX Runtime session, opened on the calling thread (and used only there). */
 export class OrtSession {

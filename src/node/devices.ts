@@ -2,7 +2,7 @@
  * The node's devices, on the main thread: the pool of device actors, and which one serves a
  * request. Every device loads every model (a loaded model costs a weightless session; its weights
  * come onto a device only when that device runs it), and the node file's `gateway.scheduling.mode`
- * (the seeds' embedded gateway) decides where requests go:
+ * (the device pool's routing) decides where requests go:
  *
  * - `round_robin`: every device in turn;
  * - `least_outstanding`: the device with the fewest calls in flight (both in routing/routing.ts);
@@ -29,7 +29,6 @@ import type { ModelPolicies } from './model-policies.js';
 import { pack, type Placement } from '../routing/placement.js';
 import { fill, Router } from '../routing/routing.js';
 
-export type { GatewayMode };
 
 export interface LptOptions {
   defaultReplicas: number | 'all';

@@ -9,10 +9,13 @@
  * tensor is in host RAM once.
  */
 import type { HostUpdate } from '../shared/channels/device.js';
+import type { InstanceKey } from '../shared/model-spec.js';
 
 export class HostWeights {
-  #tensors = new Map<string, { buffer: SharedArrayBuffer; users: Set<string> }>();
-  #holdings = new Map<string, string[]>();
+  /** By content key: the buffer and the instances holding it. */
+  #tensors = new Map<string, { buffer: SharedArrayBuffer; users: Set<InstanceKey> }>();
+  /** By instance: the content keys it holds. */
+  #holdings = new Map<InstanceKey, string[]>();
 
   /** Every buffer held now: what a device actor may use instead of reading the disk. */
   offer(): Record<string, SharedArrayBuffer> {
@@ -33,12 +36,12 @@ export class HostWeights {
   update(update: HostUpdate): void {
     const created = Object.entries(update.created).filter(([key]) => !this.#tensors.has(key));
     for (const [key, buffer] of created) this.#tensors.set(key, { buffer, users: new Set() });
-    for (const [instance, keys] of Object.entries(update.holdings)) this.#hold(instance, keys);
+    for (const { instance, keys } of update.holdings) this.#hold(instance, keys);
     for (const [key] of created) if (this.#tensors.get(key)?.users.size === 0) this.#tensors.delete(key);
   }
 
   /** The instance is gone from every device: its tensors stay only for other users. */
-  release(instance: string): void {
+  release(instance: InstanceKey): void {
     this.#hold(instance, []);
     this.#holdings.delete(instance);
   }
@@ -54,7 +57,7 @@ export class HostWeights {
     return this.#tensors.size;
   }
 
-  #hold(instance: string, keys: readonly string[]): void {
+  #hold(instance: InstanceKey, keys: readonly string[]): void {
     // Take the new holdings before letting go of the old, so a tensor kept in both never drops out.
     for (const key of keys) this.#tensors.get(key)?.users.add(instance);
     const kept = new Set(keys);

@@ -1,7 +1,7 @@
 /**
  * The request path of a node, on the main thread: what one inference goes
- * through between the gRPC edge and the device, for ModelInfer, each request
- * of ModelStreamInfer, and a meta model's sub-calls alike.
+ * through between an edge (gRPC or REST) and the device, for ModelInfer, each
+ * request of ModelStreamInfer, a REST inference and a meta model's sub-calls alike.
  *
  *   lease -> decode -> route -> [preprocess, on a hook thread, which feeds the device] -> device -> [postprocess -> encode] -> statistics
  *   (without a postprocess hook the device encodes the response: shared/infer-response-wire.ts)
@@ -18,6 +18,7 @@
  * | --- | --- | --- | --- | --- |
  * | inline lone | 3 | 0 | grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own when the message is at least half `Buffer.poolSize` (32 KiB on Node 24; protobufjs decodes `bytes` as views of it), which is transferred to the device as it is (protocol/message-buffers.ts) and read by ONNX Runtime in place (main); ONNX Runtime writes each output into memory the device gives it (reused staging), no copy after the run; the output into the encoded response (shared/infer-response-wire.ts), transferred back (device); grpc-js copies the message into its frame (main) | 2: main -> device -> main |
  * | REST binary lone | 2 | 0 | Node's http hands the body over in chunks, joined into one buffer of its own (http-edge.ts, main); the tensor after the JSON header is a view of it, transferred to the device as it is (as inline lone's); ONNX Runtime writes the output into memory the device gives it; the JSON header and the output bytes joined into the response body (rest-tensors.ts, main); Node writes it to the socket | 2: main -> device -> main |
+ * | REST JSON lone | 0 | 0 | no copy of the tensor's bytes: Node's http hands the JSON body over in chunks, joined into one buffer of its own (http-edge.ts, main: a copy of the JSON text, which the copy test counts apart); the `data` array is converted into the datatype's bytes in a buffer of the request's own (rest-tensors.ts, main: a conversion, not a copy), transferred to the device as it is; ONNX Runtime writes the output into a buffer of the request's own, transferred back as it is; its bytes are converted into JSON numbers (main: a conversion; an output misaligned for its type is copied first) | 2: main -> device -> main |
  * | inline small | 4 | 0 | as inline lone, and a message under half `Buffer.poolSize` sits in Node's shared pool, which cannot be transferred: its bytes are copied into a buffer of their own (`fromRaw`, main) | 2 |
  * | inline misaligned | 4 | 0 | as inline lone, and an input whose bytes are misaligned for its type in the message is copied into reused staging memory (staging.ts) before ONNX Runtime reads it (device) | 2 |
  * | inline padded | 4 | 0 | as inline lone, and a lone request run by an executable compiled for more rows is copied into staging, padded with zero rows (device) | 2 |
@@ -28,6 +29,8 @@
  * | shared memory copied | 1 | 0 | as shared memory in place, but when ONNX Runtime cannot write into the region (a coalesced batch whose slices are not end to end in one region, an output axis the graph leaves symbolic, a slice misaligned for its type or over the request's input bytes) it writes into staging and the output is copied into the region after the run (device) | 2 |
  * | hooked | 3 | 0 | pre- and postprocess, lone: grpc-js's join (main); the message's buffer goes to the hook thread whole (a view misaligned for its type is copied first by `fromRaw`, main); what the hooks return is their own (a returned view of part of a buffer is copied, a plain array converted: hook); preprocess's tensors go from the hook thread to the device through its door, never to the main thread; ONNX Runtime writes each output into a buffer of the request's own, which goes to postprocess as it is; protobufjs encodes the response (main); grpc-js's frame (main). Preprocess only: the device encodes instead of protobufjs. A coalesced request's rows of each output are copied out of the batch's before going to postprocess (device) | preprocess only: 3, main -> hook -> device -> main; postprocess only: 4, main -> device -> main -> hook -> main; both: 5 |
  * | meta sub-call | 1 | 0 | the run hook's tensors are copied once on the hook thread, which may reuse them (hook); passed to the device as they are (no re-encode, no decode copy); ONNX Runtime writes the outputs into buffers of the sub-call's own, which go back to the hook thread as they are | 4 per sub-call: hook -> main -> device -> main -> hook |
+ * | inline lone, backend cuda | 4 | 0 | as inline lone, and the input copied into pinned staging (staging.ts, device), from which ONNX Runtime's own copy to the GPU runs at the bus's speed; the output is written into pinned staging by ONNX Runtime's copy from the GPU. ONNX Runtime's copies to and from the GPU are the device's, as on any GPU server, and are not counted | 2 |
+ * | inline lone, CUDA graph | 4 | 0 | as inline lone, backend cuda, with our own copies to and from the GPU in place of ONNX Runtime's (not counted either): the staged input into the graph's slot (cuda-graphs.ts, a host-to-GPU copy), the output from the slot into staging (GPU to host), since a captured graph reads and writes fixed addresses | 2 |
  *
  * `native` counts copies made in a library's C++: none is left since the device runs models through
  * Stowage's own binding (native/ort.ts), which has ONNX Runtime write outputs into memory we give it
@@ -38,9 +41,9 @@
  * header and the output buffers as one message without joining them (docs/performance.md).
  *
  * Backend cuda adds one copy on every path whose input ONNX Runtime would read in place: the input
- * into pinned staging (device), from which the GPU reads at the bus's speed; ONNX Runtime's own
- * copies to and from the GPU are the device's, as on any GPU server, and are not counted (the
- * table is the CPU backend's, which the copy test counts).
+ * into pinned staging (device), from which the GPU reads at the bus's speed (the two cuda rows).
+ * Copies between host and GPU are the device's, as on any GPU server, and are not counted. The copy
+ * test counts the CPU backend's rows; the cuda rows are held by test/gpu where a GPU is.
  */
 import type { Devices } from './devices.js';
 import type { HookFeedTarget } from '../actors/device/handle.js';

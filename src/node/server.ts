@@ -3,8 +3,8 @@
  *
  * Start-up: admin HTTP first (so /readyz can say what is loading), then the
  * device actors (the pool of them: devices.ts), then every bundle of the repository is parsed and loaded,
- * then the gRPC port opens. A bundle that fails is recorded UNAVAILABLE with
- * its reason and the rest still load.
+ * then the gRPC and REST ports open (the two edges: protocol/edge.ts, protocol/http-edge.ts).
+ * A bundle that fails is recorded UNAVAILABLE with its reason and the rest still load.
  */
 import { accessSync, constants, mkdirSync } from 'node:fs';
 import type http from 'node:http';
@@ -105,7 +105,6 @@ export class StowageServer {
     this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#devices?.forgetRegion(regionId));
   }
 
-  /** Every worker thread, named as stowage_thread_heap_bytes labels them. */
   /** The GPUs now, for the nv_gpu_* metrics (none on backend cpu). */
   #gpus(): GpuInfo[] {
     return this.#cudaStarted ? gpuReport().gpus : [];
@@ -140,6 +139,7 @@ export class StowageServer {
     return { ordinals: report.gpus.map((g) => g.ordinal), freeBytes: (ordinal) => free.get(ordinal) ?? 0 };
   }
 
+  /** Every worker thread, named as stowage_thread_heap_bytes labels them. */
   *#threads(): Iterable<[string, Worker]> {
     for (const device of this.#devices?.handles ?? []) yield [`device-${device.deviceId}`, device.thread];
     if (this.#compiler) for (const [i, thread] of this.#compiler.threads.entries()) yield [`compiler-${i}`, thread];

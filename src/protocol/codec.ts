@@ -100,12 +100,13 @@ function fromContents(name: string, info: DtypeInfo, contents: InferTensorConten
     throw errors.invalidTensor(`input ${q(name)}: shape needs ${elements} elements, contents.${info.contentsField} has ${values.length}`);
   }
   switch (info.datatype) {
+    // copy: typed contents converted into the datatype's bytes (the table's "typed contents")
     case 'BOOL':
-      return Uint8Array.from(values as boolean[], (b) => (b ? 1 : 0));
+      return Uint8Array.from(values as boolean[], (b) => (b ? 1 : 0)); // copy: (as above)
     case 'INT64':
-      return bytesOf(BigInt64Array.from(values as string[], (s) => BigInt(s)));
+      return bytesOf(BigInt64Array.from(values as string[], (s) => BigInt(s))); // copy: (as above)
     case 'UINT64':
-      return bytesOf(BigUint64Array.from(values as string[], (s) => BigInt(s)));
+      return bytesOf(BigUint64Array.from(values as string[], (s) => BigInt(s))); // copy: (as above)
     case 'BYTES':
       return joinBytesElements(values as Buffer[]);
     default: {

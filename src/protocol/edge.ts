@@ -58,13 +58,13 @@ function requestBytes(request: unknown): number {
 /** A handler of a unary RPC: the request (and the call, for its deadline and metadata) to the reply. */
 export type UnaryHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Promise<Res> | Res;
 
-/** A handler of one inference: like a unary handler, with the signal that fires if the client cancels. */
 /** What admission saw of a request it let in: its bytes, and the bytes in flight with it (for its trace). */
 export interface Admitted {
   bytes: number;
   inflightBytes: number;
 }
 
+/** A handler of one inference: like a unary handler, with the signal that fires if the client cancels. */
 export type InferenceHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>, signal: AbortSignal, admitted: Admitted) => Promise<Res>;
 
 /** One request of a stream, answered: its reply, or (on failure) the reply carrying the error. */

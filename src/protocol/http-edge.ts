@@ -181,6 +181,7 @@ function readBody(req: http.IncomingMessage, limit: number): Promise<Buffer> {
       }
       chunks.push(chunk);
     });
+    // copy: the body's chunks joined into one buffer of its own (the table's REST rows)
     req.on('end', () => resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size)));
     req.on('error', reject);
   });

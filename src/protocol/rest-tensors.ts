@@ -69,6 +69,7 @@ function jsonData(name: string, datatype: Datatype, shape: number[], data: Json)
     }));
   }
   if (datatype === 'BOOL') {
+    // copy: JSON booleans converted into bytes (the table's REST JSON row: a conversion)
     return Uint8Array.from(values, (v, i) => {
       if (typeof v !== 'boolean') throw bad(i, 'true or false');
       return v ? 1 : 0;
@@ -163,9 +164,11 @@ function outputData(datatype: string, bytes: Buffer): Json[] {
   if (!info) return [];
   if (datatype === 'BYTES') return (splitBytesElements(bytes) ?? []).map((e) => new TextDecoder().decode(e));
   if (datatype === 'FP16' || datatype === 'BF16') return [];
-  const copy = new Uint8Array(bytes); // aligned for the typed view
-  const Typed = info.typedArray as unknown as { new (b: ArrayBuffer): ArrayLike<number | bigint> };
-  const view = new Typed(copy.buffer);
+  const Typed = info.typedArray as unknown as { new (b: ArrayBufferLike, offset: number, length: number): ArrayLike<number | bigint> };
+  // A typed view needs its offset aligned for the type: an output at an odd place (rare) is copied first.
+  // copy: a misaligned output into memory aligned for its typed view
+  const aligned = bytes.byteOffset % info.elementBytes === 0 ? bytes : new Uint8Array(bytes);
+  const view = new Typed(aligned.buffer, aligned.byteOffset, aligned.byteLength / info.elementBytes);
   const out: Json[] = [];
   for (let i = 0; i < view.length; i++) {
     const v = view[i];
@@ -196,5 +199,6 @@ export function restInferResponse(request: ModelInferRequest, response: ModelInf
   });
   const header = Buffer.from(JSON.stringify({ model_name: response.model_name, model_version: response.model_version, ...(response.id ? { id: response.id } : {}), outputs }));
   if (chunks.length === 0) return { body: header };
+  // copy: the JSON header and the binary outputs joined into the body (the table's REST binary row)
   return { body: Buffer.concat([header, ...chunks]), headerBytes: header.length };
 }

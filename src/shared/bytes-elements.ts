@@ -28,7 +28,7 @@ export function joinBytesElements(elements: readonly Uint8Array[]): Uint8Array {
   let at = 0;
   for (const e of elements) {
     view.setUint32(at, e.byteLength, true);
-    out.set(e, at + 4);
+    out.set(e, at + 4); // copy: each element into KServe's length-prefixed layout
     at += 4 + e.byteLength;
   }
   return out;

@@ -17,11 +17,11 @@ import type { FromSchema } from 'json-schema-to-ts';
  */
 export const RESIDENCIES = ['device', 'system', 'unpinned'] as const;
 export type Residency = (typeof RESIDENCIES)[number];
-export const DISCIPLINES = ['fair', 'fifo', 'edf'] as const;
+const DISCIPLINES = ['fair', 'fifo', 'edf'] as const;
 export type Discipline = (typeof DISCIPLINES)[number];
-export const GATEWAY_MODES = ['round_robin', 'least_outstanding', 'lpt_packing'] as const;
+const GATEWAY_MODES = ['round_robin', 'least_outstanding', 'lpt_packing'] as const;
 export type GatewayMode = (typeof GATEWAY_MODES)[number];
-export const FILL_POLICIES = ['fill_rr', 'fill_least'] as const;
+const FILL_POLICIES = ['fill_rr', 'fill_least'] as const;
 export type FillPolicy = (typeof FILL_POLICIES)[number];
 
 // The runtime and scheduler blocks: under global, and (without defaults, so that only what a
@@ -379,6 +379,3 @@ export type RuntimeConfig = NodeConfig['global']['runtime'];
 export type SchedulerConfig = NodeConfig['global']['scheduler'];
 /** scheduler.models.<name>. */
 export type ModelSchedulerConfig = SchedulerConfig['models'][string];
-export type GatewaySchedulingConfig = NodeConfig['gateway']['scheduling'];
-/** One entry of workers: (its blocks hold only what it overrides). */
-export type WorkerEntry = NonNullable<NodeConfig['workers']>[number];

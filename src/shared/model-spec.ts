@@ -16,6 +16,19 @@ export interface TensorSpec {
   readonly batchDim: number;
 }
 
+/**
+ * A tensor of an ONNX graph's signature as ONNX Runtime reports it (onnxruntime-node's
+ * `inputMetadata` / `outputMetadata`, and native/ort.ts in the same shape): what a manifest is
+ * checked against (bundle/signature.ts) and drafted from (cli/draft.ts).
+ */
+export interface GraphTensor {
+  name: string;
+  isTensor: boolean;
+  type?: string;
+  /** Numbers for fixed dimensions, strings (or -1) for symbolic ones. */
+  shape?: ReadonlyArray<number | string>;
+}
+
 export interface ExecutableFile {
   /** The batch size this file was compiled for; null for a dynamic batch axis (model.onnx). */
   readonly batchSize: number | null;

@@ -113,7 +113,7 @@ export class WireWriter {
       v = Math.floor(v / 128);
     }
     out.push(v);
-    return Uint8Array.from(out);
+    return Uint8Array.from(out); // copy: a varint's few bytes
   }
 
   /** A field copied as it was read. */
@@ -140,7 +140,7 @@ export class WireWriter {
     const out = new Uint8Array(this.#length);
     let at = 0;
     for (const p of this.#parts) {
-      out.set(p, at);
+      out.set(p, at); // copy: each field into the finished message
       at += p.length;
     }
     return out;

@@ -250,3 +250,29 @@ test('a node and a gateway whose log reader went away still stop promptly on SIG
     t.true(Date.now() - started < 10_000, `${name} exited in ${Date.now() - started} ms`);
   }
 });
+
+test('a request that makes ONNX Runtime\'s allocator run out is refused RESOURCE_EXHAUSTED, saying so; the device serves on', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  // y = Expand(x, shape): the request's `shape` decides how much memory the run asks for.
+  const repo = makeRepository(temp.dir, {}, {
+    'expand/manifest.yaml': [
+      'format_version: "2.0"',
+      'executable_inputs:',
+      '  - { name: x, dtype: f32, shape: k, dims: { k: 1 } }',
+      '  - { name: shape, dtype: i64, shape: r, dims: { r: 1 } }',
+      'executable_outputs:',
+      '  - { name: y, dtype: f32, shape: m, dims: { m: 4 } }',
+    ].join('\n'),
+  });
+  cpSync(path.join(FIXTURES, 'graphs', 'expand.onnx'), path.join(repo, 'expand', 'model.onnx'));
+  const server = await startServer({ model_repo: repo }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const ask = (/** @type {bigint} */ n) => server.client.infer('expand', [tensor('x', 'FP32', [1], new Float32Array([2])), tensor('shape', 'INT64', [1], new BigInt64Array([n]))]);
+  t.deepEqual([...dataAs((await ask(4n)).outputs[0], Float32Array)], [2, 2, 2, 2]);
+  // 4 TiB of float32: more than any machine running this has.
+  const err = await t.throwsAsync(ask(2n ** 40n));
+  t.is(/** @type {{ code?: number }} */ (err).code, status.RESOURCE_EXHAUSTED);
+  t.regex(err?.message ?? '', /model "expand": device 0 ran out of memory running it: .*Failed to allocate memory for requested buffer of size 4398046511104/);
+  t.deepEqual([...dataAs((await ask(3n)).outputs[0], Float32Array)], [2, 2, 2], 'the next request is served');
+});

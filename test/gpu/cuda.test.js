@@ -3,7 +3,7 @@
 // backend cuda, its weight cache in GPU memory, evicting under a small budget, every answer checked
 // against the model's own weights. Skipped, saying why, where no GPU and CUDA provider are (CI):
 // `npm run test:gpu` on a GPU machine after `npm run cuda:install`.
-import { allocateDeviceMemory, hostOutput, OrtSession } from '../../dist/native/ort.js';
+import { allocateDeviceMemory, CUDA_ERROR_MEMORY_ALLOCATION, hostOutput, isOutOfMemory, OrtSession } from '../../dist/native/ort.js';
 import { gpuReport, pinHost } from '../../dist/native/cuda.js';
 import { gpuTest } from '../helpers/gpu.js';
 import { inferAndCheck, mlpLayers, mlpModel, mlpWeightBytes, random, writeCatalog } from '../helpers/mlp-catalog.js';
@@ -87,7 +87,15 @@ gpuTest('GPU memory: copies both ways from pageable and pinned memory, moves wit
   memory.copyToHost(back);
   t.true(Buffer.compare(mirror, back) === 0, 'moves within GPU memory land as memmove would');
   t.throws(() => memory.moveWithin(bytes - 10, 0, 11), { code: 'ERR_ORT_ARGUMENT', message: /do not fit/ });
-  t.throws(() => allocateDeviceMemory(16, 'cuda:99'), { message: /cuda:99/ });
+  t.like(t.throws(() => allocateDeviceMemory(16, 'cuda:99'), { message: /cuda:99/, code: 'ERR_CUDA' }), { origin: 'cuda' });
+  // More than the GPU has: CUDA's cudaErrorMemoryAllocation, read by its number.
+  const tooMuch = t.throws(() => allocateDeviceMemory(2 ** 48, 'cuda:0'));
+  t.like(tooMuch, { code: 'ERR_CUDA', origin: 'cuda', cudaError: CUDA_ERROR_MEMORY_ALLOCATION, outOfMemory: true });
+  t.true(isOutOfMemory(tooMuch));
+  // A detached buffer is refused by pinHost as by every call that takes a buffer.
+  const moved = new ArrayBuffer(1024);
+  structuredClone(moved, { transfer: [moved] });
+  t.throws(() => pinHost(moved), { code: 'ERR_ORT_ARGUMENT', message: /detached/ });
 });
 
 gpuTest('the CUDA provider answers as the CPU does; TF32 off to float32 precision, on within TF32\'s; its options read back', async (t) => {

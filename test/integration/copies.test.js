@@ -158,6 +158,22 @@ test.serial('REST binary lone: the body\'s tensor goes to the device as it is; t
   t.is(units, seen('REST binary lone'), shown);
 });
 
+test.serial('REST JSON lone: no copy of the tensor\'s bytes, only the join of the JSON text (the data converted both ways)', async (t) => {
+  const input = x(64);
+  const data = dataAs(input, Float32Array);
+  const body = Buffer.from(JSON.stringify({ inputs: [{ name: 'x', datatype: 'FP32', shape: [64, 1024], data: [...data] }] }));
+  const { copies, shown } = await copiesDuring(64 * ROW_BYTES, async () => {
+    const res = await fetch(`${server.rest}/v2/models/echo/infer`, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+    const answer = /** @type {{ outputs: { data: number[] }[] }} */ (await res.json());
+    t.true(answer.outputs[0].data.length === data.length && answer.outputs[0].data.every((v, i) => v === data[i]), 'the answer is the model\'s');
+  });
+  // The body's chunks joined (http-edge.ts): the JSON text, which the table does not count as the tensor's.
+  const joins = copies.filter((c) => c.operation === 'Buffer.concat' && c.bytes === body.length);
+  t.is(joins.length, 1, shown);
+  const tensorCopies = copies.filter((c) => !joins.includes(c)).reduce((sum, c) => sum + c.bytes, 0);
+  t.is(Math.round(tensorCopies / (64 * ROW_BYTES)), seen('REST JSON lone'), shown);
+});
+
 test.serial('inline misaligned: an input misaligned for its type costs one copy into staging', async (t) => {
   const input = x(64);
   const id = alignedId('echo', 64, false);

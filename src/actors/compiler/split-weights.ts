@@ -18,38 +18,15 @@
  */
 import { byOnnxType, dtypeInfo, type Datatype } from '../../shared/dtypes.js';
 import { readFields, readRepeatedVarints, readString, WIRE_LEN, WireWriter, type WireField } from '../../shared/protobuf-wire.js';
+import {
+  ATTR_I, ATTR_NAME, ATTR_TYPE, ATTR_TYPE_INT, DIM_VALUE, GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_NODE, MODEL_GRAPH,
+  NODE_ATTRIBUTE, NODE_DOMAIN, NODE_INPUT, NODE_OP_TYPE, ONNX_FLOAT, ONNX_INT64, SHAPE_DIM, TENSOR_DATA_LOCATION,
+  TENSOR_DATA_TYPE, TENSOR_DIMS, TENSOR_FLOAT_DATA, TENSOR_NAME, TENSOR_RAW_DATA, TYPE_TENSOR, TYPE_TENSOR_ELEM_TYPE,
+  TYPE_TENSOR_SHAPE, VALUE_INFO_NAME, VALUE_INFO_TYPE,
+} from '../../shared/onnx-fields.js';
 
 /** Below this many bytes an initializer stays in the executable. */
 export const WEIGHT_MIN_BYTES = 128;
-
-// onnx.proto field numbers (https://github.com/onnx/onnx/blob/main/onnx/onnx.proto).
-const MODEL_GRAPH = 7;
-const GRAPH_INITIALIZER = 5;
-const GRAPH_INPUT = 11;
-const TENSOR_DIMS = 1;
-const TENSOR_DATA_TYPE = 2;
-const TENSOR_FLOAT_DATA = 4;
-const TENSOR_NAME = 8;
-const TENSOR_RAW_DATA = 9;
-const TENSOR_DATA_LOCATION = 14;
-const VALUE_INFO_NAME = 1;
-const NODE_INPUT = 1;
-const NODE_OP_TYPE = 4;
-const NODE_ATTRIBUTE = 5;
-const NODE_DOMAIN = 7;
-const ATTR_NAME = 1;
-const ATTR_I = 3;
-const ATTR_TYPE = 20;
-const ATTR_TYPE_INT = 2;
-const GRAPH_NODE = 1;
-const VALUE_INFO_TYPE = 2;
-const TYPE_TENSOR = 1;
-const TYPE_TENSOR_ELEM_TYPE = 1;
-const TYPE_TENSOR_SHAPE = 2;
-const SHAPE_DIM = 1;
-const DIM_VALUE = 1;
-const ONNX_FLOAT = 1;
-const ONNX_INT64 = 7;
 
 /** One weight tensor taken out of a model. */
 export interface WeightTensor {
@@ -142,7 +119,10 @@ function withTransB(node: WireField): Uint8Array {
 function transpose(data: Uint8Array, rows: number, cols: number, width: number): Uint8Array {
   const out = new Uint8Array(data.byteLength);
   const Words = width === 8 ? BigUint64Array : width === 4 ? Uint32Array : width === 2 ? Uint16Array : Uint8Array;
-  const src = new Words(data.slice().buffer);
+  // The elements read as words need their offset aligned for them: a weight at an odd place in the file is copied first.
+  // copy: a misaligned weight into aligned memory (transposing writes `out` anyway)
+  const from = data.byteOffset % width === 0 ? data : new Uint8Array(data);
+  const src = new Words(from.buffer as ArrayBuffer, from.byteOffset, from.byteLength / width);
   const dst = new Words(out.buffer);
   for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
   return out;

@@ -132,9 +132,9 @@ export class Arena {
    * memory, only issued: `flush()` waits for every write; `src` must stay unchanged until then).
    */
   write(block: Block, src: Uint8Array): void {
-    // copy: weights into the arena: the one copy a cold load pays
+    // copy: weights into the arena, host to GPU: the one copy a cold load pays
     if (this.#device) this.#device.copyFromHost(src, block.offset, false);
-    else this.bytes.set(src, block.offset);
+    else this.bytes.set(src, block.offset); // copy: weights into the arena: the one copy a cold load pays
   }
 
   /** Wait for the writes issued (one wait for a model's tensors, not one per tensor). */
@@ -151,6 +151,7 @@ export class Arena {
     // A GPU's memory is not addressable here: read into host memory, then copy it over.
     const staging = new Uint8Array(length);
     read(staging);
+    // copy: an unpinned model's weights, read from disk into host memory, then onto the GPU
     this.#device.copyFromHost(staging, block.offset);
   }
 
@@ -160,8 +161,9 @@ export class Arena {
     let moved = 0;
     for (const block of [...this.#live].sort((a, b) => a.offset - b.offset)) {
       if (block.offset !== cursor) {
+        // copy: compaction slides a live block down (counted in `moved`)
         if (this.#device) this.#device.moveWithin(cursor, block.offset, block.size);
-        else this.bytes.copyWithin(cursor, block.offset, block.offset + block.size);
+        else this.bytes.copyWithin(cursor, block.offset, block.offset + block.size); // copy: (as above)
         moved += block.size;
         block.offset = cursor;
       }

@@ -1,7 +1,7 @@
 /**
  * CUDA graphs in the server (runtime.cuda.graphs): a warm run replays one captured graph of the
  * whole model instead of launching its kernels one by one (ResNet-50 at batch 1 went from 1.35 to
- * 0.92 ms on an H100, ../shared/GPU.md).
+ * 0.92 ms on an H100, docs/gpu.md).
  *
  * A captured graph reads and writes fixed addresses, so for each batch size the executable runs at
  * with a graph (its compiled sizes) it gets one block of GPU memory holding its inputs and outputs:
@@ -19,8 +19,7 @@
  * when some node runs on the CPU, and every input and output needs a shape known before the run
  * (no free axis, no BYTES). Otherwise the model runs as before, and its status says why.
  */
-import type { DeviceMemory, DeviceName, OrtOutput, OrtSession, OrtTensor } from '../../native/ort.js';
-import { allocateDeviceMemory } from '../../native/ort.js';
+import { allocateDeviceMemory, type DeviceMemory, type DeviceName, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import type { TensorSpec } from '../../shared/model-spec.js';
 import { outputBytes } from './ort-tensors.js';
@@ -105,6 +104,7 @@ export class CudaGraphs {
     for (const t of slot.inputs) {
       const data = inputs.find((x) => x.name === t.name)?.data;
       if (!data || 'memory' in data || data.byteLength !== t.bytes) return null; // not this slot's shape: run plainly
+      // copy: an input into the graph's slot, host to GPU (in place of the copy ONNX Runtime makes on a plain run)
       slot.memory.copyFromHost(data, t.offset, false);
     }
     slot.memory.synchronize();
@@ -114,6 +114,7 @@ export class CudaGraphs {
     return slot.outputs.map((t) => {
       const target = outputs.find((o) => o.name === t.name);
       const data = target && !('memory' in target.data) && target.data.byteLength === t.bytes ? target.data : new Uint8Array(t.bytes);
+      // copy: an output out of the graph's slot, GPU to host (in place of ONNX Runtime's own on a plain run)
       slot.memory.copyToHost(data, t.offset);
       return { name: t.name, type: t.type, dims: t.dims, data: ArrayBuffer.isView(data) ? data : new Uint8Array(data) };
     });

@@ -25,7 +25,7 @@ import type { DeviceModels } from './models.js';
 import { batchInput, outputBytes, requestOutput } from './ort-tensors.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import type { ModelSpec, TensorSpec } from '../../shared/model-spec.js';
-import type { HostTensor, OrtOutput, OrtSession, OrtTensor } from '../../native/ort.js';
+import { isOutOfMemory, type HostTensor, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
 import type { Staging } from './staging.js';
@@ -243,8 +243,11 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
         return;
       }
       const message = (err as Error).message;
-      // A new batch size's activations can be what the GPU has no room for.
-      throw models.sessionMemory?.exhausted(name, `running a batch of ${runBatch}`, message) ?? errors.executionFailed(name, message);
+      // A new batch size's activations can be what the GPU has no room for: said with where the
+      // GPU's memory went; on the CPU, what ONNX Runtime's allocator refused.
+      const doing = spec.batchAxis === null ? 'running it' : `running a batch of ${runBatch}`;
+      throw models.sessionMemory?.exhausted(name, doing, err)
+        ?? (isOutOfMemory(err) ? errors.deviceMemoryExhausted(name, `device ${ctx.deviceId} ran out of memory ${doing}: ${message}`) : errors.executionFailed(name, message));
     } finally {
       ctx.running = null;
     }

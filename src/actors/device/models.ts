@@ -8,15 +8,14 @@
  * each load brings the model's policy as it stands, and a change reaches the
  * loaded instances as setPolicy / setResidency. Nothing here outlives a load.
  */
-import type { DeviceCalls, DeviceInit, HostUpdate, InstanceStatus, SchedulingPolicy, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
+import type { DeviceCalls, DeviceInit, HostUpdate, InferCommand, InstanceStatus, SchedulingPolicy, WarmupOutcome, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
 import { nowMs } from '../../shared/channels/inference.js';
 import { errors } from '../../shared/errors.js';
 import { modelOf, type InstanceKey, type ModelSpec } from '../../shared/model-spec.js';
 import type { CostModel } from './cost-model.js';
 import { bindWeights, openExecutable, tensorSources, type Executable } from './executables.js';
-import { warmUp, type WarmupOutcome } from './warmup.js';
+import { warmUp } from './warmup.js';
 import type { QueuePolicy, Scheduler } from './scheduler.js';
-import type { InferCommand } from '../../shared/channels/device.js';
 import type { HostBuffer, ResidencyOutcome, TensorSource, WeightCache } from './weight-cache.js';
 import type { SessionMemory } from './session-memory.js';
 
@@ -68,9 +67,9 @@ export class DeviceModels {
   readonly weightCache: WeightCache<InstanceKey> | null;
   readonly #warn: (message: string, fields: Record<string, number | string>) => void;
   /** Backend cuda: the GPU memory each model's sessions take; null on the CPU. */
-  readonly sessionMemory: SessionMemory | null;
+  readonly sessionMemory: SessionMemory<InstanceKey> | null;
 
-  constructor(init: DeviceInit, scheduler: Scheduler<InferCommand>, costs: CostModel, weightCache: WeightCache<InstanceKey> | null, warn: (message: string, fields: Record<string, number | string>) => void, sessionMemory: SessionMemory | null = null) {
+  constructor(init: DeviceInit, scheduler: Scheduler<InferCommand>, costs: CostModel, weightCache: WeightCache<InstanceKey> | null, warn: (message: string, fields: Record<string, number | string>) => void, sessionMemory: SessionMemory<InstanceKey> | null = null) {
     this.#init = init;
     this.#scheduler = scheduler;
     this.#costs = costs;
@@ -129,7 +128,7 @@ export class DeviceModels {
     const memory = this.sessionMemory;
     const freeBefore = memory?.free() ?? 0;
     // The GPU ran out: say where its memory went rather than ONNX Runtime's bare words.
-    const outOfMemory = (err: unknown, doing: string) => memory?.exhausted(spec.name, doing, (err as Error).message) ?? null;
+    const outOfMemory = (err: unknown, doing: string) => memory?.exhausted(spec.name, doing, err) ?? null;
     let outcome: ResidencyOutcome<InstanceKey> | undefined;
     try {
       if (cache && !compiled) throw errors.internal(`model ${spec.name} reached device ${this.#init.deviceId} uncompiled while its weight cache is on`);
@@ -245,6 +244,6 @@ export class DeviceModels {
   /** What changed in host RAM: buffers read here, and which tensors each instance now keeps there. */
   #hostUpdate(host: HostOffer, instances: InstanceKey[]): HostUpdate {
     const cache = this.weightCache;
-    return { created: host.created, holdings: Object.fromEntries((cache ? instances : []).map((i) => [i, cache!.hostKeys(i)])) };
+    return { created: host.created, holdings: (cache ? instances : []).map((instance) => ({ instance, keys: cache!.hostKeys(instance) })) };
   }
 }

@@ -75,7 +75,8 @@ export interface Pick<T extends Queued> {
   heldUntilMs?: number;
 }
 
-export interface SchedulerOptions {
+/** `Id`: what names a queue (the device's InstanceKey; tests use plain strings). */
+export interface SchedulerOptions<Id extends string = string> {
   discipline: Discipline;
   /** Per-model queue cap (scheduler.max_queue_depth). */
   maxQueueDepth: number;
@@ -84,7 +85,7 @@ export interface SchedulerOptions {
   costs: CostModel;
   now: () => number;
   /** Whether a model's weights are on the device now (the weight cache); absent: all are. */
-  resident?: (model: string) => boolean;
+  resident?: (instance: Id) => boolean;
 }
 
 interface ModelQueue<T extends Queued> {
@@ -102,14 +103,15 @@ interface ModelQueue<T extends Queued> {
 }
 
 export class Scheduler<T extends Queued> {
-  readonly #options: SchedulerOptions;
-  readonly #queues = new Map<string, ModelQueue<T>>();
+  readonly #options: SchedulerOptions<T['instance']>;
+  /** Per loaded instance (a model version), under the requests' own key type. */
+  readonly #queues = new Map<T['instance'], ModelQueue<T>>();
   /** The charge level of the last model picked: where an idle model re-enters (fair). */
   #virtualMs = 0;
   #picks = 0;
   #queued = 0;
 
-  constructor(options: SchedulerOptions) {
+  constructor(options: SchedulerOptions<T['instance']>) {
     this.#options = options;
   }
 
@@ -118,23 +120,23 @@ export class Scheduler<T extends Queued> {
     return this.#queued;
   }
 
-  queuedFor(model: string): number {
+  queuedFor(model: T['instance']): number {
     return this.#queues.get(model)?.requests.length ?? 0;
   }
 
-  policyOf(model: string): QueuePolicy | undefined {
+  policyOf(model: T['instance']): QueuePolicy | undefined {
     return this.#queues.get(model)?.policy;
   }
 
   /** Register a model (or change its policy); its queue is kept. */
-  setModel(model: string, policy: QueuePolicy): void {
+  setModel(model: T['instance'], policy: QueuePolicy): void {
     const q = this.#queues.get(model);
     if (q) q.policy = policy;
     else this.#queues.set(model, { policy, requests: [], charged: this.#virtualMs, lastPicked: -1, expected: 0, lastLoadMs: 0 });
   }
 
   /** Forget a model; its queued requests are returned for the caller to fail. */
-  removeModel(model: string): T[] {
+  removeModel(model: T['instance']): T[] {
     const q = this.#queues.get(model);
     this.#queues.delete(model);
     this.#options.costs.forget(model);
@@ -161,13 +163,13 @@ export class Scheduler<T extends Queued> {
   }
 
   /** A request of `model` is on its way: its inputs come later (see the header). */
-  expect(model: string): void {
+  expect(model: T['instance']): void {
     const q = this.#queues.get(model);
     if (q) q.expected++;
   }
 
   /** An expected request arrived (it is enqueued next) or was withdrawn. */
-  arrived(model: string): void {
+  arrived(model: T['instance']): void {
     const q = this.#queues.get(model);
     if (q && q.expected > 0) q.expected--;
   }
@@ -207,14 +209,14 @@ export class Scheduler<T extends Queued> {
   }
 
   /** After an execution: learn its cost and charge it to the model (fair). */
-  charge(model: string, executedRows: number, executedMs: number): void {
+  charge(model: T['instance'], executedRows: number, executedMs: number): void {
     const cost = this.#options.costs.record(model, executedRows, executedMs, this.#options.now());
     const q = this.#queues.get(model);
     if (q) q.charged += cost / q.policy.weight;
   }
 
   /** Charge device time that is not an execution (bringing the model's weights on) to the model (fair). */
-  chargeTime(model: string, ms: number): void {
+  chargeTime(model: T['instance'], ms: number): void {
     const q = this.#queues.get(model);
     if (!q) return;
     q.charged += ms / q.policy.weight;
@@ -245,7 +247,7 @@ export class Scheduler<T extends Queued> {
   }
 
   /** When a queue's hold for rows on its way ends; -Infinity when it is not held (see the header). */
-  #heldUntil(q: ModelQueue<T>, model: string): number {
+  #heldUntil(q: ModelQueue<T>, model: T['instance']): number {
     if (q.expected === 0) return -Infinity;
     let rows = 0;
     for (const t of q.requests) rows += t.rows;
@@ -259,7 +261,7 @@ export class Scheduler<T extends Queued> {
     let bestKey = Infinity;
     let heldUntilMs = Infinity;
     const now = this.#options.now();
-    const ready: [string, ModelQueue<T>][] = [];
+    const ready: [T['instance'], ModelQueue<T>][] = [];
     for (const [model, q] of this.#queues) {
       if (q.requests.length === 0) continue;
       const holdEnds = this.#heldUntil(q, model);
@@ -286,7 +288,7 @@ export class Scheduler<T extends Queued> {
    * queue whose weights are, if its charge is within best's coming on (its last cold load and one
    * execution of its head, in charge units). No detour before best's first load has been seen.
    */
-  #residentDetour(best: ModelQueue<T>, bestModel: string, ready: readonly [string, ModelQueue<T>][]): ModelQueue<T> {
+  #residentDetour(best: ModelQueue<T>, bestModel: T['instance'], ready: readonly [T['instance'], ModelQueue<T>][]): ModelQueue<T> {
     const resident = this.#options.resident;
     if (this.#options.discipline !== 'fair' || !resident || best.lastLoadMs === 0 || resident(bestModel)) return best;
     const limit = best.charged + (best.lastLoadMs + this.#options.costs.estimate(bestModel, best.requests[0].rows)) / best.policy.weight;

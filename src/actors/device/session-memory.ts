@@ -13,14 +13,7 @@
  * memory went and what to change, instead of ONNX Runtime's bare "out of memory".
  */
 import { errors, type StowageError } from '../../shared/errors.js';
-
-/** ONNX Runtime's and CUDA's words for an allocation that failed. */
-const OUT_OF_MEMORY = /out of memory|cudaErrorMemoryAllocation|Failed to allocate memory|_ALLOC_FAILED|Available memory of \d+ is smaller than requested/i;
-
-/** Whether an error from ONNX Runtime is the device (or its arena's limit) running out of memory. */
-export function isOutOfMemory(message: string): boolean {
-  return OUT_OF_MEMORY.test(message);
-}
+import { isOutOfMemory } from '../../native/ort.js';
 
 /** Sizes in the messages: MiB, or KiB and bytes below one (a 64 KiB arena limit is not "0 MiB"). */
 const mib = (bytes: number) => (bytes >= 2 ** 20 ? `${(bytes / 2 ** 20).toFixed(0)} MiB` : bytes >= 1024 ? `${(bytes / 1024).toFixed(0)} KiB` : `${bytes} bytes`);
@@ -37,10 +30,11 @@ export interface SessionMemoryOptions {
   ortArenaLimitBytes: number;
 }
 
-export class SessionMemory {
+/** `Id`: what names a loaded instance (the device's InstanceKey; tests use plain strings). */
+export class SessionMemory<Id extends string = string> {
   readonly #o: SessionMemoryOptions;
   /** Bytes measured per loaded instance. */
-  readonly #held = new Map<string, number>();
+  readonly #held = new Map<Id, number>();
 
   constructor(options: SessionMemoryOptions) {
     this.#o = options;
@@ -52,18 +46,18 @@ export class SessionMemory {
   }
 
   /** What `instance`'s sessions took since `freeBefore`; kept until `forget`. */
-  record(instance: string, freeBefore: number): number {
+  record(instance: Id, freeBefore: number): number {
     const bytes = Math.max(0, freeBefore - this.#o.free());
     this.#held.set(instance, bytes);
     return bytes;
   }
 
   /** What `instance`'s sessions took when it loaded; undefined before (or without) a measurement. */
-  of(instance: string): number | undefined {
+  of(instance: Id): number | undefined {
     return this.#held.get(instance);
   }
 
-  forget(instance: string): void {
+  forget(instance: Id): void {
     this.#held.delete(instance);
   }
 
@@ -76,11 +70,13 @@ export class SessionMemory {
   }
 
   /**
-   * The error for `model` when ONNX Runtime said `message` while `doing`, if that is the GPU running
-   * out of memory (isOutOfMemory); null for any other failure (the caller's error stands).
+   * The error for `model` when the binding raised `err` while `doing`, if that is the GPU running
+   * out of memory (the binding's `outOfMemory`, native/ort.ts isOutOfMemory); null for any other
+   * failure (the caller's error stands).
    */
-  exhausted(model: string, doing: string, message: string): StowageError | null {
-    if (!isOutOfMemory(message)) return null;
+  exhausted(model: string, doing: string, err: unknown): StowageError | null {
+    if (!isOutOfMemory(err)) return null;
+    const message = (err as Error).message;
     const o = this.#o;
     const limit = o.ortArenaLimitBytes > 0
       ? `ONNX Runtime's arena is limited to ${mib(o.ortArenaLimitBytes)} per session (runtime.cuda.ort_arena_limit_bytes): raise it, or`

@@ -3,25 +3,16 @@
  * warm-up data where its manifest names some (warmup.data: one row per input, repeated) and on
  * zeros otherwise, before
  * the model reports READY, so that no client pays ONNX Runtime's first run at a batch size (on CUDA
- * 90-470 ms: kernel and cuDNN algorithm selection, memory planning; ../shared/GPU.md). On by
+ * 90-470 ms: kernel and cuDNN algorithm selection, memory planning; docs/gpu.md). On by
  * default on backend cuda, off on cpu, where a first run costs little (runtime.warmup, and per model
  * scheduler.models.<name>.warmup).
  */
 import type { ModelSpec } from '../../shared/model-spec.js';
+import type { WarmupOutcome } from '../../shared/channels/device.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import type { OrtTensor } from '../../native/ort.js';
 import { plainRun, type Executable } from './executables.js';
 import { outputBytes } from './ort-tensors.js';
-
-export interface WarmupOutcome {
-  /** Batch sizes warmed (each run once, or on CUDA two or three times). */
-  runs: number;
-  ms: number;
-  /** Why some executable was not warmed (an input with a free axis), or null. */
-  skipped: string | null;
-  /** The inputs that ran on the bundle's data rather than zeros. */
-  fromBundle: string[];
-}
 
 /**
  * `row` (one batch row of a tensor of `dims`, batch axis `batchDim`) repeated to `rows` rows: for
@@ -34,7 +25,7 @@ export function repeatRow(row: Uint8Array, dims: readonly number[], batchDim: nu
   const out = new Uint8Array(row.length * rows);
   for (let o = 0; o < outer; o++) {
     const from = row.subarray(o * block, (o + 1) * block);
-    for (let r = 0; r < rows; r++) out.set(from, (o * rows + r) * block);
+    for (let r = 0; r < rows; r++) out.set(from, (o * rows + r) * block); // copy: the warm-up row repeated to the batch
   }
   return out;
 }

@@ -20,7 +20,7 @@
  * between executions.
  */
 import { errors } from '../../shared/errors.js';
-import type { Residency } from '../../shared/channels/device.js';
+import type { Residency, WeightLoad } from '../../shared/channels/device.js';
 import type { DeviceSlice } from '../../native/ort.js';
 import { alignUp, type Arena, type Block } from './arena.js';
 
@@ -64,16 +64,8 @@ interface CachedModel {
   epoch: number;
 }
 
-/** What making a model resident cost. */
-export interface ResidencyOutcome<Id extends string = string> {
-  hit: boolean;
-  /** Bytes copied onto the device (shared tensors already there are not copied). */
-  loadedBytes: number;
-  /** Of those, bytes read from disk (`unpinned` models). */
-  diskBytes: number;
-  loadMs: number;
-  /** Instances evicted to make room. */
-  evicted: Id[];
+/** What making a model resident cost (the channel's WeightLoad, by instance), and what only the device needs of it. */
+export interface ResidencyOutcome<Id extends string = string> extends WeightLoad<Id> {
   /** Bytes moved by compaction during this load. */
   compactedBytes: number;
   /** Set when the models used within the thrash window need more than the budget. */

@@ -66,7 +66,7 @@ const scheduler = new Scheduler<InferCommand>({
   costs,
   now: nowMs,
   // Read at each pick, once the cache below exists; without a cache every model is on the device.
-  ...(config.prefer_resident ? { resident: (instance: string) => weightCache?.isResident(instance as InstanceKey) ?? true } : {}),
+  ...(config.prefer_resident ? { resident: (instance: InstanceKey) => weightCache?.isResident(instance) ?? true } : {}),
 });
 /**
  * The device's weights: an arena of the budget's size and what is resident in it; null when the
@@ -104,7 +104,7 @@ const weightCache = init.weights
 // Backend cuda: the GPU memory each model's sessions take, measured around its load (session-memory.ts).
 const cuda = init.cuda;
 const sessionMemory = cuda
-  ? new SessionMemory({ free: () => gpuMemory(cuda.ordinal).freeBytes, device: init.deviceId, gpu: cuda.ordinal, arenaBytes: init.weights?.budgetBytes ?? 0, ortArenaLimitBytes: Number(cuda.providerOptions.gpu_mem_limit ?? 0) })
+  ? new SessionMemory<InstanceKey>({ free: () => gpuMemory(cuda.ordinal).freeBytes, device: init.deviceId, gpu: cuda.ordinal, arenaBytes: init.weights?.budgetBytes ?? 0, ortArenaLimitBytes: Number(cuda.providerOptions.gpu_mem_limit ?? 0) })
   : null;
 const models = new DeviceModels(init, scheduler, costs, weightCache, (message, fields) => send({ type: 'warning', message, fields }), sessionMemory);
 const regions = new RegionMappings();

@@ -9,7 +9,6 @@ import type { InstanceKey, ModelSpec } from '../model-spec.js';
 import type { Residency, SchedulerConfig } from '../config-schema.js';
 import type { ErrorData } from '../errors.js';
 import type { CompiledExecutable } from './compiler.js';
-import type { WarmupOutcome } from '../../actors/device/warmup.js';
 import type { ExecutionTiming, InferenceRequest, InferenceResult, WireTensor } from './inference.js';
 
 /** Given to the worker at start-up (as workerData). */
@@ -80,19 +79,35 @@ export interface WeightMemory {
  */
 export interface HostUpdate {
   created: Record<string, SharedArrayBuffer>;
-  /** instance -> its tensor keys in host RAM (empty: none, e.g. unpinned). */
-  holdings: Record<string, string[]>;
+  /** Each instance's tensor keys in host RAM (empty: none, e.g. unpinned). */
+  holdings: { instance: InstanceKey; keys: string[] }[];
 }
 
-/** What one execution's model cost in weight traffic (a hit costs nothing). */
-export interface WeightLoad {
+/** What a model's warm-up did before it was ready (actors/device/warmup.ts). */
+export interface WarmupOutcome {
+  /** Batch sizes warmed (each run once, or on CUDA two or three times). */
+  runs: number;
+  ms: number;
+  /** Why some executable was not warmed (an input with a free axis), or null. */
+  skipped: string | null;
+  /** The inputs that ran on the bundle's data rather than zeros. */
+  fromBundle: string[];
+}
+
+/**
+ * What making a model resident cost in weight traffic (a hit costs nothing): the weight cache's
+ * answer on the device (`Evicted`: the instances it evicted), and what one execution reports to
+ * the main thread (the models evicted, by name).
+ */
+export interface WeightLoad<Evicted extends string = string> {
   hit: boolean;
+  /** Bytes copied onto the device (shared tensors already there are not copied). */
   loadedBytes: number;
   /** Of loadedBytes, read from the compile cache on disk (`unpinned` models). */
   diskBytes: number;
   loadMs: number;
-  /** Models evicted to make room. */
-  evicted: string[];
+  /** Evicted to make room. */
+  evicted: Evicted[];
 }
 
 /**

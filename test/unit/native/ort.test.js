@@ -6,7 +6,8 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { MessageChannel } from 'node:worker_threads';
 import test from 'ava';
-import { allocateDeviceMemory, hostOutput, initOrt, OrtSession } from '../../../dist/native/ort.js';
+import { allocateDeviceMemory, CUDA_ERROR_MEMORY_ALLOCATION, hostOutput, initOrt, isOutOfMemory, ortAddon, OrtSession } from '../../../dist/native/ort.js';
+import { pinHost } from '../../../dist/native/cuda.js';
 import { byOnnxType } from '../../../dist/shared/dtypes.js';
 import { joinBytesElements, splitBytesElements } from '../../../dist/shared/bytes-elements.js';
 import { EXTERNAL_WEIGHTS_FILE, mlpExpected, mlpLayers, mlpModel, random } from '../../helpers/mlp-catalog.js';
@@ -31,6 +32,62 @@ test('the binding loads onnxruntime-node\'s library and reads a session\'s input
   t.deepEqual(s.inputs, [{ name: 'x', isTensor: true, type: FLOAT, dims: ['n', 1024] }]);
   t.deepEqual(s.inputMetadata, [{ name: 'x', isTensor: true, type: 'float32', shape: ['n', 1024] }]);
   s.release();
+});
+
+test('memory running out is recognised by its numbers: ONNX Runtime\'s CPU arena refusing a run\'s buffer, its allocator refusing device memory', async (t) => {
+  // y = Expand(x, shape): a run asks ONNX Runtime's arena for 4 TiB.
+  const s = OrtSession.open(path.join(FIXTURES, 'graphs', 'expand.onnx'), { ...opts, logSeverityLevel: 4 }); // the refusals are this test's, not news
+  t.teardown(() => s.release());
+  const inputs = (/** @type {number} */ n) => [
+    { name: 'x', type: FLOAT, dims: [1], data: new Float32Array([3]) },
+    { name: 'shape', type: 7, dims: [1], data: new BigInt64Array([BigInt(n)]) },
+  ];
+  const [small] = s.runSync(inputs(4), ['y']);
+  t.deepEqual([...new Float32Array(hostOutput(small).data.buffer, hostOutput(small).data.byteOffset, 4)], [3, 3, 3, 3]);
+  for (const failed of [await s.run(inputs(2 ** 40), ['y']).then(() => null, (e) => e), (() => { try { s.runSync(inputs(2 ** 40), ['y']); return null; } catch (e) { return e; } })()]) {
+    const err = ortError(failed);
+    t.like(err, { code: 'ORT_FAIL', origin: 'onnxruntime', ortCode: 1, outOfMemory: true });
+    t.true(isOutOfMemory(err));
+  }
+  // The session is still good after it.
+  t.is(s.runSync(inputs(2), ['y'])[0].dims[0], 2);
+  // Device memory from ONNX Runtime's CPU allocator: refused with the binding's own code, not a crash.
+  const refused = ortError(t.throws(() => allocateDeviceMemory(2 ** 50, 'cpu')));
+  t.like(refused, { code: 'ERR_OUT_OF_MEMORY', origin: 'allocator', outOfMemory: true });
+  t.regex(refused.message, /device cpu: ONNX Runtime's allocator cannot allocate 1125899906842624 bytes/);
+  // Any other failure is not memory.
+  const other = ortError(await s.run([inputs(1)[0]], ['y']).then(() => null, (e) => e));
+  t.like(other, { code: 'ERR_ORT_ARGUMENT', origin: 'argument', outOfMemory: false });
+  t.false(isOutOfMemory(other));
+  t.false(isOutOfMemory(new Error('out of memory')), 'words alone are not the binding\'s verdict');
+});
+
+test('pinHost checks its buffer as every call that takes one does, before it needs CUDA', (t) => {
+  const moved = new ArrayBuffer(1024);
+  structuredClone(moved, { transfer: [moved] });
+  for (const call of [() => pinHost(moved), () => allocateDeviceMemory(1024).copyFromHost(moved)]) t.throws(call, { code: 'ERR_ORT_ARGUMENT', message: /detached/ });
+  t.throws(() => pinHost(/** @type {any} */ ('bytes')), { code: 'ERR_ORT_ARGUMENT', message: /data must be an ArrayBuffer or a view of one/ });
+  t.throws(() => pinHost(new Uint8Array(8)), { code: 'ERR_ORT_ARGUMENT', message: /the CUDA runtime is not loaded/ });
+});
+
+test('a GPU\'s failures inside ONNX Runtime\'s statuses are read into numbers: CUDA\'s error, a library\'s status, out of memory', (t) => {
+  initOrt();
+  const read = (/** @type {string} */ message) => ortAddon().ortFailure(1, message);
+  t.like(read('Non-zero status code returned while running Conv node. Name:\'c\' Status Message: CUDA failure 2: out of memory ; GPU=0 ; hostname=h ; file=cuda_allocator.cc ; line=51 ; expr=cudaMalloc((void**)&p, size);'),
+    { code: 'ORT_FAIL', origin: 'onnxruntime', ortCode: 1, library: 'CUDA', libraryStatus: CUDA_ERROR_MEMORY_ALLOCATION, cudaError: CUDA_ERROR_MEMORY_ALLOCATION, outOfMemory: true });
+  t.like(read('CUBLAS failure 3: CUBLAS_STATUS_ALLOC_FAILED ; GPU=0 ; expr=cublasCreate(&handle);'), { library: 'CUBLAS', libraryStatus: 3, outOfMemory: true });
+  t.like(read('CUDNN failure 2000: CUDNN_STATUS_ALLOC_FAILED ; GPU=1'), { library: 'CUDNN', libraryStatus: 2000, outOfMemory: true });
+  t.like(read('Available memory of 65536 is smaller than requested bytes of 131072'), { outOfMemory: true });
+  // A sticky fault is a CUDA error too, but not memory.
+  const illegal = read('CUDA failure 700: an illegal memory access was encountered ; GPU=0 ; expr=cudaStreamSynchronize(stream);');
+  t.like(illegal, { library: 'CUDA', cudaError: 700, outOfMemory: false });
+  for (const message of ['Got invalid dimensions for input: x', 'delta in Range operator can not be zero!', 'a failure 12 without a library', 'CUDA failure x: no number']) {
+    const err = read(message);
+    t.false(err.outOfMemory, message);
+    t.is(err.cudaError, undefined, message);
+  }
+  t.is(ortAddon().ortFailure(6, 'x').code, 'ORT_RUNTIME_EXCEPTION');
+  t.is(ortAddon().ortFailure(99, 'x').code, 'ORT_ERROR');
 });
 
 test('an output given a buffer is written there, in place: the same object comes back', async (t) => {
@@ -307,7 +364,7 @@ test('fuzz: 3000 calls with bad shapes, types, sizes, names, buffers and session
   }
   t.log(`3000 calls: ${resolved} ran, refused ${JSON.stringify(Object.fromEntries(codes))}`);
   t.false(codes.has('none'), 'every refusal carries a code');
-  t.true([...codes.keys()].every((c) => /^(ORT_[A-Z_]+|ERR_ORT_ARGUMENT|ERR_ORT_BINDING)$/.test(c)), [...codes.keys()].join());
+  t.true([...codes.keys()].every((c) => /^(ORT_[A-Z_]+|ERR_ORT_ARGUMENT|ERR_ORT_BINDING|ERR_OUT_OF_MEMORY)$/.test(c)), [...codes.keys()].join());
   // Closed mid-run, then used: refused, never a crash.
   const s = sessions[0];
   const pending = s.run([{ name: 'x', type: FLOAT, dims: [1, 1024], data: new Float32Array(1024) }], ['y']);
