@@ -10,15 +10,20 @@
 // what it must, and, after every batch, a known request that no longer answers correctly (or the
 // process gone). Statuses are counted and printed.
 //
-//   npm run build && node bench/fuzz.js [--cases 1000000] [--seconds 1800] [--seed 1] [--target node,gateway]
+// `--target rest` fuzzes the node's REST port instead (bench/fuzz-rest.js: JSON and binary bodies,
+// mutated in their structure and their bytes, compressed or not).
 //
-// test/adversarial/fuzz.test.js runs a few thousand cases of the same engine in CI.
+//   npm run build && node bench/fuzz.js [--cases 1000000] [--seconds 1800] [--seed 1] [--target node,gateway,rest]
+//
+// test/adversarial/fuzz.test.js runs a few thousand cases of the same engines in CI.
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import { loadInferenceClient } from '../dist/protocol/proto.js';
+import { fuzzRest } from './fuzz-rest.js';
 import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
+import { generator } from './seeded.js';
 
 const { service } = loadInferenceClient();
 const METHOD = '/inference.GRPCInferenceService/';
@@ -51,28 +56,6 @@ export function fuzzRepository(root) {
   });
 }
 
-/**
- * mulberry32: a small seeded generator, so a finding can be replayed from its seed.
- * @param {number} seed
- */
-function generator(seed) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const int = (/** @type {number} */ n) => Math.floor(next() * n);
-  /**
-   * @template T
-   * @param {readonly T[]} list
-   * @returns {T}
-   */
-  const pick = (list) => list[int(list.length)];
-  return { next, int, pick, chance: (/** @type {number} */ p) => next() < p };
-}
 
 const f32 = (/** @type {number[]} */ values) => Buffer.from(Float32Array.from(values).buffer);
 const bytesElements = (/** @type {string[]} */ strings) => Buffer.concat(strings.flatMap((s) => {
@@ -340,7 +323,7 @@ async function main() {
       cases: { type: 'string', default: '1000000' },
       seconds: { type: 'string', default: '1800' },
       seed: { type: 'string', default: String(Date.now() % 1e9) },
-      target: { type: 'string', default: 'node,gateway' },
+      target: { type: 'string', default: 'node,gateway,rest' },
     },
   });
   const temp = tempDir('stowage-fuzz-');
@@ -361,14 +344,15 @@ async function main() {
   }
   try {
     for (const target of targets) {
-      const address = target === 'gateway' && gateway ? gateway.address : node.address;
+      const address = target === 'gateway' && gateway ? gateway.address : target === 'rest' ? /** @type {string} */ (node.rest) : node.address;
       const rssBefore = process.platform === 'linux' ? rssOf(node.child.pid ?? 0) : 0;
       console.log(`fuzzing the ${target} at ${address}: up to ${cases} cases or ${seconds} s, seed ${values.seed}`);
-      const result = await fuzz({
-        address, cases, seconds, seed: Number(values.seed),
-        onBatch: ({ done, seconds: s, findings }) => { if (done % 10_000 < 200) console.log(`  ${done} cases, ${s.toFixed(0)} s, ${findings} findings`); },
-      });
-      console.log(`${target}: ${result.cases} cases (${result.wireDamaged} damaged on the wire) in ${result.seconds.toFixed(0)} s, ${(result.cases / result.seconds).toFixed(0)}/s`);
+      const onBatch = (/** @type {{ done: number, seconds: number, findings: number }} */ { done, seconds: s, findings }) => { if (done % 10_000 < 500) console.log(`  ${done} cases, ${s.toFixed(0)} s, ${findings} findings${rssBefore ? `, node RSS ${(rssOf(node.child.pid ?? 0) / 2 ** 20).toFixed(0)} MiB` : ''}`); };
+      const result = target === 'rest'
+        ? await fuzzRest({ url: address, cases, seconds, seed: Number(values.seed), onBatch })
+        : await fuzz({ address, cases, seconds, seed: Number(values.seed), onBatch });
+      const damaged = 'wireDamaged' in result ? result.wireDamaged : result.damaged;
+      console.log(`${target}: ${result.cases} cases (${damaged} damaged on the wire) in ${result.seconds.toFixed(0)} s, ${(result.cases / result.seconds).toFixed(0)}/s`);
       console.log(`  statuses: ${JSON.stringify(result.statuses)}`);
       if (rssBefore) console.log(`  node RSS ${(rssBefore / 2 ** 20).toFixed(0)} MiB before, ${(rssOf(node.child.pid ?? 0) / 2 ** 20).toFixed(0)} MiB after`);
       console.log(`  findings: ${result.findings.length}`);

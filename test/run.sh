@@ -26,6 +26,9 @@ fi
 # ghz (a Go gRPC load tester) for test/integration/ghz.test.js, into a project-local GOPATH.
 bash tools/install-ghz.sh || echo "installing ghz failed: the ghz test will fail"
 
+# grpc-health-probe (what Kubernetes' docs probe gRPC servers with) for test/integration/health.test.js.
+bash tools/install-health-probe.sh || echo "installing grpc-health-probe failed: the health test will fail"
+
 # NVIDIA's perf_analyzer for test/integration/perf-analyzer.test.js, into .toolchain/perf_analyzer.
 bash tools/install-perf-analyzer.sh >/dev/null || echo "installing perf_analyzer failed: the perf_analyzer tests will fail"
 

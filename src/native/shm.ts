@@ -30,7 +30,10 @@ function load(): Addon {
 function wrap(key: string, err: unknown): StowageError {
   const e = err as Error & { code?: string };
   if (e.code === 'EINVALKEY' || e.code === 'ENOTREG' || e.code === 'ETOOSMALL' || e.code === 'EARGS') return errors.sharedMemoryInvalid(`key ${quote(key)}: ${e.message}`);
-  if (e.code === 'ENOENT' || e.code === 'EOPEN' || e.code === 'EMAP') return errors.sharedMemoryOpenFailed(key, e.message);
+  // A key naming no object is the client's mistake (404), not the server's: Triton answers it
+  // INTERNAL (500) through the catch-all of its shared-memory manager, which says nothing to a client.
+  if (e.code === 'ENOENT') return errors.sharedMemoryKeyNotFound(key);
+  if (e.code === 'EOPEN' || e.code === 'EMAP') return errors.sharedMemoryOpenFailed(key, e.message);
   return err as StowageError;
 }
 

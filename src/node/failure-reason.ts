@@ -1,7 +1,8 @@
 /** Triton's reasons for a failed request (nv_inference_request_failure's `reason` label). */
 import type { ErrorCode } from '../shared/errors.js';
 
-export type FailureReason = 'REJECTED' | 'CANCELED' | 'BACKEND' | 'OTHER';
+export const FAILURE_REASONS = ['REJECTED', 'CANCELED', 'BACKEND', 'OTHER'] as const;
+export type FailureReason = (typeof FAILURE_REASONS)[number];
 
 export function failureReason(code: ErrorCode | undefined): FailureReason {
   switch (code) {

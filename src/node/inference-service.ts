@@ -52,6 +52,17 @@ export function kserveOperations(ctx: Omit<ServiceContext, 'edge'>) {
   const { registry, repository, statistics, sharedMemory, logger } = ctx;
   return {
     ServerLive: () => ({ live: true }),
+    // CUDA shared memory: nothing can be registered, so the status of all is empty and unregistering
+    // succeeds with nothing to do, as on a Triton without GPUs (perf_analyzer's --shared-memory
+    // system cleans up with CudaSharedMemoryUnregister("")); only register is refused.
+    CudaSharedMemoryStatus: (req: { name: string }) => {
+      if (req.name !== '') throw errors.sharedMemoryNotFound(req.name);
+      return { regions: {} as Record<string, never> };
+    },
+    CudaSharedMemoryUnregister: () => ({}),
+    CudaSharedMemoryRegister: (): Record<string, never> => {
+      throw errors.unsupported('CudaSharedMemoryRegister: CUDA shared memory (CUDA IPC handles) is not supported by this server, on either backend; use system shared memory');
+    },
     ServerReady: () => ({ ready: ctx.isReady() }),
     ModelReady: (req: ModelRef) => ({ ready: registry.find(req.name, req.version).state === ModelState.READY }),
     ServerMetadata: () =>
@@ -117,17 +128,6 @@ export function inferenceService(ctx: ServiceContext): Record<string, grpc.Untyp
     answer: async (req, call, signal) => ({ error_message: '', infer_response: await pipeline.infer(req, callDeadlineMs(call), signal, { trace: traceCarrier(call.metadata) }) }),
     // The error travels as this response's message, with the request's id; the stream lives on.
     failed: (req, details) => ({ error_message: details, infer_response: { model_name: req.model_name, model_version: req.model_version, id: req.id } }),
-  });
-  // CUDA shared memory on the CPU backend: nothing can be registered, so the status of all is empty
-  // and unregistering succeeds with nothing to do, as on a Triton without GPUs (perf_analyzer's
-  // --shared-memory system cleans up with CudaSharedMemoryUnregister("")); only register is refused.
-  table.CudaSharedMemoryStatus = edge.unary('CudaSharedMemoryStatus', (req: { name: string }) => {
-    if (req.name !== '') throw errors.sharedMemoryNotFound(req.name);
-    return { regions: {} };
-  });
-  table.CudaSharedMemoryUnregister = edge.unary('CudaSharedMemoryUnregister', () => ({}));
-  table.CudaSharedMemoryRegister = edge.unary('CudaSharedMemoryRegister', () => {
-    throw errors.unsupported('CudaSharedMemoryRegister: CUDA shared memory (CUDA IPC handles) is not supported by this server, on either backend; use system shared memory');
   });
   return table;
 }

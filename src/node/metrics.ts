@@ -17,10 +17,15 @@ import type { WeightLoad, WeightMemory } from '../shared/channels/device.js';
 import type { Placement } from '../routing/placement.js';
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { DeviceCounters, ModelCounters, Statistics } from './statistics.js';
+import { FAILURE_REASONS } from './failure-reason.js';
 
 export interface MetricsSources {
   /** In-flight requests per model (nv_inference_pending_request_count). */
   pendingByModel: () => Map<string, number>;
+  /** The models loaded (READY) now: each has every per-model series, at 0 before its first request, as Triton's do. */
+  loadedModels?: () => Iterable<string>;
+  /** Trace exports that failed (stowage_trace_export_failures_total). */
+  traceExportFailures?: () => number;
   /** Host RAM held for weights by the process (stowage_weight_cache_host_bytes). */
   hostWeightBytes: () => number;
   /** Per-model and per-device counts of requests and executions. */
@@ -64,12 +69,20 @@ export class Metrics {
     const model = ['model', 'version'] as const;
     const counter = (name: string, help: string, labelNames: readonly string[] = model) => new Counter({ name, help, labelNames, registers });
     const { statistics } = sources;
+    // Per model: every model that has counted something, and every loaded model at 0 before it
+    // has (Triton exports each loaded model's series from its load on, so a dashboard's rate() and
+    // an alert on absence both work for a model nobody has called yet).
+    const loaded = () => new Set(sources.loadedModels?.() ?? []);
     const perModel = (name: string, help: string, value: (c: Readonly<ModelCounters>) => number) => new Counter({
       name, help, labelNames: model, registers,
       collect() {
-        totals(this, (set) => {
-          for (const [m, c] of statistics.models()) set({ model: m, version: MODEL_VERSION }, value(c));
-        });
+        this.reset();
+        const zeros = loaded();
+        for (const [m, c] of statistics.models()) {
+          this.inc({ model: m, version: MODEL_VERSION }, value(c));
+          zeros.delete(m);
+        }
+        for (const m of zeros) this.inc({ model: m, version: MODEL_VERSION }, 0);
       },
     });
     // The GPUs, in Triton's names and units (utilization 0..1, power in watts, energy in joules).
@@ -116,13 +129,21 @@ export class Metrics {
         for (const s of (await instances?.()) ?? []) if (s.sessionDeviceBytes !== null) this.inc({ model: s.model, device: String(s.device) }, s.sessionDeviceBytes);
       },
     });
+    new Counter({
+      name: 'stowage_trace_export_failures_total', help: 'Trace exports to the OpenTelemetry collector that failed (the collector down, hung or refusing)', registers,
+      collect() {
+        this.reset();
+        this.inc(sources.traceExportFailures?.() ?? 0);
+      },
+    });
     perModel('nv_inference_request_success', 'Number of successful inference requests, all batch sizes', (c) => c.success.count);
     new Counter({
       name: 'nv_inference_request_failure', help: 'Number of failed inference requests, all batch sizes', labelNames: ['model', 'version', 'reason'], registers,
       collect() {
-        totals(this, (set) => {
-          for (const [m, c] of statistics.models()) for (const [reason, n] of c.failures) set({ model: m, version: MODEL_VERSION, reason }, n);
-        });
+        this.reset();
+        // Each of Triton's reasons, at 0 until it happens, for every loaded model.
+        for (const m of loaded()) for (const reason of FAILURE_REASONS) this.inc({ model: m, version: MODEL_VERSION, reason }, 0);
+        for (const [m, c] of statistics.models()) for (const [reason, n] of c.failures) this.inc({ model: m, version: MODEL_VERSION, reason }, n);
       },
     });
     perModel('nv_inference_count', 'Number of inferences performed (rows: a batch of 8 counts 8)', (c) => c.inferenceCount);
@@ -136,6 +157,7 @@ export class Metrics {
       name: 'nv_inference_pending_request_count', help: 'Instantaneous number of pending requests awaiting execution per-model', labelNames: model, registers,
       collect() {
         this.reset();
+        for (const m of loaded()) this.set({ model: m, version: MODEL_VERSION }, 0);
         for (const [name, n] of sources.pendingByModel()) this.set({ model: name, version: MODEL_VERSION }, n);
       },
     });

@@ -17,7 +17,7 @@
  * | path | copies | native | each copy, in order (thread) | hops |
  * | --- | --- | --- | --- | --- |
  * | inline lone | 3 | 0 | grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own when the message is at least half `Buffer.poolSize` (32 KiB on Node 24; protobufjs decodes `bytes` as views of it), which is transferred to the device as it is (protocol/message-buffers.ts) and read by ONNX Runtime in place (main); ONNX Runtime writes each output into memory the device gives it (reused staging), no copy after the run; the output into the encoded response (shared/infer-response-wire.ts), transferred back (device); grpc-js copies the message into its frame (main) | 2: main -> device -> main |
- * | REST binary lone | 2 | 0 | Node's http hands the body over in chunks, joined into one buffer of its own (http-edge.ts, main); the tensor after the JSON header is a view of it, transferred to the device as it is (as inline lone's); ONNX Runtime writes the output into memory the device gives it; the JSON header and the output bytes joined into the response body (rest-tensors.ts, main); Node writes it to the socket | 2: main -> device -> main |
+ * | REST binary lone | 1 | 0 | Node's http hands the body over in chunks, joined into one buffer of its own (http-edge.ts, main); the tensor after the JSON header is a view of it, transferred to the device as it is (as inline lone's); ONNX Runtime writes the output into a buffer of the request's own, transferred back as it is; the JSON header and the output's bytes are written to the socket one after the other, not joined (http-edge.ts) | 2: main -> device -> main |
  * | REST JSON lone | 0 | 0 | no copy of the tensor's bytes: Node's http hands the JSON body over in chunks, joined into one buffer of its own (http-edge.ts, main: a copy of the JSON text, which the copy test counts apart); the `data` array is converted into the datatype's bytes in a buffer of the request's own (rest-tensors.ts, main: a conversion, not a copy), transferred to the device as it is; ONNX Runtime writes the output into a buffer of the request's own, transferred back as it is; its bytes are converted into JSON numbers (main: a conversion; an output misaligned for its type is copied first) | 2: main -> device -> main |
  * | inline small | 4 | 0 | as inline lone, and a message under half `Buffer.poolSize` sits in Node's shared pool, which cannot be transferred: its bytes are copied into a buffer of their own (`fromRaw`, main) | 2 |
  * | inline misaligned | 4 | 0 | as inline lone, and an input whose bytes are misaligned for its type in the message is copied into reused staging memory (staging.ts) before ONNX Runtime reads it (device) | 2 |
@@ -61,6 +61,7 @@ import type { ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
 import type { Statistics } from './statistics.js';
 import { RequestTrace, type TraceCarrier } from './tracing.js';
+import { MODEL_VERSION } from '../shared/constants.js';
 import type { Admitted } from '../protocol/edge.js';
 
 export interface PipelineContext {
@@ -93,7 +94,7 @@ export class Pipeline {
     const { registry, sharedMemory } = this.#ctx;
     const started = process.hrtime.bigint();
     // Tracing on: a span in the trace the request's traceparent names (tracing.ts); else null.
-    const spans = RequestTrace.request(req.model_name, trace, protocol, admitted);
+    const spans = RequestTrace.request({ model: req.model_name, version: req.model_version || MODEL_VERSION, id: req.id }, trace, protocol, admitted);
     let lease;
     try {
       lease = registry.acquire(req.model_name, req.model_version);

@@ -36,44 +36,52 @@ function settingValue(key: string, v: unknown) {
 
 export function restRoutes(ops: KserveOperations, pipeline: Pipeline): RestRoute[] {
   const ref = (p: string[]) => ({ name: p[0], version: p[1] ?? '' });
-  const ok = (ready: boolean): RestReply => ({ json: { ready }, status: ready ? 200 : 503 });
+  // Readiness as Triton's HTTP endpoint answers it: 200 when ready, 400 when not (KServe V2: "a 4xx
+  // status code indicates false"), for the server and for a model (a model unknown is not ready).
+  const ok = (ready: boolean, why?: string): RestReply => ({ json: ready ? { ready } : { ready, error: why ?? 'not ready' }, status: ready ? 200 : 400 });
+  const modelReady = (p: string[]): RestReply => {
+    const { name, version } = ref(p);
+    try {
+      return ops.ModelReady({ name, version }).ready ? ok(true) : ok(false, `model ${JSON.stringify(name)} is not ready`);
+    } catch (err) {
+      return ok(false, (err as Error).message);
+    }
+  };
   return [
     route('GET', '/v2/health/live', () => ({ json: { live: ops.ServerLive().live } })),
-    route('GET', '/v2/health/ready', () => ok(ops.ServerReady().ready)),
+    route('GET', '/v2/health/ready', () => ok(ops.ServerReady().ready, 'the server is not ready (starting, or shutting down)')),
     route('GET', '/v2', () => ({ json: ops.ServerMetadata() })),
     route('GET', '/v2/models/stats', () => ({ json: numbers(ops.ModelStatistics({ name: '', version: '' })) })),
     route('GET', `${MODEL}/stats`, (r) => ({ json: numbers(ops.ModelStatistics(ref(r.params))) })),
-    route('GET', `${MODEL}/ready`, (r) => ok(ops.ModelReady(ref(r.params)).ready)),
+    route('GET', `${MODEL}/ready`, (r) => modelReady(r.params)),
     route('GET', `${MODEL}/config`, (r) => ({ json: numbers(ops.ModelConfig(ref(r.params)).config) })),
     route('GET', MODEL, (r) => {
       const md = ops.ModelMetadata(ref(r.params));
       return { json: { ...md, inputs: md.inputs.map((t) => ({ ...t, shape: t.shape.map(Number) })), outputs: md.outputs.map((t) => ({ ...t, shape: t.shape.map(Number) })) } };
     }),
     route('POST', `${MODEL}/infer`, async (r): Promise<RestReply> => {
+      // Checked by the edge (a whole number, within endpoints.max_json_body_bytes).
       const header = r.headers['inference-header-content-length'];
       const headerBytes = header === undefined ? undefined : Number(header);
-      if (headerBytes !== undefined && !(Number.isInteger(headerBytes) && headerBytes >= 0)) {
-        throw errors.invalidRequest(`Inference-Header-Content-Length must be a whole number of bytes, not ${JSON.stringify(header)}`);
-      }
       const { name, version } = ref(r.params);
-      const request = parseRestInfer(r.body, headerBytes, name, version);
+      const request = await parseRestInfer(r.body, headerBytes, name, version);
       // Binary inputs are views of the body, which nothing reads after this: hand them over as they are.
       markOwnedBody(request, r.body);
       const traceparent = r.headers.traceparent;
       const tracestate = r.headers.tracestate;
       const trace = typeof traceparent === 'string' ? { traceparent, ...(typeof tracestate === 'string' ? { tracestate } : {}) } : undefined;
       const response = await pipeline.infer(request, Infinity, r.signal, { encode: false, trace, protocol: 'http', ...(r.admitted ? { admitted: r.admitted } : {}) }) as ModelInferResponse;
-      const { body, headerBytes: jsonBytes } = restInferResponse(request, response);
+      const { body, headerBytes: jsonBytes } = await restInferResponse(request, response);
       return jsonBytes === undefined
         ? { body, headers: { 'content-type': 'application/json' } }
         : { body, headers: { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(jsonBytes) } };
     }, true),
-    route('POST', '/v2/repository/index', (r) => {
-      const { ready } = jsonBody(r.body);
+    route('POST', '/v2/repository/index', async (r) => {
+      const { ready } = await jsonBody(r.body);
       return { json: ops.RepositoryIndex({ repository_name: '', ready: ready === true }).models };
     }),
     route('POST', '/v2/repository/models/([^/]+)/load', async (r) => {
-      const { parameters } = jsonBody(r.body);
+      const { parameters } = await jsonBody(r.body);
       await ops.RepositoryModelLoad({ model_name: r.params[0], parameters: toParameters(parameters as never, 'the load request') });
       return { json: {} };
     }),
@@ -83,8 +91,8 @@ export function restRoutes(ops: KserveOperations, pipeline: Pipeline): RestRoute
     }),
     route('GET', '/v2/systemsharedmemory(?:/region/([^/]+))?/status', (r) =>
       ({ json: numbers(Object.values(ops.SystemSharedMemoryStatus({ name: r.params[0] ?? '' }).regions)) })),
-    route('POST', '/v2/systemsharedmemory/region/([^/]+)/register', (r) => {
-      const { key, offset, byte_size: byteSize } = jsonBody(r.body);
+    route('POST', '/v2/systemsharedmemory/region/([^/]+)/register', async (r) => {
+      const { key, offset, byte_size: byteSize } = await jsonBody(r.body);
       if (typeof key !== 'string') throw errors.invalidRequest('register: "key" must be the shared-memory object\'s name (a string)');
       if (typeof byteSize !== 'number') throw errors.invalidRequest('register: "byte_size" must be a number');
       ops.SystemSharedMemoryRegister({ name: r.params[0], key, offset: String(offset ?? 0), byte_size: String(byteSize) });
@@ -94,11 +102,15 @@ export function restRoutes(ops: KserveOperations, pipeline: Pipeline): RestRoute
       ops.SystemSharedMemoryUnregister({ name: r.params[0] ?? '' });
       return { json: {} };
     }),
-    // No CUDA shared memory through REST yet: its status is empty, as on the gRPC side.
-    route('GET', '/v2/cudasharedmemory(?:/region/([^/]+))?/status', () => ({ json: [] })),
+    // CUDA shared memory, as on the gRPC side: no region is ever registered, so the status is
+    // empty and unregistering (perf_analyzer's clean-up calls it) has nothing to do; registering
+    // says why it is refused.
+    route('GET', '/v2/cudasharedmemory(?:/region/([^/]+))?/status', (r) => ({ json: Object.values(ops.CudaSharedMemoryStatus({ name: r.params[0] ?? '' }).regions) })),
+    route('POST', '/v2/cudasharedmemory(?:/region/([^/]+))?/unregister', () => ({ json: ops.CudaSharedMemoryUnregister() })),
+    route('POST', '/v2/cudasharedmemory/region/([^/]+)/register', () => ({ json: ops.CudaSharedMemoryRegister() })),
     route('GET', '/v2/logging', () => ({ json: plainSettings(ops.LogSettings({ settings: {} }).settings) })),
-    route('POST', '/v2/logging', (r) => {
-      const given = jsonBody(r.body);
+    route('POST', '/v2/logging', async (r) => {
+      const given = await jsonBody(r.body);
       const settings = Object.fromEntries(Object.entries(given).map(([k, v]) => [k, settingValue(k, v)]));
       return { json: plainSettings(ops.LogSettings({ settings }).settings) };
     }),

@@ -28,9 +28,8 @@ import { watchRepository } from './repository-watcher.js';
 import { HostWeights } from './host-weights.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
 import { Statistics } from './statistics.js';
-import { healthService } from './health.js';
-import { startTracing, stopTracing } from './tracing.js';
-import type { HealthImplementation } from 'grpc-health-check';
+import { Health } from './health.js';
+import { startTracing, stopTracing, traceExportFailures } from './tracing.js';
 import { Metrics } from './metrics.js';
 import type { Admission } from '../protocol/admission.js';
 import { controlService } from './control-service.js';
@@ -91,8 +90,8 @@ export class StowageServer {
   #compiler?: Compiler;
   /** The REST edge (endpoints.http_port). */
   #http?: HttpEdge;
-  /** The gRPC health service (grpc.health.v1): "" is the server, each model a service of its name. */
-  #health?: HealthImplementation;
+  /** The gRPC health service (grpc.health.v1): a model's name is that model, any other name the server. */
+  #health?: Health;
   /** Backend cuda: the GPUs were found (NVML is read again at each scrape). */
   #cudaStarted = false;
 
@@ -100,7 +99,7 @@ export class StowageServer {
     this.#config = config;
     this.#logger = logger;
     this.statistics = new Statistics();
-    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), hostWeightBytes: () => this.hostWeights.bytes, statistics: this.statistics, threads: () => this.#threads(), gpus: () => this.#gpus(), instances: async () => (await this.#devices?.status()) ?? [] });
+    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), loadedModels: () => this.registry.all().filter((r) => r.state === ModelState.READY).map((r) => r.name), traceExportFailures, hostWeightBytes: () => this.hostWeights.bytes, statistics: this.statistics, threads: () => this.#threads(), gpus: () => this.#gpus(), instances: async () => (await this.#devices?.status()) ?? [] });
     this.#edge = new GrpcEdge(config.global.endpoints, logger, this.metrics.registry);
     this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#devices?.forgetRegion(regionId));
   }
@@ -275,19 +274,22 @@ export class StowageServer {
       version: PACKAGE_VERSION,
       isReady,
     }));
-    const health = healthService(this.registry);
+    const health = new Health(this.registry);
     this.#health = health;
-    edge.addExternalService(health);
+    health.register(edge);
     // The REST twin of the gRPC service: the same operations, the same pipeline, the same admission.
     const ops = kserveOperations({ pipeline, registry: this.registry, devices, repository, statistics: this.statistics, sharedMemory: this.sharedMemory,
       systemSharedMemory: endpoints.system_shared_memory, logger: this.#logger, version: PACKAGE_VERSION, isReady });
-    const http = new HttpEdge({ host: endpoints.host, port: endpoints.http_port, maxBodyBytes: endpoints.max_receive_message_bytes, admission: edge.admission, logger: this.#logger });
+    const http = new HttpEdge({
+      host: endpoints.host, port: endpoints.http_port, maxBodyBytes: endpoints.max_receive_message_bytes, maxJsonBytes: endpoints.max_json_body_bytes,
+      requestTimeoutMs: endpoints.http_request_timeout_seconds * 1000, admission: edge.admission, logger: this.#logger,
+    });
     http.add(restRoutes(ops, pipeline));
     this.#http = http;
     this.ports.http = await http.start();
     this.ports.grpc = await edge.start();
     this.#ready = true;
-    health.setStatus('', 'SERVING');
+    health.setServing(true);
     const models = this.registry.all();
     this.#logger.info({
       grpc: `${endpoints.host}:${this.ports.grpc}`,
@@ -305,14 +307,15 @@ export class StowageServer {
    */
   async stop(graceMs = this.#config.global.endpoints.shutdown_grace_seconds * 1000): Promise<void> {
     this.#ready = false;
-    this.#health?.setStatus('', 'NOT_SERVING');
+    // Health keeps answering (NOT_SERVING) while the edges drain; Watch streams end now.
+    this.#health?.close();
     this.#stopWatching?.();
-    await Promise.all([this.#edge.stop(graceMs), this.#http?.stop()]);
+    await Promise.all([this.#edge.stop(graceMs), this.#http?.stop(graceMs)]);
     await this.#devices?.stop();
     await this.#hooks?.close();
     await this.#compiler?.close();
     this.sharedMemory.unregister('');
     await closeAdmin(this.#admin);
-    await stopTracing(); // flushes the spans of the last requests
+    await stopTracing(this.#logger); // flushes the spans of the last requests, within TRACE_FLUSH_MS
   }
 }

@@ -7,16 +7,38 @@
  *
  * A request (gRPC or REST) whose W3C `traceparent` names a trace gets a span in it, `infer <model>`,
  * with children: queue wait, hooks, a meta model's sub-calls. Each execution on a device is one
- * span, `execute <model>` (with a `weight load` child on a cold call), linked to every request it
- * carried, since a coalesced batch serves several traces at once. Device threads keep no tracer:
- * they report their timings (queue, compute, weight load) and the main thread places the spans.
+ * span, `execute <model>` (with a `weight load` child on a cold call), linked to every sampled
+ * request it carried, since a coalesced batch serves several traces at once; a request whose
+ * traceparent says not sampled (`-00`) is traced no further and linked from nothing. Device threads
+ * keep no tracer: they report their timings (queue, compute, weight load) and the main thread
+ * places the spans.
+ *
+ * The request span carries what Triton's traces carry, under Triton's names where a Triton user
+ * would look for them (docs/protocol.md maps Triton's spans to these): `triton.model_name`,
+ * `triton.model_version`, `triton.request_id`, and Triton's timestamps as events (QUEUE_START,
+ * COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START, COMPUTE_END), with the batch size and the
+ * queue / compute input / infer / output durations as `stowage.*` attributes.
+ *
+ * The exporter is the collector's business, never the server's: an export that fails is logged
+ * (once a minute at most, with how many failed since) and counted
+ * (`stowage_trace_export_failures_total`), and stopping waits for the last spans at most
+ * TRACE_FLUSH_MS, whatever the collector does, and never fails the shutdown.
  */
-import { context, propagation, SpanKind, SpanStatusCode, trace, ROOT_CONTEXT, type Context, type Link, type Span } from '@opentelemetry/api';
+import { context, diag, DiagLogLevel, propagation, SpanKind, SpanStatusCode, trace, ROOT_CONTEXT, type Context, type Link, type Span } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import type { ExecutionTiming } from '../shared/channels/inference.js';
 
 let enabled = false;
 let shutdown: (() => Promise<void>) | null = null;
+
+/** How long stopping waits for the last spans to reach the collector. */
+export const TRACE_FLUSH_MS = 2000;
+/** Failed exports are logged at most once in this many ms. */
+const EXPORT_FAILURE_LOG_MS = 60_000;
+
+/** Exports that failed since start (stowage_trace_export_failures_total reads it). */
+let exportFailures = 0;
+export const traceExportFailures = (): number => exportFailures;
 
 /** The node file's global.tracing: what the OTEL_* environment leaves unset. */
 export interface TracingConfig {
@@ -46,22 +68,67 @@ export async function startTracing(logger: Logger, config?: TracingConfig, env: 
   const exporter = env.OTEL_TRACES_EXPORTER;
   if (enabled || !exporter || exporter === 'none') return;
   const { NodeSDK } = await import('@opentelemetry/sdk-node');
+  // The service's name by the standard resolution (OTEL_SERVICE_NAME, else service.name in
+  // OTEL_RESOURCE_ATTRIBUTES); "stowage" only when neither names it.
+  if (!env.OTEL_SERVICE_NAME && !/(^|,)\s*service\.name\s*=/.test(env.OTEL_RESOURCE_ATTRIBUTES ?? '')) env.OTEL_SERVICE_NAME = 'stowage';
+  watchExports(logger);
   // No automatic instrumentation: the spans are the ones this file makes. The SDK reads the
   // exporter, endpoint, protocol, sampler, propagators (W3C trace context by default) and
   // resource from the OTEL_* variables itself.
-  const sdk = new NodeSDK({ instrumentations: [], serviceName: env.OTEL_SERVICE_NAME ?? 'stowage' });
+  const sdk = new NodeSDK({ instrumentations: [] });
   sdk.start();
   enabled = true;
   shutdown = () => sdk.shutdown();
   logger.info({ exporter, endpoint: env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? env.OTEL_EXPORTER_OTLP_ENDPOINT ?? 'the SDK\'s default', protocol: env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? env.OTEL_EXPORTER_OTLP_PROTOCOL ?? 'the SDK\'s default' }, 'tracing on (OpenTelemetry)');
 }
 
-/** Flush and stop (spans ended before this are exported). */
-export async function stopTracing(): Promise<void> {
+/**
+ * OpenTelemetry reports a failed export through its diagnostic logger (the span processor's
+ * global error handler): those are logged here, rate-limited, and counted.
+ */
+function watchExports(logger: Logger): void {
+  let lastLogged = 0;
+  let unlogged = 0;
+  const failed = (message: string, args: unknown[]) => {
+    exportFailures++;
+    unlogged++;
+    const now = Date.now();
+    if (now - lastLogged < EXPORT_FAILURE_LOG_MS) return;
+    lastLogged = now;
+    const detail = args.map((a) => (a instanceof Error ? a.message : typeof a === 'string' ? a : JSON.stringify(a) ?? String(a))).join(' ');
+    logger.warn({ failures: unlogged, total: exportFailures, endpoint: process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT }, `trace export failed (${unlogged} since the last report): ${message} ${detail}`.trim());
+    unlogged = 0;
+  };
+  diag.setLogger({
+    error: (message, ...args) => failed(message, args),
+    warn: (message, ...args) => logger.debug({ otel: args }, `OpenTelemetry: ${message}`),
+    info: () => undefined,
+    debug: () => undefined,
+    verbose: () => undefined,
+  }, { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
+}
+
+/**
+ * Flush and stop: spans ended before this are exported if the collector takes them within
+ * TRACE_FLUSH_MS. A collector down or hung delays the shutdown no longer, and fails nothing.
+ */
+export async function stopTracing(logger?: Logger): Promise<void> {
   const stop = shutdown;
   shutdown = null;
   enabled = false;
-  await stop?.();
+  if (!stop) return;
+  let timer: NodeJS.Timeout | undefined;
+  const waited = new Promise<'timeout'>((resolve) => {
+    timer = setTimeout(() => resolve('timeout'), TRACE_FLUSH_MS);
+  });
+  try {
+    const outcome = await Promise.race([stop().then(() => 'flushed' as const), waited]);
+    if (outcome === 'timeout') logger?.warn({ waitedMs: TRACE_FLUSH_MS }, 'tracing: the collector did not take the last spans in time; stopping without them');
+  } catch (err) {
+    logger?.warn({ err }, `tracing: the last spans were not exported: ${(err as Error).message}`);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** The trace context a request carries (W3C traceparent and tracestate), as its edge reads it. */
@@ -85,11 +152,22 @@ export class RequestTrace {
     this.#ctx = trace.setSpan(parent, span);
   }
 
-  /** A request from an edge: a span in the trace its traceparent names (a new trace without one); null when tracing is off. */
-  static request(model: string, carrier: TraceCarrier | undefined, protocol: 'grpc' | 'http', admitted?: { bytes: number; inflightBytes: number }): RequestTrace | null {
+  /**
+   * A request from an edge: a span in the trace its traceparent names (a new trace without one);
+   * null when tracing is off. `request`: the model's name and version and the request's id.
+   */
+  static request(request: { model: string; version: string; id: string }, carrier: TraceCarrier | undefined, protocol: 'grpc' | 'http', admitted?: { bytes: number; inflightBytes: number }): RequestTrace | null {
     if (!enabled) return null;
+    const { model } = request;
     const parent = carrier?.traceparent ? propagation.extract(ROOT_CONTEXT, carrier) : ROOT_CONTEXT;
-    const span = tracer().startSpan(`infer ${model}`, { kind: SpanKind.SERVER, attributes: { 'stowage.model': model, 'rpc.system': protocol === 'grpc' ? 'grpc' : 'http' } }, parent);
+    const span = tracer().startSpan(`infer ${model}`, {
+      kind: SpanKind.SERVER,
+      attributes: {
+        'stowage.model': model, 'rpc.system': protocol === 'grpc' ? 'grpc' : 'http',
+        'triton.model_name': model, 'triton.model_version': request.version,
+        ...(request.id ? { 'triton.request_id': request.id } : {}),
+      },
+    }, parent);
     // Admission at the edge, before this span began: what it weighed (max_inflight_bytes).
     if (admitted) span.addEvent('admitted', { 'stowage.request_bytes': admitted.bytes, 'stowage.inflight_bytes': admitted.inflightBytes });
     return new RequestTrace(span, parent);
@@ -126,8 +204,24 @@ export class RequestTrace {
    * weight load inside it on a cold call).
    */
   device(model: string, handedOverMs: number, queueNs: number, timing: ExecutionTiming): void {
+    // A request its caller did not sample is traced no further: nothing links to it.
+    if (!this.span.isRecording()) return;
     const startMs = handedOverMs + queueNs / 1e6;
     this.interval('queue', handedOverMs, startMs);
+    // Triton's timestamps of a request, and its figures, on the request's span.
+    const inputEndMs = startMs + timing.computeInputNs / 1e6;
+    const outputStartMs = inputEndMs + timing.computeInferNs / 1e6;
+    const computeEndMs = outputStartMs + timing.computeOutputNs / 1e6;
+    this.span.addEvent('QUEUE_START', handedOverMs);
+    this.span.addEvent('COMPUTE_START', startMs);
+    this.span.addEvent('COMPUTE_INPUT_END', inputEndMs);
+    this.span.addEvent('COMPUTE_OUTPUT_START', outputStartMs);
+    this.span.addEvent('COMPUTE_END', computeEndMs);
+    this.span.setAttributes({
+      'stowage.batch_size': timing.executedBatchSize, 'stowage.batch_rows': timing.batchRows,
+      'stowage.queue_ns': queueNs, 'stowage.compute_input_ns': timing.computeInputNs,
+      'stowage.compute_infer_ns': timing.computeInferNs, 'stowage.compute_output_ns': timing.computeOutputNs,
+    });
     let execution = executions.get(timing);
     if (!execution) {
       const endMs = startMs + (timing.computeInputNs + timing.computeInferNs + timing.computeOutputNs) / 1e6;

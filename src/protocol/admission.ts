@@ -47,6 +47,20 @@ export class Admission {
     this.#bytes += bytes;
   }
 
+  /**
+   * A request already admitted brings `bytes` more (a REST body arriving in chunks, counted as it
+   * comes rather than after it is whole); throws STOWAGE_SERVER_BUSY, leaving the count as it
+   * was, when that takes the bytes in flight past the cap and other requests are in flight. Its
+   * leave() gives back every byte it was admitted and grew by.
+   */
+  grow(bytes: number): void {
+    if (this.#maxBytes > 0 && this.#inflight > 1 && this.#bytes + bytes > this.#maxBytes) {
+      this.#onShed();
+      throw errors.serverBusyBytes(this.#maxBytes, this.#bytes, bytes);
+    }
+    this.#bytes += bytes;
+  }
+
   leave(bytes = 0): void {
     this.#inflight--;
     this.#bytes -= bytes;

@@ -36,6 +36,7 @@ import type { NodeConfig } from '../shared/config-schema.js';
 import { errors, errorToStatus, isUndecodable, Status, StowageError } from '../shared/errors.js';
 import { Admission } from './admission.js';
 import { widenHttp2Windows } from './http2-windows.js';
+import { drainThenClose } from '../shared/lifecycle.js';
 
 type Endpoints = NodeConfig['global']['endpoints'];
 
@@ -130,6 +131,10 @@ export class GrpcEdge {
   #bound = false;
   #port = 0;
   #stopWidening: (() => void) | undefined;
+  /** Shutting down: inference calls are refused, streams end once answered (stop()). */
+  #draining = false;
+  /** Each open stream's way to end once its requests are answered (at shutdown). */
+  readonly #streams = new Set<() => void>();
 
   constructor(endpoints: Endpoints, logger: Logger, registry: Registry) {
     this.#endpoints = endpoints;
@@ -178,6 +183,7 @@ export class GrpcEdge {
   /** A unary inference RPC: admitted (or shed), and cancelled with the client. */
   inference<Req, Res>(rpc: string, fn: InferenceHandler<Req, Res>): grpc.handleUnaryCall<Req, Res> {
     return this.unary<Req, Res>(rpc, async (request, call) => {
+      if (this.#draining) throw errors.shuttingDown();
       const bytes = requestBytes(request);
       this.admission.enter(bytes);
       const abort = new AbortController();
@@ -196,6 +202,7 @@ export class GrpcEdge {
   stream<Req, Res>(rpc: string, handler: StreamHandler<Req, Res>): grpc.handleBidiStreamingCall<Req, Res> {
     return (call) => {
       try {
+        if (this.#draining) throw errors.shuttingDown();
         this.admission.enter();
       } catch (err) {
         call.emit('error', this.failure(rpc, err));
@@ -210,6 +217,7 @@ export class GrpcEdge {
       const leave = () => {
         if (!left) this.admission.leave();
         left = true;
+        this.#streams.delete(drain);
       };
       const finish = () => {
         if (pending > 0 || left) return;
@@ -229,10 +237,21 @@ export class GrpcEdge {
         abort.abort();
         leave();
       };
+      // At shutdown the stream ends as if its client had ended it: what it asked is answered first.
+      const drain = () => {
+        ended = true;
+        finish();
+      };
+      this.#streams.add(drain);
       call.on('cancelled', gone);
       call.on('error', gone);
       call.on('data', (request: Req | Undecodable) => {
         if (broken || left) return; // nothing after a broken message is read
+        if (this.#draining && !(request instanceof Undecodable)) {
+          // Asked after shutdown began: answered on the stream, refused.
+          call.write(handler.failed(request, this.failure(rpc, errors.shuttingDown()).details));
+          return;
+        }
         if (request instanceof Undecodable) {
           breakOff(request.error);
           return;
@@ -261,11 +280,6 @@ export class GrpcEdge {
         finish();
       });
     };
-  }
-
-  /** Register a service implemented whole elsewhere (the gRPC health service: grpc-health-check). */
-  addExternalService(service: { addToServer(server: grpc.Server): void }): void {
-    service.addToServer(this.#server);
   }
 
   /** Register a service: `table`'s handlers, and UNIMPLEMENTED (naming the RPC) for every other method. */
@@ -299,19 +313,17 @@ export class GrpcEdge {
     });
   }
 
-  /** Stop accepting calls, let those in flight finish for at most `graceMs`, then cut them. */
-  stop(graceMs: number): Promise<void> {
+  /**
+   * Drain, then stop: new inference calls are refused UNAVAILABLE at once while the port stays
+   * open (health probes still connect and hear NOT_SERVING; metadata answers), the calls in flight
+   * finish and each open stream ends once its requests are answered; then the port closes. What is
+   * still running when `graceMs` is up is cut.
+   */
+  async stop(graceMs: number): Promise<void> {
     this.#stopWidening?.();
-    if (!this.#bound) return Promise.resolve();
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.#server.forceShutdown();
-        resolve();
-      }, graceMs);
-      this.#server.tryShutdown(() => {
-        clearTimeout(timer);
-        resolve();
-      });
-    });
+    if (!this.#bound) return;
+    this.#draining = true;
+    for (const drain of this.#streams) drain();
+    await drainThenClose(Date.now() + graceMs, () => this.admission.inflight > 0, (done) => this.#server.tryShutdown(() => done()), () => this.#server.forceShutdown());
   }
 }

@@ -348,6 +348,13 @@ export const nodeConfigSchema = {
             // gRPC message limits in bytes; Triton's clients use 2^31-1, so large tensors pass.
             max_receive_message_bytes: { type: 'integer', minimum: 1024, maximum: 2147483647, default: 2147483647 },
             max_send_message_bytes: { type: 'integer', minimum: 1024, maximum: 2147483647, default: 2147483647 },
+            // REST: bytes of JSON a body may hold (a route's body, an inference's JSON header), as
+            // Triton's --http-max-input-size (64 MiB); binary tensor bytes after an inference's JSON
+            // header keep max_receive_message_bytes. Applied to the inflated bytes of a compressed body.
+            max_json_body_bytes: { type: 'integer', minimum: 1024, maximum: 2147483647, default: 67108864 },
+            // REST: seconds a whole request (headers and body) may take to arrive; a slower one is
+            // answered 408 and its connection closed. Headers alone get 10 s.
+            http_request_timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 60 },
             // HTTP/2 receive window in bytes, per stream and per connection, of every gRPC connection:
             // how much of a request a client may send before the server acknowledges it. HTTP/2's
             // 64 KiB (65535) throttles large tensors about 3× on loopback; 4 MiB lets a 600 KiB

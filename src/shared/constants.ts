@@ -12,11 +12,15 @@ export const MODEL_BACKEND = 'onnxruntime';
 /** Triton's clients set gRPC message limits to INT32_MAX; large tensors must pass. */
 export const MAX_MESSAGE_BYTES = 2 ** 31 - 1;
 
-/** Extensions of ServerMetadata: only what is really implemented. */
-export const SERVER_EXTENSIONS: readonly string[] = ['model_configuration', 'statistics', 'system_shared_memory'];
+/**
+ * Extensions of ServerMetadata, by Triton's names: only what is really implemented (Triton lists
+ * classification, sequence, schedule_policy, cuda_shared_memory, trace and
+ * model_repository(unload_dependents) too; Stowage serves none of those).
+ */
+export const SERVER_EXTENSIONS: readonly string[] = ['model_repository', 'model_configuration', 'system_shared_memory', 'binary_tensor_data', 'parameters', 'statistics', 'logging'];
 
-/** A gateway-only process's: shared memory is local to a node, so it is not among them. */
-export const GATEWAY_EXTENSIONS: readonly string[] = SERVER_EXTENSIONS.filter((e) => e !== 'system_shared_memory');
+/** A gateway-only process's: shared memory is local to a node, and a gateway serves gRPC only (no binary tensor data). */
+export const GATEWAY_EXTENSIONS: readonly string[] = SERVER_EXTENSIONS.filter((e) => e !== 'system_shared_memory' && e !== 'binary_tensor_data');
 
 /** How long a device actor may take to start (import ONNX Runtime) before it is declared dead. */
 export const DEVICE_START_TIMEOUT_MS = 30_000;

@@ -39,9 +39,11 @@ export const ERROR_CODES = {
   STOWAGE_DEVICE_MEMORY_EXHAUSTED: { status: Status.RESOURCE_EXHAUSTED, means: 'the GPU (or ONNX Runtime\'s arena under runtime.cuda.ort_arena_limit_bytes) ran out of memory loading or running the model; the message says what holds the memory and what to change' },
   STOWAGE_SERVER_BUSY: { status: Status.RESOURCE_EXHAUSTED, means: 'the inference requests in flight already hold endpoints.max_inflight_bytes of tensors (or number endpoints.max_concurrent_requests)' },
   STOWAGE_CANCELLED: { status: Status.CANCELLED, means: 'the client cancelled the request' },
+  STOWAGE_SHUTTING_DOWN: { status: Status.UNAVAILABLE, means: 'the server is shutting down: requests in flight finish, new ones are refused (retry on another replica)' },
   STOWAGE_SHM_REGION_EXISTS: { status: Status.ALREADY_EXISTS, means: 'a system shared-memory region of that name is already registered' },
   STOWAGE_SHM_REGION_NOT_FOUND: { status: Status.NOT_FOUND, means: 'no system shared-memory region of that name is registered' },
   STOWAGE_SHM_INVALID: { status: Status.INVALID_ARGUMENT, means: 'a shared-memory key, offset or size is invalid or out of the region\'s bounds' },
+  STOWAGE_SHM_KEY_NOT_FOUND: { status: Status.NOT_FOUND, means: 'no shared-memory object of that key exists on the server\'s machine (create it before registering it)' },
   STOWAGE_SHM_OPEN_FAILED: { status: Status.INTERNAL, means: 'the shared-memory object could not be opened or mapped' },
   STOWAGE_UNIMPLEMENTED_RPC: { status: Status.UNIMPLEMENTED, means: 'the RPC is part of the protocol but not implemented by this server' },
   STOWAGE_DEADLINE_EXCEEDED: { status: Status.DEADLINE_EXCEEDED, means: 'the request\'s deadline passed before it could run' },
@@ -171,11 +173,14 @@ export const errors = {
   serverBusyBytes: (cap: number, inflight: number, bytes: number) =>
     new StowageError('STOWAGE_SERVER_BUSY', `the inference requests in flight hold ${inflight} bytes of tensors and this one brings ${bytes} more, past endpoints.max_inflight_bytes = ${cap}; retry later`),
   cancelled: () => new StowageError('STOWAGE_CANCELLED', 'cancelled by the client'),
+  shuttingDown: () => new StowageError('STOWAGE_SHUTTING_DOWN', 'the server is shutting down: requests in flight finish, new ones are refused; retry on another replica'),
   sharedMemoryExists: (name: string) =>
     new StowageError('STOWAGE_SHM_REGION_EXISTS', `shared-memory region ${quote(name)} is already registered; unregister it first`),
   sharedMemoryNotFound: (name: string) =>
     new StowageError('STOWAGE_SHM_REGION_NOT_FOUND', `no shared-memory region ${quote(name)} is registered`),
   sharedMemoryInvalid: (message: string) => new StowageError('STOWAGE_SHM_INVALID', message),
+  sharedMemoryKeyNotFound: (key: string) =>
+    new StowageError('STOWAGE_SHM_KEY_NOT_FOUND', `no shared-memory object of key ${quote(key)} exists on this machine (/dev/shm${key}): create it (shm_open) before registering it`),
   sharedMemoryOpenFailed: (key: string, message: string) =>
     new StowageError('STOWAGE_SHM_OPEN_FAILED', `unable to open or map shared-memory key ${quote(key)}: ${message}`),
   unimplementedRpc: (rpc: string) =>

@@ -11,3 +11,22 @@ export async function startOrStop<T extends { stop(): Promise<void> }>(thing: T,
   }
   return thing;
 }
+
+/**
+ * A graceful stop's two halves, by `deadline` (ms since the epoch): wait while `busy()` (requests
+ * still in flight), then `close(done)` and wait for it to call `done`; whatever is left when the
+ * deadline comes is `cut()`.
+ */
+export async function drainThenClose(deadline: number, busy: () => boolean, close: (done: () => void) => void, cut: () => void): Promise<void> {
+  while (busy() && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+  await new Promise<void>((resolve) => {
+    const timer = setTimeout(() => {
+      cut();
+      resolve();
+    }, Math.max(0, deadline - Date.now()));
+    close(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}

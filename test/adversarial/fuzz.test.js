@@ -5,6 +5,7 @@
 // request still answers correctly. The seed is fixed so a failure replays.
 import test from 'ava';
 import { fuzz, fuzzRepository } from '../../bench/fuzz.js';
+import { fuzzRest } from '../../bench/fuzz-rest.js';
 import { startServer, tempDir } from '../helpers/server.js';
 
 const CASES = 3000;
@@ -31,4 +32,19 @@ test('3000 mutated requests to a node and to a gateway-only process: every answe
   }
   t.is(node.child.exitCode, null, 'the node is alive');
   t.is(gateway.child.exitCode, null, 'the gateway is alive');
+});
+
+test('3000 mutated REST bodies, JSON and binary, compressed or not: no 500, no connection broken, the node still serves', async (t) => {
+  t.timeout(600_000);
+  const temp = tempDir('stowage-fuzz-rest-');
+  t.teardown(() => temp.cleanup());
+  const node = await startServer({ model_repo: fuzzRepository(temp.dir) }, { root: temp.dir });
+  t.teardown(() => node.stop());
+  const result = await fuzzRest({ url: /** @type {string} */ (node.rest), cases: 3000, seed: SEED, deadlineMs: 60_000 });
+  t.log(`rest: ${result.cases} cases (${result.damaged} damaged) in ${result.seconds.toFixed(1)} s: ${JSON.stringify(result.statuses)}`);
+  t.is(result.cases, 3000);
+  t.deepEqual(result.findings, []);
+  t.true((result.statuses[200] ?? 0) > 0, 'some mutated bodies still compute');
+  t.true((result.statuses[400] ?? 0) > 3000 / 4, 'most are refused as invalid');
+  t.is(node.child.exitCode, null, 'the node is alive');
 });

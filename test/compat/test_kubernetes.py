@@ -121,7 +121,8 @@ def test_the_kserve_runtime_is_what_kserve_selects_and_the_server_accepts(tools,
     assert [f["name"] for f in runtime["supportedModelFormats"]] == ["onnx"]
     container = runtime["containers"][0]
     assert container["name"] == "kserve-container"
-    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("h2c", 8001)]
+    # Both data planes its protocolVersions promise: REST first (the predictor service's port), gRPC as h2c.
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("http1", 8000), ("h2c", 8001)]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["INFERENCE_SERVER_MODEL_REPO"] == "/mnt/models"
     result = check_config((ROOT / "docker" / "node.yaml").read_text(), tmp_path, env)

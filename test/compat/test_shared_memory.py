@@ -115,7 +115,7 @@ def test_register_status_unregister_and_their_errors(client, regions):
     status = client.get_system_shared_memory_status(as_json=True)["regions"]["r"]
     assert status["key"] == key and int(status["offset"]) == 256 and int(status["byte_size"]) == 512
     expect_error(lambda: client.register_system_shared_memory("r", key, 16), "StatusCode.ALREADY_EXISTS", '"r" is already registered')
-    expect_error(lambda: client.register_system_shared_memory("missing", "/stowage_no_such_key", 16), "StatusCode.INTERNAL", "/stowage_no_such_key")
+    expect_error(lambda: client.register_system_shared_memory("missing", "/stowage_no_such_key", 16), "StatusCode.NOT_FOUND", "/stowage_no_such_key")
     expect_error(lambda: client.register_system_shared_memory("big", key, 2048), "StatusCode.INVALID_ARGUMENT", "holds 1024 bytes")
     expect_error(lambda: client.register_system_shared_memory("escape", "/../etc/passwd", 16), "StatusCode.INVALID_ARGUMENT", "not a POSIX shared-memory name")
     expect_error(lambda: client.get_system_shared_memory_status("nope"), "StatusCode.NOT_FOUND", '"nope"')

@@ -20,7 +20,7 @@ def test_health_and_server_metadata(client):
     assert client.is_server_ready()
     md = client.get_server_metadata(as_json=True)
     assert md["name"] == "stowage"
-    assert md["extensions"] == ["model_configuration", "statistics", "system_shared_memory"]
+    assert md["extensions"] == ["model_repository", "model_configuration", "system_shared_memory", "binary_tensor_data", "parameters", "statistics", "logging"]
 
 
 def test_repository_index_and_model_readiness(client):

@@ -134,3 +134,44 @@ def test_bad_requests_are_errors_that_say_why(client):
     with pytest.raises(InferenceServerException, match="pixels"):
         client.infer("digits", [wrong])
     assert client.is_server_ready()
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+@pytest.mark.parametrize("binary", [False, True])
+def test_compressed_requests_answer_as_plain_ones(client, heldout, algorithm, binary):
+    """tritonclient's request_compression_algorithm sends Content-Encoding: gzip or deflate."""
+    x = images(heldout, 4)
+    inp = httpclient.InferInput("image", [4, 8, 8], "FP32")
+    inp.set_data_from_numpy(x, binary_data=binary)
+    plain = client.infer("digits", [inp])
+    packed = client.infer("digits", [inp], request_compression_algorithm=algorithm)
+    for name in ("logits", "probabilities", "label"):
+        np.testing.assert_array_equal(packed.as_numpy(name), plain.as_numpy(name))
+
+
+def test_nan_and_infinity_travel_as_triton_writes_them(client):
+    """JSON has no NaN or Infinity: Triton reads and writes the bare words, which Python's json takes."""
+    inputs = []
+    for i in client.get_model_metadata("dtypes")["inputs"]:
+        dt = i["datatype"]
+        t = httpclient.InferInput(i["name"], [1, 3], dt)
+        if dt == "FP64":
+            t.set_data_from_numpy(np.array([[np.nan, np.inf, -np.inf]], dtype=np.float64), binary_data=False)
+        elif dt == "BYTES":
+            t.set_data_from_numpy(np.array([[b"a", b"b", b"c"]], dtype=np.object_), binary_data=True)
+        elif dt == "BOOL":
+            t.set_data_from_numpy(np.array([[True, False, True]]), binary_data=True)
+        else:
+            np_type = {"FP16": np.float16, "FP32": np.float32}.get(dt) or np.dtype(dt.lower())
+            t.set_data_from_numpy(np.ones((1, 3), dtype=np_type), binary_data=True)
+        inputs.append(t)
+    result = client.infer("dtypes", inputs, outputs=[httpclient.InferRequestedOutput("out_f64", binary_data=False)])
+    out = result.as_numpy("out_f64")
+    assert np.isnan(out[0, 0]) and out[0, 1] == np.inf and out[0, 2] == -np.inf
+
+
+def test_cuda_shared_memory_cleanup_as_perf_analyzer_calls_it(client):
+    """perf_analyzer --shared-memory cleans up over HTTP with unregister: nothing registered, a no-op."""
+    client.unregister_cuda_shared_memory()
+    assert client.get_cuda_shared_memory_status() == []
+    assert "binary_tensor_data" in client.get_server_metadata()["extensions"]

@@ -143,7 +143,7 @@ test.serial('inline lone: a large aligned request is copied as the table says', 
   t.is(units, seen('inline lone'), shown);
 });
 
-test.serial('REST binary lone: the body\'s tensor goes to the device as it is; the response is joined once', async (t) => {
+test.serial('REST binary lone: the body\'s tensor goes to the device as it is; the response\'s pieces are written as they are', async (t) => {
   const input = x(64);
   const data = dataAs(input, Float32Array);
   // The JSON header padded to a multiple of 4 bytes, so the tensor after it is aligned for FP32.

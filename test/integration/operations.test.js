@@ -67,6 +67,28 @@ test.serial('readiness reports the models still loading, then ready', async (t) 
   t.is(progress.at(-1), '40/40');
 });
 
+test('every per-model series exists from the load on, at 0 before the first request, as Triton\'s do (each failure reason too)', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits') });
+  const server = await startServer({ model_repo: repo, global: { model_control_mode: 'explicit' } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const before = await scrapeMetrics(server.adminPort);
+  t.false('nv_inference_pending_request_count{model="digits",version="1"}' in before, 'not loaded: no series');
+  await server.client.call('RepositoryModelLoad', { model_name: 'digits' });
+  const idle = await scrapeMetrics(server.adminPort);
+  for (const name of ['nv_inference_request_success', 'nv_inference_count', 'nv_inference_exec_count', 'nv_inference_pending_request_count', 'nv_inference_request_duration_us',
+    'nv_inference_queue_duration_us', 'nv_inference_compute_input_duration_us', 'nv_inference_compute_infer_duration_us', 'nv_inference_compute_output_duration_us']) {
+    t.is(idle[`${name}{model="digits",version="1"}`], 0, name);
+  }
+  for (const reason of ['REJECTED', 'CANCELED', 'BACKEND', 'OTHER']) t.is(idle[`nv_inference_request_failure{model="digits",version="1",reason="${reason}"}`], 0, reason);
+  await server.client.infer('digits', [digit(2)]);
+  const after = await scrapeMetrics(server.adminPort);
+  t.is(after['nv_inference_request_success{model="digits",version="1"}'], 1);
+  t.is(after['nv_inference_count{model="digits",version="1"}'], 2);
+  t.is(after['nv_inference_pending_request_count{model="digits",version="1"}'], 0, 'idle again: still there, at 0');
+});
+
 test('past max_concurrent_requests a burst is shed with RESOURCE_EXHAUSTED and admitted requests succeed', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);

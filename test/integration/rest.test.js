@@ -47,7 +47,8 @@ test.serial('health, server and model metadata, readiness, config', async (t) =>
   const model = (await call('/v2/models/digits')).body;
   t.deepEqual(model.inputs, [{ name: 'image', datatype: 'FP32', shape: [-1, 8, 8] }]);
   t.deepEqual((await call('/v2/models/digits/versions/1/ready')).body, { ready: true });
-  t.is((await call('/v2/models/convnet/ready')).status, 503, 'in the repository, not loaded');
+  t.is((await call('/v2/models/convnet/ready')).status, 400, 'in the repository, not loaded: 400, as Triton answers');
+  t.is((await call('/v2/models/nope/ready')).status, 400, 'unknown: not ready, as Triton answers');
   t.is((await call('/v2/models/digits/config')).body.max_batch_size, 32);
   const missing = await call('/v2/models/nope');
   t.is(missing.status, 404);
@@ -137,7 +138,7 @@ test.serial('the repository extension loads and unloads; statistics count REST r
   t.is((await post('/v2/repository/models/convnet/load', {})).status, 200);
   t.deepEqual((await call('/v2/models/convnet/ready')).body, { ready: true });
   t.is((await post('/v2/repository/models/convnet/unload', {})).status, 200);
-  t.is((await call('/v2/models/convnet/ready')).status, 503);
+  t.is((await call('/v2/models/convnet/ready')).status, 400);
   const before = (await call('/v2/models/digits/stats')).body.model_stats[0].inference_stats.success.count;
   await post('/v2/models/digits/infer', { inputs: [{ name: 'image', datatype: 'FP32', shape: [2, 8, 8], data: Array(128).fill(1) }] });
   const after = (await call('/v2/models/digits/stats')).body.model_stats[0];
@@ -145,8 +146,8 @@ test.serial('the repository extension loads and unloads; statistics count REST r
   t.is((await call('/v2/models/stats')).body.model_stats.length, 3);
   t.deepEqual((await call('/v2/systemsharedmemory/status')).body, []);
   const unknownRegion = await post('/v2/systemsharedmemory/region/r/register', { key: '/stowage-no-such-object', offset: 0, byte_size: 64 });
-  // As through gRPC (STOWAGE_SHM_OPEN_FAILED): refused, naming the key.
-  t.true(unknownRegion.status >= 400, `${unknownRegion.status}`);
+  // As through gRPC (STOWAGE_SHM_KEY_NOT_FOUND): 404, naming the key (Triton: 500).
+  t.is(unknownRegion.status, 404);
   t.regex(unknownRegion.body.error, /stowage-no-such-object/);
   const logging = (await call('/v2/logging')).body;
   t.is(typeof logging.log_info, 'boolean');

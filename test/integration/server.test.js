@@ -78,7 +78,7 @@ test('ServerMetadata names the server and only the extensions it implements', as
   const md = await server.client.call('ServerMetadata');
   t.is(md.name, 'stowage');
   t.regex(md.version, /^\d+\.\d+\.\d+/);
-  t.deepEqual(md.extensions, ['model_configuration', 'statistics', 'system_shared_memory']);
+  t.deepEqual(md.extensions, ['model_repository', 'model_configuration', 'system_shared_memory', 'binary_tensor_data', 'parameters', 'statistics', 'logging']);
 });
 
 test('RepositoryIndex lists every bundle, refused ones UNAVAILABLE with the reason', async (t) => {

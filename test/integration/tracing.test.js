@@ -2,11 +2,13 @@
 // to a receiver this test runs: a REST request and a gRPC request, each with a W3C traceparent and
 // each a cold call, produce connected traces: the request's span under the caller's, its queue
 // wait under it, and the execution it rode in linked to it, with the cold weight load inside.
+import { once } from 'node:events';
 import http from 'node:http';
+import net from 'node:net';
 import path from 'node:path';
 import test from 'ava';
 import { mlpLayers, writeBundle } from '../helpers/mlp-catalog.js';
-import { startServer, tempDir, tensor } from '../helpers/server.js';
+import { scrapeMetrics, startServer, tempDir, tensor } from '../helpers/server.js';
 
 /**
  * The environment that turns tracing on, exporting OTLP/HTTP JSON to `url` every 100 ms.
@@ -17,18 +19,23 @@ const otlpEnv = (url) => ({ OTEL_TRACES_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_END
 /**
  * An OTLP/HTTP receiver on a free port, collecting the spans of every JSON export. `until(found)`
  * resolves to what `found` returns once it returns something, or fails after 10 s naming the spans.
- * @returns {Promise<{ url: string, spans: any[], until: <T>(found: (spans: any[]) => T | undefined) => Promise<T>, close: () => Promise<void> }>}
+ * @returns {Promise<{ url: string, spans: any[], resources: any[], until: <T>(found: (spans: any[]) => T | undefined) => Promise<T>, close: () => Promise<void> }>}
  */
 async function otlpReceiver() {
   /** @type {any[]} */
   const spans = [];
+  /** @type {any[]} */
+  const resources = [];
   const server = http.createServer((req, res) => {
     let body = '';
     req.on('data', (c) => { body += c; });
     req.on('end', () => {
       if (req.url === '/v1/traces') {
         const doc = JSON.parse(body);
-        for (const rs of doc.resourceSpans ?? []) for (const ss of rs.scopeSpans ?? []) spans.push(...(ss.spans ?? []));
+        for (const rs of doc.resourceSpans ?? []) {
+          resources.push(rs.resource);
+          for (const ss of rs.scopeSpans ?? []) spans.push(...(ss.spans ?? []));
+        }
       }
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end('{}');
@@ -45,7 +52,7 @@ async function otlpReceiver() {
     }
     throw new Error(`the spans awaited never arrived; received: ${JSON.stringify(spans.map((s) => [s.traceId, s.name]))}`);
   };
-  return { url: `http://127.0.0.1:${port}`, spans, until, close: () => new Promise((resolve) => server.close(() => resolve(undefined))) };
+  return { url: `http://127.0.0.1:${port}`, spans, resources, until, close: () => new Promise((resolve) => server.close(() => resolve(undefined))) };
 }
 
 test('a traceparent on a REST and on a gRPC request gives a connected trace: request, queue, execution linked, cold weight load', async (t) => {
@@ -152,3 +159,86 @@ test('the node file turns tracing on too (global.tracing), the environment unset
   const request = await receiver.until((spans) => spans.find((s) => s.traceId === traceId && s.name === 'infer a'));
   t.is(request.name, 'infer a');
 });
+
+/** An attribute's value in OTLP JSON, as a plain value. @param {any} holder @param {string} key */
+const attribute = (holder, key) => {
+  const v = (holder.attributes ?? []).find((/** @type {any} */ a) => a.key === key)?.value;
+  return v === undefined ? undefined : v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : v.doubleValue ?? v.boolValue);
+};
+
+test('the request span carries Triton\'s names and timestamps; a traceparent not sampled is traced no further; OTEL_RESOURCE_ATTRIBUTES names the service', async (t) => {
+  const receiver = await otlpReceiver();
+  t.teardown(receiver.close);
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = path.join(temp.dir, 'repo');
+  writeBundle(repo, 'a', mlpLayers(1, [8, 16, 2]));
+  const server = await startServer({ model_repo: repo }, {
+    root: temp.dir,
+    env: { ...otlpEnv(receiver.url), OTEL_RESOURCE_ATTRIBUTES: 'service.name=grader-prod,deployment.environment=test' },
+  });
+  t.teardown(() => server.stop());
+  const sampled = '55555555555555555555555555555555';
+  const unsampled = '66666666666666666666666666666666';
+  const x = tensor('x', 'FP32', [1, 8], new Float32Array(8).fill(1));
+  await server.client.infer('a', [x], { id: 'req-7', metadata: { traceparent: `00-${unsampled}-7777777777777777-00` } });
+  await server.client.infer('a', [x], { id: 'req-8', metadata: { traceparent: `00-${sampled}-7777777777777777-01` } });
+  const request = await receiver.until((spans) => spans.find((s) => s.traceId === sampled && s.name === 'infer a' && (s.events ?? []).length > 1));
+  t.is(attribute(request, 'triton.model_name'), 'a');
+  t.is(attribute(request, 'triton.model_version'), '1');
+  t.is(attribute(request, 'triton.request_id'), 'req-8');
+  t.is(attribute(request, 'stowage.batch_size'), 1);
+  for (const key of ['stowage.queue_ns', 'stowage.compute_input_ns', 'stowage.compute_infer_ns', 'stowage.compute_output_ns']) t.true(attribute(request, key) >= 0, key);
+  const events = (request.events ?? []).map((/** @type {any} */ e) => e.name);
+  t.deepEqual(events.filter((/** @type {string} */ n) => n !== 'admitted'), ['QUEUE_START', 'COMPUTE_START', 'COMPUTE_INPUT_END', 'COMPUTE_OUTPUT_START', 'COMPUTE_END']);
+  // Give the exporter a turn more: nothing of the unsampled request arrives, and no execution links to it.
+  await new Promise((resolve) => setTimeout(resolve, 400));
+  t.false(receiver.spans.some((s) => s.traceId === unsampled), 'no span in the unsampled trace');
+  t.false(receiver.spans.some((s) => (s.links ?? []).some((/** @type {any} */ l) => l.traceId === unsampled)), 'no execution linked to it');
+  t.true(receiver.spans.some((s) => s.name === 'execute a' && (s.links ?? []).some((/** @type {any} */ l) => l.traceId === sampled)));
+  const resource = receiver.resources[0];
+  t.is(attribute(resource, 'service.name'), 'grader-prod', 'the standard resolution names the service');
+  t.is(attribute(resource, 'deployment.environment'), 'test');
+});
+
+for (const collector of ['down', 'hung']) {
+  test(`the collector ${collector}: failed exports are logged and counted, and SIGTERM exits 0 well within the grace`, async (t) => {
+    const temp = tempDir();
+    t.teardown(temp.cleanup);
+    // Down: nothing listens on the port. Hung: it accepts and never answers.
+    const sockets = new Set();
+    const hung = net.createServer((socket) => {
+      sockets.add(socket);
+      socket.on('error', () => undefined);
+    });
+    await new Promise((resolve) => hung.listen(0, '127.0.0.1', () => resolve(undefined)));
+    const port = /** @type {import('node:net').AddressInfo} */ (hung.address()).port;
+    if (collector === 'down') await new Promise((resolve) => hung.close(() => resolve(undefined)));
+    t.teardown(() => {
+      for (const s of sockets) /** @type {net.Socket} */ (s).destroy();
+      hung.close();
+    });
+    const repo = path.join(temp.dir, 'repo');
+    writeBundle(repo, 'a', mlpLayers(1, [8, 16, 2]));
+    const server = await startServer({ model_repo: repo, global: { endpoints: { shutdown_grace_seconds: 8 } } }, {
+      root: temp.dir,
+      env: { ...otlpEnv(`http://127.0.0.1:${port}`), OTEL_EXPORTER_OTLP_TIMEOUT: '500' },
+    });
+    t.teardown(() => server.stop());
+    const x = tensor('x', 'FP32', [1, 8], new Float32Array(8));
+    for (let i = 0; i < 5; i++) await server.client.infer('a', [x], { metadata: { traceparent: `00-${'8'.repeat(31)}${i}-9999999999999999-01` } });
+    const warned = await server.waitForLog((l) => String(l.msg).startsWith('trace export failed'));
+    t.true(warned.failures >= 1, JSON.stringify(warned));
+    t.true((await scrapeMetrics(server.adminPort)).stowage_trace_export_failures_total >= 1);
+    // Served all the while.
+    const { outputs } = await server.client.infer('a', [x]);
+    t.deepEqual(outputs[0].shape, [1, 2]);
+    const started = Date.now();
+    server.child.kill('SIGTERM');
+    const [code] = await once(server.child, 'close');
+    const took = Date.now() - started;
+    t.is(code, 0);
+    t.true(took < 6000, `stopped in ${took} ms (grace 8 s, trace flush at most 2 s)`);
+    t.log(`collector ${collector}: ${warned.failures} failed export(s) reported; stopped in ${took} ms`);
+  });
+}
