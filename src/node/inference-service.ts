@@ -14,10 +14,12 @@ import { errors } from '../shared/errors.js';
 import { callDeadlineMs, type GrpcEdge } from '../protocol/edge.js';
 import { applyLogSettings, currentLogSettings } from '../protocol/log-settings.js';
 import { modelConfig, modelMetadata } from '../protocol/model-config.js';
-import type { EncodedResponse } from '../protocol/encoded-response.js';
+import { fromModelInferRequest, inferResponse } from '../protocol/codec.js';
+import { ResponseFrame, type EncodedResponse } from '../protocol/infer-response-wire.js';
+import { ownsItsBuffer } from '../protocol/message-buffers.js';
 import type { ModelInferRequest, ModelInferResponse, ModelRef } from '../protocol/types.js';
 import { ModelState, type ModelRegistry } from './model-registry.js';
-import type { Pipeline } from './pipeline.js';
+import type { InferOptions, Pipeline } from './pipeline.js';
 import type { ModelRepository } from './repository.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
 import type { Statistics } from './statistics.js';
@@ -118,14 +120,27 @@ export function kserveOperations(ctx: Omit<ServiceContext, 'edge'>) {
 
 export type KserveOperations = ReturnType<typeof kserveOperations>;
 
+/**
+ * One ModelInferRequest through the pipeline: decoded into the data plane's request (codec.ts),
+ * its outputs placed for the response to be framed around them (infer-response-wire.ts), or, when
+ * hooks made them, encoded by protobufjs.
+ */
+async function modelInfer(pipeline: Pipeline, req: ModelInferRequest, call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerDuplexStream<unknown, unknown>,
+  options: Omit<InferOptions, 'callDeadlineMs' | 'outputs' | 'trace' | 'protocol'>): Promise<ModelInferResponse | EncodedResponse> {
+  const request = fromModelInferRequest(req, ownsItsBuffer(req));
+  const outputs = new ResponseFrame(request.model, MODEL_VERSION, request.id);
+  const answer = await pipeline.infer(request, { ...options, callDeadlineMs: callDeadlineMs(call), outputs, trace: traceCarrier(call.metadata), protocol: 'grpc' });
+  return outputs.frame(answer) ?? inferResponse(request.model, request.id, answer.outputs);
+}
+
 export function inferenceService(ctx: ServiceContext): Record<string, grpc.UntypedHandleCall> {
   const { edge, pipeline } = ctx;
   const ops = kserveOperations(ctx);
   const table: Record<string, grpc.UntypedHandleCall> = {};
   for (const [rpc, fn] of Object.entries(ops)) table[rpc] = edge.unary(rpc, fn as (req: unknown) => unknown);
-  table.ModelInfer = edge.inference('ModelInfer', (req: ModelInferRequest, call, signal, admitted) => pipeline.infer(req, callDeadlineMs(call), signal, { trace: traceCarrier(call.metadata), admitted }));
+  table.ModelInfer = edge.inference('ModelInfer', (req: ModelInferRequest, call, signal, admitted) => modelInfer(pipeline, req, call, { signal, admitted }));
   table.ModelStreamInfer = edge.stream<ModelInferRequest, { error_message: string; infer_response: Partial<ModelInferResponse> | EncodedResponse }>('ModelStreamInfer', {
-    answer: async (req, call, signal) => ({ error_message: '', infer_response: await pipeline.infer(req, callDeadlineMs(call), signal, { trace: traceCarrier(call.metadata) }) }),
+    answer: async (req, call, signal) => ({ error_message: '', infer_response: await modelInfer(pipeline, req, call, { signal }) }),
     // The error travels as this response's message, with the request's id; the stream lives on.
     failed: (req, details) => ({ error_message: details, infer_response: { model_name: req.model_name, model_version: req.model_version, id: req.id } }),
   });

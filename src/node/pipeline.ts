@@ -2,10 +2,14 @@
  * The request path of a node, on the main thread: what one inference goes
  * through between an edge (gRPC or REST) and the device, for ModelInfer, each
  * request of ModelStreamInfer, a REST inference and a meta model's sub-calls alike.
+ * It speaks the data plane only (shared/data-plane.ts): an edge decodes its
+ * protocol into a DataPlaneRequest, hands it over with an OutputAllocator
+ * (where the outputs go), and encodes the InferenceAnswer itself.
  *
- *   lease -> decode -> route -> [preprocess, on a hook thread, which feeds the device] -> device -> [postprocess -> encode] -> statistics
- *   (without a postprocess hook the device encodes the response: shared/infer-response-wire.ts)
- *   (a meta model: lease -> decode -> run hook, whose sub-calls re-enter at `route` with tensors)
+ *   [edge: decode] -> lease -> check (request-check.ts) -> route -> [preprocess, on a hook thread, which feeds the device] -> device -> [postprocess] -> statistics -> [edge: encode]
+ *   (without a hook making them, the outputs are placed where the edge's allocator asked: for gRPC
+ *   the response is framed around them, protocol/infer-response-wire.ts)
+ *   (a meta model: lease -> check -> run hook, whose sub-calls re-enter at `route` with tensors)
  *
  * Copies of a request's tensor bytes, and thread hops, per path. `copies` counts every copy of the
  * bytes of one request's input and output tensors (in units of their size: a copy of the input and
@@ -16,18 +20,18 @@
  *
  * | path | copies | native | each copy, in order (thread) | hops |
  * | --- | --- | --- | --- | --- |
- * | inline lone | 3 | 0 | grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own when the message is at least half `Buffer.poolSize` (32 KiB on Node 24; protobufjs decodes `bytes` as views of it), which is transferred to the device as it is (protocol/message-buffers.ts) and read by ONNX Runtime in place (main); ONNX Runtime writes each output into memory the device gives it (reused staging), no copy after the run; the output into the encoded response (shared/infer-response-wire.ts), transferred back (device); grpc-js copies the message into its frame (main) | 2: main -> device -> main |
+ * | inline lone | 3 | 0 | grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own when the message is at least half `Buffer.poolSize` (32 KiB on Node 24; protobufjs decodes `bytes` as views of it), which is transferred to the device as it is (protocol/message-buffers.ts) and read by ONNX Runtime in place (main); ONNX Runtime writes each output into memory the device gives it (reused staging), no copy after the run; the output into the one buffer the gRPC edge placed it in (actors/device/output-placement.ts), transferred back (device), around which the edge frames the response, writing only its header (protocol/infer-response-wire.ts, main); grpc-js copies the message into its frame (main) | 2: main -> device -> main |
  * | REST binary lone | 1 | 0 | Node's http hands the body over in chunks, joined into one buffer of its own (http-edge.ts, main); the tensor after the JSON header is a view of it, transferred to the device as it is (as inline lone's); ONNX Runtime writes the output into a buffer of the request's own, transferred back as it is; the JSON header and the output's bytes are written to the socket one after the other, not joined (http-edge.ts) | 2: main -> device -> main |
  * | REST JSON lone | 0 | 0 | no copy of the tensor's bytes: Node's http hands the JSON body over in chunks, joined into one buffer of its own (http-edge.ts, main: a copy of the JSON text, which the copy test counts apart); the `data` array is converted into the datatype's bytes in a buffer of the request's own (rest-tensors.ts, main: a conversion, not a copy), transferred to the device as it is; ONNX Runtime writes the output into a buffer of the request's own, transferred back as it is; its bytes are converted into JSON numbers (main: a conversion; an output misaligned for its type is copied first) | 2: main -> device -> main |
- * | inline small | 4 | 0 | as inline lone, and a message under half `Buffer.poolSize` sits in Node's shared pool, which cannot be transferred: its bytes are copied into a buffer of their own (`fromRaw`, main) | 2 |
+ * | inline small | 4 | 0 | as inline lone, and a message under half `Buffer.poolSize` sits in Node's shared pool, which cannot be transferred: its bytes are copied into a buffer of their own (`inlineData`, request-check.ts, main) | 2 |
  * | inline misaligned | 4 | 0 | as inline lone, and an input whose bytes are misaligned for its type in the message is copied into reused staging memory (staging.ts) before ONNX Runtime reads it (device) | 2 |
  * | inline padded | 4 | 0 | as inline lone, and a lone request run by an executable compiled for more rows is copied into staging, padded with zero rows (device) | 2 |
  * | inline coalesced | 4 | 0 | as inline lone (the output's copy into the response reads the request's rows of the batch's output), and each request's rows are copied into the joined input in staging (device) | 2 |
- * | typed contents | 4 | 0 | as inline small, with the JS arrays converted into bytes instead of `fromRaw`'s copy (main) | 2 |
+ * | typed contents | 4 | 0 | as inline small, with the JS arrays converted into bytes instead of `inlineData`'s copy (codec.ts, main) | 2 |
  * | shared memory in place | 0 | 0 | inputs are read in place from the mapped region (a slice misaligned for its type is copied into staging, device); a lone request's output whose shape the graph fixes is computed by ONNX Runtime into the region itself; the response carries an empty entry | 2 |
  * | shared memory coalesced | 1 | 0 | requests that rode together, their outputs in one region laid end to end in the batch's order (the device orders a batch by its requests' output slices): each request's input rows are copied into the joined input in staging (device); ONNX Runtime computes the batch's output into the region itself, every request's rows landing in its own slice | 2 |
  * | shared memory copied | 1 | 0 | as shared memory in place, but when ONNX Runtime cannot write into the region (a coalesced batch whose slices are not end to end in one region, an output axis the graph leaves symbolic, a slice misaligned for its type or over the request's input bytes) it writes into staging and the output is copied into the region after the run (device) | 2 |
- * | hooked | 3 | 0 | pre- and postprocess, lone: grpc-js's join (main); the message's buffer goes to the hook thread whole (a view misaligned for its type is copied first by `fromRaw`, main); what the hooks return is their own (a returned view of part of a buffer is copied, a plain array converted: hook); preprocess's tensors go from the hook thread to the device through its door, never to the main thread; ONNX Runtime writes each output into a buffer of the request's own, which goes to postprocess as it is; protobufjs encodes the response (main); grpc-js's frame (main). Preprocess only: the device encodes instead of protobufjs. A coalesced request's rows of each output are copied out of the batch's before going to postprocess (device) | preprocess only: 3, main -> hook -> device -> main; postprocess only: 4, main -> device -> main -> hook -> main; both: 5 |
+ * | hooked | 3 | 0 | pre- and postprocess, lone: grpc-js's join (main); the message's buffer goes to the hook thread whole (a view misaligned for its type is copied first by `inlineData`, request-check.ts, main); what the hooks return is their own (a returned view of part of a buffer is copied, a plain array converted: hook); preprocess's tensors go from the hook thread to the device through its door, never to the main thread; ONNX Runtime writes each output into a buffer of the request's own, which goes to postprocess as it is; protobufjs encodes the response (main); grpc-js's frame (main). Preprocess only: the device places the outputs for the edge to frame instead of protobufjs encoding them. A coalesced request's rows of each output are copied out of the batch's before going to postprocess (device) | preprocess only: 3, main -> hook -> device -> main; postprocess only: 4, main -> device -> main -> hook -> main; both: 5 |
  * | meta sub-call | 1 | 0 | the run hook's tensors are copied once on the hook thread, which may reuse them (hook); passed to the device as they are (no re-encode, no decode copy); ONNX Runtime writes the outputs into buffers of the sub-call's own, which go back to the hook thread as they are | 4 per sub-call: hook -> main -> device -> main -> hook |
  * | inline lone, backend cuda | 4 | 0 | as inline lone, and the input copied into pinned staging (staging.ts, device), from which ONNX Runtime's own copy to the GPU runs at the bus's speed; the output is written into pinned staging by ONNX Runtime's copy from the GPU. ONNX Runtime's copies to and from the GPU are the device's, as on any GPU server, and are not counted | 2 |
  * | inline lone, CUDA graph | 4 | 0 | as inline lone, backend cuda, with our own copies to and from the GPU in place of ONNX Runtime's (not counted either): the staged input into the graph's slot (cuda-graphs.ts, a host-to-GPU copy), the output from the slot into staging (GPU to host), since a captured graph reads and writes fixed addresses | 2 |
@@ -37,8 +41,9 @@
  * (an output whose shape the graph leaves open is allocated by ONNX Runtime and read in place; a
  * request that takes it as a tensor gets a copy of its own, since such memory cannot move to
  * another thread). A large inline request is at the floor grpc-js leaves, 3: its join and its frame,
- * and the one copy into the encoded response. Going lower means handing grpc-js the response's
- * header and the output buffers as one message without joining them (docs/performance.md).
+ * and the one copy into the buffer the response is framed around. Going lower means ONNX Runtime
+ * writing a lone request's outputs straight into that buffer where their shapes are known, or
+ * handing grpc-js the header and the output buffers without joining them (docs/performance.md).
  *
  * Backend cuda adds one copy on every path whose input ONNX Runtime would read in place: the input
  * into pinned staging (device), from which the GPU reads at the bus's speed (the two cuda rows).
@@ -50,19 +55,26 @@ import type { HookFeedTarget } from '../actors/device/handle.js';
 import type { HookPool } from '../actors/hooks/handle.js';
 import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult, type RegionSlice, type WireTensor } from '../shared/channels/inference.js';
 import type { HookContext } from '../shared/channels/hooks.js';
+import type { Admitted, DataPlaneRequest, InferenceAnswer, OutputAllocator } from '../shared/data-plane.js';
 import { errors, quote, StowageError } from '../shared/errors.js';
 import { checkHookTensors } from '../shared/hook-tensor-check.js';
-import type { InstanceKey, ModelSpec } from '../shared/model-spec.js';
-import { decodeInferRequest, decodeTensors, inferResponse, slicesOf, type DecodedRequest } from '../protocol/codec.js';
-import { ownsItsBuffer } from '../protocol/message-buffers.js';
-import { EncodedResponse } from '../protocol/encoded-response.js';
-import type { ModelInferRequest, ModelInferResponse } from '../protocol/types.js';
+import type { InstanceKey, ModelSpec, TensorSpec } from '../shared/model-spec.js';
+import { checkRequest, checkTensors, slicesOf, type CheckedRequest } from './request-check.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
 import type { Statistics } from './statistics.js';
 import { RequestTrace, type TraceCarrier } from './tracing.js';
 import { MODEL_VERSION } from '../shared/constants.js';
-import type { Admitted } from '../protocol/edge.js';
+
+/** How an edge hands one request over: its call's deadline and cancellation, where its outputs go, what to trace. */
+export interface InferOptions {
+  callDeadlineMs: number;
+  signal: AbortSignal;
+  outputs?: OutputAllocator;
+  trace?: TraceCarrier;
+  protocol: 'grpc' | 'http';
+  admitted?: Admitted;
+}
 
 export interface PipelineContext {
   registry: ModelRegistry;
@@ -84,20 +96,19 @@ export class Pipeline {
   }
 
   /**
-   * One inference request from the wire. `callDeadlineMs` is the gRPC deadline (Infinity if none);
-   * the request's `timeout` parameter may shorten it. `signal` fires if the client cancels.
-   * `encode` false (the REST edge): the outputs come back as tensors, never as the device's encoded
-   * protobuf response.
+   * One inference request from an edge, protocol-free (shared/data-plane.ts). `callDeadlineMs` is
+   * the call's deadline (Infinity if none); the request's `timeout` may shorten it. `signal` fires
+   * if the client cancels. `outputs`: the edge's output allocator, asked where the outputs go once
+   * the model is known (none: tensors of their own).
    */
-  async infer(req: ModelInferRequest, callDeadlineMs: number, signal: AbortSignal,
-    { encode = true, trace, protocol = 'grpc', admitted }: { encode?: boolean; trace?: TraceCarrier; protocol?: 'grpc' | 'http'; admitted?: Admitted } = {}): Promise<ModelInferResponse | EncodedResponse> {
+  async infer(req: DataPlaneRequest, { callDeadlineMs, signal, outputs, trace, protocol, admitted }: InferOptions): Promise<InferenceAnswer> {
     const { registry, sharedMemory } = this.#ctx;
     const started = process.hrtime.bigint();
     // Tracing on: a span in the trace the request's traceparent names (tracing.ts); else null.
-    const spans = RequestTrace.request({ model: req.model_name, version: req.model_version || MODEL_VERSION, id: req.id }, trace, protocol, admitted);
+    const spans = RequestTrace.request({ model: req.model, version: req.version || MODEL_VERSION, id: req.id }, trace, protocol, admitted);
     let lease;
     try {
-      lease = registry.acquire(req.model_name, req.model_version);
+      lease = registry.acquire(req.model, req.version);
     } catch (err) {
       spans?.end(err);
       throw err;
@@ -106,21 +117,19 @@ export class Pipeline {
     let slices: RegionSlice[] = [];
     try {
       // Hooks read typed arrays over the bytes, which must be aligned; the device aligns them itself.
-      const handOver = !ownsItsBuffer(req) ? 'none' : spec.hooks ? 'aligned' : 'any';
-      const decoded = decodeInferRequest(req, spec, sharedMemory, handOver);
-      slices = slicesOf(decoded);
-      sharedMemory.hold(slices); // no await since decoding: the regions are still registered
+      const checked = checkRequest(req, spec, sharedMemory, spec.hooks ? 'aligned' : 'any');
+      slices = slicesOf(checked);
+      sharedMemory.hold(slices); // no await since checking: the regions are still registered
       if (slices.length && spec.kind === 'meta') throw errors.unsupported(`meta model ${JSON.stringify(spec.name)} takes its tensors inline, not in shared memory`);
       if (slices.length && spec.hooks) {
         throw errors.unsupported(`model ${JSON.stringify(spec.name)} runs model.js hooks, which read and write tensors in the request; send them inline, not in shared memory`);
       }
-      const deadlineMs = Math.min(callDeadlineMs, decoded.timeoutUs === undefined ? Infinity : nowMs() + decoded.timeoutUs / 1000);
-      const context: HookContext = { model: req.model_name, requestId: req.id, parameters: decoded.parameters };
-      const result = await this.#run(spec, lease.instance, decoded, context, deadlineMs, signal, encode ? { id: req.id } : null, spans);
-      const response = result.response ? new EncodedResponse(result.response) : inferResponse(spec, req.id, result.outputs);
-      this.#ctx.statistics.recordSuccess(spec.name, decoded.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
+      const deadlineMs = Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000);
+      const context: HookContext = { model: req.model, requestId: req.id, parameters: checked.parameters };
+      const result = await this.#run(spec, lease.instance, checked, context, deadlineMs, signal, outputs ?? null, spans);
+      this.#ctx.statistics.recordSuccess(spec.name, checked.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
       spans?.end();
-      return response;
+      return { outputs: result.outputs, placed: result.placed ?? null };
     } catch (err) {
       this.#ctx.statistics.recordFailure(spec.name, err instanceof StowageError ? err.code : undefined, Number(process.hrtime.bigint() - started));
       spans?.end(err);
@@ -146,9 +155,9 @@ export class Pipeline {
       throw err;
     }
     try {
-      const decoded = decodeTensors(tensors, outputs, lease.spec);
-      const result = await this.#run(lease.spec, lease.instance, decoded, { model, requestId: parent.requestId, parameters: {} }, deadlineMs, signal, null, spans);
-      this.#ctx.statistics.recordSuccess(model, decoded.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
+      const checked = checkTensors(tensors, outputs, lease.spec);
+      const result = await this.#run(lease.spec, lease.instance, checked, { model, requestId: parent.requestId, parameters: {} }, deadlineMs, signal, null, spans);
+      this.#ctx.statistics.recordSuccess(model, checked.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
       spans?.end();
       return result.outputs;
     } catch (err) {
@@ -161,32 +170,32 @@ export class Pipeline {
   }
 
   /**
-   * Hooks and the device: the decoded request to its outputs, in the order the client asked.
-   * `encode` (a request off the wire): the device encodes the response when the outputs go
-   * straight back to the client, that is when no postprocess hook reads them.
+   * Hooks and the device: the checked request to its outputs, in the order the client asked.
+   * `allocator` (a request off the wire): the edge places the outputs when they go straight back
+   * to the client from the device, that is when no hook makes them.
    */
-  async #run(spec: ModelSpec, instance: InstanceKey, decoded: DecodedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal,
-    encode: { id: string } | null, spans: RequestTrace | null = null): Promise<InferenceResult> {
+  async #run(spec: ModelSpec, instance: InstanceKey, checked: CheckedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal,
+    allocator: OutputAllocator | null, spans: RequestTrace | null = null): Promise<InferenceResult> {
     const { hooks, devices } = this.#ctx;
     // A hook call, in a span of its own when tracing.
     const traced = <T>(name: string, work: () => Promise<T>): Promise<T> => (spans ? spans.around(name, work) : work());
     if (spec.kind === 'meta') {
       // Its run hook (in the pool) calls sub-models, within this request's deadline and cancelled with it.
       const subInfer = (model: string, tensors: WireTensor[], outputs: string[]) => this.#subInfer(spec, context, model, tensors, outputs, deadlineMs, signal, spans);
-      const returned = await traced('hook run', () => hooks.run(spec.name, 'run', spec.hooks!, decoded.inputs, context, subInfer));
-      const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, decoded.rows);
-      return { outputs: decoded.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION };
+      const returned = await traced('hook run', () => hooks.run(spec.name, 'run', spec.hooks!, checked.inputs, context, subInfer));
+      const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, checked.rows);
+      return { outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION };
     }
     // With a postprocess hook the executable's every output goes to it; without, the client's choice.
     const post = spec.hooks?.postprocess === true;
-    const executableOutputs = post ? spec.outputs.map((t) => t.name) : decoded.outputs;
+    const executableOutputs = post ? spec.outputs.map((t) => t.name) : checked.outputs;
     const request: InferenceRequest = {
       instance,
-      inputs: decoded.inputs,
-      rows: decoded.rows,
+      inputs: checked.inputs,
+      rows: checked.rows,
       outputs: executableOutputs,
-      outputRegions: post ? executableOutputs.map(() => null) : decoded.outputRegions,
-      encode: post ? null : encode,
+      outputRegions: post ? executableOutputs.map(() => null) : checked.outputRegions,
+      placement: post || !allocator ? null : allocator.place(checked.outputs.map((name) => spec.clientOutputs.find((t) => t.name === name) as TensorSpec)),
       deadlineMs,
     };
     const handedOverMs = nowMs();
@@ -195,8 +204,8 @@ export class Pipeline {
       : await devices.infer(request, signal);
     spans?.device(spec.name, handedOverMs, result.queueNs, result.timing);
     if (!post) return result;
-    const all = checkHookTensors(spec.name, 'postprocess', await traced('hook postprocess', () => hooks.run(spec.name, 'postprocess', spec.hooks!, result.outputs, context)), spec.clientOutputs, decoded.rows);
-    return { ...result, outputs: decoded.outputs.map((name) => all.find((t) => t.name === name)!) };
+    const all = checkHookTensors(spec.name, 'postprocess', await traced('hook postprocess', () => hooks.run(spec.name, 'postprocess', spec.hooks!, result.outputs, context)), spec.clientOutputs, checked.rows);
+    return { ...result, outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!) };
   }
 
   /**

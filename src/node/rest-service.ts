@@ -9,9 +9,7 @@ import type { Pipeline } from './pipeline.js';
 import type { KserveOperations } from './inference-service.js';
 import { jsonBody, type RestReply, type RestRoute } from '../protocol/http-edge.js';
 import { parseRestInfer, restInferResponse, toParameters } from '../protocol/rest-tensors.js';
-import { markOwnedBody } from '../protocol/message-buffers.js';
 import { errors } from '../shared/errors.js';
-import type { ModelInferResponse } from '../protocol/types.js';
 
 /** `/v2/models/{name}` with an optional `/versions/{v}`: captures name and version. */
 const MODEL = '/v2/models/([^/]+)(?:/versions/([^/]+))?';
@@ -64,14 +62,13 @@ export function restRoutes(ops: KserveOperations, pipeline: Pipeline): RestRoute
       const header = r.headers['inference-header-content-length'];
       const headerBytes = header === undefined ? undefined : Number(header);
       const { name, version } = ref(r.params);
-      const request = await parseRestInfer(r.body, headerBytes, name, version);
-      // Binary inputs are views of the body, which nothing reads after this: hand them over as they are.
-      markOwnedBody(request, r.body);
+      const rest = await parseRestInfer(r.body, headerBytes, name, version);
       const traceparent = r.headers.traceparent;
       const tracestate = r.headers.tracestate;
       const trace = typeof traceparent === 'string' ? { traceparent, ...(typeof tracestate === 'string' ? { tracestate } : {}) } : undefined;
-      const response = await pipeline.infer(request, Infinity, r.signal, { encode: false, trace, protocol: 'http', ...(r.admitted ? { admitted: r.admitted } : {}) }) as ModelInferResponse;
-      const { body, headerBytes: jsonBytes } = await restInferResponse(request, response);
+      // No output allocator: each output comes back in a buffer of its own, written to the socket as it is.
+      const answer = await pipeline.infer(rest.request, { callDeadlineMs: Infinity, signal: r.signal, trace, protocol: 'http', ...(r.admitted ? { admitted: r.admitted } : {}) });
+      const { body, headerBytes: jsonBytes } = await restInferResponse(rest, answer);
       return jsonBytes === undefined
         ? { body, headers: { 'content-type': 'application/json' } }
         : { body, headers: { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(jsonBytes) } };

@@ -36,7 +36,7 @@ import { controlService } from './control-service.js';
 import { GrpcEdge } from '../protocol/edge.js';
 import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
 import { markOwnedBuffers } from '../protocol/message-buffers.js';
-import { passEncodedResponses } from '../protocol/encoded-response.js';
+import { passEncodedResponses } from '../protocol/infer-response-wire.js';
 import { inferenceService, kserveOperations } from './inference-service.js';
 import { restRoutes } from './rest-service.js';
 import { HttpEdge } from '../protocol/http-edge.js';

@@ -33,6 +33,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { NodeConfig } from '../shared/config-schema.js';
+import type { Admitted } from '../shared/data-plane.js';
 import { errors, errorToStatus, isUndecodable, Status, StowageError } from '../shared/errors.js';
 import { Admission } from './admission.js';
 import { widenHttp2Windows } from './http2-windows.js';
@@ -59,11 +60,6 @@ function requestBytes(request: unknown): number {
 /** A handler of a unary RPC: the request (and the call, for its deadline and metadata) to the reply. */
 export type UnaryHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Promise<Res> | Res;
 
-/** What admission saw of a request it let in: its bytes, and the bytes in flight with it (for its trace). */
-export interface Admitted {
-  bytes: number;
-  inflightBytes: number;
-}
 
 /** A handler of one inference: like a unary handler, with the signal that fires if the client cancels. */
 export type InferenceHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>, signal: AbortSignal, admitted: Admitted) => Promise<Res>;

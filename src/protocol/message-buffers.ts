@@ -16,19 +16,14 @@ const owning = new WeakSet<object>();
 /** grpc-js's message prefix (compressed flag and length) before the bytes it deserializes. */
 const GRPC_PREFIX_BYTES = 5;
 
-/** Whether `bytes` is the whole of its (non-shared) ArrayBuffer but the `prefix` bytes before it. */
-function ownsArrayBuffer(bytes: Buffer, prefix: number): boolean {
+/**
+ * Whether `bytes` is the whole of its (non-shared) ArrayBuffer but the `prefix` bytes before it.
+ * A REST body (prefix 0) read in several chunks is joined into one of its own; a small one sits
+ * in Node's pool and is not.
+ */
+export function ownsArrayBuffer(bytes: Buffer, prefix: number): boolean {
   const memory = bytes.buffer;
   return !(memory instanceof SharedArrayBuffer) && bytes.byteOffset === prefix && memory.byteLength === bytes.byteLength + prefix;
-}
-
-/**
- * A REST inference body: when it is the whole of an ArrayBuffer of its own (a body read in several
- * chunks is joined into one; a small one sits in Node's pool and is not), the request made of it
- * owns its bytes as a large gRPC message does: its tensors go to the device as they are.
- */
-export function markOwnedBody(request: object, body: Buffer): void {
-  if (ownsArrayBuffer(body, 0)) owning.add(request);
 }
 
 /** True when `request`'s bytes are views of an ArrayBuffer that belongs to it alone (see the header). */

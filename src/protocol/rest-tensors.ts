@@ -1,13 +1,15 @@
 /**
  * The KServe V2 REST inference body, with Triton's binary tensor data extension, to and from the
- * request and response the pipeline takes and gives (the gRPC messages' shapes, types.ts), so that
- * a request through REST runs exactly the path one through gRPC runs.
+ * data plane (shared/data-plane.ts): the request the pipeline takes, as gRPC's codec.ts makes it,
+ * so that a request through REST runs exactly the path one through gRPC runs. No gRPC message is
+ * built; parameters are typed as gRPC's (int64 as strings) so that both edges read them through
+ * the same functions (codec.ts `requestParameters`, `sharedMemoryRef`).
  *
  * Request: a JSON header (the whole body, or its first `Inference-Header-Content-Length` bytes)
  * whose inputs carry `data` (flat or nested, row-major) or `parameters.binary_data_size`: that
- * many bytes of the binary part, in input order. Every inline input becomes raw bytes
- * (raw_input_contents), so the codec checks every input alike. The JSON is read within bounds and
- * in slices (json-reader.ts), and `data` decoded straight into its datatype (json-tensors.ts).
+ * many bytes of the binary part, in input order. Every inline input becomes raw bytes, so the
+ * pipeline checks every input alike. The JSON is read within bounds and in slices
+ * (json-reader.ts), and `data` decoded straight into its datatype (json-tensors.ts).
  * Response: each output as JSON `data`, or as binary when the request asked (the request's
  * `binary_data_output`, or the output's `binary_data`): `parameters.binary_data_size` in the JSON
  * header and its bytes after it, in output order.
@@ -16,7 +18,11 @@ import { byDatatype, type Datatype } from '../shared/dtypes.js';
 import { errors, quote } from '../shared/errors.js';
 import { decodeJsonData, encodeJsonData } from './json-tensors.js';
 import { JSON_MAX_DEPTH, JsonError, RawJson, readJson, type JsonObject, type JsonValue } from './json-reader.js';
-import type { InferInputTensor, InferParameter, ModelInferRequest, ModelInferResponse, Parameters } from './types.js';
+import { MODEL_VERSION } from '../shared/constants.js';
+import type { DataPlaneRequest, InferenceAnswer, RequestInput } from '../shared/data-plane.js';
+import { requestedOutput, requestParameters, sharedMemoryRef } from './codec.js';
+import { ownsArrayBuffer } from './message-buffers.js';
+import type { InferParameter, Parameters } from './types.js';
 
 const isObject = (v: JsonValue | undefined): v is JsonObject => typeof v === 'object' && v !== null && !Array.isArray(v) && !(v instanceof RawJson);
 
@@ -82,13 +88,22 @@ function shapeOf(name: string, shape: JsonValue | undefined): number[] {
   return dims;
 }
 
+/** What the response needs of the request besides the answer: which outputs go as binary, what each asked. */
+export interface RestInfer {
+  request: DataPlaneRequest;
+  /** The request's `binary_data_output`: every output binary unless it says otherwise. */
+  allBinary: boolean;
+  /** Each output asked for, by name: its own `binary_data`, and its parameters (echoed for shared memory). */
+  asked: Map<string, { binary?: boolean; parameters: Parameters }>;
+}
+
 /**
- * A REST inference body as the ModelInferRequest the pipeline takes. `headerBytes`: the JSON
- * header's length when the body carries binary data (Inference-Header-Content-Length), else the
- * whole body is JSON. The JSON is read in slices within its limits, and each input's `data`
- * decoded straight into its datatype's bytes (json-tensors.ts).
+ * A REST inference body as the data plane's request. `headerBytes`: the JSON header's length
+ * when the body carries binary data (Inference-Header-Content-Length), else the whole body is
+ * JSON. The JSON is read in slices within its limits, and each input's `data` decoded straight
+ * into its datatype's bytes (json-tensors.ts). The body is read by nothing after this.
  */
-export async function parseRestInfer(body: Buffer, headerBytes: number | undefined, model: string, version: string): Promise<ModelInferRequest> {
+export async function parseRestInfer(body: Buffer, headerBytes: number | undefined, model: string, version: string): Promise<RestInfer> {
   const jsonEnd = headerBytes ?? body.length;
   if (!(jsonEnd >= 0 && jsonEnd <= body.length)) {
     throw errors.invalidRequest(`Inference-Header-Content-Length ${headerBytes} is past the body's ${body.length} bytes`);
@@ -97,70 +112,82 @@ export async function parseRestInfer(body: Buffer, headerBytes: number | undefin
   const header = await readJsonBody(json, 'the inference request', isTensorData);
   if (!isObject(header)) throw errors.invalidRequest('the inference request must be a JSON object with "inputs"');
   if (!Array.isArray(header.inputs)) throw errors.invalidRequest('the inference request has no "inputs" array');
+  // Binary inputs are views of the body: handed over as they are when it owns its memory, as a large gRPC message's are.
+  const owned = ownsArrayBuffer(body, 0);
   let binaryAt = jsonEnd;
-  const raw: Buffer[] = [];
-  const inputs: InferInputTensor[] = [];
+  const inputs: RequestInput[] = [];
   for (const [k, input] of header.inputs.entries()) {
     if (!isObject(input)) throw errors.invalidRequest(`inputs[${k}] must be an object`);
     const { name, datatype } = input;
     if (typeof name !== 'string') throw errors.invalidRequest(`inputs[${k}] has no "name"`);
     if (typeof datatype !== 'string' || !byDatatype(datatype)) throw errors.invalidTensor(`input ${quote(name)}: datatype ${typeof datatype === 'string' ? quote(datatype) : 'missing'} is not a KServe datatype`);
-    const dims = shapeOf(name, input.shape);
+    const shape = shapeOf(name, input.shape);
     const parameters = toParameters(input.parameters, `input ${quote(name)}`);
     const size = isObject(input.parameters) ? input.parameters.binary_data_size : undefined;
+    const region = sharedMemoryRef(`input ${quote(name)}`, parameters);
     if (size !== undefined) {
       if (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0) throw errors.invalidRequest(`input ${quote(name)}: binary_data_size must be a whole number`);
       if (binaryAt + size > body.length) {
         throw errors.invalidRequest(`input ${quote(name)}: binary_data_size ${size} runs past the body (${body.length - binaryAt} bytes of binary data left)`);
       }
-      raw.push(body.subarray(binaryAt, binaryAt + size));
+      if (region) throw errors.invalidRequest(`input ${quote(name)} sets binary_data_size and shared_memory_region; use one or the other`);
+      inputs.push({ name, datatype, shape, bytes: { kind: 'inline', data: body.subarray(binaryAt, binaryAt + size), owned } });
       binaryAt += size;
-      delete parameters.binary_data_size;
     } else if (input.data instanceof RawJson) {
-      const bytes = await decodeJsonData(json, input.data, name, datatype as Datatype, dims);
-      // A view of the decoded bytes, which own their buffer: transferred to the device as they are.
-      raw.push(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
-    } else if (!parameters.shared_memory_region) {
+      if (region) throw errors.invalidRequest(`input ${quote(name)} sets data and shared_memory_region; use one or the other`);
+      // Decoded into bytes that own their buffer: transferred to the device as they are.
+      inputs.push({ name, datatype, shape, bytes: { kind: 'inline', data: await decodeJsonData(json, input.data, name, datatype as Datatype, shape), owned: true } });
+    } else if (region) {
+      inputs.push({ name, datatype, shape, bytes: region });
+    } else {
       throw errors.invalidTensor(`input ${quote(name)} has no "data", no binary_data_size and no shared_memory_region`);
     }
-    inputs.push({ name, datatype, shape: dims.map(String), parameters, contents: null });
   }
   if (binaryAt !== body.length) throw errors.invalidRequest(`${body.length - binaryAt} bytes of binary data follow the inputs that no input's binary_data_size claims`);
   const outputs = header.outputs === undefined ? [] : header.outputs;
   if (!Array.isArray(outputs)) throw errors.invalidRequest('"outputs" must be an array');
+  const requestParams = toParameters(header.parameters, 'the request');
+  const asked = new Map<string, { binary?: boolean; parameters: Parameters }>();
+  const requested = outputs.map((o, k) => {
+    if (!isObject(o) || typeof o.name !== 'string') throw errors.invalidRequest(`outputs[${k}] must be an object with a "name"`);
+    const parameters = toParameters(o.parameters, `output ${quote(o.name)}`);
+    const binary = parameters.binary_data?.bool_param;
+    asked.set(o.name, binary === undefined ? { parameters } : { binary, parameters });
+    return requestedOutput(o.name, parameters);
+  });
   return {
-    model_name: model,
-    model_version: version,
-    id: typeof header.id === 'string' ? header.id : '',
-    parameters: toParameters(header.parameters, 'the request'),
-    inputs,
-    outputs: outputs.map((o, k) => {
-      if (!isObject(o) || typeof o.name !== 'string') throw errors.invalidRequest(`outputs[${k}] must be an object with a "name"`);
-      return { name: o.name, parameters: toParameters(o.parameters, `output ${quote(o.name)}`) };
-    }),
-    raw_input_contents: raw,
+    request: {
+      model,
+      version,
+      id: typeof header.id === 'string' ? header.id : '',
+      inputs,
+      outputs: requested,
+      ...requestParameters(requestParams),
+    },
+    allBinary: requestParams.binary_data_output?.bool_param === true,
+    asked,
   };
 }
 
 /**
- * The response as a REST body, in pieces written one after the other: JSON alone, or (some output
+ * The answer as a REST body, in pieces written one after the other: JSON alone, or (some output
  * binary) the JSON header followed by the outputs' bytes as they are (no join), with the header's
  * length for Inference-Header-Content-Length. Outputs' JSON data is written in slices
  * (json-tensors.ts), NaN and Infinity as Triton writes them.
  */
-export async function restInferResponse(request: ModelInferRequest, response: ModelInferResponse): Promise<{ body: Buffer[]; headerBytes?: number }> {
-  const allBinary = request.parameters.binary_data_output?.bool_param === true;
+export async function restInferResponse(rest: RestInfer, answer: InferenceAnswer): Promise<{ body: Buffer[]; headerBytes?: number }> {
+  const { request } = rest;
   const binaries: Buffer[] = [];
-  const json: string[] = [`{"model_name":${JSON.stringify(response.model_name)},"model_version":${JSON.stringify(response.model_version)}${response.id ? `,"id":${JSON.stringify(response.id)}` : ''},"outputs":[`];
-  for (const [i, o] of response.outputs.entries()) {
-    const asked = request.outputs.find((r) => r.name === o.name);
-    const bytes = response.raw_output_contents[i] ?? Buffer.alloc(0);
-    json.push(`${i === 0 ? '' : ','}{"name":${JSON.stringify(o.name)},"datatype":${JSON.stringify(o.datatype)},"shape":[${o.shape.map(Number).join(',')}]`);
+  const json: string[] = [`{"model_name":${JSON.stringify(request.model)},"model_version":${JSON.stringify(MODEL_VERSION)}${request.id ? `,"id":${JSON.stringify(request.id)}` : ''},"outputs":[`];
+  for (const [i, o] of answer.outputs.entries()) {
+    const asked = rest.asked.get(o.name);
+    const bytes = Buffer.from(o.data.buffer, o.data.byteOffset, o.data.byteLength);
+    json.push(`${i === 0 ? '' : ','}{"name":${JSON.stringify(o.name)},"datatype":${JSON.stringify(o.datatype)},"shape":[${o.shape.join(',')}]`);
     if (asked?.parameters.shared_memory_region) {
       json.push(`,"parameters":${JSON.stringify(fromParameters(asked.parameters))}}`);
       continue;
     }
-    const binary = asked?.parameters.binary_data?.bool_param ?? allBinary;
+    const binary = asked?.binary ?? rest.allBinary;
     // FP16 and BF16 have no JSON form: binary whatever was asked.
     if (binary || o.datatype === 'FP16' || o.datatype === 'BF16' || !byDatatype(o.datatype)) {
       binaries.push(bytes);

@@ -6,9 +6,10 @@
  * Buffers: a request running alone is fed to ONNX Runtime in place (unless
  * it must be padded to a compiled batch size, or is misaligned for its type);
  * the requests of a coalesced batch are copied once into the joined input.
- * A request off the wire gets its ModelInferResponse encoded here, its outputs
- * copied once into it (shared/infer-response-wire.ts), so the main thread sends
- * it as it is; others (hooks, meta sub-calls) get tensors whose buffers are
+ * A request whose edge placed its outputs gets them copied once into the one
+ * buffer laid out as it asked (output-placement.ts: for gRPC the response is
+ * framed around them there), so the edge sends it as it is; others (REST,
+ * hooks, meta sub-calls) get tensors whose buffers are
  * their own: a lone request's are ONNX Runtime's outputs (or views of them),
  * a coalesced request's rows are copied out of the batch's. A lone request's
  * shared-memory outputs are computed by ONNX Runtime into the region itself.
@@ -17,9 +18,8 @@
 import type { FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
 import { nowMs, type InferenceResult, type RegionSlice } from '../../shared/channels/inference.js';
 import { errors } from '../../shared/errors.js';
-import { MODEL_VERSION } from '../../shared/constants.js';
 import type { CostModel } from './cost-model.js';
-import { encodeInferResponse } from '../../shared/infer-response-wire.js';
+import { placeOutputs } from './output-placement.js';
 import { bindWeights, plainRun, type Executable } from './executables.js';
 import type { DeviceModels } from './models.js';
 import { batchInput, outputBytes, requestOutput } from './ort-tensors.js';
@@ -138,7 +138,7 @@ function inRegionOrder(batch: InferCommand[]): InferCommand[] {
 /**
  * Where ONNX Runtime writes each output of this run: a lone request's shared-memory slice
  * (`direct`), a buffer of the lone request's own when it takes its outputs as tensors (they are
- * transferred as they are), or reused staging memory (encoded into responses, written into regions
+ * transferred as they are), or reused staging memory (placed for the edge, written into regions
  * or cut into requests' rows afterwards). An output whose shape the graph leaves open (or BYTES)
  * is named only: ONNX Runtime allocates it.
  */
@@ -155,7 +155,7 @@ function outputTargets(wanted: readonly string[], batch: readonly InferCommand[]
     const region = direct?.get(name);
     if (region) return { name, type, dims, data: region };
     const k = lone ? lone.outputs.indexOf(name) : -1;
-    const ownTensor = lone !== null && !lone.encode && k >= 0 && !lone.outputRegions[k];
+    const ownTensor = lone !== null && !lone.placement && k >= 0 && !lone.outputRegions[k];
     return { name, type, dims, data: ownTensor ? new Uint8Array(bytes) : stage(bytes) };
   });
 }
@@ -263,16 +263,13 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
           const region = t.outputRegions[k];
           // Tensors handed over as tensors are the request's own (inference.ts): a coalesced batch's
           // rows are copied out, and so is a lone request's output in memory that cannot move.
-          const own = !t.encode && !region && (batch.length > 1 || !movable.has(o));
+          const own = !t.placement && !region && (batch.length > 1 || !movable.has(o));
           const out = requestOutput(name, byName.get(o)!, batchDims.get(o) ?? -1, from, t.rows, own);
           if (!region) return out;
           return direct?.has(o) ? regions.written(out, region) : regions.writeOutput(out, region);
         });
         const queueNs = Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6));
-        const { encode } = t;
-        results.push(encode
-          ? { id: t.id, outputs: [], response: encodeInferResponse(name, MODEL_VERSION, encode.id, mine), queueNs }
-          : { id: t.id, outputs: mine, queueNs });
+        results.push(t.placement ? { id: t.id, ...placeOutputs(mine, t.placement), queueNs } : { id: t.id, outputs: mine, queueNs });
       } catch (err) {
         ctx.fail(t.id, err); // this request only: its region was too small
       }
@@ -280,7 +277,7 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     }
     const t3 = process.hrtime.bigint();
     // Each distinct buffer is transferred once (a request's outputs may be views of one of ONNX Runtime's).
-    const transfer = [...new Set(results.flatMap((r) => (r.response ? [r.response] : r.outputs.map((o) => o.data)).map((b) => b.buffer as ArrayBuffer)))];
+    const transfer = [...new Set(results.flatMap((r) => r.outputs.map((o) => o.data.buffer as ArrayBuffer)))];
     ctx.send({
       type: 'executed',
       model: name,

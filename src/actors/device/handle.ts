@@ -12,8 +12,8 @@
  * that keeps dying without serving is given up on.
  *
  * Buffers: `infer` transfers its inputs' ArrayBuffers to the worker (the
- * caller must not touch them afterwards) and receives the outputs' buffers, or
- * the encoded response's. A request whose preprocess hook feeds the device
+ * caller must not touch them afterwards) and receives the outputs' buffers (or
+ * the one buffer they were placed in, for the edge). A request whose preprocess hook feeds the device
  * directly goes without inputs (`infer`'s `feedFromHook`; the hook thread
  * sends them through its door, `adoptDoor`) and is settled the same way.
  *

@@ -1,8 +1,9 @@
 /**
  * One inference, as it crosses threads: the request the main thread hands a device actor (and a
  * hook thread feeds), and the result that comes back. Defined here once; the device channel
- * (device.ts) carries them, the hook channel (hooks.ts) carries their tensors, and the protocols
- * at the edge (protocol/) decode into them and encode from them. Nothing here knows protobuf.
+ * (device.ts) carries them, the hook channel (hooks.ts) carries their tensors. The pipeline makes
+ * them from the data plane's request (data-plane.ts), which the edges decode their protocols into.
+ * Nothing here knows protobuf.
  *
  * Ownership: tensor bytes travel in `WireTensor.data`. The sender lists `data.buffer` in the
  * transfer list, so after postMessage the bytes belong to the receiver and the sender's view is
@@ -36,6 +37,17 @@ export interface WireTensor {
   shm?: RegionSlice;
 }
 
+/**
+ * How a request's outputs are laid out in the one buffer the device writes them into, for the
+ * edge to send as it is: `headroom` bytes free before the first output and `gap` bytes free before
+ * each output (the first's after the headroom), which the edge fills with what its protocol puts
+ * there (shared/data-plane.ts: the edge's OutputAllocator). The device knows nothing of what that is.
+ */
+export interface OutputPlacement {
+  headroom: number;
+  gap: number;
+}
+
 /** One request for one execution of a loaded model: decoded, checked against its manifest. */
 export interface InferenceRequest {
   /** The loaded version to run (from the registry's lease): a reload loads a new one beside the old. */
@@ -52,11 +64,11 @@ export interface InferenceRequest {
   /** Per output: the shared-memory slice to write it into instead of returning it, or null. */
   outputRegions: (RegionSlice | null)[];
   /**
-   * Answer with the encoded ModelInferResponse for the client's request `id` instead of tensors
-   * (a gRPC request whose outputs go straight back: shared/infer-response-wire.ts); null: tensors
-   * (hooks read them, or another protocol encodes them).
+   * Write the outputs into one buffer laid out as the edge asked (its OutputAllocator: for gRPC,
+   * the response is framed around them in place), instead of each into a buffer of its own; null:
+   * tensors of their own (hooks read them, or the edge encodes them itself).
    */
-  encode: { id: string } | null;
+  placement: OutputPlacement | null;
   /** The client's absolute deadline on the `nowMs` clock; Infinity if none. */
   deadlineMs: number;
 }
@@ -82,10 +94,10 @@ export interface ExecutionTiming {
  * so whoever receives them may transfer them on without a copy.
  */
 export interface InferenceResult {
-  /** The outputs, in the order asked; empty when the request asked for `response`. */
+  /** The outputs, in the order asked; views of `placed` when the request asked for a placement. */
   outputs: WireTensor[];
-  /** The encoded ModelInferResponse (RESPONSE_HEADROOM bytes, then the message), when `encode` asked for it. */
-  response?: Uint8Array;
+  /** The one buffer the outputs were placed in (the request's `placement`), transferred whole. */
+  placed?: Uint8Array;
   /** Time from the hand-over to the device until its execution started. */
   queueNs: number;
   /** The execution it rode in, shared with the other requests of its batch. */

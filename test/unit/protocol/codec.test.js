@@ -1,5 +1,6 @@
 import test from 'ava';
-import { decodeInferRequest, decodeTensors, inferResponse } from '../../../dist/protocol/codec.js';
+import { fromModelInferRequest, inferResponse } from '../../../dist/protocol/codec.js';
+import { checkRequest, checkTensors } from '../../../dist/node/request-check.js';
 import { joinBytesElements } from '../../../dist/shared/bytes-elements.js';
 import { modelSpec } from '../../helpers/specs.js';
 import { stowageThrows } from '../../helpers/errors.js';
@@ -40,6 +41,18 @@ const spec = modelSpec({
   maxBatchSize: 4,
 });
 const strings = (/** @type {string[]} */ ...s) => joinBytesElements(s.map((x) => new TextEncoder().encode(x)));
+/**
+ * A gRPC request as the pipeline sees it: the codec's data-plane request (a message that does not
+ * own its memory unless `owned`), checked against the model (node/request-check.js).
+ * @param {ModelInferRequest} req
+ * @param {import('../../../dist/shared/model-spec.js').ModelSpec} model
+ * @param {{ owned?: boolean, handOver?: 'any' | 'aligned' }} [how]
+ */
+const decodeInferRequest = (req, model, { owned = false, handOver = 'any' } = {}) => {
+  const request = fromModelInferRequest(req, owned);
+  return { ...checkRequest(request, model, undefined, handOver), timeoutUs: request.timeoutUs };
+};
+const decodeTensors = checkTensors;
 const good = () => request([input('s', 'BYTES', [2]), input('a', 'FP32', [2, 2])],
   [Buffer.from(strings('x', 'yz')), raw(Float32Array.from([1, 2, 3, 4]))]);
 
@@ -67,6 +80,23 @@ test('raw inputs become transferable copies in manifest order, every output by d
   t.is(a.data.byteLength, a.data.buffer.byteLength, 'the whole buffer is the tensor, so it can be transferred');
   t.not(a.data.buffer, req.raw_input_contents[1].buffer, 'a copy, not a view of the message');
   t.deepEqual([...new Float32Array(a.data.buffer)], [1, 2, 3, 4]);
+});
+
+test('raw bytes the message owns go on as they are; hooks\' misaligned ones are copied', (t) => {
+  const memory = new ArrayBuffer(64);
+  const a = Buffer.from(memory, 4, 16);
+  const s = Buffer.from(memory, 20, 11);
+  s.set(strings('x', 'yz'));
+  const req = request([input('a', 'FP32', [2, 2]), input('s', 'BYTES', [2])], [a, s]);
+  const any = decodeInferRequest(req, spec, { owned: true, handOver: 'any' });
+  t.is(any.inputs[0].data, a, 'handed over as the view it is (the device realigns it)');
+  t.is(any.inputs[1].data, s);
+  const aligned = decodeInferRequest(req, spec, { owned: true, handOver: 'aligned' });
+  t.is(aligned.inputs[0].data, a, 'FP32 at offset 4 is aligned: as it is');
+  const shifted = request([input('a', 'FP32', [2, 2]), input('s', 'BYTES', [2])], [Buffer.from(memory, 2, 16), s]);
+  const copied = decodeInferRequest(shifted, spec, { owned: true, handOver: 'aligned' }).inputs[0].data;
+  t.not(copied.buffer, memory, 'misaligned for a hook: copied into a buffer of its own');
+  t.is(copied.byteOffset, 0);
 });
 
 test('typed contents are converted, checked for field, count and range', (t) => {
@@ -155,7 +185,7 @@ test('request parameters: timeout in microseconds (past a timer\'s range, none),
 
 test('the response carries outputs in order with views of their bytes', (t) => {
   const data = new Uint8Array(Float32Array.from([1, 2]).buffer);
-  const res = inferResponse(spec, 'id-1', [{ name: 'p', datatype: 'FP32', shape: [1, 2], data }]);
+  const res = inferResponse('m', 'id-1', [{ name: 'p', datatype: 'FP32', shape: [1, 2], data }]);
   t.is(res.model_name, 'm');
   t.is(res.model_version, '1');
   t.is(res.id, 'id-1');

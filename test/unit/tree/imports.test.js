@@ -110,3 +110,34 @@ test('no module of src/ is on an import circle (type-only imports count)', (t) =
   t.deepEqual(circles, []);
   t.true(SOURCES.length > 100, `read ${SOURCES.length} modules`);
 });
+
+/** docs/architecture.md's edge files: the block after "The protocol stays at the edges", one line `edges: a, b`. */
+function edgesOfThePage() {
+  const page = readSource('docs/architecture.md');
+  const at = page.indexOf('The protocol stays at the edges');
+  if (at < 0) throw new Error('docs/architecture.md has no "The protocol stays at the edges" list');
+  const m = /edges:\s*(.+)/.exec(page.slice(at).split('```')[1]);
+  if (!m) throw new Error('the edges block has no "edges:" line');
+  return new Set(m[1].split(',').map((s) => path.join('src', s.trim())));
+}
+
+test('the protocol is imported in node/ by the page\'s edge files only, and the pipeline reaches none of it', (t) => {
+  const edges = edgesOfThePage();
+  const intoProtocol = (/** @type {string} */ file) => relativeImports(file).some(({ target }) => floorOf(target) === 'protocol');
+  const nodeFiles = SOURCES.filter((f) => floorOf(f) === 'node');
+  t.deepEqual(nodeFiles.filter((f) => intoProtocol(f) && !edges.has(f)), [], 'node/ files importing protocol/ that are not edges');
+  t.deepEqual([...edges].filter((f) => !nodeFiles.includes(f) || !intoProtocol(f)), [], 'edges on the page that are gone or import no protocol: take them off');
+  // Everything the pipeline imports, transitively, type-only imports included.
+  const reached = new Set(['src/node/pipeline.ts']);
+  const queue = [...reached];
+  while (queue.length) {
+    for (const { target } of relativeImports(/** @type {string} */ (queue.pop()))) {
+      if (!reached.has(target) && SOURCES.includes(target)) {
+        reached.add(target);
+        queue.push(target);
+      }
+    }
+  }
+  t.deepEqual([...reached].filter((f) => floorOf(f) === 'protocol' || edges.has(f)), [], 'the pipeline reaches the protocol through these');
+  t.true(reached.has('src/shared/data-plane.ts'), 'the pipeline speaks the data plane');
+});

@@ -1,0 +1,237 @@
+/**
+ * A ModelInferResponse framed around its outputs where the device wrote them: the gRPC edge's
+ * output allocator (shared/data-plane.ts). The device writes every output of a request into one
+ * buffer laid out as `responsePlacement` asks (headroom, then a gap before each output) and
+ * transfers it; the edge writes the message's header into the headroom and each
+ * raw_output_contents entry's tag and length into its gap, and hands grpc-js the buffer as it is.
+ * Output bytes are written once, on the device thread; the main thread writes only the header.
+ *
+ * The message (grpc_service.proto): 1 model_name, 2 model_version, 3 id, 5 outputs (1 name,
+ * 2 datatype, 3 shape as packed int64), 6 raw_output_contents, one entry per output in the
+ * outputs' order; an output written to shared memory keeps its place with an empty entry.
+ *
+ * The header is written right-aligned against the first gap, so the message starts wherever its
+ * header's length leaves it; the headroom bounds it by the outputs' ranks (each dimension at most
+ * 10 varint bytes), with STREAM_HEADROOM spare in front for ModelStreamInferResponse's wrapper.
+ * Each gap holds the entry's tag (1 byte) and its length in 5 bytes whatever its size: a varint
+ * written long, with continuation bits, which every protobuf parser reads as the same number
+ * (varints are read up to 10 bytes; protobuf's encoding guide says so, and protobufjs, upb,
+ * C++ protobuf and Go's protowire do). That is what lets the device leave the same gap before
+ * every output, knowing nothing of protobuf.
+ */
+import type * as grpc from '@grpc/grpc-js';
+import type { OutputPlacement, WireTensor } from '../shared/channels/inference.js';
+import type { InferenceAnswer, OutputAllocator } from '../shared/data-plane.js';
+import type { TensorSpec } from '../shared/model-spec.js';
+import { errors } from '../shared/errors.js';
+
+/** Spare bytes in front of the message: the tag (1 byte) and length (at most 5) of the stream wrapper. */
+export const STREAM_HEADROOM = 8;
+/** A raw_output_contents entry's tag and its length, written in 5 bytes. */
+export const OUTPUT_GAP = 6;
+/** The most bytes a dimension's varint takes (an int64: 10). */
+const MAX_DIM_BYTES = 10;
+
+const LEN = 2;
+const RAW_OUTPUT_TAG = (6 << 3) | LEN;
+
+function varintSize(value: number): number {
+  let size = 1;
+  for (let v = value; v >= 0x80; v = Math.floor(v / 0x80)) size++;
+  return size;
+}
+
+/** Bytes of a length-delimited field `field` (< 16) holding `length` bytes. */
+const lenFieldSize = (length: number) => 1 + varintSize(length) + length;
+const utf8Size = (s: string) => Buffer.byteLength(s, 'utf8');
+const stringFieldSize = (length: number) => (length === 0 ? 0 : lenFieldSize(length));
+
+class Writer {
+  at: number;
+  readonly bytes: Uint8Array;
+
+  constructor(bytes: Uint8Array, at: number) {
+    this.bytes = bytes;
+    this.at = at;
+  }
+
+  varint(value: number): void {
+    let v = value;
+    while (v >= 0x80) {
+      this.bytes[this.at++] = (v % 0x80) | 0x80;
+      v = Math.floor(v / 0x80);
+    }
+    this.bytes[this.at++] = v;
+  }
+
+  /** `value` as a varint of exactly 5 bytes (values below 2^35): the gap's fixed width. */
+  varint5(value: number): void {
+    let v = value;
+    for (let i = 0; i < 4; i++) {
+      this.bytes[this.at++] = (v % 0x80) | 0x80;
+      v = Math.floor(v / 0x80);
+    }
+    this.bytes[this.at++] = v;
+  }
+
+  /** Field `field` (< 16), length-delimited: its tag and length; the caller writes the payload. */
+  lenHeader(field: number, length: number): void {
+    this.bytes[this.at++] = (field << 3) | LEN;
+    this.varint(length);
+  }
+
+  string(field: number, value: string, length: number): void {
+    if (length === 0) return; // proto3: an empty string is not written
+    this.lenHeader(field, length);
+    this.at += Buffer.from(this.bytes.buffer, this.bytes.byteOffset + this.at, length).write(value, 'utf8');
+  }
+}
+
+/** An output's metadata as the header writes it: `dims` exact, or only the rank (a bound). */
+interface Described {
+  name: string;
+  datatype: string;
+  dims: readonly number[] | { rank: number };
+}
+
+/** The header's fields 1, 2, 3 and 5: their sizes, exact for known dims, a bound for a rank. */
+function headerLayout(model: string, version: string, id: string, outputs: readonly Described[]) {
+  const strings = { model: utf8Size(model), version: utf8Size(version), id: utf8Size(id) };
+  const metadata = outputs.map((t) => {
+    const name = utf8Size(t.name);
+    const datatype = utf8Size(t.datatype);
+    const shape = Array.isArray(t.dims)
+      ? (t.dims as number[]).reduce((sum, d) => sum + varintSize(d), 0)
+      : (t.dims as { rank: number }).rank * MAX_DIM_BYTES;
+    const rank = Array.isArray(t.dims) ? t.dims.length : (t.dims as { rank: number }).rank;
+    const size = stringFieldSize(name) + stringFieldSize(datatype) + (rank ? lenFieldSize(shape) : 0);
+    return { name, datatype, shape, size };
+  });
+  let size = stringFieldSize(strings.model) + stringFieldSize(strings.version) + stringFieldSize(strings.id);
+  for (const m of metadata) size += lenFieldSize(m.size);
+  return { strings, metadata, size };
+}
+
+/**
+ * The placement the gRPC edge asks of the device for a response of `outputs` (the model's, in
+ * response order): headroom for the header at its largest and the stream wrapper, a gap per output.
+ */
+export function responsePlacement(model: string, version: string, id: string, outputs: readonly TensorSpec[]): OutputPlacement {
+  const bound = headerLayout(model, version, id, outputs.map((t) => ({ name: t.name, datatype: t.datatype, dims: { rank: t.shape.length } })));
+  return { headroom: STREAM_HEADROOM + bound.size, gap: OUTPUT_GAP };
+}
+
+/** A response the edge framed: the buffer the device placed its outputs in, the message from `start`. */
+export class EncodedResponse {
+  readonly #bytes: Uint8Array;
+  readonly #start: number;
+
+  constructor(bytes: Uint8Array, start: number) {
+    this.#bytes = bytes;
+    this.#start = start;
+  }
+
+  /** The ModelInferResponse message. */
+  message(): Buffer {
+    const b = this.#bytes;
+    return Buffer.from(b.buffer, b.byteOffset + this.#start, b.byteLength - this.#start);
+  }
+
+  /** A ModelStreamInferResponse carrying it (field 2, no error_message), its tag and length written in front: a view, no copy. */
+  streamMessage(): Buffer {
+    const b = this.#bytes;
+    const length = b.byteLength - this.#start;
+    const start = this.#start - 1 - varintSize(length);
+    new Writer(b, start).lenHeader(2, length);
+    return Buffer.from(b.buffer, b.byteOffset + start, b.byteLength - start);
+  }
+}
+
+/**
+ * The response to request `id` of `model` (`version`), framed around `outputs`, whose bytes the
+ * device wrote into `placed` as `placement` laid them out (each a view of it, in response order).
+ */
+export function frameResponse(model: string, version: string, id: string, outputs: readonly WireTensor[], placed: Uint8Array, placement: OutputPlacement): EncodedResponse {
+  const { strings, metadata, size } = headerLayout(model, version, id, outputs.map((t) => ({ name: t.name, datatype: t.datatype, dims: t.shape })));
+  const room = placement.headroom - STREAM_HEADROOM;
+  if (size > room) {
+    // An output of higher rank than the model declares outgrew the bound: never for a graph whose
+    // outputs' ranks are fixed, which ONNX Runtime checks; said, not written past the headroom.
+    throw errors.internal(`model ${JSON.stringify(model)}: the response header needs ${size} bytes, its placement left ${room} (an output's rank differs from the model's)`);
+  }
+  const start = placement.headroom - size;
+  const w = new Writer(placed, start);
+  w.string(1, model, strings.model);
+  w.string(2, version, strings.version);
+  w.string(3, id, strings.id);
+  outputs.forEach((t, i) => {
+    const m = metadata[i];
+    w.lenHeader(5, m.size);
+    w.string(1, t.name, m.name);
+    w.string(2, t.datatype, m.datatype);
+    if (t.shape.length) {
+      w.lenHeader(3, m.shape);
+      for (const d of t.shape) w.varint(d);
+    }
+  });
+  for (const t of outputs) {
+    if (t.data.buffer !== placed.buffer || t.data.byteOffset !== placed.byteOffset + w.at + OUTPUT_GAP) {
+      throw errors.internal(`model ${JSON.stringify(model)}: output ${JSON.stringify(t.name)} is not where its placement put it`);
+    }
+    placed[w.at++] = RAW_OUTPUT_TAG;
+    w.varint5(t.data.byteLength);
+    w.at += t.data.byteLength;
+  }
+  return new EncodedResponse(placed, start);
+}
+
+/**
+ * The gRPC edge's output allocator for one response: asked by the pipeline where the outputs go
+ * once the model is known, then frames the response around them where the device placed them.
+ */
+export class ResponseFrame implements OutputAllocator {
+  readonly #model: string;
+  readonly #version: string;
+  readonly #id: string;
+  #placement: OutputPlacement | null = null;
+
+  constructor(model: string, version: string, id: string) {
+    this.#model = model;
+    this.#version = version;
+    this.#id = id;
+  }
+
+  place(outputs: readonly TensorSpec[]): OutputPlacement {
+    this.#placement = responsePlacement(this.#model, this.#version, this.#id, outputs);
+    return this.#placement;
+  }
+
+  /** The response framed around the answer's placed outputs; null when they were not placed (hooks made them). */
+  frame(answer: InferenceAnswer): EncodedResponse | null {
+    if (!answer.placed || !this.#placement) return null;
+    return frameResponse(this.#model, this.#version, this.#id, answer.outputs, answer.placed, this.#placement);
+  }
+}
+
+/**
+ * The service definition with ModelInfer's and ModelStreamInfer's response serializers passing an
+ * EncodedResponse through as its bytes (anything else is encoded by protobufjs as before).
+ */
+export function passEncodedResponses(definition: grpc.ServiceDefinition): grpc.ServiceDefinition {
+  const passed: Record<string, grpc.MethodDefinition<unknown, object>> = { ...definition };
+  const infer = definition.ModelInfer;
+  if (infer) {
+    const serialize = infer.responseSerialize;
+    passed.ModelInfer = { ...infer, responseSerialize: (value: object) => (value instanceof EncodedResponse ? value.message() : serialize(value)) };
+  }
+  const stream = definition.ModelStreamInfer;
+  if (stream) {
+    const serialize = stream.responseSerialize;
+    passed.ModelStreamInfer = {
+      ...stream,
+      responseSerialize: (value: { error_message?: string; infer_response?: unknown }) =>
+        (value.infer_response instanceof EncodedResponse && !value.error_message ? value.infer_response.streamMessage() : serialize(value)),
+    };
+  }
+  return passed as grpc.ServiceDefinition;
+}

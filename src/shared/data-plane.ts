@@ -1,0 +1,95 @@
+/**
+ * The data plane: one inference as every edge hands it to the pipeline, whatever protocol it came
+ * in by, and how the edge says where the outputs go. KServe's data plane has one request type for
+ * its two protocols; Triton's core takes one InferenceRequest and a response allocator from the
+ * front end. These are Stowage's. The edges (protocol/: gRPC's codec.ts, REST's rest-tensors.ts)
+ * decode into a DataPlaneRequest and encode from the answer; the pipeline (node/pipeline.ts) and
+ * everything behind it read only these types, never a protocol's.
+ *
+ * What the edge settles before the pipeline sees a request: the protocol's own framing (which raw
+ * bytes belong to which input, typed values converted into bytes, parameters read by their
+ * protocol types, shared-memory parameters as a `RegionRef`). What the pipeline checks against
+ * the model (node/request-check.ts): names, datatypes, shapes, byte sizes, batch sizes, regions.
+ */
+import type { TensorSpec } from './model-spec.js';
+import type { OutputPlacement, WireTensor } from './channels/inference.js';
+
+export type { OutputPlacement };
+
+/** A tensor's bytes in a registered shared-memory region, by the region's name (not yet looked up). */
+export interface RegionRef {
+  kind: 'region';
+  region: string;
+  offset: number;
+  byteSize: number;
+}
+
+/**
+ * A tensor's bytes in the request itself, in KServe's raw layout (row-major little-endian
+ * elements; BYTES elements each prefixed by a 4-byte length). `owned`: the ArrayBuffer `data`
+ * views belongs to this request alone (a large gRPC message's, a REST body's, or bytes the edge
+ * converted), so it may be handed to the device as it is; otherwise it is copied first.
+ */
+export interface InlineBytes {
+  kind: 'inline';
+  data: Uint8Array;
+  owned: boolean;
+}
+
+/** One input as the client sent it: its datatype as named on the wire, checked by the pipeline. */
+export interface RequestInput {
+  name: string;
+  datatype: string;
+  /** Whole numbers from 0 to 2^53-1 (the edge checks that much). */
+  shape: number[];
+  bytes: InlineBytes | RegionRef;
+}
+
+/** One output the client asked for, and the region to write it into, if any. */
+export interface RequestOutput {
+  name: string;
+  region: RegionRef | null;
+}
+
+/** A request's parameters as plain values (what hooks see in their context). */
+export type PlainParameters = Record<string, boolean | number | string>;
+
+/** One inference off the wire, protocol-free. */
+export interface DataPlaneRequest {
+  model: string;
+  /** '' for the model's current version. */
+  version: string;
+  /** The client's id, '' when it set none; the answer carries it back. */
+  id: string;
+  inputs: RequestInput[];
+  /** Empty: every output of the model, inline. */
+  outputs: RequestOutput[];
+  parameters: PlainParameters;
+  /** The request's own timeout (KServe's `timeout` parameter) in microseconds, if it set one. */
+  timeoutUs?: number;
+}
+
+/**
+ * The edge's say in where a request's outputs go (Triton's response allocator): asked once the
+ * model is known, with the outputs the client will receive in response order. `null`: each output
+ * in a buffer of its own (hooks, REST). Shared-memory outputs are the request's `RequestOutput.region`.
+ */
+export interface OutputAllocator {
+  place(outputs: readonly TensorSpec[]): OutputPlacement | null;
+}
+
+/**
+ * The pipeline's answer: the outputs in the order asked (an output written to shared memory is an
+ * empty tensor carrying its slice). When the edge placed them, their bytes are views of `placed`,
+ * laid out as its OutputPlacement asked.
+ */
+export interface InferenceAnswer {
+  outputs: WireTensor[];
+  placed: Uint8Array | null;
+}
+
+/** What admission saw of a request it let in: its bytes, and the bytes in flight with it (for its trace). */
+export interface Admitted {
+  bytes: number;
+  inflightBytes: number;
+}
