@@ -64,13 +64,35 @@ fi
 if [ -x .venv/bin/python ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r test/compat/requirements.txt \
     || { echo "pip install failed"; failed=$((failed + 1)); }
+fi
+run_compat() {
+  [ -x .venv/bin/python ] || return 0
   # KServe's SDK and tritonclient both register the `inference` protos in protobuf's default
   # descriptor pool, so they cannot share a Python process: one pytest run each.
   for suite in "--ignore=test/compat/test_kserve.py test/compat" "test/compat/test_kserve.py"; do
     # shellcheck disable=SC2086
     run_pytest .venv/bin/python $suite
   done
-fi
+}
+run_compat
+
+# The same server with two edge threads terminating gRPC and REST (endpoints.edge_threads: 2, set
+# through its environment override for every server the tests start): the suites of what crosses
+# the edges (inference, streams, shared memory, REST, repository, statistics, metrics, tracing,
+# health, shutdown, the copy ledger) and the clients (perf_analyzer, ghz, tritonclient, KServe's SDK).
+echo "again with endpoints.edge_threads: 2"
+export INFERENCE_SERVER_ENDPOINTS_EDGE_THREADS=2
+ava_out=$(mktemp)
+npx ava --tap test/integration/{server,rest,shared-memory,repository,operations,tracing,health,copies,hooks,meta,model-control,control,ghz,perf-analyzer,readme-rest}.test.js \
+  test/adversarial/{requests,streams,rest,shared-memory,client-strings}.test.js 2>&1 | tee "$ava_out"
+ava_pass=$(grep -E '^# pass ' "$ava_out" | awk '{print $3}' | tail -1)
+ava_fail=$(grep -E '^# fail ' "$ava_out" | awk '{print $3}' | tail -1)
+if [ -z "$ava_pass$ava_fail" ]; then ava_fail=1; fi
+passed=$((passed + ${ava_pass:-0}))
+failed=$((failed + ${ava_fail:-0}))
+rm -f "$ava_out"
+run_compat
+unset INFERENCE_SERVER_ENDPOINTS_EDGE_THREADS
 
 # The exporter's suite: PyTorch modules exported by tools/export, served, compared with PyTorch.
 # Its venv sees Debian's python3-torch, which tools/install-export-env.sh installs on first use.

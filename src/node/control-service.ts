@@ -1,29 +1,27 @@
 /**
  * Stowage's control service (proto/control.proto): the seam a large deployment's own control plane
  * integrates against: each model's state, residency and learned costs; its scheduling policy and
- * residency changed at run time; the weight arenas compacted on demand.
+ * residency changed at run time; the weight arenas compacted on demand. Plain functions of the
+ * request, on the main thread (protocol/operations.ts); the gRPC table is protocol/grpc-services.ts.
  */
-import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { Devices } from './devices.js';
 import type { Residency } from '../shared/channels/device.js';
 import { RESIDENCIES } from '../shared/config-schema.js';
 import { errors, quote } from '../shared/errors.js';
-import type { GrpcEdge } from '../protocol/edge.js';
 import type { ModelRegistry } from './model-registry.js';
 
 export interface ControlContext {
-  edge: GrpcEdge;
   registry: ModelRegistry;
   devices: Devices;
   logger: Logger;
 }
 
 
-export function controlService(ctx: ControlContext): Record<string, grpc.UntypedHandleCall> {
-  const { edge, registry, devices, logger } = ctx;
+export function controlOperations(ctx: ControlContext) {
+  const { registry, devices, logger } = ctx;
   return {
-    ModelControlStatus: edge.unary('ModelControlStatus', async (req: { name: string }) => {
+    ModelControlStatus: async (req: { name: string }) => {
       const records = req.name === '' ? registry.all() : [registry.find(req.name)];
       // Every device holds every model: queues add up; costs, policy, residency and CUDA graphs are
       // the first device's; resident bytes add up over the devices where the weights are on now,
@@ -62,8 +60,8 @@ export function controlService(ctx: ControlContext): Record<string, grpc.Untyped
           };
         }),
       };
-    }),
-    SetModelPolicy: edge.unary('SetModelPolicy', async (req: { name: string; weight: number; max_batch_size: number }) => {
+    },
+    SetModelPolicy: async (req: { name: string; weight: number; max_batch_size: number }) => {
       registry.find(req.name);
       if (!(req.weight >= 0) || !Number.isFinite(req.weight)) throw errors.invalidRequest(`weight must be > 0 (or 0 to leave it), got ${req.weight}`);
       const update = {
@@ -73,22 +71,22 @@ export function controlService(ctx: ControlContext): Record<string, grpc.Untyped
       await devices.setPolicy(req.name, update);
       logger.info({ model: req.name, ...update }, 'model policy changed');
       return {};
-    }),
-    SetModelResidency: edge.unary('SetModelResidency', async (req: { name: string; residency: string }) => {
+    },
+    SetModelResidency: async (req: { name: string; residency: string }) => {
       const record = registry.find(req.name);
       if (!(RESIDENCIES as readonly string[]).includes(req.residency)) throw errors.invalidRequest(`residency must be one of ${RESIDENCIES.join(', ')}, got ${quote(req.residency)}`);
       if (record.spec?.kind === 'meta') throw errors.invalidRequest(`model ${quote(req.name)} is a meta model: it has no weights of its own`);
       await devices.setResidency(req.name, req.residency as Residency);
       logger.info({ model: req.name, residency: req.residency }, 'model residency changed');
       return {};
-    }),
-    CompactMemory: edge.unary('CompactMemory', async (req: { device: number }) => {
+    },
+    CompactMemory: async (req: { device: number }) => {
       if (req.device >= 0 && !devices.handles.some((d) => d.deviceId === req.device)) {
         throw errors.invalidRequest(`no device ${req.device}; devices: ${devices.handles.map((d) => d.deviceId).join(', ')} (or -1 for all)`);
       }
       const movedBytes = await devices.compact(req.device);
       logger.info({ device: req.device, movedBytes }, 'weight arena compacted');
       return { moved_bytes: String(movedBytes) };
-    }),
+    },
   };
 }

@@ -1,33 +1,22 @@
 /**
- * The node's KServe V2 RPC table, on the main thread: what each RPC of
- * GRPCInferenceService answers (kserveOperations: plain functions of the
- * request, which the REST edge calls too, node/rest-service.ts), and the gRPC
- * table over them. The gRPC edge (protocol/edge.ts) wraps every handler (errors
- * to statuses, admission, streams, UNIMPLEMENTED for the rest); inferences go
- * through the pipeline (pipeline.ts).
+ * What each KServe V2 operation (and Triton's extensions) answers on a node, on the main thread:
+ * plain functions of the request (protocol/operations.ts), which every edge calls, the gRPC table
+ * (protocol/grpc-services.ts) and the REST routes (protocol/rest-routes.ts) alike, in this thread
+ * or from an edge thread. Inferences go through the pipeline (pipeline.ts) instead.
  */
-import type * as grpc from '@grpc/grpc-js';
-import type { TraceCarrier } from './tracing.js';
-import type { Devices } from './devices.js';
 import { MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../shared/constants.js';
 import { errors } from '../shared/errors.js';
-import { callDeadlineMs, type GrpcEdge } from '../protocol/edge.js';
 import { applyLogSettings, currentLogSettings } from '../protocol/log-settings.js';
 import { modelConfig, modelMetadata } from '../protocol/model-config.js';
-import { fromModelInferRequest, inferResponse } from '../protocol/codec.js';
-import { ResponseFrame, type EncodedResponse } from '../protocol/infer-response-wire.js';
-import { ownsItsBuffer } from '../protocol/message-buffers.js';
-import type { ModelInferRequest, ModelInferResponse, ModelRef } from '../protocol/types.js';
+import type { ModelRef } from '../protocol/types.js';
+import type { Devices } from './devices.js';
 import { ModelState, type ModelRegistry } from './model-registry.js';
-import type { InferOptions, Pipeline } from './pipeline.js';
 import type { ModelRepository } from './repository.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
 import type { Statistics } from './statistics.js';
 import type { Logger } from 'pino';
 
 export interface ServiceContext {
-  edge: GrpcEdge;
-  pipeline: Pipeline;
   registry: ModelRegistry;
   repository: ModelRepository;
   devices: Devices;
@@ -41,16 +30,8 @@ export interface ServiceContext {
   isReady: () => boolean;
 }
 
-/** A call's W3C trace context (traceparent, tracestate) from its gRPC metadata. */
-function traceCarrier(metadata: grpc.Metadata): TraceCarrier | undefined {
-  const traceparent = metadata.get('traceparent')[0];
-  if (typeof traceparent !== 'string') return undefined;
-  const tracestate = metadata.get('tracestate')[0];
-  return { traceparent, ...(typeof tracestate === 'string' ? { tracestate } : {}) };
-}
-
 /** What each KServe V2 operation answers, as a plain function of its request (both edges call these). */
-export function kserveOperations(ctx: Omit<ServiceContext, 'edge'>) {
+export function kserveOperations(ctx: ServiceContext) {
   const { registry, repository, statistics, sharedMemory, logger } = ctx;
   return {
     ServerLive: () => ({ live: true }),
@@ -116,33 +97,4 @@ export function kserveOperations(ctx: Omit<ServiceContext, 'edge'>) {
     LogSettings: (req: { settings: Parameters<typeof applyLogSettings>[1] }) =>
       ({ settings: Object.keys(req.settings).length ? applyLogSettings(logger, req.settings) : currentLogSettings(logger) }),
   };
-}
-
-export type KserveOperations = ReturnType<typeof kserveOperations>;
-
-/**
- * One ModelInferRequest through the pipeline: decoded into the data plane's request (codec.ts),
- * its outputs placed for the response to be framed around them (infer-response-wire.ts), or, when
- * hooks made them, encoded by protobufjs.
- */
-async function modelInfer(pipeline: Pipeline, req: ModelInferRequest, call: grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerDuplexStream<unknown, unknown>,
-  options: Omit<InferOptions, 'callDeadlineMs' | 'outputs' | 'trace' | 'protocol'>): Promise<ModelInferResponse | EncodedResponse> {
-  const request = fromModelInferRequest(req, ownsItsBuffer(req));
-  const outputs = new ResponseFrame(request.model, MODEL_VERSION, request.id);
-  const answer = await pipeline.infer(request, { ...options, callDeadlineMs: callDeadlineMs(call), outputs, trace: traceCarrier(call.metadata), protocol: 'grpc' });
-  return outputs.frame(answer) ?? inferResponse(request.model, request.id, answer.outputs);
-}
-
-export function inferenceService(ctx: ServiceContext): Record<string, grpc.UntypedHandleCall> {
-  const { edge, pipeline } = ctx;
-  const ops = kserveOperations(ctx);
-  const table: Record<string, grpc.UntypedHandleCall> = {};
-  for (const [rpc, fn] of Object.entries(ops)) table[rpc] = edge.unary(rpc, fn as (req: unknown) => unknown);
-  table.ModelInfer = edge.inference('ModelInfer', (req: ModelInferRequest, call, signal, admitted) => modelInfer(pipeline, req, call, { signal, admitted }));
-  table.ModelStreamInfer = edge.stream<ModelInferRequest, { error_message: string; infer_response: Partial<ModelInferResponse> | EncodedResponse }>('ModelStreamInfer', {
-    answer: async (req, call, signal) => ({ error_message: '', infer_response: await modelInfer(pipeline, req, call, { signal }) }),
-    // The error travels as this response's message, with the request's id; the stream lives on.
-    failed: (req, details) => ({ error_message: details, infer_response: { model_name: req.model_name, model_version: req.model_version, id: req.id } }),
-  });
-  return table;
 }

@@ -3,7 +3,7 @@
  * through between an edge (gRPC or REST) and the device, for ModelInfer, each
  * request of ModelStreamInfer, a REST inference and a meta model's sub-calls alike.
  * It speaks the data plane only (shared/data-plane.ts): an edge decodes its
- * protocol into a DataPlaneRequest, hands it over with an OutputAllocator
+ * protocol into a DataPlaneRequest, hands it over with an OutputLayout
  * (where the outputs go), and encodes the InferenceAnswer itself.
  *
  *   [edge: decode] -> lease -> check (request-check.ts) -> route -> [preprocess, on a hook thread, which feeds the device] -> device -> [postprocess] -> statistics -> [edge: encode]
@@ -53,9 +53,9 @@
 import type { Devices } from './devices.js';
 import type { HookFeedTarget } from '../actors/device/handle.js';
 import type { HookPool } from '../actors/hooks/handle.js';
-import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult, type RegionSlice, type WireTensor } from '../shared/channels/inference.js';
+import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult, type OutputPlacement, type RegionSlice, type WireTensor } from '../shared/channels/inference.js';
 import type { HookContext } from '../shared/channels/hooks.js';
-import type { Admitted, DataPlaneRequest, InferenceAnswer, OutputAllocator } from '../shared/data-plane.js';
+import { placementOf, type DataPlaneRequest, type InferenceAnswer, type InferOptions, type OutputLayout } from '../shared/data-plane.js';
 import { errors, quote, StowageError } from '../shared/errors.js';
 import { checkHookTensors } from '../shared/hook-tensor-check.js';
 import type { InstanceKey, ModelSpec, TensorSpec } from '../shared/model-spec.js';
@@ -63,18 +63,8 @@ import { checkRequest, checkTensors, slicesOf, type CheckedRequest } from './req
 import type { ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
 import type { Statistics } from './statistics.js';
-import { RequestTrace, type TraceCarrier } from './tracing.js';
+import { RequestTrace } from './tracing.js';
 import { MODEL_VERSION } from '../shared/constants.js';
-
-/** How an edge hands one request over: its call's deadline and cancellation, where its outputs go, what to trace. */
-export interface InferOptions {
-  callDeadlineMs: number;
-  signal: AbortSignal;
-  outputs?: OutputAllocator;
-  trace?: TraceCarrier;
-  protocol: 'grpc' | 'http';
-  admitted?: Admitted;
-}
 
 export interface PipelineContext {
   registry: ModelRegistry;
@@ -98,8 +88,8 @@ export class Pipeline {
   /**
    * One inference request from an edge, protocol-free (shared/data-plane.ts). `callDeadlineMs` is
    * the call's deadline (Infinity if none); the request's `timeout` may shorten it. `signal` fires
-   * if the client cancels. `outputs`: the edge's output allocator, asked where the outputs go once
-   * the model is known (none: tensors of their own).
+   * if the client cancels. `outputs`: the edge's layout for the outputs, made a placement once the
+   * model is known (none: tensors of their own).
    */
   async infer(req: DataPlaneRequest, { callDeadlineMs, signal, outputs, trace, protocol, admitted }: InferOptions): Promise<InferenceAnswer> {
     const { registry, sharedMemory } = this.#ctx;
@@ -126,10 +116,10 @@ export class Pipeline {
       }
       const deadlineMs = Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000);
       const context: HookContext = { model: req.model, requestId: req.id, parameters: checked.parameters };
-      const result = await this.#run(spec, lease.instance, checked, context, deadlineMs, signal, outputs ?? null, spans);
+      const result = await this.#run(spec, lease.instance, checked, context, deadlineMs, signal, outputs, spans);
       this.#ctx.statistics.recordSuccess(spec.name, checked.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
       spans?.end();
-      return { outputs: result.outputs, placed: result.placed ?? null };
+      return { outputs: result.outputs, placed: result.placed && result.placement ? { bytes: result.placed, placement: result.placement } : null };
     } catch (err) {
       this.#ctx.statistics.recordFailure(spec.name, err instanceof StowageError ? err.code : undefined, Number(process.hrtime.bigint() - started));
       spans?.end(err);
@@ -171,11 +161,11 @@ export class Pipeline {
 
   /**
    * Hooks and the device: the checked request to its outputs, in the order the client asked.
-   * `allocator` (a request off the wire): the edge places the outputs when they go straight back
-   * to the client from the device, that is when no hook makes them.
+   * `layout` (a request off the wire): the outputs are placed as the edge asked when they go
+   * straight back to the client from the device, that is when no hook makes them.
    */
   async #run(spec: ModelSpec, instance: InstanceKey, checked: CheckedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal,
-    allocator: OutputAllocator | null, spans: RequestTrace | null = null): Promise<InferenceResult> {
+    layout: OutputLayout | null, spans: RequestTrace | null = null): Promise<InferenceResult & { placement?: OutputPlacement | null }> {
     const { hooks, devices } = this.#ctx;
     // A hook call, in a span of its own when tracing.
     const traced = <T>(name: string, work: () => Promise<T>): Promise<T> => (spans ? spans.around(name, work) : work());
@@ -195,7 +185,7 @@ export class Pipeline {
       rows: checked.rows,
       outputs: executableOutputs,
       outputRegions: post ? executableOutputs.map(() => null) : checked.outputRegions,
-      placement: post || !allocator ? null : allocator.place(checked.outputs.map((name) => spec.clientOutputs.find((t) => t.name === name) as TensorSpec)),
+      placement: post || !layout ? null : placementOf(layout, checked.outputs.map((name) => spec.clientOutputs.find((t) => t.name === name) as TensorSpec)),
       deadlineMs,
     };
     const handedOverMs = nowMs();
@@ -203,7 +193,7 @@ export class Pipeline {
       ? await traced('hook preprocess + device', () => this.#preprocessed(spec, request, context, signal))
       : await devices.infer(request, signal);
     spans?.device(spec.name, handedOverMs, result.queueNs, result.timing);
-    if (!post) return result;
+    if (!post) return { ...result, placement: request.placement };
     const all = checkHookTensors(spec.name, 'postprocess', await traced('hook postprocess', () => hooks.run(spec.name, 'postprocess', spec.hooks!, result.outputs, context)), spec.clientOutputs, checked.rows);
     return { ...result, outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!) };
   }

@@ -31,16 +31,22 @@ import { Statistics } from './statistics.js';
 import { Health } from './health.js';
 import { startTracing, stopTracing, traceExportFailures } from './tracing.js';
 import { Metrics } from './metrics.js';
-import type { Admission } from '../protocol/admission.js';
-import { controlService } from './control-service.js';
+import { Admission, admissionMetrics } from '../protocol/admission.js';
+import { controlOperations } from './control-service.js';
 import { GrpcEdge } from '../protocol/edge.js';
 import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
 import { markOwnedBuffers } from '../protocol/message-buffers.js';
 import { passEncodedResponses } from '../protocol/infer-response-wire.js';
-import { inferenceService, kserveOperations } from './inference-service.js';
-import { restRoutes } from './rest-service.js';
+import { controlTable, inferenceTable } from '../protocol/grpc-services.js';
+import { HealthService } from '../protocol/health-service.js';
+import type { Operations } from '../protocol/operations.js';
+import { kserveOperations } from './inference-service.js';
+import { restRoutes } from '../protocol/rest-routes.js';
 import { HttpEdge } from '../protocol/http-edge.js';
+import type { Infer } from '../shared/data-plane.js';
 import { Pipeline } from './pipeline.js';
+import { edgeMetrics, EdgeThreads, type EdgeOptions } from '../actors/edge/handle.js';
+import { edgeThreads } from '../config/edges.js';
 import { startOrStop } from '../shared/lifecycle.js';
 import { PACKAGE_VERSION } from '../shared/version.js';
 
@@ -81,7 +87,11 @@ export class StowageServer {
   readonly ports: Ports = { grpc: 0, http: 0, admin: 0 };
   #config: NodeConfig;
   #logger: Logger;
-  readonly #edge: GrpcEdge;
+  /** The gRPC edge, when the main thread is the only edge (endpoints.edge_threads 0). */
+  #edge?: GrpcEdge;
+  /** The edge threads, otherwise. */
+  #edgeThreads?: EdgeThreads;
+  readonly #admission: Admission;
   #admin?: http.Server;
   #devices?: Devices;
   #ready = false;
@@ -90,8 +100,10 @@ export class StowageServer {
   #compiler?: Compiler;
   /** The REST edge (endpoints.http_port). */
   #http?: HttpEdge;
-  /** The gRPC health service (grpc.health.v1): a model's name is that model, any other name the server. */
+  /** What gRPC health probes hear (grpc.health.v1): a model's name is that model, any other name the server. */
   #health?: Health;
+  /** The health service on the gRPC edge: its Watch streams end at shutdown. */
+  #healthService?: HealthService;
   /** Backend cuda: the GPUs were found (NVML is read again at each scrape). */
   #cudaStarted = false;
 
@@ -100,7 +112,10 @@ export class StowageServer {
     this.#logger = logger;
     this.statistics = new Statistics();
     this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), loadedModels: () => this.registry.all().filter((r) => r.state === ModelState.READY).map((r) => r.name), traceExportFailures, hostWeightBytes: () => this.hostWeights.bytes, statistics: this.statistics, threads: () => this.#threads(), gpus: () => this.#gpus(), instances: async () => (await this.#devices?.status()) ?? [] });
-    this.#edge = new GrpcEdge(config.global.endpoints, logger, this.metrics.registry);
+    const { endpoints } = config.global;
+    // One count of the inferences in flight for every edge of the process.
+    this.#admission = new Admission(endpoints.max_concurrent_requests, endpoints.max_inflight_bytes);
+    admissionMetrics(this.#admission, this.metrics.registry);
     this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#devices?.forgetRegion(regionId));
   }
 
@@ -143,6 +158,7 @@ export class StowageServer {
     for (const device of this.#devices?.handles ?? []) yield [`device-${device.deviceId}`, device.thread];
     if (this.#compiler) for (const [i, thread] of this.#compiler.threads.entries()) yield [`compiler-${i}`, thread];
     if (this.#hooks) for (const [i, thread] of this.#hooks.threads.entries()) yield [`hook-${i}`, thread];
+    if (this.#edgeThreads) yield* this.#edgeThreads.threads();
   }
 
   static start(config: NodeConfig, logger: Logger): Promise<StowageServer> {
@@ -151,7 +167,7 @@ export class StowageServer {
 
   /** The cap on inference RPCs in flight, and how many are. */
   get admission(): Admission {
-    return this.#edge.admission;
+    return this.#admission;
   }
 
   get ready(): boolean {
@@ -257,37 +273,58 @@ export class StowageServer {
       this.#stopWatching = watchRepository(repository, this.#config.model_repo, this.#config.global.model_poll_seconds, this.#logger);
     }
 
-    const edge = this.#edge;
-    edge.addService(loadControlClient().service, controlService({ edge, registry: this.registry, devices, logger: this.#logger }));
     const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks, devices, statistics: this.statistics, sharedMemory: this.sharedMemory });
-    // Large ModelInfer messages own their buffer: their tensors go to the device without a copy.
-    edge.addService(passEncodedResponses(markOwnedBuffers(loadInferenceClient().service, ['ModelInfer', 'ModelStreamInfer'])), inferenceService({
-      edge,
-      pipeline,
-      registry: this.registry,
-      devices,
-      repository,
-      statistics: this.statistics,
-      sharedMemory: this.sharedMemory,
-      systemSharedMemory: endpoints.system_shared_memory,
-      logger: this.#logger,
-      version: PACKAGE_VERSION,
-      isReady,
-    }));
+    const edgeMetricsOf = edgeMetrics(this.metrics.registry);
     const health = new Health(this.registry);
     this.#health = health;
-    health.register(edge);
-    // The REST twin of the gRPC service: the same operations, the same pipeline, the same admission.
-    const ops = kserveOperations({ pipeline, registry: this.registry, devices, repository, statistics: this.statistics, sharedMemory: this.sharedMemory,
-      systemSharedMemory: endpoints.system_shared_memory, logger: this.#logger, version: PACKAGE_VERSION, isReady });
-    const http = new HttpEdge({
-      host: endpoints.host, port: endpoints.http_port, maxBodyBytes: endpoints.max_receive_message_bytes, maxJsonBytes: endpoints.max_json_body_bytes,
-      requestTimeoutMs: endpoints.http_request_timeout_seconds * 1000, admission: edge.admission, logger: this.#logger,
-    });
-    http.add(restRoutes(ops, pipeline));
-    this.#http = http;
-    this.ports.http = await http.start();
-    this.ports.grpc = await edge.start();
+    const logger = this.#logger;
+    // Every operation the edges answer, as plain functions (protocol/operations.ts).
+    const kserve = kserveOperations({ registry: this.registry, devices, repository, statistics: this.statistics, sharedMemory: this.sharedMemory,
+      systemSharedMemory: endpoints.system_shared_memory, logger, version: PACKAGE_VERSION, isReady });
+    const ops: Operations = {
+      ...kserve,
+      ...controlOperations({ registry: this.registry, devices, logger }),
+      HealthStatus: (req) => ({ status: health.status(req.service) }),
+      // Edge threads log with loggers of their own: they follow the level this one is set to.
+      LogSettings: (req) => {
+        const settings = kserve.LogSettings(req);
+        this.#edgeThreads?.setLogLevel(logger.level);
+        return settings;
+      },
+    };
+    const edgeCount = edgeThreads(endpoints.edge_threads);
+    if (edgeCount > 0) {
+      // Edge threads own the protocol; this thread answers what they ask and runs the pipeline.
+      const edges = new EdgeThreads({ count: edgeCount, endpoints, admission: this.#admission, logLevel: logger.level, operations: ops as unknown as EdgeOptions['operations'],
+        infer: (request, options) => pipeline.infer(request, options), logger, metrics: edgeMetricsOf });
+      this.#edgeThreads = edges;
+      health.watch(() => edges.healthChanged());
+      const ports = await edges.start();
+      this.ports.grpc = ports.grpc;
+      this.ports.http = ports.http;
+    } else {
+      // The main thread alone is the edge.
+      const infer: Infer = (request, options) => {
+        edgeMetricsOf.requests.inc({ edge: 'main' });
+        return pipeline.infer(request, options);
+      };
+      const edge = new GrpcEdge(endpoints, logger, this.#admission);
+      this.#edge = edge;
+      edge.addService(loadControlClient().service, controlTable(edge, ops));
+      // Large ModelInfer messages own their buffer: their tensors go to the device without a copy.
+      edge.addService(passEncodedResponses(markOwnedBuffers(loadInferenceClient().service, ['ModelInfer', 'ModelStreamInfer'])), inferenceTable(edge, ops, infer));
+      this.#healthService = new HealthService(health);
+      this.#healthService.register(edge);
+      // The REST twin of the gRPC service: the same operations, the same pipeline, the same admission.
+      const http = new HttpEdge({
+        host: endpoints.host, port: endpoints.http_port, maxBodyBytes: endpoints.max_receive_message_bytes, maxJsonBytes: endpoints.max_json_body_bytes,
+        requestTimeoutMs: endpoints.http_request_timeout_seconds * 1000, admission: this.#admission, logger,
+      });
+      http.add(restRoutes(ops, infer));
+      this.#http = http;
+      this.ports.http = await http.start();
+      this.ports.grpc = await edge.start();
+    }
     this.#ready = true;
     health.setServing(true);
     const models = this.registry.all();
@@ -308,9 +345,10 @@ export class StowageServer {
   async stop(graceMs = this.#config.global.endpoints.shutdown_grace_seconds * 1000): Promise<void> {
     this.#ready = false;
     // Health keeps answering (NOT_SERVING) while the edges drain; Watch streams end now.
-    this.#health?.close();
+    this.#health?.setServing(false);
+    this.#healthService?.close();
     this.#stopWatching?.();
-    await Promise.all([this.#edge.stop(graceMs), this.#http?.stop(graceMs)]);
+    await Promise.all([this.#edge?.stop(graceMs), this.#http?.stop(graceMs), this.#edgeThreads?.stop(graceMs)]);
     await this.#devices?.stop();
     await this.#hooks?.close();
     await this.#compiler?.close();

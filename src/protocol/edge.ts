@@ -27,15 +27,14 @@
  *   'cancelled' as every stream closes, answered or not);
  * - the HTTP/2 receive windows (http2-windows.ts): endpoints.http2_window_bytes, not 64 KiB;
  * - UNIMPLEMENTED for every method of the service without a handler;
- * - the edge's metrics (stowage_grpc_inflight_requests, stowage_grpc_shed_total).
  */
+import net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import { Counter, Gauge, type Registry } from 'prom-client';
 import type { NodeConfig } from '../shared/config-schema.js';
 import type { Admitted } from '../shared/data-plane.js';
 import { errors, errorToStatus, isUndecodable, Status, StowageError } from '../shared/errors.js';
-import { Admission } from './admission.js';
+import type { Admission } from './admission.js';
 import { widenHttp2Windows } from './http2-windows.js';
 import { drainThenClose } from '../shared/lifecycle.js';
 
@@ -127,34 +126,25 @@ export class GrpcEdge {
   #bound = false;
   #port = 0;
   #stopWidening: (() => void) | undefined;
+  /** An edge thread's own listening socket, whose connections grpc-js takes through its injector. */
+  #listener: net.Server | undefined;
+  /** The connections it accepted (to drop at once: `abandon`). */
+  readonly #sockets = new Set<net.Socket>();
   /** Shutting down: inference calls are refused, streams end once answered (stop()). */
   #draining = false;
   /** Each open stream's way to end once its requests are answered (at shutdown). */
   readonly #streams = new Set<() => void>();
 
-  constructor(endpoints: Endpoints, logger: Logger, registry: Registry) {
+  /** `admission`: the process's one count of inferences in flight, shared by every edge. */
+  constructor(endpoints: Endpoints, logger: Logger, admission: Admission) {
     this.#endpoints = endpoints;
     this.#logger = logger;
+    this.admission = admission;
     this.#server = new grpc.Server({
       'grpc.max_receive_message_length': endpoints.max_receive_message_bytes,
       'grpc.max_send_message_length': endpoints.max_send_message_bytes,
       // Channelz tracks every call for its introspection service, which Stowage does not serve.
       'grpc.enable_channelz': 0,
-    });
-    const shed = new Counter({ name: 'stowage_grpc_shed_total', help: 'Inference RPCs refused because the requests in flight held endpoints.max_inflight_bytes (or numbered endpoints.max_concurrent_requests)', registers: [registry] });
-    const admission = new Admission(endpoints.max_concurrent_requests, endpoints.max_inflight_bytes, () => shed.inc());
-    this.admission = admission;
-    new Gauge({
-      name: 'stowage_grpc_inflight_requests', help: 'Inference RPCs in flight (ModelInfer calls and open streams)', registers: [registry],
-      collect() {
-        this.set(admission.inflight);
-      },
-    });
-    new Gauge({
-      name: 'stowage_grpc_inflight_bytes', help: 'Bytes of tensors the inference requests in flight hold (what endpoints.max_inflight_bytes caps)', registers: [registry],
-      collect() {
-        this.set(admission.inflightBytes);
-      },
     });
   }
 
@@ -295,18 +285,52 @@ export class GrpcEdge {
     this.#server.addService(undecodableAsValue(definition), handlers);
   }
 
-  /** Bind to endpoints.host:grpc_port; resolves to the port (the one chosen when grpc_port is 0). */
-  start(): Promise<number> {
+  /**
+   * Bind to endpoints.host:`port` (endpoints.grpc_port by default); resolves to the port (the one
+   * chosen when it is 0). `reusePort`: an edge thread, listening beside the other edges on the same
+   * port (SO_REUSEPORT) with a socket of its own, each accepted connection handed to grpc-js.
+   */
+  start({ port = this.#endpoints.grpc_port, reusePort = false }: { port?: number; reusePort?: boolean } = {}): Promise<number> {
+    // Subscribed before binding, so that no connection is missed; the port is read per connection.
+    this.#stopWidening ??= widenHttp2Windows(() => this.#port, this.#endpoints.http2_window_bytes);
+    if (reusePort) {
+      const injector = this.#server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+      const listener = net.createServer((socket) => {
+        this.#sockets.add(socket);
+        socket.once('close', () => this.#sockets.delete(socket));
+        injector.injectConnection(socket);
+      });
+      return new Promise((resolve, reject) => {
+        listener.once('error', reject);
+        listener.listen({ port, host: this.#endpoints.host, reusePort: true }, () => {
+          listener.off('error', reject);
+          this.#listener = listener;
+          this.#bound = true;
+          this.#port = (listener.address() as net.AddressInfo).port;
+          resolve(this.#port);
+        });
+      });
+    }
     return new Promise((resolve, reject) => {
-      // Subscribed before binding, so that no connection is missed; the port is read per connection.
-      this.#stopWidening ??= widenHttp2Windows(() => this.#port, this.#endpoints.http2_window_bytes);
-      this.#server.bindAsync(`${this.#endpoints.host}:${this.#endpoints.grpc_port}`, grpc.ServerCredentials.createInsecure(), (err, port) => {
+      this.#server.bindAsync(`${this.#endpoints.host}:${port}`, grpc.ServerCredentials.createInsecure(), (err, port) => {
         if (err) return reject(err);
         this.#bound = true;
         this.#port = port;
         resolve(port);
       });
     });
+  }
+
+  /**
+   * Drop everything at once, for an edge thread about to die of an error: its port closes and
+   * every connection it accepted is destroyed, so that nothing is read from them while the thread
+   * ends. (Node 24 aborts the whole process when a worker thread is torn down while HTTP/2 data is
+   * still arriving on one of its sessions: `onread->IsFunction()` in stream_base.cc.)
+   */
+  abandon(): void {
+    this.#listener?.close();
+    for (const socket of this.#sockets) socket.destroy();
+    this.#server.forceShutdown();
   }
 
   /**
@@ -320,6 +344,9 @@ export class GrpcEdge {
     if (!this.#bound) return;
     this.#draining = true;
     for (const drain of this.#streams) drain();
-    await drainThenClose(Date.now() + graceMs, () => this.admission.inflight > 0, (done) => this.#server.tryShutdown(() => done()), () => this.#server.forceShutdown());
+    await drainThenClose(Date.now() + graceMs, () => this.admission.inflight > 0, (done) => {
+      this.#listener?.close();
+      this.#server.tryShutdown(() => done());
+    }, () => this.#server.forceShutdown());
   }
 }

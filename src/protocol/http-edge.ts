@@ -75,6 +75,8 @@ const LINGER_MS = 2000;
 export interface HttpEdgeOptions {
   host: string;
   port: number;
+  /** Listen beside other edges on the same port (SO_REUSEPORT: an edge thread, actors/edge/). */
+  reusePort?: boolean;
   /** An inference body's bytes in all (endpoints.max_receive_message_bytes). */
   maxBodyBytes: number;
   /** JSON: a route's body, an inference's JSON header (endpoints.max_json_body_bytes). */
@@ -119,11 +121,20 @@ export class HttpEdge {
   start(): Promise<number> {
     return new Promise((resolve, reject) => {
       this.#server.once('error', reject);
-      this.#server.listen(this.#o.port, this.#o.host, () => {
+      this.#server.listen({ port: this.#o.port, host: this.#o.host, reusePort: this.#o.reusePort === true }, () => {
         this.#server.off('error', reject);
         resolve((this.#server.address() as AddressInfo).port);
       });
     });
+  }
+
+  /**
+   * Drop everything at once, for an edge thread about to die of an error: the port closes and
+   * every connection is destroyed, so that nothing is read from them while the thread ends.
+   */
+  abandon(): void {
+    this.#server.close();
+    this.#server.closeAllConnections();
   }
 
   /**

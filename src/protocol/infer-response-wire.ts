@@ -1,7 +1,7 @@
 /**
  * A ModelInferResponse framed around its outputs where the device wrote them: the gRPC edge's
- * output allocator (shared/data-plane.ts). The device writes every output of a request into one
- * buffer laid out as `responsePlacement` asks (headroom, then a gap before each output) and
+ * output layout (shared/data-plane.ts). The device writes every output of a request into one
+ * buffer laid out as `responseLayout` asks (headroom, then a gap before each output) and
  * transfers it; the edge writes the message's header into the headroom and each
  * raw_output_contents entry's tag and length into its gap, and hands grpc-js the buffer as it is.
  * Output bytes are written once, on the device thread; the main thread writes only the header.
@@ -11,8 +11,9 @@
  * outputs' order; an output written to shared memory keeps its place with an empty entry.
  *
  * The header is written right-aligned against the first gap, so the message starts wherever its
- * header's length leaves it; the headroom bounds it by the outputs' ranks (each dimension at most
- * 10 varint bytes), with STREAM_HEADROOM spare in front for ModelStreamInferResponse's wrapper.
+ * header's length leaves it; the headroom the layout asks for bounds it by the outputs' names,
+ * datatypes and ranks (each dimension at most 10 varint bytes, each field's length at most 5),
+ * with STREAM_HEADROOM spare in front for ModelStreamInferResponse's wrapper.
  * Each gap holds the entry's tag (1 byte) and its length in 5 bytes whatever its size: a varint
  * written long, with continuation bits, which every protobuf parser reads as the same number
  * (varints are read up to 10 bytes; protobuf's encoding guide says so, and protobufjs, upb,
@@ -21,8 +22,7 @@
  */
 import type * as grpc from '@grpc/grpc-js';
 import type { OutputPlacement, WireTensor } from '../shared/channels/inference.js';
-import type { InferenceAnswer, OutputAllocator } from '../shared/data-plane.js';
-import type { TensorSpec } from '../shared/model-spec.js';
+import type { InferenceAnswer, OutputLayout } from '../shared/data-plane.js';
 import { errors } from '../shared/errors.js';
 
 /** Spare bytes in front of the message: the tag (1 byte) and length (at most 5) of the stream wrapper. */
@@ -87,24 +87,14 @@ class Writer {
   }
 }
 
-/** An output's metadata as the header writes it: `dims` exact, or only the rank (a bound). */
-interface Described {
-  name: string;
-  datatype: string;
-  dims: readonly number[] | { rank: number };
-}
-
-/** The header's fields 1, 2, 3 and 5: their sizes, exact for known dims, a bound for a rank. */
-function headerLayout(model: string, version: string, id: string, outputs: readonly Described[]) {
+/** The header's fields 1, 2, 3 and 5, and their sizes. */
+function headerLayout(model: string, version: string, id: string, outputs: readonly WireTensor[]) {
   const strings = { model: utf8Size(model), version: utf8Size(version), id: utf8Size(id) };
   const metadata = outputs.map((t) => {
     const name = utf8Size(t.name);
     const datatype = utf8Size(t.datatype);
-    const shape = Array.isArray(t.dims)
-      ? (t.dims as number[]).reduce((sum, d) => sum + varintSize(d), 0)
-      : (t.dims as { rank: number }).rank * MAX_DIM_BYTES;
-    const rank = Array.isArray(t.dims) ? t.dims.length : (t.dims as { rank: number }).rank;
-    const size = stringFieldSize(name) + stringFieldSize(datatype) + (rank ? lenFieldSize(shape) : 0);
+    const shape = t.shape.reduce((sum, d) => sum + varintSize(d), 0);
+    const size = stringFieldSize(name) + stringFieldSize(datatype) + (t.shape.length ? lenFieldSize(shape) : 0);
     return { name, datatype, shape, size };
   });
   let size = stringFieldSize(strings.model) + stringFieldSize(strings.version) + stringFieldSize(strings.id);
@@ -112,13 +102,18 @@ function headerLayout(model: string, version: string, id: string, outputs: reado
   return { strings, metadata, size };
 }
 
+/** A length-delimited field's tag and length at their largest (lengths below 2^35). */
+const MAX_FIELD_HEADER = 1 + 5;
+
 /**
- * The placement the gRPC edge asks of the device for a response of `outputs` (the model's, in
- * response order): headroom for the header at its largest and the stream wrapper, a gap per output.
+ * The layout the gRPC edge asks of the pipeline for a response to request `id` of `model`
+ * (`version`): headroom for the header at its largest (each output's entry in field 5, its name,
+ * datatype and shape fields, each dimension at most MAX_DIM_BYTES) and the stream wrapper, a gap
+ * per output.
  */
-export function responsePlacement(model: string, version: string, id: string, outputs: readonly TensorSpec[]): OutputPlacement {
-  const bound = headerLayout(model, version, id, outputs.map((t) => ({ name: t.name, datatype: t.datatype, dims: { rank: t.shape.length } })));
-  return { headroom: STREAM_HEADROOM + bound.size, gap: OUTPUT_GAP };
+export function responseLayout(model: string, version: string, id: string): OutputLayout {
+  const fixed = STREAM_HEADROOM + stringFieldSize(utf8Size(model)) + stringFieldSize(utf8Size(version)) + stringFieldSize(utf8Size(id));
+  return { fixed, perOutput: 4 * MAX_FIELD_HEADER, perDimension: MAX_DIM_BYTES, gap: OUTPUT_GAP };
 }
 
 /** A response the edge framed: the buffer the device placed its outputs in, the message from `start`. */
@@ -152,7 +147,7 @@ export class EncodedResponse {
  * device wrote into `placed` as `placement` laid them out (each a view of it, in response order).
  */
 export function frameResponse(model: string, version: string, id: string, outputs: readonly WireTensor[], placed: Uint8Array, placement: OutputPlacement): EncodedResponse {
-  const { strings, metadata, size } = headerLayout(model, version, id, outputs.map((t) => ({ name: t.name, datatype: t.datatype, dims: t.shape })));
+  const { strings, metadata, size } = headerLayout(model, version, id, outputs);
   const room = placement.headroom - STREAM_HEADROOM;
   if (size > room) {
     // An output of higher rank than the model declares outgrew the bound: never for a graph whose
@@ -185,31 +180,24 @@ export function frameResponse(model: string, version: string, id: string, output
   return new EncodedResponse(placed, start);
 }
 
-/**
- * The gRPC edge's output allocator for one response: asked by the pipeline where the outputs go
- * once the model is known, then frames the response around them where the device placed them.
- */
-export class ResponseFrame implements OutputAllocator {
+/** The gRPC edge's say in where one response's outputs go, and the response framed around them once they are there. */
+export class ResponseFrame {
   readonly #model: string;
   readonly #version: string;
   readonly #id: string;
-  #placement: OutputPlacement | null = null;
+  readonly layout: OutputLayout;
 
   constructor(model: string, version: string, id: string) {
     this.#model = model;
     this.#version = version;
     this.#id = id;
-  }
-
-  place(outputs: readonly TensorSpec[]): OutputPlacement {
-    this.#placement = responsePlacement(this.#model, this.#version, this.#id, outputs);
-    return this.#placement;
+    this.layout = responseLayout(model, version, id);
   }
 
   /** The response framed around the answer's placed outputs; null when they were not placed (hooks made them). */
   frame(answer: InferenceAnswer): EncodedResponse | null {
-    if (!answer.placed || !this.#placement) return null;
-    return frameResponse(this.#model, this.#version, this.#id, answer.outputs, answer.placed, this.#placement);
+    if (!answer.placed) return null;
+    return frameResponse(this.#model, this.#version, this.#id, answer.outputs, answer.placed.bytes, answer.placed.placement);
   }
 }
 

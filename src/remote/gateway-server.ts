@@ -16,7 +16,7 @@ import type { Logger } from 'pino';
 import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import { closeAdmin, createAdminServer, listen } from '../admin/http.js';
 import type { NodeConfig } from '../shared/config-schema.js';
-import type { Admission } from '../protocol/admission.js';
+import { Admission, admissionMetrics } from '../protocol/admission.js';
 import { GrpcEdge } from '../protocol/edge.js';
 import { loadInferenceClient } from '../protocol/proto.js';
 import { startOrStop } from '../shared/lifecycle.js';
@@ -49,7 +49,9 @@ export class StowageGateway {
     this.#logger = logger;
     const gw = config.gateway;
     for (const address of gw.endpoints) this.nodes.push(this.#node(address));
-    this.#edge = new GrpcEdge(config.global.endpoints, logger, this.#registry);
+    const admission = new Admission(config.global.endpoints.max_concurrent_requests, config.global.endpoints.max_inflight_bytes);
+    admissionMetrics(admission, this.#registry);
+    this.#edge = new GrpcEdge(config.global.endpoints, logger, admission);
     const nodes = this.nodes;
     new Gauge({
       name: 'stowage_gateway_node_up', help: 'Whether the node answers (1) or is down (0)', labelNames: ['node'], registers: [this.#registry],

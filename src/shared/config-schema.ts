@@ -365,6 +365,11 @@ export const nodeConfigSchema = {
             system_shared_memory: { type: 'boolean', default: true },
             // Seconds in-flight requests get to finish after SIGTERM/SIGINT before the server exits anyway.
             shutdown_grace_seconds: { type: 'number', minimum: 0, default: 30 },
+            // Threads that terminate gRPC and REST beside the main thread, on the same ports (the
+            // kernel spreads connections over them): each decodes, admits and encodes, and hands
+            // inferences to the pipeline. 0: the main thread alone. auto: none below 4 cores, else
+            // one per 4 cores, at most 8 (config/edges.ts; docs/performance.md says why).
+            edge_threads: { anyOf: [{ const: 'auto' }, { type: 'integer', minimum: 0, maximum: 64 }], default: 'auto' },
           },
         },
       },

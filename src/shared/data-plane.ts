@@ -2,7 +2,8 @@
  * The data plane: one inference as every edge hands it to the pipeline, whatever protocol it came
  * in by, and how the edge says where the outputs go. KServe's data plane has one request type for
  * its two protocols; Triton's core takes one InferenceRequest and a response allocator from the
- * front end. These are Stowage's. The edges (protocol/: gRPC's codec.ts, REST's rest-tensors.ts)
+ * front end. These are Stowage's, all of them data, so that they cross threads (an edge thread
+ * hands them to the main thread's pipeline as they are). The edges (protocol/: gRPC's codec.ts, REST's rest-tensors.ts)
  * decode into a DataPlaneRequest and encode from the answer; the pipeline (node/pipeline.ts) and
  * everything behind it read only these types, never a protocol's.
  *
@@ -70,26 +71,63 @@ export interface DataPlaneRequest {
 }
 
 /**
- * The edge's say in where a request's outputs go (Triton's response allocator): asked once the
- * model is known, with the outputs the client will receive in response order. `null`: each output
- * in a buffer of its own (hooks, REST). Shared-memory outputs are the request's `RequestOutput.region`.
+ * The edge's say in where a request's outputs go (Triton's response allocator), as data, so that
+ * it crosses threads: one buffer with a gap of `gap` bytes before each output and, before the
+ * first, a headroom of `fixed` bytes plus, for each output the client receives, `perOutput` bytes,
+ * `perDimension` bytes per axis of its shape, and the UTF-8 bytes of its name and datatype (what
+ * a header describing the outputs needs at most: the gRPC edge's response header). The pipeline
+ * turns it into an OutputPlacement once the model is known (`placementOf`). No layout: each output
+ * in a buffer of its own (REST, hooks). Shared-memory outputs are the request's `RequestOutput.region`.
  */
-export interface OutputAllocator {
-  place(outputs: readonly TensorSpec[]): OutputPlacement | null;
+export interface OutputLayout {
+  fixed: number;
+  perOutput: number;
+  perDimension: number;
+  gap: number;
 }
 
-/**
- * The pipeline's answer: the outputs in the order asked (an output written to shared memory is an
- * empty tensor carrying its slice). When the edge placed them, their bytes are views of `placed`,
- * laid out as its OutputPlacement asked.
- */
-export interface InferenceAnswer {
-  outputs: WireTensor[];
-  placed: Uint8Array | null;
+/** The placement `layout` asks for `outputs` (the model's, in response order). */
+export function placementOf(layout: OutputLayout, outputs: readonly Pick<TensorSpec, 'name' | 'datatype' | 'shape'>[]): OutputPlacement {
+  let headroom = layout.fixed;
+  for (const t of outputs) {
+    headroom += layout.perOutput + layout.perDimension * t.shape.length + Buffer.byteLength(t.name, 'utf8') + Buffer.byteLength(t.datatype, 'utf8');
+  }
+  return { headroom, gap: layout.gap };
+}
+
+/** The trace context a request carries (W3C traceparent and tracestate), as its edge reads it. */
+export interface TraceCarrier {
+  traceparent?: string;
+  tracestate?: string;
 }
 
 /** What admission saw of a request it let in: its bytes, and the bytes in flight with it (for its trace). */
 export interface Admitted {
   bytes: number;
   inflightBytes: number;
+}
+
+/** How an edge hands one request over: its call's deadline and cancellation, where its outputs go, what to trace. */
+export interface InferOptions {
+  /** The call's absolute deadline (ms since the epoch), Infinity if none; the request's timeout may shorten it. */
+  callDeadlineMs: number;
+  /** Fires if the client cancels. */
+  signal: AbortSignal;
+  outputs: OutputLayout | null;
+  trace?: TraceCarrier;
+  protocol: 'grpc' | 'http';
+  admitted?: Admitted;
+}
+
+/** The pipeline as an edge sees it, in its thread or another. */
+export type Infer = (request: DataPlaneRequest, options: InferOptions) => Promise<InferenceAnswer>;
+
+/**
+ * The pipeline's answer: the outputs in the order asked (an output written to shared memory is an
+ * empty tensor carrying its slice). When the edge gave a layout, their bytes are views of
+ * `placed.bytes`, laid out as `placed.placement` says.
+ */
+export interface InferenceAnswer {
+  outputs: WireTensor[];
+  placed: { bytes: Uint8Array; placement: OutputPlacement } | null;
 }

@@ -1,5 +1,5 @@
 // Faults the server survives, each on the real server with nothing lost beyond what was in flight
-// at the fault: a device worker that dies mid-batch, the repository directory removed and
+// at the fault: a device worker that dies mid-batch, an edge thread that dies, the repository directory removed and
 // restored, a damaged compile cache, two servers compiling into one cache_dir at once, and a
 // log reader that goes away. (A hook thread that dies: bad-bundles.test.js; SIGTERM under load:
 // integration/operations.test.js.)
@@ -9,7 +9,7 @@ import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
 import { InferenceClient } from '../../dist/client/client.js';
-import { dataAs, FIXTURES, makeRepository, ROOT, startServer, tempDir, tensor } from '../helpers/server.js';
+import { dataAs, FIXTURES, makeRepository, metric, ROOT, scrapeMetrics, startServer, tempDir, tensor } from '../helpers/server.js';
 import { awaitableCount } from '../helpers/checks.js';
 
 const DIGITS = path.join(ROOT, 'bundles', 'digits');
@@ -123,6 +123,74 @@ test('a device worker that dies mid-batch fails only its in-flight requests, UNA
   const { outputs } = await server.client.infer('digits_u8', [tensor('image', 'UINT8', [4, 8, 8], u8)], { outputs: ['label'] });
   const asFloat = await server.client.infer('digits', [tensor('image', 'FP32', [4, 8, 8], Float32Array.from(u8, (v) => v * (16 / 255)))], { outputs: ['label'] });
   t.deepEqual([...outputs[0].data], [...asFloat.outputs[0].data]);
+  t.is(server.child.exitCode, null);
+});
+
+test('an edge thread that dies fails only its own connections\' requests; a replacement serves on the same ports', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const fault = path.join(temp.dir, 'edge-exit');
+  const repo = makeRepository(temp.dir, { digits: DIGITS });
+  const server = await startServer({ model_repo: repo, global: { endpoints: { edge_threads: 2 } } }, { root: temp.dir, env: { STOWAGE_FAULT_EDGE_EXIT: fault } });
+  t.teardown(() => server.stop());
+  // Clients on connections of their own, which the kernel spreads over the two edges.
+  const CLIENTS = 16;
+  const own = () => new InferenceClient(server.address, { 'grpc.use_local_subchannel_pool': 1 });
+  const clients = Array.from({ length: CLIENTS }, own);
+  t.teardown(() => clients.forEach((c) => c.close()));
+  const reference = await referenceLabels(server.client);
+
+  const ok = awaitableCount();
+  const okAfterRestart = awaitableCount();
+  let restarted = false;
+  /** @type {Set<number>} */
+  const failedClients = new Set();
+  /** @type {import('@grpc/grpc-js').ServiceError[]} */
+  const failures = [];
+  /** @type {string[]} */
+  const wrong = [];
+  let stop = false;
+  const load = clients.map(async (c, k) => {
+    for (let i = 0; !stop; i++) {
+      try {
+        await classify(c, reference, k * 100 + i, 1 + (i % 3));
+        ok.add();
+        if (restarted) okAfterRestart.add();
+      } catch (err) {
+        const failure = /** @type {import('@grpc/grpc-js').ServiceError} */ (err);
+        if (failure.code === undefined) wrong.push(failure.message);
+        else {
+          failures.push(failure);
+          failedClients.add(k);
+          await new Promise((resolve) => setTimeout(resolve, 20)); // a client whose connection is down fails at once: not a busy loop
+        }
+      }
+    }
+  });
+  await ok.reached(300);
+  writeFileSync(fault, '');
+  const crash = await server.waitForLog((l) => l.msg === 'edge thread crashed: its connections are closed; starting another');
+  await server.waitForLog((l) => l.msg === 'edge thread restarted');
+  restarted = true;
+  await okAfterRestart.reached(200);
+  stop = true;
+  await Promise.all(load);
+
+  t.log(`${ok.value} answered; edge ${crash.edge} died; ${failures.length} failed, on ${failedClients.size} of ${CLIENTS} connections`);
+  t.false(existsSync(fault), 'an edge took the fault');
+  t.is(readdirSync(temp.dir).filter((f) => f.startsWith('edge-exit.taken')).length, 1, 'one edge only');
+  t.deepEqual(wrong, [], 'no answer was wrong');
+  t.true(failedClients.size >= 1, 'the dead edge\'s connections saw their requests fail');
+  t.true(failedClients.size < CLIENTS, 'the other edge\'s connections never noticed');
+  for (const err of failures) t.is(err.code, status.UNAVAILABLE, err.details);
+  const m = await scrapeMetrics(server.adminPort);
+  t.is(m.stowage_edge_restarts_total, 1);
+  // New connections land on the replacement too.
+  const before = metric(m, 'stowage_edge_requests_total', `edge="${crash.edge}"`);
+  const fresh = Array.from({ length: 16 }, own);
+  await Promise.all(fresh.map((c, k) => classify(c, reference, k)));
+  fresh.forEach((c) => c.close());
+  t.true(metric(await scrapeMetrics(server.adminPort), 'stowage_edge_requests_total', `edge="${crash.edge}"`) > before, 'the replacement takes connections');
   t.is(server.child.exitCode, null);
 });
 

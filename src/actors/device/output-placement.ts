@@ -1,5 +1,5 @@
 /**
- * A request's outputs written where its edge asked (shared/data-plane.ts, OutputAllocator): one
+ * A request's outputs written where its edge asked (shared/data-plane.ts, OutputLayout): one
  * buffer, `headroom` bytes free first and `gap` bytes free before each output, every output's
  * bytes copied in once. The edge fills the free bytes with its protocol's framing (for gRPC the
  * response around the outputs: protocol/infer-response-wire.ts) and sends the buffer as it is;

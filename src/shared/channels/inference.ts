@@ -41,7 +41,7 @@ export interface WireTensor {
  * How a request's outputs are laid out in the one buffer the device writes them into, for the
  * edge to send as it is: `headroom` bytes free before the first output and `gap` bytes free before
  * each output (the first's after the headroom), which the edge fills with what its protocol puts
- * there (shared/data-plane.ts: the edge's OutputAllocator). The device knows nothing of what that is.
+ * there (shared/data-plane.ts: the edge's OutputLayout). The device knows nothing of what that is.
  */
 export interface OutputPlacement {
   headroom: number;
@@ -64,7 +64,7 @@ export interface InferenceRequest {
   /** Per output: the shared-memory slice to write it into instead of returning it, or null. */
   outputRegions: (RegionSlice | null)[];
   /**
-   * Write the outputs into one buffer laid out as the edge asked (its OutputAllocator: for gRPC,
+   * Write the outputs into one buffer laid out as the edge asked (its OutputLayout: for gRPC,
    * the response is framed around them in place), instead of each into a buffer of its own; null:
    * tensors of their own (hooks read them, or the edge encodes them itself).
    */

@@ -2,7 +2,8 @@
 // and the gRPC edge's framing (infer-response-wire.js) together decode, in grpc-js's own
 // deserializers, to the message protobufjs would have written, ModelInfer's and the stream's alike.
 import test from 'ava';
-import { frameResponse, passEncodedResponses, responsePlacement, ResponseFrame, STREAM_HEADROOM } from '../../../dist/protocol/infer-response-wire.js';
+import { frameResponse, passEncodedResponses, responseLayout, ResponseFrame, STREAM_HEADROOM } from '../../../dist/protocol/infer-response-wire.js';
+import { placementOf } from '../../../dist/shared/data-plane.js';
 import { placeOutputs } from '../../../dist/actors/device/output-placement.js';
 import { loadInferenceClient } from '../../../dist/protocol/proto.js';
 
@@ -20,12 +21,12 @@ const outputs = [
   { name: 'in_shm', datatype: 'FP32', shape: [2, 1000], data: new Uint8Array(0) }, // written to shared memory: an empty entry
   { name: 'big', datatype: 'UINT8', shape: [1, 300_000], data: new Uint8Array(300_000).fill(7) },
 ];
-/** The model's outputs as the placement is asked for them: the rank, not the sizes. */
-const specs = (/** @type {WireTensor[]} */ tensors) => /** @type {any} */ (tensors.map((o) => ({ name: o.name, datatype: o.datatype, shape: o.shape.map(() => -1) })));
+/** The model's outputs as the placement is made for them: the rank, not the sizes. */
+const specs = (/** @type {WireTensor[]} */ tensors) => tensors.map((o) => ({ name: o.name, datatype: o.datatype, shape: o.shape.map(() => -1) }));
 
-/** What the device and the edge do for one response: placed, transferred (here: as it is), framed. */
+/** What the pipeline, the device and the edge do for one response: placed as the layout asks, transferred (here: as it is), framed. */
 function respond(/** @type {string} */ model, /** @type {string} */ id, /** @type {WireTensor[]} */ tensors) {
-  const placement = responsePlacement(model, '1', id, specs(tensors));
+  const placement = placementOf(responseLayout(model, '1', id), specs(tensors));
   const placed = placeOutputs(tensors, placement);
   return { placed, response: frameResponse(model, '1', id, placed.outputs, placed.placed, placement) };
 }
@@ -74,17 +75,17 @@ test('an empty id is left out, as proto3 leaves out empty strings; the header fi
 });
 
 test('an output of a higher rank than its model declares is refused, never written past the headroom', (t) => {
-  const placement = responsePlacement('m', '1', 'x', specs([{ name: 'y', datatype: 'FP32', shape: [1], data: new Uint8Array(0) }]));
+  const placement = placementOf(responseLayout('m', '1', 'x'), specs([{ name: 'y', datatype: 'FP32', shape: [1], data: new Uint8Array(0) }]));
   const placed = placeOutputs([{ name: 'y', datatype: 'FP32', shape: Array(20).fill(2 ** 40), data: new Uint8Array(0) }], placement);
   t.throws(() => frameResponse('m', '1', 'x', placed.outputs, placed.placed, placement), { message: /header needs \d+ bytes, its placement left \d+/ });
 });
 
-test('the allocator frames only what it placed: hooks\' outputs go to protobufjs', (t) => {
+test('a frame frames only what was placed: hooks\' outputs go to protobufjs', (t) => {
   const frame = new ResponseFrame('m', '1', 'x');
   t.is(frame.frame({ outputs, placed: null }), null, 'not placed');
-  const placement = frame.place(specs(outputs));
+  const placement = placementOf(frame.layout, specs(outputs));
   const placed = placeOutputs(outputs, placement);
-  const res = /** @type {any} */ (service.ModelInfer.responseDeserialize(passed.ModelInfer.responseSerialize(frame.frame(placed))));
+  const res = /** @type {any} */ (service.ModelInfer.responseDeserialize(passed.ModelInfer.responseSerialize(frame.frame({ outputs: placed.outputs, placed: { bytes: placed.placed, placement } }))));
   t.is(res.raw_output_contents.length, outputs.length);
 });
 

@@ -1,14 +1,15 @@
 /**
  * The node's KServe V2 REST API with Triton's extensions (what tritonclient.http, KServe's REST
  * client and KServe's model agent call): each route calls the very operation its gRPC twin calls
- * (inference-service.ts kserveOperations; inferences through the same pipeline), and words the
- * answer as Triton's HTTP endpoint does (JSON numbers for int64, arrays where Triton answers
- * arrays). The HTTP edge (protocol/http-edge.ts) owns limits, admission and errors.
+ * (operations.ts; inferences through the same pipeline, an `Infer`), and words the answer as
+ * Triton's HTTP endpoint does (JSON numbers for int64, arrays where Triton answers arrays). The
+ * HTTP edge (http-edge.ts) owns limits, admission and errors. On the main thread or an edge
+ * thread alike.
  */
-import type { Pipeline } from './pipeline.js';
-import type { KserveOperations } from './inference-service.js';
-import { jsonBody, type RestReply, type RestRoute } from '../protocol/http-edge.js';
-import { parseRestInfer, restInferResponse, toParameters } from '../protocol/rest-tensors.js';
+import type { Infer } from '../shared/data-plane.js';
+import type { Operations } from './operations.js';
+import { jsonBody, type RestReply, type RestRoute } from './http-edge.js';
+import { parseRestInfer, restInferResponse, toParameters } from './rest-tensors.js';
 import { errors } from '../shared/errors.js';
 
 /** `/v2/models/{name}` with an optional `/versions/{v}`: captures name and version. */
@@ -32,29 +33,29 @@ function settingValue(key: string, v: unknown) {
   throw errors.invalidRequest(`log setting ${JSON.stringify(key)} must be a boolean, a whole number or a string`);
 }
 
-export function restRoutes(ops: KserveOperations, pipeline: Pipeline): RestRoute[] {
+export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
   const ref = (p: string[]) => ({ name: p[0], version: p[1] ?? '' });
   // Readiness as Triton's HTTP endpoint answers it: 200 when ready, 400 when not (KServe V2: "a 4xx
   // status code indicates false"), for the server and for a model (a model unknown is not ready).
   const ok = (ready: boolean, why?: string): RestReply => ({ json: ready ? { ready } : { ready, error: why ?? 'not ready' }, status: ready ? 200 : 400 });
-  const modelReady = (p: string[]): RestReply => {
+  const modelReady = async (p: string[]): Promise<RestReply> => {
     const { name, version } = ref(p);
     try {
-      return ops.ModelReady({ name, version }).ready ? ok(true) : ok(false, `model ${JSON.stringify(name)} is not ready`);
+      return (await ops.ModelReady({ name, version })).ready ? ok(true) : ok(false, `model ${JSON.stringify(name)} is not ready`);
     } catch (err) {
       return ok(false, (err as Error).message);
     }
   };
   return [
-    route('GET', '/v2/health/live', () => ({ json: { live: ops.ServerLive().live } })),
-    route('GET', '/v2/health/ready', () => ok(ops.ServerReady().ready, 'the server is not ready (starting, or shutting down)')),
-    route('GET', '/v2', () => ({ json: ops.ServerMetadata() })),
-    route('GET', '/v2/models/stats', () => ({ json: numbers(ops.ModelStatistics({ name: '', version: '' })) })),
-    route('GET', `${MODEL}/stats`, (r) => ({ json: numbers(ops.ModelStatistics(ref(r.params))) })),
+    route('GET', '/v2/health/live', async () => ({ json: { live: (await ops.ServerLive()).live } })),
+    route('GET', '/v2/health/ready', async () => ok((await ops.ServerReady()).ready, 'the server is not ready (starting, or shutting down)')),
+    route('GET', '/v2', async () => ({ json: await ops.ServerMetadata() })),
+    route('GET', '/v2/models/stats', async () => ({ json: numbers(await ops.ModelStatistics({ name: '', version: '' })) })),
+    route('GET', `${MODEL}/stats`, async (r) => ({ json: numbers(await ops.ModelStatistics(ref(r.params))) })),
     route('GET', `${MODEL}/ready`, (r) => modelReady(r.params)),
-    route('GET', `${MODEL}/config`, (r) => ({ json: numbers(ops.ModelConfig(ref(r.params)).config) })),
-    route('GET', MODEL, (r) => {
-      const md = ops.ModelMetadata(ref(r.params));
+    route('GET', `${MODEL}/config`, async (r) => ({ json: numbers((await ops.ModelConfig(ref(r.params))).config) })),
+    route('GET', MODEL, async (r) => {
+      const md = await ops.ModelMetadata(ref(r.params));
       return { json: { ...md, inputs: md.inputs.map((t) => ({ ...t, shape: t.shape.map(Number) })), outputs: md.outputs.map((t) => ({ ...t, shape: t.shape.map(Number) })) } };
     }),
     route('POST', `${MODEL}/infer`, async (r): Promise<RestReply> => {
@@ -66,8 +67,8 @@ export function restRoutes(ops: KserveOperations, pipeline: Pipeline): RestRoute
       const traceparent = r.headers.traceparent;
       const tracestate = r.headers.tracestate;
       const trace = typeof traceparent === 'string' ? { traceparent, ...(typeof tracestate === 'string' ? { tracestate } : {}) } : undefined;
-      // No output allocator: each output comes back in a buffer of its own, written to the socket as it is.
-      const answer = await pipeline.infer(rest.request, { callDeadlineMs: Infinity, signal: r.signal, trace, protocol: 'http', ...(r.admitted ? { admitted: r.admitted } : {}) });
+      // No output layout: each output comes back in a buffer of its own, written to the socket as it is.
+      const answer = await infer(rest.request, { callDeadlineMs: Infinity, signal: r.signal, outputs: null, trace, protocol: 'http', ...(r.admitted ? { admitted: r.admitted } : {}) });
       const { body, headerBytes: jsonBytes } = await restInferResponse(rest, answer);
       return jsonBytes === undefined
         ? { body, headers: { 'content-type': 'application/json' } }
@@ -75,7 +76,7 @@ export function restRoutes(ops: KserveOperations, pipeline: Pipeline): RestRoute
     }, true),
     route('POST', '/v2/repository/index', async (r) => {
       const { ready } = await jsonBody(r.body);
-      return { json: ops.RepositoryIndex({ repository_name: '', ready: ready === true }).models };
+      return { json: (await ops.RepositoryIndex({ repository_name: '', ready: ready === true })).models };
     }),
     route('POST', '/v2/repository/models/([^/]+)/load', async (r) => {
       const { parameters } = await jsonBody(r.body);
@@ -86,30 +87,30 @@ export function restRoutes(ops: KserveOperations, pipeline: Pipeline): RestRoute
       await ops.RepositoryModelUnload({ model_name: r.params[0] });
       return { json: {} };
     }),
-    route('GET', '/v2/systemsharedmemory(?:/region/([^/]+))?/status', (r) =>
-      ({ json: numbers(Object.values(ops.SystemSharedMemoryStatus({ name: r.params[0] ?? '' }).regions)) })),
+    route('GET', '/v2/systemsharedmemory(?:/region/([^/]+))?/status', async (r) =>
+      ({ json: numbers(Object.values((await ops.SystemSharedMemoryStatus({ name: r.params[0] ?? '' })).regions)) })),
     route('POST', '/v2/systemsharedmemory/region/([^/]+)/register', async (r) => {
       const { key, offset, byte_size: byteSize } = await jsonBody(r.body);
       if (typeof key !== 'string') throw errors.invalidRequest('register: "key" must be the shared-memory object\'s name (a string)');
       if (typeof byteSize !== 'number') throw errors.invalidRequest('register: "byte_size" must be a number');
-      ops.SystemSharedMemoryRegister({ name: r.params[0], key, offset: String(offset ?? 0), byte_size: String(byteSize) });
+      await ops.SystemSharedMemoryRegister({ name: r.params[0], key, offset: String(offset ?? 0), byte_size: String(byteSize) });
       return { json: {} };
     }),
-    route('POST', '/v2/systemsharedmemory(?:/region/([^/]+))?/unregister', (r) => {
-      ops.SystemSharedMemoryUnregister({ name: r.params[0] ?? '' });
+    route('POST', '/v2/systemsharedmemory(?:/region/([^/]+))?/unregister', async (r) => {
+      await ops.SystemSharedMemoryUnregister({ name: r.params[0] ?? '' });
       return { json: {} };
     }),
     // CUDA shared memory, as on the gRPC side: no region is ever registered, so the status is
     // empty and unregistering (perf_analyzer's clean-up calls it) has nothing to do; registering
     // says why it is refused.
-    route('GET', '/v2/cudasharedmemory(?:/region/([^/]+))?/status', (r) => ({ json: Object.values(ops.CudaSharedMemoryStatus({ name: r.params[0] ?? '' }).regions) })),
-    route('POST', '/v2/cudasharedmemory(?:/region/([^/]+))?/unregister', () => ({ json: ops.CudaSharedMemoryUnregister() })),
-    route('POST', '/v2/cudasharedmemory/region/([^/]+)/register', () => ({ json: ops.CudaSharedMemoryRegister() })),
-    route('GET', '/v2/logging', () => ({ json: plainSettings(ops.LogSettings({ settings: {} }).settings) })),
+    route('GET', '/v2/cudasharedmemory(?:/region/([^/]+))?/status', async (r) => ({ json: Object.values((await ops.CudaSharedMemoryStatus({ name: r.params[0] ?? '' })).regions) })),
+    route('POST', '/v2/cudasharedmemory(?:/region/([^/]+))?/unregister', async (r) => ({ json: await ops.CudaSharedMemoryUnregister({ name: r.params[0] ?? '' }) })),
+    route('POST', '/v2/cudasharedmemory/region/([^/]+)/register', async () => ({ json: await ops.CudaSharedMemoryRegister({}) })),
+    route('GET', '/v2/logging', async () => ({ json: plainSettings((await ops.LogSettings({ settings: {} })).settings) })),
     route('POST', '/v2/logging', async (r) => {
       const given = await jsonBody(r.body);
       const settings = Object.fromEntries(Object.entries(given).map(([k, v]) => [k, settingValue(k, v)]));
-      return { json: plainSettings(ops.LogSettings({ settings }).settings) };
+      return { json: plainSettings((await ops.LogSettings({ settings })).settings) };
     }),
   ];
 }

@@ -1,0 +1,210 @@
+/**
+ * The main thread's handle on the edge threads (`endpoints.edge_threads`): starts them on the
+ * node's ports (the first chooses them when they are 0, the others listen beside it), answers
+ * what they ask (shared/channels/edge.ts: each operation by name, each inference through the
+ * pipeline, cancelled when its client goes), tells them what changes (health, the log level), and
+ * drains them at shutdown. What is one per process stays here: the registry and readiness, the
+ * shared-memory regions, statistics and /metrics, tracing; admission is one count in shared memory.
+ *
+ * An edge thread that dies (an uncaught error) has failed only its own connections: its
+ * inferences still running are cancelled, and a replacement starts on the same ports
+ * (stowage_edge_restarts_total). Requests per edge: stowage_edge_requests_total{edge}.
+ */
+import { Worker } from 'node:worker_threads';
+import type { Logger } from 'pino';
+import { Counter, type Registry } from 'prom-client';
+import type { EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js';
+import type { Infer, InferenceAnswer } from '../../shared/data-plane.js';
+import { errors, toErrorData } from '../../shared/errors.js';
+import { WORKER_YOUNG_GENERATION_MIB } from '../../shared/constants.js';
+import type { Admission } from '../../protocol/admission.js';
+
+const WORKER_URL = new URL('./worker.js', import.meta.url);
+
+/** An edge thread's start must not take longer than this (it loads the protos and binds two ports). */
+const EDGE_START_TIMEOUT_MS = 30_000;
+
+/** The edges' metrics: requests per edge ("main" when the main thread is the only edge), and restarts. */
+export function edgeMetrics(registry: Registry) {
+  return {
+    requests: new Counter({ name: 'stowage_edge_requests_total', help: 'Inference requests each edge handed to the pipeline (gRPC and REST; edge "main" when endpoints.edge_threads is 0)', labelNames: ['edge'], registers: [registry] }),
+    restarts: new Counter({ name: 'stowage_edge_restarts_total', help: 'Edge threads that died (an uncaught error) and were replaced', registers: [registry] }),
+  };
+}
+
+export interface EdgeOptions {
+  count: number;
+  /** The node file's endpoints section, as it is. */
+  endpoints: EdgeStart['endpoints'] & { grpc_port: number; http_port: number };
+  /** The process's admission: its counters are shared with the edges, and a dead edge's share is given back. */
+  admission: Admission;
+  logLevel: string;
+  /** Every operation the edges may ask for (protocol/operations.ts), by name. */
+  operations: Record<string, (request: never) => unknown>;
+  infer: Infer;
+  logger: Logger;
+  metrics: ReturnType<typeof edgeMetrics>;
+}
+
+/** One edge thread, as the main thread sees it. */
+interface Edge {
+  index: number;
+  worker: Worker;
+  /** Its inferences in the pipeline, to cancel when the client goes or the edge dies. */
+  inferences: Map<number, AbortController>;
+  /** Resolves when it has drained (or exited). */
+  drained: Promise<void>;
+  markDrained: () => void;
+}
+
+/** The buffers an answer's outputs are views of, each once. */
+function answerBuffers(answer: InferenceAnswer): ArrayBuffer[] {
+  const buffers = new Set<ArrayBuffer>();
+  if (answer.placed) buffers.add(answer.placed.bytes.buffer as ArrayBuffer);
+  for (const t of answer.outputs) if (!(t.data.buffer instanceof SharedArrayBuffer)) buffers.add(t.data.buffer as ArrayBuffer);
+  return [...buffers];
+}
+
+export class EdgeThreads {
+  readonly #o: EdgeOptions;
+  readonly #edges: (Edge | undefined)[] = [];
+  readonly #requests: Counter<'edge'>;
+  readonly #restarts: Counter;
+  #ports = { grpc: 0, http: 0 };
+  #stopping = false;
+
+  constructor(options: EdgeOptions) {
+    this.#o = options;
+    this.#requests = options.metrics.requests;
+    this.#restarts = options.metrics.restarts;
+  }
+
+  /** Start every edge: the first on the configured ports (choosing them when 0), the rest beside it. Resolves to the ports. */
+  async start(): Promise<{ grpc: number; http: number }> {
+    this.#ports = { grpc: this.#o.endpoints.grpc_port, http: this.#o.endpoints.http_port };
+    for (let i = 0; i < this.#o.count; i++) {
+      this.#ports = await this.#spawn(i);
+      this.#requests.inc({ edge: String(i) }, 0);
+    }
+    return this.#ports;
+  }
+
+  /** Every edge thread now, named as stowage_thread_heap_bytes labels them. */
+  *threads(): Iterable<[string, Worker]> {
+    for (const edge of this.#edges) if (edge) yield [`edge-${edge.index}`, edge.worker];
+  }
+
+  /** A health status may have changed: every edge's Watch streams look again. */
+  healthChanged(): void {
+    this.#broadcast({ type: 'health' });
+  }
+
+  setLogLevel(level: string): void {
+    this.#broadcast({ type: 'logLevel', level });
+  }
+
+  /** Drain every edge (new inferences refused, those in flight answered within `graceMs`), then end their threads. */
+  async stop(graceMs: number): Promise<void> {
+    this.#stopping = true;
+    const edges = this.#edges.filter((e): e is Edge => e !== undefined);
+    this.#broadcast({ type: 'drain', graceMs });
+    await Promise.all(edges.map((e) => e.drained));
+    await Promise.all(edges.map((e) => e.worker.terminate()));
+  }
+
+  #broadcast(msg: ToEdge): void {
+    for (const edge of this.#edges) edge?.worker.postMessage(msg);
+  }
+
+  #spawn(index: number): Promise<{ grpc: number; http: number }> {
+    const { endpoints, admission, logLevel, logger } = this.#o;
+    const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel };
+    const worker = new Worker(WORKER_URL, {
+      workerData: start,
+      name: `edge-${index}`,
+      resourceLimits: { maxYoungGenerationSizeMb: WORKER_YOUNG_GENERATION_MIB },
+    });
+    let markDrained = () => {};
+    const drained = new Promise<void>((resolve) => {
+      markDrained = resolve;
+    });
+    const edge: Edge = { index, worker, inferences: new Map(), drained, markDrained };
+    this.#edges[index] = edge;
+    return new Promise((resolve, reject) => {
+      let listening = false;
+      const timer = setTimeout(() => {
+        void worker.terminate();
+        reject(errors.internal(`edge thread ${index} did not start listening within ${EDGE_START_TIMEOUT_MS} ms`));
+      }, EDGE_START_TIMEOUT_MS);
+      let lastError: Error | undefined;
+      worker.on('message', (msg: FromEdge) => {
+        if (msg.type === 'listening') {
+          listening = true;
+          clearTimeout(timer);
+          resolve(msg.ports);
+          return;
+        }
+        this.#serve(edge, msg);
+      });
+      worker.on('error', (err) => {
+        lastError = err;
+      });
+      worker.on('exit', (code) => {
+        clearTimeout(timer);
+        edge.markDrained();
+        for (const abort of edge.inferences.values()) abort.abort();
+        edge.inferences.clear();
+        // What it had admitted will never leave: its share of the counts is given back.
+        admission.forget(index + 1);
+        if (this.#edges[index] === edge) this.#edges[index] = undefined;
+        if (!listening) {
+          reject(errors.internal(`edge thread ${index} exited (code ${code}) before listening: ${lastError?.message ?? 'no error reported'}`));
+          return;
+        }
+        if (this.#stopping) return;
+        // Its connections died with it; the others never noticed. A replacement listens beside them.
+        this.#restarts.inc();
+        logger.error({ edge: index, code, err: lastError }, 'edge thread crashed: its connections are closed; starting another');
+        this.#spawn(index).then(
+          () => logger.info({ edge: index }, 'edge thread restarted'),
+          (err: unknown) => logger.error({ edge: index, err }, 'edge thread could not be restarted'),
+        );
+      });
+    });
+  }
+
+  #serve(edge: Edge, msg: FromEdge): void {
+    const reply = (out: ToEdge, transfer: ArrayBuffer[] = []) => {
+      if (this.#edges[edge.index] === edge) edge.worker.postMessage(out, transfer);
+    };
+    switch (msg.type) {
+      case 'call': {
+        const operation = this.#o.operations[msg.op];
+        Promise.resolve()
+          .then(() => {
+            if (!operation) throw errors.unimplementedRpc(msg.op);
+            return operation(msg.request as never);
+          })
+          .then((value) => reply({ type: 'reply', id: msg.id, reply: value }), (err: unknown) => reply({ type: 'failed', id: msg.id, error: toErrorData(err) }));
+        return;
+      }
+      case 'infer': {
+        const abort = new AbortController();
+        edge.inferences.set(msg.id, abort);
+        this.#requests.inc({ edge: String(edge.index) });
+        this.#o.infer(msg.request, { ...msg.options, signal: abort.signal })
+          .then((answer) => reply({ type: 'answer', id: msg.id, answer }, answerBuffers(answer)), (err: unknown) => reply({ type: 'failed', id: msg.id, error: toErrorData(err) }))
+          .finally(() => edge.inferences.delete(msg.id));
+        return;
+      }
+      case 'cancel':
+        edge.inferences.get(msg.id)?.abort();
+        return;
+      case 'drained':
+        edge.markDrained();
+        return;
+      case 'listening':
+        return;
+    }
+  }
+}

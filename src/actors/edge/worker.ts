@@ -1,0 +1,164 @@
+/**
+ * An edge thread: terminates gRPC and REST on the node's ports beside the other edges (each
+ * listens with SO_REUSEPORT, so the kernel spreads connections over them; grpc-js takes each
+ * accepted socket through its connection injector), decodes every request, admits it against the
+ * process's one admission (shared counters), and encodes every answer. What only the main thread
+ * may answer goes there over this thread's port (shared/channels/edge.ts): each operation by name
+ * (protocol/operations.ts), each inference as the data plane's request, handed to the pipeline
+ * there; the answer comes back here and is framed on this thread. Streams stay on their edge.
+ *
+ * An uncaught error ends this thread and closes its connections only; the main thread starts a
+ * replacement on the same ports (handle.ts).
+ */
+import { existsSync, renameSync } from 'node:fs';
+import { parentPort, workerData } from 'node:worker_threads';
+import type { NodeConfig } from '../../shared/config-schema.js';
+import type { EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js';
+import type { DataPlaneRequest, Infer, InferenceAnswer } from '../../shared/data-plane.js';
+import { fromErrorData, type ErrorData } from '../../shared/errors.js';
+import { createLogger } from '../../shared/log.js';
+import { Admission } from '../../protocol/admission.js';
+import { GrpcEdge } from '../../protocol/edge.js';
+import { controlTable, inferenceTable } from '../../protocol/grpc-services.js';
+import { HealthService } from '../../protocol/health-service.js';
+import { HttpEdge } from '../../protocol/http-edge.js';
+import { passEncodedResponses } from '../../protocol/infer-response-wire.js';
+import { markOwnedBuffers } from '../../protocol/message-buffers.js';
+import { OPERATION_NAMES, type Operations } from '../../protocol/operations.js';
+import { loadControlClient, loadInferenceClient } from '../../protocol/proto.js';
+import { restRoutes } from '../../protocol/rest-routes.js';
+
+const start = workerData as EdgeStart;
+const port = parentPort!;
+const endpoints = start.endpoints as NodeConfig['global']['endpoints'];
+const logger = createLogger(start.logLevel).child({ edge: start.edge });
+// The process's one admission, this edge counting its share in a slot of its own (the main thread's is 0).
+const admission = new Admission(endpoints.max_concurrent_requests, endpoints.max_inflight_bytes, start.admission, start.edge + 1);
+
+const post = (msg: FromEdge, transfer: ArrayBuffer[] = []) => port.postMessage(msg, transfer);
+
+/** Calls and inferences waiting for the main thread, by id. */
+const pending = new Map<number, { resolve: (value: never) => void; reject: (err: Error) => void }>();
+let nextId = 1;
+
+function ask<T>(msg: FromEdge & { id: number }, transfer?: ArrayBuffer[]): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    pending.set(msg.id, { resolve: resolve as (value: never) => void, reject });
+    post(msg, transfer);
+  });
+}
+
+/** Every operation, answered by the main thread. */
+const ops = Object.fromEntries(OPERATION_NAMES.map((op) => [op, (request: unknown) => ask({ type: 'call', id: nextId++, op, request })])) as unknown as Operations;
+
+/**
+ * Fault injection, for the test of an edge's crash (test/adversarial/faults.test.js): when the
+ * file STOWAGE_FAULT_EDGE_EXIT names exists as an inference arrives, this thread takes it (renames
+ * it, so that one edge only takes it) and throws an error nothing catches, which ends it as any
+ * such error would, with its connections and the requests on them. Unset (production), it costs nothing.
+ */
+const faultExitFile = process.env.STOWAGE_FAULT_EDGE_EXIT;
+/** Whether this thread took the fault: of edges that see the file at once, the one whose rename succeeds. */
+function tookFault(file: string): boolean {
+  try {
+    renameSync(file, `${file}.taken-by-edge-${start.edge}`);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The request's inline bytes, each in a buffer the main thread may own: bytes the request owns go
+ * as they are (their buffers transferred once); others (a small gRPC message in Node's shared
+ * pool) are copied into a buffer of their own first, the copy the pipeline would make otherwise.
+ */
+function handedOver(request: DataPlaneRequest): ArrayBuffer[] {
+  const transfer = new Set<ArrayBuffer>();
+  for (const input of request.inputs) {
+    const bytes = input.bytes;
+    if (bytes.kind !== 'inline') continue;
+    if (!bytes.owned) {
+      const own = new Uint8Array(bytes.data.byteLength);
+      own.set(bytes.data); // copy: a small message's bytes into a buffer of their own (the table's `inlineData` copy, made on the edge)
+      input.bytes = { kind: 'inline', data: own, owned: true };
+    }
+    transfer.add((input.bytes as { data: Uint8Array }).data.buffer as ArrayBuffer);
+  }
+  return [...transfer];
+}
+
+/** The pipeline, on the main thread: the request goes there, its answer comes back here. */
+const infer: Infer = async (request, { signal, ...options }) => {
+  if (faultExitFile && existsSync(faultExitFile) && tookFault(faultExitFile)) {
+    setImmediate(() => {
+      throw new Error(`a fault injected by ${faultExitFile}`);
+    });
+  }
+  const id = nextId++;
+  const onAbort = () => post({ type: 'cancel', id });
+  signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    return await ask<InferenceAnswer>({ type: 'infer', id, request, options }, handedOver(request));
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+  }
+};
+
+const healthListeners: (() => void)[] = [];
+const health = new HealthService({
+  status: async (service) => (await ops.HealthStatus({ service })).status,
+  watch: (listener) => healthListeners.push(listener),
+});
+
+const grpcEdge = new GrpcEdge(endpoints, logger, admission);
+grpcEdge.addService(loadControlClient().service, controlTable(grpcEdge, ops));
+// Large ModelInfer messages own their buffer: their tensors go to the main thread, then the device, without a copy.
+grpcEdge.addService(passEncodedResponses(markOwnedBuffers(loadInferenceClient().service, ['ModelInfer', 'ModelStreamInfer'])), inferenceTable(grpcEdge, ops, infer));
+health.register(grpcEdge);
+const httpEdge = new HttpEdge({
+  host: endpoints.host, port: start.ports.http, reusePort: true, maxBodyBytes: endpoints.max_receive_message_bytes, maxJsonBytes: endpoints.max_json_body_bytes,
+  requestTimeoutMs: endpoints.http_request_timeout_seconds * 1000, admission, logger,
+});
+httpEdge.add(restRoutes(ops, infer));
+
+/**
+ * An error nothing caught ends this thread, as it would end the process, and only this thread:
+ * its connections are dropped first (see GrpcEdge.abandon), then the main thread is told why (it
+ * starts a replacement, handle.ts) and the thread exits.
+ */
+process.on('uncaughtException', (err) => {
+  logger.error({ err }, 'edge thread failed: dropping its connections');
+  grpcEdge.abandon();
+  httpEdge.abandon();
+  setTimeout(() => process.exit(70), 10);
+});
+
+port.on('message', (msg: ToEdge) => {
+  switch (msg.type) {
+    case 'reply':
+    case 'answer':
+    case 'failed': {
+      const waiting = pending.get(msg.id);
+      if (!waiting) return;
+      pending.delete(msg.id);
+      if (msg.type === 'failed') waiting.reject(fromErrorData(msg.error as ErrorData));
+      else waiting.resolve((msg.type === 'reply' ? msg.reply : msg.answer) as never);
+      return;
+    }
+    case 'health':
+      for (const listener of healthListeners) listener();
+      return;
+    case 'logLevel':
+      logger.level = msg.level;
+      return;
+    case 'drain':
+      health.close();
+      void Promise.all([grpcEdge.stop(msg.graceMs), httpEdge.stop(msg.graceMs)]).then(() => post({ type: 'drained' }));
+      return;
+  }
+});
+
+const http = await httpEdge.start();
+const grpc = await grpcEdge.start({ port: start.ports.grpc, reusePort: true });
+post({ type: 'listening', ports: { grpc, http } });

@@ -1,0 +1,73 @@
+/**
+ * Every operation the edges answer besides inferences, as plain functions of a request: KServe's
+ * and Triton's (node/inference-service.ts implements them), Stowage's control service
+ * (node/control-service.ts) and the health status (node/health.ts). The gRPC tables
+ * (grpc-services.ts, health-service.ts) and the REST routes (rest-routes.ts) call them, on the main
+ * thread as they are, or from an edge thread through its port (actors/edge/: each call posted to
+ * the main thread and its reply posted back), which is why every reply may be a promise and every
+ * request and reply is data. What a reply holds is the gRPC message's shape (int64 as strings);
+ * the REST routes word it as Triton's HTTP endpoint does.
+ */
+import type { ModelRef } from './types.js';
+
+type Awaitable<T> = T | Promise<T>;
+
+/** A log setting as LogSettings carries it. */
+export type LogSettingValue = { parameter_choice?: 'bool_param' | 'uint32_param' | 'string_param'; bool_param?: boolean; uint32_param?: number; string_param?: string };
+
+/** A tensor as ModelMetadata describes it. */
+interface MetadataTensor {
+  name: string;
+  datatype: string;
+  shape: number[];
+}
+
+/** What a gRPC health probe hears for a name (grpc.health.v1). */
+export type ServingStatus = 'SERVING' | 'NOT_SERVING';
+
+export interface Operations {
+  ServerLive(): Awaitable<{ live: boolean }>;
+  ServerReady(): Awaitable<{ ready: boolean }>;
+  ModelReady(req: ModelRef): Awaitable<{ ready: boolean }>;
+  ServerMetadata(): Awaitable<{ name: string; version: string; extensions: string[] }>;
+  ModelMetadata(req: ModelRef): Awaitable<{ name: string; versions: string[]; platform: string; inputs: MetadataTensor[]; outputs: MetadataTensor[] }>;
+  /** Triton's ModelConfig message, as model-config.ts writes it. */
+  ModelConfig(req: ModelRef): Awaitable<{ config: Record<string, unknown> }>;
+  RepositoryIndex(req: { repository_name: string; ready: boolean }): Awaitable<{ models: { name: string; version: string; state: string; reason: string }[] }>;
+  RepositoryModelLoad(req: { model_name: string; parameters: Record<string, unknown> }): Awaitable<Record<string, never>>;
+  RepositoryModelUnload(req: { model_name: string }): Awaitable<Record<string, never>>;
+  /** Triton's ModelStatistics messages, as node/statistics.ts writes them. */
+  ModelStatistics(req: ModelRef): Awaitable<{ model_stats: Record<string, unknown>[] }>;
+  SystemSharedMemoryRegister(req: { name: string; key: string; offset: string; byte_size: string }): Awaitable<Record<string, never>>;
+  SystemSharedMemoryStatus(req: { name: string }): Awaitable<{ regions: Record<string, { name: string; key: string; offset: string; byte_size: string }> }>;
+  SystemSharedMemoryUnregister(req: { name: string }): Awaitable<Record<string, never>>;
+  CudaSharedMemoryStatus(req: { name: string }): Awaitable<{ regions: Record<string, never> }>;
+  CudaSharedMemoryUnregister(req: { name: string }): Awaitable<Record<string, never>>;
+  CudaSharedMemoryRegister(req: Record<string, unknown>): Awaitable<Record<string, never>>;
+  LogSettings(req: { settings: Record<string, LogSettingValue> }): Awaitable<{ settings: Record<string, LogSettingValue> }>;
+
+  /** Stowage's control service (proto/control.proto), its messages as they are. */
+  ModelControlStatus(req: { name: string }): Awaitable<{ models: Record<string, unknown>[] }>;
+  SetModelPolicy(req: { name: string; weight: number; max_batch_size: number }): Awaitable<Record<string, never>>;
+  SetModelResidency(req: { name: string; residency: string }): Awaitable<Record<string, never>>;
+  CompactMemory(req: { device: number }): Awaitable<{ moved_bytes: string }>;
+
+  /** What a health probe of `service` hears now (health-service.ts). */
+  HealthStatus(req: { service: string }): Awaitable<{ status: ServingStatus }>;
+}
+
+export type OperationName = keyof Operations;
+
+/** Every operation's name, for a table of them made in another thread (actors/edge/). */
+export const OPERATION_NAMES: readonly OperationName[] = [
+  'ServerLive', 'ServerReady', 'ModelReady', 'ServerMetadata', 'ModelMetadata', 'ModelConfig',
+  'RepositoryIndex', 'RepositoryModelLoad', 'RepositoryModelUnload', 'ModelStatistics',
+  'SystemSharedMemoryRegister', 'SystemSharedMemoryStatus', 'SystemSharedMemoryUnregister',
+  'CudaSharedMemoryStatus', 'CudaSharedMemoryUnregister', 'CudaSharedMemoryRegister', 'LogSettings',
+  'ModelControlStatus', 'SetModelPolicy', 'SetModelResidency', 'CompactMemory', 'HealthStatus',
+];
+
+/** The operations of the inference service's gRPC table (the rest are control's and health's). */
+export const KSERVE_OPERATIONS: readonly OperationName[] = OPERATION_NAMES.slice(0, 17);
+/** Stowage's control service. */
+export const CONTROL_OPERATIONS: readonly OperationName[] = ['ModelControlStatus', 'SetModelPolicy', 'SetModelResidency', 'CompactMemory'];

@@ -1,0 +1,116 @@
+// Edge threads (endpoints.edge_threads, src/actors/edge/): gRPC and REST terminated by two threads
+// on the same ports, connections spread over them by the kernel, one admission and one log level
+// for all of them. The rest of the integration suites run with edge threads too (test/run.sh runs
+// them again with INFERENCE_SERVER_ENDPOINTS_EDGE_THREADS=2); an edge's crash is in
+// test/adversarial/faults.test.js.
+import http from 'node:http';
+import { readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import test from 'ava';
+import { status } from '@grpc/grpc-js';
+import { InferenceClient } from '../../dist/client/client.js';
+import { FIXTURES, ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir, tensor } from '../helpers/server.js';
+
+/** A client on a connection of its own (grpc-js shares connections between clients of one target unless told not to). */
+const ownConnection = (/** @type {string} */ address) => new InferenceClient(address, { 'grpc.use_local_subchannel_pool': 1 });
+
+const digit = () => tensor('image', 'FP32', [1, 8, 8], new Float32Array(64).fill(3));
+
+/** A REST inference on a connection of its own (no keep-alive agent). */
+function restInfer(/** @type {string} */ rest, /** @type {string} */ model, /** @type {object} */ body) {
+  const url = new URL(`${rest}/v2/models/${model}/infer`);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', agent: false, headers: { 'content-type': 'application/json' } }, (res) => {
+      let text = '';
+      res.on('data', (chunk) => { text += chunk; });
+      res.on('end', () => resolve({ status: res.statusCode, body: text }));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}
+
+test('two edge threads serve gRPC and REST on the same ports, and connections land on both', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits') });
+  const server = await startServer({ model_repo: repo, global: { endpoints: { edge_threads: 2 } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const clients = Array.from({ length: 12 }, () => ownConnection(server.address));
+  t.teardown(() => clients.forEach((c) => c.close()));
+  const answers = await Promise.all(clients.map((c) => c.infer('digits', [digit()], { outputs: ['label'] })));
+  t.true(answers.every((a) => a.outputs[0].datatype === 'INT64'));
+  const body = { inputs: [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: Array(64).fill(3) }], outputs: [{ name: 'label' }] };
+  const grpcOnly = await scrapeMetrics(server.adminPort);
+  t.true([0, 1].every((edge) => metric(grpcOnly, 'stowage_edge_requests_total', `edge="${edge}"`) > 0), 'gRPC connections on both edges');
+  const rest = await Promise.all(Array.from({ length: 12 }, () => restInfer(/** @type {string} */ (server.rest), 'digits', body)));
+  t.true(rest.every((r) => r.status === 200), JSON.stringify(rest.filter((r) => r.status !== 200)));
+  const m = await scrapeMetrics(server.adminPort);
+  const perEdge = [0, 1].map((edge) => metric(m, 'stowage_edge_requests_total', `edge="${edge}"`));
+  t.log(`requests per edge: ${perEdge.join(', ')}`);
+  t.is(perEdge[0] + perEdge[1], 24, 'every request counted once, by the edge that took it');
+  t.true(perEdge.every((n) => n > 0), 'the kernel spread the connections over both edges');
+  t.true(perEdge.every((n, edge) => n > metric(grpcOnly, 'stowage_edge_requests_total', `edge="${edge}"`)), 'REST connections on both edges');
+  t.is(metric(m, 'stowage_edge_requests_total', 'edge="main"'), 0, 'the main thread terminates nothing');
+  t.is(metric(m, 'stowage_thread_heap_bytes', 'thread="edge-1",kind="used"') > 0, true, 'each edge thread\'s heap is reported');
+  // One view of the statistics, whichever edge each request came through.
+  const { model_stats: [stats] } = await server.client.call('ModelStatistics', { name: 'digits' });
+  t.is(Number(stats.inference_stats.success.count), 24);
+});
+
+test('admission counts the requests of every edge together', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const echoManifest = readFileSync(path.join(FIXTURES, 'models', 'echo', 'manifest.yaml'), 'utf8');
+  // A model whose preprocess hook holds each request until its gate file exists.
+  const repo = makeRepository(temp.dir, { echo: path.join(FIXTURES, 'models', 'echo') }, {
+    'gated/manifest.yaml': echoManifest, 'gated/model.js': readFileSync(path.join(FIXTURES, 'hooks', 'gated.js')),
+  });
+  writeFileSync(path.join(repo, 'gated', 'model.onnx'), readFileSync(path.join(FIXTURES, 'models', 'echo', 'model.onnx')));
+  const server = await startServer({ model_repo: repo, global: { endpoints: { edge_threads: 2, max_concurrent_requests: 3 } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const clients = Array.from({ length: 8 }, () => ownConnection(server.address));
+  t.teardown(() => clients.forEach((c) => c.close()));
+  const x = tensor('x', 'FP32', [1, 1024], new Float32Array(1024).fill(2));
+  // The connections first, spread over the edges (one request at a time: the cap is 3).
+  for (const c of clients) await c.infer('echo', [x]);
+  const m = await scrapeMetrics(server.adminPort);
+  t.true([0, 1].every((edge) => metric(m, 'stowage_edge_requests_total', `edge="${edge}"`) > 0), 'both edges hold connections');
+  // Then 16 requests held in flight by their gate, two per connection: 3 may be in flight in all.
+  const gate = path.join(temp.dir, 'gate');
+  const gated = { parameters: { gate: { parameter_choice: /** @type {const} */ ('string_param'), string_param: gate } } };
+  const burst = clients.flatMap((c) => [c.infer('gated', [x], gated), c.infer('gated', [x], gated)]);
+  const settled = Promise.allSettled(burst);
+  for (let i = 0; i < 200 && (await scrapeMetrics(server.adminPort)).stowage_grpc_shed_total < 13; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+  const during = await scrapeMetrics(server.adminPort);
+  t.is(during.stowage_grpc_inflight_requests, 3, 'three in flight, from whichever edges');
+  writeFileSync(gate, '');
+  const results = await settled;
+  const refused = results.filter((r) => r.status === 'rejected');
+  t.is(results.length - refused.length, 3, 'three answered');
+  t.is(refused.length, 13);
+  for (const r of refused) {
+    t.is(/** @type {PromiseRejectedResult} */ (r).reason.code, status.RESOURCE_EXHAUSTED);
+    t.regex(/** @type {PromiseRejectedResult} */ (r).reason.details, /3 inference requests in flight \(endpoints\.max_concurrent_requests = 3\)/);
+  }
+  t.is((await scrapeMetrics(server.adminPort)).stowage_grpc_shed_total, 13, 'each refusal counted once, whichever edge refused it');
+});
+
+test('the log level set through LogSettings is every edge\'s', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits') });
+  const server = await startServer({ model_repo: repo, global: { endpoints: { edge_threads: 2 } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const clients = Array.from({ length: 12 }, () => ownConnection(server.address));
+  t.teardown(() => clients.forEach((c) => c.close()));
+  /** Every client asks for a model that is not there: each edge logs the refusal at debug level. */
+  const askForNothing = () => Promise.allSettled(clients.map((c) => c.infer('nothing', [digit()])));
+  await askForNothing();
+  const refusals = () => server.logs.filter((l) => l.edge !== undefined && l.rpc === 'ModelInfer');
+  t.is(refusals().length, 0, 'at info, nothing');
+  await server.client.call('LogSettings', { settings: { log_verbose_level: { parameter_choice: 'uint32_param', uint32_param: 1 } } });
+  await askForNothing();
+  await server.waitForLogs((l) => l.edge !== undefined && l.rpc === 'ModelInfer', 12);
+  t.deepEqual([...new Set(refusals().map((l) => l.edge))].sort(), [0, 1], 'both edges log at debug now');
+});

@@ -1,0 +1,70 @@
+// The admission's counts are one for the whole process: edges on other threads count with the
+// same shared memory, so the caps hold for all of them together, and a dead edge's share is given back.
+import { Worker } from 'node:worker_threads';
+import test from 'ava';
+import { Admission } from '../../../dist/protocol/admission.js';
+
+/**
+ * Threads that each try `tries` times to take a place, hold it a moment and leave, counting with
+ * `memory` in their own slots; each reports how many it got and the most it saw in flight.
+ * @param {SharedArrayBuffer} memory
+ */
+async function contend(memory, { threads = 4, tries = 2000, cap = 3, maxBytes = 0, bytes = 0 } = {}) {
+  const source = `
+    const { parentPort, workerData: { memory, slot, tries, cap, maxBytes, bytes, url } } = require('node:worker_threads');
+    import(url).then(({ Admission }) => {
+      const admission = new Admission(cap, maxBytes, memory, slot);
+      let admitted = 0, most = 0, mostBytes = 0;
+      for (let i = 0; i < tries; i++) {
+        try { admission.enter(bytes); } catch { continue; }
+        admitted++;
+        most = Math.max(most, admission.inflight);
+        mostBytes = Math.max(mostBytes, admission.inflightBytes);
+        for (let k = 0; k < 200; k++); // held a moment
+        admission.leave(bytes);
+      }
+      parentPort.postMessage({ admitted, most, mostBytes });
+    });`;
+  const url = new URL('../../../dist/protocol/admission.js', import.meta.url).href;
+  const workers = Array.from({ length: threads }, (_, k) => new Worker(source, { eval: true, workerData: { memory, slot: k + 1, tries, cap, maxBytes, bytes, url } }));
+  return Promise.all(workers.map((w) => new Promise((resolve, reject) => {
+    w.once('message', resolve);
+    w.once('error', reject);
+  })));
+}
+
+test('edges on four threads never take the process past max_concurrent_requests, and every place is given back', async (t) => {
+  const admission = new Admission(3, 0);
+  const results = /** @type {{ admitted: number, most: number }[]} */ (await contend(admission.memory, { cap: 3 }));
+  t.true(results.every((r) => r.most <= 3), `the most in flight seen: ${results.map((r) => r.most)}`);
+  t.true(results.reduce((n, r) => n + r.admitted, 0) > 0);
+  t.is(admission.inflight, 0, 'all left');
+  t.is(admission.shed, 4 * 2000 - results.reduce((n, r) => n + r.admitted, 0), 'every refusal counted once, by whichever thread refused');
+});
+
+test('nor past max_inflight_bytes (a lone request always passes)', async (t) => {
+  const admission = new Admission(0, 1000, undefined);
+  const results = /** @type {{ admitted: number, mostBytes: number }[]} */ (await contend(admission.memory, { cap: 0, maxBytes: 1000, bytes: 300 }));
+  t.true(results.every((r) => r.mostBytes <= 900), `the most bytes seen: ${results.map((r) => r.mostBytes)}`);
+  t.is(admission.inflightBytes, 0);
+  const lone = new Admission(0, 100);
+  t.notThrows(() => lone.enter(5000), 'alone, past the cap');
+  t.throws(() => lone.enter(1), { message: /past endpoints\.max_inflight_bytes = 100/ });
+});
+
+test('an edge that is gone has its share given back, and no one else\'s', (t) => {
+  const main = new Admission(0, 0);
+  const edge1 = new Admission(0, 0, main.memory, 1);
+  const edge2 = new Admission(0, 0, main.memory, 2);
+  main.enter(10);
+  edge1.enter(100);
+  edge1.enter(200);
+  edge1.grow(50);
+  edge2.enter(1000);
+  t.deepEqual([main.inflight, main.inflightBytes], [4, 1360]);
+  main.forget(1); // edge 1's thread died with its two requests in flight
+  t.deepEqual([main.inflight, main.inflightBytes], [2, 1010]);
+  edge2.leave(1000);
+  main.leave(10);
+  t.deepEqual([main.inflight, main.inflightBytes], [0, 0]);
+});
