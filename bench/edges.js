@@ -93,7 +93,10 @@ try {
       const payload = PAYLOADS[name];
       for (const concurrency of concurrencies) {
         const requests = Math.max(args.quick ? payload.requests / 4 : payload.requests, concurrency * 4);
-        const point = (address) => perfAnalyzer(address, { model: payload.model, batch: payload.batch, concurrency, requests, protocol });
+        // perf_analyzer's HTTP client has crashed now and then at concurrency 64 (a curl error, then
+        // a segfault): a point is tried twice, and one that fails twice is reported as failed.
+        const once = (address) => perfAnalyzer(address, { model: payload.model, batch: payload.batch, concurrency, requests, protocol });
+        const point = (address) => once(address).catch(() => once(address)).catch((err) => ({ rps: NaN, p50: NaN, p99: NaN, failed: String(err.stderr ?? err.message).split('\n')[0] }));
         const results = [];
         for (const server of servers) {
           await server.answered();
@@ -108,7 +111,7 @@ try {
         const base = results.find((r) => r.setting === 0)?.rps;
         for (const r of results) {
           const cpu = r.mainUs === undefined ? '' : `${fmt(r.mainUs).padStart(5)}/${fmt(r.processUs)}`;
-          console.log(`${name.padEnd(9)} ${String(concurrency).padStart(4)}  ${r.name.padEnd(17)} ${fmt(r.rps).padStart(7)} ${fmt(r.p50).padStart(8)} ${fmt(r.p99).padStart(8)}   ${(base ? fmt(r.rps / base, 2) : '-').padEnd(9)}   ${cpu}`);
+          console.log(`${name.padEnd(9)} ${String(concurrency).padStart(4)}  ${r.name.padEnd(17)} ${fmt(r.rps).padStart(7)} ${fmt(r.p50).padStart(8)} ${fmt(r.p99).padStart(8)}   ${(base ? fmt(r.rps / base, 2) : '-').padEnd(9)}   ${cpu}${r.failed ? `  perf_analyzer failed twice: ${r.failed}` : ''}`);
           rows.push({ protocol, payload: name, concurrency, ...r });
         }
       }

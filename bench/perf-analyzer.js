@@ -28,7 +28,7 @@ export async function perfAnalyzer(address, { model, batch, concurrency, request
   ];
   const { stdout, cpuUs } = await runWithCpu(PERF_ANALYZER, args, { timeout: 600_000, maxBuffer: 64 * 2 ** 20 });
   return {
-    rps: Number(stdout.match(/Throughput: ([\d.]+) infer\/sec/)?.[1]) / batch,
+    rps: Number(stdout.match(/Throughput: ([\d.]+(?:e[+-]?\d+)?) infer\/sec/)?.[1]) / batch,
     p50: Number(stdout.match(/p50 latency: (\d+) usec/)?.[1]),
     p99: Number(stdout.match(/p99 latency: (\d+) usec/)?.[1]),
     count: Number(stdout.match(/Request count: (\d+)/)?.[1]),

@@ -11,6 +11,7 @@
 //
 //   npm run build && node bench/peers/run.js [--quick] [--only tiny,convnet,600KiB,8MiB,density]
 //     [--concurrency 1,8,32] [--servers stowage,triton,mlserver] [--threads N] [--triton-resident]
+//     [--edges auto|N]  (Stowage's endpoints.edge_threads; the node file's default, auto, unless given)
 //
 // Every server computes with the same ONNX Runtime thread count (--threads, default: the cores),
 // threads that do not spin between runs. Before each point the machine must be idle (under 15%
@@ -42,6 +43,7 @@ const { values: args } = parseArgs({
     servers: { type: 'string', default: 'stowage,triton,mlserver' },
     threads: { type: 'string', default: String(os.availableParallelism()) },
     'triton-resident': { type: 'boolean', default: false },
+    edges: { type: 'string', default: 'auto' },
   },
 });
 const run = promisify(execFile);
@@ -75,7 +77,8 @@ if (only.includes('density') && !existsSync(GHZ)) throw new Error(`ghz is missin
 const temp = tempDir('stowage-peers-');
 const bundles = Object.fromEntries(perfOnly.map((w) => [WORKLOADS[w].model, WORKLOADS[w].bundle]));
 const repo = makeRepository(temp.dir, bundles);
-const stowage = perfOnly.length && await startServer({ model_repo: repo, global: { runtime: { intra_op_threads: THREADS } } }, { root: temp.dir });
+const EDGES = args.edges === 'auto' ? 'auto' : Number(args.edges);
+const stowage = perfOnly.length && await startServer({ model_repo: repo, global: { runtime: { intra_op_threads: THREADS }, endpoints: { edge_threads: EDGES } } }, { root: temp.dir });
 
 // What the peers and the echo need to know of each model, as Stowage describes it.
 // keepCase: the client answers with the proto's own (snake_case) field names.
@@ -244,9 +247,9 @@ function report() {
   const lines = [`# Stowage beside Triton and MLServer: ${DATE}`, '',
     `- **Machine:** ${machineLine()}.`,
     `- **Versions:** ${Object.entries(versions).map(([k, v]) => `${k} ${v}`).join(', ')}.`,
-    `- **Threads:** every server's ONNX Runtime runs ${THREADS} intra-op threads, which do not spin between runs; Stowage runs one device actor.`,
+    `- **Threads:** every server's ONNX Runtime runs ${THREADS} intra-op threads, which do not spin between runs; Stowage runs one device actor, with \`endpoints.edge_threads: ${args.edges}\`.`,
     `- **What is compared:** Stowage serving each model's ONNX file; Triton's server (the tritonserver binary in nvidia-pytriton) with each model a PyTriton Python model that runs onnxruntime, behind Triton's dynamic batcher (${PEER_BATCH_DELAY_S * 1e6} µs queue delay); MLServer with an onnxruntime runtime (bench/peers/mlserver_onnx.py) and adaptive batching (the same delay); Stowage batches what is queued and never waits. perf_analyzer (async gRPC) drives each. Limits: raw onnxruntime-node in one process (one request per run at concurrency 1, else \`concurrency\` requests per run), and a bare grpc-js echo (tuned windows).`,
-    `- **Made by:** \`node bench/peers/run.js${args.quick ? ' --quick' : ''}\`. "others" is the CPU that anything but the server and perf_analyzer used during the point, in cores: a noisy point shows there.`, ''];
+    `- **Made by:** \`node bench/peers/run.js${process.argv.slice(2).map((a) => ` ${a}`).join('')}\`. "others" is the CPU that anything but the server and perf_analyzer used during the point, in cores: a noisy point shows there.`, ''];
   for (const name of perfOnly) {
     const workload = WORKLOADS[name];
     for (const sharedMemory of workload.shm ? [false, true] : [false]) {

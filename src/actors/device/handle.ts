@@ -31,6 +31,7 @@ import type { CompiledModel } from '../../shared/channels/compiler.js';
 import type { HookFeed } from '../../shared/channels/hooks.js';
 import type { CudaDeviceInit, DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HostUpdate, InferCommand, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
 import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult } from '../../shared/channels/inference.js';
+import { Outbox } from '../../shared/outbox.js';
 
 /** Lifecycle of a device actor. */
 export enum DeviceState {
@@ -123,8 +124,8 @@ export class DeviceHandle {
   #pending = new Map<number, Pending>();
   #nextId = 1;
   /** Messages for the worker not yet posted (see the header), and the buffers they transfer. */
-  #outbox: ToDevice[] = [];
-  #outboxTransfer: Transferable[] = [];
+  /** What this turn sends the worker, as one message at the turn's end. */
+  readonly #outbox = new Outbox<ToDevice>((messages, transfer) => this.#worker.postMessage(messages, transfer));
   /** Loaded instances, their specs and compiled forms, to load again into a replacement worker. */
   #loaded = new Map<InstanceKey, { spec: ModelSpec; compiled: CompiledModel | null }>();
   #crashes = 0;
@@ -194,8 +195,7 @@ export class DeviceHandle {
         clearTimeout(timer);
         if (worker !== this.#worker) return;
         // What was queued for this worker dies with it (its calls are failed just below).
-        this.#outbox = [];
-        this.#outboxTransfer = [];
+        this.#outbox.clear();
         const why = this.#stopping ? 'the server is stopping'
           : `its worker exited (code ${code}${lastError ? `: ${lastError.message}` : ''})`;
         this.#failAll(errors.deviceUnavailable(this.deviceId, why));
@@ -281,18 +281,8 @@ export class DeviceHandle {
 
   /** Queue `msg` for the worker; the outbox goes at the end of this event-loop turn. */
   #send(msg: ToDevice, transfer: readonly Transferable[] = []): void {
-    if (this.#outbox.length === 0) setImmediate(this.#flush);
-    this.#outbox.push(msg);
-    for (const buffer of transfer) this.#outboxTransfer.push(buffer);
+    this.#outbox.push(msg, transfer);
   }
-
-  readonly #flush = (): void => {
-    const messages = this.#outbox;
-    const transfer = this.#outboxTransfer;
-    this.#outbox = [];
-    this.#outboxTransfer = [];
-    if (messages.length) this.#worker.postMessage(messages, transfer);
-  };
 
   /** Post `msg` and wait for its settlement: the reply, `onTimeout` after `timeoutMs`, or the worker exiting. */
   #post<T>(msg: ToDevice & { id: number }, timeoutMs: number, onTimeout: () => StowageError, transfer: Transferable[] = []): Promise<T> {

@@ -18,6 +18,7 @@ import type { Infer, InferenceAnswer } from '../../shared/data-plane.js';
 import { errors, toErrorData } from '../../shared/errors.js';
 import { WORKER_YOUNG_GENERATION_MIB } from '../../shared/constants.js';
 import type { Admission } from '../../protocol/admission.js';
+import { Outbox } from '../../shared/outbox.js';
 
 const WORKER_URL = new URL('./worker.js', import.meta.url);
 
@@ -50,6 +51,8 @@ export interface EdgeOptions {
 interface Edge {
   index: number;
   worker: Worker;
+  /** What this turn tells it, sent as one message at the turn's end. */
+  outbox: Outbox<ToEdge>;
   /** Its inferences in the pipeline, to cancel when the client goes or the edge dies. */
   inferences: Map<number, AbortController>;
   /** Resolves when it has drained (or exited). */
@@ -113,7 +116,7 @@ export class EdgeThreads {
   }
 
   #broadcast(msg: ToEdge): void {
-    for (const edge of this.#edges) edge?.worker.postMessage(msg);
+    for (const edge of this.#edges) edge?.outbox.push(msg);
   }
 
   #spawn(index: number): Promise<{ grpc: number; http: number }> {
@@ -128,7 +131,7 @@ export class EdgeThreads {
     const drained = new Promise<void>((resolve) => {
       markDrained = resolve;
     });
-    const edge: Edge = { index, worker, inferences: new Map(), drained, markDrained };
+    const edge: Edge = { index, worker, outbox: new Outbox<ToEdge>((messages, transfer) => worker.postMessage(messages, transfer)), inferences: new Map(), drained, markDrained };
     this.#edges[index] = edge;
     return new Promise((resolve, reject) => {
       let listening = false;
@@ -137,14 +140,16 @@ export class EdgeThreads {
         reject(errors.internal(`edge thread ${index} did not start listening within ${EDGE_START_TIMEOUT_MS} ms`));
       }, EDGE_START_TIMEOUT_MS);
       let lastError: Error | undefined;
-      worker.on('message', (msg: FromEdge) => {
-        if (msg.type === 'listening') {
-          listening = true;
-          clearTimeout(timer);
-          resolve(msg.ports);
-          return;
+      worker.on('message', (messages: FromEdge[]) => {
+        for (const msg of messages) {
+          if (msg.type === 'listening') {
+            listening = true;
+            clearTimeout(timer);
+            resolve(msg.ports);
+          } else {
+            this.#serve(edge, msg);
+          }
         }
-        this.#serve(edge, msg);
       });
       worker.on('error', (err) => {
         lastError = err;
@@ -175,7 +180,7 @@ export class EdgeThreads {
 
   #serve(edge: Edge, msg: FromEdge): void {
     const reply = (out: ToEdge, transfer: ArrayBuffer[] = []) => {
-      if (this.#edges[edge.index] === edge) edge.worker.postMessage(out, transfer);
+      if (this.#edges[edge.index] === edge) edge.outbox.push(out, transfer);
     };
     switch (msg.type) {
       case 'call': {

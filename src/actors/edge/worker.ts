@@ -17,6 +17,7 @@ import type { EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js'
 import type { DataPlaneRequest, Infer, InferenceAnswer } from '../../shared/data-plane.js';
 import { fromErrorData, type ErrorData } from '../../shared/errors.js';
 import { createLogger } from '../../shared/log.js';
+import { Outbox } from '../../shared/outbox.js';
 import { Admission } from '../../protocol/admission.js';
 import { GrpcEdge } from '../../protocol/edge.js';
 import { controlTable, inferenceTable } from '../../protocol/grpc-services.js';
@@ -35,7 +36,9 @@ const logger = createLogger(start.logLevel).child({ edge: start.edge });
 // The process's one admission, this edge counting its share in a slot of its own (the main thread's is 0).
 const admission = new Admission(endpoints.max_concurrent_requests, endpoints.max_inflight_bytes, start.admission, start.edge + 1);
 
-const post = (msg: FromEdge, transfer: ArrayBuffer[] = []) => port.postMessage(msg, transfer);
+// Everything this turn asks goes to the main thread in one message (shared/outbox.ts).
+const outbox = new Outbox<FromEdge>((messages, transfer) => port.postMessage(messages, transfer));
+const post = (msg: FromEdge, transfer: ArrayBuffer[] = []) => outbox.push(msg, transfer);
 
 /** Calls and inferences waiting for the main thread, by id. */
 const pending = new Map<number, { resolve: (value: never) => void; reject: (err: Error) => void }>();
@@ -134,7 +137,11 @@ process.on('uncaughtException', (err) => {
   setTimeout(() => process.exit(70), 10);
 });
 
-port.on('message', (msg: ToEdge) => {
+port.on('message', (messages: ToEdge[]) => {
+  for (const msg of messages) receive(msg);
+});
+
+function receive(msg: ToEdge): void {
   switch (msg.type) {
     case 'reply':
     case 'answer':
@@ -157,7 +164,7 @@ port.on('message', (msg: ToEdge) => {
       void Promise.all([grpcEdge.stop(msg.graceMs), httpEdge.stop(msg.graceMs)]).then(() => post({ type: 'drained' }));
       return;
   }
-});
+}
 
 const http = await httpEdge.start();
 const grpc = await grpcEdge.start({ port: start.ports.grpc, reusePort: true });

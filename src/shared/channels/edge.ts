@@ -4,7 +4,8 @@
  * admits and encodes, and hands the main thread what only it may answer: every operation of
  * protocol/operations.ts by name, and every inference as the data plane's request
  * (data-plane.ts), whose answer comes back to the edge that asked. Types only; both sides
- * `import type` it.
+ * `import type` it. Each side sends what one event-loop turn produced as one array of these
+ * (shared/outbox.ts).
  *
  * Ownership: an inference's inline bytes travel with it, their ArrayBuffers transferred (an edge
  * copies bytes its request does not own into a buffer of their own first, so nothing it keeps is
