@@ -7,6 +7,7 @@
 
 #include "buffers.h"
 #include "failure.h"
+#include "move-plan.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -16,8 +17,10 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <vector>
 
 namespace stowage_cuda {
 namespace {
@@ -74,6 +77,7 @@ namespace {
 
 const Runtime& loadedRuntime() {
   if (!loaded) throw stowage::ArgumentError("the CUDA runtime is not loaded (cudaLoad first)");
+  ignoreOtherThreadsCaptures();
   return table;
 }
 
@@ -113,20 +117,68 @@ void copyToHost(int ordinal, void* dst, const void* src, size_t bytes, const std
   check(rt.streamSynchronize(nullptr), what);
 }
 
+using stowage::MoveStep;
+using stowage::planMove;
+
+// The scratch buffer an overlapping move asks the GPU for first: 256 MiB at a 64-byte distance is
+// 8 copies with it.
+constexpr size_t kMoveScratchBytes = size_t(64) << 20;
+
 void moveWithin(int ordinal, uint8_t* base, size_t to, size_t from, size_t length, const std::string& what) {
   if (length == 0 || to == from) return;
   const Runtime& rt = loadedRuntime();
   check(rt.setDevice(ordinal), what);
-  // cudaMemcpy leaves overlapping ranges undefined: copy in pieces no longer than the distance
-  // moved, in the order that never overwrites bytes still to be read.
-  size_t distance = to > from ? to - from : from - to;
-  for (size_t done = 0; done < length;) {
-    size_t piece = std::min(distance, length - done);
-    size_t at = to < from ? done : length - done - piece;
-    check(rt.memcpy(base + to + at, base + from + at, piece, kDeviceToDevice), what);  // copy: compaction, within the GPU
-    done += piece;
+  // A scratch buffer for an overlapping move (move-plan.h), as large as the GPU gives, from
+  // kMoveScratchBytes down to a MiB; without one, pieces of the distance moved, as slow as that is.
+  const size_t distance = to > from ? to - from : from - to;
+  void* scratch = nullptr;
+  size_t scratchBytes = 0;
+  if (distance < length) {
+    for (size_t want = std::min(length, kMoveScratchBytes); want >= (size_t(1) << 20) || want == length; want /= 2) {
+      if (rt.malloc(&scratch, want) == 0) {
+        scratchBytes = want;
+        break;
+      }
+      rt.getLastError();  // refused: not an error for the next launch to report
+      scratch = nullptr;
+      if (want == length) break;
+    }
   }
-  check(rt.streamSynchronize(nullptr), what);
+  try {
+    planMove(to, from, length, scratchBytes, [&](MoveStep step, size_t dst, size_t src, size_t n) {
+      uint8_t* s = static_cast<uint8_t*>(scratch);
+      void* d = step == MoveStep::FromScratch || step == MoveStep::Within ? base + dst : s;
+      const void* r = step == MoveStep::ToScratch || step == MoveStep::Within ? base + src : s;
+      check(rt.memcpy(d, r, n, kDeviceToDevice), what);  // copy: compaction, within the GPU (counted as the bytes moved)
+    });
+    check(rt.streamSynchronize(nullptr), what);
+  } catch (...) {
+    if (scratch) deviceFree(ordinal, scratch);
+    throw;
+  }
+  if (scratch) deviceFree(ordinal, scratch);
+}
+
+void ignoreOtherThreadsCaptures() noexcept {
+  // cudaStreamCaptureModeThreadLocal: this thread's own captures only.
+  constexpr int kThreadLocal = 1;
+  thread_local bool done = false;
+  if (done || !loaded || !table.threadExchangeStreamCaptureMode) return;
+  int mode = kThreadLocal;
+  if (table.threadExchangeStreamCaptureMode(&mode) != 0) {
+    table.getLastError();
+    return;  // tried again at the thread's next call
+  }
+  done = true;
+}
+
+std::mutex& captureLock(int ordinal) {
+  static std::mutex guard;
+  static std::map<int, std::unique_ptr<std::mutex>> locks;
+  std::lock_guard<std::mutex> lock(guard);
+  std::unique_ptr<std::mutex>& at = locks[ordinal];
+  if (!at) at = std::make_unique<std::mutex>();
+  return *at;
 }
 
 void synchronize(int ordinal, const std::string& what) {
@@ -183,6 +235,8 @@ std::vector<std::string> load(const std::vector<std::string>& dirs, std::vector<
       bind(h, "cudaDriverGetVersion", table.driverGetVersion);
       bind(h, "cudaDeviceGetPCIBusId", table.deviceGetPCIBusId);
       bind(h, "cudaGetErrorString", table.getErrorString);
+      // Since CUDA 10.1; optional all the same (without it, captures are only serialised).
+      *reinterpret_cast<void**>(&table.threadExchangeStreamCaptureMode) = dlsym(h, "cudaThreadExchangeStreamCaptureMode");
       loaded = true;
     }
     if (std::strcmp(name, "libcudnn.so.9") == 0) {
@@ -360,6 +414,30 @@ Napi::Value CudaMemoryInfo(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// movePlanHost(buffer, to, from, length, scratchBytes): moveWithin's plan (move-plan.h) run over a
+// host buffer with memcpy, for the tests that hold it to memmove without a GPU; answers the number
+// of copies it made.
+Napi::Value MovePlanHost(const Napi::CallbackInfo& info) {
+  Napi::Env e = info.Env();
+  const char* call = "movePlanHost(buffer, to, from, length, scratchBytes)";
+  if (info.Length() < 5) throw stowage::ArgumentError(call);
+  stowage::Bytes bytes = stowage::bytesOf(info[0], call);
+  size_t args[4];
+  for (int i = 0; i < 4; i++) {
+    if (!info[i + 1].IsNumber() || info[i + 1].As<Napi::Number>().DoubleValue() < 0) throw stowage::ArgumentError(call);
+    args[i] = static_cast<size_t>(info[i + 1].As<Napi::Number>().DoubleValue());
+  }
+  const size_t to = args[0], from = args[1], length = args[2], scratchBytes = args[3];
+  if (to > bytes.length || from > bytes.length || length > bytes.length - to || length > bytes.length - from) throw stowage::ArgumentError(call);
+  std::vector<uint8_t> scratch(scratchBytes);
+  size_t copies = planMove(to, from, length, scratchBytes, [&](MoveStep step, size_t dst, size_t src, size_t n) {
+    uint8_t* d = step == MoveStep::ToScratch ? scratch.data() : bytes.data + dst;
+    const uint8_t* r = step == MoveStep::FromScratch ? scratch.data() : bytes.data + src;
+    std::memcpy(d, r, n);  // copy: (the tests' stand-in for compaction's copies on a GPU)
+  });
+  return Napi::Number::New(e, static_cast<double>(copies));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Pinned host memory
 
@@ -411,7 +489,9 @@ class PinnedHost : public Napi::ObjectWrap<PinnedHost> {
     std::lock_guard<std::mutex> lock(pinMutex);
     auto at = pins.find(data_);
     if (at != pins.end() && --at->second.second == 0) {
-      if (const Runtime* rt = runtime()) rt->hostUnregister(data_);
+      // A failure here has nobody to tell: it must not stay CUDA's last error, for the next kernel
+      // launch on this thread to report as its own.
+      if (const Runtime* rt = runtime(); rt && rt->hostUnregister(data_) != 0) rt->getLastError();
       pins.erase(at);
     }
     data_ = nullptr;
@@ -439,6 +519,7 @@ void define(Napi::Env e, Napi::Object exports) {
   exports.Set("cudaDevices", Napi::Function::New(e, stowage::entered<CudaDevices>));
   exports.Set("cudaMemoryInfo", Napi::Function::New(e, stowage::entered<CudaMemoryInfo>));
   exports.Set("PinnedHost", PinnedHost::Define(e));
+  exports.Set("movePlanHost", Napi::Function::New(e, stowage::entered<MovePlanHost>));
 }
 
 }  // namespace stowage_cuda

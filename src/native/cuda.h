@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ struct Runtime {
   int (*driverGetVersion)(int*);
   int (*deviceGetPCIBusId)(char*, int, int);
   const char* (*getErrorString)(int);
+  int (*threadExchangeStreamCaptureMode)(int*);
 };
 
 // The runtime, or null until load() succeeded.
@@ -68,6 +70,19 @@ void copyToHost(int ordinal, void* dst, const void* src, size_t bytes, const std
 void moveWithin(int ordinal, uint8_t* base, size_t to, size_t from, size_t length, const std::string& what);
 // Every copy issued on the default stream without waiting has landed.
 void synchronize(int ordinal, const std::string& what);
+
+// The calling thread ignores CUDA graph captures other threads have open (cudaStreamCaptureMode
+// ThreadLocal), once per thread; a no-op until the runtime is loaded. ONNX Runtime begins its
+// captures in the global mode, in which any thread left in the default mode is refused
+// "potentially unsafe" calls (cudaMalloc, cudaFree, cudaHostRegister, a synchronising copy, a
+// session's creation) while any capture is open in the process, failing them (error 900) and
+// invalidating the capture (901). Every thread that touches CUDA through the binding calls this
+// first: the device threads, the main thread, the libuv threads runs go on.
+void ignoreOtherThreadsCaptures() noexcept;
+
+// One lock per GPU, held by a run that may capture a CUDA graph (its graph's first runs): two
+// captures on one GPU, from two device actors' threads, would refuse each other's calls.
+std::mutex& captureLock(int ordinal);
 
 // cuDNN's version (e.g. 91900 for 9.19.0), or 0 when cuDNN is not loaded.
 size_t cudnnVersion();

@@ -66,10 +66,28 @@ OrtFailure::OrtFailure(int ortCode, const std::string& message) : Failure(Origin
   int status = 0;
   if (libraryFailure(message, library, status, text)) {
     libraryStatus = status;
-    // CUDA's runtime numbers its errors; the libraries (cuBLAS, cuDNN, ...) name theirs *_ALLOC_FAILED.
-    outOfMemory = (library == "CUDA" && status == kCudaErrorMemoryAllocation) || text.find("_ALLOC_FAILED") != std::string::npos;
+    // CUDA's runtime numbers its errors; the libraries (cuBLAS, cuDNN, ...) name theirs
+    // *_ALLOC_FAILED, and cuDNN 9 tells the GPU's (..._DEVICE_ALLOCATION_FAILED) from the host's
+    // (..._HOST_ALLOCATION_FAILED).
+    if (text.find("HOST_ALLOCATION_FAILED") != std::string::npos) {
+      outOfMemory = true;
+      memory = "host";
+    } else if ((library == "CUDA" && status == kCudaErrorMemoryAllocation) || text.find("_ALLOC_FAILED") != std::string::npos ||
+               text.find("DEVICE_ALLOCATION_FAILED") != std::string::npos) {
+      outOfMemory = true;
+      memory = "gpu";
+    }
   }
-  outOfMemory = outOfMemory || ortAllocatorRefused(message);
+  if (!outOfMemory && ortAllocatorRefused(message)) {
+    outOfMemory = true;
+    // The arena's words are the same over a GPU's memory and the host's; a failed cudaMalloc it
+    // reports, or CUDA named beside it, says which.
+    memory = message.find("cudaMalloc") != std::string::npos || message.find("CUDA") != std::string::npos ? "gpu" : "arena";
+  }
+  if (!outOfMemory && (message.find("bad_alloc") != std::string::npos || message.find("bad allocation") != std::string::npos)) {
+    outOfMemory = true;
+    memory = "host";
+  }
 }
 
 Napi::Error toJs(Napi::Env e, const std::exception& err) {
@@ -87,6 +105,7 @@ Napi::Error toJs(Napi::Env e, const std::exception& err) {
   js.Set("code", Napi::String::New(e, code));
   js.Set("origin", Napi::String::New(e, originName(origin)));
   js.Set("outOfMemory", Napi::Boolean::New(e, failure && failure->outOfMemory));
+  if (failure && failure->outOfMemory) js.Set("memory", Napi::String::New(e, failure->memory));
   if (!failure) return js;
   if (origin == Origin::OnnxRuntime) js.Set("ortCode", Napi::Number::New(e, failure->number));
   if (origin == Origin::Cuda) {

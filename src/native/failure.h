@@ -13,8 +13,14 @@
 //   library      with cudaError or libraryStatus: which CUDA library failed (CUDA, CUBLAS, CUDNN, ...)
 //   libraryStatus that library's status number, when ONNX Runtime reports a CUDA library's failure
 //   outOfMemory  true when the failure is memory running out: cudaErrorMemoryAllocation (2), a
-//                CUDA library's *_ALLOC_FAILED, an allocation refused (std::bad_alloc), or ONNX
-//                Runtime's allocator refusing a buffer
+//                CUDA library's *_ALLOC_FAILED (cuDNN 9: *_ALLOCATION_FAILED), an allocation refused
+//                (std::bad_alloc), or ONNX Runtime's allocator refusing a buffer
+//   memory       with outOfMemory, which memory ran out: 'gpu' (a CUDA error or library status
+//                that says so, or ONNX Runtime's message naming cudaMalloc or CUDA), 'host'
+//                (std::bad_alloc, the binding's own CPU allocation), or 'arena': ONNX Runtime's
+//                arena refused a buffer, and its words do not say whether that arena is over a
+//                GPU's memory or the host's (the same message for both): the caller, who knows
+//                the session's device, decides
 #pragma once
 
 #include <napi.h>
@@ -38,6 +44,8 @@ struct Failure : std::runtime_error {
   std::string library;
   int libraryStatus = 0;
   bool outOfMemory = false;
+  // With outOfMemory: "gpu", "host" or "arena" (see above).
+  std::string memory;
   Failure(Origin o, int n, const std::string& message) : std::runtime_error(message), origin(o), number(n) {}
 };
 
@@ -54,13 +62,17 @@ struct OrtFailure : Failure {
 
 // Memory refused to the binding itself (ONNX Runtime's CPU allocator, operator new).
 struct AllocationFailure : Failure {
-  explicit AllocationFailure(const std::string& message) : Failure(Origin::Allocator, 0, message) { outOfMemory = true; }
+  explicit AllocationFailure(const std::string& message) : Failure(Origin::Allocator, 0, message) {
+    outOfMemory = true;
+    memory = "host";
+  }
 };
 
 // A CUDA runtime call the binding made returned `error`.
 struct CudaFailure : Failure {
   CudaFailure(int error, const std::string& message) : Failure(Origin::Cuda, error, message) {
     outOfMemory = error == kCudaErrorMemoryAllocation;
+    if (outOfMemory) memory = "gpu";
   }
 };
 

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -375,7 +376,14 @@ struct RunState {
   std::vector<Held> inputs;
   std::vector<std::pair<std::string, Held>> outputs;  // given buffers (value set) or to be allocated (value null)
   Owned<OrtRunOptions> options;
+  // The CUDA graph it captures or replays (-1: none).
+  int64_t graphId = -1;
 };
+
+// A graph's first runs with the CUDA provider's enable_cuda_graph may capture it (ONNX Runtime
+// runs it plainly first, for its allocations, then captures): that many runs of each graph id are
+// serialised per GPU (captureLock), the rest run freely.
+constexpr int kRunsUntilCaptured = 3;
 
 class RunWorker;
 
@@ -414,6 +422,9 @@ class Session : public Napi::ObjectWrap<Session> {
       Owned<OrtSessionOptions> owned = made<OrtSessionOptions>([](OrtSessionOptions** out) { return ort->CreateSessionOptions(out); });
       OrtSessionOptions* so = owned.get();
       providerOptions_ = configure(so, options);
+      // The GPU its runs go on (the CUDA provider's device_id), for serialising its captures.
+      Napi::Value cuda = options.Get("cuda");
+      if (cuda.IsObject()) cudaOrdinal_ = cuda.As<Napi::Object>().Get("deviceId").As<Napi::Number>().Int32Value();
       profiling_ = options.Get("profilePrefix").IsString();
       // Initializers over the caller's memory. `initializers` (AddInitializer): ONNX Runtime uses
       // each in place instead of the model's initializer of that name, so it must outlive the
@@ -477,10 +488,28 @@ class Session : public Napi::ObjectWrap<Session> {
     throw ArgumentError(std::string("the graph has no ") + side + " named \"" + name + "\" (its " + side + "s: " + all + ")");
   }
 
+  // A fresh binding with the kept inputs. When it cannot be made, none is left: the next use makes
+  // it again (`binding()`), so a failure here never leaves a null binding to be dereferenced.
   void rebuildBinding() {
     binding_.reset();
-    binding_ = made<OrtIoBinding>([&](OrtIoBinding** out) { return ort->CreateIoBinding(session_.get(), out); });
-    for (auto& [name, held] : kept_) check(ort->BindInput(binding_.get(), name.c_str(), held.value));
+    Owned<OrtIoBinding> fresh = made<OrtIoBinding>([&](OrtIoBinding** out) { return ort->CreateIoBinding(session_.get(), out); });
+    for (auto& [name, held] : kept_) check(ort->BindInput(fresh.get(), name.c_str(), held.value));
+    binding_ = std::move(fresh);
+  }
+
+  // The binding, made again first if an earlier rebuild failed.
+  OrtIoBinding* binding() {
+    if (!binding_) rebuildBinding();
+    return binding_.get();
+  }
+
+  // After a refused bind: made anew, and the refusal is what the caller hears, whatever the rebuild does.
+  void rebuildAfterRefusal() {
+    try {
+      rebuildBinding();
+    } catch (...) {
+      // Left without a binding: `binding()` makes it at the next use, or says why then.
+    }
   }
 
   void close() {
@@ -504,7 +533,34 @@ class Session : public Napi::ObjectWrap<Session> {
     if (releasing_) close();
   }
 
+  // Held around a run: its thread ignores other threads' captures, and a run that may capture a
+  // graph (its first kRunsUntilCaptured runs) holds its GPU's capture lock.
+  class CaptureGuard {
+   public:
+    CaptureGuard(const Session& session, int64_t graphId) {
+      if (session.cudaOrdinal_ < 0) return;
+      stowage_cuda::ignoreOtherThreadsCaptures();
+      if (graphId < 0) return;
+      auto at = session.graphRuns_.find(graphId);
+      if (at == session.graphRuns_.end() || at->second < kRunsUntilCaptured) lock_ = std::unique_lock<std::mutex>(stowage_cuda::captureLock(session.cudaOrdinal_));
+    }
+
+   private:
+    std::unique_lock<std::mutex> lock_;
+  };
+
+  // A run with graph `graphId` went through (counted until its graph is surely captured).
+  void ranGraph(int64_t graphId) {
+    if (graphId < 0 || cudaOrdinal_ < 0) return;
+    int& runs = graphRuns_[graphId];
+    if (runs < kRunsUntilCaptured) runs++;
+  }
+
  private:
+  // The GPU of its CUDA provider (-1: the CPU), and the runs each CUDA graph id has had.
+  int cudaOrdinal_ = -1;
+  std::map<int64_t, int> graphRuns_;
+
   // Applies the options; answers the CUDA provider's options as ONNX Runtime took them (or "").
   static std::string configure(OrtSessionOptions* so, const Napi::Object& options) {
     auto number = [&](const char* key) -> int {
@@ -597,6 +653,8 @@ class Session : public Napi::ObjectWrap<Session> {
       k.push_back(keys[i].c_str());
       v.push_back(values[i].c_str());
     }
+    // The session is made on this thread: it must not be refused CUDA's calls by another thread's capture.
+    stowage_cuda::ignoreOtherThreadsCaptures();
     Owned<OrtCUDAProviderOptionsV2> provider = made<OrtCUDAProviderOptionsV2>([](OrtCUDAProviderOptionsV2** out) { return ort->CreateCUDAProviderOptions(out); });
     check(ort->UpdateCUDAProviderOptions(provider.get(), k.data(), v.data(), k.size()));
     check(ort->SessionOptionsAppendExecutionProvider_CUDA_V2(so, provider.get()));
@@ -695,9 +753,9 @@ class Session : public Napi::ObjectWrap<Session> {
       requireName(inputNames_, name, "input");
       Held held = tensorOf(t, "bound input " + name);
       try {
-        check(ort->BindInput(binding_.get(), name.c_str(), held.value));
+        check(ort->BindInput(binding(), name.c_str(), held.value));
       } catch (...) {
-        rebuildBinding();
+        rebuildAfterRefusal();
         throw;
       }
       kept_[name] = std::move(held);
@@ -709,7 +767,7 @@ class Session : public Napi::ObjectWrap<Session> {
     return entry(info.Env(), [&] {
       requireOpen();
       if (running_) throw ArgumentError("unbindInputs while a run is in flight");
-      ort->ClearBoundInputs(binding_.get());
+      ort->ClearBoundInputs(binding());
       for (auto& [name, held] : kept_) held.reset();
       kept_.clear();
       return info.Env().Undefined();
@@ -802,6 +860,7 @@ class RunWorker : public Napi::AsyncWorker {
   // On a libuv thread: nothing here may touch JavaScript, so a failure is kept for OnOK.
   void Execute() override {
     try {
+      Session::CaptureGuard capture(*session_, state_->graphId);
       check(ort->RunWithBinding(session_->session_.get(), state_->options.get(), session_->binding_.get()));
     } catch (const stowage::Failure& err) {
       failure_ = std::make_unique<stowage::Failure>(err);
@@ -821,6 +880,7 @@ class RunWorker : public Napi::AsyncWorker {
       return;
     }
     try {
+      session_->ranGraph(state_->graphId);
       Napi::Array results = entry(e, [&] { return collectOutputs(e, session_, state_.get()); });
       finish();
       deferred_.Resolve(results);
@@ -854,7 +914,7 @@ class RunWorker : public Napi::AsyncWorker {
 // Check a run's arguments and bind its tensors: this run's inputs over the kept ones, its
 // outputs afresh. A refusal leaves the binding as it was (made anew with the kept inputs).
 std::unique_ptr<RunState> Session::prepare(const Napi::CallbackInfo& info) {
-  bool binding = false;  // whether this call has started to change the binding (undone if it fails)
+  bool rebinding = false;  // whether this call has started to change the binding (undone if it fails)
   try {
     requireOpen();
     if (running_) throw ArgumentError("a run is already in flight on this session: runs of one session go one at a time");
@@ -872,6 +932,7 @@ std::unique_ptr<RunState> Session::prepare(const Napi::CallbackInfo& info) {
         if (id != static_cast<double>(static_cast<int64_t>(id)) || id < -1 || id > 2147483647) throw ArgumentError("run options: graphId must be an integer from -1 to 2^31-1");
         state->options = made<OrtRunOptions>([](OrtRunOptions** out) { return ort->CreateRunOptions(out); });
         check(ort->AddRunConfigEntry(state->options.get(), "gpu_graph_id", std::to_string(static_cast<int64_t>(id)).c_str()));
+        state->graphId = static_cast<int64_t>(id);
       }
     }
     Napi::Array inputs = info[0].As<Napi::Array>();
@@ -912,16 +973,17 @@ std::unique_ptr<RunState> Session::prepare(const Napi::CallbackInfo& info) {
       requireName(outputNames_, state->outputs[i].first, "output");
       for (size_t j = 0; j < i; j++) if (state->outputs[j].first == state->outputs[i].first) throw ArgumentError("output " + state->outputs[i].first + " is asked for twice");
     }
-    binding = true;
-    ort->ClearBoundOutputs(binding_.get());
-    for (size_t i = 0; i < state->inputs.size(); i++) check(ort->BindInput(binding_.get(), inputNames[i].c_str(), state->inputs[i].value));
+    OrtIoBinding* bound = binding();
+    rebinding = true;
+    ort->ClearBoundOutputs(bound);
+    for (size_t i = 0; i < state->inputs.size(); i++) check(ort->BindInput(bound, inputNames[i].c_str(), state->inputs[i].value));
     for (auto& [name, held] : state->outputs) {
-      if (held.value) check(ort->BindOutput(binding_.get(), name.c_str(), held.value));
-      else check(ort->BindOutputToDevice(binding_.get(), name.c_str(), cpu));
+      if (held.value) check(ort->BindOutput(bound, name.c_str(), held.value));
+      else check(ort->BindOutputToDevice(bound, name.c_str(), cpu));
     }
     return state;
   } catch (...) {
-    if (binding && binding_) rebuildBinding();
+    if (rebinding) rebuildAfterRefusal();
     throw;
   }
 }
@@ -954,7 +1016,11 @@ Napi::Value Session::RunSync(const Napi::CallbackInfo& info) {
         if (binding) ort->ClearBoundOutputs(binding);
       }
     } clear{binding_.get()};
-    check(ort->RunWithBinding(session_.get(), state->options.get(), binding_.get()));
+    {
+      CaptureGuard capture(*this, state->graphId);
+      check(ort->RunWithBinding(session_.get(), state->options.get(), binding_.get()));
+    }
+    ranGraph(state->graphId);
     return collectOutputs(e, this, state.get());
   });
 }

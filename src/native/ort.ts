@@ -172,6 +172,8 @@ export interface Addon {
   PinnedHost: new (view: ArrayBufferView | ArrayBuffer) => PinnedHost;
   /** The error the binding raises when ONNX Runtime answers status `ortCode` with `message` (its reading of a GPU's failures, testable anywhere). */
   ortFailure(ortCode: number, message: string): OrtError;
+  /** The plan of a GPU memory's moveWithin (src/native/move-plan.h) over host memory, for tests without a GPU: the copies it made. */
+  movePlanHost(buffer: Uint8Array, to: number, from: number, length: number, scratchBytes: number): number;
 }
 
 /** The GPUs as the binding reads them (cuda.ts words them). */
@@ -261,10 +263,15 @@ export interface OrtError extends Error {
   libraryStatus?: number;
   /**
    * Memory ran out: cudaErrorMemoryAllocation (CUDA_ERROR_MEMORY_ALLOCATION), a CUDA library's
-   * *_ALLOC_FAILED status, an allocation refused to the binding, or ONNX Runtime's allocator (its
-   * arena, on any device) refusing a buffer.
+   * *_ALLOC_FAILED status (cuDNN 9: *_ALLOCATION_FAILED), an allocation refused to the binding, or
+   * ONNX Runtime's allocator (its arena, on any device) refusing a buffer.
    */
   outOfMemory: boolean;
+  /**
+   * With outOfMemory, which memory: the GPU's, the host's, or an ONNX Runtime arena's whose words
+   * do not say which device it is over (the caller knows: session-memory.ts).
+   */
+  memory?: 'gpu' | 'host' | 'arena';
 }
 
 /** cudaErrorMemoryAllocation. */

@@ -101,13 +101,22 @@ export class CudaGraphs {
     if (!this.usable(batch)) return null;
     const slot = this.#slot(batch, epoch);
     if (!slot) return null;
-    for (const t of slot.inputs) {
+    // Every input checked before any is copied: a copy issued and then abandoned (the run going on
+    // plainly) could still be reading its staging memory when the plain run reuses it.
+    const sources = slot.inputs.map((t) => {
       const data = inputs.find((x) => x.name === t.name)?.data;
-      if (!data || 'memory' in data || data.byteLength !== t.bytes) return null; // not this slot's shape: run plainly
-      // copy: an input into the graph's slot, host to GPU (in place of the copy ONNX Runtime makes on a plain run)
-      slot.memory.copyFromHost(data, t.offset, false);
+      return data && !('memory' in data) && data.byteLength === t.bytes ? data : null;
+    });
+    if (sources.some((data) => data === null)) return null; // not this slot's shape: run plainly
+    try {
+      slot.inputs.forEach((t, i) => {
+        // copy: an input into the graph's slot, host to GPU (in place of the copy ONNX Runtime makes on a plain run)
+        slot.memory.copyFromHost(sources[i]!, t.offset, false);
+      });
+    } finally {
+      // The copies issued are waited for, whether or not a later one failed.
+      slot.memory.synchronize();
     }
-    slot.memory.synchronize();
     const onDevice = (t: Slot['inputs'][number]) => ({ name: t.name, type: t.type, dims: t.dims, data: { memory: slot.memory, offset: t.offset } });
     this.#session.runSync(slot.inputs.map(onDevice), slot.outputs.map(onDevice), { graphId: slot.graphId });
     this.#runs++;

@@ -13,7 +13,7 @@
  * memory went and what to change, instead of ONNX Runtime's bare "out of memory".
  */
 import { errors, type StowageError } from '../../shared/errors.js';
-import { isOutOfMemory } from '../../native/ort.js';
+import { isOutOfMemory, type OrtError } from '../../native/ort.js';
 
 /** Sizes in the messages: MiB, or KiB and bytes below one (a 64 KiB arena limit is not "0 MiB"). */
 const mib = (bytes: number) => (bytes >= 2 ** 20 ? `${(bytes / 2 ** 20).toFixed(0)} MiB` : bytes >= 1024 ? `${(bytes / 1024).toFixed(0)} KiB` : `${bytes} bytes`);
@@ -70,17 +70,28 @@ export class SessionMemory<Id extends string = string> {
   }
 
   /**
-   * The error for `model` when the binding raised `err` while `doing`, if that is the GPU running
-   * out of memory (the binding's `outOfMemory`, native/ort.ts isOutOfMemory); null for any other
-   * failure (the caller's error stands).
+   * The error for `model` when the binding raised `err` while `doing`, if that is memory running
+   * out (the binding's `outOfMemory`, native/ort.ts isOutOfMemory); null for any other failure
+   * (the caller's error stands). Which memory, as the binding read it (`memory`): the GPU's, said
+   * with where the GPU's memory went; the host's, said as the host's; an ONNX Runtime arena's whose
+   * words do not say which device it is over: the GPU's when runtime.cuda.ort_arena_limit_bytes
+   * caps the GPU arena (the limit is the likely refusal), else said as it is.
    */
   exhausted(model: string, doing: string, err: unknown): StowageError | null {
     if (!isOutOfMemory(err)) return null;
     const message = (err as Error).message;
     const o = this.#o;
+    const memory = (err as OrtError).memory ?? 'gpu';
+    if (memory === 'host') {
+      return errors.deviceMemoryExhausted(model, `the host ran out of memory ${doing} for GPU ${o.gpu} (device ${o.device}): the failure is host memory's, not the GPU's (${mib(this.#o.free())} free on the GPU now). ${message}`);
+    }
     const limit = o.ortArenaLimitBytes > 0
       ? `ONNX Runtime's arena is limited to ${mib(o.ortArenaLimitBytes)} per session (runtime.cuda.ort_arena_limit_bytes): raise it, or`
       : 'lower runtime.mem_fraction or runtime.weight_cache_fraction (or set runtime.cuda.weight_cache_bytes) to leave sessions more room, or';
+    if (memory === 'arena' && o.ortArenaLimitBytes === 0) {
+      return errors.deviceMemoryExhausted(model,
+        `an ONNX Runtime memory arena refused a buffer ${doing} on GPU ${o.gpu} (device ${o.device}); its message does not say whether the GPU's or the host's: ${mib(this.#o.free())} free on the GPU now, the weight arena holds ${mib(o.arenaBytes)}, ${this.describe()}; if it is the GPU's, ${limit.replace(/, or$/, '')}, or serve fewer models on this GPU. ONNX Runtime: ${message}`);
+    }
     return errors.deviceMemoryExhausted(model,
       `GPU ${o.gpu} (device ${o.device}) ran out of memory ${doing}: ${mib(this.#o.free())} free now, the weight arena holds ${mib(o.arenaBytes)}, ${this.describe()}; ${limit} serve fewer models on this GPU. ONNX Runtime: ${message}`);
   }

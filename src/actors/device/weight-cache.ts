@@ -214,46 +214,69 @@ export class WeightCache<Id extends string = string> {
 
     const started = performance.now();
     if (model.bytes > this.arena.capacity) throw errors.weightsTooLarge(model.name, model.bytes, this.arena.capacity, 0);
-    // Claim what is already there first, so no eviction below can free a tensor this model needs.
-    const missing: TensorSource[] = [];
-    for (const t of model.tensors.values()) {
-      const onDevice = this.#device.get(t.key);
-      if (onDevice) onDevice.refs++;
-      else missing.push(t);
-    }
-    const needed = missing.reduce((sum, t) => sum + alignUp(t.byteLength), 0);
+    // Every claim this load makes, to undo if any step of it throws (a tensor that cannot be read,
+    // a copy the device refuses): the cache is left as it was, but for the models it evicted.
+    const claimed: string[] = [];
+    const placed: string[] = [];
+    let pending: Block | null = null;
     const evicted: Id[] = [];
-    if (this.arena.free < needed) {
-      const victims = [...this.#models].filter(([, m]) => m.resident && m.residency !== 'device' && m !== model).sort(([, a], [, b]) => a.lastUsed - b.lastUsed);
-      for (const [victimInstance, victim] of victims) {
-        if (this.arena.free >= needed) break;
-        if (this.#freeable(victim) === 0) continue; // evicting it would free nothing
-        this.#evict(victimInstance, victim);
-        evicted.push(victimInstance);
-      }
-    }
-    if (this.arena.free < needed) {
-      for (const t of model.tensors.values()) if (!missing.includes(t)) this.#unref(t.key);
-      const pinned = [...this.#models.values()].filter((m) => m.resident && m.residency === 'device').reduce((sum, m) => sum + m.bytes, 0);
-      throw errors.weightsTooLarge(model.name, model.bytes, this.arena.capacity, pinned);
-    }
     let compactedBytes = 0;
     let diskBytes = 0;
-    for (const t of missing) {
-      let block = this.arena.alloc(t.byteLength);
-      if (!block) {
-        compactedBytes += this.#compact();
-        block = this.arena.alloc(t.byteLength) as Block;
+    let needed = 0;
+    try {
+      // Claim what is already there first, so no eviction below can free a tensor this model needs.
+      const missing: TensorSource[] = [];
+      for (const t of model.tensors.values()) {
+        const onDevice = this.#device.get(t.key);
+        if (onDevice) {
+          onDevice.refs++;
+          claimed.push(t.key);
+        } else missing.push(t);
       }
-      const host = this.#host.get(t.key);
-      if (host) this.arena.write(block, host.bytes);
-      else {
-        this.arena.fill(block, t.byteLength, (into) => this.#options.readTensor(t, into));
-        diskBytes += t.byteLength;
+      needed = missing.reduce((sum, t) => sum + alignUp(t.byteLength), 0);
+      if (this.arena.free < needed) {
+        const victims = [...this.#models].filter(([, m]) => m.resident && m.residency !== 'device' && m !== model).sort(([, a], [, b]) => a.lastUsed - b.lastUsed);
+        for (const [victimInstance, victim] of victims) {
+          if (this.arena.free >= needed) break;
+          if (this.#freeable(victim) === 0) continue; // evicting it would free nothing
+          this.#evict(victimInstance, victim);
+          evicted.push(victimInstance);
+        }
       }
-      this.#device.set(t.key, { block, byteLength: t.byteLength, refs: 1 });
+      if (this.arena.free < needed) {
+        const pinned = [...this.#models.values()].filter((m) => m.resident && m.residency === 'device').reduce((sum, m) => sum + m.bytes, 0);
+        throw errors.weightsTooLarge(model.name, model.bytes, this.arena.capacity, pinned);
+      }
+      for (const t of missing) {
+        pending = this.arena.alloc(t.byteLength);
+        if (!pending) {
+          compactedBytes += this.#compact();
+          pending = this.arena.alloc(t.byteLength) as Block;
+        }
+        const host = this.#host.get(t.key);
+        if (host) this.arena.write(pending, host.bytes);
+        else {
+          this.arena.fill(pending, t.byteLength, (into) => this.#options.readTensor(t, into));
+          diskBytes += t.byteLength;
+        }
+        this.#device.set(t.key, { block: pending, byteLength: t.byteLength, refs: 1 });
+        placed.push(t.key);
+        pending = null;
+      }
+      this.arena.flush();
+    } catch (err) {
+      // Copies already issued may still read their sources (pinned host buffers the caller may
+      // let go of next): wait for them before anything is given back.
+      try {
+        this.arena.flush();
+      } catch {
+        // The device failed: no copy of it is still running.
+      }
+      if (pending) this.arena.release(pending);
+      for (const key of placed) this.#unref(key);
+      for (const key of claimed) this.#unref(key);
+      throw err;
     }
-    this.arena.flush();
     model.resident = true;
     model.epoch = ++this.#epochs;
     this.#onDemandLoads++;

@@ -53,7 +53,7 @@ test('memory running out is recognised by its numbers: ONNX Runtime\'s CPU arena
   t.is(s.runSync(inputs(2), ['y'])[0].dims[0], 2);
   // Device memory from ONNX Runtime's CPU allocator: refused with the binding's own code, not a crash.
   const refused = ortError(t.throws(() => allocateDeviceMemory(2 ** 50, 'cpu')));
-  t.like(refused, { code: 'ERR_OUT_OF_MEMORY', origin: 'allocator', outOfMemory: true });
+  t.like(refused, { code: 'ERR_OUT_OF_MEMORY', origin: 'allocator', outOfMemory: true, memory: 'host' });
   t.regex(refused.message, /device cpu: ONNX Runtime's allocator cannot allocate 1125899906842624 bytes/);
   // Any other failure is not memory.
   const other = ortError(await s.run([inputs(1)[0]], ['y']).then(() => null, (e) => e));
@@ -74,10 +74,17 @@ test('a GPU\'s failures inside ONNX Runtime\'s statuses are read into numbers: C
   initOrt();
   const read = (/** @type {string} */ message) => ortAddon().ortFailure(1, message);
   t.like(read('Non-zero status code returned while running Conv node. Name:\'c\' Status Message: CUDA failure 2: out of memory ; GPU=0 ; hostname=h ; file=cuda_allocator.cc ; line=51 ; expr=cudaMalloc((void**)&p, size);'),
-    { code: 'ORT_FAIL', origin: 'onnxruntime', ortCode: 1, library: 'CUDA', libraryStatus: CUDA_ERROR_MEMORY_ALLOCATION, cudaError: CUDA_ERROR_MEMORY_ALLOCATION, outOfMemory: true });
+    { code: 'ORT_FAIL', origin: 'onnxruntime', ortCode: 1, library: 'CUDA', libraryStatus: CUDA_ERROR_MEMORY_ALLOCATION, cudaError: CUDA_ERROR_MEMORY_ALLOCATION, outOfMemory: true, memory: 'gpu' });
   t.like(read('CUBLAS failure 3: CUBLAS_STATUS_ALLOC_FAILED ; GPU=0 ; expr=cublasCreate(&handle);'), { library: 'CUBLAS', libraryStatus: 3, outOfMemory: true });
-  t.like(read('CUDNN failure 2000: CUDNN_STATUS_ALLOC_FAILED ; GPU=1'), { library: 'CUDNN', libraryStatus: 2000, outOfMemory: true });
-  t.like(read('Available memory of 65536 is smaller than requested bytes of 131072'), { outOfMemory: true });
+  t.like(read('CUDNN failure 2000: CUDNN_STATUS_ALLOC_FAILED ; GPU=1'), { library: 'CUDNN', libraryStatus: 2000, outOfMemory: true, memory: 'gpu' });
+  // cuDNN 9 names the memory: the GPU's, or the host's.
+  t.like(read('CUDNN failure 4004: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ; GPU=0 ; expr=cudnnConvolutionForward(...);'), { library: 'CUDNN', libraryStatus: 4004, outOfMemory: true, memory: 'gpu' });
+  t.like(read('CUDNN failure 4003: CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ; GPU=0'), { library: 'CUDNN', libraryStatus: 4003, outOfMemory: true, memory: 'host' });
+  // ONNX Runtime's arena: the same words over any device's memory.
+  t.like(read('Available memory of 65536 is smaller than requested bytes of 131072'), { outOfMemory: true, memory: 'arena' });
+  t.like(read('bfc_arena.cc:376 void* onnxruntime::BFCArena::AllocateRawInternal(size_t, bool, onnxruntime::Stream*) Failed to allocate memory for requested buffer of size 4096'), { outOfMemory: true, memory: 'arena' });
+  t.like(read('Failed to allocate memory for requested buffer of size 4096 (CUDA)'), { outOfMemory: true, memory: 'gpu' });
+  t.like(read('std::bad_alloc'), { outOfMemory: true, memory: 'host' });
   // A sticky fault is a CUDA error too, but not memory.
   const illegal = read('CUDA failure 700: an illegal memory access was encountered ; GPU=0 ; expr=cudaStreamSynchronize(stream);');
   t.like(illegal, { library: 'CUDA', cudaError: 700, outOfMemory: false });
@@ -391,4 +398,33 @@ test('profilePrefix: ONNX Runtime\'s per-node timings of every run, written when
   t.regex(files[0], /^mlp_.*\.json$/);
   const events = JSON.parse(readFileSync(path.join(temp.dir, files[0]), 'utf8'));
   t.true(events.some((/** @type {{ cat: string, name: string }} */ e) => e.cat === 'Node' && /MatMul/.test(e.name)), 'a MatMul node\'s timing');
+});
+
+test('compaction\'s move on a GPU, planned through a scratch buffer: equal to memmove, in a handful of copies however short the distance', (t) => {
+  const MiB = 2 ** 20;
+  const source = new Uint8Array(256 * MiB);
+  for (let i = 0; i < source.length; i += 4096) source[i] = (i / 4096) % 251;
+  crypto.getRandomValues(source.subarray(0, 65536));
+  const cases = [
+    { what: '256 MiB down by 64 bytes', to: 0, from: 64, length: 256 * MiB - 64, scratch: 64 * MiB },
+    { what: '256 MiB up by 64 bytes', to: 64, from: 0, length: 256 * MiB - 64, scratch: 64 * MiB },
+    { what: 'a distance past the scratch: pieces of the distance', to: 0, from: 96 * MiB, length: 160 * MiB, scratch: 64 * MiB },
+    { what: 'no overlap: one copy', to: 0, from: 128 * MiB, length: 100 * MiB, scratch: 64 * MiB },
+    { what: 'a scratch larger than the move', to: 10, from: 3, length: 1000, scratch: 64 * MiB },
+  ];
+  for (const c of cases) {
+    const mine = source.slice();
+    const started = performance.now();
+    const copies = ortAddon().movePlanHost(mine, c.to, c.from, c.length, c.scratch);
+    const ms = performance.now() - started;
+    const expected = source.slice();
+    expected.copyWithin(c.to, c.from, c.from + c.length); // memmove
+    t.true(Buffer.compare(mine, expected) === 0, `${c.what}: bytes as memmove leaves them`);
+    const distance = Math.abs(c.to - c.from);
+    const bound = distance >= c.length ? 1 : distance >= c.scratch ? Math.ceil(c.length / distance) : 2 * Math.ceil(c.length / c.scratch);
+    t.true(copies <= bound, `${c.what}: ${copies} copies (at most ${bound})`);
+    t.log(`${c.what}: ${copies} copies, ${ms.toFixed(0)} ms on the CPU`);
+  }
+  t.is(ortAddon().movePlanHost(source.slice(0, 16), 4, 4, 8, 2), 0, 'nowhere to move');
+  t.throws(() => ortAddon().movePlanHost(source.subarray(0, 16), 0, 8, 16, 4), { code: 'ERR_ORT_ARGUMENT' });
 });

@@ -36,12 +36,23 @@ test('each load is measured as the free memory it took; the figures name the loa
   t.is(memory.of('mlp#2'), undefined);
   t.is(memory.describe(), 'the 1 loaded model\'s sessions hold 900 MiB (the largest 900 MiB)');
 
-  const err = memory.exhausted('wide', 'warming it up', failure('Failed to allocate memory for requested buffer of size 1024'));
+  const err = memory.exhausted('wide', 'warming it up', failure('CUDA failure 2: out of memory ; GPU=0 ; expr=cudaMalloc((void**)&p, size);'));
   t.is(err?.code, 'STOWAGE_DEVICE_MEMORY_EXHAUSTED');
   t.is(err?.status, Status.RESOURCE_EXHAUSTED);
-  t.is(err?.message, 'model "wide": GPU 0 (device 1) ran out of memory warming it up: 9050 MiB free now, the weight arena holds 4096 MiB, the 1 loaded model\'s sessions hold 900 MiB (the largest 900 MiB); lower runtime.mem_fraction or runtime.weight_cache_fraction (or set runtime.cuda.weight_cache_bytes) to leave sessions more room, or serve fewer models on this GPU. ONNX Runtime: Failed to allocate memory for requested buffer of size 1024');
+  t.is(err?.message, 'model "wide": GPU 0 (device 1) ran out of memory warming it up: 9050 MiB free now, the weight arena holds 4096 MiB, the 1 loaded model\'s sessions hold 900 MiB (the largest 900 MiB); lower runtime.mem_fraction or runtime.weight_cache_fraction (or set runtime.cuda.weight_cache_bytes) to leave sessions more room, or serve fewer models on this GPU. ONNX Runtime: CUDA failure 2: out of memory ; GPU=0 ; expr=cudaMalloc((void**)&p, size);');
+  // cuDNN 9's own words for the GPU's memory and the host's.
+  t.regex(memory.exhausted('wide', 'running it', failure('CUDNN failure 4004: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ; GPU=0'))?.message ?? '', /GPU 0 \(device 1\) ran out of memory running it/);
+  const host = memory.exhausted('wide', 'running it', failure('CUDNN failure 4003: CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ; GPU=0'));
+  t.is(host?.code, 'STOWAGE_DEVICE_MEMORY_EXHAUSTED');
+  t.regex(host?.message ?? '', /the host ran out of memory running it for GPU 0 \(device 1\): the failure is host memory's, not the GPU's/);
+  // ONNX Runtime's arena says the same words over the GPU and the host: said as it is, not as the GPU's.
+  const arena = memory.exhausted('wide', 'running it', failure('Failed to allocate memory for requested buffer of size 1024'));
+  t.regex(arena?.message ?? '', /an ONNX Runtime memory arena refused a buffer running it on GPU 0 \(device 1\); its message does not say whether the GPU's or the host's: 9050 MiB free on the GPU now/);
+  t.notRegex(arena?.message ?? '', /GPU 0 \(device 1\) ran out of memory/);
   const limited = new SessionMemory({ free: () => free, device: 0, gpu: 0, arenaBytes: 0, ortArenaLimitBytes: 64 * MiB });
   t.regex(limited.exhausted('wide', 'running a batch of 8', failure('CUDA failure 2: out of memory ; GPU=0'))?.message ?? '', /ONNX Runtime's arena is limited to 64 MiB per session \(runtime\.cuda\.ort_arena_limit_bytes\): raise it, or serve fewer models/);
+  // Under that limit the arena's refusal is the GPU arena's (what test/gpu's 64 KiB arena hits).
+  t.regex(limited.exhausted('wide', 'loading it', failure('Available memory of 65536 is smaller than requested bytes of 131072'))?.message ?? '', /GPU 0 \(device 0\) ran out of memory loading it: .*limited to 64 MiB per session/);
   t.is(limited.exhausted('wide', 'running a batch of 8', failure('Non-zero status code returned while running Conv node')), null, 'any other failure keeps its own error');
   t.is(limited.exhausted('wide', 'running a batch of 8', new Error('out of memory')), null, 'words alone are not the binding\'s verdict');
   // Below a MiB the figure is not rounded to 0 MiB (the GPU test's 64 KiB limit read "0 MiB" on the H100).

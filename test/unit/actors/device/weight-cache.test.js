@@ -187,3 +187,33 @@ test('residency changes move the host copy and pin or unpin', (t) => {
   t.is(cache.hostBytes, 0);
   t.true(cache.isResident('m#1'), 'unpinning does not evict; it makes the model evictable');
 });
+
+test('a load that fails on its Nth tensor is undone: the arena, the resident bytes and every reference count are as before', (t) => {
+  const c = catalog();
+  let failOn = '';
+  const readTensor = (/** @type {import('../../../../dist/actors/device/weight-cache.js').TensorSource} */ source, /** @type {Uint8Array} */ into) => {
+    if (source.key === failOn) throw new Error(`cannot read ${source.key}`);
+    c.readTensor(source, into);
+  };
+  const { cache } = cacheOf(64 * 8, readTensor);
+  // `shared` is held by a resident model; `next` shares it and has three tensors of its own.
+  const shared = c.tensor('shared', 64, 9);
+  cache.add('held#1', 'held', 'unpinned', [shared, c.tensor('held-own', 64, 1)]);
+  cache.ensureResident('held#1');
+  cache.add('next#1', 'next', 'unpinned', [shared, c.tensor('n1', 64, 2), c.tensor('n2', 64, 3), c.tensor('n3', 64, 4)]);
+  const before = { used: cache.residentBytes, largest: cache.arena.largestHole };
+  failOn = 'n3'; // the third missing tensor: two are in the arena when it fails
+  t.throws(() => cache.ensureResident('next#1'), { message: 'cannot read n3' });
+  t.is(cache.residentBytes, before.used, 'the blocks it took are given back');
+  t.is(cache.arena.largestHole, before.largest, 'and the arena is in one piece as before');
+  t.false(cache.isResident('next#1'));
+  // `shared` was claimed by the failed load: had the claim leaked, evicting `held` would not free it.
+  cache.add('big#1', 'big', 'unpinned', [c.tensor('big', 64 * 8, 5)]);
+  t.deepEqual(cache.ensureResident('big#1').evicted, ['held#1'], 'the whole arena is free once held is gone');
+  t.is(cache.residentBytes, 64 * 8);
+  // The failed model loads once its tensor can be read.
+  failOn = '';
+  cache.ensureResident('next#1');
+  t.true(cache.deviceView('n3').every((v) => v === 4));
+  t.true(cache.deviceView('shared').every((v) => v === 9));
+});
