@@ -27,6 +27,9 @@ The node file is YAML (see node.yaml and the README). Environment overrides:
 ${environmentOverrides().map((o) => `  ${o.env.padEnd(44)} ${o.keyPath.join('.')}`).join('\n')}
 `;
 
+/** What requests in flight get to finish when the process must end (no device left in service). */
+const FATAL_GRACE_MS = 2000;
+
 function fail(err: unknown): never {
   const message = err instanceof StowageError ? err.message : (err as Error)?.stack ?? String(err);
   process.stderr.write(`stowage: ${message}\n`);
@@ -75,6 +78,16 @@ async function main(argv: string[]): Promise<void> {
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  // No device left in service (each GPU's context poisoned): this process can serve nothing more.
+  // It exits non-zero for its supervisor (Kubernetes, systemd) to start a new one.
+  if (server instanceof StowageServer) {
+    void server.fatal.then((why) => {
+      if (stopping) return;
+      stopping = true;
+      logger.fatal({ why }, 'no device is in service: exiting for the supervisor to start a new process');
+      server.stop(FATAL_GRACE_MS).finally(() => process.exit(70));
+    });
+  }
 }
 
 main(process.argv.slice(2)).catch(fail);

@@ -235,6 +235,7 @@ std::vector<std::string> load(const std::vector<std::string>& dirs, std::vector<
       bind(h, "cudaDriverGetVersion", table.driverGetVersion);
       bind(h, "cudaDeviceGetPCIBusId", table.deviceGetPCIBusId);
       bind(h, "cudaGetErrorString", table.getErrorString);
+      bind(h, "cudaDeviceSynchronize", table.deviceSynchronize);
       // Since CUDA 10.1; optional all the same (without it, captures are only serialised).
       *reinterpret_cast<void**>(&table.threadExchangeStreamCaptureMode) = dlsym(h, "cudaThreadExchangeStreamCaptureMode");
       loaded = true;
@@ -414,6 +415,23 @@ Napi::Value CudaMemoryInfo(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// cudaProbe(ordinal): { error, message }: whether the process's context on that GPU still works,
+// after a run failed (a synchronisation of the device: every later call fails the same way once
+// the context is poisoned: an illegal address, a launch failure, an ECC error, a GPU off the bus).
+// error 0: it works.
+Napi::Value CudaProbe(const Napi::CallbackInfo& info) {
+  Napi::Env e = info.Env();
+  const Runtime& rt = loadedRuntime();
+  if (info.Length() < 1 || !info[0].IsNumber()) throw stowage::ArgumentError("cudaProbe(ordinal): ordinal must be a number");
+  int err = rt.setDevice(info[0].As<Napi::Number>().Int32Value());
+  if (err == 0) err = rt.deviceSynchronize();
+  Napi::Object out = Napi::Object::New(e);
+  out.Set("error", err);
+  out.Set("message", err == 0 ? "" : rt.getErrorString(err));
+  if (err != 0) rt.getLastError();
+  return out;
+}
+
 // movePlanHost(buffer, to, from, length, scratchBytes): moveWithin's plan (move-plan.h) run over a
 // host buffer with memcpy, for the tests that hold it to memmove without a GPU; answers the number
 // of copies it made.
@@ -520,6 +538,7 @@ void define(Napi::Env e, Napi::Object exports) {
   exports.Set("cudaMemoryInfo", Napi::Function::New(e, stowage::entered<CudaMemoryInfo>));
   exports.Set("PinnedHost", PinnedHost::Define(e));
   exports.Set("movePlanHost", Napi::Function::New(e, stowage::entered<MovePlanHost>));
+  exports.Set("cudaProbe", Napi::Function::New(e, stowage::entered<CudaProbe>));
 }
 
 }  // namespace stowage_cuda

@@ -38,6 +38,7 @@ struct Runtime {
   int (*deviceGetPCIBusId)(char*, int, int);
   const char* (*getErrorString)(int);
   int (*threadExchangeStreamCaptureMode)(int*);
+  int (*deviceSynchronize)();
 };
 
 // The runtime, or null until load() succeeded.

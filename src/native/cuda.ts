@@ -118,6 +118,20 @@ export function gpuMemory(ordinal: number): { freeBytes: number; totalBytes: num
   return ortAddon().cudaMemoryInfo(ordinal);
 }
 
+/**
+ * CUDA runtime errors that poison the process's context on a GPU ("sticky"): once one happened,
+ * every later call on that GPU fails, so the device cannot serve again without a new process.
+ * Uncorrectable ECC (214), an illegal address (700), a launch timeout (702), a device-side assert
+ * (710), a hardware stack error (714), an illegal instruction (715), a misaligned address (716), an
+ * invalid address space (717) or program counter (718), a launch failure (719).
+ */
+export const STICKY_CUDA_ERRORS: ReadonlySet<number> = new Set([214, 700, 702, 710, 714, 715, 716, 717, 718, 719]);
+
+/** Whether the process's context on GPU `ordinal` still works (after a failed run): the error a synchronisation meets, 0 when none. */
+export function probeGpu(ordinal: number): { error: number; message: string } {
+  return ortAddon().cudaProbe(ordinal);
+}
+
 /** Page-lock `view`'s memory for CUDA copies (loadCuda first); release() undoes it. */
 export function pinHost(view: ArrayBufferView | ArrayBuffer): PinnedHost {
   const Pinned = ortAddon().PinnedHost;

@@ -174,6 +174,7 @@ export interface Addon {
   ortFailure(ortCode: number, message: string): OrtError;
   /** The plan of a GPU memory's moveWithin (src/native/move-plan.h) over host memory, for tests without a GPU: the copies it made. */
   movePlanHost(buffer: Uint8Array, to: number, from: number, length: number, scratchBytes: number): number;
+  cudaProbe(ordinal: number): { error: number; message: string };
 }
 
 /** The GPUs as the binding reads them (cuda.ts words them). */

@@ -17,6 +17,7 @@
  *
  * With one device every mode is a pass-through.
  */
+import { errors } from '../shared/errors.js';
 import type { Logger } from 'pino';
 import { modelOf, type InstanceKey, type ModelSpec } from '../shared/model-spec.js';
 import type { FillPolicy, GatewayMode } from '../shared/config-schema.js';
@@ -122,11 +123,18 @@ export class Devices {
     return (this.#placed.get(model)?.devices ?? this.handles).map((d) => d.deviceId);
   }
 
+  /** The devices in service: not stopped, not taken out (a poisoned GPU: actors/device/out-of-service.ts). */
+  get #serving(): DeviceHandle[] {
+    return this.handles.filter((d) => d.serving);
+  }
+
   #pick(model: string): DeviceHandle {
-    const devices = this.handles;
+    const devices = this.#serving;
+    if (devices.length === 0) throw errors.deviceUnavailable(this.handles[0].deviceId, `no device of this node is in service (${this.handles.map((d) => `device ${d.deviceId}: ${d.state}`).join(', ')})`);
     if (devices.length === 1) return devices[0];
     const placed = this.#o.mode === 'lpt_packing' ? this.#placed.get(model) : undefined;
-    if (!placed) return this.#router.pick(devices);
+    // A model placed only on devices taken out is served by the others, loading its weights there.
+    if (!placed || !placed.devices.every((d) => d.serving)) return this.#router.pick(devices);
     const counts = this.#outstanding.get(model)!;
     const capacity = Math.max(1, Math.round(placed.batchRows * (this.#o.lpt?.fillFactor ?? 1)));
     const i = fill(placed.devices, (r) => counts.get(placed.devices[r].deviceId) ?? 0, capacity, this.#o.lpt?.policy ?? 'fill_rr', placed);
@@ -222,10 +230,12 @@ export class Devices {
     const compiled = this.#o.compiler ? await this.#o.compiler.compile(spec, this.#o.hostWeights?.keys() ?? []) : null;
     for (const damage of compiled?.repaired ?? []) this.#o.logger?.warn({ model: spec.name, damage }, 'compile cache damaged: compiled again');
     const compileMs = performance.now() - started;
-    const loads = await Promise.allSettled(this.handles.map((d) => d.load(spec, instance, compiled)));
+    const targets = this.#serving;
+    if (targets.length === 0) throw errors.deviceUnavailable(this.handles[0].deviceId, 'no device of this node is in service');
+    const loads = await Promise.allSettled(targets.map((d) => d.load(spec, instance, compiled)));
     const failed = loads.find((l): l is PromiseRejectedResult => l.status === 'rejected');
     if (failed) {
-      await Promise.allSettled(this.handles.filter((_, i) => loads[i].status === 'fulfilled').map((d) => d.unload(instance)));
+      await Promise.allSettled(targets.filter((_, i) => loads[i].status === 'fulfilled').map((d) => d.unload(instance)));
       this.#o.hostWeights?.release(instance);
       throw failed.reason;
     }
@@ -257,7 +267,7 @@ export class Devices {
       this.#outstanding.delete(model);
     }
     try {
-      await Promise.all(this.handles.map((d) => d.unload(instance)));
+      await Promise.all(this.#serving.map((d) => d.unload(instance)));
     } finally {
       this.#o.hostWeights?.release(instance);
     }
@@ -265,7 +275,7 @@ export class Devices {
 
   /** Every device's instances, tagged with the device. */
   async status(): Promise<(InstanceStatus & { device: number })[]> {
-    const reports = await Promise.all(this.handles.map(async (d) => (await d.status()).map((s) => ({ ...s, device: d.deviceId }))));
+    const reports = await Promise.all(this.#serving.map(async (d) => (await d.status()).map((s) => ({ ...s, device: d.deviceId }))));
     return reports.flat();
   }
 
@@ -277,23 +287,24 @@ export class Devices {
   /** Change a model's weight or batch cap on every device, its queued requests included; later loads carry it. */
   async setPolicy(model: string, update: ModelPolicyUpdate): Promise<void> {
     this.#o.policies.change(model, update);
-    await Promise.all(this.handles.map((d) => d.applyPolicy(model)));
+    await Promise.all(this.#serving.map((d) => d.applyPolicy(model)));
   }
 
   /** Change a model's residency on every device; if any device refuses, every device goes back to what it had. */
   async setResidency(model: string, residency: Residency): Promise<void> {
     const before = this.#o.policies.change(model, { residency });
-    const results = await Promise.allSettled(this.handles.map((d) => d.applyResidency(model)));
+    const targets = this.#serving;
+    const results = await Promise.allSettled(targets.map((d) => d.applyResidency(model)));
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (!failed) return;
     this.#o.policies.restore(model, before);
-    await Promise.allSettled(this.handles.filter((_, i) => results[i].status === 'fulfilled').map((d) => d.applyResidency(model)));
+    await Promise.allSettled(targets.filter((_, i) => results[i].status === 'fulfilled').map((d) => d.applyResidency(model)));
     throw failed.reason;
   }
 
   /** Compact one device's arena (or every device's, for -1); the bytes moved in all. */
   async compact(device: number): Promise<number> {
-    const targets = device < 0 ? this.handles : this.handles.filter((d) => d.deviceId === device);
+    const targets = device < 0 ? this.#serving : this.handles.filter((d) => d.deviceId === device);
     const moved = await Promise.all(targets.map((d) => d.compact()));
     return moved.reduce((a, b) => a + b, 0);
   }

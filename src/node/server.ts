@@ -10,6 +10,7 @@ import { accessSync, constants, mkdirSync } from 'node:fs';
 import type http from 'node:http';
 import type { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
+import { Gauge } from 'prom-client';
 import { DeviceHandle } from '../actors/device/handle.js';
 import { initOrt, processThreadPool } from '../native/ort.js';
 import { Compiler } from '../actors/compiler/handle.js';
@@ -61,12 +62,16 @@ function ensureWritable(dir: string): void {
   }
 }
 
-/** A node's readiness: ready once every model has loaded or failed with a reason; the models still loading. */
-function nodeReadiness(registry: ModelRegistry, isReady: () => boolean): AdminContext['readiness'] {
+/**
+ * A node's readiness: ready once every model has loaded or failed with a reason, while a device is
+ * in service; the models still loading, and the devices taken out of service with why.
+ */
+function nodeReadiness(registry: ModelRegistry, isReady: () => boolean, outOfService: () => { device: number; reason: string }[]): AdminContext['readiness'] {
   return () => {
     const models = registry.all().map((r) => ({ name: r.name, state: r.state, reason: r.reason }));
     const loading = models.filter((m) => m.state === ModelState.LOADING).map((m) => m.name);
-    return { ready: isReady(), loading, models };
+    const out = outOfService();
+    return { ready: isReady(), loading, models, ...(out.length ? { devices_out_of_service: out } : {}) };
   };
 }
 
@@ -104,6 +109,15 @@ export class StowageServer {
   #health?: Health;
   /** The health service on the gRPC edge: its Watch streams end at shutdown. */
   #healthService?: HealthService;
+  /** Devices taken out of service, with why (their GPU's context poisoned). */
+  readonly #outOfService = new Map<number, string>();
+  readonly #fatal = (() => {
+    let resolve: (why: string) => void = () => undefined;
+    const promise = new Promise<string>((r) => {
+      resolve = r;
+    });
+    return { promise, resolve };
+  })();
   /** Backend cuda: the GPUs were found (NVML is read again at each scrape). */
   #cudaStarted = false;
 
@@ -174,10 +188,30 @@ export class StowageServer {
     return this.#ready;
   }
 
+  /**
+   * Settles with why when no device of the node is left in service (each taken out: its GPU's
+   * context poisoned): the process can serve nothing more, and must be replaced (main.ts exits
+   * non-zero, for the supervisor to start a new one).
+   */
+  get fatal(): Promise<string> {
+    return this.#fatal.promise;
+  }
+
+  /** A device's GPU context is poisoned: said in /readyz and the metrics; with none left, fatal. */
+  #deviceOutOfService(deviceId: number, reason: string): void {
+    this.#outOfService.set(deviceId, reason);
+    const handles = this.#devices?.handles ?? [];
+    if (handles.length > 0 && handles.every((h) => !h.serving)) {
+      this.#ready = false;
+      this.#health?.setServing(false);
+      this.#fatal.resolve(`every device is out of service (${[...this.#outOfService].map(([d, why]) => `device ${d}: ${why}`).join('; ')})`);
+    }
+  }
+
   async #start(): Promise<void> {
     const { endpoints } = this.#config.global;
     const isReady = () => this.#ready;
-    this.#admin = createAdminServer({ readiness: nodeReadiness(this.registry, isReady), metrics: registryMetrics(this.metrics.registry) });
+    this.#admin = createAdminServer({ readiness: nodeReadiness(this.registry, isReady, () => [...this.#outOfService].map(([device, reason]) => ({ device, reason }))), metrics: registryMetrics(this.metrics.registry) });
     this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
     this.#logger.info({ admin: `${endpoints.host}:${this.ports.admin}` }, 'admin listening: /healthz, /readyz, /metrics');
 
@@ -216,6 +250,7 @@ export class StowageServer {
         },
         onWeights: (model, load, memory) => this.metrics.recordWeights(w.deviceId, model, load, memory),
         onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),
+        onOutOfService: (deviceId, reason) => this.#deviceOutOfService(deviceId, reason),
       });
     }));
     const scheduling = this.#config.gateway.scheduling;
@@ -239,6 +274,12 @@ export class StowageServer {
       onPlacement: (placement) => this.metrics.recordPlacement(placement),
     });
     this.#devices = devices;
+    new Gauge({
+      name: 'stowage_device_in_service', help: 'Whether each device serves (1), or is stopped or out of service (0: its GPU context poisoned; /readyz says why)', labelNames: ['device'], registers: [this.metrics.registry],
+      collect() {
+        for (const h of devices.handles) this.set({ device: String(h.deviceId) }, h.serving ? 1 : 0);
+      },
+    });
     this.#logger.info({
       devices: workers.map((w) => w.deviceId),
       workers: workers.map((w) => ({

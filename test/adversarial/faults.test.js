@@ -194,6 +194,53 @@ test('an edge thread that dies fails only its own connections\' requests; a repl
   t.is(server.child.exitCode, null);
 });
 
+test('a device whose GPU context is poisoned is taken out: its requests fail UNAVAILABLE saying why, the other device serves, and with none left the process exits non-zero', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const fault = path.join(temp.dir, 'sticky');
+  const repo = makeRepository(temp.dir, { digits: DIGITS });
+  // Two devices (virtual ones on the CPU); the fault poisons whichever runs a batch next, as an
+  // illegal address poisons a GPU's context (src/actors/device/out-of-service.ts).
+  const server = await startServer({ model_repo: repo, gpus: 2, gateway: { scheduling: { mode: 'round_robin' } } }, { root: temp.dir, env: { STOWAGE_FAULT_DEVICE_STICKY: fault } });
+  t.teardown(() => server.stop());
+  const reference = await referenceLabels(server.client);
+  writeFileSync(fault, '');
+  /** @type {import('@grpc/grpc-js').ServiceError[]} */
+  const failures = [];
+  let answered = 0;
+  for (let i = 0; i < 40; i++) {
+    try {
+      await classify(server.client, reference, i);
+      answered++;
+    } catch (err) {
+      failures.push(/** @type {import('@grpc/grpc-js').ServiceError} */ (err));
+    }
+  }
+  const out = await server.waitForLog((l) => String(l.msg).startsWith('device taken out of service'));
+  t.log(`device ${out.device} out; ${answered} answered, ${failures.length} failed`);
+  t.true(failures.length >= 1 && failures.length <= 2, 'the batch it was running when poisoned fails, nothing after');
+  for (const err of failures) {
+    t.is(err.code, status.UNAVAILABLE);
+    t.regex(err.details, new RegExp(`device ${out.device} is unavailable: it is out of service: CUDA error 700 in a run: an illegal memory access`));
+  }
+  // The pool routes around it from then on.
+  for (let i = 0; i < 20; i++) await classify(server.client, reference, i);
+  const readyz = await (await fetch(`http://127.0.0.1:${server.adminPort}/readyz`)).json();
+  t.true(readyz.ready, 'the node serves on its other device');
+  t.deepEqual(readyz.devices_out_of_service.map((/** @type {{ device: number }} */ d) => d.device), [out.device]);
+  t.regex(readyz.devices_out_of_service[0].reason, /CUDA error 700/);
+  const m = await scrapeMetrics(server.adminPort);
+  t.is(metric(m, 'stowage_device_in_service', `device="${out.device}"`), 0);
+  t.is(metric(m, 'stowage_device_in_service', `device="${1 - out.device}"`), 1);
+  t.false(server.logs.some((l) => String(l.msg).startsWith('device actor restarted')), 'never restarted in this process');
+  // The other one poisoned too: nothing can serve, and the process exits for its supervisor to replace it.
+  writeFileSync(fault, '');
+  await classify(server.client, reference, 0).catch(() => undefined);
+  const [code] = await once(server.child, 'close');
+  t.is(code, 70);
+  t.truthy(server.logs.find((l) => l.msg === 'no device is in service: exiting for the supervisor to start a new process'));
+});
+
 test('the repository directory removed and restored: the loaded models keep serving meanwhile, and changes made while it was gone are acted on', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);

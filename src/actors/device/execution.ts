@@ -17,7 +17,7 @@
  */
 import type { FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
 import { nowMs, type InferenceResult, type RegionSlice } from '../../shared/channels/inference.js';
-import { errors } from '../../shared/errors.js';
+import { errors, type StowageError } from '../../shared/errors.js';
 import type { CostModel } from './cost-model.js';
 import { placeOutputs } from './output-placement.js';
 import { bindWeights, plainRun, type Executable } from './executables.js';
@@ -47,6 +47,11 @@ export interface ExecutionContext {
   stageInputs: boolean;
   /** The run in flight, if any: the requests riding in it (a cancelled one leaves), and its session to terminate. */
   running: { ids: Set<number>; session: OrtSession } | null;
+  /**
+   * After a run failed: the error that takes the device out of service when the failure poisoned
+   * its GPU's context (out-of-service.ts), else null.
+   */
+  outOfService: (err: unknown) => StowageError | null;
 }
 
 /** Whether `data` lies in this execution's staging memory (it stays on the device). */
@@ -242,6 +247,9 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
         ctx.send({ type: 'warning', message: `model ${name}: a run was terminated, every request riding in it having been cancelled`, fields: { model: name, requests: batch.length } });
         return;
       }
+      // A poisoned GPU serves nothing more: said as the device's, for every request of the batch.
+      const poisoned = ctx.outOfService(err);
+      if (poisoned) throw poisoned;
       const message = (err as Error).message;
       // A new batch size's activations can be what the GPU has no room for: said with where the
       // GPU's memory went; on the CPU, what ONNX Runtime's allocator refused.

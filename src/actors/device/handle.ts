@@ -43,6 +43,11 @@ export enum DeviceState {
   RESTARTING = 'RESTARTING',
   /** Given up on after repeated crashes, or stopped: every call answers UNAVAILABLE. */
   DEAD = 'DEAD',
+  /**
+   * Its GPU's context is poisoned (a sticky CUDA error: out-of-service.ts): every call answers
+   * UNAVAILABLE with why, and it is never restarted in this process.
+   */
+  OUT_OF_SERVICE = 'OUT_OF_SERVICE',
 }
 
 /** Where a hook thread sends one request's inputs (the device part of HookFeed). */
@@ -99,6 +104,8 @@ export interface DeviceHandleOptions {
   onCompiled?: (files: number, cacheHits: number) => void;
   /** Told of every execution once (statistics count executions, not requests), with the requests still queued. */
   onExecution?: (model: string, timing: ExecutionTiming, queued: number) => void;
+  /** Told once when the device is taken out of service, with why. */
+  onOutOfService?: (deviceId: number, reason: string) => void;
   /** The worker script; tests substitute a fixture. */
   workerUrl?: URL;
 }
@@ -129,6 +136,8 @@ export class DeviceHandle {
   /** Loaded instances, their specs and compiled forms, to load again into a replacement worker. */
   #loaded = new Map<InstanceKey, { spec: ModelSpec; compiled: CompiledModel | null }>();
   #crashes = 0;
+  /** Why it is out of service (DeviceState.OUT_OF_SERVICE). */
+  #outOfServiceWhy = '';
   #stopping = false;
   /** Workers started so far: hook threads' doors are per worker (HookFeed.generation). */
   #generation = 0;
@@ -205,7 +214,26 @@ export class DeviceHandle {
     });
   }
 
+  /**
+   * The device's GPU context is poisoned: what it had pending fails with why, nothing more is sent
+   * to it, and it is never restarted (a new worker thread would inherit the same context).
+   */
+  #outOfService(reason: string, cudaError: number): void {
+    if (this.#state === DeviceState.OUT_OF_SERVICE || this.#state === DeviceState.DEAD) return;
+    this.#state = DeviceState.OUT_OF_SERVICE;
+    this.#outOfServiceWhy = reason;
+    this.#options.logger.error({ device: this.deviceId, cudaError }, `device taken out of service: ${reason}`);
+    this.#failAll(errors.deviceUnavailable(this.deviceId, `it is out of service: ${reason}`));
+    this.#options.onOutOfService?.(this.deviceId, reason);
+  }
+
+  /** Whether requests may be routed to it: not stopped, not out of service. */
+  get serving(): boolean {
+    return this.#state !== DeviceState.DEAD && this.#state !== DeviceState.OUT_OF_SERVICE;
+  }
+
   #onCrash(why: string): void {
+    if (this.#state === DeviceState.OUT_OF_SERVICE) return; // never restarted on a poisoned context
     if (this.#stopping) {
       this.#state = DeviceState.DEAD;
       return;
@@ -242,6 +270,9 @@ export class DeviceHandle {
         return;
       case 'warning':
         this.#options.logger.warn(msg.fields, msg.message);
+        return;
+      case 'outOfService':
+        this.#outOfService(msg.reason, msg.cudaError);
         return;
       case 'reply':
         return this.#resolve(msg.id, msg.reply);
@@ -288,6 +319,9 @@ export class DeviceHandle {
   #post<T>(msg: ToDevice & { id: number }, timeoutMs: number, onTimeout: () => StowageError, transfer: Transferable[] = []): Promise<T> {
     if (this.#state === DeviceState.DEAD) {
       return Promise.reject(errors.deviceUnavailable(this.deviceId, 'it has stopped'));
+    }
+    if (this.#state === DeviceState.OUT_OF_SERVICE) {
+      return Promise.reject(errors.deviceUnavailable(this.deviceId, `it is out of service: ${this.#outOfServiceWhy}`));
     }
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => {

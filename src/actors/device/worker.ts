@@ -16,6 +16,7 @@
  * executions: models arrive compiled (actors/compiler/), so a load only opens
  * weightless sessions.
  */
+import { DeviceService, injectedPoison } from './out-of-service.js';
 import { existsSync, rmSync } from 'node:fs';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HookInputs, InferCommand, ToDevice } from '../../shared/channels/device.js';
@@ -107,6 +108,8 @@ const sessionMemory = cuda
   ? new SessionMemory<InstanceKey>({ free: () => gpuMemory(cuda.ordinal).freeBytes, device: init.deviceId, gpu: cuda.ordinal, arenaBytes: init.weights?.budgetBytes ?? 0, ortArenaLimitBytes: Number(cuda.providerOptions.gpu_mem_limit ?? 0) })
   : null;
 const models = new DeviceModels(init, scheduler, costs, weightCache, (message, fields) => send({ type: 'warning', message, fields }), sessionMemory);
+// In service until a run poisons the GPU's context (out-of-service.ts); then everything is refused.
+const service = new DeviceService(init.deviceId, cuda ? cuda.ordinal : null, (poisoned) => send({ type: 'outOfService', ...poisoned }));
 const regions = new RegionMappings();
 const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(init.cuda ? pinOrNot : undefined), send, fail, costs,
   // Backend cuda: every run on this thread. ONNX Runtime's CUDA provider keeps cuBLAS and cuDNN
@@ -116,7 +119,8 @@ const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler
   // Backend cuda: inputs reach the GPU from pinned staging (one host copy at memory speed, then the
   // bus at full speed), not from the request's pageable buffer.
   stageInputs: init.cuda !== null,
-  running: null };
+  running: null,
+  outOfService: (err) => service.afterFailedRun(err) };
 
 /** The control calls, each answering with its own reply type. */
 const calls: { [K in DeviceCallType]: (request: DeviceCall<K>) => Promise<DeviceCalls[K]['reply']> | DeviceCalls[K]['reply'] } = {
@@ -135,6 +139,8 @@ const calls: { [K in DeviceCallType]: (request: DeviceCall<K>) => Promise<Device
 };
 
 async function answer<K extends DeviceCallType>(type: K, msg: DeviceCall<K>): Promise<void> {
+  const refused = service.refusal;
+  if (refused) return fail(msg.id, refused);
   try {
     send({ type: 'reply', id: msg.id, reply: await calls[type](msg) });
   } catch (err) {
@@ -144,6 +150,8 @@ async function answer<K extends DeviceCallType>(type: K, msg: DeviceCall<K>): Pr
 
 /** Put a request in its model's queue, or answer it at once (unknown model, full queue). */
 function admit(cmd: InferCommand): void {
+  const refused = service.refusal;
+  if (refused) return fail(cmd.id, refused);
   const model = models.get(cmd.instance);
   if (!model) return fail(cmd.id, errors.modelNotReady(cmd.instance, 'UNAVAILABLE', `not loaded on device ${init.deviceId}`));
   try {
@@ -279,6 +287,13 @@ async function pump(): Promise<void> {
         break;
       }
       if (faultExitFile) injectedFault();
+      const injected = injectedPoison(init.deviceId);
+      if (injected) service.takeOut(injected);
+      const refused = service.refusal;
+      if (refused) {
+        for (const t of batch) fail(t.id, refused);
+        continue;
+      }
       await execute(batch, execution);
       await yieldToEventLoop();
     }

@@ -244,4 +244,9 @@ export type FromDevice =
   /** A control call or an infer failed; errors cross threads as plain data. */
   | { type: 'failed'; id: number; error: ErrorData }
   /** Something the operator should hear about (the main thread logs it). */
-  | { type: 'warning'; message: string; fields: Record<string, number | string> };
+  | { type: 'warning'; message: string; fields: Record<string, number | string> }
+  /**
+   * The process's context on this device's GPU is poisoned (a sticky CUDA error: every later call
+   * fails): the device can serve nothing more in this process. Sent once; everything after is refused.
+   */
+  | { type: 'outOfService'; reason: string; cudaError: number };

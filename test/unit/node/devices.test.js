@@ -19,6 +19,8 @@ function fakeDevice(deviceId, events) {
   const pending = [];
   return {
     deviceId,
+    serving: true,
+    state: 'READY',
     get inflight() {
       return pending.length;
     },
@@ -144,4 +146,20 @@ test('policy changes go through the one owner; a residency a device refuses is u
   t.deepEqual(applied.splice(0), [{ device: 0, model: 'big', residency: 'unpinned' }, { device: 0, model: 'big', residency: 'system' }]);
   t.deepEqual([policies.of(0, 'big').residency, policies.of(1, 'big').residency], ['system', 'device']);
   t.is(policies.of(1, 'big').maxBatchSize, 4, 'the earlier policy change stands');
+});
+
+test('a device out of service is routed around; with none left, UNAVAILABLE saying which are out', async (t) => {
+  const devices = [0, 1].map((id) => fakeDevice(id, []));
+  const pool = new Devices(devices, { mode: 'round_robin', policies: new ModelPolicies(devices.map((d) => ({ deviceId: d.deviceId, models: {} }))) });
+  const request = /** @type {any} */ ({ instance: instanceKey('m', 1), inputs: [], rows: 1, outputs: [], outputRegions: [], placement: null, deadlineMs: Infinity });
+  devices[0].serving = false;
+  devices[0].state = 'OUT_OF_SERVICE';
+  for (let i = 0; i < 4; i++) void pool.infer(request);
+  t.is(devices[0].pending.length, 0, 'nothing routed to the device taken out');
+  t.is(devices[1].pending.length, 4);
+  devices[1].serving = false;
+  devices[1].state = 'OUT_OF_SERVICE';
+  const err = await t.throwsAsync(pool.infer(request));
+  t.is(/** @type {any} */ (err).code, 'STOWAGE_DEVICE_UNAVAILABLE');
+  t.regex(err?.message ?? '', /no device of this node is in service \(device 0: OUT_OF_SERVICE, device 1: OUT_OF_SERVICE\)/);
 });
