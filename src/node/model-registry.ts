@@ -10,6 +10,11 @@
 import { MODEL_VERSION } from '../shared/constants.js';
 import { errors } from '../shared/errors.js';
 import { modelOf, type InstanceKey, type ModelSpec } from '../shared/model-spec.js';
+import { LEASE_SLOTS, type Leases } from '../shared/leases.js';
+import type { EdgeRoute } from '../shared/channels/edge.js';
+
+/** How often an unload looks again at the leases edge threads hold (they are counted in shared memory, not told). */
+const EDGE_LEASES_POLL_MS = 2;
 
 /** Lifecycle of a model, in Triton's RepositoryIndex vocabulary. */
 export enum ModelState {
@@ -52,16 +57,84 @@ export class ModelRegistry {
   #watchers: ((name: string, state: ModelState | null) => void)[] = [];
   /** Requests in flight by instance. */
   #inflight = new Map<InstanceKey, Inflight>();
+  /**
+   * Edge threads' direct path (shareLeases): the leases they take in shared memory, each routed
+   * instance's slot there (`open` while new requests may take it), the slots free, and who is told
+   * of each model's route.
+   */
+  #leases: Leases | null = null;
+  #slots = new Map<InstanceKey, { slot: number; tag: number; open: boolean }>();
+  #freeSlots: number[] = [];
+  #nextTag = 1;
+  #routeWatchers: ((model: string, route: EdgeRoute | null) => void)[] = [];
 
   set(record: ModelRecord): void {
     this.#records.set(record.name, record);
+    this.#route(record.name);
     for (const w of this.#watchers) w(record.name, record.state);
   }
 
   /** Forget a model entirely (its bundle was removed): it answers NOT_FOUND from now on. */
   delete(name: string): void {
     this.#records.delete(name);
+    this.#route(name);
     for (const w of this.#watchers) w(name, null);
+  }
+
+  /**
+   * Let edge threads route ready models to the devices themselves (actors/edge/direct-path.ts):
+   * each instance that serves gets a slot in `leases`, where an edge counts the requests it holds
+   * on it, so that an unload or the end of a reload waits for them too (`drained`).
+   */
+  shareLeases(leases: Leases): void {
+    this.#leases = leases;
+    this.#freeSlots = Array.from({ length: LEASE_SLOTS }, (_, i) => LEASE_SLOTS - 1 - i);
+    for (const name of this.#records.keys()) this.#route(name);
+  }
+
+  /** Every model an edge may route now. */
+  routes(): EdgeRoute[] {
+    return [...this.#records.keys()].map((name) => this.#routeOf(name)).filter((r): r is EdgeRoute => r !== null);
+  }
+
+  /** Call `watcher` with each change of a model's route (null: edges send it to the main thread). */
+  watchRoutes(watcher: (model: string, route: EdgeRoute | null) => void): void {
+    this.#routeWatchers.push(watcher);
+  }
+
+  #routeOf(name: string): EdgeRoute | null {
+    const record = this.#records.get(name);
+    if (record?.state !== ModelState.READY || !record.spec || !record.instance) return null;
+    const s = this.#slots.get(record.instance);
+    return s?.open ? { model: name, spec: record.spec, instance: record.instance, slot: s.slot, tag: s.tag } : null;
+  }
+
+  /**
+   * A model's record changed: the instance that serves it has an open slot (one is given when free;
+   * none left, its requests go through the main thread), every other instance of it is closed to
+   * new leases at once (the state word is cleared before this returns), and the edges are told.
+   */
+  #route(name: string): void {
+    const leases = this.#leases;
+    if (!leases) return;
+    const record = this.#records.get(name);
+    const serving = record?.state === ModelState.READY && record.spec ? record.instance : undefined;
+    for (const [instance, s] of this.#slots) {
+      if (s.open && instance !== serving && modelOf(instance) === name) {
+        leases.close(s.slot);
+        s.open = false;
+      }
+    }
+    if (serving && !this.#slots.get(serving)?.open) {
+      const slot = this.#slots.get(serving)?.slot ?? this.#freeSlots.pop();
+      if (slot !== undefined) {
+        const s = { slot, tag: this.#nextTag++, open: true };
+        this.#slots.set(serving, s);
+        leases.open(slot, s.tag);
+      }
+    }
+    const route = this.#routeOf(name);
+    for (const w of this.#routeWatchers) w(name, route);
   }
 
   /** Call `watcher` with every model's state now, then with each change. */
@@ -110,20 +183,31 @@ export class ModelRegistry {
     }
   }
 
-  /** Resolves once no request holds the instance. */
-  drained(instance: InstanceKey): Promise<void> {
+  /**
+   * Resolves once no request holds the instance: none of the main thread's, and none an edge
+   * thread took on its slot (the record's change that precedes an unload closed the slot already).
+   */
+  async drained(instance: InstanceKey): Promise<void> {
     const f = this.#inflight.get(instance);
-    if (!f) return Promise.resolve();
-    return new Promise((resolve) => f.drained.push(resolve));
+    if (f) await new Promise<void>((resolve) => f.drained.push(resolve));
+    const s = this.#slots.get(instance);
+    if (!s || !this.#leases) return;
+    while (this.#leases.held(s.slot) > 0) await new Promise((resolve) => setTimeout(resolve, EDGE_LEASES_POLL_MS));
+    // Closed and drained: the slot may stand for another instance (under another tag).
+    if (!s.open && this.#slots.get(instance) === s) {
+      this.#slots.delete(instance);
+      this.#freeSlots.push(s.slot);
+    }
   }
 
-  /** Requests in flight per model, all instances together. */
+  /** Requests in flight per model, all instances together, the edge threads' direct ones included. */
   pending(): Map<string, number> {
     const out = new Map<string, number>();
-    for (const [instance, f] of this.#inflight) {
-      const name = modelOf(instance);
-      out.set(name, (out.get(name) ?? 0) + f.count);
-    }
+    const add = (instance: InstanceKey, n: number) => {
+      if (n > 0) out.set(modelOf(instance), (out.get(modelOf(instance)) ?? 0) + n);
+    };
+    for (const [instance, f] of this.#inflight) add(instance, f.count);
+    if (this.#leases) for (const [instance, s] of this.#slots) add(instance, this.#leases.held(s.slot));
     return out;
   }
 

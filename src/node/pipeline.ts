@@ -10,6 +10,8 @@
  *   (without a hook making them, the outputs are placed where the edge's allocator asked: for gRPC
  *   the response is framed around them, protocol/infer-response-wire.ts)
  *   (a meta model: lease -> check -> run hook, whose sub-calls re-enter at `route` with tensors)
+ *   (with edge threads, a plain request never comes here: its edge routes it to a device itself,
+ *   actors/edge/direct-path.ts, with the same check, copies and hop count, edge -> device -> edge)
  *
  * Copies of a request's tensor bytes, and thread hops, per path. `copies` counts every copy of the
  * bytes of one request's input and output tensors (in units of their size: a copy of the input and
@@ -59,7 +61,7 @@ import { placementOf, type DataPlaneRequest, type InferenceAnswer, type InferOpt
 import { errors, quote, StowageError } from '../shared/errors.js';
 import { checkHookTensors } from '../shared/hook-tensor-check.js';
 import type { InstanceKey, ModelSpec, TensorSpec } from '../shared/model-spec.js';
-import { checkRequest, checkTensors, slicesOf, type CheckedRequest } from './request-check.js';
+import { checkRequest, checkTensors, slicesOf, type CheckedRequest } from '../shared/request-check.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
 import type { Statistics } from './statistics.js';

@@ -30,7 +30,7 @@ import { HostWeights } from './host-weights.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
 import { Statistics } from './statistics.js';
 import { Health } from './health.js';
-import { startTracing, stopTracing, traceExportFailures } from './tracing.js';
+import { startTracing, stopTracing, traceExportFailures, tracingOn } from './tracing.js';
 import { Metrics } from './metrics.js';
 import { Admission, admissionMetrics } from '../protocol/admission.js';
 import { controlOperations } from './control-service.js';
@@ -46,7 +46,8 @@ import { restRoutes } from '../protocol/rest-routes.js';
 import { HttpEdge } from '../protocol/http-edge.js';
 import type { Infer } from '../shared/data-plane.js';
 import { Pipeline } from './pipeline.js';
-import { edgeMetrics, EdgeThreads, type EdgeOptions } from '../actors/edge/handle.js';
+import { edgeMetrics, EdgeThreads, type EdgeDirect, type EdgeOptions } from '../actors/edge/handle.js';
+import { Leases } from '../shared/leases.js';
 import { edgeThreads } from '../config/edges.js';
 import { startOrStop } from '../shared/lifecycle.js';
 import { PACKAGE_VERSION } from '../shared/version.js';
@@ -200,6 +201,7 @@ export class StowageServer {
   /** A device's GPU context is poisoned: said in /readyz and the metrics; with none left, fatal. */
   #deviceOutOfService(deviceId: number, reason: string): void {
     this.#outOfService.set(deviceId, reason);
+    this.#edgeThreads?.deviceOut(deviceId);
     const handles = this.#devices?.handles ?? [];
     if (handles.length > 0 && handles.every((h) => !h.serving)) {
       this.#ready = false;
@@ -251,6 +253,8 @@ export class StowageServer {
         onWeights: (model, load, memory) => this.metrics.recordWeights(w.deviceId, model, load, memory),
         onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),
         onOutOfService: (deviceId, reason) => this.#deviceOutOfService(deviceId, reason),
+        // Edge threads' doors to the worker that died closed with it: new ones to its replacement.
+        onServing: (deviceId) => this.#edgeThreads?.deviceServing(deviceId),
       });
     }));
     const scheduling = this.#config.gateway.scheduling;
@@ -335,10 +339,13 @@ export class StowageServer {
     };
     const edgeCount = edgeThreads(endpoints.edge_threads);
     if (edgeCount > 0) {
-      // Edge threads own the protocol; this thread answers what they ask and runs the pipeline.
+      // Edge threads own the protocol; this thread answers what they ask and runs the pipeline for
+      // what they do not route to a device themselves (the direct path: actors/edge/direct-path.ts).
+      const direct = this.#directPath(devices, edgeCount);
       const edges = new EdgeThreads({ count: edgeCount, endpoints, admission: this.#admission, logLevel: logger.level, operations: ops as unknown as EdgeOptions['operations'],
-        infer: (request, options) => pipeline.infer(request, options), logger, metrics: edgeMetricsOf });
+        infer: (request, options) => pipeline.infer(request, options), direct, logger, metrics: edgeMetricsOf });
       this.#edgeThreads = edges;
+      this.registry.watchRoutes((model, route) => edges.routeChanged(model, route));
       health.watch(() => edges.healthChanged());
       const ports = await edges.start();
       this.ports.grpc = ports.grpc;
@@ -376,6 +383,28 @@ export class StowageServer {
       ready: models.filter((m) => m.state === ModelState.READY).map((m) => m.name),
       unavailable: models.filter((m) => m.state !== ModelState.READY).map((m) => m.name),
     }, 'serving');
+  }
+
+  /**
+   * What the edge threads need to route plain inferences to the devices themselves, or undefined
+   * when they cannot: with tracing on (spans are made on this thread) and when the device pool
+   * places models (lpt_packing over several devices), every inference goes through the pipeline.
+   */
+  #directPath(devices: Devices, edgeCount: number): EdgeDirect | undefined {
+    if (tracingOn() || (devices.mode === 'lpt_packing' && devices.handles.length > 1)) return undefined;
+    const leases = new Leases(Leases.memory(edgeCount));
+    this.registry.shareLeases(leases);
+    return {
+      routing: devices.mode === 'least_outstanding' ? 'least_outstanding' : 'round_robin',
+      leases,
+      routes: () => this.registry.routes(),
+      devices: devices.handles,
+      served: ({ model, device, durationNs, outcome }) => {
+        if (device !== null) this.metrics.recordRoute(model, device);
+        if (outcome.ok) this.statistics.recordSuccess(model, outcome.batchSize, durationNs, outcome.queueNs, outcome.timing);
+        else this.statistics.recordFailure(model, outcome.code, durationNs);
+      },
+    };
   }
 
   /**

@@ -108,6 +108,11 @@ function watchExports(logger: Logger): void {
   }, { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
 }
 
+/** Whether spans are made (an exporter is set): requests are then traced on the main thread. */
+export function tracingOn(): boolean {
+  return enabled;
+}
+
 /**
  * Flush and stop: spans ended before this are exported if the collector takes them within
  * TRACE_FLUSH_MS. A collector down or hung delays the shutdown no longer, and fails nothing.

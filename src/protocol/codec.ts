@@ -8,7 +8,7 @@
  * `contents` converted into bytes, parameters read by their protobuf types (sequence, priority,
  * timeout, Triton's shared_memory_* ones; rest-tensors.ts reads REST's through the same
  * functions), classification refused. Names, datatypes, shapes and sizes against the model are
- * the pipeline's (node/request-check.ts), for every protocol alike.
+ * the pipeline's (shared/request-check.ts), for every protocol alike.
  *
  * The copies a request's bytes go through, end to end, are tabled at the top of
  * node/pipeline.ts; this file makes the typed contents' conversion.

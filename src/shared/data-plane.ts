@@ -10,7 +10,7 @@
  * What the edge settles before the pipeline sees a request: the protocol's own framing (which raw
  * bytes belong to which input, typed values converted into bytes, parameters read by their
  * protocol types, shared-memory parameters as a `RegionRef`). What the pipeline checks against
- * the model (node/request-check.ts): names, datatypes, shapes, byte sizes, batch sizes, regions.
+ * the model (shared/request-check.ts): names, datatypes, shapes, byte sizes, batch sizes, regions.
  */
 import type { TensorSpec } from './model-spec.js';
 import type { OutputPlacement, WireTensor } from './channels/inference.js';

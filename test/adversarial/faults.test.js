@@ -126,6 +126,69 @@ test('a device worker that dies mid-batch fails only its in-flight requests, UNA
   t.is(server.child.exitCode, null);
 });
 
+test('a device worker that dies under the edges\' direct requests fails only those in flight; the edges route to its replacement', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const fault = path.join(temp.dir, 'device-exit');
+  const repo = makeRepository(temp.dir, { digits: DIGITS });
+  const server = await startServer({ model_repo: repo, global: { endpoints: { edge_threads: 2 } } }, { root: temp.dir, env: { STOWAGE_FAULT_DEVICE_EXIT: fault } });
+  t.teardown(() => server.stop());
+  const CLIENTS = 8;
+  // Connections of their own, spread over both edges; each edge hands digits to the device through its own door.
+  const clients = Array.from({ length: CLIENTS }, () => new InferenceClient(server.address, { 'grpc.use_local_subchannel_pool': 1 }));
+  t.teardown(() => clients.forEach((c) => c.close()));
+  const reference = await referenceLabels(server.client);
+  const direct = async () => {
+    const m = await scrapeMetrics(server.adminPort);
+    return [0, 1].reduce((sum, edge) => sum + metric(m, 'stowage_edge_direct_requests_total', `edge="${edge}"`), 0);
+  };
+  const ok = awaitableCount();
+  const okAfterRestart = awaitableCount();
+  let restarted = false;
+  /** @type {import('@grpc/grpc-js').ServiceError[]} */
+  const failures = [];
+  /** @type {string[]} */
+  const wrong = [];
+  let stop = false;
+  const load = clients.map(async (c, k) => {
+    for (let i = 0; !stop; i++) {
+      try {
+        await classify(c, reference, k * 100 + i, 1 + (i % 3));
+        ok.add();
+        if (restarted) okAfterRestart.add();
+      } catch (err) {
+        const failure = /** @type {import('@grpc/grpc-js').ServiceError} */ (err);
+        if (failure.code === undefined) wrong.push(failure.message);
+        else failures.push(failure);
+      }
+    }
+  });
+  await ok.reached(300);
+  const beforeCrash = await direct();
+  t.true(beforeCrash >= 250, `${beforeCrash} requests went to the device directly before the crash`);
+  writeFileSync(fault, '');
+  await server.waitForLog((l) => String(l.msg).startsWith('device actor crashed'));
+  await server.waitForLog((l) => l.msg === 'device actor restarted: its models are loaded again');
+  const atRestart = await direct();
+  restarted = true;
+  await okAfterRestart.reached(200);
+  stop = true;
+  await Promise.all(load);
+  const afterRestart = (await direct()) - atRestart;
+
+  t.log(`${ok.value} answered, ${failures.length} failed at the crash, ${afterRestart} directly through the replacement's new doors`);
+  t.false(existsSync(fault), 'the worker took the fault');
+  t.deepEqual(wrong, [], 'no answer was wrong');
+  t.true(failures.length >= 1 && failures.length <= CLIENTS, `${failures.length} failed`);
+  for (const err of failures) {
+    t.is(err.code, status.UNAVAILABLE);
+    t.regex(err.details, /device 0 is unavailable: its worker exited/);
+  }
+  // The edges were given doors to the replacement: the requests after the restart went there directly.
+  t.true(afterRestart >= 150, `${afterRestart} of the requests after the restart went to the device directly`);
+  t.is(server.child.exitCode, null);
+});
+
 test('an edge thread that dies fails only its own connections\' requests; a replacement serves on the same ports', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);

@@ -10,6 +10,8 @@ import test from 'ava';
 import { status } from '@grpc/grpc-js';
 import { InferenceClient } from '../../dist/client/client.js';
 import { FIXTURES, ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir, tensor } from '../helpers/server.js';
+import { mlpExpected, mlpLayers, writeBundle } from '../helpers/mlp-catalog.js';
+import { grpcError } from '../helpers/errors.js';
 
 /** A client on a connection of its own (grpc-js shares connections between clients of one target unless told not to). */
 const ownConnection = (/** @type {string} */ address) => new InferenceClient(address, { 'grpc.use_local_subchannel_pool': 1 });
@@ -52,6 +54,8 @@ test('two edge threads serve gRPC and REST on the same ports, and connections la
   t.true(perEdge.every((n) => n > 0), 'the kernel spread the connections over both edges');
   t.true(perEdge.every((n, edge) => n > metric(grpcOnly, 'stowage_edge_requests_total', `edge="${edge}"`)), 'REST connections on both edges');
   t.is(metric(m, 'stowage_edge_requests_total', 'edge="main"'), 0, 'the main thread terminates nothing');
+  // digits is plain (inline, no hooks): every request went from its edge to the device directly.
+  t.deepEqual([0, 1].map((edge) => metric(m, 'stowage_edge_direct_requests_total', `edge="${edge}"`)), perEdge, 'every request took the direct path');
   t.is(metric(m, 'stowage_thread_heap_bytes', 'thread="edge-1",kind="used"') > 0, true, 'each edge thread\'s heap is reported');
   // One view of the statistics, whichever edge each request came through.
   const { model_stats: [stats] } = await server.client.call('ModelStatistics', { name: 'digits' });
@@ -113,4 +117,55 @@ test('the log level set through LogSettings is every edge\'s', async (t) => {
   await askForNothing();
   await server.waitForLogs((l) => l.edge !== undefined && l.rpc === 'ModelInfer', 12);
   t.deepEqual([...new Set(refusals().map((l) => l.edge))].sort(), [0, 1], 'both edges log at debug now');
+});
+
+test('plain inferences go from the edge to the device directly, hooked ones through the main thread; an unload waits for the direct ones', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { digits_u8: path.join(ROOT, 'bundles', 'digits_u8') });
+  // A model slow enough (about 10 ms a row here) that requests are still in flight when the unload comes.
+  const slow = writeBundle(repo, 'slow', mlpLayers(5, [1024, 2048, 2048, 2048, 16]));
+  const server = await startServer({ model_repo: repo, global: { endpoints: { edge_threads: 2 } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const clients = Array.from({ length: 6 }, () => ownConnection(server.address));
+  t.teardown(() => clients.forEach((c) => c.close()));
+  const direct = async () => {
+    const m = await scrapeMetrics(server.adminPort);
+    return [0, 1].reduce((sum, edge) => sum + metric(m, 'stowage_edge_direct_requests_total', `edge="${edge}"`), 0);
+  };
+
+  // digits_u8 runs a preprocess hook: the main thread's pipeline hands it to the hook pool.
+  const u8 = tensor('image', 'UINT8', [1, 8, 8], new Uint8Array(64).fill(40));
+  await Promise.all(clients.map((c) => c.infer('digits_u8', [u8], { outputs: ['label'] })));
+  t.is(await direct(), 0, 'hooked requests go through the main thread');
+
+  // Twelve requests of 8 rows (each run alone: 8 is the model's largest batch) on the direct path,
+  // and the unload while most still wait: it waits for every one.
+  const rows = 8;
+  const x = Float32Array.from({ length: rows * 1024 }, (_, i) => ((i * 7919) % 200) / 100 - 1);
+  const inflight = Array.from({ length: 12 }, (_, i) => clients[i % clients.length].infer('slow', [tensor('x', 'FP32', [rows, 1024], x)]));
+  const pending = async () => (await scrapeMetrics(server.adminPort))['nv_inference_pending_request_count{model="slow",version="1"}'] ?? 0;
+  while (await pending() < 6) await new Promise((resolve) => setImmediate(resolve));
+  const unload = server.client.call('RepositoryModelUnload', { model_name: 'slow' });
+  const unloading = await server.waitForLog((l) => l.msg?.startsWith('model unloading') && l.model === 'slow' || false);
+  t.true(unloading.inflight > 0, `the edges' leases are counted in flight (${unloading.inflight})`);
+  const results = await Promise.allSettled(inflight);
+  t.deepEqual(results.map((r) => r.status), Array(12).fill('fulfilled'), JSON.stringify(results.filter((r) => r.status === 'rejected').map((r) => /** @type {PromiseRejectedResult} */ (r).reason.message)));
+  const want = mlpExpected(slow.layers, x.subarray(0, 1024));
+  for (const r of results) {
+    const y = /** @type {Float32Array} */ (/** @type {PromiseFulfilledResult<any>} */ (r).value.outputs[0].data);
+    t.true([...want].every((v, k) => Math.abs(y[k] - v) <= 1e-4 * (1 + Math.abs(v))), 'each answer is the model\'s');
+  }
+  await unload;
+  t.is(await direct(), 12, 'the slow model\'s requests took the direct path');
+  // Unloaded: the edges route it no more, and the main thread says why.
+  const err = await grpcError(t, clients[0].infer('slow', [tensor('x', 'FP32', [1, 1024], x.subarray(0, 1024))]));
+  t.is(err.code, status.UNAVAILABLE);
+  t.regex(err.details, /model "slow" is not ready \(state UNAVAILABLE\): unloaded/);
+  const { model_stats: [stats] } = await server.client.call('ModelStatistics', { name: 'slow' });
+  t.is(Number(stats.inference_stats.success.count), 12, 'the direct requests are counted once, on the main thread');
+  // Loaded again, it is routed directly again.
+  await server.client.call('RepositoryModelLoad', { model_name: 'slow' });
+  await clients[1].infer('slow', [tensor('x', 'FP32', [1, 1024], x.subarray(0, 1024))]);
+  t.is(await direct(), 13);
 });

@@ -22,7 +22,7 @@
  * read can carry many) cost one wake-up of the device thread and arrive
  * together, so they can run as one batch. Order is kept.
  */
-import { Worker, type MessagePort, type Transferable } from 'node:worker_threads';
+import { MessageChannel, Worker, type MessagePort, type Transferable } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { modelOf, type InstanceKey, type ModelSpec } from '../../shared/model-spec.js';
 import { INLINE_RUN_BELOW_MS, DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, WORKER_YOUNG_GENERATION_MIB, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
@@ -106,6 +106,11 @@ export interface DeviceHandleOptions {
   onExecution?: (model: string, timing: ExecutionTiming, queued: number) => void;
   /** Told once when the device is taken out of service, with why. */
   onOutOfService?: (deviceId: number, reason: string) => void;
+  /**
+   * Told when a replacement worker serves again, its models loaded again: edge doors to the worker
+   * that died closed with it, and new ones may be opened (`openEdgeDoor`).
+   */
+  onServing?: (deviceId: number) => void;
   /** The worker script; tests substitute a fixture. */
   workerUrl?: URL;
 }
@@ -141,6 +146,8 @@ export class DeviceHandle {
   #stopping = false;
   /** Workers started so far: hook threads' doors are per worker (HookFeed.generation). */
   #generation = 0;
+  /** A replacement worker is loading the models again: no edge door opens until it has. */
+  #reloading = false;
 
   private constructor(options: DeviceHandleOptions) {
     this.deviceId = options.deviceId;
@@ -246,6 +253,7 @@ export class DeviceHandle {
       return;
     }
     this.#state = DeviceState.RESTARTING;
+    this.#reloading = true;
     const started = this.#spawn();
     // Posted now, the reloads sit first in the new worker's inbox, ahead of any later request;
     // each carries its model's policy as it stands.
@@ -256,6 +264,8 @@ export class DeviceHandle {
     started.then(async () => {
       const reloaded = (await Promise.all(reloads)).filter(Boolean).length;
       this.#options.logger.info({ device: this.deviceId, reloaded, failed: reloads.length - reloaded }, 'device actor restarted: its models are loaded again');
+      this.#reloading = false;
+      if (this.#state === DeviceState.READY) this.#options.onServing?.(this.deviceId);
     }, (err: Error) => this.#onCrash(`its replacement failed to start: ${err.message}`));
   }
 
@@ -264,6 +274,7 @@ export class DeviceHandle {
       case 'started':
         return;
       case 'executed':
+        this.#crashes = 0; // it served (maybe only edges' requests, which come through their doors): the worker is healthy
         for (const { id, ...result } of msg.results) this.#resolve<Executed>(id, { result, timing: msg.timing });
         this.#options.onExecution?.(msg.model, msg.timing, msg.queued);
         if (msg.load || msg.memory) this.#options.onWeights?.(msg.model, msg.load, msg.memory);
@@ -385,8 +396,7 @@ export class DeviceHandle {
   async infer(req: InferenceRequest, signal?: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {
     const id = this.#nextId++;
     const enqueuedAtMs = nowMs();
-    const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs
-      : enqueuedAtMs + this.#options.scheduler.dispatch_timeout_seconds * 1000 + EXECUTION_WATCHDOG_MS;
+    const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs : enqueuedAtMs + this.waitBoundMs;
     const transfer: Transferable[] = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
     const command: InferCommand = { ...req, type: 'infer', id, enqueuedAtMs };
     if (feedFromHook) {
@@ -404,7 +414,6 @@ export class DeviceHandle {
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
       const { result, timing } = await executed;
-      this.#crashes = 0; // served: the worker is healthy
       return { ...result, timing };
     } finally {
       signal?.removeEventListener('abort', onAbort);
@@ -448,6 +457,24 @@ export class DeviceHandle {
   adoptDoor(port: MessagePort, generation: number): void {
     if (generation !== this.#generation || this.#state === DeviceState.DEAD) port.close();
     else this.#send({ type: 'hookDoor', port }, [port]);
+  }
+
+  /**
+   * A door for an edge thread to this device's worker (the direct path, shared/channels/device.ts
+   * `edgeDoor`): the worker gets one end, the edge the other. None while the device does not serve
+   * (starting, reloading its models after a crash, stopped, out of service): the edge sends its
+   * requests through the main thread meanwhile, and `onServing` says when to ask again.
+   */
+  openEdgeDoor(): MessagePort | null {
+    if (this.#state !== DeviceState.READY || this.#reloading) return null;
+    const { port1, port2 } = new MessageChannel();
+    this.#send({ type: 'edgeDoor', port: port1 }, [port1]);
+    return port2;
+  }
+
+  /** How long a request without a deadline may wait on this device before its caller stops waiting. */
+  get waitBoundMs(): number {
+    return this.#options.scheduler.dispatch_timeout_seconds * 1000 + EXECUTION_WATCHDOG_MS;
   }
 
   /** A shared-memory region was unregistered: the worker drops its cached mapping. */

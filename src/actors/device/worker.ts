@@ -4,7 +4,9 @@
  * (models.ts), the per-model queues and the scheduler that picks what runs
  * next (scheduler.ts), the weight arena (weight-cache.ts) and the mappings of
  * shared-memory regions (regions.ts). The main thread talks to it through
- * `handle.ts` over the channel typed in shared/channels/device.ts.
+ * `handle.ts` over the channel typed in shared/channels/device.ts; each edge
+ * thread hands it the plain inferences it routes itself over a door of its
+ * own (edge-doors.ts), and hook threads their preprocessed inputs over theirs.
  *
  * This file is the inbox and the dispatch loop: admit everything in the inbox
  * (control calls are answered here, in arrival order; requests join their
@@ -31,6 +33,7 @@ import { execute, type ExecutionContext } from './execution.js';
 import { Staging } from './staging.js';
 import { readTensor } from './executables.js';
 import { DeviceModels } from './models.js';
+import { EdgeDoors } from './edge-doors.js';
 import { RegionMappings } from './regions.js';
 import { Scheduler, type ShedReason } from './scheduler.js';
 import { SessionMemory } from './session-memory.js';
@@ -51,12 +54,19 @@ const port = parentPort;
 const init = workerData as DeviceInit;
 const config = init.scheduler;
 
+/** To the main thread; an execution's answers to requests that came through an edge's door go to that door instead. */
 function send(msg: FromDevice, transfer: ArrayBuffer[] = []): void {
+  if (msg.type === 'executed') {
+    const { rest, transfer: mine } = doors.deliver(msg);
+    port.postMessage(rest, mine);
+    return;
+  }
   port.postMessage(msg, transfer);
 }
 
 function fail(id: number, err: unknown): void {
-  send({ type: 'failed', id, error: toErrorData(err) });
+  if (EdgeDoors.isDoors(id)) doors.fail(id, err);
+  else send({ type: 'failed', id, error: toErrorData(err) });
 }
 
 const costs = new CostModel(config.ema_halflife_seconds * 1000);
@@ -302,6 +312,29 @@ async function pump(): Promise<void> {
   }
 }
 
+/** Drop request `id`: queued, removed and never run; running, it finishes and its answer is dropped. */
+function cancel(id: number): void {
+  const waiting = awaitingInputs.get(id);
+  if (waiting) {
+    awaitingInputs.delete(id);
+    scheduler.arrived(waiting.instance); // withdrawn: its model's queue is not held for it
+    return;
+  }
+  const at = inbox.findIndex((m) => m.type === 'infer' && m.id === id);
+  if (at >= 0) inbox.splice(at, 1);
+  else if (!scheduler.cancel(id)) cancelRunning(id);
+}
+
+/**
+ * The edge threads' doors: the requests each edge routes here itself join the inbox as the main
+ * thread's do (under ids of this device's own, edge-doors.ts), in the same pump: those of several
+ * doors that arrive together run together.
+ */
+const doors = new EdgeDoors((cmd) => {
+  inbox.push(cmd);
+  pumpSoon();
+}, cancel);
+
 // The main thread posts what it has for this device once per event-loop turn, as one array.
 // All of it joins the inbox before the loop runs, so that requests that came together can run together.
 port.on('message', (messages: ToDevice[]) => {
@@ -314,19 +347,9 @@ function receive(msg: ToDevice): void {
     case 'forgetRegion':
       regions.forget(msg.regionId);
       return;
-    case 'cancel': {
-      // Queued: removed and never runs. Running: finishes, and the main thread drops its result.
-      const waiting = awaitingInputs.get(msg.id);
-      if (waiting) {
-        awaitingInputs.delete(msg.id);
-        scheduler.arrived(waiting.instance); // withdrawn: its model's queue is not held for it
-        return;
-      }
-      const at = inbox.findIndex((m) => m.type === 'infer' && m.id === msg.id);
-      if (at >= 0) inbox.splice(at, 1);
-      else if (!scheduler.cancel(msg.id)) cancelRunning(msg.id);
+    case 'cancel':
+      cancel(msg.id);
       return;
-    }
     case 'infer': {
       lastCommandId = msg.id;
       const early = msg.inputsFromHook ? earlyInputs.get(msg.id) : undefined;
@@ -341,6 +364,9 @@ function receive(msg: ToDevice): void {
     }
     case 'hookDoor':
       openDoor(msg.port);
+      return;
+    case 'edgeDoor':
+      doors.open(msg.port);
       return;
     case 'load':
     case 'unload':

@@ -6,14 +6,22 @@
  * drains them at shutdown. What is one per process stays here: the registry and readiness, the
  * shared-memory regions, statistics and /metrics, tracing; admission is one count in shared memory.
  *
+ * The direct path (actors/edge/direct-path.ts): the edges route plain inferences to the device
+ * actors themselves. This handle gives each edge what that takes: every model's route as the
+ * registry changes it, the leases' shared memory, and a door to each device actor that serves
+ * (again after a device restarts, none to one taken out of service); it hears back what each such
+ * request did, for statistics and metrics (`served`).
+ *
  * An edge thread that dies (an uncaught error) has failed only its own connections: its
- * inferences still running are cancelled, and a replacement starts on the same ports
- * (stowage_edge_restarts_total). Requests per edge: stowage_edge_requests_total{edge}.
+ * inferences still running are cancelled, its leases given back, and a replacement starts on the
+ * same ports (stowage_edge_restarts_total). Requests per edge: stowage_edge_requests_total{edge},
+ * of them those it routed itself: stowage_edge_direct_requests_total{edge}.
  */
-import { Worker } from 'node:worker_threads';
+import { Worker, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
-import type { EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js';
+import type { DirectStart, EdgeRoute, EdgeStart, FromEdge, Served, ToEdge } from '../../shared/channels/edge.js';
+import type { Leases } from '../../shared/leases.js';
 import type { Infer, InferenceAnswer } from '../../shared/data-plane.js';
 import { errors, toErrorData } from '../../shared/errors.js';
 import { WORKER_YOUNG_GENERATION_MIB } from '../../shared/constants.js';
@@ -30,7 +38,28 @@ export function edgeMetrics(registry: Registry) {
   return {
     requests: new Counter({ name: 'stowage_edge_requests_total', help: 'Inference requests each edge handed to the pipeline (gRPC and REST; edge "main" when endpoints.edge_threads is 0)', labelNames: ['edge'], registers: [registry] }),
     restarts: new Counter({ name: 'stowage_edge_restarts_total', help: 'Edge threads that died (an uncaught error) and were replaced', registers: [registry] }),
+    direct: new Counter({ name: 'stowage_edge_direct_requests_total', help: 'Of the inference requests each edge thread took, those it handed to a device actor itself (the direct path), not through the main thread', labelNames: ['edge'], registers: [registry] }),
   };
+}
+
+/** A device actor as the edges' doors need it (actors/device/handle.ts). */
+export interface DoorSource {
+  readonly deviceId: number;
+  readonly waitBoundMs: number;
+  /** A new door to it, or null while it does not serve. */
+  openEdgeDoor(): MessagePort | null;
+}
+
+/** What the direct path needs of the main thread (absent: every inference goes through it). */
+export interface EdgeDirect {
+  routing: DirectStart['routing'];
+  /** The leases, a row per edge (shared/leases.ts). */
+  leases: Leases;
+  /** Every model's route now (a new edge's start); changes come through `routeChanged`. */
+  routes(): EdgeRoute[];
+  devices: readonly DoorSource[];
+  /** Count a request an edge routed itself (statistics, metrics). */
+  served(served: Served): void;
 }
 
 export interface EdgeOptions {
@@ -43,6 +72,8 @@ export interface EdgeOptions {
   /** Every operation the edges may ask for (protocol/operations.ts), by name. */
   operations: Record<string, (request: never) => unknown>;
   infer: Infer;
+  /** The direct path's sources; absent: every inference goes through `infer`. */
+  direct?: EdgeDirect;
   logger: Logger;
   metrics: ReturnType<typeof edgeMetrics>;
 }
@@ -73,6 +104,7 @@ export class EdgeThreads {
   readonly #edges: (Edge | undefined)[] = [];
   readonly #requests: Counter<'edge'>;
   readonly #restarts: Counter;
+  readonly #direct: Counter<'edge'>;
   #ports = { grpc: 0, http: 0 };
   #stopping = false;
 
@@ -80,6 +112,7 @@ export class EdgeThreads {
     this.#o = options;
     this.#requests = options.metrics.requests;
     this.#restarts = options.metrics.restarts;
+    this.#direct = options.metrics.direct;
   }
 
   /** Start every edge: the first on the configured ports (choosing them when 0), the rest beside it. Resolves to the ports. */
@@ -88,6 +121,7 @@ export class EdgeThreads {
     for (let i = 0; i < this.#o.count; i++) {
       this.#ports = await this.#spawn(i);
       this.#requests.inc({ edge: String(i) }, 0);
+      this.#direct.inc({ edge: String(i) }, 0);
     }
     return this.#ports;
   }
@@ -106,6 +140,27 @@ export class EdgeThreads {
     this.#broadcast({ type: 'logLevel', level });
   }
 
+  /** A model's route changed (the registry's watcher): every edge routes it so from now on. */
+  routeChanged(model: string, route: EdgeRoute | null): void {
+    if (this.#o.direct) this.#broadcast({ type: 'route', model, route });
+  }
+
+  /** Device `deviceId` serves again (a replacement worker, its models loaded): every edge gets a new door to it. */
+  deviceServing(deviceId: number): void {
+    const device = this.#o.direct?.devices.find((d) => d.deviceId === deviceId);
+    if (device) for (const edge of this.#edges) if (edge) this.#openDoor(edge, device);
+  }
+
+  /** Device `deviceId` was taken out of service: no edge routes to it any more. */
+  deviceOut(deviceId: number): void {
+    if (this.#o.direct) this.#broadcast({ type: 'deviceOut', deviceId });
+  }
+
+  #openDoor(edge: Edge, device: DoorSource): void {
+    const port = device.openEdgeDoor();
+    if (port) edge.outbox.push({ type: 'door', deviceId: device.deviceId, port, waitBoundMs: device.waitBoundMs }, [port]);
+  }
+
   /** Drain every edge (new inferences refused, those in flight answered within `graceMs`), then end their threads. */
   async stop(graceMs: number): Promise<void> {
     this.#stopping = true;
@@ -121,7 +176,9 @@ export class EdgeThreads {
 
   #spawn(index: number): Promise<{ grpc: number; http: number }> {
     const { endpoints, admission, logLevel, logger } = this.#o;
-    const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel };
+    const direct = this.#o.direct;
+    const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel,
+      direct: direct ? { leases: direct.leases.buffer, routing: direct.routing } : null };
     const worker = new Worker(WORKER_URL, {
       workerData: start,
       name: `edge-${index}`,
@@ -133,6 +190,11 @@ export class EdgeThreads {
     });
     const edge: Edge = { index, worker, outbox: new Outbox<ToEdge>((messages, transfer) => worker.postMessage(messages, transfer)), inferences: new Map(), drained, markDrained };
     this.#edges[index] = edge;
+    if (direct) {
+      // Routes and doors first: they wait in the worker's inbox until it listens to its port.
+      for (const route of direct.routes()) edge.outbox.push({ type: 'route', model: route.model, route });
+      for (const device of direct.devices) this.#openDoor(edge, device);
+    }
     return new Promise((resolve, reject) => {
       let listening = false;
       const timer = setTimeout(() => {
@@ -159,8 +221,9 @@ export class EdgeThreads {
         edge.markDrained();
         for (const abort of edge.inferences.values()) abort.abort();
         edge.inferences.clear();
-        // What it had admitted will never leave: its share of the counts is given back.
+        // What it had admitted will never leave: its share of the counts is given back, and its leases.
         admission.forget(index + 1);
+        direct?.leases.forget(index);
         if (this.#edges[index] === edge) this.#edges[index] = undefined;
         if (!listening) {
           reject(errors.internal(`edge thread ${index} exited (code ${code}) before listening: ${lastError?.message ?? 'no error reported'}`));
@@ -204,6 +267,11 @@ export class EdgeThreads {
       }
       case 'cancel':
         edge.inferences.get(msg.id)?.abort();
+        return;
+      case 'served':
+        this.#requests.inc({ edge: String(edge.index) });
+        this.#direct.inc({ edge: String(edge.index) });
+        this.#o.direct?.served(msg.served);
         return;
       case 'drained':
         edge.markDrained();

@@ -7,6 +7,10 @@
  * (protocol/operations.ts), each inference as the data plane's request, handed to the pipeline
  * there; the answer comes back here and is framed on this thread. Streams stay on their edge.
  *
+ * A plain inference (a ready model's, inline, without hooks) goes to a device actor straight from
+ * here instead, over this thread's own door to it, and its answer comes back here
+ * (direct-path.ts): the main thread only counts it.
+ *
  * An uncaught error ends this thread and closes its connections only; the main thread starts a
  * replacement on the same ports (handle.ts).
  */
@@ -28,6 +32,7 @@ import { markOwnedBuffers } from '../../protocol/message-buffers.js';
 import { OPERATION_NAMES, type Operations } from '../../protocol/operations.js';
 import { loadControlClient, loadInferenceClient } from '../../protocol/proto.js';
 import { restRoutes } from '../../protocol/rest-routes.js';
+import { DirectPath } from './direct-path.js';
 
 const start = workerData as EdgeStart;
 const port = parentPort!;
@@ -39,6 +44,9 @@ const admission = new Admission(endpoints.max_concurrent_requests, endpoints.max
 // Everything this turn asks goes to the main thread in one message (shared/outbox.ts).
 const outbox = new Outbox<FromEdge>((messages, transfer) => port.postMessage(messages, transfer));
 const post = (msg: FromEdge, transfer: ArrayBuffer[] = []) => outbox.push(msg, transfer);
+
+// Plain inferences go to the devices from here (direct-path.ts); the main thread counts them.
+const direct = start.direct ? new DirectPath(start.direct, start.edge, (served) => post({ type: 'served', served })) : null;
 
 /** Calls and inferences waiting for the main thread, by id. */
 const pending = new Map<number, { resolve: (value: never) => void; reject: (err: Error) => void }>();
@@ -91,13 +99,20 @@ function handedOver(request: DataPlaneRequest): ArrayBuffer[] {
   return [...transfer];
 }
 
-/** The pipeline, on the main thread: the request goes there, its answer comes back here. */
-const infer: Infer = async (request, { signal, ...options }) => {
+/**
+ * A device through this thread's door when the request takes the direct path; else the pipeline, on
+ * the main thread: the request goes there, its answer comes back here.
+ */
+const infer: Infer = async (request, options) => {
   if (faultExitFile && existsSync(faultExitFile) && tookFault(faultExitFile)) {
     setImmediate(() => {
       throw new Error(`a fault injected by ${faultExitFile}`);
     });
   }
+  return direct?.infer(request, options) ?? viaMain(request, options);
+};
+
+const viaMain: Infer = async (request, { signal, ...options }) => {
   const id = nextId++;
   const onAbort = () => post({ type: 'cancel', id });
   signal.addEventListener('abort', onAbort, { once: true });
@@ -158,6 +173,16 @@ function receive(msg: ToEdge): void {
       return;
     case 'logLevel':
       logger.level = msg.level;
+      return;
+    case 'route':
+      direct?.route(msg.model, msg.route);
+      return;
+    case 'door':
+      if (direct) direct.door(msg.deviceId, msg.port, msg.waitBoundMs);
+      else msg.port.close();
+      return;
+    case 'deviceOut':
+      direct?.deviceOut(msg.deviceId);
       return;
     case 'drain':
       health.close();

@@ -232,7 +232,29 @@ export type ToDevice =
    * preprocess hook it ran (HookInputs). A hook thread makes one per device actor it feeds
    * (actors/hooks/worker.ts) and hands the other end over with its first result.
    */
-  | { type: 'hookDoor'; port: MessagePort };
+  | { type: 'hookDoor'; port: MessagePort }
+  /**
+   * An edge thread's door: the port over which that edge hands this device the requests it routes
+   * itself (ToDeviceDoor) and hears their answers (FromDeviceDoor), so that they never pass
+   * through the main thread (actors/edge/direct-path.ts). The main thread makes one per edge
+   * thread per device actor and hands the other end to the edge.
+   */
+  | { type: 'edgeDoor'; port: MessagePort };
+
+/**
+ * edge thread -> device actor, over the edge's door, each event-loop turn's as one array: requests
+ * (numbered by the edge, its `id`s its own) and cancellations of them.
+ */
+export type ToDeviceDoor = InferCommand | { type: 'cancel'; id: number };
+
+/**
+ * device actor -> edge thread, over the door: the share of one execution of the requests that
+ * edge sent (the execution itself, its timing and what it did to the weights, is reported to the
+ * main thread, FromDevice's `executed`), or one of them failed.
+ */
+export type FromDeviceDoor =
+  | { type: 'executed'; results: ({ id: number } & Omit<InferenceResult, 'timing'>)[]; timing: ExecutionTiming }
+  | { type: 'failed'; id: number; error: ErrorData };
 
 /** device actor -> main thread */
 export type FromDevice =

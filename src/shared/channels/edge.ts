@@ -11,8 +11,44 @@
  * copies bytes its request does not own into a buffer of their own first, so nothing it keeps is
  * detached); its answer's output buffers come back transferred the same way.
  */
-import type { ErrorData } from '../errors.js';
+import type { MessagePort } from 'node:worker_threads';
+import type { ErrorCode, ErrorData } from '../errors.js';
 import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../data-plane.js';
+import type { InstanceKey, ModelSpec } from '../model-spec.js';
+import type { ExecutionTiming } from './inference.js';
+
+/**
+ * A model an edge may route to a device itself (the direct path, actors/edge/direct-path.ts): the
+ * instance that serves it, and its lease slot and tag (shared/leases.ts) that say whether it
+ * still does. The main thread sends a model's route each time it changes; null: its requests go
+ * through the main thread (not ready, or loading, or no slot left).
+ */
+export interface EdgeRoute {
+  model: string;
+  spec: ModelSpec;
+  instance: InstanceKey;
+  slot: number;
+  tag: number;
+}
+
+/** What an edge needs to route requests to the devices itself; absent: every inference goes through the main thread. */
+export interface DirectStart {
+  /** The leases' shared memory (shared/leases.ts); the edge's row is its index. */
+  leases: SharedArrayBuffer;
+  /** How the edge picks among the devices it has doors to (gateway.scheduling.mode). */
+  routing: 'round_robin' | 'least_outstanding';
+}
+
+/**
+ * What the main thread counts of a request an edge routed itself: statistics and metrics stay
+ * one per process. `device`: where it ran (null: refused before it was handed to one).
+ */
+export interface Served {
+  model: string;
+  device: number | null;
+  durationNs: number;
+  outcome: { ok: true; batchSize: number; queueNs: number; timing: ExecutionTiming } | { ok: false; code?: ErrorCode };
+}
 
 /** What an edge thread starts with (its workerData). */
 export interface EdgeStart {
@@ -25,6 +61,8 @@ export interface EdgeStart {
   /** The admission's shared counters (protocol/admission.ts). */
   admission: SharedArrayBuffer;
   logLevel: string;
+  /** The direct path's start; null: every inference goes through the main thread. */
+  direct: DirectStart | null;
 }
 
 export type ToEdge =
@@ -39,7 +77,17 @@ export type ToEdge =
   /** The log level changed (LogSettings). */
   | { type: 'logLevel'; level: string }
   /** Shutdown: refuse new inferences, let those in flight finish within `graceMs`, close the ports, answer `drained`. */
-  | { type: 'drain'; graceMs: number };
+  | { type: 'drain'; graceMs: number }
+  /** A model's route changed (the direct path); null: send its requests to the main thread. */
+  | { type: 'route'; model: string; route: EdgeRoute | null }
+  /**
+   * A door to device actor `deviceId` (shared/channels/device.ts's ToDeviceDoor and FromDeviceDoor),
+   * replacing any before it; `waitBoundMs`: how long a request without a deadline may wait there
+   * before the edge stops waiting (the device's queue bound and the execution watchdog).
+   */
+  | { type: 'door'; deviceId: number; port: MessagePort; waitBoundMs: number }
+  /** Device `deviceId` was taken out of service: route nothing more to it. */
+  | { type: 'deviceOut'; deviceId: number };
 
 export type FromEdge =
   /** Listening on these ports: the process's ports, when the first edge chose them. */
@@ -51,4 +99,6 @@ export type FromEdge =
   /** The client of inference `id` went away: cancel it. */
   | { type: 'cancel'; id: number }
   /** The ports are closed and nothing is in flight here any more. */
-  | { type: 'drained' };
+  | { type: 'drained' }
+  /** A request the edge routed itself was answered (or failed): for statistics and metrics. */
+  | { type: 'served'; served: Served };

@@ -1,6 +1,6 @@
 import test from 'ava';
 import { fromModelInferRequest, inferResponse } from '../../../dist/protocol/codec.js';
-import { checkRequest, checkTensors } from '../../../dist/node/request-check.js';
+import { checkRequest, checkTensors } from '../../../dist/shared/request-check.js';
 import { joinBytesElements } from '../../../dist/shared/bytes-elements.js';
 import { modelSpec } from '../../helpers/specs.js';
 import { stowageThrows } from '../../helpers/errors.js';
@@ -43,7 +43,7 @@ const spec = modelSpec({
 const strings = (/** @type {string[]} */ ...s) => joinBytesElements(s.map((x) => new TextEncoder().encode(x)));
 /**
  * A gRPC request as the pipeline sees it: the codec's data-plane request (a message that does not
- * own its memory unless `owned`), checked against the model (node/request-check.js).
+ * own its memory unless `owned`), checked against the model (shared/request-check.js).
  * @param {ModelInferRequest} req
  * @param {import('../../../dist/shared/model-spec.js').ModelSpec} model
  * @param {{ owned?: boolean, handOver?: 'any' | 'aligned' }} [how]

@@ -8,12 +8,12 @@
  * The copies a request's bytes go through, end to end, are tabled at the top of pipeline.ts; this
  * file makes the small message's (`inlineData`).
  */
-import type { ModelSpec, TensorSpec } from '../shared/model-spec.js';
-import { byDatatype, DATATYPES, dtypeInfo, type DtypeInfo } from '../shared/dtypes.js';
-import { errors, quote, quoteShape } from '../shared/errors.js';
-import type { InferenceRequest, RegionSlice, WireTensor } from '../shared/channels/inference.js';
-import type { DataPlaneRequest, InlineBytes, PlainParameters, RegionRef, RequestInput } from '../shared/data-plane.js';
-import { splitBytesElements } from '../shared/bytes-elements.js';
+import type { ModelSpec, TensorSpec } from './model-spec.js';
+import { byDatatype, DATATYPES, dtypeInfo, type DtypeInfo } from './dtypes.js';
+import { errors, quote, quoteShape } from './errors.js';
+import type { InferenceRequest, RegionSlice, WireTensor } from './channels/inference.js';
+import type { DataPlaneRequest, InlineBytes, PlainParameters, RegionRef, RequestInput } from './data-plane.js';
+import { splitBytesElements } from './bytes-elements.js';
 
 /** What checking needs of the registered shared-memory regions (shared-memory.ts). */
 export interface RegionLookup {

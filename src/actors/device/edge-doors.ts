@@ -1,0 +1,127 @@
+/**
+ * The device actor's doors from the edge threads (shared/channels/device.ts `edgeDoor`): each
+ * edge hands this device the requests it routes itself over a MessagePort of its own, and hears
+ * their answers on it, so that a request off the wire reaches the device and its answer the wire
+ * without the main thread (actors/edge/direct-path.ts).
+ *
+ * Inside the device a door's request is a request like any other: it joins its model's queue and
+ * coalesces with requests from the main thread and the other doors. It goes there under an id of
+ * the device's own, negative (the main thread numbers its requests from 1 up), so that the
+ * scheduler, cancellation and the run in flight know every request by one number. Its answer goes
+ * back through the door it came by, under the edge's id; an execution's timing and what it did to
+ * the weights still go to the main thread, which counts executions.
+ */
+import type { MessagePort } from 'node:worker_threads';
+import type { FromDevice, FromDeviceDoor, InferCommand, ToDeviceDoor } from '../../shared/channels/device.js';
+import { toErrorData } from '../../shared/errors.js';
+
+type Executed = Extract<FromDevice, { type: 'executed' }>;
+
+interface Door {
+  port: MessagePort;
+  /** The device's ids of this door's requests not yet answered, by the edge's id. */
+  ids: Map<number, number>;
+}
+
+/** The buffers `results`' outputs are views of, each once (what goes with them). */
+function buffersOf(results: Executed['results']): ArrayBuffer[] {
+  const buffers = new Set<ArrayBuffer>();
+  for (const r of results) for (const o of r.outputs) if (!(o.data.buffer instanceof SharedArrayBuffer)) buffers.add(o.data.buffer as ArrayBuffer);
+  return [...buffers];
+}
+
+export class EdgeDoors {
+  /** The next door request's id on this device: negative, down from -1. */
+  #next = -1;
+  /** Door requests not yet answered, by the device's id. */
+  readonly #requests = new Map<number, { door: Door; id: number }>();
+  readonly #admit: (cmd: InferCommand) => void;
+  readonly #cancel: (id: number) => void;
+
+  /**
+   * `admit`: a door's request, under the device's id, joins the inbox. `cancel`: drop a request by
+   * the device's id (queued: removed; running: its result discarded), as the main thread's cancel does.
+   */
+  constructor(admit: (cmd: InferCommand) => void, cancel: (id: number) => void) {
+    this.#admit = admit;
+    this.#cancel = cancel;
+  }
+
+  /** Whether the device's request `id` came through a door. */
+  static isDoors(id: number): boolean {
+    return id < 0;
+  }
+
+  /** Serve a new edge door. When the edge goes (its thread ended), what it had here is dropped. */
+  open(port: MessagePort): void {
+    const door: Door = { port, ids: new Map() };
+    port.on('message', (messages: ToDeviceDoor[]) => {
+      for (const msg of messages) {
+        if (msg.type === 'cancel') {
+          const own = door.ids.get(msg.id);
+          if (own === undefined) continue;
+          this.#forget(own);
+          this.#cancel(own);
+          continue;
+        }
+        const own = this.#next--;
+        door.ids.set(msg.id, own);
+        this.#requests.set(own, { door, id: msg.id });
+        this.#admit({ ...msg, id: own });
+      }
+    });
+    port.on('close', () => {
+      for (const own of door.ids.values()) {
+        this.#requests.delete(own);
+        this.#cancel(own);
+      }
+      door.ids.clear();
+    });
+    port.unref(); // a door never keeps this thread alive
+  }
+
+  #forget(own: number): { door: Door; id: number } | undefined {
+    const request = this.#requests.get(own);
+    if (!request) return undefined;
+    this.#requests.delete(own);
+    request.door.ids.delete(request.id);
+    return request;
+  }
+
+  #post(door: Door, msg: FromDeviceDoor, transfer: ArrayBuffer[] = []): void {
+    try {
+      door.port.postMessage(msg, transfer);
+    } catch {
+      // The edge went while the answer was made: nobody waits for it.
+    }
+  }
+
+  /** Fail door request `own` (the device's id); one cancelled or whose edge went is dropped. */
+  fail(own: number, err: unknown): void {
+    const request = this.#forget(own);
+    if (request) this.#post(request.door, { type: 'failed', id: request.id, error: toErrorData(err) });
+  }
+
+  /**
+   * One execution's answers: each door's requests' go to their door, one message per door, their
+   * buffers with them; what is left for the main thread (its requests, the execution's report) is
+   * returned with the buffers that go with it.
+   */
+  deliver(msg: Executed): { rest: Executed; transfer: ArrayBuffer[] } {
+    const mine: Executed['results'] = [];
+    const byDoor = new Map<Door, Executed['results']>();
+    for (const result of msg.results) {
+      if (!EdgeDoors.isDoors(result.id)) {
+        mine.push(result);
+        continue;
+      }
+      const request = this.#forget(result.id);
+      if (!request) continue; // cancelled, or its edge went
+      let results = byDoor.get(request.door);
+      if (!results) byDoor.set(request.door, (results = []));
+      results.push({ ...result, id: request.id });
+    }
+    for (const [door, results] of byDoor) this.#post(door, { type: 'executed', results, timing: msg.timing }, buffersOf(results));
+    return { rest: { ...msg, results: mine }, transfer: buffersOf(mine) };
+  }
+}

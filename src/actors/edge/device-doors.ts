@@ -1,0 +1,125 @@
+/**
+ * An edge thread's doors to the device actors (shared/channels/device.ts `edgeDoor`): one
+ * MessagePort per device, over which the edge hands a device the requests it routes itself and
+ * hears their answers (actors/device/edge-doors.ts on the other side). What the main thread's
+ * device handle does for its requests (actors/device/handle.ts), a door does for the edge's:
+ *
+ * - each request settles in exactly one way: its answer, its deadline (for one without: the
+ *   device's queue bound plus the execution watchdog), its client going (the device is told to
+ *   drop it), or the door closing (the device's worker ended: UNAVAILABLE);
+ * - what one event-loop turn sends goes as one message (shared/outbox.ts), so that requests read
+ *   together arrive together and may run as one batch.
+ */
+import type { MessagePort, Transferable } from 'node:worker_threads';
+import type { FromDeviceDoor, InferCommand, ToDeviceDoor } from '../../shared/channels/device.js';
+import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult } from '../../shared/channels/inference.js';
+import { errors, fromErrorData, type StowageError } from '../../shared/errors.js';
+import { modelOf } from '../../shared/model-spec.js';
+import { Outbox } from '../../shared/outbox.js';
+
+interface Pending {
+  resolve: (value: { result: Omit<InferenceResult, 'timing'>; timing: ExecutionTiming }) => void;
+  reject: (err: StowageError) => void;
+  timer: NodeJS.Timeout;
+}
+
+export class DeviceDoor {
+  readonly deviceId: number;
+  readonly #port: MessagePort;
+  readonly #waitBoundMs: number;
+  readonly #pending = new Map<number, Pending>();
+  readonly #outbox: Outbox<ToDeviceDoor>;
+  #nextId = 1;
+  #closed = false;
+
+  /** `onClosed`: the device's end went (its worker ended); told once. */
+  constructor(deviceId: number, port: MessagePort, waitBoundMs: number, onClosed: (door: DeviceDoor) => void) {
+    this.deviceId = deviceId;
+    this.#port = port;
+    this.#waitBoundMs = waitBoundMs;
+    this.#outbox = new Outbox((messages, transfer) => {
+      if (!this.#closed) port.postMessage(messages, transfer);
+    });
+    port.on('message', (msg: FromDeviceDoor) => this.#settle(msg));
+    port.on('close', () => {
+      this.close('its worker exited');
+      onClosed(this);
+    });
+    port.unref(); // a door never keeps the thread alive
+  }
+
+  /** Requests handed to the device and not yet settled (least_outstanding routing). */
+  get inflight(): number {
+    return this.#pending.size;
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  #settle(msg: FromDeviceDoor): void {
+    if (msg.type === 'failed') {
+      this.#take(msg.id)?.reject(fromErrorData(msg.error));
+      return;
+    }
+    for (const { id, ...result } of msg.results) this.#take(id)?.resolve({ result, timing: msg.timing });
+  }
+
+  #take(id: number): Pending | undefined {
+    const pending = this.#pending.get(id);
+    if (!pending) return undefined;
+    this.#pending.delete(id);
+    clearTimeout(pending.timer);
+    return pending;
+  }
+
+  /**
+   * Run one request on the device: its inputs' buffers are transferred (the caller must not touch
+   * them afterwards), its outputs' come back. `signal` aborting drops it.
+   */
+  async infer(req: InferenceRequest, signal: AbortSignal): Promise<InferenceResult> {
+    if (this.#closed) throw errors.deviceUnavailable(this.deviceId, 'its worker exited');
+    const id = this.#nextId++;
+    const enqueuedAtMs = nowMs();
+    const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs : enqueuedAtMs + this.#waitBoundMs;
+    const transfer: Transferable[] = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
+    const command: InferCommand = { ...req, type: 'infer', id, enqueuedAtMs };
+    const executed = new Promise<{ result: Omit<InferenceResult, 'timing'>; timing: ExecutionTiming }>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#pending.delete(id);
+        this.#outbox.push({ type: 'cancel', id });
+        reject(errors.deadlineExceeded(modelOf(req.instance), nowMs() - enqueuedAtMs));
+      }, Math.max(0, settleBy - enqueuedAtMs));
+      this.#pending.set(id, { resolve, reject, timer });
+      this.#outbox.push(command, transfer);
+    });
+    const onAbort = () => {
+      const pending = this.#take(id);
+      if (!pending) return;
+      this.#outbox.push({ type: 'cancel', id });
+      pending.reject(errors.cancelled());
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      const { result, timing } = await executed;
+      return { ...result, timing };
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+    }
+  }
+
+  /** Close the door: what is pending fails UNAVAILABLE saying `why`. */
+  close(why: string): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#outbox.clear();
+    this.#port.close();
+    const err = errors.deviceUnavailable(this.deviceId, why);
+    const pending = [...this.#pending.values()];
+    this.#pending.clear();
+    for (const p of pending) {
+      clearTimeout(p.timer);
+      p.reject(err);
+    }
+  }
+}

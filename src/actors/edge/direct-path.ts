@@ -1,0 +1,118 @@
+/**
+ * The direct path: an edge thread hands a plain inference to a device actor itself, over its own
+ * door to that device (device-doors.ts), and frames the answer when it comes back, so that the
+ * main thread is off the request path: it hears only what it counts (statistics and metrics, one
+ * message per turn of the edge) and each execution's report from the device.
+ *
+ *   [edge: decode] -> route (the main thread's, sent ahead) -> lease (shared memory) -> check
+ *     (shared/request-check.ts) -> [device, through this edge's door] -> [edge: encode]
+ *
+ * Which requests take it: a ready model's (the main thread sends each model's route when it
+ * changes; shared/leases.ts makes an unload wait for the requests an edge holds), with no hook
+ * and not a meta model, every tensor inline (shared-memory regions are the main thread's
+ * registry's), its version the one served, while tracing is off (spans are made on the main
+ * thread) and the device pool routes without placement (`lpt_packing` over several devices places
+ * models on the main thread). Any other request, or one arriving while no door is open (a device
+ * restarting), goes through the main thread's pipeline as before; its answer is the same either
+ * way, and so are its errors: a request that fails here fails with what the pipeline would say.
+ *
+ * The copies are the pipeline's (node/pipeline.ts's table): the check makes the small message's
+ * copy (`inlineData`) here instead of on the main thread, and the hops are edge -> device -> edge.
+ */
+import type { MessagePort } from 'node:worker_threads';
+import type { DirectStart, EdgeRoute, Served } from '../../shared/channels/edge.js';
+import { nowMs, type InferenceRequest } from '../../shared/channels/inference.js';
+import { MODEL_VERSION } from '../../shared/constants.js';
+import { placementOf, type DataPlaneRequest, type InferenceAnswer, type InferOptions } from '../../shared/data-plane.js';
+import { StowageError } from '../../shared/errors.js';
+import { Leases } from '../../shared/leases.js';
+import type { TensorSpec } from '../../shared/model-spec.js';
+import { checkRequest } from '../../shared/request-check.js';
+import { DeviceDoor } from './device-doors.js';
+
+export class DirectPath {
+  readonly #leases: Leases;
+  readonly #routing: DirectStart['routing'];
+  readonly #routes = new Map<string, EdgeRoute>();
+  /** Open doors by device; a device without one (restarting, out of service) gets nothing from here. */
+  readonly #doors = new Map<number, DeviceDoor>();
+  #next = 0;
+  readonly #served: (served: Served) => void;
+
+  /** `row`: this edge's row in the leases; `served`: what the main thread counts of each request. */
+  constructor(start: DirectStart, row: number, served: (served: Served) => void) {
+    this.#leases = new Leases(start.leases, row);
+    this.#routing = start.routing;
+    this.#served = served;
+  }
+
+  /** A model's route changed; null: its requests go through the main thread. */
+  route(model: string, route: EdgeRoute | null): void {
+    if (route) this.#routes.set(model, route);
+    else this.#routes.delete(model);
+  }
+
+  /** A door to device `deviceId` (replacing one before it, whose worker has ended). */
+  door(deviceId: number, port: MessagePort, waitBoundMs: number): void {
+    this.#doors.get(deviceId)?.close('its worker was replaced');
+    const door = new DeviceDoor(deviceId, port, waitBoundMs, (closed) => {
+      if (this.#doors.get(deviceId) === closed) this.#doors.delete(deviceId);
+    });
+    this.#doors.set(deviceId, door);
+  }
+
+  /** Device `deviceId` is out of service: route nothing more to it (what it has pending, it fails itself). */
+  deviceOut(deviceId: number): void {
+    this.#doors.delete(deviceId);
+  }
+
+  #pick(): DeviceDoor | undefined {
+    const open = [...this.#doors.values()].filter((d) => !d.closed);
+    if (open.length <= 1) return open[0];
+    if (this.#routing === 'least_outstanding') return open.reduce((best, d) => (d.inflight < best.inflight ? d : best));
+    const door = open[this.#next % open.length];
+    this.#next = (this.#next + 1) % Number.MAX_SAFE_INTEGER;
+    return door;
+  }
+
+  /**
+   * The request's answer by the direct path, or null when it does not take it (the caller hands it
+   * to the main thread). `options` are the edge's, as the pipeline takes them.
+   */
+  infer(req: DataPlaneRequest, options: InferOptions): Promise<InferenceAnswer> | null {
+    if (req.version !== '' && req.version !== MODEL_VERSION) return null;
+    const route = this.#routes.get(req.model);
+    if (!route || route.spec.kind === 'meta' || route.spec.hooks) return null;
+    if (req.inputs.some((t) => t.bytes.kind !== 'inline') || req.outputs.some((o) => o.region)) return null;
+    const door = this.#pick();
+    if (!door || !this.#leases.acquire(route.slot, route.tag)) return null;
+    return this.#run(req, options, route, door);
+  }
+
+  async #run(req: DataPlaneRequest, { callDeadlineMs, signal, outputs }: InferOptions, route: EdgeRoute, door: DeviceDoor): Promise<InferenceAnswer> {
+    const started = process.hrtime.bigint();
+    const { spec, instance } = route;
+    let device: number | null = null;
+    try {
+      const checked = checkRequest(req, spec, undefined, 'any');
+      const request: InferenceRequest = {
+        instance,
+        inputs: checked.inputs,
+        rows: checked.rows,
+        outputs: checked.outputs,
+        outputRegions: checked.outputRegions,
+        placement: outputs ? placementOf(outputs, checked.outputs.map((name) => spec.clientOutputs.find((t) => t.name === name) as TensorSpec)) : null,
+        deadlineMs: Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000),
+      };
+      device = door.deviceId;
+      const result = await door.infer(request, signal);
+      this.#served({ model: spec.name, device, durationNs: Number(process.hrtime.bigint() - started), outcome: { ok: true, batchSize: checked.batchSize, queueNs: result.queueNs, timing: result.timing } });
+      return { outputs: result.outputs, placed: result.placed && request.placement ? { bytes: result.placed, placement: request.placement } : null };
+    } catch (err) {
+      this.#served({ model: spec.name, device, durationNs: Number(process.hrtime.bigint() - started), outcome: { ok: false, ...(err instanceof StowageError ? { code: err.code } : {}) } });
+      throw err;
+    } finally {
+      this.#leases.release(route.slot);
+    }
+  }
+}
