@@ -79,11 +79,12 @@ run_compat
 # The same server with two edge threads terminating gRPC and REST (endpoints.edge_threads: 2, set
 # through its environment override for every server the tests start): the suites of what crosses
 # the edges (inference, streams, shared memory, REST, repository, statistics, metrics, tracing,
-# health, shutdown, the copy ledger) and the clients (perf_analyzer, ghz, tritonclient, KServe's SDK).
+# health, shutdown, the copy ledger, lpt_packing's routing) and the clients (perf_analyzer, ghz,
+# tritonclient, KServe's SDK).
 echo "again with endpoints.edge_threads: 2"
 export INFERENCE_SERVER_ENDPOINTS_EDGE_THREADS=2
 ava_out=$(mktemp)
-npx ava --tap test/integration/{server,rest,shared-memory,repository,operations,tracing,health,copies,hooks,meta,model-control,control,ghz,perf-analyzer,readme-rest}.test.js \
+npx ava --tap test/integration/{server,rest,shared-memory,repository,operations,tracing,health,copies,hooks,meta,model-control,control,ghz,perf-analyzer,readme-rest,lpt-packing}.test.js \
   test/adversarial/{requests,streams,rest,shared-memory,client-strings}.test.js 2>&1 | tee "$ava_out"
 ava_pass=$(grep -E '^# pass ' "$ava_out" | awk '{print $3}' | tail -1)
 ava_fail=$(grep -E '^# fail ' "$ava_out" | awk '{print $3}' | tail -1)

@@ -26,6 +26,7 @@ import type { HostWeights } from './host-weights.js';
 import type { DeviceHandle, HookFeedTarget } from '../actors/device/handle.js';
 import type { InstanceStatus, ModelPolicyUpdate, Residency } from '../shared/channels/device.js';
 import type { InferenceRequest, InferenceResult } from '../shared/channels/inference.js';
+import type { EdgePlacement } from '../shared/channels/edge.js';
 import type { ModelPolicies } from './model-policies.js';
 import { pack, type Placement } from '../routing/placement.js';
 import { fill, Router } from '../routing/routing.js';
@@ -55,6 +56,8 @@ export interface DevicesOptions {
   /** Told of every request routed, and of every placement applied. */
   onRoute?: (model: string, device: number) => void;
   onPlacement?: (placement: Placement) => void;
+  /** Told when a loaded model moves to other devices (the edges route it there themselves). */
+  onModelMoved?: (model: string) => void;
 }
 
 interface Placed {
@@ -123,6 +126,19 @@ export class Devices {
     return (this.#placed.get(model)?.devices ?? this.handles).map((d) => d.deviceId);
   }
 
+  /**
+   * Where an edge thread routes `model` itself under lpt_packing over several devices (its
+   * replicas, and its share among `edges` edges of a replica's full batch in flight); undefined in
+   * the other modes, with one device, or for a model not placed yet.
+   */
+  edgePlacement(model: string, edges: number): EdgePlacement | undefined {
+    if (this.#o.mode !== 'lpt_packing' || this.handles.length === 1) return undefined;
+    const placed = this.#placed.get(model);
+    if (!placed || placed.devices.length === 0) return undefined;
+    const capacity = Math.max(1, Math.round((placed.batchRows * (this.#o.lpt?.fillFactor ?? 1)) / Math.max(1, edges)));
+    return { devices: placed.devices.map((d) => d.deviceId), capacity, policy: this.#o.lpt?.policy ?? 'fill_rr' };
+  }
+
   /** The devices in service: not stopped, not taken out (a poisoned GPU: actors/device/out-of-service.ts). */
   get #serving(): DeviceHandle[] {
     return this.handles.filter((d) => d.serving);
@@ -182,6 +198,7 @@ export class Devices {
         if (this.#placed.get(model) !== placed) return; // unloaded or reloaded meanwhile
         placed.devices = ids.map((id) => this.#device(id));
         placed.open = 0;
+        this.#o.onModelMoved?.(model);
         this.#o.logger?.info({ model, from: before, to: ids }, 'model moved');
       })());
     }

@@ -94,7 +94,7 @@ export class ModelRegistry {
 
   /** Every model an edge may route now. */
   routes(): EdgeRoute[] {
-    return [...this.#records.keys()].map((name) => this.#routeOf(name)).filter((r): r is EdgeRoute => r !== null);
+    return [...this.#records.keys()].map((name) => this.routeOf(name)).filter((r): r is EdgeRoute => r !== null);
   }
 
   /** Call `watcher` with each change of a model's route (null: edges send it to the main thread). */
@@ -102,7 +102,8 @@ export class ModelRegistry {
     this.#routeWatchers.push(watcher);
   }
 
-  #routeOf(name: string): EdgeRoute | null {
+  /** The model's route now, or null when edges must send its requests to the main thread. */
+  routeOf(name: string): EdgeRoute | null {
     const record = this.#records.get(name);
     if (record?.state !== ModelState.READY || !record.spec || !record.instance) return null;
     const s = this.#slots.get(record.instance);
@@ -133,7 +134,7 @@ export class ModelRegistry {
         leases.open(slot, s.tag);
       }
     }
-    const route = this.#routeOf(name);
+    const route = this.routeOf(name);
     for (const w of this.#routeWatchers) w(name, route);
   }
 

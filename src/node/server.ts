@@ -48,6 +48,7 @@ import type { Infer } from '../shared/data-plane.js';
 import { Pipeline } from './pipeline.js';
 import { edgeMetrics, EdgeThreads, type EdgeDirect, type EdgeOptions } from '../actors/edge/handle.js';
 import { Leases } from '../shared/leases.js';
+import type { EdgeRoute } from '../shared/channels/edge.js';
 import { edgeThreads } from '../config/edges.js';
 import { startOrStop } from '../shared/lifecycle.js';
 import { PACKAGE_VERSION } from '../shared/version.js';
@@ -97,6 +98,8 @@ export class StowageServer {
   #edge?: GrpcEdge;
   /** The edge threads, otherwise. */
   #edgeThreads?: EdgeThreads;
+  /** A registry route as the edges get it (with its placement); set when they route directly. */
+  #edgeRoute?: (route: EdgeRoute | null) => EdgeRoute | null;
   readonly #admission: Admission;
   #admin?: http.Server;
   #devices?: Devices;
@@ -276,6 +279,8 @@ export class StowageServer {
       },
       onRoute: (model, device) => this.metrics.recordRoute(model, device),
       onPlacement: (placement) => this.metrics.recordPlacement(placement),
+      // A moved model's requests go to its new devices from every edge too.
+      onModelMoved: (model) => this.#edgeThreads?.routeChanged(model, this.#edgeRoute?.(this.registry.routeOf(model)) ?? null),
     });
     this.#devices = devices;
     new Gauge({
@@ -345,7 +350,7 @@ export class StowageServer {
       const edges = new EdgeThreads({ count: edgeCount, endpoints, admission: this.#admission, logLevel: logger.level, operations: ops as unknown as EdgeOptions['operations'],
         infer: (request, options) => pipeline.infer(request, options), direct, logger, metrics: edgeMetricsOf });
       this.#edgeThreads = edges;
-      this.registry.watchRoutes((model, route) => edges.routeChanged(model, route));
+      this.registry.watchRoutes((model, route) => edges.routeChanged(model, this.#edgeRoute?.(route) ?? null));
       health.watch(() => edges.healthChanged());
       const ports = await edges.start();
       this.ports.grpc = ports.grpc;
@@ -387,17 +392,23 @@ export class StowageServer {
 
   /**
    * What the edge threads need to route plain inferences to the devices themselves, or undefined
-   * when they cannot: with tracing on (spans are made on this thread) and when the device pool
-   * places models (lpt_packing over several devices), every inference goes through the pipeline.
+   * when they cannot: with tracing on (spans are made on this thread) every inference goes
+   * through the pipeline. Under lpt_packing each route carries the model's placement.
    */
   #directPath(devices: Devices, edgeCount: number): EdgeDirect | undefined {
-    if (tracingOn() || (devices.mode === 'lpt_packing' && devices.handles.length > 1)) return undefined;
+    if (tracingOn()) return undefined;
     const leases = new Leases(Leases.memory(edgeCount));
     this.registry.shareLeases(leases);
+    // A model's route as the registry has it, with where lpt_packing placed it.
+    const withPlacement = (route: EdgeRoute | null): EdgeRoute | null => {
+      const placement = route && devices.edgePlacement(route.model, edgeCount);
+      return placement ? { ...route!, placement } : route;
+    };
+    this.#edgeRoute = withPlacement;
     return {
       routing: devices.mode === 'least_outstanding' ? 'least_outstanding' : 'round_robin',
       leases,
-      routes: () => this.registry.routes(),
+      routes: () => this.registry.routes().map((r) => withPlacement(r)!),
       devices: devices.handles,
       served: ({ model, device, durationNs, outcome }) => {
         if (device !== null) this.metrics.recordRoute(model, device);

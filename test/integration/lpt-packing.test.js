@@ -1,7 +1,8 @@
 // lpt_packing through the real server: four virtual devices and a catalog whose weights are about
 // three times one device's budget. Each model is placed on one device, every answer is its own,
 // the measured loads are balanced; a model with replicas spreads over two devices; repacking
-// while clients keep calling fails no request.
+// while clients keep calling fails no request. With edge threads (test/run.sh runs this file again
+// with two), the edges route each model to its placement themselves.
 import test from 'ava';
 import { ControlClient } from '../../dist/client/control.js';
 import { inferAndCheck, mlpWeightBytes, random, writeCatalog } from '../helpers/mlp-catalog.js';
@@ -16,9 +17,9 @@ const BUDGET = Math.floor((COUNT * MODEL_BYTES) / 3 / 64) * 64; // the catalog i
  * A four-device node under lpt_packing serving a catalog of `count` MLPs; `placement()` reads where each model is.
  * @param {import('ava').ExecutionContext} t
  * @param {Record<string, unknown>} scheduling the node file's gateway.scheduling
- * @param {{ count?: number }} [options]
+ * @param {{ count?: number, edges?: number }} [options]
  */
-async function serve(t, scheduling, { count = COUNT } = {}) {
+async function serve(t, scheduling, { count = COUNT, edges } = {}) {
   const temp = tempDir();
   t.teardown(temp.cleanup);
   const repo = `${temp.dir}/repo`;
@@ -30,6 +31,7 @@ async function serve(t, scheduling, { count = COUNT } = {}) {
     global: {
       runtime: { cpu_device_memory_bytes: BUDGET, mem_fraction: 1, weight_cache_wiggle_fraction: 0, intra_op_threads: 1 },
       scheduler: { discipline: 'fifo' },
+      ...(edges === undefined ? {} : { endpoints: { edge_threads: edges } }),
     },
   }, { root: temp.dir });
   t.teardown(() => server.stop());
@@ -116,6 +118,27 @@ test('a model with replicas: 2 is served from two devices, filling one batch bef
   t.true(routed.every((n) => n > 0), 'both replicas served');
   const others = [0, 1, 2, 3].filter((d) => !placed.m000.includes(d));
   t.true(others.every((d) => !(m[`stowage_gateway_routed_total{model="m000",device="${d}"}`] > 0)), 'and no other device');
+});
+
+test('with edge threads, the edges route a placed model to its replicas themselves', async (t) => {
+  const { server, models, placement } = await serve(t, { rebalance_compute_seconds: 0, models: { m000: { replicas: 2 } } }, { count: 8, edges: 2 });
+  const placed = await placement();
+  t.is(new Set(placed.m000).size, 2);
+  const failed = await traffic(t, server, { calls: 400, clients: 24, choose: () => models[0] });
+  t.is(failed, 0);
+  let m = await scrapeMetrics(server.adminPort);
+  const direct = () => [0, 1].reduce((sum, edge) => sum + (m[`stowage_edge_direct_requests_total{edge="${edge}"}`] ?? 0), 0);
+  t.is(direct(), 400, 'every call went from its edge to the device directly');
+  const routed = placed.m000.map((d) => m[`stowage_gateway_routed_total{model="m000",device="${d}"}`] ?? 0);
+  t.log(`m000 on devices ${placed.m000}: ${routed.join(' and ')} requests, routed by the edges`);
+  t.true(routed.every((n) => n > 0), 'both replicas served');
+  const others = [0, 1, 2, 3].filter((d) => !placed.m000.includes(d));
+  t.true(others.every((d) => !(m[`stowage_gateway_routed_total{model="m000",device="${d}"}`] > 0)), 'and no other device');
+  // m001 is placed on one device: every request of it goes there.
+  const one = placed.m001[0];
+  await traffic(t, server, { calls: 200, clients: 8, choose: () => models[1] });
+  m = await scrapeMetrics(server.adminPort);
+  t.is(m[`stowage_gateway_routed_total{model="m001",device="${one}"}`], 200, 'a model on one device: all its requests there');
 });
 
 test('default_replicas: all puts every model on every device, and a device that cannot hold them is warned about', async (t) => {

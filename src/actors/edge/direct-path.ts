@@ -11,16 +11,20 @@
  * changes; shared/leases.ts makes an unload wait for the requests an edge holds), with no hook
  * and not a meta model, every tensor inline (shared-memory regions are the main thread's
  * registry's), its version the one served, while tracing is off (spans are made on the main
- * thread) and the device pool routes without placement (`lpt_packing` over several devices places
- * models on the main thread). Any other request, or one arriving while no door is open (a device
- * restarting), goes through the main thread's pipeline as before; its answer is the same either
- * way, and so are its errors: a request that fails here fails with what the pipeline would say.
+ * thread). Any other request, or one arriving while its device has no door open (restarting),
+ * goes through the main thread's pipeline as before; its answer is the same either way, and so
+ * are its errors: a request that fails here fails with what the pipeline would say.
+ *
+ * Which device: `round_robin` or `least_outstanding` over the devices this edge has doors to, as
+ * this edge sees them; under `lpt_packing` the model's replicas (the route's placement), filled as
+ * the main thread fills them (routing/routing.ts `fill`), each edge filling its share of a batch.
  *
  * The copies are the pipeline's (node/pipeline.ts's table): the check makes the small message's
  * copy (`inlineData`) here instead of on the main thread, and the hops are edge -> device -> edge.
  */
 import type { MessagePort } from 'node:worker_threads';
-import type { DirectStart, EdgeRoute, Served } from '../../shared/channels/edge.js';
+import type { DirectStart, EdgePlacement, EdgeRoute, Served } from '../../shared/channels/edge.js';
+import { fill, type FillState } from '../../routing/routing.js';
 import { nowMs, type InferenceRequest } from '../../shared/channels/inference.js';
 import { MODEL_VERSION } from '../../shared/constants.js';
 import { placementOf, type DataPlaneRequest, type InferenceAnswer, type InferOptions } from '../../shared/data-plane.js';
@@ -37,6 +41,8 @@ export class DirectPath {
   /** Open doors by device; a device without one (restarting, out of service) gets nothing from here. */
   readonly #doors = new Map<number, DeviceDoor>();
   #next = 0;
+  /** lpt_packing: each model's replica being filled, and its requests in flight from here per device. */
+  readonly #filling = new Map<string, FillState & { inflight: Map<number, number> }>();
   readonly #served: (served: Served) => void;
 
   /** `row`: this edge's row in the leases; `served`: what the main thread counts of each request. */
@@ -50,6 +56,8 @@ export class DirectPath {
   route(model: string, route: EdgeRoute | null): void {
     if (route) this.#routes.set(model, route);
     else this.#routes.delete(model);
+    const filling = this.#filling.get(model);
+    if (filling) filling.open = 0; // moved or reloaded: fill its replicas from the first again
   }
 
   /** A door to device `deviceId` (replacing one before it, whose worker has ended). */
@@ -66,13 +74,36 @@ export class DirectPath {
     this.#doors.delete(deviceId);
   }
 
-  #pick(): DeviceDoor | undefined {
+  #pick(model: string, placement: EdgePlacement | undefined): DeviceDoor | undefined {
+    if (placement) return this.#fill(model, placement);
     const open = [...this.#doors.values()].filter((d) => !d.closed);
     if (open.length <= 1) return open[0];
     if (this.#routing === 'least_outstanding') return open.reduce((best, d) => (d.inflight < best.inflight ? d : best));
     const door = open[this.#next % open.length];
     this.#next = (this.#next + 1) % Number.MAX_SAFE_INTEGER;
     return door;
+  }
+
+  /**
+   * A placed model's replica: the one being filled until this edge has its share of a batch in
+   * flight there, then the next. A replica without a door (restarting, or out of service) sends
+   * the request to the main thread, which knows what to do with it.
+   */
+  #fill(model: string, placement: EdgePlacement): DeviceDoor | undefined {
+    const replicas = placement.devices.map((id) => this.#doors.get(id));
+    if (replicas.some((d) => !d || d.closed)) return undefined;
+    const doors = replicas as DeviceDoor[];
+    let state = this.#filling.get(model);
+    if (!state) this.#filling.set(model, (state = { open: 0, inflight: new Map() }));
+    const counts = state.inflight;
+    if (state.open >= doors.length) state.open = 0;
+    return doors[fill(doors, (i) => counts.get(doors[i].deviceId) ?? 0, placement.capacity, placement.policy, state)];
+  }
+
+  /** A placed model's requests in flight from here on `deviceId` (fill routing's count). */
+  #count(model: string, deviceId: number, by: number): void {
+    const counts = this.#filling.get(model)?.inflight;
+    if (counts) counts.set(deviceId, (counts.get(deviceId) ?? 0) + by);
   }
 
   /**
@@ -84,7 +115,7 @@ export class DirectPath {
     const route = this.#routes.get(req.model);
     if (!route || route.spec.kind === 'meta' || route.spec.hooks) return null;
     if (req.inputs.some((t) => t.bytes.kind !== 'inline') || req.outputs.some((o) => o.region)) return null;
-    const door = this.#pick();
+    const door = this.#pick(req.model, route.placement);
     if (!door || !this.#leases.acquire(route.slot, route.tag)) return null;
     return this.#run(req, options, route, door);
   }
@@ -105,7 +136,13 @@ export class DirectPath {
         deadlineMs: Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000),
       };
       device = door.deviceId;
-      const result = await door.infer(request, signal);
+      this.#count(spec.name, device, 1);
+      let result;
+      try {
+        result = await door.infer(request, signal);
+      } finally {
+        this.#count(spec.name, device, -1);
+      }
       this.#served({ model: spec.name, device, durationNs: Number(process.hrtime.bigint() - started), outcome: { ok: true, batchSize: checked.batchSize, queueNs: result.queueNs, timing: result.timing } });
       return { outputs: result.outputs, placed: result.placed && request.placement ? { bytes: result.placed, placement: request.placement } : null };
     } catch (err) {

@@ -16,6 +16,18 @@ import type { ErrorCode, ErrorData } from '../errors.js';
 import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../data-plane.js';
 import type { InstanceKey, ModelSpec } from '../model-spec.js';
 import type { ExecutionTiming } from './inference.js';
+import type { FillPolicy } from '../config-schema.js';
+
+/**
+ * Where `lpt_packing` placed a model (node/devices.ts), for an edge to route it there itself: its
+ * replicas' devices, and how many of its requests one edge keeps in flight on a replica before it
+ * opens the next (a full batch times routing_fill_factor, shared among the edges).
+ */
+export interface EdgePlacement {
+  devices: number[];
+  capacity: number;
+  policy: FillPolicy;
+}
 
 /**
  * A model an edge may route to a device itself (the direct path, actors/edge/direct-path.ts): the
@@ -29,6 +41,8 @@ export interface EdgeRoute {
   instance: InstanceKey;
   slot: number;
   tag: number;
+  /** lpt_packing over several devices: where the model is placed; absent: any device. */
+  placement?: EdgePlacement;
 }
 
 /** What an edge needs to route requests to the devices itself; absent: every inference goes through the main thread. */
