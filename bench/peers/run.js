@@ -236,7 +236,13 @@ mkdirSync(OUT, { recursive: true });
 writeFileSync(path.join(OUT, `${DATE}.json`), JSON.stringify({ date: DATE, machine: machineLine(), threads: THREADS, versions, rows, density }, null, 2));
 execFileSync(path.join(PEERS, 'plots', 'bin', 'python'), [path.join(ROOT, 'bench', 'peers', 'plot.py'), path.join(OUT, `${DATE}.json`), OUT], { stdio: 'inherit' });
 writeFileSync(path.join(OUT, `${DATE}.md`), report());
-writeFileSync(path.join(OUT, 'README.md'), `# Benchmarks\n\nThe latest: [${DATE}](${DATE}.md), made by \`node bench/peers/run.js\` (see its header).\n`);
+// The index's "The latest" line points at this run; the rest of the index (the other benches' pages) stays.
+{
+  const index = path.join(OUT, 'README.md');
+  const latest = `The latest: [${DATE}](${DATE}.md), made by \`node bench/peers/run.js\` (see its header).`;
+  const before = existsSync(index) ? readFileSync(index, 'utf8') : '# Benchmarks\n\n';
+  writeFileSync(index, /^The latest: .*$/m.test(before) ? before.replace(/^The latest: .*$/m, latest) : `${before.trimEnd()}\n\n${latest}\n`);
+}
 console.log(`wrote docs/benchmarks/${DATE}.md`);
 
 function machineLine() {
