@@ -23,7 +23,8 @@ if (missing.length > 0 && typeof process.execve === 'function') {
 
 // The main thread's heap is made now, with its size. Worker threads' isolates (device actors,
 // hooks, the compiler) read the flags when each is made: for them the old generation's size goes
-// back to V8's own. They allocate little between collections, and with a 128 MB floor each would
+// back to V8's own (the edge threads, which do the protocol's work, get it back while they start:
+// src/actors/edge/handle.ts). They allocate little between collections, and with a 128 MB floor each would
 // have held up to that much garbage (a 10-minute soak: a device thread's heap at 110 MB, the
 // process's memory 26% up).
 if (process.execArgv.some((given) => given.split('=')[0] === '--initial-old-space-size')) {

@@ -179,7 +179,10 @@ test('a device worker that dies under the edges\' direct requests fails only tho
   t.log(`${ok.value} answered, ${failures.length} failed at the crash, ${afterRestart} directly through the replacement's new doors`);
   t.false(existsSync(fault), 'the worker took the fault');
   t.deepEqual(wrong, [], 'no answer was wrong');
-  t.true(failures.length >= 1 && failures.length <= CLIENTS, `${failures.length} failed`);
+  // What was in flight at the crash fails: the request each client had on the device, and the one
+  // it may have sent at once on its edge's door before that edge heard the door close (the port's
+  // close event reaches the edge thread a moment after the worker dies). At most two per client.
+  t.true(failures.length >= 1 && failures.length <= 2 * CLIENTS, `${failures.length} failed`);
   for (const err of failures) {
     t.is(err.code, status.UNAVAILABLE);
     t.regex(err.details, /device 0 is unavailable: its worker exited/);
