@@ -56,6 +56,51 @@ async function classify(client, reference, from, rows = 2, model = 'digits') {
   return got;
 }
 
+/**
+ * `clients` asking for digits back to back (checked against `reference`) until `load.stop`: the
+ * answers counted (`ok`, and `okAfterRestart` once `load.restarted` is set), the calls that failed
+ * with a status and which clients they were on, and wrong answers. A failed call waits 20 ms before
+ * the next (a client whose connection is down fails at once: not a busy loop). `done` resolves
+ * when every client has stopped.
+ * @param {InferenceClient[]} clients
+ * @param {number[]} reference
+ */
+function classifyUntilStopped(clients, reference) {
+  const load = {
+    ok: awaitableCount(),
+    okAfterRestart: awaitableCount(),
+    restarted: false,
+    stop: false,
+    /** @type {import('@grpc/grpc-js').ServiceError[]} */
+    failures: [],
+    /** @type {Set<number>} */
+    failedClients: new Set(),
+    /** @type {string[]} */
+    wrong: [],
+    /** @type {Promise<void[]>} */
+    done: Promise.resolve([]),
+  };
+  load.done = Promise.all(clients.map(async (c, k) => {
+    for (let i = 0; !load.stop; i++) {
+      try {
+        await classify(c, reference, k * 100 + i, 1 + (i % 3));
+        load.ok.add();
+        if (load.restarted) load.okAfterRestart.add();
+      } catch (err) {
+        const failure = /** @type {import('@grpc/grpc-js').ServiceError} */ (err);
+        if (failure.code === undefined) {
+          load.wrong.push(failure.message);
+          continue;
+        }
+        load.failures.push(failure);
+        load.failedClients.add(k);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    }
+  }));
+  return load;
+}
+
 test('a device worker that dies mid-batch fails only its in-flight requests, UNAVAILABLE; it restarts and later requests succeed', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);
@@ -142,41 +187,22 @@ test('a device worker that dies under the edges\' direct requests fails only tho
     const m = await scrapeMetrics(server.adminPort);
     return [0, 1].reduce((sum, edge) => sum + metric(m, 'stowage_edge_direct_requests_total', `edge="${edge}"`), 0);
   };
-  const ok = awaitableCount();
-  const okAfterRestart = awaitableCount();
-  let restarted = false;
-  /** @type {import('@grpc/grpc-js').ServiceError[]} */
-  const failures = [];
-  /** @type {string[]} */
-  const wrong = [];
-  let stop = false;
-  const load = clients.map(async (c, k) => {
-    for (let i = 0; !stop; i++) {
-      try {
-        await classify(c, reference, k * 100 + i, 1 + (i % 3));
-        ok.add();
-        if (restarted) okAfterRestart.add();
-      } catch (err) {
-        const failure = /** @type {import('@grpc/grpc-js').ServiceError} */ (err);
-        if (failure.code === undefined) wrong.push(failure.message);
-        else failures.push(failure);
-      }
-    }
-  });
-  await ok.reached(300);
+  const load = classifyUntilStopped(clients, reference);
+  await load.ok.reached(300);
   const beforeCrash = await direct();
   t.true(beforeCrash >= 250, `${beforeCrash} requests went to the device directly before the crash`);
   writeFileSync(fault, '');
   await server.waitForLog((l) => String(l.msg).startsWith('device actor crashed'));
   await server.waitForLog((l) => l.msg === 'device actor restarted: its models are loaded again');
   const atRestart = await direct();
-  restarted = true;
-  await okAfterRestart.reached(200);
-  stop = true;
-  await Promise.all(load);
+  load.restarted = true;
+  await load.okAfterRestart.reached(200);
+  load.stop = true;
+  await load.done;
   const afterRestart = (await direct()) - atRestart;
+  const { failures, wrong } = load;
 
-  t.log(`${ok.value} answered, ${failures.length} failed at the crash, ${afterRestart} directly through the replacement's new doors`);
+  t.log(`${load.ok.value} answered, ${failures.length} failed at the crash, ${afterRestart} directly through the replacement's new doors`);
   t.false(existsSync(fault), 'the worker took the fault');
   t.deepEqual(wrong, [], 'no answer was wrong');
   // What was in flight at the crash fails: the request each client had on the device, and the one
@@ -206,43 +232,18 @@ test('an edge thread that dies fails only its own connections\' requests; a repl
   t.teardown(() => clients.forEach((c) => c.close()));
   const reference = await referenceLabels(server.client);
 
-  const ok = awaitableCount();
-  const okAfterRestart = awaitableCount();
-  let restarted = false;
-  /** @type {Set<number>} */
-  const failedClients = new Set();
-  /** @type {import('@grpc/grpc-js').ServiceError[]} */
-  const failures = [];
-  /** @type {string[]} */
-  const wrong = [];
-  let stop = false;
-  const load = clients.map(async (c, k) => {
-    for (let i = 0; !stop; i++) {
-      try {
-        await classify(c, reference, k * 100 + i, 1 + (i % 3));
-        ok.add();
-        if (restarted) okAfterRestart.add();
-      } catch (err) {
-        const failure = /** @type {import('@grpc/grpc-js').ServiceError} */ (err);
-        if (failure.code === undefined) wrong.push(failure.message);
-        else {
-          failures.push(failure);
-          failedClients.add(k);
-          await new Promise((resolve) => setTimeout(resolve, 20)); // a client whose connection is down fails at once: not a busy loop
-        }
-      }
-    }
-  });
-  await ok.reached(300);
+  const load = classifyUntilStopped(clients, reference);
+  await load.ok.reached(300);
   writeFileSync(fault, '');
   const crash = await server.waitForLog((l) => l.msg === 'edge thread crashed: its connections are closed; starting another');
   await server.waitForLog((l) => l.msg === 'edge thread restarted');
-  restarted = true;
-  await okAfterRestart.reached(200);
-  stop = true;
-  await Promise.all(load);
+  load.restarted = true;
+  await load.okAfterRestart.reached(200);
+  load.stop = true;
+  await load.done;
+  const { failures, failedClients, wrong } = load;
 
-  t.log(`${ok.value} answered; edge ${crash.edge} died; ${failures.length} failed, on ${failedClients.size} of ${CLIENTS} connections`);
+  t.log(`${load.ok.value} answered; edge ${crash.edge} died; ${failures.length} failed, on ${failedClients.size} of ${CLIENTS} connections`);
   t.false(existsSync(fault), 'an edge took the fault');
   t.is(readdirSync(temp.dir).filter((f) => f.startsWith('edge-exit.taken')).length, 1, 'one edge only');
   t.deepEqual(wrong, [], 'no answer was wrong');
