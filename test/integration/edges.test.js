@@ -32,7 +32,12 @@ function restInfer(/** @type {string} */ rest, /** @type {string} */ model, /** 
   });
 }
 
-test('two edge threads serve gRPC and REST on the same ports, and connections land on both', async (t) => {
+/**
+ * A server with two edge threads serving digits, and twelve clients on connections of their own
+ * (which the kernel spreads over the edges); both stopped by the test's teardown.
+ * @param {import('ava').ExecutionContext} t
+ */
+async function twoEdges(t) {
   const temp = tempDir();
   t.teardown(temp.cleanup);
   const repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits') });
@@ -40,6 +45,11 @@ test('two edge threads serve gRPC and REST on the same ports, and connections la
   t.teardown(() => server.stop());
   const clients = Array.from({ length: 12 }, () => ownConnection(server.address));
   t.teardown(() => clients.forEach((c) => c.close()));
+  return { server, clients };
+}
+
+test('two edge threads serve gRPC and REST on the same ports, and connections land on both', async (t) => {
+  const { server, clients } = await twoEdges(t);
   const answers = await Promise.all(clients.map((c) => c.infer('digits', [digit()], { outputs: ['label'] })));
   t.true(answers.every((a) => a.outputs[0].datatype === 'INT64'));
   const body = { inputs: [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: Array(64).fill(3) }], outputs: [{ name: 'label' }] };
@@ -65,12 +75,9 @@ test('two edge threads serve gRPC and REST on the same ports, and connections la
 test('admission counts the requests of every edge together', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);
-  const echoManifest = readFileSync(path.join(FIXTURES, 'models', 'echo', 'manifest.yaml'), 'utf8');
-  // A model whose preprocess hook holds each request until its gate file exists.
-  const repo = makeRepository(temp.dir, { echo: path.join(FIXTURES, 'models', 'echo') }, {
-    'gated/manifest.yaml': echoManifest, 'gated/model.js': readFileSync(path.join(FIXTURES, 'hooks', 'gated.js')),
-  });
-  writeFileSync(path.join(repo, 'gated', 'model.onnx'), readFileSync(path.join(FIXTURES, 'models', 'echo', 'model.onnx')));
+  // gated: echo with a preprocess hook that holds each request until its gate file exists.
+  const echo = path.join(FIXTURES, 'models', 'echo');
+  const repo = makeRepository(temp.dir, { echo, gated: echo }, { 'gated/model.js': readFileSync(path.join(FIXTURES, 'hooks', 'gated.js')) });
   const server = await startServer({ model_repo: repo, global: { endpoints: { edge_threads: 2, max_concurrent_requests: 3 } } }, { root: temp.dir });
   t.teardown(() => server.stop());
   const clients = Array.from({ length: 8 }, () => ownConnection(server.address));
@@ -101,13 +108,7 @@ test('admission counts the requests of every edge together', async (t) => {
 });
 
 test('the log level set through LogSettings is every edge\'s', async (t) => {
-  const temp = tempDir();
-  t.teardown(temp.cleanup);
-  const repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits') });
-  const server = await startServer({ model_repo: repo, global: { endpoints: { edge_threads: 2 } } }, { root: temp.dir });
-  t.teardown(() => server.stop());
-  const clients = Array.from({ length: 12 }, () => ownConnection(server.address));
-  t.teardown(() => clients.forEach((c) => c.close()));
+  const { server, clients } = await twoEdges(t);
   /** Every client asks for a model that is not there: each edge logs the refusal at debug level. */
   const askForNothing = () => Promise.allSettled(clients.map((c) => c.infer('nothing', [digit()])));
   await askForNothing();

@@ -23,7 +23,10 @@ interface Door {
   ids: Map<number, number>;
 }
 
-/** The buffers `results`' outputs are views of, each once (what goes with them). */
+/**
+ * The buffers `results`' outputs are views of, each once (a request's outputs may be views of one
+ * of ONNX Runtime's): what is transferred with them.
+ */
 function buffersOf(results: Executed['results']): ArrayBuffer[] {
   const buffers = new Set<ArrayBuffer>();
   for (const r of results) for (const o of r.outputs) if (!(o.data.buffer instanceof SharedArrayBuffer)) buffers.add(o.data.buffer as ArrayBuffer);
@@ -108,6 +111,7 @@ export class EdgeDoors {
    * returned with the buffers that go with it.
    */
   deliver(msg: Executed): { rest: Executed; transfer: ArrayBuffer[] } {
+    if (!msg.results.some((r) => EdgeDoors.isDoors(r.id))) return { rest: msg, transfer: buffersOf(msg.results) };
     const mine: Executed['results'] = [];
     const byDoor = new Map<Door, Executed['results']>();
     for (const result of msg.results) {

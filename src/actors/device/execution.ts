@@ -37,6 +37,7 @@ export interface ExecutionContext {
   regions: RegionMappings;
   /** Reused memory for joined and realigned inputs (free again once an execution ends). */
   staging: Staging;
+  /** To the main thread; an `executed` message's output buffers are transferred with each answer by the sender itself. */
   send: (msg: FromDevice, transfer?: ArrayBuffer[]) => void;
   /** Answer one request with an error. */
   fail: (id: number, err: unknown) => void;
@@ -284,8 +285,6 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
       from += t.rows;
     }
     const t3 = process.hrtime.bigint();
-    // Each distinct buffer is transferred once (a request's outputs may be views of one of ONNX Runtime's).
-    const transfer = [...new Set(results.flatMap((r) => r.outputs.map((o) => o.data.buffer as ArrayBuffer)))];
     ctx.send({
       type: 'executed',
       model: name,
@@ -303,7 +302,7 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
       queued: scheduler.queued,
       load,
       memory: load && !load.hit ? models.memory() : null,
-    }, transfer);
+    }); // each request's output buffers go with its answer, to the main thread or its edge's door (worker.ts send)
     scheduler.charge(instance, Math.max(runBatch, 1), Number(t2 - t1) / 1e6);
   } catch (err) {
     for (const t of batch) ctx.fail(t.id, err);

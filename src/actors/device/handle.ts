@@ -32,6 +32,7 @@ import type { HookFeed } from '../../shared/channels/hooks.js';
 import type { CudaDeviceInit, DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HostUpdate, InferCommand, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
 import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult } from '../../shared/channels/inference.js';
 import { Outbox } from '../../shared/outbox.js';
+import { PendingCalls } from '../../shared/pending-calls.js';
 
 /** Lifecycle of a device actor. */
 export enum DeviceState {
@@ -70,13 +71,6 @@ export interface HostRam {
   offer(): Record<string, SharedArrayBuffer>;
   /** Take in what a device read and which tensors each instance now keeps in host RAM. */
   update(update: HostUpdate): void;
-}
-
-interface Pending {
-  /** A control call's reply or an infer's share of an execution; `#call`'s type parameter says which. */
-  resolve: (value: never) => void;
-  reject: (err: StowageError) => void;
-  timer: NodeJS.Timeout;
 }
 
 export interface DeviceHandleOptions {
@@ -133,7 +127,8 @@ export class DeviceHandle {
   #options: DeviceHandleOptions;
   #worker!: Worker;
   #state = DeviceState.STARTING;
-  #pending = new Map<number, Pending>();
+  /** Control calls and infers sent and not yet settled (a reply, or an infer's share of an execution). */
+  readonly #pending = new PendingCalls();
   #nextId = 1;
   /** Messages for the worker not yet posted (see the header), and the buffers they transfer. */
   /** What this turn sends the worker, as one message at the turn's end. */
@@ -214,7 +209,7 @@ export class DeviceHandle {
         this.#outbox.clear();
         const why = this.#stopping ? 'the server is stopping'
           : `its worker exited (code ${code}${lastError ? `: ${lastError.message}` : ''})`;
-        this.#failAll(errors.deviceUnavailable(this.deviceId, why));
+        this.#pending.failAll(errors.deviceUnavailable(this.deviceId, why));
         if (!started) reject(errors.deviceUnavailable(this.deviceId, why));
         else this.#onCrash(why);
       });
@@ -230,7 +225,7 @@ export class DeviceHandle {
     this.#state = DeviceState.OUT_OF_SERVICE;
     this.#outOfServiceWhy = reason;
     this.#options.logger.error({ device: this.deviceId, cudaError }, `device taken out of service: ${reason}`);
-    this.#failAll(errors.deviceUnavailable(this.deviceId, `it is out of service: ${reason}`));
+    this.#pending.failAll(errors.deviceUnavailable(this.deviceId, `it is out of service: ${reason}`));
     this.#options.onOutOfService?.(this.deviceId, reason);
   }
 
@@ -275,7 +270,7 @@ export class DeviceHandle {
         return;
       case 'executed':
         this.#crashes = 0; // it served (maybe only edges' requests, which come through their doors): the worker is healthy
-        for (const { id, ...result } of msg.results) this.#resolve<Executed>(id, { result, timing: msg.timing });
+        for (const { id, ...result } of msg.results) this.#pending.resolve<Executed>(id, { result, timing: msg.timing });
         this.#options.onExecution?.(msg.model, msg.timing, msg.queued);
         if (msg.load || msg.memory) this.#options.onWeights?.(msg.model, msg.load, msg.memory);
         return;
@@ -286,38 +281,15 @@ export class DeviceHandle {
         this.#outOfService(msg.reason, msg.cudaError);
         return;
       case 'reply':
-        return this.#resolve(msg.id, msg.reply);
-      case 'failed': {
-        const pending = this.#take(msg.id);
-        pending?.reject(fromErrorData(msg.error));
+        this.#pending.resolve(msg.id, msg.reply);
         return;
-      }
+      case 'failed':
+        this.#pending.reject(msg.id, fromErrorData(msg.error));
+        return;
       default: {
         const never: never = msg;
         this.#options.logger.error({ device: this.deviceId, message: never }, 'device sent an unknown message');
       }
-    }
-  }
-
-  /** The pending call `id`, removed and its timer cleared; undefined if it was answered already (timed out or cancelled). */
-  #take(id: number): Pending | undefined {
-    const pending = this.#pending.get(id);
-    if (!pending) return undefined;
-    this.#pending.delete(id);
-    clearTimeout(pending.timer);
-    return pending;
-  }
-
-  #resolve<T>(id: number, value: T): void {
-    (this.#take(id)?.resolve as ((value: T) => void) | undefined)?.(value);
-  }
-
-  #failAll(err: StowageError): void {
-    const pending = [...this.#pending.values()];
-    this.#pending.clear();
-    for (const p of pending) {
-      clearTimeout(p.timer);
-      p.reject(err);
     }
   }
 
@@ -334,15 +306,12 @@ export class DeviceHandle {
     if (this.#state === DeviceState.OUT_OF_SERVICE) {
       return Promise.reject(errors.deviceUnavailable(this.deviceId, `it is out of service: ${this.#outOfServiceWhy}`));
     }
-    return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.#pending.delete(msg.id);
-        if (msg.type === 'infer') this.#send({ type: 'cancel', id: msg.id });
-        reject(onTimeout());
-      }, Math.max(0, timeoutMs));
-      this.#pending.set(msg.id, { resolve: resolve as (value: never) => void, reject, timer });
-      this.#send(msg, transfer);
+    const settled = this.#pending.wait<T>(msg.id, timeoutMs, () => {
+      if (msg.type === 'infer') this.#send({ type: 'cancel', id: msg.id });
+      return onTimeout();
     });
+    this.#send(msg, transfer);
+    return settled;
   }
 
   /** A control call: resolves with its reply's type. */
@@ -406,10 +375,7 @@ export class DeviceHandle {
     const executed = this.#post<Executed>(command, settleBy - enqueuedAtMs,
       () => errors.deadlineExceeded(modelOf(req.instance), nowMs() - enqueuedAtMs), transfer);
     const onAbort = () => {
-      const pending = this.#take(id);
-      if (!pending) return;
-      this.#send({ type: 'cancel', id });
-      pending.reject(errors.cancelled());
+      if (this.#pending.reject(id, errors.cancelled())) this.#send({ type: 'cancel', id });
     };
     signal?.addEventListener('abort', onAbort, { once: true });
     try {

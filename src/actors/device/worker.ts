@@ -54,7 +54,10 @@ const port = parentPort;
 const init = workerData as DeviceInit;
 const config = init.scheduler;
 
-/** To the main thread; an execution's answers to requests that came through an edge's door go to that door instead. */
+/**
+ * To the main thread. An execution's answers go with their outputs' buffers, each request's to
+ * where it came from: the main thread, or the edge door it came through (edge-doors.ts).
+ */
 function send(msg: FromDevice, transfer: ArrayBuffer[] = []): void {
   if (msg.type === 'executed') {
     const { rest, transfer: mine } = doors.deliver(msg);

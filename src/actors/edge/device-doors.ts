@@ -13,21 +13,22 @@
 import type { MessagePort, Transferable } from 'node:worker_threads';
 import type { FromDeviceDoor, InferCommand, ToDeviceDoor } from '../../shared/channels/device.js';
 import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult } from '../../shared/channels/inference.js';
-import { errors, fromErrorData, type StowageError } from '../../shared/errors.js';
+import { errors, fromErrorData } from '../../shared/errors.js';
 import { modelOf } from '../../shared/model-spec.js';
 import { Outbox } from '../../shared/outbox.js';
+import { PendingCalls } from '../../shared/pending-calls.js';
 
-interface Pending {
-  resolve: (value: { result: Omit<InferenceResult, 'timing'>; timing: ExecutionTiming }) => void;
-  reject: (err: StowageError) => void;
-  timer: NodeJS.Timeout;
+/** One request's share of an execution, as the device answered it. */
+interface Executed {
+  result: Omit<InferenceResult, 'timing'>;
+  timing: ExecutionTiming;
 }
 
 export class DeviceDoor {
   readonly deviceId: number;
   readonly #port: MessagePort;
   readonly #waitBoundMs: number;
-  readonly #pending = new Map<number, Pending>();
+  readonly #pending = new PendingCalls();
   readonly #outbox: Outbox<ToDeviceDoor>;
   #nextId = 1;
   #closed = false;
@@ -53,24 +54,12 @@ export class DeviceDoor {
     return this.#pending.size;
   }
 
-  get closed(): boolean {
-    return this.#closed;
-  }
-
   #settle(msg: FromDeviceDoor): void {
     if (msg.type === 'failed') {
-      this.#take(msg.id)?.reject(fromErrorData(msg.error));
+      this.#pending.reject(msg.id, fromErrorData(msg.error));
       return;
     }
-    for (const { id, ...result } of msg.results) this.#take(id)?.resolve({ result, timing: msg.timing });
-  }
-
-  #take(id: number): Pending | undefined {
-    const pending = this.#pending.get(id);
-    if (!pending) return undefined;
-    this.#pending.delete(id);
-    clearTimeout(pending.timer);
-    return pending;
+    for (const { id, ...result } of msg.results) this.#pending.resolve<Executed>(id, { result, timing: msg.timing });
   }
 
   /**
@@ -84,20 +73,13 @@ export class DeviceDoor {
     const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs : enqueuedAtMs + this.#waitBoundMs;
     const transfer: Transferable[] = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
     const command: InferCommand = { ...req, type: 'infer', id, enqueuedAtMs };
-    const executed = new Promise<{ result: Omit<InferenceResult, 'timing'>; timing: ExecutionTiming }>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.#pending.delete(id);
-        this.#outbox.push({ type: 'cancel', id });
-        reject(errors.deadlineExceeded(modelOf(req.instance), nowMs() - enqueuedAtMs));
-      }, Math.max(0, settleBy - enqueuedAtMs));
-      this.#pending.set(id, { resolve, reject, timer });
-      this.#outbox.push(command, transfer);
-    });
-    const onAbort = () => {
-      const pending = this.#take(id);
-      if (!pending) return;
+    const executed = this.#pending.wait<Executed>(id, settleBy - enqueuedAtMs, () => {
       this.#outbox.push({ type: 'cancel', id });
-      pending.reject(errors.cancelled());
+      return errors.deadlineExceeded(modelOf(req.instance), nowMs() - enqueuedAtMs);
+    });
+    this.#outbox.push(command, transfer);
+    const onAbort = () => {
+      if (this.#pending.reject(id, errors.cancelled())) this.#outbox.push({ type: 'cancel', id });
     };
     signal.addEventListener('abort', onAbort, { once: true });
     try {
@@ -114,12 +96,6 @@ export class DeviceDoor {
     this.#closed = true;
     this.#outbox.clear();
     this.#port.close();
-    const err = errors.deviceUnavailable(this.deviceId, why);
-    const pending = [...this.#pending.values()];
-    this.#pending.clear();
-    for (const p of pending) {
-      clearTimeout(p.timer);
-      p.reject(err);
-    }
+    this.#pending.failAll(errors.deviceUnavailable(this.deviceId, why));
   }
 }

@@ -40,6 +40,8 @@ export class DirectPath {
   readonly #routes = new Map<string, EdgeRoute>();
   /** Open doors by device; a device without one (restarting, out of service) gets nothing from here. */
   readonly #doors = new Map<number, DeviceDoor>();
+  /** The doors' list, made again when one opens or goes (routing reads it for every request). */
+  #open: DeviceDoor[] = [];
   #next = 0;
   /** lpt_packing: each model's replica being filled, and its requests in flight from here per device. */
   readonly #filling = new Map<string, FillState & { inflight: Map<number, number> }>();
@@ -64,19 +66,25 @@ export class DirectPath {
   door(deviceId: number, port: MessagePort, waitBoundMs: number): void {
     this.#doors.get(deviceId)?.close('its worker was replaced');
     const door = new DeviceDoor(deviceId, port, waitBoundMs, (closed) => {
-      if (this.#doors.get(deviceId) === closed) this.#doors.delete(deviceId);
+      if (this.#doors.get(deviceId) === closed) this.#forgetDoor(deviceId);
     });
     this.#doors.set(deviceId, door);
+    this.#open = [...this.#doors.values()];
   }
 
   /** Device `deviceId` is out of service: route nothing more to it (what it has pending, it fails itself). */
   deviceOut(deviceId: number): void {
+    this.#forgetDoor(deviceId);
+  }
+
+  #forgetDoor(deviceId: number): void {
     this.#doors.delete(deviceId);
+    this.#open = [...this.#doors.values()];
   }
 
   #pick(model: string, placement: EdgePlacement | undefined): DeviceDoor | undefined {
     if (placement) return this.#fill(model, placement);
-    const open = [...this.#doors.values()].filter((d) => !d.closed);
+    const open = this.#open;
     if (open.length <= 1) return open[0];
     if (this.#routing === 'least_outstanding') return open.reduce((best, d) => (d.inflight < best.inflight ? d : best));
     const door = open[this.#next % open.length];
@@ -91,7 +99,7 @@ export class DirectPath {
    */
   #fill(model: string, placement: EdgePlacement): DeviceDoor | undefined {
     const replicas = placement.devices.map((id) => this.#doors.get(id));
-    if (replicas.some((d) => !d || d.closed)) return undefined;
+    if (replicas.some((d) => !d)) return undefined;
     const doors = replicas as DeviceDoor[];
     let state = this.#filling.get(model);
     if (!state) this.#filling.set(model, (state = { open: 0, inflight: new Map() }));

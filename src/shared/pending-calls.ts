@@ -1,0 +1,66 @@
+/**
+ * Calls waiting for another thread's answer, by id. Each settles exactly once: by its answer
+ * (`resolve`, `reject`), by its timer (`wait`'s timeout), or failed with all the others (`failAll`:
+ * the other thread went). A device actor's handle (actors/device/handle.ts) and an edge thread's
+ * doors to the devices (actors/edge/device-doors.ts) keep theirs here.
+ */
+interface Waiting {
+  resolve: (value: never) => void;
+  reject: (err: Error) => void;
+  timer: NodeJS.Timeout;
+}
+
+export class PendingCalls {
+  readonly #calls = new Map<number, Waiting>();
+
+  /** Calls not yet settled. */
+  get size(): number {
+    return this.#calls.size;
+  }
+
+  /**
+   * Wait for call `id`'s answer. After `timeoutMs` it stops waiting: the call is dropped and
+   * `onTimeout`'s error is its answer (`onTimeout` may also tell the other thread to drop it).
+   */
+  wait<T>(id: number, timeoutMs: number, onTimeout: () => Error): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#calls.delete(id);
+        reject(onTimeout());
+      }, Math.max(0, timeoutMs));
+      this.#calls.set(id, { resolve: resolve as (value: never) => void, reject, timer });
+    });
+  }
+
+  #take(id: number): Waiting | undefined {
+    const waiting = this.#calls.get(id);
+    if (!waiting) return undefined;
+    this.#calls.delete(id);
+    clearTimeout(waiting.timer);
+    return waiting;
+  }
+
+  /** Answer call `id`; false when it was settled already (timed out, cancelled). */
+  resolve<T>(id: number, value: T): boolean {
+    const waiting = this.#take(id);
+    (waiting?.resolve as ((value: T) => void) | undefined)?.(value);
+    return waiting !== undefined;
+  }
+
+  /** Fail call `id`; false when it was settled already. */
+  reject(id: number, err: Error): boolean {
+    const waiting = this.#take(id);
+    waiting?.reject(err);
+    return waiting !== undefined;
+  }
+
+  /** Fail every call waiting now with `err`. */
+  failAll(err: Error): void {
+    const all = [...this.#calls.values()];
+    this.#calls.clear();
+    for (const waiting of all) {
+      clearTimeout(waiting.timer);
+      waiting.reject(err);
+    }
+  }
+}
