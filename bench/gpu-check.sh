@@ -3,7 +3,9 @@
 # beside libonnxruntime.so.1: npm run cuda:install, or tools/pack-offline.sh --with-tests there):
 # the test/gpu suites, bench/gpu.js (ResNet-50 on backend cuda, and through gRPC with perf_analyzer
 # when it came along), bench/gpu-weightless.js, bench/gpu-density.js (a catalog 10x the budget),
-# bench/gpu-first-call.js (each batch size's first client call after warm-up), and bench/resnet50.js (the CPU backend against raw ONNX Runtime, on however many cores the machine
+# bench/gpu-first-call.js (each batch size's first client call after warm-up), bench/gpu-catalog.js
+# (ResNet-50-class models at the seeds' scale under a tenth of their weights, with and without uploads
+# beside execution), bench/gpu-actors.js (two device actors on one GPU against one), and bench/resnet50.js (the CPU backend against raw ONNX Runtime, on however many cores the machine
 # has; GPU_CHECK_CPU=0 leaves it out). Logs go to LOG_DIR.
 #
 #   bash bench/gpu-check.sh LOG_DIR
@@ -25,9 +27,11 @@ echo "node $(node --version); STOWAGE_CUDA_LIBRARY_PATH=${STOWAGE_CUDA_LIBRARY_P
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$logs/nvidia-smi.log"
 status=0
 # GPU_CHECK_STEPS: the steps to run, comma-separated (default all: gpu-tests, gpu-tests-graphs,
-# bench-gpu, bench-weightless, bench-density, bench-first-call, bench-resnet50-cpu), to split the check over calls of a
-# limited length. Each step's limit is its most; together they can exceed ten minutes.
-wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,bench-gpu,bench-weightless,bench-density,bench-first-call,bench-resnet50-cpu},"
+# bench-gpu, bench-weightless, bench-density, bench-first-call, bench-catalog, bench-actors,
+# bench-catalog-two-actors, bench-resnet50-cpu), to split the check over calls of a limited length.
+# Each step's limit is its most; together they exceed ten minutes. GPU_CATALOG_MODELS and
+# GPU_CATALOG_SECONDS size the catalog bench (default 150 models, 60 s per run).
+wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,bench-gpu,bench-weightless,bench-density,bench-first-call,bench-catalog,bench-actors,bench-catalog-two-actors,bench-resnet50-cpu},"
 step() {
   local name=$1 limit=$2
   shift 2
@@ -46,5 +50,8 @@ step bench-gpu 180 node bench/gpu.js
 step bench-weightless 90 node bench/gpu-weightless.js --gpu-only
 step bench-density 150 node bench/gpu-density.js
 step bench-first-call 120 node bench/gpu-first-call.js
+step bench-catalog 600 node bench/gpu-catalog.js --models "${GPU_CATALOG_MODELS:-150}" --seconds "${GPU_CATALOG_SECONDS:-60}"
+step bench-actors 240 node bench/gpu-actors.js
+step bench-catalog-two-actors 400 node bench/gpu-catalog.js --gpus 0,0 --runs beside --models "${GPU_CATALOG_MODELS:-150}" --seconds "${GPU_CATALOG_SECONDS:-60}"
 [ "${GPU_CHECK_CPU:-1}" = 0 ] || step bench-resnet50-cpu 110 node bench/resnet50.js --rounds 1
 exit $status

@@ -25,5 +25,6 @@ export function weightCacheInit(r: RuntimeConfig, scheduler: SchedulerConfig, ca
     compactionInterval: scheduler.compaction_interval,
     cacheDir,
     thrashWindowSeconds: WEIGHT_THRASH_WINDOW_SECONDS,
+    uploadBesideExecution: r.upload_beside_execution,
   };
 }

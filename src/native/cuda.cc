@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace stowage_cuda {
@@ -159,6 +160,94 @@ void moveWithin(int ordinal, uint8_t* base, size_t to, size_t from, size_t lengt
   if (scratch) deviceFree(ordinal, scratch);
 }
 
+UploadStream::UploadStream(int ordinal, std::string device) : ordinal_(ordinal), device_(std::move(device)) {
+  const Runtime& rt = loadedRuntime();
+  check(rt.setDevice(ordinal_), "the upload stream on " + device_);
+  // cudaStreamNonBlocking: no implicit ordering with the legacy default stream.
+  check(rt.streamCreateWithFlags(&stream_, 1), "cudaStreamCreateWithFlags (the upload stream on " + device_ + ")");
+}
+
+UploadStream::~UploadStream() {
+  if (!loaded) return;
+  table.setDevice(ordinal_);
+  // Copies still in flight would write memory that may be freed next.
+  if (stream_) table.streamSynchronize(stream_);
+  for (auto& [id, g] : groups_) {
+    table.eventDestroy(g.start);
+    table.eventDestroy(g.end);
+  }
+  if (open_) table.eventDestroy(open_);
+  if (stream_) table.streamDestroy(stream_);
+  table.getLastError();  // nobody to tell here, and not for the next launch to report
+}
+
+void* UploadStream::event() {
+  const Runtime& rt = loadedRuntime();
+  void* e = nullptr;
+  check(rt.eventCreate(&e), "cudaEventCreate (the upload stream on " + device_ + ")");
+  int err = rt.eventRecord(e, stream_);
+  if (err != 0) {
+    rt.eventDestroy(e);
+    check(err, "cudaEventRecord (the upload stream on " + device_ + ")");
+  }
+  return e;
+}
+
+void UploadStream::copy(void* dst, const void* src, size_t bytes) {
+  const Runtime& rt = loadedRuntime();
+  check(rt.setDevice(ordinal_), "an upload to " + device_);
+  if (!open_) open_ = event();
+  // copy: host to GPU beside execution (a cold model's weights, while another model runs)
+  check(rt.memcpyAsync(dst, src, bytes, kHostToDevice, stream_), "an upload of " + std::to_string(bytes) + " bytes to " + device_);
+}
+
+uint32_t UploadStream::mark() {
+  const Runtime& rt = loadedRuntime();
+  check(rt.setDevice(ordinal_), "an upload to " + device_);
+  void* start = open_ ? open_ : event();
+  open_ = nullptr;
+  void* end = nullptr;
+  try {
+    end = event();
+  } catch (...) {
+    rt.eventDestroy(start);
+    throw;
+  }
+  uint32_t id = next_++;
+  groups_[id] = {start, end};
+  return id;
+}
+
+const UploadStream::Group& UploadStream::group(uint32_t id) const {
+  auto at = groups_.find(id);
+  if (at == groups_.end()) throw stowage::ArgumentError("upload " + std::to_string(id) + " on " + device_ + " is not in flight (waited for already?)");
+  return at->second;
+}
+
+bool UploadStream::landed(uint32_t id) {
+  const Runtime& rt = loadedRuntime();
+  int err = rt.eventQuery(group(id).end);
+  if (err == 600) {  // cudaErrorNotReady: still copying, not an error
+    rt.getLastError();
+    return false;
+  }
+  check(err, "an upload to " + device_);
+  return true;
+}
+
+double UploadStream::wait(uint32_t id) {
+  const Runtime& rt = loadedRuntime();
+  Group g = group(id);
+  groups_.erase(id);
+  float ms = 0;
+  int err = rt.eventSynchronize(g.end);
+  if (err == 0) err = rt.eventElapsedTime(&ms, g.start, g.end);
+  rt.eventDestroy(g.start);
+  rt.eventDestroy(g.end);
+  check(err, "waiting for an upload to " + device_);
+  return ms;
+}
+
 void ignoreOtherThreadsCaptures() noexcept {
   // cudaStreamCaptureModeThreadLocal: this thread's own captures only.
   constexpr int kThreadLocal = 1;
@@ -236,6 +325,14 @@ std::vector<std::string> load(const std::vector<std::string>& dirs, std::vector<
       bind(h, "cudaDeviceGetPCIBusId", table.deviceGetPCIBusId);
       bind(h, "cudaGetErrorString", table.getErrorString);
       bind(h, "cudaDeviceSynchronize", table.deviceSynchronize);
+      bind(h, "cudaStreamCreateWithFlags", table.streamCreateWithFlags);
+      bind(h, "cudaStreamDestroy", table.streamDestroy);
+      bind(h, "cudaEventCreate", table.eventCreate);
+      bind(h, "cudaEventRecord", table.eventRecord);
+      bind(h, "cudaEventQuery", table.eventQuery);
+      bind(h, "cudaEventSynchronize", table.eventSynchronize);
+      bind(h, "cudaEventElapsedTime", table.eventElapsedTime);
+      bind(h, "cudaEventDestroy", table.eventDestroy);
       // Since CUDA 10.1; optional all the same (without it, captures are only serialised).
       *reinterpret_cast<void**>(&table.threadExchangeStreamCaptureMode) = dlsym(h, "cudaThreadExchangeStreamCaptureMode");
       loaded = true;

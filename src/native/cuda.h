@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -39,6 +40,14 @@ struct Runtime {
   const char* (*getErrorString)(int);
   int (*threadExchangeStreamCaptureMode)(int*);
   int (*deviceSynchronize)();
+  int (*streamCreateWithFlags)(void**, unsigned int);
+  int (*streamDestroy)(void*);
+  int (*eventCreate)(void**);
+  int (*eventRecord)(void*, void*);
+  int (*eventQuery)(void*);
+  int (*eventSynchronize)(void*);
+  int (*eventElapsedTime)(float*, void*, void*);
+  int (*eventDestroy)(void*);
 };
 
 // The runtime, or null until load() succeeded.
@@ -71,6 +80,39 @@ void copyToHost(int ordinal, void* dst, const void* src, size_t bytes, const std
 void moveWithin(int ordinal, uint8_t* base, size_t to, size_t from, size_t length, const std::string& what);
 // Every copy issued on the default stream without waiting has landed.
 void synchronize(int ordinal, const std::string& what);
+
+// Host -> device copies on a stream of their own (non-blocking: it orders against neither the
+// legacy default stream nor ONNX Runtime's), so a cold model's weights copy while the device runs
+// another model's batch (the weight cache's uploads beside execution). Copies are grouped: mark()
+// closes the group issued since the last mark, and answers its id; landed() asks without waiting,
+// wait() waits and answers how long the group's copies took on the GPU (between events recorded
+// before its first copy and after its last). Sources must stay alive and unchanged until their
+// group has landed; pinned, the copies run at the bus's speed and the host does not wait for them.
+class UploadStream {
+ public:
+  UploadStream(int ordinal, std::string device);
+  ~UploadStream();
+  UploadStream(const UploadStream&) = delete;
+  UploadStream& operator=(const UploadStream&) = delete;
+  void copy(void* dst, const void* src, size_t bytes);
+  uint32_t mark();
+  bool landed(uint32_t id);
+  double wait(uint32_t id);
+
+ private:
+  struct Group {
+    void* start;
+    void* end;
+  };
+  void* event();
+  const Group& group(uint32_t id) const;
+  int ordinal_;
+  std::string device_;
+  void* stream_ = nullptr;
+  void* open_ = nullptr;  // the event before the open group's first copy
+  uint32_t next_ = 1;
+  std::map<uint32_t, Group> groups_;
+};
 
 // The calling thread ignores CUDA graph captures other threads have open (cudaStreamCaptureMode
 // ThreadLocal), once per thread; a no-op until the runtime is loaded. ONNX Runtime begins its

@@ -27,6 +27,7 @@
 #include <napi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -1101,6 +1102,10 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
       InstanceMethod("copyToHost", &DeviceMemory::CopyToHost),
       InstanceMethod("moveWithin", &DeviceMemory::MoveWithin),
       InstanceMethod("synchronize", &DeviceMemory::Synchronize),
+      InstanceMethod("uploadFromHost", &DeviceMemory::UploadFromHost),
+      InstanceMethod("markUpload", &DeviceMemory::MarkUpload),
+      InstanceMethod("uploadLanded", &DeviceMemory::UploadLanded),
+      InstanceMethod("waitUpload", &DeviceMemory::WaitUpload),
       InstanceMethod("release", &DeviceMemory::Release),
     });
   }
@@ -1214,6 +1219,87 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
     });
   }
 
+  // Uploads beside execution (cuda.h UploadStream): uploadFromHost(src, offset) issues a copy on
+  // this memory's upload stream; markUpload() closes the group issued since the last mark and
+  // answers its id; uploadLanded(id) asks, waitUpload(id) waits and answers the ms the group's
+  // copies took. On the CPU device the copies are made at once (a memmove, timed): there is no
+  // engine to copy beside the cores, and the caller copies while a run goes on another thread.
+  std::unique_ptr<stowage_cuda::UploadStream> uploads_;
+  double cpuGroupMs_ = 0;
+  uint32_t cpuNextMark_ = 1;
+  std::map<uint32_t, double> cpuGroups_;
+
+  Napi::Value UploadFromHost(const Napi::CallbackInfo& info) {
+    return entry(info.Env(), [&] {
+      const char* call = "uploadFromHost(src, offset)";
+      const DeviceBlock& d = open(call);
+      stowage::Bytes host = bytesOf(info.Length() > 0 ? info[0] : info.Env().Undefined(), call);
+      size_t at = offsetOf(info.Length() > 1 ? info[1] : info.Env().Undefined(), call);
+      if (at > d.bytes || host.length > d.bytes - at) {
+        throw ArgumentError(std::string(call) + ": " + std::to_string(host.length) + " bytes at offset " + std::to_string(at) + " do not fit in the device memory's " + std::to_string(d.bytes));
+      }
+      uint8_t* device = static_cast<uint8_t*>(d.data) + at;
+      if (host.length == 0) return info.Env().Undefined();
+      if (d.info == cpu) {
+        auto started = std::chrono::steady_clock::now();
+        std::memmove(device, host.data, host.length);  // copy: (as above, the CPU device's memory)
+        cpuGroupMs_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+        return info.Env().Undefined();
+      }
+      if (!uploads_) uploads_ = std::make_unique<stowage_cuda::UploadStream>(d.cudaOrdinal, d.device);
+      uploads_->copy(device, host.data, host.length);
+      return info.Env().Undefined();
+    });
+  }
+
+  Napi::Value MarkUpload(const Napi::CallbackInfo& info) {
+    return entry(info.Env(), [&] {
+      const DeviceBlock& d = open("markUpload()");
+      if (d.info == cpu) {
+        uint32_t id = cpuNextMark_++;
+        cpuGroups_[id] = cpuGroupMs_;
+        cpuGroupMs_ = 0;
+        return Napi::Number::New(info.Env(), id);
+      }
+      if (!uploads_) uploads_ = std::make_unique<stowage_cuda::UploadStream>(d.cudaOrdinal, d.device);
+      return Napi::Number::New(info.Env(), uploads_->mark());
+    });
+  }
+
+  uint32_t markOf(const Napi::CallbackInfo& info, const char* call) {
+    if (info.Length() < 1 || !info[0].IsNumber()) throw ArgumentError(std::string(call) + ": id must be a number from markUpload()");
+    return info[0].As<Napi::Number>().Uint32Value();
+  }
+
+  Napi::Value UploadLanded(const Napi::CallbackInfo& info) {
+    return entry(info.Env(), [&] {
+      const DeviceBlock& d = open("uploadLanded(id)");
+      uint32_t id = markOf(info, "uploadLanded(id)");
+      if (d.info == cpu) {
+        if (!cpuGroups_.count(id)) throw ArgumentError("upload " + std::to_string(id) + " on cpu is not in flight (waited for already?)");
+        return Napi::Boolean::New(info.Env(), true);
+      }
+      if (!uploads_) throw ArgumentError("uploadLanded(id): no upload was issued on " + d.device);
+      return Napi::Boolean::New(info.Env(), uploads_->landed(id));
+    });
+  }
+
+  Napi::Value WaitUpload(const Napi::CallbackInfo& info) {
+    return entry(info.Env(), [&] {
+      const DeviceBlock& d = open("waitUpload(id)");
+      uint32_t id = markOf(info, "waitUpload(id)");
+      if (d.info == cpu) {
+        auto at = cpuGroups_.find(id);
+        if (at == cpuGroups_.end()) throw ArgumentError("upload " + std::to_string(id) + " on cpu is not in flight (waited for already?)");
+        double ms = at->second;
+        cpuGroups_.erase(at);
+        return Napi::Number::New(info.Env(), ms);
+      }
+      if (!uploads_) throw ArgumentError("waitUpload(id): no upload was issued on " + d.device);
+      return Napi::Number::New(info.Env(), uploads_->wait(id));
+    });
+  }
+
   Napi::Value CopyFromHost(const Napi::CallbackInfo& info) {
     return entry(info.Env(), [&] {
       copy(info, true);
@@ -1233,6 +1319,7 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
       if (block && block.use_count() > 1) {
         throw ArgumentError("release(): the device memory is still viewed by " + std::to_string(block.use_count() - 1) + " tensor(s) of a session (unbind or wait for the run)");
       }
+      uploads_.reset();  // waits for copies still in flight into this memory
       block.reset();
       return info.Env().Undefined();
     });

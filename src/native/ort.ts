@@ -78,6 +78,17 @@ export interface DeviceMemory {
   moveWithin(to: number, from: number, length: number): void;
   /** Wait for the copies `copyFromHost(src, offset, false)` issued (a no-op on the CPU). */
   synchronize(): void;
+  /**
+   * Copy `src` into the memory at `offset` on the memory's own upload stream (a GPU: issued only,
+   * beside whatever else the GPU runs; the CPU: copied now). Leave `src` alone until its group landed.
+   */
+  uploadFromHost(src: ArrayBufferView | ArrayBuffer, offset: number): void;
+  /** Close the group of uploads issued since the last mark; its id. */
+  markUpload(): number;
+  /** Whether a group's copies have all landed (never waits). */
+  uploadLanded(id: number): boolean;
+  /** Wait for a group's copies; the milliseconds they took (on a GPU, between its first and last copy). Once per id. */
+  waitUpload(id: number): number;
   release(): void;
 }
 

@@ -24,6 +24,8 @@ export interface ServiceContext {
   sharedMemory: SharedMemoryRegistry;
   /** endpoints.system_shared_memory: false refuses every registration (and the extension is not listed). */
   systemSharedMemory: boolean;
+  /** runtime.backend: what a CUDA shared-memory registration is told. */
+  backend: 'cpu' | 'cuda';
   logger: Logger;
   version: string;
   /** False until start-up loading has settled, and again while stopping. */
@@ -44,7 +46,9 @@ export function kserveOperations(ctx: ServiceContext) {
     },
     CudaSharedMemoryUnregister: () => ({}),
     CudaSharedMemoryRegister: (): Record<string, never> => {
-      throw errors.unsupported('CudaSharedMemoryRegister: CUDA shared memory (CUDA IPC handles) is not supported by this server, on either backend; use system shared memory');
+      throw errors.unsupported(ctx.backend === 'cpu'
+        ? 'CudaSharedMemoryRegister: CUDA shared memory (CUDA IPC handles) needs backend cuda (global.runtime.backend: cuda), and this server runs backend cpu; use system shared memory'
+        : 'CudaSharedMemoryRegister: CUDA shared memory (CUDA IPC handles) is not supported by this server yet, on backend cuda either; use system shared memory');
     },
     ServerReady: () => ({ ready: ctx.isReady() }),
     ModelReady: (req: ModelRef) => ({ ready: registry.find(req.name, req.version).state === ModelState.READY }),

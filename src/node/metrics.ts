@@ -59,6 +59,8 @@ export class Metrics {
   readonly #evictions: Counter;
   readonly #weightLoadBytes: Counter;
   readonly #weightLoadSecs: Counter;
+  readonly #weightUploadsBeside: Counter;
+  readonly #weightHiddenSecs: Counter;
   readonly #compiles: Counter;
   readonly #placedModels: Gauge;
   readonly #placedBytes: Gauge;
@@ -208,7 +210,9 @@ export class Metrics {
     this.#weightMisses = counter('stowage_weight_cache_misses_total', 'Executions that had to bring their model\'s weights onto the device first', ['model']);
     this.#evictions = counter('stowage_weight_cache_evictions_total', 'Times the model\'s weights were evicted from a device to make room', ['model']);
     this.#weightLoadBytes = counter('stowage_weight_cache_load_bytes_total', 'Bytes of the model\'s weights copied onto a device, by where they came from (host RAM or disk)', ['model', 'source']);
-    this.#weightLoadSecs = counter('stowage_weight_cache_load_seconds_total', 'Seconds spent bringing the model\'s weights onto a device', ['model']);
+    this.#weightLoadSecs = counter('stowage_weight_cache_load_seconds_total', 'Seconds the model\'s batches waited for its weights to come onto a device', ['model']);
+    this.#weightUploadsBeside = counter('stowage_weight_cache_uploads_beside_total', 'Cold loads of the model whose weights were copied while the device ran other models (runtime.upload_beside_execution)', ['model']);
+    this.#weightHiddenSecs = counter('stowage_weight_cache_load_hidden_seconds_total', 'Seconds of the model\'s weight copies that ran beside other models\' executions, which no batch of it waited for', ['model']);
     const routes = this.#routes;
     new Counter({
       name: 'stowage_gateway_routed_total', help: 'Requests the gateway sent to each device, per model', labelNames: ['model', 'device'], registers,
@@ -254,6 +258,10 @@ export class Metrics {
         this.#weightLoadBytes.inc({ model, source: 'host' }, load.loadedBytes - load.diskBytes);
         this.#weightLoadBytes.inc({ model, source: 'disk' }, load.diskBytes);
         this.#weightLoadSecs.inc({ model }, load.loadMs / 1000);
+        if (load.hiddenMs !== undefined) {
+          this.#weightUploadsBeside.inc({ model });
+          this.#weightHiddenSecs.inc({ model }, load.hiddenMs / 1000);
+        }
       }
       for (const evicted of load.evicted) this.#evictions.inc({ model: evicted });
     }

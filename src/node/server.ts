@@ -330,7 +330,7 @@ export class StowageServer {
     const logger = this.#logger;
     // Every operation the edges answer, as plain functions (protocol/operations.ts).
     const kserve = kserveOperations({ registry: this.registry, devices, repository, statistics: this.statistics, sharedMemory: this.sharedMemory,
-      systemSharedMemory: endpoints.system_shared_memory, logger, version: PACKAGE_VERSION, isReady });
+      systemSharedMemory: endpoints.system_shared_memory, backend: this.#config.global.runtime.backend, logger, version: PACKAGE_VERSION, isReady });
     const ops: Operations = {
       ...kserve,
       ...controlOperations({ registry: this.registry, devices, logger }),

@@ -93,6 +93,10 @@ const runtimeSchema = {
     weight_cache_fraction: { type: 'number', minimum: 0, maximum: 1, default: 1 },
     // Fraction of the arena kept free (room for activations and fragmentation).
     weight_cache_wiggle_fraction: { type: 'number', minimum: 0, exclusiveMaximum: 1, default: 0.1 },
+    // Copy the weights of cold models queued behind other work onto the device while it runs that
+    // work (a GPU: on a stream of their own; cpu: while a run goes on one of libuv's threads), so
+    // that they are there by their turn. false: a cold model's batch waits for its copy at its turn.
+    upload_beside_execution: { type: 'boolean', default: true },
   },
 } as const;
 

@@ -74,3 +74,11 @@ export const COMPILER_NICE = 10;
  */
 export const INLINE_RUN_BELOW_MS = 50;
 
+
+/**
+ * Uploads beside execution (actors/device/uploads-ahead.ts): the most models whose weights are on
+ * their way at once. One ResNet-50's 97 MiB copies in about 2 ms at 54 GB/s pinned (docs/gpu.md),
+ * about as long as its batch-1 run: two ahead keep the copy engine busy through a run without
+ * evicting, for models that wait further back, weights that may be used sooner.
+ */
+export const MAX_UPLOADS_AHEAD = 2;

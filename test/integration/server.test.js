@@ -331,7 +331,7 @@ test('CUDA shared memory on the CPU backend: nothing registered, unregister succ
   t.deepEqual(await server.client.call('CudaSharedMemoryUnregister', { name: '' }), {}, 'unregister all, as perf_analyzer does first and last');
   t.deepEqual(await server.client.call('CudaSharedMemoryUnregister', { name: 'gpu0' }), {});
   await rejects(t, server.client.call('CudaSharedMemoryRegister', { name: 'gpu0', raw_handle: Buffer.alloc(8), device_id: 0, byte_size: '64' }),
-    status.INVALID_ARGUMENT, 'CudaSharedMemoryRegister', 'not supported by this server', 'system shared memory');
+    status.INVALID_ARGUMENT, 'CudaSharedMemoryRegister', 'needs backend cuda', 'runs backend cpu', 'system shared memory');
 });
 
 test.serial('LogSettings reads and sets the log level with Triton\'s switches', async (t) => {

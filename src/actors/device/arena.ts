@@ -31,6 +31,15 @@ interface Hole {
   size: number;
 }
 
+/**
+ * A group of uploads issued together (one model's missing tensors, `Arena.upload`), waited for
+ * once: `wait()` answers how long its copies took (on a GPU, on the upload stream).
+ */
+export interface UploadMark {
+  landed(): boolean;
+  wait(): number;
+}
+
 export function alignUp(bytes: number): number {
   return Math.ceil(bytes / ARENA_ALIGNMENT) * ARENA_ALIGNMENT;
 }
@@ -44,6 +53,8 @@ export class Arena {
   #holes: Hole[];
   #live = new Set<Block>();
   #used = 0;
+  /** Milliseconds of host-memory uploads since the last mark. */
+  #hostUploadMs = 0;
 
   /**
    * `preallocate` touches every page now, so the first loads do not pay the page faults. `device`:
@@ -140,6 +151,34 @@ export class Arena {
   /** Wait for the writes issued (one wait for a model's tensors, not one per tensor). */
   flush(): void {
     this.#device?.synchronize();
+  }
+
+  /**
+   * Copy `src` into the start of a block beside execution (weight-cache.ts beginUpload): on a GPU
+   * issued on the arena's upload stream, which the device's runs do not wait for; in host memory
+   * copied now (the device thread copies while a run goes on one of libuv's threads). `src` must
+   * stay unchanged until the group's mark (`markUpload`) has been waited for.
+   */
+  upload(block: Block, src: Uint8Array): void {
+    if (this.#device) {
+      this.#device.uploadFromHost(src, block.offset); // copy: weights into the arena beside execution (the cold load's one copy, moved earlier)
+      return;
+    }
+    const started = performance.now();
+    this.bytes.set(src, block.offset); // copy: (as above)
+    this.#hostUploadMs += performance.now() - started;
+  }
+
+  /** Close the group of uploads issued since the last mark. */
+  markUpload(): UploadMark {
+    const device = this.#device;
+    if (device) {
+      const id = device.markUpload();
+      return { landed: () => device.uploadLanded(id), wait: () => device.waitUpload(id) };
+    }
+    const ms = this.#hostUploadMs;
+    this.#hostUploadMs = 0;
+    return { landed: () => true, wait: () => ms };
   }
 
   /** Fill a block's first `length` bytes with what `read` writes into the buffer it is given. */

@@ -29,6 +29,7 @@ import { isOutOfMemory, type HostTensor, type OrtOutput, type OrtSession, type O
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
 import type { Staging } from './staging.js';
+import type { UploadsAhead } from './uploads-ahead.js';
 
 export interface ExecutionContext {
   deviceId: number;
@@ -46,6 +47,8 @@ export interface ExecutionContext {
   inlineRunBelowMs: number;
   /** Backend cuda: every input goes through (pinned) staging, a lone request's too. */
   stageInputs: boolean;
+  /** Weight uploads beside each run, for the cold models queued next (uploads-ahead.ts); null when off or without a weight cache. */
+  uploadsAhead: UploadsAhead | null;
   /** The run in flight, if any: the requests riding in it (a cancelled one leaves), and its session to terminate. */
   running: { ids: Set<number>; session: OrtSession } | null;
   /**
@@ -231,7 +234,10 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     const t1 = process.hrtime.bigint();
     let outputs: OrtOutput[];
     const running = { ids: new Set(batch.map((t) => t.id)), session };
+    const uploads = ctx.uploadsAhead;
     try {
+      // On a GPU the uploads go on their own stream first, and copy while this run computes.
+      if (uploads?.issuedBeforeRun) uploads.start(instance);
       const graphed = executable.graphs?.usable(runBatch) ? runGraph(executable, inputs, targets, runBatch, weightCache?.epoch(instance) ?? 0) : null;
       if (graphed) {
         outputs = graphed;
@@ -240,7 +246,10 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
       } else {
         // The run goes on a libuv thread: this thread keeps admitting requests meanwhile.
         ctx.running = running;
-        outputs = await session.run(inputs, targets, plainRun(executable));
+        const run = session.run(inputs, targets, plainRun(executable));
+        // In host memory this thread copies the next cold models' weights while the run goes.
+        if (uploads && !uploads.issuedBeforeRun) uploads.start(instance);
+        outputs = await run;
       }
     } catch (err) {
       if (running.ids.size === 0) {

@@ -117,7 +117,11 @@ export class DeviceModels {
         `weight cache thrashing on device ${device}: the ${t.models} models used in the last ${t.windowSeconds} s need ${t.bytes} bytes of weights, more than the budget of ${t.budget}; raise runtime.cpu_device_memory_bytes or spread the models over more devices`,
         { device, models: t.models, bytes: t.bytes, budget: t.budget, windowSeconds: t.windowSeconds });
     }
-    return { hit: outcome.hit, loadedBytes: outcome.loadedBytes, diskBytes: outcome.diskBytes, loadMs: outcome.loadMs, evicted: outcome.evicted.map((i) => this.nameOf(i)) };
+    return {
+      hit: outcome.hit, loadedBytes: outcome.loadedBytes, diskBytes: outcome.diskBytes, loadMs: outcome.loadMs,
+      ...(outcome.hiddenMs === undefined ? {} : { hiddenMs: outcome.hiddenMs }),
+      evicted: outcome.evicted.map((i) => this.nameOf(i)),
+    };
   }
 
   async load({ instance, spec, policy, compiled, hostOffer }: DeviceCalls['load']['request']): Promise<DeviceCalls['load']['reply']> {

@@ -208,6 +208,22 @@ export class Scheduler<T extends Queued> {
     }
   }
 
+  /**
+   * The models with queued requests, in the order the discipline would pick them if nothing
+   * changed (fair: least charged; fifo: oldest head; edf: most urgent head), holds and the resident
+   * detour aside: what the device uploads weights ahead for (uploads-ahead.ts).
+   */
+  upcoming(): T['instance'][] {
+    const waiting: [T['instance'], number, number][] = [];
+    for (const [model, q] of this.#queues) {
+      if (q.requests.length === 0) continue;
+      const head = q.requests[0];
+      waiting.push([model, this.#options.discipline === 'fair' ? q.charged : this.#options.discipline === 'fifo' ? head.enqueuedAtMs : this.#urgency(head), q.lastPicked]);
+    }
+    // Ties as #pickQueue breaks them: the one picked longest ago.
+    return waiting.sort((a, b) => a[1] - b[1] || a[2] - b[2]).map(([model]) => model);
+  }
+
   /** After an execution: learn its cost and charge it to the model (fair). */
   charge(model: T['instance'], executedRows: number, executedMs: number): void {
     const cost = this.#options.costs.record(model, executedRows, executedMs, this.#options.now());

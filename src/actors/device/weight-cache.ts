@@ -18,11 +18,25 @@
  * for `system` models. The budget is the arena's capacity, so it cannot be
  * exceeded. Single-threaded by construction: only the device actor calls it,
  * between executions.
+ *
+ * Uploads beside execution (`beginUpload`, runtime.upload_beside_execution): a
+ * model queued behind other work may have its missing tensors copied in while
+ * the device runs another model's batch — on a GPU on the arena's upload
+ * stream, in host memory by the device thread while a run goes on one of
+ * libuv's threads. Such an upload evicts only least-recently-used models that
+ * neither run nor wait ahead of it (the caller names those), never compacts
+ * (blocks may not move under a run), and copies only from host RAM (not
+ * `unpinned` models). Until its model's batch waits for it (`ensureResident`),
+ * its blocks are the arena's but its model is not resident; anything that
+ * could read or move a block still being written (another model's cold load,
+ * compaction, removal) first waits for every upload in flight (`#settle`).
+ * The load is reported at the model's next use, with the copy time that its
+ * batch did not wait for (`hiddenMs`).
  */
 import { errors } from '../../shared/errors.js';
 import type { Residency, WeightLoad } from '../../shared/channels/device.js';
 import type { DeviceSlice } from '../../native/ort.js';
-import { alignUp, type Arena, type Block } from './arena.js';
+import { alignUp, type Arena, type Block, type UploadMark } from './arena.js';
 
 /** One distinct tensor of a model, and the compile cache file holding its bytes. */
 export interface TensorSource {
@@ -62,6 +76,19 @@ interface CachedModel {
   lastUsed: number;
   /** Changes whenever its tensors may have moved (made resident, compaction): views made before are stale. */
   epoch: number;
+  /** Its missing tensors on their way beside execution (beginUpload); it is not resident until they land. */
+  upload?: Upload<string>;
+  /** Uploaded beside execution and landed before its batch waited for it: the load its next use reports. */
+  landed?: { bytes: number; copyMs: number; evicted: string[] };
+}
+
+interface Upload<Id extends string> {
+  mark: UploadMark;
+  bytes: number;
+  evicted: Id[];
+  /** Keys of the tensors it placed (being written) and of those it claimed (there already), to undo if it fails. */
+  placed: string[];
+  claimed: string[];
 }
 
 /** What making a model resident cost (the channel's WeightLoad, by instance), and what only the device needs of it. */
@@ -71,6 +98,9 @@ export interface ResidencyOutcome<Id extends string = string> extends WeightLoad
   /** Set when the models used within the thrash window need more than the budget. */
   thrash?: ThrashReport;
 }
+
+/** The LRU models, other than `model` and those in `keep`, whose eviction frees `needed` bytes beyond what is free; null when they cannot. */
+type Victims<Id> = [Id, CachedModel][] | null;
 
 export interface ThrashReport {
   windowSeconds: number;
@@ -106,6 +136,8 @@ export class WeightCache<Id extends string = string> {
   /** When each model was last touched, for thrash detection. */
   #touched = new Map<Id, number>();
   #lastThrashWarning = -Infinity;
+  /** Models whose uploads are in flight. */
+  #uploading = new Set<Id>();
 
   constructor(arena: Arena, options: WeightCacheOptions) {
     this.arena = arena;
@@ -154,6 +186,7 @@ export class WeightCache<Id extends string = string> {
   remove(instance: Id): void {
     const model = this.#models.get(instance);
     if (!model) return;
+    if (model.upload) this.#settle();
     if (model.resident) this.#evict(instance, model);
     if (model.residency !== 'unpinned') this.#releaseHost(model);
     this.#models.delete(instance);
@@ -168,6 +201,16 @@ export class WeightCache<Id extends string = string> {
     return this.#models.get(instance)?.resident ?? false;
   }
 
+  /** Whether the instance's weights are on their way beside execution (beginUpload). */
+  isUploading(instance: Id): boolean {
+    return this.#models.get(instance)?.upload !== undefined;
+  }
+
+  /** Uploads beside execution in flight. */
+  get uploadsInFlight(): number {
+    return this.#uploading.size;
+  }
+
   /** Changes whenever the instance's device views may have moved. */
   epoch(instance: Id): number {
     return this.#models.get(instance)?.epoch ?? -1;
@@ -179,6 +222,7 @@ export class WeightCache<Id extends string = string> {
    */
   setResidency(instance: Id, residency: Residency, host?: HostBuffer): ResidencyOutcome<Id> | undefined {
     const model = this.#require(instance);
+    if (model.upload) this.#settle();
     const before = model.residency;
     if (before === 'unpinned' && residency !== 'unpinned') this.#acquireHost(model, host);
     if (before !== 'unpinned' && residency === 'unpinned') this.#releaseHost(model);
@@ -210,7 +254,16 @@ export class WeightCache<Id extends string = string> {
     const now = this.#now();
     this.#touched.set(instance, now);
     model.lastUsed = ++this.#clock;
-    if (model.resident) return { hit: true, loadedBytes: 0, diskBytes: 0, loadMs: 0, evicted: [], compactedBytes: 0 };
+    if (model.upload) return this.#arrive(instance, model, now);
+    if (model.resident) {
+      const landed = model.landed;
+      if (!landed) return { hit: true, loadedBytes: 0, diskBytes: 0, loadMs: 0, evicted: [], compactedBytes: 0 };
+      // Its upload landed while another load waited for it: its batch waited for none of it.
+      model.landed = undefined;
+      return { hit: false, loadedBytes: landed.bytes, diskBytes: 0, loadMs: 0, hiddenMs: landed.copyMs, evicted: landed.evicted as Id[], compactedBytes: 0, thrash: this.#thrash(now) };
+    }
+    // Uploads in flight may be writing tensors this load would claim, or blocks it would evict.
+    this.#settle();
 
     const started = performance.now();
     if (model.bytes > this.arena.capacity) throw errors.weightsTooLarge(model.name, model.bytes, this.arena.capacity, 0);
@@ -235,8 +288,7 @@ export class WeightCache<Id extends string = string> {
       }
       needed = missing.reduce((sum, t) => sum + alignUp(t.byteLength), 0);
       if (this.arena.free < needed) {
-        const victims = [...this.#models].filter(([, m]) => m.resident && m.residency !== 'device' && m !== model).sort(([, a], [, b]) => a.lastUsed - b.lastUsed);
-        for (const [victimInstance, victim] of victims) {
+        for (const [victimInstance, victim] of this.#lru(model)) {
           if (this.arena.free >= needed) break;
           if (this.#freeable(victim) === 0) continue; // evicting it would free nothing
           this.#evict(victimInstance, victim);
@@ -279,9 +331,7 @@ export class WeightCache<Id extends string = string> {
     }
     model.resident = true;
     model.epoch = ++this.#epochs;
-    this.#onDemandLoads++;
-    const interval = this.#options.compactionInterval;
-    if (interval > 0 && this.#onDemandLoads % interval === 0) compactedBytes += this.#compact();
+    compactedBytes += this.#loaded();
     return {
       hit: false,
       loadedBytes: needed,
@@ -291,6 +341,64 @@ export class WeightCache<Id extends string = string> {
       compactedBytes,
       thrash: this.#thrash(now),
     };
+  }
+
+  /**
+   * Start copying a cold model's missing tensors in beside execution (see the header): 'started';
+   * 'skipped' when it has nothing to upload this way (resident or on its way already, or `unpinned`:
+   * no host copy to copy from); 'no room' when it would have to evict a model in `keep` (what runs
+   * and what waits ahead of it) or compact.
+   */
+  beginUpload(instance: Id, keep: ReadonlySet<Id>): 'started' | 'skipped' | 'no room' {
+    const model = this.#models.get(instance);
+    if (!model || model.resident || model.upload || model.residency === 'unpinned') return 'skipped';
+    const missing = [...model.tensors.values()].filter((t) => !this.#device.has(t.key));
+    if (missing.some((t) => !this.#host.has(t.key))) return 'skipped';
+    const needed = missing.reduce((sum, t) => sum + alignUp(t.byteLength), 0);
+    if (needed > this.arena.capacity) return 'skipped'; // its turn says why
+
+    // Claimed first, so that the victims' freeable bytes below do not count what this model keeps.
+    const claimed = [...model.tensors.keys()].filter((key) => this.#device.has(key));
+    for (const key of claimed) this.#device.get(key)!.refs++;
+    const victims = this.#victims(model, keep, needed);
+    if (!victims) {
+      for (const key of claimed) this.#unref(key);
+      return 'no room';
+    }
+    const evicted: Id[] = [];
+    for (const [victimInstance, victim] of victims) {
+      this.#evict(victimInstance, victim);
+      evicted.push(victimInstance);
+    }
+    const blocks: Block[] = [];
+    for (const t of missing) {
+      const block = this.arena.alloc(t.byteLength);
+      if (!block) {
+        // The room is there, in pieces: compacting would move blocks under the run. It loads at its turn.
+        for (const b of blocks) this.arena.release(b);
+        for (const key of claimed) this.#unref(key);
+        return 'no room';
+      }
+      blocks.push(block);
+    }
+    try {
+      for (const [i, t] of missing.entries()) this.arena.upload(blocks[i], this.#host.get(t.key)!.bytes);
+    } catch (err) {
+      // The device refused a copy: wait for those issued before the blocks go back.
+      try {
+        this.arena.markUpload().wait();
+      } catch {
+        // The device failed: no copy of it is still running.
+      }
+      for (const b of blocks) this.arena.release(b);
+      for (const key of claimed) this.#unref(key);
+      throw err;
+    }
+    missing.forEach((t, i) => this.#device.set(t.key, { block: blocks[i], byteLength: t.byteLength, refs: 1 }));
+    model.upload = { mark: this.arena.markUpload(), bytes: needed, evicted, placed: missing.map((t) => t.key), claimed };
+    model.lastUsed = ++this.#clock;
+    this.#uploading.add(instance);
+    return 'started';
   }
 
   /** The device bytes of one tensor, backend cpu (valid until the next compaction or its eviction). */
@@ -312,6 +420,70 @@ export class WeightCache<Id extends string = string> {
     return this.#compact();
   }
 
+  /** The model's batch waits for its upload beside execution: the load, with the copy time it did not wait for. */
+  #arrive(instance: Id, model: CachedModel, now: number): ResidencyOutcome<Id> {
+    const upload = model.upload as Upload<Id>;
+    const started = performance.now();
+    const copyMs = this.#land(instance, model);
+    const loadMs = performance.now() - started;
+    const compactedBytes = this.#loaded();
+    return { hit: false, loadedBytes: upload.bytes, diskBytes: 0, loadMs, hiddenMs: Math.max(0, copyMs - loadMs), evicted: upload.evicted, compactedBytes, thrash: this.#thrash(now) };
+  }
+
+  /** Wait for one model's upload; it is resident after. A failed copy gives back what the upload took, and throws. */
+  #land(instance: Id, model: CachedModel): number {
+    const upload = model.upload as Upload<Id>;
+    model.upload = undefined;
+    this.#uploading.delete(instance);
+    let copyMs: number;
+    try {
+      copyMs = upload.mark.wait();
+    } catch (err) {
+      for (const key of upload.placed) this.#unref(key);
+      for (const key of upload.claimed) this.#unref(key);
+      throw err;
+    }
+    model.resident = true;
+    model.epoch = ++this.#epochs;
+    return copyMs;
+  }
+
+  /** Wait for every upload in flight; their models are resident, each reporting its load at its next use. */
+  #settle(): void {
+    for (const instance of [...this.#uploading]) {
+      const model = this.#models.get(instance)!;
+      const { bytes, evicted } = model.upload!;
+      model.landed = { bytes, copyMs: this.#land(instance, model), evicted };
+    }
+  }
+
+  /** After a model came on: count the load, and compact when compaction_interval says; the bytes moved. */
+  #loaded(): number {
+    this.#onDemandLoads++;
+    const interval = this.#options.compactionInterval;
+    return interval > 0 && this.#onDemandLoads % interval === 0 ? this.#compact() : 0;
+  }
+
+  /** Resident models that may be evicted for `model`, least recently used first. */
+  #lru(model: CachedModel): [Id, CachedModel][] {
+    return [...this.#models].filter(([, m]) => m.resident && m.residency !== 'device' && m !== model).sort(([, a], [, b]) => a.lastUsed - b.lastUsed);
+  }
+
+  /** The fewest LRU models outside `keep` whose eviction leaves `needed` bytes free; [] when they are free already, null when those cannot. */
+  #victims(model: CachedModel, keep: ReadonlySet<Id>, needed: number): Victims<Id> {
+    let free = this.arena.free;
+    const victims: [Id, CachedModel][] = [];
+    for (const [instance, victim] of this.#lru(model)) {
+      if (free >= needed) break;
+      if (keep.has(instance)) continue;
+      const freeable = this.#freeable(victim);
+      if (freeable === 0) continue;
+      victims.push([instance, victim]);
+      free += freeable;
+    }
+    return free >= needed ? victims : null;
+  }
+
   /** Aligned bytes of the instance's distinct weight tensors (what it takes on the device alone). */
   weightBytes(instance: Id): number {
     return this.#models.get(instance)?.bytes ?? 0;
@@ -324,6 +496,7 @@ export class WeightCache<Id extends string = string> {
   }
 
   #compact(): number {
+    this.#settle(); // blocks still being written must not move
     const moved = this.arena.compact();
     if (moved > 0) for (const m of this.#models.values()) if (m.resident) m.epoch = ++this.#epochs;
     return moved;
@@ -342,6 +515,7 @@ export class WeightCache<Id extends string = string> {
   #evict(_instance: Id, model: CachedModel): void {
     for (const key of model.tensors.keys()) this.#unref(key);
     model.resident = false;
+    model.landed = undefined; // uploaded and gone before its use: nothing to report
   }
 
   #unref(key: string): void {

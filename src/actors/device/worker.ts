@@ -36,6 +36,7 @@ import { DeviceModels } from './models.js';
 import { EdgeDoors } from './edge-doors.js';
 import { RegionMappings } from './regions.js';
 import { Scheduler, type ShedReason } from './scheduler.js';
+import { UploadsAhead } from './uploads-ahead.js';
 import { SessionMemory } from './session-memory.js';
 import { WeightCache } from './weight-cache.js';
 
@@ -80,7 +81,8 @@ const scheduler = new Scheduler<InferCommand>({
   costs,
   now: nowMs,
   // Read at each pick, once the cache below exists; without a cache every model is on the device.
-  ...(config.prefer_resident ? { resident: (instance: InstanceKey) => weightCache?.isResident(instance) ?? true } : {}),
+  // A model whose weights are on their way beside execution counts as on the device: they are by its turn.
+  ...(config.prefer_resident ? { resident: (instance: InstanceKey) => (weightCache ? weightCache.isResident(instance) || weightCache.isUploading(instance) : true) } : {}),
 });
 /**
  * The device's weights: an arena of the budget's size and what is resident in it; null when the
@@ -132,6 +134,9 @@ const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler
   // Backend cuda: inputs reach the GPU from pinned staging (one host copy at memory speed, then the
   // bus at full speed), not from the request's pageable buffer.
   stageInputs: init.cuda !== null,
+  uploadsAhead: weightCache && init.weights?.uploadBesideExecution
+    ? new UploadsAhead(weightCache, scheduler, (err) => send({ type: 'warning', message: `device ${init.deviceId}: an upload beside execution failed; the model loads at its turn: ${(err as Error).message}`, fields: { device: init.deviceId } }))
+    : null,
   running: null,
   outOfService: (err) => service.afterFailedRun(err) };
 

@@ -60,6 +60,8 @@ export interface WeightCacheInit {
   cacheDir: string;
   /** Window over which thrash is judged, seconds. */
   thrashWindowSeconds: number;
+  /** Copy cold models' weights in while other models run (runtime.upload_beside_execution). */
+  uploadBesideExecution: boolean;
 }
 
 export type { Residency };
@@ -105,7 +107,14 @@ export interface WeightLoad<Evicted extends string = string> {
   loadedBytes: number;
   /** Of loadedBytes, read from the compile cache on disk (`unpinned` models). */
   diskBytes: number;
+  /** Milliseconds the batch waited for it (on the device thread). */
   loadMs: number;
+  /**
+   * Uploaded beside other models' executions (runtime.upload_beside_execution): milliseconds of its
+   * copies that ran while the device did other work, not waited for. Absent for a load made at its
+   * batch's turn.
+   */
+  hiddenMs?: number;
   /** Evicted to make room. */
   evicted: Evicted[];
 }

@@ -305,3 +305,34 @@ test('the learned cost is an EMA whose old value halves every half-life', (t) =>
   // No clock time passed, so the sample weighs as its own 115 ms of device time: 1 - 0.5^0.115.
   t.true(Math.abs(after - (15 * 0.5 ** 0.115 + 115 * (1 - 0.5 ** 0.115))) < 1e-9, String(after));
 });
+
+test('upcoming: the queued models in the order each discipline would pick them (what uploads beside execution go ahead for)', (t) => {
+  {
+    const { clock, scheduler, enqueue, step } = harness({ discipline: 'fifo' });
+    for (const m of ['a', 'b', 'c']) scheduler.setModel(m, { weight: 1, maxBatchRows: 1 });
+    enqueue('c');
+    clock.ms += 1;
+    enqueue('a');
+    enqueue('c');
+    t.deepEqual(scheduler.upcoming(), ['c', 'a'], 'fifo: by the oldest head; idle models are not listed');
+    const order = [];
+    for (let i = 0; i < 2; i++) order.push(step(() => 1).batch[0].instance);
+    t.deepEqual(order, ['c', 'a'], 'which is the order next() picks');
+  }
+  {
+    const { scheduler, enqueue, step } = harness({ discipline: 'fair' });
+    for (const m of ['a', 'b']) scheduler.setModel(m, { weight: 1, maxBatchRows: 1 });
+    enqueue('a');
+    enqueue('b');
+    step(() => 5); // a (tie broken by registration) ran and was charged 5
+    enqueue('a');
+    t.deepEqual(scheduler.upcoming(), ['b', 'a'], 'fair: the least charged first');
+  }
+  {
+    const { scheduler, enqueue } = harness({ discipline: 'edf' });
+    for (const m of ['a', 'b']) scheduler.setModel(m, { weight: 1, maxBatchRows: 1 });
+    enqueue('a', { deadlineMs: 500 });
+    enqueue('b', { deadlineMs: 100 });
+    t.deepEqual(scheduler.upcoming(), ['b', 'a'], 'edf: the most urgent head first');
+  }
+});

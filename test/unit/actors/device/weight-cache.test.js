@@ -2,6 +2,7 @@
 import test from 'ava';
 import { Arena } from '../../../../dist/actors/device/arena.js';
 import { WeightCache } from '../../../../dist/actors/device/weight-cache.js';
+import { allocateDeviceMemory } from '../../../../dist/native/ort.js';
 import { stowageThrows } from '../../../helpers/errors.js';
 import { present } from '../../../helpers/checks.js';
 
@@ -216,4 +217,117 @@ test('a load that fails on its Nth tensor is undone: the arena, the resident byt
   cache.ensureResident('next#1');
   t.true(cache.deviceView('n3').every((v) => v === 4));
   t.true(cache.deviceView('shared').every((v) => v === 9));
+});
+
+// Uploads beside execution (beginUpload): copied in ahead of the model's turn, reported at it.
+
+test('an upload beside execution copies the missing tensors in ahead, and the model\'s turn reports the load with its hidden copy time', (t) => {
+  const c = catalog();
+  const { cache } = cacheOf(64 * 4, c.readTensor);
+  const shared = c.tensor('shared', 64, 9);
+  cache.add('a#1', 'a', 'system', [shared, c.tensor('a', 64, 1)]);
+  cache.add('b#1', 'b', 'system', [shared, c.tensor('b', 64 * 2, 2)]);
+  cache.ensureResident('a#1');
+  t.is(cache.beginUpload('b#1', new Set(['a#1'])), 'started');
+  t.true(cache.isUploading('b#1'));
+  t.false(cache.isResident('b#1'), 'not resident until its turn waits for it');
+  t.is(cache.uploadsInFlight, 1);
+  t.is(cache.residentBytes, 64 * 4, 'its blocks are the arena\'s from the start: the budget holds');
+  t.is(cache.beginUpload('b#1', new Set()), 'skipped', 'on its way already');
+  const outcome = cache.ensureResident('b#1');
+  t.false(outcome.hit);
+  t.is(outcome.loadedBytes, 64 * 2, 'only what was missing: the shared tensor was claimed');
+  t.is(outcome.diskBytes, 0);
+  t.true(typeof outcome.hiddenMs === 'number' && outcome.hiddenMs >= 0);
+  t.deepEqual(outcome.evicted, []);
+  t.true(cache.isResident('b#1'));
+  t.false(cache.isUploading('b#1'));
+  t.true(cache.deviceView('b').every((v) => v === 2));
+  t.true(cache.deviceView('shared').every((v) => v === 9));
+  t.true(cache.ensureResident('b#1').hit, 'reported once');
+});
+
+test('an upload evicts only least-recently-used models outside what runs and waits ahead of it, else finds no room', (t) => {
+  const c = catalog();
+  const { cache } = cacheOf(64 * 3, c.readTensor);
+  for (const [i, name] of ['a', 'b', 'c', 'd'].entries()) cache.add(`${name}#1`, name, 'system', [c.tensor(name, 64, i + 1)]);
+  for (const name of ['a', 'b', 'c']) cache.ensureResident(`${name}#1`);
+  // a is the LRU, but it runs (or waits ahead): b goes instead.
+  t.is(cache.beginUpload('d#1', new Set(['a#1'])), 'started');
+  t.false(cache.isResident('b#1'));
+  t.true(cache.isResident('a#1') && cache.isResident('c#1'));
+  t.deepEqual(cache.ensureResident('d#1').evicted, ['b#1']);
+  // Every resident model is kept: nothing may go, so nothing starts and nothing changed.
+  t.is(cache.beginUpload('b#1', new Set(['a#1', 'c#1', 'd#1'])), 'no room');
+  t.true(cache.isResident('a#1') && cache.isResident('c#1') && cache.isResident('d#1'));
+  t.false(cache.isUploading('b#1'));
+  t.is(cache.residentBytes, 64 * 3);
+});
+
+test('an upload never compacts: room in pieces is no room, and the arena is left as it was', (t) => {
+  const c = catalog();
+  const { cache } = cacheOf(64 * 4, c.readTensor);
+  for (const [i, name] of ['a', 'b', 'c', 'd'].entries()) cache.add(`${name}#1`, name, 'system', [c.tensor(name, 64, i + 1)]);
+  for (const name of ['a', 'b', 'c', 'd']) cache.ensureResident(`${name}#1`);
+  cache.remove('b#1');
+  cache.remove('d#1'); // free: 128 bytes in two holes of 64
+  cache.add('wide#1', 'wide', 'system', [c.tensor('wide', 128, 7)]);
+  const offsets = () => [cache.deviceView('a').byteOffset, cache.deviceView('c').byteOffset];
+  const before = offsets();
+  t.is(cache.beginUpload('wide#1', new Set(['a#1', 'c#1'])), 'no room');
+  t.deepEqual(offsets(), before, 'nothing moved');
+  t.is(cache.residentBytes, 64 * 2);
+  // At its turn the load compacts as always.
+  t.true(cache.ensureResident('wide#1').compactedBytes > 0);
+  t.true(cache.deviceView('wide').every((v) => v === 7));
+});
+
+test('unpinned models are not uploaded ahead: they have no host copy to copy from', (t) => {
+  const c = catalog();
+  const { cache } = cacheOf(64 * 2, c.readTensor);
+  cache.add('u#1', 'u', 'unpinned', [c.tensor('u', 64, 1)]);
+  t.is(cache.beginUpload('u#1', new Set()), 'skipped');
+  t.is(cache.residentBytes, 0);
+});
+
+test('a cold load, a compaction or a removal first waits for the uploads in flight; a landed upload reports its load at its model\'s next use', (t) => {
+  const c = catalog();
+  const { cache } = cacheOf(64 * 4, c.readTensor);
+  for (const [i, name] of ['a', 'b', 'c'].entries()) cache.add(`${name}#1`, name, 'system', [c.tensor(name, 64, i + 1)]);
+  t.is(cache.beginUpload('a#1', new Set()), 'started');
+  // b's cold load waits for a's upload: a becomes resident, its load not yet reported.
+  t.false(cache.ensureResident('b#1').hit);
+  t.true(cache.isResident('a#1'));
+  t.false(cache.isUploading('a#1'));
+  const landed = cache.ensureResident('a#1');
+  t.false(landed.hit, 'reported at its first use');
+  t.is(landed.loadMs, 0, 'its batch waited for none of it');
+  t.true(typeof landed.hiddenMs === 'number');
+  t.true(cache.ensureResident('a#1').hit);
+  // An upload is settled before a compaction and before its model's removal.
+  t.is(cache.beginUpload('c#1', new Set()), 'started');
+  cache.compact();
+  t.false(cache.isUploading('c#1'));
+  t.true(cache.deviceView('c').every((v) => v === 3));
+  cache.add('d#1', 'd', 'system', [c.tensor('d', 64, 4)]);
+  t.is(cache.beginUpload('d#1', new Set()), 'started');
+  cache.remove('d#1');
+  t.is(cache.uploadsInFlight, 0);
+  t.is(cache.residentBytes, 64 * 3, 'its block went with it');
+});
+
+test('uploads over device memory (the GPU arena\'s path, on the CPU device) land the bytes and time the copies', (t) => {
+  const c = catalog();
+  const memory = allocateDeviceMemory(64 * 8, 'cpu');
+  const cache = new WeightCache(new Arena(64 * 8, { device: memory }), { readTensor: c.readTensor, compactionInterval: 0, thrashWindowMs: 10_000 });
+  cache.add('a#1', 'a', 'system', [c.tensor('a1', 64, 1), c.tensor('a2', 64 * 3, 2)]);
+  t.is(cache.beginUpload('a#1', new Set()), 'started');
+  const outcome = cache.ensureResident('a#1');
+  t.is(outcome.loadedBytes, 64 * 4);
+  t.true(typeof outcome.hiddenMs === 'number' && outcome.hiddenMs >= 0);
+  const back = new Uint8Array(64 * 4);
+  const data = /** @type {import('../../../../dist/native/ort.js').DeviceSlice} */ (cache.deviceData('a2'));
+  memory.copyToHost(back.subarray(0, 64 * 3), data.offset);
+  t.true(back.subarray(0, 64 * 3).every((v) => v === 2));
+  t.throws(() => memory.waitUpload(999), { message: /not in flight/ });
 });
