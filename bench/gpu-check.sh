@@ -43,9 +43,9 @@ step() {
   echo "=== $name: exit $rc"
   [ "$rc" -eq 0 ] || status=1
 }
-step gpu-tests 240 node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/cuda.test.js test/gpu/server.test.js
+step gpu-tests 300 node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/cuda.test.js test/gpu/server.test.js test/gpu/cuda-shm.test.js
 # The same suite with every server's CUDA graphs on: what runtime.cuda.graphs needs to be on by default.
-step gpu-tests-graphs 240 env INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS=true node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/server.test.js
+step gpu-tests-graphs 300 env INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS=true node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/server.test.js test/gpu/cuda-shm.test.js
 step bench-gpu 180 node bench/gpu.js
 step bench-weightless 90 node bench/gpu-weightless.js --gpu-only
 step bench-density 150 node bench/gpu-density.js

@@ -14,7 +14,7 @@ export const GHZ = path.join(ROOT, '.toolchain', 'gopath', 'bin', 'ghz');
 /**
  * One perf_analyzer point (async gRPC, count windows) against `address`: requests/s (rows/s
  * divided by the batch), p50 and p99 in µs, how many requests the client counted, and the CPU µs
- * perf_analyzer itself used (runWithCpu). `sharedMemory: 'system'` puts inputs and outputs in system shared memory
+ * perf_analyzer itself used (runWithCpu). `sharedMemory: 'system'` (or 'cuda') puts inputs and outputs in system (or CUDA) shared memory
  * (`outputBytes`: the largest output's size); `inputData: 'zero'` sends zeros instead of random
  * bytes. `protocol: 'http'` drives the REST port instead (`address` then the REST host:port).
  */

@@ -177,6 +177,27 @@ export class InferenceClient {
   }
 
   /**
+   * Register GPU memory of this process (backend cuda servers): `rawHandle` is its CUDA IPC handle
+   * (cudaIpcGetMemHandle, 64 bytes), `deviceId` the GPU it is on; inputs and outputs then name the
+   * region as with system shared memory.
+   */
+  async registerCudaSharedMemory(name: string, rawHandle: Uint8Array, deviceId: number, byteSize: number): Promise<void> {
+    await this.call('CudaSharedMemoryRegister', { name, raw_handle: rawHandle, device_id: String(deviceId), byte_size: String(byteSize) });
+  }
+
+  /** Unregister one CUDA region, or every one when `name` is empty. */
+  async unregisterCudaSharedMemory(name = ''): Promise<void> {
+    await this.call('CudaSharedMemoryUnregister', { name });
+  }
+
+  /** Registered CUDA regions by name (one, or all when `name` is empty). */
+  async cudaSharedMemoryStatus(name = ''): Promise<Record<string, { name: string; deviceId: number; byteSize: number }>> {
+    const res = await this.call('CudaSharedMemoryStatus', { name });
+    return Object.fromEntries(Object.entries(res.regions as Record<string, { name: string; device_id: string; byte_size: string }>).map(([k, r]) =>
+      [k, { name: r.name, deviceId: Number(r.device_id), byteSize: Number(r.byte_size) }]));
+  }
+
+  /**
    * Many independent requests to one model, at most `concurrency` in flight
    * at once (the server coalesces them into batches); results in input order.
    */

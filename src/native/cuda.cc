@@ -118,6 +118,76 @@ void copyToHost(int ordinal, void* dst, const void* src, size_t bytes, const std
   check(rt.streamSynchronize(nullptr), what);
 }
 
+void copyDevices(int ordinal, void* dst, const void* src, size_t bytes, const std::string& what) {
+  const Runtime& rt = loadedRuntime();
+  check(rt.setDevice(ordinal), what);
+  check(rt.memcpy(dst, src, bytes, kDefault), what);  // copy: GPU to GPU (a CUDA shared-memory tensor on another GPU, or out of a region)
+  check(rt.streamSynchronize(nullptr), what);
+}
+
+namespace {
+
+// Opened IPC handles by (GPU, handle bytes): the mapping and how many hold it.
+std::mutex ipcMutex;
+std::map<std::pair<int, std::string>, std::pair<void*, int>> ipcOpened;
+
+}  // namespace
+
+void* ipcOpen(int ordinal, const CudaIpcHandle& handle, const std::string& what) {
+  const Runtime& rt = loadedRuntime();
+  std::lock_guard<std::mutex> lock(ipcMutex);
+  auto key = std::make_pair(ordinal, std::string(handle.reserved, kIpcHandleBytes));
+  auto at = ipcOpened.find(key);
+  if (at != ipcOpened.end()) {
+    at->second.second++;
+    return at->second.first;
+  }
+  check(rt.setDevice(ordinal), what);
+  void* data = nullptr;
+  // cudaIpcMemLazyEnablePeerAccess: an allocation on another GPU is reached through peer access.
+  check(rt.ipcOpenMemHandle(&data, handle, 1), what + ": cudaIpcOpenMemHandle");
+  ipcOpened[key] = {data, 1};
+  return data;
+}
+
+void ipcClose(int ordinal, void* data) noexcept {
+  if (!loaded || !data) return;
+  std::lock_guard<std::mutex> lock(ipcMutex);
+  for (auto at = ipcOpened.begin(); at != ipcOpened.end(); ++at) {
+    if (at->first.first != ordinal || at->second.first != data) continue;
+    if (--at->second.second == 0) {
+      table.setDevice(ordinal);
+      table.ipcCloseMemHandle(data);
+      table.getLastError();  // nobody to tell here, and not for the next launch to report
+      ipcOpened.erase(at);
+    }
+    return;
+  }
+}
+
+size_t allocationBytesFrom(int ordinal, void* data) noexcept {
+  // The driver API, from the driver's own library (loaded with the runtime's first context).
+  static int (*getAddressRange)(unsigned long long*, size_t*, unsigned long long) = [] {
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    return h ? reinterpret_cast<int (*)(unsigned long long*, size_t*, unsigned long long)>(dlsym(h, "cuMemGetAddressRange_v2")) : nullptr;
+  }();
+  if (!loaded || !getAddressRange) return 0;
+  table.setDevice(ordinal);
+  unsigned long long base = 0;
+  size_t size = 0;
+  unsigned long long at = reinterpret_cast<unsigned long long>(data);
+  if (getAddressRange(&base, &size, at) != 0 || at < base || at - base > size) return 0;
+  return size - static_cast<size_t>(at - base);
+}
+
+CudaIpcHandle ipcHandle(int ordinal, void* data, const std::string& what) {
+  const Runtime& rt = loadedRuntime();
+  check(rt.setDevice(ordinal), what);
+  CudaIpcHandle handle;
+  check(rt.ipcGetMemHandle(&handle, data), what + ": cudaIpcGetMemHandle");
+  return handle;
+}
+
 using stowage::MoveStep;
 using stowage::planMove;
 
@@ -333,6 +403,9 @@ std::vector<std::string> load(const std::vector<std::string>& dirs, std::vector<
       bind(h, "cudaEventSynchronize", table.eventSynchronize);
       bind(h, "cudaEventElapsedTime", table.eventElapsedTime);
       bind(h, "cudaEventDestroy", table.eventDestroy);
+      bind(h, "cudaIpcGetMemHandle", table.ipcGetMemHandle);
+      bind(h, "cudaIpcOpenMemHandle", table.ipcOpenMemHandle);
+      bind(h, "cudaIpcCloseMemHandle", table.ipcCloseMemHandle);
       // Since CUDA 10.1; optional all the same (without it, captures are only serialised).
       *reinterpret_cast<void**>(&table.threadExchangeStreamCaptureMode) = dlsym(h, "cudaThreadExchangeStreamCaptureMode");
       loaded = true;

@@ -21,6 +21,13 @@ namespace stowage_cuda {
 constexpr int kHostToDevice = 1;
 constexpr int kDeviceToHost = 2;
 constexpr int kDeviceToDevice = 3;
+constexpr int kDefault = 4;  // inferred from the pointers (unified addressing): across GPUs too
+
+// cudaIpcMemHandle_t: 64 opaque bytes, passed by value.
+constexpr size_t kIpcHandleBytes = 64;
+struct CudaIpcHandle {
+  char reserved[kIpcHandleBytes];
+};
 
 struct Runtime {
   int (*getDeviceCount)(int*);
@@ -48,6 +55,9 @@ struct Runtime {
   int (*eventSynchronize)(void*);
   int (*eventElapsedTime)(float*, void*, void*);
   int (*eventDestroy)(void*);
+  int (*ipcGetMemHandle)(void*, void*);
+  int (*ipcOpenMemHandle)(void**, CudaIpcHandle, unsigned int);
+  int (*ipcCloseMemHandle)(void*);
 };
 
 // The runtime, or null until load() succeeded.
@@ -78,6 +88,19 @@ void copyToDevice(int ordinal, void* dst, const void* src, size_t bytes, bool wa
 void copyToHost(int ordinal, void* dst, const void* src, size_t bytes, const std::string& what);
 // [from, from + length) to [to, to + length) within one allocation, overlapping ranges allowed.
 void moveWithin(int ordinal, uint8_t* base, size_t to, size_t from, size_t length, const std::string& what);
+// Device -> device, on one GPU or across two (cudaMemcpyDefault), waited for.
+void copyDevices(int ordinal, void* dst, const void* src, size_t bytes, const std::string& what);
+// CUDA IPC (Triton's CUDA shared memory): another process's allocation, opened on GPU `ordinal`
+// (cudaIpcOpenMemHandle, peer access enabled lazily when the allocation is on another GPU). A
+// handle is opened once per GPU in the process and counted: device actors sharing a GPU share the
+// mapping, and CUDA allows one per context. ipcClose gives one back; the last closes it.
+void* ipcOpen(int ordinal, const CudaIpcHandle& handle, const std::string& what);
+void ipcClose(int ordinal, void* data) noexcept;
+// Bytes from `data` to the end of the allocation holding it (the driver's cuMemGetAddressRange), or
+// 0 when the driver cannot say: what a CUDA shared-memory region's declared size is checked against.
+size_t allocationBytesFrom(int ordinal, void* data) noexcept;
+// The handle another process opens `data` (the start of a cudaMalloc'd block of this process) with.
+CudaIpcHandle ipcHandle(int ordinal, void* data, const std::string& what);
 // Every copy issued on the default stream without waiting has landed.
 void synchronize(int ordinal, const std::string& what);
 

@@ -198,9 +198,11 @@ struct DeviceBlock {
   std::string device;
   void* data = nullptr;
   size_t bytes = 0;
+  bool ipc = false;  // another process's allocation, opened from its CUDA IPC handle: closed, not freed
   ~DeviceBlock() {
     if (!data) return;
     if (allocator && ort) allocator->Free(allocator, data);
+    else if (ipc) stowage_cuda::ipcClose(cudaOrdinal, data);
     else if (cudaOrdinal >= 0) stowage_cuda::deviceFree(cudaOrdinal, data);
   }
 };
@@ -1103,6 +1105,8 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
       InstanceMethod("moveWithin", &DeviceMemory::MoveWithin),
       InstanceMethod("synchronize", &DeviceMemory::Synchronize),
       InstanceMethod("uploadFromHost", &DeviceMemory::UploadFromHost),
+      InstanceMethod("copyFromDevice", &DeviceMemory::CopyFromDevice),
+      InstanceMethod("ipcHandle", &DeviceMemory::IpcHandle),
       InstanceMethod("markUpload", &DeviceMemory::MarkUpload),
       InstanceMethod("uploadLanded", &DeviceMemory::UploadLanded),
       InstanceMethod("waitUpload", &DeviceMemory::WaitUpload),
@@ -1136,7 +1140,25 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
         if (!stowage_cuda::runtime()) throw ArgumentError("device " + device + ": no allocator for it in this process (the CUDA libraries are not loaded: backend cuda loads them)");
         b->cudaOrdinal = std::stoi(device.substr(5));
         b->info = cudaMemoryInfo(b->cudaOrdinal);
-        b->data = stowage_cuda::deviceAlloc(b->cudaOrdinal, b->bytes, device);
+        if (info.Length() > 2 && !info[2].IsUndefined()) {
+          // new DeviceMemory(bytes, 'cuda:N', ipcHandle): another process's memory, opened here.
+          stowage::Bytes handle = bytesOf(info[2], "new DeviceMemory(bytes, device, ipcHandle)");
+          if (handle.length != stowage_cuda::kIpcHandleBytes) {
+            throw ArgumentError("a CUDA IPC handle is " + std::to_string(stowage_cuda::kIpcHandleBytes) + " bytes (cudaIpcMemHandle_t), not " + std::to_string(handle.length));
+          }
+          stowage_cuda::CudaIpcHandle h;
+          std::memcpy(h.reserved, handle.data, stowage_cuda::kIpcHandleBytes);  // copy: the 64-byte handle, not tensor bytes
+          b->data = stowage_cuda::ipcOpen(b->cudaOrdinal, h, "device " + device);
+          b->ipc = true;
+          // A region declared larger than the allocation would send kernels past its end (a fault
+          // that poisons the GPU for the whole process): refused here when the driver says so.
+          size_t actual = stowage_cuda::allocationBytesFrom(b->cudaOrdinal, b->data);
+          if (actual > 0 && actual < b->bytes) {
+            throw ArgumentError("the CUDA IPC handle's allocation holds " + std::to_string(actual) + " bytes, fewer than the region's byte_size " + std::to_string(b->bytes));
+          }
+        } else {
+          b->data = stowage_cuda::deviceAlloc(b->cudaOrdinal, b->bytes, device);
+        }
       } else {
         throw ArgumentError("new DeviceMemory(bytes, device): device must be 'cpu' or 'cuda:N', not '" + device + "'");
       }
@@ -1297,6 +1319,45 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
       }
       if (!uploads_) throw ArgumentError("waitUpload(id): no upload was issued on " + d.device);
       return Napi::Number::New(info.Env(), uploads_->wait(id));
+    });
+  }
+
+  // copyFromDevice(src, srcOffset, offset, bytes): `bytes` of another device memory (this GPU's, or
+  // another's: CUDA shared memory) into this one, waited for; a memmove between CPU memories.
+  Napi::Value CopyFromDevice(const Napi::CallbackInfo& info) {
+    return entry(info.Env(), [&] {
+      const char* call = "copyFromDevice(src, srcOffset, offset, bytes)";
+      const DeviceBlock& d = open(call);
+      Napi::Value undef = info.Env().Undefined();
+      std::shared_ptr<DeviceBlock>* src = info.Length() > 0 && info[0].IsObject() ? blockOf(info[0].As<Napi::Object>()) : nullptr;
+      if (!src || !*src) throw ArgumentError(std::string(call) + ": src must be a DeviceMemory not released");
+      const DeviceBlock& s = **src;
+      size_t from = offsetOf(info.Length() > 1 ? info[1] : undef, call);
+      size_t to = offsetOf(info.Length() > 2 ? info[2] : undef, call);
+      size_t bytes = offsetOf(info.Length() > 3 ? info[3] : undef, call);
+      if (from > s.bytes || bytes > s.bytes - from || to > d.bytes || bytes > d.bytes - to) {
+        throw ArgumentError(std::string(call) + ": " + std::to_string(bytes) + " bytes from " + std::to_string(from) + " of " + std::to_string(s.bytes) + " to " + std::to_string(to) + " of " + std::to_string(d.bytes) + " do not fit");
+      }
+      if (bytes == 0) return undef;
+      uint8_t* dst = static_cast<uint8_t*>(d.data) + to;
+      const uint8_t* from_ = static_cast<const uint8_t*>(s.data) + from;
+      if (d.info == cpu && s.info == cpu) {
+        std::memmove(dst, from_, bytes);  // copy: (the CPU device's stand-in for a copy between GPU memories)
+        return undef;
+      }
+      if (d.cudaOrdinal < 0 || s.cudaOrdinal < 0) throw ArgumentError(std::string(call) + ": between " + s.device + " and " + d.device + ": copy through the host instead");
+      stowage_cuda::copyDevices(d.cudaOrdinal, dst, from_, bytes, std::string(call) + " from " + s.device + " to " + d.device);
+      return undef;
+    });
+  }
+
+  // ipcHandle(): the CUDA IPC handle another process opens this memory with (64 bytes).
+  Napi::Value IpcHandle(const Napi::CallbackInfo& info) {
+    return entry(info.Env(), [&] {
+      const DeviceBlock& d = open("ipcHandle()");
+      if (d.cudaOrdinal < 0 || d.ipc) throw ArgumentError("ipcHandle(): only memory this process allocated on a GPU has one, not " + d.device + (d.ipc ? " opened from a handle" : ""));
+      stowage_cuda::CudaIpcHandle h = stowage_cuda::ipcHandle(d.cudaOrdinal, d.data, "ipcHandle() on " + d.device);
+      return Napi::Buffer<uint8_t>::Copy(info.Env(), reinterpret_cast<const uint8_t*>(h.reserved), stowage_cuda::kIpcHandleBytes);
     });
   }
 

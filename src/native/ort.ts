@@ -83,6 +83,10 @@ export interface DeviceMemory {
    * beside whatever else the GPU runs; the CPU: copied now). Leave `src` alone until its group landed.
    */
   uploadFromHost(src: ArrayBufferView | ArrayBuffer, offset: number): void;
+  /** Copy `bytes` from another device memory (on this GPU or another) at `srcOffset` to `offset`, waited for. */
+  copyFromDevice(src: DeviceMemory, srcOffset: number, offset: number, bytes: number): void;
+  /** The CUDA IPC handle (64 bytes) another process opens this GPU memory with (Triton's CUDA shared memory). */
+  ipcHandle(): Uint8Array;
   /** Close the group of uploads issued since the last mark; its id. */
   markUpload(): number;
   /** Whether a group's copies have all landed (never waits). */
@@ -96,6 +100,16 @@ export interface DeviceMemory {
 export function allocateDeviceMemory(bytes: number, device: DeviceName = 'cpu'): DeviceMemory {
   if (!addon) initOrt();
   return new addon!.DeviceMemory(bytes, device);
+}
+
+/**
+ * Another process's GPU memory, `bytes` long, opened on `device` from its CUDA IPC handle (Triton's
+ * CUDA shared memory): read and written like memory of our own; `release()` (or collection) closes
+ * it. One GPU's device actors share the opening.
+ */
+export function openIpcMemory(handle: Uint8Array, bytes: number, device: `cuda:${number}`): DeviceMemory {
+  if (!addon) initOrt();
+  return new addon!.DeviceMemory(bytes, device, handle);
 }
 
 /** An output as a run answers it: `data` is the buffer (or device slice) it was given, or ONNX Runtime's. */
@@ -176,7 +190,7 @@ export interface Addon {
   init(libraryPath: string, options?: { globalIntraOpThreads?: number; globalInterOpThreads?: number; globalAllowSpinning?: boolean }): string;
   apiVersion: number;
   Session: new (model: string | Uint8Array, options: OrtSessionOptions) => NativeSession;
-  DeviceMemory: new (bytes: number, device: string) => DeviceMemory;
+  DeviceMemory: new (bytes: number, device: string, ipcHandle?: Uint8Array) => DeviceMemory;
   cudaLoad(dirs: string[]): { loaded: string[]; missing: string[] };
   cudaDevices(): NativeCudaDevices;
   cudaMemoryInfo(ordinal: number): { freeBytes: number; totalBytes: number };

@@ -25,7 +25,7 @@ import type { Compiler } from '../actors/compiler/handle.js';
 import type { HostWeights } from './host-weights.js';
 import type { DeviceHandle, HookFeedTarget } from '../actors/device/handle.js';
 import type { InstanceStatus, ModelPolicyUpdate, Residency } from '../shared/channels/device.js';
-import type { InferenceRequest, InferenceResult } from '../shared/channels/inference.js';
+import type { InferenceRequest, InferenceResult, RegionSlice } from '../shared/channels/inference.js';
 import type { EdgePlacement } from '../shared/channels/edge.js';
 import type { ModelPolicies } from './model-policies.js';
 import { pack, type Placement } from '../routing/placement.js';
@@ -328,6 +328,21 @@ export class Devices {
 
   forgetRegion(regionId: number): void {
     for (const d of this.handles) d.forgetRegion(regionId);
+  }
+
+  /**
+   * A CUDA shared-memory region on GPU `slice.cuda.gpu`: the device actors that drive that GPU open
+   * its handle now, so that a handle that cannot be opened is refused at registration; the others
+   * open it when a request first brings it there. INVALID_ARGUMENT when no device drives that GPU.
+   */
+  async openCudaRegion(slice: RegionSlice): Promise<void> {
+    const gpu = slice.cuda?.gpu;
+    const owners = this.handles.filter((d) => d.gpu !== null && d.gpu === gpu);
+    if (owners.length === 0) {
+      const served = [...new Set(this.handles.map((d) => d.gpu).filter((g) => g !== null))];
+      throw errors.sharedMemoryInvalid(`device_id ${gpu} is not a GPU this server runs on (it runs on GPU ${served.join(', ') || 'none'}): register the region on one of those`);
+    }
+    await Promise.all(owners.map((d) => d.openCudaRegion(slice)));
   }
 
   async stop(): Promise<void> {

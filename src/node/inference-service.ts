@@ -4,7 +4,7 @@
  * (protocol/grpc-services.ts) and the REST routes (protocol/rest-routes.ts) alike, in this thread
  * or from an edge thread. Inferences go through the pipeline (pipeline.ts) instead.
  */
-import { MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../shared/constants.js';
+import { CUDA_IPC_HANDLE_BYTES, MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../shared/constants.js';
 import { errors } from '../shared/errors.js';
 import { applyLogSettings, currentLogSettings } from '../protocol/log-settings.js';
 import { modelConfig, modelMetadata } from '../protocol/model-config.js';
@@ -37,23 +37,40 @@ export function kserveOperations(ctx: ServiceContext) {
   const { registry, repository, statistics, sharedMemory, logger } = ctx;
   return {
     ServerLive: () => ({ live: true }),
-    // CUDA shared memory: nothing can be registered, so the status of all is empty and unregistering
-    // succeeds with nothing to do, as on a Triton without GPUs (perf_analyzer's --shared-memory
-    // system cleans up with CudaSharedMemoryUnregister("")); only register is refused.
-    CudaSharedMemoryStatus: (req: { name: string }) => {
-      if (req.name !== '') throw errors.sharedMemoryNotFound(req.name);
-      return { regions: {} as Record<string, never> };
+    // CUDA shared memory (backend cuda): a client's GPU allocation by its CUDA IPC handle, opened by
+    // the device actors (shared-memory.ts, actors/device/regions.ts). On backend cpu nothing can be
+    // registered, so the status of all is empty and unregistering succeeds with nothing to do, as
+    // on a Triton without GPUs (perf_analyzer's --shared-memory system cleans up with
+    // CudaSharedMemoryUnregister("")); registering says it needs backend cuda.
+    CudaSharedMemoryStatus: (req: { name: string }) => ({
+      regions: Object.fromEntries(sharedMemory.status(req.name, 'cuda').map((r) =>
+        [r.name, { name: r.name, device_id: String(r.cuda!.gpu), byte_size: String(r.byteSize) }])),
+    }),
+    CudaSharedMemoryUnregister: (req: { name: string }) => {
+      const regions = sharedMemory.status('', 'cuda').map((r) => r.name).filter((name) => req.name === '' || name === req.name);
+      sharedMemory.unregister(req.name, 'cuda');
+      if (regions.length) logger.info({ regions }, 'CUDA shared-memory regions unregistered');
+      return {};
     },
-    CudaSharedMemoryUnregister: () => ({}),
-    CudaSharedMemoryRegister: (): Record<string, never> => {
-      throw errors.unsupported(ctx.backend === 'cpu'
-        ? 'CudaSharedMemoryRegister: CUDA shared memory (CUDA IPC handles) needs backend cuda (global.runtime.backend: cuda), and this server runs backend cpu; use system shared memory'
-        : 'CudaSharedMemoryRegister: CUDA shared memory (CUDA IPC handles) is not supported by this server yet, on backend cuda either; use system shared memory');
+    CudaSharedMemoryRegister: async (req: { name: string; raw_handle: Uint8Array; device_id: string | number; byte_size: string | number }): Promise<Record<string, never>> => {
+      if (ctx.backend === 'cpu') {
+        throw errors.unsupported('CudaSharedMemoryRegister: CUDA shared memory (CUDA IPC handles) needs backend cuda (global.runtime.backend: cuda), and this server runs backend cpu; use system shared memory');
+      }
+      const gpu = Number(req.device_id);
+      const byteSize = Number(req.byte_size);
+      const handle = req.raw_handle ?? new Uint8Array(0);
+      if (handle.byteLength !== CUDA_IPC_HANDLE_BYTES) {
+        throw errors.sharedMemoryInvalid(`region ${JSON.stringify(req.name)}: raw_handle must be a CUDA IPC handle (cudaIpcMemHandle_t, ${CUDA_IPC_HANDLE_BYTES} bytes), not ${handle.byteLength} bytes`);
+      }
+      if (!Number.isSafeInteger(gpu) || gpu < 0) throw errors.sharedMemoryInvalid(`region ${JSON.stringify(req.name)}: device_id ${req.device_id} must be a GPU's CUDA ordinal`);
+      await sharedMemory.registerCuda(req.name, gpu, handle, byteSize, (whole) => ctx.devices.openCudaRegion(whole));
+      logger.info({ region: req.name, gpu, byteSize }, 'CUDA shared-memory region registered');
+      return {};
     },
     ServerReady: () => ({ ready: ctx.isReady() }),
     ModelReady: (req: ModelRef) => ({ ready: registry.find(req.name, req.version).state === ModelState.READY }),
     ServerMetadata: () =>
-      ({ name: SERVER_NAME, version: ctx.version, extensions: SERVER_EXTENSIONS.filter((e) => ctx.systemSharedMemory || e !== 'system_shared_memory') }),
+      ({ name: SERVER_NAME, version: ctx.version, extensions: [...SERVER_EXTENSIONS.filter((e) => ctx.systemSharedMemory || e !== 'system_shared_memory'), ...(ctx.backend === 'cuda' ? ['cuda_shared_memory'] : [])] }),
     ModelMetadata: (req: ModelRef) => modelMetadata(registry.described(req.name, req.version)),
     ModelConfig: (req: ModelRef) => {
       const spec = registry.described(req.name, req.version);

@@ -434,6 +434,7 @@ export class StowageServer {
     await this.#hooks?.close();
     await this.#compiler?.close();
     this.sharedMemory.unregister('');
+    this.sharedMemory.unregister('', 'cuda');
     await closeAdmin(this.#admin);
     await stopTracing(this.#logger); // flushes the spans of the last requests, within TRACE_FLUSH_MS
   }

@@ -41,9 +41,9 @@ export interface Operations {
   SystemSharedMemoryRegister(req: { name: string; key: string; offset: string; byte_size: string }): Awaitable<Record<string, never>>;
   SystemSharedMemoryStatus(req: { name: string }): Awaitable<{ regions: Record<string, { name: string; key: string; offset: string; byte_size: string }> }>;
   SystemSharedMemoryUnregister(req: { name: string }): Awaitable<Record<string, never>>;
-  CudaSharedMemoryStatus(req: { name: string }): Awaitable<{ regions: Record<string, never> }>;
+  CudaSharedMemoryStatus(req: { name: string }): Awaitable<{ regions: Record<string, { name: string; device_id: string; byte_size: string }> }>;
   CudaSharedMemoryUnregister(req: { name: string }): Awaitable<Record<string, never>>;
-  CudaSharedMemoryRegister(req: Record<string, unknown>): Awaitable<Record<string, never>>;
+  CudaSharedMemoryRegister(req: { name: string; raw_handle: Uint8Array; device_id: string | number; byte_size: string | number }): Awaitable<Record<string, never>>;
   LogSettings(req: { settings: Record<string, LogSettingValue> }): Awaitable<{ settings: Record<string, LogSettingValue> }>;
 
   /** Stowage's control service (proto/control.proto), its messages as they are. */

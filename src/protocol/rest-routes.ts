@@ -18,7 +18,7 @@ const route = (method: 'GET' | 'POST', pattern: string, handle: RestRoute['handl
   ({ method, pattern: new RegExp(`^${pattern}$`), handle, inference });
 
 /** Statistics' counters as Triton's JSON writes them: numbers, not the int64 strings of protobuf. */
-const NUMERIC = new Set(['last_inference', 'inference_count', 'execution_count', 'count', 'ns', 'batch_size', 'memory_usage', 'byte_size', 'offset']);
+const NUMERIC = new Set(['last_inference', 'inference_count', 'execution_count', 'count', 'ns', 'batch_size', 'memory_usage', 'byte_size', 'offset', 'device_id']);
 function numbers(value: unknown, key = ''): unknown {
   if (Array.isArray(value)) return value.map((v) => numbers(v));
   if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, numbers(v, k)]));
@@ -100,12 +100,20 @@ export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
       await ops.SystemSharedMemoryUnregister({ name: r.params[0] ?? '' });
       return { json: {} };
     }),
-    // CUDA shared memory, as on the gRPC side: no region is ever registered, so the status is
-    // empty and unregistering (perf_analyzer's clean-up calls it) has nothing to do; registering
-    // says why it is refused.
-    route('GET', '/v2/cudasharedmemory(?:/region/([^/]+))?/status', async (r) => ({ json: Object.values((await ops.CudaSharedMemoryStatus({ name: r.params[0] ?? '' })).regions) })),
+    // CUDA shared memory, as on the gRPC side (backend cuda; on backend cpu nothing can be
+    // registered, and registering says why). The handle comes base64-encoded, as Triton takes it:
+    // {"raw_handle": {"b64": "..."}, "device_id": 0, "byte_size": N}.
+    route('GET', '/v2/cudasharedmemory(?:/region/([^/]+))?/status', async (r) =>
+      ({ json: numbers(Object.values((await ops.CudaSharedMemoryStatus({ name: r.params[0] ?? '' })).regions)) })),
     route('POST', '/v2/cudasharedmemory(?:/region/([^/]+))?/unregister', async (r) => ({ json: await ops.CudaSharedMemoryUnregister({ name: r.params[0] ?? '' }) })),
-    route('POST', '/v2/cudasharedmemory/region/([^/]+)/register', async () => ({ json: await ops.CudaSharedMemoryRegister({}) })),
+    route('POST', '/v2/cudasharedmemory/region/([^/]+)/register', async (r) => {
+      const { raw_handle: rawHandle, device_id: deviceId, byte_size: byteSize } = await jsonBody(r.body);
+      const b64 = rawHandle && typeof rawHandle === 'object' ? (rawHandle as { b64?: unknown }).b64 : undefined;
+      if (typeof b64 !== 'string') throw errors.invalidRequest('register: "raw_handle" must be {"b64": the CUDA IPC handle, base64-encoded}');
+      if (typeof deviceId !== 'number') throw errors.invalidRequest('register: "device_id" must be a number (the GPU\'s CUDA ordinal)');
+      if (typeof byteSize !== 'number') throw errors.invalidRequest('register: "byte_size" must be a number');
+      return { json: await ops.CudaSharedMemoryRegister({ name: r.params[0], raw_handle: Buffer.from(b64, 'base64'), device_id: deviceId, byte_size: byteSize }) };
+    }),
     route('GET', '/v2/logging', async () => ({ json: plainSettings((await ops.LogSettings({ settings: {} })).settings) })),
     route('POST', '/v2/logging', async (r) => {
       const given = await jsonBody(r.body);

@@ -82,3 +82,6 @@ export const INLINE_RUN_BELOW_MS = 50;
  * evicting, for models that wait further back, weights that may be used sooner.
  */
 export const MAX_UPLOADS_AHEAD = 2;
+
+/** A CUDA IPC handle's size (cudaIpcMemHandle_t): what CudaSharedMemoryRegister's raw_handle must be. */
+export const CUDA_IPC_HANDLE_BYTES = 64;

@@ -105,6 +105,41 @@ gpuTest('20 models under a budget of 3 on the GPU: every answer right, exactly o
   t.true(metric(m, 'stowage_weight_cache_resident_bytes', 'device="0"') <= 3 * (weightBytes + 256));
 });
 
+gpuTest('uploads beside execution on the GPU: 12 clients over a catalog 4x the budget, cold models copied on their own stream while others run, every answer right', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const sizes = [64, 1024, 1024, 8];
+  const weightBytes = mlpWeightBytes(sizes) - 4 * 8;
+  const catalog = writeCatalog(path.join(temp.dir, 'repo'), { count: 24, sizes });
+  const server = await startServer({
+    model_repo: path.join(temp.dir, 'repo'),
+    global: { runtime: { backend: 'cuda', cuda: { tf32: false, weight_cache_bytes: 6 * (weightBytes + 512) } } },
+  }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const picks = random(21);
+  const order = Array.from({ length: 600 }, () => catalog[Math.floor(picks() * catalog.length)]);
+  const wrong = await Promise.all(Array.from({ length: 12 }, async (_, c) => {
+    const next = random(100 + c);
+    const bad = [];
+    for (let i = c; i < order.length; i += 12) {
+      const answer = await inferAndCheck(server.client, order[i], 1 + (i % 3), next);
+      if (answer) bad.push(answer);
+    }
+    return bad;
+  }));
+  t.deepEqual(wrong.flat(), [], 'a weight read before its upload landed would show here');
+  const m = await scrapeMetrics(server.adminPort);
+  const sum = (/** @type {string} */ name) => catalog.reduce((s, { name: model }) => s + metric(m, name, `model="${model}"`), 0);
+  const misses = sum('stowage_weight_cache_misses_total');
+  const beside = sum('stowage_weight_cache_uploads_beside_total');
+  const hidden = sum('stowage_weight_cache_load_hidden_seconds_total');
+  const waited = sum('stowage_weight_cache_load_seconds_total');
+  t.log(`${misses} cold loads, ${beside} uploaded beside execution; copies: ${(hidden * 1000).toFixed(1)} ms hidden, ${(waited * 1000).toFixed(1)} ms waited for`);
+  t.true(beside > 0 && beside <= misses);
+  t.true(hidden > 0);
+  t.true(metric(m, 'stowage_weight_cache_resident_bytes', 'device="0"') <= 6 * (weightBytes + 512));
+});
+
 gpuTest('two device actors on one GPU (gpus: [0, 0]) behind the pool: both serve, right answers, the budget split', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);

@@ -332,6 +332,13 @@ test('CUDA shared memory on the CPU backend: nothing registered, unregister succ
   t.deepEqual(await server.client.call('CudaSharedMemoryUnregister', { name: 'gpu0' }), {});
   await rejects(t, server.client.call('CudaSharedMemoryRegister', { name: 'gpu0', raw_handle: Buffer.alloc(8), device_id: 0, byte_size: '64' }),
     status.INVALID_ARGUMENT, 'CudaSharedMemoryRegister', 'needs backend cuda', 'runs backend cpu', 'system shared memory');
+  // REST alike: Triton's body, refused with the same words; the status is an empty list.
+  const rest = await fetch(`${server.rest}/v2/cudasharedmemory/region/gpu0/register`, { method: 'POST', body: JSON.stringify({ raw_handle: { b64: Buffer.alloc(64).toString('base64') }, device_id: 0, byte_size: 64 }) });
+  t.is(rest.status, 400);
+  t.regex((await rest.json()).error, /needs backend cuda/);
+  t.deepEqual(await (await fetch(`${server.rest}/v2/cudasharedmemory/status`)).json(), []);
+  const meta = await server.client.call('ServerMetadata', {});
+  t.false(meta.extensions.includes('cuda_shared_memory'), 'not advertised on backend cpu');
 });
 
 test.serial('LogSettings reads and sets the log level with Triton\'s switches', async (t) => {

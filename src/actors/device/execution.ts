@@ -16,16 +16,16 @@
  * Every copy is tabled at the top of node/pipeline.ts.
  */
 import type { FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
-import { nowMs, type InferenceResult, type RegionSlice } from '../../shared/channels/inference.js';
+import { nowMs, type InferenceResult, type RegionSlice, type WireTensor } from '../../shared/channels/inference.js';
 import { errors, type StowageError } from '../../shared/errors.js';
 import type { CostModel } from './cost-model.js';
 import { placeOutputs } from './output-placement.js';
 import { bindWeights, plainRun, type Executable } from './executables.js';
 import type { DeviceModels } from './models.js';
 import { batchInput, outputBytes, requestOutput } from './ort-tensors.js';
-import { dtypeInfo } from '../../shared/dtypes.js';
+import { byOnnxType, dtypeInfo } from '../../shared/dtypes.js';
 import type { ModelSpec, TensorSpec } from '../../shared/model-spec.js';
-import { isOutOfMemory, type HostTensor, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
+import { isOutOfMemory, type DeviceSlice, type HostTensor, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
 import type { Staging } from './staging.js';
@@ -102,8 +102,8 @@ const startOf = (x: RegionSlice) => x.regionOffset + x.offset;
  * at consecutive offsets of one region). Never over the bytes of an input: ONNX Runtime may read an
  * input after it has started writing outputs. Null when there is none.
  */
-function directOutputs(batch: readonly InferCommand[], declared: readonly TensorSpec[], shaped: ReadonlySet<string>, rows: number, regions: RegionMappings): Map<string, Uint8Array> | null {
-  let direct: Map<string, Uint8Array> | null = null;
+function directOutputs(batch: readonly InferCommand[], declared: readonly TensorSpec[], shaped: ReadonlySet<string>, rows: number, regions: RegionMappings): Map<string, Uint8Array | DeviceSlice> | null {
+  let direct: Map<string, Uint8Array | DeviceSlice> | null = null;
   const overInput = (slice: RegionSlice) => batch.some((t) => t.inputs.some((input) => input.shm && overlap(input.shm, slice)));
   for (const spec of declared) {
     if (!shaped.has(spec.name)) continue;
@@ -152,7 +152,7 @@ function inRegionOrder(batch: InferCommand[]): InferCommand[] {
  * is named only: ONNX Runtime allocates it.
  */
 function outputTargets(wanted: readonly string[], batch: readonly InferCommand[], spec: ModelSpec, shaped: ReadonlySet<string>, runBatch: number,
-  direct: Map<string, Uint8Array> | null, stage: (bytes: number) => Uint8Array): (string | HostTensor)[] {
+  direct: Map<string, Uint8Array | DeviceSlice> | null, stage: (bytes: number) => Uint8Array): (string | OrtTensor)[] {
   const lone = batch.length === 1 ? batch[0] : null;
   return wanted.map((name) => {
     const t = spec.outputs.find((o) => o.name === name);
@@ -183,6 +183,17 @@ function runGraph(executable: Executable, inputs: OrtTensor[], targets: (string 
     graphs.turnOff(`a run through its graph failed: ${(err as Error).message}`);
     return null;
   }
+}
+
+function isDeviceSlice(data: OrtTensor['data']): data is DeviceSlice {
+  return !ArrayBuffer.isView(data) && !(data instanceof ArrayBuffer) && !(data instanceof SharedArrayBuffer);
+}
+
+/** An output ONNX Runtime wrote into a CUDA region: its name, type and one request's shape (`rows` on the batch axis). */
+function gpuOutputRecord(out: OrtOutput, batchDim: number, rows: number): WireTensor {
+  const info = byOnnxType(out.type);
+  const shape = out.dims.map((d, i) => (i === batchDim ? rows : d));
+  return { name: out.name, datatype: info?.datatype ?? 'FP32', shape, data: new Uint8Array(0) };
 }
 
 /** Run one batch of one model's requests and answer them all in one message. */
@@ -224,11 +235,15 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
       bindWeights(executable, weightCache.epoch(instance), (key) => weightCache.deviceData(key));
     }
     ctx.staging.beginExecution(); // executions run one at a time: the last one's staged inputs and outputs are free
+    regions.beginExecution();
     const stage = (bytes: number) => ctx.staging.take(bytes);
-    const inputs = spec.inputs.map((input, i) => batchInput(batch.map((t) => regions.inputBytes(t.inputs[i], stage)), batchDims.get(input.name) ?? -1, runBatch, stage, ctx.stageInputs));
+    const padded = spec.batchAxis !== null && runBatch !== rows;
+    // A lone request's input in CUDA shared memory goes to the run on the GPU (regions.ts); every
+    // other input is joined, padded or staged on the host.
+    const inputs = spec.inputs.map((input, i) => (batch.length === 1 && !padded ? regions.deviceInput(batch[0].inputs[i]) : null)
+      ?? batchInput(batch.map((t) => regions.inputBytes(t.inputs[i], stage)), batchDims.get(input.name) ?? -1, runBatch, stage, ctx.stageInputs));
     // Shared-memory outputs whose shapes are known now (a lone request's, or a coalesced batch's
     // laid end to end in one region): ONNX Runtime writes them into the region itself.
-    const padded = spec.batchAxis !== null && runBatch !== rows;
     const direct = padded || (batch.length > 1 && spec.batchAxis === null) ? null : directOutputs(batch, spec.outputs, executable.shapedOutputs, rows, regions);
     const targets = outputTargets(wanted, batch, spec, executable.shapedOutputs, runBatch, direct, stage);
     const t1 = process.hrtime.bigint();
@@ -238,7 +253,9 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     try {
       // On a GPU the uploads go on their own stream first, and copy while this run computes.
       if (uploads?.issuedBeforeRun) uploads.start(instance);
-      const graphed = executable.graphs?.usable(runBatch) ? runGraph(executable, inputs, targets, runBatch, weightCache?.epoch(instance) ?? 0) : null;
+      // A graph copies its inputs and outputs through host memory: tensors in GPU memory (CUDA shared memory) run plainly.
+      const onGpu = inputs.some((t) => isDeviceSlice(t.data)) || targets.some((t) => typeof t !== 'string' && isDeviceSlice(t.data));
+      const graphed = executable.graphs?.usable(runBatch) && !onGpu ? runGraph(executable, inputs, targets, runBatch, weightCache?.epoch(instance) ?? 0) : null;
       if (graphed) {
         outputs = graphed;
       } else if (ctx.costs.estimate(instance, Math.max(runBatch, 1)) < ctx.inlineRunBelowMs) {
@@ -272,13 +289,16 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     const t2 = process.hrtime.bigint();
     const byName = new Map(outputs.map((o) => [o.name, o]));
     // ONNX Runtime's own buffers (outputs it allocated) cannot be transferred, nor can staging be given away.
-    const movable = new Set(targets.filter((o): o is HostTensor => typeof o !== 'string' && !direct?.has(o.name) && !isStaging(o.data, ctx)).map((o) => o.name));
+    const movable = new Set(targets.filter((o): o is HostTensor => typeof o !== 'string' && !direct?.has(o.name) && !isDeviceSlice(o.data) && !isStaging(o.data, ctx)).map((o) => o.name));
     const results: ({ id: number } & Omit<InferenceResult, 'timing'>)[] = [];
     let from = 0;
     for (const t of batch) {
       try {
         const mine = t.outputs.map((o, k) => {
           const region = t.outputRegions[k];
+          // Computed into CUDA shared memory: nothing to cut or copy, only the record of its rows.
+          const inGpu = direct?.get(o);
+          if (region && inGpu && isDeviceSlice(inGpu)) return regions.written(gpuOutputRecord(byName.get(o)!, batchDims.get(o) ?? -1, t.rows), region);
           // Tensors handed over as tensors are the request's own (inference.ts): a coalesced batch's
           // rows are copied out, and so is a lone request's output in memory that cannot move.
           const own = !t.placement && !region && (batch.length > 1 || !movable.has(o));

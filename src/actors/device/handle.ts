@@ -30,7 +30,7 @@ import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
 import type { HookFeed } from '../../shared/channels/hooks.js';
 import type { CudaDeviceInit, DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HostUpdate, InferCommand, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
-import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult } from '../../shared/channels/inference.js';
+import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult, type RegionSlice } from '../../shared/channels/inference.js';
 import { Outbox } from '../../shared/outbox.js';
 import { PendingCalls } from '../../shared/pending-calls.js';
 
@@ -120,6 +120,7 @@ const CALL_TIMEOUT_MS: Record<DeviceCallType, number> = {
   setResidency: MODEL_LOAD_TIMEOUT_MS,
   compact: MODEL_LOAD_TIMEOUT_MS,
   prefetch: MODEL_LOAD_TIMEOUT_MS,
+  openCudaRegion: DEVICE_START_TIMEOUT_MS,
 };
 
 export class DeviceHandle {
@@ -403,6 +404,16 @@ export class DeviceHandle {
   async prefetch(instance: InstanceKey): Promise<void> {
     const { load, memory } = await this.#call('prefetch', { instance });
     if (load || memory) this.#options.onWeights?.(modelOf(instance), load, memory);
+  }
+
+  /** Backend cuda: the GPU (CUDA ordinal) this device drives; null on backend cpu. */
+  get gpu(): number | null {
+    return this.#options.cuda?.ordinal ?? null;
+  }
+
+  /** Open a CUDA shared-memory region on this device's GPU (the whole region, as a slice of it). */
+  async openCudaRegion(slice: RegionSlice): Promise<void> {
+    await this.#call('openCudaRegion', { slice });
   }
 
   /** Close the holes in the device's weight arena; returns the bytes moved. */

@@ -11,22 +11,109 @@
  * and fails that request alone if not. What is left is the window between that check and the
  * end of the execution: an object shrunk during it still takes the process down. Clients own
  * their regions; the guarantee is that a region shrunk between requests is caught.
+ *
+ * CUDA regions (backend cuda, Triton's cudasharedmemory): a client's GPU allocation, opened on
+ * this device's GPU from its IPC handle (when registered, if this device drives the region's GPU;
+ * else the first time a request brings it) and kept open until unregistered. A lone request's
+ * input in one is bound to the run in place when it is on this GPU, or copied GPU to GPU once
+ * into this device's scratch memory when it is on another; an input joined with others into a
+ * batch is copied to the host with them. An output is computed into its region in place when
+ * it can be (the same rules as system regions), else copied there from the host.
  */
 import { fstatSync } from 'node:fs';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import { errors } from '../../shared/errors.js';
 import { mapSharedMemory } from '../../native/shm.js';
+import { allocateDeviceMemory, openIpcMemory, type DeviceMemory, type DeviceSlice, type OrtTensor } from '../../native/ort.js';
 import type { RegionSlice, WireTensor } from '../../shared/channels/inference.js';
+
+/**
+ * Where a CUDA region's tensor may be used in place: cudaMalloc's alignment. ONNX Runtime's CUDA
+ * kernels get that from its own allocator and some load in wide vectors; a tensor less aligned
+ * is copied into scratch memory, which has it, rather than risk a misaligned access (a fault
+ * that poisons the GPU for the process).
+ */
+const CUDA_IN_PLACE_ALIGNMENT = 256;
+
+/**
+ * How a device reaches GPU memory: opening another process's from its IPC handle, and allocating
+ * its own scratch (native/ort.ts; the unit tests stand the CPU device's memory in for both).
+ */
+export interface GpuMemoryAccess {
+  openIpc: (handle: Uint8Array, bytes: number, device: `cuda:${number}`) => DeviceMemory;
+  allocate: (bytes: number, device: `cuda:${number}`) => DeviceMemory;
+}
 
 export class RegionMappings {
   /** Mappings of registered regions, by region id. */
   readonly #mappings = new Map<number, ArrayBuffer>();
+  /** This device's GPU (CUDA ordinal); null on backend cpu, where CUDA regions cannot be registered. */
+  readonly #gpu: number | null;
+  readonly #access: GpuMemoryAccess;
+  /** CUDA regions opened on this device's GPU, by region id. */
+  readonly #cuda = new Map<number, DeviceMemory>();
+  /** GPU scratch for inputs copied from CUDA regions on other GPUs: one buffer per use in an execution, reused by the next. */
+  #scratch: DeviceMemory[] = [];
+  #scratchUsed = 0;
+
+  constructor(gpu: number | null = null, access: GpuMemoryAccess = { openIpc: openIpcMemory, allocate: allocateDeviceMemory }) {
+    this.#gpu = gpu;
+    this.#access = access;
+  }
+
+  /** A new execution begins: the last one's scratch is free again (runs are one at a time). */
+  beginExecution(): void {
+    this.#scratchUsed = 0;
+  }
+
+  /** A CUDA region opened on this device's GPU (opened now if it is not yet): INVALID_ARGUMENT when it cannot be. */
+  openCuda(slice: RegionSlice): DeviceMemory {
+    const open = this.#cuda.get(slice.regionId);
+    if (open) return open;
+    if (!slice.cuda || this.#gpu === null) throw errors.sharedMemoryInvalid(`region ${slice.key}: CUDA shared memory needs backend cuda`);
+    let memory: DeviceMemory;
+    try {
+      memory = this.#access.openIpc(slice.cuda.handle, slice.regionByteSize, `cuda:${this.#gpu}`);
+    } catch (err) {
+      throw errors.sharedMemoryInvalid(`CUDA shared-memory region on GPU ${slice.cuda.gpu}: GPU ${this.#gpu} cannot open its IPC handle (is it a live cudaIpcGetMemHandle of memory the client still holds, on a GPU this one can reach?): ${(err as Error).message}`);
+    }
+    this.#cuda.set(slice.regionId, memory);
+    return memory;
+  }
+
+  /**
+   * A lone request's input in a CUDA region, for the run as it is (no joining or padding): the
+   * region's memory in place when it is on this GPU and aligned, else copied GPU to GPU once into
+   * scratch memory on this GPU. Null for an input not in a CUDA region, or BYTES (copied to the host).
+   */
+  deviceInput(t: WireTensor): OrtTensor | null {
+    const slice = t.shm;
+    const info = dtypeInfo(t.datatype);
+    if (!slice?.cuda || info.elementBytes === 0) return null;
+    const memory = this.openCuda(slice);
+    const tensor = (data: DeviceSlice): OrtTensor => ({ name: t.name, type: info.onnxType, dims: t.shape, data });
+    if (slice.cuda.gpu === this.#gpu && slice.offset % CUDA_IN_PLACE_ALIGNMENT === 0) return tensor({ memory, offset: slice.offset });
+    const scratch = this.#takeScratch(slice.byteSize);
+    scratch.copyFromDevice(memory, slice.offset, 0, slice.byteSize); // copy: a CUDA shared-memory input, GPU to GPU once (another GPU's, or misaligned)
+    return tensor({ memory: scratch, offset: 0 });
+  }
+
+  #takeScratch(bytes: number): DeviceMemory {
+    const at = this.#scratchUsed++;
+    const have = this.#scratch[at];
+    if (have && have.bytes >= bytes) return have;
+    have?.release();
+    const fresh = this.#access.allocate(Math.max(bytes, (have?.bytes ?? 0) * 2), `cuda:${this.#gpu ?? 0}`); // only reached once openCuda found a GPU
+    this.#scratch[at] = fresh;
+    return fresh;
+  }
 
   /**
    * Fails (INVALID_ARGUMENT) when the object under `slice` no longer covers it; `what` names the
    * tensor. Call it just before an execution that touches the slice.
    */
   check(what: string, slice: RegionSlice): void {
+    if (slice.cuda) return; // GPU memory cannot shrink under a registration; its bounds were checked against byte_size
     const needed = slice.regionOffset + slice.offset + slice.byteSize;
     let size: number;
     try {
@@ -39,8 +126,9 @@ export class RegionMappings {
     }
   }
 
-  /** A view of a slice: inputs are read from it and outputs written into it. */
+  /** A view of a system region's slice: inputs are read from it and outputs written into it. */
   view(slice: RegionSlice): Uint8Array {
+    if (slice.cuda) throw errors.internal(`region ${slice.key} is GPU memory, which cannot be viewed from the host`);
     let mapping = this.#mappings.get(slice.regionId);
     if (!mapping) {
       mapping = mapSharedMemory(slice.key, slice.fd, slice.regionOffset, slice.regionByteSize);
@@ -55,6 +143,11 @@ export class RegionMappings {
    */
   inputBytes(t: WireTensor, stage: (bytes: number) => Uint8Array): WireTensor {
     if (!t.shm) return t;
+    if (t.shm.cuda) {
+      const bytes = stage(t.shm.byteSize);
+      this.openCuda(t.shm).copyToHost(bytes, t.shm.offset); // copy: a CUDA shared-memory input joined into a batch on the host
+      return { ...t, data: bytes };
+    }
     const view = this.view(t.shm);
     const width = dtypeInfo(t.datatype).elementBytes;
     if (width <= 1 || view.byteOffset % width === 0) return { ...t, data: view };
@@ -69,10 +162,15 @@ export class RegionMappings {
    * `writeOutput`'s copy is not needed (`written`). Null when it cannot: BYTES, a slice too small
    * (writeOutput then fails the request with the sizes) or misaligned for the element type.
    */
-  outputTarget(datatype: WireTensor['datatype'], shape: readonly number[], slice: RegionSlice): Uint8Array | null {
+  outputTarget(datatype: WireTensor['datatype'], shape: readonly number[], slice: RegionSlice): Uint8Array | DeviceSlice | null {
     const info = dtypeInfo(datatype);
     if (info.elementBytes === 0) return null;
     const bytes = shape.reduce((a, b) => a * b, 1) * info.elementBytes;
+    if (slice.cuda) {
+      // On this GPU and aligned: ONNX Runtime writes it there; else it is copied there after the run.
+      if (slice.cuda.gpu !== this.#gpu || bytes > slice.byteSize || slice.offset % CUDA_IN_PLACE_ALIGNMENT !== 0) return null;
+      return { memory: this.openCuda(slice), offset: slice.offset };
+    }
     const view = this.view(slice);
     if (bytes > view.byteLength || view.byteOffset % info.elementBytes !== 0) return null;
     return view.subarray(0, bytes);
@@ -88,12 +186,21 @@ export class RegionMappings {
     if (out.data.byteLength > slice.byteSize) {
       throw errors.sharedMemoryInvalid(`output ${JSON.stringify(out.name)}: shared_memory_byte_size ${slice.byteSize} is less than the ${out.data.byteLength} bytes of the result`);
     }
-    this.view(slice).set(out.data); // copy: an output into its shared-memory slice, when ONNX Runtime could not write it there
+    if (slice.cuda) this.openCuda(slice).copyFromHost(out.data, slice.offset); // copy: an output into its CUDA shared-memory slice, host to GPU
+    else this.view(slice).set(out.data); // copy: an output into its shared-memory slice, when ONNX Runtime could not write it there
     return { ...out, data: new Uint8Array(0), shm: slice };
   }
 
   /** The region was unregistered: drop its mapping (views in use keep it alive). */
   forget(regionId: number): void {
     this.#mappings.delete(regionId);
+    const cuda = this.#cuda.get(regionId);
+    if (!cuda) return;
+    this.#cuda.delete(regionId);
+    try {
+      cuda.release();
+    } catch {
+      // A session's tensor still views it (a binding kept from the last run): closed when collected.
+    }
   }
 }

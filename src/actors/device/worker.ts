@@ -125,7 +125,7 @@ const sessionMemory = cuda
 const models = new DeviceModels(init, scheduler, costs, weightCache, (message, fields) => send({ type: 'warning', message, fields }), sessionMemory);
 // In service until a run poisons the GPU's context (out-of-service.ts); then everything is refused.
 const service = new DeviceService(init.deviceId, cuda ? cuda.ordinal : null, (poisoned) => send({ type: 'outOfService', ...poisoned }));
-const regions = new RegionMappings();
+const regions = new RegionMappings(cuda ? cuda.ordinal : null);
 const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(init.cuda ? pinOrNot : undefined), send, fail, costs,
   // Backend cuda: every run on this thread. ONNX Runtime's CUDA provider keeps cuBLAS and cuDNN
   // state per session and per thread that runs it, for good: runs spread over libuv's threads held
@@ -154,6 +154,10 @@ const calls: { [K in DeviceCallType]: (request: DeviceCall<K>) => Promise<Device
   setResidency: (msg) => models.setResidency(msg),
   prefetch: (msg) => models.prefetch(msg.instance),
   compact: () => models.compact(),
+  openCudaRegion: (msg) => {
+    regions.openCuda(msg.slice);
+    return {};
+  },
 };
 
 async function answer<K extends DeviceCallType>(type: K, msg: DeviceCall<K>): Promise<void> {
@@ -383,6 +387,7 @@ function receive(msg: ToDevice): void {
     case 'setResidency':
     case 'compact':
     case 'prefetch':
+    case 'openCudaRegion':
       inbox.push(msg);
       return;
     default: {

@@ -9,7 +9,7 @@ import type { InstanceKey, ModelSpec } from '../model-spec.js';
 import type { Residency, SchedulerConfig } from '../config-schema.js';
 import type { ErrorData } from '../errors.js';
 import type { CompiledExecutable } from './compiler.js';
-import type { ExecutionTiming, InferenceRequest, InferenceResult, WireTensor } from './inference.js';
+import type { ExecutionTiming, InferenceRequest, InferenceResult, RegionSlice, WireTensor } from './inference.js';
 
 /** Given to the worker at start-up (as workerData). */
 export interface DeviceInit {
@@ -222,6 +222,8 @@ export interface DeviceCalls {
   compact: { request: Record<string, never>; reply: { movedBytes: number; memory: WeightMemory | null } };
   /** Make an instance's weights resident now (the device pool moving a model here under lpt_packing). */
   prefetch: { request: { instance: InstanceKey }; reply: { load: WeightLoad | null; memory: WeightMemory | null } };
+  /** Open a CUDA shared-memory region's IPC handle on this device's GPU (its registration waits for it). */
+  openCudaRegion: { request: { slice: RegionSlice }; reply: Record<string, never> };
 }
 export type DeviceCallType = keyof DeviceCalls;
 

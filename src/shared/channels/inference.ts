@@ -17,8 +17,13 @@ import type { InstanceKey } from '../model-spec.js';
 export interface RegionSlice {
   regionId: number;
   key: string;
-  /** The open descriptor the device maps from (the same process: threads share descriptors). */
+  /** The open descriptor the device maps from (the same process: threads share descriptors); -1 for a CUDA region. */
   fd: number;
+  /**
+   * A CUDA shared-memory region (Triton's cudasharedmemory): the GPU its memory is on, and the
+   * client's CUDA IPC handle, which a device actor opens on its own GPU the first time it meets it.
+   */
+  cuda?: { gpu: number; handle: Uint8Array };
   regionOffset: number;
   regionByteSize: number;
   /** Within the region. */

@@ -1,0 +1,68 @@
+// The main thread's registry of shared-memory regions, CUDA regions beside system ones: one
+// namespace, each kind's status and unregister their own, a registration that the devices refuse
+// leaves nothing behind, and a region in use closes only with its last request.
+import test from 'ava';
+import { SharedMemoryRegistry } from '../../../dist/node/shared-memory.js';
+import { createRegion, destroyRegion } from '../../../dist/client/shared-memory.js';
+
+const key = `/stowage_unit_registry_${process.pid}`;
+test.before(() => createRegion(key, 4096));
+test.after.always(() => destroyRegion(key));
+
+const handle = Uint8Array.from({ length: 64 }, (_, i) => i);
+
+test('a CUDA region is opened by the devices before it is registered, and its slices carry its GPU and handle', async (t) => {
+  /** @type {number[]} */
+  const forgotten = [];
+  const registry = new SharedMemoryRegistry((id) => forgotten.push(id));
+  /** @type {import('../../../dist/shared/channels/inference.js').RegionSlice[]} */
+  const opened = [];
+  const region = await registry.registerCuda('gpu_in', 1, handle, 1024, async (whole) => {
+    opened.push(whole);
+  });
+  t.is(region.kind, 'cuda');
+  t.is(opened.length, 1);
+  t.like(opened[0], { offset: 0, byteSize: 1024, fd: -1, cuda: { gpu: 1 } });
+  t.deepEqual([...(opened[0].cuda?.handle ?? [])], [...handle]);
+  const slice = registry.slice('input "x"', 'gpu_in', 256, 512);
+  t.like(slice, { offset: 256, byteSize: 512, key: `cuda:${region.id}`, cuda: { gpu: 1 } });
+  t.throws(() => registry.slice('input "x"', 'gpu_in', 768, 512), { message: /offset 768 \+ byte_size 512 is outside region "gpu_in" of 1024 bytes/ });
+  // Held by a request in flight, unregistered: closed only once the request is answered.
+  registry.hold([slice]);
+  registry.unregister('gpu_in', 'cuda');
+  t.deepEqual(forgotten, []);
+  t.deepEqual(registry.status('', 'cuda'), []);
+  registry.release([slice]);
+  t.deepEqual(forgotten, [region.id]);
+});
+
+test('system and CUDA regions share one namespace, and each kind sees only its own', async (t) => {
+  const registry = new SharedMemoryRegistry(() => undefined);
+  registry.register('sys', key, 0, 4096);
+  await registry.registerCuda('gpu', 0, handle, 64, async () => undefined);
+  await t.throwsAsync(registry.registerCuda('sys', 0, handle, 64, async () => undefined), { message: /already/ });
+  t.throws(() => registry.register('gpu', key, 0, 64), { message: /already/ });
+  t.deepEqual(registry.status('').map((r) => r.name), ['sys']);
+  t.deepEqual(registry.status('', 'cuda').map((r) => r.name), ['gpu']);
+  t.throws(() => registry.status('gpu'), { message: /gpu/ }, 'a CUDA region is not a system one');
+  registry.unregister('gpu'); // the system kind: not this one
+  t.is(registry.status('', 'cuda').length, 1);
+  registry.unregister('', 'cuda');
+  t.deepEqual(registry.status('', 'cuda'), []);
+  t.is(registry.status('').length, 1, 'the system region stays');
+  registry.unregister('');
+});
+
+test('a CUDA registration the devices refuse leaves nothing: the name is free again and the devices forget it', async (t) => {
+  /** @type {number[]} */
+  const forgotten = [];
+  const registry = new SharedMemoryRegistry((id) => forgotten.push(id));
+  await t.throwsAsync(registry.registerCuda('bad', 0, handle, 64, async () => {
+    throw new Error('GPU 0 cannot open its IPC handle');
+  }), { message: 'GPU 0 cannot open its IPC handle' });
+  t.deepEqual(registry.status('', 'cuda'), []);
+  t.is(forgotten.length, 1, 'a device that did open it drops it');
+  await registry.registerCuda('bad', 0, handle, 64, async () => undefined);
+  t.is(registry.status('bad', 'cuda').length, 1);
+  await t.throwsAsync(registry.registerCuda('zero', 0, handle, 0, async () => undefined), { message: /byte_size 0 must be whole numbers, byte_size > 0/ });
+});
