@@ -17,7 +17,7 @@
 // answer (a model served another's weights would be off by at least 1/N).
 //
 //   npm run build && node bench/gpu-catalog.js [--backend cuda|cpu] [--models 150] [--seconds 60]
-//        [--clients 32] [--ratio 10] [--runs all,beside,at-turn] [--gpus 0 | 0,0]
+//        [--clients 32] [--ratio 10] [--runs all,beside,at-turn] [--gpus 0 | 0,0] [--shared-arena on|off]
 //
 // --backend cpu is how the bench is checked without a GPU (e.g. --models 8 --seconds 10 --clients 4).
 // Disk: the models and their compiled copies take about 2 x N x 97 MiB under the temporary directory.
@@ -43,6 +43,9 @@ const { values: opts } = parseArgs({
     runs: { type: 'string', default: 'all,beside,at-turn' },
     // The node file's gpus: '0,0' puts two device actors on GPU 0, each with half of every budget.
     gpus: { type: 'string', default: '0' },
+    // runtime.cuda.shared_arena: each session's own ONNX Runtime arena keeps the most its runs took
+    // (911 MiB for a warmed ResNet-50 on an H200), so 150 of them would not fit a GPU's memory.
+    'shared-arena': { type: 'string', default: 'on' },
   },
 });
 const backend = opts.backend;
@@ -110,7 +113,7 @@ const modelBytes = writeCatalog(path.join(temp.dir, 'generated', 'resnet50'), re
 const catalogBytes = MODELS * modelBytes;
 const names = Array.from({ length: MODELS }, (_, i) => `r${String(i).padStart(3, '0')}`);
 console.log(`${new Date().toISOString().slice(0, 10)}, backend ${backend}, ${gpu ? `${gpu.name} (${(gpu.memoryTotalBytes / 2 ** 30).toFixed(0)} GiB)` : 'the CPU device'}, Node ${process.versions.node}`);
-console.log(`${GPUS.length} device actor(s)${backend === 'cuda' ? ` on GPU(s) ${GPUS.join(', ')}` : ''}; ${MODELS} ResNet-50-class models of ${mib(modelBytes)} MiB, ${(catalogBytes / 2 ** 30).toFixed(1)} GiB in all (written in ${((performance.now() - started) / 1000).toFixed(0)} s); Zipf(1.0) from ${CLIENTS} clients for ${SECONDS} s, batch 1, input in system shared memory; 1 in ${CHECK_EVERY} answers checked\n`);
+console.log(`${GPUS.length} device actor(s)${backend === 'cuda' ? ` on GPU(s) ${GPUS.join(', ')}, shared arena ${opts['shared-arena']}` : ''}; ${MODELS} ResNet-50-class models of ${mib(modelBytes)} MiB, ${(catalogBytes / 2 ** 30).toFixed(1)} GiB in all (written in ${((performance.now() - started) / 1000).toFixed(0)} s); Zipf(1.0) from ${CLIENTS} clients for ${SECONDS} s, batch 1, input in system shared memory; 1 in ${CHECK_EVERY} answers checked\n`);
 
 // Zipf(1.0) over the catalog: rank k with probability proportional to 1/k. Each run replays the same sequence per client.
 const cumulative = [];
@@ -122,7 +125,7 @@ const x = image(1);
 const runtime = (/** @type {number} */ budget, /** @type {boolean} */ beside) => ({
   upload_beside_execution: beside,
   ...(backend === 'cuda'
-    ? { backend: 'cuda', cuda: { tf32: false, weight_cache_bytes: Math.floor(budget / GPUS.length) } }
+    ? { backend: 'cuda', cuda: { tf32: false, weight_cache_bytes: Math.floor(budget / GPUS.length), shared_arena: opts['shared-arena'] === 'on' } }
     : { cpu_device_memory_bytes: Math.floor(budget / GPUS.length), mem_fraction: 1, weight_cache_wiggle_fraction: 0 }),
 });
 // One compile cache for every run: the first start compiles the catalog, the others read it.

@@ -27,11 +27,11 @@ echo "node $(node --version); STOWAGE_CUDA_LIBRARY_PATH=${STOWAGE_CUDA_LIBRARY_P
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$logs/nvidia-smi.log"
 status=0
 # GPU_CHECK_STEPS: the steps to run, comma-separated (default all: gpu-tests, gpu-tests-graphs,
-# bench-gpu, bench-weightless, bench-density, bench-first-call, bench-catalog, bench-actors,
+# gpu-tests-tritonclient, bench-gpu, bench-weightless, bench-density, bench-first-call, bench-catalog, bench-actors,
 # bench-catalog-two-actors, bench-resnet50-cpu), to split the check over calls of a limited length.
 # Each step's limit is its most; together they exceed ten minutes. GPU_CATALOG_MODELS and
 # GPU_CATALOG_SECONDS size the catalog bench (default 150 models, 60 s per run).
-wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,bench-gpu,bench-weightless,bench-density,bench-first-call,bench-catalog,bench-actors,bench-catalog-two-actors,bench-resnet50-cpu},"
+wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-gpu,bench-weightless,bench-density,bench-first-call,bench-catalog,bench-actors,bench-catalog-two-actors,bench-resnet50-cpu},"
 step() {
   local name=$1 limit=$2
   shift 2
@@ -46,6 +46,9 @@ step() {
 step gpu-tests 300 node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/cuda.test.js test/gpu/server.test.js test/gpu/cuda-shm.test.js
 # The same suite with every server's CUDA graphs on: what runtime.cuda.graphs needs to be on by default.
 step gpu-tests-graphs 300 env INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS=true node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/server.test.js test/gpu/cuda-shm.test.js
+# NVIDIA's own client on CUDA shared memory: needs tritonclient (carried as a wheel; the image has
+# cuda-python); skipped, saying why, without it.
+step gpu-tests-tritonclient 120 python3 -m pytest -q -rs test/gpu/test_cuda_shm_tritonclient.py
 step bench-gpu 180 node bench/gpu.js
 step bench-weightless 90 node bench/gpu-weightless.js --gpu-only
 step bench-density 150 node bench/gpu-density.js

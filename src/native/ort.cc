@@ -75,6 +75,7 @@ struct OrtRelease {
   void operator()(OrtMemoryInfo* p) const { ort->ReleaseMemoryInfo(p); }
   void operator()(OrtSession* p) const { ort->ReleaseSession(p); }
   void operator()(OrtIoBinding* p) const { ort->ReleaseIoBinding(p); }
+  void operator()(OrtArenaCfg* p) const { ort->ReleaseArenaCfg(p); }
   // Strings and arrays ONNX Runtime's default allocator made for us.
   void operator()(char* p) const { allocator->Free(allocator, p); }
   void operator()(OrtValue** p) const { allocator->Free(allocator, p); }
@@ -658,11 +659,35 @@ class Session : public Napi::ObjectWrap<Session> {
     }
     // The session is made on this thread: it must not be refused CUDA's calls by another thread's capture.
     stowage_cuda::ignoreOtherThreadsCaptures();
+    Napi::Value shared = c.Get("sharedArena");
+    if (shared.IsBoolean() && shared.As<Napi::Boolean>().Value()) {
+      shareCudaArena(id.As<Napi::Number>().Int32Value(), k, v);
+      check(ort->AddSessionConfigEntry(so, "session.use_env_allocators", "1"));
+    }
     Owned<OrtCUDAProviderOptionsV2> provider = made<OrtCUDAProviderOptionsV2>([](OrtCUDAProviderOptionsV2** out) { return ort->CreateCUDAProviderOptions(out); });
     check(ort->UpdateCUDAProviderOptions(provider.get(), k.data(), v.data(), k.size()));
     check(ort->SessionOptionsAppendExecutionProvider_CUDA_V2(so, provider.get()));
     Owned<char> taken = made<char>([&](char** out) { return ort->GetCUDAProviderOptionsAsString(provider.get(), allocator, out); });
     return std::string(taken.get());
+  }
+
+  // options.cuda.sharedArena: the GPU's memory for activations comes from one arena for the whole
+  // process (ONNX Runtime's allocator registered with the environment, which sessions opened with
+  // session.use_env_allocators use in place of an arena each). Each session's own arena keeps the
+  // most its runs ever took (a warmed ResNet-50 held 911 MiB on an H200) for good; a catalog of
+  // sessions sharing one needs what the largest run takes, once. Registered once per GPU, with the
+  // first such session's provider options; the arena grows by what is asked, as the sessions' do.
+  static void shareCudaArena(int ordinal, const std::vector<const char*>& keys, const std::vector<const char*>& values) {
+    static std::mutex mutex;
+    static std::vector<int> shared;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (std::find(shared.begin(), shared.end(), ordinal) != shared.end()) return;
+    const char* arenaKeys[] = {"arena_extend_strategy"};
+    const size_t arenaValues[] = {1};  // kSameAsRequested
+    Owned<OrtArenaCfg> arena = made<OrtArenaCfg>([&](OrtArenaCfg** out) { return ort->CreateArenaCfgV2(arenaKeys, arenaValues, 1, out); });
+    Owned<OrtMemoryInfo> info = made<OrtMemoryInfo>([&](OrtMemoryInfo** out) { return ort->CreateMemoryInfo("Cuda", OrtArenaAllocator, ordinal, OrtMemTypeDefault, out); });
+    check(ort->CreateAndRegisterAllocatorV2(env, "CUDAExecutionProvider", info.get(), arena.get(), keys.data(), values.data(), keys.size()));
+    shared.push_back(ordinal);
   }
 
   static std::vector<Held> initializersOf(OrtSessionOptions* so, Napi::Object options, const char* key, bool external) {

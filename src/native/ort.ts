@@ -170,8 +170,10 @@ export interface OrtSessionOptions {
    * Run on the CUDA execution provider of GPU `deviceId` (a CUDA ordinal), with ONNX Runtime's own
    * option names and string values (`use_tf32`, `cudnn_conv_algo_search`, `gpu_mem_limit`,
    * `enable_cuda_graph`, ...). The CUDA libraries must be loaded first (cuda.ts `loadCuda`).
+   * `sharedArena`: activations from the GPU's one arena for the process (ONNX Runtime's allocator
+   * registered with the environment on first use), not an arena of the session's own.
    */
-  cuda?: { deviceId: number; options?: Record<string, string> };
+  cuda?: { deviceId: number; options?: Record<string, string>; sharedArena?: boolean };
 }
 
 interface NativeSession {

@@ -245,7 +245,7 @@ export class StowageServer {
         scheduler: scheduling,
         policies,
         weights: w.weights,
-        cuda: backend === 'cuda' ? { ordinal: w.gpu, providerOptions: cudaProviderOptions(w.runtime.cuda), libraryDirs: cudaLibraryDirs(), graphs: w.runtime.cuda.graphs } : null,
+        cuda: backend === 'cuda' ? { ordinal: w.gpu, providerOptions: cudaProviderOptions(w.runtime.cuda), libraryDirs: cudaLibraryDirs(), graphs: w.runtime.cuda.graphs, sharedArena: w.runtime.cuda.shared_arena } : null,
         warmup: w.runtime.warmup === 'on' || (w.runtime.warmup === 'auto' && backend === 'cuda'),
         hostWeights,
         logger: this.#logger,

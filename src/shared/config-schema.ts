@@ -63,6 +63,14 @@ const runtimeSchema = {
         // run's time with them, 0.72-0.82x without, and no first call paid 100+ ms (H100, H200:
         // docs/gpu.md). Off by default until the whole GPU suite has run with it on.
         graphs: { type: 'boolean', default: false },
+        // One ONNX Runtime arena per GPU for every model's activations, instead of one per model's
+        // session: each session's own arena keeps the most its runs ever took (911 MiB for a warmed
+        // ResNet-50 on an H200), which is what limits models per GPU once their weights are in the
+        // weight cache; shared, they need what the largest run takes, once. Not with CUDA graphs (a
+        // graph replays into the addresses it captured, which a shared arena may hand to another
+        // session): a model opened for graphs keeps an arena of its own. Off by default until
+        // measured on a GPU (bench/gpu-catalog.js, docs/gpu.md).
+        shared_arena: { type: 'boolean', default: false },
       },
     },
     // ONNX Runtime intra-op threads per device actor; 0: one per core on backend cpu, one on

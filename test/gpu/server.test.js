@@ -6,7 +6,7 @@
 // off the first client; a device worker that dies on the GPU is replaced without leaking the GPU
 // memory it held.
 // Skipped, saying why, without a GPU (CI).
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { ControlClient } from '../../dist/client/control.js';
 import { gpuReport } from '../../dist/native/cuda.js';
@@ -138,6 +138,34 @@ gpuTest('uploads beside execution on the GPU: 12 clients over a catalog 4x the b
   t.true(beside > 0 && beside <= misses);
   t.true(hidden > 0);
   t.true(metric(m, 'stowage_weight_cache_resident_bytes', 'device="0"') <= 6 * (weightBytes + 512));
+});
+
+gpuTest('runtime.cuda.shared_arena: every model\'s activations from one arena per GPU, answers as with an arena each, less GPU memory held', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const sizes = [256, 2048, 2048, 16];
+  const catalog = writeCatalog(path.join(temp.dir, 'repo'), { count: 8, sizes });
+  /** @type {Record<string, number>} */
+  const held = {};
+  for (const shared of [false, true]) {
+    mkdirSync(path.join(temp.dir, String(shared)));
+    const server = await startServer({
+      model_repo: path.join(temp.dir, 'repo'),
+      cache_dir: path.join(temp.dir, 'cache'),
+      global: { runtime: { backend: 'cuda', cuda: { tf32: false, shared_arena: shared } } },
+    }, { root: path.join(temp.dir, String(shared)) });
+    try {
+      const next = random(8);
+      // Every model at 1 to 32 rows: each session's own arena grows to its largest run.
+      const answers = await Promise.all(catalog.flatMap((model) => [1, 8, 32].map((rows) => inferAndCheck(server.client, model, rows, next))));
+      t.deepEqual(answers.filter((a) => a !== null), [], `shared_arena ${shared}: every answer right`);
+      held[String(shared)] = gpuUsed();
+    } finally {
+      await server.stop();
+    }
+  }
+  t.log(`GPU memory in use while serving: ${(held.false / 2 ** 20).toFixed(0)} MiB with an arena per session, ${(held.true / 2 ** 20).toFixed(0)} MiB with one shared`);
+  t.true(held.true <= held.false, 'sharing never holds more');
 });
 
 gpuTest('two device actors on one GPU (gpus: [0, 0]) behind the pool: both serve, right answers, the budget split', async (t) => {

@@ -49,8 +49,8 @@ export interface OpenOptions {
   intraOpThreads: number;
   /** Share the process's intra-op pool (runtime.thread_pool: process) instead of a pool of its own. */
   sharedThreadPool: boolean;
-  /** Backend cuda: the CUDA provider on this device with these options; null on the CPU. */
-  cuda: { deviceId: number; options: Record<string, string> } | null;
+  /** Backend cuda: the CUDA provider on this device with these options (and the GPU's shared arena or not); null on the CPU. */
+  cuda: { deviceId: number; options: Record<string, string>; sharedArena?: boolean } | null;
   /** Backend cuda: open for CUDA graphs (runtime.cuda.graphs). */
   graphs?: boolean;
 }
@@ -103,7 +103,8 @@ export async function openExecutable(spec: ModelSpec, file: ExecutableFile, comp
   let graphsOff: string | null = null;
   if (options.cuda && options.graphs) {
     try {
-      session = OrtSession.open(source, profiled(spec, file, sessionOptions({ ...options, cuda: { ...options.cuda, options: { ...options.cuda.options, enable_cuda_graph: '1' } } }, level)));
+      // With an arena of its own: a graph replays into the addresses it captured (config-schema.ts shared_arena).
+      session = OrtSession.open(source, profiled(spec, file, sessionOptions({ ...options, cuda: { ...options.cuda, sharedArena: false, options: { ...options.cuda.options, enable_cuda_graph: '1' } } }, level)));
     } catch (err) {
       graphsOff = `ONNX Runtime cannot capture it: ${(err as Error).message}`;
     }

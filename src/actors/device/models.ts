@@ -136,7 +136,7 @@ export class DeviceModels {
     let outcome: ResidencyOutcome<InstanceKey> | undefined;
     try {
       if (cache && !compiled) throw errors.internal(`model ${spec.name} reached device ${this.#init.deviceId} uncompiled while its weight cache is on`);
-      const options = { intraOpThreads: this.#init.intraOpThreads, sharedThreadPool: this.#init.threadPool === 'process', cuda: this.#init.cuda ? { deviceId: this.#init.cuda.ordinal, options: { ...this.#init.cuda.providerOptions, ...(policy.tf32 === undefined ? {} : { use_tf32: policy.tf32 ? '1' : '0' }) } } : null, graphs: this.#init.cuda?.graphs ?? false };
+      const options = { intraOpThreads: this.#init.intraOpThreads, sharedThreadPool: this.#init.threadPool === 'process', cuda: this.#init.cuda ? { deviceId: this.#init.cuda.ordinal, sharedArena: this.#init.cuda.sharedArena, options: { ...this.#init.cuda.providerOptions, ...(policy.tf32 === undefined ? {} : { use_tf32: policy.tf32 ? '1' : '0' }) } } : null, graphs: this.#init.cuda?.graphs ?? false };
       for (const [i, file] of spec.executables.entries()) {
         sessions.set(file.batchSize ?? 0, await openExecutable(spec, file, cache ? compiled![i] : null, options));
       }

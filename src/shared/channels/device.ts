@@ -43,6 +43,8 @@ export interface CudaDeviceInit {
   libraryDirs: string[];
   /** runtime.cuda.graphs: run models through CUDA graphs where they allow it (cuda-graphs.ts). */
   graphs: boolean;
+  /** runtime.cuda.shared_arena: sessions take activations from one ONNX Runtime arena for the GPU. */
+  sharedArena: boolean;
 }
 
 /** A worker's scheduler block without `models:` (ModelPolicies owns those). */

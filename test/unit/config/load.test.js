@@ -21,7 +21,7 @@ test('defaults fill every key and the result is frozen', (t) => {
     logging: { level: 'info' },
     tracing: { exporter: 'none', endpoint: '', protocol: 'http/protobuf', sample_ratio: 1 },
     runtime: {
-      backend: 'cpu', warmup: 'auto', cuda: { tf32: true, cudnn_conv_algo_search: 'exhaustive', ort_arena_limit_bytes: 0, weight_cache_bytes: 0, graphs: false }, intra_op_threads: 0, inline_run_below_ms: 50, thread_pool: 'per_session', cpu_device_memory_bytes: 1073741824, mem_fraction: 0.9, preallocate: true,
+      backend: 'cpu', warmup: 'auto', cuda: { tf32: true, cudnn_conv_algo_search: 'exhaustive', ort_arena_limit_bytes: 0, weight_cache_bytes: 0, graphs: false, shared_arena: false }, intra_op_threads: 0, inline_run_below_ms: 50, thread_pool: 'per_session', cpu_device_memory_bytes: 1073741824, mem_fraction: 0.9, preallocate: true,
       weight_cache_fraction: 1, weight_cache_wiggle_fraction: 0.1, upload_beside_execution: true,
     },
     scheduler: { discipline: 'fair', prefer_resident: true, ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, compaction_interval: 0, models: {} },
@@ -115,7 +115,7 @@ test('on backend cuda, gpus names CUDA ordinals the process sees, and a worker\'
   t.regex(t.throws(() => resolveWorkers(parse('model_repo: m\ngpus: [1, 1]\nglobal:\n  runtime:\n    backend: cuda\n    cuda: { weight_cache_bytes: 1500000000 }\n').config, 'node.yaml', found)).message,
     /weight_cache_bytes: 1500000000 is more than GPU 1's free memory shared by the 2 actors driving it \(1073741824 bytes each\)/);
   const merged = resolveWorkers(parse('model_repo: m\nglobal:\n  runtime:\n    backend: cuda\nworkers:\n  - { name: a, gpu: 1, runtime: { cuda: { tf32: false } } }\n').config, 'node.yaml', found);
-  t.deepEqual(merged[0].runtime.cuda, { tf32: false, cudnn_conv_algo_search: 'exhaustive', ort_arena_limit_bytes: 0, weight_cache_bytes: 0, graphs: false });
+  t.deepEqual(merged[0].runtime.cuda, { tf32: false, cudnn_conv_algo_search: 'exhaustive', ort_arena_limit_bytes: 0, weight_cache_bytes: 0, graphs: false, shared_arena: false });
 });
 
 test('environment variables override the file, typed by the schema', (t) => {

@@ -1,0 +1,104 @@
+"""CUDA shared memory with NVIDIA's own client: tritonclient.utils.cuda_shared_memory makes the
+regions (cudaMalloc in this process, through cuda-python), tritonclient.grpc and .http register
+them and infer with the digits example's input and outputs in them; the answers must equal the
+same request's inline ones. Skipped, saying why, without a GPU, tritonclient or cuda-python.
+
+    python3 -m pytest -q test/gpu/test_cuda_shm_tritonclient.py   (a GPU machine, backend cuda installed)
+"""
+import pathlib
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "compat"))
+from server_process import serve_entry, stop_server  # noqa: E402
+
+try:
+    import tritonclient.utils.cuda_shared_memory as cudashm
+except (ImportError, RuntimeError) as err:  # tritonclient says RuntimeError when cuda-python is missing
+    pytest.skip(f"tritonclient's CUDA shared memory cannot be imported: {err}", allow_module_level=True)
+grpcclient = pytest.importorskip("tritonclient.grpc")
+try:  # tritonclient's HTTP client needs geventhttpclient too: without it, gRPC only
+    import tritonclient.http as httpclient
+except ImportError:
+    httpclient = None
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _gpu_count():
+    try:
+        from cuda.bindings import runtime
+        err, count = runtime.cudaGetDeviceCount()
+        return count if int(err) == 0 else 0
+    except Exception:  # no driver, no cuda-python
+        return 0
+
+
+if _gpu_count() == 0:
+    pytest.skip("no GPU that CUDA sees", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def serving():
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="stowage-cudashm-"))
+    shutil.copytree(ROOT / "bundles" / "digits", tmp / "repo" / "digits")
+    proc, entry = serve_entry(tmp, f"model_repo: {tmp / 'repo'}\ncache_dir: {tmp / 'cache'}\n"
+                                   "global:\n  runtime:\n    backend: cuda\n    cuda: {tf32: false}\n"
+                                   "  endpoints:\n    grpc_port: 0\n    http_port: 0\n    admin_port: 0\n")
+    try:
+        yield entry
+    finally:
+        stop_server(proc, tmp)
+
+
+IMAGES = (np.arange(3 * 64, dtype=np.float32).reshape(3, 8, 8) % 17)
+
+
+def _inline(client, module):
+    x = module.InferInput("image", list(IMAGES.shape), "FP32")
+    x.set_data_from_numpy(IMAGES)
+    result = client.infer("digits", [x], outputs=[module.InferRequestedOutput("probabilities"), module.InferRequestedOutput("label")])
+    return result.as_numpy("probabilities"), result.as_numpy("label")
+
+
+@pytest.mark.parametrize("protocol", ["grpc", pytest.param("http", marks=pytest.mark.skipif(httpclient is None, reason="tritonclient.http needs geventhttpclient"))])
+def test_inputs_and_outputs_in_cuda_shared_memory_answer_as_inline(serving, protocol):
+    module = grpcclient if protocol == "grpc" else httpclient
+    client = module.InferenceServerClient(serving["grpc"] if protocol == "grpc" else serving["http"])
+    assert "cuda_shared_memory" in (client.get_server_metadata().extensions if protocol == "grpc" else client.get_server_metadata()["extensions"])
+    want_probs, want_label = _inline(client, module)
+    client.unregister_cuda_shared_memory()
+    regions = {
+        "images": cudashm.create_shared_memory_region(f"{protocol}_images", IMAGES.nbytes, 0),
+        "probs": cudashm.create_shared_memory_region(f"{protocol}_probs", want_probs.nbytes, 0),
+        "label": cudashm.create_shared_memory_region(f"{protocol}_label", want_label.nbytes, 0),
+    }
+    try:
+        cudashm.set_shared_memory_region(regions["images"], [IMAGES])
+        sizes = {"images": IMAGES.nbytes, "probs": want_probs.nbytes, "label": want_label.nbytes}
+        for name, handle in regions.items():
+            client.register_cuda_shared_memory(f"{protocol}_{name}", cudashm.get_raw_handle(handle), 0, sizes[name])
+        status = client.get_cuda_shared_memory_status()
+        names = {r.name for r in status.regions.values()} if protocol == "grpc" else {r["name"] for r in status}
+        assert names == {f"{protocol}_{n}" for n in regions}
+        x = module.InferInput("image", list(IMAGES.shape), "FP32")
+        x.set_shared_memory(f"{protocol}_images", IMAGES.nbytes)
+        probs = module.InferRequestedOutput("probabilities")
+        probs.set_shared_memory(f"{protocol}_probs", want_probs.nbytes)
+        label = module.InferRequestedOutput("label")
+        label.set_shared_memory(f"{protocol}_label", want_label.nbytes)
+        result = client.infer("digits", [x], outputs=[probs, label])
+        assert result.as_numpy("probabilities") is None, "nothing inline"
+        got_probs = cudashm.get_contents_as_numpy(regions["probs"], np.float32, list(want_probs.shape))
+        got_label = cudashm.get_contents_as_numpy(regions["label"], np.int64, list(want_label.shape))
+        np.testing.assert_allclose(got_probs, want_probs, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(got_label, want_label)
+    finally:
+        client.unregister_cuda_shared_memory()
+        for handle in regions.values():
+            cudashm.destroy_shared_memory_region(handle)
+    assert (len(client.get_cuda_shared_memory_status().regions) if protocol == "grpc" else len(client.get_cuda_shared_memory_status())) == 0
