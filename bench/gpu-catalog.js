@@ -29,6 +29,7 @@ import { InferenceClient } from '../dist/client/client.js';
 import { createRegion, destroyRegion, writeRegion } from '../dist/client/shared-memory.js';
 import { gpuReport, loadCuda } from '../dist/native/cuda.js';
 import { readFields, WIRE_LEN } from '../dist/shared/protobuf-wire.js';
+import { relativeL2 } from '../test/helpers/checks.js';
 import { random } from '../test/helpers/mlp-catalog.js';
 import { ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
 import { image } from './timing.js';
@@ -132,16 +133,6 @@ const runtime = (/** @type {number} */ budget, /** @type {boolean} */ beside) =>
 const cacheDir = path.join(temp.dir, 'cache');
 /** @type {Map<string, Float32Array>} each model's first answer */
 const reference = new Map();
-
-const relativeL2 = (/** @type {Float32Array} */ a, /** @type {Float32Array} */ b) => {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < a.length; i++) {
-    num += (a[i] - b[i]) ** 2;
-    den += b[i] ** 2;
-  }
-  return Math.sqrt(num / den);
-};
 
 async function measure(/** @type {string} */ label, /** @type {number} */ budget, /** @type {boolean} */ beside) {
   const root = path.join(temp.dir, label.replace(/\W+/g, '-'));

@@ -5,6 +5,7 @@
 // `npm run test:gpu` on a GPU machine after `npm run cuda:install`.
 import { allocateDeviceMemory, CUDA_ERROR_MEMORY_ALLOCATION, hostOutput, isOutOfMemory, OrtSession } from '../../dist/native/ort.js';
 import { gpuReport, pinHost } from '../../dist/native/cuda.js';
+import { relativeL2 } from '../helpers/checks.js';
 import { gpuTest } from '../helpers/gpu.js';
 import { inferAndCheck, mlpLayers, mlpModel, mlpWeightBytes, random, writeCatalog } from '../helpers/mlp-catalog.js';
 import { metric, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
@@ -15,20 +16,6 @@ const CPU = { intraOpThreads: 1, allowSpinning: false, logSeverityLevel: 3 };
 /** @param {Record<string, string>} options */
 const onGpu = (options = {}) => ({ logSeverityLevel: 3, cuda: { deviceId: 0, options } });
 
-/**
- * Relative L2 distance of two vectors.
- * @param {ArrayLike<number>} a
- * @param {ArrayLike<number>} b
- */
-function relL2(a, b) {
-  let d = 0;
-  let n = 0;
-  for (let i = 0; i < a.length; i++) {
-    d += (a[i] - b[i]) ** 2;
-    n += b[i] ** 2;
-  }
-  return Math.sqrt(d / n);
-}
 
 /** @param {import('../../dist/native/ort.js').OrtOutput} out */
 const floats = (out) => {
@@ -117,8 +104,8 @@ gpuTest('the CUDA provider answers as the CPU does; TF32 off to float32 precisio
   const want = floats((await cpu.run(feeds, ['y']))[0]);
   const a = floats((await exact.run(feeds, ['y']))[0]);
   const b = floats((await tf32.run(feeds, ['y']))[0]);
-  const exactErr = relL2(a, want);
-  const tf32Err = relL2(b, want);
+  const exactErr = relativeL2(a, want);
+  const tf32Err = relativeL2(b, want);
   t.log(`relative L2 against the CPU: TF32 off ${exactErr.toExponential(2)}, on ${tf32Err.toExponential(2)}`);
   t.true(exactErr < 1e-5, `TF32 off: ${exactErr}`);
   t.true(tf32Err < 5e-3, `TF32 on: ${tf32Err}`);
@@ -158,8 +145,8 @@ gpuTest('weights bound from GPU memory answer as embedded ones, are read in plac
   const want = floats((await embedded.run(feeds, ['y']))[0]);
   const got = floats((await weightless.run(feeds, ['y']))[0]);
   const same = want.every((v, i) => v === got[i]);
-  t.log(`bound from GPU memory vs embedded: ${same ? 'bitwise equal' : `relative L2 ${relL2(got, want).toExponential(2)}`}`);
-  t.true(relL2(got, want) < 1e-6);
+  t.log(`bound from GPU memory vs embedded: ${same ? 'bitwise equal' : `relative L2 ${relativeL2(got, want).toExponential(2)}`}`);
+  t.true(relativeL2(got, want) < 1e-6);
   t.throws(() => arena.release(), { message: /still viewed/ }, 'the bound weights keep the memory');
   // ONNX Runtime reads our memory on every run: the last layer's bias changed on the GPU shows.
   const bias = placed.find((w) => w.name === 'b1');
@@ -196,7 +183,7 @@ gpuTest('CUDA graphs: captured over fixed GPU addresses, replayed reading the bu
     const y = new Float32Array(rows * 16);
     io.copyToHost(y, rows * 64 * 4);
     const want = floats((await plain.run([{ name: 'x', type: FLOAT, dims: [rows, 64], data: x }], ['y']))[0]);
-    t.true(relL2(y, want) < 1e-6, `call ${call}: the replay read the new input`);
+    t.true(relativeL2(y, want) < 1e-6, `call ${call}: the replay read the new input`);
   }
   const t0 = performance.now();
   for (let i = 0; i < 200; i++) await graph.run([input], [output]);

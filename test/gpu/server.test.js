@@ -10,6 +10,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { ControlClient } from '../../dist/client/control.js';
 import { gpuReport } from '../../dist/native/cuda.js';
+import { relativeL2 } from '../helpers/checks.js';
 import { gpuTest } from '../helpers/gpu.js';
 import { inferAndCheck, mlpLayers, mlpWeightBytes, random, writeBundle, writeCatalog, writeVariants } from '../helpers/mlp-catalog.js';
 import { FIXTURES, ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
@@ -53,13 +54,7 @@ gpuTest('every example bundle answers on CUDA as on the CPU: within 1e-5 with TF
         const a = /** @type {ArrayLike<number | bigint>} */ (/** @type {unknown} */ (w.data));
         const b = /** @type {ArrayLike<number | bigint>} */ (/** @type {unknown} */ (g.data));
         if (w.datatype.startsWith('FP')) {
-          let d = 0;
-          let n = 0;
-          for (let k = 0; k < a.length; k++) {
-            d += (Number(a[k]) - Number(b[k])) ** 2;
-            n += Number(a[k]) ** 2;
-          }
-          const rel = Math.sqrt(d / Math.max(n, 1e-30));
+          const rel = relativeL2(b, a);
           t.log(`${name}.${w.name} (${label}): relative L2 ${rel.toExponential(2)}`);
           t.true(rel <= /** @type {number} */ (limit), `${name}.${w.name} (${label}): ${rel}`);
         } else {
@@ -301,10 +296,8 @@ gpuTest('CUDA graphs in the server (runtime.cuda.graphs): answers as without the
     for (let call = 0; call < 3; call++) {
       const want = /** @type {Float32Array} */ ((await plain.client.infer('convnet', image)).outputs[0].data);
       const got = /** @type {Float32Array} */ ((await graphed.client.infer('convnet', image)).outputs[0].data);
-      let d = 0;
-      let n = 0;
-      for (let i = 0; i < want.length; i++) { d += (want[i] - got[i]) ** 2; n += want[i] ** 2; }
-      t.true(Math.sqrt(d / n) < 1e-5, `convnet, ${rows} rows, call ${call}: relative L2 ${Math.sqrt(d / n)}`);
+      const rel = relativeL2(got, want);
+      t.true(rel < 1e-5, `convnet, ${rows} rows, call ${call}: relative L2 ${rel}`);
     }
   }
   for (const m of catalog) for (const rows of [1, 8]) t.is(await inferAndCheck(graphed.client, m, rows, next), null);

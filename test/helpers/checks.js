@@ -38,3 +38,19 @@ export function awaitableCount() {
     },
   };
 }
+
+/**
+ * The relative L2 distance of `got` from `want`: ‖got − want‖ / ‖want‖ (0 for two zero vectors).
+ * How the GPU suites and benches compare a GPU's answers with the CPU's, or with themselves.
+ * @param {ArrayLike<number | bigint>} got
+ * @param {ArrayLike<number | bigint>} want
+ */
+export function relativeL2(got, want) {
+  let d = 0;
+  let n = 0;
+  for (let i = 0; i < want.length; i++) {
+    d += (Number(got[i]) - Number(want[i])) ** 2;
+    n += Number(want[i]) ** 2;
+  }
+  return Math.sqrt(d / Math.max(n, 1e-30));
+}

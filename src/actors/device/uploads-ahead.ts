@@ -30,6 +30,8 @@ export class UploadsAhead {
   readonly #warn: (err: unknown) => void;
   /** Whether uploads are issued before the run (a GPU's upload stream) or made while it runs (host memory). */
   readonly issuedBeforeRun: boolean;
+  /** Set by the first upload that fails: the device goes on loading each model at its turn, said once. */
+  #failed = false;
 
   constructor(cache: WeightCache<InstanceKey>, scheduler: Scheduler<InferCommand>, warn: (err: unknown) => void) {
     this.#cache = cache;
@@ -40,6 +42,7 @@ export class UploadsAhead {
 
   /** Beside `running`'s batch: start uploads for the cold models queued next; how many started. */
   start(running: InstanceKey): number {
+    if (this.#failed) return 0;
     const cache = this.#cache;
     const keep = new Set<InstanceKey>([running]);
     let started = 0;
@@ -54,7 +57,9 @@ export class UploadsAhead {
         keep.add(instance);
       }
     } catch (err) {
-      // The copy was refused: the model loads at its turn, as without uploads beside, and says why there.
+      // The copy was refused: models load at their turn from now on, as with the switch off (a
+      // device whose copies fail is likely failing; its runs say so).
+      this.#failed = true;
       this.#warn(err);
     }
     return started;

@@ -135,7 +135,7 @@ const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler
   // bus at full speed), not from the request's pageable buffer.
   stageInputs: init.cuda !== null,
   uploadsAhead: weightCache && init.weights?.uploadBesideExecution
-    ? new UploadsAhead(weightCache, scheduler, (err) => send({ type: 'warning', message: `device ${init.deviceId}: an upload beside execution failed; the model loads at its turn: ${(err as Error).message}`, fields: { device: init.deviceId } }))
+    ? new UploadsAhead(weightCache, scheduler, (err) => send({ type: 'warning', message: `device ${init.deviceId}: an upload beside execution failed, so uploads beside execution are off on this device from now on (each model loads at its turn): ${(err as Error).message}`, fields: { device: init.deviceId } }))
     : null,
   running: null,
   outOfService: (err) => service.afterFailedRun(err) };
