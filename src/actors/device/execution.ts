@@ -238,10 +238,15 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     regions.beginExecution();
     const stage = (bytes: number) => ctx.staging.take(bytes);
     const padded = spec.batchAxis !== null && runBatch !== rows;
-    // A lone request's input in CUDA shared memory goes to the run on the GPU (regions.ts); every
-    // other input is joined, padded or staged on the host.
-    const inputs = spec.inputs.map((input, i) => (batch.length === 1 && !padded ? regions.deviceInput(batch[0].inputs[i]) : null)
-      ?? batchInput(batch.map((t) => regions.inputBytes(t.inputs[i], stage)), batchDims.get(input.name) ?? -1, runBatch, stage, ctx.stageInputs));
+    // An input in CUDA shared memory goes to the run on the GPU: a lone request's as it is, a batch's
+    // joined there when every request has it in a region (regions.ts); every other input is joined,
+    // padded or staged on the host.
+    const inputs = spec.inputs.map((input, i) => {
+      const parts = batch.map((t) => t.inputs[i]);
+      const batchDim = batchDims.get(input.name) ?? -1;
+      const onGpu = batch.length === 1 && !padded ? regions.deviceInput(parts[0]) : regions.joinedDeviceInput(parts, batchDim, runBatch);
+      return onGpu ?? batchInput(parts.map((p) => regions.inputBytes(p, stage)), batchDim, runBatch, stage, ctx.stageInputs);
+    });
     // Shared-memory outputs whose shapes are known now (a lone request's, or a coalesced batch's
     // laid end to end in one region): ONNX Runtime writes them into the region itself.
     const direct = padded || (batch.length > 1 && spec.batchAxis === null) ? null : directOutputs(batch, spec.outputs, executable.shapedOutputs, rows, regions);

@@ -16,8 +16,9 @@
  * this device's GPU from its IPC handle (when registered, if this device drives the region's GPU;
  * else the first time a request brings it) and kept open until unregistered. A lone request's
  * input in one is bound to the run in place when it is on this GPU, or copied GPU to GPU once
- * into this device's scratch memory when it is on another; an input joined with others into a
- * batch is copied to the host with them. An output is computed into its region in place when
+ * into this device's scratch memory when it is on another. A batch whose requests all have an
+ * input in CUDA regions, joined along a leading batch axis, is joined GPU to GPU in scratch memory
+ * (padding rows zeroed); a batch that mixes them with inline inputs joins on the host. An output is computed into its region in place when
  * it can be (the same rules as system regions), else copied there from the host.
  */
 import { fstatSync } from 'node:fs';
@@ -96,6 +97,29 @@ export class RegionMappings {
     const scratch = this.#takeScratch(slice.byteSize);
     scratch.copyFromDevice(memory, slice.offset, 0, slice.byteSize); // copy: a CUDA shared-memory input, GPU to GPU once (another GPU's, or misaligned)
     return tensor({ memory: scratch, offset: 0 });
+  }
+
+  /**
+   * One input of a batch whose every request has it in a CUDA region, joined along a leading batch
+   * axis into scratch memory on this GPU (each request's rows copied GPU to GPU once; the padding
+   * rows up to `runBatch` zeroed), for the run as it is. Null when not all of them are, the batch
+   * axis is not the first, or the type is BYTES: the batch then joins on the host.
+   */
+  joinedDeviceInput(parts: readonly WireTensor[], batchDim: number, runBatch: number): OrtTensor | null {
+    const first = parts[0];
+    const info = dtypeInfo(first.datatype);
+    if (batchDim !== 0 || info.elementBytes === 0 || !parts.every((p) => p.shm?.cuda)) return null;
+    const rowBytes = first.shape.slice(1).reduce((a, b) => a * b, 1) * info.elementBytes;
+    const bytes = runBatch * rowBytes;
+    const scratch = this.#takeScratch(bytes);
+    let at = 0;
+    for (const p of parts) {
+      const slice = p.shm!;
+      scratch.copyFromDevice(this.openCuda(slice), slice.offset, at, slice.byteSize); // copy: a coalesced request's CUDA shared-memory rows into the joined input, GPU to GPU
+      at += slice.byteSize;
+    }
+    if (at < bytes) scratch.copyFromHost(new Uint8Array(bytes - at), at); // copy: zeros for the padding rows (not the request's bytes)
+    return { name: first.name, type: info.onnxType, dims: [runBatch, ...first.shape.slice(1)], data: { memory: scratch, offset: 0 } };
   }
 
   #takeScratch(bytes: number): DeviceMemory {

@@ -142,3 +142,18 @@ test('a device without a GPU refuses CUDA regions', (t) => {
   const regions = new RegionMappings();
   t.throws(() => regions.openCuda(cudaSlice(0, 64)), { message: /CUDA shared memory needs backend cuda/ });
 });
+
+test('a batch whose every request has its input in a CUDA region is joined on the GPU, padding rows zeroed; a mixed one is not', (t) => {
+  const memory = cudaMemory();
+  memory.copyFromHost(Float32Array.of(1, 2), 0);
+  memory.copyFromHost(Float32Array.of(3, 4, 5, 6), 1024);
+  const { regions } = cudaRegions(memory);
+  const part = (/** @type {number} */ offset, /** @type {number} */ rows) => ({ name: 'x', datatype: /** @type {const} */ ('FP32'), shape: [rows, 2], data: new Uint8Array(0), shm: cudaSlice(offset, rows * 8) });
+  const joined = present(regions.joinedDeviceInput([part(0, 1), part(1024, 2)], 0, 4));
+  t.deepEqual(joined.dims, [4, 2], 'padded to the compiled size');
+  const data = /** @type {import('../../../../dist/native/ort.js').DeviceSlice} */ (joined.data);
+  t.deepEqual(floatsAt(data.memory, data.offset, 8), [1, 2, 3, 4, 5, 6, 0, 0]);
+  const inline = { name: 'x', datatype: /** @type {const} */ ('FP32'), shape: [1, 2], data: new Uint8Array(8) };
+  t.is(regions.joinedDeviceInput([part(0, 1), inline], 0, 2), null, 'mixed with an inline input: joined on the host');
+  t.is(regions.joinedDeviceInput([part(0, 1), part(1024, 2)], 1, 3), null, 'a batch axis that is not the first: on the host');
+});
