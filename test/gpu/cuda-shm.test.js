@@ -1,7 +1,7 @@
 // CUDA shared memory (Triton's cudasharedmemory extension) on a real GPU: this test process plays
 // the client, allocating GPU memory with cudaMalloc and handing the server its CUDA IPC handle, as
 // tritonclient.utils.cuda_shared_memory does. Inputs bound in place, copied GPU to GPU when
-// misaligned, joined on the host when coalesced; outputs computed into the region or copied there;
+// misaligned, joined on the GPU when coalesced; outputs computed into the region or copied there;
 // status, unregister, REST, and the handles the server must refuse.
 // Skipped, saying why, without a GPU (CI).
 import path from 'node:path';
@@ -59,7 +59,7 @@ gpuTest('CUDA shared memory: inputs and outputs in the client\'s GPU memory answ
   t.is(await call(1, 0, 0), null);
   t.is(await call(3, 4096, 8192), null);
   t.is(await call(2, 4096 + 4, 8192 + 4), null);
-  // Sixteen at once: coalesced into batches, joined on the host, each output where it asked.
+  // Sixteen at once: coalesced into batches joined on the GPU, each output where it asked.
   const answers = await Promise.all(Array.from({ length: 16 }, (_, i) => call(1 + (i % 3), 65536 + i * 4 * rowBytes, 131072 + i * 4 * outBytes)));
   t.deepEqual(answers.filter((a) => a !== null), []);
 
