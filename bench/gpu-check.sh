@@ -30,7 +30,8 @@ status=0
 # gpu-tests-tritonclient, bench-gpu, bench-weightless, bench-density, bench-first-call, bench-catalog, bench-actors,
 # bench-catalog-two-actors, bench-resnet50-cpu), to split the check over calls of a limited length.
 # Each step's limit is its most; together they exceed ten minutes. GPU_CATALOG_MODELS and
-# GPU_CATALOG_SECONDS size the catalog bench (default 150 models, 60 s per run).
+# GPU_CATALOG_SECONDS size the catalog bench (default 80 models, 40 s per run, to fit one call of
+# ten minutes: each of its three starts loads and warms up every model; 150 is the scale).
 wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-gpu,bench-weightless,bench-density,bench-first-call,bench-catalog,bench-actors,bench-catalog-two-actors,bench-resnet50-cpu},"
 step() {
   local name=$1 limit=$2
@@ -53,8 +54,8 @@ step bench-gpu 180 node bench/gpu.js
 step bench-weightless 90 node bench/gpu-weightless.js --gpu-only
 step bench-density 150 node bench/gpu-density.js
 step bench-first-call 120 node bench/gpu-first-call.js
-step bench-catalog 600 node bench/gpu-catalog.js --models "${GPU_CATALOG_MODELS:-150}" --seconds "${GPU_CATALOG_SECONDS:-60}"
+step bench-catalog 600 node bench/gpu-catalog.js --models "${GPU_CATALOG_MODELS:-80}" --seconds "${GPU_CATALOG_SECONDS:-40}"
 step bench-actors 240 node bench/gpu-actors.js
-step bench-catalog-two-actors 400 node bench/gpu-catalog.js --gpus 0,0 --runs beside --models "${GPU_CATALOG_MODELS:-150}" --seconds "${GPU_CATALOG_SECONDS:-60}"
+step bench-catalog-two-actors 400 node bench/gpu-catalog.js --gpus 0,0 --runs beside --models "${GPU_CATALOG_MODELS:-80}" --seconds "${GPU_CATALOG_SECONDS:-40}"
 [ "${GPU_CHECK_CPU:-1}" = 0 ] || step bench-resnet50-cpu 110 node bench/resnet50.js --rounds 1
 exit $status
