@@ -10,6 +10,7 @@ import path from 'node:path';
 import { InferenceClient } from '../dist/client/client.js';
 import { mlpWeightBytes, random, writeCatalog } from '../test/helpers/mlp-catalog.js';
 import { makeRepository, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
+import { percentile } from './timing.js';
 
 const REQUESTS = Number(process.argv[2] ?? 4000);
 const SIZES = [256, 2048, 16];
@@ -20,7 +21,6 @@ const BUDGET = Math.floor((COUNT * mlpWeightBytes(SIZES)) / 3);
 const temp = tempDir('stowage-bench-');
 const repo = path.join(temp.dir, 'repo');
 const catalog = writeCatalog(repo, { count: COUNT, sizes: SIZES });
-const percentile = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))];
 const sumOf = (m, prefix) => Object.entries(m).filter(([k]) => k.startsWith(prefix)).reduce((s, [, v]) => s + v, 0);
 
 // Zipf(1.0) over the catalog, the same sequence for both modes.

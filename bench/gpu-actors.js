@@ -12,7 +12,7 @@ import { parseArgs } from 'node:util';
 import { InferenceClient } from '../dist/client/client.js';
 import { gpuReport, loadCuda } from '../dist/native/cuda.js';
 import { ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
-import { image } from './timing.js';
+import { image, percentile } from './timing.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -27,7 +27,6 @@ if (backend !== 'cuda' && backend !== 'cpu') throw new Error(`--backend ${backen
 const SECONDS = Number(opts.seconds);
 const CLIENTS = Number(opts.clients);
 const BATCH = Number(opts.batch);
-const percentile = (/** @type {number[]} */ xs, /** @type {number} */ p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))];
 
 const temp = tempDir('stowage-bench-actors-');
 if (backend === 'cuda') loadCuda();

@@ -32,7 +32,7 @@ import { readFields, WIRE_LEN } from '../dist/shared/protobuf-wire.js';
 import { relativeL2 } from '../test/helpers/checks.js';
 import { random } from '../test/helpers/mlp-catalog.js';
 import { ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
-import { image } from './timing.js';
+import { image, percentile } from './timing.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -60,7 +60,6 @@ const GPUS = opts.gpus.split(',').map(Number);
 const CHECK_EVERY = 20;
 const ZIPF_SEED = 46;
 
-const percentile = (/** @type {number[]} */ xs, /** @type {number} */ p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))];
 const mib = (/** @type {number} */ bytes) => (bytes / 2 ** 20).toFixed(0);
 
 /**

@@ -17,6 +17,7 @@ import { InferenceClient } from '../dist/client/client.js';
 import { gpuReport, loadCuda } from '../dist/native/cuda.js';
 import { mlpExpected, mlpWeightBytes, random, writeCatalog } from '../test/helpers/mlp-catalog.js';
 import { makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
+import { percentile } from './timing.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -37,7 +38,6 @@ const RATIO = Number(opts.ratio);
 const SIZES = [256, Number(opts.hidden), Number(opts.hidden), 16];
 const CHECK_EVERY = 25;
 
-const percentile = (/** @type {number[]} */ xs, /** @type {number} */ p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))];
 
 const temp = tempDir('stowage-bench-density-');
 const repo = path.join(temp.dir, 'repo');

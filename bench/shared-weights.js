@@ -10,6 +10,7 @@ import path from 'node:path';
 import { InferenceClient } from '../dist/client/client.js';
 import { random, writeCatalog, writeVariants } from '../test/helpers/mlp-catalog.js';
 import { makeRepository, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
+import { percentile } from './timing.js';
 
 const TARGET_MS = Number(process.argv[2] ?? 25);
 const REQUESTS = Number(process.argv[3] ?? 1500);
@@ -17,7 +18,6 @@ const SIZES = [256, 2048, 2048, 16];
 const BUDGET = 64 * 2 ** 20;
 const COUNTS = [4, 16, 64];
 const temp = tempDir('stowage-bench-');
-const percentile = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))];
 const sumOf = (m, name) => Object.entries(m).filter(([k]) => k.startsWith(`${name}{`)).reduce((s, [, v]) => s + v, 0);
 
 async function measure(kind, count) {

@@ -1,8 +1,11 @@
-// What the benchmarks' timed loops share: the median, a run timed after its warm-up, and the
+// What the benchmarks' timed loops share: the median and other quantiles, a run timed after its warm-up, and the
 // ResNet-50 input they feed.
 
 /** The median of `xs` (the upper one of an even count). */
 export const median = (/** @type {number[]} */ xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/** The `p` quantile of `xs` (0.99: the p99), by rank. */
+export const percentile = (/** @type {number[]} */ xs, /** @type {number} */ p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))];
 
 /**
  * Median ms of `calls` runs of `run(i)` after `warmups` untimed ones; `idleMs` of idle before each

@@ -17,12 +17,12 @@ import path from 'node:path';
 import { InferenceClient } from '../dist/client/client.js';
 import { mlpWeightBytes, random, writeCatalog } from '../test/helpers/mlp-catalog.js';
 import { FIXTURES, ROOT, makeRepository, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
+import { percentile } from './timing.js';
 
 const CALLS = Number(process.argv[2] ?? 40);
 const MB = 1e6;
 const temp = tempDir('stowage-bench-');
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const percentile = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(xs.length * p))];
 const fmt = (ms) => `${ms.toFixed(2)} ms`;
 
 async function timed(fn) {
