@@ -19,8 +19,12 @@ export interface AdminContext {
   metrics: () => Promise<{ contentType: string; text: string }>;
 }
 
-export function registryMetrics(registry: Registry): AdminContext['metrics'] {
-  return async () => ({ contentType: registry.contentType, text: await registry.metrics() });
+/** `registry`'s exposition, after `settle` (a node: the edge threads' reports of what they answered counted first). */
+export function registryMetrics(registry: Registry, settle: () => Promise<void> = async () => undefined): AdminContext['metrics'] {
+  return async () => {
+    await settle();
+    return { contentType: registry.contentType, text: await registry.metrics() };
+  };
 }
 
 /** The path of a request target (`/readyz?x=1`), or null when it is not one (`//[`, `*`, a full URL with a bad host). */

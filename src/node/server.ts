@@ -216,7 +216,7 @@ export class StowageServer {
   async #start(): Promise<void> {
     const { endpoints } = this.#config.global;
     const isReady = () => this.#ready;
-    this.#admin = createAdminServer({ readiness: nodeReadiness(this.registry, isReady, () => [...this.#outOfService].map(([device, reason]) => ({ device, reason }))), metrics: registryMetrics(this.metrics.registry) });
+    this.#admin = createAdminServer({ readiness: nodeReadiness(this.registry, isReady, () => [...this.#outOfService].map(([device, reason]) => ({ device, reason }))), metrics: registryMetrics(this.metrics.registry, async () => this.#edgeThreads?.flush()) });
     this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
     this.#logger.info({ admin: `${endpoints.host}:${this.ports.admin}` }, 'admin listening: /healthz, /readyz, /metrics');
 
@@ -330,7 +330,8 @@ export class StowageServer {
     const logger = this.#logger;
     // Every operation the edges answer, as plain functions (protocol/operations.ts).
     const kserve = kserveOperations({ registry: this.registry, devices, repository, statistics: this.statistics, sharedMemory: this.sharedMemory,
-      systemSharedMemory: endpoints.system_shared_memory, backend: this.#config.global.runtime.backend, logger, version: PACKAGE_VERSION, isReady });
+      systemSharedMemory: endpoints.system_shared_memory, backend: this.#config.global.runtime.backend, logger, version: PACKAGE_VERSION, isReady,
+      flushEdges: async () => this.#edgeThreads?.flush() });
     const ops: Operations = {
       ...kserve,
       ...controlOperations({ registry: this.registry, devices, logger }),

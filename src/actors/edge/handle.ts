@@ -33,6 +33,8 @@ const WORKER_URL = new URL('./worker.js', import.meta.url);
 
 /** An edge thread's start must not take longer than this (it loads the protos and binds two ports). */
 const EDGE_START_TIMEOUT_MS = 30_000;
+/** How long statistics wait for an edge to flush its `served` records (a busy or dead edge is not waited for longer). */
+const EDGE_FLUSH_TIMEOUT_MS = 250;
 
 /**
  * The main thread's V8 old-space floor (main.js: `--initial-old-space-size`), which every other
@@ -129,6 +131,9 @@ export class EdgeThreads {
   readonly #direct: Counter<'edge'>;
   #ports = { grpc: 0, http: 0 };
   #stopping = false;
+  /** Flushes waiting for an edge's `flushed`, by id. */
+  readonly #flushes = new Map<number, () => void>();
+  #nextFlush = 1;
 
   constructor(options: EdgeOptions) {
     this.#o = options;
@@ -176,6 +181,27 @@ export class EdgeThreads {
   /** Device `deviceId` was taken out of service: no edge routes to it any more. */
   deviceOut(deviceId: number): void {
     if (this.#o.direct) this.#broadcast({ type: 'deviceOut', deviceId });
+  }
+
+  /**
+   * Resolves once every edge's `served` records posted so far have been counted here: a client that
+   * had its answer from an edge and then asks for statistics (through any edge) sees its request.
+   * An edge that does not answer within EDGE_FLUSH_TIMEOUT_MS (busy, or gone) is not waited for.
+   */
+  async flush(): Promise<void> {
+    if (!this.#o.direct) return; // only the direct path's requests are counted from `served`
+    await Promise.all(this.#edges.filter((e): e is Edge => e !== undefined).map((edge) => new Promise<void>((resolve) => {
+      const id = this.#nextFlush++;
+      const timer = setTimeout(() => {
+        this.#flushes.delete(id);
+        resolve();
+      }, EDGE_FLUSH_TIMEOUT_MS);
+      this.#flushes.set(id, () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      edge.outbox.push({ type: 'flush', id });
+    })));
   }
 
   #openDoor(edge: Edge, device: DoorSource): void {
@@ -298,6 +324,12 @@ export class EdgeThreads {
       case 'drained':
         edge.markDrained();
         return;
+      case 'flushed': {
+        const done = this.#flushes.get(msg.id);
+        this.#flushes.delete(msg.id);
+        done?.();
+        return;
+      }
       case 'listening':
         return;
     }

@@ -184,6 +184,9 @@ function receive(msg: ToEdge): void {
     case 'deviceOut':
       direct?.deviceOut(msg.deviceId);
       return;
+    case 'flush':
+      post({ type: 'flushed', id: msg.id }); // behind every `served` already in the outbox
+      return;
     case 'drain':
       health.close();
       void Promise.all([grpcEdge.stop(msg.graceMs), httpEdge.stop(msg.graceMs)]).then(() => post({ type: 'drained' }));

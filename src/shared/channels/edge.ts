@@ -101,7 +101,12 @@ export type ToEdge =
    */
   | { type: 'door'; deviceId: number; port: MessagePort; waitBoundMs: number }
   /** Device `deviceId` was taken out of service: route nothing more to it. */
-  | { type: 'deviceOut'; deviceId: number };
+  | { type: 'deviceOut'; deviceId: number }
+  /**
+   * Answer `flushed` `id`: it comes after every `served` the edge posted before (one port, in
+   * order), so what the main thread counts then includes every request the edge had answered.
+   */
+  | { type: 'flush'; id: number };
 
 export type FromEdge =
   /** Listening on these ports: the process's ports, when the first edge chose them. */
@@ -115,4 +120,6 @@ export type FromEdge =
   /** The ports are closed and nothing is in flight here any more. */
   | { type: 'drained' }
   /** A request the edge routed itself was answered (or failed): for statistics and metrics. */
-  | { type: 'served'; served: Served };
+  | { type: 'served'; served: Served }
+  /** The answer to `flush` `id`. */
+  | { type: 'flushed'; id: number };
