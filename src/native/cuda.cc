@@ -294,17 +294,6 @@ const UploadStream::Group& UploadStream::group(uint32_t id) const {
   return at->second;
 }
 
-bool UploadStream::landed(uint32_t id) {
-  const Runtime& rt = loadedRuntime();
-  int err = rt.eventQuery(group(id).end);
-  if (err == 600) {  // cudaErrorNotReady: still copying, not an error
-    rt.getLastError();
-    return false;
-  }
-  check(err, "an upload to " + device_);
-  return true;
-}
-
 double UploadStream::wait(uint32_t id) {
   const Runtime& rt = loadedRuntime();
   Group g = group(id);

@@ -107,10 +107,10 @@ void synchronize(int ordinal, const std::string& what);
 // Host -> device copies on a stream of their own (non-blocking: it orders against neither the
 // legacy default stream nor ONNX Runtime's), so a cold model's weights copy while the device runs
 // another model's batch (the weight cache's uploads beside execution). Copies are grouped: mark()
-// closes the group issued since the last mark, and answers its id; landed() asks without waiting,
-// wait() waits and answers how long the group's copies took on the GPU (between events recorded
-// before its first copy and after its last). Sources must stay alive and unchanged until their
-// group has landed; pinned, the copies run at the bus's speed and the host does not wait for them.
+// closes the group issued since the last mark, and answers its id; wait() waits for it and answers
+// how long its copies took on the GPU (between events recorded before its first copy and after its
+// last). Sources must stay alive and unchanged until their group has been waited for; pinned, the
+// copies run at the bus's speed and the host does not wait for them.
 class UploadStream {
  public:
   UploadStream(int ordinal, std::string device);
@@ -119,7 +119,6 @@ class UploadStream {
   UploadStream& operator=(const UploadStream&) = delete;
   void copy(void* dst, const void* src, size_t bytes);
   uint32_t mark();
-  bool landed(uint32_t id);
   double wait(uint32_t id);
 
  private:

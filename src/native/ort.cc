@@ -1133,7 +1133,6 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
       InstanceMethod("copyFromDevice", &DeviceMemory::CopyFromDevice),
       InstanceMethod("ipcHandle", &DeviceMemory::IpcHandle),
       InstanceMethod("markUpload", &DeviceMemory::MarkUpload),
-      InstanceMethod("uploadLanded", &DeviceMemory::UploadLanded),
       InstanceMethod("waitUpload", &DeviceMemory::WaitUpload),
       InstanceMethod("release", &DeviceMemory::Release),
     });
@@ -1268,7 +1267,7 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
 
   // Uploads beside execution (cuda.h UploadStream): uploadFromHost(src, offset) issues a copy on
   // this memory's upload stream; markUpload() closes the group issued since the last mark and
-  // answers its id; uploadLanded(id) asks, waitUpload(id) waits and answers the ms the group's
+  // answers its id; waitUpload(id) waits and answers the ms the group's
   // copies took. On the CPU device the copies are made at once (a memmove, timed): there is no
   // engine to copy beside the cores, and the caller copies while a run goes on another thread.
   std::unique_ptr<stowage_cuda::UploadStream> uploads_;
@@ -1316,19 +1315,6 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
   uint32_t markOf(const Napi::CallbackInfo& info, const char* call) {
     if (info.Length() < 1 || !info[0].IsNumber()) throw ArgumentError(std::string(call) + ": id must be a number from markUpload()");
     return info[0].As<Napi::Number>().Uint32Value();
-  }
-
-  Napi::Value UploadLanded(const Napi::CallbackInfo& info) {
-    return entry(info.Env(), [&] {
-      const DeviceBlock& d = open("uploadLanded(id)");
-      uint32_t id = markOf(info, "uploadLanded(id)");
-      if (d.info == cpu) {
-        if (!cpuGroups_.count(id)) throw ArgumentError("upload " + std::to_string(id) + " on cpu is not in flight (waited for already?)");
-        return Napi::Boolean::New(info.Env(), true);
-      }
-      if (!uploads_) throw ArgumentError("uploadLanded(id): no upload was issued on " + d.device);
-      return Napi::Boolean::New(info.Env(), uploads_->landed(id));
-    });
   }
 
   Napi::Value WaitUpload(const Napi::CallbackInfo& info) {

@@ -54,6 +54,11 @@ export interface DeviceSlice {
   offset: number;
 }
 
+/** Whether tensor data is a slice of device memory rather than host memory. */
+export function isDeviceSlice(data: OrtTensor['data']): data is DeviceSlice {
+  return 'memory' in data;
+}
+
 /** Where device memory lives: the CPU, or a CUDA device (once the CUDA libraries are loaded: cuda.ts). */
 export type DeviceName = 'cpu' | `cuda:${number}`;
 
@@ -89,8 +94,6 @@ export interface DeviceMemory {
   ipcHandle(): Uint8Array;
   /** Close the group of uploads issued since the last mark; its id. */
   markUpload(): number;
-  /** Whether a group's copies have all landed (never waits). */
-  uploadLanded(id: number): boolean;
   /** Wait for a group's copies; the milliseconds they took (on a GPU, between its first and last copy). Once per id. */
   waitUpload(id: number): number;
   release(): void;

@@ -36,7 +36,6 @@ interface Hole {
  * once: `wait()` answers how long its copies took (on a GPU, on the upload stream).
  */
 export interface UploadMark {
-  landed(): boolean;
   wait(): number;
 }
 
@@ -174,11 +173,11 @@ export class Arena {
     const device = this.#device;
     if (device) {
       const id = device.markUpload();
-      return { landed: () => device.uploadLanded(id), wait: () => device.waitUpload(id) };
+      return { wait: () => device.waitUpload(id) };
     }
     const ms = this.#hostUploadMs;
     this.#hostUploadMs = 0;
-    return { landed: () => true, wait: () => ms };
+    return { wait: () => ms };
   }
 
   /** Fill a block's first `length` bytes with what `read` writes into the buffer it is given. */

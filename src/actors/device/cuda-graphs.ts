@@ -19,7 +19,7 @@
  * when some node runs on the CPU, and every input and output needs a shape known before the run
  * (no free axis, no BYTES). Otherwise the model runs as before, and its status says why.
  */
-import { allocateDeviceMemory, type DeviceMemory, type DeviceName, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
+import { allocateDeviceMemory, isDeviceSlice, type DeviceMemory, type DeviceName, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import type { TensorSpec } from '../../shared/model-spec.js';
 import { outputBytes } from './ort-tensors.js';
@@ -101,13 +101,16 @@ export class CudaGraphs {
     if (!this.usable(batch)) return null;
     const slot = this.#slot(batch, epoch);
     if (!slot) return null;
+    // A graph reads and writes its own fixed buffers through host memory: a tensor already in
+    // device memory (CUDA shared memory) runs plainly, where ONNX Runtime reads or writes it in place.
+    if (outputs.some((o) => isDeviceSlice(o.data))) return null;
     // Every input checked before any is copied: a copy issued and then abandoned (the run going on
     // plainly) could still be reading its staging memory when the plain run reuses it.
     const sources = slot.inputs.map((t) => {
       const data = inputs.find((x) => x.name === t.name)?.data;
-      return data && !('memory' in data) && data.byteLength === t.bytes ? data : null;
+      return data && !isDeviceSlice(data) && data.byteLength === t.bytes ? data : null;
     });
-    if (sources.some((data) => data === null)) return null; // not this slot's shape: run plainly
+    if (sources.some((data) => data === null)) return null; // in device memory, or not this slot's shape: run plainly
     try {
       slot.inputs.forEach((t, i) => {
         // copy: an input into the graph's slot, host to GPU (in place of the copy ONNX Runtime makes on a plain run)
@@ -122,7 +125,7 @@ export class CudaGraphs {
     this.#runs++;
     return slot.outputs.map((t) => {
       const target = outputs.find((o) => o.name === t.name);
-      const data = target && !('memory' in target.data) && target.data.byteLength === t.bytes ? target.data : new Uint8Array(t.bytes);
+      const data = target && !isDeviceSlice(target.data) && target.data.byteLength === t.bytes ? target.data : new Uint8Array(t.bytes);
       // copy: an output out of the graph's slot, GPU to host (in place of ONNX Runtime's own on a plain run)
       slot.memory.copyToHost(data, t.offset);
       return { name: t.name, type: t.type, dims: t.dims, data: ArrayBuffer.isView(data) ? data : new Uint8Array(data) };

@@ -23,9 +23,9 @@ import { placeOutputs } from './output-placement.js';
 import { bindWeights, plainRun, type Executable } from './executables.js';
 import type { DeviceModels } from './models.js';
 import { batchInput, outputBytes, requestOutput } from './ort-tensors.js';
-import { byOnnxType, dtypeInfo } from '../../shared/dtypes.js';
+import { dtypeInfo } from '../../shared/dtypes.js';
 import type { ModelSpec, TensorSpec } from '../../shared/model-spec.js';
-import { isOutOfMemory, type DeviceSlice, type HostTensor, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
+import { isDeviceSlice, isOutOfMemory, type DeviceSlice, type HostTensor, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
 import type { Staging } from './staging.js';
@@ -185,15 +185,9 @@ function runGraph(executable: Executable, inputs: OrtTensor[], targets: (string 
   }
 }
 
-function isDeviceSlice(data: OrtTensor['data']): data is DeviceSlice {
-  return !ArrayBuffer.isView(data) && !(data instanceof ArrayBuffer) && !(data instanceof SharedArrayBuffer);
-}
-
-/** An output ONNX Runtime wrote into a CUDA region: its name, type and one request's shape (`rows` on the batch axis). */
-function gpuOutputRecord(out: OrtOutput, batchDim: number, rows: number): WireTensor {
-  const info = byOnnxType(out.type);
-  const shape = out.dims.map((d, i) => (i === batchDim ? rows : d));
-  return { name: out.name, datatype: info?.datatype ?? 'FP32', shape, data: new Uint8Array(0) };
+/** An output ONNX Runtime wrote into a CUDA region: its declared type and one request's shape (`rows` on the batch axis), no bytes. */
+function gpuOutputRecord(declared: TensorSpec, out: OrtOutput, batchDim: number, rows: number): WireTensor {
+  return { name: out.name, datatype: declared.datatype, shape: out.dims.map((d, i) => (i === batchDim ? rows : d)), data: new Uint8Array(0) };
 }
 
 /** Run one batch of one model's requests and answer them all in one message. */
@@ -258,9 +252,7 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     try {
       // On a GPU the uploads go on their own stream first, and copy while this run computes.
       if (uploads?.issuedBeforeRun) uploads.start(instance);
-      // A graph copies its inputs and outputs through host memory: tensors in GPU memory (CUDA shared memory) run plainly.
-      const onGpu = inputs.some((t) => isDeviceSlice(t.data)) || targets.some((t) => typeof t !== 'string' && isDeviceSlice(t.data));
-      const graphed = executable.graphs?.usable(runBatch) && !onGpu ? runGraph(executable, inputs, targets, runBatch, weightCache?.epoch(instance) ?? 0) : null;
+      const graphed = executable.graphs?.usable(runBatch) ? runGraph(executable, inputs, targets, runBatch, weightCache?.epoch(instance) ?? 0) : null;
       if (graphed) {
         outputs = graphed;
       } else if (ctx.costs.estimate(instance, Math.max(runBatch, 1)) < ctx.inlineRunBelowMs) {
@@ -303,7 +295,7 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
           const region = t.outputRegions[k];
           // Computed into CUDA shared memory: nothing to cut or copy, only the record of its rows.
           const inGpu = direct?.get(o);
-          if (region && inGpu && isDeviceSlice(inGpu)) return regions.written(gpuOutputRecord(byName.get(o)!, batchDims.get(o) ?? -1, t.rows), region);
+          if (region && inGpu && isDeviceSlice(inGpu)) return regions.written(gpuOutputRecord(spec.outputs.find((d) => d.name === o)!, byName.get(o)!, batchDims.get(o) ?? -1, t.rows), region);
           // Tensors handed over as tensors are the request's own (inference.ts): a coalesced batch's
           // rows are copied out, and so is a lone request's output in memory that cannot move.
           const own = !t.placement && !region && (batch.length > 1 || !movable.has(o));

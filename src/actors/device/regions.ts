@@ -18,8 +18,9 @@
  * input in one is bound to the run in place when it is on this GPU, or copied GPU to GPU once
  * into this device's scratch memory when it is on another. A batch whose requests all have an
  * input in CUDA regions, joined along a leading batch axis, is joined GPU to GPU in scratch memory
- * (padding rows zeroed); a batch that mixes them with inline inputs joins on the host. An output is computed into its region in place when
- * it can be (the same rules as system regions), else copied there from the host.
+ * (padding rows zeroed); a batch that mixes them with inline inputs joins on the host. An output
+ * is computed into its region in place when it can be (the same rules as system regions), else
+ * copied there from the host.
  */
 import { fstatSync } from 'node:fs';
 import { dtypeInfo } from '../../shared/dtypes.js';
@@ -89,8 +90,9 @@ export class RegionMappings {
    */
   deviceInput(t: WireTensor): OrtTensor | null {
     const slice = t.shm;
+    if (!slice?.cuda) return null;
     const info = dtypeInfo(t.datatype);
-    if (!slice?.cuda || info.elementBytes === 0) return null;
+    if (info.elementBytes === 0) return null;
     const memory = this.openCuda(slice);
     const tensor = (data: DeviceSlice): OrtTensor => ({ name: t.name, type: info.onnxType, dims: t.shape, data });
     if (slice.cuda.gpu === this.#gpu && slice.offset % CUDA_IN_PLACE_ALIGNMENT === 0) return tensor({ memory, offset: slice.offset });
@@ -106,9 +108,10 @@ export class RegionMappings {
    * axis is not the first, or the type is BYTES: the batch then joins on the host.
    */
   joinedDeviceInput(parts: readonly WireTensor[], batchDim: number, runBatch: number): OrtTensor | null {
+    if (batchDim !== 0 || !parts.every((p) => p.shm?.cuda)) return null;
     const first = parts[0];
     const info = dtypeInfo(first.datatype);
-    if (batchDim !== 0 || info.elementBytes === 0 || !parts.every((p) => p.shm?.cuda)) return null;
+    if (info.elementBytes === 0) return null;
     const rowBytes = first.shape.slice(1).reduce((a, b) => a * b, 1) * info.elementBytes;
     const bytes = runBatch * rowBytes;
     const scratch = this.#takeScratch(bytes);
@@ -126,7 +129,7 @@ export class RegionMappings {
     const at = this.#scratchUsed++;
     const have = this.#scratch[at];
     if (have && have.bytes >= bytes) return have;
-    have?.release();
+    if (have) releaseOrLeave(have);
     const fresh = this.#access.allocate(Math.max(bytes, (have?.bytes ?? 0) * 2), `cuda:${this.#gpu ?? 0}`); // only reached once openCuda found a GPU
     this.#scratch[at] = fresh;
     return fresh;
@@ -221,10 +224,15 @@ export class RegionMappings {
     const cuda = this.#cuda.get(regionId);
     if (!cuda) return;
     this.#cuda.delete(regionId);
-    try {
-      cuda.release();
-    } catch {
-      // A session's tensor still views it (a binding kept from the last run): closed when collected.
-    }
+    releaseOrLeave(cuda);
+  }
+}
+
+/** Free device memory now, or, while a session's tensor still views it (a binding kept from the last run), when collected. */
+function releaseOrLeave(memory: DeviceMemory): void {
+  try {
+    memory.release();
+  } catch {
+    // Still viewed: the last view's collection frees it.
   }
 }

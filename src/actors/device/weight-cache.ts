@@ -99,9 +99,6 @@ export interface ResidencyOutcome<Id extends string = string> extends WeightLoad
   thrash?: ThrashReport;
 }
 
-/** The LRU models, other than `model` and those in `keep`, whose eviction frees `needed` bytes beyond what is free; null when they cannot. */
-type Victims<Id> = [Id, CachedModel][] | null;
-
 export interface ThrashReport {
   windowSeconds: number;
   models: number;
@@ -470,7 +467,7 @@ export class WeightCache<Id extends string = string> {
   }
 
   /** The fewest LRU models outside `keep` whose eviction leaves `needed` bytes free; [] when they are free already, null when those cannot. */
-  #victims(model: CachedModel, keep: ReadonlySet<Id>, needed: number): Victims<Id> {
+  #victims(model: CachedModel, keep: ReadonlySet<Id>, needed: number): [Id, CachedModel][] | null {
     let free = this.arena.free;
     const victims: [Id, CachedModel][] = [];
     for (const [instance, victim] of this.#lru(model)) {

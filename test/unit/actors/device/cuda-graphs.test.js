@@ -6,7 +6,7 @@
 import path from 'node:path';
 import test from 'ava';
 import { CudaGraphs, graphRefusal, MAX_RECAPTURES } from '../../../../dist/actors/device/cuda-graphs.js';
-import { OrtSession } from '../../../../dist/native/ort.js';
+import { allocateDeviceMemory, OrtSession } from '../../../../dist/native/ort.js';
 import { FIXTURES } from '../../../helpers/server.js';
 import { tensorSpec } from '../../../helpers/specs.js';
 
@@ -39,6 +39,17 @@ test('a batch size with a graph runs through its fixed buffers: inputs copied in
   }
   t.is(graphs.status, 'on for batch 1, 4 (3 runs through 1 graph)');
   t.is(graphs.run(input(2, 1), output(2), 4, 0), null, 'an input of another shape is not this slot\'s: run plainly');
+});
+
+test('a tensor already in device memory (CUDA shared memory) is not copied through a graph\'s host buffers: the run goes plainly', (t) => {
+  const graphs = doubled(t);
+  const memory = allocateDeviceMemory(4 * 1024 * 4, 'cpu');
+  t.teardown(() => memory.release());
+  const inDevice = [{ name: 'x', type: FLOAT, dims: [1, 1024], data: { memory, offset: 0 } }];
+  const outDevice = [{ name: 'y', type: FLOAT, dims: [1, 1024], data: { memory, offset: 8192 } }];
+  t.is(graphs.run(inDevice, output(1), 1, 0), null, 'an input in device memory');
+  t.is(graphs.run(input(1, 1), outDevice, 1, 0), null, 'an output to be written into device memory');
+  t.truthy(graphs.run(input(1, 1), output(1), 1, 0), 'host tensors still go through the graph');
 });
 
 test('weights that move get a graph of their own; weights that keep moving turn graphs off, saying so', (t) => {
