@@ -25,6 +25,7 @@ export function weightCacheInit(r: RuntimeConfig, scheduler: SchedulerConfig, ca
     compactionInterval: scheduler.compaction_interval,
     cacheDir,
     thrashWindowSeconds: WEIGHT_THRASH_WINDOW_SECONDS,
-    uploadBesideExecution: r.upload_beside_execution,
+    // auto: beside a GPU's runs (a copy engine of its own); not beside a CPU's (the same cores).
+    uploadBesideExecution: r.upload_beside_execution === 'auto' ? r.backend === 'cuda' : r.upload_beside_execution,
   };
 }

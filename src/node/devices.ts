@@ -102,7 +102,7 @@ export class Devices {
    */
   async infer(req: InferenceRequest, signal?: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {
     const model = modelOf(req.instance);
-    const device = this.#pick(model);
+    const device = this.#pick(req.instance);
     this.#o.onRoute?.(model, device.deviceId);
     const counts = this.#outstanding.get(model);
     if (!counts) return device.infer(req, signal, feedFromHook);
@@ -144,13 +144,36 @@ export class Devices {
     return this.handles.filter((d) => d.serving);
   }
 
-  #pick(model: string): DeviceHandle {
-    const devices = this.#serving;
-    if (devices.length === 0) throw errors.deviceUnavailable(this.handles[0].deviceId, `no device of this node is in service (${this.handles.map((d) => `device ${d.deviceId}: ${d.state}`).join(', ')})`);
+  /**
+   * The devices in service that hold `instance`; of those, the ones settled (not reloading after a
+   * crash) when there are any, so a restarting device takes none of a model that others serve.
+   */
+  #holders(instance: InstanceKey): DeviceHandle[] {
+    const holding = this.#serving.filter((d) => d.holds(instance));
+    const settled = holding.filter((d) => d.settled);
+    return settled.length > 0 ? settled : holding;
+  }
+
+  /**
+   * The devices a model's instance may be routed to, when that is not every device in service (a
+   * device lost it: its replacement worker could not load it again); undefined when it is every one.
+   */
+  holdersOf(instance: InstanceKey): number[] | undefined {
+    const serving = this.#serving;
+    const holding = serving.filter((d) => d.holds(instance));
+    return holding.length === serving.length ? undefined : holding.map((d) => d.deviceId);
+  }
+
+  #pick(instance: InstanceKey): DeviceHandle {
+    const serving = this.#serving;
+    const model = modelOf(instance);
+    if (serving.length === 0) throw errors.deviceUnavailable(this.handles[0].deviceId, `no device of this node is in service (${this.handles.map((d) => `device ${d.deviceId}: ${d.state}`).join(', ')})`);
+    const devices = this.#holders(instance);
+    if (devices.length === 0) throw errors.modelNotReady(model, 'UNAVAILABLE', `no device in service holds it (${serving.map((d) => `device ${d.deviceId}`).join(', ')} could not load it)`);
     if (devices.length === 1) return devices[0];
     const placed = this.#o.mode === 'lpt_packing' ? this.#placed.get(model) : undefined;
-    // A model placed only on devices taken out is served by the others, loading its weights there.
-    if (!placed || !placed.devices.every((d) => d.serving)) return this.#router.pick(devices);
+    // A model placed on devices taken out of service, or that lost it, is served by the others, loading its weights there.
+    if (!placed || !placed.devices.every((d) => devices.includes(d))) return this.#router.pick(devices);
     const counts = this.#outstanding.get(model)!;
     const capacity = Math.max(1, Math.round(placed.batchRows * (this.#o.lpt?.fillFactor ?? 1)));
     const i = fill(placed.devices, (r) => counts.get(placed.devices[r].deviceId) ?? 0, capacity, this.#o.lpt?.policy ?? 'fill_rr', placed);
@@ -275,6 +298,17 @@ export class Devices {
     const ids = placement.devices.get(spec.name) ?? [this.handles[0].deviceId];
     this.#placed.set(spec.name, { instance, batchRows, bytes, devices: ids.map((id) => this.#device(id)), open: 0 });
     this.#outstanding.set(spec.name, new Map());
+  }
+
+  /**
+   * A device lost `instance` (its replacement worker could not load it again): requests go to the
+   * devices that have it. Returns whether any device in service still does; when none does, its
+   * host copies of weights are let go (the model must be loaded again).
+   */
+  lost(instance: InstanceKey): boolean {
+    if (this.#serving.some((d) => d.holds(instance))) return true;
+    this.#o.hostWeights?.release(instance);
+    return false;
   }
 
   async unload(instance: InstanceKey): Promise<void> {

@@ -60,7 +60,7 @@ import type { HookPool } from '../actors/hooks/handle.js';
 import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult, type OutputPlacement, type RegionSlice, type WireTensor } from '../shared/channels/inference.js';
 import type { HookContext } from '../shared/channels/hooks.js';
 import { placementOf, type DataPlaneRequest, type InferenceAnswer, type InferOptions, type OutputLayout } from '../shared/data-plane.js';
-import { errors, quote, StowageError } from '../shared/errors.js';
+import { errors, fromErrorData, quote, StowageError } from '../shared/errors.js';
 import { checkHookTensors } from '../shared/hook-tensor-check.js';
 import type { InstanceKey, ModelSpec, TensorSpec } from '../shared/model-spec.js';
 import { checkRequest, checkTensors, slicesOf, type CheckedRequest } from '../shared/request-check.js';
@@ -110,6 +110,7 @@ export class Pipeline {
     const { spec } = lease;
     let slices: RegionSlice[] = [];
     try {
+      if (req.refused) throw fromErrorData(req.refused); // the model exists: now what was wrong with the request
       // Hooks read typed arrays over the bytes, which must be aligned; the device aligns them itself.
       const checked = checkRequest(req, spec, sharedMemory, spec.hooks ? 'aligned' : 'any');
       slices = slicesOf(checked);

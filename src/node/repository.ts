@@ -17,7 +17,7 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Devices } from './devices.js';
 import { MANIFEST_FILE, readManifest, WARMUP_DIR } from '../bundle/manifest.js';
-import { instanceKey, type ModelSpec } from '../shared/model-spec.js';
+import { instanceKey, type InstanceKey, type ModelSpec } from '../shared/model-spec.js';
 import { scanRepository } from '../bundle/scan.js';
 import { errors } from '../shared/errors.js';
 import type { HookPool } from '../actors/hooks/handle.js';
@@ -125,6 +125,22 @@ export class ModelRepository {
         this.#o.registry.set({ name, state: ModelState.LOADING, spec, reason: '' });
       }
       await this.#loadSpec(name, spec, 'on request');
+    });
+  }
+
+  /**
+   * No device holds `instance` any more (every device's replacement worker failed to load it
+   * again): if it is still the version serving the model, the model is not ready, saying why,
+   * until a load (RepositoryModelLoad, or a change to its bundle in dynamic mode) brings it back.
+   */
+  lost(name: string, instance: InstanceKey, why: string): Promise<void> {
+    return this.#serial(name, async () => {
+      const record = this.#o.registry.get(name);
+      if (record?.instance !== instance || record.state !== ModelState.READY) return;
+      const again = { static: 'restart the server to load it again (model_control_mode is static)', explicit: 'load it again with RepositoryModelLoad', dynamic: 'load it again with RepositoryModelLoad, or change its bundle' }[this.#o.mode];
+      const reason = `${why}; ${again}`;
+      this.#o.registry.set({ name, state: ModelState.UNAVAILABLE, spec: record.spec, reason });
+      this.#o.logger.error({ model: name, instance }, `model not ready: ${reason}`);
     });
   }
 

@@ -52,6 +52,7 @@ import type { EdgeRoute } from '../shared/channels/edge.js';
 import { edgeThreads } from '../config/edges.js';
 import { startOrStop } from '../shared/lifecycle.js';
 import { PACKAGE_VERSION } from '../shared/version.js';
+import { modelOf, type InstanceKey } from '../shared/model-spec.js';
 
 
 /** The compile cache must be writable before any model loads: say so once, clearly, at start-up. */
@@ -103,6 +104,7 @@ export class StowageServer {
   readonly #admission: Admission;
   #admin?: http.Server;
   #devices?: Devices;
+  #repository?: ModelRepository;
   #ready = false;
   #stopWatching?: () => void;
   #hooks?: HookPool;
@@ -204,13 +206,27 @@ export class StowageServer {
   /** A device's GPU context is poisoned: said in /readyz and the metrics; with none left, fatal. */
   #deviceOutOfService(deviceId: number, reason: string): void {
     this.#outOfService.set(deviceId, reason);
-    this.#edgeThreads?.deviceOut(deviceId);
+    this.#edgeThreads?.deviceOut(deviceId, `it is out of service: ${reason}`);
     const handles = this.#devices?.handles ?? [];
     if (handles.length > 0 && handles.every((h) => !h.serving)) {
       this.#ready = false;
       this.#health?.setServing(false);
       this.#fatal.resolve(`every device is out of service (${[...this.#outOfService].map(([d, why]) => `device ${d}: ${why}`).join('; ')})`);
     }
+  }
+
+  /**
+   * A device lost an instance (its replacement worker could not load it again): the model is routed
+   * to the devices that still have it, every edge told; where none has it, it is not ready, saying
+   * why, until it is loaded again.
+   */
+  #instanceLost(instance: InstanceKey, why: string): void {
+    const model = modelOf(instance);
+    if (this.#devices?.lost(instance)) {
+      this.#edgeThreads?.routeChanged(model, this.#edgeRoute?.(this.registry.routeOf(model)) ?? null);
+      return;
+    }
+    void this.#repository?.lost(model, instance, `no device holds it any more: ${why}`);
   }
 
   async #start(): Promise<void> {
@@ -258,6 +274,7 @@ export class StowageServer {
         onOutOfService: (deviceId, reason) => this.#deviceOutOfService(deviceId, reason),
         // Edge threads' doors to the worker that died closed with it: new ones to its replacement.
         onServing: (deviceId) => this.#edgeThreads?.deviceServing(deviceId),
+        onLost: (_deviceId, instance, why) => this.#instanceLost(instance, why),
       });
     }));
     const scheduling = this.#config.gateway.scheduling;
@@ -317,6 +334,7 @@ export class StowageServer {
       logger: this.#logger,
       onLoaded: (model, loadMs) => this.metrics.recordLoad(model, loadMs / 1000),
     });
+    this.#repository = repository;
     await repository.loadAll();
     await devices.repack('start-up'); // lpt_packing: every model placed at once, heaviest first
     if (this.#config.global.model_control_mode === 'dynamic') {
@@ -400,10 +418,13 @@ export class StowageServer {
     if (tracingOn()) return undefined;
     const leases = new Leases(Leases.memory(edgeCount));
     this.registry.shareLeases(leases);
-    // A model's route as the registry has it, with where lpt_packing placed it.
+    // A model's route as the registry has it, with where lpt_packing placed it, and which devices
+    // hold it when a device lost it.
     const withPlacement = (route: EdgeRoute | null): EdgeRoute | null => {
-      const placement = route && devices.edgePlacement(route.model, edgeCount);
-      return placement ? { ...route!, placement } : route;
+      if (!route) return null;
+      const placement = devices.edgePlacement(route.model, edgeCount);
+      const holders = devices.holdersOf(route.instance);
+      return placement || holders ? { ...route, ...(placement ? { placement } : {}), ...(holders ? { devices: holders } : {}) } : route;
     };
     this.#edgeRoute = withPlacement;
     return {

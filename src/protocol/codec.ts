@@ -17,7 +17,8 @@ import { byDatatype, DATATYPES, type DtypeInfo } from '../shared/dtypes.js';
 import { errors, quote, quoteShape } from '../shared/errors.js';
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { WireTensor } from '../shared/channels/inference.js';
-import type { DataPlaneRequest, PlainParameters, RegionRef, RequestInput } from '../shared/data-plane.js';
+import { refusedLater, type DataPlaneRequest, type PlainParameters, type RegionRef, type RequestInput } from '../shared/data-plane.js';
+import { MAX_TIMER_MS } from '../shared/timers.js';
 import { joinBytesElements } from '../shared/bytes-elements.js';
 import type { InferInputTensor, InferTensorContents, ModelInferRequest, ModelInferResponse, Parameters } from './types.js';
 
@@ -117,9 +118,6 @@ function shownParameter(p: Parameters[string]): string {
   return choice ? `${choice} ${quote(String((p as Record<string, unknown>)[choice]))}` : 'no value';
 }
 
-/** The longest delay a Node timer holds. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
 /**
  * A request's own parameters, read by their types as Triton reads them: sequences refused, a
  * priority that is not unsigned refused, the timeout in microseconds; and all of them as plain
@@ -165,9 +163,17 @@ export function requestedOutput(name: string, params: Parameters): DataPlaneRequ
 /**
  * A ModelInferRequest as the data plane's request. `owned`: the message's bytes are views of an
  * ArrayBuffer that belongs to it alone (message-buffers.ts), so its raw inputs may be handed over
- * as they are.
+ * as they are. A fault in its tensors or parameters is answered once its model is found (refusedLater).
  */
 export function fromModelInferRequest(req: ModelInferRequest, owned: boolean): DataPlaneRequest {
+  try {
+    return decodeModelInferRequest(req, owned);
+  } catch (err) {
+    return refusedLater({ model: req.model_name, version: req.model_version, id: req.id }, err);
+  }
+}
+
+function decodeModelInferRequest(req: ModelInferRequest, owned: boolean): DataPlaneRequest {
   const { parameters, timeoutUs } = requestParameters(req.parameters);
   const regions = req.inputs.map((input) => sharedMemoryRef(`input ${q(input.name)}`, input.parameters));
   // raw_input_contents holds one entry per input that is not in shared memory, in input order.

@@ -36,6 +36,7 @@ import type { Admitted } from '../shared/data-plane.js';
 import { errors, errorToStatus, isUndecodable, Status, StowageError } from '../shared/errors.js';
 import type { Admission } from './admission.js';
 import { widenHttp2Windows } from './http2-windows.js';
+import { capGrpcDeadlines } from './grpc-deadline-cap.js';
 import { drainThenClose } from '../shared/lifecycle.js';
 
 type Endpoints = NodeConfig['global']['endpoints'];
@@ -112,6 +113,21 @@ function breaksStream(err: unknown): boolean {
   return isForwardedStatus(err) && err.code === Status.INVALID_ARGUMENT && isUndecodable(err.details);
 }
 
+/**
+ * Whether the client of a call has gone already. grpc-js emits 'cancelled' only on a call whose
+ * handler has started: a client that cancels while its message is still being read and decoded is
+ * gone before then, and its call says nothing (`cancelled` stays false). The call's stream knows:
+ * grpc-js's own check of it (checkCancelled, grpc-js 1.14's server call) is asked where it exists.
+ */
+export function callGone(call: { readonly cancelled: boolean }): boolean {
+  if (call.cancelled) return true;
+  const inner = (call as unknown as { call?: { checkCancelled?: () => boolean } }).call;
+  return typeof inner?.checkCancelled === 'function' ? inner.checkCancelled() : false;
+}
+
+/** How long, once every inference is answered at shutdown, open calls that are not inferences may take to end before they are cut. */
+const CLOSE_LINGER_MS = 500;
+
 /** The call's absolute deadline in ms since the epoch; Infinity when the client set none. */
 export function callDeadlineMs(call: { getDeadline(): grpc.Deadline }): number {
   const deadline = call.getDeadline();
@@ -140,6 +156,7 @@ export class GrpcEdge {
     this.#endpoints = endpoints;
     this.#logger = logger;
     this.admission = admission;
+    capGrpcDeadlines(); // a client's deadline weeks away must not fail the call at once
     this.#server = new grpc.Server({
       'grpc.max_receive_message_length': endpoints.max_receive_message_bytes,
       'grpc.max_send_message_length': endpoints.max_send_message_bytes,
@@ -175,6 +192,7 @@ export class GrpcEdge {
       const abort = new AbortController();
       const onCancelled = () => abort.abort();
       call.once('cancelled', onCancelled);
+      if (callGone(call)) abort.abort(); // gone before this handler ran: 'cancelled' was never emitted
       try {
         return await fn(request, call, abort.signal, { bytes, inflightBytes: this.admission.inflightBytes });
       } finally {
@@ -231,6 +249,7 @@ export class GrpcEdge {
       this.#streams.add(drain);
       call.on('cancelled', gone);
       call.on('error', gone);
+      if (callGone(call)) gone(); // gone before this handler ran: nothing it sent is answered
       call.on('data', (request: Req | Undecodable) => {
         if (broken || left) return; // nothing after a broken message is read
         if (this.#draining && !(request instanceof Undecodable)) {
@@ -347,6 +366,13 @@ export class GrpcEdge {
     await drainThenClose(Date.now() + graceMs, () => this.admission.inflight > 0, (done) => {
       this.#listener?.close();
       this.#server.tryShutdown(() => done());
+      // Once every inference is answered, what is still open is no work of ours: a health Watch
+      // whose client never finished asking (its handler never ran, so close() could not end it),
+      // a call still arriving. It must not hold the process, port closed, for the whole grace.
+      setTimeout(() => {
+        this.#server.forceShutdown();
+        done();
+      }, CLOSE_LINGER_MS).unref();
     }, () => this.#server.forceShutdown());
   }
 }

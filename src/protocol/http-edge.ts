@@ -157,9 +157,13 @@ export class HttpEdge {
     const connection = this.#connection(req.socket);
     connection.inflight.add(req);
     this.#inflight++;
+    // The client going at any point, while its body is read and parsed too, cancels the request:
+    // one that went before it reached a device is never run (nor counted a success).
+    const abort = new AbortController();
     res.once('close', () => {
       this.#inflight--;
       this.#answered(req);
+      if (!res.writableFinished) abort.abort();
     });
     const path = (req.url ?? '/').split('?')[0];
     const method = req.method ?? 'GET';
@@ -172,10 +176,6 @@ export class HttpEdge {
     const params = (match as RegExpExecArray).slice(1).map((p) => decodePathPart(p));
     if (this.#draining && route.inference) throw errors.shuttingDown();
     const body = method === 'POST' ? await this.#readBody(req, route) : (req.resume(), { bytes: Buffer.alloc(0), admitted: -1 });
-    const abort = new AbortController();
-    res.once('close', () => {
-      if (!res.writableFinished) abort.abort();
-    });
     try {
       const admission = body.admitted >= 0 ? { admitted: { bytes: body.admitted, inflightBytes: this.#o.admission.inflightBytes } } : {};
       const reply = await route.handle({ method, params, body: body.bytes, headers: req.headers, signal: abort.signal, ...admission });

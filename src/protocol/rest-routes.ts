@@ -6,7 +6,7 @@
  * HTTP edge (http-edge.ts) owns limits, admission and errors. On the main thread or an edge
  * thread alike.
  */
-import type { Infer } from '../shared/data-plane.js';
+import { refusedLater, type Infer } from '../shared/data-plane.js';
 import type { Operations } from './operations.js';
 import { jsonBody, type RestReply, type RestRoute } from './http-edge.js';
 import { parseRestInfer, restInferResponse, toParameters } from './rest-tensors.js';
@@ -23,6 +23,25 @@ function numbers(value: unknown, key = ''): unknown {
   if (Array.isArray(value)) return value.map((v) => numbers(v));
   if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, numbers(v, k)]));
   return NUMERIC.has(key) && typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value;
+}
+
+/** How a JSON value is shown in an error: short, whatever it is. */
+function shown(value: unknown): string {
+  const text = value === undefined ? 'nothing' : JSON.stringify(value) ?? String(value);
+  return text.length > 60 ? `${text.slice(0, 60)}...` : text;
+}
+
+/**
+ * Field `key` of a JSON body, checked to be a whole number from 0 (an offset, a size, a device):
+ * 400 naming the field and what it got otherwise. Absent: `fallback`, when the field may be left out.
+ */
+function wholeNumber(body: Record<string, unknown>, key: string, what: string, fallback?: number): number {
+  const value = body[key];
+  if (value === undefined && fallback !== undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
+    throw errors.invalidRequest(`${what}: "${key}" must be a whole number from 0, not ${shown(value)}`);
+  }
+  return value;
 }
 
 /** A log setting from JSON to the LogSettings message's value. */
@@ -63,7 +82,9 @@ export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
       const header = r.headers['inference-header-content-length'];
       const headerBytes = header === undefined ? undefined : Number(header);
       const { name, version } = ref(r.params);
-      const rest = await parseRestInfer(r.body, headerBytes, name, version);
+      // A fault in its tensors is answered once the model is found: an unknown model is 404 whatever it carries.
+      const rest = await parseRestInfer(r.body, headerBytes, name, version)
+        .catch((err: unknown) => ({ request: refusedLater({ model: name, version, id: '' }, err), allBinary: false, asked: new Map() }));
       const traceparent = r.headers.traceparent;
       const tracestate = r.headers.tracestate;
       const trace = typeof traceparent === 'string' ? { traceparent, ...(typeof tracestate === 'string' ? { tracestate } : {}) } : undefined;
@@ -76,6 +97,7 @@ export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
     }, true),
     route('POST', '/v2/repository/index', async (r) => {
       const { ready } = await jsonBody(r.body);
+      if (ready !== undefined && typeof ready !== 'boolean') throw errors.invalidRequest(`repository index: "ready" must be true or false, not ${shown(ready)}`);
       return { json: (await ops.RepositoryIndex({ repository_name: '', ready: ready === true })).models };
     }),
     route('POST', '/v2/repository/models/([^/]+)/load', async (r) => {
@@ -90,10 +112,11 @@ export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
     route('GET', '/v2/systemsharedmemory(?:/region/([^/]+))?/status', async (r) =>
       ({ json: numbers(Object.values((await ops.SystemSharedMemoryStatus({ name: r.params[0] ?? '' })).regions)) })),
     route('POST', '/v2/systemsharedmemory/region/([^/]+)/register', async (r) => {
-      const { key, offset, byte_size: byteSize } = await jsonBody(r.body);
-      if (typeof key !== 'string') throw errors.invalidRequest('register: "key" must be the shared-memory object\'s name (a string)');
-      if (typeof byteSize !== 'number') throw errors.invalidRequest('register: "byte_size" must be a number');
-      await ops.SystemSharedMemoryRegister({ name: r.params[0], key, offset: String(offset ?? 0), byte_size: String(byteSize) });
+      const body = await jsonBody(r.body);
+      if (typeof body.key !== 'string') throw errors.invalidRequest(`register: "key" must be the shared-memory object's name (a string), not ${shown(body.key)}`);
+      const offset = wholeNumber(body, 'offset', 'register', 0);
+      const byteSize = wholeNumber(body, 'byte_size', 'register');
+      await ops.SystemSharedMemoryRegister({ name: r.params[0], key: body.key, offset: String(offset), byte_size: String(byteSize) });
       return { json: {} };
     }),
     route('POST', '/v2/systemsharedmemory(?:/region/([^/]+))?/unregister', async (r) => {
@@ -107,11 +130,12 @@ export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
       ({ json: numbers(Object.values((await ops.CudaSharedMemoryStatus({ name: r.params[0] ?? '' })).regions)) })),
     route('POST', '/v2/cudasharedmemory(?:/region/([^/]+))?/unregister', async (r) => ({ json: await ops.CudaSharedMemoryUnregister({ name: r.params[0] ?? '' }) })),
     route('POST', '/v2/cudasharedmemory/region/([^/]+)/register', async (r) => {
-      const { raw_handle: rawHandle, device_id: deviceId, byte_size: byteSize } = await jsonBody(r.body);
+      const body = await jsonBody(r.body);
+      const rawHandle = body.raw_handle;
       const b64 = rawHandle && typeof rawHandle === 'object' ? (rawHandle as { b64?: unknown }).b64 : undefined;
-      if (typeof b64 !== 'string') throw errors.invalidRequest('register: "raw_handle" must be {"b64": the CUDA IPC handle, base64-encoded}');
-      if (typeof deviceId !== 'number') throw errors.invalidRequest('register: "device_id" must be a number (the GPU\'s CUDA ordinal)');
-      if (typeof byteSize !== 'number') throw errors.invalidRequest('register: "byte_size" must be a number');
+      if (typeof b64 !== 'string') throw errors.invalidRequest(`register: "raw_handle" must be {"b64": the CUDA IPC handle, base64-encoded}, not ${shown(rawHandle)}`);
+      const deviceId = wholeNumber(body, 'device_id', 'register');
+      const byteSize = wholeNumber(body, 'byte_size', 'register');
       return { json: await ops.CudaSharedMemoryRegister({ name: r.params[0], raw_handle: Buffer.from(b64, 'base64'), device_id: deviceId, byte_size: byteSize }) };
     }),
     route('GET', '/v2/logging', async () => ({ json: plainSettings((await ops.LogSettings({ settings: {} })).settings) })),

@@ -10,6 +10,7 @@
  * derived from the schema (json-schema-to-ts), so they follow on their own.
  */
 import type { FromSchema } from 'json-schema-to-ts';
+import { MAX_TIMER_SECONDS } from './timers.js';
 
 /**
  * The config's unions, each spelled once: the schema's `enum`s and the types below come from these
@@ -104,7 +105,9 @@ const runtimeSchema = {
     // Copy the weights of cold models queued behind other work onto the device while it runs that
     // work (a GPU: on a stream of their own; cpu: while a run goes on one of libuv's threads), so
     // that they are there by their turn. false: a cold model's batch waits for its copy at its turn.
-    upload_beside_execution: { type: 'boolean', default: true },
+    // auto: on for backend cuda, off for cpu, where the copy competes with the run for the same
+    // cores and measured no gain (bench/uploads-beside.js, docs/weight-cache.md).
+    upload_beside_execution: { anyOf: [{ const: 'auto' }, { type: 'boolean' }], default: 'auto' },
   },
 } as const;
 
@@ -126,7 +129,7 @@ const schedulerSchema = {
     // Requests queued per model per device; past it, RESOURCE_EXHAUSTED.
     max_queue_depth: { type: 'integer', minimum: 1, default: 1024 },
     // Seconds a request may wait in the queue before DEADLINE_EXCEEDED.
-    dispatch_timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
+    dispatch_timeout_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 30 },
     // Compact the device's weight arena after every N on-demand weight loads; 0 never (the arena
     // also compacts when a load finds enough free bytes but no hole large enough).
     compaction_interval: { type: 'integer', minimum: 0, default: 0 },
@@ -212,7 +215,7 @@ export const nodeConfigSchema = {
             // Their admin port, whose /metrics the gateway's includes; 0: not scraped.
             metrics_port: { type: 'integer', minimum: 0, maximum: 65535, default: 0 },
             // Seconds between resolutions.
-            interval_seconds: { type: 'number', exclusiveMinimum: 0, default: 5 },
+            interval_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 5 },
             // A DNS server (host:port) to ask instead of the system's resolvers; empty: the system's.
             resolver: { type: 'string', pattern: '^$|^[^\\s:]+:\\d+$', default: '' },
           },
@@ -220,9 +223,9 @@ export const nodeConfigSchema = {
         // Forwarded RPCs (unary calls and open streams) in flight to one node; more wait their turn.
         max_concurrent_streams: { type: 'integer', minimum: 1, default: 32 },
         // Deadline, in seconds, of a forwarded call whose client set none.
-        request_timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 60 },
+        request_timeout_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 60 },
         // Seconds between health checks of every node (RepositoryIndex); down nodes come back when they answer.
-        health_seconds: { type: 'number', exclusiveMinimum: 0, default: 2 },
+        health_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 2 },
         scheduling: {
           type: 'object',
           additionalProperties: false,
@@ -289,7 +292,7 @@ export const nodeConfigSchema = {
         // static: the start-up set is fixed; explicit: nothing loads until RepositoryModelLoad asks.
         model_control_mode: { enum: ['dynamic', 'static', 'explicit'], default: 'dynamic' },
         // Seconds between looks at the repository in dynamic mode, beside file events.
-        model_poll_seconds: { type: 'number', exclusiveMinimum: 0, default: 15 },
+        model_poll_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 15 },
         logging: {
           type: 'object',
           additionalProperties: false,
@@ -325,10 +328,10 @@ export const nodeConfigSchema = {
             // Threads running bundles' model.js hooks; 0 = half the cores, at least two.
             threads: { type: 'integer', minimum: 0, default: 0 },
             // Seconds one hook call may take; past it DEADLINE_EXCEEDED and its thread is replaced.
-            timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 10 },
+            timeout_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 10 },
             // Seconds importing one model.js may take (its top-level code); past it the bundle is
             // refused and the thread replaced, and the repository goes on loading the others.
-            import_timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
+            import_timeout_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 30 },
             // JS heap limit of each hook thread in MiB; a hook past it fails its call and its thread
             // is replaced, instead of the process running out of memory. 0 = Node's default.
             max_heap_mib: { type: 'integer', minimum: 0, default: 1024 },
@@ -366,7 +369,7 @@ export const nodeConfigSchema = {
             max_json_body_bytes: { type: 'integer', minimum: 1024, maximum: 2147483647, default: 67108864 },
             // REST: seconds a whole request (headers and body) may take to arrive; a slower one is
             // answered 408 and its connection closed. Headers alone get 10 s.
-            http_request_timeout_seconds: { type: 'number', exclusiveMinimum: 0, default: 60 },
+            http_request_timeout_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 60 },
             // HTTP/2 receive window in bytes, per stream and per connection, of every gRPC connection:
             // how much of a request a client may send before the server acknowledges it. HTTP/2's
             // 64 KiB (65535) throttles large tensors about 3× on loopback; 4 MiB lets a 600 KiB
@@ -376,7 +379,7 @@ export const nodeConfigSchema = {
             // machine (/dev/shm) for tensors. false refuses every registration (docs/security.md).
             system_shared_memory: { type: 'boolean', default: true },
             // Seconds in-flight requests get to finish after SIGTERM/SIGINT before the server exits anyway.
-            shutdown_grace_seconds: { type: 'number', minimum: 0, default: 30 },
+            shutdown_grace_seconds: { type: 'number', minimum: 0, maximum: MAX_TIMER_SECONDS, default: 30 },
             // Threads that terminate gRPC and REST beside the main thread, on the same ports (the
             // kernel spreads connections over them): each decodes, admits and encodes, and hands
             // inferences to the pipeline. 0: the main thread alone. auto: none below 4 cores, else

@@ -13,6 +13,7 @@
  * the model (shared/request-check.ts): names, datatypes, shapes, byte sizes, batch sizes, regions.
  */
 import type { TensorSpec } from './model-spec.js';
+import { toErrorData, type ErrorData } from './errors.js';
 import type { OutputPlacement, WireTensor } from './channels/inference.js';
 
 export type { OutputPlacement };
@@ -68,6 +69,20 @@ export interface DataPlaneRequest {
   parameters: PlainParameters;
   /** The request's own timeout (KServe's `timeout` parameter) in microseconds, if it set one. */
   timeoutUs?: number;
+  /**
+   * What was wrong with it, found while decoding its tensors and parameters (`refusedLater`): it
+   * is the answer once the model is found, because which model is asked for is checked first (as
+   * Triton does: an unknown model is NOT_FOUND whatever it carries). Absent: nothing was wrong.
+   */
+  refused?: ErrorData;
+}
+
+/**
+ * `decode`'s request; or, when decoding its tensors or parameters fails, one that carries the
+ * failure to be answered after its model is looked up (`DataPlaneRequest.refused`).
+ */
+export function refusedLater(head: Pick<DataPlaneRequest, 'model' | 'version' | 'id'>, err: unknown): DataPlaneRequest {
+  return { ...head, inputs: [], outputs: [], parameters: {}, refused: toErrorData(err) };
 }
 
 /**

@@ -4,10 +4,12 @@
  * the other thread went). A device actor's handle (actors/device/handle.ts) and an edge thread's
  * doors to the devices (actors/edge/device-doors.ts) keep theirs here.
  */
+import { after, type LongTimer } from './timers.js';
+
 interface Waiting {
   resolve: (value: never) => void;
   reject: (err: Error) => void;
-  timer: NodeJS.Timeout;
+  timer: LongTimer;
 }
 
 export class PendingCalls {
@@ -21,13 +23,14 @@ export class PendingCalls {
   /**
    * Wait for call `id`'s answer. After `timeoutMs` it stops waiting: the call is dropped and
    * `onTimeout`'s error is its answer (`onTimeout` may also tell the other thread to drop it).
+   * Any `timeoutMs` holds, however far ahead (a client's deadline of weeks; Infinity: never).
    */
   wait<T>(id: number, timeoutMs: number, onTimeout: () => Error): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const timer = after(timeoutMs, () => {
         this.#calls.delete(id);
         reject(onTimeout());
-      }, Math.max(0, timeoutMs));
+      });
       this.#calls.set(id, { resolve: resolve as (value: never) => void, reject, timer });
     });
   }
@@ -36,7 +39,7 @@ export class PendingCalls {
     const waiting = this.#calls.get(id);
     if (!waiting) return undefined;
     this.#calls.delete(id);
-    clearTimeout(waiting.timer);
+    waiting.timer.clear();
     return waiting;
   }
 
@@ -59,7 +62,7 @@ export class PendingCalls {
     const all = [...this.#calls.values()];
     this.#calls.clear();
     for (const waiting of all) {
-      clearTimeout(waiting.timer);
+      waiting.timer.clear();
       waiting.reject(err);
     }
   }

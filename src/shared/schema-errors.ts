@@ -4,6 +4,7 @@
  * bundle manifests.
  */
 import type { ErrorObject } from 'ajv';
+import { MAX_TIMER_SECONDS } from './timers.js';
 
 interface SchemaNode {
   properties?: Record<string, unknown>;
@@ -33,6 +34,11 @@ export function describeSchemaErrors(errs: readonly ErrorObject[], doc: unknown)
       }
       case 'enum':
         return `${at}: ${got} is not allowed; expected one of ${(e.params as { allowedValues: unknown[] }).allowedValues.map((v) => JSON.stringify(v)).join(', ')}`;
+      case 'maximum': {
+        // A duration past what a timer can hold ("never" written as a huge number) says why it is refused.
+        const timer = (e.params as { limit: number }).limit === MAX_TIMER_SECONDS;
+        return `${at}: ${got} ${e.message ?? 'is too large'}${timer ? ' (seconds: about 24.8 days, the longest a timer can wait)' : ''}`;
+      }
       case 'required':
         return `${at}: missing required key ${(e.params as { missingProperty: string }).missingProperty}`;
       default:

@@ -114,6 +114,11 @@ const CORPUS = [
   // models and versions
   ['an empty model name', digits({ model_name: '' }), NOT_FOUND, /unknown model ""; the repository serves: digits, dtypes/],
   ['an unknown model', digits({ model_name: 'ghost' }), NOT_FOUND, /unknown model "ghost"/],
+  // Which model is asked for is checked before its tensors and parameters, as Triton does.
+  ['an unknown model whose input has no data', { ...image({}, []), model_name: 'ghost' }, NOT_FOUND, /unknown model "ghost"/],
+  ['an unknown model whose input has an unknown datatype', { ...image({ datatype: 'FP8' }), model_name: 'ghost' }, NOT_FOUND, /unknown model "ghost"/],
+  ['an unknown model with a sequence id', digits({ model_name: 'ghost', parameters: { sequence_id: { int64_param: '3' } } }), NOT_FOUND, /unknown model "ghost"/],
+  ['an input with no data for a version not served', { ...image({}, []), model_version: '2' }, NOT_FOUND, /model "digits" has no version "2"/],
   ['a version that is not a number', digits({ model_version: 'one' }), NOT_FOUND, /model "digits" has no version "one"; available versions: 1/],
   ['a version not served', digits({ model_version: '2' }), NOT_FOUND, /no version "2"/],
 

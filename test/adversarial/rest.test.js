@@ -247,3 +247,39 @@ test.serial('compressed bodies: gzip and deflate are inflated, and a zip bomb is
   t.regex(broken.json.error, /not valid gzip/);
   await serving(t);
 });
+
+test.serial('every JSON field of the control routes is type-checked: 400 naming the field and what it got, never 500', async (t) => {
+  /** @type {[route: string, body: unknown, names: RegExp][]} */
+  const cases = [
+    ['/v2/systemsharedmemory/region/r1/register', { key: '/k', offset: {}, byte_size: 16 }, /register: "offset" must be a whole number from 0, not \{\}/],
+    ['/v2/systemsharedmemory/region/r1/register', { key: '/k', offset: -1, byte_size: 16 }, /"offset" must be a whole number from 0, not -1/],
+    ['/v2/systemsharedmemory/region/r1/register', { key: '/k', offset: 0.5, byte_size: 16 }, /"offset" must be a whole number from 0, not 0\.5/],
+    ['/v2/systemsharedmemory/region/r1/register', { key: '/k', byte_size: '16' }, /"byte_size" must be a whole number from 0, not "16"/],
+    ['/v2/systemsharedmemory/region/r1/register', { key: '/k' }, /"byte_size" must be a whole number from 0, not nothing/],
+    ['/v2/systemsharedmemory/region/r1/register', { key: {}, byte_size: 16 }, /"key" must be the shared-memory object's name \(a string\), not \{\}/],
+    ['/v2/cudasharedmemory/region/r1/register', { raw_handle: { b64: 'AAAA' }, device_id: {}, byte_size: 16 }, /register: "device_id" must be a whole number from 0, not \{\}/],
+    ['/v2/cudasharedmemory/region/r1/register', { raw_handle: { b64: 'AAAA' }, device_id: 0, byte_size: [] }, /"byte_size" must be a whole number from 0, not \[\]/],
+    ['/v2/cudasharedmemory/region/r1/register', { raw_handle: 'AAAA', device_id: 0, byte_size: 16 }, /"raw_handle" must be \{"b64": .*\}, not "AAAA"/],
+    ['/v2/repository/index', { ready: 'yes' }, /repository index: "ready" must be true or false, not "yes"/],
+    ['/v2/repository/models/echo/load', { parameters: [] }, /parameters must be an object/],
+    ['/v2/logging', { log_verbose_level: {} }, /log setting "log_verbose_level" must be a boolean, a whole number or a string/],
+  ];
+  for (const [route, body, names] of cases) {
+    const res = await post(route, JSON.stringify(body));
+    t.is(res.status, 400, `${route} ${JSON.stringify(body)}: ${res.text}`);
+    t.regex(res.json?.error ?? '', names, route);
+  }
+  await serving(t);
+});
+
+test.serial('an unknown model is 404 whatever its request carries; the same request for a model served is 400', async (t) => {
+  const noData = JSON.stringify({ inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 1024] }] });
+  const ghost = await post('/v2/models/ghost/infer', noData);
+  t.is(ghost.status, 404, ghost.text);
+  t.regex(ghost.json.error, /unknown model "ghost"/);
+  const badType = await post('/v2/models/ghost/infer', JSON.stringify({ inputs: [{ name: 'x', datatype: 'FP8', shape: [1], data: [1] }] }));
+  t.is(badType.status, 404, badType.text);
+  const echo = await post('/v2/models/echo/infer', noData);
+  t.is(echo.status, 400, echo.text);
+  t.regex(echo.json.error, /input "x" has no "data", no binary_data_size and no shared_memory_region/);
+});

@@ -5,6 +5,7 @@
 // Through a shutdown the port stays open while requests drain: probes hear NOT_SERVING, Watch
 // streams end at once, new inferences are refused, the one in flight completes, the process exits 0.
 import { spawnSync } from 'node:child_process';
+import http2 from 'node:http2';
 import { once } from 'node:events';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -128,4 +129,26 @@ test('Watch sends each change; shutdown: probes still connect and hear NOT_SERVI
   t.deepEqual([...new Float32Array(/** @type {Float32Array} */ (outputs[0].data))].slice(0, 3), [2, 2, 2]);
   const [code] = await once(server.child, 'close');
   t.is(code, 0);
+});
+
+test('shutdown is not held by a Watch whose client never finished asking: the process exits at once, not after the grace period', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { echo: path.join(FIXTURES, 'models', 'echo') });
+  const server = await startServer({ model_repo: repo, global: { endpoints: { shutdown_grace_seconds: 8 } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  // A Watch request whose message came but whose end did not (a stream left half-open): grpc-js
+  // never runs its handler, so it is not among the Watch streams shutdown ends.
+  const client = http2.connect(`http://${server.address}`);
+  t.teardown(() => client.destroy());
+  const stream = client.request({ ':method': 'POST', ':path': '/grpc.health.v1.Health/Watch', 'content-type': 'application/grpc', te: 'trailers' });
+  stream.on('error', () => {});
+  stream.write(Buffer.from([0, 0, 0, 0, 0])); // an empty HealthCheckRequest, and no END_STREAM
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const started = Date.now();
+  server.child.kill('SIGTERM');
+  const [code] = await once(server.child, 'close');
+  const tookMs = Date.now() - started;
+  t.is(code, 0);
+  t.true(tookMs < 3000, `exited ${tookMs} ms after SIGTERM (grace 8 s)`);
 });

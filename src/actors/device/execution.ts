@@ -24,7 +24,7 @@ import { bindWeights, plainRun, type Executable } from './executables.js';
 import type { DeviceModels } from './models.js';
 import { batchInput, outputBytes, requestOutput } from './ort-tensors.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
-import type { ModelSpec, TensorSpec } from '../../shared/model-spec.js';
+import { modelOf, type ModelSpec, type TensorSpec } from '../../shared/model-spec.js';
 import { isDeviceSlice, isOutOfMemory, type DeviceSlice, type HostTensor, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
@@ -199,7 +199,7 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
   const instance = batch[0].instance;
   const model = models.get(instance);
   if (!model) {
-    for (const t of batch) ctx.fail(t.id, errors.modelNotReady(instance, 'UNAVAILABLE', `not loaded on device ${ctx.deviceId}`));
+    for (const t of batch) ctx.fail(t.id, errors.modelNotReady(modelOf(instance), 'UNAVAILABLE', `not loaded on device ${ctx.deviceId}`));
     return;
   }
   const { spec, batchDims } = model;

@@ -105,6 +105,14 @@ export interface DeviceHandleOptions {
    * that died closed with it, and new ones may be opened (`openEdgeDoor`).
    */
   onServing?: (deviceId: number) => void;
+  /**
+   * Told when the device no longer holds an instance it was asked to (its replacement worker could
+   * not load it again): nothing of that instance may be routed here any more, and it is not loaded
+   * into later workers. A later load (a reload of the model) brings it back.
+   */
+  onLost?: (deviceId: number, instance: InstanceKey, why: string) => void;
+  /** How long a worker may take to start; DEVICE_START_TIMEOUT_MS when absent (tests shorten it). */
+  startTimeoutMs?: number;
   /** The worker script; tests substitute a fixture. */
   workerUrl?: URL;
 }
@@ -182,11 +190,18 @@ export class DeviceHandle {
     this.#worker = worker;
     let lastError: Error | undefined;
     let started = false;
+    const startTimeoutMs = this.#options.startTimeoutMs ?? DEVICE_START_TIMEOUT_MS;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
+        // Given up on: what was sent to it (a replacement's reloads, requests) will never be
+        // answered, so it fails now rather than at each call's own timer; its exit, later, is
+        // no longer this handle's concern.
+        const why = `its worker did not start within ${startTimeoutMs} ms`;
+        this.#outbox.clear();
+        this.#pending.failAll(errors.deviceUnavailable(this.deviceId, why));
         void worker.terminate();
-        reject(errors.deviceUnavailable(this.deviceId, `its worker did not start within ${DEVICE_START_TIMEOUT_MS} ms`));
-      }, DEVICE_START_TIMEOUT_MS);
+        reject(errors.deviceUnavailable(this.deviceId, why));
+      }, startTimeoutMs);
       worker.on('message', (msg: FromDevice) => {
         if (msg.type === 'started') {
           started = true;
@@ -251,18 +266,31 @@ export class DeviceHandle {
     this.#state = DeviceState.RESTARTING;
     this.#reloading = true;
     const started = this.#spawn();
+    const generation = this.#generation;
     // Posted now, the reloads sit first in the new worker's inbox, ahead of any later request;
     // each carries its model's policy as it stands.
-    const reloads = [...this.#loaded].map(([instance, { spec, compiled }]) => this.load(spec, instance, compiled).then(() => true, (err: Error) => {
-      this.#options.logger.error({ device: this.deviceId, model: spec.name }, `reload after crash failed: ${err.message}`);
-      return false;
-    }));
+    const reloads = [...this.#loaded].map(([instance, { spec, compiled }]) => this.#open(spec, instance, compiled, true).then(() => null, (err: Error) => ({ instance, err })));
     started.then(async () => {
-      const reloaded = (await Promise.all(reloads)).filter(Boolean).length;
-      this.#options.logger.info({ device: this.deviceId, reloaded, failed: reloads.length - reloaded }, 'device actor restarted: its models are loaded again');
+      const failed = (await Promise.all(reloads)).filter((f) => f !== null);
+      // This worker died too before its reloads were done: its replacement reloads, and says so.
+      if (generation !== this.#generation) return;
+      for (const { instance, err } of failed) this.#lose(instance, `its worker was replaced and could not load it again: ${err.message}`);
+      this.#options.logger[failed.length ? 'error' : 'info']({ device: this.deviceId, reloaded: reloads.length - failed.length, failed: failed.length, ...(failed.length ? { lost: failed.map((f) => f.instance) } : {}) },
+        failed.length ? 'device actor restarted without some of its models: they are routed to the devices that have them' : 'device actor restarted: its models are loaded again');
       this.#reloading = false;
       if (this.#state === DeviceState.READY) this.#options.onServing?.(this.deviceId);
     }, (err: Error) => this.#onCrash(`its replacement failed to start: ${err.message}`));
+  }
+
+  /**
+   * The worker does not hold `instance` (its reload failed): nothing of it is routed here or loaded
+   * into a later worker, and whatever part of it the worker made is freed.
+   */
+  #lose(instance: InstanceKey, why: string): void {
+    if (!this.#loaded.delete(instance)) return; // unloaded meanwhile
+    this.#options.logger.error({ device: this.deviceId, model: modelOf(instance), instance }, `model lost on device ${this.deviceId}: ${why}`);
+    this.#call('unload', { instance }).catch(() => undefined);
+    this.#options.onLost?.(this.deviceId, instance, why);
   }
 
   #settle(msg: FromDevice): void {
@@ -326,12 +354,22 @@ export class DeviceHandle {
    * compiled form (null when the weight cache is off); its host buffers join the offer, and the
    * host RAM the load ends up holding is reported to `hostWeights`.
    */
-  async load(spec: ModelSpec, instance: InstanceKey, compiled: CompiledModel | null): Promise<{ loadMs: number; weightBytes: number }> {
+  load(spec: ModelSpec, instance: InstanceKey, compiled: CompiledModel | null): Promise<{ loadMs: number; weightBytes: number }> {
+    return this.#open(spec, instance, compiled, false);
+  }
+
+  /**
+   * A load, or (`reload`) the same instance loaded again into a replacement worker: a reload does
+   * not make the handle hold again what was unloaded while it ran (the unload, posted after it,
+   * frees it in the worker), so an unloaded model is never loaded into a later worker.
+   */
+  async #open(spec: ModelSpec, instance: InstanceKey, compiled: CompiledModel | null, reload: boolean): Promise<{ loadMs: number; weightBytes: number }> {
     const hostOffer = { ...this.#options.hostWeights?.offer(), ...compiled?.host };
     const policy = this.#options.policies.of(this.deviceId, spec.name);
     const loaded = await this.#call('load', { instance, spec, policy, compiled: compiled?.executables ?? null, hostOffer });
+    if (reload && !this.#loaded.has(instance)) return { loadMs: loaded.loadMs, weightBytes: loaded.weightBytes };
     // Kept for a crash reload without the compiler's buffers: HostWeights holds what is in use.
-    this.#loaded.set(instance, { spec, compiled: compiled && { executables: compiled.executables, host: {} } });
+    if (!reload) this.#loaded.set(instance, { spec, compiled: compiled && { executables: compiled.executables, host: {} } });
     this.#options.hostWeights?.update({ created: { ...compiled?.host, ...loaded.host.created }, holdings: loaded.host.holdings });
     this.#options.onCompiled?.(loaded.compiled.files, loaded.compiled.cacheHits);
     if (loaded.memory) this.#options.onWeights?.(spec.name, loaded.load, loaded.memory);
@@ -350,10 +388,31 @@ export class DeviceHandle {
     return { loadMs: loaded.loadMs, weightBytes: loaded.weightBytes };
   }
 
+  /**
+   * Free an instance. If the worker it was sent to dies (or the device stops, or is taken out of
+   * service) first, the instance is gone with it, and no replacement loads it again: that is an
+   * unload too.
+   */
   async unload(instance: InstanceKey): Promise<void> {
     this.#loaded.delete(instance);
-    const { memory } = await this.#call('unload', { instance });
-    if (memory) this.#options.onWeights?.(modelOf(instance), null, memory);
+    const generation = this.#generation;
+    try {
+      const { memory } = await this.#call('unload', { instance });
+      if (memory) this.#options.onWeights?.(modelOf(instance), null, memory);
+    } catch (err) {
+      if (generation !== this.#generation || !this.serving) return;
+      throw err;
+    }
+  }
+
+  /** Whether the device holds `instance` (or will once its replacement worker has loaded it again). */
+  holds(instance: InstanceKey): boolean {
+    return this.#loaded.has(instance);
+  }
+
+  /** Serving with every model it holds loaded: not starting, not reloading after a crash. */
+  get settled(): boolean {
+    return this.#state === DeviceState.READY && !this.#reloading;
   }
 
   /**
@@ -364,6 +423,8 @@ export class DeviceHandle {
    * with where the hook thread running its preprocess hook must send them.
    */
   async infer(req: InferenceRequest, signal?: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {
+    // A client gone before its request got here (mid-decode, or before its handler ran): not run.
+    if (signal?.aborted) throw errors.cancelled();
     const id = this.#nextId++;
     const enqueuedAtMs = nowMs();
     const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs : enqueuedAtMs + this.waitBoundMs;

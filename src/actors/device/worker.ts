@@ -25,7 +25,7 @@ import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, H
 import { nowMs } from '../../shared/channels/inference.js';
 import { allocateDeviceMemory, initOrt, processThreadPool } from '../../native/ort.js';
 import { gpuMemory, loadCuda, pinHost } from '../../native/cuda.js';
-import type { InstanceKey } from '../../shared/model-spec.js';
+import { modelOf, type InstanceKey } from '../../shared/model-spec.js';
 import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
 import { Arena } from './arena.js';
 import { CostModel } from './cost-model.js';
@@ -161,6 +161,7 @@ const calls: { [K in DeviceCallType]: (request: DeviceCall<K>) => Promise<Device
 };
 
 async function answer<K extends DeviceCallType>(type: K, msg: DeviceCall<K>): Promise<void> {
+  if (holdLoadsFile && type === 'load') await heldLoad();
   const refused = service.refusal;
   if (refused) return fail(msg.id, refused);
   try {
@@ -175,7 +176,7 @@ function admit(cmd: InferCommand): void {
   const refused = service.refusal;
   if (refused) return fail(cmd.id, refused);
   const model = models.get(cmd.instance);
-  if (!model) return fail(cmd.id, errors.modelNotReady(cmd.instance, 'UNAVAILABLE', `not loaded on device ${init.deviceId}`));
+  if (!model) return fail(cmd.id, errors.modelNotReady(modelOf(cmd.instance), 'UNAVAILABLE', `not loaded on device ${init.deviceId}`));
   try {
     scheduler.enqueue(cmd);
   } catch (err) {
@@ -207,6 +208,22 @@ function injectedFault(): void {
   if (faultExitFile && existsSync(faultExitFile)) {
     rmSync(faultExitFile, { force: true });
     process.exit(70);
+  }
+}
+
+/**
+ * Fault injection, for the tests of device supervision (test/adversarial/supervision.test.js):
+ * while the file STOWAGE_FAULT_DEVICE_HOLD_LOADS names exists, this thread holds each load before
+ * it starts (a replacement worker slow to load its models again, so that a test can act on a device
+ * mid-restart), and takes a device exit armed meanwhile (STOWAGE_FAULT_DEVICE_EXIT) there. Unset
+ * (production), it costs nothing.
+ */
+const holdLoadsFile = process.env.STOWAGE_FAULT_DEVICE_HOLD_LOADS;
+async function heldLoad(): Promise<void> {
+  if (holdLoadsFile && existsSync(holdLoadsFile)) send({ type: 'warning', message: 'fault injection: a load is held', fields: { device: init.deviceId } });
+  while (holdLoadsFile && existsSync(holdLoadsFile)) {
+    if (faultExitFile) injectedFault();
+    await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
 

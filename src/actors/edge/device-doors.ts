@@ -32,6 +32,8 @@ export class DeviceDoor {
   readonly #outbox: Outbox<ToDeviceDoor>;
   #nextId = 1;
   #closed = false;
+  /** Why it closed. */
+  #why = 'its worker exited';
 
   /** `onClosed`: the device's end went (its worker ended); told once. */
   constructor(deviceId: number, port: MessagePort, waitBoundMs: number, onClosed: (door: DeviceDoor) => void) {
@@ -67,7 +69,9 @@ export class DeviceDoor {
    * them afterwards), its outputs' come back. `signal` aborting drops it.
    */
   async infer(req: InferenceRequest, signal: AbortSignal): Promise<InferenceResult> {
-    if (this.#closed) throw errors.deviceUnavailable(this.deviceId, 'its worker exited');
+    if (this.#closed) throw errors.deviceUnavailable(this.deviceId, this.#why);
+    // A client gone before its request got here (mid-decode, or before its handler ran): not run.
+    if (signal.aborted) throw errors.cancelled();
     const id = this.#nextId++;
     const enqueuedAtMs = nowMs();
     const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs : enqueuedAtMs + this.#waitBoundMs;
@@ -94,6 +98,7 @@ export class DeviceDoor {
   close(why: string): void {
     if (this.#closed) return;
     this.#closed = true;
+    this.#why = why;
     this.#outbox.clear();
     this.#port.close();
     this.#pending.failAll(errors.deviceUnavailable(this.deviceId, why));

@@ -72,8 +72,9 @@ export class DirectPath {
     this.#open = [...this.#doors.values()];
   }
 
-  /** Device `deviceId` is out of service: route nothing more to it (what it has pending, it fails itself). */
-  deviceOut(deviceId: number): void {
+  /** Device `deviceId` is out of service: route nothing more to it; what is pending on its door fails UNAVAILABLE. */
+  deviceOut(deviceId: number, why: string): void {
+    this.#doors.get(deviceId)?.close(why);
     this.#forgetDoor(deviceId);
   }
 
@@ -82,9 +83,10 @@ export class DirectPath {
     this.#open = [...this.#doors.values()];
   }
 
-  #pick(model: string, placement: EdgePlacement | undefined): DeviceDoor | undefined {
-    if (placement) return this.#fill(model, placement);
-    const open = this.#open;
+  #pick(model: string, placement: EdgePlacement | undefined, holders: number[] | undefined): DeviceDoor | undefined {
+    if (placement && (!holders || placement.devices.every((id) => holders.includes(id)))) return this.#fill(model, placement);
+    // Only the devices that hold the model, when a device lost it.
+    const open = holders ? this.#open.filter((d) => holders.includes(d.deviceId)) : this.#open;
     if (open.length <= 1) return open[0];
     if (this.#routing === 'least_outstanding') return open.reduce((best, d) => (d.inflight < best.inflight ? d : best));
     const door = open[this.#next % open.length];
@@ -119,11 +121,11 @@ export class DirectPath {
    * to the main thread). `options` are the edge's, as the pipeline takes them.
    */
   infer(req: DataPlaneRequest, options: InferOptions): Promise<InferenceAnswer> | null {
-    if (req.version !== '' && req.version !== MODEL_VERSION) return null;
+    if (req.refused || (req.version !== '' && req.version !== MODEL_VERSION)) return null;
     const route = this.#routes.get(req.model);
     if (!route || route.spec.kind === 'meta' || route.spec.hooks) return null;
     if (req.inputs.some((t) => t.bytes.kind !== 'inline') || req.outputs.some((o) => o.region)) return null;
-    const door = this.#pick(req.model, route.placement);
+    const door = this.#pick(req.model, route.placement, route.devices);
     if (!door || !this.#leases.acquire(route.slot, route.tag)) return null;
     return this.#run(req, options, route, door);
   }

@@ -178,9 +178,9 @@ export class EdgeThreads {
     if (device) for (const edge of this.#edges) if (edge) this.#openDoor(edge, device);
   }
 
-  /** Device `deviceId` was taken out of service: no edge routes to it any more. */
-  deviceOut(deviceId: number): void {
-    if (this.#o.direct) this.#broadcast({ type: 'deviceOut', deviceId });
+  /** Device `deviceId` was taken out of service: no edge routes to it any more, and its doors close. */
+  deviceOut(deviceId: number, why: string): void {
+    if (this.#o.direct) this.#broadcast({ type: 'deviceOut', deviceId, why });
   }
 
   /**

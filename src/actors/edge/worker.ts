@@ -19,7 +19,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { NodeConfig } from '../../shared/config-schema.js';
 import type { EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js';
 import type { DataPlaneRequest, Infer, InferenceAnswer } from '../../shared/data-plane.js';
-import { fromErrorData, type ErrorData } from '../../shared/errors.js';
+import { errors, fromErrorData, type ErrorData } from '../../shared/errors.js';
 import { createLogger } from '../../shared/log.js';
 import { Outbox } from '../../shared/outbox.js';
 import { Admission } from '../../protocol/admission.js';
@@ -113,6 +113,7 @@ const infer: Infer = async (request, options) => {
 };
 
 const viaMain: Infer = async (request, { signal, ...options }) => {
+  if (signal.aborted) throw errors.cancelled(); // its client went while it was read: not sent on
   const id = nextId++;
   const onAbort = () => post({ type: 'cancel', id });
   signal.addEventListener('abort', onAbort, { once: true });
@@ -182,7 +183,7 @@ function receive(msg: ToEdge): void {
       else msg.port.close();
       return;
     case 'deviceOut':
-      direct?.deviceOut(msg.deviceId);
+      direct?.deviceOut(msg.deviceId, msg.why);
       return;
     case 'flush':
       post({ type: 'flushed', id: msg.id }); // behind every `served` already in the outbox

@@ -43,6 +43,11 @@ export interface EdgeRoute {
   tag: number;
   /** lpt_packing over several devices: where the model is placed; absent: any device. */
   placement?: EdgePlacement;
+  /**
+   * The devices that hold the instance, when not every device in service does (a device's
+   * replacement worker could not load it again): the edge routes it only there. Absent: every device.
+   */
+  devices?: number[];
 }
 
 /** What an edge needs to route requests to the devices itself; absent: every inference goes through the main thread. */
@@ -100,8 +105,8 @@ export type ToEdge =
    * before the edge stops waiting (the device's queue bound and the execution watchdog).
    */
   | { type: 'door'; deviceId: number; port: MessagePort; waitBoundMs: number }
-  /** Device `deviceId` was taken out of service: route nothing more to it. */
-  | { type: 'deviceOut'; deviceId: number }
+  /** Device `deviceId` was taken out of service (`why`): route nothing more to it, and close its door. */
+  | { type: 'deviceOut'; deviceId: number; why: string }
   /**
    * Answer `flushed` `id`: it comes after every `served` the edge posted before (one port, in
    * order), so what the main thread counts then includes every request the edge had answered.

@@ -1,6 +1,7 @@
 import path from 'node:path';
 import test from 'ava';
 import { environmentOverrides, parseNodeConfig } from '../../../dist/config/load.js';
+import { weightCacheInit } from '../../../dist/config/weight-budget.js';
 import { stowageThrows } from '../../helpers/errors.js';
 
 const FILE = '/etc/stowage/node.yaml';
@@ -22,7 +23,7 @@ test('defaults fill every key and the result is frozen', (t) => {
     tracing: { exporter: 'none', endpoint: '', protocol: 'http/protobuf', sample_ratio: 1 },
     runtime: {
       backend: 'cpu', warmup: 'auto', cuda: { tf32: true, cudnn_conv_algo_search: 'exhaustive', ort_arena_limit_bytes: 0, weight_cache_bytes: 0, graphs: false, shared_arena: false }, intra_op_threads: 0, inline_run_below_ms: 50, thread_pool: 'per_session', cpu_device_memory_bytes: 1073741824, mem_fraction: 0.9, preallocate: true,
-      weight_cache_fraction: 1, weight_cache_wiggle_fraction: 0.1, upload_beside_execution: true,
+      weight_cache_fraction: 1, weight_cache_wiggle_fraction: 0.1, upload_beside_execution: 'auto',
     },
     scheduler: { discipline: 'fair', prefer_resident: true, ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, compaction_interval: 0, models: {} },
     hooks: { threads: 0, timeout_seconds: 10, import_timeout_seconds: 30, max_heap_mib: 1024 },
@@ -234,4 +235,29 @@ test('a gateway-only process lists its nodes instead of a model repository', (t)
   t.is(config.model_repo, '');
   t.regex(t.throws(() => parse('gateway:\n  endpoints: ["node2"]\n')).message, /gateway\.endpoints\.0: "node2" must match pattern/);
   t.regex(t.throws(() => parse('gateway:\n  endpoints: ["a:1"]\n  scheduling: { mode: lpt_packing }\n')).message, /a gateway-only process \(gateway.endpoints or gateway.discovery\) routes with round_robin or least_outstanding/);
+});
+
+test('upload_beside_execution: auto is on for backend cuda and off for cpu; true and false, also from the environment, are as they say', (t) => {
+  const beside = (/** @type {string} */ text, env = {}) => {
+    const { config } = parse(`model_repo: m\n${text}`, env);
+    return weightCacheInit(config.global.runtime, config.global.scheduler, '/cache')?.uploadBesideExecution;
+  };
+  t.false(beside(''));
+  t.true(beside('global:\n  runtime:\n    backend: cuda\n'));
+  t.true(beside('global:\n  runtime:\n    upload_beside_execution: true\n'));
+  t.false(beside('global:\n  runtime:\n    backend: cuda\n    upload_beside_execution: false\n'));
+  t.true(beside('', { INFERENCE_SERVER_RUNTIME_UPLOAD_BESIDE_EXECUTION: 'true' }));
+  t.false(beside('global:\n  runtime:\n    backend: cuda\n', { INFERENCE_SERVER_RUNTIME_UPLOAD_BESIDE_EXECUTION: 'false' }));
+  const err = stowageThrows(t, () => parse('model_repo: m\nglobal:\n  runtime:\n    upload_beside_execution: sometimes\n'));
+  t.regex(err.message, /global\.runtime\.upload_beside_execution/);
+});
+
+test('a timer\'s duration past what one timer holds stops the start, saying why; at the limit it loads', (t) => {
+  for (const key of ['scheduler:\n    dispatch_timeout_seconds', 'endpoints:\n    shutdown_grace_seconds', 'hooks:\n    timeout_seconds', 'endpoints:\n    http_request_timeout_seconds']) {
+    const err = stowageThrows(t, () => parse(`model_repo: m\nglobal:\n  ${key}: 2147484\n`));
+    t.regex(err.message, /: 2147484 must be <= 2147483 \(seconds: about 24\.8 days, the longest a timer can wait\)/, key);
+    t.notThrows(() => parse(`model_repo: m\nglobal:\n  ${key}: 2147483\n`), key);
+  }
+  const poll = stowageThrows(t, () => parse('model_repo: m\nglobal:\n  model_poll_seconds: 1e12\n'));
+  t.regex(poll.message, /global\.model_poll_seconds: 1000000000000 must be <= 2147483/);
 });

@@ -17,10 +17,16 @@ import { ModelPolicies } from '../../../dist/node/model-policies.js';
 function fakeDevice(deviceId, events) {
   /** @type {(() => void)[]} */
   const pending = [];
+  /** @type {Set<string>} */
+  const lost = new Set();
   return {
     deviceId,
     serving: true,
+    settled: true,
     state: 'READY',
+    /** Instances this device lost (its replacement worker could not load them again); it holds every other. */
+    lost,
+    holds: (/** @type {string} */ instance) => !lost.has(instance),
     get inflight() {
       return pending.length;
     },
@@ -162,4 +168,30 @@ test('a device out of service is routed around; with none left, UNAVAILABLE sayi
   const err = await t.throwsAsync(pool.infer(request));
   t.is(/** @type {any} */ (err).code, 'STOWAGE_DEVICE_UNAVAILABLE');
   t.regex(err?.message ?? '', /no device of this node is in service \(device 0: OUT_OF_SERVICE, device 1: OUT_OF_SERVICE\)/);
+});
+
+test('a device that lost a model is routed around, placed or not; one still reloading after a crash takes nothing others serve', async (t) => {
+  for (const mode of /** @type {const} */ (['round_robin', 'least_outstanding', 'lpt_packing'])) {
+    const devices = [0, 1, 2].map((id) => fakeDevice(id, []));
+    const pool = new Devices(devices, { mode, policies: new ModelPolicies(devices.map((d) => ({ deviceId: d.deviceId, models: {} }))), lpt: lpt({ defaultReplicas: 'all' }) });
+    await pool.load(spec('m', 1), instanceKey('m', 1));
+    devices[1].lost.add(instanceKey('m', 1));
+    t.true(pool.lost(instanceKey('m', 1)), `${mode}: others still hold it`);
+    t.deepEqual(pool.holdersOf(instanceKey('m', 1)), [0, 2]);
+    for (let i = 0; i < 12; i++) void pool.infer(request('m'));
+    t.deepEqual(devices.map((d) => d.inflight), [6, 0, 6], mode);
+    // Device 2 restarting: its reloads not done, requests go to the device that has the model now.
+    devices[2].settled = false;
+    for (let i = 0; i < 4; i++) void pool.infer(request('m'));
+    t.deepEqual(devices.map((d) => d.inflight), [10, 0, 6], `${mode}: restarting`);
+  }
+});
+
+test('a model no device in service holds fails UNAVAILABLE, naming the model', async (t) => {
+  const devices = [0, 1].map((id) => fakeDevice(id, []));
+  const pool = new Devices(devices, { mode: 'round_robin', policies: new ModelPolicies(devices.map((d) => ({ deviceId: d.deviceId, models: {} }))) });
+  for (const d of devices) d.lost.add(instanceKey('m', 1));
+  t.false(pool.lost(instanceKey('m', 1)));
+  const err = await t.throwsAsync(pool.infer(request('m')));
+  t.regex(err?.message ?? '', /model "m" is not ready \(state UNAVAILABLE\): no device in service holds it/);
 });

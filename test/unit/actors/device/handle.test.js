@@ -1,6 +1,7 @@
 // The main-thread handle on a device actor, with the real worker (real ONNX Runtime) and with
 // scripted stand-ins that crash, hang or fail to start.
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import test from 'ava';
 import { pino } from 'pino';
@@ -153,4 +154,96 @@ test('stop() answers pending calls with UNAVAILABLE', async (t) => {
   const err = await stowageError(t, pending);
   t.regex(err.message, /the server is stopping/);
   t.is(device.state, DeviceState.DEAD);
+});
+
+/**
+ * A scripted device actor numbered `deviceId` (100 and up: its replacements misbehave, as
+ * scripted-device.js says), with the handle's own callbacks recorded: the instances it lost, and
+ * each time it said it serves again.
+ * @param {import('ava').ExecutionContext} t
+ * @param {number} deviceId
+ * @param {number} [startTimeoutMs]
+ */
+async function watched(t, deviceId, startTimeoutMs) {
+  /** @type {{ instance: string, why: string }[]} */
+  const lost = [];
+  const serving = { count: 0 };
+  const device = await DeviceHandle.create({ deviceId, intraOpThreads: 1, scheduler, policies: noPolicies(), weights: null, logger, workerUrl: scripted,
+    startTimeoutMs, onLost: (_d, instance, why) => lost.push({ instance, why }), onServing: () => serving.count++ });
+  t.teardown(async () => {
+    await device.stop();
+    rmSync(path.join(os.tmpdir(), `stowage-scripted-device-${process.pid}-${deviceId}`), { force: true });
+  });
+  return { device, lost, serving };
+}
+
+test('a replacement worker that never starts fails what was sent to it as soon as its start times out, not at each call\'s own timer', async (t) => {
+  const { device } = await watched(t, 101, 300);
+  await device.load(spec('nostart'), key('nostart#1'), null);
+  await t.throwsAsync(device.infer(request('crash#1')));
+  // Posted to the replacement, behind its reload; its deadline is far off.
+  const started = Date.now();
+  const err = await stowageError(t, device.infer(request('nostart#1', { deadlineMs: inSeconds(20) })));
+  t.is(err.code, 'STOWAGE_DEVICE_UNAVAILABLE');
+  t.regex(err.message, /device 101 is unavailable: its worker did not start within 300 ms/);
+  t.true(Date.now() - started < 5000, `failed after ${Date.now() - started} ms`);
+});
+
+test('a model the replacement worker cannot load again is lost there: said once, no longer held, never reloaded', async (t) => {
+  const { device, lost, serving } = await watched(t, 102);
+  await device.load(spec('noreload'), key('noreload#1'), null);
+  await device.load(spec('echo'), key('echo#1'), null);
+  t.true(device.holds(key('noreload#1')));
+  await t.throwsAsync(device.infer(request('crash#1')));
+  while (serving.count === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+  t.deepEqual(lost.map((l) => l.instance), ['noreload#1']);
+  t.regex(lost[0].why, /could not load it again: noreload: its compiled files are gone/);
+  t.false(device.holds(key('noreload#1')));
+  t.true(device.holds(key('echo#1')));
+  t.true(device.settled);
+  // A second crash reloads only what it holds.
+  await t.throwsAsync(device.infer(request('crash#1')));
+  t.deepEqual((await device.status()).map((i) => i.instance), ['echo#1']);
+  t.is(lost.length, 1);
+});
+
+test('two crashes back to back: the first replacement\'s end does not open edge doors while the second still reloads', async (t) => {
+  const { device, serving } = await watched(t, 103);
+  await device.load(spec('slowreload'), key('slowreload#1'), null);
+  await t.throwsAsync(device.infer(request('crash#1')));
+  // The first replacement dies while its slow reload runs.
+  await t.throwsAsync(device.infer(request('crash#1')));
+  t.is(device.state, DeviceState.RESTARTING);
+  await new Promise((resolve) => setTimeout(resolve, 150));
+  t.false(device.settled, 'the second replacement is still reloading');
+  t.is(device.openEdgeDoor(), null, 'no edge door before its models are loaded');
+  t.is(serving.count, 0);
+  while (serving.count === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+  t.is(serving.count, 1, 'said once, for the replacement that serves');
+  const door = device.openEdgeDoor();
+  t.truthy(door);
+  door?.close();
+  t.deepEqual((await device.status()).map((i) => i.instance), ['slowreload#1']);
+});
+
+test('an unload whose worker dies before it answers succeeds: the instance went with the worker and is not reloaded', async (t) => {
+  const { device } = await watched(t, 104);
+  await device.load(spec('hangunload'), key('hang#1'), null);
+  await device.load(spec('echo'), key('echo#1'), null);
+  const running = device.infer(request('hang#1'));
+  const unloaded = device.unload(key('hang#1'));
+  const crash = device.infer(request('crash#1'));
+  await t.throwsAsync(crash);
+  await t.throwsAsync(running);
+  await t.notThrowsAsync(unloaded);
+  t.deepEqual((await device.status()).map((i) => i.instance), ['echo#1']);
+});
+
+test('a request whose client went before it was handed over is not sent to the device', async (t) => {
+  const device = await actor(t, scripted);
+  const abort = new AbortController();
+  abort.abort();
+  const err = await stowageError(t, device.infer(request('hang#1'), abort.signal));
+  t.is(err.code, 'STOWAGE_CANCELLED');
+  t.is(device.inflight, 0);
 });
