@@ -44,7 +44,7 @@ step() {
   echo "=== $name: exit $rc"
   [ "$rc" -eq 0 ] || status=1
 }
-step gpu-tests 300 node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/cuda.test.js test/gpu/server.test.js test/gpu/cuda-shm.test.js
+step gpu-tests 300 node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/cuda.test.js test/gpu/server.test.js test/gpu/cuda-shm.test.js test/gpu/hazards.test.js
 # The same suite with every server's CUDA graphs on: what runtime.cuda.graphs needs to be on by default.
 step gpu-tests-graphs 300 env INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS=true node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/server.test.js test/gpu/cuda-shm.test.js
 # NVIDIA's own client on CUDA shared memory: needs tritonclient (carried as a wheel; the image has

@@ -84,6 +84,19 @@ const Runtime& loadedRuntime() {
 
 }  // namespace
 
+DeviceScope::DeviceScope(int ordinal, const std::string& what) : ordinal_(ordinal) {
+  const Runtime& rt = loadedRuntime();
+  if (rt.getDevice(&previous_) != 0) {
+    rt.getLastError();
+    previous_ = -1;
+  }
+  if (previous_ != ordinal_) check(rt.setDevice(ordinal_), what);
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0 && previous_ != ordinal_ && table.setDevice(previous_) != 0) table.getLastError();
+}
+
 void* deviceAlloc(int ordinal, size_t bytes, const std::string& device) {
   const Runtime& rt = loadedRuntime();
   void* p = nullptr;
@@ -94,8 +107,13 @@ void* deviceAlloc(int ordinal, size_t bytes, const std::string& device) {
 
 void deviceFree(int ordinal, void* data) noexcept {
   if (!loaded || !data) return;
+  // cudaFree synchronises the device: never while a capture is open on it.
+  std::lock_guard<std::recursive_mutex> capture(captureLock(ordinal));
+  int previous = -1;
+  if (table.getDevice(&previous) != 0) previous = -1;
   table.setDevice(ordinal);
   table.free(data);
+  if (previous >= 0 && previous != ordinal) table.setDevice(previous);
   table.getLastError();  // a failure here has nobody to tell, and must not fail ONNX Runtime's next launch
 }
 
@@ -113,14 +131,14 @@ void copyToDevice(int ordinal, void* dst, const void* src, size_t bytes, bool wa
 
 void copyToHost(int ordinal, void* dst, const void* src, size_t bytes, const std::string& what) {
   const Runtime& rt = loadedRuntime();
-  check(rt.setDevice(ordinal), what);
+  DeviceScope scope(ordinal, what);  // a CUDA shared-memory region may be on another GPU than the thread's
   check(rt.memcpy(dst, src, bytes, kDeviceToHost), what);  // copy: GPU to host (a graph's outputs)
   check(rt.streamSynchronize(nullptr), what);
 }
 
 void copyDevices(int ordinal, void* dst, const void* src, size_t bytes, const std::string& what) {
   const Runtime& rt = loadedRuntime();
-  check(rt.setDevice(ordinal), what);
+  DeviceScope scope(ordinal, what);
   check(rt.memcpy(dst, src, bytes, kDefault), what);  // copy: GPU to GPU (a CUDA shared-memory tensor on another GPU, or out of a region)
   check(rt.streamSynchronize(nullptr), what);
 }
@@ -135,6 +153,7 @@ std::map<std::pair<int, std::string>, std::pair<void*, int>> ipcOpened;
 
 void* ipcOpen(int ordinal, const CudaIpcHandle& handle, const std::string& what) {
   const Runtime& rt = loadedRuntime();
+  std::lock_guard<std::recursive_mutex> capture(captureLock(ordinal));
   std::lock_guard<std::mutex> lock(ipcMutex);
   auto key = std::make_pair(ordinal, std::string(handle.reserved, kIpcHandleBytes));
   auto at = ipcOpened.find(key);
@@ -142,22 +161,26 @@ void* ipcOpen(int ordinal, const CudaIpcHandle& handle, const std::string& what)
     at->second.second++;
     return at->second.first;
   }
-  check(rt.setDevice(ordinal), what);
+  DeviceScope scope(ordinal, what);
   void* data = nullptr;
-  // cudaIpcMemLazyEnablePeerAccess: an allocation on another GPU is reached through peer access.
-  check(rt.ipcOpenMemHandle(&data, handle, 1), what + ": cudaIpcOpenMemHandle");
+  // Opened on the allocation's own GPU (the caller's `ordinal`): no peer access asked for (flag 0).
+  check(rt.ipcOpenMemHandle(&data, handle, 0), what + ": cudaIpcOpenMemHandle");
   ipcOpened[key] = {data, 1};
   return data;
 }
 
 void ipcClose(int ordinal, void* data) noexcept {
   if (!loaded || !data) return;
+  std::lock_guard<std::recursive_mutex> capture(captureLock(ordinal));  // closing synchronises the context
   std::lock_guard<std::mutex> lock(ipcMutex);
   for (auto at = ipcOpened.begin(); at != ipcOpened.end(); ++at) {
     if (at->first.first != ordinal || at->second.first != data) continue;
     if (--at->second.second == 0) {
+      int previous = -1;
+      if (table.getDevice(&previous) != 0) previous = -1;
       table.setDevice(ordinal);
       table.ipcCloseMemHandle(data);
+      if (previous >= 0 && previous != ordinal) table.setDevice(previous);
       table.getLastError();  // nobody to tell here, and not for the next launch to report
       ipcOpened.erase(at);
     }
@@ -165,19 +188,37 @@ void ipcClose(int ordinal, void* data) noexcept {
   }
 }
 
-size_t allocationBytesFrom(int ordinal, void* data) noexcept {
+bool allocationBytesFrom(int ordinal, void* data, size_t& bytes, std::string& why) noexcept {
   // The driver API, from the driver's own library (loaded with the runtime's first context).
   static int (*getAddressRange)(unsigned long long*, size_t*, unsigned long long) = [] {
     void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     return h ? reinterpret_cast<int (*)(unsigned long long*, size_t*, unsigned long long)>(dlsym(h, "cuMemGetAddressRange_v2")) : nullptr;
   }();
-  if (!loaded || !getAddressRange) return 0;
+  bytes = 0;
+  if (!loaded || !getAddressRange) {
+    why = "the driver's cuMemGetAddressRange_v2 (libcuda.so.1) is not available";
+    return false;
+  }
+  int previous = -1;
+  if (table.getDevice(&previous) != 0) previous = -1;
   table.setDevice(ordinal);
   unsigned long long base = 0;
   size_t size = 0;
   unsigned long long at = reinterpret_cast<unsigned long long>(data);
-  if (getAddressRange(&base, &size, at) != 0 || at < base || at - base > size) return 0;
-  return size - static_cast<size_t>(at - base);
+  int err = getAddressRange(&base, &size, at);
+  if (previous >= 0 && previous != ordinal) table.setDevice(previous);
+  table.getLastError();
+  if (err != 0) {
+    why = "cuMemGetAddressRange failed (CUDA driver error " + std::to_string(err) + ")";
+    return false;
+  }
+  // `at` inside [base, base + size): at base + size the pointer is past the allocation's end.
+  if (at < base || at - base >= size) {
+    why = "the handle's address is outside the allocation the driver reports";
+    return false;
+  }
+  bytes = size - static_cast<size_t>(at - base);
+  return true;
 }
 
 CudaIpcHandle ipcHandle(int ordinal, void* data, const std::string& what) {
@@ -191,13 +232,17 @@ CudaIpcHandle ipcHandle(int ordinal, void* data, const std::string& what) {
 using stowage::MoveStep;
 using stowage::planMove;
 
-// The scratch buffer an overlapping move asks the GPU for first: 256 MiB at a 64-byte distance is
-// 8 copies with it.
+// The scratch buffer an overlapping move asks the GPU for first (256 MiB at a 64-byte distance is
+// 8 copies with it), and the least it settles for (chooseScratch, move-plan.h).
 constexpr size_t kMoveScratchBytes = size_t(64) << 20;
+constexpr size_t kLeastMoveScratchBytes = size_t(1) << 20;
 
 void moveWithin(int ordinal, uint8_t* base, size_t to, size_t from, size_t length, const std::string& what) {
   if (length == 0 || to == from) return;
   const Runtime& rt = loadedRuntime();
+  // Synchronous copies and a synchronisation of the default stream, a scratch buffer allocated and
+  // freed: none of it while a capture is open on this GPU.
+  std::lock_guard<std::recursive_mutex> capture(captureLock(ordinal));
   check(rt.setDevice(ordinal), what);
   // A scratch buffer for an overlapping move (move-plan.h), as large as the GPU gives, from
   // kMoveScratchBytes down to a MiB; without one, pieces of the distance moved, as slow as that is.
@@ -205,15 +250,12 @@ void moveWithin(int ordinal, uint8_t* base, size_t to, size_t from, size_t lengt
   void* scratch = nullptr;
   size_t scratchBytes = 0;
   if (distance < length) {
-    for (size_t want = std::min(length, kMoveScratchBytes); want >= (size_t(1) << 20) || want == length; want /= 2) {
-      if (rt.malloc(&scratch, want) == 0) {
-        scratchBytes = want;
-        break;
-      }
+    scratchBytes = stowage::chooseScratch(length, kMoveScratchBytes, kLeastMoveScratchBytes, [&](size_t want) {
+      if (rt.malloc(&scratch, want) == 0) return true;
       rt.getLastError();  // refused: not an error for the next launch to report
       scratch = nullptr;
-      if (want == length) break;
-    }
+      return false;
+    });
   }
   try {
     planMove(to, from, length, scratchBytes, [&](MoveStep step, size_t dst, size_t src, size_t n) {
@@ -254,7 +296,9 @@ UploadStream::~UploadStream() {
 void* UploadStream::event() {
   const Runtime& rt = loadedRuntime();
   void* e = nullptr;
-  check(rt.eventCreate(&e), "cudaEventCreate (the upload stream on " + device_ + ")");
+  // cudaEventBlockingSync: a wait for it sleeps the thread instead of spinning a core.
+  constexpr unsigned int kBlockingSync = 1;
+  check(rt.eventCreateWithFlags(&e, kBlockingSync), "cudaEventCreateWithFlags (the upload stream on " + device_ + ")");
   int err = rt.eventRecord(e, stream_);
   if (err != 0) {
     rt.eventDestroy(e);
@@ -320,12 +364,12 @@ void ignoreOtherThreadsCaptures() noexcept {
   done = true;
 }
 
-std::mutex& captureLock(int ordinal) {
+std::recursive_mutex& captureLock(int ordinal) {
   static std::mutex guard;
-  static std::map<int, std::unique_ptr<std::mutex>> locks;
+  static std::map<int, std::unique_ptr<std::recursive_mutex>> locks;
   std::lock_guard<std::mutex> lock(guard);
-  std::unique_ptr<std::mutex>& at = locks[ordinal];
-  if (!at) at = std::make_unique<std::mutex>();
+  std::unique_ptr<std::recursive_mutex>& at = locks[ordinal];
+  if (!at) at = std::make_unique<std::recursive_mutex>();
   return *at;
 }
 
@@ -386,7 +430,8 @@ std::vector<std::string> load(const std::vector<std::string>& dirs, std::vector<
       bind(h, "cudaDeviceSynchronize", table.deviceSynchronize);
       bind(h, "cudaStreamCreateWithFlags", table.streamCreateWithFlags);
       bind(h, "cudaStreamDestroy", table.streamDestroy);
-      bind(h, "cudaEventCreate", table.eventCreate);
+      bind(h, "cudaEventCreateWithFlags", table.eventCreateWithFlags);
+      bind(h, "cudaGetDevice", table.getDevice);
       bind(h, "cudaEventRecord", table.eventRecord);
       bind(h, "cudaEventQuery", table.eventQuery);
       bind(h, "cudaEventSynchronize", table.eventSynchronize);
@@ -582,7 +627,11 @@ Napi::Value CudaProbe(const Napi::CallbackInfo& info) {
   Napi::Env e = info.Env();
   const Runtime& rt = loadedRuntime();
   if (info.Length() < 1 || !info[0].IsNumber()) throw stowage::ArgumentError("cudaProbe(ordinal): ordinal must be a number");
-  int err = rt.setDevice(info[0].As<Napi::Number>().Int32Value());
+  const int ordinal = info[0].As<Napi::Number>().Int32Value();
+  // A device synchronisation while another thread captures on this GPU would fail (900) and
+  // invalidate that capture: a healthy GPU taken out of service for good.
+  std::lock_guard<std::recursive_mutex> capture(captureLock(ordinal));
+  int err = rt.setDevice(ordinal);
   if (err == 0) err = rt.deviceSynchronize();
   Napi::Object out = Napi::Object::New(e);
   out.Set("error", err);
@@ -613,6 +662,31 @@ Napi::Value MovePlanHost(const Napi::CallbackInfo& info) {
     std::memcpy(d, r, n);  // copy: (the tests' stand-in for compaction's copies on a GPU)
   });
   return Napi::Number::New(e, static_cast<double>(copies));
+}
+
+// scratchChoiceHost(length, most, least, largestGiven): moveWithin's choice of scratch buffer
+// (chooseScratch, move-plan.h) against a device that gives at most `largestGiven` bytes at once,
+// for the tests: { got, asked } (the sizes asked, in order).
+Napi::Value ScratchChoiceHost(const Napi::CallbackInfo& info) {
+  Napi::Env e = info.Env();
+  const char* call = "scratchChoiceHost(length, most, least, largestGiven)";
+  if (info.Length() < 4) throw stowage::ArgumentError(call);
+  size_t args[4];
+  for (int i = 0; i < 4; i++) {
+    if (!info[i].IsNumber() || info[i].As<Napi::Number>().DoubleValue() < 0) throw stowage::ArgumentError(call);
+    args[i] = static_cast<size_t>(info[i].As<Napi::Number>().DoubleValue());
+  }
+  std::vector<size_t> asked;
+  const size_t got = stowage::chooseScratch(args[0], args[1], args[2], [&](size_t want) {
+    asked.push_back(want);
+    return want <= args[3];
+  });
+  Napi::Array list = Napi::Array::New(e, asked.size());
+  for (size_t i = 0; i < asked.size(); i++) list.Set(i, static_cast<double>(asked[i]));
+  Napi::Object out = Napi::Object::New(e);
+  out.Set("got", static_cast<double>(got));
+  out.Set("asked", list);
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -697,6 +771,7 @@ void define(Napi::Env e, Napi::Object exports) {
   exports.Set("cudaMemoryInfo", Napi::Function::New(e, stowage::entered<CudaMemoryInfo>));
   exports.Set("PinnedHost", PinnedHost::Define(e));
   exports.Set("movePlanHost", Napi::Function::New(e, stowage::entered<MovePlanHost>));
+  exports.Set("scratchChoiceHost", Napi::Function::New(e, stowage::entered<ScratchChoiceHost>));
   exports.Set("cudaProbe", Napi::Function::New(e, stowage::entered<CudaProbe>));
 }
 

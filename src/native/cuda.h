@@ -49,7 +49,8 @@ struct Runtime {
   int (*deviceSynchronize)();
   int (*streamCreateWithFlags)(void**, unsigned int);
   int (*streamDestroy)(void*);
-  int (*eventCreate)(void**);
+  int (*eventCreateWithFlags)(void**, unsigned int);
+  int (*getDevice)(int*);
   int (*eventRecord)(void*, void*);
   int (*eventQuery)(void*);
   int (*eventSynchronize)(void*);
@@ -90,15 +91,17 @@ void copyToHost(int ordinal, void* dst, const void* src, size_t bytes, const std
 void moveWithin(int ordinal, uint8_t* base, size_t to, size_t from, size_t length, const std::string& what);
 // Device -> device, on one GPU or across two (cudaMemcpyDefault), waited for.
 void copyDevices(int ordinal, void* dst, const void* src, size_t bytes, const std::string& what);
-// CUDA IPC (Triton's CUDA shared memory): another process's allocation, opened on GPU `ordinal`
-// (cudaIpcOpenMemHandle, peer access enabled lazily when the allocation is on another GPU). A
-// handle is opened once per GPU in the process and counted: device actors sharing a GPU share the
-// mapping, and CUDA allows one per context. ipcClose gives one back; the last closes it.
+// CUDA IPC (Triton's CUDA shared memory): another process's allocation, opened on GPU `ordinal`,
+// the GPU the allocation is on (as Triton opens it: no peer access is needed, which PCIe machines
+// without P2P lack; a run on another GPU copies across). A handle is opened once per GPU in the
+// process and counted: device actors share the mapping, and CUDA allows one per context. ipcClose
+// gives one back; the last closes it.
 void* ipcOpen(int ordinal, const CudaIpcHandle& handle, const std::string& what);
 void ipcClose(int ordinal, void* data) noexcept;
-// Bytes from `data` to the end of the allocation holding it (the driver's cuMemGetAddressRange), or
-// 0 when the driver cannot say: what a CUDA shared-memory region's declared size is checked against.
-size_t allocationBytesFrom(int ordinal, void* data) noexcept;
+// Bytes from `data` to the end of the allocation holding it (the driver's cuMemGetAddressRange):
+// what a CUDA shared-memory region's declared size is checked against. False, with why, when the
+// driver cannot say (then the region is refused: its size cannot be checked).
+bool allocationBytesFrom(int ordinal, void* data, size_t& bytes, std::string& why) noexcept;
 // The handle another process opens `data` (the start of a cudaMalloc'd block of this process) with.
 CudaIpcHandle ipcHandle(int ordinal, void* data, const std::string& what);
 // Every copy issued on the default stream without waiting has landed.
@@ -146,8 +149,27 @@ class UploadStream {
 void ignoreOtherThreadsCaptures() noexcept;
 
 // One lock per GPU, held by a run that may capture a CUDA graph (its graph's first runs): two
-// captures on one GPU, from two device actors' threads, would refuse each other's calls.
-std::mutex& captureLock(int ordinal);
+// captures on one GPU, from two device actors' threads, would refuse each other's calls. Held too
+// around everything that synchronises the GPU's device or context, which CUDA forbids while a
+// capture is open on it (error 900, and the capture invalidated): a CUDA session's creation and
+// release (the CUDA provider synchronises the device), the probe of a GPU after a failed run,
+// device frees, compaction's moves, opening and closing IPC handles. Recursive: a free made while
+// the lock is held (compaction's scratch) takes it again.
+std::recursive_mutex& captureLock(int ordinal);
+
+// The calling thread's current device set to `ordinal` for the scope, and set back after: a copy
+// or an IPC handle on another GPU than the thread's own leaves the thread where it was.
+class DeviceScope {
+ public:
+  DeviceScope(int ordinal, const std::string& what);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+  int ordinal_;
+};
 
 // cuDNN's version (e.g. 91900 for 9.19.0), or 0 when cuDNN is not loaded.
 size_t cudnnVersion();

@@ -127,6 +127,14 @@ export function gpuMemory(ordinal: number): { freeBytes: number; totalBytes: num
  */
 export const STICKY_CUDA_ERRORS: ReadonlySet<number> = new Set([214, 700, 702, 710, 714, 715, 716, 717, 718, 719]);
 
+/**
+ * CUDA's stream-capture errors (900 cudaErrorStreamCaptureUnsupported to 908
+ * cudaErrorStreamCaptureWrongThread): a call refused, or a capture invalidated, because a graph
+ * capture was open. They say nothing of the context, which works on: never a reason to take a
+ * device out of service.
+ */
+export const CUDA_CAPTURE_ERRORS: ReadonlySet<number> = new Set([900, 901, 902, 903, 904, 905, 906, 907, 908]);
+
 /** Whether the process's context on GPU `ordinal` still works (after a failed run): the error a synchronisation meets, 0 when none. */
 export function probeGpu(ordinal: number): { error: number; message: string } {
   return ortAddon().cudaProbe(ordinal);

@@ -49,4 +49,20 @@ size_t planMove(size_t to, size_t from, size_t length, size_t scratch, Copy&& co
   return copies;
 }
 
+// The scratch buffer an overlapping move of `length` bytes gets: it asks for the smaller of
+// `length` and `most` first, then for half of what was refused, down to `least` (a move shorter
+// than `least` asks for its own length only); `alloc(bytes)` answers whether the device gave them.
+// Answers the bytes got, 0 when every size was refused (the move then copies in pieces of the
+// distance moved). A refusal of a large buffer says little about a smaller one: under memory
+// pressure a 64 MiB buffer may be refused and an 8 MiB one given, which still moves 256 MiB by 64
+// bytes in 64 copies instead of 4 million.
+template <typename Alloc>
+size_t chooseScratch(size_t length, size_t most, size_t least, Alloc&& alloc) {
+  if (length == 0) return 0;
+  for (size_t want = std::min(length, most);; want = std::max(want / 2, least)) {
+    if (alloc(want)) return want;
+    if (want <= least) return 0;
+  }
+}
+
 }  // namespace stowage

@@ -425,10 +425,14 @@ class Session : public Napi::ObjectWrap<Session> {
       Napi::Object options = info[1].As<Napi::Object>();
       Owned<OrtSessionOptions> owned = made<OrtSessionOptions>([](OrtSessionOptions** out) { return ort->CreateSessionOptions(out); });
       OrtSessionOptions* so = owned.get();
-      providerOptions_ = configure(so, options);
       // The GPU its runs go on (the CUDA provider's device_id), for serialising its captures.
       Napi::Value cuda = options.Get("cuda");
-      if (cuda.IsObject()) cudaOrdinal_ = cuda.As<Napi::Object>().Get("deviceId").As<Napi::Number>().Int32Value();
+      if (cuda.IsObject() && cuda.As<Napi::Object>().Get("deviceId").IsNumber()) cudaOrdinal_ = cuda.As<Napi::Object>().Get("deviceId").As<Napi::Number>().Int32Value();
+      // The CUDA provider's constructor synchronises the device, and a shared arena is registered
+      // with the environment: never while another thread captures a graph on that GPU.
+      std::unique_lock<std::recursive_mutex> capture;
+      if (cudaOrdinal_ >= 0) capture = std::unique_lock<std::recursive_mutex>(stowage_cuda::captureLock(cudaOrdinal_));
+      providerOptions_ = configure(so, options);
       profiling_ = options.Get("profilePrefix").IsString();
       // Initializers over the caller's memory. `initializers` (AddInitializer): ONNX Runtime uses
       // each in place instead of the model's initializer of that name, so it must outlive the
@@ -517,6 +521,10 @@ class Session : public Napi::ObjectWrap<Session> {
   }
 
   void close() {
+    // Releasing a CUDA session frees its GPU memory (synchronising the device): never while
+    // another thread captures a graph on the GPU (cuda.h captureLock).
+    std::unique_lock<std::recursive_mutex> capture;
+    if (cudaOrdinal_ >= 0 && session_) capture = std::unique_lock<std::recursive_mutex>(stowage_cuda::captureLock(cudaOrdinal_));
     if (session_ && profiling_) {
       // Write the profile (ONNX Runtime writes it only when asked or as the session ends); a
       // failure to write it must not stop the session's release.
@@ -546,11 +554,11 @@ class Session : public Napi::ObjectWrap<Session> {
       stowage_cuda::ignoreOtherThreadsCaptures();
       if (graphId < 0) return;
       auto at = session.graphRuns_.find(graphId);
-      if (at == session.graphRuns_.end() || at->second < kRunsUntilCaptured) lock_ = std::unique_lock<std::mutex>(stowage_cuda::captureLock(session.cudaOrdinal_));
+      if (at == session.graphRuns_.end() || at->second < kRunsUntilCaptured) lock_ = std::unique_lock<std::recursive_mutex>(stowage_cuda::captureLock(session.cudaOrdinal_));
     }
 
    private:
-    std::unique_lock<std::mutex> lock_;
+    std::unique_lock<std::recursive_mutex> lock_;
   };
 
   // A run with graph `graphId` went through (counted until its graph is surely captured).
@@ -659,14 +667,17 @@ class Session : public Napi::ObjectWrap<Session> {
     }
     // The session is made on this thread: it must not be refused CUDA's calls by another thread's capture.
     stowage_cuda::ignoreOtherThreadsCaptures();
-    Napi::Value shared = c.Get("sharedArena");
-    if (shared.IsBoolean() && shared.As<Napi::Boolean>().Value()) {
-      shareCudaArena(id.As<Napi::Number>().Int32Value(), k, v);
-      check(ort->AddSessionConfigEntry(so, "session.use_env_allocators", "1"));
-    }
+    // The provider first: appending it loads its library, and fails with ONNX Runtime's words when
+    // it cannot (a wrong cuDNN, say). Registering the shared arena before that makes ONNX Runtime
+    // 1.30 end the process (std::terminate) instead.
     Owned<OrtCUDAProviderOptionsV2> provider = made<OrtCUDAProviderOptionsV2>([](OrtCUDAProviderOptionsV2** out) { return ort->CreateCUDAProviderOptions(out); });
     check(ort->UpdateCUDAProviderOptions(provider.get(), k.data(), v.data(), k.size()));
     check(ort->SessionOptionsAppendExecutionProvider_CUDA_V2(so, provider.get()));
+    Napi::Value shared = c.Get("sharedArena");
+    if (shared.IsBoolean() && shared.As<Napi::Boolean>().Value()) {
+      shareCudaArena(id.As<Napi::Number>().Int32Value(), keys, values);
+      check(ort->AddSessionConfigEntry(so, "session.use_env_allocators", "1"));
+    }
     Owned<char> taken = made<char>([&](char** out) { return ort->GetCUDAProviderOptionsAsString(provider.get(), allocator, out); });
     return std::string(taken.get());
   }
@@ -677,16 +688,32 @@ class Session : public Napi::ObjectWrap<Session> {
   // most its runs ever took (a warmed ResNet-50 held 911 MiB on an H200) for good; a catalog of
   // sessions sharing one needs what the largest run takes, once. Registered once per GPU, with the
   // first such session's provider options; the arena grows by what is asked, as the sessions' do.
-  static void shareCudaArena(int ordinal, const std::vector<const char*>& keys, const std::vector<const char*>& values) {
+  static void shareCudaArena(int ordinal, const std::vector<std::string>& keys, const std::vector<std::string>& values) {
     static std::mutex mutex;
     static std::vector<int> shared;
     std::lock_guard<std::mutex> lock(mutex);
     if (std::find(shared.begin(), shared.end(), ordinal) != shared.end()) return;
-    const char* arenaKeys[] = {"arena_extend_strategy"};
-    const size_t arenaValues[] = {1};  // kSameAsRequested
-    Owned<OrtArenaCfg> arena = made<OrtArenaCfg>([&](OrtArenaCfg** out) { return ort->CreateArenaCfgV2(arenaKeys, arenaValues, 1, out); });
+    std::vector<const char*> arenaKeys{"arena_extend_strategy"};
+    std::vector<size_t> arenaValues{1};  // kSameAsRequested
+    // The arena's cap is the provider's gpu_mem_limit (runtime.cuda.ort_arena_limit_bytes), as each
+    // session's own arena would have it: the arena config's max_mem, which the provider option
+    // does not set for an arena registered with the environment.
+    for (size_t i = 0; i < keys.size(); i++) {
+      if (keys[i] != "gpu_mem_limit") continue;
+      const size_t limit = static_cast<size_t>(std::stoull(values[i]));
+      if (limit > 0) {
+        arenaKeys.push_back("max_mem");
+        arenaValues.push_back(limit);
+      }
+    }
+    std::vector<const char*> k, v;
+    for (size_t i = 0; i < keys.size(); i++) {
+      k.push_back(keys[i].c_str());
+      v.push_back(values[i].c_str());
+    }
+    Owned<OrtArenaCfg> arena = made<OrtArenaCfg>([&](OrtArenaCfg** out) { return ort->CreateArenaCfgV2(arenaKeys.data(), arenaValues.data(), arenaKeys.size(), out); });
     Owned<OrtMemoryInfo> info = made<OrtMemoryInfo>([&](OrtMemoryInfo** out) { return ort->CreateMemoryInfo("Cuda", OrtArenaAllocator, ordinal, OrtMemTypeDefault, out); });
-    check(ort->CreateAndRegisterAllocatorV2(env, "CUDAExecutionProvider", info.get(), arena.get(), keys.data(), values.data(), keys.size()));
+    check(ort->CreateAndRegisterAllocatorV2(env, "CUDAExecutionProvider", info.get(), arena.get(), k.data(), v.data(), k.size()));
     shared.push_back(ordinal);
   }
 
@@ -1175,9 +1202,14 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
           b->data = stowage_cuda::ipcOpen(b->cudaOrdinal, h, "device " + device);
           b->ipc = true;
           // A region declared larger than the allocation would send kernels past its end (a fault
-          // that poisons the GPU for the whole process): refused here when the driver says so.
-          size_t actual = stowage_cuda::allocationBytesFrom(b->cudaOrdinal, b->data);
-          if (actual > 0 && actual < b->bytes) {
+          // that poisons the GPU for the whole process): refused, and so is one whose size the
+          // driver cannot tell.
+          size_t actual = 0;
+          std::string why;
+          if (!stowage_cuda::allocationBytesFrom(b->cudaOrdinal, b->data, actual, why)) {
+            throw ArgumentError("the CUDA IPC handle's allocation cannot be measured against the region's byte_size: " + why);
+          }
+          if (actual < b->bytes) {
             throw ArgumentError("the CUDA IPC handle's allocation holds " + std::to_string(actual) + " bytes, fewer than the region's byte_size " + std::to_string(b->bytes));
           }
         } else {

@@ -204,6 +204,8 @@ export interface Addon {
   ortFailure(ortCode: number, message: string): OrtError;
   /** The plan of a GPU memory's moveWithin (src/native/move-plan.h) over host memory, for tests without a GPU: the copies it made. */
   movePlanHost(buffer: Uint8Array, to: number, from: number, length: number, scratchBytes: number): number;
+  /** Compaction's choice of scratch buffer (move-plan.h chooseScratch) against a device giving at most `largestGiven` bytes at once: the bytes got, and every size asked. */
+  scratchChoiceHost(length: number, most: number, least: number, largestGiven: number): { got: number; asked: number[] };
   cudaProbe(ordinal: number): { error: number; message: string };
 }
 

@@ -360,6 +360,19 @@ export class Devices {
     return moved.reduce((a, b) => a + b, 0);
   }
 
+  /**
+   * Device `deviceId` was taken out of service, its GPU's context poisoned: every other device
+   * actor on that GPU shares the context (one per GPU per process), so it is taken out too.
+   * Answers the devices so taken out.
+   */
+  outOfService(deviceId: number, reason: string, cudaError: number): number[] {
+    const gpu = this.device(deviceId).gpu;
+    if (gpu === null) return [];
+    const sharers = this.handles.filter((d) => d.deviceId !== deviceId && d.gpu === gpu && d.serving);
+    for (const d of sharers) d.takeOut(`GPU ${gpu}'s context is poisoned (device ${deviceId}: ${reason})`, cudaError);
+    return sharers.map((d) => d.deviceId);
+  }
+
   forgetRegion(regionId: number): void {
     for (const d of this.handles) d.forgetRegion(regionId);
   }

@@ -203,10 +203,14 @@ export class StowageServer {
     return this.#fatal.promise;
   }
 
-  /** A device's GPU context is poisoned: said in /readyz and the metrics; with none left, fatal. */
-  #deviceOutOfService(deviceId: number, reason: string): void {
+  /**
+   * A device's GPU context is poisoned: said in /readyz and the metrics; the other device actors on
+   * its GPU go out with it; with none left, fatal.
+   */
+  #deviceOutOfService(deviceId: number, reason: string, cudaError: number): void {
     this.#outOfService.set(deviceId, reason);
     this.#edgeThreads?.deviceOut(deviceId, `it is out of service: ${reason}`);
+    this.#devices?.outOfService(deviceId, reason, cudaError);
     const handles = this.#devices?.handles ?? [];
     if (handles.length > 0 && handles.every((h) => !h.serving)) {
       this.#ready = false;
@@ -271,7 +275,7 @@ export class StowageServer {
         },
         onWeights: (model, load, memory) => this.metrics.recordWeights(w.deviceId, model, load, memory),
         onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),
-        onOutOfService: (deviceId, reason) => this.#deviceOutOfService(deviceId, reason),
+        onOutOfService: (deviceId, reason, cudaError) => this.#deviceOutOfService(deviceId, reason, cudaError),
         // Edge threads' doors to the worker that died closed with it: new ones to its replacement.
         onServing: (deviceId) => this.#edgeThreads?.deviceServing(deviceId),
         onLost: (_deviceId, instance, why) => this.#instanceLost(instance, why),

@@ -137,31 +137,33 @@ test('one device: a model its replacement worker could not load again is not rea
   t.deepEqual(await classify(f.server.client, reference, 5), reference.slice(5, 7));
 });
 
-test('a model unloaded while its device restarts is never loaded into a later worker', async (t) => {
-  const f = await faultyServer(t, { digits: DIGITS, echo: ECHO });
-  const reference = await referenceLabels(f.server.client);
-  // The replacement's reloads wait until the file goes: the unload comes while they do.
-  writeFileSync(f.hold, '');
-  await crashADevice(f);
-  const unloaded = f.server.client.call('RepositoryModelUnload', { model_name: 'echo' });
-  await f.server.waitForLog((l) => String(l.msg).startsWith('model unloading') && l.model === 'echo');
-  rmSync(f.hold);
-  await unloaded;
-  const first = await f.server.waitForLog((l) => l.msg === 'device actor restarted: its models are loaded again');
-  t.is(first.reloaded, 2, 'the reloads posted before the unload ran');
-  t.is((await indexEntry(f.server.client, 'echo'))?.state, 'UNAVAILABLE');
+for (const devices of [1, 2]) {
+  test(`${devices} device(s): a model unloaded while its device restarts is never loaded into a later worker`, async (t) => {
+    const f = await faultyServer(t, { digits: DIGITS, echo: ECHO }, { devices });
+    const reference = await referenceLabels(f.server.client);
+    // The replacement's reloads wait until the file goes: the unload comes while they do.
+    writeFileSync(f.hold, '');
+    await crashADevice(f);
+    const unloaded = f.server.client.call('RepositoryModelUnload', { model_name: 'echo' });
+    await f.server.waitForLog((l) => String(l.msg).startsWith('model unloading') && l.model === 'echo');
+    rmSync(f.hold);
+    await unloaded;
+    const first = await f.server.waitForLog((l) => l.msg === 'device actor restarted: its models are loaded again');
+    t.is(first.reloaded, 2, 'the reloads posted before the unload ran');
+    t.is((await indexEntry(f.server.client, 'echo'))?.state, 'UNAVAILABLE');
 
-  // A second crash: the replacement loads only what is still served.
-  await crashADevice(f);
-  await f.server.waitForLogs((l) => l.msg === 'device actor restarted: its models are loaded again', 2);
-  const second = f.server.logs.filter((l) => l.msg === 'device actor restarted: its models are loaded again').at(-1);
-  t.is(second?.reloaded, 1, 'only digits was loaded into the third worker');
-  // Every instance a device holds has a series here (its resident bytes, 0 when evicted).
-  const held = Object.keys(await scrapeMetrics(f.server.adminPort)).filter((k) => k.startsWith('stowage_weight_cache_model_resident_bytes{'));
-  t.true(held.some((k) => k.includes('model="digits"')));
-  t.false(held.some((k) => k.includes('model="echo"')), 'echo is nowhere');
-  t.deepEqual(await classify(f.server.client, reference, 1), reference.slice(1, 3));
-});
+    // A second crash: the replacement loads only what is still served.
+    await crashADevice(f);
+    await f.server.waitForLogs((l) => l.msg === 'device actor restarted: its models are loaded again', 2);
+    const second = f.server.logs.filter((l) => l.msg === 'device actor restarted: its models are loaded again').at(-1);
+    t.is(second?.reloaded, 1, 'only digits was loaded into the next worker');
+    // Every instance a device holds has a series here (its resident bytes, 0 when evicted).
+    const held = Object.keys(await scrapeMetrics(f.server.adminPort)).filter((k) => k.startsWith('stowage_weight_cache_model_resident_bytes{'));
+    t.is(held.filter((k) => k.includes('model="digits"')).length, devices, 'digits on every device');
+    t.false(held.some((k) => k.includes('model="echo"')), 'echo is nowhere');
+    t.deepEqual(await classify(f.server.client, reference, 1), reference.slice(1, 3));
+  });
+}
 
 test('a device that dies with an unload pending on it: the unload succeeds (the instance is gone with the worker), and the model is unloaded', async (t) => {
   const f = await faultyServer(t, { digits: DIGITS, echo: ECHO, negate: NEGATE });

@@ -75,10 +75,13 @@ gpuTest('CUDA shared memory: inputs and outputs in the client\'s GPU memory answ
   // Refused: a handle nobody exported, a GPU the server does not run on, a region larger than its allocation.
   const garbage = await grpcError(t, server.client.registerCudaSharedMemory('bad', new Uint8Array(64), 0, 4096));
   t.is(garbage.code, 3);
-  t.regex(garbage.details, /cannot open its IPC handle/);
+  t.regex(garbage.details, /its IPC handle cannot be opened there/);
   const elsewhere = await grpcError(t, server.client.registerCudaSharedMemory('far', other.ipcHandle(), 7, 4096));
   t.regex(elsewhere.details, /device_id 7 is not a GPU this server runs on/);
-  const tooBig = await grpcError(t, server.client.registerCudaSharedMemory('big', allocateDeviceMemory(4096, 'cuda:0').ipcHandle(), 0, 1 << 30));
+  // Kept alive until the server has opened its handle: an allocation collected first would be freed.
+  const small = allocateDeviceMemory(4096, 'cuda:0');
+  t.teardown(() => small.release());
+  const tooBig = await grpcError(t, server.client.registerCudaSharedMemory('big', small.ipcHandle(), 0, 1 << 30));
   t.regex(tooBig.details, /holds \d+ bytes, fewer than the region's byte_size/);
 
   await server.client.unregisterCudaSharedMemory('');

@@ -150,5 +150,5 @@ test('shutdown is not held by a Watch whose client never finished asking: the pr
   const [code] = await once(server.child, 'close');
   const tookMs = Date.now() - started;
   t.is(code, 0);
-  t.true(tookMs < 3000, `exited ${tookMs} ms after SIGTERM (grace 8 s)`);
+  t.true(tookMs < 6000, `exited ${tookMs} ms after SIGTERM (grace 8 s, which it used to wait out)`);
 });

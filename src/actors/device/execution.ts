@@ -25,7 +25,7 @@ import type { DeviceModels } from './models.js';
 import { batchInput, outputBytes, requestOutput } from './ort-tensors.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import { modelOf, type ModelSpec, type TensorSpec } from '../../shared/model-spec.js';
-import { isDeviceSlice, isOutOfMemory, type DeviceSlice, type HostTensor, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
+import { isDeviceSlice, isOrtError, isOutOfMemory, type DeviceSlice, type HostTensor, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
 import type { Staging } from './staging.js';
@@ -306,7 +306,7 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
         const queueNs = Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6));
         results.push(t.placement ? { id: t.id, ...placeOutputs(mine, t.placement), queueNs } : { id: t.id, outputs: mine, queueNs });
       } catch (err) {
-        ctx.fail(t.id, err); // this request only: its region was too small
+        ctx.fail(t.id, verdict(ctx, err)); // this request only: its region was too small, or a copy into a CUDA region failed
       }
       from += t.rows;
     }
@@ -331,6 +331,18 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     }); // each request's output buffers go with its answer, to the main thread or its edge's door (worker.ts send)
     scheduler.charge(instance, Math.max(runBatch, 1), Number(t2 - t1) / 1e6);
   } catch (err) {
-    for (const t of batch) ctx.fail(t.id, err);
+    const answer = verdict(ctx, err);
+    for (const t of batch) ctx.fail(t.id, answer);
   }
+}
+
+/**
+ * A failure outside the run itself (a cold model's copy onto the GPU, the wait for an upload beside
+ * execution, a CUDA region's copy in or out) may have met a poisoned GPU as much as a run can: a
+ * CUDA error goes to the device's verdict, which takes the device out when the context is poisoned
+ * (its error is then the answer); any other failure is the answer as it is.
+ */
+export function verdict(ctx: Pick<ExecutionContext, 'outOfService'>, err: unknown): unknown {
+  if (!isOrtError(err) || !err.cudaError) return err;
+  return ctx.outOfService(err) ?? err;
 }

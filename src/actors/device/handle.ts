@@ -98,8 +98,8 @@ export interface DeviceHandleOptions {
   onCompiled?: (files: number, cacheHits: number) => void;
   /** Told of every execution once (statistics count executions, not requests), with the requests still queued. */
   onExecution?: (model: string, timing: ExecutionTiming, queued: number) => void;
-  /** Told once when the device is taken out of service, with why. */
-  onOutOfService?: (deviceId: number, reason: string) => void;
+  /** Told once when the device is taken out of service, with why and the CUDA error that said so. */
+  onOutOfService?: (deviceId: number, reason: string, cudaError: number) => void;
   /**
    * Told when a replacement worker serves again, its models loaded again: edge doors to the worker
    * that died closed with it, and new ones may be opened (`openEdgeDoor`).
@@ -242,7 +242,18 @@ export class DeviceHandle {
     this.#outOfServiceWhy = reason;
     this.#options.logger.error({ device: this.deviceId, cudaError }, `device taken out of service: ${reason}`);
     this.#pending.failAll(errors.deviceUnavailable(this.deviceId, `it is out of service: ${reason}`));
-    this.#options.onOutOfService?.(this.deviceId, reason);
+    this.#options.onOutOfService?.(this.deviceId, reason, cudaError);
+  }
+
+  /**
+   * Take the device out of service from here: another device actor on its GPU found the GPU's
+   * context poisoned, and the context is the whole process's. What it has pending fails now; its
+   * worker is told too, so that it refuses what edges and hook threads send it directly.
+   */
+  takeOut(reason: string, cudaError: number): void {
+    if (!this.serving) return;
+    this.#send({ type: 'takeOut', cudaError, reason });
+    this.#outOfService(reason, cudaError);
   }
 
   /** Whether requests may be routed to it: not stopped, not out of service. */

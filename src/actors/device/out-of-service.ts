@@ -11,20 +11,26 @@
 import { existsSync, renameSync } from 'node:fs';
 import { errors, type StowageError } from '../../shared/errors.js';
 import { isOrtError } from '../../native/ort.js';
-import { probeGpu, STICKY_CUDA_ERRORS } from '../../native/cuda.js';
+import { CUDA_CAPTURE_ERRORS, probeGpu, STICKY_CUDA_ERRORS } from '../../native/cuda.js';
 
 export interface Poisoned {
   cudaError: number;
   reason: string;
 }
 
-/** What poisoned the GPU, from a failed run's error (a sticky CUDA error) or, failing that, a probe of the GPU; null when it still works. */
+/**
+ * What poisoned the GPU, from a failed call's error (a sticky CUDA error) or, failing that, a probe
+ * of the GPU; null when it still works. A stream-capture error (another thread's graph capture was
+ * open) poisons nothing, whether the call or the probe met it.
+ */
 export function poisonOf(err: unknown, probe: () => { error: number; message: string }): Poisoned | null {
-  if (isOrtError(err) && err.cudaError !== undefined && STICKY_CUDA_ERRORS.has(err.cudaError)) {
-    return { cudaError: err.cudaError, reason: `CUDA error ${err.cudaError} in a run: ${err.message}` };
+  const cudaError = isOrtError(err) ? err.cudaError : undefined;
+  if (cudaError !== undefined && CUDA_CAPTURE_ERRORS.has(cudaError)) return null;
+  if (cudaError !== undefined && STICKY_CUDA_ERRORS.has(cudaError)) {
+    return { cudaError, reason: `CUDA error ${cudaError} in a run: ${(err as Error).message}` };
   }
   const probed = probe();
-  if (probed.error === 0) return null;
+  if (probed.error === 0 || CUDA_CAPTURE_ERRORS.has(probed.error)) return null;
   return { cudaError: probed.error, reason: `after a run failed (${(err as Error).message}), the GPU answers CUDA error ${probed.error}: ${probed.message}` };
 }
 

@@ -12,9 +12,10 @@
  * end of the execution: an object shrunk during it still takes the process down. Clients own
  * their regions; the guarantee is that a region shrunk between requests is caught.
  *
- * CUDA regions (backend cuda, Triton's cudasharedmemory): a client's GPU allocation, opened on
- * this device's GPU from its IPC handle (when registered, if this device drives the region's GPU;
- * else the first time a request brings it) and kept open until unregistered. A lone request's
+ * CUDA regions (backend cuda, Triton's cudasharedmemory): a client's GPU allocation, opened from
+ * its IPC handle on the GPU it is on, as Triton opens it (no peer access needed, which PCIe machines
+ * without P2P lack; when registered, if this device drives the region's GPU, else the first time a
+ * request brings it) and kept open until unregistered. A lone request's
  * input in one is bound to the run in place when it is on this GPU, or copied GPU to GPU once
  * into this device's scratch memory when it is on another. A batch whose requests all have an
  * input in CUDA regions, joined along a leading batch axis, is joined GPU to GPU in scratch memory
@@ -68,16 +69,20 @@ export class RegionMappings {
     this.#scratchUsed = 0;
   }
 
-  /** A CUDA region opened on this device's GPU (opened now if it is not yet): INVALID_ARGUMENT when it cannot be. */
+  /**
+   * A CUDA region, opened on its own GPU (opened now if it is not yet): INVALID_ARGUMENT when it
+   * cannot be. A run on another GPU copies from it, or into it, across (copyFromDevice and the
+   * copies of DeviceMemory go through the host where the GPUs have no peer access).
+   */
   openCuda(slice: RegionSlice): DeviceMemory {
     const open = this.#cuda.get(slice.regionId);
     if (open) return open;
     if (!slice.cuda || this.#gpu === null) throw errors.sharedMemoryInvalid(`region ${slice.key}: CUDA shared memory needs backend cuda`);
     let memory: DeviceMemory;
     try {
-      memory = this.#access.openIpc(slice.cuda.handle, slice.regionByteSize, `cuda:${this.#gpu}`);
+      memory = this.#access.openIpc(slice.cuda.handle, slice.regionByteSize, `cuda:${slice.cuda.gpu}`);
     } catch (err) {
-      throw errors.sharedMemoryInvalid(`CUDA shared-memory region on GPU ${slice.cuda.gpu}: GPU ${this.#gpu} cannot open its IPC handle (is it a live cudaIpcGetMemHandle of memory the client still holds, on a GPU this one can reach?): ${(err as Error).message}`);
+      throw errors.sharedMemoryInvalid(`CUDA shared-memory region on GPU ${slice.cuda.gpu}: its IPC handle cannot be opened there (is it a live cudaIpcGetMemHandle of memory the client still holds, and no larger than byte_size says?): ${(err as Error).message}`);
     }
     this.#cuda.set(slice.regionId, memory);
     return memory;

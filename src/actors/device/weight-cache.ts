@@ -351,6 +351,10 @@ export class WeightCache<Id extends string = string> {
     if (!model || model.resident || model.upload || model.residency === 'unpinned') return 'skipped';
     const missing = [...model.tensors.values()].filter((t) => !this.#device.has(t.key));
     if (missing.some((t) => !this.#host.has(t.key))) return 'skipped';
+    // On a GPU (host copies pinned where the platform allows) a copy from pageable memory is
+    // synchronous: issued before the run it would hold the run back for its whole length. Only
+    // pinned host copies go beside; the others load at their model's turn.
+    if (this.#options.pinHost && missing.some((t) => !this.#host.get(t.key)!.pin)) return 'skipped';
     const needed = missing.reduce((sum, t) => sum + alignUp(t.byteLength), 0);
     if (needed > this.arena.capacity) return 'skipped'; // its turn says why
 

@@ -376,6 +376,9 @@ function receive(msg: ToDevice): void {
     case 'forgetRegion':
       regions.forget(msg.regionId);
       return;
+    case 'takeOut':
+      service.takeOut({ cudaError: msg.cudaError, reason: msg.reason });
+      return;
     case 'cancel':
       cancel(msg.id);
       return;

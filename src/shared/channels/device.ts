@@ -241,6 +241,11 @@ export type ToDevice =
   /** A shared-memory region was unregistered: drop the cached mapping (requests using it keep theirs). */
   | { type: 'forgetRegion'; regionId: number }
   /**
+   * Another device actor on this device's GPU found the GPU's context poisoned (the context is
+   * the process's, one per GPU): this device is out of service too, for `reason`.
+   */
+  | { type: 'takeOut'; cudaError: number; reason: string }
+  /**
    * A hook thread's door: the port over which it sends this device the inputs of requests whose
    * preprocess hook it ran (HookInputs). A hook thread makes one per device actor it feeds
    * (actors/hooks/worker.ts) and hands the other end over with its first result.

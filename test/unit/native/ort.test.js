@@ -428,3 +428,15 @@ test('compaction\'s move on a GPU, planned through a scratch buffer: equal to me
   t.is(ortAddon().movePlanHost(source.slice(0, 16), 4, 4, 8, 2), 0, 'nowhere to move');
   t.throws(() => ortAddon().movePlanHost(source.subarray(0, 16), 0, 8, 16, 4), { code: 'ERR_ORT_ARGUMENT' });
 });
+
+test('compaction\'s scratch buffer: asked from the whole move (at most 64 MiB) down by halves to a MiB; a refusal of a large one does not end the search', (t) => {
+  const MiB = 2 ** 20;
+  const { got, asked } = ortAddon().scratchChoiceHost(48 * MiB, 64 * MiB, MiB, 8 * MiB);
+  t.is(got, 6 * MiB, 'the first size the device gives');
+  t.deepEqual(asked.map((b) => b / MiB), [48, 24, 12, 6]);
+  t.deepEqual(ortAddon().scratchChoiceHost(256 * MiB, 64 * MiB, MiB, 256 * MiB), { got: 64 * MiB, asked: [64 * MiB] }, 'at most 64 MiB');
+  const none = ortAddon().scratchChoiceHost(3 * MiB, 64 * MiB, MiB, 0);
+  t.deepEqual(none, { got: 0, asked: [3 * MiB, 1.5 * MiB, MiB] }, 'down to a MiB, then none');
+  t.deepEqual(ortAddon().scratchChoiceHost(4096, 64 * MiB, MiB, 0), { got: 0, asked: [4096] }, 'a move under a MiB asks its own length only');
+  t.deepEqual(ortAddon().scratchChoiceHost(0, 64 * MiB, MiB, 1e9), { got: 0, asked: [] });
+});

@@ -4,6 +4,7 @@ import { checkRequest, checkTensors } from '../../../dist/shared/request-check.j
 import { joinBytesElements } from '../../../dist/shared/bytes-elements.js';
 import { modelSpec } from '../../helpers/specs.js';
 import { stowageThrows } from '../../helpers/errors.js';
+import { fromErrorData } from '../../../dist/shared/errors.js';
 
 // Requests as @grpc/proto-loader hands them over (defaults filled in, int64 as strings).
 /** @typedef {import('../../../dist/protocol/types.js').ModelInferRequest} ModelInferRequest */
@@ -43,13 +44,15 @@ const spec = modelSpec({
 const strings = (/** @type {string[]} */ ...s) => joinBytesElements(s.map((x) => new TextEncoder().encode(x)));
 /**
  * A gRPC request as the pipeline sees it: the codec's data-plane request (a message that does not
- * own its memory unless `owned`), checked against the model (shared/request-check.js).
+ * own its memory unless `owned`), what was wrong with it answered once the model is known (the
+ * pipeline's order), then checked against the model (shared/request-check.js).
  * @param {ModelInferRequest} req
  * @param {import('../../../dist/shared/model-spec.js').ModelSpec} model
  * @param {{ owned?: boolean, handOver?: 'any' | 'aligned' }} [how]
  */
 const decodeInferRequest = (req, model, { owned = false, handOver = 'any' } = {}) => {
   const request = fromModelInferRequest(req, owned);
+  if (request.refused) throw fromErrorData(request.refused);
   return { ...checkRequest(request, model, undefined, handOver), timeoutUs: request.timeoutUs };
 };
 const decodeTensors = checkTensors;
@@ -212,4 +215,14 @@ test('a meta sub-call\'s tensors get the same checks as a request, without a cop
   fails([{ ...a, datatype: 'INT32' }, s], [], /input "a": expected datatype FP32, got INT32/);
   fails([a, s, a], [], /input "a" is given twice/);
   fails([a, s], ['r'], /unknown output "r" for model "m"; expected one of: p, q/);
+});
+
+test('a fault in a request\'s tensors or parameters is carried, not thrown: the model is looked up first', (t) => {
+  const noData = fromModelInferRequest(request([input('a', 'FP32', [1, 2])], [], { model_name: 'ghost', model_version: '3', id: 'r1' }), false);
+  t.like(noData, { model: 'ghost', version: '3', id: 'r1', inputs: [], outputs: [] });
+  t.is(noData.refused?.code, 'STOWAGE_INVALID_TENSOR');
+  t.regex(noData.refused?.message ?? '', /input "a" has no data/);
+  const sequence = fromModelInferRequest(request([], [], { parameters: { sequence_id: { parameter_choice: 'int64_param', int64_param: '3' } } }), false);
+  t.is(sequence.refused?.code, 'STOWAGE_UNSUPPORTED');
+  t.is(fromModelInferRequest(good(), false).refused, undefined, 'nothing wrong: nothing carried');
 });

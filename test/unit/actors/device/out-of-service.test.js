@@ -3,6 +3,7 @@
 // stand-in; test/gpu holds the real one.
 import test from 'ava';
 import { DeviceService, poisonOf } from '../../../../dist/actors/device/out-of-service.js';
+import { verdict } from '../../../../dist/actors/device/execution.js';
 import { initOrt, ortAddon } from '../../../../dist/native/ort.js';
 
 const failure = (/** @type {string} */ message) => {
@@ -48,4 +49,32 @@ test('a device is taken out once: the main thread told once, every later request
   t.is(told.length, 1, 'told once');
   t.is(service.refusal?.message, first.message, 'the first reason stands');
   t.is(service.afterFailedRun(new Error('anything'))?.message, first.message);
+});
+
+test('a stream-capture error (900-908) poisons nothing: another thread\'s capture was open, the context works on', (t) => {
+  let probed = 0;
+  const probe = () => {
+    probed++;
+    return works();
+  };
+  for (const code of [900, 901, 904, 908]) {
+    t.is(poisonOf(failure(`CUDA failure ${code}: operation not permitted when stream is capturing ; GPU=0`), probe), null, `run failed with ${code}`);
+  }
+  t.is(probed, 0, 'not even probed');
+  // A probe that meets a capture (it is held off captures: native cuda.h captureLock) is no verdict either.
+  t.is(poisonOf(new Error('CUBLAS failure 13'), () => ({ error: 900, message: 'operation not permitted when stream is capturing' })), null);
+});
+
+test('a failure outside the run (a weight copy, an upload\'s wait, a region\'s copy) with a CUDA error goes to the device\'s verdict; others are answered as they are', (t) => {
+  /** @type {unknown[]} */
+  const asked = [];
+  const out = new Error('device 0 is unavailable: it is out of service');
+  const ctx = { outOfService: (/** @type {unknown} */ err) => { asked.push(err); return /** @type {any} */ (out); } };
+  const sticky = failure('CUDA failure 700: an illegal memory access was encountered');
+  t.is(verdict(ctx, sticky), out, 'poisoned: the device\'s refusal is the answer');
+  const plain = new Error('model "m": region too small');
+  t.is(verdict(ctx, plain), plain);
+  t.deepEqual(asked, [sticky], 'only the CUDA failure was judged');
+  const healthy = { outOfService: () => null };
+  t.is(verdict(healthy, sticky), sticky, 'the GPU works: the failure itself is the answer');
 });

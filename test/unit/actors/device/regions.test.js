@@ -84,16 +84,20 @@ function floatsAt(memory, offset, count) {
   return [...out];
 }
 
-test('a CUDA region is opened once on this device\'s GPU; a handle that cannot be opened is INVALID_ARGUMENT saying why', (t) => {
+test('a CUDA region is opened once, on its own GPU whichever GPU this device drives; a handle that cannot be opened is INVALID_ARGUMENT saying why', (t) => {
   const memory = cudaMemory();
   const { regions, opened } = cudaRegions(memory);
   t.is(regions.openCuda(cudaSlice(0, 64)), memory);
   t.is(regions.openCuda(cudaSlice(256, 64)), memory);
   t.deepEqual(opened, ['cuda:0 4096 64'], 'opened once, on GPU 0, for the whole region');
+  // A region on GPU 1, used by this device on GPU 0: opened on GPU 1, as Triton opens it (no peer access).
+  const far = cudaRegions(memory);
+  far.regions.openCuda({ ...cudaSlice(0, 64, 1), regionId: 8 });
+  t.deepEqual(far.opened, ['cuda:1 4096 64']);
   const refused = cudaRegions(memory, { refuse: true }).regions;
   const err = t.throws(() => refused.openCuda(cudaSlice(0, 64)));
   t.is(/** @type {any} */ (err).code, 'STOWAGE_SHM_INVALID');
-  t.regex(err?.message ?? '', /GPU 0 cannot open its IPC handle.*CUDA error 400/);
+  t.regex(err?.message ?? '', /region on GPU 0: its IPC handle cannot be opened there .*CUDA error 400/);
   t.notThrows(() => regions.check('input "x"', cudaSlice(0, 64)), 'GPU memory cannot shrink: nothing to check per run');
 });
 

@@ -282,6 +282,19 @@ test('an upload never compacts: room in pieces is no room, and the arena is left
   t.true(cache.deviceView('wide').every((v) => v === 7));
 });
 
+test('on a device whose host copies are pinned, a model whose copies could not be pinned is not uploaded ahead: its copy would be synchronous', (t) => {
+  const c = catalog();
+  let pinnable = false;
+  const { cache } = cacheOf(64 * 4, c.readTensor, { pinHost: () => (pinnable ? { release() {} } : undefined) });
+  cache.add('p#1', 'p', 'system', [c.tensor('p', 64, 1)]); // its host copy could not be pinned
+  pinnable = true;
+  cache.add('q#1', 'q', 'system', [c.tensor('q', 64, 2)]);
+  t.is(cache.beginUpload('p#1', new Set()), 'skipped', 'pageable: loads at its turn');
+  t.is(cache.beginUpload('q#1', new Set()), 'started', 'pinned: beside execution');
+  t.false(cache.ensureResident('p#1').hit);
+  t.true(cache.deviceView('p').every((v) => v === 1));
+});
+
 test('unpinned models are not uploaded ahead: they have no host copy to copy from', (t) => {
   const c = catalog();
   const { cache } = cacheOf(64 * 2, c.readTensor);
