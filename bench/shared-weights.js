@@ -10,7 +10,7 @@ import path from 'node:path';
 import { InferenceClient } from '../dist/client/client.js';
 import { random, writeCatalog, writeVariants } from '../test/helpers/mlp-catalog.js';
 import { makeRepository, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
-import { percentile } from './timing.js';
+import { driveClients, percentile } from './timing.js';
 
 const TARGET_MS = Number(process.argv[2] ?? 25);
 const REQUESTS = Number(process.argv[3] ?? 1500);
@@ -42,16 +42,7 @@ async function measure(kind, count) {
   const before = await scrapeMetrics(server.adminPort);
   const clients = Array.from({ length: 8 }, () => new InferenceClient(server.address));
   const picks = Array.from({ length: REQUESTS }, pick);
-  const latencies = [];
-  const t0 = performance.now();
-  await Promise.all(clients.map(async (c, i) => {
-    for (let k = i; k < picks.length; k += clients.length) {
-      const s = performance.now();
-      await c.infer(picks[k], x());
-      latencies.push(performance.now() - s);
-    }
-  }));
-  const seconds = (performance.now() - t0) / 1000;
+  const { latencies, seconds } = await driveClients(clients, picks, (c, model) => c.infer(model, x()));
   for (const c of clients) c.close();
   const after = await scrapeMetrics(server.adminPort);
   await server.stop();

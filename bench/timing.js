@@ -26,5 +26,27 @@ export async function timed(calls, run, { warmups = 3, idleMs = 0 } = {}) {
   return median(ms);
 }
 
+/**
+ * `picks` sent by `clients` at once, each client every clients.length-th in turn, one at a time:
+ * each call's latency in ms, and the seconds the whole took.
+ * @template C
+ * @param {C[]} clients
+ * @param {string[]} picks
+ * @param {(client: C, pick: string) => Promise<unknown>} send
+ */
+export async function driveClients(clients, picks, send) {
+  /** @type {number[]} */
+  const latencies = [];
+  const t0 = performance.now();
+  await Promise.all(clients.map(async (c, i) => {
+    for (let k = i; k < picks.length; k += clients.length) {
+      const s = performance.now();
+      await send(c, picks[k]);
+      latencies.push(performance.now() - s);
+    }
+  }));
+  return { latencies, seconds: (performance.now() - t0) / 1000 };
+}
+
 /** `n` ResNet-50 inputs (3x224x224 float32 each), deterministic and not all zeros. */
 export const image = (/** @type {number} */ n) => Float32Array.from({ length: n * 3 * 224 * 224 }, (_, i) => Math.sin(i * 0.001));

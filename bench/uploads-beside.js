@@ -12,7 +12,7 @@ import { parseArgs } from 'node:util';
 import { InferenceClient } from '../dist/client/client.js';
 import { mlpWeightBytes, random, writeCatalog } from '../test/helpers/mlp-catalog.js';
 import { makeRepository, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
-import { percentile } from './timing.js';
+import { driveClients, percentile } from './timing.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -66,16 +66,7 @@ async function measure(run, round) {
     for (const m of catalog) await server.client.infer(m.name, x()); // every model once: compiled, learned
     const before = await scrapeMetrics(server.adminPort);
     const clients = Array.from({ length: CLIENTS }, () => new InferenceClient(server.address));
-    const latencies = [];
-    const t0 = performance.now();
-    await Promise.all(clients.map(async (c, i) => {
-      for (let k = i; k < picks.length; k += clients.length) {
-        const s = performance.now();
-        await c.infer(picks[k], x());
-        latencies.push(performance.now() - s);
-      }
-    }));
-    const seconds = (performance.now() - t0) / 1000;
+    const { latencies, seconds } = await driveClients(clients, picks, (c, model) => c.infer(model, x()));
     for (const c of clients) c.close();
     const after = await scrapeMetrics(server.adminPort);
     const sum = (m, name) => Object.entries(m).filter(([k]) => k.startsWith(`${name}{`)).reduce((s, [, v]) => s + v, 0);
