@@ -279,6 +279,8 @@ export class StowageServer {
         // Edge threads' doors to the worker that died closed with it: new ones to its replacement.
         onServing: (deviceId) => this.#edgeThreads?.deviceServing(deviceId),
         onLost: (_deviceId, instance, why) => this.#instanceLost(instance, why),
+        // Fault injection (the supervision tests): a start timeout short enough to wait out in a test.
+        ...(process.env.STOWAGE_FAULT_DEVICE_START_TIMEOUT_MS ? { startTimeoutMs: Number(process.env.STOWAGE_FAULT_DEVICE_START_TIMEOUT_MS) } : {}),
       });
     }));
     const scheduling = this.#config.gateway.scheduling;

@@ -1,8 +1,9 @@
 // Device supervision on the real server: what a device serves after its worker died and its
 // replacement could not load everything again, an unload while a device restarts, a device that
-// dies with an unload pending on it, and a second crash behind the first. Faults are injected by
-// files the device threads look for (STOWAGE_FAULT_DEVICE_EXIT: the thread exits before a batch or
-// while it holds a load; STOWAGE_FAULT_DEVICE_HOLD_LOADS: loads wait while the file exists).
+// dies with an unload pending on it, a second crash behind the first, and a replacement that never
+// starts. Faults are injected by files the device threads look for (STOWAGE_FAULT_DEVICE_EXIT: the
+// thread exits before a batch or while it holds a load; STOWAGE_FAULT_DEVICE_HOLD_LOADS: loads wait
+// while the file exists; STOWAGE_FAULT_DEVICE_NO_START: the next worker never says it started).
 import { existsSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
@@ -26,12 +27,18 @@ async function faultyServer(t, bundles, { devices = 1, edges = 0 } = {}) {
   t.teardown(temp.cleanup);
   const exit = path.join(temp.dir, 'device-exit');
   const hold = path.join(temp.dir, 'hold-loads');
+  const noStart = path.join(temp.dir, 'no-start');
   const repo = makeRepository(temp.dir, bundles);
-  const server = await startServer({ model_repo: repo, gpus: devices, global: { endpoints: { edge_threads: edges } } },
-    { root: temp.dir, env: { STOWAGE_FAULT_DEVICE_EXIT: exit, STOWAGE_FAULT_DEVICE_HOLD_LOADS: hold } });
+  const server = await startServer({ model_repo: repo, gpus: devices, global: { endpoints: { edge_threads: edges } } }, {
+    root: temp.dir,
+    env: { STOWAGE_FAULT_DEVICE_EXIT: exit, STOWAGE_FAULT_DEVICE_HOLD_LOADS: hold, STOWAGE_FAULT_DEVICE_NO_START: noStart, STOWAGE_FAULT_DEVICE_START_TIMEOUT_MS: String(START_TIMEOUT_MS) },
+  });
   t.teardown(() => server.stop());
-  return { server, exit, hold, cache: path.join(temp.dir, 'compile-cache') };
+  return { server, exit, hold, noStart, cache: path.join(temp.dir, 'compile-cache') };
 }
+
+/** The device start timeout the faulty servers run with (STOWAGE_FAULT_DEVICE_START_TIMEOUT_MS): ample for a worker that starts. */
+const START_TIMEOUT_MS = 5000;
 
 /**
  * Arm the device exit and ask for digits until a device takes it (requests that fail meanwhile are
@@ -187,4 +194,20 @@ test('a device that dies with an unload pending on it: the unload succeeds (the 
   t.is(restarted.reloaded, 2, 'digits and negate, not echo');
   t.is((await indexEntry(f.server.client, 'negate'))?.state, 'READY');
   t.deepEqual(await classify(f.server.client, reference, 2), reference.slice(2, 4));
+});
+
+test('a replacement worker that never starts: what was sent to it fails UNAVAILABLE at its start timeout, not at its own deadline; the next replacement serves', async (t) => {
+  const f = await faultyServer(t, { digits: DIGITS });
+  const reference = await referenceLabels(f.server.client);
+  writeFileSync(f.noStart, ''); // the next worker to start (the crash's replacement) takes it
+  await crashADevice(f);
+  const started = Date.now();
+  const err = await grpcError(t, f.server.client.infer('digits', [digitsTensor()], { outputs: ['label'], timeoutMs: 120_000 }));
+  const tookMs = Date.now() - started;
+  t.is(err.code, status.UNAVAILABLE);
+  t.regex(err.details, new RegExp(`device 0 is unavailable: its worker did not start within ${START_TIMEOUT_MS} ms`));
+  t.true(tookMs < 60_000, `failed after ${tookMs} ms: at the start timeout, not the request's deadline of 120 s`);
+  t.false(existsSync(f.noStart), 'the replacement took the fault');
+  await f.server.waitForLog((l) => l.msg === 'device actor restarted: its models are loaded again');
+  t.deepEqual(await classify(f.server.client, reference, 4), reference.slice(4, 6), 'the next replacement serves');
 });

@@ -417,4 +417,17 @@ function receive(msg: ToDevice): void {
   }
 }
 
-send({ type: 'started' });
+/**
+ * Fault injection (test/adversarial/supervision.test.js): when the file STOWAGE_FAULT_DEVICE_NO_START
+ * names exists as this thread starts, it takes it (removes it: one worker only) and never says it
+ * started, as a worker stuck loading its libraries would; it stays alive and hears nothing. Unset
+ * (production), it costs nothing.
+ */
+const noStartFile = process.env.STOWAGE_FAULT_DEVICE_NO_START;
+if (noStartFile && existsSync(noStartFile)) {
+  rmSync(noStartFile, { force: true });
+  port.removeAllListeners('message');
+  setInterval(() => undefined, 60_000);
+} else {
+  send({ type: 'started' });
+}
