@@ -1,0 +1,262 @@
+/**
+ * Where each model lives across the nodes of a fleet (a gateway-only process in front of several
+ * Stowage nodes): a few nodes per model, so that its weights stay resident where its requests go
+ * and the fleet's memory is pooled instead of every node caching the whole catalog's traffic.
+ *
+ * Rendezvous (highest-random-weight) hashing with bounded loads:
+ *
+ * - Every model ranks every node by a hash of the two names, weighted by the node's weight budget
+ *   (a node with twice the memory wins twice as often). The ranking depends on nothing else, so
+ *   every gateway ranks alike, and a node joining or leaving changes the first choice of only the
+ *   models it wins or held (about 1/N of them).
+ * - A model with measured load is placed on the first nodes of its ranking that stay within
+ *   (1 + epsilon) of their fair share of the fleet's load and of its hot weight bytes (the bytes of
+ *   models with load, counted once per replica); models are placed heaviest first, so the bounds
+ *   push the light ones, not the heavy ones, down their rankings. Where none fits, the least
+ *   loaded node takes it.
+ * - Its replica count follows its load: one node per `replicaLoad` of one device's compute (a
+ *   model needing 1.6 devices at 0.8 gets two), and never more than half a node's bounded share
+ *   per replica, so that the bound can hold (a model needing more than a node's share is spread
+ *   over as many nodes as that takes); at most every node.
+ * - Moving a model costs a cold load, so a model stays where its weights are resident (as the nodes
+ *   report) while that node is within (1 + epsilon + stickiness) of its share: a node joining, or
+ *   one leaving, moves what it must (the models it wins or held), not every model near a bound.
+ * - A model with no load yet (never asked for, or cold) goes to a node that holds it, else to the
+ *   first node of its ranking, with no bound: every gateway sends a burst of first requests for a
+ *   model nobody holds to that one node, which loads it once.
+ *
+ * Loads are what the nodes report (compute seconds per second, from their statistics), which two
+ * gateways read at slightly different moments: each is rounded to a grid of quarter octaves first
+ * (`quantizeLoad`), so that the small differences between two readings of the same traffic rarely
+ * change a model's replica count or its order. Pure: the gateway feeds it what the nodes report
+ * and routes by the result; `bench/fleet-sim.js` drives it with simulated nodes.
+ */
+
+/** A node of the fleet as placement sees it. */
+export interface FleetNode {
+  /** Its address: what the ranking hashes, so every gateway names it alike. */
+  id: string;
+  /** Its weight budget in bytes (its share of the fleet's memory; 0 counts as the mean). */
+  budgetBytes: number;
+  /** Devices it runs on (its share of the fleet's compute); 1 when unknown. */
+  devices?: number;
+}
+
+/** A model as placement sees it. */
+export interface FleetModel {
+  name: string;
+  /** Bytes of its weights on a device. */
+  bytes: number;
+  /** Measured compute, in device-seconds per second over the whole fleet (0: none measured). */
+  load: number;
+  /** The nodes whose devices hold its weights now, as they report it (absent: none). */
+  resident?: readonly string[];
+}
+
+export interface FleetOptions {
+  /** No node takes more than (1 + epsilon) of its fair share of load or hot bytes, where placement can help it. */
+  epsilon: number;
+  /** A node that holds a model's weights keeps it up to (1 + epsilon + stickiness) of its share. */
+  stickiness: number;
+  /** A replica per this much of one device's compute a model needs (its load divided by it, rounded up). */
+  replicaLoad: number;
+}
+
+/** A model is heavy, and placed within the bounds, when one replica's load is at least this share of a device's fair share. */
+const HEAVY_SHARE = 0.02;
+
+/**
+ * The bounds measured best by bench/fleet-sim.js (64 nodes, a catalog 64x one node's budget, 3
+ * gateways; docs/performance.md): the busiest node within 1.25x the mean and a membership change
+ * moving under 2/N of the models, at a hit rate within 2 points of an oracle's partition.
+ */
+export const DEFAULT_FLEET_OPTIONS: FleetOptions = { epsilon: 0.1, stickiness: 0.1, replicaLoad: 0.5 };
+
+export interface FleetPlacement {
+  /** Model -> its nodes, the first its ranking's best that fit. Every model given is here. */
+  nodes: Map<string, string[]>;
+  /** Per node: the load and the hot bytes placed on it. */
+  load: Map<string, number>;
+  bytes: Map<string, number>;
+}
+
+/** 32-bit FNV-1a of a string: each name hashed once, then mixed per pair. */
+export function nameHash(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+/** murmur3's 32-bit finaliser: a well-mixed hash of the pair's two name hashes. */
+function mix(a: number, b: number): number {
+  let h = (a ^ Math.imul(b, 0x9e3779b1)) >>> 0;
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
+/**
+ * The weighted rendezvous score of a (model, node) pair: -weight / ln(u), u uniform in (0, 1) from
+ * the pair's hash. The node with the highest score wins the model, each with probability
+ * proportional to its weight.
+ */
+export function rendezvousScore(modelHash: number, nodeHash: number, weight: number): number {
+  const u = (mix(modelHash, nodeHash) + 0.5) / 4294967296;
+  return -weight / Math.log(u);
+}
+
+/**
+ * `load` on a grid of quarter octaves (0 stays 0): readings of the same traffic a few percent apart
+ * round alike, except near a grid line.
+ */
+export function quantizeLoad(load: number): number {
+  if (!(load > 0)) return 0;
+  return 2 ** (Math.round(Math.log2(load) * 4) / 4);
+}
+
+/** The replicas a model of `load` (quantized) gets among `nodes` nodes. */
+export function replicasFor(load: number, nodes: number, replicaLoad: number): number {
+  if (!(load > 0)) return 1;
+  return Math.max(1, Math.min(nodes, Math.ceil(load / replicaLoad - 1e-9)));
+}
+
+/**
+ * The nodes' rankings for any model: each node's name hashed and its weight found once, then per
+ * model one score per node.
+ */
+export class Rankings {
+  readonly #nodes: readonly FleetNode[];
+  readonly #hashes: number[];
+  readonly #weights: number[];
+
+  constructor(nodes: readonly FleetNode[]) {
+    this.#nodes = nodes;
+    this.#hashes = nodes.map((n) => nameHash(n.id));
+    const meanBudget = nodes.reduce((s, n) => s + n.budgetBytes, 0) / Math.max(1, nodes.length);
+    this.#weights = nodes.map((n) => (n.budgetBytes > 0 ? n.budgetBytes : meanBudget) || 1);
+  }
+
+  /** Every node ranked for `model`, best first (ties, which a 32-bit hash makes rare, by name). */
+  of(model: string): FleetNode[] {
+    const m = nameHash(model);
+    const scored = this.#nodes.map((n, i) => ({ n, score: rendezvousScore(m, this.#hashes[i], this.#weights[i]) }));
+    scored.sort((a, b) => b.score - a.score || (a.n.id < b.n.id ? -1 : 1));
+    return scored.map((s) => s.n);
+  }
+
+  /** The first node of `model`'s ranking; with `among`, the first of those nodes (ids) in it. */
+  first(model: string, among?: ReadonlySet<string>): FleetNode {
+    const m = nameHash(model);
+    let best = -1;
+    let bestScore = -Infinity;
+    for (let i = 0; i < this.#nodes.length; i++) {
+      if (among && !among.has(this.#nodes[i].id)) continue;
+      const score = rendezvousScore(m, this.#hashes[i], this.#weights[i]);
+      if (best < 0 || score > bestScore || (score === bestScore && this.#nodes[i].id < this.#nodes[best].id)) {
+        best = i;
+        bestScore = score;
+      }
+    }
+    return this.#nodes[Math.max(0, best)];
+  }
+}
+
+export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions = DEFAULT_FLEET_OPTIONS): FleetPlacement {
+  const placed = new Map<string, string[]>();
+  const load = new Map(nodes.map((n) => [n.id, 0]));
+  const bytes = new Map(nodes.map((n) => [n.id, 0]));
+  if (nodes.length === 0) return { nodes: placed, load, bytes };
+  const rankings = new Rankings(nodes);
+  const live = new Set(nodes.map((n) => n.id));
+
+  const measured = models.map((m) => ({ m, q: quantizeLoad(m.load) })).filter((x) => x.q > 0);
+  measured.sort((a, b) => b.q - a.q || b.m.bytes - a.m.bytes || (a.m.name < b.m.name ? -1 : 1));
+  const quantized = new Map(measured.map((x) => [x.m.name, x.q]));
+  // Each node's fair share: of the load by its devices, of the heavy models' bytes by its budget.
+  const devices = nodes.map((n) => n.devices ?? 1);
+  const totalDevices = devices.reduce((s, d) => s + d, 0);
+  const totalLoad = measured.reduce((s, x) => s + x.q, 0);
+  const fairPerDevice = totalLoad / totalDevices;
+  // A replica's load at most: `replicaLoad`, and half the bounded share of the node with the fewest
+  // devices; on the quarter-octave grid, as loads are, so that a node joining or leaving rarely
+  // changes a replica count.
+  const perReplica = Math.min(options.replicaLoad, quantizeLoad(((1 + options.epsilon) * fairPerDevice * Math.min(...devices)) / 2)) || options.replicaLoad;
+  const replicas = new Map(measured.map((x) => [x.m.name, replicasFor(x.q, nodes.length, perReplica)]));
+  const meanBudget = nodes.reduce((s, n) => s + n.budgetBytes, 0) / nodes.length;
+  const budgets = nodes.map((n) => (n.budgetBytes > 0 ? n.budgetBytes : meanBudget) || 1);
+  const totalBudget = budgets.reduce((s, b) => s + b, 0);
+
+  // The heavy models: those whose load per replica is worth bounding (at least HEAVY_SHARE of a
+  // device's fair share), as many as the fleet's memory holds once per replica. The many light
+  // ones each weigh too little to unbalance a node, hashing spreads them evenly, and bounding them
+  // would move many of them for nothing whenever the bounds move a little (a node joining or
+  // leaving changes every fair share by 1/N).
+  const heavy: typeof measured = [];
+  let heavyBytes = 0;
+  for (const x of measured) {
+    const n = replicas.get(x.m.name)!;
+    if (x.q / n < HEAVY_SHARE * fairPerDevice || heavyBytes + x.m.bytes * n > totalBudget) break;
+    heavy.push(x);
+    heavyBytes += x.m.bytes * n;
+  }
+  const isHeavy = new Set(heavy.map((x) => x.m.name));
+
+  // The light models first, unbounded: the nodes holding them (in ranking order), then their
+  // ranking's first. Their load is on the nodes before the heavy ones are bounded against it.
+  for (const m of models) {
+    if (isHeavy.has(m.name)) continue;
+    const want = replicas.get(m.name) ?? 1;
+    const held = (m.resident ?? []).filter((id) => live.has(id));
+    let chosen: string[];
+    if (want === 1) chosen = [rankings.first(m.name, held.length > 0 ? new Set(held) : undefined).id];
+    else {
+      const ranked = rankings.of(m.name);
+      chosen = [...ranked.filter((n) => held.includes(n.id)), ...ranked.filter((n) => !held.includes(n.id))].slice(0, want).map((n) => n.id);
+    }
+    const share = (quantized.get(m.name) ?? 0) / chosen.length;
+    for (const id of chosen) load.set(id, load.get(id)! + share);
+    placed.set(m.name, chosen);
+  }
+
+  // The heavy ones, heaviest first, within (1 + epsilon) of each node's share of all the load and
+  // of the heavy models' bytes.
+  const loadCap = new Map(nodes.map((n, i) => [n.id, (1 + options.epsilon) * totalLoad * (devices[i] / totalDevices)]));
+  const bytesCap = new Map(nodes.map((n, i) => [n.id, (1 + options.epsilon) * heavyBytes * (budgets[i] / totalBudget)]));
+  // A node's fullness, the larger of its two shares: where an overflow goes.
+  const fullness = (id: string) => Math.max(load.get(id)! / (loadCap.get(id)! || 1), bytes.get(id)! / (bytesCap.get(id)! || 1));
+  const fits = (id: string, share: number, modelBytes: number, slack: number) =>
+    load.get(id)! + share <= loadCap.get(id)! * slack + 1e-12 && bytes.get(id)! + modelBytes <= bytesCap.get(id)! * slack + 1e-9;
+  const sticky = (1 + options.epsilon + options.stickiness) / (1 + options.epsilon);
+  for (const { m, q } of heavy) {
+    const want = replicas.get(m.name)!;
+    const share = q / want;
+    const chosen: string[] = [];
+    const ranked = rankings.of(m.name);
+    // Where its weights are, and its ranking's first node (its home), within the looser bound; then
+    // the rest of its ranking, within the bound: bounds that move a little move nothing at home.
+    const held = new Set(m.resident ?? []);
+    for (const n of ranked) {
+      if (chosen.length < want && (held.has(n.id) || n === ranked[0]) && fits(n.id, share, m.bytes, sticky)) chosen.push(n.id);
+    }
+    for (const n of ranked) {
+      if (chosen.length < want && !chosen.includes(n.id) && fits(n.id, share, m.bytes, 1)) chosen.push(n.id);
+    }
+    // Too few fit within the bounds: the least full of the others, in ranking order on ties.
+    while (chosen.length < want) {
+      const rest = ranked.filter((n) => !chosen.includes(n.id));
+      chosen.push(rest.reduce((best, n) => (fullness(n.id) < fullness(best.id) - 1e-12 ? n : best)).id);
+    }
+    for (const id of chosen) {
+      load.set(id, load.get(id)! + share);
+      bytes.set(id, bytes.get(id)! + m.bytes);
+    }
+    placed.set(m.name, chosen);
+  }
+  return { nodes: placed, load, bytes };
+}

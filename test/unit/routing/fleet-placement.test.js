@@ -1,0 +1,116 @@
+// Placement across a fleet's nodes (routing/fleet-placement.ts): rendezvous rankings every
+// gateway computes alike, bounded loads, replicas by load, little moved when a node joins or
+// leaves, and one node for a model nobody has asked for.
+import test from 'ava';
+import { DEFAULT_FLEET_OPTIONS, placeFleet, quantizeLoad, Rankings, replicasFor } from '../../../dist/routing/fleet-placement.js';
+import { random } from '../../helpers/mlp-catalog.js';
+
+const GB = 1e9;
+/** @param {number} n @param {number} [budget] */
+const fleet = (n, budget = 20 * GB) => Array.from({ length: n }, (_, i) => ({ id: `10.0.0.${i}:8001`, budgetBytes: budget }));
+
+/**
+ * A catalog: Zipf(1.0) loads over the first `measured` models (device-seconds per second in all:
+ * `total`), none over the rest; sizes from 20 to 400 MB.
+ * @param {number} count @param {number} measured @param {number} total
+ */
+function catalog(count, measured, total, seed = 3) {
+  const next = random(seed);
+  const h = Array.from({ length: measured }, (_, k) => 1 / (k + 1)).reduce((a, b) => a + b, 0);
+  return Array.from({ length: count }, (_, k) => ({ name: `model-${k}`, bytes: Math.round(20e6 * Math.exp(next() * Math.log(20))), load: k < measured ? total / h / (k + 1) : 0 }));
+}
+
+/** Where a placement puts each model, as the nodes would then report their residency. */
+const residentAsPlaced = (/** @type {ReturnType<typeof catalog>} */ models, /** @type {ReturnType<typeof placeFleet>} */ p) =>
+  models.map((m) => ({ ...m, resident: p.nodes.get(m.name) }));
+
+/** Models whose placement gained a node between two placements. */
+function gained(/** @type {ReturnType<typeof placeFleet>} */ a, /** @type {ReturnType<typeof placeFleet>} */ b) {
+  let n = 0;
+  for (const [model, nodes] of b.nodes) if (nodes.some((id) => !a.nodes.get(model)?.includes(id))) n++;
+  return n;
+}
+
+test('the same reports place alike, whatever order they come in: two gateways agree', (t) => {
+  const nodes = fleet(16);
+  const models = catalog(2000, 1200, 6);
+  const a = placeFleet(models, nodes);
+  const b = placeFleet([...models].reverse(), [...nodes].reverse());
+  t.deepEqual([...a.nodes].sort(), [...b.nodes].sort());
+  t.is(a.nodes.size, 2000, 'every model placed');
+});
+
+test('loads within (1 + epsilon + stickiness) of the fair share, the heavy models on several nodes', (t) => {
+  const nodes = fleet(32);
+  const models = catalog(5000, 3000, 12);
+  const p = placeFleet(models, nodes);
+  const loads = [...p.load.values()];
+  const mean = loads.reduce((s, l) => s + l, 0) / loads.length;
+  const bound = 1 + DEFAULT_FLEET_OPTIONS.epsilon + DEFAULT_FLEET_OPTIONS.stickiness;
+  t.true(Math.max(...loads) <= mean * bound + 1e-9, `busiest ${(Math.max(...loads) / mean).toFixed(3)}x the mean`);
+  // The most popular model takes about 13% of 12 devices' work: spread so that no replica is over half a node's share.
+  const top = p.nodes.get('model-0') ?? [];
+  t.true(top.length >= 3, `${top.length} replicas`);
+  t.is(new Set(top).size, top.length, 'on distinct nodes');
+  t.deepEqual(p.nodes.get('model-4999'), [new Rankings(nodes).first('model-4999').id], 'a model with no load: its ranking\'s first node');
+});
+
+test('a replica per replicaLoad of load, at most every node; loads on a quarter-octave grid', (t) => {
+  t.is(replicasFor(0, 8, 0.5), 1);
+  t.is(replicasFor(0.4, 8, 0.5), 1);
+  t.is(replicasFor(0.6, 8, 0.5), 2);
+  t.is(replicasFor(1.6, 8, 0.5), 4);
+  t.is(replicasFor(100, 8, 0.5), 8);
+  t.is(quantizeLoad(0), 0);
+  t.is(quantizeLoad(1), 1);
+  t.is(quantizeLoad(2.05), 2, 'a reading 2.5% off rounds alike');
+  t.is(quantizeLoad(1.95), 2);
+  t.true(Math.abs(quantizeLoad(1.19) - 2 ** 0.25) < 1e-12);
+});
+
+test('a model grows to more nodes as its load grows, and shrinks back', (t) => {
+  const nodes = fleet(16);
+  const models = catalog(500, 300, 4);
+  const at = (/** @type {number} */ load) => placeFleet(models.map((m) => (m.name === 'model-7' ? { ...m, load } : m)), nodes).nodes.get('model-7')?.length;
+  const small = at(0.01);
+  const big = at(1.5);
+  t.is(small, 1);
+  t.true((big ?? 0) >= 3, `${big} replicas at 1.5 devices' load`);
+  t.is(at(0.01), small, 'back to one');
+});
+
+test('a node leaving moves its own models and few others; a node joining moves almost none that are resident', (t) => {
+  const nodes = fleet(64);
+  const models = catalog(10000, 6000, 24);
+  const before = placeFleet(models, nodes);
+  const resident = residentAsPlaced(models, before);
+  const steady = placeFleet(resident, nodes);
+  t.is(gained(before, steady), 0, 'nothing moves when nothing changed');
+  const left = placeFleet(resident, nodes.slice(1));
+  const onLeaver = [...steady.nodes.values()].filter((ids) => ids.includes(nodes[0].id)).length;
+  const movedLeft = gained(steady, left);
+  t.log(`a node left: ${movedLeft} of 10000 models moved (${onLeaver} were on it)`);
+  t.true(movedLeft <= (2 * 10000) / 64, `${movedLeft} moved: at most 2/N`);
+  const joined = placeFleet(resident, [...nodes, { id: '10.0.0.200:8001', budgetBytes: 20 * GB }]);
+  const movedJoin = gained(steady, joined);
+  t.log(`a node joined: ${movedJoin} models moved`);
+  t.true(movedJoin <= 10000 / 64, `${movedJoin} moved: at most 1/N`);
+});
+
+test('a model nobody holds or has asked for goes to one node, the same for every gateway: a burst of first requests loads it once', (t) => {
+  const nodes = fleet(64);
+  const views = [0, 1, 2].map(() => placeFleet([{ name: 'brand-new', bytes: 1e8, load: 0 }], nodes).nodes.get('brand-new'));
+  t.is(views[0]?.length, 1);
+  t.deepEqual(views[1], views[0]);
+  t.deepEqual(views[2], views[0]);
+});
+
+test('a node with twice the budget wins about twice the models', (t) => {
+  const nodes = [{ id: 'big', budgetBytes: 40 * GB }, { id: 'small-a', budgetBytes: 20 * GB }, { id: 'small-b', budgetBytes: 20 * GB }];
+  const rankings = new Rankings(nodes);
+  /** @type {Record<string, number>} */
+  const wins = { big: 0, 'small-a': 0, 'small-b': 0 };
+  for (let i = 0; i < 20000; i++) wins[rankings.first(`m${i}`).id]++;
+  t.true(Math.abs(wins.big / 20000 - 0.5) < 0.02, JSON.stringify(wins));
+  t.true(Math.abs(wins['small-a'] / 20000 - 0.25) < 0.02, JSON.stringify(wins));
+});
