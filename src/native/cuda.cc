@@ -93,6 +93,12 @@ DeviceScope::DeviceScope(int ordinal, const std::string& what) : ordinal_(ordina
   if (previous_ != ordinal_) check(rt.setDevice(ordinal_), what);
 }
 
+DeviceScope::DeviceScope(int ordinal) noexcept : ordinal_(ordinal) {
+  if (!loaded) return;
+  if (table.getDevice(&previous_) != 0) previous_ = -1;
+  if (previous_ != ordinal_ && table.setDevice(ordinal_) != 0) table.getLastError();
+}
+
 DeviceScope::~DeviceScope() {
   if (previous_ >= 0 && previous_ != ordinal_ && table.setDevice(previous_) != 0) table.getLastError();
 }
@@ -109,11 +115,8 @@ void deviceFree(int ordinal, void* data) noexcept {
   if (!loaded || !data) return;
   // cudaFree synchronises the device: never while a capture is open on it.
   std::lock_guard<std::recursive_mutex> capture(captureLock(ordinal));
-  int previous = -1;
-  if (table.getDevice(&previous) != 0) previous = -1;
-  table.setDevice(ordinal);
+  DeviceScope scope(ordinal);
   table.free(data);
-  if (previous >= 0 && previous != ordinal) table.setDevice(previous);
   table.getLastError();  // a failure here has nobody to tell, and must not fail ONNX Runtime's next launch
 }
 
@@ -176,11 +179,8 @@ void ipcClose(int ordinal, void* data) noexcept {
   for (auto at = ipcOpened.begin(); at != ipcOpened.end(); ++at) {
     if (at->first.first != ordinal || at->second.first != data) continue;
     if (--at->second.second == 0) {
-      int previous = -1;
-      if (table.getDevice(&previous) != 0) previous = -1;
-      table.setDevice(ordinal);
+      DeviceScope scope(ordinal);
       table.ipcCloseMemHandle(data);
-      if (previous >= 0 && previous != ordinal) table.setDevice(previous);
       table.getLastError();  // nobody to tell here, and not for the next launch to report
       ipcOpened.erase(at);
     }
@@ -199,14 +199,14 @@ bool allocationBytesFrom(int ordinal, void* data, size_t& bytes, std::string& wh
     why = "the driver's cuMemGetAddressRange_v2 (libcuda.so.1) is not available";
     return false;
   }
-  int previous = -1;
-  if (table.getDevice(&previous) != 0) previous = -1;
-  table.setDevice(ordinal);
   unsigned long long base = 0;
   size_t size = 0;
   unsigned long long at = reinterpret_cast<unsigned long long>(data);
-  int err = getAddressRange(&base, &size, at);
-  if (previous >= 0 && previous != ordinal) table.setDevice(previous);
+  int err;
+  {
+    DeviceScope scope(ordinal);
+    err = getAddressRange(&base, &size, at);
+  }
   table.getLastError();
   if (err != 0) {
     why = "cuMemGetAddressRange failed (CUDA driver error " + std::to_string(err) + ")";

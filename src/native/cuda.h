@@ -161,7 +161,10 @@ std::recursive_mutex& captureLock(int ordinal);
 // or an IPC handle on another GPU than the thread's own leaves the thread where it was.
 class DeviceScope {
  public:
+  // Throws CUDA's failure to set the device, naming `what`.
   DeviceScope(int ordinal, const std::string& what);
+  // For cleanup paths that have nobody to tell (frees, closes): a failure is cleared, not thrown.
+  explicit DeviceScope(int ordinal) noexcept;
   ~DeviceScope();
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;

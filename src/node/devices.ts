@@ -144,14 +144,9 @@ export class Devices {
     return this.handles.filter((d) => d.serving);
   }
 
-  /**
-   * The devices in service that hold `instance`; of those, the ones settled (not reloading after a
-   * crash) when there are any, so a restarting device takes none of a model that others serve.
-   */
-  #holders(instance: InstanceKey): DeviceHandle[] {
-    const holding = this.#serving.filter((d) => d.holds(instance));
-    const settled = holding.filter((d) => d.settled);
-    return settled.length > 0 ? settled : holding;
+  /** The devices in service that hold `instance`, in device order. */
+  #holding(instance: InstanceKey): DeviceHandle[] {
+    return this.handles.filter((d) => d.serving && d.holds(instance));
   }
 
   /**
@@ -159,17 +154,25 @@ export class Devices {
    * device lost it: its replacement worker could not load it again); undefined when it is every one.
    */
   holdersOf(instance: InstanceKey): number[] | undefined {
-    const serving = this.#serving;
-    const holding = serving.filter((d) => d.holds(instance));
-    return holding.length === serving.length ? undefined : holding.map((d) => d.deviceId);
+    const holding = this.#holding(instance);
+    return holding.length === this.#serving.length ? undefined : holding.map((d) => d.deviceId);
   }
 
+  /**
+   * The device for a request: among the devices in service that hold its instance, the settled
+   * ones (not reloading after a crash) when there are any, so a restarting device takes none of a
+   * model that others serve; then placement or the router.
+   */
   #pick(instance: InstanceKey): DeviceHandle {
-    const serving = this.#serving;
     const model = modelOf(instance);
-    if (serving.length === 0) throw errors.deviceUnavailable(this.handles[0].deviceId, `no device of this node is in service (${this.handles.map((d) => `device ${d.deviceId}: ${d.state}`).join(', ')})`);
-    const devices = this.#holders(instance);
-    if (devices.length === 0) throw errors.modelNotReady(model, 'UNAVAILABLE', `no device in service holds it (${serving.map((d) => `device ${d.deviceId}`).join(', ')} could not load it)`);
+    const holding = this.#holding(instance);
+    if (holding.length === 0) {
+      const serving = this.#serving;
+      if (serving.length === 0) throw errors.deviceUnavailable(this.handles[0].deviceId, `no device of this node is in service (${this.handles.map((d) => `device ${d.deviceId}: ${d.state}`).join(', ')})`);
+      throw errors.modelNotReady(model, 'UNAVAILABLE', `no device in service holds it (${serving.map((d) => `device ${d.deviceId}`).join(', ')} could not load it)`);
+    }
+    const settled = holding.length === 1 ? holding : holding.filter((d) => d.settled);
+    const devices = settled.length > 0 ? settled : holding;
     if (devices.length === 1) return devices[0];
     const placed = this.#o.mode === 'lpt_packing' ? this.#placed.get(model) : undefined;
     // A model placed on devices taken out of service, or that lost it, is served by the others, loading its weights there.

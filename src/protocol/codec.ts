@@ -147,8 +147,8 @@ export function requestParameters(params: Parameters): Pick<DataPlaneRequest, 'p
   if (!Number.isFinite(us) || us < 0) {
     throw errors.invalidRequest(`parameter "timeout" must be a non-negative int64 (microseconds), got ${shownParameter(timeout)}`);
   }
-  // Past what a timer can hold (2^31-1 ms, about 24.8 days) a timeout means no timeout: a timer
-  // asked for longer fires at once, which would fail the request instead.
+  // Past what one timer holds (2^31-1 ms, about 24.8 days, the node file's longest duration too)
+  // a timeout means no timeout: the request waits as one without, under the queue bound.
   return us > 0 && us / 1000 <= MAX_TIMER_MS ? { parameters, timeoutUs: us } : { parameters };
 }
 

@@ -9,21 +9,21 @@
  *   (a node with twice the memory wins twice as often). The ranking depends on nothing else, so
  *   every gateway ranks alike, and a node joining or leaving changes the first choice of only the
  *   models it wins or held (about 1/N of them).
- * - A model with measured load is placed on the first nodes of its ranking that stay within
- *   (1 + epsilon) of their fair share of the fleet's load and of its hot weight bytes (the bytes of
- *   models with load, counted once per replica); models are placed heaviest first, so the bounds
- *   push the light ones, not the heavy ones, down their rankings. Where none fits, the least
- *   loaded node takes it.
- * - Its replica count follows its load: one node per `replicaLoad` of one device's compute (a
- *   model needing 1.6 devices at 0.8 gets two), and never more than half a node's bounded share
- *   per replica, so that the bound can hold (a model needing more than a node's share is spread
- *   over as many nodes as that takes); at most every node.
- * - Moving a model costs a cold load, so a model stays where its weights are resident (as the nodes
- *   report) while that node is within (1 + epsilon + stickiness) of its share: a node joining, or
- *   one leaving, moves what it must (the models it wins or held), not every model near a bound.
- * - A model with no load yet (never asked for, or cold) goes to a node that holds it, else to the
- *   first node of its ranking, with no bound: every gateway sends a burst of first requests for a
- *   model nobody holds to that one node, which loads it once.
+ * - The light models (everything but the heavy ones below, the unmeasured included) go where their
+ *   weights are resident (as the nodes report), else to their ranking's first node, unbounded:
+ *   each weighs too little to unbalance a node, hashing spreads them evenly, and a model nobody
+ *   holds or has asked for goes to the same one node from every gateway, so a burst of first
+ *   requests for it loads it once. Their load is counted on their nodes first.
+ * - The heavy models (one replica's load at least HEAVY_SHARE of a device's fair share, as many as
+ *   the fleet's memory holds) are placed heaviest first on the first nodes of their ranking that
+ *   stay within (1 + epsilon) of their fair share of all the load and of the heavy models' bytes.
+ *   Where their weights are resident, or on their ranking's first node, the bound is
+ *   (1 + epsilon + stickiness): moving a model costs a cold load, and a node joining or leaving
+ *   (every fair share moving by 1/N) should move what it must, not every model near a bound.
+ *   Where none fits, the least full node takes it.
+ * - A model's replica count follows its load: one node per `replicaLoad` of one device's compute
+ *   (a model needing 1.6 devices at 0.8 gets two), and never more than half a node's bounded share
+ *   per replica, so that the bound can hold; at most every node.
  *
  * Loads are what the nodes report (compute seconds per second, from their statistics), which two
  * gateways read at slightly different moments: each is rounded to a grid of quarter octaves first
@@ -81,7 +81,7 @@ export interface FleetPlacement {
 }
 
 /** 32-bit FNV-1a of a string: each name hashed once, then mixed per pair. */
-export function nameHash(s: string): number {
+function nameHash(s: string): number {
   let h = 0x811c9dc5;
   for (let i = 0; i < s.length; i++) {
     h ^= s.charCodeAt(i);
@@ -106,7 +106,7 @@ function mix(a: number, b: number): number {
  * the pair's hash. The node with the highest score wins the model, each with probability
  * proportional to its weight.
  */
-export function rendezvousScore(modelHash: number, nodeHash: number, weight: number): number {
+function rendezvousScore(modelHash: number, nodeHash: number, weight: number): number {
   const u = (mix(modelHash, nodeHash) + 0.5) / 4294967296;
   return -weight / Math.log(u);
 }
