@@ -8,39 +8,17 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { loadControlClient } from '../protocol/proto.js';
+import type { ModelControlStatus, ModelControlStatusReply } from '../shared/control-messages.js';
 
-/** One model as ModelControlStatus reports it. */
-export interface ModelControlStatus {
-  name: string;
-  /** LOADING, READY, UNLOADING, UNAVAILABLE. */
-  state: string;
-  reason: string;
-  /** The loaded version serving it (`name#generation`). */
-  instance: string;
-  /** Where its weights live at rest: device, system or unpinned. */
-  residency: string;
-  /** Bytes of its weights on devices now, summed over the devices. */
-  resident_bytes: string;
-  /** The device holding its weights now; -1 if none or several. */
-  device: number;
-  queue_depth: number;
-  learned_cost: { batch_size: number; ms: number }[];
-  weight: number;
-  max_batch_size: number;
-  /** The devices its requests go to (lpt_packing: its placement). */
-  placed_devices: number[];
-  /** Backend cuda: GPU memory its sessions took at load, summed over the devices (a decimal string). */
-  session_device_bytes: string;
-  /** runtime.cuda.graphs: whether its runs use CUDA graphs, or why not; empty otherwise. */
-  cuda_graphs: string;
-}
+export type { ModelControlStatus, ModelControlStatusReply };
 
 /** Each control RPC's request and reply, by name. */
 export interface ControlCalls {
-  ModelControlStatus: { request: { name: string }; reply: { models: ModelControlStatus[] } };
+  ModelControlStatus: { request: { name: string }; reply: ModelControlStatusReply };
   SetModelPolicy: { request: { name: string; weight?: number; max_batch_size?: number }; reply: Record<string, never> };
   SetModelResidency: { request: { name: string; residency: string }; reply: Record<string, never> };
   CompactMemory: { request: { device: number }; reply: { moved_bytes: string } };
+  PrefetchModel: { request: { name: string }; reply: { resident_bytes: string } };
 }
 export type ControlRpc = keyof ControlCalls;
 

@@ -182,7 +182,10 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
   if (needsRepo) throw errors.configInvalid(`${file}: invalid configuration:\n  ${missingRepo}`);
   const gatewayOnly = isGatewayOnly(doc);
   if (gatewayOnly && doc.gateway.scheduling.mode === 'lpt_packing') {
-    throw errors.configInvalid(`${file}: gateway.scheduling.mode "lpt_packing" places models on this process's own devices; a gateway-only process (gateway.endpoints or gateway.discovery) routes with round_robin or least_outstanding`);
+    throw errors.configInvalid(`${file}: gateway.scheduling.mode "lpt_packing" places models on this process's own devices; a gateway-only process (gateway.endpoints or gateway.discovery) routes with round_robin, least_outstanding or pooled`);
+  }
+  if (!gatewayOnly && doc.gateway.scheduling.mode === 'pooled') {
+    throw errors.configInvalid(`${file}: gateway.scheduling.mode "pooled" places models across the nodes of a fleet, in a gateway-only process (gateway.endpoints or gateway.discovery); a node places models on its own devices with lpt_packing`);
   }
   const fileDir = path.dirname(path.resolve(cwd, file));
   const config: NodeConfig = Object.assign(doc, {

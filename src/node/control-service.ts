@@ -10,16 +10,22 @@ import type { Residency } from '../shared/channels/device.js';
 import { RESIDENCIES } from '../shared/config-schema.js';
 import { errors, quote } from '../shared/errors.js';
 import type { ModelRegistry } from './model-registry.js';
+import type { Statistics } from './statistics.js';
 
 export interface ControlContext {
   registry: ModelRegistry;
   devices: Devices;
+  statistics: Statistics;
+  /** A model's weight-cache hits and misses so far (metrics.ts). */
+  weightTraffic: (model: string) => { hits: number; misses: number };
+  /** The node's weight budget, summed over its devices (0: the weight cache off). */
+  weightBudgetBytes: number;
   logger: Logger;
 }
 
 
 export function controlOperations(ctx: ControlContext) {
-  const { registry, devices, logger } = ctx;
+  const { registry, devices, statistics, logger } = ctx;
   return {
     ModelControlStatus: async (req: { name: string }) => {
       const records = req.name === '' ? registry.all() : [registry.find(req.name)];
@@ -39,8 +45,12 @@ export function controlOperations(ctx: ControlContext) {
         } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, sessionAll: s.sessionDeviceBytes ?? 0, onDevices: s.resident ? [s.device] : [] });
       }
       return {
+        weight_budget_bytes: String(ctx.weightBudgetBytes),
+        devices: devices.handles.filter((d) => d.serving).length,
+        queue_depth: reports.reduce((sum, s) => sum + s.queued, 0),
         models: records.map((r) => {
           const s = r.instance ? instances.get(r.instance) : undefined;
+          const traffic = ctx.weightTraffic(r.name);
           return {
             name: r.name,
             state: r.state,
@@ -57,6 +67,10 @@ export function controlOperations(ctx: ControlContext) {
             placed_devices: r.spec?.kind === 'meta' ? [] : devices.placementOf(r.name),
             session_device_bytes: String(s?.sessionAll ?? 0),
             cuda_graphs: s?.cudaGraphs ?? '',
+            weight_bytes: String(s?.weightBytes ?? 0),
+            compute_seconds: statistics.computeSeconds(r.name),
+            weight_hits: String(traffic.hits),
+            weight_misses: String(traffic.misses),
           };
         }),
       };
@@ -79,6 +93,16 @@ export function controlOperations(ctx: ControlContext) {
       await devices.setResidency(req.name, req.residency as Residency);
       logger.info({ model: req.name, residency: req.residency }, 'model residency changed');
       return {};
+    },
+    PrefetchModel: async (req: { name: string }) => {
+      const record = registry.find(req.name);
+      if (record.spec?.kind === 'meta') throw errors.invalidRequest(`model ${quote(req.name)} is a meta model: it has no weights of its own`);
+      if (!record.instance || record.state !== 'READY') throw errors.modelNotReady(req.name, record.state, record.reason);
+      await devices.prefetch(req.name, record.instance);
+      const instance = record.instance;
+      const residentBytes = (await devices.status()).filter((s) => s.instance === instance && s.resident).reduce((sum, s) => sum + s.weightBytes, 0);
+      logger.debug({ model: req.name, residentBytes }, 'model prefetched');
+      return { resident_bytes: String(residentBytes) };
     },
     CompactMemory: async (req: { device: number }) => {
       if (req.device >= 0 && !devices.handles.some((d) => d.deviceId === req.device)) {

@@ -139,6 +139,17 @@ export class Devices {
     return { devices: placed.devices.map((d) => d.deviceId), capacity, policy: this.#o.lpt?.policy ?? 'fill_rr' };
   }
 
+  /**
+   * Make an instance's weights resident now on the devices its requests go to (its placement under
+   * lpt_packing, else every device in service that holds it): PrefetchModel, which a gateway pooling
+   * a fleet's memory sends before it switches a model's requests to this node.
+   */
+  async prefetch(model: string, instance: InstanceKey): Promise<void> {
+    const placed = this.#placed.get(model)?.devices;
+    const targets = (placed ?? this.#holding(instance)).filter((d) => d.serving);
+    await Promise.all(targets.map((d) => d.prefetch(instance)));
+  }
+
   /** The devices in service: not stopped, not taken out (a poisoned GPU: actors/device/out-of-service.ts). */
   get #serving(): DeviceHandle[] {
     return this.handles.filter((d) => d.serving);

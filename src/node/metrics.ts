@@ -54,6 +54,8 @@ export class Metrics {
   readonly #routes = new Map<string, Map<number, number>>();
   readonly #weightGauges: Record<'residentBytes' | 'logicalBytes' | 'budgetBytes', Gauge>;
   readonly #sharing: Gauge;
+  /** Per model: executions that found its weights on the device, and those that brought them on (ModelControlStatus reads them). */
+  readonly #weightTraffic = new Map<string, { hits: number; misses: number }>();
   readonly #weightHits: Counter;
   readonly #weightMisses: Counter;
   readonly #evictions: Counter;
@@ -254,6 +256,9 @@ export class Metrics {
   recordWeights(device: number, model: string, load: WeightLoad | null, memory: WeightMemory | null): void {
     if (load) {
       (load.hit ? this.#weightHits : this.#weightMisses).inc({ model });
+      let traffic = this.#weightTraffic.get(model);
+      if (!traffic) this.#weightTraffic.set(model, (traffic = { hits: 0, misses: 0 }));
+      traffic[load.hit ? 'hits' : 'misses']++;
       if (!load.hit) {
         this.#weightLoadBytes.inc({ model, source: 'host' }, load.loadedBytes - load.diskBytes);
         this.#weightLoadBytes.inc({ model, source: 'disk' }, load.diskBytes);
@@ -271,6 +276,11 @@ export class Metrics {
     this.#weightGauges.logicalBytes.set(labels, memory.logicalBytes);
     this.#weightGauges.budgetBytes.set(labels, memory.budgetBytes);
     this.#sharing.set(labels, memory.residentBytes > 0 ? memory.logicalBytes / memory.residentBytes : 1);
+  }
+
+  /** A model's weight-cache hits and misses so far, over every device. */
+  weightTraffic(model: string): { hits: number; misses: number } {
+    return this.#weightTraffic.get(model) ?? { hits: 0, misses: 0 };
   }
 
   recordRoute(model: string, device: number): void {

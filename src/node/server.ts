@@ -358,7 +358,11 @@ export class StowageServer {
       flushEdges: async () => this.#edgeThreads?.flush() });
     const ops: Operations = {
       ...kserve,
-      ...controlOperations({ registry: this.registry, devices, logger }),
+      ...controlOperations({
+        registry: this.registry, devices, statistics: this.statistics, logger,
+        weightTraffic: (model) => this.metrics.weightTraffic(model),
+        weightBudgetBytes: workers.reduce((sum, w) => sum + (w.weights?.budgetBytes ?? 0), 0),
+      }),
       HealthStatus: (req) => ({ status: health.status(req.service) }),
       // Edge threads log with loggers of their own: they follow the level this one is set to.
       LogSettings: (req) => {

@@ -120,6 +120,13 @@ export class Statistics {
     c.failures.set(reason, (c.failures.get(reason) ?? 0) + 1);
   }
 
+  /** Seconds of device time a model's executions took, summed over its devices (ModelControlStatus's compute_seconds). */
+  computeSeconds(model: string): number {
+    let ns = 0;
+    for (const b of this.#models.get(model)?.batches.values() ?? []) ns += b.computeInfer.ns;
+    return ns / 1e9;
+  }
+
   /** One model's statistics as a ModelStatistics message (zeros if it never ran). */
   snapshot(model: string) {
     const c = this.#of(model);

@@ -47,10 +47,11 @@ export interface Operations {
   LogSettings(req: { settings: Record<string, LogSettingValue> }): Awaitable<{ settings: Record<string, LogSettingValue> }>;
 
   /** Stowage's control service (proto/control.proto), its messages as they are. */
-  ModelControlStatus(req: { name: string }): Awaitable<{ models: Record<string, unknown>[] }>;
+  ModelControlStatus(req: { name: string }): Awaitable<{ models: Record<string, unknown>[]; weight_budget_bytes: string; devices: number; queue_depth: number }>;
   SetModelPolicy(req: { name: string; weight: number; max_batch_size: number }): Awaitable<Record<string, never>>;
   SetModelResidency(req: { name: string; residency: string }): Awaitable<Record<string, never>>;
   CompactMemory(req: { device: number }): Awaitable<{ moved_bytes: string }>;
+  PrefetchModel(req: { name: string }): Awaitable<{ resident_bytes: string }>;
 
   /** What a health probe of `service` hears now (health-service.ts). */
   HealthStatus(req: { service: string }): Awaitable<{ status: ServingStatus }>;
@@ -64,10 +65,10 @@ export const OPERATION_NAMES: readonly OperationName[] = [
   'RepositoryIndex', 'RepositoryModelLoad', 'RepositoryModelUnload', 'ModelStatistics',
   'SystemSharedMemoryRegister', 'SystemSharedMemoryStatus', 'SystemSharedMemoryUnregister',
   'CudaSharedMemoryStatus', 'CudaSharedMemoryUnregister', 'CudaSharedMemoryRegister', 'LogSettings',
-  'ModelControlStatus', 'SetModelPolicy', 'SetModelResidency', 'CompactMemory', 'HealthStatus',
+  'ModelControlStatus', 'SetModelPolicy', 'SetModelResidency', 'CompactMemory', 'PrefetchModel', 'HealthStatus',
 ];
 
 /** The operations of the inference service's gRPC table (the rest are control's and health's). */
 export const KSERVE_OPERATIONS: readonly OperationName[] = OPERATION_NAMES.slice(0, 17);
 /** Stowage's control service. */
-export const CONTROL_OPERATIONS: readonly OperationName[] = ['ModelControlStatus', 'SetModelPolicy', 'SetModelResidency', 'CompactMemory'];
+export const CONTROL_OPERATIONS: readonly OperationName[] = ['ModelControlStatus', 'SetModelPolicy', 'SetModelResidency', 'CompactMemory', 'PrefetchModel'];

@@ -10,6 +10,11 @@
  * admin port /healthz, /readyz (ready while any node is up, with each node's
  * state) and /metrics: its own, and every `gateway.metrics_endpoints` node's
  * (and every discovered node's, with `discovery.metrics_port`) with a `node` label.
+ *
+ * With `scheduling.mode: pooled` each health check also reads every node's ModelControlStatus,
+ * and fleet-routes.ts places each model on a few nodes from it, so the fleet's memory is pooled.
+ * The checks then run on wall-clock multiples of `health_seconds`, so that every gateway reads
+ * the nodes at about the same moment and places alike.
  */
 import type http from 'node:http';
 import type { Logger } from 'pino';
@@ -18,7 +23,9 @@ import { closeAdmin, createAdminServer, listen } from '../admin/http.js';
 import type { NodeConfig } from '../shared/config-schema.js';
 import { Admission, admissionMetrics } from '../protocol/admission.js';
 import { GrpcEdge } from '../protocol/edge.js';
-import { loadInferenceClient } from '../protocol/proto.js';
+import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
+import type { ModelControlStatusReply } from '../shared/control-messages.js';
+import { FleetRoutes } from './fleet-routes.js';
 import { startOrStop } from '../shared/lifecycle.js';
 import { PACKAGE_VERSION } from '../shared/version.js';
 import { mergeMetrics } from './metrics-merge.js';
@@ -39,6 +46,8 @@ export class StowageGateway {
   readonly #edge: GrpcEdge;
   #admin?: http.Server;
   #timer?: NodeJS.Timeout;
+  /** pooled: where each model's requests go. */
+  readonly fleet?: FleetRoutes;
   #stopping = false;
   #discovery?: DnsDiscovery;
   /** Nodes being drained after discovery lost them, until they are dropped. */
@@ -68,16 +77,28 @@ export class StowageGateway {
       },
     });
     collectDefaultMetrics({ register: this.#registry });
+    if (gw.scheduling.mode === 'pooled') {
+      const { epsilon, stickiness, replica_load: replicaLoad } = gw.scheduling.pooled;
+      this.fleet = new FleetRoutes({ fleet: { epsilon, stickiness, replicaLoad }, prefetchTimeoutMs: gw.request_timeout_seconds * 1000, logger, registry: this.#registry });
+    }
   }
 
   #node(address: string): RemoteNode {
     const gw = this.#config.gateway;
     const definition = loadInferenceClient().service;
+    const control = loadControlClient().service;
     return new RemoteNode(address, {
       maxStreams: gw.max_concurrent_streams,
       windowBytes: this.#config.global.endpoints.http2_window_bytes,
       encodeIndexRequest: () => definition.RepositoryIndex.requestSerialize({ repository_name: '', ready: true }),
       decodeIndex: (bytes) => definition.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
+      ...(gw.scheduling.mode === 'pooled' ? {
+        control: {
+          encodeStatusRequest: () => control.ModelControlStatus.requestSerialize({ name: '' }),
+          decodeStatus: (bytes: Buffer) => control.ModelControlStatus.responseDeserialize(bytes) as ModelControlStatusReply,
+          encodePrefetch: (model: string) => control.PrefetchModel.requestSerialize({ name: model }),
+        },
+      } : {}),
     });
   }
 
@@ -137,15 +158,15 @@ export class StowageGateway {
       await this.#discovery.start();
     }
     await this.#checkNodes();
-    this.#timer = setInterval(() => void this.#checkNodes(), gw.health_seconds * 1000);
-    this.#timer.unref();
+    this.#scheduleChecks(gw.health_seconds * 1000);
 
     const definition = loadInferenceClient().service;
     const edge = this.#edge;
     edge.addService(proxyDefinition(definition), proxyService({
       edge,
       nodes: this.nodes,
-      mode: gw.scheduling.mode === 'least_outstanding' ? 'least_outstanding' : 'round_robin',
+      mode: gw.scheduling.mode === 'round_robin' ? 'round_robin' : 'least_outstanding',
+      fleet: this.fleet,
       definition,
       logger: this.#logger,
       version: PACKAGE_VERSION,
@@ -162,14 +183,31 @@ export class StowageGateway {
     }, 'serving');
   }
 
-  /** Ask every node what it serves; log the ones that went down or came back. */
+  /**
+   * Check every node each `intervalMs`; pooled, on wall-clock multiples of it (every gateway then
+   * reads the nodes' counters at about the same moment). A check still running when the next is
+   * due makes that one wait for the multiple after.
+   */
+  #scheduleChecks(intervalMs: number): void {
+    const next = () => {
+      if (this.#stopping) return;
+      const wait = this.fleet ? intervalMs - (Date.now() % intervalMs) : intervalMs;
+      this.#timer = setTimeout(() => void this.#checkNodes().finally(next), wait);
+      this.#timer.unref();
+    };
+    next();
+  }
+
+  /** Ask every node what it serves; log the ones that went down or came back; pooled, place the models. */
   async #checkNodes(): Promise<void> {
+    const at = Date.now(); // when the counters were read, near enough
     await Promise.all(this.nodes.map(async (n) => {
       if (await n.refresh(PROBE_TIMEOUT_MS)) {
         if (n.up) this.#logger.info({ node: n.address, models: n.models }, 'node up');
         else this.#logger.warn({ node: n.address }, 'node down: it does not answer');
       }
     }));
+    this.fleet?.update(this.nodes, at);
   }
 
   /** The gateway's metrics and each metrics endpoint's, labelled with the node. */
@@ -193,7 +231,7 @@ export class StowageGateway {
 
   async stop(graceMs = this.#config.global.endpoints.shutdown_grace_seconds * 1000): Promise<void> {
     this.#stopping = true;
-    clearInterval(this.#timer);
+    clearTimeout(this.#timer);
     this.#discovery?.stop();
     await this.#edge.stop(graceMs);
     await Promise.all(this.#draining);

@@ -5,7 +5,8 @@
  * (protocol/edge.ts) wraps every handler, as it does a node's.
  *
  * - ModelInfer, ModelReady, ModelMetadata, ModelConfig: to a node serving the
- *   model ready, `round_robin` or `least_outstanding` among them
+ *   model ready, `round_robin` or `least_outstanding` among them; `pooled`:
+ *   least_outstanding among the nodes the model is placed on (fleet-routes.ts)
  *   (routing/routing.ts). A node that fails with UNAVAILABLE and then
  *   does not answer its health check is marked down and the call goes to
  *   another node serving the model; with none left it fails UNAVAILABLE at once.
@@ -20,6 +21,7 @@
  */
 import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
+import type { FleetRoutes } from './fleet-routes.js';
 import { Router, type RoutingMode } from '../routing/routing.js';
 import { GATEWAY_EXTENSIONS, SERVER_NAME } from '../shared/constants.js';
 import { errors, StowageError } from '../shared/errors.js';
@@ -48,6 +50,8 @@ export interface ProxyContext {
   edge: GrpcEdge;
   nodes: readonly RemoteNode[];
   mode: RoutingMode;
+  /** pooled: the nodes each model is placed on; the router picks least_outstanding among them. */
+  fleet?: FleetRoutes;
   /** The service as proto-loader defines it: encodes and decodes what the gateway reads or answers itself. */
   definition: grpc.ServiceDefinition;
   logger: Logger;
@@ -96,7 +100,7 @@ export function proxyService(ctx: ProxyContext): Record<string, grpc.UntypedHand
   /** The node for a request for `model`, skipping `tried`. */
   function pick(model: string, tried: ReadonlySet<RemoteNode>): RemoteNode {
     const candidates = nodes.filter((n) => n.serves(model) && !tried.has(n));
-    if (candidates.length > 0) return router.pick(candidates);
+    if (candidates.length > 0) return router.pick(ctx.fleet ? ctx.fleet.route(model, candidates) : candidates);
     const up = upNodes();
     if (up.length === 0) throw new StowageError('STOWAGE_DEVICE_UNAVAILABLE', `no node is up (nodes: ${nodes.map((n) => n.address).join(', ')})`);
     if (tried.size > 0) throw new StowageError('STOWAGE_DEVICE_UNAVAILABLE', `every node serving model ${JSON.stringify(model)} failed (${[...tried].map((n) => n.address).join(', ')})`);

@@ -9,6 +9,7 @@
  * overrun a node's own admission cap.
  */
 import * as grpc from '@grpc/grpc-js';
+import type { ModelControlStatusReply } from '../shared/control-messages.js';
 
 const raw = (b: Buffer) => b;
 
@@ -19,6 +20,57 @@ export interface RemoteNodeOptions {
   /** Decodes the node's RepositoryIndex answer. */
   decodeIndex: (bytes: Buffer) => { models: { name: string; state: string }[] };
   encodeIndexRequest: () => Buffer;
+  /**
+   * A gateway pooling the fleet's memory (gateway.scheduling.mode pooled): with each health check it
+   * also asks the node's ModelControlStatus (what placement needs), and it sends PrefetchModel.
+   */
+  control?: {
+    encodeStatusRequest: () => Buffer;
+    decodeStatus: (bytes: Buffer) => ModelControlStatusReply;
+    encodePrefetch: (model: string) => Buffer;
+  };
+}
+
+/** What a node reports of itself and its models (ModelControlStatus), as placement reads it. */
+export interface NodeReport {
+  /** Its weight budget, summed over its devices (0: the weight cache off). */
+  budgetBytes: number;
+  /** Its devices in service. */
+  devices: number;
+  /** Requests queued on its devices. */
+  queueDepth: number;
+  models: Map<string, ModelReport>;
+}
+
+export interface ModelReport {
+  /** Bytes of its weights on one device when resident. */
+  weightBytes: number;
+  /** Bytes of its weights on the node's devices now. */
+  residentBytes: number;
+  /** Device time its executions took on the node so far (a counter: it restarts with the node). */
+  computeSeconds: number;
+  /** Weight-cache hits and misses so far (counters). */
+  hits: number;
+  misses: number;
+}
+
+const STATUS_PATH = '/stowage.control.ModelControl/ModelControlStatus';
+const PREFETCH_PATH = '/stowage.control.ModelControl/PrefetchModel';
+
+/** A node's ModelControlStatus answer as placement reads it. */
+function reportOf(reply: ModelControlStatusReply): NodeReport {
+  return {
+    budgetBytes: Number(reply.weight_budget_bytes),
+    devices: reply.devices,
+    queueDepth: reply.queue_depth,
+    models: new Map(reply.models.filter((m) => m.state === 'READY').map((m) => [m.name, {
+      weightBytes: Number(m.weight_bytes),
+      residentBytes: Number(m.resident_bytes),
+      computeSeconds: m.compute_seconds,
+      hits: Number(m.weight_hits),
+      misses: Number(m.weight_misses),
+    }])),
+  };
 }
 
 export class RemoteNode {
@@ -27,6 +79,7 @@ export class RemoteNode {
   #o: RemoteNodeOptions;
   #up = false;
   #models = new Set<string>();
+  #report: NodeReport | null = null;
   #inflight = 0;
   #waiting: (() => void)[] = [];
   /** Set once the node is being retired (discovery lost it): it takes no new requests. */
@@ -83,12 +136,22 @@ export class RemoteNode {
     return [...this.#models];
   }
 
+  /** What the node reported at its last health check (pooled mode); null before, or while it is down. */
+  get report(): NodeReport | null {
+    return this.#up ? this.#report : null;
+  }
+
   /** Ask the node what it serves; up if it answers in time, down if not. Returns whether its state changed. */
   async refresh(timeoutMs: number): Promise<boolean> {
     const was = this.#up;
     try {
       const bytes = await this.#unaryRaw('/inference.GRPCInferenceService/RepositoryIndex', this.#o.encodeIndexRequest(), new grpc.Metadata(), Date.now() + timeoutMs);
-      this.#models = new Set(this.#o.decodeIndex(bytes).models.filter((m) => m.state === 'READY').map((m) => m.name));
+      const models = new Set(this.#o.decodeIndex(bytes).models.filter((m) => m.state === 'READY').map((m) => m.name));
+      const control = this.#o.control;
+      // Asked after the index, in the same check: a node answers both or is down.
+      const report = control && reportOf(control.decodeStatus(await this.#unaryRaw(STATUS_PATH, control.encodeStatusRequest(), new grpc.Metadata(), Date.now() + timeoutMs)));
+      this.#models = models;
+      this.#report = report ?? null;
       this.#up = true;
     } catch {
       this.#up = false;
@@ -104,6 +167,13 @@ export class RemoteNode {
     } finally {
       this.#release();
     }
+  }
+
+  /** Ask the node to make `model`'s weights resident now (PrefetchModel); rejects with its error. */
+  async prefetch(model: string, timeoutMs: number): Promise<void> {
+    const control = this.#o.control;
+    if (!control) throw new Error('RemoteNode.prefetch needs the control options (gateway.scheduling.mode pooled)');
+    await this.#unaryRaw(PREFETCH_PATH, control.encodePrefetch(model), new grpc.Metadata(), Date.now() + timeoutMs);
   }
 
   close(): void {

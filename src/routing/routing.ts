@@ -5,7 +5,8 @@
  * (node/devices.ts) and gateway-only forwarding (remote/proxy-service.ts) share them.
  *
  * - `round_robin`: every candidate in turn;
- * - `least_outstanding`: the candidate with the fewest calls in flight;
+ * - `least_outstanding`: the candidate with the fewest calls in flight, ties taken in turn (at low
+ *   load every candidate has none in flight, and the first of the list would take everything);
  * - fill (`lpt_packing`'s replicas): keep filling the open replica until it
  *   holds a full batch in flight, then open another (`fill_rr`: the next in
  *   turn; `fill_least`: the least busy).
@@ -13,8 +14,11 @@
 
 import type { FillPolicy, GatewayMode } from '../shared/config-schema.js';
 
-/** The modes that route without placement (lpt_packing places models, then fills their replicas). */
-export type RoutingMode = Exclude<GatewayMode, 'lpt_packing'>;
+/**
+ * The modes that route without placement (lpt_packing places models, then fills their replicas;
+ * a gateway's pooled mode places them across nodes, then routes least_outstanding among those).
+ */
+export type RoutingMode = Exclude<GatewayMode, 'lpt_packing' | 'pooled'>;
 
 export interface Candidate {
   /** Calls in flight on it, of any model. */
@@ -32,9 +36,16 @@ export class Router {
 
   pick<T extends Candidate>(candidates: readonly T[]): T {
     if (candidates.length === 0) throw new Error('Router.pick needs at least one candidate');
-    if (this.mode === 'least_outstanding') return candidates.reduce((best, c) => (c.inflight < best.inflight ? c : best));
-    const chosen = candidates[this.#next % candidates.length];
+    const from = this.#next % candidates.length;
     this.#next = (this.#next + 1) % Number.MAX_SAFE_INTEGER;
+    let chosen = candidates[from];
+    if (this.mode === 'least_outstanding') {
+      // The fewest in flight; among equals, the first from this call's turn on.
+      for (let k = 1; k < candidates.length; k++) {
+        const c = candidates[(from + k) % candidates.length];
+        if (c.inflight < chosen.inflight) chosen = c;
+      }
+    }
     return chosen;
   }
 }

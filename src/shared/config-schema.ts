@@ -20,7 +20,7 @@ export const RESIDENCIES = ['device', 'system', 'unpinned'] as const;
 export type Residency = (typeof RESIDENCIES)[number];
 const DISCIPLINES = ['fair', 'fifo', 'edf'] as const;
 export type Discipline = (typeof DISCIPLINES)[number];
-const GATEWAY_MODES = ['round_robin', 'least_outstanding', 'lpt_packing'] as const;
+const GATEWAY_MODES = ['round_robin', 'least_outstanding', 'lpt_packing', 'pooled'] as const;
 export type GatewayMode = (typeof GATEWAY_MODES)[number];
 const FILL_POLICIES = ['fill_rr', 'fill_least'] as const;
 export type FillPolicy = (typeof FILL_POLICIES)[number];
@@ -233,7 +233,24 @@ export const nodeConfigSchema = {
           properties: {
             // Which device serves a request: round_robin, least_outstanding, or lpt_packing (each model
             // placed on `replicas` devices by measured compute and weight bytes; devices must run fifo or edf).
+            // A gateway-only process: which node: round_robin, least_outstanding, or pooled (each model
+            // placed on a few nodes by rendezvous hashing with bounded loads, so the fleet's memory is
+            // pooled: routing/fleet-placement.ts, remote/fleet-routes.ts).
             mode: { enum: GATEWAY_MODES, default: 'round_robin' },
+            // pooled: the bounds of placement across nodes (routing/fleet-placement.ts's FleetOptions).
+            pooled: {
+              type: 'object',
+              additionalProperties: false,
+              default: {},
+              properties: {
+                // No node takes more than (1 + epsilon) of its fair share of the load or the heavy models' bytes.
+                epsilon: { type: 'number', exclusiveMinimum: 0, maximum: 10, default: 0.1 },
+                // A node holding a model's weights keeps it up to (1 + epsilon + stickiness) of its share.
+                stickiness: { type: 'number', minimum: 0, maximum: 10, default: 0.1 },
+                // A replica per this much of one device's compute a model needs (device-seconds per second).
+                replica_load: { type: 'number', exclusiveMinimum: 0, maximum: 1000, default: 0.5 },
+              },
+            },
             // lpt_packing: devices per model, a count or all.
             default_replicas: { ...replicaCount, default: 1 },
             // lpt_packing: a replica takes this many full batches in flight before the next opens.

@@ -92,6 +92,45 @@ test.serial('SetModelResidency moves a model between device, system and unpinned
   t.is(missing.code, grpc.status.NOT_FOUND);
 });
 
+test.serial('ModelControlStatus reports what a pooling gateway places by: budget, devices, queue, weight bytes, compute seconds, hits and misses', async (t) => {
+  const before = await call('ModelControlStatus', { name: '' });
+  t.true(Number(before.weight_budget_bytes) > 100e6, `the node's budget: ${before.weight_budget_bytes}`);
+  t.is(before.devices, 1);
+  t.is(before.queue_depth, 0);
+  const of = (/** @type {typeof before} */ reply, /** @type {string} */ name) => reply.models.find((m) => m.name === name);
+  const convnet = /** @type {import('../../dist/client/control.js').ModelControlStatus} */ (of(before, 'convnet'));
+  t.true(Number(convnet.weight_bytes) > 400_000, `its weights' size: ${convnet.weight_bytes}`);
+  t.true(convnet.compute_seconds > 0, 'convnet ran in the earlier tests');
+  t.true(Number(convnet.weight_hits) + Number(convnet.weight_misses) > 0);
+  const misses = Number(convnet.weight_misses);
+  await server.client.infer('convnet', [image(2)]);
+  const after = /** @type {import('../../dist/client/control.js').ModelControlStatus} */ (of(await call('ModelControlStatus', { name: '' }), 'convnet'));
+  t.true(after.compute_seconds > convnet.compute_seconds, 'its compute seconds grow with each execution');
+  t.is(Number(after.weight_misses) + Number(after.weight_hits), Number(convnet.weight_misses) + Number(convnet.weight_hits) + 1);
+  t.true(Number(after.weight_misses) >= misses);
+
+});
+
+test('PrefetchModel brings a model\'s weights onto the device before any call', async (t) => {
+  const own = tempDir();
+  t.teardown(own.cleanup);
+  const repo = makeRepository(own.dir, { digits: path.join(ROOT, 'bundles', 'digits') });
+  const fresh = await startServer({ model_repo: repo }, { root: own.dir });
+  t.teardown(() => fresh.stop());
+  const client = new ControlClient(fresh.address);
+  t.teardown(() => client.close());
+  const status = async () => (await client.call('ModelControlStatus', { name: 'digits' })).models[0];
+  t.is((await status()).resident_bytes, '0', 'loaded, never called: in host RAM only');
+  const prefetched = await client.call('PrefetchModel', { name: 'digits' });
+  t.true(Number(prefetched.resident_bytes) > 0, `resident after PrefetchModel: ${prefetched.resident_bytes}`);
+  t.is((await status()).resident_bytes, prefetched.resident_bytes);
+  t.is((await status()).weight_misses, '1', 'one load, counted as the cold load it is');
+  await fresh.client.infer('digits', [tensor('image', 'FP32', [1, 8, 8], new Float32Array(64))], { outputs: ['label'] });
+  t.is((await status()).weight_hits, '1', 'the first call finds the weights there');
+  const missing = await grpcError(t, client.call('PrefetchModel', { name: 'ghost' }));
+  t.is(missing.code, grpc.status.NOT_FOUND);
+});
+
 test('with the weight cache off, every model is resident and residency cannot change', async (t) => {
   const own = tempDir();
   t.teardown(own.cleanup);

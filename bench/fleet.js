@@ -1,0 +1,78 @@
+// A real fleet on one machine (issue "a fleet that pools its memory"): four Stowage nodes serving
+// one repository of 16 MLPs whose weights are four times one node's budget, two gateway-only
+// processes in front of them, Zipf(1.0) traffic from 16 clients through both; for round_robin
+// (every node churns the whole catalog) and pooled (each model placed on a few nodes,
+// routing/fleet-placement.ts). Each mode gets a fresh fleet, a warm-up (pooled: time to measure
+// the loads and place by them), then the measured requests. Prints throughput, p50/p99, cold
+// loads (every node's weight-cache misses, prefetches included) and the hit rate, the busiest
+// node's share of the requests over the mean, whether both gateways place alike, and the ratios.
+//
+//   npm run build && node bench/fleet.js [measured requests per mode, default 4000]
+import { coldLoads, drive, placements, startFleet, startGateway, zipfPicks } from '../test/helpers/fleet.js';
+import { mlpWeightBytes } from '../test/helpers/mlp-catalog.js';
+import { scrapeMetrics, tempDir } from '../test/helpers/server.js';
+import { percentile } from './timing.js';
+
+const REQUESTS = Number(process.argv[2] ?? 4000);
+const WARMUP = Math.max(1000, Math.round(REQUESTS / 2));
+const SIZES = [1024, 4096, 16];
+const COUNT = 16;
+const NODES = 4;
+const CLIENTS = 16;
+const HEALTH_SECONDS = 1;
+const MB = 1e6;
+
+/** Requests each node executed so far (nv_inference_count summed over its models). */
+async function served(nodes) {
+  return Promise.all(nodes.map(async (n) => Object.entries(await scrapeMetrics(n.server.adminPort))
+    .filter(([k]) => k.startsWith('nv_inference_count{')).reduce((s, [, v]) => s + v, 0)));
+}
+
+async function run(mode) {
+  const temp = tempDir('stowage-bench-');
+  const { catalog, nodes, budget } = await startFleet(temp.dir, { count: COUNT, sizes: SIZES, nodes: NODES, budgetShare: 1 / NODES });
+  const gateways = await Promise.all([startGateway(nodes, mode, HEALTH_SECONDS), startGateway(nodes, mode, HEALTH_SECONDS)]);
+  try {
+    const warm = await drive(gateways, zipfPicks(catalog, WARMUP, 3), { clients: CLIENTS });
+    if (warm.failed || warm.wrong.length) throw new Error(`${mode} warm-up: ${warm.failed} failed, ${warm.wrong.length} wrong`);
+    const loads0 = await coldLoads(nodes);
+    const served0 = await served(nodes);
+    const result = await drive(gateways, zipfPicks(catalog, REQUESTS, 5), { clients: CLIENTS });
+    if (result.failed || result.wrong.length) throw new Error(`${mode}: ${result.failed} failed, ${result.wrong.join('; ')}`);
+    const loads = (await coldLoads(nodes)) - loads0;
+    const perNode = (await served(nodes)).map((s, i) => s - served0[i]);
+    const mean = perNode.reduce((a, b) => a + b, 0) / perNode.length;
+    let agree = null;
+    if (mode === 'pooled') {
+      // Both gateways' placements after the traffic (each read of /metrics a moment apart).
+      const [a, b] = await Promise.all(gateways.map((g) => placements(g.adminPort)));
+      agree = [...a.keys()].filter((m) => JSON.stringify(a.get(m)) === JSON.stringify(b.get(m))).length / Math.max(1, a.size);
+    }
+    return {
+      mode,
+      rps: result.ok / result.seconds,
+      p50: percentile(result.latencies, 0.5),
+      p99: percentile(result.latencies, 0.99),
+      loads,
+      hit: 1 - loads / result.ok,
+      busiest: Math.max(...perNode) / mean,
+      agree,
+      budget,
+    };
+  } finally {
+    await Promise.all(gateways.map((g) => g.stop()));
+    await Promise.all(nodes.map((n) => n.server.stop()));
+    temp.cleanup();
+  }
+}
+
+const bytes = mlpWeightBytes(SIZES);
+console.log(`${NODES} nodes, ${COUNT} models of ${(bytes / MB).toFixed(1)} MB (catalog ${(COUNT * bytes / MB).toFixed(0)} MB, ${NODES}x one node's budget), 2 gateways, ${CLIENTS} clients, Zipf(1.0); ${WARMUP} warm-up then ${REQUESTS} measured requests per mode`);
+const results = [];
+for (const mode of ['round_robin', 'pooled']) results.push(await run(mode));
+console.log('mode           req/s     p50        p99        cold loads   hit rate   busiest/mean   gateways agree');
+for (const r of results) {
+  console.log(`${r.mode.padEnd(12)} ${r.rps.toFixed(0).padStart(7)}  ${r.p50.toFixed(2).padStart(7)} ms ${r.p99.toFixed(2).padStart(7)} ms ${String(r.loads).padStart(10)}   ${(r.hit * 100).toFixed(1).padStart(6)}%   ${r.busiest.toFixed(2).padStart(10)}     ${r.agree === null ? '-' : `${(r.agree * 100).toFixed(0)}%`}`);
+}
+const [rr, pooled] = results;
+console.log(`pooled / round_robin: throughput ${(pooled.rps / rr.rps).toFixed(2)}x, cold loads ${(pooled.loads / Math.max(1, rr.loads)).toFixed(2)}x, p99 ${(pooled.p99 / rr.p99).toFixed(2)}x`);

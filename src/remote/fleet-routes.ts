@@ -1,0 +1,245 @@
+/**
+ * A gateway's routes in `pooled` mode: which nodes each model's requests go to, so that the fleet's
+ * memory is pooled (routing/fleet-placement.ts says how models are placed and why).
+ *
+ * After every health check (gateway-server.ts, on wall-clock multiples of `health_seconds`, so that
+ * every gateway reads the nodes at about the same moment) `update` is given the nodes as they
+ * answered: each one's weight budget and devices, and per model its weight bytes, the bytes resident
+ * now and its compute seconds so far (ModelControlStatus). A model's load is the growth of its
+ * compute seconds since the last check, summed over the nodes; placement follows from those and
+ * from the node set alone, so two gateways place alike.
+ *
+ * A model placed on a node that does not hold its weights yet is made resident there first
+ * (PrefetchModel); its requests keep going where they went until that is done, then switch. A model
+ * whose nodes are all gone switches at once, and between checks (a new model, a node just lost) it
+ * goes to the first node of its ranking among those that serve it: the same node from every
+ * gateway, so a burst of first requests loads it once.
+ */
+import type { Logger } from 'pino';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import { placeFleet, Rankings, type FleetModel, type FleetNode, type FleetOptions, type FleetPlacement } from '../routing/fleet-placement.js';
+import type { NodeReport } from './remote-node.js';
+
+/** A node as the routes see it (a RemoteNode, or a stand-in in the unit tests). */
+export interface FleetMember {
+  readonly address: string;
+  readonly up: boolean;
+  readonly draining: boolean;
+  /** The models it serves ready. */
+  readonly models: readonly string[];
+  /** What it reported at its last check; null when down or not asked yet. */
+  readonly report: NodeReport | null;
+  prefetch(model: string, timeoutMs: number): Promise<void>;
+}
+
+export interface FleetRoutesOptions {
+  fleet: FleetOptions;
+  /** How long a node gets to make a model resident before its requests switch anyway. */
+  prefetchTimeoutMs: number;
+  logger: Logger;
+  /** The gateway's metrics registry: placements, moves, prefetches, hit ratios, balance. */
+  registry?: Registry;
+}
+
+/** A node's counters at its last check, for the loads of the next. */
+interface Reading {
+  atMs: number;
+  computeSeconds: Map<string, number>;
+}
+
+export class FleetRoutes {
+  readonly #o: FleetRoutesOptions;
+  /** Model -> the nodes its requests go to now. */
+  readonly #routes = new Map<string, string[]>();
+  /** Model -> the node set being prefetched for it (joined by ','), until its requests switch. */
+  readonly #switching = new Map<string, string>();
+  readonly #readings = new Map<string, Reading>();
+  /** Model -> measured load, device-seconds per second over the fleet, at the last check. */
+  #loads = new Map<string, number>();
+  #placement: FleetPlacement | null = null;
+  #rankings = new Rankings([]);
+  #members: FleetMember[] = [];
+  readonly #moves?: Counter;
+  readonly #prefetches?: Counter;
+
+  constructor(options: FleetRoutesOptions) {
+    this.#o = options;
+    const registers = options.registry ? [options.registry] : [];
+    if (!options.registry) return;
+    const routes = this.#routes;
+    const self = this;
+    new Gauge({
+      name: 'stowage_gateway_model_placement', help: 'The nodes a model\'s requests go to (pooled): 1 per model and node', labelNames: ['model', 'node'], registers,
+      collect() {
+        this.reset();
+        for (const [model, nodes] of routes) for (const node of nodes) this.set({ model, node }, 1);
+      },
+    });
+    new Gauge({
+      name: 'stowage_gateway_model_weight_hit_ratio', help: 'Share of a model\'s executions that found its weights on the device, over every node since each started (pooled)', labelNames: ['model'], registers,
+      collect() {
+        this.reset();
+        for (const [model, { hits, misses }] of self.#traffic()) if (hits + misses > 0) this.set({ model }, hits / (hits + misses));
+      },
+    });
+    new Gauge({
+      name: 'stowage_gateway_model_load', help: 'A model\'s measured load over the fleet, in device-seconds per second (pooled)', labelNames: ['model'], registers,
+      collect() {
+        this.reset();
+        for (const [model, load] of self.#loads) if (load > 0) this.set({ model }, load);
+      },
+    });
+    new Gauge({
+      name: 'stowage_gateway_node_placed_load', help: 'The load placement put on a node, in device-seconds per second (pooled)', labelNames: ['node'], registers,
+      collect() {
+        this.reset();
+        for (const [node, load] of self.#placement?.load ?? []) this.set({ node }, load);
+      },
+    });
+    new Gauge({
+      name: 'stowage_gateway_node_weight_budget_bytes', help: 'A node\'s weight budget as it reports it (pooled)', labelNames: ['node'], registers,
+      collect() {
+        this.reset();
+        for (const n of self.#members) if (n.report) this.set({ node: n.address }, n.report.budgetBytes);
+      },
+    });
+    new Gauge({
+      name: 'stowage_gateway_node_resident_bytes', help: 'Bytes of weights resident on a node\'s devices as it reports them (pooled)', labelNames: ['node'], registers,
+      collect() {
+        this.reset();
+        for (const n of self.#members) {
+          if (n.report) this.set({ node: n.address }, [...n.report.models.values()].reduce((sum, m) => sum + m.residentBytes, 0));
+        }
+      },
+    });
+    new Gauge({
+      name: 'stowage_gateway_placement_imbalance', help: 'The most loaded node\'s placed load over the mean (pooled; 1 is even)', registers,
+      collect() {
+        const loads = [...(self.#placement?.load.values() ?? [])];
+        const mean = loads.reduce((s, l) => s + l, 0) / Math.max(1, loads.length);
+        this.set(mean > 0 ? Math.max(...loads) / mean : 1);
+      },
+    });
+    this.#moves = new Counter({ name: 'stowage_gateway_placement_moves_total', help: 'Models placed on a node they were not on (pooled)', registers });
+    this.#prefetches = new Counter({ name: 'stowage_gateway_prefetches_total', help: 'PrefetchModel calls to nodes gaining a model, by result (pooled)', labelNames: ['result'], registers });
+  }
+
+  /** Model -> the nodes its requests go to now. */
+  get routes(): ReadonlyMap<string, readonly string[]> {
+    return this.#routes;
+  }
+
+  /** The latest placement (what the routes switch to once prefetched); null before the first check. */
+  get placement(): FleetPlacement | null {
+    return this.#placement;
+  }
+
+  /**
+   * Of the nodes that serve `model` (and have not failed this request), those its requests go to:
+   * its routed nodes, else the first of its ranking among them.
+   */
+  route<T extends { address: string }>(model: string, candidates: readonly T[]): T[] {
+    const routed = this.#routes.get(model);
+    if (routed) {
+      const on = candidates.filter((c) => routed.includes(c.address));
+      if (on.length > 0) return on;
+    }
+    const among = new Set(candidates.map((c) => c.address));
+    const first = this.#rankings.first(model, among);
+    const chosen = candidates.find((c) => c.address === first?.id);
+    return chosen ? [chosen] : [...candidates];
+  }
+
+  /** After a health check of every node: loads, placement, and the moves it asks for. */
+  update(nodes: readonly FleetMember[], nowMs = Date.now()): void {
+    const members = nodes.filter((n) => n.up && !n.draining && n.report);
+    this.#members = members;
+    this.#loads = this.#measure(members, nowMs);
+    const fleet: FleetNode[] = members.map((n) => ({ id: n.address, budgetBytes: n.report!.budgetBytes, devices: Math.max(1, n.report!.devices) }));
+    this.#rankings = new Rankings(fleet);
+    const models = new Map<string, FleetModel & { resident: string[] }>();
+    for (const n of members) {
+      for (const name of n.models) {
+        const r = n.report!.models.get(name);
+        let m = models.get(name);
+        if (!m) models.set(name, (m = { name, bytes: 0, load: this.#loads.get(name) ?? 0, resident: [] }));
+        if (r) {
+          m.bytes = Math.max(m.bytes, r.weightBytes);
+          if (r.residentBytes > 0) m.resident.push(n.address);
+        }
+      }
+    }
+    const placement = placeFleet([...models.values()], fleet, this.#o.fleet);
+    this.#placement = placement;
+    for (const name of this.#routes.keys()) if (!models.has(name)) this.#routes.delete(name);
+    const byAddress = new Map(members.map((n) => [n.address, n]));
+    for (const [model, target] of placement.nodes) this.#switch(model, target, models.get(model)!.resident, byAddress);
+  }
+
+  /** Route `model` to `target`, once the nodes gaining it hold its weights. */
+  #switch(model: string, target: string[], resident: readonly string[], members: ReadonlyMap<string, FleetMember>): void {
+    const now = this.#routes.get(model);
+    const key = target.join(',');
+    if (now && now.join(',') === key) {
+      this.#switching.delete(model);
+      return;
+    }
+    if (this.#switching.get(model) === key) return; // prefetching for it already
+    const gained = now ? target.filter((id) => !now.includes(id)) : [];
+    this.#moves?.inc(gained.length);
+    const cold = gained.filter((id) => !resident.includes(id));
+    // First placed, or nothing to bring on, or nowhere else to go meanwhile: switch now.
+    if (!now || cold.length === 0 || !now.some((id) => members.has(id))) {
+      this.#routes.set(model, target);
+      this.#switching.delete(model);
+      return;
+    }
+    this.#switching.set(model, key);
+    void Promise.allSettled(cold.map((id) => members.get(id)!.prefetch(model, this.#o.prefetchTimeoutMs))).then((results) => {
+      for (const [i, r] of results.entries()) {
+        this.#prefetches?.inc({ result: r.status === 'fulfilled' ? 'ok' : 'failed' });
+        if (r.status === 'rejected') this.#o.logger.warn({ model, node: cold[i], err: (r.reason as Error).message }, 'prefetch failed: the model\'s first requests there load it');
+      }
+      if (this.#switching.get(model) !== key) return; // placed elsewhere meanwhile
+      this.#switching.delete(model);
+      this.#routes.set(model, target);
+      this.#o.logger.debug({ model, from: now, to: target }, 'model moved');
+    });
+  }
+
+  /** Each model's load since the last check: growth of its compute seconds over the nodes. */
+  #measure(members: readonly FleetMember[], nowMs: number): Map<string, number> {
+    const loads = new Map<string, number>();
+    const seen = new Set<string>();
+    for (const n of members) {
+      seen.add(n.address);
+      const last = this.#readings.get(n.address);
+      const reading: Reading = { atMs: nowMs, computeSeconds: new Map() };
+      for (const [model, r] of n.report!.models) {
+        reading.computeSeconds.set(model, r.computeSeconds);
+        const before = last?.computeSeconds.get(model);
+        const seconds = (nowMs - (last?.atMs ?? nowMs)) / 1000;
+        // A counter that went back: the node restarted; its growth since then is unknown, so none.
+        if (before === undefined || seconds <= 0 || r.computeSeconds < before) continue;
+        loads.set(model, (loads.get(model) ?? 0) + (r.computeSeconds - before) / seconds);
+      }
+      this.#readings.set(n.address, reading);
+    }
+    for (const address of this.#readings.keys()) if (!seen.has(address)) this.#readings.delete(address);
+    return loads;
+  }
+
+  /** Per model: weight-cache hits and misses over the nodes, as they last reported them. */
+  #traffic(): Map<string, { hits: number; misses: number }> {
+    const sum = new Map<string, { hits: number; misses: number }>();
+    for (const n of this.#members) {
+      for (const [model, r] of n.report?.models ?? []) {
+        const s = sum.get(model) ?? { hits: 0, misses: 0 };
+        s.hits += r.hits;
+        s.misses += r.misses;
+        sum.set(model, s);
+      }
+    }
+    return sum;
+  }
+}

@@ -1,0 +1,49 @@
+/**
+ * The control service's status messages (proto/control.proto) as @grpc/proto-loader decodes them
+ * with protocol/proto.ts's options (64-bit integers as decimal strings): read by the control
+ * client (client/control.ts) and by a pooled gateway (remote/remote-node.ts), defined once here.
+ */
+
+/** One model as ModelControlStatus reports it. */
+export interface ModelControlStatus {
+  name: string;
+  /** LOADING, READY, UNLOADING, UNAVAILABLE. */
+  state: string;
+  reason: string;
+  /** The loaded version serving it (`name#generation`). */
+  instance: string;
+  /** Where its weights live at rest: device, system or unpinned. */
+  residency: string;
+  /** Bytes of its weights on devices now, summed over the devices. */
+  resident_bytes: string;
+  /** The device holding its weights now; -1 if none or several. */
+  device: number;
+  queue_depth: number;
+  learned_cost: { batch_size: number; ms: number }[];
+  weight: number;
+  max_batch_size: number;
+  /** The devices its requests go to (lpt_packing: its placement). */
+  placed_devices: number[];
+  /** Backend cuda: GPU memory its sessions took at load, summed over the devices (a decimal string). */
+  session_device_bytes: string;
+  /** runtime.cuda.graphs: whether its runs use CUDA graphs, or why not; empty otherwise. */
+  cuda_graphs: string;
+  /** Bytes of its weights on one device when resident (0: embedded). */
+  weight_bytes: string;
+  /** Device time its executions took on this node so far, summed over the devices. */
+  compute_seconds: number;
+  /** Executions that found its weights on the device, and those that brought them on first. */
+  weight_hits: string;
+  weight_misses: string;
+}
+
+/** ModelControlStatus's answer: every model asked for, and the node's own figures. */
+export interface ModelControlStatusReply {
+  models: ModelControlStatus[];
+  /** The node's weight budget, summed over its devices (0: the weight cache off). */
+  weight_budget_bytes: string;
+  /** Its device actors in service. */
+  devices: number;
+  /** Requests queued on its devices. */
+  queue_depth: number;
+}

@@ -1,0 +1,149 @@
+// A pooled gateway's routes (remote/fleet-routes.ts), fed stand-in nodes: loads measured from the
+// growth of the nodes' compute seconds, two gateways routing alike, a model moved to a node only
+// once that node holds its weights, a lost node's models switched at once, a model not placed yet
+// sent to the same node by every gateway, and the placement metrics.
+import test from 'ava';
+import pino from 'pino';
+import { Registry } from 'prom-client';
+import { FleetRoutes } from '../../../dist/remote/fleet-routes.js';
+import { DEFAULT_FLEET_OPTIONS } from '../../../dist/routing/fleet-placement.js';
+
+const MB = 1e6;
+const logger = pino({ level: 'silent' });
+
+/**
+ * A node as the routes see it: its models' weight bytes, what is resident, compute seconds so far;
+ * prefetches are recorded and held until `release` is called.
+ * @param {string} address
+ * @param {string[]} models
+ */
+function member(address, models) {
+  /** @type {{ model: string, resolve: () => void, reject: (e: Error) => void }[]} */
+  const prefetches = [];
+  const node = {
+    address,
+    up: true,
+    draining: false,
+    models,
+    /** @type {Map<string, number>} */ compute: new Map(),
+    /** @type {Set<string>} */ resident: new Set(),
+    budgetBytes: 100 * MB,
+    get report() {
+      if (!node.up) return null;
+      return {
+        budgetBytes: node.budgetBytes, devices: 1, queueDepth: 0,
+        models: new Map(models.map((m) => [m, { weightBytes: 10 * MB, residentBytes: node.resident.has(m) ? 10 * MB : 0, computeSeconds: node.compute.get(m) ?? 0, hits: node.resident.has(m) ? 9 : 0, misses: 1 }])),
+      };
+    },
+    prefetches,
+    /** @param {string} model */
+    prefetch(model) {
+      return new Promise((resolve, reject) => prefetches.push({ model, resolve: () => { node.resident.add(model); resolve(undefined); }, reject }));
+    },
+  };
+  return node;
+}
+
+const CATALOG = Array.from({ length: 40 }, (_, i) => `m${String(i).padStart(2, '0')}`);
+const routes = (/** @type {Registry} */ registry = new Registry()) => new FleetRoutes({ fleet: DEFAULT_FLEET_OPTIONS, prefetchTimeoutMs: 1000, logger, registry });
+const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+test('two gateways fed the same reports route every model alike, each to one of the nodes serving it', (t) => {
+  const nodes = ['10.0.0.1:8001', '10.0.0.2:8001', '10.0.0.3:8001', '10.0.0.4:8001'].map((a) => member(a, CATALOG));
+  const [a, b] = [routes(), routes()];
+  a.update(nodes, 0);
+  b.update(nodes, 5); // a moment apart: no load measured yet either way
+  t.is(a.routes.size, CATALOG.length);
+  for (const m of CATALOG) {
+    t.deepEqual(a.routes.get(m), b.routes.get(m), m);
+    t.is(a.routes.get(m)?.length, 1);
+  }
+  const used = new Set([...a.routes.values()].flat());
+  t.is(used.size, 4, 'hashing spreads the models over every node');
+  // A model placed routes there; among candidates without its node, the first of its ranking among them.
+  const model = CATALOG[0];
+  const home = a.routes.get(model)?.[0];
+  t.deepEqual(a.route(model, nodes).map((n) => n.address), [home]);
+  const others = nodes.filter((n) => n.address !== home);
+  const fallback = a.route(model, others);
+  t.is(fallback.length, 1);
+  t.deepEqual(b.route(model, others), fallback, 'the same fallback from every gateway');
+  t.deepEqual(a.route('never-seen', nodes), b.route('never-seen', nodes), 'a model not placed yet: the same node from every gateway');
+});
+
+test('loads come from the growth of compute seconds, and a hot model grows to more nodes only once they hold its weights', async (t) => {
+  const nodes = ['10.0.0.1:8001', '10.0.0.2:8001', '10.0.0.3:8001', '10.0.0.4:8001'].map((a) => member(a, CATALOG));
+  const registry = new Registry();
+  const r = routes(registry);
+  r.update(nodes, 0);
+  const hot = CATALOG[7];
+  const home = /** @type {string} */ (r.routes.get(hot)?.[0]);
+  for (const n of nodes) for (const m of CATALOG) if (r.routes.get(m)?.includes(n.address)) n.resident.add(m);
+  // Over 10 s the hot model ran 18 s of device time on its node (1.8 devices' worth); the rest a little each.
+  const byAddress = new Map(nodes.map((n) => [n.address, n]));
+  for (const m of CATALOG) {
+    const n = /** @type {ReturnType<typeof member>} */ (byAddress.get(/** @type {string} */ (r.routes.get(m)?.[0])));
+    n.compute.set(m, m === hot ? 18 : 0.05);
+  }
+  r.update(nodes, 10_000);
+  const target = /** @type {string[]} */ (r.placement?.nodes.get(hot));
+  t.true(target.length >= 3, `1.8 devices of load at 0.5 per replica: ${target.length} nodes`);
+  t.true(target.includes(home), 'it stays where its weights are');
+  const prefetched = nodes.flatMap((n) => n.prefetches.map((p) => [n.address, p.model]));
+  t.deepEqual(prefetched.map(([, m]) => m), target.filter((id) => id !== home).map(() => hot), 'each gaining node is asked to load it');
+  t.deepEqual(r.routes.get(hot), [home], 'its requests stay on its node while the others load it');
+  t.deepEqual(r.route(hot, nodes).map((n) => n.address), [home]);
+  // A check meanwhile, at the same load, asks for nothing twice.
+  /** @type {ReturnType<typeof member>} */ (byAddress.get(home)).compute.set(hot, 36);
+  for (const m of CATALOG) if (m !== hot) for (const n of nodes) if (n.compute.has(m)) n.compute.set(m, 0.1);
+  r.update(nodes, 20_000);
+  t.is(nodes.flatMap((n) => n.prefetches).length, prefetched.length);
+  for (const n of nodes) for (const p of n.prefetches) p.resolve();
+  await settle();
+  t.deepEqual([...(r.routes.get(hot) ?? [])].sort(), [...target].sort(), 'switched once the weights are there');
+  const metrics = await registry.getMetricsAsJSON();
+  const value = (/** @type {string} */ name, /** @type {Record<string, string>} */ labels = {}) =>
+    metrics.find((m) => m.name === name)?.values.find((v) => Object.entries(labels).every(([k, l]) => v.labels[k] === l))?.value;
+  t.is(value('stowage_gateway_model_placement', { model: hot, node: target[1] }), 1);
+  t.is(value('stowage_gateway_prefetches_total', { result: 'ok' }), target.length - 1);
+  t.is(value('stowage_gateway_placement_moves_total'), target.length - 1);
+  t.true(Math.abs(/** @type {number} */ (value('stowage_gateway_model_load', { model: hot })) - 1.8) < 0.01);
+  t.is(value('stowage_gateway_model_weight_hit_ratio', { model: hot }), 36 / 40, 'hits over executions, summed over the nodes');
+  t.true(/** @type {number} */ (value('stowage_gateway_placement_imbalance')) >= 1);
+
+  // A node's counters going back (it restarted) count as no load, never a negative one.
+  for (const n of nodes) n.compute.clear();
+  r.update(nodes, 30_000);
+  const after = await registry.getMetricsAsJSON();
+  t.deepEqual(after.find((m) => m.name === 'stowage_gateway_model_load')?.values, [], 'no load measured, none negative');
+});
+
+test('a node lost: its models switch at once to a node that serves them; one joining is prefetched first', async (t) => {
+  const nodes = ['10.0.0.1:8001', '10.0.0.2:8001', '10.0.0.3:8001'].map((a) => member(a, CATALOG));
+  const r = routes();
+  r.update(nodes, 0);
+  for (const n of nodes) for (const m of CATALOG) if (r.routes.get(m)?.includes(n.address)) n.resident.add(m);
+  const lost = nodes[0];
+  const hers = CATALOG.filter((m) => r.routes.get(m)?.[0] === lost.address);
+  t.true(hers.length > 0);
+  lost.up = false;
+  r.update(nodes, 1000);
+  for (const m of hers) {
+    const to = r.routes.get(m);
+    t.is(to?.length, 1);
+    t.not(to?.[0], lost.address, `${m} moved off the lost node`);
+  }
+  t.is(nodes.flatMap((n) => n.prefetches).length, 0, 'nothing to wait for: nowhere else to send them meanwhile');
+
+  // A node joins: the models it wins are prefetched there, and stay put until then.
+  const joining = member('10.0.0.9:8001', CATALOG);
+  const before = new Map(r.routes);
+  r.update([...nodes, joining], 2000);
+  const won = joining.prefetches.map((p) => p.model);
+  t.true(won.length > 0 && won.length < CATALOG.length / 2, `it wins about its share: ${won.length} of ${CATALOG.length}`);
+  for (const m of won) t.deepEqual(r.routes.get(m), before.get(m), `${m} waits for its weights on the new node`);
+  joining.prefetches[0].reject(new Error('no room'));
+  for (const p of joining.prefetches.slice(1)) p.resolve();
+  await settle();
+  for (const m of won) t.deepEqual(r.routes.get(m), [joining.address], `${m} switched (a failed prefetch too: its first request loads it)`);
+});
