@@ -8,8 +8,10 @@
 // MAX_BATCH), models taking turns oldest first. Requests arrive as a Poisson process over a catalog
 // of mixed sizes, Zipf(1.0) by a popularity order that drifts (part of the popular set replaced
 // every DRIFT_SECONDS), through GATEWAYS gateways each with its own view: its placement is
-// recomputed every REPORT_SECONDS from the nodes' per-model compute counters, read at its own
-// moment (the gateways' readings are skewed). A node fails and one joins during the run.
+// recomputed every REPORT_SECONDS from what the nodes report, read at its own moment (the gateways'
+// readings are skewed): each model's load over the node's last wall-clock window and its residency
+// as that window ended, published by the node's real node/load-windows.ts, as ModelControlStatus
+// does. A node fails and one joins during the run.
 //
 // Policies: round_robin (what a gateway-only process does today: any node), affinity (each model's
 // first rendezvous node, no bounds, no replicas), placement (fleet-placement.ts: bounded loads,
@@ -20,6 +22,7 @@
 import { parseArgs } from 'node:util';
 import { DEFAULT_FLEET_OPTIONS, placeFleet, Rankings } from '../dist/routing/fleet-placement.js';
 import { pack } from '../dist/routing/placement.js';
+import { LoadWindows } from '../dist/node/load-windows.js';
 import { random } from '../test/helpers/mlp-catalog.js';
 import { percentile } from './timing.js';
 
@@ -56,7 +59,7 @@ const MAX_QUEUE = 2000;
 /** How often each gateway reads the nodes' counters and places again: gateway.health_seconds, 2 by default. */
 const REPORT_SECONDS = Number(args.report);
 const DRIFT_SECONDS = 10;
-/** The gateways read the nodes' counters this far apart (ms): they never see quite the same numbers. */
+/** The gateways read the nodes this far apart (ms), halfway through the nodes' windows as they do. */
 const GATEWAY_SKEW_MS = 300;
 const WARMUP_SECONDS = Math.min(15, SECONDS / 4);
 const FAIL_AT = SECONDS * 0.55;
@@ -132,7 +135,8 @@ class SimNode {
     this.queued = 0;
     this.busy = false;
     this.inflight = 0; // as a gateway counts: sent, not answered
-    this.compute = new Map(); // model index -> ms of device time, cumulative (what the node reports)
+    this.compute = new Map(); // model index -> ms of device time, cumulative
+    this.windows = new LoadWindows(); // what the node reports: loads and residency over windows
     this.busyMs = 0;
     this.loads = 0;
   }
@@ -155,19 +159,16 @@ function simulate(policy) {
   // ---- the gateways' views ----
   const live = () => nodes.filter((n) => n.up);
   const fleetNodes = () => live().map((n) => ({ id: n.id, budgetBytes: BUDGET }));
-  const gateways = Array.from({ length: GATEWAYS }, (_, g) => ({ g, rr: g, turn: g, placement: null, lastRead: null, lastT: 0, loads: new Float64Array(MODELS) }));
+  const gateways = Array.from({ length: GATEWAYS }, (_, g) => ({ g, rr: g, turn: g, placement: null, loads: new Float64Array(MODELS), resident: new Map() }));
   const byId = new Map(nodes.map((n) => [n.id, n]));
-  /** What placement is fed: each model's bytes, its measured load, and where the nodes report it resident. */
-  const modelSpecs = (loads) => {
-    const resident = new Map();
-    for (const n of live()) for (const m of n.resident.keys()) (resident.get(m) ?? resident.set(m, []).get(m)).push(n.id);
-    return models.map((m, i) => ({ name: m.name, bytes: m.bytes, load: loads[i], resident: resident.get(i) ?? [] }));
-  };
-  /** What the nodes report now: per model, device-ms so far, summed over the fleet. */
-  const readCounters = () => {
-    const sum = new Float64Array(MODELS);
-    for (const n of nodes) for (const [m, ms] of n.compute) sum[m] += ms;
-    return sum;
+  /** What placement is fed: each model's bytes, and its load and the nodes holding it as the gateway last read them. */
+  const modelSpecs = (gw) => models.map((m, i) => ({ name: m.name, bytes: m.bytes, load: gw.loads[i], resident: gw.resident.get(i) ?? [] }));
+  /** A node's counters now, for its window: per model, compute seconds so far and bytes resident. */
+  const countersOf = (n) => () => {
+    const now = new Map();
+    for (const [m, ms] of n.compute) now.set(m, { computeSeconds: ms / 1000, residentBytes: 0 });
+    for (const [m, bytes] of n.resident) now.set(m, { computeSeconds: (n.compute.get(m) ?? 0) / 1000, residentBytes: bytes });
+    return now;
   };
   /** Share of the models every gateway places on the same nodes (measured when the last of them has placed). */
   const agreement = () => {
@@ -179,15 +180,20 @@ function simulate(policy) {
     }
     return same / MODELS;
   };
-  const replace = (gw, t) => {
-    const counters = readCounters();
-    if (gw.lastRead) {
-      const dt = t - gw.lastT;
-      for (let i = 0; i < MODELS; i++) gw.loads[i] = Math.max(0, counters[i] - gw.lastRead[i]) / dt; // device-seconds per second
+  /** A gateway's health check: every live node's last window, summed over the nodes, then placement. */
+  const read = (gw, t) => {
+    gw.loads.fill(0);
+    gw.resident = new Map();
+    for (const n of live()) {
+      for (const [m, w] of n.windows.read(REPORT_SECONDS, t, countersOf(n))) {
+        gw.loads[m] += w.load;
+        if (w.residentBytes > 0) (gw.resident.get(m) ?? gw.resident.set(m, []).get(m)).push(n.id);
+      }
     }
-    gw.lastRead = counters;
-    gw.lastT = t;
-    gw.placement = placeFleet(modelSpecs(gw.loads), fleetNodes(), DEFAULT_FLEET_OPTIONS);
+  };
+  const replace = (gw, t) => {
+    read(gw, t);
+    gw.placement = placeFleet(modelSpecs(gw), fleetNodes(), DEFAULT_FLEET_OPTIONS);
   };
   /**
    * The oracle's partition: true popularity, known at once (no measuring, no lag), packed by
@@ -298,19 +304,20 @@ function simulate(policy) {
 
   // ---- the run ----
   events.push({ t: 0, kind: 'arrive' });
-  for (let g = 0; g < GATEWAYS; g++) events.push({ t: g * GATEWAY_SKEW_MS, kind: 'report', gw: gateways[g] });
+  for (let g = 0; g < GATEWAYS; g++) events.push({ t: (REPORT_SECONDS * 1000) / 2 + g * GATEWAY_SKEW_MS, kind: 'report', gw: gateways[g] });
   events.push({ t: DRIFT_SECONDS * 1000, kind: 'drift' });
   events.push({ t: FAIL_AT * 1000, kind: 'fail' });
   events.push({ t: JOIN_AT * 1000, kind: 'join' });
   for (let s = WARMUP_SECONDS; s < SECONDS; s += 5) events.push({ t: s * 1000 + 1, kind: 'sample' });
-  for (const gw of gateways) gw.placement = placeFleet(modelSpecs(gw.loads), fleetNodes(), DEFAULT_FLEET_OPTIONS);
+  for (const gw of gateways) gw.placement = placeFleet(modelSpecs(gw), fleetNodes(), DEFAULT_FLEET_OPTIONS);
   repackIdeal();
   const end = SECONDS * 1000;
   /**
    * What a membership change moves: the models that gained a node (their requests now go where they
-   * did not), and the bytes those must load there (weights not resident on the node they gained),
-   * as a share of the fleet's resident bytes. A model that trades one node holding it for another
-   * holding it costs nothing and is not counted.
+   * did not), and the resident bytes those must load again there (weights that were resident on a
+   * node, the one that failed included, and are not on the node they gained), as a share of the
+   * fleet's resident bytes. A model that trades one node holding it for another holding it costs
+   * nothing, nor does one resident nowhere (its first request is a cold load wherever it goes).
    */
   const membershipMoves = (before, after) => {
     let moved = 0;
@@ -322,6 +329,7 @@ function simulate(policy) {
       const gained = after(i).filter((id) => !a.includes(id));
       if (gained.length === 0) continue;
       moved++;
+      if (!nodes.some((n) => n.resident.has(i))) continue;
       for (const id of gained) if (!byId.get(id)?.resident.has(i)) movedBytes += models[i].bytes;
     }
     return { models: moved / MODELS, bytes: residentBytes > 0 ? movedBytes / residentBytes : 0 };
@@ -338,11 +346,11 @@ function simulate(policy) {
    * is measured on gateway 0's placement from the same reports, before and after the change alone.
    */
   const change = (t, why, apply) => {
-    if (policy === 'placement') gateways[0].placement = placeFleet(modelSpecs(gateways[0].loads), fleetNodes(), DEFAULT_FLEET_OPTIONS);
+    if (policy === 'placement') gateways[0].placement = placeFleet(modelSpecs(gateways[0]), fleetNodes(), DEFAULT_FLEET_OPTIONS);
     const before = currentOf();
     apply();
     rankings = new Rankings(fleetNodes());
-    for (const gw of gateways) gw.placement = placeFleet(modelSpecs(gw.loads), fleetNodes(), DEFAULT_FLEET_OPTIONS);
+    for (const gw of gateways) gw.placement = placeFleet(modelSpecs(gw), fleetNodes(), DEFAULT_FLEET_OPTIONS);
     if (policy === 'ideal') repackIdeal();
     const after = currentOf();
     if (before && after) stats.moved.push({ why, ...membershipMoves(before, after) });

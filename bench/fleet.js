@@ -5,7 +5,8 @@
 // routing/fleet-placement.ts). Each mode gets a fresh fleet, a warm-up (pooled: time to measure
 // the loads and place by them), then the measured requests. Prints throughput, p50/p99, cold
 // loads (every node's weight-cache misses, prefetches included) and the hit rate, the busiest
-// node's share of the requests over the mean, whether both gateways place alike, and the ratios.
+// node's share of the requests over the mean, how often both gateways routed a model to the same
+// nodes (their placements read every half second during the run), and the ratios.
 //
 //   npm run build && node bench/fleet.js [measured requests per mode, default 4000]
 import { coldLoads, drive, placements, startFleet, startGateway, zipfPicks } from '../test/helpers/fleet.js';
@@ -37,17 +38,27 @@ async function run(mode) {
     if (warm.failed || warm.wrong.length) throw new Error(`${mode} warm-up: ${warm.failed} failed, ${warm.wrong.length} wrong`);
     const loads0 = await coldLoads(nodes);
     const served0 = await served(nodes);
+    // Pooled: both gateways' placements read every half second during the run, compared model by model.
+    let sampling = mode === 'pooled';
+    const samples = { same: 0, all: 0 };
+    const sampler = (async () => {
+      while (sampling) {
+        const [a, b] = await Promise.all(gateways.map((g) => placements(g.adminPort)));
+        for (const [m, on] of a) {
+          samples.all++;
+          if (JSON.stringify(on) === JSON.stringify(b.get(m))) samples.same++;
+        }
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      }
+    })();
     const result = await drive(gateways, zipfPicks(catalog, REQUESTS, 5), { clients: CLIENTS });
+    sampling = false;
+    await sampler;
     if (result.failed || result.wrong.length) throw new Error(`${mode}: ${result.failed} failed, ${result.wrong.join('; ')}`);
     const loads = (await coldLoads(nodes)) - loads0;
     const perNode = (await served(nodes)).map((s, i) => s - served0[i]);
     const mean = perNode.reduce((a, b) => a + b, 0) / perNode.length;
-    let agree = null;
-    if (mode === 'pooled') {
-      // Both gateways' placements after the traffic (each read of /metrics a moment apart).
-      const [a, b] = await Promise.all(gateways.map((g) => placements(g.adminPort)));
-      agree = [...a.keys()].filter((m) => JSON.stringify(a.get(m)) === JSON.stringify(b.get(m))).length / Math.max(1, a.size);
-    }
+    const agree = samples.all > 0 ? samples.same / samples.all : null;
     return {
       mode,
       rps: result.ok / result.seconds,

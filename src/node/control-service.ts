@@ -11,6 +11,10 @@ import { RESIDENCIES } from '../shared/config-schema.js';
 import { errors, quote } from '../shared/errors.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { Statistics } from './statistics.js';
+import { LoadWindows, type ModelReading } from './load-windows.js';
+
+/** The longest window a ModelControlStatus may ask for: an hour. */
+const MAX_WINDOW_SECONDS = 3600;
 
 export interface ControlContext {
   registry: ModelRegistry;
@@ -26,8 +30,12 @@ export interface ControlContext {
 
 export function controlOperations(ctx: ControlContext) {
   const { registry, devices, statistics, logger } = ctx;
+  const windows = new LoadWindows();
   return {
-    ModelControlStatus: async (req: { name: string }) => {
+    ModelControlStatus: async (req: { name: string; window_seconds: number }) => {
+      if (!(req.window_seconds >= 0 && req.window_seconds <= MAX_WINDOW_SECONDS)) {
+        throw errors.invalidRequest(`window_seconds must be between 0 (none) and ${MAX_WINDOW_SECONDS}, got ${req.window_seconds}`);
+      }
       const records = req.name === '' ? registry.all() : [registry.find(req.name)];
       // Every device holds every model: queues add up; costs, policy, residency and CUDA graphs are
       // the first device's; resident bytes add up over the devices where the weights are on now,
@@ -44,6 +52,12 @@ export function controlOperations(ctx: ControlContext) {
           if (s.resident) seen.onDevices.push(s.device);
         } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, sessionAll: s.sessionDeviceBytes ?? 0, onDevices: s.resident ? [s.device] : [] });
       }
+      // Every model's counters go into a window, whichever model was asked for.
+      const readings = () => new Map<string, ModelReading>(registry.all().map((r) => [r.name, {
+        computeSeconds: statistics.computeSeconds(r.name),
+        residentBytes: r.instance ? instances.get(r.instance)?.residentAll ?? 0 : 0,
+      }]));
+      const window = req.window_seconds > 0 ? windows.read(req.window_seconds, Date.now(), readings) : undefined;
       return {
         weight_budget_bytes: String(ctx.weightBudgetBytes),
         devices: devices.handles.filter((d) => d.serving).length,
@@ -71,6 +85,8 @@ export function controlOperations(ctx: ControlContext) {
             compute_seconds: statistics.computeSeconds(r.name),
             weight_hits: String(traffic.hits),
             weight_misses: String(traffic.misses),
+            window_load: window?.get(r.name)?.load ?? 0,
+            window_resident_bytes: String(window?.get(r.name)?.residentBytes ?? 0),
           };
         }),
       };

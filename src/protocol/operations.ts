@@ -47,7 +47,7 @@ export interface Operations {
   LogSettings(req: { settings: Record<string, LogSettingValue> }): Awaitable<{ settings: Record<string, LogSettingValue> }>;
 
   /** Stowage's control service (proto/control.proto), its messages as they are. */
-  ModelControlStatus(req: { name: string }): Awaitable<{ models: Record<string, unknown>[]; weight_budget_bytes: string; devices: number; queue_depth: number }>;
+  ModelControlStatus(req: { name: string; window_seconds: number }): Awaitable<{ models: Record<string, unknown>[]; weight_budget_bytes: string; devices: number; queue_depth: number }>;
   SetModelPolicy(req: { name: string; weight: number; max_batch_size: number }): Awaitable<Record<string, never>>;
   SetModelResidency(req: { name: string; residency: string }): Awaitable<Record<string, never>>;
   CompactMemory(req: { device: number }): Awaitable<{ moved_bytes: string }>;

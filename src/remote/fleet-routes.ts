@@ -2,12 +2,12 @@
  * A gateway's routes in `pooled` mode: which nodes each model's requests go to, so that the fleet's
  * memory is pooled (routing/fleet-placement.ts says how models are placed and why).
  *
- * After every health check (gateway-server.ts, on wall-clock multiples of `health_seconds`, so that
- * every gateway reads the nodes at about the same moment) `update` is given the nodes as they
- * answered: each one's weight budget and devices, and per model its weight bytes, the bytes resident
- * now and its compute seconds so far (ModelControlStatus). A model's load is the growth of its
- * compute seconds since the last check, summed over the nodes; placement follows from those and
- * from the node set alone, so two gateways place alike.
+ * After every health check (gateway-server.ts, halfway through each wall-clock window of
+ * `health_seconds`) `update` is given the nodes as they answered ModelControlStatus: each one's
+ * weight budget and devices, and per model its weight bytes, and over the node's last whole window
+ * its load and the bytes resident as it ended (node/load-windows.ts). A model's load is the sum of
+ * its loads over the nodes. Every gateway that reads within one window is given the same numbers,
+ * and placement follows from those and the node set alone, so gateways place alike.
  *
  * A model placed on a node that does not hold its weights yet is made resident there first
  * (PrefetchModel); its requests keep going where they went until that is done, then switch. A model
@@ -41,19 +41,12 @@ export interface FleetRoutesOptions {
   registry?: Registry;
 }
 
-/** A node's counters at its last check, for the loads of the next. */
-interface Reading {
-  atMs: number;
-  computeSeconds: Map<string, number>;
-}
-
 export class FleetRoutes {
   readonly #o: FleetRoutesOptions;
   /** Model -> the nodes its requests go to now. */
   readonly #routes = new Map<string, string[]>();
   /** Model -> the node set being prefetched for it (joined by ','), until its requests switch. */
   readonly #switching = new Map<string, string>();
-  readonly #readings = new Map<string, Reading>();
   /** Model -> measured load, device-seconds per second over the fleet, at the last check. */
   #loads = new Map<string, number>();
   #placement: FleetPlacement | null = null;
@@ -151,10 +144,11 @@ export class FleetRoutes {
   }
 
   /** After a health check of every node: loads, placement, and the moves it asks for. */
-  update(nodes: readonly FleetMember[], nowMs = Date.now()): void {
+  update(nodes: readonly FleetMember[]): void {
     const members = nodes.filter((n) => n.up && !n.draining && n.report);
     this.#members = members;
-    this.#loads = this.#measure(members, nowMs);
+    this.#loads = new Map();
+    for (const n of members) for (const [model, r] of n.report!.models) if (r.windowLoad > 0) this.#loads.set(model, (this.#loads.get(model) ?? 0) + r.windowLoad);
     const fleet: FleetNode[] = members.map((n) => ({ id: n.address, budgetBytes: n.report!.budgetBytes, devices: Math.max(1, n.report!.devices) }));
     this.#rankings = new Rankings(fleet);
     const models = new Map<string, FleetModel & { resident: string[] }>();
@@ -165,7 +159,7 @@ export class FleetRoutes {
         if (!m) models.set(name, (m = { name, bytes: 0, load: this.#loads.get(name) ?? 0, resident: [] }));
         if (r) {
           m.bytes = Math.max(m.bytes, r.weightBytes);
-          if (r.residentBytes > 0) m.resident.push(n.address);
+          if (r.windowResidentBytes > 0) m.resident.push(n.address);
         }
       }
     }
@@ -205,28 +199,6 @@ export class FleetRoutes {
       this.#routes.set(model, target);
       this.#o.logger.debug({ model, from: now, to: target }, 'model moved');
     });
-  }
-
-  /** Each model's load since the last check: growth of its compute seconds over the nodes. */
-  #measure(members: readonly FleetMember[], nowMs: number): Map<string, number> {
-    const loads = new Map<string, number>();
-    const seen = new Set<string>();
-    for (const n of members) {
-      seen.add(n.address);
-      const last = this.#readings.get(n.address);
-      const reading: Reading = { atMs: nowMs, computeSeconds: new Map() };
-      for (const [model, r] of n.report!.models) {
-        reading.computeSeconds.set(model, r.computeSeconds);
-        const before = last?.computeSeconds.get(model);
-        const seconds = (nowMs - (last?.atMs ?? nowMs)) / 1000;
-        // A counter that went back: the node restarted; its growth since then is unknown, so none.
-        if (before === undefined || seconds <= 0 || r.computeSeconds < before) continue;
-        loads.set(model, (loads.get(model) ?? 0) + (r.computeSeconds - before) / seconds);
-      }
-      this.#readings.set(n.address, reading);
-    }
-    for (const address of this.#readings.keys()) if (!seen.has(address)) this.#readings.delete(address);
-    return loads;
   }
 
   /** Per model: weight-cache hits and misses over the nodes, as they last reported them. */

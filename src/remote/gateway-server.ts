@@ -13,8 +13,9 @@
  *
  * With `scheduling.mode: pooled` each health check also reads every node's ModelControlStatus,
  * and fleet-routes.ts places each model on a few nodes from it, so the fleet's memory is pooled.
- * The checks then run on wall-clock multiples of `health_seconds`, so that every gateway reads
- * the nodes at about the same moment and places alike.
+ * The nodes report each model's load over wall-clock windows of `health_seconds`, the same
+ * numbers to every gateway that reads within one window, and the checks run halfway through each:
+ * gateways fed the same nodes place alike.
  */
 import type http from 'node:http';
 import type { Logger } from 'pino';
@@ -94,7 +95,8 @@ export class StowageGateway {
       decodeIndex: (bytes) => definition.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
       ...(gw.scheduling.mode === 'pooled' ? {
         control: {
-          encodeStatusRequest: () => control.ModelControlStatus.requestSerialize({ name: '' }),
+          // Loads over the nodes' windows of one health interval: every gateway asking within one gets the same.
+          encodeStatusRequest: () => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: gw.health_seconds }),
           decodeStatus: (bytes: Buffer) => control.ModelControlStatus.responseDeserialize(bytes) as ModelControlStatusReply,
           encodePrefetch: (model: string) => control.PrefetchModel.requestSerialize({ name: model }),
         },
@@ -184,14 +186,15 @@ export class StowageGateway {
   }
 
   /**
-   * Check every node each `intervalMs`; pooled, on wall-clock multiples of it (every gateway then
-   * reads the nodes' counters at about the same moment). A check still running when the next is
-   * due makes that one wait for the multiple after.
+   * Check every node each `intervalMs`; pooled, halfway through each wall-clock window of that
+   * length, the windows the nodes report loads over (node/load-windows.ts): every gateway then
+   * reads the same window, whatever their clocks' small differences. A check still running when
+   * the next is due makes that one wait for the window after.
    */
   #scheduleChecks(intervalMs: number): void {
     const next = () => {
       if (this.#stopping) return;
-      const wait = this.fleet ? intervalMs - (Date.now() % intervalMs) : intervalMs;
+      const wait = this.fleet ? (intervalMs * 1.5 - (Date.now() % intervalMs)) % intervalMs || intervalMs : intervalMs;
       this.#timer = setTimeout(() => void this.#checkNodes().finally(next), wait);
       this.#timer.unref();
     };
@@ -200,14 +203,13 @@ export class StowageGateway {
 
   /** Ask every node what it serves; log the ones that went down or came back; pooled, place the models. */
   async #checkNodes(): Promise<void> {
-    const at = Date.now(); // when the counters were read, near enough
     await Promise.all(this.nodes.map(async (n) => {
       if (await n.refresh(PROBE_TIMEOUT_MS)) {
         if (n.up) this.#logger.info({ node: n.address, models: n.models }, 'node up');
         else this.#logger.warn({ node: n.address }, 'node down: it does not answer');
       }
     }));
-    this.fleet?.update(this.nodes, at);
+    this.fleet?.update(this.nodes);
   }
 
   /** The gateway's metrics and each metrics endpoint's, labelled with the node. */

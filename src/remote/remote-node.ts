@@ -2,7 +2,9 @@
  * One remote Stowage node as a gateway-only process sees it: a gRPC channel,
  * whether it answers, which models it serves ready (from its RepositoryIndex),
  * and how many forwarded RPCs it has in flight. Calls carry raw message bytes
- * both ways: the gateway forwards requests unchanged.
+ * both ways: the gateway forwards requests unchanged. A pooled gateway also
+ * reads the node's ModelControlStatus at each check (what placement needs:
+ * NodeReport) and asks it to PrefetchModel before moving a model there.
  *
  * At most `maxStreams` forwarded RPCs (unary calls and open streams) are in
  * flight to one node; more wait their turn, so a burst at the gateway cannot
@@ -47,8 +49,13 @@ export interface ModelReport {
   weightBytes: number;
   /** Bytes of its weights on the node's devices now. */
   residentBytes: number;
-  /** Device time its executions took on the node so far (a counter: it restarts with the node). */
-  computeSeconds: number;
+  /**
+   * Over the node's last whole window of the health interval (node/load-windows.ts): device-seconds
+   * per second its executions took, and the bytes of its weights on the devices as it ended. Every
+   * gateway reading within one window gets the same.
+   */
+  windowLoad: number;
+  windowResidentBytes: number;
   /** Weight-cache hits and misses so far (counters). */
   hits: number;
   misses: number;
@@ -66,7 +73,8 @@ function reportOf(reply: ModelControlStatusReply): NodeReport {
     models: new Map(reply.models.filter((m) => m.state === 'READY').map((m) => [m.name, {
       weightBytes: Number(m.weight_bytes),
       residentBytes: Number(m.resident_bytes),
-      computeSeconds: m.compute_seconds,
+      windowLoad: m.window_load,
+      windowResidentBytes: Number(m.window_resident_bytes),
       hits: Number(m.weight_hits),
       misses: Number(m.weight_misses),
     }])),

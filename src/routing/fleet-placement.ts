@@ -15,12 +15,14 @@
  *   holds or has asked for goes to the same one node from every gateway, so a burst of first
  *   requests for it loads it once. Their load is counted on their nodes first.
  * - The heavy models (one replica's load at least HEAVY_SHARE of a device's fair share, as many as
- *   the fleet's memory holds) are placed heaviest first on the first nodes of their ranking that
- *   stay within (1 + epsilon) of their fair share of all the load and of the heavy models' bytes.
- *   Where their weights are resident, or on their ranking's first node, the bound is
- *   (1 + epsilon + stickiness): moving a model costs a cold load, and a node joining or leaving
- *   (every fair share moving by 1/N) should move what it must, not every model near a bound.
- *   Where none fits, the least full node takes it.
+ *   the fleet's memory holds) are placed heaviest first, in two passes. First each stays where its
+ *   weights are resident (held nowhere: on its ranking's first node) within (1 + epsilon +
+ *   stickiness) of that node's fair share of all the load and of the heavy models' bytes: moving a
+ *   model costs a cold load, a node joining or leaving (every fair share moving by 1/N) should move
+ *   what it must, not every model near a bound, and a model that must move cannot push out one
+ *   that stays. Then the replicas still wanted go to the next nodes of their ranking within
+ *   (1 + epsilon); where none fits, the least full node takes it. Placing again from the residency
+ *   a placement left gives that placement back.
  * - A model's replica count follows its load: one node per `replicaLoad` of one device's compute
  *   (a model needing 1.6 devices at 0.8 gets two), and never more than half a node's bounded share
  *   per replica, so that the bound can hold; at most every node.
@@ -233,30 +235,56 @@ export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetN
   const fits = (id: string, share: number, modelBytes: number, slack: number) =>
     load.get(id)! + share <= loadCap.get(id)! * slack + 1e-12 && bytes.get(id)! + modelBytes <= bytesCap.get(id)! * slack + 1e-9;
   const sticky = (1 + options.epsilon + options.stickiness) / (1 + options.epsilon);
+  const take = (id: string, share: number, modelBytes: number) => {
+    load.set(id, load.get(id)! + share);
+    bytes.set(id, bytes.get(id)! + modelBytes);
+  };
+  // First every heavy model where its weights are (or, held nowhere, on its ranking's first node:
+  // its home), within the looser bound, heaviest first: bounds that move a little move nothing, and
+  // a model that must move (its node gone) cannot push out one that stays. Home before the other
+  // nodes holding it, as a first placement made them (home first, the rest after), so that placing
+  // again from the residency a placement left gives that placement back; and only where its
+  // weights are, not home as well, or a model placed off its home because home was full would go
+  // back and forth between the two.
+  const chosenOf = new Map<string, string[]>(heavy.map(({ m }) => [m.name, []]));
+  const heldOf = (m: FleetModel) => new Set((m.resident ?? []).filter((id) => live.has(id)));
+  for (const atHome of [true, false]) {
+    for (const { m, q } of heavy) {
+      const want = replicas.get(m.name)!;
+      const share = q / want;
+      const chosen = chosenOf.get(m.name)!;
+      const ranked = rankings.of(m.name);
+      const held = heldOf(m);
+      const candidates = atHome ? [ranked[0]].filter((n) => held.size === 0 || held.has(n.id)) : ranked.filter((n) => n !== ranked[0] && held.has(n.id));
+      for (const n of candidates) {
+        if (chosen.length < want && fits(n.id, share, m.bytes, sticky)) {
+          chosen.push(n.id);
+          take(n.id, share, m.bytes);
+        }
+      }
+    }
+  }
+  // Then the replicas still wanted: the rest of each ranking, within the bound; where too few fit,
+  // the least full of the others, in ranking order on ties.
   for (const { m, q } of heavy) {
     const want = replicas.get(m.name)!;
     const share = q / want;
-    const chosen: string[] = [];
+    const chosen = chosenOf.get(m.name)!;
     const ranked = rankings.of(m.name);
-    // Where its weights are, and its ranking's first node (its home), within the looser bound; then
-    // the rest of its ranking, within the bound: bounds that move a little move nothing at home.
-    const held = new Set(m.resident ?? []);
     for (const n of ranked) {
-      if (chosen.length < want && (held.has(n.id) || n === ranked[0]) && fits(n.id, share, m.bytes, sticky)) chosen.push(n.id);
+      if (chosen.length < want && !chosen.includes(n.id) && fits(n.id, share, m.bytes, 1)) {
+        chosen.push(n.id);
+        take(n.id, share, m.bytes);
+      }
     }
-    for (const n of ranked) {
-      if (chosen.length < want && !chosen.includes(n.id) && fits(n.id, share, m.bytes, 1)) chosen.push(n.id);
-    }
-    // Too few fit within the bounds: the least full of the others, in ranking order on ties.
     while (chosen.length < want) {
       const rest = ranked.filter((n) => !chosen.includes(n.id));
-      chosen.push(rest.reduce((best, n) => (fullness(n.id) < fullness(best.id) - 1e-12 ? n : best)).id);
+      const least = rest.reduce((best, n) => (fullness(n.id) < fullness(best.id) - 1e-12 ? n : best)).id;
+      chosen.push(least);
+      take(least, share, m.bytes);
     }
-    for (const id of chosen) {
-      load.set(id, load.get(id)! + share);
-      bytes.set(id, bytes.get(id)! + m.bytes);
-    }
-    placed.set(m.name, chosen);
+    // In ranking order, as every gateway lists them.
+    placed.set(m.name, ranked.filter((n) => chosen.includes(n.id)).map((n) => n.id));
   }
   return { nodes: placed, load, bytes };
 }

@@ -35,6 +35,10 @@ export interface ModelControlStatus {
   /** Executions that found its weights on the device, and those that brought them on first. */
   weight_hits: string;
   weight_misses: string;
+  /** With window_seconds asked: device-seconds per second its executions took over the last whole window. */
+  window_load: number;
+  /** With window_seconds asked: bytes of its weights on devices as that window ended. */
+  window_resident_bytes: string;
 }
 
 /** ModelControlStatus's answer: every model asked for, and the node's own figures. */

@@ -90,8 +90,11 @@ def test_nodes_a_headless_service_and_a_gateway_that_finds_them_by_dns(tools, tm
     assert dns_name == f"{headless['metadata']['name']}.models.svc.cluster.local"
     result = check_config(r["ConfigMap", "stowage-gateway"]["data"]["node.yaml"], tmp_path, {"INFERENCE_SERVER_GATEWAY_DISCOVERY_DNS_NAME": dns_name})
     assert result.returncode == 0, result.stderr
-    effective = json.loads(result.stdout)["config"]["gateway"]["discovery"]
+    effective_gateway = json.loads(result.stdout)["config"]["gateway"]
+    effective = effective_gateway["discovery"]
     assert effective["dns_name"] == dns_name
+    # Two gateway replicas that pool the fleet's memory by default (they place alike from what the nodes report).
+    assert effective_gateway["scheduling"]["mode"] == "pooled" and gateway["spec"]["replicas"] == 2
     assert effective["port"] == next(p["port"] for p in headless["spec"]["ports"] if p["name"] == "grpc")
     assert effective["metrics_port"] == next(p["port"] for p in headless["spec"]["ports"] if p["name"] == "admin")
 

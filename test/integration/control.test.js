@@ -109,6 +109,20 @@ test.serial('ModelControlStatus reports what a pooling gateway places by: budget
   t.is(Number(after.weight_misses) + Number(after.weight_hits), Number(convnet.weight_misses) + Number(convnet.weight_hits) + 1);
   t.true(Number(after.weight_misses) >= misses);
 
+  // Over wall-clock windows: a window that has run reports convnet's load over it and its bytes resident as it ended.
+  const windowed = async () => /** @type {import('../../dist/client/control.js').ModelControlStatus} */ ((await call('ModelControlStatus', { name: 'convnet', window_seconds: 0.3 })).models[0]);
+  await windowed(); // opens the first window
+  await new Promise((resolve) => setTimeout(resolve, 350 - (Date.now() % 300))); // into the next
+  const busy = Date.now();
+  while (Date.now() - busy < 100) await server.client.infer('convnet', [image(2)]);
+  await new Promise((resolve) => setTimeout(resolve, 350 - (Date.now() % 300)));
+  const w = await windowed();
+  t.true(w.window_load > 0, `convnet's load over the window: ${w.window_load}`);
+  t.is(w.window_resident_bytes, after.resident_bytes);
+  const bad = await grpcError(t, call('ModelControlStatus', { name: '', window_seconds: -1 }));
+  t.is(bad.code, grpc.status.INVALID_ARGUMENT);
+  t.regex(bad.details, /window_seconds must be between 0 \(none\) and 3600, got -1/);
+
 });
 
 test('PrefetchModel brings a model\'s weights onto the device before any call', async (t) => {

@@ -24,7 +24,7 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 import type { DirectStart, EdgePlacement, EdgeRoute, Served } from '../../shared/channels/edge.js';
-import { fill, type FillState } from '../../routing/routing.js';
+import { fill, Router, type FillState } from '../../routing/routing.js';
 import { nowMs, type InferenceRequest } from '../../shared/channels/inference.js';
 import { MODEL_VERSION } from '../../shared/constants.js';
 import { placementOf, type DataPlaneRequest, type InferenceAnswer, type InferOptions } from '../../shared/data-plane.js';
@@ -36,13 +36,13 @@ import { DeviceDoor } from './device-doors.js';
 
 export class DirectPath {
   readonly #leases: Leases;
-  readonly #routing: DirectStart['routing'];
+  /** round_robin or least_outstanding over the open doors, as the device pool routes. */
+  readonly #router: Router;
   readonly #routes = new Map<string, EdgeRoute>();
   /** Open doors by device; a device without one (restarting, out of service) gets nothing from here. */
   readonly #doors = new Map<number, DeviceDoor>();
   /** The doors' list, made again when one opens or goes (routing reads it for every request). */
   #open: DeviceDoor[] = [];
-  #next = 0;
   /** lpt_packing: each model's replica being filled, and its requests in flight from here per device. */
   readonly #filling = new Map<string, FillState & { inflight: Map<number, number> }>();
   readonly #served: (served: Served) => void;
@@ -50,7 +50,7 @@ export class DirectPath {
   /** `row`: this edge's row in the leases; `served`: what the main thread counts of each request. */
   constructor(start: DirectStart, row: number, served: (served: Served) => void) {
     this.#leases = new Leases(start.leases, row);
-    this.#routing = start.routing;
+    this.#router = new Router(start.routing);
     this.#served = served;
   }
 
@@ -88,10 +88,7 @@ export class DirectPath {
     // Only the devices that hold the model, when a device lost it.
     const open = holders ? this.#open.filter((d) => holders.includes(d.deviceId)) : this.#open;
     if (open.length <= 1) return open[0];
-    if (this.#routing === 'least_outstanding') return open.reduce((best, d) => (d.inflight < best.inflight ? d : best));
-    const door = open[this.#next % open.length];
-    this.#next = (this.#next + 1) % Number.MAX_SAFE_INTEGER;
-    return door;
+    return this.#router.pick(open);
   }
 
   /**

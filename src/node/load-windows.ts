@@ -1,0 +1,67 @@
+/**
+ * Each model's load and residency over wall-clock windows, as a node reports them to the gateways
+ * that pool a fleet's memory (ModelControlStatus with `window_seconds`; remote/fleet-routes.ts).
+ *
+ * Why the node and not each gateway: two gateways that measured loads themselves would read the
+ * node's counters a few milliseconds apart and get slightly different loads, and near a threshold
+ * slightly different placements. Here the window the first reader after a wall-clock boundary
+ * closes is published until the next boundary: every gateway that reads within one window gets the
+ * very same numbers (the load over the window before, and the residency as it ended), so gateways
+ * fed the same node set place alike by construction. The gateways read at mid-window, away from
+ * the boundaries.
+ */
+
+/** A model's counters now. */
+export interface ModelReading {
+  /** Device time its executions took so far (a counter). */
+  computeSeconds: number;
+  /** Bytes of its weights on the node's devices now. */
+  residentBytes: number;
+}
+
+/** A model in the last whole window. */
+export interface WindowReport {
+  /** Device-seconds per second its executions took over the window (0 for the first window read). */
+  load: number;
+  /** Bytes of its weights on the devices as the window ended. */
+  residentBytes: number;
+}
+
+interface Window {
+  /** Which window of its length (wall-clock ms divided by the length) it was taken in. */
+  index: number;
+  atMs: number;
+  taken: Map<string, ModelReading>;
+  published: Map<string, WindowReport>;
+}
+
+/** Window lengths kept at once: gateways of one fleet ask for one; a few more cost nothing; no caller makes it grow. */
+const MAX_LENGTHS = 4;
+
+export class LoadWindows {
+  readonly #windows = new Map<number, Window>();
+
+  /** The last whole window of `windowSeconds` before `nowMs`, per model; `current` reads the counters when a window closes. */
+  read(windowSeconds: number, nowMs: number, current: () => Map<string, ModelReading>): ReadonlyMap<string, WindowReport> {
+    const lengthMs = windowSeconds * 1000;
+    const index = Math.floor(nowMs / lengthMs);
+    const last = this.#windows.get(lengthMs);
+    if (last) {
+      this.#windows.delete(lengthMs); // most recently used last
+      this.#windows.set(lengthMs, last);
+      if (last.index === index) return last.published;
+    }
+    const taken = current();
+    const seconds = last ? (nowMs - last.atMs) / 1000 : 0;
+    const published = new Map<string, WindowReport>();
+    for (const [model, now] of taken) {
+      const before = last?.taken.get(model)?.computeSeconds ?? 0;
+      // A counter that went back (the model's statistics began again) gives no load, never a negative one.
+      const load = seconds > 0 && now.computeSeconds >= before ? (now.computeSeconds - before) / seconds : 0;
+      published.set(model, { load, residentBytes: now.residentBytes });
+    }
+    this.#windows.set(lengthMs, { index, atMs: nowMs, taken, published });
+    if (this.#windows.size > MAX_LENGTHS) this.#windows.delete(this.#windows.keys().next().value!);
+    return published;
+  }
+}
