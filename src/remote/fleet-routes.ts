@@ -167,18 +167,24 @@ export class FleetRoutes {
     this.#placement = placement;
     for (const name of this.#routes.keys()) if (!models.has(name)) this.#routes.delete(name);
     const byAddress = new Map(members.map((n) => [n.address, n]));
-    for (const [model, target] of placement.nodes) this.#switch(model, target, models.get(model)!.resident, byAddress);
+    let moved = 0;
+    for (const [model, target] of placement.nodes) moved += this.#switch(model, target, models.get(model)!.resident, byAddress) ? 1 : 0;
+    if (moved > 0) {
+      const loads = [...placement.load.values()];
+      const mean = loads.reduce((s, l) => s + l, 0) / Math.max(1, loads.length);
+      this.#o.logger.info({ moved, prefetching: this.#switching.size, models: placement.nodes.size, nodes: members.length, imbalance: mean > 0 ? Math.max(...loads) / mean : 1 }, 'placement changed');
+    }
   }
 
-  /** Route `model` to `target`, once the nodes gaining it hold its weights. */
-  #switch(model: string, target: string[], resident: readonly string[], members: ReadonlyMap<string, FleetMember>): void {
+  /** Route `model` to `target`, once the nodes gaining it hold its weights; true when it gains a node now. */
+  #switch(model: string, target: string[], resident: readonly string[], members: ReadonlyMap<string, FleetMember>): boolean {
     const now = this.#routes.get(model);
     const key = target.join(',');
     if (now && now.join(',') === key) {
       this.#switching.delete(model);
-      return;
+      return false;
     }
-    if (this.#switching.get(model) === key) return; // prefetching for it already
+    if (this.#switching.get(model) === key) return false; // prefetching for it already
     const gained = now ? target.filter((id) => !now.includes(id)) : [];
     this.#moves?.inc(gained.length);
     const cold = gained.filter((id) => !resident.includes(id));
@@ -186,7 +192,7 @@ export class FleetRoutes {
     if (!now || cold.length === 0 || !now.some((id) => members.has(id))) {
       this.#routes.set(model, target);
       this.#switching.delete(model);
-      return;
+      return gained.length > 0;
     }
     this.#switching.set(model, key);
     void Promise.allSettled(cold.map((id) => members.get(id)!.prefetch(model, this.#o.prefetchTimeoutMs))).then((results) => {
@@ -199,6 +205,7 @@ export class FleetRoutes {
       this.#routes.set(model, target);
       this.#o.logger.debug({ model, from: now, to: target }, 'model moved');
     });
+    return true;
   }
 
   /** Per model: weight-cache hits and misses over the nodes, as they last reported them. */
