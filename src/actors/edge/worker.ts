@@ -21,6 +21,7 @@ import type { EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js'
 import type { DataPlaneRequest, Infer, InferenceAnswer } from '../../shared/data-plane.js';
 import { errors, fromErrorData, type ErrorData } from '../../shared/errors.js';
 import { createLogger } from '../../shared/log.js';
+import { PendingCalls } from '../../shared/pending-calls.js';
 import { Outbox } from '../../shared/outbox.js';
 import { Admission } from '../../protocol/admission.js';
 import { GrpcEdge } from '../../protocol/edge.js';
@@ -48,15 +49,17 @@ const post = (msg: FromEdge, transfer: ArrayBuffer[] = []) => outbox.push(msg, t
 // Plain inferences go to the devices from here (direct-path.ts); the main thread counts them.
 const direct = start.direct ? new DirectPath(start.direct, start.edge, (served) => post({ type: 'served', served })) : null;
 
-/** Calls and inferences waiting for the main thread, by id. */
-const pending = new Map<number, { resolve: (value: never) => void; reject: (err: Error) => void }>();
+/**
+ * Calls and inferences waiting for the main thread, by id. No timer of their own: the main thread
+ * answers every one (an inference by its deadline there), and its going ends this thread too.
+ */
+const pending = new PendingCalls();
 let nextId = 1;
 
 function ask<T>(msg: FromEdge & { id: number }, transfer?: ArrayBuffer[]): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    pending.set(msg.id, { resolve: resolve as (value: never) => void, reject });
-    post(msg, transfer);
-  });
+  const answer = pending.wait<T>(msg.id, Infinity, () => new Error('unreachable: a wait without a timeout'));
+  post(msg, transfer);
+  return answer;
 }
 
 /** Every operation, answered by the main thread. */
@@ -162,11 +165,8 @@ function receive(msg: ToEdge): void {
     case 'reply':
     case 'answer':
     case 'failed': {
-      const waiting = pending.get(msg.id);
-      if (!waiting) return;
-      pending.delete(msg.id);
-      if (msg.type === 'failed') waiting.reject(fromErrorData(msg.error as ErrorData));
-      else waiting.resolve((msg.type === 'reply' ? msg.reply : msg.answer) as never);
+      if (msg.type === 'failed') pending.reject(msg.id, fromErrorData(msg.error as ErrorData));
+      else pending.resolve(msg.id, msg.type === 'reply' ? msg.reply : msg.answer);
       return;
     }
     case 'health':

@@ -9,6 +9,7 @@ import type { MessagePort } from 'node:worker_threads';
 import type { WireTensor } from '../../shared/channels/inference.js';
 import type { SubCall, SubCallReply } from '../../shared/channels/hooks.js';
 import { ERROR_CODES, Status } from '../../shared/errors.js';
+import { PendingCalls } from '../../shared/pending-calls.js';
 import { fromHook, toHook, type HookTensor } from './hook-tensors.js';
 
 /**
@@ -19,24 +20,14 @@ import { fromHook, toHook, type HookTensor } from './hook-tensors.js';
  */
 export function subCaller(port: MessagePort, timeoutMs: number) {
   let nextId = 1;
-  const pending = new Map<number, { resolve: (v: Record<string, HookTensor>) => void; reject: (e: Error) => void; timer: NodeJS.Timeout | undefined }>();
-  const settle = (id: number) => {
-    const p = pending.get(id);
-    if (p) {
-      pending.delete(id);
-      clearTimeout(p.timer);
-    }
-    return p;
-  };
+  const pending = new PendingCalls();
   port.on('message', (reply: SubCallReply) => {
-    const p = settle(reply.id);
-    if (!p) return;
-    if (reply.type === 'inferred') p.resolve(Object.fromEntries(reply.tensors.map((t) => [t.name, toHook(t)])));
-    else p.reject(Object.assign(new Error(reply.error.message), { code: reply.error.code, status: ERROR_CODES[reply.error.code]?.status ?? Status.INTERNAL }));
+    if (reply.type === 'inferred') pending.resolve(reply.id, Object.fromEntries(reply.tensors.map((t) => [t.name, toHook(t)])));
+    else pending.reject(reply.id, Object.assign(new Error(reply.error.message), { code: reply.error.code, status: ERROR_CODES[reply.error.code]?.status ?? Status.INTERNAL }));
   });
   // The main thread answered the meta request (or is gone): nothing pending will be answered.
   port.on('close', () => {
-    for (const id of [...pending.keys()]) settle(id)!.reject(Object.assign(new Error('the meta request was answered or abandoned while this sub-call was in flight'), { code: 'STOWAGE_DEVICE_UNAVAILABLE', status: Status.UNAVAILABLE }));
+    pending.failAll(Object.assign(new Error('the meta request was answered or abandoned while this sub-call was in flight'), { code: 'STOWAGE_DEVICE_UNAVAILABLE', status: Status.UNAVAILABLE }));
   });
   return (model: string, tensors: Record<string, unknown>, options: { outputs?: string[] } = {}): Promise<Record<string, HookTensor>> => {
     const wire: WireTensor[] = [];
@@ -47,14 +38,10 @@ export function subCaller(port: MessagePort, timeoutMs: number) {
       wire.push({ ...t, data: t.data.slice() }); // copy: a meta model's sub-call tensor, on its hook thread
     }
     const id = nextId++;
-    return new Promise((resolve, reject) => {
-      // Past the hook's own timeout nothing will answer (Piscina replaces this thread then anyway).
-      const timer = Number.isFinite(timeoutMs) ? setTimeout(() => {
-        settle(id);
-        reject(Object.assign(new Error(`ctx.infer(${JSON.stringify(model)}) had no answer within ${timeoutMs} ms`), { code: 'STOWAGE_DEADLINE_EXCEEDED', status: Status.DEADLINE_EXCEEDED }));
-      }, timeoutMs) : undefined;
-      pending.set(id, { resolve, reject, timer });
-      port.postMessage({ type: 'infer', id, model, tensors: wire, outputs: options.outputs ?? [] } satisfies SubCall, [...new Set(wire.map((t) => t.data.buffer as ArrayBuffer))]);
-    });
+    // Past the hook's own timeout nothing will answer (Piscina replaces this thread then anyway).
+    const answer = pending.wait<Record<string, HookTensor>>(id, timeoutMs, () =>
+      Object.assign(new Error(`ctx.infer(${JSON.stringify(model)}) had no answer within ${timeoutMs} ms`), { code: 'STOWAGE_DEADLINE_EXCEEDED', status: Status.DEADLINE_EXCEEDED }));
+    port.postMessage({ type: 'infer', id, model, tensors: wire, outputs: options.outputs ?? [] } satisfies SubCall, [...new Set(wire.map((t) => t.data.buffer as ArrayBuffer))]);
+    return answer;
   };
 }

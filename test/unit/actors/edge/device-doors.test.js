@@ -1,0 +1,120 @@
+// An edge thread's door to a device actor (actors/edge/device-doors.ts), over a real MessagePort
+// whose other end stands in for the device: each request settles exactly once, by its answer (one
+// execution's answers in one message), the device's failure, its deadline (the device told to drop
+// it), its client going (likewise), or the door closing (UNAVAILABLE, now and for later requests);
+// what one turn sends goes as one message; `inflight` counts what is unsettled.
+import { MessageChannel } from 'node:worker_threads';
+import test from 'ava';
+import { DeviceDoor } from '../../../../dist/actors/edge/device-doors.js';
+import { nowMs } from '../../../../dist/shared/channels/inference.js';
+import { instanceKey } from '../../../../dist/shared/model-spec.js';
+import { stowageError } from '../../../helpers/errors.js';
+
+const instance = instanceKey('m', 1);
+/** @type {import('../../../../dist/shared/channels/inference.js').ExecutionTiming} */
+const timing = { computeInputNs: 2, computeInferNs: 3, computeOutputNs: 4, batchRows: 2, executedBatchSize: 2, requests: 2 };
+
+/**
+ * A door and the device's end of it: the batches the device got, and how it answers.
+ * @param {import('ava').ExecutionContext} t
+ */
+function door(t) {
+  const { port1: device, port2 } = new MessageChannel();
+  /** @type {any[][]} */
+  const batches = [];
+  /** @type {((batch: any[]) => void)[]} */
+  const waiting = [];
+  device.on('message', (batch) => {
+    batches.push(batch);
+    waiting.shift()?.(batch);
+  });
+  let closedTold = 0;
+  const d = new DeviceDoor(3, port2, 5_000, () => closedTold++);
+  t.teardown(() => device.close());
+  /** The next batch the device gets. */
+  const next = () => new Promise((resolve) => waiting.push(resolve));
+  return { d, device, batches, next, closedTold: () => closedTold };
+}
+
+/**
+ * @param {number} [deadlineMs]
+ * @returns {import('../../../../dist/shared/channels/inference.js').InferenceRequest}
+ */
+const request = (deadlineMs = Infinity) => ({ instance, inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 2], data: new Uint8Array(8) }], rows: 1, outputs: ['y'], outputRegions: [null], placement: null, deadlineMs });
+const result = (/** @type {number} */ id, /** @type {number} */ v) => ({ id, outputs: [{ name: 'y', datatype: 'FP32', shape: [1, 1], data: new Uint8Array([v, 0, 0, 0]) }] });
+
+test('requests of one turn go as one message, their inputs transferred; one execution answers them in one', async (t) => {
+  const { d, device, next } = door(t);
+  const got = next();
+  const a = request();
+  const answers = Promise.all([d.infer(a, new AbortController().signal), d.infer(request(), new AbortController().signal)]);
+  t.is(d.inflight, 2);
+  const batch = await got;
+  t.deepEqual(batch.map((/** @type {{ type: string, id: number }} */ m) => [m.type, m.id]), [['infer', 1], ['infer', 2]]);
+  t.is(a.inputs[0].data.byteLength, 0, 'its input moved to the device, not copied');
+  device.postMessage({ type: 'executed', results: [result(2, 20), result(1, 10)], timing });
+  const [one, two] = await answers;
+  t.is(one.outputs[0].data[0], 10, 'each answer to its own request, whatever the order');
+  t.is(two.outputs[0].data[0], 20);
+  t.deepEqual(one.timing, timing);
+  t.is(d.inflight, 0);
+});
+
+test('the device failing a request fails it with the device\'s error', async (t) => {
+  const { d, device, next } = door(t);
+  const got = next();
+  const answer = d.infer(request(), new AbortController().signal);
+  const [cmd] = await got;
+  device.postMessage({ type: 'failed', id: cmd.id, error: { code: 'STOWAGE_INVALID_TENSOR', message: 'bad shape' } });
+  const err = await stowageError(t, answer);
+  t.is(err.code, 'STOWAGE_INVALID_TENSOR');
+  t.is(err.message, 'bad shape');
+  t.is(d.inflight, 0);
+});
+
+test('a request past its deadline fails DEADLINE_EXCEEDED and the device is told to drop it; its late answer is ignored', async (t) => {
+  const { d, device, next } = door(t);
+  const got = next();
+  const answer = d.infer(request(nowMs() + 30), new AbortController().signal);
+  const [cmd] = await got;
+  const cancel = next();
+  const err = await stowageError(t, answer);
+  t.is(err.code, 'STOWAGE_DEADLINE_EXCEEDED');
+  t.deepEqual(await cancel, [{ type: 'cancel', id: cmd.id }]);
+  device.postMessage({ type: 'executed', results: [result(cmd.id, 1)], timing });
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  t.is(d.inflight, 0);
+});
+
+test('a client that goes cancels its request on the device; one gone before it was sent is never sent', async (t) => {
+  const { d, batches, next } = door(t);
+  const got = next();
+  const client = new AbortController();
+  const answer = d.infer(request(), client.signal);
+  const [cmd] = await got;
+  const cancel = next();
+  client.abort();
+  t.is((await stowageError(t, answer)).code, 'STOWAGE_CANCELLED');
+  t.deepEqual(await cancel, [{ type: 'cancel', id: cmd.id }]);
+
+  const gone = new AbortController();
+  gone.abort();
+  t.is((await stowageError(t, d.infer(request(), gone.signal))).code, 'STOWAGE_CANCELLED');
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  t.is(batches.length, 2, 'nothing sent for it');
+});
+
+test('the device\'s end closing fails what is pending and every later request UNAVAILABLE, and is told once', async (t) => {
+  const { d, device, next, closedTold } = door(t);
+  const got = next();
+  const answer = d.infer(request(), new AbortController().signal);
+  await got;
+  device.close();
+  const err = await stowageError(t, answer);
+  t.is(err.code, 'STOWAGE_DEVICE_UNAVAILABLE');
+  t.regex(err.message, /device 3.*its worker exited/);
+  t.is(closedTold(), 1);
+  const later = await stowageError(t, d.infer(request(), new AbortController().signal));
+  t.is(later.code, 'STOWAGE_DEVICE_UNAVAILABLE');
+  t.is(d.inflight, 0);
+});
