@@ -29,68 +29,10 @@ export interface ControlContext {
 
 
 export function controlOperations(ctx: ControlContext) {
-  const { registry, devices, statistics, logger } = ctx;
+  const { registry, devices, logger } = ctx;
   const windows = new LoadWindows();
   return {
-    ModelControlStatus: async (req: { name: string; window_seconds: number }) => {
-      if (!(req.window_seconds >= 0 && req.window_seconds <= MAX_WINDOW_SECONDS)) {
-        throw errors.invalidRequest(`window_seconds must be between 0 (none) and ${MAX_WINDOW_SECONDS}, got ${req.window_seconds}`);
-      }
-      const records = req.name === '' ? registry.all() : [registry.find(req.name)];
-      // Every device holds every model: queues add up; costs, policy, residency and CUDA graphs are
-      // the first device's; resident bytes add up over the devices where the weights are on now,
-      // sessions' GPU memory over every device.
-      const reports = await devices.status();
-      const instances = new Map<string, (typeof reports)[number] & { queuedAll: number; residentAll: number; sessionAll: number; onDevices: number[] }>();
-      for (const s of reports) {
-        const resident = s.resident ? s.weightBytes : 0;
-        const seen = instances.get(s.instance);
-        if (seen) {
-          seen.queuedAll += s.queued;
-          seen.residentAll += resident;
-          seen.sessionAll += s.sessionDeviceBytes ?? 0;
-          if (s.resident) seen.onDevices.push(s.device);
-        } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, sessionAll: s.sessionDeviceBytes ?? 0, onDevices: s.resident ? [s.device] : [] });
-      }
-      // Every model's counters go into a window, whichever model was asked for.
-      const readings = () => new Map<string, ModelReading>(registry.all().map((r) => [r.name, {
-        computeSeconds: statistics.computeSeconds(r.name),
-        residentBytes: r.instance ? instances.get(r.instance)?.residentAll ?? 0 : 0,
-      }]));
-      const window = req.window_seconds > 0 ? windows.read(req.window_seconds, Date.now(), readings) : undefined;
-      return {
-        weight_budget_bytes: String(ctx.weightBudgetBytes),
-        devices: devices.handles.filter((d) => d.serving).length,
-        queue_depth: reports.reduce((sum, s) => sum + s.queued, 0),
-        models: records.map((r) => {
-          const s = r.instance ? instances.get(r.instance) : undefined;
-          const traffic = ctx.weightTraffic(r.name);
-          return {
-            name: r.name,
-            state: r.state,
-            reason: r.reason,
-            instance: r.instance ?? '',
-            residency: s?.residency ?? '',
-            resident_bytes: String(s?.residentAll ?? 0),
-            // The device holding its weights now; -1 when none does, or several do.
-            device: s?.onDevices.length === 1 ? s.onDevices[0] : -1,
-            queue_depth: s?.queuedAll ?? 0,
-            learned_cost: (s?.costs ?? []).map((c) => ({ batch_size: c.batchSize, ms: c.ms })),
-            weight: s?.weight ?? devices.policies.of(devices.handles[0].deviceId, r.name).weight,
-            max_batch_size: s ? (Number.isFinite(s.maxBatchRows) ? s.maxBatchRows : 0) : 0,
-            placed_devices: r.spec?.kind === 'meta' ? [] : devices.placementOf(r.name),
-            session_device_bytes: String(s?.sessionAll ?? 0),
-            cuda_graphs: s?.cudaGraphs ?? '',
-            weight_bytes: String(s?.weightBytes ?? 0),
-            compute_seconds: statistics.computeSeconds(r.name),
-            weight_hits: String(traffic.hits),
-            weight_misses: String(traffic.misses),
-            window_load: window?.get(r.name)?.load ?? 0,
-            window_resident_bytes: String(window?.get(r.name)?.residentBytes ?? 0),
-          };
-        }),
-      };
-    },
+    ModelControlStatus: (req: { name: string; window_seconds: number }) => modelControlStatus(ctx, windows, req),
     SetModelPolicy: async (req: { name: string; weight: number; max_batch_size: number }) => {
       registry.find(req.name);
       if (!(req.weight >= 0) || !Number.isFinite(req.weight)) throw errors.invalidRequest(`weight must be > 0 (or 0 to leave it), got ${req.weight}`);
@@ -128,5 +70,69 @@ export function controlOperations(ctx: ControlContext) {
       logger.info({ device: req.device, movedBytes }, 'weight arena compacted');
       return { moved_bytes: String(movedBytes) };
     },
+  };
+}
+
+/**
+ * Every model asked for (all for an empty name): its state, residency, queue, costs and policy,
+ * what a pooled gateway places it by, and the node's own figures. Every device holds every model:
+ * queues add up; costs, policy, residency and CUDA graphs are the first device's; resident bytes
+ * add up over the devices where the weights are on now, sessions' GPU memory over every device.
+ */
+async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, req: { name: string; window_seconds: number }) {
+  const { registry, devices, statistics } = ctx;
+  if (!(req.window_seconds >= 0 && req.window_seconds <= MAX_WINDOW_SECONDS)) {
+    throw errors.invalidRequest(`window_seconds must be between 0 (none) and ${MAX_WINDOW_SECONDS}, got ${req.window_seconds}`);
+  }
+  const records = req.name === '' ? registry.all() : [registry.find(req.name)];
+  const reports = await devices.status();
+  const instances = new Map<string, (typeof reports)[number] & { queuedAll: number; residentAll: number; sessionAll: number; onDevices: number[] }>();
+  for (const s of reports) {
+    const resident = s.resident ? s.weightBytes : 0;
+    const seen = instances.get(s.instance);
+    if (seen) {
+      seen.queuedAll += s.queued;
+      seen.residentAll += resident;
+      seen.sessionAll += s.sessionDeviceBytes ?? 0;
+      if (s.resident) seen.onDevices.push(s.device);
+    } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, sessionAll: s.sessionDeviceBytes ?? 0, onDevices: s.resident ? [s.device] : [] });
+  }
+  // Every model's counters go into a window, whichever model was asked for.
+  const readings = () => new Map<string, ModelReading>(registry.all().map((r) => [r.name, {
+    computeSeconds: statistics.computeSeconds(r.name),
+    residentBytes: r.instance ? instances.get(r.instance)?.residentAll ?? 0 : 0,
+  }]));
+  const window = req.window_seconds > 0 ? windows.read(req.window_seconds, Date.now(), readings) : undefined;
+  return {
+    weight_budget_bytes: String(ctx.weightBudgetBytes),
+    devices: devices.handles.filter((d) => d.serving).length,
+    queue_depth: reports.reduce((sum, s) => sum + s.queued, 0),
+    models: records.map((r) => {
+      const s = r.instance ? instances.get(r.instance) : undefined;
+      const traffic = ctx.weightTraffic(r.name);
+      return {
+        name: r.name,
+        state: r.state,
+        reason: r.reason,
+        instance: r.instance ?? '',
+        residency: s?.residency ?? '',
+        resident_bytes: String(s?.residentAll ?? 0),
+        // The device holding its weights now; -1 when none does, or several do.
+        device: s?.onDevices.length === 1 ? s.onDevices[0] : -1,
+        queue_depth: s?.queuedAll ?? 0,
+        learned_cost: (s?.costs ?? []).map((c) => ({ batch_size: c.batchSize, ms: c.ms })),
+        weight: s?.weight ?? devices.policies.of(devices.handles[0].deviceId, r.name).weight,
+        max_batch_size: s ? (Number.isFinite(s.maxBatchRows) ? s.maxBatchRows : 0) : 0,
+        placed_devices: r.spec?.kind === 'meta' ? [] : devices.placementOf(r.name),
+        session_device_bytes: String(s?.sessionAll ?? 0),
+        cuda_graphs: s?.cudaGraphs ?? '',
+        weight_bytes: String(s?.weightBytes ?? 0),
+        compute_seconds: statistics.computeSeconds(r.name),
+        weight_hits: String(traffic.hits),
+        weight_misses: String(traffic.misses),
+        window_load: window?.get(r.name)?.load ?? 0,
+        window_resident_bytes: String(window?.get(r.name)?.residentBytes ?? 0),
+      };
+    }),
   };
 }

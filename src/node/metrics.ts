@@ -49,7 +49,6 @@ function totals(counter: Counter, read: (set: (labels: Record<string, string>, v
 export class Metrics {
   readonly registry = new Registry();
   readonly #loadSecs: Gauge;
-  readonly #batchRows: Histogram;
   /** Requests routed, per model and device (stowage_gateway_routed_total). */
   readonly #routes = new Map<string, Map<number, number>>();
   readonly #weightGauges: Record<'residentBytes' | 'logicalBytes' | 'budgetBytes', Gauge>;
@@ -70,132 +69,14 @@ export class Metrics {
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
-    const model = ['model', 'version'] as const;
-    const counter = (name: string, help: string, labelNames: readonly string[] = model) => new Counter({ name, help, labelNames, registers });
     const { statistics } = sources;
-    // Per model: every model that has counted something, and every loaded model at 0 before it
-    // has (Triton exports each loaded model's series from its load on, so a dashboard's rate() and
-    // an alert on absence both work for a model nobody has called yet).
-    const loaded = () => new Set(sources.loadedModels?.() ?? []);
-    const perModel = (name: string, help: string, value: (c: Readonly<ModelCounters>) => number) => new Counter({
-      name, help, labelNames: model, registers,
-      collect() {
-        this.reset();
-        const zeros = loaded();
-        for (const [m, c] of statistics.models()) {
-          this.inc({ model: m, version: MODEL_VERSION }, value(c));
-          zeros.delete(m);
-        }
-        for (const m of zeros) this.inc({ model: m, version: MODEL_VERSION }, 0);
-      },
-    });
-    // The GPUs, in Triton's names and units (utilization 0..1, power in watts, energy in joules).
-    const perGpu = (name: string, help: string, value: (g: GpuInfo) => number) => new Gauge({
-      name, help, labelNames: ['gpu_uuid'], registers,
-      collect() {
-        this.reset();
-        for (const g of sources.gpus?.() ?? []) this.set({ gpu_uuid: g.uuid || `cuda:${g.ordinal}` }, value(g));
-      },
-    });
-    perGpu('nv_gpu_utilization', 'GPU utilization rate [0.0 - 1.0)', (g) => g.utilization);
-    perGpu('nv_gpu_memory_total_bytes', 'GPU total memory, in bytes', (g) => g.memoryTotalBytes);
-    perGpu('nv_gpu_memory_used_bytes', 'GPU used memory, in bytes', (g) => g.memoryUsedBytes);
-    perGpu('nv_gpu_power_usage', 'GPU power usage in watts', (g) => g.powerWatts);
-    perGpu('nv_gpu_power_limit', 'GPU power management limit in watts', (g) => g.powerLimitWatts);
-    perGpu('nv_energy_consumption', 'GPU energy consumption in joules since the driver loaded', (g) => g.energyJoules);
-    // Signals for autoscalers (KEDA, HPA through an adapter), read from the devices at each scrape:
-    // once per scrape for both gauges (collected in the same turn), not once per gauge.
-    let snapshot: Promise<readonly (InstanceStatus & { device: number })[]> | undefined;
-    const instances = sources.instances && (() => {
-      snapshot ??= sources.instances!().finally(() => setImmediate(() => { snapshot = undefined; }));
-      return snapshot;
-    });
-    new Gauge({
-      name: 'stowage_model_queue_depth', help: 'Requests of the model waiting in the devices\' queues (not yet running), all devices', labelNames: ['model'], registers,
-      async collect() {
-        this.reset();
-        const depth = new Map<string, number>();
-        for (const s of (await instances?.()) ?? []) depth.set(s.model, (depth.get(s.model) ?? 0) + s.queued);
-        for (const [m, n] of depth) this.set({ model: m }, n);
-      },
-    });
-    new Gauge({
-      name: 'stowage_weight_cache_model_resident_bytes', help: 'Bytes of the model\'s weights on the device now (0 when evicted)', labelNames: ['model', 'device'], registers,
-      async collect() {
-        this.reset();
-        for (const s of (await instances?.()) ?? []) this.inc({ model: s.model, device: String(s.device) }, s.resident ? s.weightBytes : 0);
-      },
-    });
-    new Gauge({
-      name: 'stowage_model_session_device_bytes', help: 'GPU memory the model\'s sessions took at load and warm-up, beyond its weights (backend cuda)', labelNames: ['model', 'device'], registers,
-      async collect() {
-        this.reset();
-        for (const s of (await instances?.()) ?? []) if (s.sessionDeviceBytes !== null) this.inc({ model: s.model, device: String(s.device) }, s.sessionDeviceBytes);
-      },
-    });
-    new Counter({
-      name: 'stowage_trace_export_failures_total', help: 'Trace exports to the OpenTelemetry collector that failed (the collector down, hung or refusing)', registers,
-      collect() {
-        this.reset();
-        this.inc(sources.traceExportFailures?.() ?? 0);
-      },
-    });
-    perModel('nv_inference_request_success', 'Number of successful inference requests, all batch sizes', (c) => c.success.count);
-    new Counter({
-      name: 'nv_inference_request_failure', help: 'Number of failed inference requests, all batch sizes', labelNames: ['model', 'version', 'reason'], registers,
-      collect() {
-        this.reset();
-        // Each of Triton's reasons, at 0 until it happens, for every loaded model.
-        for (const m of loaded()) for (const reason of FAILURE_REASONS) this.inc({ model: m, version: MODEL_VERSION, reason }, 0);
-        for (const [m, c] of statistics.models()) for (const [reason, n] of c.failures) this.inc({ model: m, version: MODEL_VERSION, reason }, n);
-      },
-    });
-    perModel('nv_inference_count', 'Number of inferences performed (rows: a batch of 8 counts 8)', (c) => c.inferenceCount);
-    perModel('nv_inference_exec_count', 'Number of model executions performed (a coalesced batch counts 1)', (c) => c.executionCount);
-    perModel('nv_inference_request_duration_us', 'Cumulative inference request duration in microseconds', (c) => (c.success.ns + c.fail.ns) / 1000);
-    perModel('nv_inference_queue_duration_us', 'Cumulative inference queuing duration in microseconds', (c) => c.queue.ns / 1000);
-    perModel('nv_inference_compute_input_duration_us', 'Cumulative compute input duration in microseconds', (c) => c.computeInput.ns / 1000);
-    perModel('nv_inference_compute_infer_duration_us', 'Cumulative compute inference duration in microseconds', (c) => c.computeInfer.ns / 1000);
-    perModel('nv_inference_compute_output_duration_us', 'Cumulative inference compute output duration in microseconds', (c) => c.computeOutput.ns / 1000);
-    new Gauge({
-      name: 'nv_inference_pending_request_count', help: 'Instantaneous number of pending requests awaiting execution per-model', labelNames: model, registers,
-      collect() {
-        this.reset();
-        for (const m of loaded()) this.set({ model: m, version: MODEL_VERSION }, 0);
-        for (const [name, n] of sources.pendingByModel()) this.set({ model: name, version: MODEL_VERSION }, n);
-      },
-    });
-    this.#loadSecs = new Gauge({ name: 'nv_model_load_duration_secs', help: 'Model load time in seconds', labelNames: model, registers });
-    new Gauge({
-      name: 'stowage_device_queue_depth', help: 'Requests queued on the device after its last execution', labelNames: ['device'], registers,
-      collect() {
-        for (const [device, d] of statistics.devices()) this.set({ device: String(device) }, d.queued);
-      },
-    });
-    const perDevice = (name: string, help: string, value: (d: Readonly<DeviceCounters>) => number) => new Counter({
-      name, help, labelNames: ['device'], registers,
-      collect() {
-        totals(this, (set) => {
-          for (const [device, d] of statistics.devices()) set({ device: String(device) }, value(d));
-        });
-      },
-    });
-    perDevice('stowage_device_executions_total', 'Executions run on the device', (d) => d.executions);
-    perDevice('stowage_device_busy_seconds_total', 'Seconds the device spent running models (compute, without input and output handling)', (d) => d.busyNs / 1e9);
-    this.#batchRows = new Histogram({
-      name: 'stowage_device_batch_rows', help: 'Rows per execution (sum/count is the average batch size)', labelNames: ['device'],
-      buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers,
-    });
-    const batchRows = this.#batchRows;
-    // A histogram keeps buckets, not a total: it is observed per execution (cached per device, so no label hashing).
-    const rowsOf = new Map<number, ReturnType<Histogram['labels']>>();
-    statistics.onBatchRows = (device, rows) => {
-      let child = rowsOf.get(device);
-      if (!child) rowsOf.set(device, (child = batchRows.labels({ device: String(device) })));
-      child.observe(rows);
-    };
-    const device = ['device'] as const;
-    const gauge = (name: string, help: string) => new Gauge({ name, help, labelNames: device, registers });
+    modelMetrics(sources, registers);
+    gpuMetrics(sources, registers);
+    instanceMetrics(sources, registers);
+    this.#loadSecs = new Gauge({ name: 'nv_model_load_duration_secs', help: 'Model load time in seconds', labelNames: ['model', 'version'], registers });
+    deviceMetrics(statistics, registers);
+    const counter = (name: string, help: string, labelNames: readonly string[]) => new Counter({ name, help, labelNames, registers });
+    const gauge = (name: string, help: string) => new Gauge({ name, help, labelNames: ['device'], registers });
     this.#weightGauges = {
       residentBytes: gauge('stowage_weight_cache_resident_bytes', 'Bytes of weights on the device (each distinct tensor once)'),
       logicalBytes: gauge('stowage_weight_cache_logical_bytes', 'Bytes the resident models would take without sharing tensors'),
@@ -228,23 +109,7 @@ export class Metrics {
     this.#placedBytes = gauge('stowage_gateway_placed_bytes', 'Weight bytes of the models placed on the device by lpt_packing');
     this.#placedLoad = gauge('stowage_gateway_placed_load_seconds', 'Device-seconds of work measured, in the last packing window, for the models lpt_packing placed on the device');
     this.#compiles = counter('stowage_compile_cache_lookups_total', 'ONNX files opened, by whether cache_dir had them compiled already', ['result']);
-    new Gauge({
-      name: 'stowage_thread_heap_bytes', help: 'V8 heap of each thread (main and every worker): used, and total reserved', labelNames: ['thread', 'kind'], registers,
-      // prom-client's defaults see only the main thread's heap; a worker's is asked for across
-      // threads, and a thread that is exiting just does not answer.
-      async collect() {
-        this.reset();
-        const main = getHeapStatistics();
-        this.set({ thread: 'main', kind: 'used' }, main.used_heap_size);
-        this.set({ thread: 'main', kind: 'total' }, main.total_heap_size);
-        await Promise.all([...sources.threads()].map(async ([thread, worker]) => {
-          const heap = await worker.getHeapStatistics().catch(() => null);
-          if (!heap) return;
-          this.set({ thread, kind: 'used' }, heap.used_heap_size);
-          this.set({ thread, kind: 'total' }, heap.total_heap_size);
-        }));
-      },
-    });
+    processMetrics(sources, registers);
     collectDefaultMetrics({ register: this.registry });
   }
 
@@ -302,4 +167,164 @@ export class Metrics {
     if (files > cacheHits) this.#compiles.inc({ result: 'miss' }, files - cacheHits);
   }
 
+}
+
+/**
+ * Triton's per-model series: every model that has counted something, and every loaded model at 0
+ * before it has (Triton exports each loaded model's series from its load on, so a dashboard's
+ * rate() and an alert on absence both work for a model nobody has called yet).
+ */
+function modelMetrics(sources: MetricsSources, registers: Registry[]): void {
+  const { statistics } = sources;
+  const model = ['model', 'version'] as const;
+  const loaded = () => new Set(sources.loadedModels?.() ?? []);
+  const perModel = (name: string, help: string, value: (c: Readonly<ModelCounters>) => number) => new Counter({
+    name, help, labelNames: model, registers,
+    collect() {
+      this.reset();
+      const zeros = loaded();
+      for (const [m, c] of statistics.models()) {
+        this.inc({ model: m, version: MODEL_VERSION }, value(c));
+        zeros.delete(m);
+      }
+      for (const m of zeros) this.inc({ model: m, version: MODEL_VERSION }, 0);
+    },
+  });
+  perModel('nv_inference_request_success', 'Number of successful inference requests, all batch sizes', (c) => c.success.count);
+  new Counter({
+    name: 'nv_inference_request_failure', help: 'Number of failed inference requests, all batch sizes', labelNames: ['model', 'version', 'reason'], registers,
+    collect() {
+      this.reset();
+      // Each of Triton's reasons, at 0 until it happens, for every loaded model.
+      for (const m of loaded()) for (const reason of FAILURE_REASONS) this.inc({ model: m, version: MODEL_VERSION, reason }, 0);
+      for (const [m, c] of statistics.models()) for (const [reason, n] of c.failures) this.inc({ model: m, version: MODEL_VERSION, reason }, n);
+    },
+  });
+  perModel('nv_inference_count', 'Number of inferences performed (rows: a batch of 8 counts 8)', (c) => c.inferenceCount);
+  perModel('nv_inference_exec_count', 'Number of model executions performed (a coalesced batch counts 1)', (c) => c.executionCount);
+  perModel('nv_inference_request_duration_us', 'Cumulative inference request duration in microseconds', (c) => (c.success.ns + c.fail.ns) / 1000);
+  perModel('nv_inference_queue_duration_us', 'Cumulative inference queuing duration in microseconds', (c) => c.queue.ns / 1000);
+  perModel('nv_inference_compute_input_duration_us', 'Cumulative compute input duration in microseconds', (c) => c.computeInput.ns / 1000);
+  perModel('nv_inference_compute_infer_duration_us', 'Cumulative compute inference duration in microseconds', (c) => c.computeInfer.ns / 1000);
+  perModel('nv_inference_compute_output_duration_us', 'Cumulative inference compute output duration in microseconds', (c) => c.computeOutput.ns / 1000);
+  new Gauge({
+    name: 'nv_inference_pending_request_count', help: 'Instantaneous number of pending requests awaiting execution per-model', labelNames: model, registers,
+    collect() {
+      this.reset();
+      for (const m of loaded()) this.set({ model: m, version: MODEL_VERSION }, 0);
+      for (const [name, n] of sources.pendingByModel()) this.set({ model: name, version: MODEL_VERSION }, n);
+    },
+  });
+}
+
+/** The GPUs, in Triton's names and units (utilization 0..1, power in watts, energy in joules). */
+function gpuMetrics(sources: MetricsSources, registers: Registry[]): void {
+  const perGpu = (name: string, help: string, value: (g: GpuInfo) => number) => new Gauge({
+    name, help, labelNames: ['gpu_uuid'], registers,
+    collect() {
+      this.reset();
+      for (const g of sources.gpus?.() ?? []) this.set({ gpu_uuid: g.uuid || `cuda:${g.ordinal}` }, value(g));
+    },
+  });
+  perGpu('nv_gpu_utilization', 'GPU utilization rate [0.0 - 1.0)', (g) => g.utilization);
+  perGpu('nv_gpu_memory_total_bytes', 'GPU total memory, in bytes', (g) => g.memoryTotalBytes);
+  perGpu('nv_gpu_memory_used_bytes', 'GPU used memory, in bytes', (g) => g.memoryUsedBytes);
+  perGpu('nv_gpu_power_usage', 'GPU power usage in watts', (g) => g.powerWatts);
+  perGpu('nv_gpu_power_limit', 'GPU power management limit in watts', (g) => g.powerLimitWatts);
+  perGpu('nv_energy_consumption', 'GPU energy consumption in joules since the driver loaded', (g) => g.energyJoules);
+}
+
+/**
+ * Signals for autoscalers (KEDA, HPA through an adapter) and per-model memory, read from the
+ * devices at each scrape: once per scrape for every gauge (collected in the same turn), not once
+ * per gauge.
+ */
+function instanceMetrics(sources: MetricsSources, registers: Registry[]): void {
+  let snapshot: Promise<readonly (InstanceStatus & { device: number })[]> | undefined;
+  const instances = sources.instances && (() => {
+    snapshot ??= sources.instances!().finally(() => setImmediate(() => { snapshot = undefined; }));
+    return snapshot;
+  });
+  new Gauge({
+    name: 'stowage_model_queue_depth', help: 'Requests of the model waiting in the devices\' queues (not yet running), all devices', labelNames: ['model'], registers,
+    async collect() {
+      this.reset();
+      const depth = new Map<string, number>();
+      for (const s of (await instances?.()) ?? []) depth.set(s.model, (depth.get(s.model) ?? 0) + s.queued);
+      for (const [m, n] of depth) this.set({ model: m }, n);
+    },
+  });
+  new Gauge({
+    name: 'stowage_weight_cache_model_resident_bytes', help: 'Bytes of the model\'s weights on the device now (0 when evicted)', labelNames: ['model', 'device'], registers,
+    async collect() {
+      this.reset();
+      for (const s of (await instances?.()) ?? []) this.inc({ model: s.model, device: String(s.device) }, s.resident ? s.weightBytes : 0);
+    },
+  });
+  new Gauge({
+    name: 'stowage_model_session_device_bytes', help: 'GPU memory the model\'s sessions took at load and warm-up, beyond its weights (backend cuda)', labelNames: ['model', 'device'], registers,
+    async collect() {
+      this.reset();
+      for (const s of (await instances?.()) ?? []) if (s.sessionDeviceBytes !== null) this.inc({ model: s.model, device: String(s.device) }, s.sessionDeviceBytes);
+    },
+  });
+}
+
+/** Per device: its queue, executions, busy time and the rows per execution. */
+function deviceMetrics(statistics: Statistics, registers: Registry[]): void {
+  new Gauge({
+    name: 'stowage_device_queue_depth', help: 'Requests queued on the device after its last execution', labelNames: ['device'], registers,
+    collect() {
+      for (const [device, d] of statistics.devices()) this.set({ device: String(device) }, d.queued);
+    },
+  });
+  const perDevice = (name: string, help: string, value: (d: Readonly<DeviceCounters>) => number) => new Counter({
+    name, help, labelNames: ['device'], registers,
+    collect() {
+      totals(this, (set) => {
+        for (const [device, d] of statistics.devices()) set({ device: String(device) }, value(d));
+      });
+    },
+  });
+  perDevice('stowage_device_executions_total', 'Executions run on the device', (d) => d.executions);
+  perDevice('stowage_device_busy_seconds_total', 'Seconds the device spent running models (compute, without input and output handling)', (d) => d.busyNs / 1e9);
+  const batchRows = new Histogram({
+    name: 'stowage_device_batch_rows', help: 'Rows per execution (sum/count is the average batch size)', labelNames: ['device'],
+    buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers,
+  });
+  // A histogram keeps buckets, not a total: it is observed per execution (cached per device, so no label hashing).
+  const rowsOf = new Map<number, ReturnType<Histogram['labels']>>();
+  statistics.onBatchRows = (device, rows) => {
+    let child = rowsOf.get(device);
+    if (!child) rowsOf.set(device, (child = batchRows.labels({ device: String(device) })));
+    child.observe(rows);
+  };
+}
+
+/** The process's own: trace exports that failed, and every thread's heap. */
+function processMetrics(sources: MetricsSources, registers: Registry[]): void {
+  new Counter({
+    name: 'stowage_trace_export_failures_total', help: 'Trace exports to the OpenTelemetry collector that failed (the collector down, hung or refusing)', registers,
+    collect() {
+      this.reset();
+      this.inc(sources.traceExportFailures?.() ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'stowage_thread_heap_bytes', help: 'V8 heap of each thread (main and every worker): used, and total reserved', labelNames: ['thread', 'kind'], registers,
+    // prom-client's defaults see only the main thread's heap; a worker's is asked for across
+    // threads, and a thread that is exiting just does not answer.
+    async collect() {
+      this.reset();
+      const main = getHeapStatistics();
+      this.set({ thread: 'main', kind: 'used' }, main.used_heap_size);
+      this.set({ thread: 'main', kind: 'total' }, main.total_heap_size);
+      await Promise.all([...sources.threads()].map(async ([thread, worker]) => {
+        const heap = await worker.getHeapStatistics().catch(() => null);
+        if (!heap) return;
+        this.set({ thread, kind: 'used' }, heap.used_heap_size);
+        this.set({ thread, kind: 'total' }, heap.total_heap_size);
+      }));
+    },
+  });
 }

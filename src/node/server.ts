@@ -18,7 +18,7 @@ import { ModelPolicies } from './model-policies.js';
 import { Devices } from './devices.js';
 import { closeAdmin, createAdminServer, listen, registryMetrics, type AdminContext } from '../admin/http.js';
 import type { NodeConfig } from '../shared/config-schema.js';
-import { resolveWorkers, type FoundGpus } from '../config/workers.js';
+import { resolveWorkers, type FoundGpus, type ResolvedWorker } from '../config/workers.js';
 import { cudaProviderOptions, intraOpThreadsFor } from '../config/cuda-options.js';
 import { cudaLibraryDirs, gpuMemory, gpuReport, loadCuda, type GpuInfo, type GpuReport } from '../native/cuda.js';
 import { errors } from '../shared/errors.js';
@@ -233,13 +233,46 @@ export class StowageServer {
     void this.#repository?.lost(model, instance, `no device holds it any more: ${why}`);
   }
 
+  /**
+   * Start in order: the admin port (probes answer from the first moment), the runtime (tracing,
+   * ONNX Runtime, CUDA), the device actors, the repository's models, then the edges that serve
+   * requests; ready last.
+   */
   async #start(): Promise<void> {
+    await this.#startAdmin();
+    const workers = await this.#startRuntime();
+    const devices = await this.#startDevices(workers);
+    const repository = await this.#startRepository(devices);
+    const health = new Health(this.registry);
+    this.#health = health;
+    const ops = this.#operations(devices, repository, workers, health);
+    const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks!, devices, statistics: this.statistics, sharedMemory: this.sharedMemory });
+    const edgeCount = edgeThreads(this.#config.global.endpoints.edge_threads);
+    if (edgeCount > 0) await this.#startEdgeThreads(edgeCount, devices, ops, pipeline, health);
+    else await this.#startMainEdge(ops, pipeline, health);
+    this.#ready = true;
+    health.setServing(true);
     const { endpoints } = this.#config.global;
-    const isReady = () => this.#ready;
-    this.#admin = createAdminServer({ readiness: nodeReadiness(this.registry, isReady, () => [...this.#outOfService].map(([device, reason]) => ({ device, reason }))), metrics: registryMetrics(this.metrics.registry, async () => this.#edgeThreads?.flush()) });
+    const models = this.registry.all();
+    this.#logger.info({
+      grpc: `${endpoints.host}:${this.ports.grpc}`,
+      http: `${endpoints.host}:${this.ports.http}`,
+      admin: `${endpoints.host}:${this.ports.admin}`,
+      ready: models.filter((m) => m.state === ModelState.READY).map((m) => m.name),
+      unavailable: models.filter((m) => m.state !== ModelState.READY).map((m) => m.name),
+    }, 'serving');
+  }
+
+  /** /healthz, /readyz and /metrics, before anything else starts. */
+  async #startAdmin(): Promise<void> {
+    const { endpoints } = this.#config.global;
+    this.#admin = createAdminServer({ readiness: nodeReadiness(this.registry, () => this.#ready, () => [...this.#outOfService].map(([device, reason]) => ({ device, reason }))), metrics: registryMetrics(this.metrics.registry, async () => this.#edgeThreads?.flush()) });
     this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
     this.#logger.info({ admin: `${endpoints.host}:${this.ports.admin}` }, 'admin listening: /healthz, /readyz, /metrics');
+  }
 
+  /** Tracing, ONNX Runtime's environment and (backend cuda) the GPUs; the device actors to start, one per worker. */
+  async #startRuntime(): Promise<ResolvedWorker[]> {
     // ONNX Runtime's environment is made once per process, by whoever asks first, and keeps the
     // thread pools it was made with: make it here, before any thread (the compiler's onnxruntime-node
     // included) could make it without the process-wide pool runtime.thread_pool: process needs.
@@ -252,44 +285,21 @@ export class StowageServer {
     // One device actor per worker (per device); on backend cpu each is a virtual device of its own.
     const workers = resolveWorkers(this.#config, 'node file', found);
     if (workers.some((w) => w.weights)) ensureWritable(this.#config.cache_dir);
-    const hostWeights = this.hostWeights;
+    return workers;
+  }
+
+  /** One device actor per worker, the compiler they open compiled models from, and the pool that routes to them. */
+  async #startDevices(workers: ResolvedWorker[]): Promise<Devices> {
+    const { backend } = this.#config.global.runtime;
     const policies = new ModelPolicies(workers.map((w) => ({ deviceId: w.deviceId, models: w.scheduler.models })));
-    const handles = await Promise.all(workers.map((w) => {
-      const { models: _owned_by_policies, ...scheduling } = w.scheduler;
-      this.metrics.recordWeights(w.deviceId, '', null, w.weights && { residentBytes: 0, logicalBytes: 0, budgetBytes: w.weights.budgetBytes });
-      return DeviceHandle.create({
-        deviceId: w.deviceId,
-        intraOpThreads: intraOpThreadsFor(backend, w.runtime.intra_op_threads),
-        inlineRunBelowMs: w.runtime.inline_run_below_ms,
-        threadPool: w.runtime.thread_pool,
-        scheduler: scheduling,
-        policies,
-        weights: w.weights,
-        cuda: backend === 'cuda' ? { ordinal: w.gpu, providerOptions: cudaProviderOptions(w.runtime.cuda), libraryDirs: cudaLibraryDirs(), graphs: w.runtime.cuda.graphs, sharedArena: w.runtime.cuda.shared_arena } : null,
-        warmup: w.runtime.warmup === 'on' || (w.runtime.warmup === 'auto' && backend === 'cuda'),
-        hostWeights,
-        logger: this.#logger,
-        onExecution: (model, timing, queued) => {
-          this.statistics.recordExecution(model, w.deviceId, timing, queued);
-          this.#devices?.recordExecution(model, timing.computeInferNs);
-        },
-        onWeights: (model, load, memory) => this.metrics.recordWeights(w.deviceId, model, load, memory),
-        onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),
-        onOutOfService: (deviceId, reason, cudaError) => this.#deviceOutOfService(deviceId, reason, cudaError),
-        // Edge threads' doors to the worker that died closed with it: new ones to its replacement.
-        onServing: (deviceId) => this.#edgeThreads?.deviceServing(deviceId),
-        onLost: (_deviceId, instance, why) => this.#instanceLost(instance, why),
-        // Fault injection (the supervision tests): a start timeout short enough to wait out in a test.
-        ...(process.env.STOWAGE_FAULT_DEVICE_START_TIMEOUT_MS ? { startTimeoutMs: Number(process.env.STOWAGE_FAULT_DEVICE_START_TIMEOUT_MS) } : {}),
-      });
-    }));
+    const handles = await Promise.all(workers.map((w) => this.#startDevice(w, policies)));
     const scheduling = this.#config.gateway.scheduling;
     // Models compile off the devices' threads, into the compile cache their weightless sessions open from.
     if (workers.some((w) => w.weights)) this.#compiler = new Compiler(this.#config.cache_dir, undefined, backend);
     const devices = new Devices(handles, {
       mode: scheduling.mode,
       policies,
-      hostWeights,
+      hostWeights: this.hostWeights,
       compiler: this.#compiler,
       logger: this.#logger,
       lpt: {
@@ -324,15 +334,53 @@ export class StowageServer {
       gateway: this.#config.gateway.scheduling.mode,
       cacheDir: this.#config.cache_dir,
     }, 'device actors started');
+    return devices;
+  }
+
+  /** One worker's device actor, its executions, weights and supervision reported here. */
+  #startDevice(w: ResolvedWorker, policies: ModelPolicies): Promise<DeviceHandle> {
+    const { backend } = this.#config.global.runtime;
+    const { models: _owned_by_policies, ...scheduling } = w.scheduler;
+    this.metrics.recordWeights(w.deviceId, '', null, w.weights && { residentBytes: 0, logicalBytes: 0, budgetBytes: w.weights.budgetBytes });
+    return DeviceHandle.create({
+      deviceId: w.deviceId,
+      intraOpThreads: intraOpThreadsFor(backend, w.runtime.intra_op_threads),
+      inlineRunBelowMs: w.runtime.inline_run_below_ms,
+      threadPool: w.runtime.thread_pool,
+      scheduler: scheduling,
+      policies,
+      weights: w.weights,
+      cuda: backend === 'cuda' ? { ordinal: w.gpu, providerOptions: cudaProviderOptions(w.runtime.cuda), libraryDirs: cudaLibraryDirs(), graphs: w.runtime.cuda.graphs, sharedArena: w.runtime.cuda.shared_arena } : null,
+      warmup: w.runtime.warmup === 'on' || (w.runtime.warmup === 'auto' && backend === 'cuda'),
+      hostWeights: this.hostWeights,
+      logger: this.#logger,
+      onExecution: (model, timing, queued) => {
+        this.statistics.recordExecution(model, w.deviceId, timing, queued);
+        this.#devices?.recordExecution(model, timing.computeInferNs);
+      },
+      onWeights: (model, load, memory) => this.metrics.recordWeights(w.deviceId, model, load, memory),
+      onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),
+      onOutOfService: (deviceId, reason, cudaError) => this.#deviceOutOfService(deviceId, reason, cudaError),
+      // Edge threads' doors to the worker that died closed with it: new ones to its replacement.
+      onServing: (deviceId) => this.#edgeThreads?.deviceServing(deviceId),
+      onLost: (_deviceId, instance, why) => this.#instanceLost(instance, why),
+      // Fault injection (the supervision tests): a start timeout short enough to wait out in a test.
+      ...(process.env.STOWAGE_FAULT_DEVICE_START_TIMEOUT_MS ? { startTimeoutMs: Number(process.env.STOWAGE_FAULT_DEVICE_START_TIMEOUT_MS) } : {}),
+    });
+  }
+
+  /** The hook threads, and every model of the repository loaded (and, in dynamic mode, watched). */
+  async #startRepository(devices: Devices): Promise<ModelRepository> {
+    const { hooks: hookConfig, model_control_mode: mode, model_poll_seconds: pollSeconds } = this.#config.global;
     this.#hooks = new HookPool({
-      threads: this.#config.global.hooks.threads,
-      timeoutMs: this.#config.global.hooks.timeout_seconds * 1000,
-      importTimeoutMs: this.#config.global.hooks.import_timeout_seconds * 1000,
-      maxHeapMib: this.#config.global.hooks.max_heap_mib,
+      threads: hookConfig.threads,
+      timeoutMs: hookConfig.timeout_seconds * 1000,
+      importTimeoutMs: hookConfig.import_timeout_seconds * 1000,
+      maxHeapMib: hookConfig.max_heap_mib,
     });
     const repository = new ModelRepository({
       dir: this.#config.model_repo,
-      mode: this.#config.global.model_control_mode,
+      mode,
       include: this.#config.models_include,
       registry: this.registry,
       devices,
@@ -343,20 +391,18 @@ export class StowageServer {
     this.#repository = repository;
     await repository.loadAll();
     await devices.repack('start-up'); // lpt_packing: every model placed at once, heaviest first
-    if (this.#config.global.model_control_mode === 'dynamic') {
-      this.#stopWatching = watchRepository(repository, this.#config.model_repo, this.#config.global.model_poll_seconds, this.#logger);
-    }
+    if (mode === 'dynamic') this.#stopWatching = watchRepository(repository, this.#config.model_repo, pollSeconds, this.#logger);
+    return repository;
+  }
 
-    const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks, devices, statistics: this.statistics, sharedMemory: this.sharedMemory });
-    const edgeMetricsOf = edgeMetrics(this.metrics.registry);
-    const health = new Health(this.registry);
-    this.#health = health;
+  /** Every operation the edges answer, as plain functions (protocol/operations.ts). */
+  #operations(devices: Devices, repository: ModelRepository, workers: ResolvedWorker[], health: Health): Operations {
+    const { endpoints } = this.#config.global;
     const logger = this.#logger;
-    // Every operation the edges answer, as plain functions (protocol/operations.ts).
     const kserve = kserveOperations({ registry: this.registry, devices, repository, statistics: this.statistics, sharedMemory: this.sharedMemory,
-      systemSharedMemory: endpoints.system_shared_memory, backend: this.#config.global.runtime.backend, logger, version: PACKAGE_VERSION, isReady,
+      systemSharedMemory: endpoints.system_shared_memory, backend: this.#config.global.runtime.backend, logger, version: PACKAGE_VERSION, isReady: () => this.#ready,
       flushEdges: async () => this.#edgeThreads?.flush() });
-    const ops: Operations = {
+    return {
       ...kserve,
       ...controlOperations({
         registry: this.registry, devices, statistics: this.statistics, logger,
@@ -371,52 +417,50 @@ export class StowageServer {
         return settings;
       },
     };
-    const edgeCount = edgeThreads(endpoints.edge_threads);
-    if (edgeCount > 0) {
-      // Edge threads own the protocol; this thread answers what they ask and runs the pipeline for
-      // what they do not route to a device themselves (the direct path: actors/edge/direct-path.ts).
-      const direct = this.#directPath(devices, edgeCount);
-      const edges = new EdgeThreads({ count: edgeCount, endpoints, admission: this.#admission, logLevel: logger.level, operations: ops as unknown as EdgeOptions['operations'],
-        infer: (request, options) => pipeline.infer(request, options), direct, logger, metrics: edgeMetricsOf });
-      this.#edgeThreads = edges;
-      this.registry.watchRoutes((model, route) => edges.routeChanged(model, this.#edgeRoute?.(route) ?? null));
-      health.watch(() => edges.healthChanged());
-      const ports = await edges.start();
-      this.ports.grpc = ports.grpc;
-      this.ports.http = ports.http;
-    } else {
-      // The main thread alone is the edge.
-      const infer: Infer = (request, options) => {
-        edgeMetricsOf.requests.inc({ edge: 'main' });
-        return pipeline.infer(request, options);
-      };
-      const edge = new GrpcEdge(endpoints, logger, this.#admission);
-      this.#edge = edge;
-      edge.addService(loadControlClient().service, controlTable(edge, ops));
-      // Large ModelInfer messages own their buffer: their tensors go to the device without a copy.
-      edge.addService(passEncodedResponses(markOwnedBuffers(loadInferenceClient().service, ['ModelInfer', 'ModelStreamInfer'])), inferenceTable(edge, ops, infer));
-      this.#healthService = new HealthService(health);
-      this.#healthService.register(edge);
-      // The REST twin of the gRPC service: the same operations, the same pipeline, the same admission.
-      const http = new HttpEdge({
-        host: endpoints.host, port: endpoints.http_port, maxBodyBytes: endpoints.max_receive_message_bytes, maxJsonBytes: endpoints.max_json_body_bytes,
-        requestTimeoutMs: endpoints.http_request_timeout_seconds * 1000, admission: this.#admission, logger,
-      });
-      http.add(restRoutes(ops, infer));
-      this.#http = http;
-      this.ports.http = await http.start();
-      this.ports.grpc = await edge.start();
-    }
-    this.#ready = true;
-    health.setServing(true);
-    const models = this.registry.all();
-    this.#logger.info({
-      grpc: `${endpoints.host}:${this.ports.grpc}`,
-      http: `${endpoints.host}:${this.ports.http}`,
-      admin: `${endpoints.host}:${this.ports.admin}`,
-      ready: models.filter((m) => m.state === ModelState.READY).map((m) => m.name),
-      unavailable: models.filter((m) => m.state !== ModelState.READY).map((m) => m.name),
-    }, 'serving');
+  }
+
+  /**
+   * Edge threads own the protocol; this thread answers what they ask and runs the pipeline for
+   * what they do not route to a device themselves (the direct path: actors/edge/direct-path.ts).
+   */
+  async #startEdgeThreads(edgeCount: number, devices: Devices, ops: Operations, pipeline: Pipeline, health: Health): Promise<void> {
+    const { endpoints } = this.#config.global;
+    const direct = this.#directPath(devices, edgeCount);
+    const edges = new EdgeThreads({ count: edgeCount, endpoints, admission: this.#admission, logLevel: this.#logger.level, operations: ops as unknown as EdgeOptions['operations'],
+      infer: (request, options) => pipeline.infer(request, options), direct, logger: this.#logger, metrics: edgeMetrics(this.metrics.registry) });
+    this.#edgeThreads = edges;
+    this.registry.watchRoutes((model, route) => edges.routeChanged(model, this.#edgeRoute?.(route) ?? null));
+    health.watch(() => edges.healthChanged());
+    const ports = await edges.start();
+    this.ports.grpc = ports.grpc;
+    this.ports.http = ports.http;
+  }
+
+  /** The main thread alone is the edge: gRPC (inference, control, health) and REST on it. */
+  async #startMainEdge(ops: Operations, pipeline: Pipeline, health: Health): Promise<void> {
+    const { endpoints } = this.#config.global;
+    const logger = this.#logger;
+    const edgeMetricsOf = edgeMetrics(this.metrics.registry);
+    const infer: Infer = (request, options) => {
+      edgeMetricsOf.requests.inc({ edge: 'main' });
+      return pipeline.infer(request, options);
+    };
+    const edge = new GrpcEdge(endpoints, logger, this.#admission);
+    this.#edge = edge;
+    edge.addService(loadControlClient().service, controlTable(edge, ops));
+    // Large ModelInfer messages own their buffer: their tensors go to the device without a copy.
+    edge.addService(passEncodedResponses(markOwnedBuffers(loadInferenceClient().service, ['ModelInfer', 'ModelStreamInfer'])), inferenceTable(edge, ops, infer));
+    this.#healthService = new HealthService(health);
+    this.#healthService.register(edge);
+    // The REST twin of the gRPC service: the same operations, the same pipeline, the same admission.
+    const http = new HttpEdge({
+      host: endpoints.host, port: endpoints.http_port, maxBodyBytes: endpoints.max_receive_message_bytes, maxJsonBytes: endpoints.max_json_body_bytes,
+      requestTimeoutMs: endpoints.http_request_timeout_seconds * 1000, admission: this.#admission, logger,
+    });
+    http.add(restRoutes(ops, infer));
+    this.#http = http;
+    this.ports.http = await http.start();
+    this.ports.grpc = await edge.start();
   }
 
   /**

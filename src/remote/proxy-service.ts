@@ -92,31 +92,41 @@ export function proxyDefinition(definition: grpc.ServiceDefinition): grpc.Servic
   }));
 }
 
-export function proxyService(ctx: ProxyContext): Record<string, grpc.UntypedHandleCall> {
-  const { edge, nodes, definition, logger } = ctx;
-  const router = new Router(ctx.mode);
-  const upNodes = () => nodes.filter((n) => n.up && !n.draining);
+/** How the gateway reaches its nodes: which node takes a request, forwarding with fail-over, asking every node. */
+class Forwarding {
+  readonly #ctx: ProxyContext;
+  readonly #router: Router;
+
+  constructor(ctx: ProxyContext) {
+    this.#ctx = ctx;
+    this.#router = new Router(ctx.mode);
+  }
+
+  upNodes(): RemoteNode[] {
+    return this.#ctx.nodes.filter((n) => n.up && !n.draining);
+  }
 
   /** The node for a request for `model`, skipping `tried`. */
-  function pick(model: string, tried: ReadonlySet<RemoteNode>): RemoteNode {
+  pick(model: string, tried: ReadonlySet<RemoteNode>): RemoteNode {
+    const { nodes, fleet } = this.#ctx;
     const candidates = nodes.filter((n) => n.serves(model) && !tried.has(n));
-    if (candidates.length > 0) return router.pick(ctx.fleet ? ctx.fleet.route(model, candidates) : candidates);
-    const up = upNodes();
+    if (candidates.length > 0) return this.#router.pick(fleet ? fleet.route(model, candidates) : candidates);
+    const up = this.upNodes();
     if (up.length === 0) throw new StowageError('STOWAGE_DEVICE_UNAVAILABLE', `no node is up (nodes: ${nodes.map((n) => n.address).join(', ')})`);
     if (tried.size > 0) throw new StowageError('STOWAGE_DEVICE_UNAVAILABLE', `every node serving model ${JSON.stringify(model)} failed (${[...tried].map((n) => n.address).join(', ')})`);
     throw errors.modelNotFound(model, [...new Set(up.flatMap((n) => n.models))].sort());
   }
 
-  const deadlineOf = (call: IncomingCall): grpc.Deadline => {
+  #deadlineOf(call: IncomingCall): grpc.Deadline {
     const d = call.getDeadline();
-    return d === Infinity ? Date.now() + ctx.requestTimeoutMs : d;
-  };
+    return d === Infinity ? Date.now() + this.#ctx.requestTimeoutMs : d;
+  }
 
   /** Did the node fail (it does not answer its health check), rather than answer UNAVAILABLE itself? */
-  async function nodeFailed(node: RemoteNode, err: grpc.ServiceError): Promise<boolean> {
+  async #nodeFailed(node: RemoteNode, err: grpc.ServiceError): Promise<boolean> {
     if (err.code !== 14 /* UNAVAILABLE */) return false;
-    await node.refresh(ctx.healthTimeoutMs);
-    if (!node.up) logger.warn({ node: node.address, err: err.details }, 'node marked down: it failed a call and its health check');
+    await node.refresh(this.#ctx.healthTimeoutMs);
+    if (!node.up) this.#ctx.logger.warn({ node: node.address, err: err.details }, 'node marked down: it failed a call and its health check');
     return !node.up;
   }
 
@@ -124,79 +134,91 @@ export function proxyService(ctx: ProxyContext): Record<string, grpc.UntypedHand
    * Forward one model-scoped request (as the unary `rpc`) to a node serving the model; on a node
    * failure, to the next. `from` names the RPC it came in on, for messages.
    */
-  async function forward(rpc: string, request: Buffer, call: IncomingCall, from = rpc): Promise<Buffer> {
+  async forward(rpc: string, request: Buffer, call: IncomingCall, from = rpc): Promise<Buffer> {
     const [model] = stringFields(request, from, FORWARDED[rpc]);
     const tried = new Set<RemoteNode>();
     for (;;) {
-      const node = pick(model, tried);
+      const node = this.pick(model, tried);
       tried.add(node);
       try {
-        return await node.unary(SERVICE + rpc, request, call.metadata, deadlineOf(call));
+        return await node.unary(SERVICE + rpc, request, call.metadata, this.#deadlineOf(call));
       } catch (err) {
-        if (!(await nodeFailed(node, err as grpc.ServiceError))) throw err;
+        if (!(await this.#nodeFailed(node, err as grpc.ServiceError))) throw err;
       }
     }
   }
 
-  /** Ask every node that is up; answers (and failures) per node. */
-  function everyNode(rpc: string, request: unknown, call: IncomingCall, among = upNodes()) {
-    const bytes = definition[rpc].requestSerialize(request);
-    return Promise.allSettled(among.map(async (n) => definition[rpc].responseDeserialize(await n.unary(SERVICE + rpc, bytes, call.metadata, deadlineOf(call))) as Record<string, unknown>));
+  /** Ask every node that is up (or those `among`); answers (and failures) per node. */
+  everyNode(rpc: string, request: unknown, call: IncomingCall, among = this.upNodes()): Promise<PromiseSettledResult<Record<string, unknown>>[]> {
+    const m = this.#ctx.definition[rpc];
+    const bytes = m.requestSerialize(request);
+    return Promise.allSettled(among.map(async (n) => m.responseDeserialize(await n.unary(SERVICE + rpc, bytes, call.metadata, this.#deadlineOf(call))) as Record<string, unknown>));
   }
+}
 
-  const streamReply = definition.ModelStreamInfer.responseSerialize;
+/** Every node's RepositoryIndex as one: one entry per model, a node's READY entry winning over another's UNAVAILABLE. */
+function mergedIndex(answers: PromiseSettledResult<Record<string, unknown>>[]) {
+  const merged = new Map<string, Record<string, unknown>>();
+  for (const a of answers) {
+    if (a.status !== 'fulfilled') continue;
+    for (const m of a.value.models as Record<string, unknown>[]) {
+      const seen = merged.get(m.name as string);
+      if (!seen || (seen.state !== 'READY' && m.state === 'READY')) merged.set(m.name as string, m);
+    }
+  }
+  return { models: [...merged.values()].sort((a, b) => String(a.name).localeCompare(String(b.name))) };
+}
+
+/** Every node's statistics for the model (or for every model), summed: one entry per model. */
+async function summedStatistics(f: Forwarding, nodes: readonly RemoteNode[], req: { name: string; version: string }, call: IncomingCall) {
+  const serving = req.name === '' ? f.upNodes() : nodes.filter((n) => n.serves(req.name));
+  if (req.name !== '' && serving.length === 0) f.pick(req.name, new Set()); // its NOT_FOUND or UNAVAILABLE
+  const answers = await f.everyNode('ModelStatistics', req, call, serving);
+  const ok = answers.filter((a): a is PromiseFulfilledResult<Record<string, unknown>> => a.status === 'fulfilled');
+  if (ok.length === 0 && answers.length > 0) throw (answers[0] as PromiseRejectedResult).reason;
+  return { model_stats: mergeStatistics(ok.flatMap((a) => a.value.model_stats as Record<string, unknown>[])) };
+}
+
+/** A stream's request that failed, answered on the stream: its error, with its model and id echoed where they can be read. */
+function streamFailure(definition: grpc.ServiceDefinition, request: Buffer, details: string): Buffer {
+  let model = '';
+  let id = '';
+  try {
+    [model, id] = stringFields(request, 'ModelStreamInfer', 1, 3);
+  } catch {
+    // not protobuf: the error says so, with no id to echo
+  }
+  return definition.ModelStreamInfer.responseSerialize({ error_message: details, infer_response: { id, model_name: model } });
+}
+
+export function proxyService(ctx: ProxyContext): Record<string, grpc.UntypedHandleCall> {
+  const { edge, nodes, definition, logger } = ctx;
+  const f = new Forwarding(ctx);
+  const forwarded = (rpc: string) => (request: Buffer, call: IncomingCall) => f.forward(rpc, request, call);
   const table: Record<string, grpc.UntypedHandleCall> = {
     ServerLive: edge.unary('ServerLive', () => ({ live: true })),
-    ServerReady: edge.unary('ServerReady', () => ({ ready: upNodes().length > 0 })),
+    ServerReady: edge.unary('ServerReady', () => ({ ready: f.upNodes().length > 0 })),
     ServerMetadata: edge.unary('ServerMetadata', () => ({ name: `${SERVER_NAME}-gateway`, version: ctx.version, extensions: [...GATEWAY_EXTENSIONS] })),
     LogSettings: edge.unary('LogSettings', (req: { settings: Parameters<typeof applyLogSettings>[1] }) =>
       ({ settings: Object.keys(req.settings).length ? applyLogSettings(logger, req.settings) : currentLogSettings(logger) })),
-    RepositoryIndex: edge.unary('RepositoryIndex', async (req: unknown, call) => {
-      // One entry per model: a node's READY entry wins over another's UNAVAILABLE.
-      const merged = new Map<string, Record<string, unknown>>();
-      for (const a of await everyNode('RepositoryIndex', req, call)) {
-        if (a.status !== 'fulfilled') continue;
-        for (const m of a.value.models as Record<string, unknown>[]) {
-          const seen = merged.get(m.name as string);
-          if (!seen || (seen.state !== 'READY' && m.state === 'READY')) merged.set(m.name as string, m);
-        }
-      }
-      return { models: [...merged.values()].sort((a, b) => String(a.name).localeCompare(String(b.name))) };
-    }),
-    ModelStatistics: edge.unary('ModelStatistics', async (req: { name: string; version: string }, call) => {
-      // Every node's statistics for the model (or for every model), summed: one entry per model.
-      const serving = req.name === '' ? upNodes() : nodes.filter((n) => n.serves(req.name));
-      if (req.name !== '' && serving.length === 0) pick(req.name, new Set()); // its NOT_FOUND or UNAVAILABLE
-      const answers = await everyNode('ModelStatistics', req, call, serving);
-      const ok = answers.filter((a): a is PromiseFulfilledResult<Record<string, unknown>> => a.status === 'fulfilled');
-      if (ok.length === 0 && answers.length > 0) throw (answers[0] as PromiseRejectedResult).reason;
-      return { model_stats: mergeStatistics(ok.flatMap((a) => a.value.model_stats as Record<string, unknown>[])) };
-    }),
-    ModelInfer: edge.inference('ModelInfer', (request: Buffer, call) => forward('ModelInfer', request, call)),
-    ModelReady: edge.unary('ModelReady', (request: Buffer, call) => forward('ModelReady', request, call)),
-    ModelMetadata: edge.unary('ModelMetadata', (request: Buffer, call) => forward('ModelMetadata', request, call)),
-    ModelConfig: edge.unary('ModelConfig', (request: Buffer, call) => forward('ModelConfig', request, call)),
+    RepositoryIndex: edge.unary('RepositoryIndex', async (req: unknown, call) => mergedIndex(await f.everyNode('RepositoryIndex', req, call))),
+    ModelStatistics: edge.unary('ModelStatistics', (req: { name: string; version: string }, call) => summedStatistics(f, nodes, req, call)),
+    ModelInfer: edge.inference('ModelInfer', forwarded('ModelInfer')),
+    ModelReady: edge.unary('ModelReady', forwarded('ModelReady')),
+    ModelMetadata: edge.unary('ModelMetadata', forwarded('ModelMetadata')),
+    ModelConfig: edge.unary('ModelConfig', forwarded('ModelConfig')),
     ModelStreamInfer: edge.stream<Buffer, Buffer>('ModelStreamInfer', {
       // The node's ModelInferResponse bytes become field 2 (infer_response) of the stream's response.
       answer: async (request, call) => {
-        const bytes = new WireWriter().bytes(2, await forward('ModelInfer', request, call, 'ModelStreamInfer')).finish();
+        const bytes = new WireWriter().bytes(2, await f.forward('ModelInfer', request, call, 'ModelStreamInfer')).finish();
         return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
       },
-      failed: (request, details) => {
-        let model = '';
-        let id = '';
-        try {
-          [model, id] = stringFields(request, 'ModelStreamInfer', 1, 3);
-        } catch {
-          // not protobuf: the error says so, with no id to echo
-        }
-        return streamReply({ error_message: details, infer_response: { id, model_name: model } });
-      },
+      failed: (request, details) => streamFailure(definition, request, details),
     }),
   };
   for (const rpc of ['RepositoryModelLoad', 'RepositoryModelUnload']) {
     table[rpc] = edge.unary(rpc, async (req: unknown, call) => {
-      const answers = await everyNode(rpc, req, call);
+      const answers = await f.everyNode(rpc, req, call);
       const ok = answers.find((a) => a.status === 'fulfilled');
       if (ok) return {};
       const failed = answers.find((a): a is PromiseRejectedResult => a.status === 'rejected');

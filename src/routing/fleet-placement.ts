@@ -170,16 +170,41 @@ export class Rankings {
 }
 
 export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions = DEFAULT_FLEET_OPTIONS): FleetPlacement {
-  const placed = new Map<string, string[]>();
-  const load = new Map(nodes.map((n) => [n.id, 0]));
-  const bytes = new Map(nodes.map((n) => [n.id, 0]));
-  if (nodes.length === 0) return { nodes: placed, load, bytes };
-  const rankings = new Rankings(nodes);
-  const live = new Set(nodes.map((n) => n.id));
+  const p: Packing = { placed: new Map(), load: new Map(nodes.map((n) => [n.id, 0])), bytes: new Map(nodes.map((n) => [n.id, 0])), rankings: new Rankings(nodes), live: new Set(nodes.map((n) => n.id)) };
+  if (nodes.length === 0) return { nodes: p.placed, load: p.load, bytes: p.bytes };
+  const plan = planLoads(models, nodes, options);
+  const { heavy, heavyBytes } = heavyModels(plan);
+  placeLight(p, models, plan, new Set(heavy.map((x) => x.m.name)));
+  placeHeavy(p, heavy, heavyBytes, plan, nodes, options);
+  return { nodes: p.placed, load: p.load, bytes: p.bytes };
+}
 
+/** A placement being made: where each model goes, each node's load and heavy bytes so far. */
+interface Packing {
+  placed: Map<string, string[]>;
+  load: Map<string, number>;
+  bytes: Map<string, number>;
+  rankings: Rankings;
+  live: ReadonlySet<string>;
+}
+
+/** The measured models and what the bounds are made of. */
+interface LoadPlan {
+  /** The models with a load, heaviest first, their loads quantized. */
+  measured: { m: FleetModel; q: number }[];
+  quantized: Map<string, number>;
+  replicas: Map<string, number>;
+  devices: number[];
+  totalDevices: number;
+  totalLoad: number;
+  fairPerDevice: number;
+  budgets: number[];
+  totalBudget: number;
+}
+
+function planLoads(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions): LoadPlan {
   const measured = models.map((m) => ({ m, q: quantizeLoad(m.load) })).filter((x) => x.q > 0);
   measured.sort((a, b) => b.q - a.q || b.m.bytes - a.m.bytes || (a.m.name < b.m.name ? -1 : 1));
-  const quantized = new Map(measured.map((x) => [x.m.name, x.q]));
   // Each node's fair share: of the load by its devices, of the heavy models' bytes by its budget.
   const devices = nodes.map((n) => n.devices ?? 1);
   const totalDevices = devices.reduce((s, d) => s + d, 0);
@@ -189,47 +214,69 @@ export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetN
   // devices; on the quarter-octave grid, as loads are, so that a node joining or leaving rarely
   // changes a replica count.
   const perReplica = Math.min(options.replicaLoad, quantizeLoad(((1 + options.epsilon) * fairPerDevice * Math.min(...devices)) / 2)) || options.replicaLoad;
-  const replicas = new Map(measured.map((x) => [x.m.name, replicasFor(x.q, nodes.length, perReplica)]));
   const meanBudget = nodes.reduce((s, n) => s + n.budgetBytes, 0) / nodes.length;
   const budgets = nodes.map((n) => (n.budgetBytes > 0 ? n.budgetBytes : meanBudget) || 1);
-  const totalBudget = budgets.reduce((s, b) => s + b, 0);
+  return {
+    measured,
+    quantized: new Map(measured.map((x) => [x.m.name, x.q])),
+    replicas: new Map(measured.map((x) => [x.m.name, replicasFor(x.q, nodes.length, perReplica)])),
+    devices,
+    totalDevices,
+    totalLoad,
+    fairPerDevice,
+    budgets,
+    totalBudget: budgets.reduce((s, b) => s + b, 0),
+  };
+}
 
-  // The heavy models: those whose load per replica is worth bounding (at least HEAVY_SHARE of a
-  // device's fair share), as many as the fleet's memory holds once per replica. The many light
-  // ones each weigh too little to unbalance a node, hashing spreads them evenly, and bounding them
-  // would move many of them for nothing whenever the bounds move a little (a node joining or
-  // leaving changes every fair share by 1/N).
-  const heavy: typeof measured = [];
+/**
+ * The heavy models: those whose load per replica is worth bounding (at least HEAVY_SHARE of a
+ * device's fair share), as many as the fleet's memory holds once per replica. The many light ones
+ * each weigh too little to unbalance a node, hashing spreads them evenly, and bounding them would
+ * move many of them for nothing whenever the bounds move a little (a node joining or leaving
+ * changes every fair share by 1/N).
+ */
+function heavyModels(plan: LoadPlan): { heavy: LoadPlan['measured']; heavyBytes: number } {
+  const heavy: LoadPlan['measured'] = [];
   let heavyBytes = 0;
-  for (const x of measured) {
-    const n = replicas.get(x.m.name)!;
-    if (x.q / n < HEAVY_SHARE * fairPerDevice || heavyBytes + x.m.bytes * n > totalBudget) break;
+  for (const x of plan.measured) {
+    const n = plan.replicas.get(x.m.name)!;
+    if (x.q / n < HEAVY_SHARE * plan.fairPerDevice || heavyBytes + x.m.bytes * n > plan.totalBudget) break;
     heavy.push(x);
     heavyBytes += x.m.bytes * n;
   }
-  const isHeavy = new Set(heavy.map((x) => x.m.name));
+  return { heavy, heavyBytes };
+}
 
-  // The light models first, unbounded: the nodes holding them (in ranking order), then their
-  // ranking's first. Their load is on the nodes before the heavy ones are bounded against it.
+/**
+ * The light models first, unbounded: the nodes holding them (in ranking order), then their
+ * ranking's first. Their load is on the nodes before the heavy ones are bounded against it.
+ */
+function placeLight(p: Packing, models: readonly FleetModel[], plan: LoadPlan, isHeavy: ReadonlySet<string>): void {
   for (const m of models) {
     if (isHeavy.has(m.name)) continue;
-    const want = replicas.get(m.name) ?? 1;
-    const held = (m.resident ?? []).filter((id) => live.has(id));
+    const want = plan.replicas.get(m.name) ?? 1;
+    const held = (m.resident ?? []).filter((id) => p.live.has(id));
     let chosen: string[];
-    if (want === 1) chosen = [rankings.first(m.name, held.length > 0 ? new Set(held) : undefined).id];
+    if (want === 1) chosen = [p.rankings.first(m.name, held.length > 0 ? new Set(held) : undefined).id];
     else {
-      const ranked = rankings.of(m.name);
+      const ranked = p.rankings.of(m.name);
       chosen = [...ranked.filter((n) => held.includes(n.id)), ...ranked.filter((n) => !held.includes(n.id))].slice(0, want).map((n) => n.id);
     }
-    const share = (quantized.get(m.name) ?? 0) / chosen.length;
-    for (const id of chosen) load.set(id, load.get(id)! + share);
-    placed.set(m.name, chosen);
+    const share = (plan.quantized.get(m.name) ?? 0) / chosen.length;
+    for (const id of chosen) p.load.set(id, p.load.get(id)! + share);
+    p.placed.set(m.name, chosen);
   }
+}
 
-  // The heavy ones, heaviest first, within (1 + epsilon) of each node's share of all the load and
-  // of the heavy models' bytes.
-  const loadCap = new Map(nodes.map((n, i) => [n.id, (1 + options.epsilon) * totalLoad * (devices[i] / totalDevices)]));
-  const bytesCap = new Map(nodes.map((n, i) => [n.id, (1 + options.epsilon) * heavyBytes * (budgets[i] / totalBudget)]));
+/**
+ * The heavy ones, heaviest first, within (1 + epsilon) of each node's share of all the load and
+ * of the heavy models' bytes: first where their weights are, then the rest of their rankings.
+ */
+function placeHeavy(p: Packing, heavy: LoadPlan['measured'], heavyBytes: number, plan: LoadPlan, nodes: readonly FleetNode[], options: FleetOptions): void {
+  const { load, bytes } = p;
+  const loadCap = new Map(nodes.map((n, i) => [n.id, (1 + options.epsilon) * plan.totalLoad * (plan.devices[i] / plan.totalDevices)]));
+  const bytesCap = new Map(nodes.map((n, i) => [n.id, (1 + options.epsilon) * heavyBytes * (plan.budgets[i] / plan.totalBudget)]));
   // A node's fullness, the larger of its two shares: where an overflow goes.
   const fullness = (id: string) => Math.max(load.get(id)! / (loadCap.get(id)! || 1), bytes.get(id)! / (bytesCap.get(id)! || 1));
   const fits = (id: string, share: number, modelBytes: number, slack: number) =>
@@ -247,14 +294,13 @@ export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetN
   // weights are, not home as well, or a model placed off its home because home was full would go
   // back and forth between the two.
   const chosenOf = new Map<string, string[]>(heavy.map(({ m }) => [m.name, []]));
-  const heldOf = (m: FleetModel) => new Set((m.resident ?? []).filter((id) => live.has(id)));
   for (const atHome of [true, false]) {
     for (const { m, q } of heavy) {
-      const want = replicas.get(m.name)!;
+      const want = plan.replicas.get(m.name)!;
       const share = q / want;
       const chosen = chosenOf.get(m.name)!;
-      const ranked = rankings.of(m.name);
-      const held = heldOf(m);
+      const ranked = p.rankings.of(m.name);
+      const held = new Set((m.resident ?? []).filter((id) => p.live.has(id)));
       const candidates = atHome ? [ranked[0]].filter((n) => held.size === 0 || held.has(n.id)) : ranked.filter((n) => n !== ranked[0] && held.has(n.id));
       for (const n of candidates) {
         if (chosen.length < want && fits(n.id, share, m.bytes, sticky)) {
@@ -267,10 +313,10 @@ export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetN
   // Then the replicas still wanted: the rest of each ranking, within the bound; where too few fit,
   // the least full of the others, in ranking order on ties.
   for (const { m, q } of heavy) {
-    const want = replicas.get(m.name)!;
+    const want = plan.replicas.get(m.name)!;
     const share = q / want;
     const chosen = chosenOf.get(m.name)!;
-    const ranked = rankings.of(m.name);
+    const ranked = p.rankings.of(m.name);
     for (const n of ranked) {
       if (chosen.length < want && !chosen.includes(n.id) && fits(n.id, share, m.bytes, 1)) {
         chosen.push(n.id);
@@ -284,7 +330,6 @@ export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetN
       take(least, share, m.bytes);
     }
     // In ranking order, as every gateway lists them.
-    placed.set(m.name, ranked.filter((n) => chosen.includes(n.id)).map((n) => n.id));
+    p.placed.set(m.name, ranked.filter((n) => chosen.includes(n.id)).map((n) => n.id));
   }
-  return { nodes: placed, load, bytes };
 }
