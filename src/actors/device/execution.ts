@@ -21,7 +21,7 @@ import { errors, type StowageError } from '../../shared/errors.js';
 import type { CostModel } from './cost-model.js';
 import { placeOutputs } from './output-placement.js';
 import { bindWeights, plainRun, type Executable } from './executables.js';
-import type { DeviceModels } from './models.js';
+import type { DeviceModels, LoadedModel } from './models.js';
 import { batchInput, outputBytes, requestOutput } from './ort-tensors.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import { modelOf, type ModelSpec, type TensorSpec } from '../../shared/model-spec.js';
@@ -192,7 +192,7 @@ function gpuOutputRecord(declared: TensorSpec, out: OrtOutput, batchDim: number,
 
 /** Run one batch of one model's requests and answer them all in one message. */
 export async function execute(whole: InferCommand[], ctx: ExecutionContext): Promise<void> {
-  const { models, scheduler, regions } = ctx;
+  const { models, scheduler } = ctx;
   const started = nowMs();
   const batch = inRegionOrder(withRegionsIntact(whole, ctx));
   if (batch.length === 0) return;
@@ -202,118 +202,23 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     for (const t of batch) ctx.fail(t.id, errors.modelNotReady(modelOf(instance), 'UNAVAILABLE', `not loaded on device ${ctx.deviceId}`));
     return;
   }
-  const { spec, batchDims } = model;
-  const name = spec.name;
   const rows = batch.reduce((sum, t) => sum + t.rows, 0);
-  // A dynamic session runs the exact rows; per-size sessions pad to the smallest compiled size that holds them.
-  let executable = model.sessions.get(0);
-  let runBatch = spec.batchAxis === null ? 0 : rows;
-  if (!executable) {
-    runBatch = spec.compiledBatchSizes.find((size) => size >= rows) ?? rows;
-    executable = model.sessions.get(runBatch);
-  }
-  // The outputs every request of the batch asked for, computed once.
-  const wanted = [...new Set(batch.flatMap((t) => t.outputs))];
-  const weightCache = models.weightCache;
+  const { executable, runBatch } = executableFor(model, rows);
   let load: WeightLoad | null = null;
   try {
-    if (!executable) throw errors.internal(`model ${name} has no session for ${rows} rows`);
-    const session = executable.session;
+    if (!executable) throw errors.internal(`model ${model.spec.name} has no session for ${rows} rows`);
     const t0 = process.hrtime.bigint();
-    if (weightCache) {
-      // The cold path: the batch waits while the model's weights come on (one copy), and the model pays for it.
-      const outcome = weightCache.ensureResident(instance);
-      load = models.weightLoad(outcome);
-      if (!outcome.hit) scheduler.chargeTime(instance, outcome.loadMs);
-      // Bound once per residency: a warm call binds nothing.
-      bindWeights(executable, weightCache.epoch(instance), (key) => weightCache.deviceData(key));
-    }
-    ctx.staging.beginExecution(); // executions run one at a time: the last one's staged inputs and outputs are free
-    regions.beginExecution();
-    const stage = (bytes: number) => ctx.staging.take(bytes);
-    const padded = spec.batchAxis !== null && runBatch !== rows;
-    // An input in CUDA shared memory goes to the run on the GPU: a lone request's as it is, a batch's
-    // joined there when every request has it in a region (regions.ts); every other input is joined,
-    // padded or staged on the host.
-    const inputs = spec.inputs.map((input, i) => {
-      const parts = batch.map((t) => t.inputs[i]);
-      const batchDim = batchDims.get(input.name) ?? -1;
-      const onGpu = batch.length === 1 && !padded ? regions.deviceInput(parts[0]) : regions.joinedDeviceInput(parts, batchDim, runBatch);
-      return onGpu ?? batchInput(parts.map((p) => regions.inputBytes(p, stage)), batchDim, runBatch, stage, ctx.stageInputs);
-    });
-    // Shared-memory outputs whose shapes are known now (a lone request's, or a coalesced batch's
-    // laid end to end in one region): ONNX Runtime writes them into the region itself.
-    const direct = padded || (batch.length > 1 && spec.batchAxis === null) ? null : directOutputs(batch, spec.outputs, executable.shapedOutputs, rows, regions);
-    const targets = outputTargets(wanted, batch, spec, executable.shapedOutputs, runBatch, direct, stage);
+    load = bringWeights(ctx, instance, executable);
+    const run = prepareRun(ctx, batch, model, executable, rows, runBatch);
     const t1 = process.hrtime.bigint();
-    let outputs: OrtOutput[];
-    const running = { ids: new Set(batch.map((t) => t.id)), session };
-    const uploads = ctx.uploadsAhead;
-    try {
-      // On a GPU the uploads go on their own stream first, and copy while this run computes.
-      if (uploads?.issuedBeforeRun) uploads.start(instance);
-      const graphed = executable.graphs?.usable(runBatch) ? runGraph(executable, inputs, targets, runBatch, weightCache?.epoch(instance) ?? 0) : null;
-      if (graphed) {
-        outputs = graphed;
-      } else if (ctx.costs.estimate(instance, Math.max(runBatch, 1)) < ctx.inlineRunBelowMs) {
-        outputs = session.runSync(inputs, targets, plainRun(executable)); // shorter than the hop to a libuv thread
-      } else {
-        // The run goes on a libuv thread: this thread keeps admitting requests meanwhile.
-        ctx.running = running;
-        const run = session.run(inputs, targets, plainRun(executable));
-        // In host memory this thread copies the next cold models' weights while the run goes.
-        if (uploads && !uploads.issuedBeforeRun) uploads.start(instance);
-        outputs = await run;
-      }
-    } catch (err) {
-      if (running.ids.size === 0) {
-        // Terminated because every request riding in it had gone (worker.ts cancelRunning): nobody to answer.
-        ctx.send({ type: 'warning', message: `model ${name}: a run was terminated, every request riding in it having been cancelled`, fields: { model: name, requests: batch.length } });
-        return;
-      }
-      // A poisoned GPU serves nothing more: said as the device's, for every request of the batch.
-      const poisoned = ctx.outOfService(err);
-      if (poisoned) throw poisoned;
-      const message = (err as Error).message;
-      // A new batch size's activations can be what the GPU has no room for: said with where the
-      // GPU's memory went; on the CPU, what ONNX Runtime's allocator refused.
-      const doing = spec.batchAxis === null ? 'running it' : `running a batch of ${runBatch}`;
-      throw models.sessionMemory?.exhausted(name, doing, err)
-        ?? (isOutOfMemory(err) ? errors.deviceMemoryExhausted(name, `device ${ctx.deviceId} ran out of memory ${doing}: ${message}`) : errors.executionFailed(name, message));
-    } finally {
-      ctx.running = null;
-    }
+    const outputs = await runOnce(ctx, batch, model.spec, executable, run, runBatch);
+    if (!outputs) return; // terminated: every request riding in it had gone
     const t2 = process.hrtime.bigint();
-    const byName = new Map(outputs.map((o) => [o.name, o]));
-    // ONNX Runtime's own buffers (outputs it allocated) cannot be transferred, nor can staging be given away.
-    const movable = new Set(targets.filter((o): o is HostTensor => typeof o !== 'string' && !direct?.has(o.name) && !isDeviceSlice(o.data) && !isStaging(o.data, ctx)).map((o) => o.name));
-    const results: ({ id: number } & Omit<InferenceResult, 'timing'>)[] = [];
-    let from = 0;
-    for (const t of batch) {
-      try {
-        const mine = t.outputs.map((o, k) => {
-          const region = t.outputRegions[k];
-          // Computed into CUDA shared memory: nothing to cut or copy, only the record of its rows.
-          const inGpu = direct?.get(o);
-          if (region && inGpu && isDeviceSlice(inGpu)) return regions.written(gpuOutputRecord(spec.outputs.find((d) => d.name === o)!, byName.get(o)!, batchDims.get(o) ?? -1, t.rows), region);
-          // Tensors handed over as tensors are the request's own (inference.ts): a coalesced batch's
-          // rows are copied out, and so is a lone request's output in memory that cannot move.
-          const own = !t.placement && !region && (batch.length > 1 || !movable.has(o));
-          const out = requestOutput(name, byName.get(o)!, batchDims.get(o) ?? -1, from, t.rows, own);
-          if (!region) return out;
-          return direct?.has(o) ? regions.written(out, region) : regions.writeOutput(out, region);
-        });
-        const queueNs = Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6));
-        results.push(t.placement ? { id: t.id, ...placeOutputs(mine, t.placement), queueNs } : { id: t.id, outputs: mine, queueNs });
-      } catch (err) {
-        ctx.fail(t.id, verdict(ctx, err)); // this request only: its region was too small, or a copy into a CUDA region failed
-      }
-      from += t.rows;
-    }
+    const results = answersOf(ctx, batch, model, outputs, run, started);
     const t3 = process.hrtime.bigint();
     ctx.send({
       type: 'executed',
-      model: name,
+      model: model.spec.name,
       instance,
       results,
       timing: {
@@ -334,6 +239,139 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     const answer = verdict(ctx, err);
     for (const t of batch) ctx.fail(t.id, answer);
   }
+}
+
+/** A dynamic session runs the exact rows; per-size sessions pad to the smallest compiled size that holds them. */
+function executableFor(model: LoadedModel, rows: number): { executable: Executable | undefined; runBatch: number } {
+  const { spec } = model;
+  const dynamic = model.sessions.get(0);
+  if (dynamic) return { executable: dynamic, runBatch: spec.batchAxis === null ? 0 : rows };
+  const runBatch = spec.compiledBatchSizes.find((size) => size >= rows) ?? rows;
+  return { executable: model.sessions.get(runBatch), runBatch };
+}
+
+/**
+ * The cold path: the batch waits while the model's weights come on (one copy), and the model pays
+ * for it; the weights bound to the executable once per residency (a warm call binds nothing).
+ */
+function bringWeights(ctx: ExecutionContext, instance: InferCommand['instance'], executable: Executable): WeightLoad | null {
+  const weightCache = ctx.models.weightCache;
+  if (!weightCache) return null;
+  const outcome = weightCache.ensureResident(instance);
+  const load = ctx.models.weightLoad(outcome);
+  if (!outcome.hit) ctx.scheduler.chargeTime(instance, outcome.loadMs);
+  bindWeights(executable, weightCache.epoch(instance), (key) => weightCache.deviceData(key));
+  return load;
+}
+
+/** A run made ready: its inputs, where its outputs go, and which of them ONNX Runtime writes into shared memory itself. */
+interface PreparedRun {
+  inputs: OrtTensor[];
+  targets: (string | OrtTensor)[];
+  direct: Map<string, Uint8Array | DeviceSlice> | null;
+}
+
+function prepareRun(ctx: ExecutionContext, batch: InferCommand[], model: LoadedModel, executable: Executable, rows: number, runBatch: number): PreparedRun {
+  const { regions } = ctx;
+  const { spec, batchDims } = model;
+  ctx.staging.beginExecution(); // executions run one at a time: the last one's staged inputs and outputs are free
+  regions.beginExecution();
+  const stage = (bytes: number) => ctx.staging.take(bytes);
+  const padded = spec.batchAxis !== null && runBatch !== rows;
+  // An input in CUDA shared memory goes to the run on the GPU: a lone request's as it is, a batch's
+  // joined there when every request has it in a region (regions.ts); every other input is joined,
+  // padded or staged on the host.
+  const inputs = spec.inputs.map((input, i) => {
+    const parts = batch.map((t) => t.inputs[i]);
+    const batchDim = batchDims.get(input.name) ?? -1;
+    const onGpu = batch.length === 1 && !padded ? regions.deviceInput(parts[0]) : regions.joinedDeviceInput(parts, batchDim, runBatch);
+    return onGpu ?? batchInput(parts.map((p) => regions.inputBytes(p, stage)), batchDim, runBatch, stage, ctx.stageInputs);
+  });
+  // Shared-memory outputs whose shapes are known now (a lone request's, or a coalesced batch's
+  // laid end to end in one region): ONNX Runtime writes them into the region itself.
+  const direct = padded || (batch.length > 1 && spec.batchAxis === null) ? null : directOutputs(batch, spec.outputs, executable.shapedOutputs, rows, regions);
+  // The outputs every request of the batch asked for, computed once.
+  const wanted = [...new Set(batch.flatMap((t) => t.outputs))];
+  return { inputs, targets: outputTargets(wanted, batch, spec, executable.shapedOutputs, runBatch, direct, stage), direct };
+}
+
+/**
+ * The run: through its CUDA graph when it has one, on this thread when it is expected shorter than
+ * the hop to a libuv thread, else on a libuv thread while this one keeps admitting requests.
+ * Null when it was terminated because every request riding in it had gone.
+ */
+async function runOnce(ctx: ExecutionContext, batch: InferCommand[], spec: ModelSpec, executable: Executable, run: PreparedRun, runBatch: number): Promise<OrtOutput[] | null> {
+  const instance = batch[0].instance;
+  const { session } = executable;
+  const { inputs, targets } = run;
+  const running = { ids: new Set(batch.map((t) => t.id)), session };
+  const uploads = ctx.uploadsAhead;
+  try {
+    // On a GPU the uploads go on their own stream first, and copy while this run computes.
+    if (uploads?.issuedBeforeRun) uploads.start(instance);
+    const graphed = executable.graphs?.usable(runBatch) ? runGraph(executable, inputs, targets, runBatch, ctx.models.weightCache?.epoch(instance) ?? 0) : null;
+    if (graphed) return graphed;
+    if (ctx.costs.estimate(instance, Math.max(runBatch, 1)) < ctx.inlineRunBelowMs) {
+      return session.runSync(inputs, targets, plainRun(executable)); // shorter than the hop to a libuv thread
+    }
+    // The run goes on a libuv thread: this thread keeps admitting requests meanwhile.
+    ctx.running = running;
+    const pending = session.run(inputs, targets, plainRun(executable));
+    // In host memory this thread copies the next cold models' weights while the run goes.
+    if (uploads && !uploads.issuedBeforeRun) uploads.start(instance);
+    return await pending;
+  } catch (err) {
+    if (running.ids.size === 0) {
+      // Terminated because every request riding in it had gone (worker.ts cancelRunning): nobody to answer.
+      ctx.send({ type: 'warning', message: `model ${spec.name}: a run was terminated, every request riding in it having been cancelled`, fields: { model: spec.name, requests: batch.length } });
+      return null;
+    }
+    // A poisoned GPU serves nothing more: said as the device's, for every request of the batch.
+    const poisoned = ctx.outOfService(err);
+    if (poisoned) throw poisoned;
+    const message = (err as Error).message;
+    // A new batch size's activations can be what the GPU has no room for: said with where the
+    // GPU's memory went; on the CPU, what ONNX Runtime's allocator refused.
+    const doing = spec.batchAxis === null ? 'running it' : `running a batch of ${runBatch}`;
+    throw ctx.models.sessionMemory?.exhausted(spec.name, doing, err)
+      ?? (isOutOfMemory(err) ? errors.deviceMemoryExhausted(spec.name, `device ${ctx.deviceId} ran out of memory ${doing}: ${message}`) : errors.executionFailed(spec.name, message));
+  } finally {
+    ctx.running = null;
+  }
+}
+
+/** Each request's answer: its rows of the batch's outputs, placed, written into its regions or handed over as they are. */
+function answersOf(ctx: ExecutionContext, batch: InferCommand[], model: LoadedModel, outputs: OrtOutput[], run: PreparedRun, started: number): ({ id: number } & Omit<InferenceResult, 'timing'>)[] {
+  const { regions } = ctx;
+  const { spec, batchDims } = model;
+  const { targets, direct } = run;
+  const byName = new Map(outputs.map((o) => [o.name, o]));
+  // ONNX Runtime's own buffers (outputs it allocated) cannot be transferred, nor can staging be given away.
+  const movable = new Set(targets.filter((o): o is HostTensor => typeof o !== 'string' && !direct?.has(o.name) && !isDeviceSlice(o.data) && !isStaging(o.data, ctx)).map((o) => o.name));
+  const results: ({ id: number } & Omit<InferenceResult, 'timing'>)[] = [];
+  let from = 0;
+  for (const t of batch) {
+    try {
+      const mine = t.outputs.map((o, k) => {
+        const region = t.outputRegions[k];
+        // Computed into CUDA shared memory: nothing to cut or copy, only the record of its rows.
+        const inGpu = direct?.get(o);
+        if (region && inGpu && isDeviceSlice(inGpu)) return regions.written(gpuOutputRecord(spec.outputs.find((d) => d.name === o)!, byName.get(o)!, batchDims.get(o) ?? -1, t.rows), region);
+        // Tensors handed over as tensors are the request's own (inference.ts): a coalesced batch's
+        // rows are copied out, and so is a lone request's output in memory that cannot move.
+        const own = !t.placement && !region && (batch.length > 1 || !movable.has(o));
+        const out = requestOutput(spec.name, byName.get(o)!, batchDims.get(o) ?? -1, from, t.rows, own);
+        if (!region) return out;
+        return direct?.has(o) ? regions.written(out, region) : regions.writeOutput(out, region);
+      });
+      const queueNs = Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6));
+      results.push(t.placement ? { id: t.id, ...placeOutputs(mine, t.placement), queueNs } : { id: t.id, outputs: mine, queueNs });
+    } catch (err) {
+      ctx.fail(t.id, verdict(ctx, err)); // this request only: its region was too small, or a copy into a CUDA region failed
+    }
+    from += t.rows;
+  }
+  return results;
 }
 
 /**
