@@ -26,8 +26,6 @@ export interface ServiceContext {
   systemSharedMemory: boolean;
   /** runtime.backend: what a CUDA shared-memory registration is told. */
   backend: 'cpu' | 'cuda';
-  /** Resolves once what the edge threads answered themselves has been counted here (EdgeThreads.flush). */
-  flushEdges: () => Promise<void>;
   logger: Logger;
   version: string;
   /** False until start-up loading has settled, and again while stopping. */
@@ -98,8 +96,6 @@ export function kserveOperations(ctx: ServiceContext) {
     },
     ModelStatistics: async (req: ModelRef) => {
       if (req.name !== '') registry.find(req.name, req.version); // an unknown model fails at once
-      // Requests the edges answered themselves are counted from their reports: wait for those.
-      await ctx.flushEdges();
       if (req.name === '') return { model_stats: registry.all().map((r) => statistics.snapshot(r.name)) };
       return { model_stats: [statistics.snapshot(req.name)] };
     },

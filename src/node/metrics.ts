@@ -17,7 +17,7 @@ import type { WeightLoad, WeightMemory } from '../shared/channels/device.js';
 import type { Placement } from '../routing/placement.js';
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { DeviceCounters, ModelCounters, Statistics } from './statistics.js';
-import { FAILURE_REASONS } from './failure-reason.js';
+import { FAILURE_REASONS } from '../shared/failure-reason.js';
 
 export interface MetricsSources {
   /** In-flight requests per model (nv_inference_pending_request_count). */
@@ -100,8 +100,11 @@ export class Metrics {
     new Counter({
       name: 'stowage_gateway_routed_total', help: 'Requests the gateway sent to each device, per model', labelNames: ['model', 'device'], registers,
       collect() {
+        // The pipeline's routes, and the edges' own (counted where they route: shared/request-counters.ts).
         totals(this, (set) => {
-          for (const [m, devices] of routes) for (const [device, n] of devices) set({ model: m, device: String(device) }, n);
+          for (const source of [routes, statistics.edgeRoutes()]) {
+            for (const [m, devices] of source) for (const [device, n] of devices) set({ model: m, device: String(device) }, n);
+          }
         });
       },
     });

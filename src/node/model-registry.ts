@@ -66,6 +66,8 @@ export class ModelRegistry {
   #slots = new Map<InstanceKey, { slot: number; tag: number; open: boolean }>();
   #freeSlots: number[] = [];
   #nextTag = 1;
+  /** Told when a slot is freed (its leases drained), before it may stand for another instance. */
+  #slotFreed: ((instance: InstanceKey, slot: number) => void) | null = null;
   #routeWatchers: ((model: string, route: EdgeRoute | null) => void)[] = [];
 
   set(record: ModelRecord): void {
@@ -86,10 +88,16 @@ export class ModelRegistry {
    * each instance that serves gets a slot in `leases`, where an edge counts the requests it holds
    * on it, so that an unload or the end of a reload waits for them too (`drained`).
    */
-  shareLeases(leases: Leases): void {
+  shareLeases(leases: Leases, slotFreed?: (instance: InstanceKey, slot: number) => void): void {
     this.#leases = leases;
+    this.#slotFreed = slotFreed ?? null;
     this.#freeSlots = Array.from({ length: LEASE_SLOTS }, (_, i) => LEASE_SLOTS - 1 - i);
     for (const name of this.#records.keys()) this.#route(name);
+  }
+
+  /** Every lease slot in use (open, or closed and not yet drained), and the instance it stands for. */
+  *slots(): IterableIterator<[InstanceKey, number]> {
+    for (const [instance, s] of this.#slots) yield [instance, s.slot];
   }
 
   /** Every model an edge may route now. */
@@ -197,6 +205,7 @@ export class ModelRegistry {
     // Closed and drained: the slot may stand for another instance (under another tag).
     if (!s.open && this.#slots.get(instance) === s) {
       this.#slots.delete(instance);
+      this.#slotFreed?.(instance, s.slot);
       this.#freeSlots.push(s.slot);
     }
   }

@@ -47,7 +47,8 @@ import { HttpEdge } from '../protocol/http-edge.js';
 import type { Infer } from '../shared/data-plane.js';
 import { Pipeline } from './pipeline.js';
 import { edgeMetrics, EdgeThreads, type EdgeDirect, type EdgeOptions } from '../actors/edge/handle.js';
-import { Leases } from '../shared/leases.js';
+import { LEASE_SLOTS, Leases } from '../shared/leases.js';
+import { RequestCounters } from '../shared/request-counters.js';
 import type { EdgeRoute } from '../shared/channels/edge.js';
 import { edgeThreads } from '../config/edges.js';
 import { startOrStop } from '../shared/lifecycle.js';
@@ -266,7 +267,7 @@ export class StowageServer {
   /** /healthz, /readyz and /metrics, before anything else starts. */
   async #startAdmin(): Promise<void> {
     const { endpoints } = this.#config.global;
-    this.#admin = createAdminServer({ readiness: nodeReadiness(this.registry, () => this.#ready, () => [...this.#outOfService].map(([device, reason]) => ({ device, reason }))), metrics: registryMetrics(this.metrics.registry, async () => this.#edgeThreads?.flush()) });
+    this.#admin = createAdminServer({ readiness: nodeReadiness(this.registry, () => this.#ready, () => [...this.#outOfService].map(([device, reason]) => ({ device, reason }))), metrics: registryMetrics(this.metrics.registry) });
     this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
     this.#logger.info({ admin: `${endpoints.host}:${this.ports.admin}` }, 'admin listening: /healthz, /readyz, /metrics');
   }
@@ -400,8 +401,7 @@ export class StowageServer {
     const { endpoints } = this.#config.global;
     const logger = this.#logger;
     const kserve = kserveOperations({ registry: this.registry, devices, repository, statistics: this.statistics, sharedMemory: this.sharedMemory,
-      systemSharedMemory: endpoints.system_shared_memory, backend: this.#config.global.runtime.backend, logger, version: PACKAGE_VERSION, isReady: () => this.#ready,
-      flushEdges: async () => this.#edgeThreads?.flush() });
+      systemSharedMemory: endpoints.system_shared_memory, backend: this.#config.global.runtime.backend, logger, version: PACKAGE_VERSION, isReady: () => this.#ready });
     return {
       ...kserve,
       ...controlOperations({
@@ -442,7 +442,7 @@ export class StowageServer {
     const logger = this.#logger;
     const edgeMetricsOf = edgeMetrics(this.metrics.registry);
     const infer: Infer = (request, options) => {
-      edgeMetricsOf.requests.inc({ edge: 'main' });
+      edgeMetricsOf.viaPipeline('main');
       return pipeline.infer(request, options);
     };
     const edge = new GrpcEdge(endpoints, logger, this.#admission);
@@ -471,7 +471,13 @@ export class StowageServer {
   #directPath(devices: Devices, edgeCount: number): EdgeDirect | undefined {
     if (tracingOn()) return undefined;
     const leases = new Leases(Leases.memory(edgeCount));
-    this.registry.shareLeases(leases);
+    // The edges count their requests per lease slot (shared/request-counters.ts): statistics add
+    // the slots in use when read, and take a slot's counts as the model's own when it is freed.
+    const countersShape = { memory: new SharedArrayBuffer(0), slots: LEASE_SLOTS, rows: edgeCount, devices: Math.max(...devices.handles.map((d) => d.deviceId)) + 1 };
+    countersShape.memory = RequestCounters.memory(countersShape.slots, countersShape.rows, countersShape.devices);
+    const counters = new RequestCounters(countersShape.memory, countersShape.slots, countersShape.rows, countersShape.devices);
+    this.statistics.shareCounters(counters, () => [...this.registry.slots()].map(([instance, slot]) => [modelOf(instance), slot]));
+    this.registry.shareLeases(leases, (instance, slot) => this.statistics.fold(modelOf(instance), slot));
     // A model's route as the registry has it, with where lpt_packing placed it, and which devices
     // hold it when a device lost it.
     const withPlacement = (route: EdgeRoute | null): EdgeRoute | null => {
@@ -486,11 +492,8 @@ export class StowageServer {
       leases,
       routes: () => this.registry.routes().map((r) => withPlacement(r)!),
       devices: devices.handles,
-      served: ({ model, device, durationNs, outcome }) => {
-        if (device !== null) this.metrics.recordRoute(model, device);
-        if (outcome.ok) this.statistics.recordSuccess(model, outcome.batchSize, durationNs, outcome.queueNs, outcome.timing);
-        else this.statistics.recordFailure(model, outcome.code, durationNs);
-      },
+      counters,
+      countersShape,
     };
   }
 

@@ -11,12 +11,16 @@
  *
  * These plain numbers are the only record of a request: the Prometheus metrics
  * (metrics.ts) read them when /metrics is scraped, so a request costs a few
- * additions here and no label lookups in prom-client.
+ * additions here and no label lookups in prom-client. Requests the edge threads
+ * hand to the devices themselves are counted by the edges, in shared memory per
+ * lease slot (shared/request-counters.ts); they are added in when read, and
+ * folded into these counters when a slot is freed.
  */
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { ExecutionTiming } from '../shared/channels/inference.js';
 import type { ErrorCode } from '../shared/errors.js';
-import { failureReason, type FailureReason } from './failure-reason.js';
+import { failureReason, type FailureReason } from '../shared/failure-reason.js';
+import type { RequestCounters, SlotCounts } from '../shared/request-counters.js';
 
 interface Duration {
   count: number;
@@ -58,12 +62,58 @@ export interface DeviceCounters {
 export class Statistics {
   readonly #models = new Map<string, ModelCounters>();
   readonly #devices = new Map<number, DeviceCounters>();
+  /** The edges' counts (none without edge threads' direct path), and the slots in use, by model. */
+  #edges: { counters: RequestCounters; slots: () => Iterable<[model: string, slot: number]> } | null = null;
+  /** Requests the edges sent to each device, per model, from slots folded already. */
+  readonly #edgeRoutes = new Map<string, Map<number, number>>();
   /** Rows of each execution, for the batch-size histogram (set by the metrics; none without them). */
   onBatchRows: ((device: number, rows: number) => void) | undefined;
 
-  /** Every model that has counted something, with its counters (read, never written, by the caller). */
-  models(): IterableIterator<[string, Readonly<ModelCounters>]> {
-    return this.#models.entries();
+  /** Count the edges' requests too: `slots` lists every lease slot in use and its model. */
+  shareCounters(counters: RequestCounters, slots: () => Iterable<[model: string, slot: number]>): void {
+    this.#edges = { counters, slots };
+  }
+
+  /** A slot is freed (its leases drained): its counts become the model's own, and it starts again at zero. */
+  fold(model: string, slot: number): void {
+    if (!this.#edges) return;
+    const counts = this.#edges.counters.take(slot);
+    addCounts(this.#of(model), counts);
+    addRoutes(this.#edgeRoutes, model, counts);
+  }
+
+  /** Every model that has counted something, with its counters, the edges' included (read, never written, by the caller). */
+  *models(): IterableIterator<[string, Readonly<ModelCounters>]> {
+    const live = this.#liveSlots();
+    for (const [model, c] of this.#models) yield [model, this.#merged(c, live.get(model))];
+    for (const [model, slots] of live) if (!this.#models.has(model)) yield [model, this.#merged(this.#of(model), slots)];
+  }
+
+  /** Requests the edge threads sent to each device, per model (stowage_gateway_routed_total adds them). */
+  edgeRoutes(): Map<string, Map<number, number>> {
+    const routes = new Map([...this.#edgeRoutes].map(([m, d]) => [m, new Map(d)]));
+    if (this.#edges) for (const [model, slot] of this.#edges.slots()) addRoutes(routes, model, this.#edges.counters.read(slot));
+    return routes;
+  }
+
+  /** The slots in use, by model. */
+  #liveSlots(): Map<string, number[]> {
+    const live = new Map<string, number[]>();
+    if (this.#edges) for (const [model, slot] of this.#edges.slots()) (live.get(model) ?? live.set(model, []).get(model)!).push(slot);
+    return live;
+  }
+
+  /** A model's counters with its live slots' counts added (a copy; the counters themselves when it has none). */
+  #merged(c: ModelCounters, slots: number[] | undefined): ModelCounters {
+    if (!slots?.length || !this.#edges) return c;
+    const merged: ModelCounters = {
+      ...c,
+      success: { ...c.success }, fail: { ...c.fail }, queue: { ...c.queue },
+      computeInput: { ...c.computeInput }, computeInfer: { ...c.computeInfer }, computeOutput: { ...c.computeOutput },
+      failures: new Map(c.failures),
+    };
+    for (const slot of slots) addCounts(merged, this.#edges.counters.read(slot));
+    return merged;
   }
 
   devices(): IterableIterator<[number, Readonly<DeviceCounters>]> {
@@ -129,7 +179,7 @@ export class Statistics {
 
   /** One model's statistics as a ModelStatistics message (zeros if it never ran). */
   snapshot(model: string) {
-    const c = this.#of(model);
+    const c = this.#merged(this.#of(model), this.#liveSlots().get(model));
     return {
       name: model,
       version: MODEL_VERSION,
@@ -146,5 +196,31 @@ export class Statistics {
         compute_input: wire(b.computeInput), compute_infer: wire(b.computeInfer), compute_output: wire(b.computeOutput),
       })),
     };
+  }
+}
+
+/** An edge slot's counts added to a model's counters. */
+function addCounts(c: ModelCounters, counts: SlotCounts): void {
+  const requests = counts.success.count;
+  c.inferenceCount += counts.rows;
+  c.success.count += requests;
+  c.success.ns += counts.success.ns;
+  c.fail.count += counts.fail.count;
+  c.fail.ns += counts.fail.ns;
+  // Each successful request records its queue and compute times once, as recordSuccess does.
+  for (const [d, ns] of [[c.queue, counts.queueNs], [c.computeInput, counts.computeInputNs], [c.computeInfer, counts.computeInferNs], [c.computeOutput, counts.computeOutputNs]] as const) {
+    d.count += requests;
+    d.ns += ns;
+  }
+  for (const [reason, n] of counts.failures) if (n > 0) c.failures.set(reason, (c.failures.get(reason) ?? 0) + n);
+  c.lastInferenceMs = Math.max(c.lastInferenceMs, counts.lastMs);
+}
+
+/** An edge slot's routes added, per model and device. */
+function addRoutes(routes: Map<string, Map<number, number>>, model: string, counts: SlotCounts): void {
+  for (const [device, n] of counts.routes.entries()) {
+    if (n === 0) continue;
+    const byDevice = routes.get(model) ?? routes.set(model, new Map()).get(model)!;
+    byDevice.set(device, (byDevice.get(device) ?? 0) + n);
   }
 }

@@ -53,7 +53,7 @@ test('two edge threads serve gRPC and REST on the same ports, and connections la
   const answers = await Promise.all(clients.map((c) => c.infer('digits', [digit()], { outputs: ['label'] })));
   t.true(answers.every((a) => a.outputs[0].datatype === 'INT64'));
   const body = { inputs: [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: Array(64).fill(3) }], outputs: [{ name: 'label' }] };
-  // Exact at once: the scrape first has every edge flush its reports of what it answered (EdgeThreads.flush).
+  // Exact at once: each edge counted its requests in shared memory before it answered them (shared/request-counters.ts).
   const grpcOnly = await scrapeMetrics(server.adminPort);
   t.true([0, 1].every((edge) => metric(grpcOnly, 'stowage_edge_requests_total', `edge="${edge}"`) > 0), 'gRPC connections on both edges');
   const rest = await Promise.all(Array.from({ length: 12 }, () => restInfer(/** @type {string} */ (server.rest), 'digits', body)));

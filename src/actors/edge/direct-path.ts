@@ -23,12 +23,14 @@
  * copy (`inlineData`) here instead of on the main thread, and the hops are edge -> device -> edge.
  */
 import type { MessagePort } from 'node:worker_threads';
-import type { DirectStart, EdgePlacement, EdgeRoute, Served } from '../../shared/channels/edge.js';
+import type { DirectStart, EdgePlacement, EdgeRoute } from '../../shared/channels/edge.js';
 import { fill, Router, type FillState } from '../../routing/routing.js';
 import { nowMs, type InferenceRequest } from '../../shared/channels/inference.js';
 import { MODEL_VERSION } from '../../shared/constants.js';
 import { placementOf, type DataPlaneRequest, type InferenceAnswer, type InferOptions } from '../../shared/data-plane.js';
 import { StowageError } from '../../shared/errors.js';
+import { failureReason } from '../../shared/failure-reason.js';
+import { RequestCounters } from '../../shared/request-counters.js';
 import { Leases } from '../../shared/leases.js';
 import type { TensorSpec } from '../../shared/model-spec.js';
 import { checkRequest } from '../../shared/request-check.js';
@@ -45,13 +47,15 @@ export class DirectPath {
   #open: DeviceDoor[] = [];
   /** lpt_packing: each model's replica being filled, and its requests in flight from here per device. */
   readonly #filling = new Map<string, FillState & { inflight: Map<number, number> }>();
-  readonly #served: (served: Served) => void;
+  /** What this edge counts of its requests, where the main thread reads it (shared/request-counters.ts). */
+  readonly #counters: RequestCounters;
 
-  /** `row`: this edge's row in the leases; `served`: what the main thread counts of each request. */
-  constructor(start: DirectStart, row: number, served: (served: Served) => void) {
+  /** `row`: this edge's row in the leases and the counters. */
+  constructor(start: DirectStart, row: number) {
     this.#leases = new Leases(start.leases, row);
     this.#router = new Router(start.routing);
-    this.#served = served;
+    const { memory, slots, rows, devices } = start.counters;
+    this.#counters = new RequestCounters(memory, slots, rows, devices, row);
   }
 
   /** A model's route changed; null: its requests go through the main thread. */
@@ -130,7 +134,10 @@ export class DirectPath {
   async #run(req: DataPlaneRequest, { callDeadlineMs, signal, outputs }: InferOptions, route: EdgeRoute, door: DeviceDoor): Promise<InferenceAnswer> {
     const started = process.hrtime.bigint();
     const { spec, instance } = route;
-    let device: number | null = null;
+    const counters = this.#counters;
+    // Counted here before the answer goes and before the lease is given back: whoever asks for
+    // statistics after the answer finds it counted, and the slot is freed only once it is.
+    const elapsedNs = () => Number(process.hrtime.bigint() - started);
     try {
       const checked = checkRequest(req, spec, undefined, 'any');
       const request: InferenceRequest = {
@@ -142,7 +149,8 @@ export class DirectPath {
         placement: outputs ? placementOf(outputs, checked.outputs.map((name) => spec.clientOutputs.find((t) => t.name === name) as TensorSpec)) : null,
         deadlineMs: Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000),
       };
-      device = door.deviceId;
+      const device = door.deviceId;
+      counters.routed(route.slot, device);
       this.#count(spec.name, device, 1);
       let result;
       try {
@@ -150,10 +158,10 @@ export class DirectPath {
       } finally {
         this.#count(spec.name, device, -1);
       }
-      this.#served({ model: spec.name, device, durationNs: Number(process.hrtime.bigint() - started), outcome: { ok: true, batchSize: checked.batchSize, queueNs: result.queueNs, timing: result.timing } });
+      counters.succeeded(route.slot, checked.batchSize, elapsedNs(), result.queueNs, result.timing);
       return { outputs: result.outputs, placed: result.placed && request.placement ? { bytes: result.placed, placement: request.placement } : null };
     } catch (err) {
-      this.#served({ model: spec.name, device, durationNs: Number(process.hrtime.bigint() - started), outcome: { ok: false, ...(err instanceof StowageError ? { code: err.code } : {}) } });
+      counters.failed(route.slot, failureReason(err instanceof StowageError ? err.code : undefined), elapsedNs());
       throw err;
     } finally {
       this.#leases.release(route.slot);

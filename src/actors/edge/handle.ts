@@ -9,8 +9,9 @@
  * The direct path (actors/edge/direct-path.ts): the edges route plain inferences to the device
  * actors themselves. This handle gives each edge what that takes: every model's route as the
  * registry changes it, the leases' shared memory, and a door to each device actor that serves
- * (again after a device restarts, none to one taken out of service); it hears back what each such
- * request did, for statistics and metrics (`served`).
+ * (again after a device restarts, none to one taken out of service), and the shared memory where
+ * it counts what each such request did (shared/request-counters.ts), which statistics and metrics
+ * read there.
  *
  * An edge thread that dies (an uncaught error) has failed only its own connections: its
  * inferences still running are cancelled, its leases given back, and a replacement starts on the
@@ -21,8 +22,9 @@ import v8 from 'node:v8';
 import { Worker, type MessagePort } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
-import type { DirectStart, EdgeRoute, EdgeStart, FromEdge, Served, ToEdge } from '../../shared/channels/edge.js';
+import type { DirectStart, EdgeRoute, EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js';
 import type { Leases } from '../../shared/leases.js';
+import type { RequestCounters } from '../../shared/request-counters.js';
 import type { Infer, InferenceAnswer } from '../../shared/data-plane.js';
 import { errors, toErrorData } from '../../shared/errors.js';
 import { WORKER_YOUNG_GENERATION_MIB } from '../../shared/constants.js';
@@ -33,8 +35,6 @@ const WORKER_URL = new URL('./worker.js', import.meta.url);
 
 /** An edge thread's start must not take longer than this (it loads the protos and binds two ports). */
 const EDGE_START_TIMEOUT_MS = 30_000;
-/** How long statistics wait for an edge to flush its `served` records (a busy or dead edge is not waited for longer). */
-const EDGE_FLUSH_TIMEOUT_MS = 250;
 
 /**
  * The main thread's V8 old-space floor (main.js: `--initial-old-space-size`), which every other
@@ -57,12 +57,37 @@ async function withEdgeHeap<T>(start: () => Promise<T>): Promise<T> {
   }
 }
 
-/** The edges' metrics: requests per edge ("main" when the main thread is the only edge), and restarts. */
+/**
+ * The edges' metrics: inference requests per edge ("main" when the main thread is the only edge),
+ * those through the pipeline counted here and those an edge routed itself read where the edge
+ * counted them (`directFrom`), and restarts.
+ */
 export function edgeMetrics(registry: Registry) {
+  const viaPipeline = new Map<string, number>();
+  let direct: () => Map<string, number> = () => new Map();
+  new Counter({
+    name: 'stowage_edge_requests_total', help: 'Inference requests each edge took (gRPC and REST; edge "main" when endpoints.edge_threads is 0)', labelNames: ['edge'], registers: [registry],
+    collect() {
+      this.reset();
+      const routed = direct();
+      for (const edge of new Set([...viaPipeline.keys(), ...routed.keys()])) this.inc({ edge }, (viaPipeline.get(edge) ?? 0) + (routed.get(edge) ?? 0));
+    },
+  });
+  new Counter({
+    name: 'stowage_edge_direct_requests_total', help: 'Of the inference requests each edge thread took, those it handed to a device actor itself (the direct path), not through the main thread', labelNames: ['edge'], registers: [registry],
+    collect() {
+      this.reset();
+      for (const [edge, n] of direct()) this.inc({ edge }, n);
+    },
+  });
   return {
-    requests: new Counter({ name: 'stowage_edge_requests_total', help: 'Inference requests each edge handed to the pipeline (gRPC and REST; edge "main" when endpoints.edge_threads is 0)', labelNames: ['edge'], registers: [registry] }),
+    /** An edge handed a request to the pipeline. */
+    viaPipeline: (edge: string) => viaPipeline.set(edge, (viaPipeline.get(edge) ?? 0) + 1),
+    /** Where the edges' own requests are counted, per edge. */
+    directFrom: (source: () => Map<string, number>) => {
+      direct = source;
+    },
     restarts: new Counter({ name: 'stowage_edge_restarts_total', help: 'Edge threads that died (an uncaught error) and were replaced', registers: [registry] }),
-    direct: new Counter({ name: 'stowage_edge_direct_requests_total', help: 'Of the inference requests each edge thread took, those it handed to a device actor itself (the direct path), not through the main thread', labelNames: ['edge'], registers: [registry] }),
   };
 }
 
@@ -82,8 +107,9 @@ export interface EdgeDirect {
   /** Every model's route now (a new edge's start); changes come through `routeChanged`. */
   routes(): EdgeRoute[];
   devices: readonly DoorSource[];
-  /** Count a request an edge routed itself (statistics, metrics). */
-  served(served: Served): void;
+  /** Where the edges count the requests they route themselves (statistics and metrics read them there). */
+  counters: RequestCounters;
+  countersShape: DirectStart['counters'];
 }
 
 export interface EdgeOptions {
@@ -126,20 +152,16 @@ function answerBuffers(answer: InferenceAnswer): ArrayBuffer[] {
 export class EdgeThreads {
   readonly #o: EdgeOptions;
   readonly #edges: (Edge | undefined)[] = [];
-  readonly #requests: Counter<'edge'>;
-  readonly #restarts: Counter;
-  readonly #direct: Counter<'edge'>;
+  readonly #metrics: ReturnType<typeof edgeMetrics>;
   #ports = { grpc: 0, http: 0 };
   #stopping = false;
-  /** Flushes waiting for an edge's `flushed`, by id. */
-  readonly #flushes = new Map<number, () => void>();
-  #nextFlush = 1;
 
   constructor(options: EdgeOptions) {
     this.#o = options;
-    this.#requests = options.metrics.requests;
-    this.#restarts = options.metrics.restarts;
-    this.#direct = options.metrics.direct;
+    this.#metrics = options.metrics;
+    const { count, direct } = options;
+    // Every edge's series from its start, at 0 before its first request.
+    options.metrics.directFrom(() => new Map(Array.from({ length: count }, (_, i) => [String(i), direct?.counters.directOf(i) ?? 0])));
   }
 
   /** Start every edge: the first on the configured ports (choosing them when 0), the rest beside it. Resolves to the ports. */
@@ -147,8 +169,6 @@ export class EdgeThreads {
     this.#ports = { grpc: this.#o.endpoints.grpc_port, http: this.#o.endpoints.http_port };
     for (let i = 0; i < this.#o.count; i++) {
       this.#ports = await withEdgeHeap(() => this.#spawn(i));
-      this.#requests.inc({ edge: String(i) }, 0);
-      this.#direct.inc({ edge: String(i) }, 0);
     }
     return this.#ports;
   }
@@ -183,27 +203,6 @@ export class EdgeThreads {
     if (this.#o.direct) this.#broadcast({ type: 'deviceOut', deviceId, why });
   }
 
-  /**
-   * Resolves once every edge's `served` records posted so far have been counted here: a client that
-   * had its answer from an edge and then asks for statistics (through any edge) sees its request.
-   * An edge that does not answer within EDGE_FLUSH_TIMEOUT_MS (busy, or gone) is not waited for.
-   */
-  async flush(): Promise<void> {
-    if (!this.#o.direct) return; // only the direct path's requests are counted from `served`
-    await Promise.all(this.#edges.filter((e): e is Edge => e !== undefined).map((edge) => new Promise<void>((resolve) => {
-      const id = this.#nextFlush++;
-      const timer = setTimeout(() => {
-        this.#flushes.delete(id);
-        resolve();
-      }, EDGE_FLUSH_TIMEOUT_MS);
-      this.#flushes.set(id, () => {
-        clearTimeout(timer);
-        resolve();
-      });
-      edge.outbox.push({ type: 'flush', id });
-    })));
-  }
-
   #openDoor(edge: Edge, device: DoorSource): void {
     const port = device.openEdgeDoor();
     if (port) edge.outbox.push({ type: 'door', deviceId: device.deviceId, port, waitBoundMs: device.waitBoundMs }, [port]);
@@ -226,7 +225,7 @@ export class EdgeThreads {
     const { endpoints, admission, logLevel, logger } = this.#o;
     const direct = this.#o.direct;
     const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel,
-      direct: direct ? { leases: direct.leases.buffer, routing: direct.routing } : null };
+      direct: direct ? { leases: direct.leases.buffer, routing: direct.routing, counters: direct.countersShape } : null };
     const worker = new Worker(WORKER_URL, {
       workerData: start,
       name: `edge-${index}`,
@@ -279,7 +278,7 @@ export class EdgeThreads {
         }
         if (this.#stopping) return;
         // Its connections died with it; the others never noticed. A replacement listens beside them.
-        this.#restarts.inc();
+        this.#metrics.restarts.inc();
         logger.error({ edge: index, code, err: lastError }, 'edge thread crashed: its connections are closed; starting another');
         withEdgeHeap(() => this.#spawn(index)).then(
           () => logger.info({ edge: index }, 'edge thread restarted'),
@@ -307,7 +306,7 @@ export class EdgeThreads {
       case 'infer': {
         const abort = new AbortController();
         edge.inferences.set(msg.id, abort);
-        this.#requests.inc({ edge: String(edge.index) });
+        this.#metrics.viaPipeline(String(edge.index));
         this.#o.infer(msg.request, { ...msg.options, signal: abort.signal })
           .then((answer) => reply({ type: 'answer', id: msg.id, answer }, answerBuffers(answer)), (err: unknown) => reply({ type: 'failed', id: msg.id, error: toErrorData(err) }))
           .finally(() => edge.inferences.delete(msg.id));
@@ -316,20 +315,9 @@ export class EdgeThreads {
       case 'cancel':
         edge.inferences.get(msg.id)?.abort();
         return;
-      case 'served':
-        this.#requests.inc({ edge: String(edge.index) });
-        this.#direct.inc({ edge: String(edge.index) });
-        this.#o.direct?.served(msg.served);
-        return;
       case 'drained':
         edge.markDrained();
         return;
-      case 'flushed': {
-        const done = this.#flushes.get(msg.id);
-        this.#flushes.delete(msg.id);
-        done?.();
-        return;
-      }
       case 'listening':
         return;
     }

@@ -46,8 +46,8 @@ const admission = new Admission(endpoints.max_concurrent_requests, endpoints.max
 const outbox = new Outbox<FromEdge>((messages, transfer) => port.postMessage(messages, transfer));
 const post = (msg: FromEdge, transfer: ArrayBuffer[] = []) => outbox.push(msg, transfer);
 
-// Plain inferences go to the devices from here (direct-path.ts); the main thread counts them.
-const direct = start.direct ? new DirectPath(start.direct, start.edge, (served) => post({ type: 'served', served })) : null;
+// Plain inferences go to the devices from here (direct-path.ts), counted here in shared memory.
+const direct = start.direct ? new DirectPath(start.direct, start.edge) : null;
 
 /**
  * Calls and inferences waiting for the main thread, by id. No timer of their own: the main thread
@@ -184,9 +184,6 @@ function receive(msg: ToEdge): void {
       return;
     case 'deviceOut':
       direct?.deviceOut(msg.deviceId, msg.why);
-      return;
-    case 'flush':
-      post({ type: 'flushed', id: msg.id }); // behind every `served` already in the outbox
       return;
     case 'drain':
       health.close();

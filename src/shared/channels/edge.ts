@@ -12,10 +12,9 @@
  * detached); its answer's output buffers come back transferred the same way.
  */
 import type { MessagePort } from 'node:worker_threads';
-import type { ErrorCode, ErrorData } from '../errors.js';
+import type { ErrorData } from '../errors.js';
 import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../data-plane.js';
 import type { InstanceKey, ModelSpec } from '../model-spec.js';
-import type { ExecutionTiming } from './inference.js';
 import type { FillPolicy } from '../config-schema.js';
 
 /**
@@ -56,17 +55,11 @@ export interface DirectStart {
   leases: SharedArrayBuffer;
   /** How the edge picks among the devices it has doors to (gateway.scheduling.mode). */
   routing: 'round_robin' | 'least_outstanding';
-}
-
-/**
- * What the main thread counts of a request an edge routed itself: statistics and metrics stay
- * one per process. `device`: where it ran (null: refused before it was handed to one).
- */
-export interface Served {
-  model: string;
-  device: number | null;
-  durationNs: number;
-  outcome: { ok: true; batchSize: number; queueNs: number; timing: ExecutionTiming } | { ok: false; code?: ErrorCode };
+  /**
+   * Where the edge counts the requests it routes itself (shared/request-counters.ts; its row is its
+   * index): statistics and metrics read them there, one count per process.
+   */
+  counters: { memory: SharedArrayBuffer; slots: number; rows: number; devices: number };
 }
 
 /** What an edge thread starts with (its workerData). */
@@ -106,12 +99,7 @@ export type ToEdge =
    */
   | { type: 'door'; deviceId: number; port: MessagePort; waitBoundMs: number }
   /** Device `deviceId` was taken out of service (`why`): route nothing more to it, and close its door. */
-  | { type: 'deviceOut'; deviceId: number; why: string }
-  /**
-   * Answer `flushed` `id`: it comes after every `served` the edge posted before (one port, in
-   * order), so what the main thread counts then includes every request the edge had answered.
-   */
-  | { type: 'flush'; id: number };
+  | { type: 'deviceOut'; deviceId: number; why: string };
 
 export type FromEdge =
   /** Listening on these ports: the process's ports, when the first edge chose them. */
@@ -123,8 +111,4 @@ export type FromEdge =
   /** The client of inference `id` went away: cancel it. */
   | { type: 'cancel'; id: number }
   /** The ports are closed and nothing is in flight here any more. */
-  | { type: 'drained' }
-  /** A request the edge routed itself was answered (or failed): for statistics and metrics. */
-  | { type: 'served'; served: Served }
-  /** The answer to `flush` `id`. */
-  | { type: 'flushed'; id: number };
+  | { type: 'drained' };

@@ -1,10 +1,12 @@
 // An edge thread's direct path over real MessagePorts standing in for the device actors' ends of
-// its doors: which door a request takes when a device lost the model, and what a device taken out
-// of service does to the requests pending on its door.
+// its doors: which door a request takes when a device lost the model, what a device taken out of
+// service does to the requests pending on its door, and each request counted in shared memory
+// (shared/request-counters.ts) before its answer.
 import { MessageChannel } from 'node:worker_threads';
 import test from 'ava';
 import { DirectPath } from '../../../../dist/actors/edge/direct-path.js';
 import { Leases } from '../../../../dist/shared/leases.js';
+import { RequestCounters } from '../../../../dist/shared/request-counters.js';
 import { instanceKey } from '../../../../dist/shared/model-spec.js';
 import { modelSpec, tensorSpec } from '../../../helpers/specs.js';
 import { stowageError } from '../../../helpers/errors.js';
@@ -22,20 +24,25 @@ function edge(t, devices, holders) {
   const memory = Leases.memory(1);
   const main = new Leases(memory);
   main.open(0, 1);
-  const path = new DirectPath({ leases: memory, routing: 'round_robin' }, 0, () => {});
+  const counted = { memory: RequestCounters.memory(1, 1, 3), slots: 1, rows: 1, devices: 3 };
+  const path = new DirectPath({ leases: memory, routing: 'round_robin', counters: counted }, 0);
   path.route('m', { model: 'm', spec, instance, slot: 0, tag: 1, ...(holders ? { devices: holders } : {}) });
-  /** @type {Map<number, { port: import('node:worker_threads').MessagePort, got: number, closed: boolean }>} */
+  /** @type {Map<number, { port: import('node:worker_threads').MessagePort, got: number, closed: boolean, ids: number[] }>} */
   const ends = new Map();
   for (const id of devices) {
     const { port1, port2 } = new MessageChannel();
-    const end = { port: port1, got: 0, closed: false };
-    port1.on('message', (/** @type {{ type: string }[]} */ messages) => { end.got += messages.filter((m) => m.type === 'infer').length; });
+    const end = { port: port1, got: 0, closed: false, ids: /** @type {number[]} */ ([]) };
+    port1.on('message', (/** @type {{ type: string, id: number }[]} */ messages) => {
+      for (const m of messages) if (m.type === 'infer') end.ids.push(m.id);
+      end.got += messages.filter((m) => m.type === 'infer').length;
+    });
     port1.on('close', () => { end.closed = true; });
     ends.set(id, end);
     path.door(id, port2, 10_000);
   }
   t.teardown(() => { for (const e of ends.values()) e.port.close(); });
-  return { path, ends };
+  // The main thread's view of the counters (row -1: it reads them).
+  return { path, ends, counters: new RequestCounters(counted.memory, 1, 1, 3), main };
 }
 
 /** @returns {import('../../../../dist/shared/data-plane.js').DataPlaneRequest} */
@@ -78,4 +85,33 @@ test('a request whose client went before it was handed over is not sent', async 
   t.is(err.code, 'STOWAGE_CANCELLED');
   await turn();
   t.is(ends.get(0)?.got, 0);
+});
+
+test('each request is counted in shared memory before it is answered: routes, successes with their times, failures by reason', async (t) => {
+  const { path, ends, counters, main } = edge(t, [0, 1]);
+  const answered = /** @type {Promise<unknown>} */ (path.infer(request(), options()));
+  const failing = /** @type {Promise<unknown>} */ (path.infer(request(), options()));
+  await turn();
+  const [a, b] = [ends.get(0), ends.get(1)];
+  t.deepEqual([a?.got, b?.got], [1, 1], 'in turn: one on each device');
+  const timing = { computeInputNs: 10, computeInferNs: 20, computeOutputNs: 30, batchRows: 1, executedBatchSize: 1, requests: 1 };
+  a?.port.postMessage({ type: 'executed', results: [{ id: a.ids[0], outputs: [], queueNs: 5 }], timing });
+  b?.port.postMessage({ type: 'failed', id: b.ids[0], error: { code: 'STOWAGE_EXECUTION_FAILED', message: 'the run failed' } });
+  await answered;
+  const counts = counters.read(0);
+  t.is(counts.success.count, 1, 'counted by the time its answer resolved');
+  t.true(counts.success.ns > 0);
+  t.deepEqual([counts.rows, counts.queueNs, counts.computeInputNs, counts.computeInferNs, counts.computeOutputNs], [1, 5, 10, 20, 30]);
+  await t.throwsAsync(failing);
+  const after = counters.read(0);
+  t.is(after.fail.count, 1);
+  t.is(after.failures.get('BACKEND'), 1, 'by Triton\'s reason');
+  t.deepEqual(after.routes, [1, 1, 0], 'one request to each device');
+  t.is(counters.directOf(0), 2);
+  t.true(after.lastMs > 0);
+  t.is(main.held(0), 0, 'both leases given back after their counts');
+  const taken = counters.take(0);
+  t.is(taken.success.count, 1);
+  t.is(counters.read(0).success.count, 0, 'taken: the slot starts again at zero');
+  t.is(counters.directOf(0), 2, 'the edge\'s total stays');
 });

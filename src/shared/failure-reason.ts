@@ -1,5 +1,5 @@
 /** Triton's reasons for a failed request (nv_inference_request_failure's `reason` label). */
-import type { ErrorCode } from '../shared/errors.js';
+import type { ErrorCode } from './errors.js';
 
 export const FAILURE_REASONS = ['REJECTED', 'CANCELED', 'BACKEND', 'OTHER'] as const;
 export type FailureReason = (typeof FAILURE_REASONS)[number];
