@@ -43,7 +43,9 @@ test('four nodes, two pooled gateways: one placement, the right answers, far few
   const first = await placements(gateways[0].adminPort);
   t.deepEqual(await placements(gateways[1].adminPort), first, 'both gateways place alike');
   for (const [, on] of first) t.true(on.length === 1 && addresses.includes(on[0]));
-  t.is(new Set([...first.values()].flat()).size, 4, 'the models spread over every node');
+  // Rendezvous hashing spreads the 16 models over the nodes (ports chosen at random name them):
+  // at least three of the four hold some (two empty has a chance of about 1 in 10,000).
+  t.true(new Set([...first.values()].flat()).size >= 3, 'the models spread over the nodes');
 
   // Zipf traffic through both gateways.
   const picks = zipfPicks(catalog, 800, 7);
