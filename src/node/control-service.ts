@@ -2,7 +2,7 @@
  * Stowage's control service (proto/control.proto): the seam a large deployment's own control plane
  * integrates against: each model's state, residency and learned costs; its scheduling policy and
  * residency changed at run time; the weight arenas compacted on demand. Plain functions of the
- * request, on the main thread (protocol/operations.ts); the gRPC table is protocol/grpc-services.ts.
+ * request, on the main thread (shared/operations.ts); the gRPC table is protocol/grpc-services.ts.
  */
 import type { Logger } from 'pino';
 import type { Devices } from './devices.js';

@@ -9,7 +9,7 @@
  *   server, SERVING once it serves, NOT_SERVING while it starts or stops.
  */
 import type { HealthSource } from '../protocol/health-service.js';
-import type { ServingStatus } from '../protocol/operations.js';
+import type { ServingStatus } from '../shared/operations.js';
 import { ModelState, type ModelRegistry } from './model-registry.js';
 
 export class Health implements HealthSource {

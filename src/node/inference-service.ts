@@ -1,6 +1,6 @@
 /**
  * What each KServe V2 operation (and Triton's extensions) answers on a node, on the main thread:
- * plain functions of the request (protocol/operations.ts), which every edge calls, the gRPC table
+ * plain functions of the request (shared/operations.ts), which every edge calls, the gRPC table
  * (protocol/grpc-services.ts) and the REST routes (protocol/rest-routes.ts) alike, in this thread
  * or from an edge thread. Inferences go through the pipeline (pipeline.ts) instead.
  */

@@ -40,13 +40,13 @@ import { markOwnedBuffers } from '../protocol/message-buffers.js';
 import { passEncodedResponses } from '../protocol/infer-response-wire.js';
 import { controlTable, inferenceTable } from '../protocol/grpc-services.js';
 import { HealthService } from '../protocol/health-service.js';
-import type { Operations } from '../protocol/operations.js';
+import type { Operations } from '../shared/operations.js';
 import { kserveOperations } from './inference-service.js';
 import { restRoutes } from '../protocol/rest-routes.js';
 import { HttpEdge } from '../protocol/http-edge.js';
 import type { Infer } from '../shared/data-plane.js';
 import { Pipeline } from './pipeline.js';
-import { edgeMetrics, EdgeThreads, type EdgeDirect, type EdgeOptions } from '../actors/edge/handle.js';
+import { edgeMetrics, EdgeThreads, type EdgeDirect } from '../actors/edge/handle.js';
 import { LEASE_SLOTS, Leases } from '../shared/leases.js';
 import { RequestCounters } from '../shared/request-counters.js';
 import type { EdgeRoute } from '../shared/channels/edge.js';
@@ -396,7 +396,7 @@ export class StowageServer {
     return repository;
   }
 
-  /** Every operation the edges answer, as plain functions (protocol/operations.ts). */
+  /** Every operation the edges answer, as plain functions (shared/operations.ts). */
   #operations(devices: Devices, repository: ModelRepository, workers: ResolvedWorker[], health: Health): Operations {
     const { endpoints } = this.#config.global;
     const logger = this.#logger;
@@ -426,7 +426,7 @@ export class StowageServer {
   async #startEdgeThreads(edgeCount: number, devices: Devices, ops: Operations, pipeline: Pipeline, health: Health): Promise<void> {
     const { endpoints } = this.#config.global;
     const direct = this.#directPath(devices, edgeCount);
-    const edges = new EdgeThreads({ count: edgeCount, endpoints, admission: this.#admission, logLevel: this.#logger.level, operations: ops as unknown as EdgeOptions['operations'],
+    const edges = new EdgeThreads({ count: edgeCount, endpoints, admission: this.#admission, logLevel: this.#logger.level, operations: ops,
       infer: (request, options) => pipeline.infer(request, options), direct, logger: this.#logger, metrics: edgeMetrics(this.metrics.registry) });
     this.#edgeThreads = edges;
     this.registry.watchRoutes((model, route) => edges.routeChanged(model, this.#edgeRoute?.(route) ?? null));

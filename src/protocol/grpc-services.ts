@@ -16,7 +16,7 @@ import { fromModelInferRequest, inferResponse } from './codec.js';
 import { callDeadlineMs, type GrpcEdge } from './edge.js';
 import { ResponseFrame, type EncodedResponse } from './infer-response-wire.js';
 import { ownsItsBuffer } from './message-buffers.js';
-import { CONTROL_OPERATIONS, KSERVE_OPERATIONS, type Operations } from './operations.js';
+import { CONTROL_OPERATIONS, KSERVE_OPERATIONS, type Operations } from '../shared/operations.js';
 import type { ModelInferRequest, ModelInferResponse } from './types.js';
 
 /** A call's W3C trace context (traceparent, tracestate) from its gRPC metadata. */

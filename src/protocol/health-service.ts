@@ -11,7 +11,7 @@
 import type * as grpc from '@grpc/grpc-js';
 import { service as healthDefinition } from 'grpc-health-check';
 import type { GrpcEdge } from './edge.js';
-import type { ServingStatus } from './operations.js';
+import type { ServingStatus } from '../shared/operations.js';
 
 interface HealthCheckRequest {
   service: string;

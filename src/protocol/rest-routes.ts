@@ -7,7 +7,7 @@
  * thread alike.
  */
 import { refusedLater, type Infer } from '../shared/data-plane.js';
-import type { Operations } from './operations.js';
+import type { Operations } from '../shared/operations.js';
 import { jsonBody, type RestReply, type RestRoute } from './http-edge.js';
 import { parseRestInfer, restInferResponse, toParameters } from './rest-tensors.js';
 import { errors } from '../shared/errors.js';

@@ -63,8 +63,4 @@ export interface ModelInferResponse {
   raw_output_contents: Buffer[];
 }
 
-/** Requests that name a model (ModelReady, ModelMetadata, ModelConfig). */
-export interface ModelRef {
-  name: string;
-  version: string;
-}
+export type { ModelRef } from '../shared/operations.js';

@@ -25,6 +25,7 @@ import { Counter, type Registry } from 'prom-client';
 import type { DirectStart, EdgeRoute, EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js';
 import type { Leases } from '../../shared/leases.js';
 import type { RequestCounters } from '../../shared/request-counters.js';
+import { callOperation, type Operations } from '../../shared/operations.js';
 import type { Infer, InferenceAnswer } from '../../shared/data-plane.js';
 import { errors, toErrorData } from '../../shared/errors.js';
 import { WORKER_YOUNG_GENERATION_MIB } from '../../shared/constants.js';
@@ -115,12 +116,12 @@ export interface EdgeDirect {
 export interface EdgeOptions {
   count: number;
   /** The node file's endpoints section, as it is. */
-  endpoints: EdgeStart['endpoints'] & { grpc_port: number; http_port: number };
+  endpoints: EdgeStart['endpoints'];
   /** The process's admission: its counters are shared with the edges, and a dead edge's share is given back. */
   admission: Admission;
   logLevel: string;
-  /** Every operation the edges may ask for (protocol/operations.ts), by name. */
-  operations: Record<string, (request: never) => unknown>;
+  /** Every operation the edges may ask for (shared/operations.ts), by name. */
+  operations: Operations;
   infer: Infer;
   /** The direct path's sources; absent: every inference goes through `infer`. */
   direct?: EdgeDirect;
@@ -294,13 +295,13 @@ export class EdgeThreads {
     };
     switch (msg.type) {
       case 'call': {
-        const operation = this.#o.operations[msg.op];
+        const { id, type: _call, ...call } = msg;
         Promise.resolve()
           .then(() => {
-            if (!operation) throw errors.unimplementedRpc(msg.op);
-            return operation(msg.request as never);
+            if (typeof this.#o.operations[call.op] !== 'function') throw errors.unimplementedRpc(call.op);
+            return callOperation(this.#o.operations, call);
           })
-          .then((value) => reply({ type: 'reply', id: msg.id, reply: value }), (err: unknown) => reply({ type: 'failed', id: msg.id, error: toErrorData(err) }));
+          .then((value) => reply({ type: 'reply', id, reply: value }), (err: unknown) => reply({ type: 'failed', id, error: toErrorData(err) }));
         return;
       }
       case 'infer': {

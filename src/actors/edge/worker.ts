@@ -4,7 +4,7 @@
  * accepted socket through its connection injector), decodes every request, admits it against the
  * process's one admission (shared counters), and encodes every answer. What only the main thread
  * may answer goes there over this thread's port (shared/channels/edge.ts): each operation by name
- * (protocol/operations.ts), each inference as the data plane's request, handed to the pipeline
+ * (shared/operations.ts), each inference as the data plane's request, handed to the pipeline
  * there; the answer comes back here and is framed on this thread. Streams stay on their edge.
  *
  * A plain inference (a ready model's, inline, without hooks) goes to a device actor straight from
@@ -16,7 +16,6 @@
  */
 import { existsSync, renameSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
-import type { NodeConfig } from '../../shared/config-schema.js';
 import type { EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js';
 import type { DataPlaneRequest, Infer, InferenceAnswer } from '../../shared/data-plane.js';
 import { errors, fromErrorData, type ErrorData } from '../../shared/errors.js';
@@ -30,14 +29,14 @@ import { HealthService } from '../../protocol/health-service.js';
 import { HttpEdge } from '../../protocol/http-edge.js';
 import { passEncodedResponses } from '../../protocol/infer-response-wire.js';
 import { markOwnedBuffers } from '../../protocol/message-buffers.js';
-import { OPERATION_NAMES, type Operations } from '../../protocol/operations.js';
+import { operationsVia } from '../../shared/operations.js';
 import { loadControlClient, loadInferenceClient } from '../../protocol/proto.js';
 import { restRoutes } from '../../protocol/rest-routes.js';
 import { DirectPath } from './direct-path.js';
 
 const start = workerData as EdgeStart;
 const port = parentPort!;
-const endpoints = start.endpoints as NodeConfig['global']['endpoints'];
+const { endpoints } = start;
 const logger = createLogger(start.logLevel).child({ edge: start.edge });
 // The process's one admission, this edge counting its share in a slot of its own (the main thread's is 0).
 const admission = new Admission(endpoints.max_concurrent_requests, endpoints.max_inflight_bytes, start.admission, start.edge + 1);
@@ -63,7 +62,7 @@ function ask<T>(msg: FromEdge & { id: number }, transfer?: ArrayBuffer[]): Promi
 }
 
 /** Every operation, answered by the main thread. */
-const ops = Object.fromEntries(OPERATION_NAMES.map((op) => [op, (request: unknown) => ask({ type: 'call', id: nextId++, op, request })])) as unknown as Operations;
+const ops = operationsVia((call) => ask({ type: 'call', id: nextId++, ...call }));
 
 /**
  * Fault injection, for the test of an edge's crash (test/adversarial/faults.test.js): when the

@@ -2,7 +2,7 @@
  * The channel between the main thread and an edge thread (actors/edge/): each edge terminates
  * gRPC and REST on the node's ports (the kernel spreads connections over the edges), decodes,
  * admits and encodes, and hands the main thread what only it may answer: every operation of
- * protocol/operations.ts by name, and every inference as the data plane's request
+ * shared/operations.ts by name, and every inference as the data plane's request
  * (data-plane.ts), whose answer comes back to the edge that asked. Types only; both sides
  * `import type` it. Each side sends what one event-loop turn produced as one array of these
  * (shared/outbox.ts).
@@ -13,9 +13,10 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 import type { ErrorData } from '../errors.js';
+import type { AnyOperationReply, OperationCall } from '../operations.js';
 import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../data-plane.js';
 import type { InstanceKey, ModelSpec } from '../model-spec.js';
-import type { FillPolicy } from '../config-schema.js';
+import type { FillPolicy, NodeConfig } from '../config-schema.js';
 
 /**
  * Where `lpt_packing` placed a model (node/devices.ts), for an edge to route it there itself: its
@@ -67,7 +68,7 @@ export interface EdgeStart {
   /** 0, 1, ...: the edge's number in logs and metrics. */
   edge: number;
   /** The node file's endpoints section. */
-  endpoints: unknown;
+  endpoints: NodeConfig['global']['endpoints'];
   /** The ports to listen on (with SO_REUSEPORT, beside the other edges); 0: a free one, reported back. */
   ports: { grpc: number; http: number };
   /** The admission's shared counters (protocol/admission.ts). */
@@ -79,7 +80,7 @@ export interface EdgeStart {
 
 export type ToEdge =
   /** The reply to `call` `id`. */
-  | { type: 'reply'; id: number; reply: unknown }
+  | { type: 'reply'; id: number; reply: AnyOperationReply }
   /** The answer to `infer` `id`, its output buffers transferred. */
   | { type: 'answer'; id: number; answer: InferenceAnswer }
   /** `call` or `infer` `id` failed. */
@@ -104,8 +105,8 @@ export type ToEdge =
 export type FromEdge =
   /** Listening on these ports: the process's ports, when the first edge chose them. */
   | { type: 'listening'; ports: { grpc: number; http: number } }
-  /** An operation of protocol/operations.ts by name, answered `reply` or `failed`. */
-  | { type: 'call'; id: number; op: string; request: unknown }
+  /** An operation of shared/operations.ts by name with its request, answered `reply` or `failed`. */
+  | ({ type: 'call'; id: number } & OperationCall)
   /** An inference for the pipeline, its inline buffers transferred; answered `answer` or `failed`. */
   | { type: 'infer'; id: number; request: DataPlaneRequest; options: Omit<InferOptions, 'signal'> }
   /** The client of inference `id` went away: cancel it. */

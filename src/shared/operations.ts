@@ -2,15 +2,20 @@
  * Every operation the edges answer besides inferences, as plain functions of a request: KServe's
  * and Triton's (node/inference-service.ts implements them), Stowage's control service
  * (node/control-service.ts) and the health status (node/health.ts). The gRPC tables
- * (grpc-services.ts, health-service.ts) and the REST routes (rest-routes.ts) call them, on the main
+ * (protocol/grpc-services.ts, protocol/health-service.ts) and the REST routes
+ * (protocol/rest-routes.ts) call them, on the main
  * thread as they are, or from an edge thread through its port (actors/edge/: each call posted to
  * the main thread and its reply posted back), which is why every reply may be a promise and every
  * request and reply is data. What a reply holds is the gRPC message's shape (int64 as strings);
  * the REST routes word it as Triton's HTTP endpoint does.
  */
-import type { ModelRef } from './types.js';
-
 type Awaitable<T> = T | Promise<T>;
+
+/** Requests that name a model (ModelReady, ModelMetadata, ModelConfig, ModelStatistics). */
+export interface ModelRef {
+  name: string;
+  version: string;
+}
 
 /** A log setting as LogSettings carries it. */
 export type LogSettingValue = { parameter_choice?: 'bool_param' | 'uint32_param' | 'string_param'; bool_param?: boolean; uint32_param?: number; string_param?: string };
@@ -72,3 +77,27 @@ export const OPERATION_NAMES: readonly OperationName[] = [
 export const KSERVE_OPERATIONS: readonly OperationName[] = OPERATION_NAMES.slice(0, 17);
 /** Stowage's control service. */
 export const CONTROL_OPERATIONS: readonly OperationName[] = ['ModelControlStatus', 'SetModelPolicy', 'SetModelResidency', 'CompactMemory', 'PrefetchModel'];
+
+/** What operation `K` is asked: its one argument (undefined for those that take none). */
+export type OperationRequest<K extends OperationName> = Parameters<Operations[K]> extends [infer R] ? R : undefined;
+/** What operation `K` answers. */
+export type OperationReply<K extends OperationName> = Awaited<ReturnType<Operations[K]>>;
+/** One operation called across threads: its name and its request, typed together. */
+export type OperationCall = { [K in OperationName]: { op: K; request: OperationRequest<K> } }[OperationName];
+/** What any operation answers. */
+export type AnyOperationReply = OperationReply<OperationName>;
+
+/** Run `call` on `ops` (the thread that has them); rejects with its error. */
+export async function callOperation(ops: Operations, call: OperationCall): Promise<AnyOperationReply> {
+  // The union of calls does not tell the compiler that this request is this operation's: it is, by OperationCall's construction.
+  const operation = ops[call.op] as ((request: OperationCall['request']) => Awaitable<AnyOperationReply>) | undefined;
+  if (typeof operation !== 'function') throw new TypeError(`no operation ${JSON.stringify(call.op)}`);
+  return operation.call(ops, call.request);
+}
+
+/** Every operation, each one a call that `send` carries to the thread that has them. */
+export function operationsVia(send: (call: OperationCall) => Promise<AnyOperationReply>): Operations {
+  const ops: Partial<Record<OperationName, (request: OperationCall['request']) => Promise<AnyOperationReply>>> = {};
+  for (const op of OPERATION_NAMES) ops[op] = (request) => send({ op, request } as OperationCall);
+  return ops as Operations;
+}
