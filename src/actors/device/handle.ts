@@ -29,7 +29,7 @@ import { INLINE_RUN_BELOW_MS, DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEO
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
 import type { HookFeed } from '../../shared/channels/hooks.js';
-import type { CudaDeviceInit, DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HostUpdate, InferCommand, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
+import type { CudaDeviceInit, DeviceCall, DeviceClient, Executed, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HostUpdate, InferCommand, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
 import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult, type RegionSlice } from '../../shared/channels/inference.js';
 import { Outbox } from '../../shared/outbox.js';
 import { PendingCalls } from '../../shared/pending-calls.js';
@@ -53,12 +53,6 @@ export enum DeviceState {
 
 /** Where a hook thread sends one request's inputs (the device part of HookFeed). */
 export type HookFeedTarget = Pick<HookFeed, 'deviceId' | 'generation' | 'id'>;
-
-/** One request's share of an execution, as the device answered it. */
-interface Executed {
-  result: Omit<InferenceResult, 'timing'>;
-  timing: ExecutionTiming;
-}
 
 /** The owner of every model's policy (node/model-policies.ts), as a device handle reads it. */
 export interface PolicySource {
@@ -131,7 +125,7 @@ const CALL_TIMEOUT_MS: Record<DeviceCallType, number> = {
   openCudaRegion: DEVICE_START_TIMEOUT_MS,
 };
 
-export class DeviceHandle {
+export class DeviceHandle implements DeviceClient {
   readonly deviceId: number;
   #options: DeviceHandleOptions;
   #worker!: Worker;

@@ -11,20 +11,14 @@
  *   together arrive together and may run as one batch.
  */
 import type { MessagePort, Transferable } from 'node:worker_threads';
-import type { FromDeviceDoor, InferCommand, ToDeviceDoor } from '../../shared/channels/device.js';
-import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult } from '../../shared/channels/inference.js';
+import type { DeviceClient, Executed, FromDeviceDoor, InferCommand, ToDeviceDoor } from '../../shared/channels/device.js';
+import { nowMs, type InferenceRequest, type InferenceResult } from '../../shared/channels/inference.js';
 import { errors, fromErrorData } from '../../shared/errors.js';
 import { modelOf } from '../../shared/model-spec.js';
 import { Outbox } from '../../shared/outbox.js';
 import { PendingCalls } from '../../shared/pending-calls.js';
 
-/** One request's share of an execution, as the device answered it. */
-interface Executed {
-  result: Omit<InferenceResult, 'timing'>;
-  timing: ExecutionTiming;
-}
-
-export class DeviceDoor {
+export class DeviceDoor implements DeviceClient {
   readonly deviceId: number;
   readonly #port: MessagePort;
   readonly #waitBoundMs: number;

@@ -274,6 +274,25 @@ export type FromDeviceDoor =
   | { type: 'executed'; results: ({ id: number } & Omit<InferenceResult, 'timing'>)[]; timing: ExecutionTiming }
   | { type: 'failed'; id: number; error: ErrorData };
 
+/** One request's share of an execution, as the device answered it (to the main thread's handle or an edge's door). */
+export interface Executed {
+  result: Omit<InferenceResult, 'timing'>;
+  timing: ExecutionTiming;
+}
+
+/**
+ * A device actor as a request's thread reaches it: the main thread's handle
+ * (actors/device/handle.ts) and an edge thread's door (actors/edge/device-doors.ts) are both one.
+ * `infer` settles exactly once: the answer, the deadline (or the device's wait bound), the client
+ * going (the device is told to drop it), or the device gone (UNAVAILABLE).
+ */
+export interface DeviceClient {
+  readonly deviceId: number;
+  /** Requests handed to it and not yet settled (least_outstanding routing reads it). */
+  readonly inflight: number;
+  infer(req: InferenceRequest, signal?: AbortSignal): Promise<InferenceResult>;
+}
+
 /** device actor -> main thread */
 export type FromDevice =
   | { type: 'started' }
