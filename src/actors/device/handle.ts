@@ -22,10 +22,11 @@
  * read can carry many) cost one wake-up of the device thread and arrive
  * together, so they can run as one batch. Order is kept.
  */
-import { MessageChannel, Worker, type MessagePort, type Transferable } from 'node:worker_threads';
+import { MessageChannel, type MessagePort, type Transferable, type Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { modelOf, type InstanceKey, type ModelSpec } from '../../shared/model-spec.js';
-import { INLINE_RUN_BELOW_MS, DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, WORKER_YOUNG_GENERATION_MIB, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
+import { INLINE_RUN_BELOW_MS, DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
+import { startWorker } from '../../shared/worker-start.js';
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
 import type { HookFeed } from '../../shared/channels/hooks.js';
@@ -176,54 +177,42 @@ export class DeviceHandle implements DeviceClient {
   #spawn(): Promise<void> {
     const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, inlineRunBelowMs: this.#options.inlineRunBelowMs ?? INLINE_RUN_BELOW_MS, threadPool: this.#options.threadPool ?? 'per_session', scheduler: this.#options.scheduler, weights: this.#options.weights, cuda: this.#options.cuda ?? null, warmup: this.#options.warmup ?? false };
     this.#generation++;
-    const worker = new Worker(this.#options.workerUrl ?? DEFAULT_WORKER_URL, {
-      workerData: init,
-      name: `device-${this.deviceId}`,
-      resourceLimits: { maxYoungGenerationSizeMb: WORKER_YOUNG_GENERATION_MIB },
-    });
-    this.#worker = worker;
-    let lastError: Error | undefined;
-    let started = false;
     const startTimeoutMs = this.#options.startTimeoutMs ?? DEVICE_START_TIMEOUT_MS;
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
+    const { worker, started } = startWorker<FromDevice, void>({
+      url: this.#options.workerUrl ?? DEFAULT_WORKER_URL,
+      name: `device-${this.deviceId}`,
+      workerData: init,
+      startTimeoutMs,
+      onMessage: (msg, markStarted) => {
+        if (msg.type !== 'started') return this.#settle(msg);
+        this.#state = DeviceState.READY;
+        markStarted();
+      },
+      onStartTimeout: () => {
         // Given up on: what was sent to it (a replacement's reloads, requests) will never be
         // answered, so it fails now rather than at each call's own timer; its exit, later, is
         // no longer this handle's concern.
         const why = `its worker did not start within ${startTimeoutMs} ms`;
         this.#outbox.clear();
         this.#pending.failAll(errors.deviceUnavailable(this.deviceId, why));
-        void worker.terminate();
-        reject(errors.deviceUnavailable(this.deviceId, why));
-      }, startTimeoutMs);
-      worker.on('message', (msg: FromDevice) => {
-        if (msg.type === 'started') {
-          started = true;
-          clearTimeout(timer);
-          this.#state = DeviceState.READY;
-          resolve();
-          return;
-        }
-        this.#settle(msg);
-      });
-      worker.on('error', (err) => {
-        lastError = err;
-      });
-      worker.on('messageerror', (err) => {
-        lastError = err;
-      });
-      worker.on('exit', (code) => {
-        clearTimeout(timer);
+        return errors.deviceUnavailable(this.deviceId, why);
+      },
+      exitedBeforeStart: (code, lastError) => errors.deviceUnavailable(this.deviceId, this.#exitWhy(code, lastError)),
+      onExit: (code, lastError, hadStarted) => {
         if (worker !== this.#worker) return;
         // What was queued for this worker dies with it (its calls are failed just below).
         this.#outbox.clear();
-        const why = this.#stopping ? 'the server is stopping'
-          : `its worker exited (code ${code}${lastError ? `: ${lastError.message}` : ''})`;
+        const why = this.#exitWhy(code, lastError);
         this.#pending.failAll(errors.deviceUnavailable(this.deviceId, why));
-        if (!started) reject(errors.deviceUnavailable(this.deviceId, why));
-        else this.#onCrash(why);
-      });
+        if (hadStarted) this.#onCrash(why);
+      },
     });
+    this.#worker = worker;
+    return started;
+  }
+
+  #exitWhy(code: number, lastError: Error | undefined): string {
+    return this.#stopping ? 'the server is stopping' : `its worker exited (code ${code}${lastError ? `: ${lastError.message}` : ''})`;
   }
 
   /**

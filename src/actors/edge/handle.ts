@@ -19,7 +19,7 @@
  * of them those it routed itself: stowage_edge_direct_requests_total{edge}.
  */
 import v8 from 'node:v8';
-import { Worker, type MessagePort } from 'node:worker_threads';
+import type { MessagePort, Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
 import type { DirectStart, EdgeRoute, EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js';
@@ -28,9 +28,9 @@ import type { RequestCounters } from '../../shared/request-counters.js';
 import { callOperation, type Operations } from '../../shared/operations.js';
 import type { Infer, InferenceAnswer } from '../../shared/data-plane.js';
 import { errors, toErrorData } from '../../shared/errors.js';
-import { WORKER_YOUNG_GENERATION_MIB } from '../../shared/constants.js';
 import type { Admission } from '../../protocol/admission.js';
 import { Outbox } from '../../shared/outbox.js';
+import { startWorker } from '../../shared/worker-start.js';
 
 const WORKER_URL = new URL('./worker.js', import.meta.url);
 
@@ -227,66 +227,56 @@ export class EdgeThreads {
     const direct = this.#o.direct;
     const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel,
       direct: direct ? { leases: direct.leases.buffer, routing: direct.routing, counters: direct.countersShape } : null };
-    const worker = new Worker(WORKER_URL, {
-      workerData: start,
-      name: `edge-${index}`,
-      resourceLimits: { maxYoungGenerationSizeMb: WORKER_YOUNG_GENERATION_MIB },
-    });
     let markDrained = () => {};
     const drained = new Promise<void>((resolve) => {
       markDrained = resolve;
     });
-    const edge: Edge = { index, worker, outbox: new Outbox<ToEdge>((messages, transfer) => worker.postMessage(messages, transfer)), inferences: new Map(), drained, markDrained };
+    // Its messages come before `edge` is made only if the worker could answer before this returns: it cannot.
+    let edge!: Edge;
+    const { worker, started } = startWorker<FromEdge[], { grpc: number; http: number }>({
+      url: WORKER_URL,
+      name: `edge-${index}`,
+      workerData: start,
+      startTimeoutMs: EDGE_START_TIMEOUT_MS,
+      onMessage: (messages, markStarted) => {
+        for (const msg of messages) {
+          if (msg.type === 'listening') markStarted(msg.ports);
+          else this.#serve(edge, msg);
+        }
+      },
+      onStartTimeout: () => errors.internal(`edge thread ${index} did not start listening within ${EDGE_START_TIMEOUT_MS} ms`),
+      exitedBeforeStart: (code, lastError) => errors.internal(`edge thread ${index} exited (code ${code}) before listening: ${lastError?.message ?? 'no error reported'}`),
+      onExit: (code, lastError, listening) => this.#exited(edge, code, lastError, listening),
+    });
+    edge = { index, worker, outbox: new Outbox<ToEdge>((messages, transfer) => worker.postMessage(messages, transfer)), inferences: new Map(), drained, markDrained };
     this.#edges[index] = edge;
     if (direct) {
       // Routes and doors first: they wait in the worker's inbox until it listens to its port.
       for (const route of direct.routes()) edge.outbox.push({ type: 'route', model: route.model, route });
       for (const device of direct.devices) this.#openDoor(edge, device);
     }
-    return new Promise((resolve, reject) => {
-      let listening = false;
-      const timer = setTimeout(() => {
-        void worker.terminate();
-        reject(errors.internal(`edge thread ${index} did not start listening within ${EDGE_START_TIMEOUT_MS} ms`));
-      }, EDGE_START_TIMEOUT_MS);
-      let lastError: Error | undefined;
-      worker.on('message', (messages: FromEdge[]) => {
-        for (const msg of messages) {
-          if (msg.type === 'listening') {
-            listening = true;
-            clearTimeout(timer);
-            resolve(msg.ports);
-          } else {
-            this.#serve(edge, msg);
-          }
-        }
-      });
-      worker.on('error', (err) => {
-        lastError = err;
-      });
-      worker.on('exit', (code) => {
-        clearTimeout(timer);
-        edge.markDrained();
-        for (const abort of edge.inferences.values()) abort.abort();
-        edge.inferences.clear();
-        // What it had admitted will never leave: its share of the counts is given back, and its leases.
-        admission.forget(index + 1);
-        direct?.leases.forget(index);
-        if (this.#edges[index] === edge) this.#edges[index] = undefined;
-        if (!listening) {
-          reject(errors.internal(`edge thread ${index} exited (code ${code}) before listening: ${lastError?.message ?? 'no error reported'}`));
-          return;
-        }
-        if (this.#stopping) return;
-        // Its connections died with it; the others never noticed. A replacement listens beside them.
-        this.#metrics.restarts.inc();
-        logger.error({ edge: index, code, err: lastError }, 'edge thread crashed: its connections are closed; starting another');
-        withEdgeHeap(() => this.#spawn(index)).then(
-          () => logger.info({ edge: index }, 'edge thread restarted'),
-          (err: unknown) => logger.error({ edge: index, err }, 'edge thread could not be restarted'),
-        );
-      });
-    });
+    return started;
+  }
+
+  /** An edge thread ended: what it held is given back; one that had listened and crashed is replaced. */
+  #exited(edge: Edge, code: number, lastError: Error | undefined, listening: boolean): void {
+    const { admission, logger, direct } = this.#o;
+    const { index } = edge;
+    edge.markDrained();
+    for (const abort of edge.inferences.values()) abort.abort();
+    edge.inferences.clear();
+    // What it had admitted will never leave: its share of the counts is given back, and its leases.
+    admission.forget(index + 1);
+    direct?.leases.forget(index);
+    if (this.#edges[index] === edge) this.#edges[index] = undefined;
+    if (!listening || this.#stopping) return;
+    // Its connections died with it; the others never noticed. A replacement listens beside them.
+    this.#metrics.restarts.inc();
+    logger.error({ edge: index, code, err: lastError }, 'edge thread crashed: its connections are closed; starting another');
+    withEdgeHeap(() => this.#spawn(index)).then(
+      () => logger.info({ edge: index }, 'edge thread restarted'),
+      (err: unknown) => logger.error({ edge: index, err }, 'edge thread could not be restarted'),
+    );
   }
 
   #serve(edge: Edge, msg: FromEdge): void {
