@@ -30,8 +30,9 @@ import { startWorker } from '../../shared/worker-start.js';
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
 import type { HookFeed } from '../../shared/channels/hooks.js';
-import type { CudaDeviceInit, DeviceCall, DeviceClient, Executed, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HostUpdate, InferCommand, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
-import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult, type RegionSlice } from '../../shared/channels/inference.js';
+import type { CudaDeviceInit, DeviceCall, DeviceClient, Executed, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HostUpdate, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
+import type { ExecutionTiming, InferenceRequest, InferenceResult, RegionSlice } from '../../shared/channels/inference.js';
+import { inferOn, type DeviceLink } from '../../shared/device-infer.js';
 import { Outbox } from '../../shared/outbox.js';
 import { PendingCalls } from '../../shared/pending-calls.js';
 
@@ -151,7 +152,17 @@ export class DeviceHandle implements DeviceClient {
   private constructor(options: DeviceHandleOptions) {
     this.deviceId = options.deviceId;
     this.#options = options;
+    this.#link = {
+      pending: this.#pending,
+      nextId: () => this.#nextId++,
+      waitBoundMs: this.waitBoundMs,
+      send: (msg, transfer) => this.#send(msg, transfer),
+      refusal: () => this.#refusal(),
+    };
   }
+
+  /** Its requests' numbering, waiting and cancelling, as an edge's door has them (shared/device-infer.ts). */
+  readonly #link: DeviceLink;
 
   /** Start the worker and wait until ONNX Runtime is loaded in it. */
   static async create(options: DeviceHandleOptions): Promise<DeviceHandle> {
@@ -323,16 +334,9 @@ export class DeviceHandle implements DeviceClient {
 
   /** Post `msg` and wait for its settlement: the reply, `onTimeout` after `timeoutMs`, or the worker exiting. */
   #post<T>(msg: ToDevice & { id: number }, timeoutMs: number, onTimeout: () => StowageError, transfer: Transferable[] = []): Promise<T> {
-    if (this.#state === DeviceState.DEAD) {
-      return Promise.reject(errors.deviceUnavailable(this.deviceId, 'it has stopped'));
-    }
-    if (this.#state === DeviceState.OUT_OF_SERVICE) {
-      return Promise.reject(errors.deviceUnavailable(this.deviceId, `it is out of service: ${this.#outOfServiceWhy}`));
-    }
-    const settled = this.#pending.wait<T>(msg.id, timeoutMs, () => {
-      if (msg.type === 'infer') this.#send({ type: 'cancel', id: msg.id });
-      return onTimeout();
-    });
+    const refused = this.#refusal();
+    if (refused) return Promise.reject(refused);
+    const settled = this.#pending.wait<T>(msg.id, timeoutMs, onTimeout);
     this.#send(msg, transfer);
     return settled;
   }
@@ -416,30 +420,18 @@ export class DeviceHandle implements DeviceClient {
    * With `feedFromHook` the request goes without inputs: it is called at once
    * with where the hook thread running its preprocess hook must send them.
    */
-  async infer(req: InferenceRequest, signal?: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {
-    // A client gone before its request got here (mid-decode, or before its handler ran): not run.
-    if (signal?.aborted) throw errors.cancelled();
-    const id = this.#nextId++;
-    const enqueuedAtMs = nowMs();
-    const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs : enqueuedAtMs + this.waitBoundMs;
-    const transfer: Transferable[] = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
-    const command: InferCommand = { ...req, type: 'infer', id, enqueuedAtMs };
-    if (feedFromHook) {
+  infer(req: InferenceRequest, signal?: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {
+    return inferOn(this.#link, req, signal, feedFromHook && ((command) => {
       command.inputsFromHook = true;
-      feedFromHook({ deviceId: this.deviceId, generation: this.#generation, id });
-    }
-    const executed = this.#post<Executed>(command, settleBy - enqueuedAtMs,
-      () => errors.deadlineExceeded(modelOf(req.instance), nowMs() - enqueuedAtMs), transfer);
-    const onAbort = () => {
-      if (this.#pending.reject(id, errors.cancelled())) this.#send({ type: 'cancel', id });
-    };
-    signal?.addEventListener('abort', onAbort, { once: true });
-    try {
-      const { result, timing } = await executed;
-      return { ...result, timing };
-    } finally {
-      signal?.removeEventListener('abort', onAbort);
-    }
+      feedFromHook({ deviceId: this.deviceId, generation: this.#generation, id: command.id });
+    }));
+  }
+
+  /** Why nothing may be sent to it now; null when it may. */
+  #refusal(): Error | null {
+    if (this.#state === DeviceState.DEAD) return errors.deviceUnavailable(this.deviceId, 'it has stopped');
+    if (this.#state === DeviceState.OUT_OF_SERVICE) return errors.deviceUnavailable(this.deviceId, `it is out of service: ${this.#outOfServiceWhy}`);
+    return null;
   }
 
   /** Every loaded instance's queue, learned costs, policy and residency. */

@@ -10,18 +10,19 @@
  * - what one event-loop turn sends goes as one message (shared/outbox.ts), so that requests read
  *   together arrive together and may run as one batch.
  */
-import type { MessagePort, Transferable } from 'node:worker_threads';
-import type { DeviceClient, Executed, FromDeviceDoor, InferCommand, ToDeviceDoor } from '../../shared/channels/device.js';
-import { nowMs, type InferenceRequest, type InferenceResult } from '../../shared/channels/inference.js';
+import type { MessagePort } from 'node:worker_threads';
+import type { DeviceClient, Executed, FromDeviceDoor, ToDeviceDoor } from '../../shared/channels/device.js';
+import type { InferenceRequest, InferenceResult } from '../../shared/channels/inference.js';
+import { inferOn, type DeviceLink } from '../../shared/device-infer.js';
 import { errors, fromErrorData } from '../../shared/errors.js';
-import { modelOf } from '../../shared/model-spec.js';
 import { Outbox } from '../../shared/outbox.js';
 import { PendingCalls } from '../../shared/pending-calls.js';
 
 export class DeviceDoor implements DeviceClient {
   readonly deviceId: number;
   readonly #port: MessagePort;
-  readonly #waitBoundMs: number;
+  /** Its requests' numbering, waiting and cancelling (shared/device-infer.ts). */
+  readonly #link: DeviceLink;
   readonly #pending = new PendingCalls();
   readonly #outbox: Outbox<ToDeviceDoor>;
   #nextId = 1;
@@ -33,7 +34,13 @@ export class DeviceDoor implements DeviceClient {
   constructor(deviceId: number, port: MessagePort, waitBoundMs: number, onClosed: (door: DeviceDoor) => void) {
     this.deviceId = deviceId;
     this.#port = port;
-    this.#waitBoundMs = waitBoundMs;
+    this.#link = {
+      pending: this.#pending,
+      nextId: () => this.#nextId++,
+      waitBoundMs,
+      send: (msg, transfer) => this.#outbox.push(msg, transfer),
+      refusal: () => (this.#closed ? errors.deviceUnavailable(this.deviceId, this.#why) : null),
+    };
     this.#outbox = new Outbox((messages, transfer) => {
       if (!this.#closed) port.postMessage(messages, transfer);
     });
@@ -62,30 +69,8 @@ export class DeviceDoor implements DeviceClient {
    * Run one request on the device: its inputs' buffers are transferred (the caller must not touch
    * them afterwards), its outputs' come back. `signal` aborting drops it.
    */
-  async infer(req: InferenceRequest, signal: AbortSignal): Promise<InferenceResult> {
-    if (this.#closed) throw errors.deviceUnavailable(this.deviceId, this.#why);
-    // A client gone before its request got here (mid-decode, or before its handler ran): not run.
-    if (signal.aborted) throw errors.cancelled();
-    const id = this.#nextId++;
-    const enqueuedAtMs = nowMs();
-    const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs : enqueuedAtMs + this.#waitBoundMs;
-    const transfer: Transferable[] = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
-    const command: InferCommand = { ...req, type: 'infer', id, enqueuedAtMs };
-    const executed = this.#pending.wait<Executed>(id, settleBy - enqueuedAtMs, () => {
-      this.#outbox.push({ type: 'cancel', id });
-      return errors.deadlineExceeded(modelOf(req.instance), nowMs() - enqueuedAtMs);
-    });
-    this.#outbox.push(command, transfer);
-    const onAbort = () => {
-      if (this.#pending.reject(id, errors.cancelled())) this.#outbox.push({ type: 'cancel', id });
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
-    try {
-      const { result, timing } = await executed;
-      return { ...result, timing };
-    } finally {
-      signal.removeEventListener('abort', onAbort);
-    }
+  infer(req: InferenceRequest, signal?: AbortSignal): Promise<InferenceResult> {
+    return inferOn(this.#link, req, signal);
   }
 
   /** Close the door: what is pending fails UNAVAILABLE saying `why`. */
