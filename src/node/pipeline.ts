@@ -7,7 +7,7 @@
  * (where the outputs go), and encodes the InferenceAnswer itself.
  *
  *   [edge: decode] -> lease -> check (request-check.ts) -> route -> [preprocess, on a hook thread, which feeds the device] -> device -> [postprocess] -> statistics -> [edge: encode]
- *   (without a hook making them, the outputs are placed where the edge's allocator asked: for gRPC
+ *   (without a hook making them, the outputs are written into the frame the edge's allocator asked for: for gRPC
  *   the response is framed around them, protocol/infer-response-wire.ts)
  *   (a meta model: lease -> check -> run hook, whose sub-calls re-enter at `route` with tensors)
  *   (with edge threads, a plain request never comes here: its edge routes it to a device itself,
@@ -22,7 +22,7 @@
  *
  * | path | copies | native | each copy, in order (thread) | hops |
  * | --- | --- | --- | --- | --- |
- * | inline lone | 3 | 0 | grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own when the message is at least half `Buffer.poolSize` (32 KiB on Node 24; protobufjs decodes `bytes` as views of it), which is transferred to the device as it is (protocol/message-buffers.ts) and read by ONNX Runtime in place (main); ONNX Runtime writes each output into memory the device gives it (reused staging), no copy after the run; the output into the one buffer the gRPC edge placed it in (actors/device/output-placement.ts), transferred back (device), around which the edge frames the response, writing only its header (protocol/infer-response-wire.ts, main); grpc-js copies the message into its frame (main) | 2: main -> device -> main |
+ * | inline lone | 3 | 0 | grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own when the message is at least half `Buffer.poolSize` (32 KiB on Node 24; protobufjs decodes `bytes` as views of it), which is transferred to the device as it is (protocol/message-buffers.ts) and read by ONNX Runtime in place (main); ONNX Runtime writes each output into memory the device gives it (reused staging), no copy after the run; the output into the frame the gRPC edge asked for (actors/device/output-frame.ts), transferred back (device), around which the edge frames the response, writing only its header (protocol/infer-response-wire.ts, main); grpc-js copies the message into its frame (main) | 2: main -> device -> main |
  * | REST binary lone | 1 | 0 | Node's http hands the body over in chunks, joined into one buffer of its own (http-edge.ts, main); the tensor after the JSON header is a view of it, transferred to the device as it is (as inline lone's); ONNX Runtime writes the output into a buffer of the request's own, transferred back as it is; the JSON header and the output's bytes are written to the socket one after the other, not joined (http-edge.ts) | 2: main -> device -> main |
  * | REST JSON lone | 0 | 0 | no copy of the tensor's bytes: Node's http hands the JSON body over in chunks, joined into one buffer of its own (http-edge.ts, main: a copy of the JSON text, which the copy test counts apart); the `data` array is converted into the datatype's bytes in a buffer of the request's own (rest-tensors.ts, main: a conversion, not a copy), transferred to the device as it is; ONNX Runtime writes the output into a buffer of the request's own, transferred back as it is; its bytes are converted into JSON numbers (main: a conversion; an output misaligned for its type is copied first) | 2: main -> device -> main |
  * | inline small | 4 | 0 | as inline lone, and a message under half `Buffer.poolSize` sits in Node's shared pool, which cannot be transferred: its bytes are copied into a buffer of their own (`inlineData`, request-check.ts, main) | 2 |
@@ -57,9 +57,9 @@
 import type { Devices } from './devices.js';
 import type { HookFeedTarget } from '../actors/device/handle.js';
 import type { HookPool } from '../actors/hooks/handle.js';
-import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult, type OutputPlacement, type RegionSlice, type WireTensor } from '../shared/channels/inference.js';
+import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult, type OutputFrame, type RegionSlice, type WireTensor } from '../shared/channels/inference.js';
 import type { HookContext } from '../shared/channels/hooks.js';
-import { placementOf, type DataPlaneRequest, type InferenceAnswer, type InferOptions, type OutputLayout } from '../shared/data-plane.js';
+import { frameOf, type DataPlaneRequest, type InferenceAnswer, type InferOptions, type OutputLayout } from '../shared/data-plane.js';
 import { errors, fromErrorData, quote, StowageError } from '../shared/errors.js';
 import { checkHookTensors } from '../shared/hook-tensor-check.js';
 import type { InstanceKey, ModelSpec, TensorSpec } from '../shared/model-spec.js';
@@ -124,7 +124,7 @@ export class Pipeline {
       const result = await this.#run(spec, lease.instance, checked, context, deadlineMs, signal, outputs, spans);
       this.#ctx.statistics.recordSuccess(spec.name, checked.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
       spans?.end();
-      return { outputs: result.outputs, placed: result.placed && result.placement ? { bytes: result.placed, placement: result.placement } : null };
+      return { outputs: result.outputs, framed: result.framed && result.frame ? { bytes: result.framed, frame: result.frame } : null };
     } catch (err) {
       this.#ctx.statistics.recordFailure(spec.name, err instanceof StowageError ? err.code : undefined, Number(process.hrtime.bigint() - started));
       spans?.end(err);
@@ -170,7 +170,7 @@ export class Pipeline {
    * straight back to the client from the device, that is when no hook makes them.
    */
   async #run(spec: ModelSpec, instance: InstanceKey, checked: CheckedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal,
-    layout: OutputLayout | null, spans: RequestTrace | null = null): Promise<InferenceResult & { placement?: OutputPlacement | null }> {
+    layout: OutputLayout | null, spans: RequestTrace | null = null): Promise<InferenceResult & { frame?: OutputFrame | null }> {
     const { hooks, devices } = this.#ctx;
     // A hook call, in a span of its own when tracing.
     const traced = <T>(name: string, work: () => Promise<T>): Promise<T> => (spans ? spans.around(name, work) : work());
@@ -190,7 +190,7 @@ export class Pipeline {
       rows: checked.rows,
       outputs: executableOutputs,
       outputRegions: post ? executableOutputs.map(() => null) : checked.outputRegions,
-      placement: post || !layout ? null : placementOf(layout, checked.outputs.map((name) => spec.clientOutputs.find((t) => t.name === name) as TensorSpec)),
+      frame: post || !layout ? null : frameOf(layout, checked.outputs.map((name) => spec.clientOutputs.find((t) => t.name === name) as TensorSpec)),
       deadlineMs,
     };
     const handedOverMs = nowMs();
@@ -198,7 +198,7 @@ export class Pipeline {
       ? await traced('hook preprocess + device', () => this.#preprocessed(spec, request, context, signal))
       : await devices.infer(request, signal);
     spans?.device(spec.name, handedOverMs, result.queueNs, result.timing);
-    if (!post) return { ...result, placement: request.placement };
+    if (!post) return { ...result, frame: request.frame };
     const all = checkHookTensors(spec.name, 'postprocess', await traced('hook postprocess', () => hooks.run(spec.name, 'postprocess', spec.hooks!, result.outputs, context)), spec.clientOutputs, checked.rows);
     return { ...result, outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!) };
   }

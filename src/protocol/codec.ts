@@ -2,7 +2,7 @@
  * The gRPC inference messages to and from the data plane (shared/data-plane.ts): a decoded
  * ModelInferRequest into the protocol-free request the pipeline takes, and the outputs of a model
  * with a postprocess hook into a ModelInferResponse for protobufjs (every other answer is framed
- * around the outputs where the device placed them: infer-response-wire.ts).
+ * around the outputs in the frame the device wrote them into: infer-response-wire.ts).
  *
  * What is gRPC's is settled here: which raw_input_contents entry is which input's, typed
  * `contents` converted into bytes, parameters read by their protobuf types (sequence, priority,
@@ -220,7 +220,7 @@ function decodeModelInferRequest(req: ModelInferRequest, owned: boolean): DataPl
 /**
  * Outputs into a response object, for protobufjs to encode: the answers of models with a
  * postprocess hook (their outputs come from the hook pool). Others are framed around the outputs
- * where the device placed them (infer-response-wire.ts). Raw bytes are wrapped, not copied
+ * in the frame the device wrote them into (infer-response-wire.ts). Raw bytes are wrapped, not copied
  * (protobufjs copies while encoding). An output written to shared memory keeps its place with an
  * empty entry, because clients find an output's raw contents by its position among the outputs.
  */

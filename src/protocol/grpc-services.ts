@@ -7,7 +7,7 @@
  *
  * An inference is decoded into the data plane's request (codec.ts), handed to the pipeline with
  * the layout its response needs (infer-response-wire.ts), and answered with the response framed
- * around its outputs where the device placed them, or, when hooks made them, encoded by protobufjs.
+ * around its outputs in the frame the device wrote them into, or, when hooks made them, encoded by protobufjs.
  */
 import type * as grpc from '@grpc/grpc-js';
 import { MODEL_VERSION } from '../shared/constants.js';

@@ -21,7 +21,7 @@
  * every output, knowing nothing of protobuf.
  */
 import type * as grpc from '@grpc/grpc-js';
-import type { OutputPlacement, WireTensor } from '../shared/channels/inference.js';
+import type { OutputFrame, WireTensor } from '../shared/channels/inference.js';
 import type { InferenceAnswer, OutputLayout } from '../shared/data-plane.js';
 import { errors } from '../shared/errors.js';
 
@@ -144,18 +144,18 @@ export class EncodedResponse {
 
 /**
  * The response to request `id` of `model` (`version`), framed around `outputs`, whose bytes the
- * device wrote into `placed` as `placement` laid them out (each a view of it, in response order).
+ * device wrote into `framed` as `frame` laid them out (each a view of it, in response order).
  */
-export function frameResponse(model: string, version: string, id: string, outputs: readonly WireTensor[], placed: Uint8Array, placement: OutputPlacement): EncodedResponse {
+export function frameResponse(model: string, version: string, id: string, outputs: readonly WireTensor[], framed: Uint8Array, frame: OutputFrame): EncodedResponse {
   const { strings, metadata, size } = headerLayout(model, version, id, outputs);
-  const room = placement.headroom - STREAM_HEADROOM;
+  const room = frame.headroom - STREAM_HEADROOM;
   if (size > room) {
     // An output of higher rank than the model declares outgrew the bound: never for a graph whose
     // outputs' ranks are fixed, which ONNX Runtime checks; said, not written past the headroom.
-    throw errors.internal(`model ${JSON.stringify(model)}: the response header needs ${size} bytes, its placement left ${room} (an output's rank differs from the model's)`);
+    throw errors.internal(`model ${JSON.stringify(model)}: the response header needs ${size} bytes, its frame left ${room} (an output's rank differs from the model's)`);
   }
-  const start = placement.headroom - size;
-  const w = new Writer(placed, start);
+  const start = frame.headroom - size;
+  const w = new Writer(framed, start);
   w.string(1, model, strings.model);
   w.string(2, version, strings.version);
   w.string(3, id, strings.id);
@@ -170,14 +170,14 @@ export function frameResponse(model: string, version: string, id: string, output
     }
   });
   for (const t of outputs) {
-    if (t.data.buffer !== placed.buffer || t.data.byteOffset !== placed.byteOffset + w.at + OUTPUT_GAP) {
-      throw errors.internal(`model ${JSON.stringify(model)}: output ${JSON.stringify(t.name)} is not where its placement put it`);
+    if (t.data.buffer !== framed.buffer || t.data.byteOffset !== framed.byteOffset + w.at + OUTPUT_GAP) {
+      throw errors.internal(`model ${JSON.stringify(model)}: output ${JSON.stringify(t.name)} is not where its frame put it`);
     }
-    placed[w.at++] = RAW_OUTPUT_TAG;
+    framed[w.at++] = RAW_OUTPUT_TAG;
     w.varint5(t.data.byteLength);
     w.at += t.data.byteLength;
   }
-  return new EncodedResponse(placed, start);
+  return new EncodedResponse(framed, start);
 }
 
 /** The gRPC edge's say in where one response's outputs go, and the response framed around them once they are there. */
@@ -194,10 +194,10 @@ export class ResponseFrame {
     this.layout = responseLayout(model, version, id);
   }
 
-  /** The response framed around the answer's placed outputs; null when they were not placed (hooks made them). */
+  /** The response framed around the answer's outputs; null when they were not written into a frame (hooks made them). */
   frame(answer: InferenceAnswer): EncodedResponse | null {
-    if (!answer.placed) return null;
-    return frameResponse(this.#model, this.#version, this.#id, answer.outputs, answer.placed.bytes, answer.placed.placement);
+    if (!answer.framed) return null;
+    return frameResponse(this.#model, this.#version, this.#id, answer.outputs, answer.framed.bytes, answer.framed.frame);
   }
 }
 

@@ -14,9 +14,9 @@
  */
 import type { TensorSpec } from './model-spec.js';
 import { toErrorData, type ErrorData } from './errors.js';
-import type { OutputPlacement, WireTensor } from './channels/inference.js';
+import type { OutputFrame, WireTensor } from './channels/inference.js';
 
-export type { OutputPlacement };
+export type { OutputFrame };
 
 /** A tensor's bytes in a registered shared-memory region, by the region's name (not yet looked up). */
 export interface RegionRef {
@@ -91,7 +91,7 @@ export function refusedLater(head: Pick<DataPlaneRequest, 'model' | 'version' | 
  * first, a headroom of `fixed` bytes plus, for each output the client receives, `perOutput` bytes,
  * `perDimension` bytes per axis of its shape, and the UTF-8 bytes of its name and datatype (what
  * a header describing the outputs needs at most: the gRPC edge's response header). The pipeline
- * turns it into an OutputPlacement once the model is known (`placementOf`). No layout: each output
+ * turns it into an OutputFrame once the model is known (`frameOf`). No layout: each output
  * in a buffer of its own (REST, hooks). Shared-memory outputs are the request's `RequestOutput.region`.
  */
 export interface OutputLayout {
@@ -101,8 +101,8 @@ export interface OutputLayout {
   gap: number;
 }
 
-/** The placement `layout` asks for `outputs` (the model's, in response order). */
-export function placementOf(layout: OutputLayout, outputs: readonly Pick<TensorSpec, 'name' | 'datatype' | 'shape'>[]): OutputPlacement {
+/** The frame `layout` asks for `outputs` (the model's, in response order). */
+export function frameOf(layout: OutputLayout, outputs: readonly Pick<TensorSpec, 'name' | 'datatype' | 'shape'>[]): OutputFrame {
   let headroom = layout.fixed;
   for (const t of outputs) {
     headroom += layout.perOutput + layout.perDimension * t.shape.length + Buffer.byteLength(t.name, 'utf8') + Buffer.byteLength(t.datatype, 'utf8');
@@ -140,9 +140,9 @@ export type Infer = (request: DataPlaneRequest, options: InferOptions) => Promis
 /**
  * The pipeline's answer: the outputs in the order asked (an output written to shared memory is an
  * empty tensor carrying its slice). When the edge gave a layout, their bytes are views of
- * `placed.bytes`, laid out as `placed.placement` says.
+ * `framed.bytes`, laid out as `framed.frame` says.
  */
 export interface InferenceAnswer {
   outputs: WireTensor[];
-  placed: { bytes: Uint8Array; placement: OutputPlacement } | null;
+  framed: { bytes: Uint8Array; frame: OutputFrame } | null;
 }

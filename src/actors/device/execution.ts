@@ -6,8 +6,8 @@
  * Buffers: a request running alone is fed to ONNX Runtime in place (unless
  * it must be padded to a compiled batch size, or is misaligned for its type);
  * the requests of a coalesced batch are copied once into the joined input.
- * A request whose edge placed its outputs gets them copied once into the one
- * buffer laid out as it asked (output-placement.ts: for gRPC the response is
+ * A request whose edge asked for a frame gets its outputs copied once into the one
+ * buffer laid out as it asked (output-frame.ts: for gRPC the response is
  * framed around them there), so the edge sends it as it is; others (REST,
  * hooks, meta sub-calls) get tensors whose buffers are
  * their own: a lone request's are ONNX Runtime's outputs (or views of them),
@@ -19,7 +19,7 @@ import type { FromDevice, InferCommand, WeightLoad } from '../../shared/channels
 import { nowMs, type InferenceResult, type RegionSlice, type WireTensor } from '../../shared/channels/inference.js';
 import { errors, type StowageError } from '../../shared/errors.js';
 import type { CostModel } from './cost-model.js';
-import { placeOutputs } from './output-placement.js';
+import { frameOutputs } from './output-frame.js';
 import { bindWeights, plainRun, type Executable } from './executables.js';
 import type { DeviceModels, LoadedModel } from './models.js';
 import { batchInput, outputBytes, requestOutput } from './ort-tensors.js';
@@ -147,7 +147,7 @@ function inRegionOrder(batch: InferCommand[]): InferCommand[] {
 /**
  * Where ONNX Runtime writes each output of this run: a lone request's shared-memory slice
  * (`direct`), a buffer of the lone request's own when it takes its outputs as tensors (they are
- * transferred as they are), or reused staging memory (placed for the edge, written into regions
+ * transferred as they are), or reused staging memory (framed for the edge, written into regions
  * or cut into requests' rows afterwards). An output whose shape the graph leaves open (or BYTES)
  * is named only: ONNX Runtime allocates it.
  */
@@ -164,7 +164,7 @@ function outputTargets(wanted: readonly string[], batch: readonly InferCommand[]
     const region = direct?.get(name);
     if (region) return { name, type, dims, data: region };
     const k = lone ? lone.outputs.indexOf(name) : -1;
-    const ownTensor = lone !== null && !lone.placement && k >= 0 && !lone.outputRegions[k];
+    const ownTensor = lone !== null && !lone.frame && k >= 0 && !lone.outputRegions[k];
     return { name, type, dims, data: ownTensor ? new Uint8Array(bytes) : stage(bytes) };
   });
 }
@@ -359,13 +359,13 @@ function answersOf(ctx: ExecutionContext, batch: InferCommand[], model: LoadedMo
         if (region && inGpu && isDeviceSlice(inGpu)) return regions.written(gpuOutputRecord(spec.outputs.find((d) => d.name === o)!, byName.get(o)!, batchDims.get(o) ?? -1, t.rows), region);
         // Tensors handed over as tensors are the request's own (inference.ts): a coalesced batch's
         // rows are copied out, and so is a lone request's output in memory that cannot move.
-        const own = !t.placement && !region && (batch.length > 1 || !movable.has(o));
+        const own = !t.frame && !region && (batch.length > 1 || !movable.has(o));
         const out = requestOutput(spec.name, byName.get(o)!, batchDims.get(o) ?? -1, from, t.rows, own);
         if (!region) return out;
         return direct?.has(o) ? regions.written(out, region) : regions.writeOutput(out, region);
       });
       const queueNs = Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6));
-      results.push(t.placement ? { id: t.id, ...placeOutputs(mine, t.placement), queueNs } : { id: t.id, outputs: mine, queueNs });
+      results.push(t.frame ? { id: t.id, ...frameOutputs(mine, t.frame), queueNs } : { id: t.id, outputs: mine, queueNs });
     } catch (err) {
       ctx.fail(t.id, verdict(ctx, err)); // this request only: its region was too small, or a copy into a CUDA region failed
     }

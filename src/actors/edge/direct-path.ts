@@ -27,7 +27,7 @@ import type { DirectStart, EdgePlacement, EdgeRoute } from '../../shared/channel
 import { fill, Router, type FillState } from '../../routing/routing.js';
 import { nowMs, type InferenceRequest } from '../../shared/channels/inference.js';
 import { MODEL_VERSION } from '../../shared/constants.js';
-import { placementOf, type DataPlaneRequest, type InferenceAnswer, type InferOptions } from '../../shared/data-plane.js';
+import { frameOf, type DataPlaneRequest, type InferenceAnswer, type InferOptions } from '../../shared/data-plane.js';
 import { StowageError } from '../../shared/errors.js';
 import { failureReason } from '../../shared/failure-reason.js';
 import { RequestCounters } from '../../shared/request-counters.js';
@@ -146,7 +146,7 @@ export class DirectPath {
         rows: checked.rows,
         outputs: checked.outputs,
         outputRegions: checked.outputRegions,
-        placement: outputs ? placementOf(outputs, checked.outputs.map((name) => spec.clientOutputs.find((t) => t.name === name) as TensorSpec)) : null,
+        frame: outputs ? frameOf(outputs, checked.outputs.map((name) => spec.clientOutputs.find((t) => t.name === name) as TensorSpec)) : null,
         deadlineMs: Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000),
       };
       const device = door.deviceId;
@@ -159,7 +159,7 @@ export class DirectPath {
         this.#count(spec.name, device, -1);
       }
       counters.succeeded(route.slot, checked.batchSize, elapsedNs(), result.queueNs, result.timing);
-      return { outputs: result.outputs, placed: result.placed && request.placement ? { bytes: result.placed, placement: request.placement } : null };
+      return { outputs: result.outputs, framed: result.framed && request.frame ? { bytes: result.framed, frame: request.frame } : null };
     } catch (err) {
       counters.failed(route.slot, failureReason(err instanceof StowageError ? err.code : undefined), elapsedNs());
       throw err;

@@ -145,7 +145,7 @@ interface Edge {
 /** The buffers an answer's outputs are views of, each once. */
 function answerBuffers(answer: InferenceAnswer): ArrayBuffer[] {
   const buffers = new Set<ArrayBuffer>();
-  if (answer.placed) buffers.add(answer.placed.bytes.buffer as ArrayBuffer);
+  if (answer.framed) buffers.add(answer.framed.bytes.buffer as ArrayBuffer);
   for (const t of answer.outputs) if (!(t.data.buffer instanceof SharedArrayBuffer)) buffers.add(t.data.buffer as ArrayBuffer);
   return [...buffers];
 }

@@ -43,12 +43,13 @@ export interface WireTensor {
 }
 
 /**
- * How a request's outputs are laid out in the one buffer the device writes them into, for the
- * edge to send as it is: `headroom` bytes free before the first output and `gap` bytes free before
+ * The frame of a request's outputs: the one buffer the device writes them into, for the edge to
+ * send as it is, with `headroom` bytes free before the first output and `gap` bytes free before
  * each output (the first's after the headroom), which the edge fills with what its protocol puts
  * there (shared/data-plane.ts: the edge's OutputLayout). The device knows nothing of what that is.
+ * ("Placement" is where a model lives: routing/.)
  */
-export interface OutputPlacement {
+export interface OutputFrame {
   headroom: number;
   gap: number;
 }
@@ -73,7 +74,7 @@ export interface InferenceRequest {
    * the response is framed around them in place), instead of each into a buffer of its own; null:
    * tensors of their own (hooks read them, or the edge encodes them itself).
    */
-  placement: OutputPlacement | null;
+  frame: OutputFrame | null;
   /** The client's absolute deadline on the `nowMs` clock; Infinity if none. */
   deadlineMs: number;
 }
@@ -99,10 +100,10 @@ export interface ExecutionTiming {
  * so whoever receives them may transfer them on without a copy.
  */
 export interface InferenceResult {
-  /** The outputs, in the order asked; views of `placed` when the request asked for a placement. */
+  /** The outputs, in the order asked; views of `framed` when the request asked for a frame. */
   outputs: WireTensor[];
-  /** The one buffer the outputs were placed in (the request's `placement`), transferred whole. */
-  placed?: Uint8Array;
+  /** The one buffer the outputs were written into (the request's `frame`), transferred whole. */
+  framed?: Uint8Array;
   /** Time from the hand-over to the device until its execution started. */
   queueNs: number;
   /** The execution it rode in, shared with the other requests of its batch. */

@@ -157,7 +157,7 @@ test('policy changes go through the one owner; a residency a device refuses is u
 test('a device out of service is routed around; with none left, UNAVAILABLE saying which are out', async (t) => {
   const devices = [0, 1].map((id) => fakeDevice(id, []));
   const pool = new Devices(devices, { mode: 'round_robin', policies: new ModelPolicies(devices.map((d) => ({ deviceId: d.deviceId, models: {} }))) });
-  const request = /** @type {any} */ ({ instance: instanceKey('m', 1), inputs: [], rows: 1, outputs: [], outputRegions: [], placement: null, deadlineMs: Infinity });
+  const request = /** @type {any} */ ({ instance: instanceKey('m', 1), inputs: [], rows: 1, outputs: [], outputRegions: [], frame: null, deadlineMs: Infinity });
   devices[0].serving = false;
   devices[0].state = 'OUT_OF_SERVICE';
   for (let i = 0; i < 4; i++) void pool.infer(request);

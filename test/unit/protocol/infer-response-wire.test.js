@@ -1,10 +1,10 @@
-// Responses framed where the device placed their outputs: the device's layout (output-placement.js)
+// Responses framed where the device placed their outputs: the device's layout (output-frame.js)
 // and the gRPC edge's framing (infer-response-wire.js) together decode, in grpc-js's own
 // deserializers, to the message protobufjs would have written, ModelInfer's and the stream's alike.
 import test from 'ava';
 import { frameResponse, passEncodedResponses, responseLayout, ResponseFrame, STREAM_HEADROOM } from '../../../dist/protocol/infer-response-wire.js';
-import { placementOf } from '../../../dist/shared/data-plane.js';
-import { placeOutputs } from '../../../dist/actors/device/output-placement.js';
+import { frameOf } from '../../../dist/shared/data-plane.js';
+import { frameOutputs } from '../../../dist/actors/device/output-frame.js';
 import { loadInferenceClient } from '../../../dist/protocol/proto.js';
 
 const { service } = loadInferenceClient();
@@ -26,18 +26,18 @@ const specs = (/** @type {WireTensor[]} */ tensors) => tensors.map((o) => ({ nam
 
 /** What the pipeline, the device and the edge do for one response: placed as the layout asks, transferred (here: as it is), framed. */
 function respond(/** @type {string} */ model, /** @type {string} */ id, /** @type {WireTensor[]} */ tensors) {
-  const placement = placementOf(responseLayout(model, '1', id), specs(tensors));
-  const placed = placeOutputs(tensors, placement);
-  return { placed, response: frameResponse(model, '1', id, placed.outputs, placed.placed, placement) };
+  const placement = frameOf(responseLayout(model, '1', id), specs(tensors));
+  const placed = frameOutputs(tensors, placement);
+  return { placed, response: frameResponse(model, '1', id, placed.outputs, placed.framed, placement) };
 }
 
 test('a ModelInfer response decodes to the model, id, every output\'s metadata and its bytes in order', (t) => {
   const { placed, response } = respond('digits', 'request-ü-7', outputs);
-  t.is(placed.placed.byteOffset, 0);
-  t.is(placed.placed.buffer.byteLength, placed.placed.byteLength, 'one ArrayBuffer of its own, to transfer');
-  outputs.forEach((o, i) => t.is(placed.outputs[i].data.buffer, placed.placed.buffer, `${o.name}: a view of the placed buffer`));
+  t.is(placed.framed.byteOffset, 0);
+  t.is(placed.framed.buffer.byteLength, placed.framed.byteLength, 'one ArrayBuffer of its own, to transfer');
+  outputs.forEach((o, i) => t.is(placed.outputs[i].data.buffer, placed.framed.buffer, `${o.name}: a view of the placed buffer`));
   const wire = passed.ModelInfer.responseSerialize(response);
-  t.is(wire.buffer, placed.placed.buffer, 'the serializer returns the placed bytes, not a copy');
+  t.is(wire.buffer, placed.framed.buffer, 'the serializer returns the placed bytes, not a copy');
   t.true(wire.byteOffset >= STREAM_HEADROOM, 'room left in front for the stream wrapper');
   const res = /** @type {any} */ (service.ModelInfer.responseDeserialize(wire));
   t.is(res.model_name, 'digits');
@@ -75,17 +75,17 @@ test('an empty id is left out, as proto3 leaves out empty strings; the header fi
 });
 
 test('an output of a higher rank than its model declares is refused, never written past the headroom', (t) => {
-  const placement = placementOf(responseLayout('m', '1', 'x'), specs([{ name: 'y', datatype: 'FP32', shape: [1], data: new Uint8Array(0) }]));
-  const placed = placeOutputs([{ name: 'y', datatype: 'FP32', shape: Array(20).fill(2 ** 40), data: new Uint8Array(0) }], placement);
-  t.throws(() => frameResponse('m', '1', 'x', placed.outputs, placed.placed, placement), { message: /header needs \d+ bytes, its placement left \d+/ });
+  const placement = frameOf(responseLayout('m', '1', 'x'), specs([{ name: 'y', datatype: 'FP32', shape: [1], data: new Uint8Array(0) }]));
+  const placed = frameOutputs([{ name: 'y', datatype: 'FP32', shape: Array(20).fill(2 ** 40), data: new Uint8Array(0) }], placement);
+  t.throws(() => frameResponse('m', '1', 'x', placed.outputs, placed.framed, placement), { message: /header needs \d+ bytes, its frame left \d+/ });
 });
 
-test('a frame frames only what was placed: hooks\' outputs go to protobufjs', (t) => {
+test('a frame frames only what was written into a frame: hooks\' outputs go to protobufjs', (t) => {
   const frame = new ResponseFrame('m', '1', 'x');
-  t.is(frame.frame({ outputs, placed: null }), null, 'not placed');
-  const placement = placementOf(frame.layout, specs(outputs));
-  const placed = placeOutputs(outputs, placement);
-  const res = /** @type {any} */ (service.ModelInfer.responseDeserialize(passed.ModelInfer.responseSerialize(frame.frame({ outputs: placed.outputs, placed: { bytes: placed.placed, placement } }))));
+  t.is(frame.frame({ outputs, framed: null }), null, 'not in a frame');
+  const placement = frameOf(frame.layout, specs(outputs));
+  const placed = frameOutputs(outputs, placement);
+  const res = /** @type {any} */ (service.ModelInfer.responseDeserialize(passed.ModelInfer.responseSerialize(frame.frame({ outputs: placed.outputs, framed: { bytes: placed.framed, frame: placement } }))));
   t.is(res.raw_output_contents.length, outputs.length);
 });
 
@@ -94,7 +94,7 @@ test('on a stream it is field 2 of ModelStreamInferResponse, written in the head
     const tensors = [{ name: 'y', datatype: 'UINT8', shape: [size], data: new Uint8Array(size).fill(3) }];
     const { placed, response } = respond('m', `s${size}`, /** @type {any} */ (tensors));
     const wire = passed.ModelStreamInfer.responseSerialize({ error_message: '', infer_response: response });
-    t.is(wire.buffer, placed.placed.buffer);
+    t.is(wire.buffer, placed.framed.buffer);
     const res = /** @type {any} */ (service.ModelStreamInfer.responseDeserialize(wire));
     t.is(res.error_message, '');
     t.is(res.infer_response.id, `s${size}`);

@@ -30,7 +30,7 @@ const inSeconds = (/** @type {number} */ s) => nowMs() + s * 1000;
  */
 function request(instance, { inputs = [], outputs = [], deadlineMs = inSeconds(30) } = {}) {
   const [name, generation] = instance.split('#');
-  return { instance: instanceKey(name, Number(generation)), inputs, rows: inputs[0]?.shape[0] ?? 1, outputs, outputRegions: outputs.map(() => null), placement: null, deadlineMs };
+  return { instance: instanceKey(name, Number(generation)), inputs, rows: inputs[0]?.shape[0] ?? 1, outputs, outputRegions: outputs.map(() => null), frame: null, deadlineMs };
 }
 const key = (/** @type {string} */ instance) => request(instance).instance;
 /** @type {import('../../../../dist/shared/channels/device.js').DeviceScheduling} */

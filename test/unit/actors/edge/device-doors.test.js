@@ -40,7 +40,7 @@ function door(t) {
  * @param {number} [deadlineMs]
  * @returns {import('../../../../dist/shared/channels/inference.js').InferenceRequest}
  */
-const request = (deadlineMs = Infinity) => ({ instance, inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 2], data: new Uint8Array(8) }], rows: 1, outputs: ['y'], outputRegions: [null], placement: null, deadlineMs });
+const request = (deadlineMs = Infinity) => ({ instance, inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 2], data: new Uint8Array(8) }], rows: 1, outputs: ['y'], outputRegions: [null], frame: null, deadlineMs });
 const result = (/** @type {number} */ id, /** @type {number} */ v) => ({ id, outputs: [{ name: 'y', datatype: 'FP32', shape: [1, 1], data: new Uint8Array([v, 0, 0, 0]) }] });
 
 test('requests of one turn go as one message, their inputs transferred; one execution answers them in one', async (t) => {

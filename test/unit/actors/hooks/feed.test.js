@@ -26,7 +26,7 @@ const instance = instanceKey('digits_u8', 1);
  * @param {number} rows
  * @returns {import('../../../../dist/shared/channels/inference.js').InferenceRequest}
  */
-const request = (rows) => ({ instance, inputs: [], rows, outputs: ['label'], outputRegions: [null], placement: null, deadlineMs: Infinity });
+const request = (rows) => ({ instance, inputs: [], rows, outputs: ['label'], outputRegions: [null], frame: null, deadlineMs: Infinity });
 /** @type {import('../../../../dist/shared/channels/device.js').DeviceScheduling} */
 const scheduler = { discipline: 'fair', prefer_resident: true, ema_halflife_seconds: 30, max_queue_depth: 64, dispatch_timeout_seconds: 30, compaction_interval: 0 };
 
