@@ -55,6 +55,14 @@ export const MAX_HOLD_FOR_INPUTS_MS = 2;
 /** A device actor that crashes this many times in a row without serving is not respawned again. */
 export const DEVICE_MAX_CONSECUTIVE_CRASHES = 3;
 
+/**
+ * An edge thread that crashes this many times in a row, none of its replacements listening for
+ * EDGE_HEALTHY_AFTER_MS, is not replaced again: the other edges keep serving on the same ports.
+ */
+export const EDGE_MAX_CONSECUTIVE_CRASHES = 5;
+/** How long a replacement edge must listen without crashing for its crashes in a row to start again at 0. */
+export const EDGE_HEALTHY_AFTER_MS = 30_000;
+
 /** The weight cache warns of thrash when the models used within this window need more than the budget. */
 export const WEIGHT_THRASH_WINDOW_SECONDS = 10;
 

@@ -27,6 +27,7 @@ import type { Logger } from 'pino';
 import { modelOf, type InstanceKey, type ModelSpec } from '../../shared/model-spec.js';
 import { INLINE_RUN_BELOW_MS, DEVICE_MAX_CONSECUTIVE_CRASHES, DEVICE_START_TIMEOUT_MS, EXECUTION_WATCHDOG_MS, MODEL_LOAD_TIMEOUT_MS } from '../../shared/constants.js';
 import { startWorker } from '../../shared/worker-start.js';
+import { ConsecutiveCrashes } from '../../shared/restarts.js';
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
 import type { HookFeed } from '../../shared/channels/hooks.js';
@@ -140,7 +141,7 @@ export class DeviceHandle implements DeviceClient {
   readonly #outbox = new Outbox<ToDevice>((messages, transfer) => this.#worker.postMessage(messages, transfer));
   /** Loaded instances, their specs and compiled forms, to load again into a replacement worker. */
   #loaded = new Map<InstanceKey, { spec: ModelSpec; compiled: CompiledModel | null }>();
-  #crashes = 0;
+  readonly #crashes = new ConsecutiveCrashes(DEVICE_MAX_CONSECUTIVE_CRASHES);
   /** Why it is out of service (DeviceState.OUT_OF_SERVICE). */
   #outOfServiceWhy = '';
   #stopping = false;
@@ -261,11 +262,11 @@ export class DeviceHandle implements DeviceClient {
       this.#state = DeviceState.DEAD;
       return;
     }
-    this.#crashes++;
-    this.#options.logger.error({ device: this.deviceId, crashes: this.#crashes }, `device actor crashed: ${why}`);
-    if (this.#crashes >= DEVICE_MAX_CONSECUTIVE_CRASHES) {
+    const restart = this.#crashes.crashed();
+    this.#options.logger.error({ device: this.deviceId, crashes: this.#crashes.count }, `device actor crashed: ${why}`);
+    if (!restart) {
       this.#state = DeviceState.DEAD;
-      this.#options.logger.error({ device: this.deviceId }, `device actor crashed ${this.#crashes} times in a row; not restarting it`);
+      this.#options.logger.error({ device: this.deviceId }, `device actor crashed ${this.#crashes.count} times in a row; not restarting it`);
       return;
     }
     this.#state = DeviceState.RESTARTING;
@@ -303,7 +304,7 @@ export class DeviceHandle implements DeviceClient {
       case 'started':
         return;
       case 'executed':
-        this.#crashes = 0; // it served (maybe only edges' requests, which come through their doors): the worker is healthy
+        this.#crashes.healthy(); // it served (maybe only edges' requests, which come through their doors): the worker is healthy
         for (const { id, ...result } of msg.results) this.#pending.resolve<Executed>(id, { result, timing: msg.timing });
         this.#options.onExecution?.(msg.model, msg.timing, msg.queued);
         if (msg.load || msg.memory) this.#options.onWeights?.(msg.model, msg.load, msg.memory);

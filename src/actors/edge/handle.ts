@@ -15,7 +15,8 @@
  *
  * An edge thread that dies (an uncaught error) has failed only its own connections: its
  * inferences still running are cancelled, its leases given back, and a replacement starts on the
- * same ports (stowage_edge_restarts_total). Requests per edge: stowage_edge_requests_total{edge},
+ * same ports (stowage_edge_restarts_total), unless it crashed EDGE_MAX_CONSECUTIVE_CRASHES times in
+ * a row with no replacement lasting (shared/restarts.ts). Requests per edge: stowage_edge_requests_total{edge},
  * of them those it routed itself: stowage_edge_direct_requests_total{edge}.
  */
 import v8 from 'node:v8';
@@ -31,6 +32,8 @@ import { errors, toErrorData } from '../../shared/errors.js';
 import type { Admission } from '../../protocol/admission.js';
 import { Outbox } from '../../shared/outbox.js';
 import { startWorker } from '../../shared/worker-start.js';
+import { ConsecutiveCrashes } from '../../shared/restarts.js';
+import { EDGE_HEALTHY_AFTER_MS, EDGE_MAX_CONSECUTIVE_CRASHES } from '../../shared/constants.js';
 
 const WORKER_URL = new URL('./worker.js', import.meta.url);
 
@@ -140,6 +143,8 @@ interface Edge {
   /** Resolves when it has drained (or exited). */
   drained: Promise<void>;
   markDrained: () => void;
+  /** Set once it listens: when its crashes in a row count as over. */
+  healthy?: NodeJS.Timeout;
 }
 
 /** The buffers an answer's outputs are views of, each once. */
@@ -154,6 +159,8 @@ export class EdgeThreads {
   readonly #o: EdgeOptions;
   readonly #edges: (Edge | undefined)[] = [];
   readonly #metrics: ReturnType<typeof edgeMetrics>;
+  /** Per edge: its crashes in a row (a crash loop is not fed for ever). */
+  readonly #crashes = new Map<number, ConsecutiveCrashes>();
   #ports = { grpc: 0, http: 0 };
   #stopping = false;
 
@@ -249,6 +256,11 @@ export class EdgeThreads {
       onExit: (code, lastError, listening) => this.#exited(edge, code, lastError, listening),
     });
     edge = { index, worker, outbox: new Outbox<ToEdge>((messages, transfer) => worker.postMessage(messages, transfer)), inferences: new Map(), drained, markDrained };
+    // Listening a while without crashing: its crashes in a row start again at 0.
+    void started.then(() => {
+      edge.healthy = setTimeout(() => this.#crashes.get(index)?.healthy(), EDGE_HEALTHY_AFTER_MS);
+      edge.healthy.unref();
+    }, () => undefined);
     this.#edges[index] = edge;
     if (direct) {
       // Routes and doors first: they wait in the worker's inbox until it listens to its port.
@@ -269,10 +281,16 @@ export class EdgeThreads {
     admission.forget(index + 1);
     direct?.leases.forget(index);
     if (this.#edges[index] === edge) this.#edges[index] = undefined;
+    clearTimeout(edge.healthy);
     if (!listening || this.#stopping) return;
     // Its connections died with it; the others never noticed. A replacement listens beside them.
+    const crashes = this.#crashes.get(index) ?? this.#crashes.set(index, new ConsecutiveCrashes(EDGE_MAX_CONSECUTIVE_CRASHES)).get(index)!;
+    if (!crashes.crashed()) {
+      logger.error({ edge: index, code, err: lastError, crashes: crashes.count }, 'edge thread crashed again and again, none of its replacements lasting; not replacing it: the other edges serve on the same ports');
+      return;
+    }
     this.#metrics.restarts.inc();
-    logger.error({ edge: index, code, err: lastError }, 'edge thread crashed: its connections are closed; starting another');
+    logger.error({ edge: index, code, err: lastError, crashes: crashes.count }, 'edge thread crashed: its connections are closed; starting another');
     withEdgeHeap(() => this.#spawn(index)).then(
       () => logger.info({ edge: index }, 'edge thread restarted'),
       (err: unknown) => logger.error({ edge: index, err }, 'edge thread could not be restarted'),
