@@ -473,9 +473,7 @@ export class StowageServer {
     const leases = new Leases(Leases.memory(edgeCount));
     // The edges count their requests per lease slot (shared/request-counters.ts): statistics add
     // the slots in use when read, and take a slot's counts as the model's own when it is freed.
-    const countersShape = { memory: new SharedArrayBuffer(0), slots: LEASE_SLOTS, rows: edgeCount, devices: Math.max(...devices.handles.map((d) => d.deviceId)) + 1 };
-    countersShape.memory = RequestCounters.memory(countersShape.slots, countersShape.rows, countersShape.devices);
-    const counters = new RequestCounters(countersShape.memory, countersShape.slots, countersShape.rows, countersShape.devices);
+    const counters = RequestCounters.create(LEASE_SLOTS, edgeCount, Math.max(...devices.handles.map((d) => d.deviceId)) + 1);
     this.statistics.shareCounters(counters, () => [...this.registry.slots()].map(([instance, slot]) => [modelOf(instance), slot]));
     this.registry.shareLeases(leases, (instance, slot) => this.statistics.fold(modelOf(instance), slot));
     // A model's route as the registry has it, with where lpt_packing placed it, and which devices
@@ -493,7 +491,6 @@ export class StowageServer {
       routes: () => this.registry.routes().map((r) => withPlacement(r)!),
       devices: devices.handles,
       counters,
-      countersShape,
     };
   }
 

@@ -57,8 +57,8 @@ export class FleetRoutes {
 
   constructor(options: FleetRoutesOptions) {
     this.#o = options;
-    const registers = options.registry ? [options.registry] : [];
     if (!options.registry) return;
+    const registers = [options.registry];
     const routes = this.#routes;
     const self = this;
     new Gauge({

@@ -49,7 +49,19 @@ export interface SlotCounts {
   routes: number[];
 }
 
+/** The counters' shared memory and its shape: what the main thread hands each edge (DirectStart). */
+export interface CountersShape {
+  memory: SharedArrayBuffer;
+  /** Lease slots (shared/leases.ts). */
+  slots: number;
+  /** Edge threads, a row each. */
+  rows: number;
+  /** Device indexes a request may be routed to (0..devices-1). */
+  devices: number;
+}
+
 export class RequestCounters {
+  readonly shape: CountersShape;
   readonly #words: BigInt64Array;
   readonly #rows: number;
   readonly #devices: number;
@@ -57,17 +69,19 @@ export class RequestCounters {
   /** This thread's row (an edge's index); -1 on the main thread, which only reads and takes. */
   readonly #row: number;
 
-  /** `memory`: made by `RequestCounters.memory(slots, rows, devices)` on the main thread, shared with each edge. */
-  constructor(memory: SharedArrayBuffer, slots: number, rows: number, devices: number, row = -1) {
-    this.#words = new BigInt64Array(memory);
-    this.#slots = slots;
-    this.#rows = rows;
-    this.#devices = devices;
+  /** `shape`: made by `RequestCounters.create` on the main thread, shared with each edge. */
+  constructor(shape: CountersShape, row = -1) {
+    this.shape = shape;
+    this.#words = new BigInt64Array(shape.memory);
+    this.#slots = shape.slots;
+    this.#rows = shape.rows;
+    this.#devices = shape.devices;
     this.#row = row;
   }
 
-  static memory(slots: number, rows: number, devices: number): SharedArrayBuffer {
-    return new SharedArrayBuffer(8 * (slots * rows * (ROUTES + devices) + rows));
+  /** New counters, all at zero, read from the main thread. */
+  static create(slots: number, rows: number, devices: number): RequestCounters {
+    return new RequestCounters({ memory: new SharedArrayBuffer(8 * (slots * rows * (ROUTES + devices) + rows)), slots, rows, devices });
   }
 
   #at(slot: number, row: number): number {

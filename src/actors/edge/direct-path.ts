@@ -54,8 +54,7 @@ export class DirectPath {
   constructor(start: DirectStart, row: number) {
     this.#leases = new Leases(start.leases, row);
     this.#router = new Router(start.routing);
-    const { memory, slots, rows, devices } = start.counters;
-    this.#counters = new RequestCounters(memory, slots, rows, devices, row);
+    this.#counters = new RequestCounters(start.counters, row);
   }
 
   /** A model's route changed; null: its requests go through the main thread. */

@@ -113,7 +113,6 @@ export interface EdgeDirect {
   devices: readonly DoorSource[];
   /** Where the edges count the requests they route themselves (statistics and metrics read them there). */
   counters: RequestCounters;
-  countersShape: DirectStart['counters'];
 }
 
 export interface EdgeOptions {
@@ -233,7 +232,7 @@ export class EdgeThreads {
     const { endpoints, admission, logLevel, logger } = this.#o;
     const direct = this.#o.direct;
     const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel,
-      direct: direct ? { leases: direct.leases.buffer, routing: direct.routing, counters: direct.countersShape } : null };
+      direct: direct ? { leases: direct.leases.buffer, routing: direct.routing, counters: direct.counters.shape } : null };
     let markDrained = () => {};
     const drained = new Promise<void>((resolve) => {
       markDrained = resolve;

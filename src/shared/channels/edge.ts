@@ -14,6 +14,7 @@
 import type { MessagePort } from 'node:worker_threads';
 import type { ErrorData } from '../errors.js';
 import type { AnyOperationReply, OperationCall } from '../operations.js';
+import type { CountersShape } from '../request-counters.js';
 import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../data-plane.js';
 import type { InstanceKey, ModelSpec } from '../model-spec.js';
 import type { FillPolicy, NodeConfig } from '../config-schema.js';
@@ -60,7 +61,7 @@ export interface DirectStart {
    * Where the edge counts the requests it routes itself (shared/request-counters.ts; its row is its
    * index): statistics and metrics read them there, one count per process.
    */
-  counters: { memory: SharedArrayBuffer; slots: number; rows: number; devices: number };
+  counters: CountersShape;
 }
 
 /** What an edge thread starts with (its workerData). */

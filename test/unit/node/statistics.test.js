@@ -9,13 +9,13 @@ import { RequestCounters } from '../../../dist/shared/request-counters.js';
 const timing = { computeInputNs: 100, computeInferNs: 200, computeOutputNs: 300, batchRows: 2, executedBatchSize: 2, requests: 1 };
 
 test('an edge\'s counts are read with the main thread\'s, folded when the slot is freed, and the slot reused clean', (t) => {
-  const memory = RequestCounters.memory(4, 2, 2);
-  const edge0 = new RequestCounters(memory, 4, 2, 2, 0);
-  const edge1 = new RequestCounters(memory, 4, 2, 2, 1);
+  const main = RequestCounters.create(4, 2, 2);
+  const edge0 = new RequestCounters(main.shape, 0);
+  const edge1 = new RequestCounters(main.shape, 1);
   const statistics = new Statistics();
   /** @type {[string, number][]} */
   let slots = [['a', 3]];
-  statistics.shareCounters(new RequestCounters(memory, 4, 2, 2), () => slots);
+  statistics.shareCounters(main, () => slots);
 
   statistics.recordSuccess('a', 1, 1000, 10, timing); // through the main thread's pipeline
   edge0.routed(3, 1);

@@ -24,8 +24,8 @@ function edge(t, devices, holders) {
   const memory = Leases.memory(1);
   const main = new Leases(memory);
   main.open(0, 1);
-  const counted = { memory: RequestCounters.memory(1, 1, 3), slots: 1, rows: 1, devices: 3 };
-  const path = new DirectPath({ leases: memory, routing: 'round_robin', counters: counted }, 0);
+  const counters = RequestCounters.create(1, 1, 3); // the main thread's view: it reads them
+  const path = new DirectPath({ leases: memory, routing: 'round_robin', counters: counters.shape }, 0);
   path.route('m', { model: 'm', spec, instance, slot: 0, tag: 1, ...(holders ? { devices: holders } : {}) });
   /** @type {Map<number, { port: import('node:worker_threads').MessagePort, got: number, closed: boolean, ids: number[] }>} */
   const ends = new Map();
@@ -41,8 +41,7 @@ function edge(t, devices, holders) {
     path.door(id, port2, 10_000);
   }
   t.teardown(() => { for (const e of ends.values()) e.port.close(); });
-  // The main thread's view of the counters (row -1: it reads them).
-  return { path, ends, counters: new RequestCounters(counted.memory, 1, 1, 3), main };
+  return { path, ends, counters, main };
 }
 
 /** @returns {import('../../../../dist/shared/data-plane.js').DataPlaneRequest} */
