@@ -92,7 +92,7 @@ export class Pipeline {
   /**
    * One inference request from an edge, protocol-free (shared/data-plane.ts). `callDeadlineMs` is
    * the call's deadline (Infinity if none); the request's `timeout` may shorten it. `signal` fires
-   * if the client cancels. `outputs`: the edge's layout for the outputs, made a placement once the
+   * if the client cancels. `outputs`: the edge's layout for the outputs, made a frame once the
    * model is known (none: tensors of their own).
    */
   async infer(req: DataPlaneRequest, { callDeadlineMs, signal, outputs, trace, protocol, admitted }: InferOptions): Promise<InferenceAnswer> {

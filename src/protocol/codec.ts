@@ -5,9 +5,9 @@
  * around the outputs in the frame the device wrote them into: infer-response-wire.ts).
  *
  * What is gRPC's is settled here: which raw_input_contents entry is which input's, typed
- * `contents` converted into bytes, parameters read by their protobuf types (sequence, priority,
- * timeout, Triton's shared_memory_* ones; rest-tensors.ts reads REST's through the same
- * functions), classification refused. Names, datatypes, shapes and sizes against the model are
+ * `contents` converted into bytes, parameters from their protobuf oneofs into the values
+ * parameters.ts reads for both protocols (sequence, priority, timeout, Triton's shared_memory_*
+ * ones, classification). Names, datatypes, shapes and sizes against the model are
  * the pipeline's (shared/request-check.ts), for every protocol alike.
  *
  * The copies a request's bytes go through, end to end, are tabled at the top of
@@ -17,22 +17,28 @@ import { byDatatype, DATATYPES, type DtypeInfo } from '../shared/dtypes.js';
 import { errors, quote, quoteShape } from '../shared/errors.js';
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { WireTensor } from '../shared/channels/inference.js';
-import { refusedLater, type DataPlaneRequest, type PlainParameters, type RegionRef, type RequestInput } from '../shared/data-plane.js';
-import { MAX_TIMER_MS } from '../shared/timers.js';
+import { refusedLater, type DataPlaneRequest, type RequestInput } from '../shared/data-plane.js';
+import { noParameters, requestedOutput, requestParameters, sharedMemoryRef, type ParameterValues } from './parameters.js';
 import { joinBytesElements } from '../shared/bytes-elements.js';
 import type { InferInputTensor, InferTensorContents, ModelInferRequest, ModelInferResponse, Parameters } from './types.js';
 
 const q = quote;
 
-/** A request's parameters as plain values: int64/uint64 (strings on the wire, every digit kept) as numbers. */
-function plainParameters(params: Parameters): PlainParameters {
-  const plain: PlainParameters = {};
+/** InferParameter's oneof. */
+const PARAMETER_CHOICES = ['bool_param', 'int64_param', 'string_param', 'double_param', 'uint64_param'] as const;
+
+/**
+ * A message's parameters as the data plane reads them (parameters.ts): int64 and uint64 (decimal
+ * strings from proto-loader, every digit kept) as bigint; a parameter without a value as null.
+ */
+export function parameterValues(params: Parameters): ParameterValues {
+  const values = noParameters();
   for (const [key, p] of Object.entries(params)) {
-    if (!p.parameter_choice) continue;
-    const value = p[p.parameter_choice] as boolean | number | string;
-    plain[key] = p.parameter_choice === 'int64_param' || p.parameter_choice === 'uint64_param' ? Number(value) : value;
+    // proto-loader names the oneof's field; a message built by hand may only set the field.
+    const choice = p.parameter_choice ?? PARAMETER_CHOICES.find((c) => p[c] !== undefined);
+    values[key] = !choice ? null : choice === 'int64_param' || choice === 'uint64_param' ? BigInt(p[choice] as string) : p[choice] as boolean | number | string;
   }
-  return plain;
+  return values;
 }
 
 function parseShape(input: InferInputTensor): number[] {
@@ -92,74 +98,6 @@ function fromContents(name: string, info: DtypeInfo, contents: InferTensorConten
   }
 }
 
-/** Triton's shared_memory_* parameters of one input or output, as a region reference; null when it uses none. */
-export function sharedMemoryRef(what: string, params: Parameters): RegionRef | null {
-  const { shared_memory_region: region, shared_memory_byte_size: size, shared_memory_offset: offset } = params;
-  if (!region && !size && !offset) return null;
-  if (!region || region.parameter_choice !== 'string_param') {
-    throw errors.invalidRequest(`${what}: shared_memory_region must be a string parameter naming a registered region`);
-  }
-  const integer = (key: string, p: Parameters[string] | undefined, fallback?: number): number => {
-    if (!p) {
-      if (fallback !== undefined) return fallback;
-      throw errors.invalidRequest(`${what}: ${key} is required with shared_memory_region`);
-    }
-    const raw = p.parameter_choice === 'int64_param' ? p.int64_param : p.parameter_choice === 'uint64_param' ? p.uint64_param : undefined;
-    const n = Number(raw);
-    if (raw === undefined || !Number.isSafeInteger(n) || n < 0) throw errors.invalidRequest(`${what}: ${key} must be a non-negative int64 parameter`);
-    return n;
-  };
-  return { kind: 'region', region: region.string_param as string, byteSize: integer('shared_memory_byte_size', size), offset: integer('shared_memory_offset', offset, 0) };
-}
-
-/** A client's parameter for a message: its type and its value, cut short like any client string. */
-function shownParameter(p: Parameters[string]): string {
-  const choice = p.parameter_choice;
-  return choice ? `${choice} ${quote(String((p as Record<string, unknown>)[choice]))}` : 'no value';
-}
-
-/**
- * A request's own parameters, read by their types as Triton reads them: sequences refused, a
- * priority that is not unsigned refused, the timeout in microseconds; and all of them as plain
- * values. gRPC's and REST's requests alike (REST's JSON parameters typed as gRPC's by rest-tensors.ts).
- */
-export function requestParameters(params: Parameters): Pick<DataPlaneRequest, 'parameters' | 'timeoutUs'> {
-  const seq = params.sequence_id;
-  const inSequence = seq !== undefined
-    && ((seq.int64_param ?? seq.uint64_param ?? '0') !== '0' || (seq.string_param ?? '') !== '');
-  if (inSequence || params.sequence_start?.bool_param || params.sequence_end?.bool_param) {
-    throw errors.unsupported('sequence_id/sequence_start/sequence_end: this server has no sequence batching; send independent requests');
-  }
-  // Triton's request priority: its value is not used (the scheduler shares the device by cost
-  // and fairness), but a priority that is not an unsigned integer is refused as Triton refuses it.
-  const priority = params.priority;
-  if (priority !== undefined) {
-    const raw = priority.uint64_param ?? priority.int64_param;
-    if (raw === undefined || String(raw).startsWith('-')) {
-      throw errors.invalidRequest(`parameter "priority" must be an unsigned integer (uint64_param), got ${shownParameter(priority)}`);
-    }
-  }
-  const parameters = plainParameters(params);
-  const timeout = params.timeout;
-  if (timeout === undefined) return { parameters };
-  const raw = timeout.int64_param ?? timeout.uint64_param;
-  const us = raw === undefined ? NaN : Number(raw);
-  if (!Number.isFinite(us) || us < 0) {
-    throw errors.invalidRequest(`parameter "timeout" must be a non-negative int64 (microseconds), got ${shownParameter(timeout)}`);
-  }
-  // Past what one timer holds (2^31-1 ms, about 24.8 days, the node file's longest duration too)
-  // a timeout means no timeout: the request waits as one without, under the queue bound.
-  return us > 0 && us / 1000 <= MAX_TIMER_MS ? { parameters, timeoutUs: us } : { parameters };
-}
-
-/** A requested output's parameters: its region, if any; classification refused (an extension this server lacks). */
-export function requestedOutput(name: string, params: Parameters): DataPlaneRequest['outputs'][number] {
-  if ('classification' in params) {
-    throw errors.unsupported(`output ${q(name)} asks for classification, an extension this server does not provide; request the raw output`);
-  }
-  return { name, region: sharedMemoryRef(`output ${q(name)}`, params) };
-}
-
 /**
  * A ModelInferRequest as the data plane's request. `owned`: the message's bytes are views of an
  * ArrayBuffer that belongs to it alone (message-buffers.ts), so its raw inputs may be handed over
@@ -174,8 +112,8 @@ export function fromModelInferRequest(req: ModelInferRequest, owned: boolean): D
 }
 
 function decodeModelInferRequest(req: ModelInferRequest, owned: boolean): DataPlaneRequest {
-  const { parameters, timeoutUs } = requestParameters(req.parameters);
-  const regions = req.inputs.map((input) => sharedMemoryRef(`input ${q(input.name)}`, input.parameters));
+  const { parameters, timeoutUs } = requestParameters(parameterValues(req.parameters));
+  const regions = req.inputs.map((input) => sharedMemoryRef(`input ${q(input.name)}`, parameterValues(input.parameters)));
   // raw_input_contents holds one entry per input that is not in shared memory, in input order.
   let inline = 0;
   const rawIndex = regions.map((r) => (r ? -1 : inline++));
@@ -211,7 +149,7 @@ function decodeModelInferRequest(req: ModelInferRequest, owned: boolean): DataPl
     version: req.model_version,
     id: req.id,
     inputs,
-    outputs: req.outputs.map((o) => requestedOutput(o.name, o.parameters)),
+    outputs: req.outputs.map((o) => requestedOutput(o.name, parameterValues(o.parameters))),
     parameters,
     ...(timeoutUs === undefined ? {} : { timeoutUs }),
   };

@@ -29,6 +29,7 @@ import type { Logger } from 'pino';
 import { errors, errorToStatus, Status, StowageError } from '../shared/errors.js';
 import type { Admission } from './admission.js';
 import { readJsonBody } from './rest-tensors.js';
+import { RawJson, type JsonObject } from './json-reader.js';
 import { drainThenClose } from '../shared/lifecycle.js';
 
 /** A route's answer: JSON, or bytes with headers (an inference response: pieces written in order, never joined). */
@@ -412,9 +413,9 @@ function collect(req: http.IncomingMessage, encoding: string, limit: number, wha
 }
 
 /** The JSON body of a non-inference POST (load, register, log settings): {} when empty. */
-export async function jsonBody(body: Buffer): Promise<Record<string, unknown>> {
-  if (body.length === 0) return Object.create(null) as Record<string, unknown>;
+export async function jsonBody(body: Buffer): Promise<JsonObject> {
+  if (body.length === 0) return Object.create(null) as JsonObject;
   const value = await readJsonBody(body, 'the request');
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw errors.invalidRequest('the request body must be a JSON object');
-  return value as Record<string, unknown>;
+  if (typeof value !== 'object' || value === null || Array.isArray(value) || value instanceof RawJson) throw errors.invalidRequest('the request body must be a JSON object');
+  return value;
 }

@@ -9,7 +9,7 @@
 import { refusedLater, type Infer } from '../shared/data-plane.js';
 import type { Operations } from '../shared/operations.js';
 import { jsonBody, type RestReply, type RestRoute } from './http-edge.js';
-import { parseRestInfer, restInferResponse, toParameters } from './rest-tensors.js';
+import { jsonParameters, parseRestInfer, restInferResponse } from './rest-tensors.js';
 import { errors } from '../shared/errors.js';
 
 /** `/v2/models/{name}` with an optional `/versions/{v}`: captures name and version. */
@@ -102,7 +102,7 @@ export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
     }),
     route('POST', '/v2/repository/models/([^/]+)/load', async (r) => {
       const { parameters } = await jsonBody(r.body);
-      await ops.RepositoryModelLoad({ model_name: r.params[0], parameters: toParameters(parameters as never, 'the load request') });
+      await ops.RepositoryModelLoad({ model_name: r.params[0], parameters: jsonParameters(parameters, 'the load request') });
       return { json: {} };
     }),
     route('POST', '/v2/repository/models/([^/]+)/unload', async (r) => {

@@ -1,9 +1,8 @@
 /**
  * The KServe V2 REST inference body, with Triton's binary tensor data extension, to and from the
  * data plane (shared/data-plane.ts): the request the pipeline takes, as gRPC's codec.ts makes it,
- * so that a request through REST runs exactly the path one through gRPC runs. No gRPC message is
- * built; parameters are typed as gRPC's (int64 as strings) so that both edges read them through
- * the same functions (codec.ts `requestParameters`, `sharedMemoryRef`).
+ * so that a request through REST runs exactly the path one through gRPC runs. No gRPC message or
+ * parameter is built: JSON parameters become the values parameters.ts reads for both protocols.
  *
  * Request: a JSON header (the whole body, or its first `Inference-Header-Content-Length` bytes)
  * whose inputs carry `data` (flat or nested, row-major) or `parameters.binary_data_size`: that
@@ -20,9 +19,8 @@ import { decodeJsonData, encodeJsonData } from './json-tensors.js';
 import { JSON_MAX_DEPTH, JsonError, RawJson, readJson, type JsonObject, type JsonValue } from './json-reader.js';
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { DataPlaneRequest, InferenceAnswer, RequestInput } from '../shared/data-plane.js';
-import { requestedOutput, requestParameters, sharedMemoryRef } from './codec.js';
+import { noParameters, plainParameters, requestedOutput, requestParameters, sharedMemoryRef, type ParameterValues } from './parameters.js';
 import { ownsArrayBuffer } from './message-buffers.js';
-import type { InferParameter, Parameters } from './types.js';
 
 const isObject = (v: JsonValue | undefined): v is JsonObject => typeof v === 'object' && v !== null && !Array.isArray(v) && !(v instanceof RawJson);
 
@@ -46,34 +44,20 @@ export async function readJsonBody(bytes: Uint8Array, what: string, defer?: (pat
 }
 
 /**
- * JSON parameters as the gRPC messages carry them (int64 as strings, as proto-loader gives them),
- * in an object without a prototype: a parameter named "__proto__" is a parameter like any other.
+ * A JSON `parameters` object as the data plane reads parameters (parameters.ts): a whole number
+ * as an integer, any other finite number as a double, booleans and strings as they are.
  */
-export function toParameters(json: JsonValue | undefined, what: string): Parameters {
-  if (json === undefined || json === null) return Object.create(null) as Parameters;
+export function jsonParameters(json: JsonValue | undefined, what: string): ParameterValues {
+  const values = noParameters();
+  if (json === undefined || json === null) return values;
   if (!isObject(json)) throw errors.invalidRequest(`${what}: parameters must be an object`);
-  const out = Object.create(null) as Parameters;
   for (const [key, v] of Object.entries(json)) {
-    let p: InferParameter;
-    if (typeof v === 'boolean') p = { parameter_choice: 'bool_param', bool_param: v };
-    else if (typeof v === 'string') p = { parameter_choice: 'string_param', string_param: v };
-    else if (typeof v === 'number' && Number.isInteger(v)) p = { parameter_choice: 'int64_param', int64_param: String(v) };
-    else if (typeof v === 'number' && Number.isFinite(v)) p = { parameter_choice: 'double_param', double_param: v };
+    if (typeof v === 'boolean' || typeof v === 'string') values[key] = v;
+    else if (typeof v === 'number' && Number.isInteger(v)) values[key] = BigInt(v);
+    else if (typeof v === 'number' && Number.isFinite(v)) values[key] = v;
     else throw errors.invalidRequest(`${what}: parameter ${quote(key)} must be a boolean, a finite number or a string`);
-    out[key] = p;
   }
-  return out;
-}
-
-/** Parameters back to JSON (for the response). */
-function fromParameters(p: Parameters | undefined): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
-  for (const [key, v] of Object.entries(p ?? {})) {
-    if (!v.parameter_choice) continue;
-    const value = v[v.parameter_choice];
-    out[key] = v.parameter_choice === 'int64_param' || v.parameter_choice === 'uint64_param' ? Number(value) : value;
-  }
-  return out;
+  return values;
 }
 
 /** An input's shape: whole numbers, at most MAX_DIMS of them, the element count a safe integer. */
@@ -94,7 +78,7 @@ export interface RestInfer {
   /** The request's `binary_data_output`: every output binary unless it says otherwise. */
   allBinary: boolean;
   /** Each output asked for, by name: its own `binary_data`, and its parameters (echoed for shared memory). */
-  asked: Map<string, { binary?: boolean; parameters: Parameters }>;
+  asked: Map<string, { binary?: boolean; parameters: ParameterValues }>;
 }
 
 /**
@@ -122,7 +106,7 @@ export async function parseRestInfer(body: Buffer, headerBytes: number | undefin
     if (typeof name !== 'string') throw errors.invalidRequest(`inputs[${k}] has no "name"`);
     if (typeof datatype !== 'string' || !byDatatype(datatype)) throw errors.invalidTensor(`input ${quote(name)}: datatype ${typeof datatype === 'string' ? quote(datatype) : 'missing'} is not a KServe datatype`);
     const shape = shapeOf(name, input.shape);
-    const parameters = toParameters(input.parameters, `input ${quote(name)}`);
+    const parameters = jsonParameters(input.parameters, `input ${quote(name)}`);
     const size = isObject(input.parameters) ? input.parameters.binary_data_size : undefined;
     const region = sharedMemoryRef(`input ${quote(name)}`, parameters);
     if (size !== undefined) {
@@ -146,12 +130,12 @@ export async function parseRestInfer(body: Buffer, headerBytes: number | undefin
   if (binaryAt !== body.length) throw errors.invalidRequest(`${body.length - binaryAt} bytes of binary data follow the inputs that no input's binary_data_size claims`);
   const outputs = header.outputs === undefined ? [] : header.outputs;
   if (!Array.isArray(outputs)) throw errors.invalidRequest('"outputs" must be an array');
-  const requestParams = toParameters(header.parameters, 'the request');
-  const asked = new Map<string, { binary?: boolean; parameters: Parameters }>();
+  const requestParams = jsonParameters(header.parameters, 'the request');
+  const asked = new Map<string, { binary?: boolean; parameters: ParameterValues }>();
   const requested = outputs.map((o, k) => {
     if (!isObject(o) || typeof o.name !== 'string') throw errors.invalidRequest(`outputs[${k}] must be an object with a "name"`);
-    const parameters = toParameters(o.parameters, `output ${quote(o.name)}`);
-    const binary = parameters.binary_data?.bool_param;
+    const parameters = jsonParameters(o.parameters, `output ${quote(o.name)}`);
+    const binary = typeof parameters.binary_data === 'boolean' ? parameters.binary_data : undefined;
     asked.set(o.name, binary === undefined ? { parameters } : { binary, parameters });
     return requestedOutput(o.name, parameters);
   });
@@ -164,7 +148,7 @@ export async function parseRestInfer(body: Buffer, headerBytes: number | undefin
       outputs: requested,
       ...requestParameters(requestParams),
     },
-    allBinary: requestParams.binary_data_output?.bool_param === true,
+    allBinary: requestParams.binary_data_output === true,
     asked,
   };
 }
@@ -183,8 +167,8 @@ export async function restInferResponse(rest: RestInfer, answer: InferenceAnswer
     const asked = rest.asked.get(o.name);
     const bytes = Buffer.from(o.data.buffer, o.data.byteOffset, o.data.byteLength);
     json.push(`${i === 0 ? '' : ','}{"name":${JSON.stringify(o.name)},"datatype":${JSON.stringify(o.datatype)},"shape":[${o.shape.join(',')}]`);
-    if (asked?.parameters.shared_memory_region) {
-      json.push(`,"parameters":${JSON.stringify(fromParameters(asked.parameters))}}`);
+    if (asked?.parameters.shared_memory_region !== undefined) {
+      json.push(`,"parameters":${JSON.stringify(plainParameters(asked.parameters))}}`);
       continue;
     }
     const binary = asked?.binary ?? rest.allBinary;
