@@ -60,7 +60,7 @@ export function controlOperations(ctx: ControlContext) {
       const instance = record.instance;
       const residentBytes = (await devices.status()).filter((s) => s.instance === instance && s.resident).reduce((sum, s) => sum + s.weightBytes, 0);
       logger.debug({ model: req.name, residentBytes }, 'model prefetched');
-      return { resident_bytes: String(residentBytes) };
+      return { resident_bytes: residentBytes };
     },
     CompactMemory: async (req: { device: number }) => {
       if (req.device >= 0 && !devices.handles.some((d) => d.deviceId === req.device)) {
@@ -68,7 +68,7 @@ export function controlOperations(ctx: ControlContext) {
       }
       const movedBytes = await devices.compact(req.device);
       logger.info({ device: req.device, movedBytes }, 'weight arena compacted');
-      return { moved_bytes: String(movedBytes) };
+      return { moved_bytes: movedBytes };
     },
   };
 }
@@ -104,7 +104,7 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, req
   }]));
   const window = req.window_seconds > 0 ? windows.read(req.window_seconds, Date.now(), readings) : undefined;
   return {
-    weight_budget_bytes: String(ctx.weightBudgetBytes),
+    weight_budget_bytes: ctx.weightBudgetBytes,
     devices: devices.handles.filter((d) => d.serving).length,
     queue_depth: reports.reduce((sum, s) => sum + s.queued, 0),
     models: records.map((r) => {
@@ -116,7 +116,7 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, req
         reason: r.reason,
         instance: r.instance ?? '',
         residency: s?.residency ?? '',
-        resident_bytes: String(s?.residentAll ?? 0),
+        resident_bytes: s?.residentAll ?? 0,
         // The device holding its weights now; -1 when none does, or several do.
         device: s?.onDevices.length === 1 ? s.onDevices[0] : -1,
         queue_depth: s?.queuedAll ?? 0,
@@ -124,14 +124,14 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, req
         weight: s?.weight ?? devices.policies.of(devices.handles[0].deviceId, r.name).weight,
         max_batch_size: s ? (Number.isFinite(s.maxBatchRows) ? s.maxBatchRows : 0) : 0,
         placed_devices: r.spec?.kind === 'meta' ? [] : devices.placementOf(r.name),
-        session_device_bytes: String(s?.sessionAll ?? 0),
+        session_device_bytes: s?.sessionAll ?? 0,
         cuda_graphs: s?.cudaGraphs ?? '',
-        weight_bytes: String(s?.weightBytes ?? 0),
+        weight_bytes: s?.weightBytes ?? 0,
         compute_seconds: statistics.computeSeconds(r.name),
-        weight_hits: String(traffic.hits),
-        weight_misses: String(traffic.misses),
+        weight_hits: traffic.hits,
+        weight_misses: traffic.misses,
         window_load: window?.get(r.name)?.load ?? 0,
-        window_resident_bytes: String(window?.get(r.name)?.residentBytes ?? 0),
+        window_resident_bytes: window?.get(r.name)?.residentBytes ?? 0,
       };
     }),
   };

@@ -44,7 +44,7 @@ export function kserveOperations(ctx: ServiceContext) {
     // CudaSharedMemoryUnregister("")); registering says it needs backend cuda.
     CudaSharedMemoryStatus: (req: { name: string }) => ({
       regions: Object.fromEntries(sharedMemory.status(req.name, 'cuda').map((r) =>
-        [r.name, { name: r.name, device_id: String(r.cuda!.gpu), byte_size: String(r.byteSize) }])),
+        [r.name, { name: r.name, device_id: r.cuda!.gpu, byte_size: r.byteSize }])),
     }),
     CudaSharedMemoryUnregister: (req: { name: string }) => {
       const regions = sharedMemory.status('', 'cuda').map((r) => r.name).filter((name) => req.name === '' || name === req.name);
@@ -52,12 +52,11 @@ export function kserveOperations(ctx: ServiceContext) {
       if (regions.length) logger.info({ regions }, 'CUDA shared-memory regions unregistered');
       return {};
     },
-    CudaSharedMemoryRegister: async (req: { name: string; raw_handle: Uint8Array; device_id: string | number; byte_size: string | number }): Promise<Record<string, never>> => {
+    CudaSharedMemoryRegister: async (req: { name: string; raw_handle: Uint8Array; device_id: number; byte_size: number }): Promise<Record<string, never>> => {
       if (ctx.backend === 'cpu') {
         throw errors.unsupported('CudaSharedMemoryRegister: CUDA shared memory (CUDA IPC handles) needs backend cuda (global.runtime.backend: cuda), and this server runs backend cpu; use system shared memory');
       }
-      const gpu = Number(req.device_id);
-      const byteSize = Number(req.byte_size);
+      const { device_id: gpu, byte_size: byteSize } = req;
       const handle = req.raw_handle ?? new Uint8Array(0);
       if (handle.byteLength !== CUDA_IPC_HANDLE_BYTES) {
         throw errors.sharedMemoryInvalid(`region ${JSON.stringify(req.name)}: raw_handle must be a CUDA IPC handle (cudaIpcMemHandle_t, ${CUDA_IPC_HANDLE_BYTES} bytes), not ${handle.byteLength} bytes`);
@@ -99,15 +98,15 @@ export function kserveOperations(ctx: ServiceContext) {
       if (req.name === '') return { model_stats: registry.all().map((r) => statistics.snapshot(r.name)) };
       return { model_stats: [statistics.snapshot(req.name)] };
     },
-    SystemSharedMemoryRegister: (req: { name: string; key: string; offset: string; byte_size: string }) => {
+    SystemSharedMemoryRegister: (req: { name: string; key: string; offset: number; byte_size: number }) => {
       if (!ctx.systemSharedMemory) throw errors.unsupported('SystemSharedMemoryRegister: system shared memory is turned off on this server (endpoints.system_shared_memory: false); send tensors in the request');
-      sharedMemory.register(req.name, req.key, Number(req.offset), Number(req.byte_size));
-      logger.info({ region: req.name, key: req.key, offset: Number(req.offset), byteSize: Number(req.byte_size) }, 'shared-memory region registered');
+      sharedMemory.register(req.name, req.key, req.offset, req.byte_size);
+      logger.info({ region: req.name, key: req.key, offset: req.offset, byteSize: req.byte_size }, 'shared-memory region registered');
       return {};
     },
     SystemSharedMemoryStatus: (req: { name: string }) => ({
       regions: Object.fromEntries(sharedMemory.status(req.name).map((r) =>
-        [r.name, { name: r.name, key: r.key, offset: String(r.offset), byte_size: String(r.byteSize) }])),
+        [r.name, { name: r.name, key: r.key, offset: r.offset, byte_size: r.byteSize }])),
     }),
     SystemSharedMemoryUnregister: (req: { name: string }) => {
       const regions = sharedMemory.status('').map((r) => r.name).filter((name) => req.name === '' || name === req.name);

@@ -48,7 +48,7 @@ const add = (d: Duration, ns: number) => {
   d.count++;
   d.ns += ns;
 };
-const wire = (d: Duration) => ({ count: String(d.count), ns: String(Math.round(d.ns)) });
+const duration = (d: Duration) => ({ count: d.count, ns: Math.round(d.ns) });
 
 /** Per-device totals of executions (stowage_device_*). */
 export interface DeviceCounters {
@@ -183,17 +183,17 @@ export class Statistics {
     return {
       name: model,
       version: MODEL_VERSION,
-      last_inference: String(c.lastInferenceMs),
-      inference_count: String(c.inferenceCount),
-      execution_count: String(c.executionCount),
+      last_inference: c.lastInferenceMs,
+      inference_count: c.inferenceCount,
+      execution_count: c.executionCount,
       inference_stats: {
-        success: wire(c.success), fail: wire(c.fail), queue: wire(c.queue),
-        compute_input: wire(c.computeInput), compute_infer: wire(c.computeInfer), compute_output: wire(c.computeOutput),
-        cache_hit: wire(zero()), cache_miss: wire(zero()),
+        success: duration(c.success), fail: duration(c.fail), queue: duration(c.queue),
+        compute_input: duration(c.computeInput), compute_infer: duration(c.computeInfer), compute_output: duration(c.computeOutput),
+        cache_hit: duration(zero()), cache_miss: duration(zero()),
       },
       batch_stats: [...c.batches.entries()].sort(([a], [b]) => a - b).map(([size, b]) => ({
-        batch_size: String(size),
-        compute_input: wire(b.computeInput), compute_infer: wire(b.computeInfer), compute_output: wire(b.computeOutput),
+        batch_size: size,
+        compute_input: duration(b.computeInput), compute_infer: duration(b.computeInfer), compute_output: duration(b.computeOutput),
       })),
     };
   }

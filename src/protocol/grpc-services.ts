@@ -16,7 +16,8 @@ import { fromModelInferRequest, inferResponse } from './codec.js';
 import { callDeadlineMs, type GrpcEdge } from './edge.js';
 import { ResponseFrame, type EncodedResponse } from './infer-response-wire.js';
 import { ownsItsBuffer } from './message-buffers.js';
-import { CONTROL_OPERATIONS, KSERVE_OPERATIONS, type Operations } from '../shared/operations.js';
+import { CONTROL_OPERATIONS, KSERVE_OPERATIONS, type LogSettingValue, type OperationName, type Operations } from '../shared/operations.js';
+import { errors } from '../shared/errors.js';
 import type { ModelInferRequest, ModelInferResponse } from './types.js';
 
 /** A call's W3C trace context (traceparent, tracestate) from its gRPC metadata. */
@@ -39,10 +40,58 @@ async function modelInfer(infer: Infer, req: ModelInferRequest, call: InferCall,
   return frame.frame(answer) ?? inferResponse(request.model, request.id, answer.outputs);
 }
 
+/** A LogSettings value as the message carries it (a oneof). */
+interface SettingMessage {
+  parameter_choice?: 'bool_param' | 'uint32_param' | 'string_param';
+  bool_param?: boolean;
+  uint32_param?: number;
+  string_param?: string;
+}
+
+/** A setting's message as its value; one whose oneof is unset is refused, naming it. */
+function settingValue(key: string, m: SettingMessage): LogSettingValue {
+  const value = m.parameter_choice ? m[m.parameter_choice] : undefined;
+  if (value === undefined) throw errors.invalidRequest(`log setting ${JSON.stringify(key)} has no value (bool_param, uint32_param or string_param)`);
+  return value;
+}
+
+/** A setting's value as its message: a number is the verbosity's uint32. */
+function settingMessage(value: LogSettingValue): SettingMessage {
+  if (typeof value === 'boolean') return { bool_param: value };
+  return typeof value === 'number' ? { uint32_param: value } : { string_param: value };
+}
+
+const mapValues = <A, B>(record: Record<string, A>, f: (key: string, a: A) => B): Record<string, B> =>
+  Object.fromEntries(Object.entries(record).map(([k, v]) => [k, f(k, v)]));
+
+/**
+ * The operations whose gRPC messages are not their plain values, each read in and written out
+ * here: 64-bit integers of a request come as decimal strings (proto-loader's longs: String) and
+ * go to the operation as numbers (which checks their range), log settings come and go as oneofs.
+ * Every other request is its plain values as it is, and every reply is encoded as it is
+ * (protobufjs takes numbers for int64 fields).
+ */
+const GRPC_MESSAGES = {
+  SystemSharedMemoryRegister: (ops: Operations) => (req: { name: string; key: string; offset: string; byte_size: string }) =>
+    ops.SystemSharedMemoryRegister({ ...req, offset: Number(req.offset), byte_size: Number(req.byte_size) }),
+  CudaSharedMemoryRegister: (ops: Operations) => (req: { name: string; raw_handle: Uint8Array; device_id: string; byte_size: string }) =>
+    ops.CudaSharedMemoryRegister({ ...req, device_id: Number(req.device_id), byte_size: Number(req.byte_size) }),
+  LogSettings: (ops: Operations) => async (req: { settings: Record<string, SettingMessage> }) => {
+    const { settings } = await ops.LogSettings({ settings: mapValues(req.settings, settingValue) });
+    return { settings: mapValues(settings, (_, v) => settingMessage(v)) };
+  },
+} satisfies Partial<Record<OperationName, (ops: Operations) => (req: never) => unknown>>;
+
+/** Operation `rpc` as a gRPC handler of its request message. */
+function grpcHandler(ops: Operations, rpc: OperationName): (req: unknown) => unknown {
+  const words = (GRPC_MESSAGES as Partial<Record<OperationName, (ops: Operations) => (req: unknown) => unknown>>)[rpc];
+  return words ? words(ops) : (req) => (ops[rpc] as (req: unknown) => unknown)(req);
+}
+
 /** GRPCInferenceService's table. */
 export function inferenceTable(edge: GrpcEdge, ops: Operations, infer: Infer): Record<string, grpc.UntypedHandleCall> {
   const table: Record<string, grpc.UntypedHandleCall> = {};
-  for (const rpc of KSERVE_OPERATIONS) table[rpc] = edge.unary(rpc, (req: unknown) => (ops[rpc] as (req: unknown) => unknown)(req));
+  for (const rpc of KSERVE_OPERATIONS) table[rpc] = edge.unary(rpc, grpcHandler(ops, rpc));
   table.ModelInfer = edge.inference('ModelInfer', (req: ModelInferRequest, call, signal, admitted) => modelInfer(infer, req, call, signal, admitted));
   table.ModelStreamInfer = edge.stream<ModelInferRequest, { error_message: string; infer_response: Partial<ModelInferResponse> | EncodedResponse }>('ModelStreamInfer', {
     answer: async (req, call, signal) => ({ error_message: '', infer_response: await modelInfer(infer, req, call, signal) }),
@@ -54,5 +103,5 @@ export function inferenceTable(edge: GrpcEdge, ops: Operations, infer: Infer): R
 
 /** Stowage's ControlService table (proto/control.proto). */
 export function controlTable(edge: GrpcEdge, ops: Operations): Record<string, grpc.UntypedHandleCall> {
-  return Object.fromEntries(CONTROL_OPERATIONS.map((rpc) => [rpc, edge.unary(rpc, (req: unknown) => (ops[rpc] as (req: unknown) => unknown)(req))]));
+  return Object.fromEntries(CONTROL_OPERATIONS.map((rpc) => [rpc, edge.unary(rpc, grpcHandler(ops, rpc))]));
 }

@@ -8,8 +8,7 @@
  */
 import type { Logger } from 'pino';
 import { errors, quote } from '../shared/errors.js';
-
-type SettingValue = { parameter_choice?: 'bool_param' | 'uint32_param' | 'string_param'; bool_param?: boolean; uint32_param?: number; string_param?: string };
+import type { LogSettingValue } from '../shared/operations.js';
 
 interface Switches {
   log_info: boolean;
@@ -41,44 +40,46 @@ function levelOf(s: Switches): string {
   return 'silent';
 }
 
-function value(key: string, v: SettingValue, want: 'bool_param' | 'uint32_param' | 'string_param'): boolean | number | string {
-  if (v.parameter_choice !== want) {
-    throw errors.invalidRequest(`log setting ${key} takes a ${want.replace('_param', '')} value, got ${v.parameter_choice ?? 'none'}`);
-  }
-  return v[want] as boolean | number | string;
+/** What kind of value each setting takes: the switches a bool, the verbosity a uint32, file and format a string. */
+type SettingKind = 'bool' | 'uint32' | 'string';
+
+/** The kind of a given value, as LogSettings names them (a whole number from 0 is a uint32). */
+function kindOf(v: LogSettingValue): SettingKind | 'number' {
+  if (typeof v === 'boolean') return 'bool';
+  if (typeof v === 'string') return 'string';
+  return Number.isInteger(v) && v >= 0 && v <= 0xffffffff ? 'uint32' : 'number';
 }
 
-/** The current settings, in the response's shape. */
-export function currentLogSettings(logger: Logger): Record<string, SettingValue> {
+function value(key: string, v: LogSettingValue, want: SettingKind): LogSettingValue {
+  const got = kindOf(v);
+  if (got !== want) throw errors.invalidRequest(`log setting ${key} takes a ${want} value, got a ${got} (${JSON.stringify(v)})`);
+  return v;
+}
+
+/** The current settings, each its value. */
+export function currentLogSettings(logger: Logger): Record<string, LogSettingValue> {
   const s = switchesOf(logger.level);
-  return {
-    log_file: { string_param: '' },
-    log_info: { bool_param: s.log_info },
-    log_warning: { bool_param: s.log_warning },
-    log_error: { bool_param: s.log_error },
-    log_verbose_level: { uint32_param: s.log_verbose_level },
-    log_format: { string_param: 'default' },
-  };
+  return { log_file: '', log_info: s.log_info, log_warning: s.log_warning, log_error: s.log_error, log_verbose_level: s.log_verbose_level, log_format: 'default' };
 }
 
 /** Apply a LogSettings request (all or nothing) and return the settings now in force. */
-export function applyLogSettings(logger: Logger, settings: Record<string, SettingValue>): Record<string, SettingValue> {
+export function applyLogSettings(logger: Logger, settings: Record<string, LogSettingValue>): Record<string, LogSettingValue> {
   const next = switchesOf(logger.level);
   for (const [key, v] of Object.entries(settings)) {
     switch (key) {
       case 'log_info':
       case 'log_warning':
       case 'log_error':
-        next[key] = value(key, v, 'bool_param') as boolean;
+        next[key] = value(key, v, 'bool') as boolean;
         break;
       case 'log_verbose_level':
-        next.log_verbose_level = value(key, v, 'uint32_param') as number;
+        next.log_verbose_level = value(key, v, 'uint32') as number;
         break;
       case 'log_file':
-        if (value(key, v, 'string_param') !== '') throw errors.unsupported('log_file: logs go to stdout as JSON lines; redirect stdout to keep them in a file');
+        if (value(key, v, 'string') !== '') throw errors.unsupported('log_file: logs go to stdout as JSON lines; redirect stdout to keep them in a file');
         break;
       case 'log_format':
-        if (value(key, v, 'string_param') !== 'default') throw errors.unsupported('log_format: the only format is "default" (pino JSON lines)');
+        if (value(key, v, 'string') !== 'default') throw errors.unsupported('log_format: the only format is "default" (pino JSON lines)');
         break;
       default:
         throw errors.invalidRequest(`unknown log setting ${quote(key)}; known settings: ${SETTINGS.join(', ')}`);

@@ -2,12 +2,13 @@
  * The node's KServe V2 REST API with Triton's extensions (what tritonclient.http, KServe's REST
  * client and KServe's model agent call): each route calls the very operation its gRPC twin calls
  * (operations.ts; inferences through the same pipeline, an `Infer`), and words the answer as
- * Triton's HTTP endpoint does (JSON numbers for int64, arrays where Triton answers arrays). The
+ * Triton's HTTP endpoint does (arrays where Triton answers arrays; the operations' plain values,
+ * int64s as numbers, written as they are, with no list of which keys are numbers). The
  * HTTP edge (http-edge.ts) owns limits, admission and errors. On the main thread or an edge
  * thread alike.
  */
 import { refusedLater, type Infer } from '../shared/data-plane.js';
-import type { Operations } from '../shared/operations.js';
+import type { LogSettingValue, Operations } from '../shared/operations.js';
 import { jsonBody, type RestReply, type RestRoute } from './http-edge.js';
 import { jsonParameters, parseRestInfer, restInferResponse } from './rest-tensors.js';
 import { errors } from '../shared/errors.js';
@@ -16,14 +17,6 @@ import { errors } from '../shared/errors.js';
 const MODEL = '/v2/models/([^/]+)(?:/versions/([^/]+))?';
 const route = (method: 'GET' | 'POST', pattern: string, handle: RestRoute['handle'], inference = false): RestRoute =>
   ({ method, pattern: new RegExp(`^${pattern}$`), handle, inference });
-
-/** Statistics' counters as Triton's JSON writes them: numbers, not the int64 strings of protobuf. */
-const NUMERIC = new Set(['last_inference', 'inference_count', 'execution_count', 'count', 'ns', 'batch_size', 'memory_usage', 'byte_size', 'offset', 'device_id']);
-function numbers(value: unknown, key = ''): unknown {
-  if (Array.isArray(value)) return value.map((v) => numbers(v));
-  if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, numbers(v, k)]));
-  return NUMERIC.has(key) && typeof value === 'string' && /^\d+$/.test(value) ? Number(value) : value;
-}
 
 /** How a JSON value is shown in an error: short, whatever it is. */
 function shown(value: unknown): string {
@@ -44,11 +37,9 @@ function wholeNumber(body: Record<string, unknown>, key: string, what: string, f
   return value;
 }
 
-/** A log setting from JSON to the LogSettings message's value. */
-function settingValue(key: string, v: unknown) {
-  if (typeof v === 'boolean') return { parameter_choice: 'bool_param' as const, bool_param: v };
-  if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return { parameter_choice: 'uint32_param' as const, uint32_param: v };
-  if (typeof v === 'string') return { parameter_choice: 'string_param' as const, string_param: v };
+/** A log setting from JSON: a boolean, a whole number from 0 or a string (which setting takes which is log-settings.ts's). */
+function settingValue(key: string, v: unknown): LogSettingValue {
+  if (typeof v === 'boolean' || typeof v === 'string' || (typeof v === 'number' && Number.isInteger(v) && v >= 0)) return v;
   throw errors.invalidRequest(`log setting ${JSON.stringify(key)} must be a boolean, a whole number or a string`);
 }
 
@@ -69,14 +60,11 @@ export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
     route('GET', '/v2/health/live', async () => ({ json: { live: (await ops.ServerLive()).live } })),
     route('GET', '/v2/health/ready', async () => ok((await ops.ServerReady()).ready, 'the server is not ready (starting, or shutting down)')),
     route('GET', '/v2', async () => ({ json: await ops.ServerMetadata() })),
-    route('GET', '/v2/models/stats', async () => ({ json: numbers(await ops.ModelStatistics({ name: '', version: '' })) })),
-    route('GET', `${MODEL}/stats`, async (r) => ({ json: numbers(await ops.ModelStatistics(ref(r.params))) })),
+    route('GET', '/v2/models/stats', async () => ({ json: await ops.ModelStatistics({ name: '', version: '' }) })),
+    route('GET', `${MODEL}/stats`, async (r) => ({ json: await ops.ModelStatistics(ref(r.params)) })),
     route('GET', `${MODEL}/ready`, (r) => modelReady(r.params)),
-    route('GET', `${MODEL}/config`, async (r) => ({ json: numbers((await ops.ModelConfig(ref(r.params))).config) })),
-    route('GET', MODEL, async (r) => {
-      const md = await ops.ModelMetadata(ref(r.params));
-      return { json: { ...md, inputs: md.inputs.map((t) => ({ ...t, shape: t.shape.map(Number) })), outputs: md.outputs.map((t) => ({ ...t, shape: t.shape.map(Number) })) } };
-    }),
+    route('GET', `${MODEL}/config`, async (r) => ({ json: (await ops.ModelConfig(ref(r.params))).config })),
+    route('GET', MODEL, async (r) => ({ json: await ops.ModelMetadata(ref(r.params)) })),
     route('POST', `${MODEL}/infer`, async (r): Promise<RestReply> => {
       // Checked by the edge (a whole number, within endpoints.max_json_body_bytes).
       const header = r.headers['inference-header-content-length'];
@@ -110,13 +98,13 @@ export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
       return { json: {} };
     }),
     route('GET', '/v2/systemsharedmemory(?:/region/([^/]+))?/status', async (r) =>
-      ({ json: numbers(Object.values((await ops.SystemSharedMemoryStatus({ name: r.params[0] ?? '' })).regions)) })),
+      ({ json: (Object.values((await ops.SystemSharedMemoryStatus({ name: r.params[0] ?? '' })).regions)) })),
     route('POST', '/v2/systemsharedmemory/region/([^/]+)/register', async (r) => {
       const body = await jsonBody(r.body);
       if (typeof body.key !== 'string') throw errors.invalidRequest(`register: "key" must be the shared-memory object's name (a string), not ${shown(body.key)}`);
       const offset = wholeNumber(body, 'offset', 'register', 0);
       const byteSize = wholeNumber(body, 'byte_size', 'register');
-      await ops.SystemSharedMemoryRegister({ name: r.params[0], key: body.key, offset: String(offset), byte_size: String(byteSize) });
+      await ops.SystemSharedMemoryRegister({ name: r.params[0], key: body.key, offset, byte_size: byteSize });
       return { json: {} };
     }),
     route('POST', '/v2/systemsharedmemory(?:/region/([^/]+))?/unregister', async (r) => {
@@ -127,7 +115,7 @@ export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
     // registered, and registering says why). The handle comes base64-encoded, as Triton takes it:
     // {"raw_handle": {"b64": "..."}, "device_id": 0, "byte_size": N}.
     route('GET', '/v2/cudasharedmemory(?:/region/([^/]+))?/status', async (r) =>
-      ({ json: numbers(Object.values((await ops.CudaSharedMemoryStatus({ name: r.params[0] ?? '' })).regions)) })),
+      ({ json: (Object.values((await ops.CudaSharedMemoryStatus({ name: r.params[0] ?? '' })).regions)) })),
     route('POST', '/v2/cudasharedmemory(?:/region/([^/]+))?/unregister', async (r) => ({ json: await ops.CudaSharedMemoryUnregister({ name: r.params[0] ?? '' }) })),
     route('POST', '/v2/cudasharedmemory/region/([^/]+)/register', async (r) => {
       const body = await jsonBody(r.body);
@@ -138,17 +126,11 @@ export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
       const byteSize = wholeNumber(body, 'byte_size', 'register');
       return { json: await ops.CudaSharedMemoryRegister({ name: r.params[0], raw_handle: Buffer.from(b64, 'base64'), device_id: deviceId, byte_size: byteSize }) };
     }),
-    route('GET', '/v2/logging', async () => ({ json: plainSettings((await ops.LogSettings({ settings: {} })).settings) })),
+    route('GET', '/v2/logging', async () => ({ json: (await ops.LogSettings({ settings: {} })).settings })),
     route('POST', '/v2/logging', async (r) => {
       const given = await jsonBody(r.body);
       const settings = Object.fromEntries(Object.entries(given).map(([k, v]) => [k, settingValue(k, v)]));
-      return { json: plainSettings((await ops.LogSettings({ settings })).settings) };
+      return { json: (await ops.LogSettings({ settings })).settings };
     }),
   ];
 }
-
-/** Log settings as Triton's HTTP endpoint writes them: each value plain. */
-function plainSettings(settings: Record<string, { bool_param?: boolean; uint32_param?: number; string_param?: string }>): Record<string, unknown> {
-  return Object.fromEntries(Object.entries(settings).map(([k, v]) => [k, v.bool_param ?? v.uint32_param ?? v.string_param ?? null]));
-}
-

@@ -1,11 +1,16 @@
 /**
- * The control service's status messages (proto/control.proto) as @grpc/proto-loader decodes them
- * with protocol/proto.ts's options (64-bit integers as decimal strings): read by the control
- * client (client/control.ts) and by a pooled gateway (remote/remote-node.ts), defined once here.
+ * The control service's status messages (proto/control.proto), defined once here: as the node's
+ * operation answers them (`Int` = number: 64-bit integers as numbers, node/control-service.ts), and
+ * as @grpc/proto-loader decodes them with protocol/proto.ts's options (`Int` = string, the
+ * default: decimal strings), read by the control client (client/control.ts) and by a pooled
+ * gateway (remote/remote-node.ts).
  */
 
+/** How a message's 64-bit integers come: numbers from the node's operation, decimal strings off the wire. */
+type Int = number | string;
+
 /** One model as ModelControlStatus reports it. */
-export interface ModelControlStatus {
+export interface ModelControlStatus<I extends Int = string> {
   name: string;
   /** LOADING, READY, UNLOADING, UNAVAILABLE. */
   state: string;
@@ -15,7 +20,7 @@ export interface ModelControlStatus {
   /** Where its weights live at rest: device, system or unpinned. */
   residency: string;
   /** Bytes of its weights on devices now, summed over the devices. */
-  resident_bytes: string;
+  resident_bytes: I;
   /** The device holding its weights now; -1 if none or several. */
   device: number;
   queue_depth: number;
@@ -24,28 +29,28 @@ export interface ModelControlStatus {
   max_batch_size: number;
   /** The devices its requests go to (lpt_packing: its placement). */
   placed_devices: number[];
-  /** Backend cuda: GPU memory its sessions took at load, summed over the devices (a decimal string). */
-  session_device_bytes: string;
+  /** Backend cuda: GPU memory its sessions took at load, summed over the devices. */
+  session_device_bytes: I;
   /** runtime.cuda.graphs: whether its runs use CUDA graphs, or why not; empty otherwise. */
   cuda_graphs: string;
   /** Bytes of its weights on one device when resident (0: embedded). */
-  weight_bytes: string;
+  weight_bytes: I;
   /** Device time its executions took on this node so far, summed over the devices. */
   compute_seconds: number;
   /** Executions that found its weights on the device, and those that brought them on first. */
-  weight_hits: string;
-  weight_misses: string;
+  weight_hits: I;
+  weight_misses: I;
   /** With window_seconds asked: device-seconds per second its executions took over the last whole window. */
   window_load: number;
   /** With window_seconds asked: bytes of its weights on devices as that window ended. */
-  window_resident_bytes: string;
+  window_resident_bytes: I;
 }
 
 /** ModelControlStatus's answer: every model asked for, and the node's own figures. */
-export interface ModelControlStatusReply {
-  models: ModelControlStatus[];
+export interface ModelControlStatusReply<I extends Int = string> {
+  models: ModelControlStatus<I>[];
   /** The node's weight budget, summed over its devices (0: the weight cache off). */
-  weight_budget_bytes: string;
+  weight_budget_bytes: I;
   /** Its device actors in service. */
   devices: number;
   /** Requests queued on its devices. */

@@ -6,9 +6,14 @@
  * (protocol/rest-routes.ts) call them, on the main
  * thread as they are, or from an edge thread through its port (actors/edge/: each call posted to
  * the main thread and its reply posted back), which is why every reply may be a promise and every
- * request and reply is data. What a reply holds is the gRPC message's shape (int64 as strings);
- * the REST routes word it as Triton's HTTP endpoint does.
+ * request and reply is data. Requests and replies hold plain values, in the messages' field names:
+ * 64-bit integers as numbers (every counter the server keeps is one), a log setting as its value.
+ * Each protocol encodes them its own way: protobufjs takes numbers for int64 fields
+ * (protocol/grpc-services.ts reads gRPC's int64 requests and log settings into these values), and
+ * the REST routes write them as JSON as they are.
  */
+import type { ModelControlStatusReply } from './control-messages.js';
+
 type Awaitable<T> = T | Promise<T>;
 
 /** Requests that name a model (ModelReady, ModelMetadata, ModelConfig, ModelStatistics). */
@@ -17,8 +22,8 @@ export interface ModelRef {
   version: string;
 }
 
-/** A log setting as LogSettings carries it. */
-export type LogSettingValue = { parameter_choice?: 'bool_param' | 'uint32_param' | 'string_param'; bool_param?: boolean; uint32_param?: number; string_param?: string };
+/** A log setting's value (LogSettings: booleans for the switches, a whole number for the verbosity, strings for file and format). */
+export type LogSettingValue = boolean | number | string;
 
 /** A tensor as ModelMetadata describes it. */
 interface MetadataTensor {
@@ -43,20 +48,20 @@ export interface Operations {
   RepositoryModelUnload(req: { model_name: string }): Awaitable<Record<string, never>>;
   /** Triton's ModelStatistics messages, as node/statistics.ts writes them. */
   ModelStatistics(req: ModelRef): Awaitable<{ model_stats: Record<string, unknown>[] }>;
-  SystemSharedMemoryRegister(req: { name: string; key: string; offset: string; byte_size: string }): Awaitable<Record<string, never>>;
-  SystemSharedMemoryStatus(req: { name: string }): Awaitable<{ regions: Record<string, { name: string; key: string; offset: string; byte_size: string }> }>;
+  SystemSharedMemoryRegister(req: { name: string; key: string; offset: number; byte_size: number }): Awaitable<Record<string, never>>;
+  SystemSharedMemoryStatus(req: { name: string }): Awaitable<{ regions: Record<string, { name: string; key: string; offset: number; byte_size: number }> }>;
   SystemSharedMemoryUnregister(req: { name: string }): Awaitable<Record<string, never>>;
-  CudaSharedMemoryStatus(req: { name: string }): Awaitable<{ regions: Record<string, { name: string; device_id: string; byte_size: string }> }>;
+  CudaSharedMemoryStatus(req: { name: string }): Awaitable<{ regions: Record<string, { name: string; device_id: number; byte_size: number }> }>;
   CudaSharedMemoryUnregister(req: { name: string }): Awaitable<Record<string, never>>;
-  CudaSharedMemoryRegister(req: { name: string; raw_handle: Uint8Array; device_id: string | number; byte_size: string | number }): Awaitable<Record<string, never>>;
+  CudaSharedMemoryRegister(req: { name: string; raw_handle: Uint8Array; device_id: number; byte_size: number }): Awaitable<Record<string, never>>;
   LogSettings(req: { settings: Record<string, LogSettingValue> }): Awaitable<{ settings: Record<string, LogSettingValue> }>;
 
-  /** Stowage's control service (proto/control.proto), its messages as they are. */
-  ModelControlStatus(req: { name: string; window_seconds: number }): Awaitable<{ models: Record<string, unknown>[]; weight_budget_bytes: string; devices: number; queue_depth: number }>;
+  /** Stowage's control service (proto/control.proto), its messages' fields. */
+  ModelControlStatus(req: { name: string; window_seconds: number }): Awaitable<ModelControlStatusReply<number>>;
   SetModelPolicy(req: { name: string; weight: number; max_batch_size: number }): Awaitable<Record<string, never>>;
   SetModelResidency(req: { name: string; residency: string }): Awaitable<Record<string, never>>;
-  CompactMemory(req: { device: number }): Awaitable<{ moved_bytes: string }>;
-  PrefetchModel(req: { name: string }): Awaitable<{ resident_bytes: string }>;
+  CompactMemory(req: { device: number }): Awaitable<{ moved_bytes: number }>;
+  PrefetchModel(req: { name: string }): Awaitable<{ resident_bytes: number }>;
 
   /** What a health probe of `service` hears now (health-service.ts). */
   HealthStatus(req: { service: string }): Awaitable<{ status: ServingStatus }>;

@@ -23,11 +23,11 @@ test('an edge\'s counts are read with the main thread\'s, folded when the slot i
   edge1.routed(3, 0);
   edge1.failed(3, 'CANCELED', 500);
   const s = statistics.snapshot('a');
-  t.is(s.inference_count, '3', 'rows: 1 by the pipeline, 2 by an edge');
-  t.deepEqual(s.inference_stats.success, { count: '2', ns: '3000' });
-  t.deepEqual(s.inference_stats.fail, { count: '1', ns: '500' });
-  t.deepEqual(s.inference_stats.queue, { count: '2', ns: '30' });
-  t.deepEqual(s.inference_stats.compute_infer, { count: '2', ns: '400' });
+  t.is(s.inference_count, 3, 'rows: 1 by the pipeline, 2 by an edge');
+  t.deepEqual(s.inference_stats.success, { count: 2, ns: 3000 });
+  t.deepEqual(s.inference_stats.fail, { count: 1, ns: 500 });
+  t.deepEqual(s.inference_stats.queue, { count: 2, ns: 30 });
+  t.deepEqual(s.inference_stats.compute_infer, { count: 2, ns: 400 });
   const [[model, merged]] = [...statistics.models()];
   t.is(model, 'a');
   t.is(merged.failures.get('CANCELED'), 1, 'the metrics see the edge\'s failure by reason');
@@ -37,8 +37,8 @@ test('an edge\'s counts are read with the main thread\'s, folded when the slot i
   statistics.fold('a', 3);
   slots = [['b', 3]];
   edge0.succeeded(3, 1, 700, 7, timing);
-  t.deepEqual(statistics.snapshot('a').inference_stats.success, { count: '2', ns: '3000' }, 'a keeps what it counted');
-  t.deepEqual(statistics.snapshot('b').inference_stats.success, { count: '1', ns: '700' }, 'b counts only its own');
+  t.deepEqual(statistics.snapshot('a').inference_stats.success, { count: 2, ns: 3000 }, 'a keeps what it counted');
+  t.deepEqual(statistics.snapshot('b').inference_stats.success, { count: 1, ns: 700 }, 'b counts only its own');
   t.deepEqual([...(statistics.edgeRoutes().get('a') ?? [])], [[0, 1], [1, 1]], 'a\'s routes kept after the fold');
   t.deepEqual([...statistics.models()].map(([m]) => m).sort(), ['a', 'b']);
 });
