@@ -84,7 +84,7 @@ export class ModelRegistry {
   }
 
   /**
-   * Let edge threads route ready models to the devices themselves (actors/edge/direct-path.ts):
+   * Let edge threads run ready models' requests themselves (actors/edge/edge-path.ts):
    * each instance that serves gets a slot in `leases`, where an edge counts the requests it holds
    * on it, so that an unload or the end of a reload waits for them too (`drained`).
    */

@@ -23,7 +23,7 @@ import { cudaProviderOptions, intraOpThreadsFor } from '../config/cuda-options.j
 import { cudaLibraryDirs, gpuMemory, gpuReport, loadCuda, type GpuInfo, type GpuReport } from '../native/cuda.js';
 import { errors } from '../shared/errors.js';
 import { ModelRegistry, ModelState } from './model-registry.js';
-import { HookPool } from '../actors/hooks/handle.js';
+import { edgeHookThreads, HookPool } from '../actors/hooks/handle.js';
 import { ModelRepository } from './repository.js';
 import { watchRepository } from './repository-watcher.js';
 import { HostWeights } from './host-weights.js';
@@ -243,13 +243,16 @@ export class StowageServer {
     await this.#startAdmin();
     const workers = await this.#startRuntime();
     const devices = await this.#startDevices(workers);
-    const repository = await this.#startRepository(devices);
+    const edgeCount = edgeThreads(this.#config.global.endpoints.edge_threads);
+    // Edge threads run the request path themselves, each with hook threads of its own, unless
+    // tracing is on (spans are made on this thread): then every inference comes here.
+    const edgePaths = edgeCount > 0 && !tracingOn();
+    const repository = await this.#startRepository(devices, edgePaths);
     const health = new Health(this.registry);
     this.#health = health;
     const ops = this.#operations(devices, repository, workers, health);
     const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks!, devices, statistics: this.statistics, sharedMemory: this.sharedMemory });
-    const edgeCount = edgeThreads(this.#config.global.endpoints.edge_threads);
-    if (edgeCount > 0) await this.#startEdgeThreads(edgeCount, devices, ops, pipeline, health);
+    if (edgeCount > 0) await this.#startEdgeThreads(edgeCount, devices, ops, pipeline, health, edgePaths);
     else await this.#startMainEdge(ops, pipeline, health);
     this.#ready = true;
     health.setServing(true);
@@ -370,11 +373,15 @@ export class StowageServer {
     });
   }
 
-  /** The hook threads, and every model of the repository loaded (and, in dynamic mode, watched). */
-  async #startRepository(devices: Devices): Promise<ModelRepository> {
+  /**
+   * The hook threads, and every model of the repository loaded (and, in dynamic mode, watched).
+   * With `edgePaths` the edges run hooks on pools of their own: this thread's pool has one thread,
+   * which checks each model.js as it loads and runs what the edges send here.
+   */
+  async #startRepository(devices: Devices, edgePaths: boolean): Promise<ModelRepository> {
     const { hooks: hookConfig, model_control_mode: mode, model_poll_seconds: pollSeconds } = this.#config.global;
     this.#hooks = new HookPool({
-      threads: hookConfig.threads,
+      threads: edgePaths ? 1 : hookConfig.threads,
       timeoutMs: hookConfig.timeout_seconds * 1000,
       importTimeoutMs: hookConfig.import_timeout_seconds * 1000,
       maxHeapMib: hookConfig.max_heap_mib,
@@ -420,12 +427,13 @@ export class StowageServer {
   }
 
   /**
-   * Edge threads own the protocol; this thread answers what they ask and runs the pipeline for
-   * what they do not route to a device themselves (the direct path: actors/edge/direct-path.ts).
+   * Edge threads own the protocol and run the request path themselves (actors/edge/edge-path.ts);
+   * this thread answers what they ask and runs the path for what they send it (`edgePaths` false,
+   * with tracing on: every inference).
    */
-  async #startEdgeThreads(edgeCount: number, devices: Devices, ops: Operations, pipeline: Pipeline, health: Health): Promise<void> {
+  async #startEdgeThreads(edgeCount: number, devices: Devices, ops: Operations, pipeline: Pipeline, health: Health, edgePaths: boolean): Promise<void> {
     const { endpoints } = this.#config.global;
-    const direct = this.#directPath(devices, edgeCount);
+    const direct = edgePaths ? this.#edgePaths(devices, edgeCount) : undefined;
     const edges = new EdgeThreads({ count: edgeCount, endpoints, admission: this.#admission, logLevel: this.#logger.level, operations: ops,
       infer: (request, options) => pipeline.infer(request, options), direct, logger: this.#logger, metrics: edgeMetrics(this.metrics.registry) });
     this.#edgeThreads = edges;
@@ -464,12 +472,12 @@ export class StowageServer {
   }
 
   /**
-   * What the edge threads need to route plain inferences to the devices themselves, or undefined
-   * when they cannot: with tracing on (spans are made on this thread) every inference goes
-   * through the pipeline. Under lpt_packing each route carries the model's placement.
+   * What the edge threads need to run the request path themselves (actors/edge/edge-path.ts): the
+   * lease slots and request counters in shared memory, every model's route (under lpt_packing with
+   * its placement), the device actors' doors, and each edge's share of the hook threads.
    */
-  #directPath(devices: Devices, edgeCount: number): EdgeDirect | undefined {
-    if (tracingOn()) return undefined;
+  #edgePaths(devices: Devices, edgeCount: number): EdgeDirect {
+    const { hooks } = this.#config.global;
     const leases = new Leases(Leases.memory(edgeCount));
     // The edges count their requests per lease slot (shared/request-counters.ts): statistics add
     // the slots in use when read, and take a slot's counts as the model's own when it is freed.
@@ -491,6 +499,7 @@ export class StowageServer {
       routes: () => this.registry.routes().map((r) => withPlacement(r)!),
       devices: devices.handles,
       counters,
+      hooks: { threads: edgeHookThreads(hooks.threads, edgeCount), timeoutMs: hooks.timeout_seconds * 1000, importTimeoutMs: hooks.import_timeout_seconds * 1000, maxHeapMib: hooks.max_heap_mib },
     };
   }
 

@@ -1,6 +1,6 @@
 /**
- * Model leases that edge threads take without asking the main thread: the direct path
- * (actors/edge/direct-path.ts) hands a request to a device actor itself, and the model's unload or
+ * Model leases that edge threads take without asking the main thread: the path on an
+ * edge (actors/edge/edge-path.ts) runs a request itself, and the model's unload or
  * the end of its reload must still wait for it, as for a request the main thread's pipeline holds
  * (node/model-registry.ts). One SharedArrayBuffer, updated with atomic operations:
  *

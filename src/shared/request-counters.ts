@@ -1,6 +1,6 @@
 /**
- * What edge threads count of the requests they hand to the device actors themselves (the direct
- * path, actors/edge/direct-path.ts), in shared memory where it happens: the main thread reads the
+ * What edge threads count of the requests they hand to the device actors themselves (the path
+ * on the edge, actors/edge/edge-path.ts), in shared memory where it happens: the main thread reads the
  * counts when ModelStatistics or /metrics asks (node/statistics.ts), with no report to wait for.
  *
  * One SharedArrayBuffer of 64-bit integers updated with atomic operations:

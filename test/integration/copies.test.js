@@ -1,5 +1,5 @@
 // Every copy of a request's tensor bytes, counted on the real server and held against the table at
-// the top of src/node/pipeline.ts: a copy added to (or removed from) a path fails this test until
+// the top of src/shared/request-path.ts: a copy added to (or removed from) a path fails this test until
 // the table says so. The server runs under test/helpers/copy-probe.cjs, which logs every copy of
 // at least MIN_BYTES that JavaScript makes in any of its threads; the table's `native` copies
 // (onnxruntime-node's, in C++) are the ones the probe cannot see. Echo's tensors are f32[n, 1024],
@@ -18,11 +18,11 @@ const MIN_BYTES = 12 * 1024;
 const ROW_BYTES = 4096;
 
 /**
- * The table of src/node/pipeline.ts: path -> its copies and how many of them are native.
+ * The table of src/shared/request-path.ts: path -> its copies and how many of them are native.
  * @returns {Map<string, { copies: number, native: number }>}
  */
 function copyTable() {
-  const source = readFileSync(path.join(ROOT, 'src', 'node', 'pipeline.ts'), 'utf8');
+  const source = readFileSync(path.join(ROOT, 'src', 'shared', 'request-path.ts'), 'utf8');
   const rows = new Map();
   for (const line of source.split('\n')) {
     const cells = line.replace(/^\s*\*\s*/, '').split('|').map((c) => c.trim());
@@ -39,7 +39,7 @@ const table = copyTable();
  */
 function seen(row) {
   const entry = table.get(row);
-  if (!entry) throw new Error(`src/node/pipeline.ts has no row "${row}" in its copy table`);
+  if (!entry) throw new Error(`src/shared/request-path.ts has no row "${row}" in its copy table`);
   return entry.copies - entry.native;
 }
 

@@ -137,7 +137,7 @@ test('the log level set through LogSettings is every edge\'s', async (t) => {
   t.deepEqual([...new Set(refusals().map((l) => l.edge))].sort(), [0, 1], 'both edges log at debug now');
 });
 
-test('plain inferences go from the edge to the device directly, hooked ones through the main thread; an unload waits for the direct ones', async (t) => {
+test('inferences take the request path on their edge, hooked ones with the edge\'s own hook threads; an unload waits for them', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);
   const repo = makeRepository(temp.dir, { digits_u8: path.join(ROOT, 'bundles', 'digits_u8') });
@@ -152,10 +152,12 @@ test('plain inferences go from the edge to the device directly, hooked ones thro
     return [0, 1].reduce((sum, edge) => sum + metric(m, 'stowage_edge_direct_requests_total', `edge="${edge}"`), 0);
   };
 
-  // digits_u8 runs a preprocess hook: the main thread's pipeline hands it to the hook pool.
+  // digits_u8 runs a preprocess hook: on the edge's own hook threads, which feed the device through doors of their own.
   const u8 = tensor('image', 'UINT8', [1, 8, 8], new Uint8Array(64).fill(40));
-  await Promise.all(clients.map((c) => c.infer('digits_u8', [u8], { outputs: ['label'] })));
-  t.is(await direct(), 0, 'hooked requests go through the main thread');
+  const labels = await Promise.all(clients.map((c) => c.infer('digits_u8', [u8], { outputs: ['label'] })));
+  const reference = await server.client.infer('digits_u8', [u8], { outputs: ['label'] });
+  t.deepEqual(labels.map((a) => a.outputs[0].data[0]), Array(6).fill(reference.outputs[0].data[0]), 'each the model\'s answer');
+  t.is(await direct(), 7, 'hooked requests take the path on their edge');
 
   // Twelve requests of 8 rows (each run alone: 8 is the model's largest batch) on the direct path,
   // and the unload while most still wait: it waits for every one.
@@ -175,7 +177,7 @@ test('plain inferences go from the edge to the device directly, hooked ones thro
     t.true([...want].every((v, k) => Math.abs(y[k] - v) <= 1e-4 * (1 + Math.abs(v))), 'each answer is the model\'s');
   }
   await unload;
-  t.is(await direct(), 12, 'the slow model\'s requests took the direct path');
+  t.is(await direct(), 19, 'the slow model\'s requests took the path on their edge');
   // Unloaded: the edges route it no more, and the main thread says why.
   const err = await grpcError(t, clients[0].infer('slow', [tensor('x', 'FP32', [1, 1024], x.subarray(0, 1024))]));
   t.is(err.code, status.UNAVAILABLE);
@@ -185,5 +187,5 @@ test('plain inferences go from the edge to the device directly, hooked ones thro
   // Loaded again, it is routed directly again.
   await server.client.call('RepositoryModelLoad', { model_name: 'slow' });
   await clients[1].infer('slow', [tensor('x', 'FP32', [1, 1024], x.subarray(0, 1024))]);
-  t.is(await direct(), 13);
+  t.is(await direct(), 20);
 });

@@ -2,7 +2,7 @@
  * The device actor's doors from the edge threads (shared/channels/device.ts `edgeDoor`): each
  * edge hands this device the requests it routes itself over a MessagePort of its own, and hears
  * their answers on it, so that a request off the wire reaches the device and its answer the wire
- * without the main thread (actors/edge/direct-path.ts).
+ * without the main thread (actors/edge/edge-path.ts).
  *
  * Inside the device a door's request is a request like any other: it joins its model's queue and
  * coalesces with requests from the main thread and the other doors. It goes there under an id of
@@ -19,6 +19,8 @@ type Executed = Extract<FromDevice, { type: 'executed' }>;
 
 interface Door {
   port: MessagePort;
+  /** Its link: how hook threads name its requests (HookInputs.link). */
+  link: number;
   /** The device's ids of this door's requests not yet answered, by the edge's id. */
   ids: Map<number, number>;
 }
@@ -33,21 +35,27 @@ function buffersOf(results: Executed['results']): ArrayBuffer[] {
   return [...buffers];
 }
 
+/** What a device does with what comes through its edges' doors. */
+export interface EdgeDoorsEvents {
+  /** A door's request, under the device's id, joins the inbox; `link` and `linkId` are how its edge names it. */
+  admit(cmd: InferCommand, link: number, linkId: number): void;
+  /** Drop a request by the device's id (queued: removed; running: its result discarded), as the main thread's cancel does. */
+  cancel(id: number): void;
+  /** A hook thread of the door's edge made its door to this device (HookInputs come through it). */
+  hookDoor(port: MessagePort): void;
+  /** Door `link` closed (its edge ended). */
+  closed(link: number): void;
+}
+
 export class EdgeDoors {
   /** The next door request's id on this device: negative, down from -1. */
   #next = -1;
   /** Door requests not yet answered, by the device's id. */
   readonly #requests = new Map<number, { door: Door; id: number }>();
-  readonly #admit: (cmd: InferCommand) => void;
-  readonly #cancel: (id: number) => void;
+  readonly #on: EdgeDoorsEvents;
 
-  /**
-   * `admit`: a door's request, under the device's id, joins the inbox. `cancel`: drop a request by
-   * the device's id (queued: removed; running: its result discarded), as the main thread's cancel does.
-   */
-  constructor(admit: (cmd: InferCommand) => void, cancel: (id: number) => void) {
-    this.#admit = admit;
-    this.#cancel = cancel;
+  constructor(on: EdgeDoorsEvents) {
+    this.#on = on;
   }
 
   /** Whether the device's request `id` came through a door. */
@@ -55,30 +63,35 @@ export class EdgeDoors {
     return id < 0;
   }
 
-  /** Serve a new edge door. When the edge goes (its thread ended), what it had here is dropped. */
-  open(port: MessagePort): void {
-    const door: Door = { port, ids: new Map() };
+  /** Serve a new edge door, `link` its number. When the edge goes (its thread ended), what it had here is dropped. */
+  open(port: MessagePort, link: number): void {
+    const door: Door = { port, link, ids: new Map() };
     port.on('message', (messages: ToDeviceDoor[]) => {
       for (const msg of messages) {
+        if (msg.type === 'hookDoor') {
+          this.#on.hookDoor(msg.port);
+          continue;
+        }
         if (msg.type === 'cancel') {
           const own = door.ids.get(msg.id);
           if (own === undefined) continue;
           this.#forget(own);
-          this.#cancel(own);
+          this.#on.cancel(own);
           continue;
         }
         const own = this.#next--;
         door.ids.set(msg.id, own);
         this.#requests.set(own, { door, id: msg.id });
-        this.#admit({ ...msg, id: own });
+        this.#on.admit({ ...msg, id: own }, link, msg.id);
       }
     });
     port.on('close', () => {
       for (const own of door.ids.values()) {
         this.#requests.delete(own);
-        this.#cancel(own);
+        this.#on.cancel(own);
       }
       door.ids.clear();
+      this.#on.closed(link);
     });
     port.unref(); // a door never keeps this thread alive
   }

@@ -30,11 +30,11 @@ import { startWorker } from '../../shared/worker-start.js';
 import { ConsecutiveCrashes } from '../../shared/restarts.js';
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
-import type { HookFeed } from '../../shared/channels/hooks.js';
-import type { CudaDeviceInit, DeviceCall, DeviceClient, Executed, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HostUpdate, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
+import type { CudaDeviceInit, DeviceCall, DeviceClient, HookFeedTarget, Executed, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HostUpdate, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
 import type { ExecutionTiming, InferenceRequest, InferenceResult, RegionSlice } from '../../shared/channels/inference.js';
 import { inferOn, type DeviceLink } from '../../shared/device-infer.js';
 import { Outbox } from '../../shared/outbox.js';
+import { MAIN_LINK } from './hook-feeds.js';
 import { PendingCalls } from '../../shared/pending-calls.js';
 
 /** Lifecycle of a device actor. */
@@ -54,8 +54,7 @@ export enum DeviceState {
   OUT_OF_SERVICE = 'OUT_OF_SERVICE',
 }
 
-/** Where a hook thread sends one request's inputs (the device part of HookFeed). */
-export type HookFeedTarget = Pick<HookFeed, 'deviceId' | 'generation' | 'id'>;
+export type { HookFeedTarget };
 
 /** The owner of every model's policy (node/model-policies.ts), as a device handle reads it. */
 export interface PolicySource {
@@ -147,6 +146,8 @@ export class DeviceHandle implements DeviceClient {
   #stopping = false;
   /** Workers started so far: hook threads' doors are per worker (HookFeed.generation). */
   #generation = 0;
+  /** The next edge door's link (HookInputs.link; 0 is this handle's own requests). Never reused: a request's hook inputs name the door they belong to. */
+  #nextLink = MAIN_LINK + 1;
   /** A replacement worker is loading the models again: no edge door opens until it has. */
   #reloading = false;
 
@@ -424,7 +425,7 @@ export class DeviceHandle implements DeviceClient {
   infer(req: InferenceRequest, signal?: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {
     return inferOn(this.#link, req, signal, feedFromHook && ((command) => {
       command.inputsFromHook = true;
-      feedFromHook({ deviceId: this.deviceId, generation: this.#generation, id: command.id });
+      feedFromHook({ deviceId: this.deviceId, generation: this.#generation, link: MAIN_LINK, id: command.id });
     }));
   }
 
@@ -490,11 +491,12 @@ export class DeviceHandle implements DeviceClient {
    * (starting, reloading its models after a crash, stopped, out of service): the edge sends its
    * requests through the main thread meanwhile, and `onServing` says when to ask again.
    */
-  openEdgeDoor(): MessagePort | null {
+  openEdgeDoor(): { port: MessagePort; link: number } | null {
     if (this.#state !== DeviceState.READY || this.#reloading) return null;
     const { port1, port2 } = new MessageChannel();
-    this.#send({ type: 'edgeDoor', port: port1 }, [port1]);
-    return port2;
+    const link = this.#nextLink++;
+    this.#send({ type: 'edgeDoor', port: port1, link }, [port1]);
+    return { port: port2, link };
   }
 
   /** How long a request without a deadline may wait on this device before its caller stops waiting. */

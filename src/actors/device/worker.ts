@@ -34,6 +34,7 @@ import { Staging } from './staging.js';
 import { readTensor } from './executables.js';
 import { DeviceModels } from './models.js';
 import { EdgeDoors } from './edge-doors.js';
+import { HookFeeds, MAIN_LINK } from './hook-feeds.js';
 import { RegionMappings } from './regions.js';
 import { Scheduler, type ShedReason } from './scheduler.js';
 import { UploadsAhead } from './uploads-ahead.js';
@@ -227,38 +228,17 @@ async function heldLoad(): Promise<void> {
   }
 }
 
-/**
- * Requests whose inputs come from a preprocess hook (InferCommand.inputsFromHook), and inputs
- * that came through a hook thread's door before their request's command (the hook thread may be
- * quicker than the main thread's end-of-turn post), by id. A request joins the inbox when it has
- * both; its queue time starts when the hook sent its inputs. A hook that fails sends nothing and
- * the main thread cancels the request.
- */
-const awaitingInputs = new Map<number, InferCommand>();
-const earlyInputs = new Map<number, HookInputs>();
-/**
- * The last infer command's id. The main thread numbers requests in the order it posts them, so
- * inputs for an id at or below it whose request is not waiting belong to one cancelled meanwhile:
- * they are dropped, not kept as early.
- */
-let lastCommandId = 0;
-
-function withHookInputs(cmd: InferCommand, { inputs, sentAtMs }: HookInputs): void {
-  inbox.push({ ...cmd, inputs, inputsFromHook: false, enqueuedAtMs: sentAtMs });
-}
+/** Requests whose inputs come from a preprocess hook, matched with them whichever comes first (hook-feeds.ts). */
+const feeds = new HookFeeds({
+  ready: (cmd) => inbox.push(cmd),
+  expect: (instance) => scheduler.expect(instance),
+  arrived: (instance) => scheduler.arrived(instance),
+});
 
 /** A hook thread's door (see HookFeed): the inputs of each request it preprocessed for this device. */
 function openDoor(door: MessagePort): void {
   door.on('message', (fed: HookInputs) => {
-    const cmd = awaitingInputs.get(fed.id);
-    if (!cmd) {
-      if (fed.id > lastCommandId) earlyInputs.set(fed.id, fed);
-      return;
-    }
-    awaitingInputs.delete(fed.id);
-    scheduler.arrived(cmd.instance);
-    withHookInputs(cmd, fed);
-    pumpSoon();
+    if (feeds.inputs(fed)) pumpSoon();
   });
   door.unref(); // a door never keeps this thread alive
 }
@@ -343,12 +323,7 @@ async function pump(): Promise<void> {
 
 /** Drop request `id`: queued, removed and never run; running, it finishes and its answer is dropped. */
 function cancel(id: number): void {
-  const waiting = awaitingInputs.get(id);
-  if (waiting) {
-    awaitingInputs.delete(id);
-    scheduler.arrived(waiting.instance); // withdrawn: its model's queue is not held for it
-    return;
-  }
+  if (feeds.cancel(id)) return;
   const at = inbox.findIndex((m) => m.type === 'infer' && m.id === id);
   if (at >= 0) inbox.splice(at, 1);
   else if (!scheduler.cancel(id)) cancelRunning(id);
@@ -359,10 +334,15 @@ function cancel(id: number): void {
  * thread's do (under ids of this device's own, edge-doors.ts), in the same pump: those of several
  * doors that arrive together run together.
  */
-const doors = new EdgeDoors((cmd) => {
-  inbox.push(cmd);
-  pumpSoon();
-}, cancel);
+const doors = new EdgeDoors({
+  admit: (cmd, link, linkId) => {
+    if (!feeds.command(cmd, link, linkId)) inbox.push(cmd);
+    pumpSoon();
+  },
+  cancel,
+  hookDoor: openDoor,
+  closed: (link) => feeds.forgetLink(link),
+});
 
 // The main thread posts what it has for this device once per event-loop turn, as one array.
 // All of it joins the inbox before the loop runs, so that requests that came together can run together.
@@ -382,23 +362,14 @@ function receive(msg: ToDevice): void {
     case 'cancel':
       cancel(msg.id);
       return;
-    case 'infer': {
-      lastCommandId = msg.id;
-      const early = msg.inputsFromHook ? earlyInputs.get(msg.id) : undefined;
-      if (early) {
-        earlyInputs.delete(msg.id);
-        withHookInputs(msg, early);
-      } else if (msg.inputsFromHook) {
-        awaitingInputs.set(msg.id, msg);
-        scheduler.expect(msg.instance);
-      } else inbox.push(msg);
+    case 'infer':
+      if (!feeds.command(msg, MAIN_LINK, msg.id)) inbox.push(msg);
       return;
-    }
     case 'hookDoor':
       openDoor(msg.port);
       return;
     case 'edgeDoor':
-      doors.open(msg.port);
+      doors.open(msg.port, msg.link);
       return;
     case 'load':
     case 'unload':

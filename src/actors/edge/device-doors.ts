@@ -11,7 +11,7 @@
  *   together arrive together and may run as one batch.
  */
 import type { MessagePort } from 'node:worker_threads';
-import type { DeviceClient, Executed, FromDeviceDoor, ToDeviceDoor } from '../../shared/channels/device.js';
+import type { DeviceClient, Executed, FromDeviceDoor, HookFeedTarget, ToDeviceDoor } from '../../shared/channels/device.js';
 import type { InferenceRequest, InferenceResult } from '../../shared/channels/inference.js';
 import { inferOn, type DeviceLink } from '../../shared/device-infer.js';
 import { errors, fromErrorData } from '../../shared/errors.js';
@@ -20,6 +20,8 @@ import { PendingCalls } from '../../shared/pending-calls.js';
 
 export class DeviceDoor implements DeviceClient {
   readonly deviceId: number;
+  /** Its number on the device (HookFeed.link), new with each door: it stands for the worker's generation too. */
+  readonly link: number;
   readonly #port: MessagePort;
   /** Its requests' numbering, waiting and cancelling (shared/device-infer.ts). */
   readonly #link: DeviceLink;
@@ -31,8 +33,9 @@ export class DeviceDoor implements DeviceClient {
   #why = 'its worker exited';
 
   /** `onClosed`: the device's end went (its worker ended); told once. */
-  constructor(deviceId: number, port: MessagePort, waitBoundMs: number, onClosed: (door: DeviceDoor) => void) {
+  constructor(deviceId: number, port: MessagePort, link: number, waitBoundMs: number, onClosed: (door: DeviceDoor) => void) {
     this.deviceId = deviceId;
+    this.link = link;
     this.#port = port;
     this.#link = {
       pending: this.#pending,
@@ -67,10 +70,21 @@ export class DeviceDoor implements DeviceClient {
 
   /**
    * Run one request on the device: its inputs' buffers are transferred (the caller must not touch
-   * them afterwards), its outputs' come back. `signal` aborting drops it.
+   * them afterwards), its outputs' come back. `signal` aborting drops it. With `feedFromHook` it
+   * goes without inputs: it is called at once with where the hook thread running its preprocess
+   * hook must send them (as the main thread's handle does).
    */
-  infer(req: InferenceRequest, signal?: AbortSignal): Promise<InferenceResult> {
-    return inferOn(this.#link, req, signal);
+  infer(req: InferenceRequest, signal?: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {
+    return inferOn(this.#link, req, signal, feedFromHook && ((command) => {
+      command.inputsFromHook = true;
+      feedFromHook({ deviceId: this.deviceId, generation: this.link, link: this.link, id: command.id });
+    }));
+  }
+
+  /** A hook thread's new door to this device (HookFeed), made for `generation` (a door's link): one for another door is closed. */
+  adoptDoor(port: MessagePort, generation: number): void {
+    if (generation !== this.link || this.#closed) port.close();
+    else this.#outbox.push({ type: 'hookDoor', port }, [port]);
   }
 
   /** Close the door: what is pending fails UNAVAILABLE saying `why`. */

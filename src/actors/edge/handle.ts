@@ -6,8 +6,8 @@
  * drains them at shutdown. What is one per process stays here: the registry and readiness, the
  * shared-memory regions, statistics and /metrics, tracing; admission is one count in shared memory.
  *
- * The direct path (actors/edge/direct-path.ts): the edges route plain inferences to the device
- * actors themselves. This handle gives each edge what that takes: every model's route as the
+ * The path on the edges (actors/edge/edge-path.ts): the edges run the request path themselves,
+ * to the device actors and through hook threads of their own. This handle gives each edge what that takes: every model's route as the
  * registry changes it, the leases' shared memory, and a door to each device actor that serves
  * (again after a device restarts, none to one taken out of service), and the shared memory where
  * it counts what each such request did (shared/request-counters.ts), which statistics and metrics
@@ -100,7 +100,7 @@ export interface DoorSource {
   readonly deviceId: number;
   readonly waitBoundMs: number;
   /** A new door to it, or null while it does not serve. */
-  openEdgeDoor(): MessagePort | null;
+  openEdgeDoor(): { port: MessagePort; link: number } | null;
 }
 
 /** What the direct path needs of the main thread (absent: every inference goes through it). */
@@ -113,6 +113,8 @@ export interface EdgeDirect {
   devices: readonly DoorSource[];
   /** Where the edges count the requests they route themselves (statistics and metrics read them there). */
   counters: RequestCounters;
+  /** Each edge's own hook pool. */
+  hooks: DirectStart['hooks'];
 }
 
 export interface EdgeOptions {
@@ -211,8 +213,8 @@ export class EdgeThreads {
   }
 
   #openDoor(edge: Edge, device: DoorSource): void {
-    const port = device.openEdgeDoor();
-    if (port) edge.outbox.push({ type: 'door', deviceId: device.deviceId, port, waitBoundMs: device.waitBoundMs }, [port]);
+    const door = device.openEdgeDoor();
+    if (door) edge.outbox.push({ type: 'door', deviceId: device.deviceId, port: door.port, link: door.link, waitBoundMs: device.waitBoundMs }, [door.port]);
   }
 
   /** Drain every edge (new inferences refused, those in flight answered within `graceMs`), then end their threads. */
@@ -232,7 +234,7 @@ export class EdgeThreads {
     const { endpoints, admission, logLevel, logger } = this.#o;
     const direct = this.#o.direct;
     const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel,
-      direct: direct ? { leases: direct.leases.buffer, routing: direct.routing, counters: direct.counters.shape } : null };
+      direct: direct ? { leases: direct.leases.buffer, routing: direct.routing, counters: direct.counters.shape, hooks: direct.hooks } : null };
     let markDrained = () => {};
     const drained = new Promise<void>((resolve) => {
       markDrained = resolve;

@@ -4,12 +4,13 @@
  * accepted socket through its connection injector), decodes every request, admits it against the
  * process's one admission (shared counters), and encodes every answer. What only the main thread
  * may answer goes there over this thread's port (shared/channels/edge.ts): each operation by name
- * (shared/operations.ts), each inference as the data plane's request, handed to the pipeline
- * there; the answer comes back here and is framed on this thread. Streams stay on their edge.
+ * (shared/operations.ts). Streams stay on their edge.
  *
- * A plain inference (a ready model's, inline, without hooks) goes to a device actor straight from
- * here instead, over this thread's own door to it, and its answer comes back here
- * (direct-path.ts): the main thread only counts it.
+ * An inference takes the request path here (edge-path.ts: shared/request-path.ts on this edge's
+ * rooms): to a device actor over this thread's own door, through this thread's own hook threads,
+ * and back here to be framed; the main thread only reads what it counted. What this edge does not
+ * take (edge-path.ts says which) goes to the main thread's path as the data plane's request, and
+ * its answer comes back here.
  *
  * An uncaught error ends this thread and closes its connections only; the main thread starts a
  * replacement on the same ports (handle.ts).
@@ -32,7 +33,7 @@ import { markOwnedBuffers } from '../../protocol/message-buffers.js';
 import { operationsVia } from '../../shared/operations.js';
 import { loadControlClient, loadInferenceClient } from '../../protocol/proto.js';
 import { restRoutes } from '../../protocol/rest-routes.js';
-import { DirectPath } from './direct-path.js';
+import { EdgePath } from './edge-path.js';
 
 const start = workerData as EdgeStart;
 const port = parentPort!;
@@ -45,8 +46,6 @@ const admission = new Admission(endpoints.max_concurrent_requests, endpoints.max
 const outbox = new Outbox<FromEdge>((messages, transfer) => port.postMessage(messages, transfer));
 const post = (msg: FromEdge, transfer: ArrayBuffer[] = []) => outbox.push(msg, transfer);
 
-// Plain inferences go to the devices from here (direct-path.ts), counted here in shared memory.
-const direct = start.direct ? new DirectPath(start.direct, start.edge) : null;
 
 /**
  * Calls and inferences waiting for the main thread, by id. No timer of their own: the main thread
@@ -111,7 +110,7 @@ const infer: Infer = async (request, options) => {
       throw new Error(`a fault injected by ${faultExitFile}`);
     });
   }
-  return direct?.infer(request, options) ?? viaMain(request, options);
+  return path?.infer(request, options) ?? viaMain(request, options);
 };
 
 const viaMain: Infer = async (request, { signal, ...options }) => {
@@ -125,6 +124,9 @@ const viaMain: Infer = async (request, { signal, ...options }) => {
     signal.removeEventListener('abort', onAbort);
   }
 };
+
+// The request path runs here (edge-path.ts), counted here in shared memory; what it does not take goes to the main thread.
+const path = start.direct ? new EdgePath(start.direct, start.edge, viaMain) : null;
 
 const healthListeners: (() => void)[] = [];
 const health = new HealthService({
@@ -175,18 +177,18 @@ function receive(msg: ToEdge): void {
       logger.level = msg.level;
       return;
     case 'route':
-      direct?.route(msg.model, msg.route);
+      path?.route(msg.model, msg.route);
       return;
     case 'door':
-      if (direct) direct.door(msg.deviceId, msg.port, msg.waitBoundMs);
+      if (path) path.door(msg.deviceId, msg.port, msg.link, msg.waitBoundMs);
       else msg.port.close();
       return;
     case 'deviceOut':
-      direct?.deviceOut(msg.deviceId, msg.why);
+      path?.deviceOut(msg.deviceId, msg.why);
       return;
     case 'drain':
       health.close();
-      void Promise.all([grpcEdge.stop(msg.graceMs), httpEdge.stop(msg.graceMs)]).then(() => post({ type: 'drained' }));
+      void Promise.all([grpcEdge.stop(msg.graceMs), httpEdge.stop(msg.graceMs)]).then(() => path?.close()).then(() => post({ type: 'drained' }));
       return;
   }
 }

@@ -7,14 +7,14 @@
 import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import type { WireTensor } from '../../shared/channels/inference.js';
+import type { SubInfer } from '../../shared/request-path.js';
 import type { BundleHooks } from '../../shared/model-spec.js';
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import { WORKER_YOUNG_GENERATION_MIB } from '../../shared/constants.js';
 import { ERROR_CODES, errors, StowageError, type ErrorCode, toErrorData } from '../../shared/errors.js';
-import { HOOK_NAMES, META_HOOK_NAMES, type HookAnswer, type HookCalls, type HookCallType, type HookContext, type HookFeed, type HookName, type HookTask, type SubCall, type SubCallReply } from '../../shared/channels/hooks.js';
+import { HOOK_NAMES, META_HOOK_NAMES, type HookPoolOptions, type HookAnswer, type HookCalls, type HookCallType, type HookContext, type HookFeed, type HookName, type HookTask, type SubCall, type SubCallReply } from '../../shared/channels/hooks.js';
 
-/** How a meta model's run hook calls a sub-model: the main thread runs it like any request. */
-export type SubInfer = (model: string, tensors: WireTensor[], outputs: string[]) => Promise<WireTensor[]>;
+export type { SubInfer };
 
 /**
  * Default pool size: half the cores (the device actor and the gRPC thread need the rest), but at
@@ -23,6 +23,16 @@ export type SubInfer = (model: string, tensors: WireTensor[], outputs: string[])
  */
 export function defaultHookThreads(): number {
   return Math.max(2, Math.floor(availableParallelism() / 2));
+}
+
+/**
+ * Each edge thread's share of `hooks.threads` (0: the default) for its own pool: the edges' pools
+ * together hold about the threads one pool would (the kernel spreads connections, so hooked
+ * requests, over the edges evenly), but each at least two, as the default pool: a meta model's run
+ * hook holds its thread while its sub-calls run, and a sub-model's own hook needs another.
+ */
+export function edgeHookThreads(threads: number, edges: number): number {
+  return Math.max(2, Math.ceil((threads > 0 ? threads : defaultHookThreads()) / edges));
 }
 
 /** A channel whose port2 goes with a run task: sub-calls arrive on port1 and are answered there. */
@@ -39,16 +49,7 @@ function serveSubCalls(subInfer: SubInfer): MessageChannel {
   return channel;
 }
 
-export interface HookPoolOptions {
-  /** Threads; 0 = defaultHookThreads(). */
-  threads: number;
-  /** How long one hook call may run. */
-  timeoutMs: number;
-  /** How long importing a model.js may take (its top level runs then). */
-  importTimeoutMs: number;
-  /** Each thread's JS heap limit in MiB; 0 = Node's default. */
-  maxHeapMib: number;
-}
+export type { HookPoolOptions };
 
 export class HookPool {
   readonly #pool: Piscina;

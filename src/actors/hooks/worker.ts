@@ -122,7 +122,7 @@ const handlers: { [K in HookCallType]: (task: HookTask<K>) => Promise<HookAnswer
       doors.set(to.deviceId, door);
       made = channel.port2;
     }
-    door.port.postMessage({ id: to.id, inputs, sentAtMs: nowMs() } satisfies HookInputs, [...new Set(inputs.map((t) => t.data.buffer as ArrayBuffer))]);
+    door.port.postMessage({ link: to.link, id: to.id, inputs, sentAtMs: nowMs() } satisfies HookInputs, [...new Set(inputs.map((t) => t.data.buffer as ArrayBuffer))]);
     // Messages wait in a port until its other end is taken up: the device reads these once it has the door.
     return made ? movable<'feed'>({ type: 'answered', reply: { door: made } }, [made]) : { type: 'answered', reply: {} };
   },

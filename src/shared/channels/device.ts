@@ -5,6 +5,7 @@
  * is said there).
  */
 import type { MessagePort } from 'node:worker_threads';
+import type { HookFeed } from './hooks.js';
 import type { InstanceKey, ModelSpec } from '../model-spec.js';
 import type { Residency, SchedulerConfig } from '../config-schema.js';
 import type { ErrorData } from '../errors.js';
@@ -143,7 +144,9 @@ export interface InferCommand extends InferenceRequest {
 
 /** hook thread -> device actor, over the thread's door: one request's preprocessed inputs. */
 export interface HookInputs {
-  /** The InferCommand's id. */
+  /** Who sent the InferCommand: 0 the main thread, else an edge's door (`edgeDoor`'s link). */
+  link: number;
+  /** The InferCommand's id on that link. */
   id: number;
   /** One tensor per manifest input, in the manifest's order. */
   inputs: WireTensor[];
@@ -254,16 +257,21 @@ export type ToDevice =
   /**
    * An edge thread's door: the port over which that edge hands this device the requests it routes
    * itself (ToDeviceDoor) and hears their answers (FromDeviceDoor), so that they never pass
-   * through the main thread (actors/edge/direct-path.ts). The main thread makes one per edge
-   * thread per device actor and hands the other end to the edge.
+   * through the main thread (actors/edge/). The main thread makes one per edge thread per device
+   * actor and hands the other end to the edge. `link`: the door's number, from 1 and never reused
+   * by this worker, which names its requests to the hook threads that feed them (HookInputs).
    */
-  | { type: 'edgeDoor'; port: MessagePort };
+  | { type: 'edgeDoor'; port: MessagePort; link: number };
 
 /**
  * edge thread -> device actor, over the edge's door, each event-loop turn's as one array: requests
  * (numbered by the edge, its `id`s its own) and cancellations of them.
  */
-export type ToDeviceDoor = InferCommand | { type: 'cancel'; id: number };
+export type ToDeviceDoor =
+  | InferCommand
+  | { type: 'cancel'; id: number }
+  /** A hook thread of this edge's made its door to the device (as `hookDoor` from the main thread). */
+  | { type: 'hookDoor'; port: MessagePort };
 
 /**
  * device actor -> edge thread, over the door: the share of one execution of the requests that
@@ -273,6 +281,9 @@ export type ToDeviceDoor = InferCommand | { type: 'cancel'; id: number };
 export type FromDeviceDoor =
   | { type: 'executed'; results: ({ id: number } & Omit<InferenceResult, 'timing'>)[]; timing: ExecutionTiming }
   | { type: 'failed'; id: number; error: ErrorData };
+
+/** Where a hook thread sends one request's inputs: the device part of HookFeed (shared/channels/hooks.ts). */
+export type HookFeedTarget = Pick<HookFeed, 'deviceId' | 'generation' | 'link' | 'id'>;
 
 /** One request's share of an execution, as the device answered it (to the main thread's handle or an edge's door). */
 export interface Executed {
@@ -290,7 +301,10 @@ export interface DeviceClient {
   readonly deviceId: number;
   /** Requests handed to it and not yet settled (least_outstanding routing reads it). */
   readonly inflight: number;
-  infer(req: InferenceRequest, signal?: AbortSignal): Promise<InferenceResult>;
+  /** With `feedFromHook`, the request goes without inputs; the hook thread that preprocesses it sends them where it is told. */
+  infer(req: InferenceRequest, signal?: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult>;
+  /** A hook thread's new door to this device, made for `generation` (HookFeed): the device reads the inputs waiting in it; one for another generation is closed. */
+  adoptDoor(port: MessagePort, generation: number): void;
 }
 
 /** device actor -> main thread */

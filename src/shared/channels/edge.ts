@@ -15,6 +15,7 @@ import type { MessagePort } from 'node:worker_threads';
 import type { ErrorData } from '../errors.js';
 import type { AnyOperationReply, OperationCall } from '../operations.js';
 import type { CountersShape } from '../request-counters.js';
+import type { HookPoolOptions } from './hooks.js';
 import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../data-plane.js';
 import type { InstanceKey, ModelSpec } from '../model-spec.js';
 import type { FillPolicy, NodeConfig } from '../config-schema.js';
@@ -31,7 +32,7 @@ export interface EdgePlacement {
 }
 
 /**
- * A model an edge may route to a device itself (the direct path, actors/edge/direct-path.ts): the
+ * A model an edge may run itself (the path on the edge, actors/edge/edge-path.ts): its spec, the
  * instance that serves it, and its lease slot and tag (shared/leases.ts) that say whether it
  * still does. The main thread sends a model's route each time it changes; null: its requests go
  * through the main thread (not ready, or loading, or no slot left).
@@ -62,6 +63,8 @@ export interface DirectStart {
    * index): statistics and metrics read them there, one count per process.
    */
   counters: CountersShape;
+  /** The edge's own hook pool, started at its first hooked or meta request: its share of hooks.threads. */
+  hooks: HookPoolOptions;
 }
 
 /** What an edge thread starts with (its workerData). */
@@ -97,9 +100,10 @@ export type ToEdge =
   /**
    * A door to device actor `deviceId` (shared/channels/device.ts's ToDeviceDoor and FromDeviceDoor),
    * replacing any before it; `waitBoundMs`: how long a request without a deadline may wait there
-   * before the edge stops waiting (the device's queue bound and the execution watchdog).
+   * before the edge stops waiting (the device's queue bound and the execution watchdog); `link`:
+   * the door's number on that device (how hook threads name its requests, HookFeed.link).
    */
-  | { type: 'door'; deviceId: number; port: MessagePort; waitBoundMs: number }
+  | { type: 'door'; deviceId: number; port: MessagePort; link: number; waitBoundMs: number }
   /** Device `deviceId` was taken out of service (`why`): route nothing more to it, and close its door. */
   | { type: 'deviceOut'; deviceId: number; why: string };
 

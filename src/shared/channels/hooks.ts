@@ -15,6 +15,18 @@ import type { MessagePort } from 'node:worker_threads';
 import type { TensorSpec } from '../model-spec.js';
 import type { WireTensor } from './inference.js';
 
+/** How a hook pool is made (actors/hooks/handle.ts): the main thread's, and each edge thread's own. */
+export interface HookPoolOptions {
+  /** Threads; 0 = defaultHookThreads(). */
+  threads: number;
+  /** How long one hook call may run. */
+  timeoutMs: number;
+  /** How long importing a model.js may take (its top level runs then). */
+  importTimeoutMs: number;
+  /** Each thread's JS heap limit in MiB; 0 = Node's default. */
+  maxHeapMib: number;
+}
+
 /** The hooks a model's model.js may export, and nothing else; a meta model's exports only `run`. */
 export const HOOK_NAMES = ['preprocess', 'postprocess'] as const;
 export const META_HOOK_NAMES = ['run'] as const;
@@ -42,13 +54,18 @@ interface HookModule {
  * them (HookInputs, transferred) through its door to that device, then answers. A thread makes
  * its door to a device (a MessageChannel) the first time it feeds it, and to each replacement of
  * a device actor that crashed (a new `generation`); the other end goes back with that answer,
- * for the main thread to hand to the device.
+ * for the request's thread to hand to the device.
  */
 export interface HookFeed {
   deviceId: number;
-  /** Which worker of that device (DeviceHandle.generation): a replaced worker needs a new door. */
+  /**
+   * Which worker of that device, as the request's thread knows it: a replaced worker needs a new
+   * door (the main thread: DeviceHandle's generation; an edge: its door's link, new with each worker).
+   */
   generation: number;
-  /** The request's id on that device (InferCommand.id). */
+  /** Who sent the request: 0 the main thread, else an edge's door (HookInputs.link). */
+  link: number;
+  /** The request's id on that link (InferCommand.id as its sender numbered it). */
   id: number;
   /** The manifest's inputs, in order: what the hook must return. */
   inputs: readonly TensorSpec[];

@@ -1,5 +1,5 @@
 // Every copy of bytes that src/ writes is marked `// copy:` (on its line or the line above), so the
-// copy ledger (the table at the top of src/node/pipeline.ts, counted by copies.test.js) can be
+// copy ledger (the table at the top of src/shared/request-path.ts, counted by copies.test.js) can be
 // read off the code. Found by the types of the expressions, through the TypeScript compiler's API
 // (ts-morph: TypeScript 7's compiler has no API), so a Map's `.set` or a string's `.slice` is not
 // taken for a copy and a typed array's is, whatever the variable is called:

@@ -3,7 +3,7 @@
 // execution's answers in one message), the device's failure, its deadline (the device told to drop
 // it), its client going (likewise), or the door closing (UNAVAILABLE, now and for later requests);
 // what one turn sends goes as one message; `inflight` counts what is unsettled.
-import { MessageChannel } from 'node:worker_threads';
+import { MessageChannel, MessagePort } from 'node:worker_threads';
 import test from 'ava';
 import { DeviceDoor } from '../../../../dist/actors/edge/device-doors.js';
 import { nowMs } from '../../../../dist/shared/channels/inference.js';
@@ -29,7 +29,7 @@ function door(t) {
     waiting.shift()?.(batch);
   });
   let closedTold = 0;
-  const d = new DeviceDoor(3, port2, 5_000, () => closedTold++);
+  const d = new DeviceDoor(3, port2, 7, 5_000, () => closedTold++);
   t.teardown(() => device.close());
   /** The next batch the device gets. */
   const next = () => new Promise((resolve) => waiting.push(resolve));
@@ -117,4 +117,29 @@ test('the device\'s end closing fails what is pending and every later request UN
   const later = await stowageError(t, d.infer(request(), new AbortController().signal));
   t.is(later.code, 'STOWAGE_DEVICE_UNAVAILABLE');
   t.is(d.inflight, 0);
+});
+
+test('a request fed by a hook goes without inputs, named to the hook by the door\'s link; a hook thread\'s door for this door goes to the device, one for another is closed', async (t) => {
+  const { d, next } = door(t);
+  /** @type {any} */
+  let target;
+  const got = next();
+  d.infer(request(), new AbortController().signal, (to) => { target = to; }).catch(() => {});
+  t.deepEqual(target, { deviceId: 3, generation: 7, link: 7, id: 1 });
+  const [command] = await got;
+  t.true(command.inputsFromHook);
+  const mine = new MessageChannel();
+  const adopted = next();
+  d.adoptDoor(mine.port2, 7);
+  const [sent] = await adopted;
+  t.is(sent.type, 'hookDoor');
+  t.true(sent.port instanceof MessagePort, 'the port itself, transferred');
+  sent.port.close();
+  mine.port1.close();
+  const stale = new MessageChannel();
+  let closed = false;
+  stale.port1.on('close', () => { closed = true; });
+  d.adoptDoor(stale.port2, 6);
+  while (!closed) await new Promise((resolve) => setTimeout(resolve, 5));
+  t.pass('a door made for another door\'s worker is closed');
 });

@@ -1,0 +1,223 @@
+/**
+ * The request path on an edge thread: the one path (shared/request-path.ts), standing on this
+ * edge's own rooms, so that a request off the wire reaches the device, and its answer the wire,
+ * without the main thread. The main thread only reads what the edge counted, and hears each
+ * execution's report from the device.
+ *
+ *   [edge: decode] -> lease (shared memory, on the route the main thread sent) -> check -> route
+ *     -> [preprocess, on this edge's hook thread, which feeds the device through its own door]
+ *     -> [device, through this edge's door] -> [postprocess, on this edge's hook thread] -> count -> [edge: encode]
+ *
+ * The rooms:
+ * - Leases: each ready model's route, sent by the main thread when it changes (its spec, the
+ *   instance serving it, its lease slot in shared memory: shared/leases.ts makes an unload wait
+ *   for the requests an edge holds).
+ * - Devices: this edge's doors to them (device-doors.ts). `round_robin` or `least_outstanding`
+ *   over the doors, as this edge sees them; under `lpt_packing` the model's replicas (the route's
+ *   placement), filled as the main thread fills them (routing/routing.ts `fill`), each edge
+ *   filling its share of a batch.
+ * - Hooks: a hook pool of this edge's own (Piscina threads of this thread: actors/hooks/), started
+ *   at its first hooked or meta request, of `hooks.threads` shared among the edges. A preprocess
+ *   hook's tensors go from its thread to the device through a door that thread makes, handed to
+ *   the device through this edge's door; a meta model's sub-calls come back to this thread and
+ *   take this path again.
+ * - Counts: each request's in shared memory per lease slot (shared/request-counters.ts), before
+ *   its answer goes and before its lease is given back.
+ *
+ * What it does not take (`infer` answers null, and the edge sends the request to the main thread
+ * as it is): a model without a route here (not ready, unknown, being reloaded), another version,
+ * a model no device this edge has a door to holds, a lease slot being drained, and a request with
+ * tensors in shared memory (the regions are the main thread's registry's). A meta model's
+ * sub-call to a model without a route here goes to the main thread likewise (`elsewhere`). With
+ * tracing on, the edges have no path of their own (spans are made on the main thread).
+ */
+import type { MessagePort } from 'node:worker_threads';
+import type { DirectStart, EdgePlacement, EdgeRoute } from '../../shared/channels/edge.js';
+import { fill, Router, type FillState } from '../../routing/routing.js';
+import type { InferenceRequest, WireTensor } from '../../shared/channels/inference.js';
+import type { HookFeedTarget } from '../../shared/channels/device.js';
+import { MODEL_VERSION } from '../../shared/constants.js';
+import type { DataPlaneRequest, Infer, InferenceAnswer, InferOptions } from '../../shared/data-plane.js';
+import { failureReason } from '../../shared/failure-reason.js';
+import { RequestCounters } from '../../shared/request-counters.js';
+import { Leases } from '../../shared/leases.js';
+import type { InstanceKey, ModelSpec } from '../../shared/model-spec.js';
+import { RequestPath, type PathRooms } from '../../shared/request-path.js';
+import { HookPool } from '../hooks/handle.js';
+import { DeviceDoor } from './device-doors.js';
+
+/** A model taken on this edge for one request: its route's spec, instance and slot, and the door it goes through. */
+interface EdgeLease {
+  spec: ModelSpec;
+  instance: InstanceKey;
+  slot: number;
+  /** Null for a meta model: it runs on no device itself. */
+  door: DeviceDoor | null;
+}
+
+export class EdgePath {
+  readonly #leases: Leases;
+  /** round_robin or least_outstanding over the open doors, as the device pool routes. */
+  readonly #router: Router;
+  readonly #routes = new Map<string, EdgeRoute>();
+  /** Open doors by device; a device without one (restarting, out of service) gets nothing from here. */
+  readonly #doors = new Map<number, DeviceDoor>();
+  /** The doors' list, made again when one opens or goes (routing reads it for every request). */
+  #open: DeviceDoor[] = [];
+  /** lpt_packing: each model's replica being filled, and its requests in flight from here per device. */
+  readonly #filling = new Map<string, FillState & { inflight: Map<number, number> }>();
+  /** What this edge counts of its requests, where the main thread reads it (shared/request-counters.ts). */
+  readonly #counters: RequestCounters;
+  readonly #hookOptions: DirectStart['hooks'];
+  /** This edge's hook threads, started at the first request that needs them. */
+  #hooks: HookPool | null = null;
+  readonly #path: RequestPath<EdgeLease>;
+
+  /**
+   * `row`: this edge's row in the leases and the counters. `viaMain`: how a request this edge does
+   * not take reaches the main thread's path (a meta model's sub-call to a model without a route here).
+   */
+  constructor(start: DirectStart, row: number, viaMain: Infer) {
+    this.#leases = new Leases(start.leases, row);
+    this.#router = new Router(start.routing);
+    this.#counters = new RequestCounters(start.counters, row);
+    this.#hookOptions = start.hooks;
+    this.#path = new RequestPath(this.#rooms(viaMain));
+  }
+
+  #rooms(viaMain: Infer): PathRooms<EdgeLease> {
+    const counters = this.#counters;
+    const edge = this;
+    return {
+      acquire: (model, version) => this.#acquire(model, version),
+      release: (lease) => this.#leases.release(lease.slot),
+      infer: (lease, request, signal, feedFromHook) => this.#infer(lease, request, signal, feedFromHook),
+      adoptDoor: (target: HookFeedTarget, port: MessagePort) => {
+        const door = this.#doors.get(target.deviceId);
+        if (door) door.adoptDoor(port, target.generation);
+        else port.close(); // that device's door is gone: the worker the hook fed is too
+      },
+      get hooks() {
+        return edge.#hookPool();
+      },
+      succeeded: (lease, batchSize, durationNs, queueNs, timing) => counters.succeeded(lease.slot, batchSize, durationNs, queueNs, timing),
+      failed: (lease, code, durationNs) => counters.failed(lease.slot, failureReason(code), durationNs),
+      elsewhere: async (model, tensors, outputs, deadlineMs, signal) =>
+        (await viaMain(subCallRequest(model, tensors, outputs), { callDeadlineMs: deadlineMs, signal, outputs: null, protocol: 'grpc' })).outputs,
+    };
+  }
+
+  #hookPool(): HookPool {
+    this.#hooks ??= new HookPool(this.#hookOptions);
+    return this.#hooks;
+  }
+
+  /** A model's route changed; null: its requests go through the main thread. */
+  route(model: string, route: EdgeRoute | null): void {
+    if (route) this.#routes.set(model, route);
+    else this.#routes.delete(model);
+    const filling = this.#filling.get(model);
+    if (filling) filling.open = 0; // moved or reloaded: fill its replicas from the first again
+  }
+
+  /** A door to device `deviceId`, `link` its number there (replacing one before it, whose worker has ended). */
+  door(deviceId: number, port: MessagePort, link: number, waitBoundMs: number): void {
+    this.#doors.get(deviceId)?.close('its worker was replaced');
+    const door = new DeviceDoor(deviceId, port, link, waitBoundMs, (closed) => {
+      if (this.#doors.get(deviceId) === closed) this.#forgetDoor(deviceId);
+    });
+    this.#doors.set(deviceId, door);
+    this.#open = [...this.#doors.values()];
+  }
+
+  /** Device `deviceId` is out of service: route nothing more to it; what is pending on its door fails UNAVAILABLE. */
+  deviceOut(deviceId: number, why: string): void {
+    this.#doors.get(deviceId)?.close(why);
+    this.#forgetDoor(deviceId);
+  }
+
+  #forgetDoor(deviceId: number): void {
+    this.#doors.delete(deviceId);
+    this.#open = [...this.#doors.values()];
+  }
+
+  /**
+   * The request's answer by the path on this edge, or null when this edge does not take it (the
+   * caller hands it to the main thread). `options` are the edge's, as the path takes them.
+   */
+  infer(req: DataPlaneRequest, options: InferOptions): Promise<InferenceAnswer> | null {
+    // Shared-memory regions are registered in the main thread's registry.
+    if (req.inputs.some((t) => t.bytes.kind !== 'inline') || req.outputs.some((o) => o.region)) return null;
+    return this.#path.infer(req, options);
+  }
+
+  /** The hook threads stop (the edge is draining, its ports closed). */
+  async close(): Promise<void> {
+    await this.#hooks?.close();
+  }
+
+  /** A lease on `model` here: its route, a door to a device that holds it, and its slot still open; else null. */
+  #acquire(model: string, version: string): EdgeLease | null {
+    if (version !== '' && version !== MODEL_VERSION) return null;
+    const route = this.#routes.get(model);
+    if (!route) return null;
+    const door = route.spec.kind === 'meta' ? null : this.#pick(model, route.placement, route.devices) ?? null;
+    if ((!door && route.spec.kind !== 'meta') || !this.#leases.acquire(route.slot, route.tag)) return null;
+    return { spec: route.spec, instance: route.instance, slot: route.slot, door };
+  }
+
+  async #infer(lease: EdgeLease, request: InferenceRequest, signal: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void) {
+    const { door, spec } = lease;
+    if (!door) throw new Error(`unreachable: meta model ${spec.name} runs on no device`);
+    const device = door.deviceId;
+    this.#counters.routed(lease.slot, device);
+    this.#count(spec.name, device, 1);
+    try {
+      return await door.infer(request, signal, feedFromHook);
+    } finally {
+      this.#count(spec.name, device, -1);
+    }
+  }
+
+  #pick(model: string, placement: EdgePlacement | undefined, holders: number[] | undefined): DeviceDoor | undefined {
+    if (placement && (!holders || placement.devices.every((id) => holders.includes(id)))) return this.#fill(model, placement);
+    // Only the devices that hold the model, when a device lost it.
+    const open = holders ? this.#open.filter((d) => holders.includes(d.deviceId)) : this.#open;
+    if (open.length <= 1) return open[0];
+    return this.#router.pick(open);
+  }
+
+  /**
+   * A placed model's replica: the one being filled until this edge has its share of a batch in
+   * flight there, then the next. A replica without a door (restarting, or out of service) sends
+   * the request to the main thread, which knows what to do with it.
+   */
+  #fill(model: string, placement: EdgePlacement): DeviceDoor | undefined {
+    const replicas = placement.devices.map((id) => this.#doors.get(id));
+    if (replicas.some((d) => !d)) return undefined;
+    const doors = replicas as DeviceDoor[];
+    let state = this.#filling.get(model);
+    if (!state) this.#filling.set(model, (state = { open: 0, inflight: new Map() }));
+    const counts = state.inflight;
+    if (state.open >= doors.length) state.open = 0;
+    return doors[fill(doors, (i) => counts.get(doors[i].deviceId) ?? 0, placement.capacity, placement.policy, state)];
+  }
+
+  /** A placed model's requests in flight from here on `deviceId` (fill routing's count). */
+  #count(model: string, deviceId: number, by: number): void {
+    const counts = this.#filling.get(model)?.inflight;
+    if (counts) counts.set(deviceId, (counts.get(deviceId) ?? 0) + by);
+  }
+}
+
+/** A meta model's sub-call as a request of its own, for the main thread's path (its tensors are its own: the hook thread made them). */
+function subCallRequest(model: string, tensors: WireTensor[], outputs: string[]): DataPlaneRequest {
+  return {
+    model,
+    version: '',
+    id: '',
+    inputs: tensors.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape, bytes: { kind: 'inline', data: t.data, owned: true } })),
+    outputs: outputs.map((name) => ({ name, region: null })),
+    parameters: {},
+  };
+}

@@ -1,0 +1,311 @@
+/**
+ * The request path: what one inference goes through between an edge (gRPC or REST) and the
+ * device, for ModelInfer, each request of ModelStreamInfer, a REST inference and a meta model's
+ * sub-calls alike, on whichever thread holds the request: an edge thread, or the main thread when
+ * it is the only edge (or for what an edge cannot take: see "Rooms" below). One module, one order:
+ *
+ *   [edge: decode] -> lease -> check (request-check.ts) -> route -> [preprocess, on a hook thread, which feeds the device] -> device -> [postprocess] -> count -> [edge: encode]
+ *   (without a hook making them, the outputs are written into the frame the edge's allocator asked for: for gRPC
+ *   the response is framed around them, protocol/infer-response-wire.ts)
+ *   (a meta model: lease -> check -> run hook, whose sub-calls re-enter at `lease` with tensors, on this thread)
+ *
+ * It speaks the data plane only (data-plane.ts): an edge decodes its protocol into a
+ * DataPlaneRequest, hands it over with an OutputLayout (where the outputs go), and encodes the
+ * InferenceAnswer itself.
+ *
+ * Rooms: what the path stands on differs by thread, behind `PathRooms` (the main thread's:
+ * node/pipeline.ts over the model registry, the device pool, statistics, shared memory and
+ * tracing; an edge's: actors/edge/edge-path.ts over the routes the main thread sends, its own
+ * doors to the devices, the lease slots and request counters in shared memory, and its own hook
+ * threads). A room that cannot take a request (an edge without the model's route) says so at
+ * `acquire`, before anything is done: the request goes to the main thread as it is.
+ *
+ * Copies of a request's tensor bytes, and thread hops, per path. `edge` is the thread that holds the request: an edge thread, or the main thread when it is the only edge. `copies` counts every copy of the
+ * bytes of one request's input and output tensors (in units of their size: a copy of the input and
+ * one of the output are two), `native` those made in a library's C++ where no JavaScript sees them
+ * (the copy probe cannot count those), and the next column says which thread makes each. Each copy in our code is a line marked
+ * `// copy:`. test/integration/copies.test.js reads this table and counts the copies each path
+ * really makes, so a copy added or removed fails it until the table says so.
+ *
+ * | path | copies | native | each copy, in order (thread) | hops |
+ * | --- | --- | --- | --- | --- |
+ * | inline lone | 3 | 0 | grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own when the message is at least half `Buffer.poolSize` (32 KiB on Node 24; protobufjs decodes `bytes` as views of it), which is transferred to the device as it is (protocol/message-buffers.ts) and read by ONNX Runtime in place (edge); ONNX Runtime writes each output into memory the device gives it (reused staging), no copy after the run; the output into the frame the gRPC edge asked for (actors/device/output-frame.ts), transferred back (device), around which the edge frames the response, writing only its header (protocol/infer-response-wire.ts, edge); grpc-js copies the message into its frame (edge) | 2: edge -> device -> edge |
+ * | REST binary lone | 1 | 0 | Node's http hands the body over in chunks, joined into one buffer of its own (http-edge.ts, edge); the tensor after the JSON header is a view of it, transferred to the device as it is (as inline lone's); ONNX Runtime writes the output into a buffer of the request's own, transferred back as it is; the JSON header and the output's bytes are written to the socket one after the other, not joined (http-edge.ts) | 2: edge -> device -> edge |
+ * | REST JSON lone | 0 | 0 | no copy of the tensor's bytes: Node's http hands the JSON body over in chunks, joined into one buffer of its own (http-edge.ts, edge: a copy of the JSON text, which the copy test counts apart); the `data` array is converted into the datatype's bytes in a buffer of the request's own (rest-tensors.ts, edge: a conversion, not a copy), transferred to the device as it is; ONNX Runtime writes the output into a buffer of the request's own, transferred back as it is; its bytes are converted into JSON numbers (edge: a conversion; an output misaligned for its type is copied first) | 2: edge -> device -> edge |
+ * | inline small | 4 | 0 | as inline lone, and a message under half `Buffer.poolSize` sits in Node's shared pool, which cannot be transferred: its bytes are copied into a buffer of their own (`inlineData`, request-check.ts, edge) | 2 |
+ * | inline misaligned | 4 | 0 | as inline lone, and an input whose bytes are misaligned for its type in the message is copied into reused staging memory (staging.ts) before ONNX Runtime reads it (device) | 2 |
+ * | inline padded | 4 | 0 | as inline lone, and a lone request run by an executable compiled for more rows is copied into staging, padded with zero rows (device) | 2 |
+ * | inline coalesced | 4 | 0 | as inline lone (the output's copy into the response reads the request's rows of the batch's output), and each request's rows are copied into the joined input in staging (device) | 2 |
+ * | typed contents | 4 | 0 | as inline small, with the JS arrays converted into bytes instead of `inlineData`'s copy (codec.ts, edge) | 2 |
+ * | shared memory in place | 0 | 0 | inputs are read in place from the mapped region (a slice misaligned for its type is copied into staging, device); a lone request's output whose shape the graph fixes is computed by ONNX Runtime into the region itself; the response carries an empty entry | 2 |
+ * | shared memory coalesced | 1 | 0 | requests that rode together, their outputs in one region laid end to end in the batch's order (the device orders a batch by its requests' output slices): each request's input rows are copied into the joined input in staging (device); ONNX Runtime computes the batch's output into the region itself, every request's rows landing in its own slice | 2 |
+ * | shared memory copied | 1 | 0 | as shared memory in place, but when ONNX Runtime cannot write into the region (a coalesced batch whose slices are not end to end in one region, an output axis the graph leaves symbolic, a slice misaligned for its type or over the request's input bytes) it writes into staging and the output is copied into the region after the run (device) | 2 |
+ * | hooked | 3 | 0 | pre- and postprocess, lone: grpc-js's join (edge); the message's buffer goes to the hook thread whole (a view misaligned for its type is copied first by `inlineData`, request-check.ts, edge); what the hooks return is their own (a returned view of part of a buffer is copied, a plain array converted: hook); preprocess's tensors go from the hook thread to the device through its door, never to the edge; ONNX Runtime writes each output into a buffer of the request's own, which goes to postprocess as it is; protobufjs encodes the response (edge); grpc-js's frame (edge). Preprocess only: the device places the outputs for the edge to frame instead of protobufjs encoding them. A coalesced request's rows of each output are copied out of the batch's before going to postprocess (device) | preprocess only: 3, edge -> hook -> device -> edge; postprocess only: 4, edge -> device -> edge -> hook -> main; both: 5 |
+ * | meta sub-call | 1 | 0 | the run hook's tensors are copied once on the hook thread, which may reuse them (hook); passed to the device as they are (no re-encode, no decode copy); ONNX Runtime writes the outputs into buffers of the sub-call's own, which go back to the hook thread as they are | 4 per sub-call: hook -> edge -> device -> edge -> hook |
+ * | inline lone, backend cuda | 4 | 0 | as inline lone, and the input copied into pinned staging (staging.ts, device), from which ONNX Runtime's own copy to the GPU runs at the bus's speed; the output is written into pinned staging by ONNX Runtime's copy from the GPU. ONNX Runtime's copies to and from the GPU are the device's, as on any GPU server, and are not counted | 2 |
+ * | CUDA shared memory in place | 0 | 0 | backend cuda, a lone request: its input is bound to the run in the client's GPU memory as it is (its region on the run's GPU, at an offset cudaMalloc's 256-byte alignment allows: actors/device/regions.ts), and an output whose shape the graph fixes is computed by ONNX Runtime into its region; nothing crosses the bus | 2 |
+ * | CUDA shared memory copied | 2 | 0 | as CUDA shared memory in place, but an input on another GPU (or misaligned) is copied GPU to GPU once into the device's scratch memory (device), and an output ONNX Runtime cannot write into its region (on another GPU, misaligned, a symbolic axis) is written on the host and copied into the region after the run (device, host to GPU). A coalesced (or padded) batch whose every request has the input in a CUDA region is joined GPU to GPU in scratch memory, each request's rows copied once (device); one that mixes them with inline inputs copies its CUDA inputs to the host into the joined input in staging (device, GPU to host), then goes as inline coalesced's | 2 |
+ * | inline lone, CUDA graph | 4 | 0 | as inline lone, backend cuda, with our own copies to and from the GPU in place of ONNX Runtime's (not counted either): the staged input into the graph's slot (cuda-graphs.ts, a host-to-GPU copy), the output from the slot into staging (GPU to host), since a captured graph reads and writes fixed addresses | 2 |
+ *
+ * With edge threads, what an edge does not take (shared memory, a traced request, a model without a
+ * route there) goes to the main thread's path as it is, its inline buffers transferred (no copy):
+ * two hops more, edge -> main and back.
+ *
+ * `native` counts copies made in a library's C++: none is left since the device runs models through
+ * Stowage's own binding (native/ort.ts), which has ONNX Runtime write outputs into memory we give it
+ * (an output whose shape the graph leaves open is allocated by ONNX Runtime and read in place; a
+ * request that takes it as a tensor gets a copy of its own, since such memory cannot move to
+ * another thread). A large inline request is at the floor grpc-js leaves, 3: its join and its frame,
+ * and the one copy into the buffer the response is framed around. Going lower means ONNX Runtime
+ * writing a lone request's outputs straight into that buffer where their shapes are known, or
+ * handing grpc-js the header and the output buffers without joining them (docs/performance.md).
+ *
+ * Backend cuda adds one copy on every path whose input ONNX Runtime would read in place: the input
+ * into pinned staging (device), from which the GPU reads at the bus's speed (the two cuda rows).
+ * Copies between host and GPU are the device's, as on any GPU server, and are not counted. The copy
+ * test counts the CPU backend's rows; the cuda rows are held by test/gpu where a GPU is.
+ */
+import type { MessagePort } from 'node:worker_threads';
+import type { HookFeedTarget } from './channels/device.js';
+import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult, type OutputFrame, type RegionSlice, type WireTensor } from './channels/inference.js';
+import type { HookContext, HookFeed, HookName } from './channels/hooks.js';
+import { frameOf, type Admitted, type DataPlaneRequest, type InferenceAnswer, type InferOptions, type OutputLayout, type TraceCarrier } from './data-plane.js';
+import { errors, fromErrorData, quote, StowageError, type ErrorCode } from './errors.js';
+import { checkHookTensors } from './hook-tensor-check.js';
+import type { BundleHooks, InstanceKey, ModelSpec, TensorSpec } from './model-spec.js';
+import { checkRequest, checkTensors, slicesOf, type CheckedRequest, type RegionLookup } from './request-check.js';
+import { MODEL_VERSION } from './constants.js';
+
+/** A ready model taken for one request: its spec and the instance that serves it. */
+export interface PathLease {
+  spec: ModelSpec;
+  instance: InstanceKey;
+}
+
+/** How a meta model's run hook calls a sub-model: the path runs it like any request. */
+export type SubInfer = (model: string, tensors: WireTensor[], outputs: string[]) => Promise<WireTensor[]>;
+
+/** The hook threads as the path reaches them (actors/hooks/handle.ts HookPool). */
+export interface PathHooks {
+  run(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext, subInfer?: SubInfer): Promise<WireTensor[]>;
+  /** A preprocess hook whose tensors go to the device (HookFeed); with the thread's new door to it, when it made one. */
+  preprocessInto(model: string, hooks: BundleHooks, given: WireTensor[], context: HookContext, feed: HookFeed): Promise<MessagePort | undefined>;
+}
+
+/** A request's spans when it is traced (node/tracing.ts RequestTrace). */
+export interface PathSpans {
+  subCall(model: string): PathSpans;
+  around<T>(name: string, work: () => Promise<T>): Promise<T>;
+  device(model: string, handedOverMs: number, queueNs: number, timing: ExecutionTiming): void;
+  end(err?: unknown): void;
+}
+
+/** Shared-memory regions where this thread can read them (node/shared-memory.ts). */
+export interface PathRegions extends RegionLookup {
+  /** Keep the regions of a request's slices mapped until `release`, even if unregistered meanwhile. */
+  hold(slices: readonly RegionSlice[]): void;
+  release(slices: readonly RegionSlice[]): void;
+}
+
+/** What the path stands on, on one thread (see "Rooms" above). */
+export interface PathRooms<L extends PathLease> {
+  /**
+   * A lease on `model`'s serving instance for one request, or why not (NOT_FOUND, not ready);
+   * null: this thread cannot run it, and the caller sends it elsewhere as it is.
+   */
+  acquire(model: string, version: string): L | null;
+  /** Given back once the request is answered (an unload waits for it). */
+  release(lease: L): void;
+  /**
+   * Run the request on the device the routing picks for the lease's model (DeviceClient.infer):
+   * with `feedFromHook` it goes without inputs, which the hook thread preprocessing it sends.
+   */
+  infer(lease: L, request: InferenceRequest, signal: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult>;
+  /** A hook thread's new door to the device a feed went to (DeviceClient.adoptDoor); closed when that device is gone. */
+  adoptDoor(target: HookFeedTarget, port: MessagePort): void;
+  hooks: PathHooks;
+  /** Shared-memory regions; absent: this thread takes no request that uses them. */
+  regions?: PathRegions;
+  /** Count one request answered, or failed (with its error's code), on its model's statistics. */
+  succeeded(lease: L, batchSize: number, durationNs: number, queueNs: number, timing: ExecutionTiming): void;
+  failed(lease: L, code: ErrorCode | undefined, durationNs: number): void;
+  /** The request's spans, when tracing; absent: none. */
+  trace?(request: { model: string; version: string; id: string }, carrier: TraceCarrier | undefined, protocol: 'grpc' | 'http', admitted?: Admitted): PathSpans | null;
+  /** A meta model's sub-call to a model this thread has no lease for (acquire said null): run where it can be. */
+  elsewhere?(model: string, tensors: WireTensor[], outputs: string[], deadlineMs: number, signal: AbortSignal): Promise<WireTensor[]>;
+}
+
+/** A meta model runs no execution of its own: its sub-models count theirs. */
+const NO_EXECUTION: ExecutionTiming = { computeInputNs: 0, computeInferNs: 0, computeOutputNs: 0, batchRows: 0, executedBatchSize: 0, requests: 1 };
+
+const codeOf = (err: unknown) => (err instanceof StowageError ? err.code : undefined);
+
+export class RequestPath<L extends PathLease> {
+  readonly #rooms: PathRooms<L>;
+
+  constructor(rooms: PathRooms<L>) {
+    this.#rooms = rooms;
+  }
+
+  /**
+   * One inference request from an edge, protocol-free (data-plane.ts); null when this thread
+   * cannot take it (`PathRooms.acquire`). `callDeadlineMs` is the call's deadline (Infinity if
+   * none); the request's `timeout` may shorten it. `signal` fires if the client cancels.
+   * `outputs`: the edge's layout for the outputs, made a frame once the model is known (none:
+   * tensors of their own).
+   */
+  infer(req: DataPlaneRequest, options: InferOptions): Promise<InferenceAnswer> | null {
+    const rooms = this.#rooms;
+    const started = process.hrtime.bigint();
+    // Tracing on: a span in the trace the request's traceparent names (node/tracing.ts); else null.
+    const spans = rooms.trace?.({ model: req.model, version: req.version || MODEL_VERSION, id: req.id }, options.trace, options.protocol, options.admitted) ?? null;
+    let lease: L | null;
+    try {
+      lease = rooms.acquire(req.model, req.version);
+    } catch (err) {
+      spans?.end(err);
+      return Promise.reject(err);
+    }
+    if (!lease) return null;
+    return this.#leased(req, options, lease, started, spans);
+  }
+
+  async #leased(req: DataPlaneRequest, { callDeadlineMs, signal, outputs }: InferOptions, lease: L, started: bigint, spans: PathSpans | null): Promise<InferenceAnswer> {
+    const rooms = this.#rooms;
+    const { spec } = lease;
+    let slices: RegionSlice[] = [];
+    try {
+      if (req.refused) throw fromErrorData(req.refused); // the model exists: now what was wrong with the request
+      // Hooks read typed arrays over the bytes, which must be aligned; the device aligns them itself.
+      const checked = checkRequest(req, spec, rooms.regions, spec.hooks ? 'aligned' : 'any');
+      slices = slicesOf(checked);
+      rooms.regions?.hold(slices); // no await since checking: the regions are still registered
+      if (slices.length && spec.kind === 'meta') throw errors.unsupported(`meta model ${JSON.stringify(spec.name)} takes its tensors inline, not in shared memory`);
+      if (slices.length && spec.hooks) {
+        throw errors.unsupported(`model ${JSON.stringify(spec.name)} runs model.js hooks, which read and write tensors in the request; send them inline, not in shared memory`);
+      }
+      const deadlineMs = Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000);
+      const context: HookContext = { model: req.model, requestId: req.id, parameters: checked.parameters };
+      const result = await this.#run(lease, checked, context, deadlineMs, signal, outputs, spans);
+      // Counted before the answer goes and before the lease is given back: whoever asks for
+      // statistics after the answer finds it counted.
+      rooms.succeeded(lease, checked.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
+      spans?.end();
+      return { outputs: result.outputs, framed: result.framed && result.frame ? { bytes: result.framed, frame: result.frame } : null };
+    } catch (err) {
+      rooms.failed(lease, codeOf(err), Number(process.hrtime.bigint() - started));
+      spans?.end(err);
+      throw err;
+    } finally {
+      rooms.release(lease);
+      rooms.regions?.release(slices); // a region unregistered meanwhile closes with its last request
+    }
+  }
+
+  /** A meta model's sub-call: tensors in, tensors out, scheduled and counted like any request, on this thread when it can. */
+  async #subInfer(meta: ModelSpec, parent: HookContext, model: string, tensors: WireTensor[], outputs: string[], deadlineMs: number, signal: AbortSignal, parentSpans: PathSpans | null): Promise<WireTensor[]> {
+    if (!meta.subModels.includes(model)) {
+      throw errors.invalidRequest(`meta model ${JSON.stringify(meta.name)} may call only ${meta.subModels.join(', ')} (its manifest's models), not ${quote(model)}`);
+    }
+    const rooms = this.#rooms;
+    const started = process.hrtime.bigint();
+    const spans = parentSpans?.subCall(model) ?? null;
+    let lease: L | null;
+    try {
+      lease = rooms.acquire(model, '');
+      if (!lease) {
+        if (!rooms.elsewhere) throw new Error(`unreachable: no lease on ${quote(model)} and nowhere else to run it`);
+        const answer = await rooms.elsewhere(model, tensors, outputs, deadlineMs, signal);
+        spans?.end();
+        return answer;
+      }
+    } catch (err) {
+      spans?.end(err);
+      throw err;
+    }
+    try {
+      const checked = checkTensors(tensors, outputs, lease.spec);
+      const result = await this.#run(lease, checked, { model, requestId: parent.requestId, parameters: {} }, deadlineMs, signal, null, spans);
+      rooms.succeeded(lease, checked.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
+      spans?.end();
+      return result.outputs;
+    } catch (err) {
+      rooms.failed(lease, codeOf(err), Number(process.hrtime.bigint() - started));
+      spans?.end(err);
+      throw err;
+    } finally {
+      rooms.release(lease);
+    }
+  }
+
+  /**
+   * Hooks and the device: the checked request to its outputs, in the order the client asked.
+   * `layout` (a request off the wire): the outputs are framed as the edge asked when they go
+   * straight back to the client from the device, that is when no hook makes them.
+   */
+  async #run(lease: L, checked: CheckedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal,
+    layout: OutputLayout | null, spans: PathSpans | null): Promise<InferenceResult & { frame?: OutputFrame | null }> {
+    // Read only when a hook runs: an edge starts its hook threads at the first request that needs them.
+    const hooks = () => this.#rooms.hooks;
+    const { spec, instance } = lease;
+    // A hook call, in a span of its own when tracing.
+    const traced = <T>(name: string, work: () => Promise<T>): Promise<T> => (spans ? spans.around(name, work) : work());
+    if (spec.kind === 'meta') {
+      // Its run hook (on a hook thread) calls sub-models, within this request's deadline and cancelled with it.
+      const subInfer = (model: string, tensors: WireTensor[], outputs: string[]) => this.#subInfer(spec, context, model, tensors, outputs, deadlineMs, signal, spans);
+      const returned = await traced('hook run', () => hooks().run(spec.name, 'run', spec.hooks!, checked.inputs, context, subInfer));
+      const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, checked.rows);
+      return { outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION };
+    }
+    // With a postprocess hook the executable's every output goes to it; without, the client's choice.
+    const post = spec.hooks?.postprocess === true;
+    const executableOutputs = post ? spec.outputs.map((t) => t.name) : checked.outputs;
+    const request: InferenceRequest = {
+      instance,
+      inputs: checked.inputs,
+      rows: checked.rows,
+      outputs: executableOutputs,
+      outputRegions: post ? executableOutputs.map(() => null) : checked.outputRegions,
+      frame: post || !layout ? null : frameOf(layout, checked.outputs.map((name) => spec.clientOutputs.find((t) => t.name === name) as TensorSpec)),
+      deadlineMs,
+    };
+    const handedOverMs = nowMs();
+    const result = spec.hooks?.preprocess
+      ? await traced('hook preprocess + device', () => this.#preprocessed(lease, request, context, signal))
+      : await this.#rooms.infer(lease, request, signal);
+    spans?.device(spec.name, handedOverMs, result.queueNs, result.timing);
+    if (!post) return { ...result, frame: request.frame };
+    const all = checkHookTensors(spec.name, 'postprocess', await traced('hook postprocess', () => hooks().run(spec.name, 'postprocess', spec.hooks!, result.outputs, context)), spec.clientOutputs, checked.rows);
+    return { ...result, outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!) };
+  }
+
+  /**
+   * A request through its preprocess hook, whose tensors go from the hook thread to the device
+   * directly (HookFeed): the device is handed the request first, without inputs; the hook is told
+   * where to send them. A failed hook cancels the request on the device and fails it with the
+   * hook's error.
+   */
+  async #preprocessed(lease: L, request: InferenceRequest, context: HookContext, signal: AbortSignal): Promise<InferenceResult> {
+    const { spec } = lease;
+    let to: HookFeedTarget | undefined;
+    const abandon = new AbortController();
+    const onAbort = () => abandon.abort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      const executed = this.#rooms.infer(lease, { ...request, inputs: [] }, abandon.signal, (target) => { to = target; });
+      executed.catch(() => {}); // when the hook fails, its error is the one reported
+      const target = to;
+      if (!target) return await executed; // refused before it reached a device
+      try {
+        const door = await this.#rooms.hooks.preprocessInto(spec.name, spec.hooks!, request.inputs, context, { ...target, inputs: spec.inputs, rows: request.rows });
+        if (door) this.#rooms.adoptDoor(target, door);
+      } catch (err) {
+        abandon.abort();
+        throw err;
+      }
+      return await executed;
+    } finally {
+      signal.removeEventListener('abort', onAbort);
+    }
+  }
+}
