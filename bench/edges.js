@@ -8,9 +8,12 @@
 // thread's share is what caps a node with many cores, where the edges' threads are not short of one.
 //
 // Payloads: 64 B (a one-layer 16-wide MLP) and the identity fixture `echo` at 600 KiB and 8 MiB
-// (150 and 2048 rows of 1024 FP32). Concurrency 1, 16, 64.
+// (150 and 2048 rows of 1024 FP32). Concurrency 1, 16, 64. On request (--only), the 64 B model
+// with a preprocess hook (`hooked`: model.js hands its input on) and through system shared memory
+// (`shm`: perf_analyzer's --shared-memory system, gRPC only): the request kinds that once crossed
+// to the main thread, whose CPU per request there the issue holds as low as a plain request's.
 //
-//   npm run build && node bench/edges.js [--quick] [--edges 0,auto,1,2] [--only 64B,600KiB,8MiB]
+//   npm run build && node bench/edges.js [--quick] [--edges 0,auto,1,2] [--only 64B,600KiB,8MiB,hooked,shm]
 //                                        [--protocols grpc,http] [--concurrency 1,16,64]
 //
 // perf_analyzer is installed by tools/install-perf-analyzer.sh (into .toolchain/). The machine is
@@ -44,6 +47,8 @@ const PAYLOADS = {
   '64B': { model: 'p64', batch: 1, requests: 3000 },
   '600KiB': { model: 'echo', batch: 150, requests: 300 },
   '8MiB': { model: 'echo', batch: 2048, requests: 40 },
+  hooked: { model: 'p64_hooked', batch: 1, requests: 3000 },
+  shm: { model: 'p64', batch: 1, requests: 3000, sharedMemory: 'system', outputBytes: 64, grpcOnly: true },
 };
 const payloads = args.only.split(',');
 const concurrencies = args.concurrency.split(',').map(Number);
@@ -53,6 +58,9 @@ const settings = args.edges.split(',').map((e) => (e === 'auto' ? 'auto' : Numbe
 const temp = tempDir('stowage-edges-');
 const repo = makeRepository(temp.dir, { echo: path.join(FIXTURES, 'models', 'echo') });
 writeBundle(repo, 'p64', mlpLayers(1, [16, 16]));
+// The same model behind a preprocess hook that hands its input on as it is.
+writeBundle(repo, 'p64_hooked', mlpLayers(1, [16, 16]));
+writeFileSync(path.join(repo, 'p64_hooked', 'model.js'), 'export function preprocess({ x }) { return { x }; }\n');
 
 /** One Stowage per edge_threads setting, all serving the same repository. */
 const servers = [];
@@ -91,11 +99,12 @@ try {
     console.log('payload   conc  server              req/s      p50      p99   ÷ edges 0   cpu µs/request main/all');
     for (const name of payloads) {
       const payload = PAYLOADS[name];
+      if (payload.grpcOnly && protocol !== 'grpc') continue;
       for (const concurrency of concurrencies) {
         const requests = Math.max(args.quick ? payload.requests / 4 : payload.requests, concurrency * 4);
         // perf_analyzer's HTTP client has crashed now and then at concurrency 64 (a curl error, then
         // a segfault): a point is tried twice, and one that fails twice is reported as failed.
-        const once = (address) => perfAnalyzer(address, { model: payload.model, batch: payload.batch, concurrency, requests, protocol });
+        const once = (address) => perfAnalyzer(address, { model: payload.model, batch: payload.batch, concurrency, requests, protocol, ...(payload.sharedMemory ? { sharedMemory: payload.sharedMemory, outputBytes: payload.outputBytes } : {}) });
         const point = (address) => once(address).catch(() => once(address)).catch((err) => ({ rps: NaN, p50: NaN, p99: NaN, failed: String(err.stderr ?? err.message).split('\n')[0] }));
         const results = [];
         for (const server of servers) {
@@ -107,7 +116,7 @@ try {
           results.push({ name: server.name, setting: server.setting, ...r, mainUs: (after.main - before.main) / answered, processUs: (after.process - before.process) / answered });
         }
         // The echo speaks gRPC only.
-        if (protocol === 'grpc') results.push({ name: echo.name, setting: null, ...(await point(echo.address)) });
+        if (protocol === 'grpc' && !payload.sharedMemory) results.push({ name: echo.name, setting: null, ...(await point(echo.address)) });
         const base = results.find((r) => r.setting === 0)?.rps;
         for (const r of results) {
           const cpu = r.mainUs === undefined ? '' : `${fmt(r.mainUs).padStart(5)}/${fmt(r.processUs)}`;

@@ -5,8 +5,8 @@
  * shared-memory regions from this thread's registry, spans from node/tracing.ts, and statistics
  * counted in `Statistics`. The main thread runs the path for every request when it is the only
  * edge, and with edge threads for what an edge sends it: a model the edge has no route for (not
- * ready, unknown, another version: the registry words why), shared-memory tensors, traced
- * requests, and a meta model's sub-call to such a model.
+ * ready, unknown, another version: the registry words why), a region the edge has not heard of,
+ * traced requests, and a meta model's sub-call to a model without a route on its edge.
  */
 import type { Devices } from './devices.js';
 import type { HookPool } from '../actors/hooks/handle.js';

@@ -367,6 +367,7 @@ export class StowageServer {
       onOutOfService: (deviceId, reason, cudaError) => this.#deviceOutOfService(deviceId, reason, cudaError),
       // Edge threads' doors to the worker that died closed with it: new ones to its replacement.
       onServing: (deviceId) => this.#edgeThreads?.deviceServing(deviceId),
+      onExited: (deviceId, why) => this.#edgeThreads?.deviceOut(deviceId, why),
       onLost: (_deviceId, instance, why) => this.#instanceLost(instance, why),
       // Fault injection (the supervision tests): a start timeout short enough to wait out in a test.
       ...(process.env.STOWAGE_FAULT_DEVICE_START_TIMEOUT_MS ? { startTimeoutMs: Number(process.env.STOWAGE_FAULT_DEVICE_START_TIMEOUT_MS) } : {}),
@@ -438,6 +439,7 @@ export class StowageServer {
       infer: (request, options) => pipeline.infer(request, options), direct, logger: this.#logger, metrics: edgeMetrics(this.metrics.registry) });
     this.#edgeThreads = edges;
     this.registry.watchRoutes((model, route) => edges.routeChanged(model, this.#edgeRoute?.(route) ?? null));
+    if (direct) this.sharedMemory.shareHolds(direct.regionHolds, (name, region) => edges.regionChanged(name, region));
     health.watch(() => edges.healthChanged());
     const ports = await edges.start();
     this.ports.grpc = ports.grpc;
@@ -478,6 +480,9 @@ export class StowageServer {
    */
   #edgePaths(devices: Devices, edgeCount: number): EdgeDirect {
     const { hooks } = this.#config.global;
+    // The edges hold the regions their requests name in shared memory too: an unregister closes a
+    // region once no edge's request reads it (node/shared-memory.ts).
+    const regionHolds = new Leases(Leases.memory(edgeCount));
     const leases = new Leases(Leases.memory(edgeCount));
     // The edges count their requests per lease slot (shared/request-counters.ts): statistics add
     // the slots in use when read, and take a slot's counts as the model's own when it is freed.
@@ -499,6 +504,9 @@ export class StowageServer {
       routes: () => this.registry.routes().map((r) => withPlacement(r)!),
       devices: devices.handles,
       counters,
+      regionHolds,
+      regions: () => this.sharedMemory.edgeRegions(),
+      regionsReleased: () => this.sharedMemory.edgesReleased(),
       hooks: { threads: edgeHookThreads(hooks.threads, edgeCount), timeoutMs: hooks.timeout_seconds * 1000, importTimeoutMs: hooks.import_timeout_seconds * 1000, maxHeapMib: hooks.max_heap_mib },
     };
   }

@@ -14,10 +14,18 @@
  * Lifetime: a region's descriptor stays open while the region is registered or any request that
  * named it is still in flight (`hold` when the request is decoded, `release` when it is answered). Unregistering a
  * region in use is therefore safe: the requests finish on it, then it is closed.
+ *
+ * Edge threads take requests that name a region themselves (`shareHolds`): each region gets a slot
+ * in the region holds (shared/leases.ts, tagged with its id), opened before the edges hear of it
+ * and closed when it is unregistered, and an edge counts its requests' holds there. A closed
+ * region is closed for good once no hold is left anywhere: here, or at an edge's last release
+ * (which tells this thread, `edgesReleased`), or when an edge thread dies (its holds are forgotten).
  */
 import { errors, quote } from '../shared/errors.js';
 import { closeSharedMemory, openSharedMemory } from '../native/shm.js';
 import type { RegionSlice } from '../shared/channels/inference.js';
+import type { EdgeRegion } from '../shared/channels/edge.js';
+import { LEASE_SLOTS, type Leases } from '../shared/leases.js';
 
 export type { RegionSlice };
 
@@ -40,9 +48,18 @@ export interface Region {
 interface OpenRegion extends Region {
   /** System: the object's descriptor, held open; CUDA: -1. */
   readonly fd: number;
-  /** Requests in flight that named the region. */
+  /** Requests in flight that named the region, on this thread. */
   holds: number;
   registered: boolean;
+  /** Its slot in the edges' region holds, once the edges know it. */
+  slot?: number;
+}
+
+/** How the edges hear of regions: their holds, and each region as it comes and goes. */
+interface EdgeSharing {
+  holds: Leases;
+  changed: (name: string, region: EdgeRegion | null) => void;
+  free: number[];
 }
 
 
@@ -51,10 +68,42 @@ export class SharedMemoryRegistry {
   readonly #byId = new Map<number, OpenRegion>();
   readonly #onForget: (regionId: number) => void;
   #nextId = 1;
+  #edges: EdgeSharing | null = null;
 
   /** `onForget` tells the device actors to drop their mapping of a region that is gone. */
   constructor(onForget: (regionId: number) => void) {
     this.#onForget = onForget;
+  }
+
+  /**
+   * Let edge threads take requests that name regions (actors/edge/edge-regions.ts): `holds` are
+   * theirs to count in, `changed` tells them of each region registered (its slot open) and
+   * unregistered (its slot closed). A region registered beyond the slots is this thread's alone.
+   */
+  shareHolds(holds: Leases, changed: (name: string, region: EdgeRegion | null) => void): void {
+    this.#edges = { holds, changed, free: Array.from({ length: LEASE_SLOTS }, (_, i) => LEASE_SLOTS - 1 - i) };
+    for (const region of this.#regions.values()) this.#share(region);
+  }
+
+  /** Every region the edges may take requests for, as a new edge starts with them. */
+  edgeRegions(): [string, EdgeRegion][] {
+    return [...this.#regions.values()].filter((r) => r.slot !== undefined).map((r) => [r.name, edgeRegion(r)]);
+  }
+
+  /** Holds were given back at an edge (its last one on an unregistered region, or the edge died): close what nothing holds. */
+  edgesReleased(): void {
+    for (const region of [...this.#byId.values()]) this.#closeIfIdle(region);
+  }
+
+  /** The edges hear of a registered region: its slot opens, tagged with its id, before they do. */
+  #share(region: OpenRegion): void {
+    const edges = this.#edges;
+    if (!edges || region.slot !== undefined || !region.registered) return;
+    const slot = edges.free.pop();
+    if (slot === undefined) return;
+    region.slot = slot;
+    edges.holds.open(slot, region.id);
+    edges.changed(region.name, edgeRegion(region));
   }
 
   register(name: string, key: string, offset: number, byteSize: number): Region {
@@ -64,7 +113,9 @@ export class SharedMemoryRegistry {
       closeSharedMemory(fd);
       throw errors.sharedMemoryInvalid(`region ${quote(name)}: key ${quote(key)} holds ${size} bytes, fewer than offset ${offset} + byte_size ${byteSize}`);
     }
-    return this.#add({ id: this.#nextId++, kind: 'system', name, key, offset, byteSize, fd, holds: 0, registered: true });
+    const region = this.#add({ id: this.#nextId++, kind: 'system', name, key, offset, byteSize, fd, holds: 0, registered: true });
+    this.#share(region);
+    return region;
   }
 
   /**
@@ -85,6 +136,7 @@ export class SharedMemoryRegistry {
       this.#closeIfIdle(region); // the devices that opened it drop their mapping
       throw err;
     }
+    this.#share(region); // once its GPU's devices have it open
     return region;
   }
 
@@ -118,6 +170,10 @@ export class SharedMemoryRegistry {
     for (const r of gone) {
       this.#regions.delete(r.name);
       r.registered = false;
+      if (r.slot !== undefined && this.#edges) {
+        this.#edges.holds.close(r.slot); // no edge takes a new hold on it
+        this.#edges.changed(r.name, null);
+      }
       this.#closeIfIdle(r);
     }
   }
@@ -156,8 +212,18 @@ export class SharedMemoryRegistry {
 
   #closeIfIdle(r: OpenRegion): void {
     if (r.registered || r.holds > 0) return;
+    if (r.slot !== undefined && this.#edges) {
+      if (this.#edges.holds.held(r.slot) > 0) return; // an edge's request still reads it: its last release tells
+      this.#edges.free.push(r.slot);
+      r.slot = undefined;
+    }
     this.#byId.delete(r.id);
     this.#onForget(r.id);
     if (r.fd >= 0) closeSharedMemory(r.fd);
   }
+}
+
+/** A region as the edges take it. */
+function edgeRegion(r: OpenRegion): EdgeRegion {
+  return { id: r.id, slot: r.slot!, kind: r.kind, key: r.key, fd: r.fd, ...(r.cuda ? { cuda: r.cuda } : {}), offset: r.offset, byteSize: r.byteSize };
 }

@@ -63,6 +63,12 @@ export const EDGE_MAX_CONSECUTIVE_CRASHES = 5;
 /** How long a replacement edge must listen without crashing for its crashes in a row to start again at 0. */
 export const EDGE_HEALTHY_AFTER_MS = 30_000;
 
+/**
+ * An edge's door to a device whose worker ended: how long its pending requests wait for the main
+ * thread to say why (the exit code only the main thread sees) before they fail without it.
+ */
+export const DOOR_EXIT_WHY_WAIT_MS = 1_000;
+
 /** The weight cache warns of thrash when the models used within this window need more than the budget. */
 export const WEIGHT_THRASH_WINDOW_SECONDS = 10;
 

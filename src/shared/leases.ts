@@ -17,7 +17,11 @@
  * one (an edge holding an old route sees a different tag).
  */
 
-/** Instances the edges can route at once; one loaded beyond it goes through the main thread. */
+/**
+ * Instances the edges can route at once; one loaded beyond it goes through the main thread. The
+ * same class holds the edges' holds on shared-memory regions (node/shared-memory.ts), a slot per
+ * region, tagged with the region's id.
+ */
 export const LEASE_SLOTS = 4096;
 
 export class Leases {
@@ -68,6 +72,11 @@ export class Leases {
     Atomics.store(this.#words, slot, tag);
   }
 
+  /** Whether `slot` still stands for the instance (or region) tagged `tag`. */
+  isOpen(slot: number, tag: number): boolean {
+    return Atomics.load(this.#words, slot) === tag;
+  }
+
   /** The main thread: no lease on `slot` is taken from now on (those held stay counted). */
   close(slot: number): void {
     Atomics.store(this.#words, slot, 0);
@@ -78,6 +87,11 @@ export class Leases {
     let sum = 0;
     for (let row = 0; row < this.#rows; row++) sum += Atomics.load(this.#words, this.#count(row, slot));
     return sum;
+  }
+
+  /** Leases held on `slot` by this thread's row. */
+  heldHere(slot: number): number {
+    return Atomics.load(this.#words, this.#count(this.#row, slot));
   }
 
   /** An edge thread died: the leases it held are given back. */

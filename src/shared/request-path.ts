@@ -47,9 +47,9 @@
  * | CUDA shared memory copied | 2 | 0 | as CUDA shared memory in place, but an input on another GPU (or misaligned) is copied GPU to GPU once into the device's scratch memory (device), and an output ONNX Runtime cannot write into its region (on another GPU, misaligned, a symbolic axis) is written on the host and copied into the region after the run (device, host to GPU). A coalesced (or padded) batch whose every request has the input in a CUDA region is joined GPU to GPU in scratch memory, each request's rows copied once (device); one that mixes them with inline inputs copies its CUDA inputs to the host into the joined input in staging (device, GPU to host), then goes as inline coalesced's | 2 |
  * | inline lone, CUDA graph | 4 | 0 | as inline lone, backend cuda, with our own copies to and from the GPU in place of ONNX Runtime's (not counted either): the staged input into the graph's slot (cuda-graphs.ts, a host-to-GPU copy), the output from the slot into staging (GPU to host), since a captured graph reads and writes fixed addresses | 2 |
  *
- * With edge threads, what an edge does not take (shared memory, a traced request, a model without a
- * route there) goes to the main thread's path as it is, its inline buffers transferred (no copy):
- * two hops more, edge -> main and back.
+ * With edge threads, what an edge does not take (a traced request, a model without a route there, a
+ * region it has not heard of yet) goes to the main thread's path as it is, its inline buffers
+ * transferred (no copy): two hops more, edge -> main and back.
  *
  * `native` counts copies made in a library's C++: none is left since the device runs models through
  * Stowage's own binding (native/ort.ts), which has ONNX Runtime write outputs into memory we give it
@@ -178,8 +178,11 @@ export class RequestPath<L extends PathLease> {
       if (req.refused) throw fromErrorData(req.refused); // the model exists: now what was wrong with the request
       // Hooks read typed arrays over the bytes, which must be aligned; the device aligns them itself.
       const checked = checkRequest(req, spec, rooms.regions, spec.hooks ? 'aligned' : 'any');
-      slices = slicesOf(checked);
-      rooms.regions?.hold(slices); // no await since checking: the regions are still registered
+      const named = slicesOf(checked);
+      // No await since checking: the regions are still registered (an edge's may have been
+      // unregistered meanwhile: its hold fails as a region not found, holding nothing).
+      rooms.regions?.hold(named);
+      slices = named;
       if (slices.length && spec.kind === 'meta') throw errors.unsupported(`meta model ${JSON.stringify(spec.name)} takes its tensors inline, not in shared memory`);
       if (slices.length && spec.hooks) {
         throw errors.unsupported(`model ${JSON.stringify(spec.name)} runs model.js hooks, which read and write tensors in the request; send them inline, not in shared memory`);

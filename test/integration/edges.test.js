@@ -9,6 +9,7 @@ import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
 import { InferenceClient } from '../../dist/client/client.js';
+import { createRegion, destroyRegion, readRegion, writeRegion } from '../../dist/client/shared-memory.js';
 import { FIXTURES, ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir, tensor } from '../helpers/server.js';
 import { mlpExpected, mlpLayers, writeBundle } from '../helpers/mlp-catalog.js';
 import { grpcError } from '../helpers/errors.js';
@@ -188,4 +189,38 @@ test('inferences take the request path on their edge, hooked ones with the edge\
   await server.client.call('RepositoryModelLoad', { model_name: 'slow' });
   await clients[1].infer('slow', [tensor('x', 'FP32', [1, 1024], x.subarray(0, 1024))]);
   t.is(await direct(), 20);
+});
+
+test('shared-memory requests take the path on their edge: a region registered through one connection serves every edge, and unregistering it closes it for all', async (t) => {
+  const { server, clients } = await twoEdges(t);
+  const key = `/stowage_edges_${process.pid}`;
+  createRegion(key, 4096);
+  t.teardown(() => destroyRegion(key));
+  const pixels = Float32Array.from({ length: 64 }, (_, i) => (i * 7) % 17);
+  writeRegion(key, 0, pixels);
+  const direct = async () => {
+    const m = await scrapeMetrics(server.adminPort);
+    return [0, 1].reduce((sum, edge) => sum + metric(m, 'stowage_edge_direct_requests_total', `edge="${edge}"`), 0);
+  };
+  const reference = (await clients[0].infer('digits', [tensor('image', 'FP32', [1, 8, 8], pixels)])).outputs;
+  await clients[0].registerSystemSharedMemory('in', key, 4096);
+  const before = await direct();
+  /** @type {import('../../dist/client/client.js').SharedMemoryInput[]} */
+  const input = [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], sharedMemory: { region: 'in', byteSize: 256 } }];
+  const outputs = { outputs: [{ name: 'probabilities', sharedMemory: { region: 'in', byteSize: 40, offset: 1024 } }, 'label'] };
+  // Right after the register, on every connection: an edge that has not heard of the region yet sends the request to the main thread.
+  const answers = await Promise.all(clients.map((c) => c.infer('digits', input, outputs)));
+  for (const a of answers) t.deepEqual([...a.outputs[1].data], [...reference.find((o) => o.name === 'label')?.data ?? []], 'each answer the model\'s');
+  const probabilities = new Float32Array(readRegion(key, 1024, 40).buffer.slice(0));
+  const want = [...reference.find((o) => o.name === 'probabilities')?.data ?? []].map(Number);
+  t.true(want.length === 10 && want.every((v, k) => Math.abs(probabilities[k] - v) <= 1e-5), 'the output written into the region (a batch may round otherwise than a lone run)');
+  await Promise.all(clients.map((c) => c.infer('digits', input, outputs)));
+  t.true(await direct() - before >= 12, `the edges ran them themselves (${await direct() - before} of 24)`);
+  await clients[5].unregisterSystemSharedMemory('in');
+  for (const c of clients) {
+    const err = await grpcError(t, c.infer('digits', input));
+    t.is(err.code, status.NOT_FOUND);
+    t.regex(err.details, /no shared-memory region "in" is registered/);
+  }
+  t.deepEqual(Object.keys(await clients[3].systemSharedMemoryStatus()), []);
 });

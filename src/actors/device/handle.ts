@@ -101,6 +101,8 @@ export interface DeviceHandleOptions {
    * that died closed with it, and new ones may be opened (`openEdgeDoor`).
    */
   onServing?: (deviceId: number) => void;
+  /** Told when the worker ends while it serves, with why (its exit code): edges fail what was pending on their doors saying so. */
+  onExited?: (deviceId: number, why: string) => void;
   /**
    * Told when the device no longer holds an instance it was asked to (its replacement worker could
    * not load it again): nothing of that instance may be routed here any more, and it is not loaded
@@ -217,6 +219,7 @@ export class DeviceHandle implements DeviceClient {
         this.#outbox.clear();
         const why = this.#exitWhy(code, lastError);
         this.#pending.failAll(errors.deviceUnavailable(this.deviceId, why));
+        this.#options.onExited?.(this.deviceId, why);
         if (hadStarted) this.#onCrash(why);
       },
     });

@@ -6,7 +6,8 @@
  *
  * - each request settles in exactly one way: its answer, its deadline (for one without: the
  *   device's queue bound plus the execution watchdog), its client going (the device is told to
- *   drop it), or the door closing (the device's worker ended: UNAVAILABLE);
+ *   drop it), or the door closing (the device's worker ended: UNAVAILABLE, with why as the main
+ *   thread says it, its exit code included, `close`);
  * - what one event-loop turn sends goes as one message (shared/outbox.ts), so that requests read
  *   together arrive together and may run as one batch.
  */
@@ -15,6 +16,7 @@ import type { DeviceClient, Executed, FromDeviceDoor, HookFeedTarget, ToDeviceDo
 import type { InferenceRequest, InferenceResult } from '../../shared/channels/inference.js';
 import { inferOn, type DeviceLink } from '../../shared/device-infer.js';
 import { errors, fromErrorData } from '../../shared/errors.js';
+import { DOOR_EXIT_WHY_WAIT_MS } from '../../shared/constants.js';
 import { Outbox } from '../../shared/outbox.js';
 import { PendingCalls } from '../../shared/pending-calls.js';
 
@@ -29,6 +31,9 @@ export class DeviceDoor implements DeviceClient {
   readonly #outbox: Outbox<ToDeviceDoor>;
   #nextId = 1;
   #closed = false;
+  /** The device's end went (its worker ended), whether or not the main thread has said why yet. */
+  #gone = false;
+  #whyTimer: NodeJS.Timeout | undefined;
   /** Why it closed. */
   #why = 'its worker exited';
 
@@ -42,14 +47,18 @@ export class DeviceDoor implements DeviceClient {
       nextId: () => this.#nextId++,
       waitBoundMs,
       send: (msg, transfer) => this.#outbox.push(msg, transfer),
-      refusal: () => (this.#closed ? errors.deviceUnavailable(this.deviceId, this.#why) : null),
+      refusal: () => (this.#closed || this.#gone ? errors.deviceUnavailable(this.deviceId, this.#why) : null),
     };
     this.#outbox = new Outbox((messages, transfer) => {
       if (!this.#closed) port.postMessage(messages, transfer);
     });
     port.on('message', (msg: FromDeviceDoor) => this.#settle(msg));
     port.on('close', () => {
-      this.close('its worker exited');
+      // The worker ended: nothing more goes to it. What it had pending fails once the main thread
+      // says why (`close(why)`: the exit code is only the main thread's to see), or without it after a while.
+      this.#gone = true;
+      this.#whyTimer = setTimeout(() => this.close('its worker exited'), DOOR_EXIT_WHY_WAIT_MS);
+      this.#whyTimer.unref();
       onClosed(this);
     });
     port.unref(); // a door never keeps the thread alive
@@ -91,6 +100,7 @@ export class DeviceDoor implements DeviceClient {
   close(why: string): void {
     if (this.#closed) return;
     this.#closed = true;
+    clearTimeout(this.#whyTimer);
     this.#why = why;
     this.#outbox.clear();
     this.#port.close();

@@ -24,15 +24,19 @@
  * - Counts: each request's in shared memory per lease slot (shared/request-counters.ts), before
  *   its answer goes and before its lease is given back.
  *
+ * - Regions: the shared-memory regions the main thread sent, each request's held in shared memory
+ *   until it is answered (edge-regions.ts).
+ *
  * What it does not take (`infer` answers null, and the edge sends the request to the main thread
  * as it is): a model without a route here (not ready, unknown, being reloaded), another version,
- * a model no device this edge has a door to holds, a lease slot being drained, and a request with
- * tensors in shared memory (the regions are the main thread's registry's). A meta model's
- * sub-call to a model without a route here goes to the main thread likewise (`elsewhere`). With
- * tracing on, the edges have no path of their own (spans are made on the main thread).
+ * a model no device this edge has a door to holds, a lease slot being drained, and a request
+ * naming a region this edge has not heard of (registered a moment ago through another edge, or
+ * unknown: the main thread's registry words why). A meta model's sub-call to a model without a
+ * route here goes to the main thread likewise (`elsewhere`). With tracing on, the edges have no
+ * path of their own (spans are made on the main thread).
  */
 import type { MessagePort } from 'node:worker_threads';
-import type { DirectStart, EdgePlacement, EdgeRoute } from '../../shared/channels/edge.js';
+import type { DirectStart, EdgePlacement, EdgeRegion, EdgeRoute } from '../../shared/channels/edge.js';
 import { fill, Router, type FillState } from '../../routing/routing.js';
 import type { InferenceRequest, WireTensor } from '../../shared/channels/inference.js';
 import type { HookFeedTarget } from '../../shared/channels/device.js';
@@ -45,6 +49,7 @@ import type { InstanceKey, ModelSpec } from '../../shared/model-spec.js';
 import { RequestPath, type PathRooms } from '../../shared/request-path.js';
 import { HookPool } from '../hooks/handle.js';
 import { DeviceDoor } from './device-doors.js';
+import { EdgeRegions } from './edge-regions.js';
 
 /** A model taken on this edge for one request: its route's spec, instance and slot, and the door it goes through. */
 interface EdgeLease {
@@ -62,6 +67,8 @@ export class EdgePath {
   readonly #routes = new Map<string, EdgeRoute>();
   /** Open doors by device; a device without one (restarting, out of service) gets nothing from here. */
   readonly #doors = new Map<number, DeviceDoor>();
+  /** Doors whose worker ended, their pending requests waiting for the main thread to say why. */
+  readonly #ending = new Map<number, DeviceDoor>();
   /** The doors' list, made again when one opens or goes (routing reads it for every request). */
   #open: DeviceDoor[] = [];
   /** lpt_packing: each model's replica being filled, and its requests in flight from here per device. */
@@ -72,16 +79,19 @@ export class EdgePath {
   /** This edge's hook threads, started at the first request that needs them. */
   #hooks: HookPool | null = null;
   readonly #path: RequestPath<EdgeLease>;
+  /** The shared-memory regions this edge takes requests for. */
+  readonly #regions: EdgeRegions;
 
   /**
    * `row`: this edge's row in the leases and the counters. `viaMain`: how a request this edge does
    * not take reaches the main thread's path (a meta model's sub-call to a model without a route here).
    */
-  constructor(start: DirectStart, row: number, viaMain: Infer) {
+  constructor(start: DirectStart, row: number, viaMain: Infer, regionIdle: () => void) {
     this.#leases = new Leases(start.leases, row);
     this.#router = new Router(start.routing);
     this.#counters = new RequestCounters(start.counters, row);
     this.#hookOptions = start.hooks;
+    this.#regions = new EdgeRegions(start.regionHolds, row, regionIdle);
     this.#path = new RequestPath(this.#rooms(viaMain));
   }
 
@@ -100,6 +110,7 @@ export class EdgePath {
       get hooks() {
         return edge.#hookPool();
       },
+      regions: this.#regions,
       succeeded: (lease, batchSize, durationNs, queueNs, timing) => counters.succeeded(lease.slot, batchSize, durationNs, queueNs, timing),
       failed: (lease, code, durationNs) => counters.failed(lease.slot, failureReason(code), durationNs),
       elsewhere: async (model, tensors, outputs, deadlineMs, signal) =>
@@ -123,20 +134,29 @@ export class EdgePath {
   /** A door to device `deviceId`, `link` its number there (replacing one before it, whose worker has ended). */
   door(deviceId: number, port: MessagePort, link: number, waitBoundMs: number): void {
     this.#doors.get(deviceId)?.close('its worker was replaced');
+    this.#ending.delete(deviceId);
     const door = new DeviceDoor(deviceId, port, link, waitBoundMs, (closed) => {
-      if (this.#doors.get(deviceId) === closed) this.#forgetDoor(deviceId);
+      if (this.#doors.get(deviceId) !== closed) return;
+      this.#forgetDoor(deviceId);
+      this.#ending.set(deviceId, closed); // its pending requests wait for why (deviceOut)
     });
     this.#doors.set(deviceId, door);
     this.#open = [...this.#doors.values()];
   }
 
-  /** Device `deviceId` is out of service: route nothing more to it; what is pending on its door fails UNAVAILABLE. */
+  /**
+   * Device `deviceId` is out of service, or its worker ended (`why` as the main thread says it):
+   * route nothing more to it; what is pending on its door fails UNAVAILABLE saying why.
+   */
   deviceOut(deviceId: number, why: string): void {
-    this.#doors.get(deviceId)?.close(why);
+    (this.#doors.get(deviceId) ?? this.#ending.get(deviceId))?.close(why);
+    this.#ending.delete(deviceId);
     this.#forgetDoor(deviceId);
   }
 
   #forgetDoor(deviceId: number): void {
+    const door = this.#doors.get(deviceId);
+    if (!door) return;
     this.#doors.delete(deviceId);
     this.#open = [...this.#doors.values()];
   }
@@ -146,9 +166,16 @@ export class EdgePath {
    * caller hands it to the main thread). `options` are the edge's, as the path takes them.
    */
   infer(req: DataPlaneRequest, options: InferOptions): Promise<InferenceAnswer> | null {
-    // Shared-memory regions are registered in the main thread's registry.
-    if (req.inputs.some((t) => t.bytes.kind !== 'inline') || req.outputs.some((o) => o.region)) return null;
+    // A region this edge has not heard of (registered a moment ago through another edge, or
+    // unknown: the main thread's registry words why) is the main thread's to find.
+    const regions = this.#regions;
+    if (req.inputs.some((t) => t.bytes.kind === 'region' && !regions.knows(t.bytes.region)) || req.outputs.some((o) => o.region && !regions.knows(o.region.region))) return null;
     return this.#path.infer(req, options);
+  }
+
+  /** Shared-memory region `name` was registered, or (null) unregistered. */
+  region(name: string, region: EdgeRegion | null): void {
+    this.#regions.set(name, region);
   }
 
   /** The hook threads stop (the edge is draining, its ports closed). */

@@ -23,7 +23,7 @@ import v8 from 'node:v8';
 import type { MessagePort, Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
-import type { DirectStart, EdgeRoute, EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js';
+import type { DirectStart, EdgeRegion, EdgeRoute, EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js';
 import type { Leases } from '../../shared/leases.js';
 import type { RequestCounters } from '../../shared/request-counters.js';
 import { callOperation, type Operations } from '../../shared/operations.js';
@@ -115,6 +115,12 @@ export interface EdgeDirect {
   counters: RequestCounters;
   /** Each edge's own hook pool. */
   hooks: DirectStart['hooks'];
+  /** The edges' holds on shared-memory regions (node/shared-memory.ts `shareHolds`), a row per edge. */
+  regionHolds: Leases;
+  /** Every region the edges may take requests for now (a new edge's start); changes come through `regionChanged`. */
+  regions(): [string, EdgeRegion][];
+  /** An edge gave back its last hold on an unregistered region, or died with holds: close what nothing holds. */
+  regionsReleased(): void;
 }
 
 export interface EdgeOptions {
@@ -196,6 +202,11 @@ export class EdgeThreads {
     this.#broadcast({ type: 'logLevel', level });
   }
 
+  /** A shared-memory region was registered (its hold slot open) or (null) unregistered (its slot closed): every edge hears it. */
+  regionChanged(name: string, region: EdgeRegion | null): void {
+    if (this.#o.direct) this.#broadcast({ type: 'region', name, region });
+  }
+
   /** A model's route changed (the registry's watcher): every edge routes it so from now on. */
   routeChanged(model: string, route: EdgeRoute | null): void {
     if (this.#o.direct) this.#broadcast({ type: 'route', model, route });
@@ -207,7 +218,7 @@ export class EdgeThreads {
     if (device) for (const edge of this.#edges) if (edge) this.#openDoor(edge, device);
   }
 
-  /** Device `deviceId` was taken out of service: no edge routes to it any more, and its doors close. */
+  /** Device `deviceId` was taken out of service, or its worker ended (`why`): no edge routes to it any more, and its doors close saying why. */
   deviceOut(deviceId: number, why: string): void {
     if (this.#o.direct) this.#broadcast({ type: 'deviceOut', deviceId, why });
   }
@@ -234,7 +245,7 @@ export class EdgeThreads {
     const { endpoints, admission, logLevel, logger } = this.#o;
     const direct = this.#o.direct;
     const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel,
-      direct: direct ? { leases: direct.leases.buffer, routing: direct.routing, counters: direct.counters.shape, hooks: direct.hooks } : null };
+      direct: direct ? { leases: direct.leases.buffer, routing: direct.routing, counters: direct.counters.shape, hooks: direct.hooks, regionHolds: direct.regionHolds.buffer } : null };
     let markDrained = () => {};
     const drained = new Promise<void>((resolve) => {
       markDrained = resolve;
@@ -266,6 +277,7 @@ export class EdgeThreads {
     if (direct) {
       // Routes and doors first: they wait in the worker's inbox until it listens to its port.
       for (const route of direct.routes()) edge.outbox.push({ type: 'route', model: route.model, route });
+      for (const [name, region] of direct.regions()) edge.outbox.push({ type: 'region', name, region });
       for (const device of direct.devices) this.#openDoor(edge, device);
     }
     return started;
@@ -281,6 +293,8 @@ export class EdgeThreads {
     // What it had admitted will never leave: its share of the counts is given back, and its leases.
     admission.forget(index + 1);
     direct?.leases.forget(index);
+    direct?.regionHolds.forget(index);
+    direct?.regionsReleased();
     if (this.#edges[index] === edge) this.#edges[index] = undefined;
     clearTimeout(edge.healthy);
     if (!listening || this.#stopping) return;
@@ -324,6 +338,9 @@ export class EdgeThreads {
       }
       case 'cancel':
         edge.inferences.get(msg.id)?.abort();
+        return;
+      case 'regionIdle':
+        this.#o.direct?.regionsReleased();
         return;
       case 'drained':
         edge.markDrained();

@@ -126,7 +126,7 @@ const viaMain: Infer = async (request, { signal, ...options }) => {
 };
 
 // The request path runs here (edge-path.ts), counted here in shared memory; what it does not take goes to the main thread.
-const path = start.direct ? new EdgePath(start.direct, start.edge, viaMain) : null;
+const path = start.direct ? new EdgePath(start.direct, start.edge, viaMain, () => post({ type: 'regionIdle' })) : null;
 
 const healthListeners: (() => void)[] = [];
 const health = new HealthService({
@@ -185,6 +185,9 @@ function receive(msg: ToEdge): void {
       return;
     case 'deviceOut':
       path?.deviceOut(msg.deviceId, msg.why);
+      return;
+    case 'region':
+      path?.region(msg.name, msg.region);
       return;
     case 'drain':
       health.close();

@@ -52,6 +52,23 @@ export interface EdgeRoute {
   devices?: number[];
 }
 
+/**
+ * A registered shared-memory region as an edge takes requests that name it (actors/edge/edge-regions.ts):
+ * what a slice of it carries (node/shared-memory.ts), and its slot in the region holds, tagged with
+ * its id (shared/leases.ts), where the edge counts the requests that hold it.
+ */
+export interface EdgeRegion {
+  id: number;
+  slot: number;
+  kind: 'system' | 'cuda';
+  key: string;
+  /** The open descriptor (the process's: threads share descriptors); -1 for a CUDA region. */
+  fd: number;
+  cuda?: { gpu: number; handle: Uint8Array };
+  offset: number;
+  byteSize: number;
+}
+
 /** What an edge needs to route requests to the devices itself; absent: every inference goes through the main thread. */
 export interface DirectStart {
   /** The leases' shared memory (shared/leases.ts); the edge's row is its index. */
@@ -65,6 +82,8 @@ export interface DirectStart {
   counters: CountersShape;
   /** The edge's own hook pool, started at its first hooked or meta request: its share of hooks.threads. */
   hooks: HookPoolOptions;
+  /** The holds on shared-memory regions (shared/leases.ts: a slot per region; the edge's row is its index). */
+  regionHolds: SharedArrayBuffer;
 }
 
 /** What an edge thread starts with (its workerData). */
@@ -104,8 +123,13 @@ export type ToEdge =
    * the door's number on that device (how hook threads name its requests, HookFeed.link).
    */
   | { type: 'door'; deviceId: number; port: MessagePort; link: number; waitBoundMs: number }
-  /** Device `deviceId` was taken out of service (`why`): route nothing more to it, and close its door. */
-  | { type: 'deviceOut'; deviceId: number; why: string };
+  /**
+   * Device `deviceId` was taken out of service, or its worker ended (`why`, its exit code included):
+   * route nothing more to it, and close its door, failing what was pending there saying why.
+   */
+  | { type: 'deviceOut'; deviceId: number; why: string }
+  /** A shared-memory region `name` was registered (its slot open before this is sent); null: unregistered (its slot closed). */
+  | { type: 'region'; name: string; region: EdgeRegion | null };
 
 export type FromEdge =
   /** Listening on these ports: the process's ports, when the first edge chose them. */
@@ -116,5 +140,7 @@ export type FromEdge =
   | { type: 'infer'; id: number; request: DataPlaneRequest; options: Omit<InferOptions, 'signal'> }
   /** The client of inference `id` went away: cancel it. */
   | { type: 'cancel'; id: number }
+  /** A hold on an unregistered region was given back and none is left: the main thread may close it. */
+  | { type: 'regionIdle' }
   /** The ports are closed and nothing is in flight here any more. */
   | { type: 'drained' };

@@ -1,9 +1,12 @@
 // The main thread's registry of shared-memory regions, CUDA regions beside system ones: one
 // namespace, each kind's status and unregister their own, a registration that the devices refuse
-// leaves nothing behind, and a region in use closes only with its last request.
+// leaves nothing behind, and a region in use closes only with its last request, here or on an
+// edge thread (the edges' holds in shared memory, actors/edge/edge-regions.ts).
 import test from 'ava';
 import { SharedMemoryRegistry } from '../../../dist/node/shared-memory.js';
 import { createRegion, destroyRegion } from '../../../dist/client/shared-memory.js';
+import { EdgeRegions } from '../../../dist/actors/edge/edge-regions.js';
+import { Leases } from '../../../dist/shared/leases.js';
 
 const key = `/stowage_unit_registry_${process.pid}`;
 test.before(() => createRegion(key, 4096));
@@ -65,4 +68,54 @@ test('a CUDA registration the devices refuse leaves nothing: the name is free ag
   await registry.registerCuda('bad', 0, handle, 64, async () => undefined);
   t.is(registry.status('bad', 'cuda').length, 1);
   await t.throwsAsync(registry.registerCuda('zero', 0, handle, 0, async () => undefined), { message: /byte_size 0 must be whole numbers, byte_size > 0/ });
+});
+
+test('shared with the edges: each region in a hold slot tagged with its id; an edge holds what its requests name, and an unregister closes the region at the last hold, here or at an edge', (t) => {
+  /** @type {number[]} */
+  const forgotten = [];
+  const registry = new SharedMemoryRegistry((id) => forgotten.push(id));
+  const holds = new Leases(Leases.memory(2));
+  /** @type {[string, any][]} */
+  const heard = [];
+  const before = registry.register('early', key, 0, 1024);
+  registry.shareHolds(holds, (name, region) => heard.push([name, region]));
+  t.deepEqual(heard.map(([name, r]) => [name, r?.id]), [['early', before.id]], 'a region registered before sharing is shared too');
+  const region = registry.register('r', key, 1024, 2048);
+  const [, sent] = heard[1];
+  t.like(sent, { id: region.id, kind: 'system', key, offset: 1024, byteSize: 2048 });
+  t.true(holds.isOpen(sent.slot, region.id), 'its slot opened before the edges hear of it');
+  t.deepEqual(registry.edgeRegions().map(([name]) => name), ['early', 'r'], 'what a new edge starts with');
+
+  // Edge 1 takes a request naming r.
+  let idle = 0;
+  const edge = new EdgeRegions(holds.buffer, 1, () => idle++);
+  for (const [name, r] of heard) edge.set(name, r);
+  t.true(edge.knows('r'));
+  t.false(edge.knows('other'), 'one it has not heard of is the main thread\'s to find');
+  const slice = edge.slice('input "x"', 'r', 256, 512);
+  t.deepEqual(slice, registry.slice('input "x"', 'r', 256, 512), 'the same slice the main thread makes');
+  t.throws(() => edge.slice('input "x"', 'r', 2000, 512), { message: /input "x": offset 2000 \+ byte_size 512 is outside region "r" of 2048 bytes/ });
+  edge.hold([slice]);
+  t.is(holds.held(sent.slot), 1);
+
+  // Unregistered while the edge's request reads it: closed for new holds, open until its last.
+  registry.unregister('r');
+  t.deepEqual(heard.at(-1), ['r', null]);
+  edge.set('r', null);
+  t.deepEqual(forgotten, [], 'an edge still holds it');
+  const late = new EdgeRegions(holds.buffer, 0, () => undefined);
+  late.set('r', sent);
+  t.throws(() => late.hold([slice]), { message: /no shared-memory region "r" is registered/ }, 'no new hold on an unregistered region');
+  t.is(holds.held(sent.slot), 1, 'a failed hold holds nothing');
+  edge.release([slice]);
+  t.is(idle, 1, 'the edge\'s last hold on an unregistered region tells the main thread');
+  registry.edgesReleased();
+  t.deepEqual(forgotten, [region.id], 'closed once nothing holds it');
+
+  // The slot goes to the next region, under a new tag: a stale hold on the old one fails.
+  const next = registry.register('n', key, 0, 64);
+  const [, sentNext] = heard.at(-1) ?? [];
+  t.is(sentNext.id, next.id);
+  t.false(new Leases(holds.buffer, 0).acquire(sent.slot, region.id), 'the old tag opens its slot no more, reused or not');
+  registry.unregister('');
 });

@@ -1,7 +1,8 @@
 // An edge thread's door to a device actor (actors/edge/device-doors.ts), over a real MessagePort
 // whose other end stands in for the device: each request settles exactly once, by its answer (one
 // execution's answers in one message), the device's failure, its deadline (the device told to drop
-// it), its client going (likewise), or the door closing (UNAVAILABLE, now and for later requests);
+// it), its client going (likewise), or the door closing (UNAVAILABLE, now and for later requests,
+// what was pending saying why as the main thread says it, or after a while without);
 // what one turn sends goes as one message; `inflight` counts what is unsettled.
 import { MessageChannel, MessagePort } from 'node:worker_threads';
 import test from 'ava';
@@ -116,6 +117,22 @@ test('the device\'s end closing fails what is pending and every later request UN
   t.is(closedTold(), 1);
   const later = await stowageError(t, d.infer(request(), new AbortController().signal));
   t.is(later.code, 'STOWAGE_DEVICE_UNAVAILABLE');
+  t.is(d.inflight, 0);
+});
+
+test('what is pending when the device\'s end closes waits for the main thread to say why, its exit code included; later requests are refused at once', async (t) => {
+  const { d, device, next, closedTold } = door(t);
+  const got = next();
+  const answer = d.infer(request(), new AbortController().signal);
+  await got;
+  device.close();
+  while (closedTold() === 0) await new Promise((resolve) => setTimeout(resolve, 5));
+  const later = await stowageError(t, d.infer(request(), new AbortController().signal));
+  t.is(later.code, 'STOWAGE_DEVICE_UNAVAILABLE', 'nothing more goes to it');
+  t.is(d.inflight, 1, 'the pending one waits for why');
+  d.close('its worker exited (code 70)');
+  const err = await stowageError(t, answer);
+  t.regex(err.message, /device 3 is unavailable: its worker exited \(code 70\)/);
   t.is(d.inflight, 0);
 });
 

@@ -38,7 +38,7 @@ function edge(t, devices, holders, { viaMain = noMain, routes = [] } = {}) {
   for (let slot = 0; slot <= routes.length; slot++) main.open(slot, 1);
   const counters = RequestCounters.create(1 + routes.length, 1, 3); // the main thread's view: it reads them
   const hooks = { threads: 1, timeoutMs: 10_000, importTimeoutMs: 10_000, maxHeapMib: 0 };
-  const path = new EdgePath({ leases: memory, routing: 'round_robin', counters: counters.shape, hooks }, 0, viaMain);
+  const path = new EdgePath({ leases: memory, routing: 'round_robin', counters: counters.shape, hooks, regionHolds: Leases.memory(1) }, 0, viaMain, () => undefined);
   t.teardown(() => path.close());
   path.route('m', { model: 'm', spec, instance, slot: 0, tag: 1, ...(holders ? { devices: holders } : {}) });
   for (const route of routes) path.route(route.model, route);

@@ -1,0 +1,83 @@
+/**
+ * The shared-memory regions as an edge thread takes requests that name them, without asking the
+ * main thread: each registered region as the main thread sent it (node/shared-memory.ts
+ * `shareHolds`), and a hold on it, counted in shared memory, for every request that reads or writes
+ * it until that request is answered, so that unregistering it (which closes its slot first)
+ * closes it only once every edge's requests are done with it. The device actors map the region
+ * themselves from its descriptor (actors/device/regions.ts), as for the main thread's requests.
+ *
+ * A hold is taken as a model lease is (shared/leases.ts): a region unregistered between the
+ * request's check and its hold fails the request as one that names no region. The last hold
+ * given back on an unregistered region tells the main thread, which closes it.
+ */
+import type { EdgeRegion } from '../../shared/channels/edge.js';
+import type { RegionSlice } from '../../shared/channels/inference.js';
+import { errors, quote } from '../../shared/errors.js';
+import { Leases } from '../../shared/leases.js';
+import type { PathRegions } from '../../shared/request-path.js';
+
+export class EdgeRegions implements PathRegions {
+  readonly #byName = new Map<string, EdgeRegion>();
+  /** Regions by id, with their names, kept while this edge holds them (an unregistered one included). */
+  readonly #byId = new Map<number, EdgeRegion & { name: string }>();
+  readonly #holds: Leases;
+  readonly #idle: () => void;
+
+  /** `row`: this edge's row in the holds. `idle`: the last hold on an unregistered region was given back. */
+  constructor(holds: SharedArrayBuffer, row: number, idle: () => void) {
+    this.#holds = new Leases(holds, row);
+    this.#idle = idle;
+  }
+
+  /** Region `name` was registered, or (null) unregistered. */
+  set(name: string, region: EdgeRegion | null): void {
+    const before = this.#byName.get(name);
+    if (before) {
+      this.#byName.delete(name);
+      if (this.#holds.heldHere(before.slot) === 0) this.#byId.delete(before.id); // else at its last release here
+    }
+    if (region) {
+      this.#byName.set(name, region);
+      this.#byId.set(region.id, { ...region, name });
+    }
+  }
+
+  /** Whether this edge knows region `name` (one it does not, registered a moment ago through another edge, is the main thread's to find). */
+  knows(name: string): boolean {
+    return this.#byName.has(name);
+  }
+
+  /** Where a tensor lives, bounds-checked against its region, as the main thread's registry words it. */
+  slice(what: string, name: string, offset: number, byteSize: number): RegionSlice {
+    const region = this.#byName.get(name);
+    if (!region) throw errors.sharedMemoryNotFound(name);
+    if (offset < 0 || byteSize < 0 || offset + byteSize > region.byteSize) {
+      throw errors.sharedMemoryInvalid(`${what}: offset ${offset} + byte_size ${byteSize} is outside region ${quote(name)} of ${region.byteSize} bytes`);
+    }
+    const common = { regionId: region.id, fd: region.fd, regionOffset: region.offset, regionByteSize: region.byteSize, offset, byteSize };
+    return region.cuda ? { ...common, key: `cuda:${region.id}`, cuda: region.cuda } : { ...common, key: region.key };
+  }
+
+  /** Hold every slice's region until `release`; a region unregistered meanwhile fails it, holding nothing. */
+  hold(slices: readonly RegionSlice[]): void {
+    for (const [k, s] of slices.entries()) {
+      const region = this.#byId.get(s.regionId);
+      if (region && this.#holds.acquire(region.slot, region.id)) continue;
+      this.release(slices.slice(0, k));
+      throw errors.sharedMemoryNotFound(region?.name ?? `of id ${s.regionId}`);
+    }
+  }
+
+  /** The request that held these slices is answered. */
+  release(slices: readonly RegionSlice[]): void {
+    for (const s of slices) {
+      const region = this.#byId.get(s.regionId);
+      if (!region) continue;
+      this.#holds.release(region.slot);
+      if (this.#holds.isOpen(region.slot, region.id)) continue;
+      // Unregistered: the main thread closes it once no edge holds it; this edge's last hold may be the last.
+      if (this.#holds.held(region.slot) === 0) this.#idle();
+      if (this.#holds.heldHere(region.slot) === 0) this.#byId.delete(region.id);
+    }
+  }
+}
