@@ -85,7 +85,7 @@ echo "again with endpoints.edge_threads: 2"
 export INFERENCE_SERVER_ENDPOINTS_EDGE_THREADS=2
 ava_out=$(mktemp)
 npx ava --tap test/integration/{server,rest,shared-memory,repository,operations,tracing,health,copies,hooks,meta,model-control,control,ghz,perf-analyzer,readme-rest,lpt-packing}.test.js \
-  test/adversarial/{requests,streams,rest,shared-memory,client-strings}.test.js 2>&1 | tee "$ava_out"
+  test/adversarial/{requests,streams,rest,shared-memory,client-strings,faults}.test.js 2>&1 | tee "$ava_out"
 ava_pass=$(grep -E '^# pass ' "$ava_out" | awk '{print $3}' | tail -1)
 ava_fail=$(grep -E '^# fail ' "$ava_out" | awk '{print $3}' | tail -1)
 if [ -z "$ava_pass$ava_fail" ]; then ava_fail=1; fi

@@ -13,9 +13,6 @@ import { modelOf, type InstanceKey, type ModelSpec } from '../shared/model-spec.
 import { LEASE_SLOTS, type Leases } from '../shared/leases.js';
 import type { EdgeRoute } from '../shared/channels/edge.js';
 
-/** How often an unload looks again at the leases edge threads hold (they are counted in shared memory, not told). */
-const EDGE_LEASES_POLL_MS = 2;
-
 /** Lifecycle of a model, in Triton's RepositoryIndex vocabulary. */
 export enum ModelState {
   /** Sessions are being created on the device (a first load; a reload keeps serving as READY). */
@@ -69,6 +66,8 @@ export class ModelRegistry {
   /** Told when a slot is freed (its leases drained), before it may stand for another instance. */
   #slotFreed: ((instance: InstanceKey, slot: number) => void) | null = null;
   #routeWatchers: ((model: string, route: EdgeRoute | null) => void)[] = [];
+  /** Drains waiting for edges to give back their leases on a closed slot. */
+  #edgeWaiters: (() => void)[] = [];
 
   set(record: ModelRecord): void {
     this.#records.set(record.name, record);
@@ -201,13 +200,21 @@ export class ModelRegistry {
     if (f) await new Promise<void>((resolve) => f.drained.push(resolve));
     const s = this.#slots.get(instance);
     if (!s || !this.#leases) return;
-    while (this.#leases.held(s.slot) > 0) await new Promise((resolve) => setTimeout(resolve, EDGE_LEASES_POLL_MS));
+    // An edge's last release on the closed slot says so (`edgesReleased`), as does an edge's death.
+    while (this.#leases.held(s.slot) > 0) await new Promise<void>((resolve) => this.#edgeWaiters.push(resolve));
     // Closed and drained: the slot may stand for another instance (under another tag).
     if (!s.open && this.#slots.get(instance) === s) {
       this.#slots.delete(instance);
       this.#slotFreed?.(instance, s.slot);
       this.#freeSlots.push(s.slot);
     }
+  }
+
+  /** Edges gave leases back (the last on a closed slot, or an edge died): whoever waits for a slot to drain looks again. */
+  edgesReleased(): void {
+    const waiting = this.#edgeWaiters;
+    this.#edgeWaiters = [];
+    for (const resolve of waiting) resolve();
   }
 
   /** Requests in flight per model, all instances together, the edge threads' direct ones included. */

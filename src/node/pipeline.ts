@@ -2,11 +2,11 @@
  * The request path's rooms on the main thread (shared/request-path.ts has the path itself, the
  * same on every thread, and the table of its copies and hops): leases from the model registry,
  * devices through the device pool (node/devices.ts), hooks on the main thread's hook pool,
- * shared-memory regions from this thread's registry, spans from node/tracing.ts, and statistics
+ * shared-memory regions from this thread's registry, spans from shared/tracing.ts, and statistics
  * counted in `Statistics`. The main thread runs the path for every request when it is the only
  * edge, and with edge threads for what an edge sends it: a model the edge has no route for (not
  * ready, unknown, another version: the registry words why), a region the edge has not heard of,
- * traced requests, and a meta model's sub-call to a model without a route on its edge.
+ * and a meta model's sub-call to a model without a route on its edge.
  */
 import type { Devices } from './devices.js';
 import type { HookPool } from '../actors/hooks/handle.js';
@@ -14,7 +14,7 @@ import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../shared/
 import type { ModelLease, ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
 import type { Statistics } from './statistics.js';
-import { RequestTrace } from './tracing.js';
+import { RequestTrace } from '../shared/tracing.js';
 import { RequestPath } from '../shared/request-path.js';
 
 export interface PipelineContext {

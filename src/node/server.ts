@@ -30,7 +30,7 @@ import { HostWeights } from './host-weights.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
 import { Statistics } from './statistics.js';
 import { Health } from './health.js';
-import { startTracing, stopTracing, traceExportFailures, tracingOn } from './tracing.js';
+import { countExportFailuresIn, exportFailureMemory, startTracing, stopTracing, traceExportFailures, tracingOn } from '../shared/tracing.js';
 import { Metrics } from './metrics.js';
 import { Admission, admissionMetrics } from '../protocol/admission.js';
 import { controlOperations } from './control-service.js';
@@ -244,15 +244,13 @@ export class StowageServer {
     const workers = await this.#startRuntime();
     const devices = await this.#startDevices(workers);
     const edgeCount = edgeThreads(this.#config.global.endpoints.edge_threads);
-    // Edge threads run the request path themselves, each with hook threads of its own, unless
-    // tracing is on (spans are made on this thread): then every inference comes here.
-    const edgePaths = edgeCount > 0 && !tracingOn();
-    const repository = await this.#startRepository(devices, edgePaths);
+    // Edge threads run the request path themselves, each with hook threads of its own.
+    const repository = await this.#startRepository(devices, edgeCount > 0);
     const health = new Health(this.registry);
     this.#health = health;
     const ops = this.#operations(devices, repository, workers, health);
     const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks!, devices, statistics: this.statistics, sharedMemory: this.sharedMemory });
-    if (edgeCount > 0) await this.#startEdgeThreads(edgeCount, devices, ops, pipeline, health, edgePaths);
+    if (edgeCount > 0) await this.#startEdgeThreads(edgeCount, devices, ops, pipeline, health);
     else await this.#startMainEdge(ops, pipeline, health);
     this.#ready = true;
     health.setServing(true);
@@ -429,17 +427,22 @@ export class StowageServer {
 
   /**
    * Edge threads own the protocol and run the request path themselves (actors/edge/edge-path.ts);
-   * this thread answers what they ask and runs the path for what they send it (`edgePaths` false,
-   * with tracing on: every inference).
+   * this thread answers what they ask and runs the path for what they send it (node/pipeline.ts).
    */
-  async #startEdgeThreads(edgeCount: number, devices: Devices, ops: Operations, pipeline: Pipeline, health: Health, edgePaths: boolean): Promise<void> {
+  async #startEdgeThreads(edgeCount: number, devices: Devices, ops: Operations, pipeline: Pipeline, health: Health): Promise<void> {
     const { endpoints } = this.#config.global;
-    const direct = edgePaths ? this.#edgePaths(devices, edgeCount) : undefined;
+    const direct = this.#edgePaths(devices, edgeCount);
+    // Tracing on: each edge exports its requests' spans itself, counting its failed exports where /metrics reads them.
+    let traceFailures: SharedArrayBuffer | undefined;
+    if (tracingOn()) {
+      traceFailures = exportFailureMemory(edgeCount + 1);
+      countExportFailuresIn(traceFailures, 0);
+    }
     const edges = new EdgeThreads({ count: edgeCount, endpoints, admission: this.#admission, logLevel: this.#logger.level, operations: ops,
-      infer: (request, options) => pipeline.infer(request, options), direct, logger: this.#logger, metrics: edgeMetrics(this.metrics.registry) });
+      infer: (request, options) => pipeline.infer(request, options), direct, logger: this.#logger, metrics: edgeMetrics(this.metrics.registry), ...(traceFailures ? { traceExportFailures: traceFailures } : {}) });
     this.#edgeThreads = edges;
     this.registry.watchRoutes((model, route) => edges.routeChanged(model, this.#edgeRoute?.(route) ?? null));
-    if (direct) this.sharedMemory.shareHolds(direct.regionHolds, (name, region) => edges.regionChanged(name, region));
+    this.sharedMemory.shareHolds(direct.regionHolds, (name, region) => edges.regionChanged(name, region));
     health.watch(() => edges.healthChanged());
     const ports = await edges.start();
     this.ports.grpc = ports.grpc;
@@ -507,6 +510,7 @@ export class StowageServer {
       regionHolds,
       regions: () => this.sharedMemory.edgeRegions(),
       regionsReleased: () => this.sharedMemory.edgesReleased(),
+      leasesReleased: () => this.registry.edgesReleased(),
       hooks: { threads: edgeHookThreads(hooks.threads, edgeCount), timeoutMs: hooks.timeout_seconds * 1000, importTimeoutMs: hooks.import_timeout_seconds * 1000, maxHeapMib: hooks.max_heap_mib },
     };
   }

@@ -318,7 +318,7 @@ export const nodeConfigSchema = {
             level: { enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info' },
           },
         },
-        // OpenTelemetry tracing (node/tracing.ts). The standard OTEL_* environment variables win
+        // OpenTelemetry tracing (shared/tracing.ts). The standard OTEL_* environment variables win
         // over these; these fill in what the environment leaves unset.
         tracing: {
           type: 'object',

@@ -92,9 +92,11 @@ export interface PathHooks {
   preprocessInto(model: string, hooks: BundleHooks, given: WireTensor[], context: HookContext, feed: HookFeed): Promise<MessagePort | undefined>;
 }
 
-/** A request's spans when it is traced (node/tracing.ts RequestTrace). */
+/** A request's spans when it is traced (tracing.ts RequestTrace). */
 export interface PathSpans {
   subCall(model: string): PathSpans;
+  /** The span's context, for a child made on another thread. */
+  carrier(): TraceCarrier;
   around<T>(name: string, work: () => Promise<T>): Promise<T>;
   device(model: string, handedOverMs: number, queueNs: number, timing: ExecutionTiming): void;
   end(err?: unknown): void;
@@ -132,7 +134,7 @@ export interface PathRooms<L extends PathLease> {
   /** The request's spans, when tracing; absent: none. */
   trace?(request: { model: string; version: string; id: string }, carrier: TraceCarrier | undefined, protocol: 'grpc' | 'http', admitted?: Admitted): PathSpans | null;
   /** A meta model's sub-call to a model this thread has no lease for (acquire said null): run where it can be. */
-  elsewhere?(model: string, tensors: WireTensor[], outputs: string[], deadlineMs: number, signal: AbortSignal): Promise<WireTensor[]>;
+  elsewhere?(model: string, tensors: WireTensor[], outputs: string[], deadlineMs: number, signal: AbortSignal, trace: TraceCarrier | undefined): Promise<WireTensor[]>;
 }
 
 /** A meta model runs no execution of its own: its sub-models count theirs. */
@@ -157,7 +159,7 @@ export class RequestPath<L extends PathLease> {
   infer(req: DataPlaneRequest, options: InferOptions): Promise<InferenceAnswer> | null {
     const rooms = this.#rooms;
     const started = process.hrtime.bigint();
-    // Tracing on: a span in the trace the request's traceparent names (node/tracing.ts); else null.
+    // Tracing on: a span in the trace the request's traceparent names (tracing.ts); else null.
     const spans = rooms.trace?.({ model: req.model, version: req.version || MODEL_VERSION, id: req.id }, options.trace, options.protocol, options.admitted) ?? null;
     let lease: L | null;
     try {
@@ -218,7 +220,7 @@ export class RequestPath<L extends PathLease> {
       lease = rooms.acquire(model, '');
       if (!lease) {
         if (!rooms.elsewhere) throw new Error(`unreachable: no lease on ${quote(model)} and nowhere else to run it`);
-        const answer = await rooms.elsewhere(model, tensors, outputs, deadlineMs, signal);
+        const answer = await rooms.elsewhere(model, tensors, outputs, deadlineMs, signal, spans?.carrier());
         spans?.end();
         return answer;
       }

@@ -4,11 +4,13 @@
 // wait under it, and the execution it rode in linked to it, with the cold weight load inside.
 import { once } from 'node:events';
 import http from 'node:http';
+import { writeFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import test from 'ava';
 import { mlpLayers, writeBundle } from '../helpers/mlp-catalog.js';
-import { scrapeMetrics, startServer, tempDir, tensor } from '../helpers/server.js';
+import { metric, scrapeMetrics, startServer, tempDir, tensor } from '../helpers/server.js';
+import { InferenceClient } from '../../dist/client/client.js';
 
 /**
  * The environment that turns tracing on, exporting OTLP/HTTP JSON to `url` every 100 ms.
@@ -242,3 +244,34 @@ for (const collector of ['down', 'hung']) {
     t.log(`collector ${collector}: ${warned.failures} failed export(s) reported; stopped in ${took} ms`);
   });
 }
+
+test('with two edge threads each request\'s spans are made on its edge: one connected trace per request, a hooked one\'s hook span in it, exported to the one collector', async (t) => {
+  const receiver = await otlpReceiver();
+  t.teardown(receiver.close);
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = path.join(temp.dir, 'repo');
+  writeBundle(repo, 'a', mlpLayers(1, [64, 8]));
+  writeBundle(repo, 'h', mlpLayers(2, [64, 8]));
+  writeFileSync(path.join(repo, 'h', 'model.js'), 'export function preprocess({ x }) { return { x }; }\n');
+  const server = await startServer({ model_repo: repo, global: { endpoints: { edge_threads: 2 } } }, { root: temp.dir, env: otlpEnv(receiver.url) });
+  t.teardown(() => server.stop());
+  const clients = Array.from({ length: 8 }, () => new InferenceClient(server.address, { 'grpc.use_local_subchannel_pool': 1 }));
+  t.teardown(() => clients.forEach((c) => c.close()));
+  const x = tensor('x', 'FP32', [1, 64], new Float32Array(64).fill(0.5));
+  const traceIds = clients.map((_, i) => (i + 1).toString(16).padStart(32, 'a'));
+  await Promise.all(clients.map((c, i) => c.infer(i % 2 ? 'h' : 'a', [x], { metadata: { traceparent: `00-${traceIds[i]}-b7ad6b7169203331-01` } })));
+  for (const [i, traceId] of traceIds.entries()) {
+    const model = i % 2 ? 'h' : 'a';
+    const mine = await receiver.until((spans) => {
+      const found = spans.filter((s) => s.traceId === traceId);
+      return found.some((s) => s.name === `infer ${model}`) && found.some((s) => s.name === 'queue') && (model === 'a' || found.some((s) => s.name === 'hook preprocess + device')) ? found : undefined;
+    });
+    const request = mine.find((s) => s.name === `infer ${model}`);
+    t.is(request.parentSpanId, 'b7ad6b7169203331', `${model}: the caller's child`);
+    t.true(mine.filter((s) => s.name !== `infer ${model}`).every((s) => s.parentSpanId === request.spanId), `${model}: every span of the trace under its request's`);
+    t.true(receiver.spans.some((s) => s.name === `execute ${model}` && (s.links ?? []).some((/** @type {any} */ l) => l.traceId === traceId)), `${model}: its execution linked to it`);
+  }
+  const m = await scrapeMetrics(server.adminPort);
+  t.true([0, 1].every((edge) => metric(m, 'stowage_edge_direct_requests_total', `edge="${edge}"`) > 0), 'both edges ran traced requests themselves');
+});

@@ -32,8 +32,8 @@
  * a model no device this edge has a door to holds, a lease slot being drained, and a request
  * naming a region this edge has not heard of (registered a moment ago through another edge, or
  * unknown: the main thread's registry words why). A meta model's sub-call to a model without a
- * route here goes to the main thread likewise (`elsewhere`). With tracing on, the edges have no
- * path of their own (spans are made on the main thread).
+ * route here goes to the main thread likewise (`elsewhere`), its spans children of the edge's.
+ * With tracing on, this edge makes its requests' spans itself (shared/tracing.ts).
  */
 import type { MessagePort } from 'node:worker_threads';
 import type { DirectStart, EdgePlacement, EdgeRegion, EdgeRoute } from '../../shared/channels/edge.js';
@@ -47,6 +47,7 @@ import { RequestCounters } from '../../shared/request-counters.js';
 import { Leases } from '../../shared/leases.js';
 import type { InstanceKey, ModelSpec } from '../../shared/model-spec.js';
 import { RequestPath, type PathRooms } from '../../shared/request-path.js';
+import { RequestTrace } from '../../shared/tracing.js';
 import { HookPool } from '../hooks/handle.js';
 import { DeviceDoor } from './device-doors.js';
 import { EdgeRegions } from './edge-regions.js';
@@ -56,6 +57,7 @@ interface EdgeLease {
   spec: ModelSpec;
   instance: InstanceKey;
   slot: number;
+  tag: number;
   /** Null for a meta model: it runs on no device itself. */
   door: DeviceDoor | null;
 }
@@ -81,17 +83,20 @@ export class EdgePath {
   readonly #path: RequestPath<EdgeLease>;
   /** The shared-memory regions this edge takes requests for. */
   readonly #regions: EdgeRegions;
+  /** Tells the main thread this edge gave back the last lease on a closed slot, or hold on an unregistered region. */
+  readonly #lastRelease: (of: 'model' | 'region') => void;
 
   /**
    * `row`: this edge's row in the leases and the counters. `viaMain`: how a request this edge does
    * not take reaches the main thread's path (a meta model's sub-call to a model without a route here).
    */
-  constructor(start: DirectStart, row: number, viaMain: Infer, regionIdle: () => void) {
+  constructor(start: DirectStart, row: number, viaMain: Infer, lastRelease: (of: 'model' | 'region') => void) {
     this.#leases = new Leases(start.leases, row);
     this.#router = new Router(start.routing);
     this.#counters = new RequestCounters(start.counters, row);
     this.#hookOptions = start.hooks;
-    this.#regions = new EdgeRegions(start.regionHolds, row, regionIdle);
+    this.#regions = new EdgeRegions(start.regionHolds, row, () => lastRelease('region'));
+    this.#lastRelease = lastRelease;
     this.#path = new RequestPath(this.#rooms(viaMain));
   }
 
@@ -100,7 +105,7 @@ export class EdgePath {
     const edge = this;
     return {
       acquire: (model, version) => this.#acquire(model, version),
-      release: (lease) => this.#leases.release(lease.slot),
+      release: (lease) => this.#release(lease),
       infer: (lease, request, signal, feedFromHook) => this.#infer(lease, request, signal, feedFromHook),
       adoptDoor: (target: HookFeedTarget, port: MessagePort) => {
         const door = this.#doors.get(target.deviceId);
@@ -113,8 +118,9 @@ export class EdgePath {
       regions: this.#regions,
       succeeded: (lease, batchSize, durationNs, queueNs, timing) => counters.succeeded(lease.slot, batchSize, durationNs, queueNs, timing),
       failed: (lease, code, durationNs) => counters.failed(lease.slot, failureReason(code), durationNs),
-      elsewhere: async (model, tensors, outputs, deadlineMs, signal) =>
-        (await viaMain(subCallRequest(model, tensors, outputs), { callDeadlineMs: deadlineMs, signal, outputs: null, protocol: 'grpc' })).outputs,
+      elsewhere: async (model, tensors, outputs, deadlineMs, signal, trace) =>
+        (await viaMain(subCallRequest(model, tensors, outputs), { callDeadlineMs: deadlineMs, signal, outputs: null, protocol: 'grpc', ...(trace ? { trace } : {}) })).outputs,
+      trace: (request, carrier, protocol, admitted) => RequestTrace.request(request, carrier, protocol, admitted),
     };
   }
 
@@ -190,7 +196,13 @@ export class EdgePath {
     if (!route) return null;
     const door = route.spec.kind === 'meta' ? null : this.#pick(model, route.placement, route.devices) ?? null;
     if ((!door && route.spec.kind !== 'meta') || !this.#leases.acquire(route.slot, route.tag)) return null;
-    return { spec: route.spec, instance: route.instance, slot: route.slot, door };
+    return { spec: route.spec, instance: route.instance, slot: route.slot, tag: route.tag, door };
+  }
+
+  /** A lease given back; the last on a slot the main thread closed (an unload or reload waits) tells it. */
+  #release(lease: EdgeLease): void {
+    this.#leases.release(lease.slot);
+    if (!this.#leases.isOpen(lease.slot, lease.tag) && this.#leases.held(lease.slot) === 0) this.#lastRelease('model');
   }
 
   async #infer(lease: EdgeLease, request: InferenceRequest, signal: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void) {

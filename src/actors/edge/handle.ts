@@ -121,6 +121,8 @@ export interface EdgeDirect {
   regions(): [string, EdgeRegion][];
   /** An edge gave back its last hold on an unregistered region, or died with holds: close what nothing holds. */
   regionsReleased(): void;
+  /** An edge gave back its last lease on a closed model slot, or died with leases: an unload or reload waiting for them looks again. */
+  leasesReleased(): void;
 }
 
 export interface EdgeOptions {
@@ -135,6 +137,8 @@ export interface EdgeOptions {
   infer: Infer;
   /** The direct path's sources; absent: every inference goes through `infer`. */
   direct?: EdgeDirect;
+  /** Tracing on: where the edges count their failed exports (shared/tracing.ts); absent: off. */
+  traceExportFailures?: SharedArrayBuffer;
   logger: Logger;
   metrics: ReturnType<typeof edgeMetrics>;
 }
@@ -245,7 +249,8 @@ export class EdgeThreads {
     const { endpoints, admission, logLevel, logger } = this.#o;
     const direct = this.#o.direct;
     const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel,
-      direct: direct ? { leases: direct.leases.buffer, routing: direct.routing, counters: direct.counters.shape, hooks: direct.hooks, regionHolds: direct.regionHolds.buffer } : null };
+      direct: direct ? { leases: direct.leases.buffer, routing: direct.routing, counters: direct.counters.shape, hooks: direct.hooks, regionHolds: direct.regionHolds.buffer } : null,
+      tracing: this.#o.traceExportFailures ? { exportFailures: this.#o.traceExportFailures } : null };
     let markDrained = () => {};
     const drained = new Promise<void>((resolve) => {
       markDrained = resolve;
@@ -295,6 +300,7 @@ export class EdgeThreads {
     direct?.leases.forget(index);
     direct?.regionHolds.forget(index);
     direct?.regionsReleased();
+    direct?.leasesReleased();
     if (this.#edges[index] === edge) this.#edges[index] = undefined;
     clearTimeout(edge.healthy);
     if (!listening || this.#stopping) return;
@@ -339,8 +345,9 @@ export class EdgeThreads {
       case 'cancel':
         edge.inferences.get(msg.id)?.abort();
         return;
-      case 'regionIdle':
-        this.#o.direct?.regionsReleased();
+      case 'lastRelease':
+        if (msg.of === 'region') this.#o.direct?.regionsReleased();
+        else this.#o.direct?.leasesReleased();
         return;
       case 'drained':
         edge.markDrained();

@@ -34,6 +34,7 @@ import { operationsVia } from '../../shared/operations.js';
 import { loadControlClient, loadInferenceClient } from '../../protocol/proto.js';
 import { restRoutes } from '../../protocol/rest-routes.js';
 import { EdgePath } from './edge-path.js';
+import { countExportFailuresIn, startTracing, stopTracing } from '../../shared/tracing.js';
 
 const start = workerData as EdgeStart;
 const port = parentPort!;
@@ -126,7 +127,7 @@ const viaMain: Infer = async (request, { signal, ...options }) => {
 };
 
 // The request path runs here (edge-path.ts), counted here in shared memory; what it does not take goes to the main thread.
-const path = start.direct ? new EdgePath(start.direct, start.edge, viaMain, () => post({ type: 'regionIdle' })) : null;
+const path = start.direct ? new EdgePath(start.direct, start.edge, viaMain, (of) => post({ type: 'lastRelease', of })) : null;
 
 const healthListeners: (() => void)[] = [];
 const health = new HealthService({
@@ -191,11 +192,16 @@ function receive(msg: ToEdge): void {
       return;
     case 'drain':
       health.close();
-      void Promise.all([grpcEdge.stop(msg.graceMs), httpEdge.stop(msg.graceMs)]).then(() => path?.close()).then(() => post({ type: 'drained' }));
+      void Promise.all([grpcEdge.stop(msg.graceMs), httpEdge.stop(msg.graceMs)]).then(() => path?.close()).then(() => stopTracing(logger)).then(() => post({ type: 'drained' }));
       return;
   }
 }
 
+// Tracing on: this edge makes its requests' spans and exports them itself, from the environment the main thread set.
+if (start.tracing) {
+  await startTracing(logger);
+  countExportFailuresIn(start.tracing.exportFailures, start.edge + 1);
+}
 const http = await httpEdge.start();
 const grpc = await grpcEdge.start({ port: start.ports.grpc, reusePort: true });
 post({ type: 'listening', ports: { grpc, http } });

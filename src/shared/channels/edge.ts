@@ -97,8 +97,14 @@ export interface EdgeStart {
   /** The admission's shared counters (protocol/admission.ts). */
   admission: SharedArrayBuffer;
   logLevel: string;
-  /** The direct path's start; null: every inference goes through the main thread. */
+  /** The path on the edge's start; null: every inference goes through the main thread. */
   direct: DirectStart | null;
+  /**
+   * Tracing is on (the main thread started OpenTelemetry's SDK; the edge starts its own from the
+   * same OTEL_* environment): where the edge counts its failed exports, its slot its index + 1
+   * (shared/tracing.ts). Null: off.
+   */
+  tracing: { exportFailures: SharedArrayBuffer } | null;
 }
 
 export type ToEdge =
@@ -140,7 +146,10 @@ export type FromEdge =
   | { type: 'infer'; id: number; request: DataPlaneRequest; options: Omit<InferOptions, 'signal'> }
   /** The client of inference `id` went away: cancel it. */
   | { type: 'cancel'; id: number }
-  /** A hold on an unregistered region was given back and none is left: the main thread may close it. */
-  | { type: 'regionIdle' }
+  /**
+   * The last lease on a closed model slot (`model`: an unload or a reload waits for it), or the
+   * last hold on an unregistered region (`region`: the main thread closes it), was given back here.
+   */
+  | { type: 'lastRelease'; of: 'model' | 'region' }
   /** The ports are closed and nothing is in flight here any more. */
   | { type: 'drained' };

@@ -53,6 +53,8 @@ test('a ready model gets a slot and a route; a reload moves new leases to the ne
   const drained = r.drained(instanceKey('m', 1));
   t.false(await settled(drained), 'the edge still holds a lease on it');
   edge.release(/** @type {any} */ (first).slot);
+  t.false(await settled(drained), 'nothing polls: the edge\'s last release on the closed slot must say so');
+  r.edgesReleased(); // what the edge's 'lastRelease' message does on the main thread
   t.true(await settled(drained));
   r.release(lease);
 

@@ -38,7 +38,9 @@ function edge(t, devices, holders, { viaMain = noMain, routes = [] } = {}) {
   for (let slot = 0; slot <= routes.length; slot++) main.open(slot, 1);
   const counters = RequestCounters.create(1 + routes.length, 1, 3); // the main thread's view: it reads them
   const hooks = { threads: 1, timeoutMs: 10_000, importTimeoutMs: 10_000, maxHeapMib: 0 };
-  const path = new EdgePath({ leases: memory, routing: 'round_robin', counters: counters.shape, hooks, regionHolds: Leases.memory(1) }, 0, viaMain, () => undefined);
+  /** @type {string[]} */
+  const lastReleases = [];
+  const path = new EdgePath({ leases: memory, routing: 'round_robin', counters: counters.shape, hooks, regionHolds: Leases.memory(1) }, 0, viaMain, (of) => lastReleases.push(of));
   t.teardown(() => path.close());
   path.route('m', { model: 'm', spec, instance, slot: 0, tag: 1, ...(holders ? { devices: holders } : {}) });
   for (const route of routes) path.route(route.model, route);
@@ -57,7 +59,7 @@ function edge(t, devices, holders, { viaMain = noMain, routes = [] } = {}) {
     path.door(id, port2, 100 + id, 10_000);
   }
   t.teardown(() => { for (const e of ends.values()) e.port.close(); });
-  return { path, ends, counters, main };
+  return { path, ends, counters, main, lastReleases };
 }
 
 /** @returns {import('../../../../dist/shared/data-plane.js').DataPlaneRequest} */
@@ -103,7 +105,7 @@ test('a request whose client went before it was handed over is not sent', async 
 });
 
 test('each request is counted in shared memory before it is answered: routes, successes with their times, failures by reason', async (t) => {
-  const { path, ends, counters, main } = edge(t, [0, 1]);
+  const { path, ends, counters, main, lastReleases } = edge(t, [0, 1]);
   const answered = /** @type {Promise<unknown>} */ (path.infer(request(), options()));
   const failing = /** @type {Promise<unknown>} */ (path.infer(request(), options()));
   await waitFor(() => ends.get(0)?.got === 1 && ends.get(1)?.got === 1);
@@ -125,6 +127,7 @@ test('each request is counted in shared memory before it is answered: routes, su
   t.is(counters.directOf(0), 2);
   t.true(after.lastMs > 0);
   t.is(main.held(0), 0, 'both leases given back after their counts');
+  t.deepEqual(lastReleases, [], 'on an open slot, a release tells no one');
   const taken = counters.take(0);
   t.is(taken.success.count, 1);
   t.is(counters.read(0).success.count, 0, 'taken: the slot starts again at zero');
@@ -205,3 +208,15 @@ async function waitFor(probe) {
   }
   throw new Error('timed out waiting');
 }
+
+test('the last lease given back on a slot the main thread closed tells it (an unload waits for that, polling nothing)', async (t) => {
+  const { path, ends, main, lastReleases } = edge(t, [0]);
+  const pending = /** @type {Promise<unknown>} */ (path.infer(request(), options()));
+  await waitFor(() => ends.get(0)?.got === 1);
+  main.close(0); // an unload: no new lease on it
+  t.is(path.infer(request(), options()), null, 'a closed slot takes no new request here');
+  const end = /** @type {NonNullable<ReturnType<typeof ends.get>>} */ (ends.get(0));
+  end.port.postMessage({ type: 'executed', results: [{ id: end.ids[0], outputs: [], queueNs: 1 }], timing: { computeInputNs: 0, computeInferNs: 0, computeOutputNs: 0, batchRows: 1, executedBatchSize: 1, requests: 1 } });
+  await pending;
+  t.deepEqual(lastReleases, ['model']);
+});

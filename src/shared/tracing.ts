@@ -10,8 +10,13 @@
  * span, `execute <model>` (with a `weight load` child on a cold call), linked to every sampled
  * request it carried, since a coalesced batch serves several traces at once; a request whose
  * traceparent says not sampled (`-00`) is traced no further and linked from nothing. Device threads
- * keep no tracer: they report their timings (queue, compute, weight load) and the main thread
- * places the spans.
+ * keep no tracer: they report their timings (queue, compute, weight load) and the thread that runs
+ * the request's path (shared/request-path.ts: an edge thread, or the main thread) places the
+ * spans. Each such thread runs the SDK (the edge threads start it when the main thread has, from
+ * the same OTEL_* environment) and exports to the one collector; a request's spans are all made on
+ * its thread, so it is one trace, and a meta model's sub-call the main thread runs for an edge is
+ * a child of the edge's sub-call span (`carrier`). An execution whose requests came from several
+ * edges has an `execute` span on each, each linked to that edge's requests.
  *
  * The request span carries what Triton's traces carry, under Triton's names where a Triton user
  * would look for them (docs/protocol.md maps Triton's spans to these): `triton.model_name`,
@@ -26,7 +31,10 @@
  */
 import { context, diag, DiagLogLevel, propagation, SpanKind, SpanStatusCode, trace, ROOT_CONTEXT, type Context, type Link, type Span } from '@opentelemetry/api';
 import type { Logger } from 'pino';
-import type { ExecutionTiming } from '../shared/channels/inference.js';
+import type { ExecutionTiming } from './channels/inference.js';
+import type { TraceCarrier } from './data-plane.js';
+
+export type { TraceCarrier };
 
 let enabled = false;
 let shutdown: (() => Promise<void>) | null = null;
@@ -36,9 +44,30 @@ export const TRACE_FLUSH_MS = 2000;
 /** Failed exports are logged at most once in this many ms. */
 const EXPORT_FAILURE_LOG_MS = 60_000;
 
-/** Exports that failed since start (stowage_trace_export_failures_total reads it). */
+/** Exports that failed since start on this thread. */
 let exportFailures = 0;
-export const traceExportFailures = (): number => exportFailures;
+/** Every thread's failures, in shared memory (a slot per thread: 0 the main thread, e + 1 edge e), once shared. */
+let sharedFailures: { counts: Int32Array; slot: number } | null = null;
+
+/** Exports that failed since start, every thread's that counts in shared memory (stowage_trace_export_failures_total reads it). */
+export function traceExportFailures(): number {
+  if (!sharedFailures) return exportFailures;
+  let sum = 0;
+  for (let i = 0; i < sharedFailures.counts.length; i++) sum += Atomics.load(sharedFailures.counts, i);
+  return sum;
+}
+
+/** Memory where `threads` threads count their failed exports together. */
+export function exportFailureMemory(threads: number): SharedArrayBuffer {
+  return new SharedArrayBuffer(threads * Int32Array.BYTES_PER_ELEMENT);
+}
+
+/** Count this thread's failed exports in `memory`'s `slot` from now on (those before included). */
+export function countExportFailuresIn(memory: SharedArrayBuffer, slot: number): void {
+  const counts = new Int32Array(memory);
+  Atomics.add(counts, slot, exportFailures);
+  sharedFailures = { counts, slot };
+}
 
 /** The node file's global.tracing: what the OTEL_* environment leaves unset. */
 export interface TracingConfig {
@@ -91,6 +120,7 @@ function watchExports(logger: Logger): void {
   let unlogged = 0;
   const failed = (message: string, args: unknown[]) => {
     exportFailures++;
+    if (sharedFailures) Atomics.add(sharedFailures.counts, sharedFailures.slot, 1);
     unlogged++;
     const now = Date.now();
     if (now - lastLogged < EXPORT_FAILURE_LOG_MS) return;
@@ -108,7 +138,7 @@ function watchExports(logger: Logger): void {
   }, { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
 }
 
-/** Whether spans are made (an exporter is set): requests are then traced on the main thread. */
+/** Whether spans are made on this thread (an exporter is set). */
 export function tracingOn(): boolean {
   return enabled;
 }
@@ -136,11 +166,6 @@ export async function stopTracing(logger?: Logger): Promise<void> {
   }
 }
 
-/** The trace context a request carries (W3C traceparent and tracestate), as its edge reads it. */
-export interface TraceCarrier {
-  traceparent?: string;
-  tracestate?: string;
-}
 
 const tracer = () => trace.getTracer('stowage');
 
@@ -176,6 +201,13 @@ export class RequestTrace {
     // Admission at the edge, before this span began: what it weighed (max_inflight_bytes).
     if (admitted) span.addEvent('admitted', { 'stowage.request_bytes': admitted.bytes, 'stowage.inflight_bytes': admitted.inflightBytes });
     return new RequestTrace(span, parent);
+  }
+
+  /** This span's context as a W3C traceparent, for work another thread does as its child. */
+  carrier(): TraceCarrier {
+    const carrier: TraceCarrier = {};
+    propagation.inject(this.#ctx, carrier);
+    return carrier;
   }
 
   /** A meta model's sub-call, a child of this request. */
