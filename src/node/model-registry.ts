@@ -10,8 +10,9 @@
 import { MODEL_VERSION } from '../shared/constants.js';
 import { errors } from '../shared/errors.js';
 import { modelOf, type InstanceKey, type ModelSpec } from '../shared/model-spec.js';
-import { LEASE_SLOTS, type Leases } from '../shared/leases.js';
+import type { Leases } from '../shared/leases.js';
 import type { EdgeRoute } from '../shared/channels/edge.js';
+import { EdgeRoutes, type Serving } from './edge-routes.js';
 
 /** Lifecycle of a model, in Triton's RepositoryIndex vocabulary. */
 export enum ModelState {
@@ -54,20 +55,9 @@ export class ModelRegistry {
   #watchers: ((name: string, state: ModelState | null) => void)[] = [];
   /** Requests in flight by instance. */
   #inflight = new Map<InstanceKey, Inflight>();
-  /**
-   * Edge threads' direct path (shareLeases): the leases they take in shared memory, each routed
-   * instance's slot there (`open` while new requests may take it), the slots free, and who is told
-   * of each model's route.
-   */
-  #leases: Leases | null = null;
-  #slots = new Map<InstanceKey, { slot: number; tag: number; open: boolean }>();
-  #freeSlots: number[] = [];
-  #nextTag = 1;
-  /** Told when a slot is freed (its leases drained), before it may stand for another instance. */
-  #slotFreed: ((instance: InstanceKey, slot: number) => void) | null = null;
+  /** The edges' routes and lease slots (edge-routes.ts), once edge threads run requests themselves. */
+  #edges: EdgeRoutes | null = null;
   #routeWatchers: ((model: string, route: EdgeRoute | null) => void)[] = [];
-  /** Drains waiting for edges to give back their leases on a closed slot. */
-  #edgeWaiters: (() => void)[] = [];
 
   set(record: ModelRecord): void {
     this.#records.set(record.name, record);
@@ -83,20 +73,18 @@ export class ModelRegistry {
   }
 
   /**
-   * Let edge threads run ready models' requests themselves (actors/edge/edge-path.ts):
-   * each instance that serves gets a slot in `leases`, where an edge counts the requests it holds
-   * on it, so that an unload or the end of a reload waits for them too (`drained`).
+   * Let edge threads run ready models' requests themselves (actors/edge/edge-path.ts): each
+   * instance that serves gets a slot in `leases` (edge-routes.ts), where an edge counts the
+   * requests it holds on it, so that an unload or the end of a reload waits for them too (`drained`).
    */
   shareLeases(leases: Leases, slotFreed?: (instance: InstanceKey, slot: number) => void): void {
-    this.#leases = leases;
-    this.#slotFreed = slotFreed ?? null;
-    this.#freeSlots = Array.from({ length: LEASE_SLOTS }, (_, i) => LEASE_SLOTS - 1 - i);
+    this.#edges = new EdgeRoutes(leases, slotFreed);
     for (const name of this.#records.keys()) this.#route(name);
   }
 
   /** Every lease slot in use (open, or closed and not yet drained), and the instance it stands for. */
   *slots(): IterableIterator<[InstanceKey, number]> {
-    for (const [instance, s] of this.#slots) yield [instance, s.slot];
+    if (this.#edges) yield* this.#edges.slots();
   }
 
   /** Every model an edge may route now. */
@@ -111,37 +99,19 @@ export class ModelRegistry {
 
   /** The model's route now, or null when edges must send its requests to the main thread. */
   routeOf(name: string): EdgeRoute | null {
-    const record = this.#records.get(name);
-    if (record?.state !== ModelState.READY || !record.spec || !record.instance) return null;
-    const s = this.#slots.get(record.instance);
-    return s?.open ? { model: name, spec: record.spec, instance: record.instance, slot: s.slot, tag: s.tag } : null;
+    return this.#edges?.routeOf(name, this.#serving(name)) ?? null;
   }
 
-  /**
-   * A model's record changed: the instance that serves it has an open slot (one is given when free;
-   * none left, its requests go through the main thread), every other instance of it is closed to
-   * new leases at once (the state word is cleared before this returns), and the edges are told.
-   */
-  #route(name: string): void {
-    const leases = this.#leases;
-    if (!leases) return;
+  /** The instance serving a ready model, with its spec. */
+  #serving(name: string): Serving | undefined {
     const record = this.#records.get(name);
-    const serving = record?.state === ModelState.READY && record.spec ? record.instance : undefined;
-    for (const [instance, s] of this.#slots) {
-      if (s.open && instance !== serving && modelOf(instance) === name) {
-        leases.close(s.slot);
-        s.open = false;
-      }
-    }
-    if (serving && !this.#slots.get(serving)?.open) {
-      const slot = this.#slots.get(serving)?.slot ?? this.#freeSlots.pop();
-      if (slot !== undefined) {
-        const s = { slot, tag: this.#nextTag++, open: true };
-        this.#slots.set(serving, s);
-        leases.open(slot, s.tag);
-      }
-    }
-    const route = this.routeOf(name);
+    return record?.state === ModelState.READY && record.spec && record.instance ? { instance: record.instance, spec: record.spec } : undefined;
+  }
+
+  /** A model's record changed: the edges' routes follow (edge-routes.ts), and the watchers are told. */
+  #route(name: string): void {
+    if (!this.#edges) return;
+    const route = this.#edges.changed(name, this.#serving(name));
     for (const w of this.#routeWatchers) w(name, route);
   }
 
@@ -198,23 +168,12 @@ export class ModelRegistry {
   async drained(instance: InstanceKey): Promise<void> {
     const f = this.#inflight.get(instance);
     if (f) await new Promise<void>((resolve) => f.drained.push(resolve));
-    const s = this.#slots.get(instance);
-    if (!s || !this.#leases) return;
-    // An edge's last release on the closed slot says so (`edgesReleased`), as does an edge's death.
-    while (this.#leases.held(s.slot) > 0) await new Promise<void>((resolve) => this.#edgeWaiters.push(resolve));
-    // Closed and drained: the slot may stand for another instance (under another tag).
-    if (!s.open && this.#slots.get(instance) === s) {
-      this.#slots.delete(instance);
-      this.#slotFreed?.(instance, s.slot);
-      this.#freeSlots.push(s.slot);
-    }
+    await this.#edges?.drained(instance);
   }
 
   /** Edges gave leases back (the last on a closed slot, or an edge died): whoever waits for a slot to drain looks again. */
   edgesReleased(): void {
-    const waiting = this.#edgeWaiters;
-    this.#edgeWaiters = [];
-    for (const resolve of waiting) resolve();
+    this.#edges?.released();
   }
 
   /** Requests in flight per model, all instances together, the edge threads' direct ones included. */
@@ -224,7 +183,7 @@ export class ModelRegistry {
       if (n > 0) out.set(modelOf(instance), (out.get(modelOf(instance)) ?? 0) + n);
     };
     for (const [instance, f] of this.#inflight) add(instance, f.count);
-    if (this.#leases) for (const [instance, s] of this.#slots) add(instance, this.#leases.held(s.slot));
+    for (const [instance, n] of this.#edges?.held() ?? []) add(instance, n);
     return out;
   }
 

@@ -24,6 +24,8 @@ import type { InferInputTensor, InferTensorContents, ModelInferRequest, ModelInf
 
 const q = quote;
 
+const NO_PARAMETERS: ParameterValues = Object.freeze(noParameters());
+
 /** InferParameter's oneof. */
 const PARAMETER_CHOICES = ['bool_param', 'int64_param', 'string_param', 'double_param', 'uint64_param'] as const;
 
@@ -32,6 +34,13 @@ const PARAMETER_CHOICES = ['bool_param', 'int64_param', 'string_param', 'double_
  * strings from proto-loader, every digit kept) as bigint; a parameter without a value as null.
  */
 export function parameterValues(params: Parameters): ParameterValues {
+  // Most messages carry none: one frozen empty set for all of them.
+  let any = false;
+  for (const _ in params) {
+    any = true;
+    break;
+  }
+  if (!any) return NO_PARAMETERS;
   const values = noParameters();
   for (const [key, p] of Object.entries(params)) {
     // proto-loader names the oneof's field; a message built by hand may only set the field.

@@ -190,13 +190,22 @@ export class RequestPath<L extends PathLease> {
         throw errors.unsupported(`model ${JSON.stringify(spec.name)} runs model.js hooks, which read and write tensors in the request; send them inline, not in shared memory`);
       }
       const deadlineMs = Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000);
-      const context: HookContext = { model: req.model, requestId: req.id, parameters: checked.parameters };
-      const result = await this.#run(lease, checked, context, deadlineMs, signal, outputs, spans);
+      let result: InferenceResult;
+      let frame: OutputFrame | null = null;
+      if (spec.kind === 'meta' || spec.hooks) {
+        const context: HookContext = { model: req.model, requestId: req.id, parameters: checked.parameters };
+        result = await this.#run(lease, checked, context, deadlineMs, signal, spans);
+      } else {
+        // The plain request, the most of them: straight to the device, its outputs into the edge's frame.
+        const request = this.#deviceRequest(lease, checked, outputs, deadlineMs, false);
+        frame = request.frame;
+        result = await this.#device(lease, request, signal, spans);
+      }
       // Counted before the answer goes and before the lease is given back: whoever asks for
       // statistics after the answer finds it counted.
       rooms.succeeded(lease, checked.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
       spans?.end();
-      return { outputs: result.outputs, framed: result.framed && result.frame ? { bytes: result.framed, frame: result.frame } : null };
+      return { outputs: result.outputs, framed: result.framed && frame ? { bytes: result.framed, frame } : null };
     } catch (err) {
       rooms.failed(lease, codeOf(err), Number(process.hrtime.bigint() - started));
       spans?.end(err);
@@ -230,7 +239,10 @@ export class RequestPath<L extends PathLease> {
     }
     try {
       const checked = checkTensors(tensors, outputs, lease.spec);
-      const result = await this.#run(lease, checked, { model, requestId: parent.requestId, parameters: {} }, deadlineMs, signal, null, spans);
+      const context: HookContext = { model, requestId: parent.requestId, parameters: {} };
+      const result = lease.spec.kind === 'meta' || lease.spec.hooks
+        ? await this.#run(lease, checked, context, deadlineMs, signal, spans)
+        : await this.#device(lease, this.#deviceRequest(lease, checked, null, deadlineMs, false), signal, spans);
       rooms.succeeded(lease, checked.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
       spans?.end();
       return result.outputs;
@@ -244,29 +256,15 @@ export class RequestPath<L extends PathLease> {
   }
 
   /**
-   * Hooks and the device: the checked request to its outputs, in the order the client asked.
-   * `layout` (a request off the wire): the outputs are framed as the edge asked when they go
-   * straight back to the client from the device, that is when no hook makes them.
+   * The device command for a checked request. `layout` (a request off the wire, without a
+   * postprocess hook): the outputs are framed as the edge asked, since they go straight back to
+   * the client from the device. `post`: every output of the executable goes to the postprocess hook.
    */
-  async #run(lease: L, checked: CheckedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal,
-    layout: OutputLayout | null, spans: PathSpans | null): Promise<InferenceResult & { frame?: OutputFrame | null }> {
-    // Read only when a hook runs: an edge starts its hook threads at the first request that needs them.
-    const hooks = () => this.#rooms.hooks;
-    const { spec, instance } = lease;
-    // A hook call, in a span of its own when tracing.
-    const traced = <T>(name: string, work: () => Promise<T>): Promise<T> => (spans ? spans.around(name, work) : work());
-    if (spec.kind === 'meta') {
-      // Its run hook (on a hook thread) calls sub-models, within this request's deadline and cancelled with it.
-      const subInfer = (model: string, tensors: WireTensor[], outputs: string[]) => this.#subInfer(spec, context, model, tensors, outputs, deadlineMs, signal, spans);
-      const returned = await traced('hook run', () => hooks().run(spec.name, 'run', spec.hooks!, checked.inputs, context, subInfer));
-      const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, checked.rows);
-      return { outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION };
-    }
-    // With a postprocess hook the executable's every output goes to it; without, the client's choice.
-    const post = spec.hooks?.postprocess === true;
+  #deviceRequest(lease: L, checked: CheckedRequest, layout: OutputLayout | null, deadlineMs: number, post: boolean): InferenceRequest {
+    const { spec } = lease;
     const executableOutputs = post ? spec.outputs.map((t) => t.name) : checked.outputs;
-    const request: InferenceRequest = {
-      instance,
+    return {
+      instance: lease.instance,
       inputs: checked.inputs,
       rows: checked.rows,
       outputs: executableOutputs,
@@ -274,13 +272,41 @@ export class RequestPath<L extends PathLease> {
       frame: post || !layout ? null : frameOf(layout, checked.outputs.map((name) => spec.clientOutputs.find((t) => t.name === name) as TensorSpec)),
       deadlineMs,
     };
+  }
+
+  /** The request on the device the rooms pick, its time there in its spans. */
+  async #device(lease: L, request: InferenceRequest, signal: AbortSignal, spans: PathSpans | null): Promise<InferenceResult> {
+    if (!spans) return this.#rooms.infer(lease, request, signal);
     const handedOverMs = nowMs();
+    const result = await this.#rooms.infer(lease, request, signal);
+    spans.device(lease.spec.name, handedOverMs, result.queueNs, result.timing);
+    return result;
+  }
+
+  /**
+   * A meta model's run hook, or a model's hooks around the device: the checked request to its
+   * outputs, in the order the client asked (each a tensor of its own: a hook made them).
+   */
+  async #run(lease: L, checked: CheckedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal, spans: PathSpans | null): Promise<InferenceResult> {
+    // Read only when a hook runs: an edge starts its hook threads at the first request that needs them.
+    const hooks = this.#rooms.hooks;
+    const { spec } = lease;
+    // A hook call, in a span of its own when tracing.
+    const traced = <T>(name: string, work: () => Promise<T>): Promise<T> => (spans ? spans.around(name, work) : work());
+    if (spec.kind === 'meta') {
+      // Its run hook (on a hook thread) calls sub-models, within this request's deadline and cancelled with it.
+      const subInfer = (model: string, tensors: WireTensor[], outputs: string[]) => this.#subInfer(spec, context, model, tensors, outputs, deadlineMs, signal, spans);
+      const returned = await traced('hook run', () => hooks.run(spec.name, 'run', spec.hooks!, checked.inputs, context, subInfer));
+      const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, checked.rows);
+      return { outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION };
+    }
+    const post = spec.hooks?.postprocess === true;
+    const request = this.#deviceRequest(lease, checked, null, deadlineMs, post);
     const result = spec.hooks?.preprocess
-      ? await traced('hook preprocess + device', () => this.#preprocessed(lease, request, context, signal))
-      : await this.#rooms.infer(lease, request, signal);
-    spans?.device(spec.name, handedOverMs, result.queueNs, result.timing);
-    if (!post) return { ...result, frame: request.frame };
-    const all = checkHookTensors(spec.name, 'postprocess', await traced('hook postprocess', () => hooks().run(spec.name, 'postprocess', spec.hooks!, result.outputs, context)), spec.clientOutputs, checked.rows);
+      ? await traced('hook preprocess + device', () => this.#preprocessed(lease, request, context, signal, spans))
+      : await this.#device(lease, request, signal, spans);
+    if (!post) return result;
+    const all = checkHookTensors(spec.name, 'postprocess', await traced('hook postprocess', () => hooks.run(spec.name, 'postprocess', spec.hooks!, result.outputs, context)), spec.clientOutputs, checked.rows);
     return { ...result, outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!) };
   }
 
@@ -290,13 +316,14 @@ export class RequestPath<L extends PathLease> {
    * where to send them. A failed hook cancels the request on the device and fails it with the
    * hook's error.
    */
-  async #preprocessed(lease: L, request: InferenceRequest, context: HookContext, signal: AbortSignal): Promise<InferenceResult> {
+  async #preprocessed(lease: L, request: InferenceRequest, context: HookContext, signal: AbortSignal, spans: PathSpans | null): Promise<InferenceResult> {
     const { spec } = lease;
     let to: HookFeedTarget | undefined;
     const abandon = new AbortController();
     const onAbort = () => abandon.abort();
     signal.addEventListener('abort', onAbort, { once: true });
     try {
+      const handedOverMs = spans ? nowMs() : 0;
       const executed = this.#rooms.infer(lease, { ...request, inputs: [] }, abandon.signal, (target) => { to = target; });
       executed.catch(() => {}); // when the hook fails, its error is the one reported
       const target = to;
@@ -308,7 +335,9 @@ export class RequestPath<L extends PathLease> {
         abandon.abort();
         throw err;
       }
-      return await executed;
+      const result = await executed;
+      spans?.device(spec.name, handedOverMs, result.queueNs, result.timing);
+      return result;
     } finally {
       signal.removeEventListener('abort', onAbort);
     }

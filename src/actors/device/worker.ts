@@ -19,7 +19,6 @@
  * weightless sessions.
  */
 import { DeviceService, injectedPoison } from './out-of-service.js';
-import { existsSync, rmSync } from 'node:fs';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HookInputs, InferCommand, ToDevice } from '../../shared/channels/device.js';
 import { nowMs } from '../../shared/channels/inference.js';
@@ -34,6 +33,7 @@ import { Staging } from './staging.js';
 import { readTensor } from './executables.js';
 import { DeviceModels } from './models.js';
 import { EdgeDoors } from './edge-doors.js';
+import { exitArmed, exitIfAsked, holdLoad, loadsMayBeHeld, neverStart } from './fault-injection.js';
 import { HookFeeds, MAIN_LINK } from './hook-feeds.js';
 import { RegionMappings } from './regions.js';
 import { Scheduler, type ShedReason } from './scheduler.js';
@@ -162,7 +162,7 @@ const calls: { [K in DeviceCallType]: (request: DeviceCall<K>) => Promise<Device
 };
 
 async function answer<K extends DeviceCallType>(type: K, msg: DeviceCall<K>): Promise<void> {
-  if (holdLoadsFile && type === 'load') await heldLoad();
+  if (loadsMayBeHeld && type === 'load') await holdLoad(() => send({ type: 'warning', message: 'fault injection: a load is held', fields: { device: init.deviceId } }));
   const refused = service.refusal;
   if (refused) return fail(msg.id, refused);
   try {
@@ -196,36 +196,6 @@ function shedError(request: InferCommand, reason: ShedReason): StowageError {
     return errors.deadlineExceeded(name, waitedMs, `${Math.round(request.deadlineMs - nowMs())} ms were left, less than the model's learned execution time; shed instead of run late`);
   }
   return errors.deadlineExceeded(name, waitedMs);
-}
-
-/**
- * Fault injection, for the tests of crash recovery (test/adversarial/faults.test.js): when the
- * file STOWAGE_FAULT_DEVICE_EXIT names exists as a batch is about to run, this thread removes it
- * and exits, as a fault in a kernel would end it, with the batch and the queues in flight. Unset
- * (production), it costs nothing; a test creates the file once to get exactly one crash.
- */
-const faultExitFile = process.env.STOWAGE_FAULT_DEVICE_EXIT;
-function injectedFault(): void {
-  if (faultExitFile && existsSync(faultExitFile)) {
-    rmSync(faultExitFile, { force: true });
-    process.exit(70);
-  }
-}
-
-/**
- * Fault injection, for the tests of device supervision (test/adversarial/supervision.test.js):
- * while the file STOWAGE_FAULT_DEVICE_HOLD_LOADS names exists, this thread holds each load before
- * it starts (a replacement worker slow to load its models again, so that a test can act on a device
- * mid-restart), and takes a device exit armed meanwhile (STOWAGE_FAULT_DEVICE_EXIT) there. Unset
- * (production), it costs nothing.
- */
-const holdLoadsFile = process.env.STOWAGE_FAULT_DEVICE_HOLD_LOADS;
-async function heldLoad(): Promise<void> {
-  if (holdLoadsFile && existsSync(holdLoadsFile)) send({ type: 'warning', message: 'fault injection: a load is held', fields: { device: init.deviceId } });
-  while (holdLoadsFile && existsSync(holdLoadsFile)) {
-    if (faultExitFile) injectedFault();
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
 }
 
 /** Requests whose inputs come from a preprocess hook, matched with them whichever comes first (hook-feeds.ts). */
@@ -305,7 +275,7 @@ async function pump(): Promise<void> {
         if (heldUntilMs !== undefined) wakeAt(heldUntilMs);
         break;
       }
-      if (faultExitFile) injectedFault();
+      if (exitArmed) exitIfAsked();
       const injected = injectedPoison(init.deviceId);
       if (injected) service.takeOut(injected);
       const refused = service.refusal;
@@ -388,15 +358,8 @@ function receive(msg: ToDevice): void {
   }
 }
 
-/**
- * Fault injection (test/adversarial/supervision.test.js): when the file STOWAGE_FAULT_DEVICE_NO_START
- * names exists as this thread starts, it takes it (removes it: one worker only) and never says it
- * started, as a worker stuck loading its libraries would; it stays alive and hears nothing. Unset
- * (production), it costs nothing.
- */
-const noStartFile = process.env.STOWAGE_FAULT_DEVICE_NO_START;
-if (noStartFile && existsSync(noStartFile)) {
-  rmSync(noStartFile, { force: true });
+// A worker that never says it started (fault injection: fault-injection.ts) stays alive and hears nothing.
+if (neverStart()) {
   port.removeAllListeners('message');
   setInterval(() => undefined, 60_000);
 } else {

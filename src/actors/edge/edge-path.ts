@@ -38,7 +38,7 @@
 import type { MessagePort } from 'node:worker_threads';
 import type { DirectStart, EdgePlacement, EdgeRegion, EdgeRoute } from '../../shared/channels/edge.js';
 import { fill, Router, type FillState } from '../../routing/routing.js';
-import type { InferenceRequest, WireTensor } from '../../shared/channels/inference.js';
+import type { InferenceRequest, InferenceResult, WireTensor } from '../../shared/channels/inference.js';
 import type { HookFeedTarget } from '../../shared/channels/device.js';
 import { MODEL_VERSION } from '../../shared/constants.js';
 import type { DataPlaneRequest, Infer, InferenceAnswer, InferOptions } from '../../shared/data-plane.js';
@@ -205,16 +205,23 @@ export class EdgePath {
     if (!this.#leases.isOpen(lease.slot, lease.tag) && this.#leases.held(lease.slot) === 0) this.#lastRelease('model');
   }
 
-  async #infer(lease: EdgeLease, request: InferenceRequest, signal: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void) {
+  #infer(lease: EdgeLease, request: InferenceRequest, signal: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {
     const { door, spec } = lease;
-    if (!door) throw new Error(`unreachable: meta model ${spec.name} runs on no device`);
+    if (!door) return Promise.reject(new Error(`unreachable: meta model ${spec.name} runs on no device`));
+    this.#counters.routed(lease.slot, door.deviceId);
+    // lpt_packing counts a placed model's requests in flight per device (fill routing); others go as they are.
+    const counts = this.#filling.get(spec.name)?.inflight;
+    if (!counts) return door.infer(request, signal, feedFromHook);
+    return this.#counted(counts, door, request, signal, feedFromHook);
+  }
+
+  async #counted(counts: Map<number, number>, door: DeviceDoor, request: InferenceRequest, signal: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {
     const device = door.deviceId;
-    this.#counters.routed(lease.slot, device);
-    this.#count(spec.name, device, 1);
+    counts.set(device, (counts.get(device) ?? 0) + 1);
     try {
       return await door.infer(request, signal, feedFromHook);
     } finally {
-      this.#count(spec.name, device, -1);
+      counts.set(device, (counts.get(device) ?? 0) - 1);
     }
   }
 
@@ -242,11 +249,6 @@ export class EdgePath {
     return doors[fill(doors, (i) => counts.get(doors[i].deviceId) ?? 0, placement.capacity, placement.policy, state)];
   }
 
-  /** A placed model's requests in flight from here on `deviceId` (fill routing's count). */
-  #count(model: string, deviceId: number, by: number): void {
-    const counts = this.#filling.get(model)?.inflight;
-    if (counts) counts.set(deviceId, (counts.get(deviceId) ?? 0) + by);
-  }
 }
 
 /** A meta model's sub-call as a request of its own, for the main thread's path (its tensors are its own: the hook thread made them). */

@@ -16,7 +16,7 @@
  */
 import { pathToFileURL } from 'node:url';
 import { MessageChannel, type MessagePort } from 'node:worker_threads';
-import { Piscina } from 'piscina';
+import { Piscina, transferableSymbol, valueSymbol } from 'piscina';
 import type { HookInputs } from '../../shared/channels/device.js';
 import { nowMs, type WireTensor } from '../../shared/channels/inference.js';
 import type { HookAnswer, HookCallType, HookFailed, HookFeed, HookTask } from '../../shared/channels/hooks.js';
@@ -39,17 +39,20 @@ function load(file: string, version: string): Promise<Record<string, unknown>> {
   return m;
 }
 
+/** An answer Piscina moves (`movable`): what the pool's caller receives is the answer inside. */
+type Moved = ReturnType<typeof Piscina.move>;
+
 /**
  * An answer whose buffers (and ports) Piscina transfers instead of cloning: Piscina unwraps it
- * on the other side, so the main thread receives the answer itself.
+ * on the other side, so the pool's caller receives the answer itself (a HookAnswer<K>).
  */
-function movable<K extends HookCallType>(answer: HookAnswer<K>, transfer: (ArrayBufferLike | MessagePort)[]): HookAnswer<K> {
+function movable<K extends HookCallType>(answer: HookAnswer<K>, transfer: (ArrayBufferLike | MessagePort)[]): HookAnswer<K> | Moved {
   if (transfer.length === 0) return answer;
-  const wrapped = {
-    get [Piscina.transferableSymbol]() { return transfer; },
-    get [Piscina.valueSymbol]() { return answer; },
-  };
-  return Piscina.move(wrapped as unknown as ArrayBuffer) as unknown as HookAnswer<K>; // marks it movable: Piscina transfers, then unwraps it
+  // Piscina's Transferable: the list to transfer, and the value the other side gets.
+  return Piscina.move({
+    get [transferableSymbol]() { return transfer; },
+    get [valueSymbol]() { return answer; },
+  });
 }
 
 const failed = (message: string, code?: string): HookFailed => ({ type: 'hookFailed', message, ...(code === undefined ? {} : { code }) });
@@ -84,7 +87,7 @@ async function callHook(file: string, version: string, hook: string, given: Wire
 }
 
 /** Every task, answered by its own handler with its own reply type (HookCalls). */
-const handlers: { [K in HookCallType]: (task: HookTask<K>) => Promise<HookAnswer<K>> } = {
+const handlers: { [K in HookCallType]: (task: HookTask<K>) => Promise<HookAnswer<K> | Moved> } = {
   async describe(task) {
     const m = await load(task.file, task.version);
     return { type: 'answered', reply: { exports: Object.entries(m).map(([name, v]) => ({ name, kind: typeof v })) } };
@@ -128,10 +131,10 @@ const handlers: { [K in HookCallType]: (task: HookTask<K>) => Promise<HookAnswer
   },
 };
 
-function answer<K extends HookCallType>(type: K, task: HookTask<K>): Promise<HookAnswer<K>> {
+function answer<K extends HookCallType>(type: K, task: HookTask<K>): Promise<HookAnswer<K> | Moved> {
   return handlers[type](task);
 }
 
-export default function run(task: HookTask): Promise<HookAnswer> {
+export default function run(task: HookTask): Promise<HookAnswer | Moved> {
   return answer(task.type, task);
 }
