@@ -14,7 +14,7 @@ import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../shared/
 import type { ModelLease, ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
 import type { Statistics } from './statistics.js';
-import { RequestTrace } from '../shared/tracing.js';
+import { RequestTrace, tracingOn } from '../shared/tracing.js';
 import { RequestPath } from '../shared/request-path.js';
 
 export interface PipelineContext {
@@ -39,7 +39,8 @@ export class Pipeline {
       regions: sharedMemory,
       succeeded: (lease, batchSize, durationNs, queueNs, timing) => statistics.recordSuccess(lease.spec.name, batchSize, durationNs, queueNs, timing),
       failed: (lease, code, durationNs) => statistics.recordFailure(lease.spec.name, code, durationNs),
-      trace: (request, carrier, protocol, admitted) => RequestTrace.request(request, carrier, protocol, admitted),
+      // Tracing starts before the pipeline is made (node/server.ts), and is off for good once stopped.
+      ...(tracingOn() ? { trace: (request, carrier, protocol, admitted) => RequestTrace.request(request, carrier, protocol, admitted) } : {}),
     });
   }
 

@@ -131,7 +131,7 @@ export interface PathRooms<L extends PathLease> {
   /** Count one request answered, or failed (with its error's code), on its model's statistics. */
   succeeded(lease: L, batchSize: number, durationNs: number, queueNs: number, timing: ExecutionTiming): void;
   failed(lease: L, code: ErrorCode | undefined, durationNs: number): void;
-  /** The request's spans, when tracing; absent: none. */
+  /** The request's spans, when tracing; absent: this thread traces nothing (no span, no allocation for one). */
   trace?(request: { model: string; version: string; id: string }, carrier: TraceCarrier | undefined, protocol: 'grpc' | 'http', admitted?: Admitted): PathSpans | null;
   /** A meta model's sub-call to a model this thread has no lease for (acquire said null): run where it can be. */
   elsewhere?(model: string, tensors: WireTensor[], outputs: string[], deadlineMs: number, signal: AbortSignal, trace: TraceCarrier | undefined): Promise<WireTensor[]>;
@@ -275,8 +275,11 @@ export class RequestPath<L extends PathLease> {
   }
 
   /** The request on the device the rooms pick, its time there in its spans. */
-  async #device(lease: L, request: InferenceRequest, signal: AbortSignal, spans: PathSpans | null): Promise<InferenceResult> {
-    if (!spans) return this.#rooms.infer(lease, request, signal);
+  #device(lease: L, request: InferenceRequest, signal: AbortSignal, spans: PathSpans | null): Promise<InferenceResult> {
+    return spans ? this.#tracedDevice(lease, request, signal, spans) : this.#rooms.infer(lease, request, signal);
+  }
+
+  async #tracedDevice(lease: L, request: InferenceRequest, signal: AbortSignal, spans: PathSpans): Promise<InferenceResult> {
     const handedOverMs = nowMs();
     const result = await this.#rooms.infer(lease, request, signal);
     spans.device(lease.spec.name, handedOverMs, result.queueNs, result.timing);

@@ -83,6 +83,7 @@ export class EdgePath {
   readonly #path: RequestPath<EdgeLease>;
   /** The shared-memory regions this edge takes requests for. */
   readonly #regions: EdgeRegions;
+  readonly #tracing: boolean;
   /** Tells the main thread this edge gave back the last lease on a closed slot, or hold on an unregistered region. */
   readonly #lastRelease: (of: 'model' | 'region') => void;
 
@@ -90,7 +91,9 @@ export class EdgePath {
    * `row`: this edge's row in the leases and the counters. `viaMain`: how a request this edge does
    * not take reaches the main thread's path (a meta model's sub-call to a model without a route here).
    */
-  constructor(start: DirectStart, row: number, viaMain: Infer, lastRelease: (of: 'model' | 'region') => void) {
+  /** `tracing`: this edge makes its requests' spans (shared/tracing.ts). */
+  constructor(start: DirectStart, row: number, viaMain: Infer, lastRelease: (of: 'model' | 'region') => void, tracing = false) {
+    this.#tracing = tracing;
     this.#leases = new Leases(start.leases, row);
     this.#router = new Router(start.routing);
     this.#counters = new RequestCounters(start.counters, row);
@@ -120,7 +123,7 @@ export class EdgePath {
       failed: (lease, code, durationNs) => counters.failed(lease.slot, failureReason(code), durationNs),
       elsewhere: async (model, tensors, outputs, deadlineMs, signal, trace) =>
         (await viaMain(subCallRequest(model, tensors, outputs), { callDeadlineMs: deadlineMs, signal, outputs: null, protocol: 'grpc', ...(trace ? { trace } : {}) })).outputs,
-      trace: (request, carrier, protocol, admitted) => RequestTrace.request(request, carrier, protocol, admitted),
+      ...(this.#tracing ? { trace: (request, carrier, protocol, admitted) => RequestTrace.request(request, carrier, protocol, admitted) } : {}),
     };
   }
 
