@@ -32,16 +32,16 @@ export interface ServiceContext {
   isReady: () => boolean;
 }
 
-/** What each KServe V2 operation answers, as a plain function of its request (both edges call these). */
-export function kserveOperations(ctx: ServiceContext) {
-  const { registry, repository, statistics, sharedMemory, logger } = ctx;
+/**
+ * CUDA shared memory (backend cuda): a client's GPU allocation by its CUDA IPC handle, opened by
+ * the device actors (shared-memory.ts, actors/device/regions.ts). On backend cpu nothing can be
+ * registered, so the status of all is empty and unregistering succeeds with nothing to do, as on
+ * a Triton without GPUs (perf_analyzer's --shared-memory system cleans up with
+ * CudaSharedMemoryUnregister("")); registering says it needs backend cuda.
+ */
+function cudaSharedMemoryOperations(ctx: ServiceContext) {
+  const { sharedMemory, logger } = ctx;
   return {
-    ServerLive: () => ({ live: true }),
-    // CUDA shared memory (backend cuda): a client's GPU allocation by its CUDA IPC handle, opened by
-    // the device actors (shared-memory.ts, actors/device/regions.ts). On backend cpu nothing can be
-    // registered, so the status of all is empty and unregistering succeeds with nothing to do, as
-    // on a Triton without GPUs (perf_analyzer's --shared-memory system cleans up with
-    // CudaSharedMemoryUnregister("")); registering says it needs backend cuda.
     CudaSharedMemoryStatus: (req: { name: string }) => ({
       regions: Object.fromEntries(sharedMemory.status(req.name, 'cuda').map((r) =>
         [r.name, { name: r.name, device_id: r.cuda!.gpu, byte_size: r.byteSize }])),
@@ -66,6 +66,15 @@ export function kserveOperations(ctx: ServiceContext) {
       logger.info({ region: req.name, gpu, byteSize }, 'CUDA shared-memory region registered');
       return {};
     },
+  };
+}
+
+/** What each KServe V2 operation answers, as a plain function of its request (both edges call these). */
+export function kserveOperations(ctx: ServiceContext) {
+  const { registry, repository, statistics, sharedMemory, logger } = ctx;
+  return {
+    ServerLive: () => ({ live: true }),
+    ...cudaSharedMemoryOperations(ctx),
     ServerReady: () => ({ ready: ctx.isReady() }),
     ModelReady: (req: ModelRef) => ({ ready: registry.find(req.name, req.version).state === ModelState.READY }),
     ServerMetadata: () =>

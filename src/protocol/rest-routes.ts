@@ -43,6 +43,32 @@ function settingValue(key: string, v: unknown): LogSettingValue {
   throw errors.invalidRequest(`log setting ${JSON.stringify(key)} must be a boolean, a whole number or a string`);
 }
 
+/**
+ * POST /v2/models/{name}/infer: the body decoded into the data plane's request (rest-tensors.ts),
+ * handed to the path, and its answer written as JSON and binary pieces.
+ */
+function inferRoute(infer: Infer): RestRoute {
+  const ref = (p: string[]) => ({ name: p[0], version: p[1] ?? '' });
+  return route('POST', `${MODEL}/infer`, async (r): Promise<RestReply> => {
+    // Checked by the edge (a whole number, within endpoints.max_json_body_bytes).
+    const header = r.headers['inference-header-content-length'];
+    const headerBytes = header === undefined ? undefined : Number(header);
+    const { name, version } = ref(r.params);
+    // A fault in its tensors is answered once the model is found: an unknown model is 404 whatever it carries.
+    const rest = await parseRestInfer(r.body, headerBytes, name, version)
+      .catch((err: unknown) => ({ request: refusedLater({ model: name, version, id: '' }, err), allBinary: false, asked: new Map() }));
+    const traceparent = r.headers.traceparent;
+    const tracestate = r.headers.tracestate;
+    const trace = typeof traceparent === 'string' ? { traceparent, ...(typeof tracestate === 'string' ? { tracestate } : {}) } : undefined;
+    // No output layout: each output comes back in a buffer of its own, written to the socket as it is.
+    const answer = await infer(rest.request, { callDeadlineMs: Infinity, signal: r.signal, outputs: null, trace, protocol: 'http', ...(r.admitted ? { admitted: r.admitted } : {}) });
+    const { body, headerBytes: jsonBytes } = await restInferResponse(rest, answer);
+    return jsonBytes === undefined
+      ? { body, headers: { 'content-type': 'application/json' } }
+      : { body, headers: { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(jsonBytes) } };
+  }, true);
+}
+
 export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
   const ref = (p: string[]) => ({ name: p[0], version: p[1] ?? '' });
   // Readiness as Triton's HTTP endpoint answers it: 200 when ready, 400 when not (KServe V2: "a 4xx
@@ -65,24 +91,7 @@ export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
     route('GET', `${MODEL}/ready`, (r) => modelReady(r.params)),
     route('GET', `${MODEL}/config`, async (r) => ({ json: (await ops.ModelConfig(ref(r.params))).config })),
     route('GET', MODEL, async (r) => ({ json: await ops.ModelMetadata(ref(r.params)) })),
-    route('POST', `${MODEL}/infer`, async (r): Promise<RestReply> => {
-      // Checked by the edge (a whole number, within endpoints.max_json_body_bytes).
-      const header = r.headers['inference-header-content-length'];
-      const headerBytes = header === undefined ? undefined : Number(header);
-      const { name, version } = ref(r.params);
-      // A fault in its tensors is answered once the model is found: an unknown model is 404 whatever it carries.
-      const rest = await parseRestInfer(r.body, headerBytes, name, version)
-        .catch((err: unknown) => ({ request: refusedLater({ model: name, version, id: '' }, err), allBinary: false, asked: new Map() }));
-      const traceparent = r.headers.traceparent;
-      const tracestate = r.headers.tracestate;
-      const trace = typeof traceparent === 'string' ? { traceparent, ...(typeof tracestate === 'string' ? { tracestate } : {}) } : undefined;
-      // No output layout: each output comes back in a buffer of its own, written to the socket as it is.
-      const answer = await infer(rest.request, { callDeadlineMs: Infinity, signal: r.signal, outputs: null, trace, protocol: 'http', ...(r.admitted ? { admitted: r.admitted } : {}) });
-      const { body, headerBytes: jsonBytes } = await restInferResponse(rest, answer);
-      return jsonBytes === undefined
-        ? { body, headers: { 'content-type': 'application/json' } }
-        : { body, headers: { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(jsonBytes) } };
-    }, true),
+    inferRoute(infer),
     route('POST', '/v2/repository/index', async (r) => {
       const { ready } = await jsonBody(r.body);
       if (ready !== undefined && typeof ready !== 'boolean') throw errors.invalidRequest(`repository index: "ready" must be true or false, not ${shown(ready)}`);

@@ -14,9 +14,7 @@ const MAX_LINES = 80;
 /** file:name -> the most lines it may have, and why it is still long. */
 const STILL_LONG = new Map([
   ['src/protocol/json-reader.ts:#skip', { lines: 99, why: 'a JSON scanner\'s state machine, one case per token, kept whole so it stays a loop without calls' }],
-  ['src/protocol/rest-routes.ts:restRoutes', { lines: 94, why: 'the REST route table: one entry per route, to become plain operations (issue 53 item 4)' }],
   ['src/actors/device/weight-cache.ts:ensureResident', { lines: 93, why: 'the cold path: to split with the device worker (issue 53 item 5)' }],
-  ['src/node/inference-service.ts:kserveOperations', { lines: 88, why: 'the operations table: one entry per RPC' }],
   ['src/protocol/edge.ts:stream', { lines: 83, why: 'a ModelStreamInfer stream\'s life: to split with one request path (issue 53)' }],
   ['src/protocol/edge.ts:stream>(anonymous)', { lines: 81, why: 'the same stream\'s handler, inside it' }],
 ]);
