@@ -212,78 +212,18 @@ export class GrpcEdge {
         call.emit('error', this.failure(rpc, err));
         return;
       }
-      const abort = new AbortController();
-      let pending = 0;
-      let ended = false;
-      let left = false;
-      /** The status of the message that broke the stream: it ends with it once the requests before are answered. */
-      let broken: { code: grpc.status; details: string } | undefined;
-      const leave = () => {
-        if (!left) this.admission.leave();
-        left = true;
-        this.#streams.delete(drain);
-      };
-      const finish = () => {
-        if (pending > 0 || left) return;
-        if (broken) {
-          leave();
-          call.emit('error', broken); // grpc-js writes what is queued, then this status
-        } else if (ended) {
-          leave();
-          call.end();
-        }
-      };
-      const breakOff = (err: unknown) => {
-        broken ??= this.failure(rpc, err);
-        finish();
-      };
-      const gone = () => {
-        abort.abort();
-        leave();
-      };
+      const stream = new InferStream(handler, call, {
+        failure: (err) => this.failure(rpc, err),
+        draining: () => this.#draining,
+        left: () => {
+          this.admission.leave();
+          this.#streams.delete(drain);
+        },
+      });
       // At shutdown the stream ends as if its client had ended it: what it asked is answered first.
-      const drain = () => {
-        ended = true;
-        finish();
-      };
+      const drain = () => stream.end();
       this.#streams.add(drain);
-      call.on('cancelled', gone);
-      call.on('error', gone);
-      if (callGone(call)) gone(); // gone before this handler ran: nothing it sent is answered
-      call.on('data', (request: Req | Undecodable) => {
-        if (broken || left) return; // nothing after a broken message is read
-        if (this.#draining && !(request instanceof Undecodable)) {
-          // Asked after shutdown began: answered on the stream, refused.
-          call.write(handler.failed(request, this.failure(rpc, errors.shuttingDown()).details));
-          return;
-        }
-        if (request instanceof Undecodable) {
-          breakOff(request.error);
-          return;
-        }
-        pending++;
-        Promise.resolve()
-          .then(() => handler.answer(request, call, abort.signal))
-          .then(
-            (reply) => reply,
-            (err: unknown) => {
-              if (!breaksStream(err)) return handler.failed(request, this.failure(rpc, err).details);
-              broken ??= this.failure(rpc, err);
-              return undefined;
-            },
-          )
-          .then((reply) => {
-            if (!left && reply !== undefined) call.write(reply);
-          })
-          .finally(() => {
-            pending--;
-            finish();
-          });
-      });
-      call.on('end', () => {
-        ended = true;
-        finish();
-      });
+      stream.start();
     };
   }
 
@@ -374,5 +314,107 @@ export class GrpcEdge {
         done();
       }, CLOSE_LINGER_MS).unref();
     }, () => this.#server.forceShutdown());
+  }
+}
+
+/** What a stream needs of its edge. */
+interface StreamEdge {
+  /** An error as the status and details the client gets. */
+  failure(err: unknown): { code: grpc.status; details: string };
+  /** The edge is shutting down: what the stream asks from now on is refused. */
+  draining(): boolean;
+  /** The stream is over (its admission place given back); told once. */
+  left(): void;
+}
+
+/**
+ * One ModelStreamInfer stream's life: each request answered on the stream as it comes (its
+ * failure too, as its own message), the stream ended once the client has ended it (or the edge
+ * drains) and every request asked is answered, or with the status of a message that broke it
+ * (undecodable, or an error that breaks streams) once the requests before it are answered.
+ */
+class InferStream<Req, Res> {
+  readonly #handler: StreamHandler<Req, Res>;
+  readonly #call: grpc.ServerDuplexStream<Req, Res>;
+  readonly #edge: StreamEdge;
+  readonly #abort = new AbortController();
+  #pending = 0;
+  #ended = false;
+  #left = false;
+  /** The status of the message that broke the stream: it ends with it once the requests before are answered. */
+  #broken: { code: grpc.status; details: string } | undefined;
+
+  constructor(handler: StreamHandler<Req, Res>, call: grpc.ServerDuplexStream<Req, Res>, edge: StreamEdge) {
+    this.#handler = handler;
+    this.#call = call;
+    this.#edge = edge;
+  }
+
+  start(): void {
+    const call = this.#call;
+    const gone = () => {
+      this.#abort.abort();
+      this.#leave();
+    };
+    call.on('cancelled', gone);
+    call.on('error', gone);
+    if (callGone(call)) gone(); // gone before this handler ran: nothing it sent is answered
+    call.on('data', (request: Req | Undecodable) => this.#request(request));
+    call.on('end', () => this.end());
+  }
+
+  /** The client ended the stream (or the edge drains): it ends once what it asked is answered. */
+  end(): void {
+    this.#ended = true;
+    this.#finish();
+  }
+
+  #leave(): void {
+    if (!this.#left) this.#edge.left();
+    this.#left = true;
+  }
+
+  #finish(): void {
+    if (this.#pending > 0 || this.#left) return;
+    if (this.#broken) {
+      this.#leave();
+      this.#call.emit('error', this.#broken); // grpc-js writes what is queued, then this status
+    } else if (this.#ended) {
+      this.#leave();
+      this.#call.end();
+    }
+  }
+
+  #request(request: Req | Undecodable): void {
+    if (this.#broken || this.#left) return; // nothing after a broken message is read
+    const handler = this.#handler;
+    if (this.#edge.draining() && !(request instanceof Undecodable)) {
+      // Asked after shutdown began: answered on the stream, refused.
+      this.#call.write(handler.failed(request, this.#edge.failure(errors.shuttingDown()).details));
+      return;
+    }
+    if (request instanceof Undecodable) {
+      this.#broken ??= this.#edge.failure(request.error);
+      this.#finish();
+      return;
+    }
+    this.#pending++;
+    Promise.resolve()
+      .then(() => handler.answer(request, this.#call, this.#abort.signal))
+      .then(
+        (reply) => reply,
+        (err: unknown) => {
+          if (!breaksStream(err)) return handler.failed(request, this.#edge.failure(err).details);
+          this.#broken ??= this.#edge.failure(err);
+          return undefined;
+        },
+      )
+      .then((reply) => {
+        if (!this.#left && reply !== undefined) this.#call.write(reply);
+      })
+      .finally(() => {
+        this.#pending--;
+        this.#finish();
+      });
   }
 }

@@ -15,8 +15,6 @@ const MAX_LINES = 80;
 const STILL_LONG = new Map([
   ['src/protocol/json-reader.ts:#skip', { lines: 99, why: 'a JSON scanner\'s state machine, one case per token, kept whole so it stays a loop without calls' }],
   ['src/actors/device/weight-cache.ts:ensureResident', { lines: 93, why: 'the cold path: to split with the device worker (issue 53 item 5)' }],
-  ['src/protocol/edge.ts:stream', { lines: 83, why: 'a ModelStreamInfer stream\'s life: to split with one request path (issue 53)' }],
-  ['src/protocol/edge.ts:stream>(anonymous)', { lines: 81, why: 'the same stream\'s handler, inside it' }],
 ]);
 
 /**
