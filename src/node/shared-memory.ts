@@ -26,6 +26,7 @@ import { closeSharedMemory, openSharedMemory } from '../native/shm.js';
 import type { RegionSlice } from '../shared/channels/inference.js';
 import type { EdgeRegion } from '../shared/channels/edge.js';
 import { LEASE_SLOTS, type Leases } from '../shared/leases.js';
+import { sliceOf } from '../shared/request-check.js';
 
 export type { RegionSlice };
 
@@ -182,12 +183,7 @@ export class SharedMemoryRegistry {
   slice(what: string, regionName: string, offset: number, byteSize: number): RegionSlice {
     const region = this.#regions.get(regionName);
     if (!region) throw errors.sharedMemoryNotFound(regionName);
-    if (offset < 0 || byteSize < 0 || offset + byteSize > region.byteSize) {
-      throw errors.sharedMemoryInvalid(`${what}: offset ${offset} + byte_size ${byteSize} is outside region ${quote(regionName)} of ${region.byteSize} bytes`);
-    }
-    // A CUDA region's key, for telling whether two slices overlap, is its registration's own.
-    const common = { regionId: region.id, fd: region.fd, regionOffset: region.offset, regionByteSize: region.byteSize, offset, byteSize };
-    return region.cuda ? { ...common, key: `cuda:${region.id}`, cuda: region.cuda } : { ...common, key: region.key };
+    return sliceOf(what, regionName, region, offset, byteSize);
   }
 
   /** A request that named these slices is on its way: keep their regions open until `release`. */

@@ -21,6 +21,27 @@ export interface RegionLookup {
   slice(what: string, name: string, offset: number, byteSize: number): RegionSlice;
 }
 
+/** A registered region as a slice of it is cut: node/shared-memory.ts's, or an edge's copy of it. */
+export interface SliceableRegion {
+  id: number;
+  /** The open descriptor; -1 for a CUDA region. */
+  fd: number;
+  key: string;
+  cuda?: { gpu: number; handle: Uint8Array };
+  offset: number;
+  byteSize: number;
+}
+
+/** The slice `byteSize` bytes at `offset` of `region` (named `name`), bounds checked; `what` names the tensor in errors. */
+export function sliceOf(what: string, name: string, region: SliceableRegion, offset: number, byteSize: number): RegionSlice {
+  if (offset < 0 || byteSize < 0 || offset + byteSize > region.byteSize) {
+    throw errors.sharedMemoryInvalid(`${what}: offset ${offset} + byte_size ${byteSize} is outside region ${q(name)} of ${region.byteSize} bytes`);
+  }
+  // A CUDA region's key, for telling whether two slices overlap, is its registration's own.
+  const common = { regionId: region.id, fd: region.fd, regionOffset: region.offset, regionByteSize: region.byteSize, offset, byteSize };
+  return region.cuda ? { ...common, key: `cuda:${region.id}`, cuda: region.cuda } : { ...common, key: region.key };
+}
+
 /**
  * A request checked: the tensors of the InferenceRequest it becomes (the pipeline adds the
  * instance, the deadline and the placement), and what else the pipeline reads of it.

@@ -201,19 +201,30 @@ export class RequestPath<L extends PathLease> {
         frame = request.frame;
         result = await this.#device(lease, request, signal, spans);
       }
-      // Counted before the answer goes and before the lease is given back: whoever asks for
-      // statistics after the answer finds it counted.
-      rooms.succeeded(lease, checked.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
-      spans?.end();
+      this.#succeeded(lease, started, spans, checked.batchSize, result);
       return { outputs: result.outputs, framed: result.framed && frame ? { bytes: result.framed, frame } : null };
     } catch (err) {
-      rooms.failed(lease, codeOf(err), Number(process.hrtime.bigint() - started));
-      spans?.end(err);
-      throw err;
+      throw this.#failed(lease, started, spans, err);
     } finally {
       rooms.release(lease);
       rooms.regions?.release(slices); // a region unregistered meanwhile closes with its last request
     }
+  }
+
+  /**
+   * A leased request answered: counted before the answer goes and before the lease is given back
+   * (whoever asks for statistics after the answer finds it counted), its span ended.
+   */
+  #succeeded(lease: L, started: bigint, spans: PathSpans | null, batchSize: number, result: InferenceResult): void {
+    this.#rooms.succeeded(lease, batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
+    spans?.end();
+  }
+
+  /** A leased request failed: counted with its error's code, its span ended with the error; the error, to throw. */
+  #failed(lease: L, started: bigint, spans: PathSpans | null, err: unknown): unknown {
+    this.#rooms.failed(lease, codeOf(err), Number(process.hrtime.bigint() - started));
+    spans?.end(err);
+    return err;
   }
 
   /** A meta model's sub-call: tensors in, tensors out, scheduled and counted like any request, on this thread when it can. */
@@ -243,13 +254,10 @@ export class RequestPath<L extends PathLease> {
       const result = lease.spec.kind === 'meta' || lease.spec.hooks
         ? await this.#run(lease, checked, context, deadlineMs, signal, spans)
         : await this.#device(lease, this.#deviceRequest(lease, checked, null, deadlineMs, false), signal, spans);
-      rooms.succeeded(lease, checked.batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
-      spans?.end();
+      this.#succeeded(lease, started, spans, checked.batchSize, result);
       return result.outputs;
     } catch (err) {
-      rooms.failed(lease, codeOf(err), Number(process.hrtime.bigint() - started));
-      spans?.end(err);
-      throw err;
+      throw this.#failed(lease, started, spans, err);
     } finally {
       rooms.release(lease);
     }

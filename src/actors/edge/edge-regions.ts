@@ -12,9 +12,10 @@
  */
 import type { EdgeRegion } from '../../shared/channels/edge.js';
 import type { RegionSlice } from '../../shared/channels/inference.js';
-import { errors, quote } from '../../shared/errors.js';
+import { errors } from '../../shared/errors.js';
 import { Leases } from '../../shared/leases.js';
 import type { PathRegions } from '../../shared/request-path.js';
+import { sliceOf } from '../../shared/request-check.js';
 
 export class EdgeRegions implements PathRegions {
   readonly #byName = new Map<string, EdgeRegion>();
@@ -51,11 +52,7 @@ export class EdgeRegions implements PathRegions {
   slice(what: string, name: string, offset: number, byteSize: number): RegionSlice {
     const region = this.#byName.get(name);
     if (!region) throw errors.sharedMemoryNotFound(name);
-    if (offset < 0 || byteSize < 0 || offset + byteSize > region.byteSize) {
-      throw errors.sharedMemoryInvalid(`${what}: offset ${offset} + byte_size ${byteSize} is outside region ${quote(name)} of ${region.byteSize} bytes`);
-    }
-    const common = { regionId: region.id, fd: region.fd, regionOffset: region.offset, regionByteSize: region.byteSize, offset, byteSize };
-    return region.cuda ? { ...common, key: `cuda:${region.id}`, cuda: region.cuda } : { ...common, key: region.key };
+    return sliceOf(what, name, region, offset, byteSize);
   }
 
   /** Hold every slice's region until `release`; a region unregistered meanwhile fails it, holding nothing. */
