@@ -114,6 +114,11 @@ export class Devices {
     }
   }
 
+  /** Resolves once every device's execution reports posted before now are heard (statistics read after it count them). */
+  async reported(): Promise<void> {
+    await Promise.all(this.handles.map((d) => d.reported()));
+  }
+
   /** The device actor of id `deviceId`. */
   device(deviceId: number): DeviceHandle {
     const device = this.handles.find((d) => d.deviceId === deviceId);

@@ -104,6 +104,8 @@ export function kserveOperations(ctx: ServiceContext) {
     },
     ModelStatistics: async (req: ModelRef) => {
       if (req.name !== '') registry.find(req.name, req.version); // an unknown model fails at once
+      // Executions are counted from the devices' reports: every one posted before this read is heard first.
+      await ctx.devices.reported();
       if (req.name === '') return { model_stats: registry.all().map((r) => statistics.snapshot(r.name)) };
       return { model_stats: [statistics.snapshot(req.name)] };
     },

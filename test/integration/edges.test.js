@@ -74,20 +74,24 @@ test('two edge threads serve gRPC and REST on the same ports, and connections la
   t.is(Number(stats.inference_stats.success.count), 24);
 });
 
-test('statistics read right after an answer count it, whichever edge answered and whichever edge is asked', async (t) => {
-  const { server, clients } = await twoEdges(t);
-  const success = async (/** @type {InferenceClient} */ c) => Number((await c.call('ModelStatistics', { name: 'digits' })).model_stats[0].inference_stats.success.count);
+test('statistics read right after an answer count it and its execution, whichever edge answered and whichever edge is asked', async (t) => {
+  const { clients } = await twoEdges(t);
+  const counts = async (/** @type {InferenceClient} */ c) => {
+    const [stats] = (await c.call('ModelStatistics', { name: 'digits' })).model_stats;
+    return { success: Number(stats.inference_stats.success.count), executions: Number(stats.execution_count) };
+  };
   let missed = 0;
-  let expected = await success(clients[0]);
+  let expected = await counts(clients[0]);
   // Each answer comes from one edge and the next read of the statistics through another
-  // connection (often the other edge): the edge's report of the request must be counted by then.
+  // connection (often the other edge): the request (counted by the edge in shared memory) and
+  // its execution (reported by the device, heard before the read is answered) count by then.
   for (let round = 0; round < 40; round++) {
     await clients[round % 12].infer('digits', [digit()], { outputs: ['label'] });
-    expected++;
-    if ((await success(clients[(round + 5) % 12])) !== expected) missed++;
-    expected = await success(clients[(round + 5) % 12]);
+    const read = await counts(clients[(round + 5) % 12]);
+    if (read.success !== expected.success + 1 || read.executions !== expected.executions + 1) missed++;
+    expected = read;
   }
-  t.is(missed, 0, 'every read counted the request answered just before it');
+  t.is(missed, 0, 'every read counted the request answered just before it, and the one execution it rode in');
 });
 
 test('admission counts the requests of every edge together', async (t) => {

@@ -127,6 +127,7 @@ const CALL_TIMEOUT_MS: Record<DeviceCallType, number> = {
   compact: MODEL_LOAD_TIMEOUT_MS,
   prefetch: MODEL_LOAD_TIMEOUT_MS,
   openCudaRegion: DEVICE_START_TIMEOUT_MS,
+  reports: DEVICE_START_TIMEOUT_MS,
 };
 
 export class DeviceHandle implements DeviceClient {
@@ -461,6 +462,15 @@ export class DeviceHandle implements DeviceClient {
   /** Backend cuda: the GPU (CUDA ordinal) this device drives; null on backend cpu. */
   get gpu(): number | null {
     return this.#options.cuda?.ordinal ?? null;
+  }
+
+  /**
+   * Resolves once every execution report the worker posted before now has been heard (see
+   * DeviceCalls' `reports`); at once when the device does not serve (nothing more will report).
+   */
+  async reported(): Promise<void> {
+    if (this.#refusal()) return;
+    await this.#call('reports', {}).catch(() => undefined);
   }
 
   /** Open a CUDA shared-memory region on this device's GPU (the whole region, as a slice of it). */

@@ -159,6 +159,7 @@ const calls: { [K in DeviceCallType]: (request: DeviceCall<K>) => Promise<Device
     regions.openCuda(msg.slice);
     return {};
   },
+  reports: () => ({}),
 };
 
 async function answer<K extends DeviceCallType>(type: K, msg: DeviceCall<K>): Promise<void> {
@@ -350,6 +351,10 @@ function receive(msg: ToDevice): void {
     case 'prefetch':
     case 'openCudaRegion':
       inbox.push(msg);
+      return;
+    case 'reports':
+      // Not queued: what this thread reported is posted already (execution reports go as they are made).
+      void answer('reports', msg);
       return;
     default: {
       const never: never = msg;

@@ -229,6 +229,13 @@ export interface DeviceCalls {
   prefetch: { request: { instance: InstanceKey }; reply: { load: WeightLoad | null; memory: WeightMemory | null } };
   /** Open a CUDA shared-memory region's IPC handle on this device's GPU (its registration waits for it). */
   openCudaRegion: { request: { slice: RegionSlice }; reply: Record<string, never> };
+  /**
+   * Answered at once, not queued: every execution report the device posted before it reaches the
+   * main thread before this reply (one port, in order). A reader of statistics asks it first, so
+   * that a request an edge answered (its door's result is posted just before its execution's
+   * report) is counted with its execution by the time the read is answered.
+   */
+  reports: { request: Record<string, never>; reply: Record<string, never> };
 }
 export type DeviceCallType = keyof DeviceCalls;
 
