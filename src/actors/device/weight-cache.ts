@@ -120,6 +120,16 @@ export interface WeightCacheOptions {
   pinHost?: (bytes: Uint8Array) => { release(): void } | undefined;
 }
 
+/** What a load has claimed so far, to give back if it fails part way. */
+interface LoadClaims {
+  /** Tensors already on the device it took a reference on. */
+  claimed: string[];
+  /** Tensors it copied in. */
+  placed: string[];
+  /** The block being filled, not yet recorded. */
+  pending: Block | null;
+}
+
 export class WeightCache<Id extends string = string> {
   readonly arena: Arena;
   #options: WeightCacheOptions;
@@ -266,78 +276,100 @@ export class WeightCache<Id extends string = string> {
     if (model.bytes > this.arena.capacity) throw errors.weightsTooLarge(model.name, model.bytes, this.arena.capacity, 0);
     // Every claim this load makes, to undo if any step of it throws (a tensor that cannot be read,
     // a copy the device refuses): the cache is left as it was, but for the models it evicted.
-    const claimed: string[] = [];
-    const placed: string[] = [];
-    let pending: Block | null = null;
-    const evicted: Id[] = [];
-    let compactedBytes = 0;
-    let diskBytes = 0;
-    let needed = 0;
+    const load: LoadClaims = { claimed: [], placed: [], pending: null };
+    let loaded: { needed: number; evicted: Id[]; compactedBytes: number; diskBytes: number };
     try {
       // Claim what is already there first, so no eviction below can free a tensor this model needs.
-      const missing: TensorSource[] = [];
-      for (const t of model.tensors.values()) {
-        const onDevice = this.#device.get(t.key);
-        if (onDevice) {
-          onDevice.refs++;
-          claimed.push(t.key);
-        } else missing.push(t);
-      }
-      needed = missing.reduce((sum, t) => sum + alignUp(t.byteLength), 0);
-      if (this.arena.free < needed) {
-        for (const [victimInstance, victim] of this.#lru(model)) {
-          if (this.arena.free >= needed) break;
-          if (this.#freeable(victim) === 0) continue; // evicting it would free nothing
-          this.#evict(victimInstance, victim);
-          evicted.push(victimInstance);
-        }
-      }
-      if (this.arena.free < needed) {
-        const pinned = [...this.#models.values()].filter((m) => m.resident && m.residency === 'device').reduce((sum, m) => sum + m.bytes, 0);
-        throw errors.weightsTooLarge(model.name, model.bytes, this.arena.capacity, pinned);
-      }
-      for (const t of missing) {
-        pending = this.arena.alloc(t.byteLength);
-        if (!pending) {
-          compactedBytes += this.#compact();
-          pending = this.arena.alloc(t.byteLength) as Block;
-        }
-        const host = this.#host.get(t.key);
-        if (host) this.arena.write(pending, host.bytes);
-        else {
-          this.arena.fill(pending, t.byteLength, (into) => this.#options.readTensor(t, into));
-          diskBytes += t.byteLength;
-        }
-        this.#device.set(t.key, { block: pending, byteLength: t.byteLength, refs: 1 });
-        placed.push(t.key);
-        pending = null;
-      }
+      const missing = this.#claimPresent(model, load);
+      const needed = missing.reduce((sum, t) => sum + alignUp(t.byteLength), 0);
+      const evicted = this.#makeRoom(model, needed);
+      const copied = this.#copyIn(missing, load);
       this.arena.flush();
+      loaded = { needed, evicted, ...copied };
     } catch (err) {
-      // Copies already issued may still read their sources (pinned host buffers the caller may
-      // let go of next): wait for them before anything is given back.
-      try {
-        this.arena.flush();
-      } catch {
-        // The device failed: no copy of it is still running.
-      }
-      if (pending) this.arena.release(pending);
-      for (const key of placed) this.#unref(key);
-      for (const key of claimed) this.#unref(key);
+      this.#undo(load);
       throw err;
     }
     model.resident = true;
     model.epoch = ++this.#epochs;
-    compactedBytes += this.#loaded();
     return {
       hit: false,
-      loadedBytes: needed,
-      diskBytes,
+      loadedBytes: loaded.needed,
+      diskBytes: loaded.diskBytes,
       loadMs: performance.now() - started,
-      evicted,
-      compactedBytes,
+      evicted: loaded.evicted,
+      compactedBytes: loaded.compactedBytes + this.#loaded(),
       thrash: this.#thrash(now),
     };
+  }
+
+  /** A load's tensors already on the device, claimed (`load.claimed`); what is missing. */
+  #claimPresent(model: CachedModel, load: LoadClaims): TensorSource[] {
+    const missing: TensorSource[] = [];
+    for (const t of model.tensors.values()) {
+      const onDevice = this.#device.get(t.key);
+      if (onDevice) {
+        onDevice.refs++;
+        load.claimed.push(t.key);
+      } else missing.push(t);
+    }
+    return missing;
+  }
+
+  /** Evict least recently used models until `needed` bytes are free; refused with the figures when they cannot be. */
+  #makeRoom(model: CachedModel, needed: number): Id[] {
+    const evicted: Id[] = [];
+    if (this.arena.free < needed) {
+      for (const [victimInstance, victim] of this.#lru(model)) {
+        if (this.arena.free >= needed) break;
+        if (this.#freeable(victim) === 0) continue; // evicting it would free nothing
+        this.#evict(victimInstance, victim);
+        evicted.push(victimInstance);
+      }
+    }
+    if (this.arena.free < needed) {
+      const pinned = [...this.#models.values()].filter((m) => m.resident && m.residency === 'device').reduce((sum, m) => sum + m.bytes, 0);
+      throw errors.weightsTooLarge(model.name, model.bytes, this.arena.capacity, pinned);
+    }
+    return evicted;
+  }
+
+  /** Copy the missing tensors into the arena (compacting it when the free space is in pieces), from host RAM or disk. */
+  #copyIn(missing: TensorSource[], load: LoadClaims): { compactedBytes: number; diskBytes: number } {
+    let compactedBytes = 0;
+    let diskBytes = 0;
+    for (const t of missing) {
+      load.pending = this.arena.alloc(t.byteLength);
+      if (!load.pending) {
+        compactedBytes += this.#compact();
+        load.pending = this.arena.alloc(t.byteLength) as Block;
+      }
+      const block = load.pending;
+      const host = this.#host.get(t.key);
+      if (host) this.arena.write(block, host.bytes);
+      else {
+        this.arena.fill(block, t.byteLength, (into) => this.#options.readTensor(t, into));
+        diskBytes += t.byteLength;
+      }
+      this.#device.set(t.key, { block, byteLength: t.byteLength, refs: 1 });
+      load.placed.push(t.key);
+      load.pending = null;
+    }
+    return { compactedBytes, diskBytes };
+  }
+
+  /** A load that failed part way: every claim it made given back. */
+  #undo(load: LoadClaims): void {
+    // Copies already issued may still read their sources (pinned host buffers the caller may
+    // let go of next): wait for them before anything is given back.
+    try {
+      this.arena.flush();
+    } catch {
+      // The device failed: no copy of it is still running.
+    }
+    if (load.pending) this.arena.release(load.pending);
+    for (const key of load.placed) this.#unref(key);
+    for (const key of load.claimed) this.#unref(key);
   }
 
   /**

@@ -14,7 +14,6 @@ const MAX_LINES = 80;
 /** file:name -> the most lines it may have, and why it is still long. */
 const STILL_LONG = new Map([
   ['src/protocol/json-reader.ts:#skip', { lines: 99, why: 'a JSON scanner\'s state machine, one case per token, kept whole so it stays a loop without calls' }],
-  ['src/actors/device/weight-cache.ts:ensureResident', { lines: 93, why: 'the cold path: to split with the device worker (issue 53 item 5)' }],
 ]);
 
 /**
