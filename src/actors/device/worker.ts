@@ -8,10 +8,10 @@
  * thread hands it the plain inferences it routes itself over a door of its
  * own (edge-doors.ts), and hook threads their preprocessed inputs over theirs.
  *
- * This file is the inbox and the dispatch loop: admit everything in the inbox
- * (control calls are answered here, in arrival order; requests join their
- * model's queue), then run one batch (execution.ts), then yield to the event
- * loop. A run goes on a libuv thread (native/ort.ts), so this thread takes
+ * This file wires the parts and says what each step of the dispatch loop
+ * (pump.ts) does: admit everything in the inbox (control calls are answered
+ * here, in arrival order; requests join their model's queue), then run one
+ * batch (execution.ts), then yield to the event loop. A run goes on a libuv thread (native/ort.ts), so this thread takes
  * messages while it lasts: requests that arrive during the run are admitted
  * and coalesce into the next batch, and a run whose requests have all been
  * cancelled is terminated. Nothing slow happens in the loop besides
@@ -33,6 +33,7 @@ import { Staging } from './staging.js';
 import { readTensor } from './executables.js';
 import { DeviceModels } from './models.js';
 import { EdgeDoors } from './edge-doors.js';
+import { DevicePump } from './pump.js';
 import { exitArmed, exitIfAsked, holdLoad, loadsMayBeHeld, neverStart } from './fault-injection.js';
 import { HookFeeds, MAIN_LINK } from './hook-feeds.js';
 import { RegionMappings } from './regions.js';
@@ -201,7 +202,7 @@ function shedError(request: InferCommand, reason: ShedReason): StowageError {
 
 /** Requests whose inputs come from a preprocess hook, matched with them whichever comes first (hook-feeds.ts). */
 const feeds = new HookFeeds({
-  ready: (cmd) => inbox.push(cmd),
+  ready: (cmd) => pump.push(cmd),
   expect: (instance) => scheduler.expect(instance),
   arrived: (instance) => scheduler.arrived(instance),
 });
@@ -209,7 +210,7 @@ const feeds = new HookFeeds({
 /** A hook thread's door (see HookFeed): the inputs of each request it preprocessed for this device. */
 function openDoor(door: MessagePort): void {
   door.on('message', (fed: HookInputs) => {
-    if (feeds.inputs(fed)) pumpSoon();
+    if (feeds.inputs(fed)) pump.soon();
   });
   door.unref(); // a door never keeps this thread alive
 }
@@ -224,80 +225,27 @@ function cancelRunning(id: number): void {
   if (running.ids.size === 0) running.session.terminate();
 }
 
-/** Messages not yet admitted, in arrival order. */
-const inbox: (InferCommand | DeviceCall)[] = [];
-let pumping = false;
-const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
-
-/**
- * Pump once the event loop has delivered everything that is waiting: inputs from several hook
- * threads arrive on several doors, one message each, and pumping at the first would run it alone.
- */
-let pumpScheduled = false;
-function pumpSoon(): void {
-  if (pumpScheduled) return;
-  pumpScheduled = true;
-  setImmediate(() => {
-    pumpScheduled = false;
-    void pump();
-  });
-}
-
-/**
- * A queue held for rows on their way (scheduler.ts) is looked at again when they arrive, and at
- * the latest when its hold ends: one timer for the earliest end.
- */
-let wake: { atMs: number; timer: NodeJS.Timeout } | null = null;
-function wakeAt(atMs: number): void {
-  if (wake && wake.atMs <= atMs) return;
-  if (wake) clearTimeout(wake.timer);
-  wake = {
-    atMs,
-    timer: setTimeout(() => {
-      wake = null;
-      void pump();
-    }, Math.max(0, atMs - nowMs())),
-  };
-}
-
-async function pump(): Promise<void> {
-  if (pumping) return;
-  pumping = true;
-  try {
-    for (;;) {
-      while (inbox.length) {
-        const msg = inbox.shift()!;
-        if (msg.type === 'infer') admit(msg);
-        else await answer(msg.type, msg);
-      }
-      const { batch, shed, heldUntilMs } = scheduler.next();
-      for (const s of shed) fail(s.request.id, shedError(s.request, s.reason));
-      if (batch.length === 0) {
-        if (heldUntilMs !== undefined) wakeAt(heldUntilMs);
-        break;
-      }
-      if (exitArmed) exitIfAsked();
-      const injected = injectedPoison(init.deviceId);
-      if (injected) service.takeOut(injected);
-      const refused = service.refusal;
-      if (refused) {
-        for (const t of batch) fail(t.id, refused);
-        continue;
-      }
-      await execute(batch, execution);
-      await yieldToEventLoop();
-    }
-  } finally {
-    pumping = false;
-  }
-}
+/** The dispatch loop (pump.ts): the inbox, admitted in order, then one batch per turn. */
+const pump = new DevicePump({
+  admit,
+  answer: (call) => answer(call.type, call),
+  next: () => scheduler.next(),
+  shed: (request, reason) => fail(request.id, shedError(request, reason)),
+  refusal: () => {
+    if (exitArmed) exitIfAsked();
+    const injected = injectedPoison(init.deviceId);
+    if (injected) service.takeOut(injected);
+    return service.refusal;
+  },
+  fail,
+  run: (batch) => execute(batch, execution),
+  unqueue: (id) => scheduler.cancel(id) !== undefined,
+  cancelRunning,
+});
 
 /** Drop request `id`: queued, removed and never run; running, it finishes and its answer is dropped. */
 function cancel(id: number): void {
-  if (feeds.cancel(id)) return;
-  const at = inbox.findIndex((m) => m.type === 'infer' && m.id === id);
-  if (at >= 0) inbox.splice(at, 1);
-  else if (!scheduler.cancel(id)) cancelRunning(id);
+  if (!feeds.cancel(id)) pump.cancel(id);
 }
 
 /**
@@ -307,8 +255,8 @@ function cancel(id: number): void {
  */
 const doors = new EdgeDoors({
   admit: (cmd, link, linkId) => {
-    if (!feeds.command(cmd, link, linkId)) inbox.push(cmd);
-    pumpSoon();
+    if (!feeds.command(cmd, link, linkId)) pump.push(cmd);
+    pump.soon();
   },
   cancel,
   hookDoor: openDoor,
@@ -319,7 +267,7 @@ const doors = new EdgeDoors({
 // All of it joins the inbox before the loop runs, so that requests that came together can run together.
 port.on('message', (messages: ToDevice[]) => {
   for (const msg of messages) receive(msg);
-  if (inbox.length) void pump();
+  if (pump.waiting) void pump.pump();
 });
 
 function receive(msg: ToDevice): void {
@@ -334,7 +282,7 @@ function receive(msg: ToDevice): void {
       cancel(msg.id);
       return;
     case 'infer':
-      if (!feeds.command(msg, MAIN_LINK, msg.id)) inbox.push(msg);
+      if (!feeds.command(msg, MAIN_LINK, msg.id)) pump.push(msg);
       return;
     case 'hookDoor':
       openDoor(msg.port);
@@ -350,7 +298,7 @@ function receive(msg: ToDevice): void {
     case 'compact':
     case 'prefetch':
     case 'openCudaRegion':
-      inbox.push(msg);
+      pump.push(msg);
       return;
     case 'reports':
       // Not queued: what this thread reported is posted already (execution reports go as they are made).
