@@ -23,7 +23,8 @@ import { modelOf, type InstanceKey, type ModelSpec } from '../shared/model-spec.
 import type { FillPolicy, GatewayMode } from '../shared/config-schema.js';
 import type { Compiler } from '../actors/compiler/handle.js';
 import type { HostWeights } from './host-weights.js';
-import type { DeviceHandle, HookFeedTarget } from '../actors/device/handle.js';
+import type { DeviceHandle } from '../actors/device/handle.js';
+import type { HookFeedTarget } from '../shared/channels/device.js';
 import type { InstanceStatus, ModelPolicyUpdate, Residency } from '../shared/channels/device.js';
 import type { InferenceRequest, InferenceResult, RegionSlice } from '../shared/channels/inference.js';
 import type { EdgePlacement } from '../shared/channels/edge.js';

@@ -2,7 +2,7 @@
  * What each KServe V2 operation (and Triton's extensions) answers on a node, on the main thread:
  * plain functions of the request (shared/operations.ts), which every edge calls, the gRPC table
  * (protocol/grpc-services.ts) and the REST routes (protocol/rest-routes.ts) alike, in this thread
- * or from an edge thread. Inferences go through the pipeline (pipeline.ts) instead.
+ * or from an edge thread. Inferences take the request path (shared/request-path.ts) instead.
  */
 import { CUDA_IPC_HANDLE_BYTES, MODEL_VERSION, SERVER_EXTENSIONS, SERVER_NAME } from '../shared/constants.js';
 import { errors } from '../shared/errors.js';

@@ -11,7 +11,7 @@
  * the pipeline's (shared/request-check.ts), for every protocol alike.
  *
  * The copies a request's bytes go through, end to end, are tabled at the top of
- * node/pipeline.ts; this file makes the typed contents' conversion.
+ * shared/request-path.ts; this file makes the typed contents' conversion.
  */
 import { byDatatype, DATATYPES, type DtypeInfo } from '../shared/dtypes.js';
 import { errors, quote, quoteShape } from '../shared/errors.js';

@@ -398,8 +398,8 @@ export const nodeConfigSchema = {
             // Seconds in-flight requests get to finish after SIGTERM/SIGINT before the server exits anyway.
             shutdown_grace_seconds: { type: 'number', minimum: 0, maximum: MAX_TIMER_SECONDS, default: 30 },
             // Threads that terminate gRPC and REST beside the main thread, on the same ports (the
-            // kernel spreads connections over them): each decodes, admits and encodes, and hands
-            // inferences to the pipeline. 0: the main thread alone. auto: none below 4 cores, else
+            // kernel spreads connections over them): each decodes, admits and encodes, and runs the
+            // request path itself. 0: the main thread alone. auto: none below 4 cores, else
             // one per 4 cores, at most 8 (config/edges.ts; docs/performance.md says why).
             edge_threads: { anyOf: [{ const: 'auto' }, { type: 'integer', minimum: 0, maximum: 64 }], default: 'auto' },
           },

@@ -1,15 +1,15 @@
 /**
- * The data plane: one inference as every edge hands it to the pipeline, whatever protocol it came
+ * The data plane: one inference as every edge hands it to the request path, whatever protocol it came
  * in by, and how the edge says where the outputs go. KServe's data plane has one request type for
  * its two protocols; Triton's core takes one InferenceRequest and a response allocator from the
- * front end. These are Stowage's, all of them data, so that they cross threads (an edge thread
- * hands them to the main thread's pipeline as they are). The edges (protocol/: gRPC's codec.ts, REST's rest-tensors.ts)
- * decode into a DataPlaneRequest and encode from the answer; the pipeline (node/pipeline.ts) and
- * everything behind it read only these types, never a protocol's.
+ * front end. These are Stowage's, all of them data, so that they cross threads (an edge hands one
+ * it does not take to the main thread's path as it is). The edges (protocol/: gRPC's codec.ts,
+ * REST's rest-tensors.ts) decode into a DataPlaneRequest and encode from the answer; the path
+ * (request-path.ts) and everything behind it read only these types, never a protocol's.
  *
- * What the edge settles before the pipeline sees a request: the protocol's own framing (which raw
+ * What the edge settles before the path sees a request: the protocol's own framing (which raw
  * bytes belong to which input, typed values converted into bytes, parameters read by their
- * protocol types, shared-memory parameters as a `RegionRef`). What the pipeline checks against
+ * protocol types, shared-memory parameters as a `RegionRef`). What the path checks against
  * the model (shared/request-check.ts): names, datatypes, shapes, byte sizes, batch sizes, regions.
  */
 import type { TensorSpec } from './model-spec.js';
@@ -134,7 +134,7 @@ export interface InferOptions {
   admitted?: Admitted;
 }
 
-/** The pipeline as an edge sees it, in its thread or another. */
+/** The request path as an edge sees it, in its thread or another. */
 export type Infer = (request: DataPlaneRequest, options: InferOptions) => Promise<InferenceAnswer>;
 
 /**

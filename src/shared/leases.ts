@@ -1,7 +1,7 @@
 /**
  * Model leases that edge threads take without asking the main thread: the path on an
  * edge (actors/edge/edge-path.ts) runs a request itself, and the model's unload or
- * the end of its reload must still wait for it, as for a request the main thread's pipeline holds
+ * the end of its reload must still wait for it, as for a request the main thread's path holds
  * (node/model-registry.ts). One SharedArrayBuffer, updated with atomic operations:
  *
  * - a state word per slot: the tag of the loaded instance the slot stands for while it is open

@@ -5,7 +5,7 @@
  * a meta model's sub-calls are checked here alike; what is a protocol's (its framing, its
  * parameter types) the edge settled before (protocol/codec.ts, protocol/rest-tensors.ts).
  *
- * The copies a request's bytes go through, end to end, are tabled at the top of pipeline.ts; this
+ * The copies a request's bytes go through, end to end, are tabled at the top of request-path.ts; this
  * file makes the small message's (`inlineData`).
  */
 import type { ModelSpec, TensorSpec } from './model-spec.js';
@@ -43,8 +43,8 @@ export function sliceOf(what: string, name: string, region: SliceableRegion, off
 }
 
 /**
- * A request checked: the tensors of the InferenceRequest it becomes (the pipeline adds the
- * instance, the deadline and the placement), and what else the pipeline reads of it.
+ * A request checked: the tensors of the InferenceRequest it becomes (the path adds the
+ * instance, the deadline and the frame), and what else the path reads of it.
  */
 export interface CheckedRequest extends Pick<InferenceRequest, 'inputs' | 'rows' | 'outputs' | 'outputRegions'> {
   /** Rows in this request as statistics count them (0 for an unbatched model; `rows` is then 1). */

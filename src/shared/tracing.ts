@@ -34,8 +34,6 @@ import type { Logger } from 'pino';
 import type { ExecutionTiming } from './channels/inference.js';
 import type { TraceCarrier } from './data-plane.js';
 
-export type { TraceCarrier };
-
 let enabled = false;
 let shutdown: (() => Promise<void>) | null = null;
 

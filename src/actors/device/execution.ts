@@ -13,7 +13,7 @@
  * their own: a lone request's are ONNX Runtime's outputs (or views of them),
  * a coalesced request's rows are copied out of the batch's. A lone request's
  * shared-memory outputs are computed by ONNX Runtime into the region itself.
- * Every copy is tabled at the top of node/pipeline.ts.
+ * Every copy is tabled at the top of shared/request-path.ts.
  */
 import type { FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
 import { nowMs, type InferenceResult, type RegionSlice, type WireTensor } from '../../shared/channels/inference.js';

@@ -54,7 +54,6 @@ export enum DeviceState {
   OUT_OF_SERVICE = 'OUT_OF_SERVICE',
 }
 
-export type { HookFeedTarget };
 
 /** The owner of every model's policy (node/model-policies.ts), as a device handle reads it. */
 export interface PolicySource {

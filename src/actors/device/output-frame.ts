@@ -15,7 +15,7 @@ export function frameOutputs(outputs: readonly WireTensor[], frame: OutputFrame)
   let at = frame.headroom;
   const views = outputs.map((t) => {
     at += frame.gap;
-    framed.set(t.data, at); // copy: an output into the frame its edge asked for (the pipeline's table counts it)
+    framed.set(t.data, at); // copy: an output into the frame its edge asked for (the path's table counts it)
     const data = framed.subarray(at, at + t.data.byteLength);
     at += t.data.byteLength;
     return { ...t, data };

@@ -84,7 +84,7 @@ function tookFault(file: string): boolean {
 /**
  * The request's inline bytes, each in a buffer the main thread may own: bytes the request owns go
  * as they are (their buffers transferred once); others (a small gRPC message in Node's shared
- * pool) are copied into a buffer of their own first, the copy the pipeline would make otherwise.
+ * pool) are copied into a buffer of their own first, the copy the path would make otherwise.
  */
 function handedOver(request: DataPlaneRequest): ArrayBuffer[] {
   const transfer = new Set<ArrayBuffer>();
@@ -102,8 +102,8 @@ function handedOver(request: DataPlaneRequest): ArrayBuffer[] {
 }
 
 /**
- * A device through this thread's door when the request takes the direct path; else the pipeline, on
- * the main thread: the request goes there, its answer comes back here.
+ * The request path on this edge (edge-path.ts) when it takes the request; else the main thread's
+ * path: the request goes there, its answer comes back here.
  */
 const infer: Infer = async (request, options) => {
   if (faultExitFile && existsSync(faultExitFile) && tookFault(faultExitFile)) {

@@ -142,7 +142,7 @@ export type FromEdge =
   | { type: 'listening'; ports: { grpc: number; http: number } }
   /** An operation of shared/operations.ts by name with its request, answered `reply` or `failed`. */
   | ({ type: 'call'; id: number } & OperationCall)
-  /** An inference for the pipeline, its inline buffers transferred; answered `answer` or `failed`. */
+  /** An inference the edge does not take, for the main thread's path, its inline buffers transferred; answered `answer` or `failed`. */
   | { type: 'infer'; id: number; request: DataPlaneRequest; options: Omit<InferOptions, 'signal'> }
   /** The client of inference `id` went away: cancel it. */
   | { type: 'cancel'; id: number }

@@ -1,7 +1,7 @@
 /**
  * One inference, as it crosses threads: the request the main thread hands a device actor (and a
  * hook thread feeds), and the result that comes back. Defined here once; the device channel
- * (device.ts) carries them, the hook channel (hooks.ts) carries their tensors. The pipeline makes
+ * (device.ts) carries them, the hook channel (hooks.ts) carries their tensors. The request path makes
  * them from the data plane's request (data-plane.ts), which the edges decode their protocols into.
  * Nothing here knows protobuf.
  *

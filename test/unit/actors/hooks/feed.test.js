@@ -57,7 +57,7 @@ async function setup(t) {
    * @param {{ signal?: AbortSignal, hookTensor?: import('../../../../dist/shared/channels/inference.js').WireTensor }} [options]
    */
   const infer = async (tensor, { signal, hookTensor = tensor } = {}) => {
-    /** @type {import('../../../../dist/actors/device/handle.js').HookFeedTarget | undefined} */
+    /** @type {import('../../../../dist/shared/channels/device.js').HookFeedTarget | undefined} */
     let target;
     const executed = device.infer(request(tensor.shape[0]), signal, (where) => { target = where; });
     executed.catch(() => {});
@@ -110,7 +110,7 @@ test('a request cancelled before its inputs arrive settles at once; the inputs t
   const { device, pool, hooks, infer } = await setup(t);
   await infer(image(0, 1)); // this thread has a door now
   const abandon = new AbortController();
-  /** @type {import('../../../../dist/actors/device/handle.js').HookFeedTarget | undefined} */
+  /** @type {import('../../../../dist/shared/channels/device.js').HookFeedTarget | undefined} */
   let target;
   const executed = device.infer(request(1), abandon.signal, (where) => { target = where; });
   const to = present(target, 'where the hook sends the inputs');
