@@ -14,7 +14,7 @@
 // to the main thread, whose CPU per request there the issue holds as low as a plain request's.
 //
 //   npm run build && node bench/edges.js [--quick] [--edges 0,auto,1,2] [--only 64B,600KiB,8MiB,hooked,shm]
-//                                        [--protocols grpc,http] [--concurrency 1,16,64]
+//                                        [--protocols grpc,http] [--concurrency 1,16,64] [--scale 1]
 //
 // perf_analyzer is installed by tools/install-perf-analyzer.sh (into .toolchain/). The machine is
 // shared and noisy: compare the rows of one run, not runs of different days.
@@ -35,6 +35,9 @@ const { values: args } = parseArgs({
     only: { type: 'string', default: '64B,600KiB,8MiB' },
     protocols: { type: 'string', default: 'grpc,http' },
     concurrency: { type: 'string', default: '1,16,64' },
+    // Requests per point times this: /proc counts CPU in 10 ms ticks, so a main thread that spends a
+    // few µs per request needs tens of thousands of requests to be told apart (--scale 10).
+    scale: { type: 'string', default: '1' },
   },
 });
 if (!existsSync(PERF_ANALYZER)) {
@@ -101,7 +104,7 @@ try {
       const payload = PAYLOADS[name];
       if (payload.grpcOnly && protocol !== 'grpc') continue;
       for (const concurrency of concurrencies) {
-        const requests = Math.max(args.quick ? payload.requests / 4 : payload.requests, concurrency * 4);
+        const requests = Math.round(Math.max(args.quick ? payload.requests / 4 : payload.requests, concurrency * 4) * Number(args.scale));
         // perf_analyzer's HTTP client has crashed now and then at concurrency 64 (a curl error, then
         // a segfault): a point is tried twice, and one that fails twice is reported as failed.
         const once = (address) => perfAnalyzer(address, { model: payload.model, batch: payload.batch, concurrency, requests, protocol, ...(payload.sharedMemory ? { sharedMemory: payload.sharedMemory, outputBytes: payload.outputBytes } : {}) });
@@ -119,7 +122,7 @@ try {
         if (protocol === 'grpc' && !payload.sharedMemory) results.push({ name: echo.name, setting: null, ...(await point(echo.address)) });
         const base = results.find((r) => r.setting === 0)?.rps;
         for (const r of results) {
-          const cpu = r.mainUs === undefined ? '' : `${fmt(r.mainUs).padStart(5)}/${fmt(r.processUs)}`;
+          const cpu = r.mainUs === undefined ? '' : `${fmt(r.mainUs, 1).padStart(5)}/${fmt(r.processUs)}`;
           console.log(`${name.padEnd(9)} ${String(concurrency).padStart(4)}  ${r.name.padEnd(17)} ${fmt(r.rps).padStart(7)} ${fmt(r.p50).padStart(8)} ${fmt(r.p99).padStart(8)}   ${(base ? fmt(r.rps / base, 2) : '-').padEnd(9)}   ${cpu}${r.failed ? `  perf_analyzer failed twice: ${r.failed}` : ''}`);
           rows.push({ protocol, payload: name, concurrency, ...r });
         }

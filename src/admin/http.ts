@@ -19,7 +19,7 @@ export interface AdminContext {
   metrics: () => Promise<{ contentType: string; text: string }>;
 }
 
-/** `registry`'s exposition, after `settle` (a node: every execution report its devices posted before the scrape heard first). */
+/** `registry`'s exposition, after `settle` (a node: every execution its devices answered before the scrape reported first). */
 export function registryMetrics(registry: Registry, settle: () => Promise<void> = async () => undefined): AdminContext['metrics'] {
   return async () => {
     await settle();

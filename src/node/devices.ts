@@ -115,7 +115,7 @@ export class Devices {
     }
   }
 
-  /** Resolves once every device's execution reports posted before now are heard (statistics read after it count them). */
+  /** Resolves once every device has reported every execution it answered before now (statistics read after it count them). */
   async reported(): Promise<void> {
     await Promise.all(this.handles.map((d) => d.reported()));
   }

@@ -146,6 +146,15 @@ export class Metrics {
     this.#sharing.set(labels, memory.residentBytes > 0 ? memory.logicalBytes / memory.residentBytes : 1);
   }
 
+  /** Executions of `model` whose weights were on the device already (a device's report sums them). */
+  recordWeightHits(model: string, hits: number): void {
+    if (hits === 0) return;
+    this.#weightHits.inc({ model }, hits);
+    let traffic = this.#weightTraffic.get(model);
+    if (!traffic) this.#weightTraffic.set(model, (traffic = { hits: 0, misses: 0 }));
+    traffic.hits += hits;
+  }
+
   /** A model's weight-cache hits and misses so far, over every device. */
   weightTraffic(model: string): { hits: number; misses: number } {
     return this.#weightTraffic.get(model) ?? { hits: 0, misses: 0 };
@@ -295,12 +304,12 @@ function deviceMetrics(statistics: Statistics, registers: Registry[]): void {
     name: 'stowage_device_batch_rows', help: 'Rows per execution (sum/count is the average batch size)', labelNames: ['device'],
     buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers,
   });
-  // A histogram keeps buckets, not a total: it is observed per execution (cached per device, so no label hashing).
+  // A histogram keeps buckets, not a total: it is observed once per execution a report sums (cached per device, so no label hashing).
   const rowsOf = new Map<number, ReturnType<Histogram['labels']>>();
-  statistics.onBatchRows = (device, rows) => {
+  statistics.onBatchRows = (device, rows, executions) => {
     let child = rowsOf.get(device);
     if (!child) rowsOf.set(device, (child = batchRows.labels({ device: String(device) })));
-    child.observe(rows);
+    for (let i = 0; i < executions; i++) child.observe(rows);
   };
 }
 

@@ -356,9 +356,12 @@ export class StowageServer {
       warmup: w.runtime.warmup === 'on' || (w.runtime.warmup === 'auto' && backend === 'cuda'),
       hostWeights: this.hostWeights,
       logger: this.#logger,
-      onExecution: (model, timing, queued) => {
-        this.statistics.recordExecution(model, w.deviceId, timing, queued);
-        this.#devices?.recordExecution(model, timing.computeInferNs);
+      onExecutions: (report) => {
+        this.statistics.recordExecutions(w.deviceId, report);
+        for (const m of report.models) {
+          this.metrics.recordWeightHits(m.model, m.weightHits);
+          this.#devices?.recordExecution(m.model, m.batches.reduce((ns, b) => ns + b.computeInferNs, 0));
+        }
       },
       onWeights: (model, load, memory) => this.metrics.recordWeights(w.deviceId, model, load, memory),
       onCompiled: (files, hits) => this.metrics.recordCompiles(files, hits),

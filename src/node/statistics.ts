@@ -18,6 +18,7 @@
  */
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { ExecutionTiming } from '../shared/channels/inference.js';
+import type { ExecutionReport } from '../shared/channels/device.js';
 import type { ErrorCode } from '../shared/errors.js';
 import { failureReason, type FailureReason } from '../shared/failure-reason.js';
 import type { RequestCounters, SlotCounts } from '../shared/request-counters.js';
@@ -48,6 +49,10 @@ const add = (d: Duration, ns: number) => {
   d.count++;
   d.ns += ns;
 };
+const addMany = (d: Duration, count: number, ns: number) => {
+  d.count += count;
+  d.ns += ns;
+};
 const duration = (d: Duration) => ({ count: d.count, ns: Math.round(d.ns) });
 
 /** Per-device totals of executions (stowage_device_*). */
@@ -66,8 +71,8 @@ export class Statistics {
   #edges: { counters: RequestCounters; slots: () => Iterable<[model: string, slot: number]> } | null = null;
   /** Requests the edges sent to each device, per model, from slots folded already. */
   readonly #edgeRoutes = new Map<string, Map<number, number>>();
-  /** Rows of each execution, for the batch-size histogram (set by the metrics; none without them). */
-  onBatchRows: ((device: number, rows: number) => void) | undefined;
+  /** Rows per execution, for the batch-size histogram: `executions` ran with `rows` rows (set by the metrics; none without them). */
+  onBatchRows: ((device: number, rows: number, executions: number) => void) | undefined;
 
   /** Count the edges' requests too: `slots` lists every lease slot in use and its model. */
   shareCounters(counters: RequestCounters, slots: () => Iterable<[model: string, slot: number]>): void {
@@ -133,22 +138,28 @@ export class Statistics {
     return c;
   }
 
-  /** Once per execution, whatever the number of requests in it. */
-  recordExecution(model: string, device: number, timing: ExecutionTiming, queued: number): void {
+  /**
+   * A device's executions since its last report (actors/device/execution-tally.ts): each counts
+   * once, whatever the number of requests in it.
+   */
+  recordExecutions(device: number, report: ExecutionReport): void {
     let d = this.#devices.get(device);
     if (!d) this.#devices.set(device, (d = { executions: 0, busyNs: 0, queued: 0 }));
-    d.executions++;
-    d.busyNs += timing.computeInferNs;
-    d.queued = queued;
-    this.onBatchRows?.(device, timing.batchRows);
-    const c = this.#of(model);
-    c.executionCount++;
-    const size = Math.max(timing.executedBatchSize, 1);
-    let b = c.batches.get(size);
-    if (!b) c.batches.set(size, (b = { computeInput: zero(), computeInfer: zero(), computeOutput: zero() }));
-    add(b.computeInput, timing.computeInputNs);
-    add(b.computeInfer, timing.computeInferNs);
-    add(b.computeOutput, timing.computeOutputNs);
+    d.executions += report.executions;
+    d.busyNs += report.busyNs;
+    d.queued = report.queued;
+    if (this.onBatchRows) for (const [rows, executions] of report.rows) this.onBatchRows(device, rows, executions);
+    for (const m of report.models) {
+      const c = this.#of(m.model);
+      c.executionCount += m.executions;
+      for (const batch of m.batches) {
+        let b = c.batches.get(batch.size);
+        if (!b) c.batches.set(batch.size, (b = { computeInput: zero(), computeInfer: zero(), computeOutput: zero() }));
+        addMany(b.computeInput, batch.count, batch.computeInputNs);
+        addMany(b.computeInfer, batch.count, batch.computeInferNs);
+        addMany(b.computeOutput, batch.count, batch.computeOutputNs);
+      }
+    }
   }
 
   recordSuccess(model: string, rows: number, totalNs: number, queueNs: number, timing: ExecutionTiming): void {

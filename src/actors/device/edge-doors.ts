@@ -8,14 +8,12 @@
  * coalesces with requests from the main thread and the other doors. It goes there under an id of
  * the device's own, negative (the main thread numbers its requests from 1 up), so that the
  * scheduler, cancellation and the run in flight know every request by one number. Its answer goes
- * back through the door it came by, under the edge's id; an execution's timing and what it did to
- * the weights still go to the main thread, which counts executions.
+ * back through the door it came by, under the edge's id; the execution itself is counted in the
+ * device's tally, which the main thread hears (execution-tally.ts).
  */
 import type { MessagePort } from 'node:worker_threads';
-import type { FromDevice, FromDeviceDoor, InferCommand, ToDeviceDoor } from '../../shared/channels/device.js';
+import type { ExecutionAnswers, FromDeviceDoor, InferCommand, ToDeviceDoor } from '../../shared/channels/device.js';
 import { toErrorData } from '../../shared/errors.js';
-
-type Executed = Extract<FromDevice, { type: 'executed' }>;
 
 interface Door {
   port: MessagePort;
@@ -29,7 +27,7 @@ interface Door {
  * The buffers `results`' outputs are views of, each once (a request's outputs may be views of one
  * of ONNX Runtime's): what is transferred with them.
  */
-function buffersOf(results: Executed['results']): ArrayBuffer[] {
+export function buffersOf(results: ExecutionAnswers['results']): ArrayBuffer[] {
   const buffers = new Set<ArrayBuffer>();
   for (const r of results) for (const o of r.outputs) if (!(o.data.buffer instanceof SharedArrayBuffer)) buffers.add(o.data.buffer as ArrayBuffer);
   return [...buffers];
@@ -120,13 +118,12 @@ export class EdgeDoors {
 
   /**
    * One execution's answers: each door's requests' go to their door, one message per door, their
-   * buffers with them; what is left for the main thread (its requests, the execution's report) is
-   * returned with the buffers that go with it.
+   * buffers with them; the main thread's requests' are returned.
    */
-  deliver(msg: Executed): { rest: Executed; transfer: ArrayBuffer[] } {
-    if (!msg.results.some((r) => EdgeDoors.isDoors(r.id))) return { rest: msg, transfer: buffersOf(msg.results) };
-    const mine: Executed['results'] = [];
-    const byDoor = new Map<Door, Executed['results']>();
+  deliver(msg: ExecutionAnswers): ExecutionAnswers['results'] {
+    if (!msg.results.some((r) => EdgeDoors.isDoors(r.id))) return msg.results;
+    const mine: ExecutionAnswers['results'] = [];
+    const byDoor = new Map<Door, ExecutionAnswers['results']>();
     for (const result of msg.results) {
       if (!EdgeDoors.isDoors(result.id)) {
         mine.push(result);
@@ -139,6 +136,6 @@ export class EdgeDoors {
       results.push({ ...result, id: request.id });
     }
     for (const [door, results] of byDoor) this.#post(door, { type: 'executed', results, timing: msg.timing }, buffersOf(results));
-    return { rest: { ...msg, results: mine }, transfer: buffersOf(mine) };
+    return mine;
   }
 }

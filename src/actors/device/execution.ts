@@ -15,7 +15,8 @@
  * shared-memory outputs are computed by ONNX Runtime into the region itself.
  * Every copy is tabled at the top of shared/request-path.ts.
  */
-import type { FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
+import type { ExecutionAnswers, FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
+import type { ExecutionOutcome } from './execution-tally.js';
 import { nowMs, type InferenceResult, type RegionSlice, type WireTensor } from '../../shared/channels/inference.js';
 import { errors, type StowageError } from '../../shared/errors.js';
 import type { CostModel } from './cost-model.js';
@@ -38,8 +39,13 @@ export interface ExecutionContext {
   regions: RegionMappings;
   /** Reused memory for joined and realigned inputs (free again once an execution ends). */
   staging: Staging;
-  /** To the main thread; an `executed` message's output buffers are transferred with each answer by the sender itself. */
-  send: (msg: FromDevice, transfer?: ArrayBuffer[]) => void;
+  /** To the main thread (warnings). */
+  send: (msg: FromDevice) => void;
+  /**
+   * An execution's answers, each to the thread its request came from with its output buffers
+   * transferred, and the execution counted (execution-tally.ts), in one synchronous step.
+   */
+  executed: (answers: ExecutionAnswers, outcome: ExecutionOutcome) => void;
   /** Answer one request with an error. */
   fail: (id: number, err: unknown) => void;
   /** Learned execution costs: a run expected shorter than `inlineRunBelowMs` runs on this thread. */
@@ -216,24 +222,17 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
     const t2 = process.hrtime.bigint();
     const results = answersOf(ctx, batch, model, outputs, run, started);
     const t3 = process.hrtime.bigint();
-    ctx.send({
-      type: 'executed',
-      model: model.spec.name,
-      instance,
-      results,
-      timing: {
-        computeInputNs: Number(t1 - t0),
-        computeInferNs: Number(t2 - t1),
-        computeOutputNs: Number(t3 - t2),
-        ...(load && !load.hit ? { weightLoadMs: load.loadMs } : {}),
-        batchRows: rows,
-        executedBatchSize: runBatch,
-        requests: batch.length,
-      },
-      queued: scheduler.queued,
-      load,
-      memory: load && !load.hit ? models.memory() : null,
-    }); // each request's output buffers go with its answer, to the main thread or its edge's door (worker.ts send)
+    const timing = {
+      computeInputNs: Number(t1 - t0),
+      computeInferNs: Number(t2 - t1),
+      computeOutputNs: Number(t3 - t2),
+      ...(load && !load.hit ? { weightLoadMs: load.loadMs } : {}),
+      batchRows: rows,
+      executedBatchSize: runBatch,
+      requests: batch.length,
+    };
+    // Each request's output buffers go with its answer, to the main thread or its edge's door (worker.ts).
+    ctx.executed({ type: 'executed', results, timing }, { model: model.spec.name, timing, queued: scheduler.queued, load, memory: load && !load.hit ? models.memory() : null });
     scheduler.charge(instance, Math.max(runBatch, 1), Number(t2 - t1) / 1e6);
   } catch (err) {
     const answer = verdict(ctx, err);

@@ -30,8 +30,8 @@ import { startWorker } from '../../shared/worker-start.js';
 import { ConsecutiveCrashes } from '../../shared/restarts.js';
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
-import type { CudaDeviceInit, DeviceCall, DeviceClient, HookFeedTarget, Executed, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HostUpdate, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
-import type { ExecutionTiming, InferenceRequest, InferenceResult, RegionSlice } from '../../shared/channels/inference.js';
+import type { CudaDeviceInit, DeviceCall, DeviceClient, HookFeedTarget, Executed, DeviceCalls, DeviceCallType, DeviceInit, ExecutionReport, FromDevice, HostUpdate, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
+import type { InferenceRequest, InferenceResult, RegionSlice } from '../../shared/channels/inference.js';
 import { inferOn, type DeviceLink } from '../../shared/device-infer.js';
 import { Outbox } from '../../shared/outbox.js';
 import { MAIN_LINK } from './hook-feeds.js';
@@ -91,8 +91,8 @@ export interface DeviceHandleOptions {
   onWeights?: (model: string, load: WeightLoad | null, memory: WeightMemory | null) => void;
   /** Told how many of a load's ONNX files the compile cache held already. */
   onCompiled?: (files: number, cacheHits: number) => void;
-  /** Told of every execution once (statistics count executions, not requests), with the requests still queued. */
-  onExecution?: (model: string, timing: ExecutionTiming, queued: number) => void;
+  /** Told of the device's executions, summed since its last report (statistics count executions from these alone). */
+  onExecutions?: (report: ExecutionReport) => void;
   /** Told once when the device is taken out of service, with why and the CUDA error that said so. */
   onOutOfService?: (deviceId: number, reason: string, cudaError: number) => void;
   /**
@@ -308,10 +308,13 @@ export class DeviceHandle implements DeviceClient {
       case 'started':
         return;
       case 'executed':
-        this.#crashes.healthy(); // it served (maybe only edges' requests, which come through their doors): the worker is healthy
+        this.#crashes.healthy(); // it served: the worker is healthy
         for (const { id, ...result } of msg.results) this.#pending.resolve<Executed>(id, { result, timing: msg.timing });
-        this.#options.onExecution?.(msg.model, msg.timing, msg.queued);
-        if (msg.load || msg.memory) this.#options.onWeights?.(msg.model, msg.load, msg.memory);
+        return;
+      case 'report':
+        this.#crashes.healthy(); // it served (maybe only edges' requests, which come through their doors)
+        this.#options.onExecutions?.(msg.report);
+        for (const { model, load, memory } of msg.report.loads) this.#options.onWeights?.(model, load, memory);
         return;
       case 'warning':
         this.#options.logger.warn(msg.fields, msg.message);
@@ -464,7 +467,7 @@ export class DeviceHandle implements DeviceClient {
   }
 
   /**
-   * Resolves once every execution report the worker posted before now has been heard (see
+   * Resolves once every execution the worker answered before now has been reported (see
    * DeviceCalls' `reports`); at once when the device does not serve (nothing more will report).
    */
   async reported(): Promise<void> {

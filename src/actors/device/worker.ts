@@ -20,7 +20,7 @@
  */
 import { DeviceService, injectedPoison } from './out-of-service.js';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
-import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, FromDevice, HookInputs, InferCommand, ToDevice } from '../../shared/channels/device.js';
+import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, ExecutionAnswers, FromDevice, HookInputs, InferCommand, ToDevice } from '../../shared/channels/device.js';
 import { nowMs } from '../../shared/channels/inference.js';
 import { allocateDeviceMemory, initOrt, processThreadPool } from '../../native/ort.js';
 import { gpuMemory, loadCuda, pinHost } from '../../native/cuda.js';
@@ -32,7 +32,8 @@ import { execute, type ExecutionContext } from './execution.js';
 import { Staging } from './staging.js';
 import { readTensor } from './executables.js';
 import { DeviceModels } from './models.js';
-import { EdgeDoors } from './edge-doors.js';
+import { buffersOf, EdgeDoors } from './edge-doors.js';
+import { ExecutionTally, type ExecutionOutcome } from './execution-tally.js';
 import { DevicePump } from './pump.js';
 import { exitArmed, exitIfAsked, holdLoad, loadsMayBeHeld, neverStart } from './fault-injection.js';
 import { HookFeeds, MAIN_LINK } from './hook-feeds.js';
@@ -57,17 +58,23 @@ const port = parentPort;
 const init = workerData as DeviceInit;
 const config = init.scheduler;
 
-/**
- * To the main thread. An execution's answers go with their outputs' buffers, each request's to
- * where it came from: the main thread, or the edge door it came through (edge-doors.ts).
- */
+/** To the main thread. */
 function send(msg: FromDevice, transfer: ArrayBuffer[] = []): void {
-  if (msg.type === 'executed') {
-    const { rest, transfer: mine } = doors.deliver(msg);
-    port.postMessage(rest, mine);
-    return;
-  }
   port.postMessage(msg, transfer);
+}
+
+/** Executions, summed until the main thread hears them (execution-tally.ts). */
+const tally = new ExecutionTally((report) => send({ type: 'report', report }));
+
+/**
+ * An execution's answers go with their outputs' buffers, each request's to where it came from: the
+ * main thread, or the edge door it came through (edge-doors.ts); the execution is tallied in the
+ * same step, so it is counted by any `reports` asked after its answers.
+ */
+function executed(answers: ExecutionAnswers, outcome: ExecutionOutcome): void {
+  const mine = doors.deliver(answers);
+  if (mine.length > 0) send({ type: 'executed', results: mine, timing: answers.timing }, buffersOf(mine));
+  tally.add(outcome);
 }
 
 function fail(id: number, err: unknown): void {
@@ -128,7 +135,7 @@ const models = new DeviceModels(init, scheduler, costs, weightCache, (message, f
 // In service until a run poisons the GPU's context (out-of-service.ts); then everything is refused.
 const service = new DeviceService(init.deviceId, cuda ? cuda.ordinal : null, (poisoned) => send({ type: 'outOfService', ...poisoned }));
 const regions = new RegionMappings(cuda ? cuda.ordinal : null);
-const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(init.cuda ? pinOrNot : undefined), send, fail, costs,
+const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(init.cuda ? pinOrNot : undefined), send, executed, fail, costs,
   // Backend cuda: every run on this thread. ONNX Runtime's CUDA provider keeps cuBLAS and cuDNN
   // state per session and per thread that runs it, for good: runs spread over libuv's threads held
   // 450 MiB of GPU memory per session, runs on one thread 130 (bench/gpu-session-memory.js, H200).
@@ -160,15 +167,20 @@ const calls: { [K in DeviceCallType]: (request: DeviceCall<K>) => Promise<Device
     regions.openCuda(msg.slice);
     return {};
   },
-  reports: () => ({}),
+  reports: () => ({}), // the tally goes just before the reply (answer)
 };
 
 async function answer<K extends DeviceCallType>(type: K, msg: DeviceCall<K>): Promise<void> {
   if (loadsMayBeHeld && type === 'load') await holdLoad(() => send({ type: 'warning', message: 'fault injection: a load is held', fields: { device: init.deviceId } }));
+  // Every reply comes after the tally of every execution answered before it (one port, in order):
+  // whatever the main thread reads after a reply counts them.
+  tally.flush();
   const refused = service.refusal;
   if (refused) return fail(msg.id, refused);
   try {
-    send({ type: 'reply', id: msg.id, reply: await calls[type](msg) });
+    const reply = await calls[type](msg);
+    tally.flush();
+    send({ type: 'reply', id: msg.id, reply });
   } catch (err) {
     fail(msg.id, err);
   }
@@ -301,7 +313,7 @@ function receive(msg: ToDevice): void {
       pump.push(msg);
       return;
     case 'reports':
-      // Not queued: what this thread reported is posted already (execution reports go as they are made).
+      // Not queued: answered at once, after the tally (answer).
       void answer('reports', msg);
       return;
     default: {

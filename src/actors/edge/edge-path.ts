@@ -1,8 +1,8 @@
 /**
  * The request path on an edge thread: the one path (shared/request-path.ts), standing on this
  * edge's own rooms, so that a request off the wire reaches the device, and its answer the wire,
- * without the main thread. The main thread only reads what the edge counted, and hears each
- * execution's report from the device.
+ * without the main thread. The main thread only reads what the edge counted, and hears the
+ * device's executions summed (actors/device/execution-tally.ts).
  *
  *   [edge: decode] -> lease (shared memory, on the route the main thread sent) -> check -> route
  *     -> [preprocess, on this edge's hook thread, which feeds the device through its own door]

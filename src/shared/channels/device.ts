@@ -101,8 +101,8 @@ export interface WarmupOutcome {
 
 /**
  * What making a model resident cost in weight traffic (a hit costs nothing): the weight cache's
- * answer on the device (`Evicted`: the instances it evicted), and what one execution reports to
- * the main thread (the models evicted, by name).
+ * answer on the device (`Evicted`: the instances it evicted), and what a cold execution reports
+ * to the main thread (ExecutionReport's `loads`: the models evicted, by name).
  */
 export interface WeightLoad<Evicted extends string = string> {
   hit: boolean;
@@ -230,10 +230,10 @@ export interface DeviceCalls {
   /** Open a CUDA shared-memory region's IPC handle on this device's GPU (its registration waits for it). */
   openCudaRegion: { request: { slice: RegionSlice }; reply: Record<string, never> };
   /**
-   * Answered at once, not queued: every execution report the device posted before it reaches the
-   * main thread before this reply (one port, in order). A reader of statistics asks it first, so
-   * that a request an edge answered (its door's result is posted just before its execution's
-   * report) is counted with its execution by the time the read is answered.
+   * Answered at once, not queued: the device posts its ExecutionReport of everything run so far
+   * just before this reply (one port, in order). A reader of statistics asks it first, so that a
+   * request answered before the read (the execution is tallied as its answer is posted) is counted
+   * with its execution by the time the read is answered.
    */
   reports: { request: Record<string, never>; reply: Record<string, never> };
 }
@@ -281,13 +281,47 @@ export type ToDeviceDoor =
   | { type: 'hookDoor'; port: MessagePort };
 
 /**
- * device actor -> edge thread, over the door: the share of one execution of the requests that
- * edge sent (the execution itself, its timing and what it did to the weights, is reported to the
- * main thread, FromDevice's `executed`), or one of them failed.
+ * One execution's answers to one thread (the main thread, or an edge over its door): the results
+ * of the requests that thread sent, each with its buffers, and the execution's timing. The
+ * execution itself is counted in the device's next `ExecutionReport`.
  */
-export type FromDeviceDoor =
-  | { type: 'executed'; results: ({ id: number } & Omit<InferenceResult, 'timing'>)[]; timing: ExecutionTiming }
-  | { type: 'failed'; id: number; error: ErrorData };
+export interface ExecutionAnswers {
+  type: 'executed';
+  results: ({ id: number } & Omit<InferenceResult, 'timing'>)[];
+  timing: ExecutionTiming;
+}
+
+/** device actor -> edge thread, over the door: the share of one execution of the requests that edge sent, or one of them failed. */
+export type FromDeviceDoor = ExecutionAnswers | { type: 'failed'; id: number; error: ErrorData };
+
+/** One model's executions summed in an ExecutionReport. */
+export interface ModelExecutions {
+  model: string;
+  executions: number;
+  /** Per executed batch size (padded up to a compiled size): how many executions, and their time. */
+  batches: { size: number; count: number; computeInputNs: number; computeInferNs: number; computeOutputNs: number }[];
+  /** Executions whose weights were resident already (weight-cache hits); the misses are in `loads`. */
+  weightHits: number;
+}
+
+/**
+ * What the device ran since its last report, summed (actors/device/execution-tally.ts): the main
+ * thread's statistics and metrics count executions from these alone. The device posts one when
+ * some time has passed since its first execution not yet reported, and before it answers a
+ * `reports` call, so one message stands for many executions, whichever thread their requests came from.
+ */
+export interface ExecutionReport {
+  models: ModelExecutions[];
+  executions: number;
+  /** Nanoseconds the device spent computing (compute_infer, summed). */
+  busyNs: number;
+  /** Requests queued on the device after the last execution. */
+  queued: number;
+  /** Rows per execution: [rows, how many executions had that many]. */
+  rows: [rows: number, executions: number][];
+  /** Each execution whose weights came onto the device first (a cold load), as it happened. */
+  loads: { model: string; load: WeightLoad; memory: WeightMemory | null }[];
+}
 
 /** Where a hook thread sends one request's inputs: the device part of HookFeed (shared/channels/hooks.ts). */
 export type HookFeedTarget = Pick<HookFeed, 'deviceId' | 'generation' | 'link' | 'id'>;
@@ -319,8 +353,10 @@ export type FromDevice =
   | { type: 'started' }
   /** The answer to a control call. */
   | { type: 'reply'; id: number; reply: DeviceCalls[DeviceCallType]['reply'] }
-  /** One execution: every request that rode in it, answered in one message (each request's buffers its own). */
-  | { type: 'executed'; model: string; instance: InstanceKey; results: ({ id: number } & Omit<InferenceResult, 'timing'>)[]; timing: ExecutionTiming; queued: number; load: WeightLoad | null; memory: WeightMemory | null }
+  /** One execution's answers to the main thread's own requests, in one message (each request's buffers its own). */
+  | ExecutionAnswers
+  /** The executions run since the last report, summed (whichever thread their requests came from). */
+  | { type: 'report'; report: ExecutionReport }
   /** A control call or an infer failed; errors cross threads as plain data. */
   | { type: 'failed'; id: number; error: ErrorData }
   /** Something the operator should hear about (the main thread logs it). */
