@@ -10,9 +10,9 @@
 import { MODEL_VERSION } from '../shared/constants.js';
 import { errors } from '../shared/errors.js';
 import { modelOf, type InstanceKey, type ModelSpec } from '../shared/model-spec.js';
-import type { Leases } from '../shared/leases.js';
+import { Leases } from '../shared/leases.js';
 import type { EdgeRoute } from '../shared/channels/edge.js';
-import { EdgeRoutes, type Serving } from './edge-routes.js';
+import { ModelSlots, type Serving } from './model-slots.js';
 
 /** Lifecycle of a model, in Triton's RepositoryIndex vocabulary. */
 export enum ModelState {
@@ -37,27 +37,29 @@ export interface ModelRecord {
   reason: string;
 }
 
-/** What one request holds: the spec it was decoded with and the instance it runs on. */
+/** What one request holds: the spec it was decoded with, the instance it runs on, and its lease slot. */
 export interface ModelLease {
   spec: ModelSpec;
   instance: InstanceKey;
-}
-
-interface Inflight {
-  count: number;
-  /** Resolved when count drops to zero (an unload waits on it). */
-  drained: (() => void)[];
+  slot: number;
 }
 
 export class ModelRegistry {
   #records = new Map<string, ModelRecord>();
   /** Told of every change of a model's state (null: forgotten), in order: the gRPC health service. */
   #watchers: ((name: string, state: ModelState | null) => void)[] = [];
-  /** Requests in flight by instance. */
-  #inflight = new Map<InstanceKey, Inflight>();
-  /** The edges' routes and lease slots (edge-routes.ts), once edge threads run requests themselves. */
-  #edges: EdgeRoutes | null = null;
+  /** Each serving instance's lease slot, and the routes the edges take by them (model-slots.ts). */
+  readonly #slots: ModelSlots;
   #routeWatchers: ((model: string, route: EdgeRoute | null) => void)[] = [];
+
+  /**
+   * `leases`: where every thread that runs requests holds the instances it runs on (the main
+   * thread's, Leases.create: without edge threads, its row alone); `slotFreed` hears of a slot
+   * freed, its leases drained, before it stands for another instance.
+   */
+  constructor(leases: Leases = Leases.create(0), slotFreed?: (instance: InstanceKey, slot: number) => void) {
+    this.#slots = new ModelSlots(leases, slotFreed);
+  }
 
   set(record: ModelRecord): void {
     this.#records.set(record.name, record);
@@ -72,19 +74,9 @@ export class ModelRegistry {
     for (const w of this.#watchers) w(name, null);
   }
 
-  /**
-   * Let edge threads run ready models' requests themselves (actors/edge/edge-path.ts): each
-   * instance that serves gets a slot in `leases` (edge-routes.ts), where an edge counts the
-   * requests it holds on it, so that an unload or the end of a reload waits for them too (`drained`).
-   */
-  shareLeases(leases: Leases, slotFreed?: (instance: InstanceKey, slot: number) => void): void {
-    this.#edges = new EdgeRoutes(leases, slotFreed);
-    for (const name of this.#records.keys()) this.#route(name);
-  }
-
   /** Every lease slot in use (open, or closed and not yet drained), and the instance it stands for. */
-  *slots(): IterableIterator<[InstanceKey, number]> {
-    if (this.#edges) yield* this.#edges.slots();
+  slots(): IterableIterator<[InstanceKey, number]> {
+    return this.#slots.slots();
   }
 
   /** Every model an edge may route now. */
@@ -97,9 +89,9 @@ export class ModelRegistry {
     this.#routeWatchers.push(watcher);
   }
 
-  /** The model's route now, or null when edges must send its requests to the main thread. */
+  /** The model's route now, or null when edges must send its requests to the main thread (not ready). */
   routeOf(name: string): EdgeRoute | null {
-    return this.#edges?.routeOf(name, this.#serving(name)) ?? null;
+    return this.#slots.routeOf(name, this.#serving(name));
   }
 
   /** The instance serving a ready model, with its spec. */
@@ -108,10 +100,9 @@ export class ModelRegistry {
     return record?.state === ModelState.READY && record.spec && record.instance ? { instance: record.instance, spec: record.spec } : undefined;
   }
 
-  /** A model's record changed: the edges' routes follow (edge-routes.ts), and the watchers are told. */
+  /** A model's record changed: its lease slots and the edges' routes follow (model-slots.ts), and the watchers are told. */
   #route(name: string): void {
-    if (!this.#edges) return;
-    const route = this.#edges.changed(name, this.#serving(name));
+    const route = this.#slots.changed(name, this.#serving(name));
     for (const w of this.#routeWatchers) w(name, route);
   }
 
@@ -146,44 +137,33 @@ export class ModelRegistry {
     if (record.state !== ModelState.READY || !record.spec || !record.instance) {
       throw errors.modelNotReady(name, record.state, record.reason);
     }
-    let f = this.#inflight.get(record.instance);
-    if (!f) this.#inflight.set(record.instance, (f = { count: 0, drained: [] }));
-    f.count++;
-    return { spec: record.spec, instance: record.instance };
+    return { spec: record.spec, instance: record.instance, slot: this.#slots.acquire(record.instance) };
   }
 
   release(lease: ModelLease): void {
-    const f = this.#inflight.get(lease.instance);
-    if (!f) return;
-    if (--f.count === 0) {
-      this.#inflight.delete(lease.instance);
-      for (const resolve of f.drained) resolve();
-    }
+    this.#slots.release(lease.instance, lease.slot);
   }
 
   /**
-   * Resolves once no request holds the instance: none of the main thread's, and none an edge
-   * thread took on its slot (the record's change that precedes an unload closed the slot already).
+   * Resolves once no request holds the instance, on any thread (the record's change that precedes
+   * an unload closed its slot already).
    */
   async drained(instance: InstanceKey): Promise<void> {
-    const f = this.#inflight.get(instance);
-    if (f) await new Promise<void>((resolve) => f.drained.push(resolve));
-    await this.#edges?.drained(instance);
+    await this.#slots.drained(instance);
   }
 
   /** Edges gave leases back (the last on a closed slot, or an edge died): whoever waits for a slot to drain looks again. */
   edgesReleased(): void {
-    this.#edges?.released();
+    this.#slots.released();
   }
 
-  /** Requests in flight per model, all instances together, the edge threads' direct ones included. */
+  /** Requests in flight per model, all instances together, on every thread. */
   pending(): Map<string, number> {
     const out = new Map<string, number>();
     const add = (instance: InstanceKey, n: number) => {
       if (n > 0) out.set(modelOf(instance), (out.get(modelOf(instance)) ?? 0) + n);
     };
-    for (const [instance, f] of this.#inflight) add(instance, f.count);
-    for (const [instance, n] of this.#edges?.held() ?? []) add(instance, n);
+    for (const [instance, n] of this.#slots.held()) add(instance, n);
     return out;
   }
 

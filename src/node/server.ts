@@ -47,7 +47,7 @@ import { HttpEdge } from '../protocol/http-edge.js';
 import type { Infer } from '../shared/data-plane.js';
 import { Pipeline } from './pipeline.js';
 import { edgeMetrics, EdgeThreads, type EdgeDirect } from '../actors/edge/handle.js';
-import { LEASE_SLOTS, Leases } from '../shared/leases.js';
+import { Leases } from '../shared/leases.js';
 import { RequestCounters } from '../shared/request-counters.js';
 import type { EdgeRoute } from '../shared/channels/edge.js';
 import { edgeThreads } from '../config/edges.js';
@@ -87,7 +87,7 @@ export interface Ports {
 }
 
 export class StowageServer {
-  readonly registry = new ModelRegistry();
+  readonly registry: ModelRegistry;
   readonly metrics: Metrics;
   readonly statistics: Statistics;
   readonly sharedMemory: SharedMemoryRegistry;
@@ -127,6 +127,10 @@ export class StowageServer {
   })();
   /** Backend cuda: the GPUs were found (NVML is read again at each scrape). */
   #cudaStarted = false;
+  /** The leases on models' instances and on shared-memory regions, every thread's. */
+  readonly #leases: { models: Leases; regions: Leases };
+  /** Where the edges count their requests, per lease slot (with edge threads). */
+  #counters: RequestCounters | null = null;
 
   private constructor(config: NodeConfig, logger: Logger) {
     this.#config = config;
@@ -137,7 +141,18 @@ export class StowageServer {
     // One count of the inferences in flight for every edge of the process.
     this.#admission = new Admission(endpoints.max_concurrent_requests, endpoints.max_inflight_bytes);
     admissionMetrics(this.#admission, this.metrics.registry);
-    this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#devices?.forgetRegion(regionId));
+    // One lease mechanism for every thread that runs requests (shared/leases.ts): a row per edge
+    // thread and the main thread's own, on models' instances and on shared-memory regions. A
+    // segment of slots added later goes to the edges before anything names a slot in it.
+    const edgeCount = edgeThreads(endpoints.edge_threads);
+    const leases = Leases.create(edgeCount, (segment) => {
+      const counters = this.#counters?.grow();
+      if (counters) this.#edgeThreads?.slotsGrown(segment, counters);
+    });
+    this.registry = new ModelRegistry(leases, (instance, slot) => this.statistics.fold(modelOf(instance), slot));
+    const regionHolds = Leases.create(edgeCount, (segment) => this.#edgeThreads?.regionSlotsGrown(segment));
+    this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#devices?.forgetRegion(regionId), regionHolds);
+    this.#leases = { models: leases, regions: regionHolds };
   }
 
   /** The GPUs now, for the nv_gpu_* metrics (none on backend cpu). */
@@ -243,7 +258,7 @@ export class StowageServer {
     await this.#startAdmin();
     const workers = await this.#startRuntime();
     const devices = await this.#startDevices(workers);
-    const edgeCount = edgeThreads(this.#config.global.endpoints.edge_threads);
+    const edgeCount = edgeThreads(this.#config.global.endpoints.edge_threads); // as the leases' rows were made for
     // Edge threads run the request path themselves, each with hook threads of its own.
     const repository = await this.#startRepository(devices, edgeCount > 0);
     const health = new Health(this.registry);
@@ -445,7 +460,7 @@ export class StowageServer {
       infer: (request, options) => pipeline.infer(request, options), direct, logger: this.#logger, metrics: edgeMetrics(this.metrics.registry), ...(traceFailures ? { traceExportFailures: traceFailures } : {}) });
     this.#edgeThreads = edges;
     this.registry.watchRoutes((model, route) => edges.routeChanged(model, this.#edgeRoute?.(route) ?? null));
-    this.sharedMemory.shareHolds(direct.regionHolds, (name, region) => edges.regionChanged(name, region));
+    this.sharedMemory.watch((name, region) => edges.regionChanged(name, region));
     health.watch(() => edges.healthChanged());
     const ports = await edges.start();
     this.ports.grpc = ports.grpc;
@@ -486,15 +501,14 @@ export class StowageServer {
    */
   #edgePaths(devices: Devices, edgeCount: number): EdgeDirect {
     const { hooks } = this.#config.global;
-    // The edges hold the regions their requests name in shared memory too: an unregister closes a
-    // region once no edge's request reads it (node/shared-memory.ts).
-    const regionHolds = new Leases(Leases.memory(edgeCount));
-    const leases = new Leases(Leases.memory(edgeCount));
+    const { models: leases, regions: regionHolds } = this.#leases;
     // The edges count their requests per lease slot (shared/request-counters.ts): statistics add
     // the slots in use when read, and take a slot's counts as the model's own when it is freed.
-    const counters = RequestCounters.create(LEASE_SLOTS, edgeCount, Math.max(...devices.handles.map((d) => d.deviceId)) + 1);
+    // A segment of counters for each segment of slots taken already (the repository's models).
+    const counters = RequestCounters.create(edgeCount, Math.max(...devices.handles.map((d) => d.deviceId)) + 1);
+    for (let i = 0; i < leases.shape.segments.length; i++) counters.grow();
+    this.#counters = counters;
     this.statistics.shareCounters(counters, () => [...this.registry.slots()].map(([instance, slot]) => [modelOf(instance), slot]));
-    this.registry.shareLeases(leases, (instance, slot) => this.statistics.fold(modelOf(instance), slot));
     // A model's route as the registry has it, with where lpt_packing placed it, and which devices
     // hold it when a device lost it.
     const withPlacement = (route: EdgeRoute | null): EdgeRoute | null => {

@@ -15,17 +15,19 @@
  * named it is still in flight (`hold` when the request is decoded, `release` when it is answered). Unregistering a
  * region in use is therefore safe: the requests finish on it, then it is closed.
  *
- * Edge threads take requests that name a region themselves (`shareHolds`): each region gets a slot
- * in the region holds (shared/leases.ts, tagged with its id), opened before the edges hear of it
- * and closed when it is unregistered, and an edge counts its requests' holds there. A closed
- * region is closed for good once no hold is left anywhere: here, or at an edge's last release
- * (which tells this thread, `edgesReleased`), or when an edge thread dies (its holds are forgotten).
+ * A request's hold is a lease (shared/leases.ts): each region gets a slot in the region holds,
+ * tagged with its id, opened when it is registered and closed when it is unregistered, and every
+ * thread that runs requests counts its requests' holds there, in its row: this thread's own, and
+ * each edge thread's, which take requests that name a region themselves once told of it
+ * (`watch`). An unregistered region is closed for good once no hold is left anywhere: at this
+ * thread's last release, or at an edge's (which tells this thread, `edgesReleased`), or when an
+ * edge thread dies (its holds are forgotten).
  */
 import { errors, quote } from '../shared/errors.js';
 import { closeSharedMemory, openSharedMemory } from '../native/shm.js';
 import type { RegionSlice } from '../shared/channels/inference.js';
 import type { EdgeRegion } from '../shared/channels/edge.js';
-import { LEASE_SLOTS, type Leases } from '../shared/leases.js';
+import { Leases } from '../shared/leases.js';
 import { sliceOf } from '../shared/request-check.js';
 
 export type { RegionSlice };
@@ -49,18 +51,11 @@ export interface Region {
 interface OpenRegion extends Region {
   /** System: the object's descriptor, held open; CUDA: -1. */
   readonly fd: number;
-  /** Requests in flight that named the region, on this thread. */
-  holds: number;
+  /** Its slot in the region holds, tagged with its id (open while registered). */
+  readonly slot: number;
   registered: boolean;
-  /** Its slot in the edges' region holds, once the edges know it. */
-  slot?: number;
-}
-
-/** How the edges hear of regions: their holds, and each region as it comes and goes. */
-interface EdgeSharing {
-  holds: Leases;
-  changed: (name: string, region: EdgeRegion | null) => void;
-  free: number[];
+  /** The edges were told of it (a CUDA region once its GPU's devices have opened it). */
+  told: boolean;
 }
 
 
@@ -69,26 +64,29 @@ export class SharedMemoryRegistry {
   readonly #byId = new Map<number, OpenRegion>();
   readonly #onForget: (regionId: number) => void;
   #nextId = 1;
-  #edges: EdgeSharing | null = null;
+  /** Where every thread's requests hold regions, this thread's row the last (Leases.create). */
+  readonly #holds: Leases;
+  /** Tells the edges of each region registered and unregistered; null without edge threads. */
+  #changed: ((name: string, region: EdgeRegion | null) => void) | null = null;
 
   /** `onForget` tells the device actors to drop their mapping of a region that is gone. */
-  constructor(onForget: (regionId: number) => void) {
+  constructor(onForget: (regionId: number) => void, holds: Leases = Leases.create(0)) {
     this.#onForget = onForget;
+    this.#holds = holds;
   }
 
   /**
-   * Let edge threads take requests that name regions (actors/edge/edge-regions.ts): `holds` are
-   * theirs to count in, `changed` tells them of each region registered (its slot open) and
-   * unregistered (its slot closed). A region registered beyond the slots is this thread's alone.
+   * Let edge threads take requests that name regions (actors/edge/edge-regions.ts): `changed`
+   * tells them of each region registered (its slot open) and unregistered (its slot closed).
    */
-  shareHolds(holds: Leases, changed: (name: string, region: EdgeRegion | null) => void): void {
-    this.#edges = { holds, changed, free: Array.from({ length: LEASE_SLOTS }, (_, i) => LEASE_SLOTS - 1 - i) };
-    for (const region of this.#regions.values()) this.#share(region);
+  watch(changed: (name: string, region: EdgeRegion | null) => void): void {
+    this.#changed = changed;
+    for (const region of this.#regions.values()) this.#tell(region);
   }
 
   /** Every region the edges may take requests for, as a new edge starts with them. */
   edgeRegions(): [string, EdgeRegion][] {
-    return [...this.#regions.values()].filter((r) => r.slot !== undefined).map((r) => [r.name, edgeRegion(r)]);
+    return [...this.#regions.values()].filter((r) => r.told).map((r) => [r.name, edgeRegion(r)]);
   }
 
   /** Holds were given back at an edge (its last one on an unregistered region, or the edge died): close what nothing holds. */
@@ -96,15 +94,11 @@ export class SharedMemoryRegistry {
     for (const region of [...this.#byId.values()]) this.#closeIfIdle(region);
   }
 
-  /** The edges hear of a registered region: its slot opens, tagged with its id, before they do. */
-  #share(region: OpenRegion): void {
-    const edges = this.#edges;
-    if (!edges || region.slot !== undefined || !region.registered) return;
-    const slot = edges.free.pop();
-    if (slot === undefined) return;
-    region.slot = slot;
-    edges.holds.open(slot, region.id);
-    edges.changed(region.name, edgeRegion(region));
+  /** The edges hear of a registered region (its slot is open already). */
+  #tell(region: OpenRegion): void {
+    if (!this.#changed || region.told || !region.registered) return;
+    region.told = true;
+    this.#changed(region.name, edgeRegion(region));
   }
 
   register(name: string, key: string, offset: number, byteSize: number): Region {
@@ -114,8 +108,8 @@ export class SharedMemoryRegistry {
       closeSharedMemory(fd);
       throw errors.sharedMemoryInvalid(`region ${quote(name)}: key ${quote(key)} holds ${size} bytes, fewer than offset ${offset} + byte_size ${byteSize}`);
     }
-    const region = this.#add({ id: this.#nextId++, kind: 'system', name, key, offset, byteSize, fd, holds: 0, registered: true });
-    this.#share(region);
+    const region = this.#add({ id: this.#nextId++, kind: 'system', name, key, offset, byteSize, fd });
+    this.#tell(region);
     return region;
   }
 
@@ -127,17 +121,15 @@ export class SharedMemoryRegistry {
   async registerCuda(name: string, gpu: number, handle: Uint8Array, byteSize: number, open: (whole: RegionSlice) => Promise<void>): Promise<Region> {
     this.#checkNew(name, 0, byteSize);
     // copy: the 64-byte handle, kept apart from the request message it came in
-    const region: OpenRegion = { id: this.#nextId++, kind: 'cuda', name, key: '', cuda: { gpu, handle: Uint8Array.from(handle) }, offset: 0, byteSize, fd: -1, holds: 0, registered: true };
-    this.#add(region);
+    const region = this.#add({ id: this.#nextId++, kind: 'cuda', name, key: '', cuda: { gpu, handle: Uint8Array.from(handle) }, offset: 0, byteSize, fd: -1 });
     try {
       await open(this.slice('the region', name, 0, byteSize));
     } catch (err) {
       this.#regions.delete(name);
-      region.registered = false;
-      this.#closeIfIdle(region); // the devices that opened it drop their mapping
+      this.#unregistered(region); // the devices that opened it drop their mapping
       throw err;
     }
-    this.#share(region); // once its GPU's devices have it open
+    this.#tell(region); // once its GPU's devices have it open
     return region;
   }
 
@@ -150,10 +142,21 @@ export class SharedMemoryRegistry {
     }
   }
 
-  #add(region: OpenRegion): OpenRegion {
-    this.#regions.set(region.name, region);
-    this.#byId.set(region.id, region);
-    return region;
+  /** A region registered: its slot in the holds opens under its id. */
+  #add(region: Omit<OpenRegion, 'slot' | 'registered' | 'told'>): OpenRegion {
+    const open: OpenRegion = { ...region, slot: this.#holds.take(), registered: true, told: false };
+    this.#holds.open(open.slot, open.id);
+    this.#regions.set(open.name, open);
+    this.#byId.set(open.id, open);
+    return open;
+  }
+
+  /** No new hold is taken on `r` (its slot closed, the edges told); it closes once none is left. */
+  #unregistered(r: OpenRegion): void {
+    r.registered = false;
+    this.#holds.close(r.slot);
+    if (r.told) this.#changed?.(r.name, null);
+    this.#closeIfIdle(r);
   }
 
   /** One region of `kind`, or every one of that kind for an empty name. */
@@ -170,12 +173,7 @@ export class SharedMemoryRegistry {
     const gone = named.filter((r) => r.kind === kind);
     for (const r of gone) {
       this.#regions.delete(r.name);
-      r.registered = false;
-      if (r.slot !== undefined && this.#edges) {
-        this.#edges.holds.close(r.slot); // no edge takes a new hold on it
-        this.#edges.changed(r.name, null);
-      }
-      this.#closeIfIdle(r);
+      this.#unregistered(r);
     }
   }
 
@@ -186,34 +184,34 @@ export class SharedMemoryRegistry {
     return sliceOf(what, regionName, region, offset, byteSize);
   }
 
-  /** A request that named these slices is on its way: keep their regions open until `release`. */
+  /**
+   * A request that named these slices is on its way: keep their regions open until `release`. A
+   * region unregistered since its request was checked fails it, holding nothing (on this thread
+   * that cannot happen: check and hold are one synchronous step).
+   */
   hold(slices: readonly RegionSlice[]): void {
-    for (const s of slices) {
+    for (const [k, s] of slices.entries()) {
       const region = this.#byId.get(s.regionId);
-      if (region) region.holds++;
+      if (region && this.#holds.acquire(region.slot, region.id)) continue;
+      this.release(slices.slice(0, k));
+      throw errors.sharedMemoryNotFound(region?.name ?? `of id ${s.regionId}`);
     }
   }
 
   /** The request that held these slices is answered. */
   release(slices: readonly RegionSlice[]): void {
-    for (const s of slices) this.#release(s.regionId);
-  }
-
-  #release(regionId: number): void {
-    const region = this.#byId.get(regionId);
-    if (!region) return;
-    region.holds--;
-    this.#closeIfIdle(region);
+    for (const s of slices) {
+      const region = this.#byId.get(s.regionId);
+      if (!region) continue;
+      this.#holds.release(region.slot);
+      this.#closeIfIdle(region);
+    }
   }
 
   #closeIfIdle(r: OpenRegion): void {
-    if (r.registered || r.holds > 0) return;
-    if (r.slot !== undefined && this.#edges) {
-      if (this.#edges.holds.held(r.slot) > 0) return; // an edge's request still reads it: its last release tells
-      this.#edges.free.push(r.slot);
-      r.slot = undefined;
-    }
-    this.#byId.delete(r.id);
+    if (r.registered || this.#holds.held(r.slot) > 0) return; // a request still reads it: its last release tells
+    if (!this.#byId.delete(r.id)) return; // closed already
+    this.#holds.give(r.slot);
     this.#onForget(r.id);
     if (r.fd >= 0) closeSharedMemory(r.fd);
   }
@@ -221,5 +219,5 @@ export class SharedMemoryRegistry {
 
 /** A region as the edges take it. */
 function edgeRegion(r: OpenRegion): EdgeRegion {
-  return { id: r.id, slot: r.slot!, kind: r.kind, key: r.key, fd: r.fd, ...(r.cuda ? { cuda: r.cuda } : {}), offset: r.offset, byteSize: r.byteSize };
+  return { id: r.id, slot: r.slot, kind: r.kind, key: r.key, fd: r.fd, ...(r.cuda ? { cuda: r.cuda } : {}), offset: r.offset, byteSize: r.byteSize };
 }

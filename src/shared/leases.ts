@@ -1,101 +1,146 @@
 /**
- * Model leases that edge threads take without asking the main thread: the path on an
- * edge (actors/edge/edge-path.ts) runs a request itself, and the model's unload or
- * the end of its reload must still wait for it, as for a request the main thread's path holds
- * (node/model-registry.ts). One SharedArrayBuffer, updated with atomic operations:
+ * Leases: who holds a loaded model instance (or a registered shared-memory region) right now, so
+ * that its unload, the end of its reload, or the region's close waits for every request that
+ * holds it. Every thread that runs the request path takes its leases here: each edge thread in a
+ * row of its own, the main thread in the last row (the requests it runs itself: the only edge, or
+ * what an edge sends it). One mechanism, in shared memory, updated with atomic operations:
  *
- * - a state word per slot: the tag of the loaded instance the slot stands for while it is open
- *   (the main thread gives each instance it routes a slot and a tag of its own), 0 when closed;
- * - a count per slot per edge thread (a row each), so that an edge that dies with leases held has
- *   them given back (`forget`) instead of holding an unload for ever.
+ * - a state word per slot: the tag of what the slot stands for while it is open (the main thread
+ *   gives each instance a slot and a tag of its own; a region's tag is its id), 0 when closed;
+ * - a count per slot per row, so that an edge that dies with leases held has them given back
+ *   (`forget`) instead of holding an unload for ever.
  *
  * An edge takes a lease by adding to its count and then reading the state word; the main thread
  * closes a slot by clearing the word and then reading the counts. Atomics are sequentially
  * consistent, so at least one of the two sees the other: either the edge sees the slot closed
  * (and gives the lease back, going through the main thread instead), or the main thread sees the
  * count and waits for it. The tag makes a slot reused for another instance never pass for the old
- * one (an edge holding an old route sees a different tag).
+ * one (an edge holding an old route sees a different tag). The main thread opens and closes slots
+ * itself, so its own leases never race a close.
+ *
+ * Slots come in segments of SEGMENT_SLOTS, one SharedArrayBuffer each: the main thread adds one
+ * when every slot is taken (`take`) and sends it to the edges (`adopt`) before anything names a
+ * slot in it, so there is no limit on the instances or regions served.
  */
 
-/**
- * Instances the edges can route at once; one loaded beyond it goes through the main thread. The
- * same class holds the edges' holds on shared-memory regions (node/shared-memory.ts), a slot per
- * region, tagged with the region's id.
- */
-export const LEASE_SLOTS = 4096;
+/** Slots per segment of shared memory. */
+export const SEGMENT_SLOTS = 4096;
+
+/** The leases' shared memory as an edge receives it: the segments so far, and the rows of counts. */
+export interface LeasesShape {
+  segments: SharedArrayBuffer[];
+  rows: number;
+}
 
 export class Leases {
-  readonly #words: Int32Array;
-  readonly #slots: number;
+  readonly #segments: Int32Array[] = [];
   readonly #rows: number;
-  /** This thread's row (an edge thread's index); -1 on the main thread, which takes no leases here. */
+  /** This thread's row: an edge's index; the main thread's is the last. */
   readonly #row: number;
+  /** The main thread: slots free to take, and who hears of a new segment. */
+  readonly #free: number[] = [];
+  readonly #grown: ((segment: SharedArrayBuffer) => void) | null;
 
-  /** `memory`: made by `Leases.memory(rows)` on the main thread, shared with each edge thread. */
-  constructor(memory: SharedArrayBuffer, row = -1) {
-    this.#words = new Int32Array(memory);
-    this.#slots = LEASE_SLOTS;
-    this.#rows = this.#words.length / this.#slots - 1;
+  /** An edge thread's view of the main thread's leases (`shape`), in row `row`. */
+  constructor(shape: LeasesShape, row: number, grown: ((segment: SharedArrayBuffer) => void) | null = null) {
+    this.#rows = shape.rows;
     this.#row = row;
+    this.#grown = grown;
+    for (const segment of shape.segments) this.adopt(segment);
   }
 
-  /** The shared memory for `rows` edge threads. */
-  static memory(rows: number): SharedArrayBuffer {
-    return new SharedArrayBuffer((rows + 1) * LEASE_SLOTS * Int32Array.BYTES_PER_ELEMENT);
+  /**
+   * The main thread's leases for `edges` edge threads and itself; `grown` hears of each segment
+   * added, to send it to the edges (it is not in their shape yet).
+   */
+  static create(edges: number, grown: ((segment: SharedArrayBuffer) => void) | null = null): Leases {
+    return new Leases({ segments: [], rows: edges + 1 }, edges, grown);
   }
 
-  get buffer(): SharedArrayBuffer {
-    return this.#words.buffer as SharedArrayBuffer;
+  /** What an edge starts with (segments added later come through `grown`). */
+  get shape(): LeasesShape {
+    return { segments: this.#segments.map((s) => s.buffer as SharedArrayBuffer), rows: this.#rows };
   }
 
+  /** An edge: a segment the main thread added. */
+  adopt(segment: SharedArrayBuffer): void {
+    this.#segments.push(new Int32Array(segment));
+  }
+
+  /** The main thread: a closed slot to open, adding a segment when every slot is taken. */
+  take(): number {
+    if (this.#free.length === 0) {
+      const base = this.#segments.length * SEGMENT_SLOTS;
+      const segment = new SharedArrayBuffer((this.#rows + 1) * SEGMENT_SLOTS * Int32Array.BYTES_PER_ELEMENT);
+      this.adopt(segment);
+      this.#grown?.(segment);
+      for (let i = SEGMENT_SLOTS - 1; i >= 0; i--) this.#free.push(base + i);
+    }
+    return this.#free.pop()!;
+  }
+
+  /** The main thread: `slot`, closed and drained, may stand for something else. */
+  give(slot: number): void {
+    this.#free.push(slot);
+  }
+
+  #segment(slot: number): Int32Array {
+    return this.#segments[Math.floor(slot / SEGMENT_SLOTS)];
+  }
+
+  /** Where `row`'s count for `slot` is in its segment. */
   #count(row: number, slot: number): number {
-    return (row + 1) * this.#slots + slot;
+    return (row + 1) * SEGMENT_SLOTS + (slot % SEGMENT_SLOTS);
   }
 
-  /** An edge: take a lease on `slot` if it still stands for the instance tagged `tag`. */
+  /** Take a lease on `slot` if it still stands for what is tagged `tag`. */
   acquire(slot: number, tag: number): boolean {
-    if (Atomics.load(this.#words, slot) !== tag) return false;
+    const words = this.#segment(slot);
+    const state = slot % SEGMENT_SLOTS;
+    if (!words || Atomics.load(words, state) !== tag) return false;
     const at = this.#count(this.#row, slot);
-    Atomics.add(this.#words, at, 1);
-    if (Atomics.load(this.#words, slot) === tag) return true;
-    Atomics.sub(this.#words, at, 1); // closed meanwhile: the main thread may be waiting on the count
+    Atomics.add(words, at, 1);
+    if (Atomics.load(words, state) === tag) return true;
+    Atomics.sub(words, at, 1); // closed meanwhile: the main thread may be waiting on the count
     return false;
   }
 
-  /** An edge: give a lease on `slot` back. */
+  /** Give a lease on `slot` back. */
   release(slot: number): void {
-    Atomics.sub(this.#words, this.#count(this.#row, slot), 1);
+    Atomics.sub(this.#segment(slot), this.#count(this.#row, slot), 1);
   }
 
-  /** The main thread: `slot` stands for the instance tagged `tag` (not 0) from now on. */
+  /** The main thread: `slot` stands for what is tagged `tag` (not 0) from now on. */
   open(slot: number, tag: number): void {
-    Atomics.store(this.#words, slot, tag);
+    Atomics.store(this.#segment(slot), slot % SEGMENT_SLOTS, tag);
   }
 
-  /** Whether `slot` still stands for the instance (or region) tagged `tag`. */
+  /** Whether `slot` still stands for what is tagged `tag`. */
   isOpen(slot: number, tag: number): boolean {
-    return Atomics.load(this.#words, slot) === tag;
+    const words = this.#segment(slot);
+    return words !== undefined && Atomics.load(words, slot % SEGMENT_SLOTS) === tag;
   }
 
   /** The main thread: no lease on `slot` is taken from now on (those held stay counted). */
   close(slot: number): void {
-    Atomics.store(this.#words, slot, 0);
+    Atomics.store(this.#segment(slot), slot % SEGMENT_SLOTS, 0);
   }
 
-  /** Leases held on `slot`, every edge together. */
+  /** Leases held on `slot`, every thread together. */
   held(slot: number): number {
+    const words = this.#segment(slot);
     let sum = 0;
-    for (let row = 0; row < this.#rows; row++) sum += Atomics.load(this.#words, this.#count(row, slot));
+    for (let row = 0; row < this.#rows; row++) sum += Atomics.load(words, this.#count(row, slot));
     return sum;
   }
 
   /** Leases held on `slot` by this thread's row. */
   heldHere(slot: number): number {
-    return Atomics.load(this.#words, this.#count(this.#row, slot));
+    return Atomics.load(this.#segment(slot), this.#count(this.#row, slot));
   }
 
   /** An edge thread died: the leases it held are given back. */
   forget(row: number): void {
-    for (let slot = 0; slot < this.#slots; slot++) Atomics.store(this.#words, this.#count(row, slot), 0);
+    for (const words of this.#segments) words.fill(0, (row + 1) * SEGMENT_SLOTS, (row + 2) * SEGMENT_SLOTS);
   }
 }

@@ -3,9 +3,9 @@
  * on the edge, actors/edge/edge-path.ts), in shared memory where it happens: the main thread reads the
  * counts when ModelStatistics or /metrics asks (node/statistics.ts), with no report to wait for.
  *
- * One SharedArrayBuffer of 64-bit integers updated with atomic operations:
+ * SharedArrayBuffers of 64-bit integers updated with atomic operations:
  * - per lease slot (shared/leases.ts: a slot stands for one loaded instance of a model while it
- *   is routed) and per edge thread (a row each, so every word has one writer): Triton's
+ *   is routed; a segment of counters per segment of slots) and per edge thread (a row each, so every word has one writer): Triton's
  *   per-request counters (successes and failures with their durations, rows, queue and compute
  *   time, the latest request's time, failures by reason) and the requests sent to each device;
  * - per edge thread: the requests it routed itself, ever (stowage_edge_direct_requests_total).
@@ -17,6 +17,7 @@
  */
 import type { ExecutionTiming } from './channels/inference.js';
 import { FAILURE_REASONS, type FailureReason } from './failure-reason.js';
+import { SEGMENT_SLOTS } from './leases.js';
 
 const SUCCESS = 0;
 const SUCCESS_NS = 1;
@@ -51,9 +52,10 @@ export interface SlotCounts {
 
 /** The counters' shared memory and its shape: what the main thread hands each edge (DirectStart). */
 export interface CountersShape {
-  memory: SharedArrayBuffer;
-  /** Lease slots (shared/leases.ts). */
-  slots: number;
+  /** A segment per segment of lease slots (shared/leases.ts SEGMENT_SLOTS slots each), added as they are. */
+  segments: SharedArrayBuffer[];
+  /** Each edge's requests routed itself, ever (a word per row). */
+  totals: SharedArrayBuffer;
   /** Edge threads, a row each. */
   rows: number;
   /** Device indexes a request may be routed to (0..devices-1). */
@@ -61,80 +63,98 @@ export interface CountersShape {
 }
 
 export class RequestCounters {
-  readonly shape: CountersShape;
-  readonly #words: BigInt64Array;
+  readonly #segments: BigInt64Array[] = [];
+  readonly #totals: BigInt64Array;
   readonly #rows: number;
   readonly #devices: number;
-  readonly #slots: number;
   /** This thread's row (an edge's index); -1 on the main thread, which only reads and takes. */
   readonly #row: number;
 
   /** `shape`: made by `RequestCounters.create` on the main thread, shared with each edge. */
   constructor(shape: CountersShape, row = -1) {
-    this.shape = shape;
-    this.#words = new BigInt64Array(shape.memory);
-    this.#slots = shape.slots;
+    this.#totals = new BigInt64Array(shape.totals);
     this.#rows = shape.rows;
     this.#devices = shape.devices;
     this.#row = row;
+    for (const segment of shape.segments) this.adopt(segment);
   }
 
-  /** New counters, all at zero, read from the main thread. */
-  static create(slots: number, rows: number, devices: number): RequestCounters {
-    return new RequestCounters({ memory: new SharedArrayBuffer(8 * (slots * rows * (ROUTES + devices) + rows)), slots, rows, devices });
+  /** New counters, all at zero, read from the main thread; a segment is added with each of the leases' (`grow`). */
+  static create(rows: number, devices: number): RequestCounters {
+    return new RequestCounters({ segments: [], totals: new SharedArrayBuffer(8 * rows), rows, devices });
   }
 
+  /** What an edge starts with (segments added later come as the leases' do). */
+  get shape(): CountersShape {
+    return { segments: this.#segments.map((s) => s.buffer as SharedArrayBuffer), totals: this.#totals.buffer as SharedArrayBuffer, rows: this.#rows, devices: this.#devices };
+  }
+
+  /** The main thread: the counters of the lease slots' next segment, to send to the edges. */
+  grow(): SharedArrayBuffer {
+    const segment = new SharedArrayBuffer(8 * SEGMENT_SLOTS * this.#rows * (ROUTES + this.#devices));
+    this.adopt(segment);
+    return segment;
+  }
+
+  /** An edge: a segment the main thread added. */
+  adopt(segment: SharedArrayBuffer): void {
+    this.#segments.push(new BigInt64Array(segment));
+  }
+
+  #words(slot: number): BigInt64Array {
+    return this.#segments[Math.floor(slot / SEGMENT_SLOTS)];
+  }
+
+  /** Where `row`'s counts for `slot` start in its segment. */
   #at(slot: number, row: number): number {
-    return (slot * this.#rows + row) * (ROUTES + this.#devices);
+    return ((slot % SEGMENT_SLOTS) * this.#rows + row) * (ROUTES + this.#devices);
   }
 
-  /** The per-edge totals, after every slot's words. */
-  #total(row: number): number {
-    return this.#slots * this.#rows * (ROUTES + this.#devices) + row;
-  }
-
-  #add(index: number, value: number): void {
-    Atomics.add(this.#words, index, BigInt(Math.max(0, Math.round(value))));
+  #add(words: BigInt64Array, index: number, value: number): void {
+    Atomics.add(words, index, BigInt(Math.max(0, Math.round(value))));
   }
 
   /** This edge sent a request on `slot` to device index `device`. */
   routed(slot: number, device: number): void {
-    this.#add(this.#at(slot, this.#row) + ROUTES + device, 1);
-    this.#add(this.#total(this.#row), 1);
+    this.#add(this.#words(slot), this.#at(slot, this.#row) + ROUTES + device, 1);
+    this.#add(this.#totals, this.#row, 1);
   }
 
   /** A request on `slot` answered: its rows, its whole time, and its share of the execution. */
   succeeded(slot: number, rows: number, durationNs: number, queueNs: number, timing: ExecutionTiming): void {
+    const words = this.#words(slot);
     const at = this.#at(slot, this.#row);
-    this.#add(at + ROWS, Math.max(rows, 1));
-    this.#add(at + SUCCESS_NS, durationNs);
-    this.#add(at + QUEUE_NS, queueNs);
-    this.#add(at + INPUT_NS, timing.computeInputNs);
-    this.#add(at + INFER_NS, timing.computeInferNs);
-    this.#add(at + OUTPUT_NS, timing.computeOutputNs);
-    Atomics.store(this.#words, at + LAST_MS, BigInt(Date.now()));
-    this.#add(at + SUCCESS, 1); // last: a reader that sees the count sees its durations
+    this.#add(words, at + ROWS, Math.max(rows, 1));
+    this.#add(words, at + SUCCESS_NS, durationNs);
+    this.#add(words, at + QUEUE_NS, queueNs);
+    this.#add(words, at + INPUT_NS, timing.computeInputNs);
+    this.#add(words, at + INFER_NS, timing.computeInferNs);
+    this.#add(words, at + OUTPUT_NS, timing.computeOutputNs);
+    Atomics.store(words, at + LAST_MS, BigInt(Date.now()));
+    this.#add(words, at + SUCCESS, 1); // last: a reader that sees the count sees its durations
   }
 
   /** A request on `slot` failed, for `reason`, after `durationNs`. */
   failed(slot: number, reason: FailureReason, durationNs: number): void {
+    const words = this.#words(slot);
     const at = this.#at(slot, this.#row);
-    this.#add(at + FAIL_NS, durationNs);
-    this.#add(at + REASONS + FAILURE_REASONS.indexOf(reason), 1);
-    Atomics.store(this.#words, at + LAST_MS, BigInt(Date.now()));
-    this.#add(at + FAIL, 1);
+    this.#add(words, at + FAIL_NS, durationNs);
+    this.#add(words, at + REASONS + FAILURE_REASONS.indexOf(reason), 1);
+    Atomics.store(words, at + LAST_MS, BigInt(Date.now()));
+    this.#add(words, at + FAIL, 1);
   }
 
   /** `slot`'s counts now, over every edge. */
   read(slot: number): SlotCounts {
+    const words = this.#words(slot);
     const sum = (field: number) => {
       let n = 0n;
-      for (let row = 0; row < this.#rows; row++) n += Atomics.load(this.#words, this.#at(slot, row) + field);
+      for (let row = 0; row < this.#rows; row++) n += Atomics.load(words, this.#at(slot, row) + field);
       return Number(n);
     };
     let lastMs = 0n;
     for (let row = 0; row < this.#rows; row++) {
-      const t = Atomics.load(this.#words, this.#at(slot, row) + LAST_MS);
+      const t = Atomics.load(words, this.#at(slot, row) + LAST_MS);
       if (t > lastMs) lastMs = t;
     }
     return {
@@ -157,15 +177,16 @@ export class RequestCounters {
    */
   take(slot: number): SlotCounts {
     const counts = this.read(slot);
+    const words = this.#words(slot);
     for (let row = 0; row < this.#rows; row++) {
       const at = this.#at(slot, row);
-      for (let field = 0; field < ROUTES + this.#devices; field++) Atomics.store(this.#words, at + field, 0n);
+      for (let field = 0; field < ROUTES + this.#devices; field++) Atomics.store(words, at + field, 0n);
     }
     return counts;
   }
 
   /** Requests edge `row` routed itself, ever. */
   directOf(row: number): number {
-    return Number(Atomics.load(this.#words, this.#total(row)));
+    return Number(Atomics.load(this.#totals, row));
   }
 }

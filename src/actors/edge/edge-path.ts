@@ -90,8 +90,8 @@ export class EdgePath {
   /**
    * `row`: this edge's row in the leases and the counters. `viaMain`: how a request this edge does
    * not take reaches the main thread's path (a meta model's sub-call to a model without a route here).
+   * `tracing`: this edge makes its requests' spans (shared/tracing.ts).
    */
-  /** `tracing`: this edge makes its requests' spans (shared/tracing.ts). */
   constructor(start: DirectStart, row: number, viaMain: Infer, lastRelease: (of: 'model' | 'region') => void, tracing = false) {
     this.#tracing = tracing;
     this.#leases = new Leases(start.leases, row);
@@ -185,6 +185,17 @@ export class EdgePath {
   /** Shared-memory region `name` was registered, or (null) unregistered. */
   region(name: string, region: EdgeRegion | null): void {
     this.#regions.set(name, region);
+  }
+
+  /** The main thread added a segment of lease slots and of the counters beside them (before any route names it). */
+  slotsGrown(leases: SharedArrayBuffer, counters: SharedArrayBuffer): void {
+    this.#leases.adopt(leases);
+    this.#counters.adopt(counters);
+  }
+
+  /** The main thread added a segment of region hold slots (before any region names it). */
+  regionSlotsGrown(holds: SharedArrayBuffer): void {
+    this.#regions.adopt(holds);
   }
 
   /** The hook threads stop (the edge is draining, its ports closed). */

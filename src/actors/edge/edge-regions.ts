@@ -1,7 +1,7 @@
 /**
  * The shared-memory regions as an edge thread takes requests that name them, without asking the
  * main thread: each registered region as the main thread sent it (node/shared-memory.ts
- * `shareHolds`), and a hold on it, counted in shared memory, for every request that reads or writes
+ * `watch`), and a hold on it, counted in shared memory, for every request that reads or writes
  * it until that request is answered, so that unregistering it (which closes its slot first)
  * closes it only once every edge's requests are done with it. The device actors map the region
  * themselves from its descriptor (actors/device/regions.ts), as for the main thread's requests.
@@ -13,7 +13,7 @@
 import type { EdgeRegion } from '../../shared/channels/edge.js';
 import type { RegionSlice } from '../../shared/channels/inference.js';
 import { errors } from '../../shared/errors.js';
-import { Leases } from '../../shared/leases.js';
+import { Leases, type LeasesShape } from '../../shared/leases.js';
 import type { PathRegions } from '../../shared/request-path.js';
 import { sliceOf } from '../../shared/request-check.js';
 
@@ -25,9 +25,14 @@ export class EdgeRegions implements PathRegions {
   readonly #idle: () => void;
 
   /** `row`: this edge's row in the holds. `idle`: the last hold on an unregistered region was given back. */
-  constructor(holds: SharedArrayBuffer, row: number, idle: () => void) {
+  constructor(holds: LeasesShape, row: number, idle: () => void) {
     this.#holds = new Leases(holds, row);
     this.#idle = idle;
+  }
+
+  /** The main thread added a segment of hold slots. */
+  adopt(segment: SharedArrayBuffer): void {
+    this.#holds.adopt(segment);
   }
 
   /** Region `name` was registered, or (null) unregistered. */

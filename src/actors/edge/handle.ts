@@ -106,7 +106,7 @@ export interface DoorSource {
 /** What the direct path needs of the main thread (absent: every inference goes through it). */
 export interface EdgeDirect {
   routing: DirectStart['routing'];
-  /** The leases, a row per edge (shared/leases.ts). */
+  /** The leases on models' instances, a row per edge and the main thread's last (shared/leases.ts). */
   leases: Leases;
   /** Every model's route now (a new edge's start); changes come through `routeChanged`. */
   routes(): EdgeRoute[];
@@ -115,7 +115,7 @@ export interface EdgeDirect {
   counters: RequestCounters;
   /** Each edge's own hook pool. */
   hooks: DirectStart['hooks'];
-  /** The edges' holds on shared-memory regions (node/shared-memory.ts `shareHolds`), a row per edge. */
+  /** The holds on shared-memory regions (node/shared-memory.ts), a row per edge and the main thread's last. */
   regionHolds: Leases;
   /** Every region the edges may take requests for now (a new edge's start); changes come through `regionChanged`. */
   regions(): [string, EdgeRegion][];
@@ -211,6 +211,16 @@ export class EdgeThreads {
     if (this.#o.direct) this.#broadcast({ type: 'region', name, region });
   }
 
+  /** The main thread added a segment of model lease slots and their counters: every edge takes it before the routes that name it. */
+  slotsGrown(leases: SharedArrayBuffer, counters: SharedArrayBuffer): void {
+    if (this.#o.direct) this.#broadcast({ type: 'slotsGrown', leases, counters });
+  }
+
+  /** The main thread added a segment of region hold slots. */
+  regionSlotsGrown(holds: SharedArrayBuffer): void {
+    if (this.#o.direct) this.#broadcast({ type: 'regionSlotsGrown', holds });
+  }
+
   /** A model's route changed (the registry's watcher): every edge routes it so from now on. */
   routeChanged(model: string, route: EdgeRoute | null): void {
     if (this.#o.direct) this.#broadcast({ type: 'route', model, route });
@@ -249,7 +259,7 @@ export class EdgeThreads {
     const { endpoints, admission, logLevel, logger } = this.#o;
     const direct = this.#o.direct;
     const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel,
-      direct: direct ? { leases: direct.leases.buffer, routing: direct.routing, counters: direct.counters.shape, hooks: direct.hooks, regionHolds: direct.regionHolds.buffer } : null,
+      direct: direct ? { leases: direct.leases.shape, routing: direct.routing, counters: direct.counters.shape, hooks: direct.hooks, regionHolds: direct.regionHolds.shape } : null,
       tracing: this.#o.traceExportFailures ? { exportFailures: this.#o.traceExportFailures } : null };
     let markDrained = () => {};
     const drained = new Promise<void>((resolve) => {

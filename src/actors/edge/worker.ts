@@ -190,6 +190,12 @@ function receive(msg: ToEdge): void {
     case 'region':
       path?.region(msg.name, msg.region);
       return;
+    case 'slotsGrown':
+      path?.slotsGrown(msg.leases, msg.counters);
+      return;
+    case 'regionSlotsGrown':
+      path?.regionSlotsGrown(msg.holds);
+      return;
     case 'drain':
       health.close();
       void Promise.all([grpcEdge.stop(msg.graceMs), httpEdge.stop(msg.graceMs)]).then(() => path?.close()).then(() => stopTracing(logger)).then(() => post({ type: 'drained' }));

@@ -15,6 +15,7 @@ import type { MessagePort } from 'node:worker_threads';
 import type { ErrorData } from '../errors.js';
 import type { AnyOperationReply, OperationCall } from '../operations.js';
 import type { CountersShape } from '../request-counters.js';
+import type { LeasesShape } from '../leases.js';
 import type { HookPoolOptions } from './hooks.js';
 import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../data-plane.js';
 import type { InstanceKey, ModelSpec } from '../model-spec.js';
@@ -72,7 +73,7 @@ export interface EdgeRegion {
 /** What an edge needs to route requests to the devices itself; absent: every inference goes through the main thread. */
 export interface DirectStart {
   /** The leases' shared memory (shared/leases.ts); the edge's row is its index. */
-  leases: SharedArrayBuffer;
+  leases: LeasesShape;
   /** How the edge picks among the devices it has doors to (gateway.scheduling.mode). */
   routing: 'round_robin' | 'least_outstanding';
   /**
@@ -83,7 +84,7 @@ export interface DirectStart {
   /** The edge's own hook pool, started at its first hooked or meta request: its share of hooks.threads. */
   hooks: HookPoolOptions;
   /** The holds on shared-memory regions (shared/leases.ts: a slot per region; the edge's row is its index). */
-  regionHolds: SharedArrayBuffer;
+  regionHolds: LeasesShape;
 }
 
 /** What an edge thread starts with (its workerData). */
@@ -135,7 +136,11 @@ export type ToEdge =
    */
   | { type: 'deviceOut'; deviceId: number; why: string }
   /** A shared-memory region `name` was registered (its slot open before this is sent); null: unregistered (its slot closed). */
-  | { type: 'region'; name: string; region: EdgeRegion | null };
+  | { type: 'region'; name: string; region: EdgeRegion | null }
+  /** The main thread added a segment of model lease slots, and of the counters beside them: sent before any route names a slot in it. */
+  | { type: 'slotsGrown'; leases: SharedArrayBuffer; counters: SharedArrayBuffer }
+  /** The main thread added a segment of region hold slots: sent before any region names a slot in it. */
+  | { type: 'regionSlotsGrown'; holds: SharedArrayBuffer };
 
 export type FromEdge =
   /** Listening on these ports: the process's ports, when the first edge chose them. */

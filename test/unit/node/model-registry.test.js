@@ -1,12 +1,13 @@
-// The registry's leases (node/model-registry.ts) with edge threads' slots in shared memory: a ready
-// model's instance gets an open slot and a route; a reload closes the old instance's slot at once
-// (an edge holding the old route takes no new lease on it) and opens one for the new instance
-// under a new tag; waiting for an instance to drain waits for the main thread's requests and for
-// every lease an edge holds, then frees the slot, which another instance may take under another
-// tag that the old route never passes for; a model that is not ready has no route.
+// The registry's leases (node/model-registry.ts, node/model-slots.ts), one mechanism in shared memory
+// for every thread: a ready model's instance gets an open slot and a route; a reload closes the old
+// instance's slot at once (an edge holding the old route takes no new lease on it, nor does the
+// main thread) and opens one for the new instance under a new tag; waiting for an instance to
+// drain waits for the main thread's leases and every edge's, then frees the slot, which another
+// instance may take under another tag that the old route never passes for; a model that is not
+// ready has no route.
 import test from 'ava';
 import { ModelRegistry, ModelState } from '../../../dist/node/model-registry.js';
-import { Leases } from '../../../dist/shared/leases.js';
+import { Leases, SEGMENT_SLOTS } from '../../../dist/shared/leases.js';
 import { instanceKey } from '../../../dist/shared/model-spec.js';
 import { modelSpec } from '../../helpers/specs.js';
 
@@ -15,20 +16,20 @@ const ready = (/** @type {number} */ generation) => ({ name: 'm', state: ModelSt
 const settled = async (/** @type {Promise<unknown>} */ p) => Promise.race([p.then(() => true), new Promise((resolve) => setTimeout(() => resolve(false), 30))]);
 
 function registry() {
-  const memory = Leases.memory(1);
-  const r = new ModelRegistry();
+  const leases = Leases.create(1);
+  const r = new ModelRegistry(leases);
   /** @type {[string, import('../../../dist/shared/channels/edge.js').EdgeRoute | null][]} */
   const told = [];
   r.watchRoutes((model, route) => told.push([model, route]));
-  r.shareLeases(new Leases(memory));
-  return { r, edge: new Leases(memory, 0), told };
+  return { r, leases, edge: () => new Leases(leases.shape, 0), told };
 }
 
 test('a ready model gets a slot and a route; a reload moves new leases to the new instance at once', async (t) => {
-  const { r, edge, told } = registry();
+  const { r, leases, edge: edgeOf, told } = registry();
   r.set({ name: 'm', state: ModelState.LOADING, spec, reason: '' });
   t.is(r.routeOf('m'), null, 'loading: no route');
   r.set(ready(1));
+  const edge = edgeOf(); // started once the first slot's segment exists
   const first = r.routeOf('m');
   t.truthy(first);
   t.is(first?.instance, instanceKey('m', 1));
@@ -48,6 +49,8 @@ test('a ready model gets a slot and a route; a reload moves new leases to the ne
   // The old instance drains only once the main thread's request and the edge's lease are done.
   const lease = r.acquire('m');
   t.is(lease.instance, instanceKey('m', 2));
+  t.is(lease.slot, second.slot, 'the main thread holds in the same slot');
+  t.is(leases.heldHere(second.slot), 1, 'in its own row');
   const mainHeld = r.acquire('m');
   r.release(mainHeld);
   const drained = r.drained(instanceKey('m', 1));
@@ -56,6 +59,7 @@ test('a ready model gets a slot and a route; a reload moves new leases to the ne
   t.false(await settled(drained), 'nothing polls: the edge\'s last release on the closed slot must say so');
   r.edgesReleased(); // what the edge's 'lastRelease' message does on the main thread
   t.true(await settled(drained));
+  t.deepEqual(r.pending(), new Map([['m', 1]]), 'the main thread\'s lease counts as in flight');
   r.release(lease);
 
   // Its slot is free again: another instance may take it, under a tag the old route never passes for.
@@ -71,15 +75,38 @@ test('a ready model gets a slot and a route; a reload moves new leases to the ne
   t.true(edge.acquire(third.slot, third.tag));
 });
 
-test('the main thread\'s requests alone: drained waits for the last release', async (t) => {
-  const r = new ModelRegistry();
+test('the main thread\'s requests alone: drained waits for the last release on the closed slot, which says so itself', async (t) => {
+  const r = new ModelRegistry(); // no edge threads: the main thread's row alone
   r.set(ready(1));
   const a = r.acquire('m');
   const b = r.acquire('m');
+  r.set({ name: 'm', state: ModelState.UNLOADING, spec, instance: instanceKey('m', 1), reason: 'unloading' });
+  t.throws(() => r.acquire('m'), { message: /not ready/ }, 'unloading: no new lease');
   const drained = r.drained(instanceKey('m', 1));
   r.release(a);
   t.false(await settled(drained));
   r.release(b);
   t.true(await settled(drained));
+  t.deepEqual(r.pending(), new Map());
   t.throws(() => r.acquire('ghost'), { message: /unknown model "ghost"/ });
+});
+
+test('instances beyond one segment of slots each get a slot of their own, and leases there work', (t) => {
+  /** @type {SharedArrayBuffer[]} */
+  const grown = [];
+  const leases = Leases.create(1, (segment) => grown.push(segment));
+  const r = new ModelRegistry(leases);
+  const count = SEGMENT_SLOTS + 3;
+  for (let i = 0; i < count; i++) r.set({ name: `m${i}`, state: ModelState.READY, spec: modelSpec({ name: `m${i}` }), instance: instanceKey(`m${i}`, 1), reason: '' });
+  t.is(grown.length, 2, 'a second segment was added');
+  const routes = r.routes();
+  t.is(routes.length, count, 'every model has a route');
+  t.is(new Set(routes.map((x) => x.slot)).size, count, 'each its own slot');
+  const edge = new Leases(leases.shape, 0);
+  const last = /** @type {import('../../../dist/shared/channels/edge.js').EdgeRoute} */ (r.routeOf(`m${count - 1}`));
+  t.true(edge.acquire(last.slot, last.tag));
+  const lease = r.acquire(`m${count - 1}`);
+  t.deepEqual(r.pending(), new Map([[`m${count - 1}`, 2]]));
+  r.release(lease);
+  edge.release(last.slot);
 });

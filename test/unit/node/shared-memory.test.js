@@ -73,12 +73,12 @@ test('a CUDA registration the devices refuse leaves nothing: the name is free ag
 test('shared with the edges: each region in a hold slot tagged with its id; an edge holds what its requests name, and an unregister closes the region at the last hold, here or at an edge', (t) => {
   /** @type {number[]} */
   const forgotten = [];
-  const registry = new SharedMemoryRegistry((id) => forgotten.push(id));
-  const holds = new Leases(Leases.memory(2));
+  const holds = Leases.create(2);
+  const registry = new SharedMemoryRegistry((id) => forgotten.push(id), holds);
   /** @type {[string, any][]} */
   const heard = [];
   const before = registry.register('early', key, 0, 1024);
-  registry.shareHolds(holds, (name, region) => heard.push([name, region]));
+  registry.watch((name, region) => heard.push([name, region]));
   t.deepEqual(heard.map(([name, r]) => [name, r?.id]), [['early', before.id]], 'a region registered before sharing is shared too');
   const region = registry.register('r', key, 1024, 2048);
   const [, sent] = heard[1];
@@ -88,7 +88,7 @@ test('shared with the edges: each region in a hold slot tagged with its id; an e
 
   // Edge 1 takes a request naming r.
   let idle = 0;
-  const edge = new EdgeRegions(holds.buffer, 1, () => idle++);
+  const edge = new EdgeRegions(holds.shape, 1, () => idle++);
   for (const [name, r] of heard) edge.set(name, r);
   t.true(edge.knows('r'));
   t.false(edge.knows('other'), 'one it has not heard of is the main thread\'s to find');
@@ -103,7 +103,7 @@ test('shared with the edges: each region in a hold slot tagged with its id; an e
   t.deepEqual(heard.at(-1), ['r', null]);
   edge.set('r', null);
   t.deepEqual(forgotten, [], 'an edge still holds it');
-  const late = new EdgeRegions(holds.buffer, 0, () => undefined);
+  const late = new EdgeRegions(holds.shape, 0, () => undefined);
   late.set('r', sent);
   t.throws(() => late.hold([slice]), { message: /no shared-memory region "r" is registered/ }, 'no new hold on an unregistered region');
   t.is(holds.held(sent.slot), 1, 'a failed hold holds nothing');
@@ -116,6 +116,28 @@ test('shared with the edges: each region in a hold slot tagged with its id; an e
   const next = registry.register('n', key, 0, 64);
   const [, sentNext] = heard.at(-1) ?? [];
   t.is(sentNext.id, next.id);
-  t.false(new Leases(holds.buffer, 0).acquire(sent.slot, region.id), 'the old tag opens its slot no more, reused or not');
+  t.false(new Leases(holds.shape, 0).acquire(sent.slot, region.id), 'the old tag opens its slot no more, reused or not');
   registry.unregister('');
+});
+
+test('the main thread holds in its own row of the same holds: a region unregistered under its request closes at its release', (t) => {
+  /** @type {number[]} */
+  const forgotten = [];
+  const holds = Leases.create(1);
+  const registry = new SharedMemoryRegistry((id) => forgotten.push(id), holds);
+  const region = registry.register('m', key, 0, 1024);
+  const slice = registry.slice('input "x"', 'm', 0, 64);
+  registry.hold([slice, slice]);
+  t.is(holds.heldHere(0), 2, 'two holds in the main thread\'s row of its slot (the first taken)');
+  t.deepEqual(registry.edgeRegions(), [], 'no edge watches: none told');
+  registry.unregister('m');
+  t.throws(() => registry.hold([slice]), { message: /no shared-memory region "m" is registered/ }, 'no new hold once unregistered, here either');
+  registry.release([slice]);
+  t.deepEqual(forgotten, [], 'one hold left');
+  registry.release([slice]);
+  t.deepEqual(forgotten, [region.id], 'closed at the last');
+  const again = registry.register('m2', key, 0, 64);
+  t.not(again.id, region.id);
+  registry.unregister('');
+  t.is(forgotten.length, 2);
 });

@@ -9,7 +9,8 @@ import { RequestCounters } from '../../../dist/shared/request-counters.js';
 const timing = { computeInputNs: 100, computeInferNs: 200, computeOutputNs: 300, batchRows: 2, executedBatchSize: 2, requests: 1 };
 
 test('an edge\'s counts are read with the main thread\'s, folded when the slot is freed, and the slot reused clean', (t) => {
-  const main = RequestCounters.create(4, 2, 2);
+  const main = RequestCounters.create(2, 2);
+  main.grow(); // the counters of the first segment of lease slots
   const edge0 = new RequestCounters(main.shape, 0);
   const edge1 = new RequestCounters(main.shape, 1);
   const statistics = new Statistics();

@@ -1,39 +1,71 @@
-// The leases edge threads take on a model's instance in shared memory (shared/leases.ts): once the
+// The leases every thread takes on a model's instance in shared memory (shared/leases.ts): once the
 // main thread has closed a slot and seen no lease held, no edge holds one, whatever the threads'
 // timing; a slot reused under another tag never passes for the old instance; a dead edge's leases
-// are given back.
+// are given back; the main thread holds in a row of its own; slots never run out (a segment is
+// added and sent to the edges).
 import { Worker } from 'node:worker_threads';
 import test from 'ava';
-import { LEASE_SLOTS, Leases } from '../../../dist/shared/leases.js';
+import { SEGMENT_SLOTS, Leases } from '../../../dist/shared/leases.js';
 
-test('a lease is taken only on an open slot under its tag, counted per edge, and a dead edge\'s are given back', (t) => {
-  const memory = Leases.memory(2);
-  const main = new Leases(memory);
-  const edge0 = new Leases(memory, 0);
-  const edge1 = new Leases(memory, 1);
-  t.false(edge0.acquire(5, 1), 'closed slot');
-  main.open(5, 7);
-  t.false(edge0.acquire(5, 6), 'another instance\'s tag');
-  t.true(edge0.acquire(5, 7));
-  t.true(edge1.acquire(5, 7));
-  t.true(edge1.acquire(5, 7));
-  t.is(main.held(5), 3);
-  t.is(main.held(4), 0, 'slots are apart');
-  main.close(5);
-  t.false(edge0.acquire(5, 7), 'closed: no new lease');
-  t.is(main.held(5), 3, 'those held stay counted');
-  edge0.release(5);
-  t.is(main.held(5), 2);
+test('a lease is taken only on an open slot under its tag, counted per thread, and a dead edge\'s are given back', (t) => {
+  const main = Leases.create(2);
+  const slot = main.take();
+  const other = main.take();
+  const edge0 = new Leases(main.shape, 0);
+  const edge1 = new Leases(main.shape, 1);
+  t.false(edge0.acquire(slot, 1), 'closed slot');
+  main.open(slot, 7);
+  t.false(edge0.acquire(slot, 6), 'another instance\'s tag');
+  t.true(edge0.acquire(slot, 7));
+  t.true(edge1.acquire(slot, 7));
+  t.true(edge1.acquire(slot, 7));
+  t.true(main.acquire(slot, 7), 'the main thread takes its own, in its row');
+  t.is(main.held(slot), 4);
+  t.is(main.heldHere(slot), 1);
+  t.is(main.held(other), 0, 'slots are apart');
+  main.close(slot);
+  t.false(edge0.acquire(slot, 7), 'closed: no new lease');
+  t.false(main.acquire(slot, 7), 'not even the main thread\'s');
+  t.is(main.held(slot), 4, 'those held stay counted');
+  edge0.release(slot);
+  main.release(slot);
+  t.is(main.held(slot), 2);
   main.forget(1);
-  t.is(main.held(5), 0, 'edge 1 died: its two leases are given back');
-  main.open(LEASE_SLOTS - 1, 8);
-  t.true(edge1.acquire(LEASE_SLOTS - 1, 8), 'the last slot works');
+  t.is(main.held(slot), 0, 'edge 1 died: its two leases are given back');
+});
+
+test('when every slot is taken a segment is added, told before any slot in it is named; a slot given back is taken again', (t) => {
+  /** @type {SharedArrayBuffer[]} */
+  const grown = [];
+  const main = Leases.create(1, (segment) => grown.push(segment));
+  const edge = new Leases(main.shape, 0);
+  const first = main.take();
+  t.is(grown.length, 1, 'the first segment, made at the first take');
+  edge.adopt(grown[0]);
+  const taken = [first];
+  for (let i = 1; i < SEGMENT_SLOTS; i++) taken.push(main.take());
+  t.is(grown.length, 1);
+  t.is(new Set(taken).size, SEGMENT_SLOTS, 'every slot of the segment, once');
+  const beyond = main.take();
+  t.is(grown.length, 2, 'a second segment');
+  t.true(beyond >= SEGMENT_SLOTS);
+  main.open(beyond, 9);
+  t.false(edge.acquire(beyond, 9), 'an edge that has not adopted it takes nothing there');
+  edge.adopt(grown[1]);
+  t.true(edge.acquire(beyond, 9));
+  t.is(main.held(beyond), 1);
+  t.is(main.held(first), 0, 'the segments are apart');
+  const late = new Leases(main.shape, 0);
+  t.true(late.isOpen(beyond, 9), 'an edge started later gets every segment in its shape');
+  main.give(taken[5]);
+  t.is(main.take(), taken[5], 'a freed slot is taken before a new segment is made');
+  t.is(grown.length, 2);
 });
 
 test('after the main thread closes a slot and sees it free, no edge on another thread holds a lease there', async (t) => {
-  const memory = Leases.memory(4);
-  const main = new Leases(memory);
-  const SLOT = 17;
+  const main = Leases.create(4);
+  const SLOT = main.take();
+  const memory = main.shape; // with the segment the take made
   const TAG = 3;
   main.open(SLOT, TAG);
   // flags[0]: set once the main thread has seen the slot closed and free; flags[1 + k]: thread k started.

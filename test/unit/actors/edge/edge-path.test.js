@@ -33,14 +33,14 @@ const noMain = () => Promise.reject(new Error('nothing here goes to the main thr
  * @param {{ viaMain?: Infer, routes?: import('../../../../dist/shared/channels/edge.js').EdgeRoute[] }} [more]
  */
 function edge(t, devices, holders, { viaMain = noMain, routes = [] } = {}) {
-  const memory = Leases.memory(1);
-  const main = new Leases(memory);
-  for (let slot = 0; slot <= routes.length; slot++) main.open(slot, 1);
-  const counters = RequestCounters.create(1 + routes.length, 1, 3); // the main thread's view: it reads them
+  const main = Leases.create(1);
+  for (let slot = 0; slot <= routes.length; slot++) main.open(main.take(), 1);
+  const counters = RequestCounters.create(1, 3); // the main thread's view: it reads them
+  counters.grow();
   const hooks = { threads: 1, timeoutMs: 10_000, importTimeoutMs: 10_000, maxHeapMib: 0 };
   /** @type {string[]} */
   const lastReleases = [];
-  const path = new EdgePath({ leases: memory, routing: 'round_robin', counters: counters.shape, hooks, regionHolds: Leases.memory(1) }, 0, viaMain, (of) => lastReleases.push(of));
+  const path = new EdgePath({ leases: main.shape, routing: 'round_robin', counters: counters.shape, hooks, regionHolds: Leases.create(1).shape }, 0, viaMain, (of) => lastReleases.push(of));
   t.teardown(() => path.close());
   path.route('m', { model: 'm', spec, instance, slot: 0, tag: 1, ...(holders ? { devices: holders } : {}) });
   for (const route of routes) path.route(route.model, route);

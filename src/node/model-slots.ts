@@ -1,16 +1,17 @@
 /**
- * The routes the edge threads run models' requests by (actors/edge/edge-path.ts), and the lease
- * slots behind them, on the main thread. Each instance that serves a model gets a slot in the
- * leases' shared memory (shared/leases.ts) under a tag of its own, where an edge counts the
- * requests it holds on it; a model's route names that slot and tag. When the model's record
- * changes (a reload, an unload), the slots of the instances no longer serving it are closed at
- * once, before anyone is told, so no edge takes a new lease on them; an unload or the end of a
- * reload then waits for the leases edges still hold (`drained`), each edge's last release on a
- * closed slot saying so (`released`), and the slot is free for another instance.
+ * Each loaded instance's lease slot (shared/leases.ts), and the routes the edge threads run
+ * models' requests by (actors/edge/edge-path.ts), on the main thread. Each instance that serves a
+ * model gets a slot under a tag of its own, where every thread that runs the request path counts
+ * the requests it holds on it: each edge in its row, the main thread in its own (`acquire`). A
+ * model's route names that slot and tag. When the model's record changes (a reload, an unload),
+ * the slots of the instances no longer serving it are closed at once, before anyone is told, so no
+ * thread takes a new lease on them; an unload or the end of a reload then waits for the leases
+ * still held (`drained`), each last release on a closed slot saying so (`released`: an edge's
+ * through the main thread, the main thread's at once), and the slot is free for another instance.
  *
  * The model registry (model-registry.ts) owns the records and tells this of each change.
  */
-import { LEASE_SLOTS, type Leases } from '../shared/leases.js';
+import type { Leases } from '../shared/leases.js';
 import { modelOf, type InstanceKey, type ModelSpec } from '../shared/model-spec.js';
 import type { EdgeRoute } from '../shared/channels/edge.js';
 
@@ -27,16 +28,16 @@ export interface Serving {
   spec: ModelSpec;
 }
 
-export class EdgeRoutes {
+export class ModelSlots {
   readonly #leases: Leases;
   readonly #slots = new Map<InstanceKey, Slot>();
-  readonly #free = Array.from({ length: LEASE_SLOTS }, (_, i) => LEASE_SLOTS - 1 - i);
   #nextTag = 1;
   /** Told when a slot is freed (its leases drained), before it may stand for another instance. */
   readonly #slotFreed: ((instance: InstanceKey, slot: number) => void) | null;
-  /** Drains waiting for edges to give back their leases on a closed slot. */
+  /** Drains waiting for leases on a closed slot to be given back. */
   #waiting: (() => void)[] = [];
 
+  /** `leases`: the main thread's (Leases.create), whose last row is this thread's. */
   constructor(leases: Leases, slotFreed?: (instance: InstanceKey, slot: number) => void) {
     this.#leases = leases;
     this.#slotFreed = slotFreed ?? null;
@@ -45,8 +46,7 @@ export class EdgeRoutes {
   /**
    * Model `name` is now served by `serving` (undefined: not ready, or gone): every other instance
    * of it is closed to new leases at once (the state word is cleared before this returns), the
-   * serving one has an open slot (when one is free; none left, its requests go through the main
-   * thread). Its route now, for the edges to be told.
+   * serving one has an open slot. Its route now, for the edges to be told.
    */
   changed(name: string, serving: Serving | undefined): EdgeRoute | null {
     for (const [instance, s] of this.#slots) {
@@ -56,21 +56,35 @@ export class EdgeRoutes {
       }
     }
     if (serving && !this.#slots.get(serving.instance)?.open) {
-      const slot = this.#slots.get(serving.instance)?.slot ?? this.#free.pop();
-      if (slot !== undefined) {
-        const s = { slot, tag: this.#nextTag++, open: true };
-        this.#slots.set(serving.instance, s);
-        this.#leases.open(slot, s.tag);
-      }
+      const slot = this.#slots.get(serving.instance)?.slot ?? this.#leases.take();
+      const s = { slot, tag: this.#nextTag++, open: true };
+      this.#slots.set(serving.instance, s);
+      this.#leases.open(slot, s.tag);
     }
     return this.routeOf(name, serving);
   }
 
-  /** The model's route when `serving` serves it, or null: edges send its requests to the main thread. */
+  /** The model's route when `serving` serves it, or null: it is not ready. */
   routeOf(name: string, serving: Serving | undefined): EdgeRoute | null {
     if (!serving) return null;
     const s = this.#slots.get(serving.instance);
     return s?.open ? { model: name, spec: serving.spec, instance: serving.instance, slot: s.slot, tag: s.tag } : null;
+  }
+
+  /**
+   * The main thread takes a lease on `instance`, which serves (its slot is open: only this thread
+   * closes slots, so the lease cannot race a close). Its slot, to give back with `release`.
+   */
+  acquire(instance: InstanceKey): number {
+    const s = this.#slots.get(instance);
+    if (!s?.open || !this.#leases.acquire(s.slot, s.tag)) throw new Error(`instance ${instance} has no open lease slot`);
+    return s.slot;
+  }
+
+  /** The main thread gives its lease on `instance` back; the last one on a closed slot wakes whoever waits for it to drain. */
+  release(instance: InstanceKey, slot: number): void {
+    this.#leases.release(slot);
+    if (this.#slots.get(instance)?.open === false) this.released();
   }
 
   /** Every slot in use (open, or closed and not yet drained), and the instance it stands for. */
@@ -78,26 +92,26 @@ export class EdgeRoutes {
     for (const [instance, s] of this.#slots) yield [instance, s.slot];
   }
 
-  /** Leases the edges hold on each instance with a slot. */
+  /** Leases held on each instance with a slot, every thread's together. */
   *held(): IterableIterator<[InstanceKey, number]> {
     for (const [instance, s] of this.#slots) yield [instance, this.#leases.held(s.slot)];
   }
 
-  /** Resolves once no edge holds a lease on the instance's slot (closed already); the slot is then free. */
+  /** Resolves once no lease is held on the instance's slot (closed already); the slot is then free. */
   async drained(instance: InstanceKey): Promise<void> {
     const s = this.#slots.get(instance);
     if (!s) return;
-    // An edge's last release on the closed slot says so (`released`), as does an edge's death.
+    // The last release on the closed slot says so (`released`), as does an edge's death.
     while (this.#leases.held(s.slot) > 0) await new Promise<void>((resolve) => this.#waiting.push(resolve));
     // Closed and drained: the slot may stand for another instance (under another tag).
     if (!s.open && this.#slots.get(instance) === s) {
       this.#slots.delete(instance);
       this.#slotFreed?.(instance, s.slot);
-      this.#free.push(s.slot);
+      this.#leases.give(s.slot);
     }
   }
 
-  /** Edges gave leases back (the last on a closed slot, or an edge died): whoever waits for a slot to drain looks again. */
+  /** Leases were given back (the last on a closed slot, or an edge died): whoever waits for a slot to drain looks again. */
   released(): void {
     const waiting = this.#waiting;
     this.#waiting = [];
