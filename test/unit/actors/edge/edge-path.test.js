@@ -12,7 +12,7 @@ import test from 'ava';
 import { readManifest } from '../../../../dist/bundle/manifest.js';
 import { ROOT } from '../../../helpers/server.js';
 import { EdgePath } from '../../../../dist/actors/edge/edge-path.js';
-import { Leases } from '../../../../dist/shared/leases.js';
+import { Leases, SEGMENT_SLOTS } from '../../../../dist/shared/leases.js';
 import { RequestCounters } from '../../../../dist/shared/request-counters.js';
 import { instanceKey } from '../../../../dist/shared/model-spec.js';
 import { modelSpec, tensorSpec } from '../../../helpers/specs.js';
@@ -219,4 +219,30 @@ test('the last lease given back on a slot the main thread closed tells it (an un
   end.port.postMessage({ type: 'executed', results: [{ id: end.ids[0], outputs: [], queueNs: 1 }], timing: { computeInputNs: 0, computeInferNs: 0, computeOutputNs: 0, batchRows: 1, executedBatchSize: 1, requests: 1 } });
   await pending;
   t.deepEqual(lastReleases, ['model']);
+});
+
+test('a route to a slot in a segment added after the edge started: the segment comes first, then the request takes a lease and is counted there', async (t) => {
+  const { path, ends, counters, main } = edge(t, [0]);
+  // The main thread fills its first segment of slots, so the next instance's slot is in a second
+  // one, which it sends (with its counters) before the route that names it (ToEdge 'slotsGrown').
+  /** @type {SharedArrayBuffer[]} */
+  const grown = [];
+  const grower = Leases.create(1, (segment) => grown.push(segment));
+  let slot = grower.take();
+  while (slot < SEGMENT_SLOTS) slot = grower.take();
+  t.is(grown.length, 2);
+  main.adopt(grown[1]); // the test's main view stands for the grower from here
+  main.open(slot, 5);
+  path.slotsGrown(grown[1], counters.grow());
+  const beyond = modelSpec({ name: 'far', inputs: [tensorSpec('x', 'FP32', 'k', [2], -1)], outputs: [tensorSpec('y', 'FP32', 'k', [2], -1)] });
+  path.route('far', { model: 'far', spec: beyond, instance: instanceKey('far', 1), slot, tag: 5 });
+  const answered = /** @type {Promise<unknown>} */ (path.infer({ ...request(), model: 'far' }, options()));
+  t.truthy(answered, 'the edge takes it');
+  await waitFor(() => ends.get(0)?.got === 1);
+  t.is(main.held(slot), 1, 'its lease is in the new segment');
+  const end = /** @type {NonNullable<ReturnType<typeof ends.get>>} */ (ends.get(0));
+  end.port.postMessage({ type: 'executed', results: [{ id: end.ids[0], outputs: [], queueNs: 1 }], timing: { computeInputNs: 0, computeInferNs: 0, computeOutputNs: 0, batchRows: 1, executedBatchSize: 1, requests: 1 } });
+  await answered;
+  t.is(counters.read(slot).success.count, 1, 'counted in the new segment\'s counters');
+  t.is(main.held(slot), 0);
 });
