@@ -2,8 +2,9 @@
  * The device actor's thread: one worker thread per device. It alone touches
  * the device: it owns the ONNX Runtime sessions of every model loaded on it
  * (models.ts), the per-model queues and the scheduler that picks what runs
- * next (scheduler.ts), the weight arena (weight-cache.ts) and the mappings of
- * shared-memory regions (regions.ts). The main thread talks to it through
+ * next (scheduler.ts), the weight arena (weight-cache.ts, made in
+ * device-memory.ts), the mappings of shared-memory regions (regions.ts) and
+ * the tally of its executions, which the main thread counts (execution-tally.ts). The main thread talks to it through
  * `handle.ts` over the channel typed in shared/channels/device.ts; each edge
  * thread hands it the plain inferences it routes itself over a door of its
  * own (edge-doors.ts), and hook threads their preprocessed inputs over theirs.
@@ -22,15 +23,13 @@ import { DeviceService, injectedPoison } from './out-of-service.js';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, ExecutionAnswers, FromDevice, HookInputs, InferCommand, ToDevice } from '../../shared/channels/device.js';
 import { nowMs } from '../../shared/channels/inference.js';
-import { allocateDeviceMemory, initOrt, processThreadPool } from '../../native/ort.js';
-import { gpuMemory, loadCuda, pinHost } from '../../native/cuda.js';
+import { initOrt, processThreadPool } from '../../native/ort.js';
+import { gpuMemory, loadCuda } from '../../native/cuda.js';
 import { modelOf, type InstanceKey } from '../../shared/model-spec.js';
 import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
-import { Arena } from './arena.js';
 import { CostModel } from './cost-model.js';
 import { execute, type ExecutionContext } from './execution.js';
 import { Staging } from './staging.js';
-import { readTensor } from './executables.js';
 import { DeviceModels } from './models.js';
 import { buffersOf, EdgeDoors } from './edge-doors.js';
 import { ExecutionTally, type ExecutionOutcome } from './execution-tally.js';
@@ -41,7 +40,7 @@ import { RegionMappings } from './regions.js';
 import { Scheduler, type ShedReason } from './scheduler.js';
 import { UploadsAhead } from './uploads-ahead.js';
 import { SessionMemory } from './session-memory.js';
-import { WeightCache } from './weight-cache.js';
+import { pinOrNot, weightCacheOf } from './device-memory.js';
 
 if (!parentPort) throw new Error('actors/device/worker.js runs as a worker thread');
 // ONNX Runtime, once per process: the server made its environment before any device started;
@@ -93,39 +92,9 @@ const scheduler = new Scheduler<InferCommand>({
   // A model whose weights are on their way beside execution counts as on the device: they are by its turn.
   ...(config.prefer_resident ? { resident: (instance: InstanceKey) => (weightCache ? weightCache.isResident(instance) || weightCache.isUploading(instance) : true) } : {}),
 });
-/**
- * The device's weights: an arena of the budget's size and what is resident in it; null when the
- * cache is off. On a GPU the arena is one cudaMalloc of the budget, made now, and the host copies of
- * weights are pinned so that a cold load copies at the bus's speed.
- */
-/**
- * Pin host memory for copies to the GPU, or go on without (copies then run at pageable speed) where
- * the platform refuses it (some sandboxes do): said once, not a failure.
- */
-let pinRefused = false;
-function pinOrNot(view: ArrayBufferView | ArrayBuffer): { release(): void } | undefined {
-  if (pinRefused) return undefined;
-  try {
-    return pinHost(view);
-  } catch (err) {
-    pinRefused = true;
-    send({ type: 'warning', message: `device ${init.deviceId}: host memory cannot be pinned here, so copies to the GPU run at pageable speed: ${(err as Error).message}`, fields: { device: init.deviceId } });
-    return undefined;
-  }
-}
-
-function weightArena(weights: NonNullable<DeviceInit['weights']>): Arena {
-  if (!init.cuda) return new Arena(weights.budgetBytes, { preallocate: weights.preallocate });
-  return new Arena(weights.budgetBytes, { device: allocateDeviceMemory(weights.budgetBytes, `cuda:${init.cuda.ordinal}`) });
-}
-const weightCache = init.weights
-  ? new WeightCache<InstanceKey>(weightArena(init.weights), {
-    readTensor,
-    compactionInterval: init.weights.compactionInterval,
-    thrashWindowMs: init.weights.thrashWindowSeconds * 1000,
-    ...(init.cuda ? { pinHost: pinOrNot } : {}),
-  })
-  : null;
+/** The weights' arena and cache, and host pinning on a GPU (device-memory.ts). */
+const pin = pinOrNot((why) => send({ type: 'warning', message: `device ${init.deviceId}: host memory cannot be pinned here, so copies to the GPU run at pageable speed: ${why}`, fields: { device: init.deviceId } }));
+const weightCache = weightCacheOf(init, pin);
 // Backend cuda: the GPU memory each model's sessions take, measured around its load (session-memory.ts).
 const cuda = init.cuda;
 const sessionMemory = cuda
@@ -135,7 +104,7 @@ const models = new DeviceModels(init, scheduler, costs, weightCache, (message, f
 // In service until a run poisons the GPU's context (out-of-service.ts); then everything is refused.
 const service = new DeviceService(init.deviceId, cuda ? cuda.ordinal : null, (poisoned) => send({ type: 'outOfService', ...poisoned }));
 const regions = new RegionMappings(cuda ? cuda.ordinal : null);
-const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(init.cuda ? pinOrNot : undefined), send, executed, fail, costs,
+const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(init.cuda ? pin : undefined), send, executed, fail, costs,
   // Backend cuda: every run on this thread. ONNX Runtime's CUDA provider keeps cuBLAS and cuDNN
   // state per session and per thread that runs it, for good: runs spread over libuv's threads held
   // 450 MiB of GPU memory per session, runs on one thread 130 (bench/gpu-session-memory.js, H200).
