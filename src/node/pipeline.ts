@@ -2,8 +2,9 @@
  * The request path's rooms on the main thread (shared/request-path.ts has the path itself, the
  * same on every thread, and the table of its copies and hops): leases from the model registry,
  * devices through the device pool (node/devices.ts), hooks on the main thread's hook pool,
- * shared-memory regions from this thread's registry, spans from shared/tracing.ts, and statistics
- * counted in `Statistics`. The main thread runs the path for every request when it is the only
+ * shared-memory regions from this thread's registry, spans from shared/tracing.ts, and each request
+ * counted in the request counters' row of the main thread (shared/request-counters.ts), as an
+ * edge counts in its own. The main thread runs the path for every request when it is the only
  * edge, and with edge threads for what an edge sends it: a model the edge has no route for (not
  * ready, unknown, another version: the registry words why), a region the edge has not heard of,
  * and a meta model's sub-call to a model without a route on its edge.
@@ -13,7 +14,8 @@ import type { HookPool } from '../actors/hooks/handle.js';
 import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../shared/data-plane.js';
 import type { ModelLease, ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
-import type { Statistics } from './statistics.js';
+import type { RequestCounters } from '../shared/request-counters.js';
+import { failureReason } from '../shared/failure-reason.js';
 import { RequestTrace, tracingOn } from '../shared/tracing.js';
 import { RequestPath } from '../shared/request-path.js';
 
@@ -22,14 +24,15 @@ export interface PipelineContext {
   hooks: HookPool;
   /** Which device serves a request (a pass-through with one device). */
   devices: Devices;
-  statistics: Statistics;
+  /** Where this thread counts its requests: its row (RequestCounters.create), per lease slot. */
+  counters: RequestCounters;
   sharedMemory: SharedMemoryRegistry;
 }
 
 export class Pipeline {
   readonly #path: RequestPath<ModelLease>;
 
-  constructor({ registry, hooks, devices, statistics, sharedMemory }: PipelineContext) {
+  constructor({ registry, hooks, devices, counters, sharedMemory }: PipelineContext) {
     this.#path = new RequestPath<ModelLease>({
       acquire: (model, version) => registry.acquire(model, version),
       release: (lease) => registry.release(lease),
@@ -37,8 +40,8 @@ export class Pipeline {
       adoptDoor: (target, port) => devices.device(target.deviceId).adoptDoor(port, target.generation),
       hooks,
       regions: sharedMemory,
-      succeeded: (lease, batchSize, durationNs, queueNs, timing) => statistics.recordSuccess(lease.spec.name, batchSize, durationNs, queueNs, timing),
-      failed: (lease, code, durationNs) => statistics.recordFailure(lease.spec.name, code, durationNs),
+      succeeded: (lease, batchSize, durationNs, queueNs, timing) => counters.succeeded(lease.slot, batchSize, durationNs, queueNs, timing),
+      failed: (lease, code, durationNs) => counters.failed(lease.slot, failureReason(code), durationNs),
       // Tracing starts before the pipeline is made (node/server.ts), and is off for good once stopped.
       ...(tracingOn() ? { trace: (request, carrier, protocol, admitted) => RequestTrace.request(request, carrier, protocol, admitted) } : {}),
     });

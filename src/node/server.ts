@@ -129,7 +129,7 @@ export class StowageServer {
   #cudaStarted = false;
   /** The leases on models' instances and on shared-memory regions, every thread's. */
   readonly #leases: { models: Leases; regions: Leases };
-  /** Where the edges count their requests, per lease slot (with edge threads). */
+  /** Where every thread counts its requests, per lease slot (once the devices are known). */
   #counters: RequestCounters | null = null;
 
   private constructor(config: NodeConfig, logger: Logger) {
@@ -258,13 +258,14 @@ export class StowageServer {
     await this.#startAdmin();
     const workers = await this.#startRuntime();
     const devices = await this.#startDevices(workers);
+    this.#countRequests(devices);
     const edgeCount = edgeThreads(this.#config.global.endpoints.edge_threads); // as the leases' rows were made for
     // Edge threads run the request path themselves, each with hook threads of its own.
     const repository = await this.#startRepository(devices, edgeCount > 0);
     const health = new Health(this.registry);
     this.#health = health;
     const ops = this.#operations(devices, repository, workers, health);
-    const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks!, devices, statistics: this.statistics, sharedMemory: this.sharedMemory });
+    const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks!, devices, counters: this.#counters!, sharedMemory: this.sharedMemory });
     if (edgeCount > 0) await this.#startEdgeThreads(edgeCount, devices, ops, pipeline, health);
     else await this.#startMainEdge(ops, pipeline, health);
     this.#ready = true;
@@ -352,6 +353,19 @@ export class StowageServer {
       cacheDir: this.#config.cache_dir,
     }, 'device actors started');
     return devices;
+  }
+
+  /**
+   * Where every thread counts the requests it answers, per lease slot and thread
+   * (shared/request-counters.ts): statistics add the slots in use when read, and take a slot's
+   * counts as the model's own when it is freed. A segment of counters for each segment of slots
+   * taken already; later ones are added as the leases' are (the constructor).
+   */
+  #countRequests(devices: Devices): void {
+    const counters = RequestCounters.create(edgeThreads(this.#config.global.endpoints.edge_threads), Math.max(...devices.handles.map((d) => d.deviceId)) + 1);
+    for (let i = 0; i < this.#leases.models.shape.segments.length; i++) counters.grow();
+    this.#counters = counters;
+    this.statistics.shareCounters(counters, () => [...this.registry.slots()].map(([instance, slot]) => [modelOf(instance), slot]));
   }
 
   /** One worker's device actor, its executions, weights and supervision reported here. */
@@ -502,13 +516,7 @@ export class StowageServer {
   #edgePaths(devices: Devices, edgeCount: number): EdgeDirect {
     const { hooks } = this.#config.global;
     const { models: leases, regions: regionHolds } = this.#leases;
-    // The edges count their requests per lease slot (shared/request-counters.ts): statistics add
-    // the slots in use when read, and take a slot's counts as the model's own when it is freed.
-    // A segment of counters for each segment of slots taken already (the repository's models).
-    const counters = RequestCounters.create(edgeCount, Math.max(...devices.handles.map((d) => d.deviceId)) + 1);
-    for (let i = 0; i < leases.shape.segments.length; i++) counters.grow();
-    this.#counters = counters;
-    this.statistics.shareCounters(counters, () => [...this.registry.slots()].map(([instance, slot]) => [modelOf(instance), slot]));
+    const counters = this.#counters!;
     // A model's route as the registry has it, with where lpt_packing placed it, and which devices
     // hold it when a device lost it.
     const withPlacement = (route: EdgeRoute | null): EdgeRoute | null => {

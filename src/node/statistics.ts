@@ -1,6 +1,6 @@
 /**
- * Per-model inference statistics in Triton's vocabulary, kept on the main
- * thread and served by the ModelStatistics RPC. Durations are nanoseconds.
+ * Per-model inference statistics in Triton's vocabulary, served by the ModelStatistics RPC and read
+ * by the Prometheus metrics. Durations are nanoseconds.
  *
  * - inference_count counts rows (a request of 8 rows counts 8);
  *   execution_count counts executions (8 coalesced requests count 1).
@@ -9,18 +9,19 @@
  *   (every request of a batch records the batch's compute times, as Triton does).
  * - batch_stats counts executions per executed batch size.
  *
- * These plain numbers are the only record of a request: the Prometheus metrics
- * (metrics.ts) read them when /metrics is scraped, so a request costs a few
- * additions here and no label lookups in prom-client. Requests the edge threads
- * hand to the devices themselves are counted by the edges, in shared memory per
- * lease slot (shared/request-counters.ts); they are added in when read, and
- * folded into these counters when a slot is freed.
+ * Each is counted once, where it happens:
+ * - requests by the thread that answers them (an edge thread, or the main thread), in shared
+ *   memory per lease slot (shared/request-counters.ts): added in when read, and folded into the
+ *   model's own counters here when a slot is freed;
+ * - executions by the device that runs them, reported summed (actors/device/execution-tally.ts),
+ *   which a reader asks every device for first (Devices.reported).
+ *
+ * These plain numbers are the only record: the Prometheus metrics (metrics.ts) read them when
+ * /metrics is scraped, so a request costs a few atomic additions and no label lookups in prom-client.
  */
 import { MODEL_VERSION } from '../shared/constants.js';
-import type { ExecutionTiming } from '../shared/channels/inference.js';
 import type { ExecutionReport } from '../shared/channels/device.js';
-import type { ErrorCode } from '../shared/errors.js';
-import { failureReason, type FailureReason } from '../shared/failure-reason.js';
+import type { FailureReason } from '../shared/failure-reason.js';
 import type { RequestCounters, SlotCounts } from '../shared/request-counters.js';
 
 interface Duration {
@@ -45,10 +46,6 @@ export interface ModelCounters {
 }
 
 const zero = (): Duration => ({ count: 0, ns: 0 });
-const add = (d: Duration, ns: number) => {
-  d.count++;
-  d.ns += ns;
-};
 const addMany = (d: Duration, count: number, ns: number) => {
   d.count += count;
   d.ns += ns;
@@ -67,27 +64,27 @@ export interface DeviceCounters {
 export class Statistics {
   readonly #models = new Map<string, ModelCounters>();
   readonly #devices = new Map<number, DeviceCounters>();
-  /** The edges' counts (none without edge threads' direct path), and the slots in use, by model. */
-  #edges: { counters: RequestCounters; slots: () => Iterable<[model: string, slot: number]> } | null = null;
+  /** Every thread's counts of its requests, and the slots in use, by model (none until the node shares them). */
+  #requests: { counters: RequestCounters; slots: () => Iterable<[model: string, slot: number]> } | null = null;
   /** Requests the edges sent to each device, per model, from slots folded already. */
   readonly #edgeRoutes = new Map<string, Map<number, number>>();
   /** Rows per execution, for the batch-size histogram: `executions` ran with `rows` rows (set by the metrics; none without them). */
   onBatchRows: ((device: number, rows: number, executions: number) => void) | undefined;
 
-  /** Count the edges' requests too: `slots` lists every lease slot in use and its model. */
+  /** Where requests are counted (every thread's, shared memory): `slots` lists every lease slot in use and its model. */
   shareCounters(counters: RequestCounters, slots: () => Iterable<[model: string, slot: number]>): void {
-    this.#edges = { counters, slots };
+    this.#requests = { counters, slots };
   }
 
   /** A slot is freed (its leases drained): its counts become the model's own, and it starts again at zero. */
   fold(model: string, slot: number): void {
-    if (!this.#edges) return;
-    const counts = this.#edges.counters.take(slot);
+    if (!this.#requests) return;
+    const counts = this.#requests.counters.take(slot);
     addCounts(this.#of(model), counts);
     addRoutes(this.#edgeRoutes, model, counts);
   }
 
-  /** Every model that has counted something, with its counters, the edges' included (read, never written, by the caller). */
+  /** Every model that has counted something, with its counters, its live slots' included (read, never written, by the caller). */
   *models(): IterableIterator<[string, Readonly<ModelCounters>]> {
     const live = this.#liveSlots();
     for (const [model, c] of this.#models) yield [model, this.#merged(c, live.get(model))];
@@ -97,27 +94,27 @@ export class Statistics {
   /** Requests the edge threads sent to each device, per model (stowage_gateway_routed_total adds them). */
   edgeRoutes(): Map<string, Map<number, number>> {
     const routes = new Map([...this.#edgeRoutes].map(([m, d]) => [m, new Map(d)]));
-    if (this.#edges) for (const [model, slot] of this.#edges.slots()) addRoutes(routes, model, this.#edges.counters.read(slot));
+    if (this.#requests) for (const [model, slot] of this.#requests.slots()) addRoutes(routes, model, this.#requests.counters.read(slot));
     return routes;
   }
 
   /** The slots in use, by model. */
   #liveSlots(): Map<string, number[]> {
     const live = new Map<string, number[]>();
-    if (this.#edges) for (const [model, slot] of this.#edges.slots()) (live.get(model) ?? live.set(model, []).get(model)!).push(slot);
+    if (this.#requests) for (const [model, slot] of this.#requests.slots()) (live.get(model) ?? live.set(model, []).get(model)!).push(slot);
     return live;
   }
 
   /** A model's counters with its live slots' counts added (a copy; the counters themselves when it has none). */
   #merged(c: ModelCounters, slots: number[] | undefined): ModelCounters {
-    if (!slots?.length || !this.#edges) return c;
+    if (!slots?.length || !this.#requests) return c;
     const merged: ModelCounters = {
       ...c,
       success: { ...c.success }, fail: { ...c.fail }, queue: { ...c.queue },
       computeInput: { ...c.computeInput }, computeInfer: { ...c.computeInfer }, computeOutput: { ...c.computeOutput },
       failures: new Map(c.failures),
     };
-    for (const slot of slots) addCounts(merged, this.#edges.counters.read(slot));
+    for (const slot of slots) addCounts(merged, this.#requests.counters.read(slot));
     return merged;
   }
 
@@ -162,25 +159,6 @@ export class Statistics {
     }
   }
 
-  recordSuccess(model: string, rows: number, totalNs: number, queueNs: number, timing: ExecutionTiming): void {
-    const c = this.#of(model);
-    c.lastInferenceMs = Date.now();
-    c.inferenceCount += Math.max(rows, 1);
-    add(c.success, totalNs);
-    add(c.queue, queueNs);
-    add(c.computeInput, timing.computeInputNs);
-    add(c.computeInfer, timing.computeInferNs);
-    add(c.computeOutput, timing.computeOutputNs);
-  }
-
-  recordFailure(model: string, code: ErrorCode | undefined, totalNs: number): void {
-    const c = this.#of(model);
-    c.lastInferenceMs = Date.now();
-    add(c.fail, totalNs);
-    const reason = failureReason(code);
-    c.failures.set(reason, (c.failures.get(reason) ?? 0) + 1);
-  }
-
   /** Seconds of device time a model's executions took, summed over its devices (ModelControlStatus's compute_seconds). */
   computeSeconds(model: string): number {
     let ns = 0;
@@ -210,7 +188,7 @@ export class Statistics {
   }
 }
 
-/** An edge slot's counts added to a model's counters. */
+/** A slot's counts (every thread's) added to a model's counters. */
 function addCounts(c: ModelCounters, counts: SlotCounts): void {
   const requests = counts.success.count;
   c.inferenceCount += counts.rows;
@@ -218,7 +196,7 @@ function addCounts(c: ModelCounters, counts: SlotCounts): void {
   c.success.ns += counts.success.ns;
   c.fail.count += counts.fail.count;
   c.fail.ns += counts.fail.ns;
-  // Each successful request records its queue and compute times once, as recordSuccess does.
+  // Each successful request records its queue and compute times once (Triton's per-request durations).
   for (const [d, ns] of [[c.queue, counts.queueNs], [c.computeInput, counts.computeInputNs], [c.computeInfer, counts.computeInferNs], [c.computeOutput, counts.computeOutputNs]] as const) {
     d.count += requests;
     d.ns += ns;
@@ -227,7 +205,7 @@ function addCounts(c: ModelCounters, counts: SlotCounts): void {
   c.lastInferenceMs = Math.max(c.lastInferenceMs, counts.lastMs);
 }
 
-/** An edge slot's routes added, per model and device. */
+/** A slot's routes (the edges': the main thread's are the metrics' own) added, per model and device. */
 function addRoutes(routes: Map<string, Map<number, number>>, model: string, counts: SlotCounts): void {
   for (const [device, n] of counts.routes.entries()) {
     if (n === 0) continue;

@@ -1,16 +1,18 @@
 /**
- * What edge threads count of the requests they hand to the device actors themselves (the path
- * on the edge, actors/edge/edge-path.ts), in shared memory where it happens: the main thread reads the
- * counts when ModelStatistics or /metrics asks (node/statistics.ts), with no report to wait for.
+ * What every thread that runs the request path counts of the requests it answers (each edge
+ * thread, actors/edge/edge-path.ts, and the main thread, node/pipeline.ts), in shared memory where
+ * it happens: the main thread reads the counts when ModelStatistics or /metrics asks
+ * (node/statistics.ts), with no report to wait for.
  *
  * SharedArrayBuffers of 64-bit integers updated with atomic operations:
  * - per lease slot (shared/leases.ts: a slot stands for one loaded instance of a model while it
- *   is routed; a segment of counters per segment of slots) and per edge thread (a row each, so every word has one writer): Triton's
- *   per-request counters (successes and failures with their durations, rows, queue and compute
- *   time, the latest request's time, failures by reason) and the requests sent to each device;
+ *   is routed; a segment of counters per segment of slots) and per thread (a row per edge and the
+ *   main thread's last, so every word has one writer): Triton's per-request counters (successes
+ *   and failures with their durations, rows, queue and compute time, the latest request's time,
+ *   failures by reason) and the requests an edge sent to each device;
  * - per edge thread: the requests it routed itself, ever (stowage_edge_direct_requests_total).
  *
- * An edge counts a request before it answers it and before it gives its lease back: a client that
+ * A thread counts a request before it answers it and before it gives its lease back: a client that
  * asks for statistics after its answer finds its request counted (the atomics order the writes
  * before the reads that follow them), and once the main thread has seen a slot's leases drained
  * it may fold the slot's counts into its own (`take`) and reuse the slot for another instance.
@@ -56,7 +58,7 @@ export interface CountersShape {
   segments: SharedArrayBuffer[];
   /** Each edge's requests routed itself, ever (a word per row). */
   totals: SharedArrayBuffer;
-  /** Edge threads, a row each. */
+  /** A row per edge thread, and the main thread's last. */
   rows: number;
   /** Device indexes a request may be routed to (0..devices-1). */
   devices: number;
@@ -67,11 +69,11 @@ export class RequestCounters {
   readonly #totals: BigInt64Array;
   readonly #rows: number;
   readonly #devices: number;
-  /** This thread's row (an edge's index); -1 on the main thread, which only reads and takes. */
+  /** This thread's row: an edge's index; the main thread's is the last (it also reads and takes). */
   readonly #row: number;
 
-  /** `shape`: made by `RequestCounters.create` on the main thread, shared with each edge. */
-  constructor(shape: CountersShape, row = -1) {
+  /** `shape`: made by `RequestCounters.create` on the main thread, shared with each edge (`row`: its index). */
+  constructor(shape: CountersShape, row: number) {
     this.#totals = new BigInt64Array(shape.totals);
     this.#rows = shape.rows;
     this.#devices = shape.devices;
@@ -79,9 +81,13 @@ export class RequestCounters {
     for (const segment of shape.segments) this.adopt(segment);
   }
 
-  /** New counters, all at zero, read from the main thread; a segment is added with each of the leases' (`grow`). */
-  static create(rows: number, devices: number): RequestCounters {
-    return new RequestCounters({ segments: [], totals: new SharedArrayBuffer(8 * rows), rows, devices });
+  /**
+   * The main thread's counters, all at zero, for `edges` edge threads and itself (its row is the
+   * last, as in the leases); a segment is added with each of the leases' (`grow`).
+   */
+  static create(edges: number, devices: number): RequestCounters {
+    const rows = edges + 1;
+    return new RequestCounters({ segments: [], totals: new SharedArrayBuffer(8 * rows), rows, devices }, edges);
   }
 
   /** What an edge starts with (segments added later come as the leases' do). */

@@ -1,7 +1,7 @@
-// Statistics (node/statistics.ts) with edge threads' counts in shared memory (shared/request-counters.ts):
-// what an edge counted is in ModelStatistics and the metrics' per-model counters as soon as it is
-// counted, added to what the main thread counted; a freed slot's counts become the model's own and
-// the slot starts again at zero, so a reused slot never counts for the wrong model.
+// Statistics (node/statistics.ts) over every thread's counts in shared memory (shared/request-counters.ts):
+// what an edge or the main thread counted is in ModelStatistics and the metrics' per-model counters
+// as soon as it is counted; a freed slot's counts become the model's own and the slot starts again
+// at zero, so a reused slot never counts for the wrong model.
 import test from 'ava';
 import { Statistics } from '../../../dist/node/statistics.js';
 import { RequestCounters } from '../../../dist/shared/request-counters.js';
@@ -9,7 +9,7 @@ import { RequestCounters } from '../../../dist/shared/request-counters.js';
 const timing = { computeInputNs: 100, computeInferNs: 200, computeOutputNs: 300, batchRows: 2, executedBatchSize: 2, requests: 1 };
 
 test('an edge\'s counts are read with the main thread\'s, folded when the slot is freed, and the slot reused clean', (t) => {
-  const main = RequestCounters.create(2, 2);
+  const main = RequestCounters.create(2, 2); // two edges and the main thread
   main.grow(); // the counters of the first segment of lease slots
   const edge0 = new RequestCounters(main.shape, 0);
   const edge1 = new RequestCounters(main.shape, 1);
@@ -18,13 +18,13 @@ test('an edge\'s counts are read with the main thread\'s, folded when the slot i
   let slots = [['a', 3]];
   statistics.shareCounters(main, () => slots);
 
-  statistics.recordSuccess('a', 1, 1000, 10, timing); // through the main thread's pipeline
+  main.succeeded(3, 1, 1000, 10, timing); // the main thread's own request, in its row
   edge0.routed(3, 1);
   edge0.succeeded(3, 2, 2000, 20, timing);
   edge1.routed(3, 0);
   edge1.failed(3, 'CANCELED', 500);
   const s = statistics.snapshot('a');
-  t.is(s.inference_count, 3, 'rows: 1 by the pipeline, 2 by an edge');
+  t.is(s.inference_count, 3, 'rows: 1 by the main thread, 2 by an edge');
   t.deepEqual(s.inference_stats.success, { count: 2, ns: 3000 });
   t.deepEqual(s.inference_stats.fail, { count: 1, ns: 500 });
   t.deepEqual(s.inference_stats.queue, { count: 2, ns: 30 });
