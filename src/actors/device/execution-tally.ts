@@ -74,13 +74,13 @@ export class ExecutionTally {
     if (load?.hit) m.weightHits++;
     else if (load) this.#loads.push({ model, load, memory });
     if (!this.#timer) {
-      this.#timer = setTimeout(() => this.flush(), this.#everyMs);
+      this.#timer = setTimeout(() => this.report(), this.#everyMs);
       this.#timer.unref(); // a pending report never keeps the thread alive
     }
   }
 
   /** Post what is counted (nothing when nothing ran since the last report), and start again at zero. */
-  flush(): void {
+  report(): void {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = null;
     if (this.#executions === 0) return;

@@ -143,12 +143,12 @@ async function answer<K extends DeviceCallType>(type: K, msg: DeviceCall<K>): Pr
   if (loadsMayBeHeld && type === 'load') await holdLoad(() => send({ type: 'warning', message: 'fault injection: a load is held', fields: { device: init.deviceId } }));
   // Every reply comes after the tally of every execution answered before it (one port, in order):
   // whatever the main thread reads after a reply counts them.
-  tally.flush();
+  tally.report();
   const refused = service.refusal;
   if (refused) return fail(msg.id, refused);
   try {
     const reply = await calls[type](msg);
-    tally.flush();
+    tally.report();
     send({ type: 'reply', id: msg.id, reply });
   } catch (err) {
     fail(msg.id, err);

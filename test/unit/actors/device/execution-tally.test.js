@@ -1,6 +1,6 @@
 // The device's tally of its executions (actors/device/execution-tally.ts) by itself: executions are
 // summed per model and executed batch size, cold loads kept one by one, hits counted; one report
-// goes a while after the first execution not yet reported, or at once when flushed (before a
+// goes a while after the first execution not yet reported, or at once when asked (before a
 // reply); nothing goes when nothing ran. And a report read by Statistics (node/statistics.ts)
 // counts as the same executions counted one by one would.
 import test from 'ava';
@@ -16,7 +16,7 @@ const hit = { hit: true, loadedBytes: 0, diskBytes: 0, loadMs: 0, evicted: [] };
 const miss = { hit: false, loadedBytes: 4096, diskBytes: 0, loadMs: 2, evicted: ['old'] };
 const memory = { residentBytes: 4096, logicalBytes: 4096, budgetBytes: 8192 };
 
-test('executions are summed per model and batch size, and one flush posts them all', (t) => {
+test('executions are summed per model and batch size, and one report posts them all', (t) => {
   /** @type {ExecutionReport[]} */
   const reports = [];
   const tally = new ExecutionTally((r) => reports.push(r), 60_000);
@@ -24,8 +24,8 @@ test('executions are summed per model and batch size, and one flush posts them a
   tally.add({ model: 'a', timing: timing(4, 4, 200), queued: 2, load: hit, memory: null });
   tally.add({ model: 'b', timing: timing(1, 1, 50), queued: 0, load: null, memory: null });
   tally.add({ model: 'a', timing: timing(1, 1, 70), queued: 1, load: hit, memory: null });
-  t.is(reports.length, 0, 'nothing posted before the flush (the timer is a minute here)');
-  tally.flush();
+  t.is(reports.length, 0, 'nothing posted before the report (the timer is a minute here)');
+  tally.report();
   t.is(reports.length, 1);
   const [r] = reports;
   t.is(r.executions, 4);
@@ -40,10 +40,10 @@ test('executions are summed per model and batch size, and one flush posts them a
     { size: 4, count: 2, computeInputNs: 20, computeInferNs: 300, computeOutputNs: 60 },
   ]);
   t.deepEqual(r.loads, [{ model: 'a', load: miss, memory }], 'a cold load is kept as it happened');
-  tally.flush();
+  tally.report();
   t.is(reports.length, 1, 'an empty tally posts nothing');
   tally.add({ model: 'b', timing: timing(2, 2, 10), queued: 0, load: null, memory: null });
-  tally.flush();
+  tally.report();
   t.is(reports[1].executions, 1, 'the tally started again at zero');
   t.deepEqual(reports[1].models.map((m) => m.model), ['b']);
 });
@@ -69,7 +69,7 @@ test('Statistics counts a report as the executions in it', (t) => {
   tally.add({ model: 'a', timing: timing(3, 4, 100), queued: 5, load: null, memory: null });
   tally.add({ model: 'a', timing: timing(4, 4, 200), queued: 3, load: null, memory: null });
   tally.add({ model: 'a', timing: timing(1, 1, 70), queued: 0, load: null, memory: null });
-  tally.flush();
+  tally.report();
   const statistics = new Statistics();
   /** @type {[number, number, number][]} */
   const rows = [];
