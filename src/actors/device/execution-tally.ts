@@ -21,10 +21,11 @@ import type { ExecutionTiming } from '../../shared/channels/inference.js';
 
 /**
  * At most this long between an execution and the report that counts it, when nobody asks sooner.
- * A report costs the main thread about as much as a request did before (it wakes to hear it):
- * with two edges at 10,000 requests/s, reports every 20 ms cost it 0.8 µs per request, every
- * 100 ms under 0.2 (bench/edges.js --scale 12). Nothing reads the counts between reports without
- * asking first; what is late is only the gateway's measured load (lpt_packing's repacks).
+ * A report costs the main thread a wake-up: with two edges at concurrency 64, reports every 20 ms
+ * cost it 1.3 µs per plain request and 2.0 per hooked one; every 100 ms 0.2 and 0.8, no more than
+ * every second (0.5 and 0.6) within /proc's 10 ms ticks (bench/edges.js --scale 12). Nothing reads
+ * the counts between reports without asking first; only the gateway's measured load (lpt_packing's
+ * repacks) hears of them up to this late.
  */
 export const REPORT_EVERY_MS = 100;
 
