@@ -11,6 +11,7 @@
  *
  * The model registry (model-registry.ts) owns the records and tells this of each change.
  */
+import { errors } from '../shared/errors.js';
 import type { Leases } from '../shared/leases.js';
 import { modelOf, type InstanceKey, type ModelSpec } from '../shared/model-spec.js';
 import type { EdgeRoute } from '../shared/channels/edge.js';
@@ -77,7 +78,7 @@ export class ModelSlots {
    */
   acquire(instance: InstanceKey): number {
     const s = this.#slots.get(instance);
-    if (!s?.open || !this.#leases.acquire(s.slot, s.tag)) throw new Error(`instance ${instance} has no open lease slot`);
+    if (!s?.open || !this.#leases.acquire(s.slot, s.tag)) throw errors.internal(`instance ${instance} serves but has no open lease slot`);
     return s.slot;
   }
 

@@ -28,7 +28,7 @@ import { closeSharedMemory, openSharedMemory } from '../native/shm.js';
 import type { RegionSlice } from '../shared/channels/inference.js';
 import type { EdgeRegion } from '../shared/channels/edge.js';
 import { Leases } from '../shared/leases.js';
-import { sliceOf } from '../shared/request-check.js';
+import { holdRegions, sliceOf } from '../shared/request-check.js';
 
 export type { RegionSlice };
 
@@ -190,12 +190,7 @@ export class SharedMemoryRegistry {
    * that cannot happen: check and hold are one synchronous step).
    */
   hold(slices: readonly RegionSlice[]): void {
-    for (const [k, s] of slices.entries()) {
-      const region = this.#byId.get(s.regionId);
-      if (region && this.#holds.acquire(region.slot, region.id)) continue;
-      this.release(slices.slice(0, k));
-      throw errors.sharedMemoryNotFound(region?.name ?? `of id ${s.regionId}`);
-    }
+    holdRegions(this.#holds, slices, (id) => this.#byId.get(id), (taken) => this.release(taken));
   }
 
   /** The request that held these slices is answered. */

@@ -141,6 +141,7 @@ export class Leases {
 
   /** An edge thread died: the leases it held are given back. */
   forget(row: number): void {
-    for (const words of this.#segments) words.fill(0, (row + 1) * SEGMENT_SLOTS, (row + 2) * SEGMENT_SLOTS);
+    // Atomic stores: other threads read these counts with Atomics.load meanwhile.
+    for (const words of this.#segments) for (let at = (row + 1) * SEGMENT_SLOTS; at < (row + 2) * SEGMENT_SLOTS; at++) Atomics.store(words, at, 0);
   }
 }

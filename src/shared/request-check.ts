@@ -14,6 +14,7 @@ import { errors, quote, quoteShape } from './errors.js';
 import type { InferenceRequest, RegionSlice, WireTensor } from './channels/inference.js';
 import type { DataPlaneRequest, InlineBytes, PlainParameters, RegionRef, RequestInput } from './data-plane.js';
 import { splitBytesElements } from './bytes-elements.js';
+import type { Leases } from './leases.js';
 
 /** What checking needs of the registered shared-memory regions (shared-memory.ts). */
 export interface RegionLookup {
@@ -40,6 +41,27 @@ export function sliceOf(what: string, name: string, region: SliceableRegion, off
   // A CUDA region's key, for telling whether two slices overlap, is its registration's own.
   const common = { regionId: region.id, fd: region.fd, regionOffset: region.offset, regionByteSize: region.byteSize, offset, byteSize };
   return region.cuda ? { ...common, key: `cuda:${region.id}`, cuda: region.cuda } : { ...common, key: region.key };
+}
+
+/** A registered region as a thread holds it: its hold slot, tagged with its id (shared/leases.ts). */
+export interface HeldRegion {
+  id: number;
+  slot: number;
+  name: string;
+}
+
+/**
+ * Hold every slice's region in `holds` (this thread's row) until `release`; a region unregistered
+ * since the request was checked (its slot closed) fails it, what was taken given back through
+ * `release`, which knows what a closed region's last release must do on this thread.
+ */
+export function holdRegions(holds: Leases, slices: readonly RegionSlice[], regionOf: (id: number) => HeldRegion | undefined, release: (slices: readonly RegionSlice[]) => void): void {
+  for (const [k, s] of slices.entries()) {
+    const region = regionOf(s.regionId);
+    if (region && holds.acquire(region.slot, region.id)) continue;
+    release(slices.slice(0, k));
+    throw errors.sharedMemoryNotFound(region?.name ?? `of id ${s.regionId}`);
+  }
 }
 
 /**

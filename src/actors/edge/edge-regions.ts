@@ -15,7 +15,7 @@ import type { RegionSlice } from '../../shared/channels/inference.js';
 import { errors } from '../../shared/errors.js';
 import { Leases, type LeasesShape } from '../../shared/leases.js';
 import type { PathRegions } from '../../shared/request-path.js';
-import { sliceOf } from '../../shared/request-check.js';
+import { holdRegions, sliceOf } from '../../shared/request-check.js';
 
 export class EdgeRegions implements PathRegions {
   readonly #byName = new Map<string, EdgeRegion>();
@@ -62,12 +62,7 @@ export class EdgeRegions implements PathRegions {
 
   /** Hold every slice's region until `release`; a region unregistered meanwhile fails it, holding nothing. */
   hold(slices: readonly RegionSlice[]): void {
-    for (const [k, s] of slices.entries()) {
-      const region = this.#byId.get(s.regionId);
-      if (region && this.#holds.acquire(region.slot, region.id)) continue;
-      this.release(slices.slice(0, k));
-      throw errors.sharedMemoryNotFound(region?.name ?? `of id ${s.regionId}`);
-    }
+    holdRegions(this.#holds, slices, (id) => this.#byId.get(id), (taken) => this.release(taken));
   }
 
   /** The request that held these slices is answered. */
