@@ -5,10 +5,10 @@
 //
 //   node bench/batch-specialisation.js
 import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import path from 'node:path';
 import ort from 'onnxruntime-node';
 import { FIXTURES, ROOT, tempDir } from '../test/helpers/server.js';
+import { benchPython } from './bench-models.js';
 
 const SIZES = [1, 8, 32];
 const MODELS = {
@@ -16,7 +16,7 @@ const MODELS = {
   convnet: { file: path.join(FIXTURES, 'models', 'convnet', 'model.onnx'), input: 'image', dims: [3, 32, 32], runs: 100 },
 };
 const options = { graphOptimizationLevel: 'all', extra: { session: { 'intra_op.allow_spinning': '0' } } };
-const python = existsSync(path.join(ROOT, '.venv', 'bin', 'python')) ? path.join(ROOT, '.venv', 'bin', 'python') : 'python3';
+const python = benchPython();
 
 async function msPerRun(session, feeds, runs) {
   for (let i = 0; i < 10; i++) await session.run(feeds);

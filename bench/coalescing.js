@@ -10,11 +10,10 @@
 //   its weights; batched, they are read once per execution.
 //
 //   npm run build && node bench/coalescing.js [seconds per row, default 4]
-import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { InferenceClient } from '../dist/client/client.js';
-import { FIXTURES, ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
+import { FIXTURES, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
+import { makeBenchModels } from './bench-models.js';
 
 const seconds = Number(process.argv[2] ?? 4);
 const CONCURRENCY = [1, 8, 32];
@@ -40,8 +39,7 @@ async function measure(server, model, concurrency) {
 }
 
 const temp = tempDir('stowage-bench-');
-const python = existsSync(path.join(ROOT, '.venv', 'bin', 'python')) ? path.join(ROOT, '.venv', 'bin', 'python') : 'python3';
-execFileSync(python, [path.join(ROOT, 'tools', 'make_bench_models.py'), path.join(temp.dir, 'generated')], { stdio: 'inherit' });
+makeBenchModels(path.join(temp.dir, 'generated'));
 const repo = makeRepository(temp.dir, {
   convnet: path.join(FIXTURES, 'models', 'convnet'),
   vgg_head: path.join(temp.dir, 'generated', 'vgg_head'),

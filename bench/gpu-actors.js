@@ -5,14 +5,13 @@
 // what this measures. If two are faster by more than 10%, gpus: auto should start two per GPU.
 //
 //   npm run build && node bench/gpu-actors.js [--backend cuda|cpu] [--seconds 20] [--clients 16] [--batch 8]
-import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { InferenceClient } from '../dist/client/client.js';
 import { gpuReport, loadCuda } from '../dist/native/cuda.js';
-import { ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
+import { makeRepository, startServer, tempDir } from '../test/helpers/server.js';
 import { image, percentile } from './timing.js';
+import { makeBenchModels } from './bench-models.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -31,8 +30,7 @@ const BATCH = Number(opts.batch);
 const temp = tempDir('stowage-bench-actors-');
 if (backend === 'cuda') loadCuda();
 const gpu = backend === 'cuda' ? gpuReport().gpus[0] : null;
-const venv = path.join(ROOT, '.toolchain', 'export-venv', 'bin', 'python');
-execFileSync(process.env.PYTHON ?? (existsSync(venv) ? venv : 'python3'), [path.join(ROOT, 'tools', 'make_bench_models.py'), path.join(temp.dir, 'generated'), 'resnet50'], { stdio: 'inherit' });
+makeBenchModels(path.join(temp.dir, 'generated'), ['resnet50']);
 const repo = makeRepository(temp.dir, { resnet50: path.join(temp.dir, 'generated', 'resnet50') });
 const cacheDir = path.join(temp.dir, 'cache');
 const x = image(BATCH);

@@ -21,8 +21,7 @@
 //
 // --backend cpu is how the bench is checked without a GPU (e.g. --models 8 --seconds 10 --clients 4).
 // Disk: the models and their compiled copies take about 2 x N x 97 MiB under the temporary directory.
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { InferenceClient } from '../dist/client/client.js';
@@ -31,8 +30,9 @@ import { gpuReport, loadCuda } from '../dist/native/cuda.js';
 import { readFields, WIRE_LEN } from '../dist/shared/protobuf-wire.js';
 import { relativeL2 } from '../test/helpers/checks.js';
 import { random } from '../test/helpers/mlp-catalog.js';
-import { ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
+import { makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
 import { image, percentile } from './timing.js';
+import { makeBenchModels } from './bench-models.js';
 
 const { values: opts } = parseArgs({
   options: {
@@ -58,6 +58,12 @@ const RATIO = Number(opts.ratio);
 const RUNS = opts.runs.split(',');
 const GPUS = opts.gpus.split(',').map(Number);
 const CHECK_EVERY = 20;
+// Each device actor's share of the tight budget must hold one model with room to spare (its
+// alignment and the arena's slack), or the first request fails RESOURCE_EXHAUSTED minutes in.
+if (MODELS / RATIO / GPUS.length < 1.2) {
+  throw new Error(`--models ${MODELS} --ratio ${RATIO} over ${GPUS.length} device actor(s) leaves each ${(MODELS / RATIO / GPUS.length).toFixed(2)} models' weights; ` +
+    `it needs at least 1.2: more models (at least ${Math.ceil(1.2 * RATIO * GPUS.length)}) or a smaller --ratio`);
+}
 const ZIPF_SEED = 46;
 
 const mib = (/** @type {number} */ bytes) => (bytes / 2 ** 20).toFixed(0);
@@ -104,10 +110,8 @@ function writeCatalog(/** @type {string} */ base, /** @type {string} */ dir) {
 const temp = tempDir('stowage-bench-catalog-');
 if (backend === 'cuda') loadCuda();
 const gpu = backend === 'cuda' ? gpuReport().gpus[0] : null;
-const venv = path.join(ROOT, '.toolchain', 'export-venv', 'bin', 'python');
-const python = process.env.PYTHON ?? (existsSync(venv) ? venv : 'python3');
 let started = performance.now();
-execFileSync(python, [path.join(ROOT, 'tools', 'make_bench_models.py'), path.join(temp.dir, 'generated'), 'resnet50'], { stdio: 'inherit' });
+makeBenchModels(path.join(temp.dir, 'generated'), ['resnet50']);
 const repo = path.join(temp.dir, 'repo');
 const modelBytes = writeCatalog(path.join(temp.dir, 'generated', 'resnet50'), repo);
 const catalogBytes = MODELS * modelBytes;

@@ -10,6 +10,9 @@
 #
 #   bash bench/gpu-check.sh LOG_DIR
 #
+# On a GPU lent for minutes, without registries: tools/gpu-lease-pack.sh here, tools/gpu-lease-run.sh
+# there (docs/gpu.md, "Running the check on a leased GPU machine").
+#
 # STOWAGE_CUDA_LIBRARY_PATH must name the folders of the CUDA libraries when they are not where
 # npm run cuda:install puts them; with NVIDIA's Python wheels installed, they are found there.
 set -uo pipefail

@@ -7,13 +7,13 @@
 // server's runs).
 //
 //   npm run build && node bench/gpu-first-call.js        (a GPU machine)
-import { execFileSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { loadCuda, pinHost } from '../dist/native/cuda.js';
 import { OrtSession } from '../dist/native/ort.js';
 import { image, median } from './timing.js';
-import { ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
+import { makeRepository, startServer, tempDir } from '../test/helpers/server.js';
+import { makeBenchModels } from './bench-models.js';
 
 const BATCHES = [1, 8, 32];
 const FLOAT = 1;
@@ -21,7 +21,7 @@ const ms = (/** @type {() => unknown} */ f) => { const t0 = performance.now(); f
 
 loadCuda();
 const temp = tempDir('stowage-bench-first-');
-execFileSync(process.env.PYTHON ?? 'python3', [path.join(ROOT, 'tools', 'make_bench_models.py'), path.join(temp.dir, 'generated'), 'resnet50'], { stdio: 'inherit' });
+makeBenchModels(path.join(temp.dir, 'generated'), ['resnet50']);
 const bundle = path.join(temp.dir, 'generated', 'resnet50');
 
 // The binding alone, each batch size: named outputs first (warm-up's way), then bound ones.

@@ -10,7 +10,6 @@
 //      the output written into a buffer given, as a server's requests come.
 //
 //   npm run build && node bench/gpu-weightless.js [--cpu-only]
-import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -21,12 +20,13 @@ import { loadCuda } from '../dist/native/cuda.js';
 import { splitWeights } from '../dist/actors/compiler/split-weights.js';
 import { dtypeInfo } from '../dist/shared/dtypes.js';
 import { timed } from './timing.js';
-import { ROOT, tempDir } from '../test/helpers/server.js';
+import { tempDir } from '../test/helpers/server.js';
+import { makeBenchModels } from './bench-models.js';
 
 const { values: args } = parseArgs({ options: { 'cpu-only': { type: 'boolean', default: false }, 'gpu-only': { type: 'boolean', default: false } } });
 const BATCHES = [1, 8, 32];
 const temp = tempDir('stowage-bench-weightless-');
-execFileSync(process.env.PYTHON ?? 'python3', [path.join(ROOT, 'tools', 'make_bench_models.py'), temp.dir, 'resnet50'], { stdio: 'inherit' });
+makeBenchModels(temp.dir, ['resnet50']);
 const file = path.join(temp.dir, 'resnet50', 'model.onnx');
 const original = readFileSync(file);
 

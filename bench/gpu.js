@@ -11,14 +11,14 @@
 // Medians at batch 1, 8 and 32 after warm-up (the first run at each batch size costs 100+ ms).
 //
 //   npm run build && node bench/gpu.js        (a GPU machine after npm run cuda:install)
-import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { gpuReport, loadCuda } from '../dist/native/cuda.js';
 import { OrtSession } from '../dist/native/ort.js';
 import { PERF_ANALYZER, perfAnalyzer } from './perf-analyzer.js';
 import { image, timed } from './timing.js';
-import { ROOT, makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
+import { makeRepository, metric, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
+import { makeBenchModels } from './bench-models.js';
 
 const BATCHES = [1, 8, 32];
 const CALLS = { 1: 60, 8: 30, 32: 15 };
@@ -27,7 +27,7 @@ const FLOAT = 1;
 loadCuda();
 const report = gpuReport();
 const temp = tempDir('stowage-bench-gpu-');
-execFileSync(process.env.PYTHON ?? 'python3', [path.join(ROOT, 'tools', 'make_bench_models.py'), path.join(temp.dir, 'generated'), 'resnet50', 'resnet50_b'], { stdio: 'inherit' });
+makeBenchModels(path.join(temp.dir, 'generated'), ['resnet50', 'resnet50_b']);
 const bundles = { resnet50: path.join(temp.dir, 'generated', 'resnet50'), resnet50_b: path.join(temp.dir, 'generated', 'resnet50_b') };
 const repo = makeRepository(temp.dir, bundles);
 

@@ -9,14 +9,14 @@
 // Prints each median and the ratio to raw. Issue 34's goal: within 1.15x of raw at batch 8 and 32.
 //
 //   npm run build && node bench/resnet50.js [--rounds 2]
-import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import * as ort from 'onnxruntime-node';
 import { image, median, timed } from './timing.js';
-import { ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
+import { makeRepository, startServer, tempDir } from '../test/helpers/server.js';
+import { makeBenchModels } from './bench-models.js';
 
 const { values: args } = parseArgs({ options: { rounds: { type: 'string', default: '2' } } });
 const BATCHES = [1, 8, 32];
@@ -24,9 +24,7 @@ const BATCHES = [1, 8, 32];
 const CALLS = { 1: 20, 8: 6, 32: 3 };
 
 const temp = tempDir('stowage-bench-r50-');
-const venv = path.join(ROOT, '.toolchain', 'export-venv', 'bin', 'python');
-const python = existsSync(venv) ? venv : 'python3';
-execFileSync(python, [path.join(ROOT, 'tools', 'make_bench_models.py'), path.join(temp.dir, 'generated'), 'resnet50'], { stdio: 'inherit' });
+makeBenchModels(path.join(temp.dir, 'generated'), ['resnet50']);
 const bundle = path.join(temp.dir, 'generated', 'resnet50');
 const repo = makeRepository(temp.dir, { resnet50: bundle });
 

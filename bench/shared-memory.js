@@ -6,17 +6,15 @@
 // copy more (docs/performance.md).
 //
 //   npm run build && node bench/shared-memory.js [repetitions, default 7]
-import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { createRegion, destroyRegion, writeRegion } from '../dist/client/shared-memory.js';
-import { ROOT, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
+import { makeRepository, startServer, tempDir } from '../test/helpers/server.js';
+import { makeBenchModels } from './bench-models.js';
 
 const reps = Number(process.argv[2] ?? 7);
 const ELEMENTS = 16 * 1024 * 1024;
 const temp = tempDir('stowage-bench-');
-const python = existsSync(path.join(ROOT, '.venv', 'bin', 'python')) ? path.join(ROOT, '.venv', 'bin', 'python') : 'python3';
-execFileSync(python, [path.join(ROOT, 'tools', 'make_bench_models.py'), path.join(temp.dir, 'generated')], { stdio: 'inherit' });
+makeBenchModels(path.join(temp.dir, 'generated'));
 const repo = makeRepository(temp.dir, { sum64: path.join(temp.dir, 'generated', 'sum64'), neg64: path.join(temp.dir, 'generated', 'neg64') });
 const server = await startServer({ model_repo: repo }, { root: temp.dir });
 const { client } = server;

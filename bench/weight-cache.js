@@ -11,13 +11,12 @@
 //     off, runtime.weight_cache_fraction: 0), two servers side by side, calls alternating.
 //
 //   npm run build && node bench/weight-cache.js [calls per measurement, default 40]
-import { execFileSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { InferenceClient } from '../dist/client/client.js';
 import { mlpWeightBytes, random, writeCatalog } from '../test/helpers/mlp-catalog.js';
 import { FIXTURES, ROOT, makeRepository, scrapeMetrics, startServer, tempDir } from '../test/helpers/server.js';
 import { percentile } from './timing.js';
+import { makeBenchModels } from './bench-models.js';
 
 const CALLS = Number(process.argv[2] ?? 40);
 const MB = 1e6;
@@ -130,13 +129,12 @@ for (const [label, budget] of [['20% of the catalog', Math.floor(total * 0.2)], 
 
 // ---- (c) weights apart vs embedded ----
 console.log('\n(c) warm latency, weights held apart (cache on) vs embedded (cache off), servers side by side');
-const python = existsSync(path.join(ROOT, '.venv', 'bin', 'python')) ? path.join(ROOT, '.venv', 'bin', 'python') : 'python3';
 const bundles = { convnet: path.join(FIXTURES, 'models', 'convnet'), digits: path.join(ROOT, 'bundles', 'digits') };
 try {
-  execFileSync(python, [path.join(ROOT, 'tools', 'make_bench_models.py'), path.join(temp.dir, 'generated')], { stdio: 'ignore' });
+  makeBenchModels(path.join(temp.dir, 'generated'), [], { quiet: true });
   bundles.vgg_head = path.join(temp.dir, 'generated', 'vgg_head');
-} catch {
-  console.log('(vgg_head skipped: tools/make_bench_models.py needs numpy and onnx, pip install -r tools/requirements.txt)');
+} catch (err) {
+  console.log(`(vgg_head skipped: ${/** @type {Error} */ (err).message})`);
 }
 const sideRepo = makeRepository(path.join(temp.dir, 'side'), bundles);
 const servers = {};

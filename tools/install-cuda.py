@@ -11,12 +11,15 @@ Then it checks what it placed (the provider's version, CUDA 13, cuDNN 9) and wri
 .stowage/cuda/versions.json. The NVIDIA driver (>= 580, for CUDA 13) is the machine's; the server
 says at start when it is missing or too old.
 
-  python3 tools/install-cuda.py [--wheel-dir DIR] [--keep-wheels] [--ort-dir DIR] [--lib-dir DIR]
+  python3 tools/install-cuda.py [--wheel-dir DIR] [--keep-wheels] [--ort-dir DIR] [--lib-dir DIR] [--provider-only]
 
 --wheel-dir: install from wheels already downloaded there (a machine without registries), instead
 of downloading them. --ort-dir, --lib-dir: other places than onnxruntime-node's library folder and
-.stowage/cuda/lib (the server then needs STOWAGE_CUDA_LIBRARY_PATH=that lib dir). Needs only
-Python 3 and pip.
+.stowage/cuda/lib (the server then needs STOWAGE_CUDA_LIBRARY_PATH=that lib dir). --provider-only: the provider's two
+libraries alone (one 247 MB wheel instead of 1.5 GB), for a machine whose CUDA 13 and cuDNN 9
+libraries come from elsewhere: its CUDA installation or NVIDIA's wheels in a Python environment
+(STOWAGE_CUDA_LIBRARY_PATH; bench/gpu-check.sh finds the latter itself), or for packing the provider
+with tools/pack-offline.sh. Needs only Python 3 and pip.
 """
 import argparse
 import json
@@ -88,6 +91,8 @@ def main():
     parser.add_argument("--keep-wheels", action="store_true", help="keep the downloaded wheels in .stowage/cuda/wheels")
     parser.add_argument("--ort-dir", help="where libonnxruntime.so.1 is (default: onnxruntime-node's)")
     parser.add_argument("--lib-dir", help="where the CUDA libraries go (default: .stowage/cuda/lib)")
+    parser.add_argument("--provider-only", action="store_true",
+                        help="only the provider's two libraries: the CUDA libraries come from the machine (STOWAGE_CUDA_LIBRARY_PATH)")
     args = parser.parse_args()
     global ORT_DIR, LIB_DIR
     if args.ort_dir:
@@ -105,7 +110,7 @@ def main():
         else:
             wheels = ROOT / ".stowage" / "cuda" / "wheels" if args.keep_wheels else pathlib.Path(temp)
             wheels.mkdir(parents=True, exist_ok=True)
-            download([f"onnxruntime-gpu=={version}"] + CUDA_WHEELS, wheels)
+            download([f"onnxruntime-gpu=={version}"] + ([] if args.provider_only else CUDA_WHEELS), wheels)
 
         provider = find_wheel(wheels, "onnxruntime_gpu")
         if provider is None:
@@ -119,6 +124,10 @@ def main():
                     fail(f"{provider.name} has no {member}")
                 with z.open(member) as src, open(ORT_DIR / name, "wb") as dst:
                     shutil.copyfileobj(src, dst)
+        if args.provider_only:
+            print(f"cuda:install: the CUDA provider of ONNX Runtime {version} is beside {ORT_DIR}/libonnxruntime.so.1 (provider only:")
+            print("cuda:install: CUDA 13 and cuDNN 9 must come from the machine; STOWAGE_CUDA_LIBRARY_PATH names their folders)")
+            return
 
         if LIB_DIR.exists():
             shutil.rmtree(LIB_DIR)

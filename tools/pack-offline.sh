@@ -9,6 +9,7 @@
 # On the other machine, with the parts in one folder:  bash unpack.sh DEST   (checks every part's
 # checksum, unpacks, and prints how to start it). `--with-tests` adds the test and bench files and
 # the dev dependencies that run them (ava), for checking a GPU machine (test/gpu, bench/gpu.js).
+# PACK_XZ_LEVEL (default 6) is xz's preset: 0 packs about five times faster, 12% larger with the CUDA provider in.
 # The CUDA libraries themselves (cuDNN, cuBLAS, ...) are not packed: they come from NVIDIA's
 # wheels or the machine's CUDA installation (STOWAGE_CUDA_LIBRARY_PATH says where).
 set -euo pipefail
@@ -62,7 +63,7 @@ fi
 
 mkdir -p "$out"
 rm -f "$out"/stowage.tar.xz.part-* "$out/SHA256SUMS" "$out/unpack.sh"
-tar -C "$stage" -cf - stowage | xz -T0 -6 | split -b "${part_mib}M" -d -a 2 - "$out/stowage.tar.xz.part-"
+tar -C "$stage" -cf - stowage | xz -T0 "-${PACK_XZ_LEVEL:-6}" | split -b "${part_mib}M" -d -a 2 - "$out/stowage.tar.xz.part-"
 (cd "$out" && sha256sum stowage.tar.xz.part-* > SHA256SUMS)
 cat > "$out/unpack.sh" <<'UNPACK'
 #!/usr/bin/env bash

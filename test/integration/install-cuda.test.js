@@ -59,7 +59,7 @@ async function setUp(t, { ortVersion = '1.30.0', skip = '' } = {}) {
     await wheel(path.join(wheels, `${name}-${version}-py3-none-manylinux_2_27_x86_64.whl`), files);
   }
   const libDir = path.join(temp.dir, 'lib');
-  const install = () => run('python3', [SCRIPT, '--wheel-dir', wheels, '--ort-dir', ortDir, '--lib-dir', libDir]);
+  const install = (/** @type {string[]} */ ...extra) => run('python3', [SCRIPT, '--wheel-dir', wheels, '--ort-dir', ortDir, '--lib-dir', libDir, ...extra]);
   return { ortDir, libDir, install };
 }
 
@@ -88,4 +88,14 @@ test('wheels without cuDNN are refused, saying which is missing', async (t) => {
   const { install } = await setUp(t, { skip: 'nvidia_cudnn_cu13' });
   const err = /** @type {{ code: number, stderr: string }} */ (/** @type {unknown} */ (await t.throwsAsync(install())));
   t.regex(err.stderr, /no nvidia-cudnn-cu13 wheel in/);
+});
+
+test('--provider-only places the provider alone: no CUDA wheel is needed, no lib folder is made', async (t) => {
+  const { ortDir, libDir, install } = await setUp(t, { skip: 'nvidia_cudnn_cu13' });
+  const { stdout } = await install('--provider-only');
+  t.regex(stdout, /the CUDA provider of ONNX Runtime 1\.30\.0 is beside .*provider only/);
+  t.regex(stdout, /CUDA 13 and cuDNN 9 must come from the machine/);
+  t.is(readFileSync(path.join(ortDir, 'libonnxruntime_providers_cuda.so'), 'utf8'), 'cuda provider');
+  t.true(existsSync(path.join(ortDir, 'libonnxruntime_providers_shared.so')));
+  t.false(existsSync(libDir), 'the CUDA libraries are the machine\'s');
 });

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Everything a leased GPU machine needs for bench/gpu-check.sh, packed here into .gpu-lease/
+# (git-ignored), and the calls that carry it there, printed. Such a machine (the workplace's
+# device tool: an H100 or H200, 16 cores) has no registries and no Node, takes at most 64 MiB per
+# call with the checkout counted in, and keeps what a call carried while it is held; so the pack
+# goes in parts, one call each, and every call runs tools/gpu-lease-run.sh, which runs the check
+# once the last part is there.
+#
+#   bash tools/gpu-lease-pack.sh
+#
+# What it does, each step skipped when already done:
+#   - ONNX Runtime's CUDA provider beside onnxruntime-node's library (tools/install-cuda.py
+#     --provider-only: the CUDA libraries are the machine's, NVIDIA's wheels in its Python);
+#   - perf_analyzer (tools/install-perf-analyzer.sh), for bench/gpu.js's --shared-memory cuda run;
+#   - npm run build, then tools/pack-offline.sh --with-tests in parts that fit a call beside the
+#     checkout;
+#   - NVIDIA's tritonclient and what its HTTP and CUDA shared-memory clients import that the
+#     machine's image lacks, as wheels for its Python 3.12 (test/gpu/test_cuda_shm_tritonclient.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export ONNXRUNTIME_NODE_INSTALL=skip
+. tools/use-node.sh
+
+lease=.gpu-lease
+MIB=$((1024 * 1024))
+CALL_LIMIT=$((64 * MIB))
+# Kept free in every call: the checkout grows between packing and the last call (logs, fixes).
+MARGIN=$((2 * MIB))
+# tritonclient as test/compat/requirements.txt pins it, and what it needs beyond the GPU image
+# (which has numpy, grpcio, protobuf, urllib3, certifi and cuda-python's cuda-bindings).
+# greenlet below 3.4, as tritonclient asks.
+WHEELS=(tritonclient==2.73.0 python-rapidjson==1.25 geventhttpclient==2.6.1 gevent==26.9.0 'greenlet<3.4' zope.event zope.interface brotli)
+
+ort_dir=node_modules/onnxruntime-node/bin/napi-v6/linux/x64
+[ -d node_modules ] || npm ci --no-audit --no-fund
+[ -f "$ort_dir/libonnxruntime_providers_cuda.so" ] || python3 tools/install-cuda.py --provider-only
+bash tools/install-perf-analyzer.sh > /dev/null
+mkdir -p "$lease"
+npm run build > "$lease/build.log" 2>&1 || { cat "$lease/build.log"; exit 1; }
+
+# What travels in every call anyway: tracked files and untracked ones git does not ignore.
+checkout=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+part_bytes=$((CALL_LIMIT - checkout - MARGIN))
+part_mib=$((part_bytes / MIB))
+echo "gpu-lease-pack: the checkout is $((checkout / MIB)) MiB, so parts of at most $part_mib MiB"
+
+rm -rf "$lease/pack" "$lease/wheels"
+mkdir -p "$lease/wheels"
+bash tools/pack-offline.sh "$lease/pack" "$part_mib" --with-tests | grep '^pack-offline'
+python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  --platform manylinux1_x86_64 --platform any -d "$lease/wheels" "${WHEELS[@]}"
+wheels=$(du -cb "$lease"/wheels/*.whl | tail -1 | cut -f1)
+
+# The calls: part 00 with SHA256SUMS and unpack.sh, each other part alone, the wheels with the
+# smallest part when they fit beside it, else in a call of their own.
+mapfile -t parts < <(cd "$lease/pack" && ls stowage.tar.xz.part-*)
+smallest=${parts[-1]}
+last=$(stat -c %s "$lease/pack/$smallest")
+wheels_alone=1
+[ $((checkout + MARGIN + last + wheels)) -le "$CALL_LIMIT" ] && wheels_alone=0
+echo
+echo "gpu-lease-pack: $(( ${#parts[@]} + wheels_alone )) calls, each with the command: bash tools/gpu-lease-run.sh"
+echo "(GPU_CHECK_STEPS=... before it picks the steps the last call runs; earlier calls only receive)"
+n=1
+if [ "$wheels_alone" = 1 ]; then
+  echo "  call $n carry: [\"$lease/wheels\"]"
+  n=$((n + 1))
+fi
+for p in "${parts[@]}"; do
+  carry="\"$lease/pack/$p\""
+  [ "$p" = "${parts[0]}" ] && carry="$carry, \"$lease/pack/SHA256SUMS\", \"$lease/pack/unpack.sh\""
+  [ "$p" = "$smallest" ] && [ "$wheels_alone" = 0 ] && carry="$carry, \"$lease/wheels\""
+  echo "  call $n carry: [$carry]"
+  n=$((n + 1))
+done
+echo "A later call on the same machine (a rerun, other steps) carries nothing but what it changed: a rebuilt"
+echo "dist (npm run build here, carry [\"dist\"]) replaces the pack's."
