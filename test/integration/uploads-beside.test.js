@@ -64,6 +64,7 @@ async function load(t, server) {
     misses: sum('stowage_weight_cache_misses_total'),
     beside: sum('stowage_weight_cache_uploads_beside_total'),
     hiddenSeconds: sum('stowage_weight_cache_load_hidden_seconds_total'),
+    waitedSeconds: sum('stowage_weight_cache_load_seconds_total'),
     loadBytes: catalog.reduce((total, { name }) => total + metric(m, 'stowage_weight_cache_load_bytes_total', `model="${name}",source="host"`), 0),
     resident: metric(m, 'stowage_weight_cache_resident_bytes', 'device="0"'),
   };
@@ -94,6 +95,7 @@ test.serial('upload_beside_execution: false loads each cold model at its turn, w
     t.true(r.misses > COUNT);
     t.is(r.beside, 0);
     t.is(r.hiddenSeconds, 0);
+    t.true(r.waitedSeconds > 0, 'a cold load at its turn is waited for, and counted so');
     t.is(r.loadBytes, r.misses * WEIGHT_BYTES);
   } finally {
     await server.stop();
