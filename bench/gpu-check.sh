@@ -5,8 +5,11 @@
 # when it came along), bench/gpu-weightless.js, bench/gpu-density.js (a catalog 10x the budget),
 # bench/gpu-first-call.js (each batch size's first client call after warm-up), bench/gpu-catalog.js
 # (ResNet-50-class models at the seeds' scale under a tenth of their weights, with and without uploads
-# beside execution), bench/gpu-actors.js (two device actors on one GPU against one), and bench/resnet50.js (the CPU backend against raw ONNX Runtime, on however many cores the machine
-# has; GPU_CHECK_CPU=0 leaves it out). Logs go to LOG_DIR.
+# beside execution), bench/gpu-actors.js (two device actors on one GPU against one), bench/gpu-inline.js
+# (ResNet-50 inline from perf_analyzer at concurrency 64 against the card's own images/s at the
+# batches formed), and on the host's cores alone bench/edges.js (edge threads auto against 0 at
+# 600 KiB and 8 MiB) and bench/resnet50.js (the CPU backend against raw ONNX Runtime);
+# GPU_CHECK_CPU=0 leaves those two out. Logs go to LOG_DIR.
 #
 #   bash bench/gpu-check.sh LOG_DIR
 #
@@ -30,12 +33,13 @@ echo "node $(node --version); STOWAGE_CUDA_LIBRARY_PATH=${STOWAGE_CUDA_LIBRARY_P
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee "$logs/nvidia-smi.log"
 status=0
 # GPU_CHECK_STEPS: the steps to run, comma-separated (default all: gpu-tests, gpu-tests-graphs,
-# gpu-tests-tritonclient, bench-gpu, bench-weightless, bench-density, bench-first-call, bench-catalog, bench-actors,
-# bench-catalog-two-actors, bench-resnet50-cpu), to split the check over calls of a limited length.
+# gpu-tests-tritonclient, bench-gpu, bench-inline, bench-weightless, bench-density,
+# bench-first-call, bench-catalog, bench-actors, bench-catalog-two-actors, bench-edges,
+# bench-resnet50-cpu), to split the check over calls of a limited length.
 # Each step's limit is its most; together they exceed ten minutes. GPU_CATALOG_MODELS and
 # GPU_CATALOG_SECONDS size the catalog bench (default 80 models, 40 s per run, to fit one call of
 # ten minutes: each of its three starts loads and warms up every model; 150 is the issue's scale).
-wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-gpu,bench-weightless,bench-density,bench-first-call,bench-catalog,bench-actors,bench-catalog-two-actors,bench-resnet50-cpu},"
+wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-gpu,bench-inline,bench-weightless,bench-density,bench-first-call,bench-catalog,bench-actors,bench-catalog-two-actors,bench-edges,bench-resnet50-cpu},"
 step() {
   local name=$1 limit=$2
   shift 2
@@ -54,11 +58,15 @@ step gpu-tests-graphs 300 env INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS=true node nod
 # cuda-python); skipped, saying why, without it.
 step gpu-tests-tritonclient 120 python3 -m pytest -q -rs test/gpu/test_cuda_shm_tritonclient.py
 step bench-gpu 180 node bench/gpu.js
+step bench-inline 180 node bench/gpu-inline.js
 step bench-weightless 90 node bench/gpu-weightless.js --gpu-only
 step bench-density 150 node bench/gpu-density.js
 step bench-first-call 120 node bench/gpu-first-call.js
 step bench-catalog 600 node bench/gpu-catalog.js --models "${GPU_CATALOG_MODELS:-80}" --seconds "${GPU_CATALOG_SECONDS:-40}"
 step bench-actors 240 node bench/gpu-actors.js
 step bench-catalog-two-actors 400 node bench/gpu-catalog.js --gpus 0,0 --runs beside --models "${GPU_CATALOG_MODELS:-80}" --seconds "${GPU_CATALOG_SECONDS:-40}"
-[ "${GPU_CHECK_CPU:-1}" = 0 ] || step bench-resnet50-cpu 110 node bench/resnet50.js --rounds 1
+if [ "${GPU_CHECK_CPU:-1}" != 0 ]; then
+  step bench-edges 180 node bench/edges.js --quick --edges 0,auto --only 600KiB,8MiB --concurrency 64 --protocols grpc
+  step bench-resnet50-cpu 110 node bench/resnet50.js --rounds 1
+fi
 exit $status
