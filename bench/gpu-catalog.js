@@ -18,10 +18,16 @@
 //
 //   npm run build && node bench/gpu-catalog.js [--backend cuda|cpu] [--models 150] [--seconds 60]
 //        [--clients 32] [--ratio 10] [--runs all,beside,at-turn] [--gpus 0 | 0,0] [--shared-arena on|off]
+//        [--work DIR]
 //
+// --work DIR keeps the catalog, the compile cache, each model's reference answer and every run's
+// figures in DIR, so that the runs can be split over several invocations (a GPU lent for ten
+// minutes a call: 150 models' starts do not fit one) and the last prints them all with the ratios.
+// A later invocation with other --models, --ratio, --gpus, --clients, --seconds or --backend
+// starts DIR afresh.
 // --backend cpu is how the bench is checked without a GPU (e.g. --models 8 --seconds 10 --clients 4).
 // Disk: the models and their compiled copies take about 2 x N x 97 MiB under the temporary directory.
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { InferenceClient } from '../dist/client/client.js';
@@ -47,6 +53,7 @@ const { values: opts } = parseArgs({
     // runtime.cuda.shared_arena: each session's own ONNX Runtime arena keeps the most its runs took
     // (911 MiB for a warmed ResNet-50 on an H200), so 150 of them would not fit a GPU's memory.
     'shared-arena': { type: 'string', default: 'on' },
+    work: { type: 'string' },
   },
 });
 const backend = opts.backend;
@@ -107,17 +114,30 @@ function writeCatalog(/** @type {string} */ base, /** @type {string} */ dir) {
   return weights.reduce((sum, w) => sum + w.length, 0);
 }
 
-const temp = tempDir('stowage-bench-catalog-');
+const temp = opts.work ? { dir: path.resolve(opts.work), cleanup: () => {} } : tempDir('stowage-bench-catalog-');
+// What a kept DIR must match to be reused; anything else starts it afresh.
+const shape = { backend, models: MODELS, ratio: RATIO, gpus: GPUS, clients: CLIENTS, seconds: SECONDS, sharedArena: opts['shared-arena'] };
+const shapeFile = path.join(temp.dir, 'catalog.json');
+const kept = opts.work !== undefined && existsSync(shapeFile) && JSON.stringify(JSON.parse(readFileSync(shapeFile, 'utf8')).shape) === JSON.stringify(shape);
+if (opts.work && !kept) rmSync(temp.dir, { recursive: true, force: true });
+mkdirSync(temp.dir, { recursive: true });
 if (backend === 'cuda') loadCuda();
 const gpu = backend === 'cuda' ? gpuReport().gpus[0] : null;
 let started = performance.now();
-makeBenchModels(path.join(temp.dir, 'generated'), ['resnet50']);
 const repo = path.join(temp.dir, 'repo');
-const modelBytes = writeCatalog(path.join(temp.dir, 'generated', 'resnet50'), repo);
+/** @type {number} */
+let modelBytes;
+if (kept) {
+  modelBytes = JSON.parse(readFileSync(shapeFile, 'utf8')).modelBytes;
+} else {
+  makeBenchModels(path.join(temp.dir, 'generated'), ['resnet50']);
+  modelBytes = writeCatalog(path.join(temp.dir, 'generated', 'resnet50'), repo);
+  writeFileSync(shapeFile, JSON.stringify({ shape, modelBytes }));
+}
 const catalogBytes = MODELS * modelBytes;
 const names = Array.from({ length: MODELS }, (_, i) => `r${String(i).padStart(3, '0')}`);
 console.log(`${new Date().toISOString().slice(0, 10)}, backend ${backend}, ${gpu ? `${gpu.name} (${(gpu.memoryTotalBytes / 2 ** 30).toFixed(0)} GiB)` : 'the CPU device'}, Node ${process.versions.node}`);
-console.log(`${GPUS.length} device actor(s)${backend === 'cuda' ? ` on GPU(s) ${GPUS.join(', ')}, shared arena ${opts['shared-arena']}` : ''}; ${MODELS} ResNet-50-class models of ${mib(modelBytes)} MiB, ${(catalogBytes / 2 ** 30).toFixed(1)} GiB in all (written in ${((performance.now() - started) / 1000).toFixed(0)} s); Zipf(1.0) from ${CLIENTS} clients for ${SECONDS} s, batch 1, input in system shared memory; 1 in ${CHECK_EVERY} answers checked\n`);
+console.log(`${GPUS.length} device actor(s)${backend === 'cuda' ? ` on GPU(s) ${GPUS.join(', ')}, shared arena ${opts['shared-arena']}` : ''}; ${MODELS} ResNet-50-class models of ${mib(modelBytes)} MiB, ${(catalogBytes / 2 ** 30).toFixed(1)} GiB in all (${kept ? `kept in ${temp.dir}` : `written in ${((performance.now() - started) / 1000).toFixed(0)} s`}); Zipf(1.0) from ${CLIENTS} clients for ${SECONDS} s, batch 1, input in system shared memory; 1 in ${CHECK_EVERY} answers checked\n`);
 
 // Zipf(1.0) over the catalog: rank k with probability proportional to 1/k. Each run replays the same sequence per client.
 const cumulative = [];
@@ -134,11 +154,18 @@ const runtime = (/** @type {number} */ budget, /** @type {boolean} */ beside) =>
 });
 // One compile cache for every run: the first start compiles the catalog, the others read it.
 const cacheDir = path.join(temp.dir, 'cache');
-/** @type {Map<string, Float32Array>} each model's first answer */
+/** @type {Map<string, Float32Array>} each model's first answer (kept in a --work DIR for later invocations) */
 const reference = new Map();
+const referenceFile = path.join(temp.dir, 'references.bin');
+const SCORES = 1000;
+if (kept && existsSync(referenceFile)) {
+  const all = new Float32Array(new Uint8Array(readFileSync(referenceFile)).buffer);
+  names.forEach((m, i) => reference.set(m, all.slice(i * SCORES, (i + 1) * SCORES)));
+}
 
 async function measure(/** @type {string} */ label, /** @type {number} */ budget, /** @type {boolean} */ beside) {
   const root = path.join(temp.dir, label.replace(/\W+/g, '-'));
+  rmSync(root, { recursive: true, force: true });
   makeRepository(root, {});
   started = performance.now();
   // On the CPU, gpus: names virtual devices the same way.
@@ -160,7 +187,12 @@ async function measure(/** @type {string} */ label, /** @type {number} */ budget
     }));
     const call = (/** @type {number} */ c, /** @type {string} */ model) => clients[c].infer(model, [{ name: 'image', datatype: 'FP32', shape: [1, 3, 224, 224], sharedMemory: { region: `input${c}`, byteSize: x.byteLength } }]);
     // The references: each model's answer, called alone (the first run's).
-    if (reference.size === 0) for (const m of names) reference.set(m, /** @type {Float32Array} */ ((await call(0, m)).outputs[0].data));
+    if (reference.size === 0) {
+      for (const m of names) reference.set(m, /** @type {Float32Array} */ ((await call(0, m)).outputs[0].data));
+      const all = new Float32Array(MODELS * SCORES);
+      names.forEach((m, i) => all.set(/** @type {Float32Array} */ (reference.get(m)), i * SCORES));
+      writeFileSync(referenceFile, all);
+    }
     const before = await scrapeMetrics(server.adminPort);
     /** @type {number[]} */
     const latencies = [];
@@ -195,6 +227,8 @@ async function measure(/** @type {string} */ label, /** @type {number} */ budget
       loadsPerSecond: misses / seconds, beside: delta('stowage_weight_cache_uploads_beside_total'),
       uploadGBps: waited + hidden > 0 ? bytes / (waited + hidden) / 1e9 : 0, hiddenShare: waited + hidden > 0 ? hidden / (waited + hidden) : 0,
       rssBytes: after.process_resident_memory_bytes ?? 0,
+      // The server's GPUs' used memory as NVML reports it (nv_gpu_memory_used_bytes per GPU), null on the CPU.
+      gpuBytes: backend === 'cuda' ? Object.entries(after).filter(([k]) => k.startsWith('nv_gpu_memory_used_bytes')).reduce((sum, [, v]) => sum + v, 0) : null,
     };
   } finally {
     for (const c of clients) c.close();
@@ -210,15 +244,22 @@ async function measure(/** @type {string} */ label, /** @type {number} */ budget
 }
 
 try {
-  const results = [];
+  // The runs of earlier invocations on the same --work DIR, then this one's (a run again replaces its figures).
+  const resultsFile = path.join(temp.dir, 'results.json');
+  /** @type {Awaited<ReturnType<typeof measure>>[]} */
+  const results = kept && existsSync(resultsFile) ? JSON.parse(readFileSync(resultsFile, 'utf8')) : [];
+  const record = (/** @type {Awaited<ReturnType<typeof measure>>} */ r) => {
+    results.splice(0, results.length, ...results.filter((x) => x.label !== r.label), r);
+    if (opts.work) writeFileSync(resultsFile, JSON.stringify(results));
+  };
   const tight = Math.floor(catalogBytes / RATIO);
-  if (RUNS.includes('all')) results.push(await measure('all resident', Math.ceil(catalogBytes * 1.1), true));
-  if (RUNS.includes('beside')) results.push(await measure(`1/${RATIO}, uploads beside execution`, tight, true));
-  if (RUNS.includes('at-turn')) results.push(await measure(`1/${RATIO}, uploads at each turn`, tight, false));
-  console.log('| run | budget (MiB) | req/s | p50 (ms) | p99 (ms) | cold loads/s | of them beside | upload GB/s | copy time hidden | to READY (s) | server RSS (GiB) |');
-  console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
+  if (RUNS.includes('all')) record(await measure('all resident', Math.ceil(catalogBytes * 1.1), true));
+  if (RUNS.includes('beside')) record(await measure(`1/${RATIO}, uploads beside execution`, tight, true));
+  if (RUNS.includes('at-turn')) record(await measure(`1/${RATIO}, uploads at each turn`, tight, false));
+  console.log('| run | budget (MiB) | req/s | p50 (ms) | p99 (ms) | cold loads/s | of them beside | upload GB/s | copy time hidden | to READY (s) | server RSS (GiB) | GPU memory used (GiB) |');
+  console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
   for (const r of results) {
-    console.log(`| ${r.label} | ${mib(r.budget)} | ${r.rps.toFixed(1)} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${r.loadsPerSecond.toFixed(1)} | ${r.beside} | ${r.uploadGBps.toFixed(1)} | ${(100 * r.hiddenShare).toFixed(0)}% | ${r.readySeconds.toFixed(1)} | ${(r.rssBytes / 2 ** 30).toFixed(1)} |`);
+    console.log(`| ${r.label} | ${mib(r.budget)} | ${r.rps.toFixed(1)} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${r.loadsPerSecond.toFixed(1)} | ${r.beside} | ${r.uploadGBps.toFixed(1)} | ${(100 * r.hiddenShare).toFixed(0)}% | ${r.readySeconds.toFixed(1)} | ${(r.rssBytes / 2 ** 30).toFixed(1)} | ${r.gpuBytes === null ? '-' : (r.gpuBytes / 2 ** 30).toFixed(1)} |`);
   }
   const resident = results.find((r) => r.label === 'all resident');
   if (resident) {

@@ -39,6 +39,9 @@ status=0
 # Each step's limit is its most; together they exceed ten minutes. GPU_CATALOG_MODELS and
 # GPU_CATALOG_SECONDS size the catalog bench (default 80 models, 40 s per run, to fit one call of
 # ten minutes: each of its three starts loads and warms up every model; 150 is the scale).
+# For 150, split its runs over calls: GPU_CATALOG_RUNS=all with GPU_CATALOG_WORK=/tmp/catalog in
+# one, GPU_CATALOG_RUNS=beside,at-turn with the same GPU_CATALOG_WORK in the next (models, compile
+# cache and figures kept there; the second prints every run and the ratios).
 wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-gpu,bench-inline,bench-weightless,bench-density,bench-first-call,bench-catalog,bench-actors,bench-catalog-two-actors,bench-edges,bench-resnet50-cpu},"
 step() {
   local name=$1 limit=$2
@@ -62,7 +65,8 @@ step bench-inline 180 node bench/gpu-inline.js
 step bench-weightless 90 node bench/gpu-weightless.js --gpu-only
 step bench-density 150 node bench/gpu-density.js
 step bench-first-call 120 node bench/gpu-first-call.js
-step bench-catalog 600 node bench/gpu-catalog.js --models "${GPU_CATALOG_MODELS:-80}" --seconds "${GPU_CATALOG_SECONDS:-40}"
+step bench-catalog 600 node bench/gpu-catalog.js --models "${GPU_CATALOG_MODELS:-80}" --seconds "${GPU_CATALOG_SECONDS:-40}" \
+  ${GPU_CATALOG_RUNS:+--runs "$GPU_CATALOG_RUNS"} ${GPU_CATALOG_WORK:+--work "$GPU_CATALOG_WORK"}
 step bench-actors 240 node bench/gpu-actors.js
 step bench-catalog-two-actors 400 node bench/gpu-catalog.js --gpus 0,0 --runs beside --models "${GPU_CATALOG_MODELS:-80}" --seconds "${GPU_CATALOG_SECONDS:-40}"
 if [ "${GPU_CHECK_CPU:-1}" != 0 ]; then
