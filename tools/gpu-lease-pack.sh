@@ -74,5 +74,13 @@ for p in "${parts[@]}"; do
   echo "  call $n carry: [$carry]"
   n=$((n + 1))
 done
-echo "A later call on the same machine (a rerun, other steps) carries nothing but what it changed: a rebuilt"
-echo "dist (npm run build here, carry [\"dist\"]) replaces the pack's."
+# What to run once the last part is there, in the order docs/gpu.md's plan gives (15 minutes of
+# device time: the suites first, then the catalog at the seeds' scale, a run per call).
+echo "The last call's command, and the calls after it on the same machine (carry nothing but what changed:"
+echo "a rebuilt dist, npm run build here and carry [\"dist\"], replaces the pack's):"
+echo "  GPU_CHECK_STEPS=gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-first-call bash tools/gpu-lease-run.sh"
+for runs in all beside at-turn; do
+  echo "  GPU_CHECK_STEPS=bench-catalog GPU_CATALOG_MODELS=150 GPU_CATALOG_RUNS=$runs GPU_CATALOG_WORK=/tmp/catalog bash tools/gpu-lease-run.sh"
+done
+echo "  GPU_CHECK_STEPS=bench-actors,bench-catalog-two-actors bash tools/gpu-lease-run.sh"
+echo "  GPU_CHECK_STEPS=bench-gpu,bench-inline,bench-edges,bench-resnet50-cpu bash tools/gpu-lease-run.sh"
