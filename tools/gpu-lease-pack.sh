@@ -8,7 +8,7 @@
 #
 #   bash tools/gpu-lease-pack.sh
 #
-# What it does, each step skipped when already done:
+# What it does (the installs skipped when already done; the build and the pack made afresh):
 #   - ONNX Runtime's CUDA provider beside onnxruntime-node's library (tools/install-cuda.py
 #     --provider-only: the CUDA libraries are the machine's, NVIDIA's wheels in its Python);
 #   - perf_analyzer (tools/install-perf-analyzer.sh), for bench/gpu.js's --shared-memory cuda run;
@@ -26,10 +26,12 @@ MIB=$((1024 * 1024))
 CALL_LIMIT=$((64 * MIB))
 # Kept free in every call: the checkout grows between packing and the last call (logs, fixes).
 MARGIN=$((2 * MIB))
-# tritonclient as test/compat/requirements.txt pins it, and what it needs beyond the GPU image
-# (which has numpy, grpcio, protobuf, urllib3, certifi and cuda-python's cuda-bindings).
+# tritonclient of the version test/compat/requirements.txt pins, and what it needs beyond the GPU
+# image (which has numpy, grpcio, protobuf, urllib3, certifi and cuda-python's cuda-bindings).
 # greenlet below 3.4, as tritonclient asks.
-WHEELS=(tritonclient==2.73.0 python-rapidjson==1.25 geventhttpclient==2.6.1 gevent==26.9.0 'greenlet<3.4' zope.event zope.interface brotli)
+tritonclient=$(sed -n 's/^tritonclient\[[^]]*\]==//p' test/compat/requirements.txt)
+[ -n "$tritonclient" ] || { echo "gpu-lease-pack: no tritonclient pin in test/compat/requirements.txt" >&2; exit 1; }
+WHEELS=("tritonclient==$tritonclient" python-rapidjson==1.25 geventhttpclient==2.6.1 gevent==26.9.0 'greenlet<3.4' zope.event zope.interface brotli)
 
 ort_dir=node_modules/onnxruntime-node/bin/napi-v6/linux/x64
 [ -d node_modules ] || npm ci --no-audit --no-fund

@@ -13,8 +13,8 @@
 #     and runs bench/gpu-check.sh with GPU_CHECK_STEPS (and GPU_CATALOG_MODELS,
 #     GPU_CATALOG_SECONDS) as given, its logs packed into $OUT/gpu-check-HHMMSS.tar.gz.
 #
-# GPU_LEASE_DRY=1 stops before gpu-check.sh: the unpacked tree's Node and the CUDA library search
-# are printed, nothing else runs.
+# GPU_LEASE_DRY=1 stops before gpu-check.sh, once the pack is unpacked, linked and its Node and
+# dist named: nothing is run on the GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 lease=.gpu-lease

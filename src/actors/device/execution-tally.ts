@@ -27,7 +27,7 @@ import type { ExecutionTiming } from '../../shared/channels/inference.js';
  * the counts between reports without asking first; only the gateway's measured load (lpt_packing's
  * repacks) hears of them up to this late.
  */
-export const REPORT_EVERY_MS = 100;
+const REPORT_EVERY_MS = 100;
 
 /** What one execution adds to the tally. */
 export interface ExecutionOutcome {
