@@ -7,7 +7,8 @@
 # (ResNet-50-class models at the seeds' scale under a tenth of their weights, with and without uploads
 # beside execution), bench/gpu-actors.js (two device actors on one GPU against one), bench/gpu-inline.js
 # (ResNet-50 inline from perf_analyzer at concurrency 64 against the card's own images/s at the
-# batches formed), and on the host's cores alone bench/edges.js (edge threads auto against 0 at
+# batches formed), bench/model-count.js on the GPU (what a loaded ResNet-50 costs beside its weights,
+# sessions shared by graph against one per model), and on the host's cores alone bench/edges.js (edge threads auto against 0 at
 # 600 KiB and 8 MiB) and bench/resnet50.js (the CPU backend against raw ONNX Runtime);
 # GPU_CHECK_CPU=0 leaves those two out. Logs go to LOG_DIR.
 #
@@ -34,7 +35,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee 
 status=0
 # GPU_CHECK_STEPS: the steps to run, comma-separated (default all: gpu-tests, gpu-tests-graphs,
 # gpu-tests-tritonclient, bench-gpu, bench-inline, bench-weightless, bench-density,
-# bench-first-call, bench-catalog, bench-actors, bench-catalog-two-actors, bench-edges,
+# bench-first-call, bench-catalog, sessions, bench-actors, bench-catalog-two-actors, bench-edges,
 # bench-resnet50-cpu), to split the check over calls of a limited length.
 # Each step's limit is its most; together they exceed ten minutes. GPU_CATALOG_MODELS and
 # GPU_CATALOG_SECONDS size the catalog bench (default 80 models, 40 s per run, to fit one call of
@@ -42,7 +43,7 @@ status=0
 # For 150, split its runs over calls: GPU_CATALOG_RUNS=all with GPU_CATALOG_WORK=/tmp/catalog in
 # one, GPU_CATALOG_RUNS=beside,at-turn with the same GPU_CATALOG_WORK in the next (models, compile
 # cache and figures kept there; the second prints every run and the ratios).
-wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-gpu,bench-inline,bench-weightless,bench-density,bench-first-call,bench-catalog,bench-actors,bench-catalog-two-actors,bench-edges,bench-resnet50-cpu},"
+wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-gpu,bench-inline,bench-weightless,bench-density,bench-first-call,bench-catalog,sessions,bench-actors,bench-catalog-two-actors,bench-edges,bench-resnet50-cpu},"
 step() {
   local name=$1 limit=$2
   shift 2
@@ -67,6 +68,11 @@ step bench-density 150 node bench/gpu-density.js
 step bench-first-call 120 node bench/gpu-first-call.js
 step bench-catalog 600 node bench/gpu-catalog.js --models "${GPU_CATALOG_MODELS:-80}" --seconds "${GPU_CATALOG_SECONDS:-40}" \
   ${GPU_CATALOG_RUNS:+--runs "$GPU_CATALOG_RUNS"} ${GPU_CATALOG_WORK:+--work "$GPU_CATALOG_WORK"}
+# What a loaded model costs beside its weights on a GPU (issue 61): ResNet-50s of one graph and of a
+# graph each, 1, 10 and 30 loaded, sessions shared against one per model (bench/model-count.js).
+# GPU_SESSIONS_WORK keeps its models and references for a rerun in the same lease.
+step sessions 540 node bench/model-count.js --backend cuda --part a --counts 1,10,30 --unshared-max 10 --thread-pools per_session \
+  --work "${GPU_SESSIONS_WORK:-/tmp/model-count}"
 step bench-actors 240 node bench/gpu-actors.js
 step bench-catalog-two-actors 400 node bench/gpu-catalog.js --gpus 0,0 --runs beside --models "${GPU_CATALOG_MODELS:-80}" --seconds "${GPU_CATALOG_SECONDS:-40}"
 if [ "${GPU_CHECK_CPU:-1}" != 0 ]; then

@@ -84,5 +84,6 @@ echo "  GPU_CHECK_STEPS=gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-
 for runs in all beside at-turn; do
   echo "  GPU_CHECK_STEPS=bench-catalog GPU_CATALOG_MODELS=150 GPU_CATALOG_RUNS=$runs GPU_CATALOG_WORK=/tmp/catalog bash tools/gpu-lease-run.sh"
 done
+echo "  GPU_CHECK_STEPS=sessions bash tools/gpu-lease-run.sh   (timeout_s 600)"
 echo "  GPU_CHECK_STEPS=bench-actors,bench-catalog-two-actors bash tools/gpu-lease-run.sh"
 echo "  GPU_CHECK_STEPS=bench-gpu,bench-inline,bench-edges,bench-resnet50-cpu bash tools/gpu-lease-run.sh"

@@ -24,6 +24,7 @@
 // from being collected, but cannot stop a transfer. A session released while a run is in flight
 // is released when the run ends.
 #include <dlfcn.h>
+#include <malloc.h>
 #include <napi.h>
 
 #include <algorithm>
@@ -55,6 +56,13 @@ std::string version;
 std::mutex initMutex;
 // Whether the environment has process-wide thread pools that sessions may share.
 bool globalPools = false;
+// The CPU arena registered with the environment (registerCpuArena), which sessions opened with
+// useEnvAllocators take their activations from; null until registered.
+OrtMemoryInfo* cpuArena = nullptr;
+// The same arena as a session opened with useEnvAllocators hands it out (CreateAllocator), for its
+// counts: ONNX Runtime gives an arena registered with CreateAndRegisterAllocator back no other way.
+OrtAllocator* cpuArenaAllocator = nullptr;
+std::mutex cpuArenaMutex;
 
 using stowage::ArgumentError;
 using stowage::Bytes;
@@ -76,6 +84,7 @@ struct OrtRelease {
   void operator()(OrtSession* p) const { ort->ReleaseSession(p); }
   void operator()(OrtIoBinding* p) const { ort->ReleaseIoBinding(p); }
   void operator()(OrtArenaCfg* p) const { ort->ReleaseArenaCfg(p); }
+  void operator()(OrtKeyValuePairs* p) const { ort->ReleaseKeyValuePairs(p); }
   // Strings and arrays ONNX Runtime's default allocator made for us.
   void operator()(char* p) const { allocator->Free(allocator, p); }
   void operator()(OrtValue** p) const { allocator->Free(allocator, p); }
@@ -390,6 +399,24 @@ struct RunState {
 constexpr int kRunsUntilCaptured = 3;
 
 class RunWorker;
+class Binding;
+
+// Inputs bound for every later run (a weightless session's weights) and the IoBinding they are
+// bound in: the session's own (bindInput and run on the session), or one of several a session
+// shared by models of one graph keeps, one per model (createBinding; ONNX Runtime allows many
+// IoBindings per session). A run binds its own inputs and outputs in the binding it runs with.
+struct Bound {
+  Owned<OrtIoBinding> binding;
+  // By name: kept until unbound, or until the session (or this binding) is released.
+  std::unordered_map<std::string, Held> kept;
+  void clear() {
+    binding.reset();
+    for (auto& [name, held] : kept) held.reset();
+    kept.clear();
+  }
+};
+
+const napi_type_tag kSessionTag = {0x73746f7761676500ULL, 0x73657373696f6e31ULL};
 
 class Session : public Napi::ObjectWrap<Session> {
  public:
@@ -409,6 +436,7 @@ class Session : public Napi::ObjectWrap<Session> {
 
   // new Session(model: string | Uint8Array, options)
   explicit Session(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Session>(info) {
+    info.This().As<Napi::Object>().TypeTag(&kSessionTag);
     entry(info.Env(), [&] {
       try {
         open(info);
@@ -450,9 +478,20 @@ class Session : public Napi::ObjectWrap<Session> {
       }
       // The initializers' memory must outlive the session: keep their holders.
       initializers_ = std::move(initializers);
-      binding_ = made<OrtIoBinding>([&](OrtIoBinding** out) { return ort->CreateIoBinding(session_.get(), out); });
+      if (options.Get("useEnvAllocators").IsBoolean() && options.Get("useEnvAllocators").As<Napi::Boolean>().Value()) holdCpuArena();
+      own_ = newBound();
       inputNames_ = names(true);
       outputNames_ = names(false);
+  }
+
+  // The shared CPU arena, as this session (opened with useEnvAllocators) allocates from it: kept for
+  // the process's life for cpuArenaStats (it holds the arena, not the session).
+  void holdCpuArena() {
+    std::lock_guard<std::mutex> lock(cpuArenaMutex);
+    if (cpuArenaAllocator) return;
+    OrtAllocator* a = nullptr;
+    check(ort->CreateAllocator(session_.get(), cpuArena, &a));
+    cpuArenaAllocator = a;
   }
 
   // The graph's input (or output) names, in its order.
@@ -472,7 +511,11 @@ class Session : public Napi::ObjectWrap<Session> {
   bool busy() const { return running_; }
 
   Owned<OrtSession> session_;
-  Owned<OrtIoBinding> binding_;
+  // The session's own binding (bindInput and run on the session itself).
+  std::shared_ptr<Bound> own_;
+  // Every binding made on it (its own included), cleared when the session is released: an
+  // IoBinding must not outlive its session.
+  std::vector<std::weak_ptr<Bound>> bindings_;
   bool running_ = false;
   bool releasing_ = false;
   std::vector<Held> initializers_;
@@ -480,8 +523,6 @@ class Session : public Napi::ObjectWrap<Session> {
   std::string providerOptions_;
   // Whether ONNX Runtime profiles this session (its JSON is written at release).
   bool profiling_ = false;
-  // Inputs bound once and kept (weights), by name.
-  std::unordered_map<std::string, Held> kept_;
   // Every input the graph takes: a run must bind each one that is not kept, since a binding left
   // from an earlier run may view memory that is gone.
   std::vector<std::string> inputNames_;
@@ -496,28 +537,63 @@ class Session : public Napi::ObjectWrap<Session> {
     throw ArgumentError(std::string("the graph has no ") + side + " named \"" + name + "\" (its " + side + "s: " + all + ")");
   }
 
-  // A fresh binding with the kept inputs. When it cannot be made, none is left: the next use makes
-  // it again (`binding()`), so a failure here never leaves a null binding to be dereferenced.
-  void rebuildBinding() {
-    binding_.reset();
+  // A new binding on this session, cleared with it.
+  std::shared_ptr<Bound> newBound() {
+    auto bound = std::make_shared<Bound>();
+    bound->binding = made<OrtIoBinding>([&](OrtIoBinding** out) { return ort->CreateIoBinding(session_.get(), out); });
+    bindings_.erase(std::remove_if(bindings_.begin(), bindings_.end(), [](const std::weak_ptr<Bound>& b) { return b.expired(); }), bindings_.end());
+    bindings_.push_back(bound);
+    return bound;
+  }
+
+  // A fresh IoBinding with the kept inputs. When it cannot be made, none is left: the next use
+  // makes it again (`binding(b)`), so a failure here never leaves a null binding to be dereferenced.
+  void rebuildBinding(Bound& b) {
+    b.binding.reset();
     Owned<OrtIoBinding> fresh = made<OrtIoBinding>([&](OrtIoBinding** out) { return ort->CreateIoBinding(session_.get(), out); });
-    for (auto& [name, held] : kept_) check(ort->BindInput(fresh.get(), name.c_str(), held.value));
-    binding_ = std::move(fresh);
+    for (auto& [name, held] : b.kept) check(ort->BindInput(fresh.get(), name.c_str(), held.value));
+    b.binding = std::move(fresh);
   }
 
   // The binding, made again first if an earlier rebuild failed.
-  OrtIoBinding* binding() {
-    if (!binding_) rebuildBinding();
-    return binding_.get();
+  OrtIoBinding* binding(Bound& b) {
+    if (!b.binding) rebuildBinding(b);
+    return b.binding.get();
   }
 
   // After a refused bind: made anew, and the refusal is what the caller hears, whatever the rebuild does.
-  void rebuildAfterRefusal() {
+  void rebuildAfterRefusal(Bound& b) {
     try {
-      rebuildBinding();
+      rebuildBinding(b);
     } catch (...) {
-      // Left without a binding: `binding()` makes it at the next use, or says why then.
+      // Left without a binding: `binding(b)` makes it at the next use, or says why then.
     }
+  }
+
+  // bindInput(tensor) on binding `b`: bound for every later run with it until unbound.
+  void bindInputOn(Bound& b, const Napi::CallbackInfo& info) {
+    requireOpen();
+    if (running_) throw ArgumentError("bindInput while a run is in flight");
+    if (info.Length() < 1 || !info[0].IsObject()) throw ArgumentError("bindInput(tensor): tensor must be an object");
+    Napi::Object t = info[0].As<Napi::Object>();
+    std::string name = nameOf(t, "bound input");
+    requireName(inputNames_, name, "input");
+    Held held = tensorOf(t, "bound input " + name);
+    try {
+      check(ort->BindInput(binding(b), name.c_str(), held.value));
+    } catch (...) {
+      rebuildAfterRefusal(b);
+      throw;
+    }
+    b.kept[name] = std::move(held);
+  }
+
+  void unbindInputsOn(Bound& b) {
+    requireOpen();
+    if (running_) throw ArgumentError("unbindInputs while a run is in flight");
+    ort->ClearBoundInputs(binding(b));
+    for (auto& [name, held] : b.kept) held.reset();
+    b.kept.clear();
   }
 
   void close() {
@@ -532,10 +608,12 @@ class Session : public Napi::ObjectWrap<Session> {
       Owned<OrtStatus> failed(ort->SessionEndProfiling(session_.get(), allocator, &file));
       Owned<char> written(file);
     }
-    binding_.reset();
+    for (const std::weak_ptr<Bound>& weak : bindings_) {
+      if (std::shared_ptr<Bound> b = weak.lock()) b->clear();
+    }
+    bindings_.clear();
+    own_.reset();
     session_.reset();
-    for (auto& [name, held] : kept_) held.reset();
-    kept_.clear();
     for (Held& h : initializers_) h.reset();
     initializers_.clear();
   }
@@ -609,6 +687,19 @@ class Session : public Napi::ObjectWrap<Session> {
       if (!optimized.IsString()) throw ArgumentError("options.optimizedModelFilePath must be a string");
       std::string p = optimized.As<Napi::String>().Utf8Value();
       check(ort->SetOptimizedModelFilePath(so, p.c_str()));
+    }
+    Napi::Value pattern = options.Get("memoryPattern");
+    if (!pattern.IsUndefined()) {
+      if (!pattern.IsBoolean()) throw ArgumentError("options.memoryPattern must be a boolean");
+      check(pattern.As<Napi::Boolean>().Value() ? ort->EnableMemPattern(so) : ort->DisableMemPattern(so));
+    }
+    Napi::Value envAllocators = options.Get("useEnvAllocators");
+    if (!envAllocators.IsUndefined()) {
+      if (!envAllocators.IsBoolean()) throw ArgumentError("options.useEnvAllocators must be a boolean");
+      if (envAllocators.As<Napi::Boolean>().Value()) {
+        if (!cpuArena) throw ArgumentError("options.useEnvAllocators: no CPU arena is registered with the environment (registerCpuArena first)");
+        check(ort->AddSessionConfigEntry(so, "session.use_env_allocators", "1"));
+      }
     }
     Napi::Value global = options.Get("useGlobalThreadPool");
     if (global.IsBoolean() && global.As<Napi::Boolean>().Value()) {
@@ -801,19 +892,7 @@ class Session : public Napi::ObjectWrap<Session> {
   Napi::Value BindInput(const Napi::CallbackInfo& info) {
     return entry(info.Env(), [&] {
       requireOpen();
-      if (running_) throw ArgumentError("bindInput while a run is in flight");
-      if (info.Length() < 1 || !info[0].IsObject()) throw ArgumentError("bindInput(tensor): tensor must be an object");
-      Napi::Object t = info[0].As<Napi::Object>();
-      std::string name = nameOf(t, "bound input");
-      requireName(inputNames_, name, "input");
-      Held held = tensorOf(t, "bound input " + name);
-      try {
-        check(ort->BindInput(binding(), name.c_str(), held.value));
-      } catch (...) {
-        rebuildAfterRefusal();
-        throw;
-      }
-      kept_[name] = std::move(held);
+      bindInputOn(*own_, info);
       return info.Env().Undefined();
     });
   }
@@ -821,18 +900,28 @@ class Session : public Napi::ObjectWrap<Session> {
   Napi::Value UnbindInputs(const Napi::CallbackInfo& info) {
     return entry(info.Env(), [&] {
       requireOpen();
-      if (running_) throw ArgumentError("unbindInputs while a run is in flight");
-      ort->ClearBoundInputs(binding());
-      for (auto& [name, held] : kept_) held.reset();
-      kept_.clear();
+      unbindInputsOn(*own_);
       return info.Env().Undefined();
     });
   }
 
-  Napi::Value Run(const Napi::CallbackInfo& info);
-  Napi::Value RunSync(const Napi::CallbackInfo& info);
-  // Check and bind a run's tensors (run and runSync alike); the state holds what they view.
-  std::unique_ptr<RunState> prepare(const Napi::CallbackInfo& info);
+  Napi::Value Run(const Napi::CallbackInfo& info) {
+    return entry(info.Env(), [&] {
+      requireOpen();
+      return runOn(own_, info);
+    });
+  }
+  Napi::Value RunSync(const Napi::CallbackInfo& info) {
+    return entry(info.Env(), [&] {
+      requireOpen();
+      return runSyncOn(own_, info);
+    });
+  }
+  // run and runSync with binding `b` (the session's own, or a model's: Binding).
+  Napi::Value runOn(const std::shared_ptr<Bound>& b, const Napi::CallbackInfo& info);
+  Napi::Value runSyncOn(const std::shared_ptr<Bound>& b, const Napi::CallbackInfo& info);
+  // Check and bind a run's tensors in `b` (run and runSync alike); the state holds what they view.
+  std::unique_ptr<RunState> prepare(Bound& b, const Napi::CallbackInfo& info);
 
   Napi::Value Terminate(const Napi::CallbackInfo& info);
 
@@ -848,14 +937,15 @@ class Session : public Napi::ObjectWrap<Session> {
 
  public:
   RunWorker* current_ = nullptr;
+  friend class Binding;
 };
 
 // Every bound output, in the order they were asked for: a given buffer as it was given (ONNX
 // Runtime wrote into it), an allocated one as an ArrayBuffer over ONNX Runtime's memory.
-Napi::Array collectOutputs(Napi::Env e, Session* session, RunState* state) {
+Napi::Array collectOutputs(Napi::Env e, Bound& bound, RunState* state) {
   OrtValue** values = nullptr;
   size_t count = 0;
-  check(ort->GetBoundOutputValues(session->binding_.get(), allocator, &values, &count));
+  check(ort->GetBoundOutputValues(bound.binding.get(), allocator, &values, &count));
   Owned<OrtValue*> array(values);
   // Each value owned from here; one handed over to JavaScript below is released from this list.
   std::vector<Owned<OrtValue>> owned;
@@ -899,8 +989,8 @@ Napi::Array collectOutputs(Napi::Env e, Session* session, RunState* state) {
 
 class RunWorker : public Napi::AsyncWorker {
  public:
-  RunWorker(Napi::Env e, Session* session, std::unique_ptr<RunState> state)
-      : Napi::AsyncWorker(e, "stowage.ort.run"), deferred_(Napi::Promise::Deferred::New(e)), session_(session), state_(std::move(state)) {
+  RunWorker(Napi::Env e, Session* session, std::shared_ptr<Bound> bound, std::unique_ptr<RunState> state)
+      : Napi::AsyncWorker(e, "stowage.ort.run"), deferred_(Napi::Promise::Deferred::New(e)), session_(session), bound_(std::move(bound)), state_(std::move(state)) {
     self_ = Napi::Persistent(session->Value());
   }
 
@@ -916,7 +1006,7 @@ class RunWorker : public Napi::AsyncWorker {
   void Execute() override {
     try {
       Session::CaptureGuard capture(*session_, state_->graphId);
-      check(ort->RunWithBinding(session_->session_.get(), state_->options.get(), session_->binding_.get()));
+      check(ort->RunWithBinding(session_->session_.get(), state_->options.get(), bound_->binding.get()));
     } catch (const stowage::Failure& err) {
       failure_ = std::make_unique<stowage::Failure>(err);
     } catch (const std::bad_alloc&) {
@@ -936,7 +1026,7 @@ class RunWorker : public Napi::AsyncWorker {
     }
     try {
       session_->ranGraph(state_->graphId);
-      Napi::Array results = entry(e, [&] { return collectOutputs(e, session_, state_.get()); });
+      Napi::Array results = entry(e, [&] { return collectOutputs(e, *bound_, state_.get()); });
       finish();
       deferred_.Resolve(results);
     } catch (const Napi::Error& err) {
@@ -952,7 +1042,7 @@ class RunWorker : public Napi::AsyncWorker {
 
  private:
   void finish() {
-    if (session_->binding_) ort->ClearBoundOutputs(session_->binding_.get());
+    if (bound_->binding) ort->ClearBoundOutputs(bound_->binding.get());
     session_->current_ = nullptr;
     session_->runEnded();
     state_.reset();
@@ -961,6 +1051,9 @@ class RunWorker : public Napi::AsyncWorker {
 
   Napi::Promise::Deferred deferred_;
   Session* session_;
+  // The binding it runs with, kept alive until the run ends (a session released meanwhile is
+  // closed only then, and clears it).
+  std::shared_ptr<Bound> bound_;
   std::unique_ptr<RunState> state_;
   std::unique_ptr<stowage::Failure> failure_;
   Napi::ObjectReference self_;
@@ -968,7 +1061,7 @@ class RunWorker : public Napi::AsyncWorker {
 
 // Check a run's arguments and bind its tensors: this run's inputs over the kept ones, its
 // outputs afresh. A refusal leaves the binding as it was (made anew with the kept inputs).
-std::unique_ptr<RunState> Session::prepare(const Napi::CallbackInfo& info) {
+std::unique_ptr<RunState> Session::prepare(Bound& b, const Napi::CallbackInfo& info) {
   bool rebinding = false;  // whether this call has started to change the binding (undone if it fails)
   try {
     requireOpen();
@@ -1017,10 +1110,10 @@ std::unique_ptr<RunState> Session::prepare(const Napi::CallbackInfo& info) {
     for (size_t i = 0; i < inputNames.size(); i++) {
       requireName(inputNames_, inputNames[i], "input");
       for (size_t j = 0; j < i; j++) if (inputNames[j] == inputNames[i]) throw ArgumentError("input " + inputNames[i] + " is given twice");
-      if (kept_.count(inputNames[i])) throw ArgumentError("input " + inputNames[i] + " is bound with bindInput: unbind it first");
+      if (b.kept.count(inputNames[i])) throw ArgumentError("input " + inputNames[i] + " is bound with bindInput: unbind it first");
     }
     for (const std::string& needed : inputNames_) {
-      bool given = kept_.count(needed) > 0;
+      bool given = b.kept.count(needed) > 0;
       for (const std::string& n : inputNames) given = given || n == needed;
       if (!given) throw ArgumentError("input " + needed + " is missing: every input the graph takes must be given (or bound with bindInput)");
     }
@@ -1028,7 +1121,7 @@ std::unique_ptr<RunState> Session::prepare(const Napi::CallbackInfo& info) {
       requireName(outputNames_, state->outputs[i].first, "output");
       for (size_t j = 0; j < i; j++) if (state->outputs[j].first == state->outputs[i].first) throw ArgumentError("output " + state->outputs[i].first + " is asked for twice");
     }
-    OrtIoBinding* bound = binding();
+    OrtIoBinding* bound = binding(b);
     rebinding = true;
     ort->ClearBoundOutputs(bound);
     for (size_t i = 0; i < state->inputs.size(); i++) check(ort->BindInput(bound, inputNames[i].c_str(), state->inputs[i].value));
@@ -1038,47 +1131,115 @@ std::unique_ptr<RunState> Session::prepare(const Napi::CallbackInfo& info) {
     }
     return state;
   } catch (...) {
-    if (rebinding) rebuildAfterRefusal();
+    if (rebinding) rebuildAfterRefusal(b);
     throw;
   }
 }
 
 // run(inputs: Tensor[], outputs: (string | Tensor)[]): Promise<OutputTensor[]>, on a libuv thread.
-Napi::Value Session::Run(const Napi::CallbackInfo& info) {
+Napi::Value Session::runOn(const std::shared_ptr<Bound>& b, const Napi::CallbackInfo& info) {
   Napi::Env e = info.Env();
-  return entry(e, [&]() -> Napi::Value {
-    std::unique_ptr<RunState> state = prepare(info);
-    // terminate() sets its flag.
-    if (!state->options) state->options = made<OrtRunOptions>([](OrtRunOptions** out) { return ort->CreateRunOptions(out); });
-    auto* worker = new RunWorker(e, this, std::move(state));
-    Napi::Promise promise = worker->Promise();
-    running_ = true;
-    current_ = worker;
-    worker->Queue();
-    return promise;
-  });
+  std::unique_ptr<RunState> state = prepare(*b, info);
+  // terminate() sets its flag.
+  if (!state->options) state->options = made<OrtRunOptions>([](OrtRunOptions** out) { return ort->CreateRunOptions(out); });
+  auto* worker = new RunWorker(e, this, b, std::move(state));
+  Napi::Promise promise = worker->Promise();
+  running_ = true;
+  current_ = worker;
+  worker->Queue();
+  return promise;
 }
 
 // runSync(inputs, outputs): OutputTensor[], on the calling thread: for runs shorter than the
 // hop to a libuv thread and back (tens of microseconds), which would cost more than they save.
-Napi::Value Session::RunSync(const Napi::CallbackInfo& info) {
+Napi::Value Session::runSyncOn(const std::shared_ptr<Bound>& b, const Napi::CallbackInfo& info) {
   Napi::Env e = info.Env();
-  return entry(e, [&]() -> Napi::Value {
-    std::unique_ptr<RunState> state = prepare(info);
-    struct Clear {
-      OrtIoBinding* binding;
-      ~Clear() {
-        if (binding) ort->ClearBoundOutputs(binding);
-      }
-    } clear{binding_.get()};
-    {
-      CaptureGuard capture(*this, state->graphId);
-      check(ort->RunWithBinding(session_.get(), state->options.get(), binding_.get()));
+  std::unique_ptr<RunState> state = prepare(*b, info);
+  struct Clear {
+    OrtIoBinding* binding;
+    ~Clear() {
+      if (binding) ort->ClearBoundOutputs(binding);
     }
-    ranGraph(state->graphId);
-    return collectOutputs(e, this, state.get());
-  });
+  } clear{b->binding.get()};
+  {
+    CaptureGuard capture(*this, state->graphId);
+    check(ort->RunWithBinding(session_.get(), state->options.get(), b->binding.get()));
+  }
+  ranGraph(state->graphId);
+  return collectOutputs(e, *b, state.get());
 }
+
+// new Binding(session): an IoBinding of its own on `session`, for one model of several sharing the
+// session (one graph, each model's weights): its weights bound once in it, its runs made with it.
+// Runs of the session still go one at a time, whichever binding they use. Released with the
+// session, or before by release().
+class Binding : public Napi::ObjectWrap<Binding> {
+ public:
+  static Napi::Function Define(Napi::Env e) {
+    return DefineClass(e, "Binding", {
+      InstanceMethod("bindInput", &Binding::BindInput),
+      InstanceMethod("unbindInputs", &Binding::UnbindInputs),
+      InstanceMethod("run", &Binding::Run),
+      InstanceMethod("runSync", &Binding::RunSync),
+      InstanceMethod("release", &Binding::Release),
+    });
+  }
+
+  explicit Binding(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Binding>(info) {
+    entry(info.Env(), [&] {
+      if (info.Length() < 1 || !info[0].IsObject() || !info[0].As<Napi::Object>().CheckTypeTag(&kSessionTag)) throw ArgumentError("new Binding(session): session must be a Session");
+      Napi::Object o = info[0].As<Napi::Object>();
+      Session* s = Session::Unwrap(o);
+      s->requireOpen();
+      bound_ = s->newBound();
+      // The session object stays alive (and so open, unless released) while a binding of it does.
+      session_ = Napi::Persistent(o);
+    });
+  }
+
+ private:
+  // The session, or an error once it or this binding has been released.
+  Session& session() {
+    if (!bound_) throw ArgumentError("the binding has been released");
+    Session* s = Session::Unwrap(session_.Value());
+    s->requireOpen();
+    return *s;
+  }
+
+  Napi::Value BindInput(const Napi::CallbackInfo& info) {
+    return entry(info.Env(), [&] {
+      session().bindInputOn(*bound_, info);
+      return info.Env().Undefined();
+    });
+  }
+
+  Napi::Value UnbindInputs(const Napi::CallbackInfo& info) {
+    return entry(info.Env(), [&] {
+      session().unbindInputsOn(*bound_);
+      return info.Env().Undefined();
+    });
+  }
+
+  Napi::Value Run(const Napi::CallbackInfo& info) {
+    return entry(info.Env(), [&] { return session().runOn(bound_, info); });
+  }
+
+  Napi::Value RunSync(const Napi::CallbackInfo& info) {
+    return entry(info.Env(), [&] { return session().runSyncOn(bound_, info); });
+  }
+
+  // Frees its IoBinding and lets go of its kept inputs now (a run in flight with it keeps them
+  // until it ends); the session stays open for its other bindings.
+  Napi::Value Release(const Napi::CallbackInfo& info) {
+    // A run in flight with it holds it (RunWorker::bound_) until the run ends.
+    bound_.reset();
+    session_.Reset();
+    return info.Env().Undefined();
+  }
+
+  std::shared_ptr<Bound> bound_;
+  Napi::ObjectReference session_;
+};
 
 // terminate(): the run in flight stops at its next check and rejects; nothing happens without one.
 Napi::Value Session::Terminate(const Napi::CallbackInfo& info) {
@@ -1136,6 +1297,76 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
   version = base->GetVersionString();
   loadedFrom = path;
   return Napi::String::New(e, version);
+}
+
+// registerCpuArena(): whether this call registered it (false: it was already). One ONNX Runtime
+// arena for CPU memory, registered with the (process-wide) environment: sessions opened with
+// useEnvAllocators take their activations from it instead of an arena each. Each session's own
+// arena keeps the most its runs ever took, for as long as it is open (ResNet-50 after batch 32:
+// ~270 MB per session); shared, the process keeps what its largest concurrent runs took, once.
+// It grows by what is asked (kSameAsRequested), not by powers of two as an arena's default is, so
+// it holds what the runs asked for and not up to twice that.
+Napi::Value RegisterCpuArena(const Napi::CallbackInfo& info) {
+  requireInit();
+  std::lock_guard<std::mutex> lock(cpuArenaMutex);
+  if (cpuArena) return Napi::Boolean::New(info.Env(), false);
+  std::vector<const char*> keys{"arena_extend_strategy"};
+  std::vector<size_t> values{1};  // kSameAsRequested
+  Owned<OrtArenaCfg> arena = made<OrtArenaCfg>([&](OrtArenaCfg** out) { return ort->CreateArenaCfgV2(keys.data(), values.data(), keys.size(), out); });
+  Owned<OrtMemoryInfo> info_ = made<OrtMemoryInfo>([](OrtMemoryInfo** out) { return ort->CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, out); });
+  check(ort->CreateAndRegisterAllocator(env, info_.get(), arena.get()));
+  cpuArena = info_.release();  // kept for the process's life, as the registration is
+  return Napi::Boolean::New(info.Env(), true);
+}
+
+// cpuArenaStats(): the registered CPU arena's own counts (AllocatorGetStats: InUse, MaxInUse,
+// TotalAllocated, NumAllocs, NumReserves, ...) as numbers ({} before a session has opened on it),
+// or null when none is registered.
+Napi::Value CpuArenaStats(const Napi::CallbackInfo& info) {
+  Napi::Env e = info.Env();
+  requireInit();
+  std::lock_guard<std::mutex> lock(cpuArenaMutex);
+  if (!cpuArena) return e.Null();
+  // Before any session has used it, it has handed out nothing.
+  if (!cpuArenaAllocator) return Napi::Object::New(e);
+  Owned<OrtKeyValuePairs> stats = made<OrtKeyValuePairs>([&](OrtKeyValuePairs** out) { return ort->AllocatorGetStats(cpuArenaAllocator, out); });
+  const char* const* keys = nullptr;
+  const char* const* values = nullptr;
+  size_t count = 0;
+  ort->GetKeyValuePairs(stats.get(), &keys, &values, &count);
+  Napi::Object out = Napi::Object::New(e);
+  for (size_t i = 0; i < count; i++) out.Set(keys[i], Napi::Number::New(e, std::strtod(values[i], nullptr)));
+  return out;
+}
+
+// heapBytesInUse(): bytes the C heap has handed out and not had back, over every arena of the
+// process (glibc's malloc_info: what the arenas took from the system and the mmapped chunks, less
+// their free chunks; mallinfo2 counts only the main thread's arena, and a device thread allocates
+// from one of its own). Around a session's open on the device thread, its growth is what the
+// session itself holds in host memory (graph, kernels, plans), give or take other threads' work.
+Napi::Value HeapBytesInUse(const Napi::CallbackInfo& info) {
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* out = open_memstream(&text, &length);
+  if (!out) throw stowage::Failure(stowage::Origin::Binding, 0, "heapBytesInUse: open_memstream failed");
+  int failed = malloc_info(0, out);
+  fclose(out);
+  std::string xml(text ? text : "", length);
+  free(text);
+  if (failed) throw stowage::Failure(stowage::Origin::Binding, 0, "heapBytesInUse: malloc_info failed");
+  // The process-wide totals follow the last </heap>: <total type="fast|rest|mmap" count= size=/>
+  // and <system type="current" size=/>.
+  size_t totals = xml.rfind("</heap>");
+  if (totals == std::string::npos) totals = 0;
+  auto sizeOf = [&](const std::string& tag) -> double {
+    size_t at = xml.find(tag, totals);
+    if (at == std::string::npos) return 0;
+    size_t size = xml.find("size=\"", at);
+    if (size == std::string::npos) return 0;
+    return std::strtod(xml.c_str() + size + 6, nullptr);
+  };
+  double inUse = sizeOf("<system type=\"current\"") + sizeOf("<total type=\"mmap\"") - sizeOf("<total type=\"fast\"") - sizeOf("<total type=\"rest\"");
+  return Napi::Number::New(info.Env(), inUse > 0 ? inUse : 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1447,9 +1678,13 @@ Napi::Object Module(Napi::Env e, Napi::Object exports) {
   exports.Set("DeviceMemory", DeviceMemory::Define(e));
   stowage_cuda::define(e, exports);
   exports.Set("init", Napi::Function::New(e, stowage::entered<Init>));
+  exports.Set("registerCpuArena", Napi::Function::New(e, stowage::entered<RegisterCpuArena>));
+  exports.Set("cpuArenaStats", Napi::Function::New(e, stowage::entered<CpuArenaStats>));
+  exports.Set("heapBytesInUse", Napi::Function::New(e, stowage::entered<HeapBytesInUse>));
   exports.Set("ortFailure", Napi::Function::New(e, stowage::entered<OrtFailureOf>));
   exports.Set("apiVersion", Napi::Number::New(e, ORT_API_VERSION));
   exports.Set("Session", Session::Define(e));
+  exports.Set("Binding", Binding::Define(e));
   return exports;
 }
 

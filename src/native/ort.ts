@@ -165,6 +165,17 @@ export interface OrtSessionOptions {
   externalInitializers?: OrtTensor[];
   /** Use the process-wide thread pool `initOrt` made instead of threads of its own. */
   useGlobalThreadPool?: boolean;
+  /**
+   * ONNX Runtime's memory patterns (on by default): after a run at a new shape, later runs at that
+   * shape take all their activations as one block planned from it. Off: each activation is
+   * allocated as the run needs it (from the same arena, reusing freed pieces).
+   */
+  memoryPattern?: boolean;
+  /**
+   * Take activations (and every other CPU buffer of its runs) from the CPU arena registered with
+   * the environment (`registerCpuArena` first), not from an arena of its own.
+   */
+  useEnvAllocators?: boolean;
   /** 0 verbose .. 4 fatal. */
   logSeverityLevel?: number;
   /** Profile every run (ONNX Runtime's per-node timings), written as `<prefix>_<date>.json` when the session is released. */
@@ -179,13 +190,21 @@ export interface OrtSessionOptions {
   cuda?: { deviceId: number; options?: Record<string, string>; sharedArena?: boolean };
 }
 
-interface NativeSession {
-  inputs(): OrtTensorInfo[];
-  outputs(): OrtTensorInfo[];
+/** What a run with bound inputs does, on a session's own binding or on one of several (NativeBinding). */
+interface NativeRuns {
   bindInput(tensor: OrtTensor): void;
   unbindInputs(): void;
   run(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): Promise<OrtOutput[]>;
   runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): OrtOutput[];
+}
+
+interface NativeBinding extends NativeRuns {
+  release(): void;
+}
+
+interface NativeSession extends NativeRuns {
+  inputs(): OrtTensorInfo[];
+  outputs(): OrtTensorInfo[];
   terminate(): boolean;
   release(): void;
   providerOptions(): string;
@@ -195,6 +214,10 @@ export interface Addon {
   init(libraryPath: string, options?: { globalIntraOpThreads?: number; globalInterOpThreads?: number; globalAllowSpinning?: boolean }): string;
   apiVersion: number;
   Session: new (model: string | Uint8Array, options: OrtSessionOptions) => NativeSession;
+  Binding: new (session: NativeSession) => NativeBinding;
+  registerCpuArena(): boolean;
+  cpuArenaStats(): ArenaStats | null;
+  heapBytesInUse(): number;
   DeviceMemory: new (bytes: number, device: string, ipcHandle?: Uint8Array) => DeviceMemory;
   cudaLoad(dirs: string[]): { loaded: string[]; missing: string[] };
   cudaDevices(): NativeCudaDevices;
@@ -277,6 +300,30 @@ export function initOrt(globalThreads?: { intraOp: number; allowSpinning: boolea
  */
 export function processThreadPool(threadPool: 'per_session' | 'process', intraOpThreads: number): { intraOp: number; allowSpinning: boolean } | undefined {
   return threadPool === 'process' ? { intraOp: intraOpThreads > 0 ? intraOpThreads : availableParallelism(), allowSpinning: false } : undefined;
+}
+
+/**
+ * An ONNX Runtime arena's own counts (AllocatorGetStats), in bytes and calls: InUse (handed out
+ * now), TotalAllocated (reserved from the system), MaxInUse, NumAllocs, NumReserves, ...
+ */
+export type ArenaStats = Record<string, number>;
+
+/**
+ * Register one CPU arena with ONNX Runtime's (process-wide) environment, once per process: sessions
+ * opened with `useEnvAllocators` then take their activations from it. True when this call made it.
+ */
+export function registerCpuArena(): boolean {
+  return ortAddon().registerCpuArena();
+}
+
+/** The registered CPU arena's counts; null when none is registered. */
+export function cpuArenaStats(): ArenaStats | null {
+  return ortAddon().cpuArenaStats();
+}
+
+/** Bytes the process's C heap holds now, over every thread's arena (malloc_info): a session's open grows it by what the session keeps. */
+export function heapBytesInUse(): number {
+  return ortAddon().heapBytesInUse();
 }
 
 /**
@@ -376,6 +423,15 @@ export class OrtSession {
     return this.#native.runSync(inputs, outputs, options);
   }
 
+  /**
+   * A binding of its own on this session: inputs bound in it (one model's weights) stay apart from
+   * the session's own and from other bindings', so models of one graph share one session, each
+   * running with its weights. Runs of the session go one at a time, whatever binding they use.
+   */
+  createBinding(): OrtBinding {
+    return new OrtBinding(new addon!.Binding(this.#native));
+  }
+
   /** Stop the run in flight (it rejects); false when none is. */
   terminate(): boolean {
     return this.#native.terminate();
@@ -392,7 +448,42 @@ export class OrtSession {
   }
 }
 
-function asGraphTensor(t: OrtTensorInfo): GraphTensor {
+/** Inputs bound apart on a shared session (OrtSession.createBinding), and runs made with them. */
+export class OrtBinding {
+  readonly #native: NativeBinding;
+
+  constructor(native: NativeBinding) {
+    this.#native = native;
+  }
+
+  bindInput(tensor: OrtTensor): void {
+    this.#native.bindInput(tensor);
+  }
+
+  unbindInputs(): void {
+    this.#native.unbindInputs();
+  }
+
+  run(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): Promise<OrtOutput[]> {
+    try {
+      return this.#native.run(inputs, outputs, options);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): OrtOutput[] {
+    return this.#native.runSync(inputs, outputs, options);
+  }
+
+  /** Let go of its bound inputs now (after the run in flight with it, if any); the session stays open. */
+  release(): void {
+    this.#native.release();
+  }
+}
+
+/** An input or output as bundle/signature.ts checks it (ONNX Runtime's type names). */
+export function asGraphTensor(t: OrtTensorInfo): GraphTensor {
   if (!t.isTensor || t.type === undefined) return { name: t.name, isTensor: false };
   // A type outside the table (float8, int4, ...) keeps a name that matches no manifest dtype.
   return { name: t.name, isTensor: true, type: byOnnxType(t.type)?.ortType ?? `onnx-type-${t.type}`, shape: t.dims ?? [] };

@@ -86,7 +86,7 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, req
   }
   const records = req.name === '' ? registry.all() : [registry.find(req.name)];
   const reports = await devices.status();
-  const instances = new Map<string, (typeof reports)[number] & { queuedAll: number; residentAll: number; sessionAll: number; onDevices: number[] }>();
+  const instances = new Map<string, (typeof reports)[number] & { queuedAll: number; residentAll: number; sessionAll: number; sessionBytesAll: number; sessions: string[]; onDevices: number[] }>();
   for (const s of reports) {
     const resident = s.resident ? s.weightBytes : 0;
     const seen = instances.get(s.instance);
@@ -94,8 +94,10 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, req
       seen.queuedAll += s.queued;
       seen.residentAll += resident;
       seen.sessionAll += s.sessionDeviceBytes ?? 0;
+      seen.sessionBytesAll += s.sessionBytes;
+      seen.sessions.push(`device ${s.device}: ${s.session}`);
       if (s.resident) seen.onDevices.push(s.device);
-    } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, sessionAll: s.sessionDeviceBytes ?? 0, onDevices: s.resident ? [s.device] : [] });
+    } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, sessionAll: s.sessionDeviceBytes ?? 0, sessionBytesAll: s.sessionBytes, sessions: [`device ${s.device}: ${s.session}`], onDevices: s.resident ? [s.device] : [] });
   }
   // Every model's counters go into a window, whichever model was asked for.
   const readings = () => new Map<string, ModelReading>(registry.all().map((r) => [r.name, {
@@ -132,6 +134,9 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, req
         weight_misses: traffic.misses,
         window_load: window?.get(r.name)?.load ?? 0,
         window_resident_bytes: window?.get(r.name)?.residentBytes ?? 0,
+        // One device: its words as they are; several: each device's.
+        session: s ? (s.sessions.length === 1 ? s.session : s.sessions.join('; ')) : '',
+        session_bytes: s?.sessionBytesAll ?? 0,
       };
     }),
   };

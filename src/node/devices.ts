@@ -23,9 +23,9 @@ import { modelOf, type InstanceKey, type ModelSpec } from '../shared/model-spec.
 import type { FillPolicy, GatewayMode } from '../shared/config-schema.js';
 import type { Compiler } from '../actors/compiler/handle.js';
 import type { HostWeights } from './host-weights.js';
-import type { DeviceHandle } from '../actors/device/handle.js';
+import type { DeviceHandle, LoadOutcome } from '../actors/device/handle.js';
 import type { HookFeedTarget } from '../shared/channels/device.js';
-import type { InstanceStatus, ModelPolicyUpdate, Residency } from '../shared/channels/device.js';
+import type { DeviceReport, InstanceStatus, ModelPolicyUpdate, Residency } from '../shared/channels/device.js';
 import type { InferenceRequest, InferenceResult, RegionSlice } from '../shared/channels/inference.js';
 import type { EdgePlacement } from '../shared/channels/edge.js';
 import type { ModelPolicies } from './model-policies.js';
@@ -285,7 +285,7 @@ export class Devices {
    * plus the slowest device's. If any device refuses it, the devices that loaded it unload it
    * again, and the refusal is the answer.
    */
-  async load(spec: ModelSpec, instance: InstanceKey): Promise<{ loadMs: number }> {
+  async load(spec: ModelSpec, instance: InstanceKey): Promise<{ loadMs: number; session: string }> {
     const started = performance.now();
     const compiled = this.#o.compiler ? await this.#o.compiler.compile(spec, this.#o.hostWeights?.keys() ?? []) : null;
     for (const damage of compiled?.repaired ?? []) this.#o.logger?.warn({ model: spec.name, damage }, 'compile cache damaged: compiled again');
@@ -299,9 +299,11 @@ export class Devices {
       this.#o.hostWeights?.release(instance);
       throw failed.reason;
     }
-    const results = loads.map((l) => (l as PromiseFulfilledResult<{ loadMs: number; weightBytes: number }>).value);
+    const results = loads.map((l) => (l as PromiseFulfilledResult<LoadOutcome>).value);
     if (this.#o.mode === 'lpt_packing' && this.handles.length > 1) this.#place(spec, instance, results[0].weightBytes);
-    return { loadMs: compileMs + Math.max(...results.map((r) => r.loadMs)) };
+    // Which session it shares on each device: the same words on every device, or each device's.
+    const sessions = [...new Set(results.map((r) => r.session))];
+    return { loadMs: compileMs + Math.max(...results.map((r) => r.loadMs)), session: sessions.length === 1 ? sessions[0] : results.map((r, i) => `device ${targets[i].deviceId}: ${r.session}`).join('; ') };
   }
 
   /** A newly loaded version: a reload keeps its model's devices; a new model is packed beside the others. */
@@ -346,8 +348,12 @@ export class Devices {
 
   /** Every device's instances, tagged with the device. */
   async status(): Promise<(InstanceStatus & { device: number })[]> {
-    const reports = await Promise.all(this.#serving.map(async (d) => (await d.status()).map((s) => ({ ...s, device: d.deviceId }))));
-    return reports.flat();
+    return (await this.reports()).flatMap((r) => r.instances.map((s) => ({ ...s, device: r.device })));
+  }
+
+  /** Every device's instances and sessions, in one status call each. */
+  async reports(): Promise<DeviceReport[]> {
+    return Promise.all(this.#serving.map(async (d) => ({ device: d.deviceId, ...(await d.report()) })));
   }
 
   /** Every model's policy (the node file's per worker, run-time changes over it). */

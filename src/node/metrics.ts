@@ -11,7 +11,7 @@
 import { getHeapStatistics } from 'node:v8';
 import type { Worker } from 'node:worker_threads';
 import type { GpuInfo } from '../native/cuda.js';
-import type { InstanceStatus } from '../shared/channels/device.js';
+import { SESSION_CLOSE_REASONS, SESSION_OPEN_REASONS, type DeviceReport } from '../shared/channels/device.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { WeightLoad, WeightMemory } from '../shared/channels/device.js';
 import type { Placement } from '../routing/placement.js';
@@ -34,8 +34,8 @@ export interface MetricsSources {
   threads: () => Iterable<[string, Worker]>;
   /** Backend cuda: the GPUs as NVML reads them now (nv_gpu_*); empty on the CPU. */
   gpus?: () => GpuInfo[];
-  /** Every loaded instance on every device now (queue, residency): asked for at each scrape. */
-  instances?: () => Promise<readonly (InstanceStatus & { device: number })[]>;
+  /** Every device's loaded instances (queue, residency) and sessions now: asked for at each scrape. */
+  devices?: () => Promise<readonly DeviceReport[]>;
 }
 
 /** A counter set at scrape time from a running total (Prometheus counters are totals since start). */
@@ -252,17 +252,19 @@ function gpuMetrics(sources: MetricsSources, registers: Registry[]): void {
  * per gauge.
  */
 function instanceMetrics(sources: MetricsSources, registers: Registry[]): void {
-  let snapshot: Promise<readonly (InstanceStatus & { device: number })[]> | undefined;
-  const instances = sources.instances && (() => {
-    snapshot ??= sources.instances!().finally(() => setImmediate(() => { snapshot = undefined; }));
+  let snapshot: Promise<readonly DeviceReport[]> | undefined;
+  const devices = async () => {
+    if (!sources.devices) return [];
+    snapshot ??= sources.devices().finally(() => setImmediate(() => { snapshot = undefined; }));
     return snapshot;
-  });
+  };
+  const instances = async () => (await devices()).flatMap((r) => r.instances.map((s) => ({ ...s, device: r.device })));
   new Gauge({
     name: 'stowage_model_queue_depth', help: 'Requests of the model waiting in the devices\' queues (not yet running), all devices', labelNames: ['model'], registers,
     async collect() {
       this.reset();
       const depth = new Map<string, number>();
-      for (const s of (await instances?.()) ?? []) depth.set(s.model, (depth.get(s.model) ?? 0) + s.queued);
+      for (const s of await instances()) depth.set(s.model, (depth.get(s.model) ?? 0) + s.queued);
       for (const [m, n] of depth) this.set({ model: m }, n);
     },
   });
@@ -270,14 +272,69 @@ function instanceMetrics(sources: MetricsSources, registers: Registry[]): void {
     name: 'stowage_weight_cache_model_resident_bytes', help: 'Bytes of the model\'s weights on the device now (0 when evicted)', labelNames: ['model', 'device'], registers,
     async collect() {
       this.reset();
-      for (const s of (await instances?.()) ?? []) this.inc({ model: s.model, device: String(s.device) }, s.resident ? s.weightBytes : 0);
+      for (const s of await instances()) this.inc({ model: s.model, device: String(s.device) }, s.resident ? s.weightBytes : 0);
     },
   });
   new Gauge({
     name: 'stowage_model_session_device_bytes', help: 'GPU memory the model\'s sessions took at load and warm-up, beyond its weights (backend cuda)', labelNames: ['model', 'device'], registers,
     async collect() {
       this.reset();
-      for (const s of (await instances?.()) ?? []) if (s.sessionDeviceBytes !== null) this.inc({ model: s.model, device: String(s.device) }, s.sessionDeviceBytes);
+      for (const s of await instances()) if (s.sessionDeviceBytes !== null) this.inc({ model: s.model, device: String(s.device) }, s.sessionDeviceBytes);
+    },
+  });
+  sessionMetrics(devices, instances, registers);
+}
+
+/**
+ * What loaded models pin beside their weights (actors/device/sessions.ts): sessions per device,
+ * the models on them, their bytes against the weights', the shared activation arena, and opens and
+ * closes by reason; per model, its share of its sessions' bytes.
+ */
+function sessionMetrics(devices: () => Promise<readonly DeviceReport[]>, instances: () => Promise<(DeviceReport['instances'][number] & { device: number })[]>, registers: Registry[]): void {
+  const perDevice = (name: string, help: string, value: (r: DeviceReport) => number) => new Gauge({
+    name, help, labelNames: ['device'], registers,
+    async collect() {
+      this.reset();
+      for (const r of await devices()) this.set({ device: String(r.device) }, value(r));
+    },
+  });
+  perDevice('stowage_device_sessions', 'ONNX Runtime sessions open on the device now', (r) => r.sessions.open);
+  perDevice('stowage_device_session_graphs', 'Distinct sessions the device\'s loaded models run on, open or closed (one per distinct graph when shared)', (r) => r.sessions.sessions);
+  perDevice('stowage_device_models_per_session', 'Model executables per distinct session on the device (loaded models sharing a graph share a session)', (r) => (r.sessions.sessions > 0 ? r.sessions.users / r.sessions.sessions : 0));
+  perDevice('stowage_device_session_bytes', 'Bytes the device\'s open sessions hold beside weights and shared activations, measured as each opened', (r) => r.sessions.bytes);
+  perDevice('stowage_device_session_budget_bytes', 'runtime.session_budget_bytes: beyond it idle sessions close (0: no budget)', (r) => r.sessions.budgetBytes);
+  const counted = <R extends string>(name: string, help: string, reasons: readonly R[], value: (r: DeviceReport, reason: R) => number) => new Counter({
+    name, help, labelNames: ['device', 'reason'], registers,
+    async collect() {
+      this.reset();
+      for (const r of await devices()) for (const reason of reasons) this.inc({ device: String(r.device), reason }, value(r, reason));
+    },
+  });
+  counted('stowage_device_session_opens_total', 'Sessions opened: for a load, or again on a call after the budget closed them (reopen)', SESSION_OPEN_REASONS, (r, reason) => r.sessions.opens[reason]);
+  counted('stowage_device_session_closes_total', 'Sessions closed: their last model went (unload), beyond the budget (budget), or to make room for an open that ran out of memory (memory)', SESSION_CLOSE_REASONS, (r, reason) => r.sessions.closes[reason]);
+  new Counter({
+    name: 'stowage_device_session_reopen_seconds_total', help: 'Seconds calls waited for sessions the budget had closed to open again', labelNames: ['device'], registers,
+    async collect() {
+      this.reset();
+      for (const r of await devices()) this.inc({ device: String(r.device) }, r.sessions.reopenMs / 1000);
+    },
+  });
+  new Gauge({
+    name: 'stowage_activation_arena_bytes', help: 'Backend cpu with shared activations: the process\'s one ONNX Runtime arena for every session\'s activations (reserved: taken from the system; in_use: handed out now; max_in_use: the most at once)', labelNames: ['kind'], registers,
+    async collect() {
+      this.reset();
+      const a = (await devices()).find((r) => r.sessions.activations)?.sessions.activations;
+      if (!a) return;
+      this.set({ kind: 'reserved' }, a.reservedBytes);
+      this.set({ kind: 'in_use' }, a.inUseBytes);
+      this.set({ kind: 'max_in_use' }, a.maxInUseBytes);
+    },
+  });
+  new Gauge({
+    name: 'stowage_model_session_bytes', help: 'The model\'s share of its open sessions\' bytes (each session\'s bytes over the models sharing it)', labelNames: ['model', 'device'], registers,
+    async collect() {
+      this.reset();
+      for (const s of await instances()) this.inc({ model: s.model, device: String(s.device) }, s.sessionBytes);
     },
   });
 }

@@ -210,12 +210,13 @@ export class ModelRepository {
   async #loadSpec(name: string, parsed: ModelSpec, progress: string): Promise<void> {
     const instance = instanceKey(name, ++this.#generation);
     let loadMs: number;
+    let session: string | undefined;
     let spec = parsed;
     try {
       const started = performance.now();
       spec = await this.#withHooks(parsed);
       // A meta model has no executable: its instance exists only in the registry.
-      ({ loadMs } = spec.kind === 'meta' ? { loadMs: performance.now() - started } : await this.#o.devices.load(spec, instance));
+      ({ loadMs, session } = spec.kind === 'meta' ? { loadMs: performance.now() - started, session: undefined } : await this.#o.devices.load(spec, instance));
     } catch (err) {
       this.#refused(name, spec, err as Error);
       throw err;
@@ -224,7 +225,7 @@ export class ModelRepository {
     const old = previous?.instance;
     this.#o.registry.set({ name, state: ModelState.READY, spec, instance, reason: '' });
     this.#o.onLoaded?.(name, loadMs);
-    this.#o.logger.info({ model: name, instance, load_ms: Math.round(loadMs), progress }, old ? 'model reloaded' : 'model loaded');
+    this.#o.logger.info({ model: name, instance, load_ms: Math.round(loadMs), progress, ...(session === undefined ? {} : { session }) }, old ? 'model reloaded' : 'model loaded');
     if (old) {
       // Requests that took the old version finish on it; then it goes.
       await this.#o.registry.drained(old);

@@ -136,7 +136,7 @@ export class StowageServer {
     this.#config = config;
     this.#logger = logger;
     this.statistics = new Statistics();
-    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), loadedModels: () => this.registry.all().filter((r) => r.state === ModelState.READY).map((r) => r.name), traceExportFailures, hostWeightBytes: () => this.hostWeights.bytes, statistics: this.statistics, threads: () => this.#threads(), gpus: () => this.#gpus(), instances: async () => (await this.#devices?.status()) ?? [] });
+    this.metrics = new Metrics({ pendingByModel: () => this.registry.pending(), loadedModels: () => this.registry.all().filter((r) => r.state === ModelState.READY).map((r) => r.name), traceExportFailures, hostWeightBytes: () => this.hostWeights.bytes, statistics: this.statistics, threads: () => this.#threads(), gpus: () => this.#gpus(), devices: async () => (await this.#devices?.reports()) ?? [] });
     const { endpoints } = config.global;
     // One count of the inferences in flight for every edge of the process.
     this.#admission = new Admission(endpoints.max_concurrent_requests, endpoints.max_inflight_bytes);
@@ -383,6 +383,7 @@ export class StowageServer {
       weights: w.weights,
       cuda: backend === 'cuda' ? { ordinal: w.gpu, providerOptions: cudaProviderOptions(w.runtime.cuda), libraryDirs: cudaLibraryDirs(), graphs: w.runtime.cuda.graphs, sharedArena: w.runtime.cuda.shared_arena } : null,
       warmup: w.runtime.warmup === 'on' || (w.runtime.warmup === 'auto' && backend === 'cuda'),
+      sessions: { share: w.runtime.share_sessions, sharedActivations: backend === 'cpu' && w.runtime.share_activations, budgetBytes: w.runtime.session_budget_bytes },
       hostWeights: this.hostWeights,
       logger: this.#logger,
       onExecutions: (report) => {

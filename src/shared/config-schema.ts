@@ -89,6 +89,21 @@ const runtimeSchema = {
     // process (intra_op_threads threads, every session of every device sharing them). One process
     // has one setting: a worker may not differ from global.
     thread_pool: { enum: ['per_session', 'process'], default: 'per_session' },
+    // Models and versions whose compiled weightless graphs are equal (and that open with equal
+    // options: tf32, CUDA graphs) share one ONNX Runtime session per device, each with its own
+    // binding of its weights: a loaded model costs its weights and little else
+    // (docs/weight-cache.md, Sessions). false: a session per model's ONNX file.
+    share_sessions: { type: 'boolean', default: true },
+    // Backend cpu: every session takes its activations from one ONNX Runtime arena for the process
+    // (registered with its environment; memory patterns off), which keeps what the largest runs at
+    // once took, instead of an arena per session keeping the most its own runs ever took (ResNet-50
+    // after batch 32: ~270 MB per session). Backend cuda: see cuda.shared_arena.
+    share_activations: { type: 'boolean', default: true },
+    // Bytes the open sessions of a device may hold beside weights and shared activations (measured
+    // as each opens): beyond it the least recently used idle session closes, and opens again from
+    // the compile cache on its model's next call (the model stays READY; residency: device models
+    // keep theirs). 0: no budget, every loaded model's session stays open.
+    session_budget_bytes: { type: 'integer', minimum: 0, default: 0 },
     // Bytes of memory each device has (backend cpu: memory the device actor allocates for itself,
     // so a small device can be modelled; backend cuda: ignored, the GPU's free memory at start
     // counts). The memory pool is mem_fraction of it.

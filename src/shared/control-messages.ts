@@ -44,6 +44,10 @@ export interface ModelControlStatus<I extends Int = string> {
   window_load: number;
   /** With window_seconds asked: bytes of its weights on devices as that window ended. */
   window_resident_bytes: I;
+  /** The session it runs on: shared with how many models (and the graph), or why its own; closed or not. */
+  session: string;
+  /** Its share of its open sessions' bytes (each session's over the models sharing it), summed over the devices. */
+  session_bytes: I;
 }
 
 /** ModelControlStatus's answer: every model asked for, and the node's own figures. */

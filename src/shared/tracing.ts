@@ -265,8 +265,13 @@ export class RequestTrace {
         kind: SpanKind.INTERNAL, root: true, startTime: startMs,
         attributes: { 'stowage.model': model, 'stowage.batch_rows': timing.batchRows, 'stowage.executed_batch_size': timing.executedBatchSize, 'stowage.requests': timing.requests },
       });
+      // The session's open comes first, then the weights' copy.
+      const openMs = timing.sessionOpenMs ?? 0;
+      if (openMs > 0) {
+        tracer().startSpan('session open', { startTime: startMs, attributes: { 'stowage.model': model } }, trace.setSpan(context.active(), span)).end(startMs + openMs);
+      }
       if (timing.weightLoadMs !== undefined) {
-        tracer().startSpan('weight load', { startTime: startMs, attributes: { 'stowage.model': model } }, trace.setSpan(context.active(), span)).end(startMs + timing.weightLoadMs);
+        tracer().startSpan('weight load', { startTime: startMs + openMs, attributes: { 'stowage.model': model } }, trace.setSpan(context.active(), span)).end(startMs + openMs + timing.weightLoadMs);
       }
       execution = { span, links: [] };
       executions.set(timing, execution);

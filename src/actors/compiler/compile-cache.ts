@@ -34,8 +34,8 @@ export type { CompiledExecutable, WeightEntry };
 import { splitWeights } from './split-weights.js';
 import { MAX_MODEL_FILE_BYTES, readFileChunks } from '../../bundle/bundle-file.js';
 
-/** Bump when the entry layout or the splitting rule changes: old entries then miss. */
-const CACHE_FORMAT = 4;
+/** Bump when the entry layout or the splitting rule changes: old entries then miss (5: small floats move out). */
+const CACHE_FORMAT = 5;
 
 
 interface IndexFile {
@@ -78,6 +78,11 @@ export function hostFingerprint(): string {
   return fingerprint;
 }
 
+/** Names the runtime and the backend a graph is optimised for: part of the compile cache's key. */
+export function runtimeName(version: string, backend: 'cpu' | 'cuda'): string {
+  return `onnxruntime ${version} ${backend}`;
+}
+
 export function weightKey(datatype: string, dims: readonly number[], bytes: Uint8Array): string {
   return createHash('sha256').update(`${datatype}[${dims.join(',')}]`).update(bytes).digest('hex');
 }
@@ -116,7 +121,7 @@ function readEntry(cacheDir: string, dir: string): CompiledExecutable | { damage
     const weights = index.weights.map((w) => ({ ...w, path: tensorPath(cacheDir, w.key) }));
     const short = weights.find((w) => statSync(w.path).size !== w.byteLength);
     if (short) return { damaged: `${short.path} is not ${short.byteLength} bytes long` };
-    return { dir, graphPath, weights, hit: true };
+    return { dir, graphPath, graph: index.graph, weights, hit: true };
   } catch (err) {
     return { damaged: (err as Error).message };
   }

@@ -4,10 +4,15 @@
  * weightless graph is what a session compiles; the tensors are what the
  * weight cache moves onto the device and feeds to every run.
  *
- * Only the main graph's numeric initializers of WEIGHT_MIN_BYTES or more move
- * out. Tiny ones, int64 ones (shapes, axes, indices: operators want those
- * constant) and strings stay in the graph: they are part of the executable,
- * cost nothing to keep, and each moved tensor costs a feed on every run.
+ * The main graph's numeric initializers of WEIGHT_MIN_BYTES or more move out.
+ * Smaller ones move out too when they are floats that only operators taking
+ * any input at run time read (SMALL_FLOAT_READERS: a bias, a scale, a clip
+ * bound): then variants of one architecture that differ only in a small bias
+ * or a quantisation scale compile to equal graphs and share one session on a
+ * device (actors/device/sessions.ts); they are bound once per residency, as
+ * weights are, so they cost no feed per run. Int64 ones (shapes, axes,
+ * indices: operators want those constant), other small ones and strings stay
+ * in the graph.
  *
  * ONNX Runtime packs a constant GEMM weight once, when the session is made; a
  * weight fed as an input is packed on every run, which costs least when it is
@@ -25,8 +30,29 @@ import {
   TYPE_TENSOR_SHAPE, VALUE_INFO_NAME, VALUE_INFO_TYPE,
 } from '../../shared/onnx-fields.js';
 
-/** Below this many bytes an initializer stays in the executable. */
+/** Below this many bytes an initializer stays in the executable, unless it is a float read only by SMALL_FLOAT_READERS. */
 export const WEIGHT_MIN_BYTES = 128;
+
+/**
+ * Operators that read a float input at run time as readily as a constant (no shape, axis or
+ * attribute taken from it at session creation): a small float initializer read only by these
+ * moves out of the graph. ONNX's domain and ONNX Runtime's own fused forms of them.
+ */
+const SMALL_FLOAT_READERS = new Set([
+  'Add', 'Sub', 'Mul', 'Div', 'Pow', 'Max', 'Min', 'Sum', 'Mean', 'Where', 'Clip', 'PRelu', 'Concat',
+  'Equal', 'Less', 'Greater', 'LessOrEqual', 'GreaterOrEqual',
+  'Conv', 'ConvTranspose', 'Gemm', 'MatMul', 'BatchNormalization', 'InstanceNormalization', 'LayerNormalization',
+  'QuantizeLinear', 'DequantizeLinear',
+  'FusedConv', 'FusedGemm', 'FusedMatMul', 'BiasGelu', 'SkipLayerNormalization',
+]);
+const FLOATS: ReadonlySet<Datatype> = new Set(['FP32', 'FP16', 'BF16', 'FP64']);
+
+/** Whether a weight of this type and size moves out when every node reading it is one of SMALL_FLOAT_READERS (else: whether it moves at all). */
+export function movesOut(datatype: Datatype, byteLength: number, readers: readonly string[]): boolean {
+  if (datatype === 'INT64') return false;
+  if (byteLength >= WEIGHT_MIN_BYTES) return true;
+  return FLOATS.has(datatype) && readers.length > 0 && readers.every((op) => SMALL_FLOAT_READERS.has(op));
+}
 
 /** One weight tensor taken out of a model. */
 export interface WeightTensor {
@@ -56,14 +82,16 @@ function weightBytes(fields: WireField[], elementBytes: number, count: number): 
   return null; // other typed encodings are rare for weights; such a tensor stays embedded
 }
 
-function asWeight(tensor: Uint8Array): WeightTensor | null {
+/** The tensor as a weight when it moves out (`readers`: the op types of the main graph's nodes reading it), else null. */
+function asWeight(tensor: Uint8Array, readers: (name: string) => string[]): WeightTensor | null {
   const fields = readFields(tensor);
   const type = fields.find((f) => f.field === TENSOR_DATA_TYPE)?.varint ?? 0;
   const info = byOnnxType(type);
   if (!info || info.elementBytes === 0 || type === ONNX_INT64 || !info.ortType) return null;
   const dims = readRepeatedVarints(fields, TENSOR_DIMS);
   const count = dims.reduce((a, b) => a * b, 1);
-  if (count * info.elementBytes < WEIGHT_MIN_BYTES) return null;
+  const small = count * info.elementBytes < WEIGHT_MIN_BYTES;
+  if (small && !movesOut(info.datatype, count * info.elementBytes, readers(readString(fields, TENSOR_NAME) ?? ''))) return null;
   const data = weightBytes(fields, info.elementBytes, count);
   const name = readString(fields, TENSOR_NAME);
   if (!data || !name) return null;
@@ -81,6 +109,7 @@ function inputFor(w: WeightTensor, onnxType: number): Uint8Array {
 
 interface NodeInfo {
   field: WireField;
+  op: string;
   inputs: string[];
   gemm: boolean;
   transB: number;
@@ -98,6 +127,7 @@ function nodeInfo(field: WireField): NodeInfo {
   }
   return {
     field,
+    op,
     inputs: fields.filter((f) => f.field === NODE_INPUT).map((f) => dec.decode(f.payload)),
     gemm: (op === 'Gemm' && (domain === '' || domain === 'ai.onnx')) || (op === 'FusedGemm' && domain === 'com.microsoft'),
     transB,
@@ -136,13 +166,14 @@ export function splitWeights(model: Uint8Array): SplitModel {
   const graphFields = readFields(graphField.payload);
   const declaredInputs = new Set(graphFields.filter((f) => f.field === GRAPH_INPUT).map((f) => readString(readFields(f.payload), VALUE_INFO_NAME)));
 
+  const nodes = graphFields.filter((f) => f.field === GRAPH_NODE).map(nodeInfo);
+  const readers = (name: string) => nodes.filter((n) => n.inputs.includes(name)).map((n) => n.op);
   const moving = new Map<WireField, WeightTensor>();
   for (const f of graphFields) {
-    const weight = f.field === GRAPH_INITIALIZER && f.wireType === WIRE_LEN ? asWeight(f.payload) : null;
+    const weight = f.field === GRAPH_INITIALIZER && f.wireType === WIRE_LEN ? asWeight(f.payload, readers) : null;
     if (weight) moving.set(f, weight);
   }
   // Weights used only as B of transB-0 GEMMs: stored transposed, and those nodes set transB 1.
-  const nodes = graphFields.filter((f) => f.field === GRAPH_NODE).map(nodeInfo);
   const rewritten = new Set<WireField>();
   for (const weight of moving.values()) {
     if (weight.dims.length !== 2 || declaredInputs.has(weight.name)) continue;

@@ -16,7 +16,7 @@ import type { CompiledExecutable, CompileResult, CompileTask, ReadyTask } from '
 import { COMPILER_NICE } from '../../shared/constants.js';
 import { errors, toErrorData } from '../../shared/errors.js';
 import { readTensorFile } from '../../shared/tensor-file.js';
-import { compileExecutable, discardDamaged, tensorIntact } from './compile-cache.js';
+import { compileExecutable, discardDamaged, runtimeName, tensorIntact } from './compile-cache.js';
 
 // Linux: /proc/thread-self names this thread; a nice value set on a thread id applies to that
 // thread alone (and to threads it starts later). Elsewhere the compile runs at normal priority.
@@ -27,10 +27,6 @@ try {
   // not Linux, or not permitted: a compile then competes with serving as an equal
 }
 
-/** Names the runtime and the backend the graph is optimised for: part of the compile cache's key. */
-function runtimeName(backend: 'cpu' | 'cuda'): string {
-  return `onnxruntime ${ort.env.versions.common} ${backend}`;
-}
 
 async function optimise(model: string, source: string, target: string, backend: 'cpu' | 'cuda'): Promise<void> {
   let session: ort.InferenceSession;
@@ -64,7 +60,7 @@ export default async function compile(task: CompileTask | ReadyTask): Promise<Co
     for (let attempt = 1; ; attempt++) {
       const executables: CompiledExecutable[] = [];
       for (const file of task.files) {
-        const e = await compileExecutable(file, { cacheDir: task.cacheDir, runtime: runtimeName(task.backend), optimise: (source, target) => optimise(task.model, source, target, task.backend) });
+        const e = await compileExecutable(file, { cacheDir: task.cacheDir, runtime: runtimeName(ort.env.versions.common, task.backend), optimise: (source, target) => optimise(task.model, source, target, task.backend) });
         if (e.damaged) repaired.push(e.damaged);
         executables.push(e);
       }

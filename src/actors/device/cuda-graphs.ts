@@ -19,7 +19,7 @@
  * when some node runs on the CPU, and every input and output needs a shape known before the run
  * (no free axis, no BYTES). Otherwise the model runs as before, and its status says why.
  */
-import { allocateDeviceMemory, isDeviceSlice, type DeviceMemory, type DeviceName, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
+import { allocateDeviceMemory, isDeviceSlice, type DeviceMemory, type DeviceName, type OrtOutput, type OrtRunOptions, type OrtTensor } from '../../native/ort.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import type { TensorSpec } from '../../shared/model-spec.js';
 import { outputBytes } from './ort-tensors.js';
@@ -52,8 +52,14 @@ export function graphRefusal(inputs: readonly TensorSpec[], outputs: readonly Te
   return free ? `output ${free.name} has an axis the graph leaves free, so its size is not known before the run` : null;
 }
 
+/** What a graph runs through: the executable's binding on its session (its weights bound there). */
+export interface GraphRunner {
+  runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): OrtOutput[];
+}
+
 export class CudaGraphs {
-  readonly #session: OrtSession;
+  /** The runner as it is now: a session reopened (sessions.ts) gives the executable a new binding. */
+  readonly #runner: () => GraphRunner;
   readonly #inputs: readonly TensorSpec[];
   readonly #outputs: readonly TensorSpec[];
   readonly #device: DeviceName;
@@ -65,8 +71,8 @@ export class CudaGraphs {
   #runs = 0;
 
   /** `off`: why this executable cannot use graphs at all (its runs go on without). */
-  constructor(session: OrtSession, inputs: readonly TensorSpec[], outputs: readonly TensorSpec[], device: DeviceName, sizes: readonly number[], off: string | null = null) {
-    this.#session = session;
+  constructor(runner: () => GraphRunner, inputs: readonly TensorSpec[], outputs: readonly TensorSpec[], device: DeviceName, sizes: readonly number[], off: string | null = null) {
+    this.#runner = runner;
     this.#inputs = inputs;
     this.#outputs = outputs;
     this.#device = device;
@@ -121,7 +127,7 @@ export class CudaGraphs {
       slot.memory.synchronize();
     }
     const onDevice = (t: Slot['inputs'][number]) => ({ name: t.name, type: t.type, dims: t.dims, data: { memory: slot.memory, offset: t.offset } });
-    this.#session.runSync(slot.inputs.map(onDevice), slot.outputs.map(onDevice), { graphId: slot.graphId });
+    this.#runner().runSync(slot.inputs.map(onDevice), slot.outputs.map(onDevice), { graphId: slot.graphId });
     this.#runs++;
     return slot.outputs.map((t) => {
       const target = outputs.find((o) => o.name === t.name);
@@ -167,7 +173,7 @@ export class CudaGraphs {
     return { memory: allocateDeviceMemory(at, this.#device), inputs, outputs, graphId: this.#nextId++, epoch, recaptures: 0 };
   }
 
-  /** Free the blocks (the session's graphs go with the session). */
+  /** Free the blocks (the session's graphs go with the session); after a reopen, graphs are captured anew. */
   release(): void {
     for (const slot of this.#slots.values()) slot.memory.release();
     this.#slots.clear();

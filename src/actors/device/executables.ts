@@ -2,39 +2,92 @@
  * Opening a bundle's ONNX files as ONNX Runtime sessions, in the device actor, through Stowage's
  * own binding (native/ort.ts).
  *
- * With the weight cache on, each file was compiled once by the compiler (actors/compiler/) and
- * opens here as a weightless session whose weights are graph inputs, bound to their bytes in the
- * device's arena once per residency (not once per run). With it off
- * (`runtime.weight_cache_fraction: 0`), the file opens as it is, weights embedded, every model
- * resident.
+ * With the weight cache on, each file was compiled once by the compiler (actors/compiler/) into a
+ * weightless graph whose weights are graph inputs. Executables whose graphs are equal share one
+ * session on this device (sessions.ts); each has a binding of its own on it, where its weights are
+ * bound to their bytes in the device's arena once per residency (not once per run). With the cache
+ * off (`runtime.weight_cache_fraction: 0`), the file opens as it is, weights embedded, in a session
+ * of its own, every model resident.
  */
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import type { ExecutableFile, ModelSpec } from '../../shared/model-spec.js';
+import type { ExecutableFile, InstanceKey, ModelSpec } from '../../shared/model-spec.js';
 import { checkSignature } from '../../bundle/signature.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import { errors } from '../../shared/errors.js';
 import type { CompiledExecutable, WeightEntry } from '../../shared/channels/compiler.js';
+import type { SessionOpenReason } from '../../shared/channels/device.js';
 import { readTensorFile } from '../../shared/tensor-file.js';
-import { OrtSession, type DeviceSlice, type OrtRunOptions, type OrtSessionOptions } from '../../native/ort.js';
+import { compileExecutable, runtimeName } from '../compiler/compile-cache.js';
+import { asGraphTensor, initOrt, OrtSession, type DeviceSlice, type OrtBinding, type OrtRunOptions, type OrtSessionOptions } from '../../native/ort.js';
 import { CudaGraphs, graphRefusal } from './cuda-graphs.js';
+import { PooledSession, type SessionPool, type SessionUser } from './sessions.js';
 import type { TensorSource } from './weight-cache.js';
 
-export interface Executable {
-  session: OrtSession;
+/** One ONNX file of a loaded model as it runs here: the session of its graph, and its own binding on it. */
+export class Executable implements SessionUser {
+  readonly model: string;
+  readonly instance: InstanceKey;
+  readonly file: ExecutableFile;
+  /** Its compile cache entry; null when the weight cache is off (the file opens as it is). */
+  readonly compiled: CompiledExecutable | null;
   /** The weights it is fed (empty when they are embedded). */
-  weights: readonly WeightEntry[];
+  readonly weights: readonly WeightEntry[];
   /** Whether the compiled form came from the cache directory. */
-  cacheHit: boolean;
-  /** The residency epoch the session's weights are bound for: they are bound again when it changes (weights moved). */
+  readonly cacheHit: boolean;
+  /** The session it runs on, shared with the other executables of its graph; set when it joins. */
+  pooled!: PooledSession;
+  /** Its binding on the session while the session is open (made at its first use after an open). */
+  binding: OrtBinding | null = null;
+  /** The residency epoch its weights are bound for: bound again when it changes (weights moved), or in a new binding. */
   boundEpoch?: number;
   /**
    * The outputs whose every axis but the batch one the graph fixes: their shape is known before a
    * run, so ONNX Runtime can write them into memory given to it (a shared-memory slice). An axis the
    * graph leaves symbolic has only the manifest's word for its size, which nothing checks.
    */
-  shapedOutputs: ReadonlySet<string>;
+  shapedOutputs: ReadonlySet<string> = new Set();
   /** Backend cuda with runtime.cuda.graphs: its CUDA graphs (on, or off saying why); null otherwise. */
-  graphs: CudaGraphs | null;
+  graphs: CudaGraphs | null = null;
+  readonly #pinned: () => boolean;
+
+  constructor(spec: ModelSpec, instance: InstanceKey, file: ExecutableFile, compiled: CompiledExecutable | null, pinned: () => boolean) {
+    this.model = spec.name;
+    this.instance = instance;
+    this.file = file;
+    this.compiled = compiled;
+    this.weights = compiled?.weights ?? [];
+    this.cacheHit = compiled?.hit ?? false;
+    this.#pinned = pinned;
+  }
+
+  get pinned(): boolean {
+    return this.#pinned();
+  }
+
+  /** Its session closed (the budget, or it left): its binding goes, and its graphs' buffers. */
+  onClose(): void {
+    this.binding?.release();
+    this.binding = null;
+    this.boundEpoch = undefined;
+    this.graphs?.release();
+  }
+
+  /** What runs it: its binding on its open session (pool.use first). */
+  get runs(): OrtBinding {
+    const session = this.pooled.session;
+    if (!session) throw errors.internal(`model ${this.model}: its session is closed (it must be opened before a run)`);
+    this.binding ??= session.createBinding();
+    return this.binding;
+  }
+
+  /** Its session, open (pool.use first): to terminate its run. */
+  get session(): OrtSession {
+    const session = this.pooled.session;
+    if (!session) throw errors.internal(`model ${this.model}: its session is closed`);
+    return session;
+  }
 }
 
 /**
@@ -53,6 +106,14 @@ export interface OpenOptions {
   cuda: { deviceId: number; options: Record<string, string>; sharedArena?: boolean } | null;
   /** Backend cuda: open for CUDA graphs (runtime.cuda.graphs). */
   graphs?: boolean;
+  /** Backend cpu: activations from the process's one CPU arena, memory patterns off (runtime.share_activations). */
+  sharedActivations: boolean;
+  /** The device's sessions. */
+  sessions: SessionPool;
+  /** Why sessions are not shared on this device (runtime.share_sessions false); null when they may be. */
+  sharingOff: string | null;
+  /** The compile cache directory, to compile a file again when its entry is gone at a reopen. */
+  cacheDir: string | null;
 }
 
 function sessionOptions(options: OpenOptions, level: 'basic' | 'all'): OrtSessionOptions {
@@ -60,6 +121,11 @@ function sessionOptions(options: OpenOptions, level: 'basic' | 'all'): OrtSessio
     ...(options.cuda ? { cuda: options.cuda } : {}),
     graphOptimizationLevel: level,
     ...(options.sharedThreadPool ? { useGlobalThreadPool: true } : { intraOpThreads: Math.max(0, options.intraOpThreads) }),
+    // One arena for every session's activations: with memory patterns on, a session's runs at a
+    // shape it has run before take one block planned for them, which the shared arena cannot carve
+    // from the pieces other runs freed (ResNet-50 at batch 32: 483 MB reserved against 303 MB
+    // without, at the same speed: docs/weight-cache.md).
+    ...(options.sharedActivations ? { useEnvAllocators: true, memoryPattern: false } : {}),
     // Spinning threads burn an idle core between requests (measured 471 ms vs 60 ms of CPU on an idle loop).
     allowSpinning: false,
     logSeverityLevel: 3,
@@ -85,38 +151,98 @@ function createSession(spec: ModelSpec, file: ExecutableFile, source: string, op
   }
 }
 
+/** Why this file's session is its own, or null when it may be shared. */
+function unsharedBecause(compiled: CompiledExecutable | null, options: OpenOptions): string | null {
+  if (compiled === null) return 'sharing off: the weight cache is off (runtime.weight_cache_fraction: 0), so its weights are in its session';
+  if (PROFILE_DIR) return 'sharing off: profiling (STOWAGE_ORT_PROFILE) writes one profile per model';
+  return options.sharingOff;
+}
+
 /**
- * Open one ONNX file of a bundle and check it against the manifest. `compiled` is the file's
- * entry in the compile cache (the compiler made it, off this thread): its weightless graph opens
- * in about a millisecond. Null when the weight cache is off: the file opens as it is, weights
- * embedded, at full optimisation.
+ * What makes two executables' sessions interchangeable: the weightless graph's SHA-256, the
+ * optimisation level, every provider option (per-model ones such as tf32 included) and CUDA graphs
+ * on or off. The device's own settings (threads, backend, shared activations) are the same for all.
  */
-export async function openExecutable(spec: ModelSpec, file: ExecutableFile, compiled: CompiledExecutable | null, options: OpenOptions): Promise<Executable> {
+export function sharingKey(graph: string, level: string, options: Pick<OpenOptions, 'cuda' | 'graphs'>): string {
+  const cuda = options.cuda ? Object.entries(options.cuda.options).sort(([a], [b]) => a.localeCompare(b)) : null;
+  return createHash('sha256').update(JSON.stringify({ graph, level, cuda, sharedArena: options.cuda?.sharedArena ?? false, graphs: options.graphs ?? false })).digest('hex');
+}
+
+const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
+
+/** ONNX Runtime's 'all' optimisation of `source` saved to `target`, through this thread's binding (the compiler's work, done here). */
+function optimiseHere(cuda: boolean) {
+  return async (source: string, target: string): Promise<void> => {
+    const session = OrtSession.open(source, { graphOptimizationLevel: cuda ? 'basic' : 'all', optimizedModelFilePath: target, intraOpThreads: 1, allowSpinning: false, logSeverityLevel: 3 });
+    session.release();
+  };
+}
+
+/**
+ * Where the graph of `pooled` opens from: the first of its executables' compile cache entries whose
+ * graph.onnx is still there and still hashes to the graph. When none is (the cache was cleared
+ * while the session was closed), a reopen compiles the first executable's file again, here; a load
+ * opens the new executable's entry as it is (and fails as before: loads compile on the compiler).
+ */
+async function graphSource(pooled: PooledSession, users: readonly Executable[], options: OpenOptions, reason: SessionOpenReason, own: string): Promise<string> {
+  for (const e of users) {
+    const p = e.compiled?.graphPath;
+    if (p && existsSync(p) && (pooled.graph === null || sha256(readFileSync(p)) === pooled.graph)) return p;
+  }
+  const first = users[0];
+  if (reason === 'load' || !first?.compiled || !options.cacheDir) return own;
+  let again: CompiledExecutable;
+  try {
+    again = await compileExecutable(first.file.path, { cacheDir: options.cacheDir, runtime: runtimeName(initOrt(), options.cuda ? 'cuda' : 'cpu'), optimise: optimiseHere(options.cuda !== null) });
+  } catch (err) {
+    throw errors.modelNotReady(first.model, 'UNAVAILABLE', `its session was closed and its compile cache entry is gone; compiling ${first.file.path} again failed: ${(err as Error).message}`);
+  }
+  const sameWeights = again.weights.length === first.weights.length && again.weights.every((w, i) => w.key === first.weights[i].key && w.name === first.weights[i].name);
+  if ((pooled.graph !== null && again.graph !== pooled.graph) || !sameWeights) {
+    throw errors.modelNotReady(first.model, 'UNAVAILABLE', `its session was closed and its compile cache entry is gone; compiling ${first.file.path} again gave another graph or other weights (has the file changed?): load the model again`);
+  }
+  return again.graphPath;
+}
+
+/**
+ * Open one ONNX file of a bundle on its session (shared with the loaded executables of the same
+ * graph and options, or opened now) and check it against the manifest. `compiled` is the file's
+ * entry in the compile cache (the compiler made it, off this thread): its weightless graph opens in
+ * about a millisecond. Null when the weight cache is off: the file opens as it is, weights
+ * embedded, at full optimisation. `pinned` says whether the model's residency is `device` now.
+ */
+export async function openExecutable(spec: ModelSpec, instance: InstanceKey, file: ExecutableFile, compiled: CompiledExecutable | null, options: OpenOptions, pinned: () => boolean): Promise<Executable> {
   // On the CPU the compiled graph is optimised already: 'basic' only folds what the split left
   // constant, in about a millisecond. For CUDA the compiler stopped at the provider-neutral level:
   // 'all' here makes the CUDA provider's own fusions. Without the weight cache the file opens as it is.
-  const source = compiled === null ? file.path : compiled.graphPath;
   const level = compiled === null || options.cuda ? 'all' : 'basic';
-  let session: OrtSession | undefined;
-  // CUDA graphs: ONNX Runtime refuses enable_cuda_graph at creation when a node of the graph runs
-  // on the CPU; such a model opens without it and runs as before, saying why.
-  let graphsOff: string | null = null;
-  if (options.cuda && options.graphs) {
-    try {
-      // With an arena of its own: a graph replays into the addresses it captured (config-schema.ts shared_arena).
-      session = OrtSession.open(source, profiled(spec, file, sessionOptions({ ...options, cuda: { ...options.cuda, sharedArena: false, options: { ...options.cuda.options, enable_cuda_graph: '1' } } }, level)));
-    } catch (err) {
-      graphsOff = `ONNX Runtime cannot capture it: ${(err as Error).message}`;
-    }
-  }
-  session ??= createSession(spec, file, source, sessionOptions(options, level));
-  const executable: Executable = compiled === null
-    ? { session, weights: [], cacheHit: false, shapedOutputs: new Set(), graphs: null }
-    : { session, weights: compiled.weights, cacheHit: compiled.hit, shapedOutputs: new Set(), graphs: null };
-  const weightNames = new Set(executable.weights.map((w) => w.name));
+  const unshared = unsharedBecause(compiled, options);
+  const key = unshared !== null ? `own ${instance} ${file.path}` : sharingKey(compiled!.graph, level, options);
+  const executable = new Executable(spec, instance, file, compiled, pinned);
+  const make = () => {
+    const pooled: PooledSession = new PooledSession(key, unshared === null ? compiled!.graph : null, unshared, async (reason) => {
+      const users = [...pooled.users] as Executable[];
+      const source = compiled === null ? file.path : await graphSource(pooled, users, options, reason, compiled.graphPath);
+      // CUDA graphs: ONNX Runtime refuses enable_cuda_graph at creation when a node of the graph
+      // runs on the CPU; such a model opens without it and runs as before, saying why.
+      if (options.cuda && options.graphs) {
+        try {
+          // With an arena of its own: a graph replays into the addresses it captured (config-schema.ts shared_arena).
+          return OrtSession.open(source, profiled(spec, file, sessionOptions({ ...options, cuda: { ...options.cuda, sharedArena: false, options: { ...options.cuda.options, enable_cuda_graph: '1' } } }, level)));
+        } catch (err) {
+          pooled.graphsOff = `ONNX Runtime cannot capture it: ${(err as Error).message}`;
+        }
+      }
+      return createSession(spec, file, source, sessionOptions(options, level));
+    });
+    return pooled;
+  };
+  const pooled = await options.sessions.join(key, executable, make);
+  executable.pooled = pooled;
   try {
-    const inputs = executable.session.inputMetadata.filter((t) => !weightNames.has(t.name));
-    const outputs = executable.session.outputMetadata;
+    const weightNames = new Set(executable.weights.map((w) => w.name));
+    const inputs = pooled.inputs.map(asGraphTensor).filter((t) => !weightNames.has(t.name));
+    const outputs = pooled.outputs.map(asGraphTensor);
     checkSignature(spec, file, inputs, outputs);
     executable.shapedOutputs = new Set(spec.outputs.filter((t) => {
       const shape = outputs.find((g) => g.name === t.name)?.shape ?? [];
@@ -125,11 +251,16 @@ export async function openExecutable(spec: ModelSpec, file: ExecutableFile, comp
     if (options.cuda && options.graphs) {
       // The batch sizes it runs at: its own (a per-size file), the compiled ones (dynamic), or 0 (unbatched).
       const sizes = file.batchSize !== null ? [file.batchSize] : spec.batchAxis === null ? [0] : spec.compiledBatchSizes;
-      const off = graphsOff ?? graphRefusal(spec.inputs, spec.outputs, executable.shapedOutputs);
-      executable.graphs = new CudaGraphs(session, spec.inputs, spec.outputs, `cuda:${options.cuda.deviceId}`, sizes, off);
+      const off = pooled.graphsOff ?? graphRefusal(spec.inputs, spec.outputs, executable.shapedOutputs);
+      executable.graphs = new CudaGraphs(() => executable.runs, spec.inputs, spec.outputs, `cuda:${options.cuda.deviceId}`, sizes, off);
+      // Graph ids are the session's, and ONNX Runtime frees a captured graph only with its session:
+      // a session that serves two or more models runs them all without graphs.
+      if (pooled.users.size > 1) {
+        for (const u of pooled.users as Set<Executable>) u.graphs?.turnOff(`its session is shared with ${pooled.users.size} models`);
+      }
     }
   } catch (err) {
-    executable.session.release();
+    options.sessions.leave(executable, pooled);
     throw err;
   }
   return executable;
@@ -150,15 +281,16 @@ export function readTensor(source: TensorSource, into: Uint8Array): void {
 }
 
 /**
- * Bind a weightless session's weights to their bytes on the device (`view` gives a tensor's bytes
- * in the arena), once per residency: a later run reads them there, and they are bound again only
- * when the model's epoch says they moved.
+ * Bind a weightless executable's weights to their bytes on the device (`view` gives a tensor's
+ * bytes in the arena) in its own binding, once per residency: a later run reads them there, and
+ * they are bound again only when the model's epoch says they moved, or its session was reopened.
  */
 export function bindWeights(executable: Executable, epoch: number, view: (key: string) => Uint8Array | DeviceSlice): void {
+  const runs = executable.runs;
   if (executable.boundEpoch === epoch) return;
-  executable.session.unbindInputs();
+  runs.unbindInputs();
   for (const w of executable.weights) {
-    executable.session.bindInput({ name: w.name, type: dtypeInfo(w.datatype).onnxType, dims: w.dims, data: view(w.key) });
+    runs.bindInput({ name: w.name, type: dtypeInfo(w.datatype).onnxType, dims: w.dims, data: view(w.key) });
   }
   executable.boundEpoch = epoch;
 }

@@ -30,6 +30,7 @@ import { isDeviceSlice, isOrtError, isOutOfMemory, type DeviceSlice, type HostTe
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
 import type { Staging } from './staging.js';
+import { reopenExhausted } from './sessions.js';
 import type { UploadsAhead } from './uploads-ahead.js';
 
 export interface ExecutionContext {
@@ -212,8 +213,9 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
   const { executable, runBatch } = executableFor(model, rows);
   let load: WeightLoad | null = null;
   try {
-    if (!executable) throw errors.internal(`model ${model.spec.name} has no session for ${rows} rows`);
+    if (!executable) throw errors.internal(`model ${model.spec.name} has no executable for ${rows} rows`);
     const t0 = process.hrtime.bigint();
+    const openMs = await openSession(ctx, instance, executable);
     load = bringWeights(ctx, instance, executable);
     const run = prepareRun(ctx, batch, model, executable, rows, runBatch);
     const t1 = process.hrtime.bigint();
@@ -227,6 +229,7 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
       computeInferNs: Number(t2 - t1),
       computeOutputNs: Number(t3 - t2),
       ...(load && !load.hit ? { weightLoadMs: load.loadMs } : {}),
+      ...(openMs > 0 ? { sessionOpenMs: openMs } : {}),
       batchRows: rows,
       executedBatchSize: runBatch,
       requests: batch.length,
@@ -240,13 +243,29 @@ export async function execute(whole: InferCommand[], ctx: ExecutionContext): Pro
   }
 }
 
-/** A dynamic session runs the exact rows; per-size sessions pad to the smallest compiled size that holds them. */
+/** A dynamic executable runs the exact rows; per-size ones pad to the smallest compiled size that holds them. */
 function executableFor(model: LoadedModel, rows: number): { executable: Executable | undefined; runBatch: number } {
   const { spec } = model;
-  const dynamic = model.sessions.get(0);
+  const dynamic = model.executables.get(0);
   if (dynamic) return { executable: dynamic, runBatch: spec.batchAxis === null ? 0 : rows };
   const runBatch = spec.compiledBatchSizes.find((size) => size >= rows) ?? rows;
-  return { executable: model.sessions.get(runBatch), runBatch };
+  return { executable: model.executables.get(runBatch), runBatch };
+}
+
+/**
+ * A session closed under the session budget opens again first (from the compile cache), and the
+ * model pays for it as for a cold load; the ms it took (0: it was open). Memory that runs out even
+ * after closing another idle session fails this batch RESOURCE_EXHAUSTED; the model stays READY.
+ */
+async function openSession(ctx: ExecutionContext, instance: InferCommand['instance'], executable: Executable): Promise<number> {
+  let ms: number;
+  try {
+    ms = await ctx.models.sessions.use(executable.pooled);
+  } catch (err) {
+    throw ctx.models.sessionMemory?.exhausted(executable.model, 'opening its session again', err) ?? reopenExhausted(executable.model, err);
+  }
+  if (ms > 0) ctx.scheduler.chargeTime(instance, ms);
+  return ms;
 }
 
 /**
@@ -301,7 +320,8 @@ function prepareRun(ctx: ExecutionContext, batch: InferCommand[], model: LoadedM
  */
 async function runOnce(ctx: ExecutionContext, batch: InferCommand[], spec: ModelSpec, executable: Executable, run: PreparedRun, runBatch: number): Promise<OrtOutput[] | null> {
   const instance = batch[0].instance;
-  const { session } = executable;
+  // Its own binding on its session (shared with the other models of its graph): its weights are bound there.
+  const { session, runs } = executable;
   const { inputs, targets } = run;
   const running = { ids: new Set(batch.map((t) => t.id)), session };
   const uploads = ctx.uploadsAhead;
@@ -311,11 +331,11 @@ async function runOnce(ctx: ExecutionContext, batch: InferCommand[], spec: Model
     const graphed = executable.graphs?.usable(runBatch) ? runGraph(executable, inputs, targets, runBatch, ctx.models.weightCache?.epoch(instance) ?? 0) : null;
     if (graphed) return graphed;
     if (ctx.costs.estimate(instance, Math.max(runBatch, 1)) < ctx.inlineRunBelowMs) {
-      return session.runSync(inputs, targets, plainRun(executable)); // shorter than the hop to a libuv thread
+      return runs.runSync(inputs, targets, plainRun(executable)); // shorter than the hop to a libuv thread
     }
     // The run goes on a libuv thread: this thread keeps admitting requests meanwhile.
     ctx.running = running;
-    const pending = session.run(inputs, targets, plainRun(executable));
+    const pending = runs.run(inputs, targets, plainRun(executable));
     // In host memory this thread copies the next cold models' weights while the run goes.
     if (uploads && !uploads.issuedBeforeRun) uploads.start(instance);
     return await pending;

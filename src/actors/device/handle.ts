@@ -30,7 +30,7 @@ import { startWorker } from '../../shared/worker-start.js';
 import { ConsecutiveCrashes } from '../../shared/restarts.js';
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
-import type { CudaDeviceInit, DeviceCall, DeviceClient, HookFeedTarget, Executed, DeviceCalls, DeviceCallType, DeviceInit, ExecutionReport, FromDevice, HostUpdate, DeviceScheduling, InstanceStatus, ModelPolicy, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
+import type { CudaDeviceInit, DeviceCall, DeviceClient, HookFeedTarget, Executed, DeviceCalls, DeviceCallType, DeviceInit, ExecutionReport, FromDevice, HostUpdate, DeviceScheduling, InstanceStatus, ModelPolicy, SessionsInit, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
 import type { InferenceRequest, InferenceResult, RegionSlice } from '../../shared/channels/inference.js';
 import { inferOn, type DeviceLink } from '../../shared/device-infer.js';
 import { Outbox } from '../../shared/outbox.js';
@@ -68,6 +68,13 @@ export interface HostRam {
   update(update: HostUpdate): void;
 }
 
+/** What a load on a device cost, and which session it runs on (shared with how many, or why its own). */
+export interface LoadOutcome {
+  loadMs: number;
+  weightBytes: number;
+  session: string;
+}
+
 export interface DeviceHandleOptions {
   deviceId: number;
   intraOpThreads: number;
@@ -84,6 +91,8 @@ export interface DeviceHandleOptions {
   cuda?: CudaDeviceInit | null;
   /** Warm models up before they are ready (runtime.warmup resolved); off when absent. */
   warmup?: boolean;
+  /** How sessions are shared and opened; absent: shared, activations shared on the CPU, no budget. */
+  sessions?: SessionsInit;
   /** The process's host copies of weights, shared with the other device actors. */
   hostWeights?: HostRam;
   logger: Logger;
@@ -190,7 +199,8 @@ export class DeviceHandle implements DeviceClient {
   }
 
   #spawn(): Promise<void> {
-    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, inlineRunBelowMs: this.#options.inlineRunBelowMs ?? INLINE_RUN_BELOW_MS, threadPool: this.#options.threadPool ?? 'per_session', scheduler: this.#options.scheduler, weights: this.#options.weights, cuda: this.#options.cuda ?? null, warmup: this.#options.warmup ?? false };
+    const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, inlineRunBelowMs: this.#options.inlineRunBelowMs ?? INLINE_RUN_BELOW_MS, threadPool: this.#options.threadPool ?? 'per_session', scheduler: this.#options.scheduler, weights: this.#options.weights, cuda: this.#options.cuda ?? null, warmup: this.#options.warmup ?? false,
+      sessions: this.#options.sessions ?? { share: true, sharedActivations: !this.#options.cuda, budgetBytes: 0 } };
     this.#generation++;
     const startTimeoutMs = this.#options.startTimeoutMs ?? DEVICE_START_TIMEOUT_MS;
     const { worker, started } = startWorker<FromDevice, void>({
@@ -360,7 +370,7 @@ export class DeviceHandle implements DeviceClient {
    * compiled form (null when the weight cache is off); its host buffers join the offer, and the
    * host RAM the load ends up holding is reported to `hostWeights`.
    */
-  load(spec: ModelSpec, instance: InstanceKey, compiled: CompiledModel | null): Promise<{ loadMs: number; weightBytes: number }> {
+  load(spec: ModelSpec, instance: InstanceKey, compiled: CompiledModel | null): Promise<LoadOutcome> {
     return this.#open(spec, instance, compiled, false);
   }
 
@@ -369,11 +379,11 @@ export class DeviceHandle implements DeviceClient {
    * not make the handle hold again what was unloaded while it ran (the unload, posted after it,
    * frees it in the worker), so an unloaded model is never loaded into a later worker.
    */
-  async #open(spec: ModelSpec, instance: InstanceKey, compiled: CompiledModel | null, reload: boolean): Promise<{ loadMs: number; weightBytes: number }> {
+  async #open(spec: ModelSpec, instance: InstanceKey, compiled: CompiledModel | null, reload: boolean): Promise<LoadOutcome> {
     const hostOffer = { ...this.#options.hostWeights?.offer(), ...compiled?.host };
     const policy = this.#options.policies.of(this.deviceId, spec.name);
     const loaded = await this.#call('load', { instance, spec, policy, compiled: compiled?.executables ?? null, hostOffer });
-    if (reload && !this.#loaded.has(instance)) return { loadMs: loaded.loadMs, weightBytes: loaded.weightBytes };
+    if (reload && !this.#loaded.has(instance)) return { loadMs: loaded.loadMs, weightBytes: loaded.weightBytes, session: loaded.session };
     // Kept for a crash reload without the compiler's buffers: HostWeights holds what is in use.
     if (!reload) this.#loaded.set(instance, { spec, compiled: compiled && { executables: compiled.executables, host: {} } });
     this.#options.hostWeights?.update({ created: { ...compiled?.host, ...loaded.host.created }, holdings: loaded.host.holdings });
@@ -391,7 +401,7 @@ export class DeviceHandle implements DeviceClient {
       const w = loaded.warmup;
       this.#options.logger[w.skipped ? 'warn' : 'info']({ model: spec.name, device: this.deviceId, runs: w.runs, warmup_ms: Math.round(w.ms), data: w.fromBundle.length > 0 ? w.fromBundle : 'zeros', ...(w.skipped ? { skipped: w.skipped } : {}) }, 'model warmed up');
     }
-    return { loadMs: loaded.loadMs, weightBytes: loaded.weightBytes };
+    return { loadMs: loaded.loadMs, weightBytes: loaded.weightBytes, session: loaded.session };
   }
 
   /**
@@ -445,6 +455,11 @@ export class DeviceHandle implements DeviceClient {
   /** Every loaded instance's queue, learned costs, policy and residency. */
   async status(): Promise<InstanceStatus[]> {
     return (await this.#call('status', {})).instances;
+  }
+
+  /** Its instances and its sessions (shared by graph, opened on demand), as one status call reads them. */
+  async report(): Promise<DeviceCalls['status']['reply']> {
+    return this.#call('status', {});
   }
 
   /** Move a model's loaded instances to its residency as the owner has it now (`device` brings them on now, or fails if they cannot fit). */

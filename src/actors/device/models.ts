@@ -1,8 +1,9 @@
 /**
- * The models loaded on one device, on the device thread: their sessions, their
- * scheduling policy and where their weights live. Loads arrive compiled (the
- * compiler thread did the slow part), so a load here opens weightless
- * sessions, about a millisecond each, and the dispatch loop barely pauses.
+ * The models loaded on one device, on the device thread: their executables (on
+ * sessions shared by graph: sessions.ts), their scheduling policy and where their
+ * weights live. Loads arrive compiled (the compiler thread did the slow part), so
+ * a load here opens weightless sessions, about a millisecond each (none when a
+ * loaded model has the same graph), and the dispatch loop barely pauses.
  *
  * Policy and residency belong to the main thread (node/model-policies.ts):
  * each load brings the model's policy as it stands, and a change reaches the
@@ -13,16 +14,17 @@ import { nowMs } from '../../shared/channels/inference.js';
 import { errors } from '../../shared/errors.js';
 import { modelOf, type InstanceKey, type ModelSpec } from '../../shared/model-spec.js';
 import type { CostModel } from './cost-model.js';
-import { bindWeights, openExecutable, tensorSources, type Executable } from './executables.js';
+import { bindWeights, openExecutable, tensorSources, type Executable, type OpenOptions } from './executables.js';
 import { warmUp } from './warmup.js';
 import type { QueuePolicy, Scheduler } from './scheduler.js';
 import type { HostBuffer, ResidencyOutcome, TensorSource, WeightCache } from './weight-cache.js';
 import type { SessionMemory } from './session-memory.js';
+import type { SessionPool } from './sessions.js';
 
 export interface LoadedModel {
   spec: ModelSpec;
-  /** Sessions by compiled batch size; key 0 is the single dynamic-batch session. */
-  sessions: Map<number, Executable>;
+  /** Executables by compiled batch size; key 0 is the single dynamic-batch one. */
+  executables: Map<number, Executable>;
   /** Position of the batch axis in each input and output tensor, by name (-1: none). */
   batchDims: Map<string, number>;
 }
@@ -48,14 +50,6 @@ class HostOffer {
   };
 }
 
-async function releaseAll(executables: Iterable<Executable> | undefined): Promise<void> {
-  // A session in a run is released when the run ends (the binding defers it); runs on CUDA are on
-  // this thread, so no graph's buffers are in use now.
-  for (const e of executables ?? []) {
-    e.session.release();
-    e.graphs?.release();
-  }
-}
 
 export class DeviceModels {
   /** Loaded model versions by instance key. */
@@ -68,9 +62,12 @@ export class DeviceModels {
   readonly #warn: (message: string, fields: Record<string, number | string>) => void;
   /** Backend cuda: the GPU memory each model's sessions take; null on the CPU. */
   readonly sessionMemory: SessionMemory<InstanceKey> | null;
+  /** The device's sessions, shared by graph and opened on demand. */
+  readonly sessions: SessionPool;
 
-  constructor(init: DeviceInit, scheduler: Scheduler<InferCommand>, costs: CostModel, weightCache: WeightCache<InstanceKey> | null, warn: (message: string, fields: Record<string, number | string>) => void, sessionMemory: SessionMemory<InstanceKey> | null = null) {
+  constructor(init: DeviceInit, scheduler: Scheduler<InferCommand>, costs: CostModel, weightCache: WeightCache<InstanceKey> | null, warn: (message: string, fields: Record<string, number | string>) => void, sessions: SessionPool, sessionMemory: SessionMemory<InstanceKey> | null = null) {
     this.#init = init;
+    this.sessions = sessions;
     this.#scheduler = scheduler;
     this.#costs = costs;
     this.weightCache = weightCache;
@@ -124,9 +121,30 @@ export class DeviceModels {
     };
   }
 
+  /** How this device opens a model's executables under `policy` (its tf32 among the provider options). */
+  #openOptions(policy: DeviceCalls['load']['request']['policy']): OpenOptions {
+    const init = this.#init;
+    const cuda = init.cuda ? { deviceId: init.cuda.ordinal, sharedArena: init.cuda.sharedArena, options: { ...init.cuda.providerOptions, ...(policy.tf32 === undefined ? {} : { use_tf32: policy.tf32 ? '1' : '0' }) } } : null;
+    return {
+      intraOpThreads: init.intraOpThreads, sharedThreadPool: init.threadPool === 'process', cuda, graphs: init.cuda?.graphs ?? false,
+      sharedActivations: init.sessions.sharedActivations, sessions: this.sessions, sharingOff: init.sessions.share ? null : 'sharing off: runtime.share_sessions is false',
+      cacheDir: init.weights?.cacheDir ?? null,
+    };
+  }
+
+  /** Whether `instance`'s residency is `device` now (its sessions then stay open): every model's when the cache is off. */
+  #pinned(instance: InstanceKey, residency: string): () => boolean {
+    return () => (this.weightCache ? (this.weightCache.residencyOf(instance) ?? residency) === 'device' : true);
+  }
+
+  /** Its executables leave their sessions (the last to leave a session closes it). */
+  #leave(executables: Iterable<Executable> | undefined): void {
+    for (const e of executables ?? []) if (e.pooled) this.sessions.leave(e, e.pooled);
+  }
+
   async load({ instance, spec, policy, compiled, hostOffer }: DeviceCalls['load']['request']): Promise<DeviceCalls['load']['reply']> {
     const started = nowMs();
-    const sessions = new Map<number, Executable>();
+    const opened = new Map<number, Executable>();
     const host = new HostOffer(hostOffer);
     const cache = this.weightCache;
     const memory = this.sessionMemory;
@@ -136,14 +154,15 @@ export class DeviceModels {
     let outcome: ResidencyOutcome<InstanceKey> | undefined;
     try {
       if (cache && !compiled) throw errors.internal(`model ${spec.name} reached device ${this.#init.deviceId} uncompiled while its weight cache is on`);
-      const options = { intraOpThreads: this.#init.intraOpThreads, sharedThreadPool: this.#init.threadPool === 'process', cuda: this.#init.cuda ? { deviceId: this.#init.cuda.ordinal, sharedArena: this.#init.cuda.sharedArena, options: { ...this.#init.cuda.providerOptions, ...(policy.tf32 === undefined ? {} : { use_tf32: policy.tf32 ? '1' : '0' }) } } : null, graphs: this.#init.cuda?.graphs ?? false };
+      const options = this.#openOptions(policy);
+      const pinned = this.#pinned(instance, policy.residency);
       for (const [i, file] of spec.executables.entries()) {
-        sessions.set(file.batchSize ?? 0, await openExecutable(spec, file, cache ? compiled![i] : null, options));
+        opened.set(file.batchSize ?? 0, await openExecutable(spec, instance, file, cache ? compiled![i] : null, options, pinned));
       }
       // A `device` model comes on now, and fails its load if it cannot fit.
-      outcome = cache?.add(instance, spec.name, policy.residency, tensorSources(sessions.values()), host.buffer);
+      outcome = cache?.add(instance, spec.name, policy.residency, tensorSources(opened.values()), host.buffer);
     } catch (err) {
-      await releaseAll(sessions.values());
+      this.#leave(opened.values());
       throw outOfMemory(err, 'opening its sessions') ?? err;
     }
     // Warm-up before ready: the model comes on (if it is not on already) and runs once per batch size.
@@ -152,12 +171,13 @@ export class DeviceModels {
       try {
         const residency = cache?.ensureResident(instance);
         outcome = outcome ?? residency;
-        warmup = await warmUp(spec, sessions, (e) => {
+        warmup = await warmUp(spec, opened, async (e) => {
+          await this.sessions.use(e.pooled);
           if (cache) bindWeights(e, cache.epoch(instance), (key) => cache.deviceData(key));
         }, this.#init.cuda !== null, () => cache?.epoch(instance) ?? 0);
       } catch (err) {
         cache?.remove(instance);
-        await releaseAll(sessions.values());
+        this.#leave(opened.values());
         const exhausted = outOfMemory(err, 'warming it up');
         if (exhausted) throw exhausted;
         const on = Object.keys(spec.warmupData).length > 0 ? `the bundle's warm-up data (warmup.data: ${Object.keys(spec.warmupData).join(', ')})` : 'zeros';
@@ -168,10 +188,10 @@ export class DeviceModels {
     const sessionDeviceBytes = memory ? memory.record(instance, freeBefore) : null;
     const previous = this.#loaded.get(instance); // only after a crash reload of the same instance
     const batchDims = new Map([...spec.inputs, ...spec.outputs].map((t) => [t.name, t.batchDim]));
-    this.#loaded.set(instance, { spec, sessions, batchDims });
+    this.#loaded.set(instance, { spec, executables: opened, batchDims });
     this.#scheduler.setModel(instance, DeviceModels.queuePolicy(spec, policy));
-    await releaseAll(previous?.sessions.values());
-    const executables = [...sessions.values()];
+    this.#leave(previous?.executables.values());
+    const executables = [...opened.values()];
     return {
       loadMs: nowMs() - started,
       compiled: { files: cache ? executables.length : 0, cacheHits: executables.filter((e) => e.cacheHit).length },
@@ -182,7 +202,20 @@ export class DeviceModels {
       warmup,
       sessionDeviceBytes,
       cudaGraphs: DeviceModels.graphStatus(executables),
+      session: DeviceModels.sessionStatus(executables),
     };
+  }
+
+  /** Which session each of its executables runs on: shared with how many models, or why its own. */
+  static sessionStatus(executables: Iterable<Executable>): string {
+    return [...new Set([...executables].map((e) => e.pooled.describe()))].join('; ');
+  }
+
+  /** Its share of its sessions' bytes: each open session's bytes over the executables on it. */
+  static sessionShare(executables: Iterable<Executable>): number {
+    let bytes = 0;
+    for (const e of executables) if (e.pooled.open) bytes += e.pooled.bytes / e.pooled.users.size;
+    return Math.round(bytes);
   }
 
   /** Free an instance; its queued requests are answered UNAVAILABLE by `failQueued`. */
@@ -192,7 +225,7 @@ export class DeviceModels {
     failQueued(this.#scheduler.removeModel(instance), model?.spec.name ?? instance);
     this.weightCache?.remove(instance);
     this.sessionMemory?.forget(instance);
-    await releaseAll(model?.sessions.values());
+    this.#leave(model?.executables.values());
     return { memory: this.memory() };
   }
 
@@ -208,7 +241,10 @@ export class DeviceModels {
       resident: cache ? cache.isResident(instance) : true,
       weightBytes: cache?.weightBytes(instance) ?? 0,
       sessionDeviceBytes: this.sessionMemory?.of(instance) ?? null,
-      cudaGraphs: DeviceModels.graphStatus(m.sessions.values()),
+      cudaGraphs: DeviceModels.graphStatus(m.executables.values()),
+      session: DeviceModels.sessionStatus(m.executables.values()),
+      sessionBytes: DeviceModels.sessionShare(m.executables.values()),
+      sessionOpen: [...m.executables.values()].every((e) => e.pooled.open),
     }));
   }
 
@@ -219,7 +255,7 @@ export class DeviceModels {
   }
 
   /** Change where a model's weights live at rest, on every loaded version of it; all or nothing. */
-  setResidency({ model, residency, hostOffer }: DeviceCalls['setResidency']['request']): DeviceCalls['setResidency']['reply'] {
+  async setResidency({ model, residency, hostOffer }: DeviceCalls['setResidency']['request']): Promise<DeviceCalls['setResidency']['reply']> {
     const cache = this.weightCache;
     if (!cache) throw errors.unsupported('SetModelResidency needs the on-demand weight cache, which is off (runtime.weight_cache_fraction is 0): every model is resident');
     const host = new HostOffer(hostOffer);
@@ -231,13 +267,38 @@ export class DeviceModels {
       for (const [instance, was] of previous) cache.setResidency(instance, was, host.buffer);
       throw err;
     }
+    // A `device` model keeps its sessions open: those the budget had closed open now.
+    if (residency === 'device') for (const instance of instances) await this.#openSessions(instance);
     return { memory: this.memory(), host: this.#hostUpdate(host, instances) };
   }
 
-  /** Best effort: a model that cannot come on now comes on with its first request instead. */
-  prefetch(instance: InstanceKey): DeviceCalls['prefetch']['reply'] {
+  /**
+   * Best effort: its sessions open (if the budget closed them) and its weights on the device; a model
+   * that cannot come on now comes on with its first request instead.
+   */
+  async prefetch(instance: InstanceKey): Promise<DeviceCalls['prefetch']['reply']> {
+    await this.#openSessions(instance);
     const outcome = this.weightCache?.has(instance) ? this.weightCache.ensureResident(instance) : undefined;
     return { load: outcome ? this.weightLoad(outcome) : null, memory: this.memory() };
+  }
+
+  /** Whether every session of `instance` is open: a call then pays no session open (the scheduler's resident check). */
+  sessionsOpen(instance: InstanceKey): boolean {
+    const m = this.#loaded.get(instance);
+    if (!m) return true;
+    for (const e of m.executables.values()) if (!e.pooled.open) return false;
+    return true;
+  }
+
+  /** Open the sessions the budget closed, best effort (a failure here is the next call's to meet). */
+  async #openSessions(instance: InstanceKey): Promise<void> {
+    for (const e of this.#loaded.get(instance)?.executables.values() ?? []) {
+      try {
+        await this.sessions.use(e.pooled);
+      } catch {
+        return;
+      }
+    }
   }
 
   compact(): DeviceCalls['compact']['reply'] {

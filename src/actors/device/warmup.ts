@@ -76,12 +76,13 @@ function hostTargets(spec: ModelSpec, batch: number): (string | OrtTensor)[] {
 
 /**
  * Run every executable at each of its batch sizes (through its CUDA graph, capturing it, where it
- * has one). `bind` binds an executable's weights first (the model is resident); `epoch` is their
+ * has one). `bind` opens an executable's session (if the budget closed it) and binds its weights
+ * first (the model is resident); `epoch` is their
  * residency epoch; `cuda`: backend cuda, where runs go on this thread (runSync) and each plain size
  * runs twice, the second time into host buffers as executions do; else once, on a libuv thread.
  * A failed run is an error for the caller (a model that cannot run on zeros says why).
  */
-export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, Executable>, bind: (e: Executable) => void, cuda: boolean, epoch: (e: Executable) => number = () => 0): Promise<WarmupOutcome> {
+export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, Executable>, bind: (e: Executable) => void | Promise<void>, cuda: boolean, epoch: (e: Executable) => number = () => 0): Promise<WarmupOutcome> {
   const started = performance.now();
   let runs = 0;
   let skipped: string | null = null;
@@ -94,7 +95,7 @@ export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, E
         skipped = inputs;
         continue;
       }
-      bind(executable);
+      await bind(executable);
       const batch = spec.batchAxis === null ? 0 : rows;
       const graphs = executable.graphs;
       if (graphs?.usable(batch)) {
@@ -113,14 +114,15 @@ export async function warmUp(spec: ModelSpec, executables: ReadonlyMap<number, E
           continue;
         }
       }
-      const outputs = executable.session.outputs.map((o) => o.name);
+      const outputs = executable.pooled.outputs.map((o) => o.name);
+      const runner = executable.runs;
       // On CUDA on this thread, where every run of the device goes (worker.ts): a run on another
       // thread would leave that thread's cuBLAS and cuDNN state on the GPU for good.
       if (cuda) {
-        executable.session.runSync(inputs, outputs, plainRun(executable));
-        for (let i = 1; i < CUDA_PLAIN_WARMUP_RUNS; i++) executable.session.runSync(inputs, hostTargets(spec, batch), plainRun(executable));
+        runner.runSync(inputs, outputs, plainRun(executable));
+        for (let i = 1; i < CUDA_PLAIN_WARMUP_RUNS; i++) runner.runSync(inputs, hostTargets(spec, batch), plainRun(executable));
       } else {
-        await executable.session.run(inputs, outputs, plainRun(executable));
+        await runner.run(inputs, outputs, plainRun(executable));
       }
       runs++;
     }

@@ -21,9 +21,9 @@
  */
 import { DeviceService, injectedPoison } from './out-of-service.js';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
-import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, ExecutionAnswers, FromDevice, HookInputs, InferCommand, ToDevice } from '../../shared/channels/device.js';
+import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, DeviceSessionsStatus, ExecutionAnswers, FromDevice, HookInputs, InferCommand, ToDevice } from '../../shared/channels/device.js';
 import { nowMs } from '../../shared/channels/inference.js';
-import { initOrt, processThreadPool } from '../../native/ort.js';
+import { cpuArenaStats, heapBytesInUse, initOrt, processThreadPool, registerCpuArena } from '../../native/ort.js';
 import { gpuMemory, loadCuda } from '../../native/cuda.js';
 import { modelOf, type InstanceKey } from '../../shared/model-spec.js';
 import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
@@ -40,6 +40,7 @@ import { RegionMappings } from './regions.js';
 import { Scheduler, type ShedReason } from './scheduler.js';
 import { UploadsAhead } from './uploads-ahead.js';
 import { SessionMemory } from './session-memory.js';
+import { SessionPool } from './sessions.js';
 import { pinOrNot, weightCacheOf } from './device-memory.js';
 
 if (!parentPort) throw new Error('actors/device/worker.js runs as a worker thread');
@@ -52,6 +53,9 @@ if (!parentPort) throw new Error('actors/device/worker.js runs as a worker threa
 // Backend cuda: the CUDA libraries, once per process (the server loaded them already; a device
 // started alone loads them here).
 if ((workerData as DeviceInit).cuda) loadCuda((workerData as DeviceInit).cuda!.libraryDirs);
+// Backend cpu: one arena for every session's activations, registered with ONNX Runtime's
+// environment once per process (the first device to start registers it; it outlives devices).
+if ((workerData as DeviceInit).sessions.sharedActivations && !(workerData as DeviceInit).cuda) registerCpuArena();
 
 const port = parentPort;
 const init = workerData as DeviceInit;
@@ -90,7 +94,8 @@ const scheduler = new Scheduler<InferCommand>({
   now: nowMs,
   // Read at each pick, once the cache below exists; without a cache every model is on the device.
   // A model whose weights are on their way beside execution counts as on the device: they are by its turn.
-  ...(config.prefer_resident ? { resident: (instance: InstanceKey) => (weightCache ? weightCache.isResident(instance) || weightCache.isUploading(instance) : true) } : {}),
+  // A model whose session the budget closed is cold too: its call opens it first (sessions.ts).
+  ...(config.prefer_resident ? { resident: (instance: InstanceKey) => (weightCache ? weightCache.isResident(instance) || weightCache.isUploading(instance) : true) && models.sessionsOpen(instance) } : {}),
 });
 /** The weights' arena and cache, and host pinning on a GPU (device-memory.ts). */
 const pin = pinOrNot((why) => send({ type: 'warning', message: `device ${init.deviceId}: host memory cannot be pinned here, so copies to the GPU run at pageable speed: ${why}`, fields: { device: init.deviceId } }));
@@ -100,7 +105,20 @@ const cuda = init.cuda;
 const sessionMemory = cuda
   ? new SessionMemory<InstanceKey>({ free: () => gpuMemory(cuda.ordinal).freeBytes, device: init.deviceId, gpu: cuda.ordinal, arenaBytes: init.weights?.budgetBytes ?? 0, ortArenaLimitBytes: Number(cuda.providerOptions.gpu_mem_limit ?? 0) })
   : null;
-const models = new DeviceModels(init, scheduler, costs, weightCache, (message, fields) => send({ type: 'warning', message, fields }), sessionMemory);
+// The device's sessions, shared by graph and opened on demand (sessions.ts); a session's bytes are
+// what the C heap (the CPU) or the GPU's memory in use grew by across its open.
+const sessions = new SessionPool({
+  budgetBytes: init.sessions.budgetBytes,
+  measure: cuda ? () => { const m = gpuMemory(cuda.ordinal); return m.totalBytes - m.freeBytes; } : heapBytesInUse,
+});
+const models = new DeviceModels(init, scheduler, costs, weightCache, (message, fields) => send({ type: 'warning', message, fields }), sessions, sessionMemory);
+
+/** The sessions as the status reports them, with the process's shared CPU activation arena. */
+function sessionsStatus(): DeviceSessionsStatus {
+  const arena = init.sessions.sharedActivations && !cuda ? cpuArenaStats() : null;
+  const activations = arena ? { reservedBytes: arena.TotalAllocated ?? 0, inUseBytes: arena.InUse ?? 0, maxInUseBytes: arena.MaxInUse ?? 0 } : null;
+  return { ...sessions.report(), activations };
+}
 // In service until a run poisons the GPU's context (out-of-service.ts); then everything is refused.
 const service = new DeviceService(init.deviceId, cuda ? cuda.ordinal : null, (poisoned) => send({ type: 'outOfService', ...poisoned }));
 const regions = new RegionMappings(cuda ? cuda.ordinal : null);
@@ -124,7 +142,7 @@ const calls: { [K in DeviceCallType]: (request: DeviceCall<K>) => Promise<Device
   unload: (msg) => models.unload(msg.instance, (tickets, name) => {
     for (const t of tickets) fail(t.id, errors.modelNotReady(name, 'UNAVAILABLE', 'it was unloaded'));
   }),
-  status: () => ({ instances: models.status() }),
+  status: () => ({ instances: models.status(), sessions: sessionsStatus() }),
   setPolicy: (msg) => {
     models.setPolicy(msg.model, msg.policy);
     return {};

@@ -28,6 +28,11 @@ export interface CompiledExecutable {
   /** The cache entry's directory. */
   dir: string;
   graphPath: string;
+  /**
+   * SHA-256 of the weightless graph (graph.onnx): models whose executables compiled to equal
+   * graphs share one session per device (actors/device/sessions.ts).
+   */
+  graph: string;
   weights: WeightEntry[];
   /** Whether the entry was found (true) or compiled now (false). */
   hit: boolean;

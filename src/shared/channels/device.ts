@@ -29,6 +29,18 @@ export interface DeviceInit {
   cuda: CudaDeviceInit | null;
   /** Warm each model up before it is ready (runtime.warmup resolved); a model's policy may say otherwise. */
   warmup: boolean;
+  /** How sessions are shared and opened (actors/device/sessions.ts). */
+  sessions: SessionsInit;
+}
+
+/** A device's sessions: shared by graph, activations shared, opened on demand under a budget. */
+export interface SessionsInit {
+  /** runtime.share_sessions: executables of equal graphs and options share one session. */
+  share: boolean;
+  /** Backend cpu with runtime.share_activations: activations from the process's one CPU arena. */
+  sharedActivations: boolean;
+  /** runtime.session_budget_bytes: idle sessions beyond it close, and reopen on their next call; 0: none. */
+  budgetBytes: number;
 }
 
 /** A CUDA device actor's settings (config/cuda-options.ts derives them from runtime.cuda). */
@@ -199,6 +211,52 @@ export interface InstanceStatus {
   sessionDeviceBytes: number | null;
   /** Backend cuda with runtime.cuda.graphs: whether its runs use CUDA graphs, or why not; null otherwise. */
   cudaGraphs: string | null;
+  /** Which session it runs on: shared with how many models (and the graph), or why its own; closed or not. */
+  session: string;
+  /** Its share of its open sessions' bytes (each session's bytes over the models on it). */
+  sessionBytes: number;
+  /** Whether its sessions are open (a call pays no session open). */
+  sessionOpen: boolean;
+}
+
+/** One device's status reply, tagged with the device (node/devices.ts reports). */
+export interface DeviceReport {
+  device: number;
+  instances: InstanceStatus[];
+  sessions: DeviceSessionsStatus;
+}
+
+/** Why a session was opened: a model's load, or a call to a model whose session the budget had closed. */
+export const SESSION_OPEN_REASONS = ['load', 'reopen'] as const;
+export type SessionOpenReason = (typeof SESSION_OPEN_REASONS)[number];
+/**
+ * Why a session was closed: its last model went (unloaded, or its load failed), the budget (idle
+ * and least recently used beyond it), or memory (closed to make room for an open that ran out).
+ */
+export const SESSION_CLOSE_REASONS = ['unload', 'budget', 'memory'] as const;
+export type SessionCloseReason = (typeof SESSION_CLOSE_REASONS)[number];
+
+/** A device's sessions (actors/device/sessions.ts), as its status reports them. */
+export interface SessionsReport {
+  /** Sessions open now. */
+  open: number;
+  /** Distinct sessions the loaded models run on, open or closed. */
+  sessions: number;
+  /** Executables bound to them (a model with one ONNX file counts once). */
+  users: number;
+  /** Bytes the open sessions hold beside weights and shared activations (measured at their opens). */
+  bytes: number;
+  budgetBytes: number;
+  opens: Record<SessionOpenReason, number>;
+  closes: Record<SessionCloseReason, number>;
+  /** Milliseconds spent reopening sessions the budget had closed, summed. */
+  reopenMs: number;
+}
+
+/** The device's sessions with the process's shared CPU activation arena (one per process: every device reports the same). */
+export interface DeviceSessionsStatus extends SessionsReport {
+  /** Backend cpu with shared activations: the arena's bytes reserved, in use now, and the most in use; null otherwise. */
+  activations: { reservedBytes: number; inUseBytes: number; maxInUseBytes: number } | null;
 }
 
 /**
@@ -214,11 +272,11 @@ export interface DeviceCalls {
      * sessionDeviceBytes: backend cuda, the GPU memory the model's sessions took (load and warm-up);
      * cudaGraphs: with runtime.cuda.graphs, whether its runs use CUDA graphs or why not; both null otherwise.
      */
-    reply: { loadMs: number; compiled: { files: number; cacheHits: number }; weightBytes: number; memory: WeightMemory | null; load: WeightLoad | null; host: HostUpdate; warmup: WarmupOutcome | null; sessionDeviceBytes: number | null; cudaGraphs: string | null };
+    reply: { loadMs: number; compiled: { files: number; cacheHits: number }; weightBytes: number; memory: WeightMemory | null; load: WeightLoad | null; host: HostUpdate; warmup: WarmupOutcome | null; sessionDeviceBytes: number | null; cudaGraphs: string | null; session: string };
   };
   unload: { request: { instance: InstanceKey }; reply: { memory: WeightMemory | null } };
   /** Every loaded instance's queue and learned costs. */
-  status: { request: Record<string, never>; reply: { instances: InstanceStatus[] } };
+  status: { request: Record<string, never>; reply: { instances: InstanceStatus[]; sessions: DeviceSessionsStatus } };
   /** A model's scheduling policy changed: apply it to its loaded instances (their queued requests included). */
   setPolicy: { request: { model: string; policy: SchedulingPolicy }; reply: Record<string, never> };
   /** Move a model's loaded instances to another residency; all or nothing. */

@@ -92,6 +92,8 @@ export interface ExecutionTiming {
   requests: number;
   /** A cold execution: ms its model's weights took to come onto the device first (within computeInputNs). */
   weightLoadMs?: number;
+  /** Its session had been closed under the session budget: ms its open took first (within computeInputNs). */
+  sessionOpenMs?: number;
 }
 
 /**

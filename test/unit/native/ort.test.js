@@ -6,7 +6,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { MessageChannel } from 'node:worker_threads';
 import test from 'ava';
-import { allocateDeviceMemory, CUDA_ERROR_MEMORY_ALLOCATION, hostOutput, initOrt, isOutOfMemory, ortAddon, OrtSession } from '../../../dist/native/ort.js';
+import { allocateDeviceMemory, cpuArenaStats, CUDA_ERROR_MEMORY_ALLOCATION, heapBytesInUse, hostOutput, initOrt, isOutOfMemory, ortAddon, OrtSession, registerCpuArena } from '../../../dist/native/ort.js';
 import { pinHost } from '../../../dist/native/cuda.js';
 import { byOnnxType } from '../../../dist/shared/dtypes.js';
 import { joinBytesElements, splitBytesElements } from '../../../dist/shared/bytes-elements.js';
@@ -144,6 +144,74 @@ test('inputs bound once are read by every later run, and must be given again onl
   s.unbindInputs();
   const missing = ortError(await t.throwsAsync(s.run([], ['y'])));
   t.regex(missing.message, /input x is missing/);
+});
+
+test('bindings of their own on one session: each model of a graph runs with its weights, bound once, released apart', async (t) => {
+  // One weightless MLP graph, three models' weights: each bound in a binding of its own on one session.
+  const sizes = [8, 16, 4];
+  const models = [3, 4, 5].map((seed) => mlpLayers(seed, sizes));
+  const s = OrtSession.open(mlpModel(models[0], { weightsAsInputs: true }), opts);
+  t.teardown(() => s.release());
+  const bindings = models.map((layers) => {
+    const b = s.createBinding();
+    layers.forEach((l, i) => {
+      b.bindInput({ name: `w${i}`, type: FLOAT, dims: [l.inputs, l.outputs], data: l.w });
+      b.bindInput({ name: `b${i}`, type: FLOAT, dims: [l.outputs], data: l.b });
+    });
+    return b;
+  });
+  const next = random(2);
+  const x = Float32Array.from({ length: 8 }, () => next() * 2 - 1);
+  const answer = (/** @type {import('../../../dist/native/ort.js').OrtOutput} */ out) => [...new Float32Array(hostOutput(out).data.buffer, hostOutput(out).data.byteOffset, 4)];
+  const close = (/** @type {number[]} */ got, /** @type {number[]} */ want) => got.every((v, i) => Math.abs(v - want[i]) < 1e-4);
+  // In turns, on a libuv thread and on this one: every answer its own model's.
+  for (let round = 0; round < 3; round++) {
+    for (const [k, b] of bindings.entries()) {
+      const [y] = round === 1 ? b.runSync([{ name: 'x', type: FLOAT, dims: [1, 8], data: x }], ['y']) : await b.run([{ name: 'x', type: FLOAT, dims: [1, 8], data: x }], ['y']);
+      t.true(close(answer(y), [...mlpExpected(models[k], x)]), `round ${round}, model ${k}`);
+    }
+  }
+  // The session's own binding has no weights: a run there must give them all.
+  t.regex(ortError(await t.throwsAsync(s.run([{ name: 'x', type: FLOAT, dims: [1, 8], data: x }], ['y']))).message, /input w0 is missing/);
+  // Runs of one session go one at a time, whatever binding they use.
+  const first = bindings[0].run([{ name: 'x', type: FLOAT, dims: [1, 8], data: x }], ['y']);
+  t.regex(ortError(await t.throwsAsync(bindings[1].run([{ name: 'x', type: FLOAT, dims: [1, 8], data: x }], ['y']))).message, /already in flight/);
+  await first;
+  // One released: the others run on; it refuses.
+  bindings[1].release();
+  t.regex(ortError(await t.throwsAsync(bindings[1].run([{ name: 'x', type: FLOAT, dims: [1, 8], data: x }], ['y']))).message, /binding has been released/);
+  const [y2] = await bindings[2].run([{ name: 'x', type: FLOAT, dims: [1, 8], data: x }], ['y']);
+  t.true(close(answer(y2), [...mlpExpected(models[2], x)]));
+  // The session released: every binding of it refuses, and nothing crashes.
+  s.release();
+  t.regex(ortError(await t.throwsAsync(bindings[0].run([{ name: 'x', type: FLOAT, dims: [1, 8], data: x }], ['y']))).message, /session has been released/);
+  t.throws(() => bindings[2].bindInput({ name: 'x', type: FLOAT, dims: [1, 8], data: x }), { message: /session has been released/ });
+});
+
+test('one CPU arena for the process: registered once, sessions opened on it take their runs\' activations from it, memory patterns on or off', async (t) => {
+  // Registered once per process (ava may have run another test file's registration in this worker first).
+  registerCpuArena();
+  t.false(registerCpuArena(), 'a second registration is a no-op');
+  const layers = mlpLayers(6, [64, 512, 512, 8]);
+  const before = cpuArenaStats();
+  t.truthy(before);
+  for (const memoryPattern of [true, false]) {
+    const s = OrtSession.open(mlpModel(layers), { ...opts, useEnvAllocators: true, memoryPattern });
+    const allocs = cpuArenaStats()?.NumAllocs ?? 0;
+    const x = new Float32Array(32 * 64).fill(0.5);
+    for (let i = 0; i < 3; i++) await s.run([{ name: 'x', type: FLOAT, dims: [32, 64], data: x }], [{ name: 'y', type: FLOAT, dims: [32, 8], data: new Float32Array(32 * 8) }]);
+    const after = /** @type {Record<string, number>} */ (cpuArenaStats());
+    t.true(after.NumAllocs > allocs, `memoryPattern ${memoryPattern}: the session's runs allocated from the shared arena (${allocs} -> ${after.NumAllocs})`);
+    t.true(after.MaxInUse >= 32 * 512 * 4, `memoryPattern ${memoryPattern}: a batch's hidden activations were in it at once (${after.MaxInUse} bytes)`);
+    t.true(after.TotalAllocated >= after.InUse);
+    s.release();
+  }
+  const other = OrtSession.open(mlpModel(layers), opts);
+  const allocs = cpuArenaStats()?.NumAllocs;
+  await other.run([{ name: 'x', type: FLOAT, dims: [4, 64], data: new Float32Array(4 * 64) }], ['y']);
+  t.is(cpuArenaStats()?.NumAllocs, allocs, 'a session without useEnvAllocators keeps to an arena of its own');
+  other.release();
+  t.true(heapBytesInUse() > 0);
 });
 
 test('initializers over our memory: in place with initializers, copied in with externalInitializers', (t) => {

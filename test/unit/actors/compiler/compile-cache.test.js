@@ -7,9 +7,13 @@ import * as ort from 'onnxruntime-node';
 import { dtypeInfo } from '../../../../dist/shared/dtypes.js';
 import { compileExecutable, weightKey } from '../../../../dist/actors/compiler/compile-cache.js';
 import { readFields, readRepeatedVarints } from '../../../../dist/shared/protobuf-wire.js';
-import { WEIGHT_MIN_BYTES, splitWeights } from '../../../../dist/actors/compiler/split-weights.js';
+import { WEIGHT_MIN_BYTES, movesOut, splitWeights } from '../../../../dist/actors/compiler/split-weights.js';
 import { FIXTURES, ROOT, tempDir } from '../../../helpers/server.js';
 import { present } from '../../../helpers/checks.js';
+import { denseLayer, mlpLayers, writeBundle } from '../../../helpers/mlp-catalog.js';
+import { createHash } from 'node:crypto';
+
+const sha256 = (/** @type {Uint8Array} */ bytes) => createHash('sha256').update(bytes).digest('hex');
 
 const CONVNET = path.join(FIXTURES, 'models', 'convnet', 'model.onnx');
 const DIGITS = path.join(ROOT, 'bundles', 'digits', 'model.onnx');
@@ -115,7 +119,7 @@ test('devices compiling the same file at once both get a whole entry, and no tem
   t.true(readdirSync(path.join(temp.dir, 'tensors')).every((f) => /^[0-9a-f]{64}\.bin$/.test(f)));
 });
 
-test('only numeric weights of WEIGHT_MIN_BYTES or more move out; int64 and tiny constants stay in the graph', async (t) => {
+test('numeric weights of WEIGHT_MIN_BYTES or more move out, small floats only ops reading them at run time read too; int64 and the rest stay', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);
   mkdirSync(path.join(temp.dir, 'o'));
@@ -123,20 +127,30 @@ test('only numeric weights of WEIGHT_MIN_BYTES or more move out; int64 and tiny 
   await options(temp.dir).optimise(CONVNET, optimised);
   const model = new Uint8Array(readFileSync(optimised));
   const { graph, weights } = splitWeights(model);
-  t.true(weights.every((w) => w.data.byteLength >= WEIGHT_MIN_BYTES && w.datatype !== 'INT64'));
+  const dec = new TextDecoder();
+  // The op types of the optimised graph's nodes reading each name.
+  /** @type {Map<string, string[]>} */
+  const readers = new Map();
+  for (const node of readFields(present(readFields(model).find((f) => f.field === 7)).payload).filter((f) => f.field === 1)) {
+    const fields = readFields(node.payload);
+    const op = dec.decode(present(fields.find((f) => f.field === 4)).payload);
+    for (const input of fields.filter((f) => f.field === 1)) readers.set(dec.decode(input.payload), [...(readers.get(dec.decode(input.payload)) ?? []), op]);
+  }
+  t.true(weights.every((w) => w.datatype !== 'INT64' && movesOut(w.datatype, w.data.byteLength, readers.get(w.name) ?? [])));
+  t.true(weights.some((w) => w.data.byteLength < WEIGHT_MIN_BYTES), 'a small float (a bias) moved out too');
   const graphFields = readFields(present(readFields(graph).find((f) => f.field === 7)).payload);
   for (const init of graphFields.filter((f) => f.field === 5)) {
     const fields = readFields(init.payload);
     const type = fields.find((f) => f.field === 2)?.varint;
     const count = readRepeatedVarints(fields, 1).reduce((a, b) => a * b, 1);
-    t.true(type === 7 || count * 4 < WEIGHT_MIN_BYTES || type === 8, `initializer of type ${type} with ${count} elements stayed`);
+    const name = dec.decode(present(fields.find((f) => f.field === 8)).payload);
+    t.true(type === 7 || type === 8 || (type === 1 && !movesOut('FP32', count * 4, readers.get(name) ?? [])), `initializer ${name} of type ${type} with ${count} elements stayed`);
   }
   // Every node is copied byte for byte, but for GEMMs whose weight moved: those now read it transposed.
   const nodesOf = (/** @type {Uint8Array} */ bytes) => readFields(present(readFields(bytes).find((f) => f.field === 7)).payload).filter((f) => f.field === 1);
   const before = nodesOf(model);
   const after = nodesOf(graph);
   t.is(after.length, before.length);
-  const dec = new TextDecoder();
   let gemms = 0;
   after.forEach((node, i) => {
     const fields = readFields(node.payload);
@@ -151,6 +165,26 @@ test('only numeric weights of WEIGHT_MIN_BYTES or more move out; int64 and tiny 
     t.truthy(w, 'its B is a moved weight');
   });
   t.is(gemms, 1, 'the convnet\'s classifier');
+});
+
+test('variants of one architecture compile to equal graphs, a small bias or a large weight of their own apart; another head size does not', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = path.join(temp.dir, 'repo');
+  const base = mlpLayers(3, [16, 32, 4]);
+  const bias = base.map((l, i) => (i === 1 ? { ...l, b: l.b.map((v) => v + 0.5) } : l)); // 16 bytes: under WEIGHT_MIN_BYTES
+  const weight = base.map((l, i) => (i === 0 ? denseLayer(77, l.inputs, l.outputs) : l));
+  writeBundle(repo, 'base', base);
+  writeBundle(repo, 'bias', bias);
+  writeBundle(repo, 'weight', weight);
+  writeBundle(repo, 'wider', mlpLayers(3, [16, 32, 6]));
+  const [a, b, c, d] = await Promise.all(['base', 'bias', 'weight', 'wider'].map((n) => compileExecutable(path.join(repo, n, 'model.onnx'), options(temp.dir))));
+  t.is(new Set([a.dir, b.dir, c.dir, d.dir]).size, 4, 'four entries: their sources differ');
+  t.is(b.graph, a.graph, 'a small bias of its own: the same graph');
+  t.is(c.graph, a.graph, 'a large weight of its own: the same graph');
+  t.not(d.graph, a.graph, 'another head size: another graph');
+  t.not(b.weights.find((w) => w.dims.length === 1 && w.dims[0] === 4)?.key, a.weights.find((w) => w.dims.length === 1 && w.dims[0] === 4)?.key, 'the small bias is a weight of its own');
+  t.is(sha256(readFileSync(a.graphPath)), a.graph);
 });
 
 test('tensors are keyed by datatype, dims and bytes: equal bytes in another shape are another tensor', (t) => {

@@ -17,7 +17,7 @@ const y = tensorSpec('y', 'FP32', 'nk', [-1, 1024], 0);
 /** The double fixture (y = 2x on f32[n, 1024]) with graphs for batch 1 and 4. */
 function doubled(/** @type {import('ava').ExecutionContext} */ t) {
   const session = OrtSession.open(path.join(FIXTURES, 'models', 'double', 'model.onnx'), { intraOpThreads: 1, allowSpinning: false, logSeverityLevel: 3 });
-  const graphs = new CudaGraphs(session, [x], [y], 'cpu', [1, 4]);
+  const graphs = new CudaGraphs(() => session, [x], [y], 'cpu', [1, 4]);
   t.teardown(() => { graphs.release(); session.release(); });
   return graphs;
 }
@@ -70,7 +70,7 @@ test('what cannot run in a graph is said: BYTES tensors, outputs of unknown size
   t.regex(graphRefusal([x], [y], new Set()) ?? '', /output y has an axis the graph leaves free/);
   t.is(graphRefusal([x], [y], new Set(['y'])), null);
   const session = OrtSession.open(path.join(FIXTURES, 'models', 'double', 'model.onnx'), { intraOpThreads: 1, logSeverityLevel: 3 });
-  const off = new CudaGraphs(session, [x], [y], 'cpu', [1], 'ONNX Runtime cannot capture it: a node runs on the CPU');
+  const off = new CudaGraphs(() => session, [x], [y], 'cpu', [1], 'ONNX Runtime cannot capture it: a node runs on the CPU');
   t.teardown(() => { off.release(); session.release(); });
   t.false(off.usable(1));
   t.is(off.run(input(1, 1), output(1), 1, 0), null);

@@ -36,13 +36,12 @@ function recorded(/** @type {import('ava').ExecutionContext} */ t) {
     runs.push({ sync, rows: inputs[0].dims[0], outputs: outputs.map((o) => (typeof o === 'string' ? 'name' : 'buffer')), y: y ? new Float32Array(y.data.buffer, y.data.byteOffset, y.data.byteLength / 4) : null });
     return got;
   };
-  const spy = /** @type {OrtSession} */ (/** @type {unknown} */ ({
-    outputs: session.outputs,
+  const spy = /** @type {import('../../../../dist/native/ort.js').OrtBinding} */ (/** @type {unknown} */ ({
     runSync: (/** @type {any[]} */ i, /** @type {any[]} */ o, /** @type {any} */ r) => record(true, i, o, session.runSync(i, o, r)),
     run: async (/** @type {any[]} */ i, /** @type {any[]} */ o, /** @type {any} */ r) => record(false, i, o, await session.run(i, o, r)),
   }));
   const spec = modelSpec({ inputs: [x], outputs: [y], batchAxis: 'n', compiledBatchSizes: [1, 4] });
-  const executables = new Map([[0, { session: spy, weights: [], cacheHit: false, shapedOutputs: new Set(['y']), graphs: null }]]);
+  const executables = new Map([[0, /** @type {import('../../../../dist/actors/device/executables.js').Executable} */ (/** @type {unknown} */ ({ runs: spy, pooled: { outputs: session.outputs }, weights: [], cacheHit: false, shapedOutputs: new Set(['y']), graphs: null }))]]);
   return { spec, executables, runs };
 }
 
