@@ -14,6 +14,16 @@
 #
 #   bash bench/gpu-check.sh LOG_DIR
 #
+# A leased machine answers a command within its limit (ten minutes) or returns only the end of
+# its output, so:
+#   - GPU_CHECK_DEADLINE_S (default 540): the whole check ends by itself by then, with what it has:
+#     each step runs at most until the deadline (its own limit, or the time left less 5 s), a step
+#     with under 15 s left is skipped, saying so; a step that never ends is killed at the deadline.
+#   - GPU_CHECK_OUT (a folder; tools/gpu-lease-run.sh gives it $OUT): every step's output goes into
+#     GPU_CHECK_OUT/gpu-check.log as it is written, and after each step LOG_DIR is archived into
+#     GPU_CHECK_OUT/gpu-check-logs.tar.gz, so a command cut short still brings back every finished
+#     step's log (a call returns at most eight files: these two, whatever the number of steps).
+#
 # On a GPU lent for minutes, without registries: tools/gpu-lease-pack.sh here, tools/gpu-lease-run.sh
 # there (docs/gpu.md, "Running the check on a leased GPU machine").
 #
@@ -23,6 +33,22 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 logs=${1:?usage: bench/gpu-check.sh LOG_DIR}
 mkdir -p "$logs"
+deadline=$(( $(date +%s) + ${GPU_CHECK_DEADLINE_S:-540} ))
+out=${GPU_CHECK_OUT:-}
+if [ -n "$out" ]; then
+  mkdir -p "$out"
+  # Everything this script prints from here on is also in $out/gpu-check.log, as it is written.
+  exec > >(tee -a "$out/gpu-check.log") 2>&1
+  tee_pid=$!
+fi
+# At the end, the log's last lines written before the script exits.
+finish() {
+  if [ -n "$out" ]; then
+    exec >&- 2>&-
+    wait "$tee_pid" 2>/dev/null
+  fi
+  exit "$1"
+}
 if [ -z "${STOWAGE_CUDA_LIBRARY_PATH:-}" ] && command -v python3 >/dev/null; then
   site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)
   if [ -d "$site/nvidia" ]; then
@@ -48,16 +74,34 @@ step() {
   local name=$1 limit=$2
   shift 2
   case "$wanted" in *",$name,"*) ;; *) echo "=== $name: not in GPU_CHECK_STEPS"; return ;; esac
-  echo "=== $name ($(date -u +%T))"
-  timeout "$limit" "$@" > "$logs/$name.log" 2>&1
-  local rc=$?
-  tail -n 60 "$logs/$name.log"
+  local left=$(( deadline - $(date +%s) ))
+  if [ "$left" -lt 15 ]; then
+    echo "=== $name: skipped, ${left} s left before the deadline (GPU_CHECK_DEADLINE_S)"
+    status=1
+    return
+  fi
+  [ "$limit" -le $(( left - 5 )) ] || limit=$(( left - 5 ))
+  echo "=== $name ($(date -u +%T), at most ${limit} s)"
+  # The step's output goes to its log and, live, to this script's output (and so to $out's log).
+  # timeout signals the step's whole process group (servers it started too), and kills what
+  # outlives TERM by 5 s.
+  timeout -k 5 "$limit" "$@" 2>&1 | tee "$logs/$name.log" | sed -u "s/^/[$name] /"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then echo "=== $name: cut at ${limit} s (its limit or the deadline)"; fi
   echo "=== $name: exit $rc"
   [ "$rc" -eq 0 ] || status=1
+  if [ -n "$out" ]; then tar -C "$logs" -czf "$out/gpu-check-logs.tar.gz" .; fi
 }
-step gpu-tests 300 node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/cuda.test.js test/gpu/server.test.js test/gpu/cuda-shm.test.js test/gpu/hazards.test.js
+# The GPU suites one file at a time (--concurrency 1): the hazards file takes nearly all of the GPU's
+# memory while it runs, which a server of another file started beside it would need.
+step gpu-tests 300 node node_modules/ava/entrypoints/cli.mjs --verbose --concurrency 1 test/gpu/cuda.test.js test/gpu/server.test.js test/gpu/cuda-shm.test.js test/gpu/hazards.test.js
 # The same suite with every server's CUDA graphs on: what runtime.cuda.graphs needs to be on by default.
-step gpu-tests-graphs 300 env INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS=true node node_modules/ava/entrypoints/cli.mjs --verbose test/gpu/server.test.js test/gpu/cuda-shm.test.js
+step gpu-tests-graphs 300 env INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS=true node node_modules/ava/entrypoints/cli.mjs --verbose --concurrency 1 test/gpu/server.test.js test/gpu/cuda-shm.test.js
+# A rehearsal's steps (never run unless named in GPU_CHECK_STEPS): one that ends at once, one that
+# never does (cut at the deadline), and one after it (skipped): test/integration/gpu-lease.test.js.
+step rehearse-quick 30 echo "a step that ends at once"
+step rehearse-hang 3600 sleep 3600
+step rehearse-after 30 echo "a step after the deadline: never run"
 # NVIDIA's own client on CUDA shared memory: needs tritonclient (carried as a wheel; the image has
 # cuda-python); skipped, saying why, without it.
 step gpu-tests-tritonclient 120 python3 -m pytest -q -rs test/gpu/test_cuda_shm_tritonclient.py
@@ -79,4 +123,4 @@ if [ "${GPU_CHECK_CPU:-1}" != 0 ]; then
   step bench-edges 180 node bench/edges.js --quick --edges 0,auto --only 600KiB,8MiB --concurrency 64 --protocols grpc
   step bench-resnet50-cpu 110 node bench/resnet50.js --rounds 1
 fi
-exit $status
+finish $status

@@ -63,7 +63,9 @@ wheels_alone=1
 [ $((checkout + MARGIN + last + wheels)) -le "$CALL_LIMIT" ] && wheels_alone=0
 echo
 echo "gpu-lease-pack: $(( ${#parts[@]} + wheels_alone )) calls, each with the command: bash tools/gpu-lease-run.sh"
-echo "(GPU_CHECK_STEPS=... before it picks the steps the last call runs; earlier calls only receive)"
+echo "(a machine idle for about 30 s goes back with everything it was sent: make each call at once"
+echo " after the one before; GPU_CHECK_STEPS=... before the command picks what the last call runs,"
+echo " earlier calls only receive; timeout_s 120 for each receiving call)"
 n=1
 if [ "$wheels_alone" = 1 ]; then
   echo "  call $n carry: [\"$lease/wheels\"]"
@@ -77,13 +79,19 @@ for p in "${parts[@]}"; do
   n=$((n + 1))
 done
 # What to run once the last part is there, in the order docs/gpu.md's plan gives (15 minutes of
-# device time: the suites first, then the catalog at the seeds' scale, a run per call).
-echo "The last call's command, and the calls after it on the same machine (carry nothing but what changed:"
-echo "a rebuilt dist, npm run build here and carry [\"dist\"], replaces the pack's):"
-echo "  GPU_CHECK_STEPS=gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-first-call bash tools/gpu-lease-run.sh"
+# device time, the start and the receiving calls included: the suites first, then one bench a call).
+# Each call's GPU_CHECK_DEADLINE_S leaves its timeout_s room for the unpacking and the transfers.
+echo "The last call's command, and the calls after it on the same machine, at once one after another"
+echo "(carry nothing but what changed: a rebuilt dist, npm run build here and carry [\"dist\"], replaces the pack's):"
+echo "  timeout_s 600: GPU_CHECK_STEPS=gpu-tests,gpu-tests-graphs bash tools/gpu-lease-run.sh"
+echo "  timeout_s 240: GPU_CHECK_STEPS=gpu-tests-tritonclient GPU_CHECK_DEADLINE_S=200 bash tools/gpu-lease-run.sh"
 for runs in all beside at-turn; do
-  echo "  GPU_CHECK_STEPS=bench-catalog GPU_CATALOG_MODELS=150 GPU_CATALOG_RUNS=$runs GPU_CATALOG_WORK=/tmp/catalog bash tools/gpu-lease-run.sh"
+  echo "  timeout_s 600: GPU_CHECK_STEPS=bench-catalog GPU_CATALOG_MODELS=150 GPU_CATALOG_RUNS=$runs GPU_CATALOG_WORK=/tmp/catalog bash tools/gpu-lease-run.sh"
 done
-echo "  GPU_CHECK_STEPS=sessions bash tools/gpu-lease-run.sh   (timeout_s 600)"
-echo "  GPU_CHECK_STEPS=bench-actors,bench-catalog-two-actors bash tools/gpu-lease-run.sh"
-echo "  GPU_CHECK_STEPS=bench-gpu,bench-inline,bench-edges,bench-resnet50-cpu bash tools/gpu-lease-run.sh"
+echo "  timeout_s 600: GPU_CHECK_STEPS=sessions bash tools/gpu-lease-run.sh"
+echo "  timeout_s 240: GPU_CHECK_STEPS=bench-gpu GPU_CHECK_DEADLINE_S=200 bash tools/gpu-lease-run.sh"
+echo "  timeout_s 240: GPU_CHECK_STEPS=bench-edges GPU_CHECK_DEADLINE_S=200 bash tools/gpu-lease-run.sh"
+echo "  timeout_s 180: GPU_CHECK_STEPS=bench-resnet50-cpu GPU_CHECK_DEADLINE_S=140 bash tools/gpu-lease-run.sh"
+echo "  timeout_s 240: GPU_CHECK_STEPS=bench-inline GPU_CHECK_DEADLINE_S=200 bash tools/gpu-lease-run.sh"
+echo "  timeout_s 300: GPU_CHECK_STEPS=bench-actors GPU_CHECK_DEADLINE_S=260 bash tools/gpu-lease-run.sh"
+echo "  timeout_s 600: GPU_CHECK_STEPS=bench-catalog-two-actors bash tools/gpu-lease-run.sh"

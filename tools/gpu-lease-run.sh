@@ -11,7 +11,9 @@
 #     pack (node_modules, dist, the native addon, perf_analyzer; a path a call carried itself, a
 #     rebuilt dist say, wins), installs the carried Python wheels (tritonclient) into /tmp/site,
 #     and runs bench/gpu-check.sh with GPU_CHECK_STEPS (and GPU_CATALOG_MODELS,
-#     GPU_CATALOG_SECONDS) as given, its logs packed into $OUT/gpu-check-HHMMSS.tar.gz.
+#     GPU_CATALOG_SECONDS, GPU_CHECK_DEADLINE_S) as given, writing into $OUT as it goes: its whole
+#     output in $OUT/gpu-check.log, every finished step's log in $OUT/gpu-check-logs.tar.gz (so a
+#     command cut at its limit still brings them back).
 #
 # GPU_LEASE_DRY=1 stops before gpu-check.sh, once the pack is unpacked, linked and its Node and
 # dist named: nothing is run on the GPU.
@@ -59,11 +61,9 @@ if [ "${GPU_LEASE_DRY:-0}" = 1 ]; then
 fi
 
 logs=/tmp/gpu-check-$(date -u +%H%M%S)
-bash bench/gpu-check.sh "$logs"
+# At most eight files come back from a call: the whole output and one archive of the steps' logs,
+# both written as the steps go.
+GPU_CHECK_OUT=${OUT:-} bash bench/gpu-check.sh "$logs"
 status=$?
-# At most eight files come back from a call, so the logs travel as one archive.
-if [ -n "${OUT:-}" ]; then
-  tar -C "$logs" -czf "$OUT/$(basename "$logs").tar.gz" .
-  echo "gpu-lease: logs in \$OUT/$(basename "$logs").tar.gz"
-fi
+[ -z "${OUT:-}" ] || echo "gpu-lease: logs in \$OUT/gpu-check.log and \$OUT/gpu-check-logs.tar.gz"
 exit $status

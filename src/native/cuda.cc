@@ -106,7 +106,7 @@ DeviceScope::~DeviceScope() {
 void* deviceAlloc(int ordinal, size_t bytes, const std::string& device) {
   const Runtime& rt = loadedRuntime();
   void* p = nullptr;
-  check(rt.setDevice(ordinal), "device " + device);
+  DeviceScope scope(ordinal, "device " + device);
   check(rt.malloc(&p, bytes ? bytes : 1), "device " + device + ": cudaMalloc of " + std::to_string(bytes) + " bytes");
   return p;
 }
@@ -122,7 +122,7 @@ void deviceFree(int ordinal, void* data) noexcept {
 
 void copyToDevice(int ordinal, void* dst, const void* src, size_t bytes, bool wait, const std::string& what) {
   const Runtime& rt = loadedRuntime();
-  check(rt.setDevice(ordinal), what);
+  DeviceScope scope(ordinal, what);
   // copy: host to GPU (the weight arena's loads, a graph's inputs)
   if (!wait) {
     check(rt.memcpyAsync(dst, src, bytes, kHostToDevice, nullptr), what);
@@ -188,12 +188,41 @@ void ipcClose(int ordinal, void* data) noexcept {
   }
 }
 
+namespace {
+
+// A function of the driver API, from the driver's own library (loaded with the runtime's first
+// context); null when it is not there.
+void* driverFunction(const char* name) noexcept {
+  static void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  return driver ? dlsym(driver, name) : nullptr;
+}
+
+}  // namespace
+
+bool allocationDeviceOf(int ordinal, void* data, int& device, std::string& why) noexcept {
+  // cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL (9), pointer).
+  static auto getAttribute = reinterpret_cast<int (*)(void*, int, unsigned long long)>(driverFunction("cuPointerGetAttribute"));
+  device = -1;
+  if (!loaded || !getAttribute) {
+    why = "the driver's cuPointerGetAttribute (libcuda.so.1) is not available";
+    return false;
+  }
+  int err;
+  {
+    DeviceScope scope(ordinal);
+    err = getAttribute(&device, 9, reinterpret_cast<unsigned long long>(data));
+  }
+  table.getLastError();
+  if (err != 0) {
+    why = "cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL) failed (CUDA driver error " + std::to_string(err) + ")";
+    device = -1;
+    return false;
+  }
+  return true;
+}
+
 bool allocationBytesFrom(int ordinal, void* data, size_t& bytes, std::string& why) noexcept {
-  // The driver API, from the driver's own library (loaded with the runtime's first context).
-  static int (*getAddressRange)(unsigned long long*, size_t*, unsigned long long) = [] {
-    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    return h ? reinterpret_cast<int (*)(unsigned long long*, size_t*, unsigned long long)>(dlsym(h, "cuMemGetAddressRange_v2")) : nullptr;
-  }();
+  static auto getAddressRange = reinterpret_cast<int (*)(unsigned long long*, size_t*, unsigned long long)>(driverFunction("cuMemGetAddressRange_v2"));
   bytes = 0;
   if (!loaded || !getAddressRange) {
     why = "the driver's cuMemGetAddressRange_v2 (libcuda.so.1) is not available";
@@ -223,7 +252,7 @@ bool allocationBytesFrom(int ordinal, void* data, size_t& bytes, std::string& wh
 
 CudaIpcHandle ipcHandle(int ordinal, void* data, const std::string& what) {
   const Runtime& rt = loadedRuntime();
-  check(rt.setDevice(ordinal), what);
+  DeviceScope scope(ordinal, what);
   CudaIpcHandle handle;
   check(rt.ipcGetMemHandle(&handle, data), what + ": cudaIpcGetMemHandle");
   return handle;
@@ -375,7 +404,7 @@ std::recursive_mutex& captureLock(int ordinal) {
 
 void synchronize(int ordinal, const std::string& what) {
   const Runtime& rt = loadedRuntime();
-  check(rt.setDevice(ordinal), what);
+  DeviceScope scope(ordinal, what);
   check(rt.streamSynchronize(nullptr), what);
 }
 

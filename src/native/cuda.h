@@ -100,8 +100,12 @@ void* ipcOpen(int ordinal, const CudaIpcHandle& handle, const std::string& what)
 void ipcClose(int ordinal, void* data) noexcept;
 // Bytes from `data` to the end of the allocation holding it (the driver's cuMemGetAddressRange):
 // what a CUDA shared-memory region's declared size is checked against. False, with why, when the
-// driver cannot say (then the region is refused: its size cannot be checked).
+// driver cannot say (the region is then taken at the client's byte size, as Triton takes it, and
+// the why is said as a warning).
 bool allocationBytesFrom(int ordinal, void* data, size_t& bytes, std::string& why) noexcept;
+// The CUDA ordinal of the GPU whose memory `data` is (the driver's CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL),
+// asked in `ordinal`'s context: false, saying why, when the driver cannot tell.
+bool allocationDeviceOf(int ordinal, void* data, int& device, std::string& why) noexcept;
 // The handle another process opens `data` (the start of a cudaMalloc'd block of this process) with.
 CudaIpcHandle ipcHandle(int ordinal, void* data, const std::string& what);
 // Every copy issued on the default stream without waiting has landed.

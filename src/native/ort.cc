@@ -33,6 +33,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -209,6 +210,11 @@ struct DeviceBlock {
   void* data = nullptr;
   size_t bytes = 0;
   bool ipc = false;  // another process's allocation, opened from its CUDA IPC handle: closed, not freed
+  // Of an opened allocation, what the driver says: the bytes from this address to its end, the GPU
+  // it is on (-1: unknown), and why either could not be told ("" when both were).
+  size_t allocationBytes = 0;
+  int allocationGpu = -1;
+  std::string unmeasured;
   ~DeviceBlock() {
     if (!data) return;
     if (allocator && ort) allocator->Free(allocator, data);
@@ -391,6 +397,12 @@ struct RunState {
   Owned<OrtRunOptions> options;
   // The CUDA graph it captures or replays (-1: none).
   int64_t graphId = -1;
+  // Its inputs' names and shapes (the weights bound in its binding have theirs for good), and
+  // whether the session has not yet run at them: a first run at a shape (warm-up's, or a batch size
+  // a client brings later) is when cuDNN's exhaustive search times its algorithms, freeing its
+  // workspace (cudaFree), which would invalidate another actor's capture on the GPU.
+  std::string shape;
+  bool newShape = false;
 };
 
 // A graph's first runs with the CUDA provider's enable_cuda_graph may capture it (ONNX Runtime
@@ -431,6 +443,7 @@ class Session : public Napi::ObjectWrap<Session> {
       InstanceMethod("terminate", &Session::Terminate),
       InstanceMethod("release", &Session::Release),
       InstanceMethod("providerOptions", &Session::ProviderOptions),
+      InstanceMethod("shapesRun", &Session::ShapesRun),
     });
   }
 
@@ -625,31 +638,49 @@ class Session : public Napi::ObjectWrap<Session> {
 
   // Held around a run: its thread ignores other threads' captures, and a run that may capture a
   // graph (its first kRunsUntilCaptured runs) holds its GPU's capture lock.
+  // Held around a run: its thread ignores other threads' captures, and a run that may capture a
+  // graph (its first kRunsUntilCaptured runs) or is the session's first at its inputs' shapes
+  // (cuDNN's algorithm search frees memory) holds its GPU's capture lock. The alternative, a
+  // heuristic search wherever actors share a GPU with graphs on, would give every run of those
+  // models the kernels a heuristic picks instead of the fastest; the lock costs first runs only.
   class CaptureGuard {
    public:
-    CaptureGuard(const Session& session, int64_t graphId) {
+    CaptureGuard(const Session& session, const RunState& run) {
       if (session.cudaOrdinal_ < 0) return;
       stowage_cuda::ignoreOtherThreadsCaptures();
-      if (graphId < 0) return;
-      auto at = session.graphRuns_.find(graphId);
-      if (at == session.graphRuns_.end() || at->second < kRunsUntilCaptured) lock_ = std::unique_lock<std::recursive_mutex>(stowage_cuda::captureLock(session.cudaOrdinal_));
+      bool capturing = false;
+      if (run.graphId >= 0) {
+        auto at = session.graphRuns_.find(run.graphId);
+        capturing = at == session.graphRuns_.end() || at->second < kRunsUntilCaptured;
+      }
+      if (capturing || run.newShape) lock_ = std::unique_lock<std::recursive_mutex>(stowage_cuda::captureLock(session.cudaOrdinal_));
     }
 
    private:
     std::unique_lock<std::recursive_mutex> lock_;
   };
 
-  // A run with graph `graphId` went through (counted until its graph is surely captured).
-  void ranGraph(int64_t graphId) {
-    if (graphId < 0 || cudaOrdinal_ < 0) return;
-    int& runs = graphRuns_[graphId];
+  // A run went through: its shape is one the session has run at, and a graph id's runs are counted
+  // until its graph is surely captured.
+  void ran(const RunState& run) {
+    shapesRun_.insert(run.shape);
+    if (run.graphId < 0 || cudaOrdinal_ < 0) return;
+    int& runs = graphRuns_[run.graphId];
     if (runs < kRunsUntilCaptured) runs++;
+  }
+
+  // shapesRun(): how many distinct input shapes its runs have gone through (each one's first run
+  // held the capture lock on a GPU).
+  Napi::Value ShapesRun(const Napi::CallbackInfo& info) {
+    return Napi::Number::New(info.Env(), static_cast<double>(shapesRun_.size()));
   }
 
  private:
   // The GPU of its CUDA provider (-1: the CPU), and the runs each CUDA graph id has had.
   int cudaOrdinal_ = -1;
   std::map<int64_t, int> graphRuns_;
+  // The input shapes its runs have gone through (RunState::shape).
+  std::set<std::string> shapesRun_;
 
   // Applies the options; answers the CUDA provider's options as ONNX Runtime took them (or "").
   static std::string configure(OrtSessionOptions* so, const Napi::Object& options) {
@@ -1005,7 +1036,7 @@ class RunWorker : public Napi::AsyncWorker {
   // On a libuv thread: nothing here may touch JavaScript, so a failure is kept for OnOK.
   void Execute() override {
     try {
-      Session::CaptureGuard capture(*session_, state_->graphId);
+      Session::CaptureGuard capture(*session_, *state_);
       check(ort->RunWithBinding(session_->session_.get(), state_->options.get(), bound_->binding.get()));
     } catch (const stowage::Failure& err) {
       failure_ = std::make_unique<stowage::Failure>(err);
@@ -1025,7 +1056,7 @@ class RunWorker : public Napi::AsyncWorker {
       return;
     }
     try {
-      session_->ranGraph(state_->graphId);
+      session_->ran(*state_);
       Napi::Array results = entry(e, [&] { return collectOutputs(e, *bound_, state_.get()); });
       finish();
       deferred_.Resolve(results);
@@ -1117,6 +1148,15 @@ std::unique_ptr<RunState> Session::prepare(Bound& b, const Napi::CallbackInfo& i
       for (const std::string& n : inputNames) given = given || n == needed;
       if (!given) throw ArgumentError("input " + needed + " is missing: every input the graph takes must be given (or bound with bindInput)");
     }
+    for (size_t i = 0; i < inputNames.size(); i++) {
+      state->shape += inputNames[i] + "[";
+      int type = 0;
+      std::vector<int64_t> dims;
+      shapeOf(state->inputs[i].value, type, dims);
+      for (int64_t d : dims) state->shape += std::to_string(d) + ",";
+      state->shape += "];";
+    }
+    state->newShape = shapesRun_.count(state->shape) == 0;
     for (size_t i = 0; i < state->outputs.size(); i++) {
       requireName(outputNames_, state->outputs[i].first, "output");
       for (size_t j = 0; j < i; j++) if (state->outputs[j].first == state->outputs[i].first) throw ArgumentError("output " + state->outputs[i].first + " is asked for twice");
@@ -1162,10 +1202,10 @@ Napi::Value Session::runSyncOn(const std::shared_ptr<Bound>& b, const Napi::Call
     }
   } clear{b->binding.get()};
   {
-    CaptureGuard capture(*this, state->graphId);
+    CaptureGuard capture(*this, *state);
     check(ort->RunWithBinding(session_.get(), state->options.get(), b->binding.get()));
   }
-  ranGraph(state->graphId);
+  ran(*state);
   return collectOutputs(e, *b, state.get());
 }
 
@@ -1393,6 +1433,7 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
       InstanceMethod("markUpload", &DeviceMemory::MarkUpload),
       InstanceMethod("waitUpload", &DeviceMemory::WaitUpload),
       InstanceMethod("release", &DeviceMemory::Release),
+      InstanceAccessor("ipcAllocation", &DeviceMemory::IpcAllocation, nullptr),
     });
   }
 
@@ -1433,14 +1474,25 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
           b->data = stowage_cuda::ipcOpen(b->cudaOrdinal, h, "device " + device);
           b->ipc = true;
           // A region declared larger than the allocation would send kernels past its end (a fault
-          // that poisons the GPU for the whole process): refused, and so is one whose size the
-          // driver cannot tell.
+          // that poisons the GPU for the whole process): refused. One whose size the driver cannot
+          // tell (cuMemGetAddressRange has not run on IPC-imported memory everywhere) is taken at
+          // the client's byte size, as Triton takes it: `ipcAllocation` says why, for a warning.
           size_t actual = 0;
           std::string why;
-          if (!stowage_cuda::allocationBytesFrom(b->cudaOrdinal, b->data, actual, why)) {
-            throw ArgumentError("the CUDA IPC handle's allocation cannot be measured against the region's byte_size: " + why);
+          if (stowage_cuda::allocationBytesFrom(b->cudaOrdinal, b->data, actual, why)) {
+            b->allocationBytes = actual;
+          } else {
+            b->unmeasured = why;
           }
-          if (actual < b->bytes) {
+          // The GPU the allocation is on, for the caller to check against the client's device_id.
+          int gpu = -1;
+          std::string whyGpu;
+          if (stowage_cuda::allocationDeviceOf(b->cudaOrdinal, b->data, gpu, whyGpu)) {
+            b->allocationGpu = gpu;
+          } else {
+            b->unmeasured += (b->unmeasured.empty() ? "" : "; ") + whyGpu;
+          }
+          if (b->allocationBytes > 0 && actual < b->bytes) {
             throw ArgumentError("the CUDA IPC handle's allocation holds " + std::to_string(actual) + " bytes, fewer than the region's byte_size " + std::to_string(b->bytes));
           }
         } else {
@@ -1457,6 +1509,17 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
  private:
   Napi::Value Bytes(const Napi::CallbackInfo& info) {
     return Napi::Number::New(info.Env(), block ? static_cast<double>(block->bytes) : 0);
+  }
+  // Of memory opened from a CUDA IPC handle: { gpu, bytes, unmeasured } as the driver told them
+  // (gpu -1 and bytes 0 where it could not, `unmeasured` saying why); null for memory of our own.
+  Napi::Value IpcAllocation(const Napi::CallbackInfo& info) {
+    Napi::Env e = info.Env();
+    if (!block || !block->ipc) return e.Null();
+    Napi::Object out = Napi::Object::New(e);
+    out.Set("gpu", block->allocationGpu);
+    out.Set("bytes", static_cast<double>(block->allocationBytes));
+    out.Set("unmeasured", block->unmeasured.empty() ? e.Null() : Napi::String::New(e, block->unmeasured));
+    return out;
   }
   Napi::Value Device(const Napi::CallbackInfo& info) {
     return block ? Napi::String::New(info.Env(), block->device) : info.Env().Null();

@@ -92,11 +92,24 @@ export interface DeviceMemory {
   copyFromDevice(src: DeviceMemory, srcOffset: number, offset: number, bytes: number): void;
   /** The CUDA IPC handle (64 bytes) another process opens this GPU memory with (Triton's CUDA shared memory). */
   ipcHandle(): Uint8Array;
+  /** Of memory opened from a CUDA IPC handle, what the driver says of its allocation; null for memory of our own. */
+  readonly ipcAllocation: IpcAllocation | null;
   /** Close the group of uploads issued since the last mark; its id. */
   markUpload(): number;
   /** Wait for a group's copies; the milliseconds they took (on a GPU, between its first and last copy). Once per id. */
   waitUpload(id: number): number;
   release(): void;
+}
+
+/**
+ * What the driver says of an allocation opened from a CUDA IPC handle: the GPU it is on (-1 when it
+ * cannot tell), the bytes from the handle's address to its end (0 when it cannot tell), and why it
+ * could not tell either (null when it told both).
+ */
+export interface IpcAllocation {
+  gpu: number;
+  bytes: number;
+  unmeasured: string | null;
 }
 
 /** `bytes` of memory on `device` (initOrt first). */
@@ -206,6 +219,7 @@ interface NativeSession extends NativeRuns {
   inputs(): OrtTensorInfo[];
   outputs(): OrtTensorInfo[];
   terminate(): boolean;
+  shapesRun(): number;
   release(): void;
   providerOptions(): string;
 }
@@ -435,6 +449,15 @@ export class OrtSession {
   /** Stop the run in flight (it rejects); false when none is. */
   terminate(): boolean {
     return this.#native.terminate();
+  }
+
+  /**
+   * How many distinct input shapes its runs have gone through. On a GPU each one's first run holds
+   * the GPU's capture lock (cuDNN's algorithm search at a new shape frees memory, which would
+   * invalidate another device actor's graph capture): warm-up's runs and a client's new batch size.
+   */
+  get shapesRun(): number {
+    return this.#native.shapesRun();
   }
 
   /** The CUDA provider's options as ONNX Runtime took them, `key=value;...` ("" on the CPU). */

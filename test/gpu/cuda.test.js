@@ -179,17 +179,19 @@ gpuTest('CUDA graphs: captured over fixed GPU addresses, replayed reading the bu
   for (let call = 0; call < 4; call++) {
     const x = Float32Array.from({ length: rows * 64 }, () => next() * 2 - 1);
     io.copyFromHost(x, 0);
-    await graph.run([input], [output]); // the first run captures, the later ones replay
+    // On this thread, as the device actor runs every CUDA run (worker.ts): the first runs capture
+    // under the capture lock, the later ones replay.
+    graph.runSync([input], [output]);
     const y = new Float32Array(rows * 16);
     io.copyToHost(y, rows * 64 * 4);
-    const want = floats((await plain.run([{ name: 'x', type: FLOAT, dims: [rows, 64], data: x }], ['y']))[0]);
+    const want = floats(plain.runSync([{ name: 'x', type: FLOAT, dims: [rows, 64], data: x }], ['y'])[0]);
     t.true(relativeL2(y, want) < 1e-6, `call ${call}: the replay read the new input`);
   }
   const t0 = performance.now();
-  for (let i = 0; i < 200; i++) await graph.run([input], [output]);
+  for (let i = 0; i < 200; i++) graph.runSync([input], [output]);
   const replayUs = ((performance.now() - t0) / 200) * 1000;
   const t1 = performance.now();
-  for (let i = 0; i < 200; i++) await plain.run([input], [output]);
+  for (let i = 0; i < 200; i++) plain.runSync([input], [output]);
   const plainUs = ((performance.now() - t1) / 200) * 1000;
   t.log(`per run: CUDA graph ${replayUs.toFixed(0)} us, without ${plainUs.toFixed(0)} us`);
 });

@@ -1,7 +1,9 @@
 """CUDA shared memory with NVIDIA's own client: tritonclient.utils.cuda_shared_memory makes the
 regions (cudaMalloc in this process, through cuda-python), tritonclient.grpc and .http register
 them and infer with the digits example's input and outputs in them; the answers must equal the
-same request's inline ones. Skipped, saying why, without a GPU, tritonclient or cuda-python.
+same request's inline ones. Skipped, saying why, without a GPU; with one, a client that cannot be
+imported (tritonclient or cuda-python missing, or of another generation) fails the suite, saying
+why (cuda_client.py), rather than skipping it and letting the step pass.
 
     python3 -m pytest -q test/gpu/test_cuda_shm_tritonclient.py   (a GPU machine, backend cuda installed)
 """
@@ -14,12 +16,17 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "compat"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from server_process import serve_entry, stop_server  # noqa: E402
+from cuda_client import gpu_count, import_cudashm, import_failure  # noqa: E402
 
-try:
-    import tritonclient.utils.cuda_shared_memory as cudashm
-except (ImportError, RuntimeError) as err:  # tritonclient says RuntimeError when cuda-python is missing
-    pytest.skip(f"tritonclient's CUDA shared memory cannot be imported: {err}", allow_module_level=True)
+GPUS = gpu_count()
+cudashm, IMPORT_ERROR = import_cudashm()
+if cudashm is None:
+    action, why = import_failure(IMPORT_ERROR, GPUS)
+    if action == "skip":
+        pytest.skip(why, allow_module_level=True)
+    pytest.fail(why, pytrace=False)
 grpcclient = pytest.importorskip("tritonclient.grpc")
 try:  # tritonclient's HTTP client needs geventhttpclient too: without it, gRPC only
     import tritonclient.http as httpclient
@@ -29,17 +36,8 @@ except ImportError:
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _gpu_count():
-    try:
-        from cuda.bindings import runtime
-        err, count = runtime.cudaGetDeviceCount()
-        return count if int(err) == 0 else 0
-    except Exception:  # no driver, no cuda-python
-        return 0
-
-
-if _gpu_count() == 0:
-    pytest.skip("no GPU that CUDA sees", allow_module_level=True)
+if GPUS == 0:
+    pytest.skip("no GPU that the CUDA driver sees", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

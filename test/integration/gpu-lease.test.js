@@ -6,7 +6,7 @@
 // bench/gpu-check.sh's GPU suites (skipped here without a GPU, run there), their logs archived in
 // $OUT. What a GPU session spends its minutes on, so a broken pack shows here first.
 import { execFile } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readlinkSync, realpathSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import test from 'ava';
@@ -76,17 +76,42 @@ test('the pack arrives in parts, one call each, and the last call unpacks it and
   const unpacked = realpathSync(path.join(checkout, '.gpu-lease', 'unpacked', 'stowage'));
   t.is(readlinkSync(path.join(checkout, 'dist')), path.join(unpacked, 'dist'));
   t.is(readlinkSync(path.join(checkout, 'node_modules')), path.join(unpacked, 'node_modules'));
-  const archives = readdirSync(out).filter((f) => /^gpu-check-\d{6}\.tar\.gz$/.test(f));
-  t.is(archives.length, 1, readdirSync(out).join(', '));
-  const { stdout: listing } = await run('tar', ['-tzf', path.join(out, archives[0])]);
+  t.deepEqual(readdirSync(out).sort(), ['gpu-check-logs.tar.gz', 'gpu-check.log'], 'two files whatever the number of steps');
+  const { stdout: listing } = await run('tar', ['-tzf', path.join(out, 'gpu-check-logs.tar.gz')]);
   t.true(listing.split('\n').includes('./gpu-tests.log'), listing);
   // The suites ran: ava's summary in the step's log (every test skipped where there is no GPU).
-  const { stdout: log } = await run('tar', ['-xzOf', path.join(out, archives[0]), './gpu-tests.log']);
+  const { stdout: log } = await run('tar', ['-xzOf', path.join(out, 'gpu-check-logs.tar.gz'), './gpu-tests.log']);
   t.regex(log, /\d+ tests? (passed|skipped)/);
+  t.regex(readFileSync(path.join(out, 'gpu-check.log'), 'utf8'), /=== gpu-tests: exit 0/, 'the whole output in $OUT too');
 
   // A second call on the same machine unpacks nothing again.
   const again = await leaseRun(checkout, { ...env, GPU_LEASE_DRY: '1' });
   t.is(again.code, 0);
   t.notRegex(again.stdout, /unpacked in/);
   t.regex(again.stdout, /GPU_LEASE_DRY=1, gpu-check\.sh not run/);
+});
+
+test('a check cut by its deadline ends by itself within it, every finished step\'s log in $OUT: a step that never ends is killed, the next skipped', async (t) => {
+  t.timeout(120_000);
+  const temp = tempDir('stowage-gpu-deadline-');
+  t.teardown(temp.cleanup);
+  const out = path.join(temp.dir, 'out');
+  const started = performance.now();
+  // The deadline a leased call's limit asks for, scaled down from 540 s to 60 s.
+  const result = await run('bash', ['bench/gpu-check.sh', path.join(temp.dir, 'logs')], {
+    cwd: ROOT,
+    env: { ...process.env, GPU_CHECK_DEADLINE_S: '60', GPU_CHECK_OUT: out, GPU_CHECK_STEPS: 'rehearse-quick,rehearse-hang,rehearse-after' },
+  }).then(() => ({ code: 0 }), (err) => ({ code: /** @type {{ code: number }} */ (err).code }));
+  const seconds = (performance.now() - started) / 1000;
+  t.true(seconds < 60, `ended after ${seconds.toFixed(1)} s`);
+  t.is(result.code, 1, 'a cut or skipped step fails the check');
+  const log = readFileSync(path.join(out, 'gpu-check.log'), 'utf8');
+  t.regex(log, /\[rehearse-quick\] a step that ends at once/);
+  t.regex(log, /=== rehearse-quick: exit 0/);
+  t.regex(log, /=== rehearse-hang: cut at \d+ s \(its limit or the deadline\)/);
+  t.regex(log, /=== rehearse-after: skipped, \d+ s left before the deadline/);
+  t.notRegex(log, /never run/);
+  const { stdout: listing } = await run('tar', ['-tzf', path.join(out, 'gpu-check-logs.tar.gz')]);
+  t.true(['./rehearse-quick.log', './rehearse-hang.log'].every((f) => listing.split('\n').includes(f)), listing);
+  t.log(`cut by a 60 s deadline after ${seconds.toFixed(1)} s`);
 });

@@ -179,14 +179,17 @@ function outputTargets(wanted: readonly string[], batch: readonly InferCommand[]
 /**
  * A run through the executable's CUDA graph for this batch size (cuda-graphs.ts); null when it
  * cannot take one, and the run goes on plainly. A graph run that fails turns graphs off for the
- * executable (said in its status) and the batch runs plainly.
+ * executable (said in its status) and the batch runs plainly, unless the failure poisoned the GPU:
+ * then the device is out of service, and that is the batch's answer.
  */
-function runGraph(executable: Executable, inputs: OrtTensor[], targets: (string | OrtTensor)[], runBatch: number, epoch: number): OrtOutput[] | null {
+function runGraph(ctx: ExecutionContext, executable: Executable, inputs: OrtTensor[], targets: (string | OrtTensor)[], runBatch: number, epoch: number): OrtOutput[] | null {
   const graphs = executable.graphs!;
   if (targets.some((t) => typeof t === 'string')) return null;
   try {
     return graphs.run(inputs, targets as OrtTensor[], runBatch, epoch);
   } catch (err) {
+    const answer = verdict(ctx, err);
+    if (answer !== err) throw answer;
     graphs.turnOff(`a run through its graph failed: ${(err as Error).message}`);
     return null;
   }
@@ -328,7 +331,7 @@ async function runOnce(ctx: ExecutionContext, batch: InferCommand[], spec: Model
   try {
     // On a GPU the uploads go on their own stream first, and copy while this run computes.
     if (uploads?.issuedBeforeRun) uploads.start(instance);
-    const graphed = executable.graphs?.usable(runBatch) ? runGraph(executable, inputs, targets, runBatch, ctx.models.weightCache?.epoch(instance) ?? 0) : null;
+    const graphed = executable.graphs?.usable(runBatch) ? runGraph(ctx, executable, inputs, targets, runBatch, ctx.models.weightCache?.epoch(instance) ?? 0) : null;
     if (graphed) return graphed;
     if (ctx.costs.estimate(instance, Math.max(runBatch, 1)) < ctx.inlineRunBelowMs) {
       return runs.runSync(inputs, targets, plainRun(executable)); // shorter than the hop to a libuv thread
@@ -395,9 +398,10 @@ function answersOf(ctx: ExecutionContext, batch: InferCommand[], model: LoadedMo
 
 /**
  * A failure outside the run itself (a cold model's copy onto the GPU, the wait for an upload beside
- * execution, a CUDA region's copy in or out) may have met a poisoned GPU as much as a run can: a
- * CUDA error goes to the device's verdict, which takes the device out when the context is poisoned
- * (its error is then the answer); any other failure is the answer as it is.
+ * execution, a CUDA region's copy in or out, a run through a CUDA graph, a control call: a load, its
+ * warm-up, a compaction, a prefetch) may have met a poisoned GPU as much as a run can: a CUDA error
+ * goes to the device's verdict, which takes the device out when the context is poisoned (its error
+ * is then the answer); any other failure is the answer as it is.
  */
 export function verdict(ctx: Pick<ExecutionContext, 'outOfService'>, err: unknown): unknown {
   if (!isOrtError(err) || !err.cudaError) return err;

@@ -27,7 +27,7 @@ import { fstatSync } from 'node:fs';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import { errors } from '../../shared/errors.js';
 import { mapSharedMemory } from '../../native/shm.js';
-import { allocateDeviceMemory, openIpcMemory, type DeviceMemory, type DeviceSlice, type OrtTensor } from '../../native/ort.js';
+import { allocateDeviceMemory, openIpcMemory, type DeviceMemory, type DeviceSlice, type IpcAllocation, type OrtTensor } from '../../native/ort.js';
 import type { RegionSlice, WireTensor } from '../../shared/channels/inference.js';
 
 /**
@@ -45,6 +45,8 @@ const CUDA_IN_PLACE_ALIGNMENT = 256;
 export interface GpuMemoryAccess {
   openIpc: (handle: Uint8Array, bytes: number, device: `cuda:${number}`) => DeviceMemory;
   allocate: (bytes: number, device: `cuda:${number}`) => DeviceMemory;
+  /** What the driver says of an opened handle's allocation (DeviceMemory.ipcAllocation). */
+  allocation?: (memory: DeviceMemory) => IpcAllocation | null;
 }
 
 export class RegionMappings {
@@ -58,10 +60,13 @@ export class RegionMappings {
   /** GPU scratch for inputs copied from CUDA regions on other GPUs: one buffer per use in an execution, reused by the next. */
   #scratch: DeviceMemory[] = [];
   #scratchUsed = 0;
+  readonly #warn: (message: string) => void;
 
-  constructor(gpu: number | null = null, access: GpuMemoryAccess = { openIpc: openIpcMemory, allocate: allocateDeviceMemory }) {
+  /** `warn`: a region taken without the driver's measure of it (its log line). */
+  constructor(gpu: number | null = null, access: GpuMemoryAccess = { openIpc: openIpcMemory, allocate: allocateDeviceMemory }, warn: (message: string) => void = () => {}) {
     this.#gpu = gpu;
     this.#access = access;
+    this.#warn = warn;
   }
 
   /** A new execution begins: the last one's scratch is free again (runs are one at a time). */
@@ -83,6 +88,16 @@ export class RegionMappings {
       memory = this.#access.openIpc(slice.cuda.handle, slice.regionByteSize, `cuda:${slice.cuda.gpu}`);
     } catch (err) {
       throw errors.sharedMemoryInvalid(`CUDA shared-memory region on GPU ${slice.cuda.gpu}: its IPC handle cannot be opened there (is it a live cudaIpcGetMemHandle of memory the client still holds, and no larger than byte_size says?): ${(err as Error).message}`);
+    }
+    // The client's device_id is checked against where the driver says the allocation is: runs,
+    // copies and the choice of in-place use all go by that GPU.
+    const allocation = (this.#access.allocation ?? ((m) => m.ipcAllocation))(memory);
+    if (allocation && allocation.gpu >= 0 && allocation.gpu !== slice.cuda.gpu) {
+      memory.release();
+      throw errors.sharedMemoryInvalid(`CUDA shared-memory region ${slice.key}: its IPC handle's allocation is on GPU ${allocation.gpu}, not on GPU ${slice.cuda.gpu} as its device_id says; register it with device_id ${allocation.gpu}`);
+    }
+    if (allocation?.unmeasured) {
+      this.#warn(`CUDA shared-memory region ${slice.key} on GPU ${slice.cuda.gpu}: the driver cannot measure its allocation (${allocation.unmeasured}), so it is taken at the client's byte_size of ${slice.regionByteSize} bytes, as Triton takes it; a byte_size larger than the allocation would fault the GPU`);
     }
     this.#cuda.set(slice.regionId, memory);
     return memory;

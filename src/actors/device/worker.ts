@@ -28,7 +28,7 @@ import { gpuMemory, loadCuda } from '../../native/cuda.js';
 import { modelOf, type InstanceKey } from '../../shared/model-spec.js';
 import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
 import { CostModel } from './cost-model.js';
-import { execute, type ExecutionContext } from './execution.js';
+import { execute, verdict, type ExecutionContext } from './execution.js';
 import { Staging } from './staging.js';
 import { DeviceModels } from './models.js';
 import { buffersOf, EdgeDoors } from './edge-doors.js';
@@ -121,7 +121,7 @@ function sessionsStatus(): DeviceSessionsStatus {
 }
 // In service until a run poisons the GPU's context (out-of-service.ts); then everything is refused.
 const service = new DeviceService(init.deviceId, cuda ? cuda.ordinal : null, (poisoned) => send({ type: 'outOfService', ...poisoned }));
-const regions = new RegionMappings(cuda ? cuda.ordinal : null);
+const regions = new RegionMappings(cuda ? cuda.ordinal : null, undefined, (message) => send({ type: 'warning', message, fields: { device: init.deviceId } }));
 const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler, regions, staging: new Staging(init.cuda ? pin : undefined), send, executed, fail, costs,
   // Backend cuda: every run on this thread. ONNX Runtime's CUDA provider keeps cuBLAS and cuDNN
   // state per session and per thread that runs it, for good: runs spread over libuv's threads held
@@ -131,7 +131,11 @@ const execution: ExecutionContext = { deviceId: init.deviceId, models, scheduler
   // bus at full speed), not from the request's pageable buffer.
   stageInputs: init.cuda !== null,
   uploadsAhead: weightCache && init.weights?.uploadBesideExecution
-    ? new UploadsAhead(weightCache, scheduler, (err) => send({ type: 'warning', message: `device ${init.deviceId}: an upload beside execution failed, so uploads beside execution are off on this device from now on (each model loads at its turn): ${(err as Error).message}`, fields: { device: init.deviceId } }))
+    ? new UploadsAhead(weightCache, scheduler, (err) => {
+      // A copy that met a poisoned GPU takes the device out, as a run's failure would.
+      verdict({ outOfService: (e) => service.afterFailedRun(e) }, err);
+      send({ type: 'warning', message: `device ${init.deviceId}: an upload beside execution failed, so uploads beside execution are off on this device from now on (each model loads at its turn): ${(err as Error).message}`, fields: { device: init.deviceId } });
+    })
     : null,
   running: null,
   outOfService: (err) => service.afterFailedRun(err) };
@@ -169,7 +173,8 @@ async function answer<K extends DeviceCallType>(type: K, msg: DeviceCall<K>): Pr
     tally.report();
     send({ type: 'reply', id: msg.id, reply });
   } catch (err) {
-    fail(msg.id, err);
+    // A load, warm-up, compaction or prefetch can meet a poisoned GPU as a run can.
+    fail(msg.id, verdict(execution, err));
   }
 }
 

@@ -188,6 +188,27 @@ test('bindings of their own on one session: each model of a graph runs with its 
   t.throws(() => bindings[2].bindInput({ name: 'x', type: FLOAT, dims: [1, 8], data: x }), { message: /session has been released/ });
 });
 
+test('a session counts the input shapes its runs went through: each one\'s first run is the one that holds a GPU\'s capture lock', async (t) => {
+  const layers = mlpLayers(8, [8, 16, 4]);
+  const s = OrtSession.open(mlpModel(layers, { weightsAsInputs: true }), opts);
+  t.teardown(() => s.release());
+  const b = s.createBinding();
+  layers.forEach((l, i) => {
+    b.bindInput({ name: `w${i}`, type: FLOAT, dims: [l.inputs, l.outputs], data: l.w });
+    b.bindInput({ name: `b${i}`, type: FLOAT, dims: [l.outputs], data: l.b });
+  });
+  const x = (/** @type {number} */ rows) => [{ name: 'x', type: FLOAT, dims: [rows, 8], data: new Float32Array(rows * 8) }];
+  t.is(s.shapesRun, 0);
+  await b.run(x(1), ['y']);
+  b.runSync(x(1), ['y']);
+  t.is(s.shapesRun, 1, 'batch 1 twice: one shape (the weights bound are not the run\'s own)');
+  await b.run(x(4), ['y']);
+  t.is(s.shapesRun, 2, 'a new batch size is a new shape');
+  // A run refused before it ran leaves the count as it was: its shape is still to be run first.
+  await t.throwsAsync(b.run([{ name: 'x', type: FLOAT, dims: [3, 8], data: new Float32Array(5) }], ['y']));
+  t.is(s.shapesRun, 2);
+});
+
 test('one CPU arena for the process: registered once, sessions opened on it take their runs\' activations from it, memory patterns on or off', async (t) => {
   // Registered once per process (ava may have run another test file's registration in this worker first).
   registerCpuArena();

@@ -101,6 +101,33 @@ test('a CUDA region is opened once, on its own GPU whichever GPU this device dri
   t.notThrows(() => regions.check('input "x"', cudaSlice(0, 64)), 'GPU memory cannot shrink: nothing to check per run');
 });
 
+test('a CUDA region\'s device_id is checked against the GPU the driver says its allocation is on; one the driver cannot measure is taken at its byte_size, with a warning naming why', (t) => {
+  /** @param {import('../../../../dist/native/ort.js').IpcAllocation} allocation */
+  const withAllocation = (allocation) => {
+    const memory = cudaMemory();
+    /** @type {string[]} */
+    const warnings = [];
+    const regions = new RegionMappings(0, { openIpc: () => memory, allocate: (bytes) => allocateDeviceMemory(bytes, 'cpu'), allocation: () => allocation }, (m) => warnings.push(m));
+    return { memory, regions, warnings };
+  };
+  // The client said GPU 1; the driver says GPU 0: refused, the opening closed again.
+  const wrong = withAllocation({ gpu: 0, bytes: 4096, unmeasured: null });
+  const err = t.throws(() => wrong.regions.openCuda(cudaSlice(0, 64, 1)));
+  t.is(/** @type {any} */ (err).code, 'STOWAGE_SHM_INVALID');
+  t.regex(err?.message ?? '', /region cuda:7: its IPC handle's allocation is on GPU 0, not on GPU 1 as its device_id says; register it with device_id 0/);
+  t.throws(() => wrong.memory.copyToHost(new Uint8Array(4), 0), { message: /released/ });
+  // Where the client said: taken, nothing said.
+  const right = withAllocation({ gpu: 0, bytes: 4096, unmeasured: null });
+  t.is(right.regions.openCuda(cudaSlice(0, 64)), right.memory);
+  t.deepEqual(right.warnings, []);
+  // The driver could not measure it (cuMemGetAddressRange on IPC-imported memory): taken at byte_size, said once.
+  const unmeasured = withAllocation({ gpu: -1, bytes: 0, unmeasured: 'cuMemGetAddressRange failed (CUDA driver error 1)' });
+  t.is(unmeasured.regions.openCuda(cudaSlice(0, 64)), unmeasured.memory);
+  unmeasured.regions.openCuda(cudaSlice(256, 64));
+  t.is(unmeasured.warnings.length, 1);
+  t.regex(unmeasured.warnings[0], /region cuda:7 on GPU 0: the driver cannot measure its allocation \(cuMemGetAddressRange failed \(CUDA driver error 1\)\), so it is taken at the client's byte_size of 4096 bytes, as Triton takes it/);
+});
+
 test('a lone CUDA input on this GPU is bound in place; on another GPU, or misaligned, it is copied once into scratch', (t) => {
   const memory = cudaMemory();
   memory.copyFromHost(Float32Array.of(1, 2, 3, 4), 256);
