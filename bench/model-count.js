@@ -17,10 +17,10 @@
 //     its weights' copy; every answer checked against its own model's. Runs: sessions shared (the
 //     defaults) at the full catalog, one session per model with no budget at the largest count it
 //     fits (--unshared-catalog), the shared one at that count too, and the shared one under a session
-//     budget (four sessions' worth) to show the reopens.
+//     budget (four sessions' worth) to show the reopens; the runs interleaved, --repeat rounds.
 //
 //   npm run build && node bench/model-count.js [--part a,b] [--counts 1,10,50] [--unshared-max 10]
-//        [--catalog 1000] [--unshared-catalog 1000] [--seconds 30] [--clients 8]
+//        [--catalog 1000] [--unshared-catalog 1000] [--repeat 2] [--seconds 30] [--clients 8]
 //        [--thread-pools per_session,process] [--backend cpu|cuda] [--shared-arena on|off] [--work DIR]
 //
 // --backend cuda (bench/gpu-check.sh's `sessions` step): part (a) on GPU 0, weights in a 512 MiB
@@ -52,6 +52,7 @@ const { values: opts } = parseArgs({
     'unshared-max': { type: 'string', default: '10' },
     catalog: { type: 'string', default: '1000' },
     'unshared-catalog': { type: 'string', default: '1000' },
+    repeat: { type: 'string', default: '2' },
     seconds: { type: 'string', default: '30' },
     clients: { type: 'string', default: '8' },
     'thread-pools': { type: 'string', default: 'per_session,process' },
@@ -68,6 +69,7 @@ const MAX_N = Math.max(...COUNTS);
 const UNSHARED_MAX = Number(opts['unshared-max']);
 const CATALOG = Number(opts.catalog);
 const UNSHARED_CATALOG = Math.min(CATALOG, Number(opts['unshared-catalog']));
+const REPEAT = Number(opts.repeat);
 const SECONDS = Number(opts.seconds);
 const CLIENTS = Number(opts.clients);
 const POOLS = /** @type {('per_session' | 'process')[]} */ (opts['thread-pools'].split(','));
@@ -296,12 +298,14 @@ async function partB() {
   console.log(`\n(b) a catalog of ${CATALOG} models over 10 architectures (1-20 MB each), ${mb(distinct)} MB of distinct weights (the compile cache filled in ${compiling.readySeconds.toFixed(0)} s); weight budget ${mb(budget)} MB (10%); Zipf(1.0) from ${CLIENTS} clients for ${SECONDS} s at batch 1; every answer checked; ${new Date().toISOString().slice(0, 10)}\n`);
 
   const cumulative = /** @type {number[]} */ ([]);
-  const runs = [
+  const round = [
     { label: 'sessions shared', n: CATALOG, runtime: DESIGNS.shared },
     { label: 'one per model, no budget', n: UNSHARED_CATALOG, runtime: DESIGNS.unshared },
     ...(UNSHARED_CATALOG < CATALOG ? [{ label: 'sessions shared', n: UNSHARED_CATALOG, runtime: DESIGNS.shared }] : []),
     { label: 'sessions shared, budget of 4 sessions', n: CATALOG, runtime: { ...DESIGNS.shared, session_budget_bytes: -1 } },
   ];
+  // The runs interleaved, REPEAT rounds: this machine's speed drifts by more than the designs differ.
+  const runs = Array.from({ length: REPEAT }, () => round).flat();
   /** @type {string[]} */
   const rows = [];
   for (const run of runs) {

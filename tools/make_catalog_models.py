@@ -68,21 +68,25 @@ def dense(rng, fan_in, fan_out, name, inits):
     inits.append(numpy_helper.from_array((rng.standard_normal(fan_out) * 0.01).astype(np.float32), f"{name}_b"))
 
 
+def dense_stack(x, sizes, arch, variant, seed, nodes, inits):
+    """Fully connected layers of `sizes` after `x`, the last one's output "scores": the backbone's
+    weights from the architecture's seed, the head's (and every tenth variant's last hidden layer's)
+    the variant's own."""
+    last = len(sizes) - 2
+    for k in range(len(sizes) - 1):
+        own = k == last or (k == last - 1 and variant % 10 == 0)
+        rng = np.random.default_rng((arch, variant, seed + k) if own else (arch, seed + k))
+        dense(rng, sizes[k], sizes[k + 1], f"l{k}", inits)
+        nodes.append(helper.make_node("Gemm", [x, f"l{k}_w", f"l{k}_b"], ["scores" if k == last else f"g{k}"]))
+        if k != last:
+            nodes.append(helper.make_node("Relu", [f"g{k}"], [f"h{k}"]))
+        x = f"h{k}"
+
+
 def mlp(arch, variant, out):
     sizes = MLPS[arch]
     nodes, inits = [], []
-    x = "x"
-    last = len(sizes) - 2
-    for k in range(len(sizes) - 1):
-        # The backbone from the architecture's seed; the head (and every tenth variant's last hidden layer) its own.
-        own = k == last or (k == last - 1 and variant % 10 == 0)
-        rng = np.random.default_rng((arch, variant, k) if own else (arch, k))
-        dense(rng, sizes[k], sizes[k + 1], f"l{k}", inits)
-        y = "scores" if k == last else f"h{k}"
-        nodes.append(helper.make_node("Gemm", [x, f"l{k}_w", f"l{k}_b"], [y if k == last else f"g{k}"]))
-        if k != last:
-            nodes.append(helper.make_node("Relu", [f"g{k}"], [y]))
-        x = y
+    dense_stack("x", sizes, arch, variant, 0, nodes, inits)
     g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", sizes[0]])],
                           [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n", sizes[-1]])], inits)
     name = f"a{arch}v{variant:03d}"
@@ -104,17 +108,7 @@ def convnet(arch, variant, out):
         x, cin, side = f"p{s}", cout, side // 2
     nodes.append(helper.make_node("Flatten", [x], ["flat"], axis=1))
     sizes = [cin * side * side] + widths
-    x = "flat"
-    last = len(sizes) - 2
-    for k in range(len(sizes) - 1):
-        own = k == last or (k == last - 1 and variant % 10 == 0)
-        rng = np.random.default_rng((arch, variant, 100 + k) if own else (arch, 100 + k))
-        dense(rng, sizes[k], sizes[k + 1], f"l{k}", inits)
-        y = "scores" if k == last else f"h{k}"
-        nodes.append(helper.make_node("Gemm", [x, f"l{k}_w", f"l{k}_b"], [y if k == last else f"g{k}"]))
-        if k != last:
-            nodes.append(helper.make_node("Relu", [f"g{k}"], [y]))
-        x = y
+    dense_stack("flat", sizes, arch, variant, 100, nodes, inits)
     g = helper.make_graph(nodes, "convnet", [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["n", 3, 32, 32])],
                           [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n", sizes[-1]])], inits)
     name = f"a{arch}v{variant:03d}"

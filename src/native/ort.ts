@@ -381,14 +381,54 @@ export function isOutOfMemory(err: unknown): boolean {
   return isOrtError(err) && err.outOfMemory === true;
 }
 
+/**
+ * Runs with inputs bound once and kept: a session's own binding (OrtSession), or one of several a
+ * session shared by models of one graph keeps, one per model (OrtBinding).
+ */
+abstract class BoundRuns<N extends NativeRuns> {
+  protected readonly native: N;
+
+  protected constructor(native: N) {
+    this.native = native;
+  }
+
+  /** Bind an input for every later run (until `unbindInputs`): a weightless session's weights. */
+  bindInput(tensor: OrtTensor): void {
+    this.native.bindInput(tensor);
+  }
+
+  unbindInputs(): void {
+    this.native.unbindInputs();
+  }
+
+  /**
+   * Run once. Inputs are read in place; each output is written into the buffer it is given, or
+   * (named only) allocated by ONNX Runtime. One run at a time per session, whatever binding it uses.
+   */
+  run(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): Promise<OrtOutput[]> {
+    try {
+      return this.native.run(inputs, outputs, options);
+    } catch (err) {
+      return Promise.reject(err); // arguments refused before the run: a rejection all the same
+    }
+  }
+
+  /**
+   * Run once on the calling thread, blocking it: for runs shorter than the hop to a libuv thread
+   * and back (tens of microseconds). Cannot be terminated.
+   */
+  runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): OrtOutput[] {
+    return this.native.runSync(inputs, outputs, options);
+  }
+}
+
 /** One ONNX Runtime session, opened on the calling thread (and used only there). */
-export class OrtSession {
-  readonly #native: NativeSession;
+export class OrtSession extends BoundRuns<NativeSession> {
   readonly inputs: readonly OrtTensorInfo[];
   readonly outputs: readonly OrtTensorInfo[];
 
   private constructor(native: NativeSession) {
-    this.#native = native;
+    super(native);
     this.inputs = native.inputs();
     this.outputs = native.outputs();
   }
@@ -408,47 +448,18 @@ export class OrtSession {
     return this.outputs.map(asGraphTensor);
   }
 
-  /** Bind an input for every later run (until `unbindInputs`): a weightless session's weights. */
-  bindInput(tensor: OrtTensor): void {
-    this.#native.bindInput(tensor);
-  }
-
-  unbindInputs(): void {
-    this.#native.unbindInputs();
-  }
-
-  /**
-   * Run once. Inputs are read in place; each output is written into the buffer it is given, or
-   * (named only) allocated by ONNX Runtime. One run at a time per session.
-   */
-  run(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): Promise<OrtOutput[]> {
-    try {
-      return this.#native.run(inputs, outputs, options);
-    } catch (err) {
-      return Promise.reject(err); // arguments refused before the run: a rejection all the same
-    }
-  }
-
-  /**
-   * Run once on the calling thread, blocking it: for runs shorter than the hop to a libuv thread
-   * and back (tens of microseconds). Cannot be terminated.
-   */
-  runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): OrtOutput[] {
-    return this.#native.runSync(inputs, outputs, options);
-  }
-
   /**
    * A binding of its own on this session: inputs bound in it (one model's weights) stay apart from
    * the session's own and from other bindings', so models of one graph share one session, each
    * running with its weights. Runs of the session go one at a time, whatever binding they use.
    */
   createBinding(): OrtBinding {
-    return new OrtBinding(new addon!.Binding(this.#native));
+    return new OrtBinding(new addon!.Binding(this.native));
   }
 
   /** Stop the run in flight (it rejects); false when none is. */
   terminate(): boolean {
-    return this.#native.terminate();
+    return this.native.terminate();
   }
 
   /**
@@ -457,51 +468,29 @@ export class OrtSession {
    * invalidate another device actor's graph capture): warm-up's runs and a client's new batch size.
    */
   get shapesRun(): number {
-    return this.#native.shapesRun();
+    return this.native.shapesRun();
   }
 
   /** The CUDA provider's options as ONNX Runtime took them, `key=value;...` ("" on the CPU). */
   get providerOptions(): string {
-    return this.#native.providerOptions();
+    return this.native.providerOptions();
   }
 
   /** Free the session (after the run in flight, if any). */
   release(): void {
-    this.#native.release();
+    this.native.release();
   }
 }
 
 /** Inputs bound apart on a shared session (OrtSession.createBinding), and runs made with them. */
-export class OrtBinding {
-  readonly #native: NativeBinding;
-
+export class OrtBinding extends BoundRuns<NativeBinding> {
   constructor(native: NativeBinding) {
-    this.#native = native;
-  }
-
-  bindInput(tensor: OrtTensor): void {
-    this.#native.bindInput(tensor);
-  }
-
-  unbindInputs(): void {
-    this.#native.unbindInputs();
-  }
-
-  run(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): Promise<OrtOutput[]> {
-    try {
-      return this.#native.run(inputs, outputs, options);
-    } catch (err) {
-      return Promise.reject(err);
-    }
-  }
-
-  runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): OrtOutput[] {
-    return this.#native.runSync(inputs, outputs, options);
+    super(native);
   }
 
   /** Let go of its bound inputs now (after the run in flight with it, if any); the session stays open. */
   release(): void {
-    this.#native.release();
+    this.native.release();
   }
 }
 

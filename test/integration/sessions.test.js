@@ -96,6 +96,8 @@ test('variants of one graph share one session per device and answer with their o
 test('a reload to the same graph keeps the session; unloading one leaves it to the others; a failed load leaves the counts right', async (t) => {
   const { server, control, models, repo } = await serve(t, (repo) => writeVariants(repo, { count: 4, sizes: SIZES }));
   t.is(await callAll(t, server, models), 0);
+  const arena = (await sessions(server.adminPort)).arena;
+  t.true(arena > 0);
   // A reload with new weights of the same shapes: the new version joins the session before the old leaves.
   const [first, second, ...rest] = models;
   const retrained = writeBundle(repo, first.name, first.layers.map((l, i) => (i === 2 ? denseLayer(4242, l.inputs, l.outputs) : l)));
@@ -105,6 +107,7 @@ test('a reload to the same graph keeps the session; unloading one leaves it to t
   t.is(s.graphs, 1);
   t.is(s.opens, 1, 'the reload opened nothing');
   t.is(s.unloads, 0, 'and closed nothing');
+  t.true(s.arena >= arena, 'the process\'s one activation arena, registered once, kept across the reload');
   // Unload one: the others run on.
   await server.client.call('RepositoryModelUnload', { model_name: second.name });
   t.is(await callAll(t, server, [retrained, ...rest]), 0);
@@ -161,6 +164,7 @@ test('sharers evicted, compacted and loaded while the others run, and a device c
   const s = await sessions(server.adminPort);
   t.is(s.graphs, 1);
   t.is(s.perSession, variants + 1);
+  t.true(s.arena > 0, 'the replacement worker takes activations from the arena the process registered before');
 });
 
 test('under a session budget idle sessions close and reopen on their next call, from the compile cache or compiled again, and no request fails', async (t) => {
