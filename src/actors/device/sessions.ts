@@ -26,7 +26,7 @@ import { isOutOfMemory, type OrtSession, type OrtTensorInfo } from '../../native
 
 /** What runs on a pooled session: one executable of a loaded model (executables.ts). */
 export interface SessionUser {
-  /** Its own binding while the session is open; null while closed (made again on the next use). */
+  /** Its session closed, or it left the session: it lets go of its binding (made again at its next use). */
   onClose(): void;
   /** A `residency: device` model's session is never closed by the budget. */
   readonly pinned: boolean;

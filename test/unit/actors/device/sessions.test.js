@@ -5,7 +5,7 @@
 // the sharing key (actors/device/executables.ts): equal graphs and options share, a provider option
 // such as tf32 or CUDA graphs on or off does not.
 import test from 'ava';
-import { PooledSession, SessionPool } from '../../../../dist/actors/device/sessions.js';
+import { PooledSession, reopenExhausted, SessionPool } from '../../../../dist/actors/device/sessions.js';
 import { sharingKey } from '../../../../dist/actors/device/executables.js';
 import { initOrt, ortAddon } from '../../../../dist/native/ort.js';
 
@@ -97,6 +97,12 @@ test('an open that runs out of memory closes the least recently used idle sessio
   await t.throwsAsync(sessions.join('g2', c, () => make('g2', 100)), { message: 'not a memory failure' });
   t.is(sessions.get('g2'), undefined, 'a session that never opened is not kept');
   t.like(sessions.report(), { sessions: 2, users: 2 });
+  // A reopen that still finds no memory: the call fails RESOURCE_EXHAUSTED saying so, the model stays READY.
+  const exhausted = reopenExhausted('m', ortAddon().ortFailure(1, 'Failed to allocate memory for requested buffer of size 123'));
+  t.is(/** @type {any} */ (exhausted).code, 'STOWAGE_DEVICE_MEMORY_EXHAUSTED');
+  t.regex(exhausted.message, /closed under runtime\.session_budget_bytes and could not open again: memory ran out even after closing another idle session .*the model stays READY/);
+  const other = new Error('no such file');
+  t.is(reopenExhausted('m', other), other, 'any other failure is said as it is');
 });
 
 test('the sharing key: equal graphs and options share; another graph, a provider option (tf32) or CUDA graphs do not', (t) => {
