@@ -84,8 +84,9 @@ export class ModelSlots {
 
   /** The main thread gives its lease on `instance` back; the last one on a closed slot wakes whoever waits for it to drain. */
   release(instance: InstanceKey, slot: number): void {
-    this.#leases.release(slot);
-    if (this.#slots.get(instance)?.open === false) this.released();
+    const s = this.#slots.get(instance);
+    this.#leases.release(slot, s?.tag ?? 0);
+    if (s?.open === false) this.released();
   }
 
   /** Every slot in use (open, or closed and not yet drained), and the instance it stands for. */

@@ -198,7 +198,7 @@ export class SharedMemoryRegistry {
     for (const s of slices) {
       const region = this.#byId.get(s.regionId);
       if (!region) continue;
-      this.#holds.release(region.slot);
+      this.#holds.release(region.slot, region.id);
       this.#closeIfIdle(region);
     }
   }

@@ -121,7 +121,7 @@ export function fromModelInferRequest(req: ModelInferRequest, owned: boolean): D
 }
 
 function decodeModelInferRequest(req: ModelInferRequest, owned: boolean): DataPlaneRequest {
-  const { parameters, timeoutUs } = requestParameters(parameterValues(req.parameters));
+  const read = requestParameters(parameterValues(req.parameters));
   const regions = req.inputs.map((input) => sharedMemoryRef(`input ${q(input.name)}`, parameterValues(input.parameters)));
   // raw_input_contents holds one entry per input that is not in shared memory, in input order.
   let inline = 0;
@@ -159,8 +159,8 @@ function decodeModelInferRequest(req: ModelInferRequest, owned: boolean): DataPl
     id: req.id,
     inputs,
     outputs: req.outputs.map((o) => requestedOutput(o.name, parameterValues(o.parameters))),
-    parameters,
-    ...(timeoutUs === undefined ? {} : { timeoutUs }),
+    // As REST's decoder does: whatever requestParameters reads, spread, never listed field by field.
+    ...read,
   };
 }
 

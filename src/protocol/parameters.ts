@@ -44,9 +44,11 @@ export function plainParameters(values: ParameterValues): PlainParameters {
 
 /**
  * A request's own parameters, read as Triton reads them: sequences refused, a priority that is not
- * an unsigned integer refused, the timeout in microseconds; and all of them as plain values.
+ * an unsigned integer refused, the timeout in microseconds; and all of them as plain values. Both
+ * protocols' decoders spread what this returns into their request, so a field added here reaches
+ * the data plane from gRPC and REST alike.
  */
-export function requestParameters(values: ParameterValues): Pick<DataPlaneRequest, 'parameters' | 'timeoutUs'> {
+export function requestParameters(values: ParameterValues): Pick<DataPlaneRequest, 'parameters' | 'timeoutUs' | 'priority'> {
   const { sequence_id: sequence, sequence_start: start, sequence_end: end, priority, timeout } = values;
   // A sequence is named by a non-zero integer or a non-empty string (Triton's two forms).
   const inSequence = (typeof sequence === 'bigint' && sequence !== 0n) || (typeof sequence === 'string' && sequence !== '');
@@ -59,14 +61,17 @@ export function requestParameters(values: ParameterValues): Pick<DataPlaneReques
     throw errors.invalidRequest(`parameter "priority" must be an unsigned integer (uint64_param), got ${shown(priority)}`);
   }
   const parameters = plainParameters(values);
-  if (timeout === undefined) return { parameters };
+  // 0 (or none) is the model's default level; beyond 2^53 it is past any level a node file names.
+  const level = typeof priority === 'bigint' && priority > 0n ? (priority > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(priority)) : 0;
+  const read = level > 0 ? { parameters, priority: level } : { parameters };
+  if (timeout === undefined) return read;
   if (!(typeof timeout === 'bigint' && timeout >= 0n)) {
     throw errors.invalidRequest(`parameter "timeout" must be a non-negative int64 (microseconds), got ${shown(timeout)}`);
   }
   // Past what one timer holds (2^31-1 ms, about 24.8 days, the node file's longest duration too)
   // a timeout means no timeout: the request waits as one without, under the queue bound.
   const us = Number(timeout);
-  return us > 0 && us / 1000 <= MAX_TIMER_MS ? { parameters, timeoutUs: us } : { parameters };
+  return us > 0 && us / 1000 <= MAX_TIMER_MS ? { ...read, timeoutUs: us } : read;
 }
 
 /** Triton's shared_memory_* parameters of one input or output, as a region reference; null when it uses none. */

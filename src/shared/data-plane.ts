@@ -70,6 +70,11 @@ export interface DataPlaneRequest {
   /** The request's own timeout (KServe's `timeout` parameter) in microseconds, if it set one. */
   timeoutUs?: number;
   /**
+   * Triton's `priority` parameter when the request set one above 0 (0, or none: the model's
+   * default). Carried from both protocols' decoders alike; the device does not order by it yet.
+   */
+  priority?: number;
+  /**
    * What was wrong with it, found while decoding its tensors and parameters (`refusedLater`): it
    * is the answer once the model is found, because which model is asked for is checked first (as
    * Triton does: an unknown model is NOT_FOUND whatever it carries). Absent: nothing was wrong.

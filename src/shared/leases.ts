@@ -14,9 +14,15 @@
  * closes a slot by clearing the word and then reading the counts. Atomics are sequentially
  * consistent, so at least one of the two sees the other: either the edge sees the slot closed
  * (and gives the lease back, going through the main thread instead), or the main thread sees the
- * count and waits for it. The tag makes a slot reused for another instance never pass for the old
- * one (an edge holding an old route sees a different tag). The main thread opens and closes slots
- * itself, so its own leases never race a close.
+ * count and waits for it. Either way a count given back on a closed slot may be the one the main
+ * thread waits for: a release, and a count an acquire took back because the slot closed as it
+ * added it, tell `lastOut` when they leave the slot's counts at 0 (the main thread's drain looks
+ * again). Both check after their own decrement, so of two threads passing at once the later one
+ * sees 0: neither a take-back nor a release that saw another's passing count stays silent.
+ * The tag makes a slot reused for another instance never pass for the old one (an edge holding an
+ * old route sees a different tag); tags are stored as 32-bit words (`word`), so a tag past 2^31
+ * compares as the same word it was stored as. The main thread opens and closes slots itself, so
+ * its own leases never race a close.
  *
  * Slots come in segments of SEGMENT_SLOTS, one SharedArrayBuffer each: the main thread adds one
  * when every slot is taken (`take`) and sends it to the edges (`adopt`) before anything names a
@@ -25,6 +31,14 @@
 
 /** Slots per segment of shared memory. */
 export const SEGMENT_SLOTS = 4096;
+
+/**
+ * A tag as its slot's 32-bit state word holds it: never 0 (a closed slot's word), whatever the tag
+ * (a count of loads or registrations that has passed 2^31, or 2^32, stays a word of its own).
+ */
+export function word(tag: number): number {
+  return ((tag % 0xffffffff) + 1) | 0;
+}
 
 /** The leases' shared memory as an edge receives it: the segments so far, and the rows of counts. */
 export interface LeasesShape {
@@ -40,12 +54,17 @@ export class Leases {
   /** The main thread: slots free to take, and who hears of a new segment. */
   readonly #free: number[] = [];
   readonly #grown: ((segment: SharedArrayBuffer) => void) | null;
+  readonly #lastOut: ((slot: number) => void) | null;
 
-  /** An edge thread's view of the main thread's leases (`shape`), in row `row`. */
-  constructor(shape: LeasesShape, row: number, grown: ((segment: SharedArrayBuffer) => void) | null = null) {
+  /**
+   * An edge thread's view of the main thread's leases (`shape`), in row `row`. `lastOut`: this
+   * thread gave back what may be the last lease on a closed slot (the main thread's drain waits).
+   */
+  constructor(shape: LeasesShape, row: number, grown: ((segment: SharedArrayBuffer) => void) | null = null, lastOut: ((slot: number) => void) | null = null) {
     this.#rows = shape.rows;
     this.#row = row;
     this.#grown = grown;
+    this.#lastOut = lastOut;
     for (const segment of shape.segments) this.adopt(segment);
   }
 
@@ -97,28 +116,36 @@ export class Leases {
   acquire(slot: number, tag: number): boolean {
     const words = this.#segment(slot);
     const state = slot % SEGMENT_SLOTS;
-    if (!words || Atomics.load(words, state) !== tag) return false;
+    const w = word(tag);
+    if (!words || Atomics.load(words, state) !== w) return false;
     const at = this.#count(this.#row, slot);
     Atomics.add(words, at, 1);
-    if (Atomics.load(words, state) === tag) return true;
-    Atomics.sub(words, at, 1); // closed meanwhile: the main thread may be waiting on the count
+    if (Atomics.load(words, state) === w) return true;
+    // Closed meanwhile: the main thread may have read this count, and waits for it to go.
+    Atomics.sub(words, at, 1);
+    this.#tellIfLast(slot, tag);
     return false;
   }
 
-  /** Give a lease on `slot` back. */
-  release(slot: number): void {
+  /** Give a lease on `slot` (tagged `tag`) back; the last on a closed slot tells `lastOut`. */
+  release(slot: number, tag: number): void {
     Atomics.sub(this.#segment(slot), this.#count(this.#row, slot), 1);
+    this.#tellIfLast(slot, tag);
   }
 
-  /** The main thread: `slot` stands for what is tagged `tag` (not 0) from now on. */
+  #tellIfLast(slot: number, tag: number): void {
+    if (this.#lastOut && !this.isOpen(slot, tag) && this.held(slot) === 0) this.#lastOut(slot);
+  }
+
+  /** The main thread: `slot` stands for what is tagged `tag` from now on. */
   open(slot: number, tag: number): void {
-    Atomics.store(this.#segment(slot), slot % SEGMENT_SLOTS, tag);
+    Atomics.store(this.#segment(slot), slot % SEGMENT_SLOTS, word(tag));
   }
 
   /** Whether `slot` still stands for what is tagged `tag`. */
   isOpen(slot: number, tag: number): boolean {
     const words = this.#segment(slot);
-    return words !== undefined && Atomics.load(words, slot % SEGMENT_SLOTS) === tag;
+    return words !== undefined && Atomics.load(words, slot % SEGMENT_SLOTS) === word(tag);
   }
 
   /** The main thread: no lease on `slot` is taken from now on (those held stay counted). */

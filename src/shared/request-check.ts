@@ -39,7 +39,7 @@ export function sliceOf(what: string, name: string, region: SliceableRegion, off
     throw errors.sharedMemoryInvalid(`${what}: offset ${offset} + byte_size ${byteSize} is outside region ${q(name)} of ${region.byteSize} bytes`);
   }
   // A CUDA region's key, for telling whether two slices overlap, is its registration's own.
-  const common = { regionId: region.id, fd: region.fd, regionOffset: region.offset, regionByteSize: region.byteSize, offset, byteSize };
+  const common = { regionId: region.id, name, fd: region.fd, regionOffset: region.offset, regionByteSize: region.byteSize, offset, byteSize };
   return region.cuda ? { ...common, key: `cuda:${region.id}`, cuda: region.cuda } : { ...common, key: region.key };
 }
 
@@ -60,7 +60,7 @@ export function holdRegions(holds: Leases, slices: readonly RegionSlice[], regio
     const region = regionOf(s.regionId);
     if (region && holds.acquire(region.slot, region.id)) continue;
     release(slices.slice(0, k));
-    throw errors.sharedMemoryNotFound(region?.name ?? `of id ${s.regionId}`);
+    throw errors.sharedMemoryNotFound(s.name);
   }
 }
 

@@ -40,7 +40,8 @@
  * | shared memory in place | 0 | 0 | inputs are read in place from the mapped region (a slice misaligned for its type is copied into staging, device); a lone request's output whose shape the graph fixes is computed by ONNX Runtime into the region itself; the response carries an empty entry | 2 |
  * | shared memory coalesced | 1 | 0 | requests that rode together, their outputs in one region laid end to end in the batch's order (the device orders a batch by its requests' output slices): each request's input rows are copied into the joined input in staging (device); ONNX Runtime computes the batch's output into the region itself, every request's rows landing in its own slice | 2 |
  * | shared memory copied | 1 | 0 | as shared memory in place, but when ONNX Runtime cannot write into the region (a coalesced batch whose slices are not end to end in one region, an output axis the graph leaves symbolic, a slice misaligned for its type or over the request's input bytes) it writes into staging and the output is copied into the region after the run (device) | 2 |
- * | hooked | 3 | 0 | pre- and postprocess, lone: grpc-js's join (edge); the message's buffer goes to the hook thread whole (a view misaligned for its type is copied first by `inlineData`, request-check.ts, edge); what the hooks return is their own (a returned view of part of a buffer is copied, a plain array converted: hook); preprocess's tensors go from the hook thread to the device through its door, never to the edge; ONNX Runtime writes each output into a buffer of the request's own, which goes to postprocess as it is; protobufjs encodes the response (edge); grpc-js's frame (edge). Preprocess only: the device places the outputs for the edge to frame instead of protobufjs encoding them. A coalesced request's rows of each output are copied out of the batch's before going to postprocess (device) | preprocess only: 3, edge -> hook -> device -> edge; postprocess only: 4, edge -> device -> edge -> hook -> main; both: 5 |
+ * | hooked | 3 | 0 | pre- and postprocess, lone: grpc-js's join (edge); the message's buffer goes to the hook thread whole (a view misaligned for its type is copied first by `inlineData`, request-check.ts, edge); what the hooks return is their own (a returned view of part of a buffer is copied, a plain array converted: hook); preprocess's tensors go from the hook thread to the device through its door, never to the edge; ONNX Runtime writes each output into a buffer of the request's own, which goes to postprocess as it is; protobufjs encodes the response (edge); grpc-js's frame (edge). (A preprocess hook alone: its own row.) A coalesced request's rows of each output are copied out of the batch's before going to postprocess (device) | postprocess only: 4, edge -> device -> edge -> hook -> main; both: 5 |
+ * | preprocess only | 3 | 0 | a preprocess hook alone, lone: grpc-js's join (edge); the message's buffer goes to the hook thread whole (as hooked's); what the hook returns is its own (hook); its tensors go from the hook thread to the device through its door; ONNX Runtime writes each output into staging, and the device copies it into the frame the edge asked for (actors/device/output-frame.ts), around which the edge frames the response (device, as inline lone's); grpc-js's frame (edge) | 3: edge -> hook -> device -> edge |
  * | meta sub-call | 1 | 0 | the run hook's tensors are copied once on the hook thread, which may reuse them (hook); passed to the device as they are (no re-encode, no decode copy); ONNX Runtime writes the outputs into buffers of the sub-call's own, which go back to the hook thread as they are | 4 per sub-call: hook -> edge -> device -> edge -> hook |
  * | inline lone, backend cuda | 4 | 0 | as inline lone, and the input copied into pinned staging (staging.ts, device), from which ONNX Runtime's own copy to the GPU runs at the bus's speed; the output is written into pinned staging by ONNX Runtime's copy from the GPU. ONNX Runtime's copies to and from the GPU are the device's, as on any GPU server, and are not counted | 2 |
  * | CUDA shared memory in place | 0 | 0 | backend cuda, a lone request: its input is bound to the run in the client's GPU memory as it is (its region on the run's GPU, at an offset cudaMalloc's 256-byte alignment allows: actors/device/regions.ts), and an output whose shape the graph fixes is computed by ONNX Runtime into its region; nothing crosses the bus | 2 |
@@ -194,7 +195,8 @@ export class RequestPath<L extends PathLease> {
       let frame: OutputFrame | null = null;
       if (spec.kind === 'meta' || spec.hooks) {
         const context: HookContext = { model: req.model, requestId: req.id, parameters: checked.parameters };
-        result = await this.#run(lease, checked, context, deadlineMs, signal, spans);
+        // Without a postprocess hook the device's outputs go straight back: framed as the edge asked.
+        ({ result, frame } = await this.#run(lease, checked, context, deadlineMs, signal, spans, outputs ?? null));
       } else {
         // The plain request, the most of them: straight to the device, its outputs into the edge's frame.
         const request = this.#deviceRequest(lease, checked, outputs, deadlineMs, false);
@@ -252,7 +254,7 @@ export class RequestPath<L extends PathLease> {
       const checked = checkTensors(tensors, outputs, lease.spec);
       const context: HookContext = { model, requestId: parent.requestId, parameters: {} };
       const result = lease.spec.kind === 'meta' || lease.spec.hooks
-        ? await this.#run(lease, checked, context, deadlineMs, signal, spans)
+        ? (await this.#run(lease, checked, context, deadlineMs, signal, spans, null)).result
         : await this.#device(lease, this.#deviceRequest(lease, checked, null, deadlineMs, false), signal, spans);
       this.#succeeded(lease, started, spans, checked.batchSize, result);
       return result.outputs;
@@ -296,9 +298,11 @@ export class RequestPath<L extends PathLease> {
 
   /**
    * A meta model's run hook, or a model's hooks around the device: the checked request to its
-   * outputs, in the order the client asked (each a tensor of its own: a hook made them).
+   * outputs, in the order the client asked: each a tensor of its own when a hook made them; with a
+   * preprocess hook alone, the device's, written into the frame `layout` makes (the edge's, as a
+   * plain request's are), which comes back beside them.
    */
-  async #run(lease: L, checked: CheckedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal, spans: PathSpans | null): Promise<InferenceResult> {
+  async #run(lease: L, checked: CheckedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal, spans: PathSpans | null, layout: OutputLayout | null): Promise<{ result: InferenceResult; frame: OutputFrame | null }> {
     // Read only when a hook runs: an edge starts its hook threads at the first request that needs them.
     const hooks = this.#rooms.hooks;
     const { spec } = lease;
@@ -309,16 +313,16 @@ export class RequestPath<L extends PathLease> {
       const subInfer = (model: string, tensors: WireTensor[], outputs: string[]) => this.#subInfer(spec, context, model, tensors, outputs, deadlineMs, signal, spans);
       const returned = await traced('hook run', () => hooks.run(spec.name, 'run', spec.hooks!, checked.inputs, context, subInfer));
       const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, checked.rows);
-      return { outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION };
+      return { result: { outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION }, frame: null };
     }
     const post = spec.hooks?.postprocess === true;
-    const request = this.#deviceRequest(lease, checked, null, deadlineMs, post);
+    const request = this.#deviceRequest(lease, checked, layout, deadlineMs, post);
     const result = spec.hooks?.preprocess
       ? await traced('hook preprocess + device', () => this.#preprocessed(lease, request, context, signal, spans))
       : await this.#device(lease, request, signal, spans);
-    if (!post) return result;
+    if (!post) return { result, frame: request.frame };
     const all = checkHookTensors(spec.name, 'postprocess', await traced('hook postprocess', () => hooks.run(spec.name, 'postprocess', spec.hooks!, result.outputs, context)), spec.clientOutputs, checked.rows);
-    return { ...result, outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!) };
+    return { result: { ...result, outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!) }, frame: null };
   }
 
   /**

@@ -57,8 +57,11 @@ test.before(async () => {
   const repo = makeRepository(temp.dir, { echo: path.join(FIXTURES, 'models', 'echo') }, {
     'hooked/manifest.yaml': echoManifest,
     'hooked/model.js': readFileSync(path.join(FIXTURES, 'hooks', 'negates-by-element.js'), 'utf8'),
+    'preprocessed/manifest.yaml': echoManifest,
+    'preprocessed/model.js': readFileSync(path.join(FIXTURES, 'hooks', 'complements-before.js'), 'utf8'),
   });
   copyFileSync(path.join(FIXTURES, 'models', 'echo', 'model.onnx'), path.join(repo, 'hooked', 'model.onnx'));
+  copyFileSync(path.join(FIXTURES, 'models', 'echo', 'model.onnx'), path.join(repo, 'preprocessed', 'model.onnx'));
   server = await startServer({ model_repo: repo, global: { hooks: { threads: 1 } } }, {
     root: temp.dir,
     nodeArgs: ['--require', path.join(ROOT, 'test', 'helpers', 'copy-probe.cjs')],
@@ -229,6 +232,14 @@ test.serial('hooked: a request through pre- and postprocess hooks is copied as t
   const id = alignedId('hooked', 64, true);
   const { units, shown } = await copiesDuring(64 * ROW_BYTES, async () => check(t, (await server.client.infer('hooked', [input], { id })).outputs, input, true));
   t.is(units, seen('hooked'), shown);
+});
+
+test.serial('preprocess only: the device writes the outputs into the frame the edge asked for, as for a plain request, not protobufjs', async (t) => {
+  const input = x(64);
+  const id = alignedId('preprocessed', 64, true);
+  const { copies, units, shown } = await copiesDuring(64 * ROW_BYTES, async () => check(t, (await server.client.infer('preprocessed', [input], { id })).outputs, input, true));
+  t.is(units, seen('preprocess only'), shown);
+  t.false(copies.some((c) => /protobufjs|encode/i.test(c.where)), `protobufjs encoded none of it:\n${shown}`);
 });
 
 /**

@@ -84,8 +84,6 @@ export class EdgePath {
   /** The shared-memory regions this edge takes requests for. */
   readonly #regions: EdgeRegions;
   readonly #tracing: boolean;
-  /** Tells the main thread this edge gave back the last lease on a closed slot, or hold on an unregistered region. */
-  readonly #lastRelease: (of: 'model' | 'region') => void;
 
   /**
    * `row`: this edge's row in the leases and the counters. `viaMain`: how a request this edge does
@@ -94,12 +92,13 @@ export class EdgePath {
    */
   constructor(start: DirectStart, row: number, viaMain: Infer, lastRelease: (of: 'model' | 'region') => void, tracing = false) {
     this.#tracing = tracing;
-    this.#leases = new Leases(start.leases, row);
+    // A lease given back that may be the last on a slot the main thread closed (an unload or a
+    // reload waits for it to drain) tells it, whether a release or an acquire that lost the race.
+    this.#leases = new Leases(start.leases, row, null, () => lastRelease('model'));
     this.#router = new Router(start.routing);
     this.#counters = new RequestCounters(start.counters, row);
     this.#hookOptions = start.hooks;
     this.#regions = new EdgeRegions(start.regionHolds, row, () => lastRelease('region'));
-    this.#lastRelease = lastRelease;
     this.#path = new RequestPath(this.#rooms(viaMain));
   }
 
@@ -213,10 +212,9 @@ export class EdgePath {
     return { spec: route.spec, instance: route.instance, slot: route.slot, tag: route.tag, door };
   }
 
-  /** A lease given back; the last on a slot the main thread closed (an unload or reload waits) tells it. */
+  /** A lease given back; the last on a slot the main thread closed (an unload or reload waits) tells it (Leases' lastOut). */
   #release(lease: EdgeLease): void {
-    this.#leases.release(lease.slot);
-    if (!this.#leases.isOpen(lease.slot, lease.tag) && this.#leases.held(lease.slot) === 0) this.#lastRelease('model');
+    this.#leases.release(lease.slot, lease.tag);
   }
 
   #infer(lease: EdgeLease, request: InferenceRequest, signal: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {

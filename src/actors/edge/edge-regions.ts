@@ -22,12 +22,12 @@ export class EdgeRegions implements PathRegions {
   /** Regions by id, with their names, kept while this edge holds them (an unregistered one included). */
   readonly #byId = new Map<number, EdgeRegion & { name: string }>();
   readonly #holds: Leases;
-  readonly #idle: () => void;
 
   /** `row`: this edge's row in the holds. `idle`: the last hold on an unregistered region was given back. */
   constructor(holds: LeasesShape, row: number, idle: () => void) {
-    this.#holds = new Leases(holds, row);
-    this.#idle = idle;
+    // The last hold given back on an unregistered region tells the main thread, a release's or an
+    // acquire's that found the region unregistered as it took its hold.
+    this.#holds = new Leases(holds, row, null, () => idle());
   }
 
   /** The main thread added a segment of hold slots. */
@@ -70,11 +70,9 @@ export class EdgeRegions implements PathRegions {
     for (const s of slices) {
       const region = this.#byId.get(s.regionId);
       if (!region) continue;
-      this.#holds.release(region.slot);
-      if (this.#holds.isOpen(region.slot, region.id)) continue;
-      // Unregistered: the main thread closes it once no edge holds it; this edge's last hold may be the last.
-      if (this.#holds.held(region.slot) === 0) this.#idle();
-      if (this.#holds.heldHere(region.slot) === 0) this.#byId.delete(region.id);
+      this.#holds.release(region.slot, region.id);
+      // Unregistered: forgotten here with this edge's last hold (the last of all told the main thread).
+      if (!this.#holds.isOpen(region.slot, region.id) && this.#holds.heldHere(region.slot) === 0) this.#byId.delete(region.id);
     }
   }
 }

@@ -16,6 +16,8 @@ import type { InstanceKey } from '../model-spec.js';
 /** A tensor's place in a registered shared-memory region, as it travels to the device actor. */
 export interface RegionSlice {
   regionId: number;
+  /** The region's registered name, for messages (a request for a region unregistered since its check names it). */
+  name: string;
   key: string;
   /** The open descriptor the device maps from (the same process: threads share descriptors); -1 for a CUDA region. */
   fd: number;

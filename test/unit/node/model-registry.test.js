@@ -44,7 +44,7 @@ test('a ready model gets a slot and a route; a reload moves new leases to the ne
   t.false(edge.acquire(/** @type {any} */ (first).slot, /** @type {any} */ (first).tag), 'the old route takes no new lease');
   t.true(edge.acquire(second.slot, second.tag));
   t.deepEqual(r.pending(), new Map([['m', 2]]), 'the edge\'s leases on both instances count as in flight');
-  edge.release(second.slot);
+  edge.release(second.slot, second.tag);
 
   // The old instance drains only once the main thread's request and the edge's lease are done.
   const lease = r.acquire('m');
@@ -55,7 +55,7 @@ test('a ready model gets a slot and a route; a reload moves new leases to the ne
   r.release(mainHeld);
   const drained = r.drained(instanceKey('m', 1));
   t.false(await settled(drained), 'the edge still holds a lease on it');
-  edge.release(/** @type {any} */ (first).slot);
+  edge.release(/** @type {any} */ (first).slot, /** @type {any} */ (first).tag);
   t.false(await settled(drained), 'nothing polls: the edge\'s last release on the closed slot must say so');
   r.edgesReleased(); // what the edge's 'lastRelease' message does on the main thread
   t.true(await settled(drained));
@@ -108,5 +108,5 @@ test('instances beyond one segment of slots each get a slot of their own, and le
   const lease = r.acquire(`m${count - 1}`);
   t.deepEqual(r.pending(), new Map([[`m${count - 1}`, 2]]));
   r.release(lease);
-  edge.release(last.slot);
+  edge.release(last.slot, last.tag);
 });

@@ -106,6 +106,13 @@ test('shared with the edges: each region in a hold slot tagged with its id; an e
   const late = new EdgeRegions(holds.shape, 0, () => undefined);
   late.set('r', sent);
   t.throws(() => late.hold([slice]), { message: /no shared-memory region "r" is registered/ }, 'no new hold on an unregistered region');
+  // A request checked a moment before its edge heard of the unregister (its region forgotten there
+  // at once, no hold of its own on it): refused naming the region, not its id.
+  const checking = new EdgeRegions(holds.shape, 0, () => undefined);
+  checking.set('r', sent);
+  const checked = checking.slice('input "x"', 'r', 0, 64);
+  checking.set('r', null);
+  t.throws(() => checking.hold([checked]), { message: /no shared-memory region "r" is registered/ });
   t.is(holds.held(sent.slot), 1, 'a failed hold holds nothing');
   edge.release([slice]);
   t.is(idle, 1, 'the edge\'s last hold on an unregistered region tells the main thread');

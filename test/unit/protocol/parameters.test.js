@@ -1,6 +1,7 @@
 import test from 'ava';
 import { parameterValues } from '../../../dist/protocol/codec.js';
-import { jsonParameters } from '../../../dist/protocol/rest-tensors.js';
+import { jsonParameters, parseRestInfer } from '../../../dist/protocol/rest-tensors.js';
+import { fromModelInferRequest } from '../../../dist/protocol/codec.js';
 import { plainParameters, requestedOutput, requestParameters, sharedMemoryRef } from '../../../dist/protocol/parameters.js';
 import { stowageThrows } from '../../helpers/errors.js';
 
@@ -51,7 +52,8 @@ test('a request\'s timeout, priority and sequence are read alike from gRPC and f
     t.deepEqual(requestParameters(read({ timeout: int(2500) })), { parameters: { timeout: 2500 }, timeoutUs: 2500 }, name);
     t.deepEqual(requestParameters(read({ timeout: int(0) })), { parameters: { timeout: 0 } }, `${name}: 0 is no timeout`);
     t.is(requestParameters(read({ timeout: int(2 ** 52) })).timeoutUs, undefined, `${name}: past a timer's range, no timeout`);
-    t.deepEqual(requestParameters(read({ priority: int(1) })), { parameters: { priority: 1 } }, name);
+    t.deepEqual(requestParameters(read({ priority: int(1) })), { parameters: { priority: 1 }, priority: 1 }, name);
+    t.deepEqual(requestParameters(read({ priority: int(0) })), { parameters: { priority: 0 } }, `${name}: 0 is the model's default`);
     t.deepEqual(requestParameters(read({ sequence_id: int(0) })), { parameters: { sequence_id: 0 } }, `${name}: sequence 0 is none`);
     refused(t, () => requestParameters(read({ sequence_id: int(7) })), /no sequence batching/, 'STOWAGE_UNSUPPORTED');
     refused(t, () => requestParameters(read({ sequence_id: g ? { string_param: 'a' } : 'a' })), /no sequence batching/, 'STOWAGE_UNSUPPORTED');
@@ -80,4 +82,32 @@ test('Triton\'s shared-memory parameters become a region reference; classificati
     /shared_memory_byte_size must be a non-negative int64/, 'STOWAGE_INVALID_REQUEST');
   t.deepEqual(requestedOutput('p', jsonParameters({ binary_data: true }, '')), { name: 'p', region: null });
   refused(t, () => requestedOutput('p', jsonParameters({ classification: 3 }, '')), /output "p" asks for classification/, 'STOWAGE_UNSUPPORTED');
+});
+
+test('a request\'s parameters reach the data plane alike from gRPC and REST: every field requestParameters reads (priority, timeout, the values), none listed apart', async (t) => {
+  const rest = async (/** @type {Record<string, unknown>} */ parameters) => (await parseRestInfer(Buffer.from(JSON.stringify({
+    inputs: [{ name: 'x', datatype: 'FP32', shape: [1], data: [1] }], parameters,
+  })), undefined, 'm', '')).request;
+  const grpcRequest = (/** @type {import('../../../dist/protocol/types.js').Parameters} */ parameters) => fromModelInferRequest(/** @type {any} */ ({
+    model_name: 'm', model_version: '', id: '', inputs: [{ name: 'x', datatype: 'FP32', shape: ['1'], parameters: {}, contents: null }],
+    outputs: [], parameters, raw_input_contents: [new Uint8Array(4)],
+  }), false);
+  const cases = [
+    { rest: { priority: 2, timeout: 5000, tag: 'a' }, grpc: { priority: { parameter_choice: 'uint64_param', uint64_param: '2' }, timeout: { parameter_choice: 'int64_param', int64_param: '5000' }, tag: { parameter_choice: 'string_param', string_param: 'a' } } },
+    { rest: { priority: 0 }, grpc: { priority: { parameter_choice: 'uint64_param', uint64_param: '0' } } },
+    { rest: {}, grpc: {} },
+  ];
+  for (const c of cases) {
+    const fromRest = await rest(c.rest);
+    const fromGrpc = grpcRequest(/** @type {any} */ (c.grpc));
+    t.is(fromGrpc.refused, undefined, JSON.stringify(fromGrpc.refused));
+    const read = requestParameters(parameterValues(/** @type {any} */ (c.grpc)));
+    for (const key of /** @type {(keyof typeof read)[]} */ (Object.keys(read))) {
+      t.deepEqual(fromGrpc[key], read[key], `gRPC carries ${key}`);
+      t.deepEqual(fromRest[key], read[key], `REST carries ${key}`);
+    }
+    t.deepEqual(Object.keys(fromGrpc).filter((k) => !['model', 'version', 'id', 'inputs', 'outputs'].includes(k)).sort(), Object.keys(read).sort(), 'gRPC adds nothing else and drops nothing');
+  }
+  t.is(grpcRequest(/** @type {any} */ (cases[0].grpc)).priority, 2, 'Triton\'s priority, carried');
+  t.is(grpcRequest(/** @type {any} */ (cases[1].grpc)).priority, undefined, 'priority 0: the model\'s default, nothing carried');
 });

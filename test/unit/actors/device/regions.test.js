@@ -24,7 +24,7 @@ test.after.always(() => {
  * @param {number} byteSize
  * @returns {import('../../../../dist/shared/channels/inference.js').RegionSlice}
  */
-const slice = (offset, byteSize) => ({ regionId: 1, key, fd: present(fd), regionOffset: 0, regionByteSize: 4096, offset, byteSize });
+const slice = (offset, byteSize) => ({ regionId: 1, name: 'r', key, fd: present(fd), regionOffset: 0, regionByteSize: 4096, offset, byteSize });
 
 test('an output target is the region\'s own memory: what is written into it is in the region', (t) => {
   const regions = new RegionMappings();
@@ -75,7 +75,7 @@ function cudaRegions(memory, { refuse = false } = {}) {
  * @param {number} [gpu]
  * @returns {import('../../../../dist/shared/channels/inference.js').RegionSlice}
  */
-const cudaSlice = (offset, byteSize, gpu = 0) => ({ regionId: 7, key: 'cuda:7', fd: -1, regionOffset: 0, regionByteSize: 4096, offset, byteSize, cuda: { gpu, handle: new Uint8Array(64) } });
+const cudaSlice = (offset, byteSize, gpu = 0) => ({ regionId: 7, name: 'gpu_input', key: 'cuda:7', fd: -1, regionOffset: 0, regionByteSize: 4096, offset, byteSize, cuda: { gpu, handle: new Uint8Array(64) } });
 
 /** @param {import('../../../../dist/native/ort.js').DeviceMemory} memory @param {number} offset @param {number} count */
 function floatsAt(memory, offset, count) {
