@@ -50,7 +50,6 @@ class HostOffer {
   };
 }
 
-
 export class DeviceModels {
   /** Loaded model versions by instance key. */
   readonly #loaded = new Map<InstanceKey, LoadedModel>();
