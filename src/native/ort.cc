@@ -33,8 +33,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <set>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -242,16 +242,19 @@ struct Held {
   OrtValue* value = nullptr;
   Napi::ObjectReference keep;
   std::shared_ptr<DeviceBlock> block;
+  // Its shape as given: a run's shape key reads it here rather than asking ONNX Runtime per run.
+  std::vector<int64_t> dims;
   Held() = default;
   Held(const Held&) = delete;
   Held& operator=(const Held&) = delete;
-  Held(Held&& o) noexcept : value(o.value), keep(std::move(o.keep)), block(std::move(o.block)) { o.value = nullptr; }
+  Held(Held&& o) noexcept : value(o.value), keep(std::move(o.keep)), block(std::move(o.block)), dims(std::move(o.dims)) { o.value = nullptr; }
   Held& operator=(Held&& o) noexcept {
     if (this != &o) {
       reset();
       value = o.value;
       keep = std::move(o.keep);
       block = std::move(o.block);
+      dims = std::move(o.dims);
       o.value = nullptr;
     }
     return *this;
@@ -261,6 +264,7 @@ struct Held {
     value = nullptr;
     if (!keep.IsEmpty()) keep.Reset();
     block.reset();
+    dims.clear();
   }
   ~Held() {
     if (value && ort) ort->ReleaseValue(value);
@@ -291,6 +295,7 @@ Held deviceTensorOf(const Napi::Object& data, int type, const std::vector<int64_
   void* p = count ? static_cast<void*>(static_cast<uint8_t*>(d.data) + at) : static_cast<void*>(&empty);
   check(ort->CreateTensorWithDataAsOrtValue(d.info, p, count * width, dims.data(), dims.size(), static_cast<ONNXTensorElementDataType>(type), &held.value));
   held.block = *block;
+  held.dims = dims;
   // The slice object itself: a given output comes back as it was given.
   held.keep = Napi::Persistent(data);
   return held;
@@ -320,6 +325,7 @@ Held tensorOf(const Napi::Object& t, const std::string& what) {
       // copy: a BYTES element into ONNX Runtime's own string (it holds strings, not our bytes)
       if (!elements[i].empty()) std::memcpy(into, elements[i].data(), elements[i].size());
     }
+    held.dims = std::move(dims);
     return held;
   }
   size_t width = elementBytes(type);
@@ -333,6 +339,7 @@ Held tensorOf(const Napi::Object& t, const std::string& what) {
   void* p = b.length ? static_cast<void*>(b.data) : static_cast<void*>(&empty);
   check(ort->CreateTensorWithDataAsOrtValue(cpu, p, b.length, dims.data(), dims.size(), static_cast<ONNXTensorElementDataType>(type), &held.value));
   held.keep = Napi::Persistent(b.holder);
+  held.dims = std::move(dims);
   return held;
 }
 
@@ -636,8 +643,6 @@ class Session : public Napi::ObjectWrap<Session> {
     if (releasing_) close();
   }
 
-  // Held around a run: its thread ignores other threads' captures, and a run that may capture a
-  // graph (its first kRunsUntilCaptured runs) holds its GPU's capture lock.
   // Held around a run: its thread ignores other threads' captures, and a run that may capture a
   // graph (its first kRunsUntilCaptured runs) or is the session's first at its inputs' shapes
   // (cuDNN's algorithm search frees memory) holds its GPU's capture lock. The alternative, a
@@ -1150,10 +1155,7 @@ std::unique_ptr<RunState> Session::prepare(Bound& b, const Napi::CallbackInfo& i
     }
     for (size_t i = 0; i < inputNames.size(); i++) {
       state->shape += inputNames[i] + "[";
-      int type = 0;
-      std::vector<int64_t> dims;
-      shapeOf(state->inputs[i].value, type, dims);
-      for (int64_t d : dims) state->shape += std::to_string(d) + ",";
+      for (int64_t d : state->inputs[i].dims) state->shape += std::to_string(d) + ",";
       state->shape += "];";
     }
     state->newShape = shapesRun_.count(state->shape) == 0;
