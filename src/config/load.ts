@@ -83,7 +83,8 @@ export function environmentOverrides(): Override[] {
 /** Turn an environment string into the type the schema expects; validation reports a bad value. */
 function coerce(raw: string, schema: SchemaNode): unknown {
   if (schema.anyOf) {
-    // gpus: auto, a count, or a colon-separated list of ids; upload_beside_execution: auto or a boolean.
+    // gpus: auto, a count, or a colon-separated list of ids; upload_beside_execution and
+    // session_per_batch_size: auto or a boolean.
     if (raw === 'true' || raw === 'false') return raw === 'true';
     if (/^\d+$/.test(raw)) return Number(raw);
     if (raw.includes(':')) return raw.split(':').map((p) => (/^\d+$/.test(p) ? Number(p) : p));

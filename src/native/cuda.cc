@@ -166,8 +166,11 @@ void* ipcOpen(int ordinal, const CudaIpcHandle& handle, const std::string& what)
   }
   DeviceScope scope(ordinal, what);
   void* data = nullptr;
-  // Opened on the allocation's own GPU (the caller's `ordinal`): no peer access asked for (flag 0).
-  check(rt.ipcOpenMemHandle(&data, handle, 0), what + ": cudaIpcOpenMemHandle");
+  // Opened on the allocation's own GPU (the caller's `ordinal`), so no peer access is ever enabled.
+  // The flag is cudaIpcMemLazyEnablePeerAccess all the same: CUDA's documentation says it must be
+  // given, and the driver refuses 0 (cudaErrorInvalidValue: every registration failed so on an H200,
+  // 2026-11-28, while CuPy's open with the flag took the same kind of handle). Triton passes it too.
+  check(rt.ipcOpenMemHandle(&data, handle, kIpcMemLazyEnablePeerAccess), what + ": cudaIpcOpenMemHandle");
   ipcOpened[key] = {data, 1};
   return data;
 }

@@ -23,6 +23,9 @@ constexpr int kDeviceToHost = 2;
 constexpr int kDeviceToDevice = 3;
 constexpr int kDefault = 4;  // inferred from the pointers (unified addressing): across GPUs too
 
+// cudaIpcOpenMemHandle's flag cudaIpcMemLazyEnablePeerAccess, the one it takes.
+constexpr unsigned int kIpcMemLazyEnablePeerAccess = 1;
+
 // cudaIpcMemHandle_t: 64 opaque bytes, passed by value.
 constexpr size_t kIpcHandleBytes = 64;
 struct CudaIpcHandle {

@@ -383,7 +383,10 @@ export class StowageServer {
       weights: w.weights,
       cuda: backend === 'cuda' ? { ordinal: w.gpu, providerOptions: cudaProviderOptions(w.runtime.cuda), libraryDirs: cudaLibraryDirs(), graphs: w.runtime.cuda.graphs, sharedArena: w.runtime.cuda.shared_arena } : null,
       warmup: w.runtime.warmup === 'on' || (w.runtime.warmup === 'auto' && backend === 'cuda'),
-      sessions: { share: w.runtime.share_sessions, sharedActivations: backend === 'cpu' && w.runtime.share_activations, budgetBytes: w.runtime.session_budget_bytes },
+      sessions: {
+        share: w.runtime.share_sessions, sharedActivations: backend === 'cpu' && w.runtime.share_activations, budgetBytes: w.runtime.session_budget_bytes,
+        perBatchSize: w.runtime.session_per_batch_size === true || (w.runtime.session_per_batch_size === 'auto' && backend === 'cuda'),
+      },
       hostWeights: this.hostWeights,
       logger: this.#logger,
       onExecutions: (report) => {

@@ -62,7 +62,8 @@ const runtimeSchema = {
         // does not runs as before and its status says why; a model whose weights move more than
         // twice (evicted, compacted) goes on without. A warm ResNet-50 run took 0.42-0.79x the raw
         // run's time with them, 0.72-0.82x without, and no first call paid 100+ ms (H100, H200:
-        // docs/gpu.md). Off by default until the whole GPU suite has run with it on.
+        // docs/gpu.md). Off by default until the whole GPU suite has run with it on. On, each model
+        // has sessions of its own (share_sessions does not apply: a graph is its session's).
         graphs: { type: 'boolean', default: false },
         // One ONNX Runtime arena per GPU for every model's activations, instead of one per model's
         // session: each session's own arena keeps the most its runs ever took (911 MiB for a warmed
@@ -104,6 +105,14 @@ const runtimeSchema = {
     // the compile cache on its model's next call (the model stays READY; residency: device models
     // keep theirs). 0: no budget, every loaded model's session stays open.
     session_budget_bytes: { type: 'integer', minimum: 0, default: 0 },
+    // A model with a dynamic batch axis gets a session per compiled batch size, and each run is
+    // padded to the smallest size its rows fit, instead of one session run at every row count.
+    // With cuDNN 9 ONNX Runtime's CUDA Conv keeps one plan per node, for the last input shape,
+    // and builds it again whenever the shape changes: 50-140 ms a change for a small convnet and
+    // ResNet-50 on an H200 (2026-11-28), so alternating batch sizes on one session made every
+    // first call after warm-up cold and a coalescing catalog run at 18 requests/s. auto: on for
+    // backend cuda, off for cpu (whose kernels keep no per-shape plan, where padding only costs).
+    session_per_batch_size: { anyOf: [{ const: 'auto' }, { type: 'boolean' }], default: 'auto' },
     // Bytes of memory each device has (backend cpu: memory the device actor allocates for itself,
     // so a small device can be modelled; backend cuda: ignored, the GPU's free memory at start
     // counts). The memory pool is mem_fraction of it.

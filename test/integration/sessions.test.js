@@ -191,3 +191,34 @@ test('under a session budget idle sessions close and reopen on their next call, 
   t.true(s.reopens > 8);
   t.true(metric(s.m, 'stowage_device_session_reopen_seconds_total', 'device="0"') > 0);
 });
+
+test('runtime.session_per_batch_size: a session per compiled batch size, each run padded to the smallest that fits, every answer right; off (the CPU default), one session at every row count', async (t) => {
+  /** The batch sizes the device executed for `name`, from its statistics. */
+  const executed = async (/** @type {any} */ server, /** @type {string} */ name) => (await server.client.call('ModelStatistics', { name })).model_stats[0].batch_stats
+    .map((/** @type {{ batch_size: string }} */ b) => Number(b.batch_size)).sort((/** @type {number} */ a, /** @type {number} */ b) => a - b);
+  const calls = async (/** @type {any} */ server, /** @type {import('../helpers/mlp-catalog.js').CatalogModel[]} */ models) => {
+    const next = random(5);
+    const wrong = [];
+    // One at a time, so no two coalesce: 3 and 5 rows run alone.
+    for (const m of models) for (const rows of [1, 3, 8, 5, 1]) wrong.push(await inferAndCheck(server.client, m, rows, next));
+    return wrong.filter((w) => w !== null);
+  };
+  {
+    const { server, control, models } = await serve(t, (repo) => writeVariants(repo, { count: 3, sizes: SIZES }), { global: { runtime: { session_per_batch_size: true } } });
+    t.deepEqual(await calls(server, models), [], 'every answer its own model\'s, padded rows cut off');
+    const s = await sessions(server.adminPort);
+    t.is(s.graphs, 2, 'a session for batch 1 and one for batch 8, each shared by the three models');
+    t.is(s.open, 2);
+    t.is(s.perSession, 3);
+    for (const m of models) t.deepEqual(await executed(server, m.name), [1, 8], `${m.name}: 3 and 5 rows ran padded to 8`);
+    const { models: status } = await control.call('ModelControlStatus', { name: models[0].name });
+    t.regex(status[0].session, /^batch 1: shared with 3 models \(graph [0-9a-f]{12}\); batch 8: shared with 3 models \(graph [0-9a-f]{12}\)$/);
+  }
+  {
+    const { server, models } = await serve(t, (repo) => writeVariants(repo, { count: 3, sizes: SIZES }));
+    t.deepEqual(await calls(server, models), []);
+    const s = await sessions(server.adminPort);
+    t.is(s.graphs, 1, 'off: one session for the graph, run at every row count');
+    t.deepEqual(await executed(server, models[0].name), [1, 3, 5, 8]);
+  }
+});

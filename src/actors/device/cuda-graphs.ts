@@ -52,6 +52,31 @@ export function graphRefusal(inputs: readonly TensorSpec[], outputs: readonly Te
   return free ? `output ${free.name} has an axis the graph leaves free, so its size is not known before the run` : null;
 }
 
+/** One executable's graphs as its model's status says them. */
+export interface GraphSummary {
+  off: string | null;
+  sizes: number[];
+  runs: number;
+  graphs: number;
+}
+
+/**
+ * A model's graphs in one line: on for which batch sizes (over all its executables: a session per
+ * batch size has one each), with its runs and graphs summed; then each distinct reason some are off.
+ */
+export function graphStatus(summaries: readonly GraphSummary[]): string {
+  const on = summaries.filter((g) => g.off === null);
+  const said: string[] = [];
+  if (on.length > 0) {
+    const sizes = [...new Set(on.flatMap((g) => g.sizes))].sort((a, b) => a - b);
+    const runs = on.reduce((n, g) => n + g.runs, 0);
+    const graphs = on.reduce((n, g) => n + g.graphs, 0);
+    said.push(`on for batch ${sizes.join(', ') || 'none'} (${runs} runs through ${graphs} graph${graphs === 1 ? '' : 's'})`);
+  }
+  for (const why of new Set(summaries.flatMap((g) => (g.off === null ? [] : [g.off])))) said.push(`off: ${why}`);
+  return said.join('; ');
+}
+
 /** What a graph runs through: the executable's binding on its session (its weights bound there). */
 export interface GraphRunner {
   runSync(inputs: OrtTensor[], outputs: (string | OrtTensor)[], options?: OrtRunOptions): OrtOutput[];
@@ -87,10 +112,12 @@ export class CudaGraphs {
 
   /** For the model's status: on for which batch sizes, or off and why. */
   get status(): string {
-    if (this.#off) return `off: ${this.#off}`;
-    const sizes = [...this.#sizes].sort((a, b) => a - b);
-    const graphs = this.#nextId - 1;
-    return `on for batch ${sizes.join(', ') || 'none'} (${this.#runs} runs through ${graphs} graph${graphs === 1 ? '' : 's'})`;
+    return graphStatus([this.summary]);
+  }
+
+  /** What its status says, for a model's executables' to be said as one (graphStatus). */
+  get summary(): GraphSummary {
+    return { off: this.#off, sizes: [...this.#sizes], runs: this.#runs, graphs: this.#nextId - 1 };
   }
 
   /** Stop using graphs for this executable, saying why (runs go on without). */

@@ -50,6 +50,8 @@ export class Executable implements SessionUser {
   shapedOutputs: ReadonlySet<string> = new Set();
   /** Backend cuda with runtime.cuda.graphs: its CUDA graphs (on, or off saying why); null otherwise. */
   graphs: CudaGraphs | null = null;
+  /** The one batch size its session runs at, a dynamic file opened per size (runtime.session_per_batch_size); null otherwise. */
+  runSize: number | null = null;
   readonly #pinned: () => boolean;
 
   constructor(spec: ModelSpec, instance: InstanceKey, file: ExecutableFile, compiled: CompiledExecutable | null, pinned: () => boolean) {
@@ -160,12 +162,13 @@ function unsharedBecause(compiled: CompiledExecutable | null, options: OpenOptio
 
 /**
  * What makes two executables' sessions interchangeable: the weightless graph's SHA-256, the
- * optimisation level, every provider option (per-model ones such as tf32 included) and CUDA graphs
- * on or off. The device's own settings (threads, backend, shared activations) are the same for all.
+ * optimisation level, every provider option (per-model ones such as tf32 included), CUDA graphs
+ * on or off, and the one batch size a session per batch size runs at (null: every size). The
+ * device's own settings (threads, backend, shared activations) are the same for all.
  */
-export function sharingKey(graph: string, level: string, options: Pick<OpenOptions, 'cuda' | 'graphs'>): string {
+export function sharingKey(graph: string, level: string, options: Pick<OpenOptions, 'cuda' | 'graphs'>, runSize: number | null = null): string {
   const cuda = options.cuda ? Object.entries(options.cuda.options).sort(([a], [b]) => a.localeCompare(b)) : null;
-  return createHash('sha256').update(JSON.stringify({ graph, level, cuda, sharedArena: options.cuda?.sharedArena ?? false, graphs: options.graphs ?? false })).digest('hex');
+  return createHash('sha256').update(JSON.stringify({ graph, level, cuda, sharedArena: options.cuda?.sharedArena ?? false, graphs: options.graphs ?? false, runSize })).digest('hex');
 }
 
 const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
@@ -211,14 +214,18 @@ async function graphSource(pooled: PooledSession, users: readonly Executable[], 
  * about a millisecond. Null when the weight cache is off: the file opens as it is, weights
  * embedded, at full optimisation. `pinned` says whether the model's residency is `device` now.
  */
-export async function openExecutable(spec: ModelSpec, instance: InstanceKey, file: ExecutableFile, compiled: CompiledExecutable | null, options: OpenOptions, pinned: () => boolean): Promise<Executable> {
+export async function openExecutable(spec: ModelSpec, instance: InstanceKey, file: ExecutableFile, compiled: CompiledExecutable | null, options: OpenOptions, pinned: () => boolean,
+  runSize: number | null = null): Promise<Executable> {
   // On the CPU the compiled graph is optimised already: 'basic' only folds what the split left
   // constant, in about a millisecond. For CUDA the compiler stopped at the provider-neutral level:
   // 'all' here makes the CUDA provider's own fusions. Without the weight cache the file opens as it is.
   const level = compiled === null || options.cuda ? 'all' : 'basic';
   const unshared = unsharedBecause(compiled, options);
-  const key = unshared !== null ? `own ${instance} ${file.path}` : sharingKey(compiled!.graph, level, options);
+  // A dynamic file opened for one batch size (runSize: runtime.session_per_batch_size) has a session
+  // of its own for that size, shared only with other models' sessions of its graph at that size.
+  const key = unshared !== null ? `own ${instance} ${file.path}${runSize === null ? '' : ` b${runSize}`}` : sharingKey(compiled!.graph, level, options, runSize);
   const executable = new Executable(spec, instance, file, compiled, pinned);
+  executable.runSize = runSize;
   const make = () => {
     const pooled: PooledSession = new PooledSession(key, unshared === null ? compiled!.graph : null, unshared, async (reason) => {
       const users = [...pooled.users] as Executable[];
@@ -249,15 +256,13 @@ export async function openExecutable(spec: ModelSpec, instance: InstanceKey, fil
       return shape.every((d, i) => i === t.batchDim || (typeof d === 'number' && d >= 0));
     }).map((t) => t.name));
     if (options.cuda && options.graphs) {
-      // The batch sizes it runs at: its own (a per-size file), the compiled ones (dynamic), or 0 (unbatched).
-      const sizes = file.batchSize !== null ? [file.batchSize] : spec.batchAxis === null ? [0] : spec.compiledBatchSizes;
+      // The batch sizes it runs at: its own (a per-size file, or the one its session is for), the
+      // compiled ones (dynamic), or 0 (unbatched).
+      const own = file.batchSize ?? runSize;
+      const sizes = own !== null ? [own] : spec.batchAxis === null ? [0] : spec.compiledBatchSizes;
       const off = pooled.graphsOff ?? graphRefusal(spec.inputs, spec.outputs, executable.shapedOutputs);
+      // Its session is its own: with graphs on, sessions are not shared (models.ts sharingOff).
       executable.graphs = new CudaGraphs(() => executable.runs, spec.inputs, spec.outputs, `cuda:${options.cuda.deviceId}`, sizes, off);
-      // Graph ids are the session's, and ONNX Runtime frees a captured graph only with its session:
-      // a session that serves two or more models runs them all without graphs.
-      if (pooled.users.size > 1) {
-        for (const u of pooled.users as Set<Executable>) u.graphs?.turnOff(`its session is shared with ${pooled.users.size} models`);
-      }
     }
   } catch (err) {
     options.sessions.leave(executable, pooled);

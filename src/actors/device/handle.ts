@@ -200,7 +200,7 @@ export class DeviceHandle implements DeviceClient {
 
   #spawn(): Promise<void> {
     const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, inlineRunBelowMs: this.#options.inlineRunBelowMs ?? INLINE_RUN_BELOW_MS, threadPool: this.#options.threadPool ?? 'per_session', scheduler: this.#options.scheduler, weights: this.#options.weights, cuda: this.#options.cuda ?? null, warmup: this.#options.warmup ?? false,
-      sessions: this.#options.sessions ?? { share: true, sharedActivations: !this.#options.cuda, budgetBytes: 0 } };
+      sessions: this.#options.sessions ?? { share: true, sharedActivations: !this.#options.cuda, budgetBytes: 0, perBatchSize: this.#options.cuda !== undefined && this.#options.cuda !== null } };
     this.#generation++;
     const startTimeoutMs = this.#options.startTimeoutMs ?? DEVICE_START_TIMEOUT_MS;
     const { worker, started } = startWorker<FromDevice, void>({

@@ -15,6 +15,7 @@ import { errors } from '../../shared/errors.js';
 import { modelOf, type InstanceKey, type ModelSpec } from '../../shared/model-spec.js';
 import type { CostModel } from './cost-model.js';
 import { bindWeights, openExecutable, tensorSources, type Executable, type OpenOptions } from './executables.js';
+import { graphStatus } from './cuda-graphs.js';
 import { warmUp } from './warmup.js';
 import type { QueuePolicy, Scheduler } from './scheduler.js';
 import type { HostBuffer, ResidencyOutcome, TensorSource, WeightCache } from './weight-cache.js';
@@ -48,6 +49,19 @@ class HostOffer {
     this.created[source.key] = buffer;
     return { bytes: new Uint8Array(buffer), fresh: true };
   };
+}
+
+/**
+ * Why this device's sessions are each a model's own, or null when models of one graph share one.
+ * With CUDA graphs on, sharing is off: a captured graph belongs to its session (ONNX Runtime frees
+ * it only with the session) and replays the addresses of the weights bound when it was captured,
+ * one model's. Turned off per shared session instead, as first built, every model of a catalog of
+ * one graph ran without graphs (the GPU suite's graph tests, H200, 2026-11-28).
+ */
+export function sharingOff(init: Pick<DeviceInit, 'sessions' | 'cuda'>): string | null {
+  if (!init.sessions.share) return 'sharing off: runtime.share_sessions is false';
+  if (init.cuda?.graphs) return 'sharing off: runtime.cuda.graphs is on (a captured graph is its session\'s and replays one model\'s weights)';
+  return null;
 }
 
 export class DeviceModels {
@@ -91,8 +105,8 @@ export class DeviceModels {
 
   /** Its executables' CUDA graphs, as its status says them (batch sizes each); null without graphs. */
   static graphStatus(executables: Iterable<Executable>): string | null {
-    const said = [...new Set([...executables].flatMap((e) => (e.graphs ? [e.graphs.status] : [])))];
-    return said.length ? said.join('; ') : null;
+    const summaries = [...executables].flatMap((e) => (e.graphs ? [e.graphs.summary] : []));
+    return summaries.length ? graphStatus(summaries) : null;
   }
 
   /** How the scheduler queues a model under `policy`. */
@@ -126,9 +140,21 @@ export class DeviceModels {
     const cuda = init.cuda ? { deviceId: init.cuda.ordinal, sharedArena: init.cuda.sharedArena, options: { ...init.cuda.providerOptions, ...(policy.tf32 === undefined ? {} : { use_tf32: policy.tf32 ? '1' : '0' }) } } : null;
     return {
       intraOpThreads: init.intraOpThreads, sharedThreadPool: init.threadPool === 'process', cuda, graphs: init.cuda?.graphs ?? false,
-      sharedActivations: init.sessions.sharedActivations, sessions: this.sessions, sharingOff: init.sessions.share ? null : 'sharing off: runtime.share_sessions is false',
+      sharedActivations: init.sessions.sharedActivations, sessions: this.sessions, sharingOff: sharingOff(init),
       cacheDir: init.weights?.cacheDir ?? null,
     };
+  }
+
+  /**
+   * The batch sizes a dynamic-batch file gets a session each for (runtime.session_per_batch_size),
+   * those no per-size file of the bundle covers; null: the file opens once, as it is. A run then
+   * goes to the smallest of them its rows fit (execution.ts executableFor), so no session ever
+   * changes shape, which costs ONNX Runtime's CUDA Conv a new cuDNN plan per node each time.
+   */
+  #sessionSizes(spec: ModelSpec, fileBatch: number | null): number[] | null {
+    if (!this.#init.sessions.perBatchSize || fileBatch !== null || spec.batchAxis === null || spec.compiledBatchSizes.length < 2) return null;
+    const ownFiles = new Set(spec.executables.map((f) => f.batchSize));
+    return spec.compiledBatchSizes.filter((size) => !ownFiles.has(size));
   }
 
   /** Whether `instance`'s residency is `device` now (its sessions then stay open): every model's when the cache is off. */
@@ -156,7 +182,10 @@ export class DeviceModels {
       const options = this.#openOptions(policy);
       const pinned = this.#pinned(instance, policy.residency);
       for (const [i, file] of spec.executables.entries()) {
-        opened.set(file.batchSize ?? 0, await openExecutable(spec, instance, file, cache ? compiled![i] : null, options, pinned));
+        const entry = cache ? compiled![i] : null;
+        const sizes = this.#sessionSizes(spec, file.batchSize);
+        if (sizes === null) opened.set(file.batchSize ?? 0, await openExecutable(spec, instance, file, entry, options, pinned));
+        else for (const size of sizes) opened.set(size, await openExecutable(spec, instance, file, entry, options, pinned, size));
       }
       // A `device` model comes on now, and fails its load if it cannot fit.
       outcome = cache?.add(instance, spec.name, policy.residency, tensorSources(opened.values()), host.buffer);
@@ -193,7 +222,7 @@ export class DeviceModels {
     const executables = [...opened.values()];
     return {
       loadMs: nowMs() - started,
-      compiled: { files: cache ? executables.length : 0, cacheHits: executables.filter((e) => e.cacheHit).length },
+      compiled: { files: cache ? spec.executables.length : 0, cacheHits: spec.executables.filter((f) => executables.some((e) => e.file === f && e.cacheHit)).length },
       weightBytes: cache?.weightBytes(instance) ?? 0,
       memory: this.memory(),
       load: outcome ? this.weightLoad(outcome) : null,
@@ -207,7 +236,7 @@ export class DeviceModels {
 
   /** Which session each of its executables runs on: shared with how many models, or why its own. */
   static sessionStatus(executables: Iterable<Executable>): string {
-    return [...new Set([...executables].map((e) => e.pooled.describe()))].join('; ');
+    return [...new Set([...executables].map((e) => (e.runSize === null ? '' : `batch ${e.runSize}: `) + e.pooled.describe()))].join('; ');
   }
 
   /** Its share of its sessions' bytes: each open session's bytes over the executables on it. */

@@ -41,6 +41,12 @@ export interface SessionsInit {
   sharedActivations: boolean;
   /** runtime.session_budget_bytes: idle sessions beyond it close, and reopen on their next call; 0: none. */
   budgetBytes: number;
+  /**
+   * runtime.session_per_batch_size resolved: a dynamic-batch file opens one session per compiled
+   * batch size, and a run takes the smallest size its rows fit (padded), so each session only ever
+   * runs at one shape (models.ts openExecutables).
+   */
+  perBatchSize: boolean;
 }
 
 /** A CUDA device actor's settings (config/cuda-options.ts derives them from runtime.cuda). */

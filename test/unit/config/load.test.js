@@ -22,7 +22,7 @@ test('defaults fill every key and the result is frozen', (t) => {
     logging: { level: 'info' },
     tracing: { exporter: 'none', endpoint: '', protocol: 'http/protobuf', sample_ratio: 1 },
     runtime: {
-      backend: 'cpu', warmup: 'auto', cuda: { tf32: true, cudnn_conv_algo_search: 'exhaustive', ort_arena_limit_bytes: 0, weight_cache_bytes: 0, graphs: false, shared_arena: false }, intra_op_threads: 0, inline_run_below_ms: 50, thread_pool: 'per_session', share_sessions: true, share_activations: true, session_budget_bytes: 0, cpu_device_memory_bytes: 1073741824, mem_fraction: 0.9, preallocate: true,
+      backend: 'cpu', warmup: 'auto', cuda: { tf32: true, cudnn_conv_algo_search: 'exhaustive', ort_arena_limit_bytes: 0, weight_cache_bytes: 0, graphs: false, shared_arena: false }, intra_op_threads: 0, inline_run_below_ms: 50, thread_pool: 'per_session', share_sessions: true, share_activations: true, session_budget_bytes: 0, session_per_batch_size: 'auto', cpu_device_memory_bytes: 1073741824, mem_fraction: 0.9, preallocate: true,
       weight_cache_fraction: 1, weight_cache_wiggle_fraction: 0.1, upload_beside_execution: 'auto',
     },
     scheduler: { discipline: 'fair', prefer_resident: true, ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, compaction_interval: 0, models: {} },

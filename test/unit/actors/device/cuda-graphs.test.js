@@ -5,7 +5,7 @@
 // same path on a GPU, capture and replay included.
 import path from 'node:path';
 import test from 'ava';
-import { CudaGraphs, graphRefusal, MAX_RECAPTURES } from '../../../../dist/actors/device/cuda-graphs.js';
+import { CudaGraphs, graphRefusal, graphStatus, MAX_RECAPTURES } from '../../../../dist/actors/device/cuda-graphs.js';
 import { allocateDeviceMemory, OrtSession } from '../../../../dist/native/ort.js';
 import { FIXTURES } from '../../../helpers/server.js';
 import { tensorSpec } from '../../../helpers/specs.js';
@@ -75,4 +75,12 @@ test('what cannot run in a graph is said: BYTES tensors, outputs of unknown size
   t.false(off.usable(1));
   t.is(off.run(input(1, 1), output(1), 1, 0), null);
   t.is(off.status, 'off: ONNX Runtime cannot capture it: a node runs on the CPU');
+});
+
+test('a model\'s graphs said as one line over its executables (a session per batch size has one each): sizes joined, runs and graphs summed, each reason for off once', (t) => {
+  const on = (/** @type {number} */ size, /** @type {number} */ runs) => ({ off: null, sizes: [size], runs, graphs: 1 });
+  t.is(graphStatus([on(8, 6), on(1, 6), on(32, 6)]), 'on for batch 1, 8, 32 (18 runs through 3 graphs)');
+  t.is(graphStatus([on(1, 4), { off: 'its weights moved 3 times', sizes: [8], runs: 5, graphs: 3 }, { off: 'its weights moved 3 times', sizes: [32], runs: 5, graphs: 3 }]),
+    'on for batch 1 (4 runs through 1 graph); off: its weights moved 3 times');
+  t.is(graphStatus([{ off: 'ONNX Runtime cannot capture it: a node on the CPU', sizes: [1, 8], runs: 0, graphs: 0 }]), 'off: ONNX Runtime cannot capture it: a node on the CPU');
 });

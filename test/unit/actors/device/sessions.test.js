@@ -7,6 +7,7 @@
 import test from 'ava';
 import { PooledSession, reopenExhausted, SessionPool } from '../../../../dist/actors/device/sessions.js';
 import { sharingKey } from '../../../../dist/actors/device/executables.js';
+import { sharingOff } from '../../../../dist/actors/device/models.js';
 import { initOrt, ortAddon } from '../../../../dist/native/ort.js';
 
 /** A pool whose sessions are plain objects, each open adding `bytes` to the measure. */
@@ -113,4 +114,17 @@ test('the sharing key: equal graphs and options share; another graph, a provider
   t.is(sharingKey('abc', 'all', cuda({ use_tf32: '1', cudnn_conv_algo_search: 'EXHAUSTIVE' })), sharingKey('abc', 'all', cuda({ cudnn_conv_algo_search: 'EXHAUSTIVE', use_tf32: '1' })), 'the order of options does not matter');
   t.not(sharingKey('abc', 'all', cuda({ use_tf32: '1' })), sharingKey('abc', 'all', cuda({ use_tf32: '0' })), 'tf32 differing: two sessions');
   t.not(sharingKey('abc', 'all', cuda({})), sharingKey('abc', 'all', { ...cuda({}), graphs: true }), 'graphs on or off: two sessions');
+  t.not(sharingKey('abc', 'all', cuda({}), 1), sharingKey('abc', 'all', cuda({}), 8), 'a session per batch size: one per size');
+  t.is(sharingKey('abc', 'all', cuda({}), 8), sharingKey('abc', 'all', cuda({}), 8));
+});
+
+test('sessions are not shared with CUDA graphs on (a captured graph is its session\'s), nor with runtime.share_sessions off; else they may be', (t) => {
+  const init = (/** @type {boolean} */ share, /** @type {boolean | null} */ graphs) => ({
+    sessions: { share, sharedActivations: false, budgetBytes: 0, perBatchSize: false },
+    cuda: graphs === null ? null : /** @type {any} */ ({ ordinal: 0, providerOptions: {}, libraryDirs: [], graphs, sharedArena: false }),
+  });
+  t.is(sharingOff(init(true, null)), null);
+  t.is(sharingOff(init(true, false)), null);
+  t.regex(String(sharingOff(init(true, true))), /runtime\.cuda\.graphs is on/);
+  t.regex(String(sharingOff(init(false, true))), /runtime\.share_sessions is false/);
 });
