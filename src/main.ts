@@ -23,7 +23,7 @@ usage:
 
 ${BUNDLE_USAGE.replace(/^usage:\n/, 'bundle commands:\n')}
 
-The node file is YAML (see node.yaml and the README). Environment overrides:
+The node file is YAML (see node.yaml and docs/configuration.md). Environment overrides:
 ${environmentOverrides().map((o) => `  ${o.env.padEnd(44)} ${o.keyPath.join('.')}`).join('\n')}
 `;
 

@@ -145,7 +145,7 @@ const schedulerSchema = {
     discipline: { enum: DISCIPLINES, default: 'fair' },
     // fair with the weight cache: a model whose weights are on the device may go before a less-charged
     // one whose weights are not, by at most that one's last cold load and one execution of device
-    // time (README, Scheduling). false: strictly least-charged first, a cold load at every turn when the queued
+    // time (docs/serving.md, Scheduling). false: strictly least-charged first, a cold load at every turn when the queued
     // models do not all fit.
     prefer_resident: { type: 'boolean', default: true },
     // Half-life, in seconds, of the moving average that learns each model's execution cost.

@@ -24,7 +24,7 @@ export const Status = {
 } as const;
 export type StatusCode = (typeof Status)[keyof typeof Status];
 
-/** Each code, its gRPC status and what it means (the README's error table mirrors this). */
+/** Each code, its gRPC status and what it means (docs/operations.md's error table mirrors this). */
 export const ERROR_CODES = {
   STOWAGE_MODEL_NOT_FOUND: { status: Status.NOT_FOUND, means: 'no model (or model version) of that name in the repository' },
   STOWAGE_MODEL_NOT_READY: { status: Status.UNAVAILABLE, means: 'the model exists but is loading, failed to load or is unloaded' },

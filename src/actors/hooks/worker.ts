@@ -5,7 +5,7 @@
  * file never lets a hook's exception escape as anything but a `hookFailed` answer. Each task type
  * (shared/channels/hooks.ts `HookCalls`) has its handler here.
  *
- * The hook contract (documented in the README):
+ * The hook contract (documented in docs/bundles.md):
  *
  *   export async function preprocess(inputs, ctx) { ... return { image: { datatype: 'FP32', shape, data } }; }
  *   export async function postprocess(outputs, ctx) { ... }

@@ -3,8 +3,8 @@ import test from 'ava';
 import { ERROR_CODES, errorToStatus, errors, fromErrorData, Status, StowageError, toErrorData } from '../../../dist/shared/errors.js';
 import { ROOT } from '../../helpers/server.js';
 
-test('every error code is documented in the README with its status', (t) => {
-  const readme = readFileSync(`${ROOT}/README.md`, 'utf8');
+test('every error code is documented in docs/operations.md with its status', (t) => {
+  const readme = readFileSync(`${ROOT}/docs/operations.md`, 'utf8');
   const statusName = Object.fromEntries(Object.entries(Status).map(([k, v]) => [v, k]));
   for (const [code, { status }] of Object.entries(ERROR_CODES)) {
     t.regex(readme, new RegExp(`\\| \`${code}\` \\| \`${statusName[status]}\` \\|`), code);
