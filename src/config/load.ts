@@ -201,6 +201,14 @@ export function parseNodeConfig(text: string, file: string, env: NodeJS.ProcessE
       throw errors.configInvalid(`${file}: gateway.scheduling.mode "lpt_packing" needs every device to run scheduler.discipline fifo or edf, but ${fair.join(', ')} run${fair.length === 1 ? 's' : ''} "fair" (the default); set global.scheduler.discipline: fifo`);
     }
   }
+  for (const w of workers) {
+    const { priority_levels: levels, default_priority: fallback, models } = w.scheduler;
+    const above = [[`scheduler.default_priority`, fallback], ...Object.entries(models).map(([m, p]) => [`scheduler.models.${m}.priority`, p.priority])]
+      .filter(([, level]) => level !== undefined && Number(level) > levels);
+    if (above.length) {
+      throw errors.configInvalid(`${file}: ${above.map(([key, level]) => `${key} ${level}`).join(', ')} above scheduler.priority_levels ${levels} (worker ${w.name}): levels run from 1 (the highest) to ${levels}`);
+    }
+  }
   return { config: deepFreeze(config), overrides, file };
 }
 

@@ -34,6 +34,7 @@ export class ModelPolicies {
       weight: changed?.weight ?? file?.weight ?? 1,
       ...(maxBatchSize === undefined ? {} : { maxBatchSize }),
       residency: changed?.residency ?? file?.residency ?? 'system',
+      ...(file?.priority === undefined ? {} : { priority: file.priority }),
       ...(file?.warmup === undefined ? {} : { warmup: file.warmup }),
       ...(file?.tf32 === undefined ? {} : { tf32: file.tf32 }),
     };

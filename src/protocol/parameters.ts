@@ -12,6 +12,7 @@
 import { errors, quote } from '../shared/errors.js';
 import type { DataPlaneRequest, PlainParameters, RegionRef, RequestOutput } from '../shared/data-plane.js';
 import { MAX_TIMER_MS } from '../shared/timers.js';
+import { MAX_PRIORITY_LEVELS } from '../shared/constants.js';
 
 /** One parameter's value: integers as bigint (every digit kept), doubles as number; null: named, but without a value (gRPC's oneof left unset). */
 export type ParameterValue = boolean | string | number | bigint | null;
@@ -55,14 +56,19 @@ export function requestParameters(values: ParameterValues): Pick<DataPlaneReques
   if (inSequence || start === true || end === true) {
     throw errors.unsupported('sequence_id/sequence_start/sequence_end: this server has no sequence batching; send independent requests');
   }
-  // Triton's request priority: its value is not used (the scheduler shares the device by cost
-  // and fairness), but a priority that is not an unsigned integer is refused as Triton refuses it.
+  // Triton's request priority: a level the device's scheduler serves in order (scheduler.ts; one
+  // above scheduler.priority_levels is refused there); one that is not an unsigned integer is
+  // refused here as Triton refuses it.
   if (priority !== undefined && !(typeof priority === 'bigint' && priority >= 0n)) {
     throw errors.invalidRequest(`parameter "priority" must be an unsigned integer (uint64_param), got ${shown(priority)}`);
   }
   const parameters = plainParameters(values);
-  // 0 (or none) is the model's default level; beyond 2^53 it is past any level a node file names.
-  const level = typeof priority === 'bigint' && priority > 0n ? (priority > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(priority)) : 0;
+  // 0 (or none) is the model's default level; above MAX_PRIORITY_LEVELS it names no level any node
+  // file can give, refused here with the value as sent (the device refuses one above its own levels).
+  if (typeof priority === 'bigint' && priority > BigInt(MAX_PRIORITY_LEVELS)) {
+    throw errors.invalidRequest(`parameter "priority" ${priority} is above every priority level (scheduler.priority_levels is at most ${MAX_PRIORITY_LEVELS}): give 1 (the highest) to the server's levels, or 0 for the model's default`);
+  }
+  const level = typeof priority === 'bigint' && priority > 0n ? Number(priority) : 0;
   const read = level > 0 ? { parameters, priority: level } : { parameters };
   if (timeout === undefined) return read;
   if (!(typeof timeout === 'bigint' && timeout >= 0n)) {

@@ -11,6 +11,7 @@
  */
 import type { FromSchema } from 'json-schema-to-ts';
 import { MAX_TIMER_SECONDS } from './timers.js';
+import { MAX_PRIORITY_LEVELS } from './constants.js';
 
 /**
  * The config's unions, each spelled once: the schema's `enum`s and the types below come from these
@@ -152,6 +153,16 @@ const schedulerSchema = {
     ema_halflife_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
     // Requests queued per model per device; past it, RESOURCE_EXHAUSTED.
     max_queue_depth: { type: 'integer', minimum: 1, default: 1024 },
+    // Priority levels a request may name (Triton's `priority` parameter), 1 the highest; waiting work
+    // of a higher level goes first, within a model and across models. A priority above this is
+    // refused (INVALID_ARGUMENT); 0 or none means the model's default level.
+    priority_levels: { type: 'integer', minimum: 1, maximum: MAX_PRIORITY_LEVELS, default: 3 },
+    // The level of a request that names none, unless its model's `priority` says otherwise: the
+    // middle of the default three, so clients can ask for more or for less without configuration.
+    default_priority: { type: 'integer', minimum: 1, maximum: MAX_PRIORITY_LEVELS, default: 2 },
+    // Least share of recent device time (a 5 s half-life) the levels below the highest waiting one
+    // get while they have work waiting, so that they are never starved; 0: strict priority.
+    lower_priority_share: { type: 'number', minimum: 0, maximum: 1, default: 0.1 },
     // Seconds a request may wait in the queue before DEADLINE_EXCEEDED.
     dispatch_timeout_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 30 },
     // Compact the device's weight arena after every N on-demand weight loads; 0 never (the arena
@@ -167,6 +178,8 @@ const schedulerSchema = {
         properties: {
           // Relative share of device time under `fair` (default 1).
           weight: { type: 'number', exclusiveMinimum: 0, default: 1 },
+          // Priority level of this model's requests that name none (default: scheduler.default_priority).
+          priority: { type: 'integer', minimum: 1, maximum: MAX_PRIORITY_LEVELS },
           // Most rows coalesced into one execution (default: the largest compiled batch size).
           max_batch_size: { type: 'integer', minimum: 1 },
           // Where the weights live at rest: device (loaded at start-up, never evicted), system

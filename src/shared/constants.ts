@@ -9,6 +9,9 @@ export const MODEL_VERSION = '1';
 export const MODEL_PLATFORM = 'onnxruntime_onnx';
 export const MODEL_BACKEND = 'onnxruntime';
 
+/** The most priority levels a node file may give (scheduler.priority_levels): a request's priority above it names no level anywhere. */
+export const MAX_PRIORITY_LEVELS = 1000;
+
 /** Triton's clients set gRPC message limits to INT32_MAX; large tensors must pass. */
 export const MAX_MESSAGE_BYTES = 2 ** 31 - 1;
 

@@ -135,7 +135,13 @@ export interface PathRooms<L extends PathLease> {
   /** The request's spans, when tracing; absent: this thread traces nothing (no span, no allocation for one). */
   trace?(request: { model: string; version: string; id: string }, carrier: TraceCarrier | undefined, protocol: 'grpc' | 'http', admitted?: Admitted): PathSpans | null;
   /** A meta model's sub-call to a model this thread has no lease for (acquire said null): run where it can be. */
-  elsewhere?(model: string, tensors: WireTensor[], outputs: string[], deadlineMs: number, signal: AbortSignal, trace: TraceCarrier | undefined): Promise<WireTensor[]>;
+  elsewhere?(model: string, tensors: WireTensor[], outputs: string[], urgency: Urgency, signal: AbortSignal, trace: TraceCarrier | undefined): Promise<WireTensor[]>;
+}
+
+/** How soon a request must run: its absolute deadline (Infinity: none) and its priority level (0: its model's default). */
+export interface Urgency {
+  deadlineMs: number;
+  priority: number;
 }
 
 /** A meta model runs no execution of its own: its sub-models count theirs. */
@@ -196,10 +202,10 @@ export class RequestPath<L extends PathLease> {
       if (spec.kind === 'meta' || spec.hooks) {
         const context: HookContext = { model: req.model, requestId: req.id, parameters: checked.parameters };
         // Without a postprocess hook the device's outputs go straight back: framed as the edge asked.
-        ({ result, frame } = await this.#run(lease, checked, context, deadlineMs, signal, spans, outputs ?? null));
+        ({ result, frame } = await this.#run(lease, checked, context, { deadlineMs, priority: req.priority ?? 0 }, signal, spans, outputs ?? null));
       } else {
         // The plain request, the most of them: straight to the device, its outputs into the edge's frame.
-        const request = this.#deviceRequest(lease, checked, outputs, deadlineMs, false);
+        const request = this.#deviceRequest(lease, checked, outputs, { deadlineMs, priority: req.priority ?? 0 }, false);
         frame = request.frame;
         result = await this.#device(lease, request, signal, spans);
       }
@@ -229,8 +235,11 @@ export class RequestPath<L extends PathLease> {
     return err;
   }
 
-  /** A meta model's sub-call: tensors in, tensors out, scheduled and counted like any request, on this thread when it can. */
-  async #subInfer(meta: ModelSpec, parent: HookContext, model: string, tensors: WireTensor[], outputs: string[], deadlineMs: number, signal: AbortSignal, parentSpans: PathSpans | null): Promise<WireTensor[]> {
+  /**
+   * A meta model's sub-call: tensors in, tensors out, scheduled and counted like any request, on
+   * this thread when it can, within its parent's deadline and at its parent's priority.
+   */
+  async #subInfer(meta: ModelSpec, parent: HookContext, model: string, tensors: WireTensor[], outputs: string[], urgency: Urgency, signal: AbortSignal, parentSpans: PathSpans | null): Promise<WireTensor[]> {
     if (!meta.subModels.includes(model)) {
       throw errors.invalidRequest(`meta model ${JSON.stringify(meta.name)} may call only ${meta.subModels.join(', ')} (its manifest's models), not ${quote(model)}`);
     }
@@ -242,7 +251,7 @@ export class RequestPath<L extends PathLease> {
       lease = rooms.acquire(model, '');
       if (!lease) {
         if (!rooms.elsewhere) throw new Error(`unreachable: no lease on ${quote(model)} and nowhere else to run it`);
-        const answer = await rooms.elsewhere(model, tensors, outputs, deadlineMs, signal, spans?.carrier());
+        const answer = await rooms.elsewhere(model, tensors, outputs, urgency, signal, spans?.carrier());
         spans?.end();
         return answer;
       }
@@ -254,8 +263,8 @@ export class RequestPath<L extends PathLease> {
       const checked = checkTensors(tensors, outputs, lease.spec);
       const context: HookContext = { model, requestId: parent.requestId, parameters: {} };
       const result = lease.spec.kind === 'meta' || lease.spec.hooks
-        ? (await this.#run(lease, checked, context, deadlineMs, signal, spans, null)).result
-        : await this.#device(lease, this.#deviceRequest(lease, checked, null, deadlineMs, false), signal, spans);
+        ? (await this.#run(lease, checked, context, urgency, signal, spans, null)).result
+        : await this.#device(lease, this.#deviceRequest(lease, checked, null, urgency, false), signal, spans);
       this.#succeeded(lease, started, spans, checked.batchSize, result);
       return result.outputs;
     } catch (err) {
@@ -270,7 +279,7 @@ export class RequestPath<L extends PathLease> {
    * postprocess hook): the outputs are framed as the edge asked, since they go straight back to
    * the client from the device. `post`: every output of the executable goes to the postprocess hook.
    */
-  #deviceRequest(lease: L, checked: CheckedRequest, layout: OutputLayout | null, deadlineMs: number, post: boolean): InferenceRequest {
+  #deviceRequest(lease: L, checked: CheckedRequest, layout: OutputLayout | null, { deadlineMs, priority }: Urgency, post: boolean): InferenceRequest {
     const { spec } = lease;
     const executableOutputs = post ? spec.outputs.map((t) => t.name) : checked.outputs;
     return {
@@ -281,6 +290,7 @@ export class RequestPath<L extends PathLease> {
       outputRegions: post ? executableOutputs.map(() => null) : checked.outputRegions,
       frame: post || !layout ? null : frameOf(layout, checked.outputs.map((name) => spec.clientOutputs.find((t) => t.name === name) as TensorSpec)),
       deadlineMs,
+      ...(priority > 0 ? { priority } : {}),
     };
   }
 
@@ -302,21 +312,21 @@ export class RequestPath<L extends PathLease> {
    * preprocess hook alone, the device's, written into the frame `layout` makes (the edge's, as a
    * plain request's are), which comes back beside them.
    */
-  async #run(lease: L, checked: CheckedRequest, context: HookContext, deadlineMs: number, signal: AbortSignal, spans: PathSpans | null, layout: OutputLayout | null): Promise<{ result: InferenceResult; frame: OutputFrame | null }> {
+  async #run(lease: L, checked: CheckedRequest, context: HookContext, urgency: Urgency, signal: AbortSignal, spans: PathSpans | null, layout: OutputLayout | null): Promise<{ result: InferenceResult; frame: OutputFrame | null }> {
     // Read only when a hook runs: an edge starts its hook threads at the first request that needs them.
     const hooks = this.#rooms.hooks;
     const { spec } = lease;
     // A hook call, in a span of its own when tracing.
     const traced = <T>(name: string, work: () => Promise<T>): Promise<T> => (spans ? spans.around(name, work) : work());
     if (spec.kind === 'meta') {
-      // Its run hook (on a hook thread) calls sub-models, within this request's deadline and cancelled with it.
-      const subInfer = (model: string, tensors: WireTensor[], outputs: string[]) => this.#subInfer(spec, context, model, tensors, outputs, deadlineMs, signal, spans);
+      // Its run hook (on a hook thread) calls sub-models, within this request's deadline, at its priority, cancelled with it.
+      const subInfer = (model: string, tensors: WireTensor[], outputs: string[]) => this.#subInfer(spec, context, model, tensors, outputs, urgency, signal, spans);
       const returned = await traced('hook run', () => hooks.run(spec.name, 'run', spec.hooks!, checked.inputs, context, subInfer));
       const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, checked.rows);
       return { result: { outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION }, frame: null };
     }
     const post = spec.hooks?.postprocess === true;
-    const request = this.#deviceRequest(lease, checked, layout, deadlineMs, post);
+    const request = this.#deviceRequest(lease, checked, layout, urgency, post);
     const result = spec.hooks?.preprocess
       ? await traced('hook preprocess + device', () => this.#preprocessed(lease, request, context, signal, spans))
       : await this.#device(lease, request, signal, spans);

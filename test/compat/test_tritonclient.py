@@ -270,3 +270,13 @@ def test_meta_model_worked_example(client):
     assert any(not c["digits"] for c in canvases)
     assert right / total >= 0.9
     assert client.get_model_metadata("digit_finder", as_json=True)["platform"] == "ensemble"
+
+
+def test_priority_argument_is_served_and_one_above_the_levels_refused(client, heldout):
+    # tritonclient's own `priority` argument (a uint64 parameter): levels 1..3 by default.
+    plain = client.infer("digits", [images_input(heldout["images"][:2])]).as_numpy("probabilities")
+    for priority in (1, 2, 3, 0):
+        result = client.infer("digits", [images_input(heldout["images"][:2])], priority=priority)
+        np.testing.assert_array_equal(result.as_numpy("probabilities"), plain)
+    expect_error(lambda: client.infer("digits", [images_input(heldout["images"][:1])], priority=9),
+                 "StatusCode.INVALID_ARGUMENT", "priority 9 is above this server's 3 priority levels")

@@ -7,6 +7,8 @@ import { status } from '@grpc/grpc-js';
 import { InferenceClient } from '../../dist/client/client.js';
 import { dataAs, FIXTURES, makeRepository, ROOT, startServer, tempDir, tensor } from '../helpers/server.js';
 import { present } from '../helpers/checks.js';
+import { ControlClient } from '../../dist/client/control.js';
+import { mlpLayers, writeBundle } from '../helpers/mlp-catalog.js';
 
 const MODELS = path.join(FIXTURES, 'models');
 /** @type {{ server: import('../helpers/server.js').Server, temp: import('../helpers/server.js').TempDir }[]} */
@@ -158,4 +160,54 @@ test.serial('a full queue answers RESOURCE_EXHAUSTED naming the model and the ca
   }
   const { outputs } = await client.infer('convnet', [image(2, 0, 1)]);
   t.deepEqual(outputs[0].shape, [1, 10]);
+});
+
+test.serial('priorities: a request of level 1 passes a queue of level 3 requests on the same model, over gRPC; one above the levels is refused over gRPC and REST', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  // A model slow enough on the CPU (two 8192-wide layers, tens of ms a run) that requests queue
+  // behind one another, one per execution.
+  const repo = path.join(temp.dir, 'repo');
+  writeBundle(repo, 'slow', mlpLayers(11, [512, 8192, 8192, 8]));
+  const server = await startServer({ model_repo: repo, global: { runtime: { cpu_device_memory_bytes: 2 ** 30 }, scheduler: { models: { slow: { max_batch_size: 1 } } } } }, { root: temp.dir });
+  const control = new ControlClient(server.address);
+  t.teardown(async () => {
+    control.close();
+    await server.stop();
+  });
+  const x = tensor('x', 'FP32', [1, 512], new Float32Array(512).fill(0.25));
+  const call = (/** @type {number} */ priority) => server.client.infer('slow', [x], { parameters: { priority: { uint64_param: String(priority) } } });
+  /** Of a queue of level-3 requests, how many ran while one more, at `priority`, waited: and how deep the queue was when it came. */
+  const overtaken = async (/** @type {number} */ priority) => {
+    let done = 0;
+    const queue = Array.from({ length: 60 }, () => call(3).then(() => { done++; }));
+    let depth = 0;
+    for (let i = 0; i < 500 && depth < 30; i++) {
+      depth = Number((await control.call('ModelControlStatus', { name: 'slow' })).models[0].queue_depth);
+      if (depth < 30) await new Promise((r) => setTimeout(r, 5));
+    }
+    const atSend = done;
+    let whileWaiting = -1;
+    await call(priority).then(() => { whileWaiting = done - atSend; });
+    await Promise.all(queue);
+    return { depth, whileWaiting };
+  };
+  const high = await overtaken(1);
+  const same = await overtaken(3);
+  t.log(`level 1 waited while ${high.whileWaiting} of a queue of ${high.depth} ran; level 3 while ${same.whileWaiting} of ${same.depth}`);
+  t.true(high.depth >= 30 && same.depth >= 30, 'the queue was deep when the last request came');
+  // What ran meanwhile: the execution under way, and those that ran while the request crossed the
+  // client, the edge and the device's inbox (a few on a busy machine): it passed the rest.
+  t.true(high.whileWaiting <= high.depth / 4, 'level 1 passed the queue');
+  t.true(same.whileWaiting >= same.depth - 2, 'level 3, like the queue, waited its turn');
+  const refused = await t.throwsAsync(call(4));
+  t.is(/** @type {any} */ (refused).code, status.INVALID_ARGUMENT);
+  t.regex(/** @type {any} */ (refused).details, /priority 4 is above this server's 3 priority levels \(scheduler\.priority_levels\)/);
+  const rest = await fetch(`${server.rest}/v2/models/slow/infer`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ parameters: { priority: 7 }, inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 512], data: Array.from({ length: 512 }, () => 0.5) }] }),
+  });
+  t.is(rest.status, 400);
+  t.regex(/** @type {{ error: string }} */ (await rest.json()).error, /priority 7 is above this server's 3 priority levels/);
 });

@@ -113,6 +113,7 @@ export class DeviceModels {
   static queuePolicy(spec: ModelSpec, policy: SchedulingPolicy): QueuePolicy {
     return {
       weight: policy.weight,
+      ...(policy.priority === undefined ? {} : { priority: policy.priority }),
       // Most rows one execution may carry; 1 when there is no batch axis to concatenate along.
       maxBatchRows: spec.batchAxis === null ? 1 : Math.min(spec.maxBatchSize, policy.maxBatchSize ?? Infinity),
     };

@@ -24,10 +24,20 @@
  *   call cold), and the detour is bounded by that much device time.
  * - fifo: the model whose oldest queued request is oldest goes next.
  * - edf: the model whose most urgent request has the earliest deadline goes
- *   next; a request whose remaining time is below the model's learned cost is
- *   shed instead of run late.
+ *   next.
  * In every discipline a request past its deadline, or queued longer than
- * `dispatch_timeout_seconds`, is shed and never runs.
+ * `dispatch_timeout_seconds`, is shed and never runs; and at dispatch, a
+ * request of the batch whose remaining time is below the batch's learned cost
+ * (and its model's weights' coming on, when they are off the device) is shed
+ * instead of run late (laxity).
+ *
+ * Priorities (Triton's `priority`, levels 1..`priorityLevels`, 1 the highest; 0 or none: the
+ * model's default level): waiting work of a higher level goes first, within a model (its queue is
+ * kept in level order, the discipline's order within a level) and across models (the queues whose
+ * head has the highest level waiting compete by the discipline, the others wait). A batch starts
+ * with its model's highest level and fills spare rows with the next ones of the same model. Lower
+ * levels are not starved: while their share of recent device time (a moving sum, half-life
+ * LEVEL_SHARE_HALFLIFE_MS) is below `lowerPriorityShare`, the highest of them gets the pick.
  *
  * Requests on their way: a request whose preprocess hook is still running on a hook thread is
  * announced (`expect`) before its inputs arrive (`arrived`). A model with such requests is held
@@ -48,6 +58,8 @@ export type { Discipline };
 export interface QueuePolicy {
   /** Share of device time under `fair` (the seeds' scheduler.models.<name>.weight). */
   weight: number;
+  /** Level of its requests that name none (scheduler.models.<name>.priority); absent: the scheduler's default. */
+  priority?: number;
   /** Most rows one execution may carry: the largest compiled size, capped by max_batch_size; 1 if unbatched. */
   maxBatchRows: number;
 }
@@ -62,6 +74,8 @@ export interface Queued {
   readonly enqueuedAtMs: number;
   /** Absolute deadline from the client; Infinity when it set none. */
   readonly deadlineMs: number;
+  /** Its priority level, 1 the highest; 0 or absent: its model's default. */
+  readonly priority?: number;
 }
 
 export type ShedReason = 'deadline' | 'waited' | 'laxity';
@@ -86,7 +100,16 @@ export interface SchedulerOptions<Id extends string = string> {
   now: () => number;
   /** Whether a model's weights are on the device now (the weight cache); absent: all are. */
   resident?: (instance: Id) => boolean;
+  /** Priority levels (scheduler.priority_levels); absent: one, every request alike. */
+  priorityLevels?: number;
+  /** Level of a request that names none, for a model whose policy names none (scheduler.default_priority). */
+  defaultPriority?: number;
+  /** Least share of recent device time the levels below the highest waiting one get while they wait (scheduler.lower_priority_share). */
+  lowerPriorityShare?: number;
 }
+
+/** Half-life of the device time counted per level, for the lower levels' share. */
+export const LEVEL_SHARE_HALFLIFE_MS = 5000;
 
 interface ModelQueue<T extends Queued> {
   policy: QueuePolicy;
@@ -110,6 +133,11 @@ export class Scheduler<T extends Queued> {
   #virtualMs = 0;
   #picks = 0;
   #queued = 0;
+  /** Recent device time per priority level (decayed), and when it was last decayed. */
+  readonly #levelMs = new Map<number, number>();
+  #levelsAtMs = 0;
+  /** The level of the batch last handed out: what its execution's time is counted to. */
+  #runningLevel = 1;
 
   constructor(options: SchedulerOptions<T['instance']>) {
     this.#options = options;
@@ -128,11 +156,18 @@ export class Scheduler<T extends Queued> {
     return this.#queues.get(model)?.policy;
   }
 
-  /** Register a model (or change its policy); its queue is kept. */
+  /** Register a model (or change its policy); its queue is kept (in level order again, if its default level changed). */
   setModel(model: T['instance'], policy: QueuePolicy): void {
     const q = this.#queues.get(model);
-    if (q) q.policy = policy;
-    else this.#queues.set(model, { policy, requests: [], charged: this.#virtualMs, lastPicked: -1, expected: 0, lastLoadMs: 0 });
+    if (q) {
+      const relevel = q.policy.priority !== policy.priority;
+      q.policy = policy;
+      if (relevel) {
+        const queued = q.requests;
+        q.requests = [];
+        for (const t of queued) this.#insert(q, t);
+      }
+    } else this.#queues.set(model, { policy, requests: [], charged: this.#virtualMs, lastPicked: -1, expected: 0, lastLoadMs: 0 });
   }
 
   /** Forget a model; its queued requests are returned for the caller to fail. */
@@ -149,17 +184,33 @@ export class Scheduler<T extends Queued> {
     const q = this.#queues.get(request.instance);
     if (!q) throw errors.modelNotReady(request.instance, 'UNAVAILABLE', 'not loaded on this device');
     if (q.requests.length >= this.#options.maxQueueDepth) throw errors.queueFull(request.instance, this.#options.maxQueueDepth);
-    if (q.requests.length === 0) q.charged = Math.max(q.charged, this.#virtualMs);
-    if (this.#options.discipline === 'edf') {
-      // Keep deadline order; equal deadlines stay in arrival order.
-      const key = this.#urgency(request);
-      let at = q.requests.length;
-      while (at > 0 && this.#urgency(q.requests[at - 1]) > key) at--;
-      q.requests.splice(at, 0, request);
-    } else {
-      q.requests.push(request);
+    const levels = this.#options.priorityLevels ?? 1;
+    if (request.priority !== undefined && request.priority > levels) {
+      throw errors.invalidRequest(`priority ${request.priority} is above this server's ${levels} priority level${levels === 1 ? '' : 's'} (scheduler.priority_levels): give 1 (the highest) to ${levels}, or 0 for the model's default`);
     }
+    if (q.requests.length === 0) q.charged = Math.max(q.charged, this.#virtualMs);
+    this.#insert(q, request);
     this.#queued++;
+  }
+
+  /** A request's level: its own, else its model's default, else the scheduler's. */
+  #level(q: ModelQueue<T>, t: T): number {
+    return t.priority || q.policy.priority || this.#options.defaultPriority || 1;
+  }
+
+  /** Into its queue in level order; within a level, deadline order (edf; equal deadlines in arrival order) or arrival order. */
+  #insert(q: ModelQueue<T>, request: T): void {
+    const level = this.#level(q, request);
+    const edf = this.#options.discipline === 'edf';
+    const key = edf ? this.#urgency(request) : 0;
+    let at = q.requests.length;
+    while (at > 0) {
+      const before = q.requests[at - 1];
+      const l = this.#level(q, before);
+      if (l < level || (l === level && (!edf || this.#urgency(before) <= key))) break;
+      at--;
+    }
+    q.requests.splice(at, 0, request);
   }
 
   /** A request of `model` is on its way: its inputs come later (see the header). */
@@ -190,22 +241,32 @@ export class Scheduler<T extends Queued> {
   next(): Pick<T> {
     const shed = this.#shedExpired();
     for (;;) {
-      const { queue: q, heldUntilMs } = this.#pickQueue();
+      const { queue: q, model, heldUntilMs } = this.#pickQueue();
       if (!q) return heldUntilMs === Infinity ? { batch: [], shed } : { batch: [], shed, heldUntilMs };
-      if (this.#options.discipline === 'edf') {
-        const head = q.requests[0];
-        const remaining = head.deadlineMs - this.#options.now();
-        if (remaining < this.#options.costs.estimate(head.instance, head.rows)) {
-          q.requests.shift();
-          this.#queued--;
-          shed.push({ request: head, reason: 'laxity' });
-          continue;
-        }
-      }
+      const level = this.#level(q, q.requests[0]);
+      const batch = this.#coalesce(q);
+      // In every discipline, a request of the batch that cannot finish by its deadline (the batch's
+      // learned cost, and its weights' coming on if they are off the device) is refused now instead
+      // of run late, taking device time from requests that can still make theirs.
+      const rows = batch.reduce((sum, t) => sum + t.rows, 0);
+      const runs = batch.filter((t) => {
+        const late = this.#late(t, q, model, rows);
+        if (late) shed.push({ request: t, reason: 'laxity' });
+        return !late;
+      });
+      if (runs.length === 0) continue;
       q.lastPicked = this.#picks++;
       this.#virtualMs = Math.max(this.#virtualMs, q.charged);
-      return { batch: this.#coalesce(q), shed };
+      this.#runningLevel = level;
+      return { batch: runs, shed };
     }
+  }
+
+  /** Whether `t` would miss its deadline in a batch of `rows` run now (laxity). */
+  #late(t: T, q: ModelQueue<T>, model: T['instance'], rows: number): boolean {
+    if (!Number.isFinite(t.deadlineMs)) return false;
+    const coming = this.#options.resident && !this.#options.resident(model) ? q.lastLoadMs : 0;
+    return t.deadlineMs - this.#options.now() < this.#options.costs.estimate(t.instance, rows) + coming;
   }
 
   /**
@@ -214,18 +275,19 @@ export class Scheduler<T extends Queued> {
    * detour aside: what the device uploads weights ahead for (uploads-ahead.ts).
    */
   upcoming(): T['instance'][] {
-    const waiting: [T['instance'], number, number][] = [];
+    const waiting: [T['instance'], number, number, number][] = [];
     for (const [model, q] of this.#queues) {
       if (q.requests.length === 0) continue;
       const head = q.requests[0];
-      waiting.push([model, this.#options.discipline === 'fair' ? q.charged : this.#options.discipline === 'fifo' ? head.enqueuedAtMs : this.#urgency(head), q.lastPicked]);
+      waiting.push([model, this.#level(q, head), this.#key(q), q.lastPicked]);
     }
-    // Ties as #pickQueue breaks them: the one picked longest ago.
-    return waiting.sort((a, b) => a[1] - b[1] || a[2] - b[2]).map(([model]) => model);
+    // Higher levels first; ties as #pickQueue breaks them: the one picked longest ago.
+    return waiting.sort((a, b) => a[1] - b[1] || a[2] - b[2] || a[3] - b[3]).map(([model]) => model);
   }
 
-  /** After an execution: learn its cost and charge it to the model (fair). */
+  /** After an execution: learn its cost and charge it to the model (fair) and to its level. */
   charge(model: T['instance'], executedRows: number, executedMs: number): void {
+    this.#countLevel(this.#runningLevel, executedMs);
     const cost = this.#options.costs.record(model, executedRows, executedMs, this.#options.now());
     const q = this.#queues.get(model);
     if (q) q.charged += cost / q.policy.weight;
@@ -237,6 +299,32 @@ export class Scheduler<T extends Queued> {
     if (!q) return;
     q.charged += ms / q.policy.weight;
     q.lastLoadMs = ms;
+  }
+
+  /** Device time counted to `level`, every level's count decayed to now first. */
+  #countLevel(level: number, ms: number): void {
+    const now = this.#options.now();
+    const keep = 0.5 ** (Math.max(0, now - this.#levelsAtMs) / LEVEL_SHARE_HALFLIFE_MS);
+    for (const [l, v] of this.#levelMs) this.#levelMs.set(l, v * keep);
+    this.#levelsAtMs = now;
+    this.#levelMs.set(level, (this.#levelMs.get(level) ?? 0) + ms);
+  }
+
+  /** Whether the levels below `top` are owed the next pick: their share of recent device time is under lowerPriorityShare. */
+  #lowerOwed(top: number): boolean {
+    let lower = 0;
+    let all = 0;
+    for (const [l, v] of this.#levelMs) {
+      all += v;
+      if (l > top) lower += v;
+    }
+    return lower < (this.#options.lowerPriorityShare ?? 0) * all;
+  }
+
+  /** The discipline's order among queues of one level: fair, the least charged; fifo, the oldest head; edf, the most urgent head. */
+  #key(q: ModelQueue<T>): number {
+    const head = q.requests[0];
+    return this.#options.discipline === 'fair' ? q.charged : this.#options.discipline === 'fifo' ? head.enqueuedAtMs : this.#urgency(head);
   }
 
   /** The queue-wait bound folded into the deadline: what edf orders by. */
@@ -271,13 +359,10 @@ export class Scheduler<T extends Queued> {
     return q.requests[0].enqueuedAtMs + Math.min(this.#options.costs.estimate(model, rows), MAX_HOLD_FOR_INPUTS_MS);
   }
 
-  #pickQueue(): { queue: ModelQueue<T> | undefined; heldUntilMs: number } {
-    let best: ModelQueue<T> | undefined;
-    let bestModel = '';
-    let bestKey = Infinity;
+  #pickQueue(): { queue: ModelQueue<T> | undefined; model: T['instance']; heldUntilMs: number } {
     let heldUntilMs = Infinity;
     const now = this.#options.now();
-    const ready: [T['instance'], ModelQueue<T>][] = [];
+    const ready: [T['instance'], ModelQueue<T>, number][] = [];
     for (const [model, q] of this.#queues) {
       if (q.requests.length === 0) continue;
       const holdEnds = this.#heldUntil(q, model);
@@ -285,18 +370,27 @@ export class Scheduler<T extends Queued> {
         heldUntilMs = Math.min(heldUntilMs, holdEnds);
         continue;
       }
-      ready.push([model, q]);
-      const head = q.requests[0];
-      const key = this.#options.discipline === 'fair' ? q.charged
-        : this.#options.discipline === 'fifo' ? head.enqueuedAtMs
-          : this.#urgency(head);
+      ready.push([model, q, this.#level(q, q.requests[0])]);
+    }
+    if (ready.length === 0) return { queue: undefined, model: '' as T['instance'], heldUntilMs };
+    // The level that picks: the highest waiting, unless the lower ones are owed their share.
+    const top = Math.min(...ready.map(([, , l]) => l));
+    const lower = ready.filter(([, , l]) => l > top);
+    const level = lower.length > 0 && this.#lowerOwed(top) ? Math.min(...lower.map(([, , l]) => l)) : top;
+    const eligible = ready.filter(([, , l]) => l === level);
+    let best: ModelQueue<T> | undefined;
+    let bestModel = '';
+    let bestKey = Infinity;
+    for (const [model, q] of eligible) {
+      const key = this.#key(q);
       if (!best || key < bestKey || (key === bestKey && q.lastPicked < best.lastPicked)) {
         best = q;
         bestModel = model;
         bestKey = key;
       }
     }
-    return { queue: best && this.#residentDetour(best, bestModel, ready), heldUntilMs };
+    const [model, queue] = best ? this.#residentDetour(best, bestModel, eligible) : ['' as T['instance'], undefined];
+    return { queue, model, heldUntilMs };
   }
 
   /**
@@ -304,15 +398,15 @@ export class Scheduler<T extends Queued> {
    * queue whose weights are, if its charge is within best's coming on (its last cold load and one
    * execution of its head, in charge units). No detour before best's first load has been seen.
    */
-  #residentDetour(best: ModelQueue<T>, bestModel: T['instance'], ready: readonly [T['instance'], ModelQueue<T>][]): ModelQueue<T> {
+  #residentDetour(best: ModelQueue<T>, bestModel: T['instance'], ready: readonly [T['instance'], ModelQueue<T>, number][]): [T['instance'], ModelQueue<T>] {
     const resident = this.#options.resident;
-    if (this.#options.discipline !== 'fair' || !resident || best.lastLoadMs === 0 || resident(bestModel)) return best;
+    if (this.#options.discipline !== 'fair' || !resident || best.lastLoadMs === 0 || resident(bestModel)) return [bestModel, best];
     const limit = best.charged + (best.lastLoadMs + this.#options.costs.estimate(bestModel, best.requests[0].rows)) / best.policy.weight;
-    let detour: ModelQueue<T> | undefined;
+    let detour: [T['instance'], ModelQueue<T>] | undefined;
     for (const [model, q] of ready) {
-      if (q !== best && q.charged <= limit && (!detour || q.charged < detour.charged) && resident(model)) detour = q;
+      if (q !== best && q.charged <= limit && (!detour || q.charged < detour[1].charged) && resident(model)) detour = [model, q];
     }
-    return detour ?? best;
+    return detour ?? [bestModel, best];
   }
 
   /** As many queued requests as fit the model's batch cap, in queue order; never splits one. */

@@ -90,6 +90,9 @@ const scheduler = new Scheduler<InferCommand>({
   discipline: config.discipline,
   maxQueueDepth: config.max_queue_depth,
   maxWaitMs: config.dispatch_timeout_seconds * 1000,
+  priorityLevels: config.priority_levels,
+  defaultPriority: config.default_priority,
+  lowerPriorityShare: config.lower_priority_share,
   costs,
   now: nowMs,
   // Read at each pick, once the cache below exists; without a cache every model is on the device.
@@ -199,7 +202,7 @@ function shedError(request: InferCommand, reason: ShedReason): StowageError {
     return errors.deadlineExceeded(name, waitedMs, `queued longer than scheduler.dispatch_timeout_seconds (${config.dispatch_timeout_seconds})`);
   }
   if (reason === 'laxity') {
-    return errors.deadlineExceeded(name, waitedMs, `${Math.round(request.deadlineMs - nowMs())} ms were left, less than the model's learned execution time; shed instead of run late`);
+    return errors.deadlineExceeded(name, waitedMs, `${Math.round(request.deadlineMs - nowMs())} ms were left, less than its batch's learned execution time (and its weights' coming on); refused at dispatch instead of run late`);
   }
   return errors.deadlineExceeded(name, waitedMs);
 }

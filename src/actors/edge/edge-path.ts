@@ -120,8 +120,8 @@ export class EdgePath {
       regions: this.#regions,
       succeeded: (lease, batchSize, durationNs, queueNs, timing) => counters.succeeded(lease.slot, batchSize, durationNs, queueNs, timing),
       failed: (lease, code, durationNs) => counters.failed(lease.slot, failureReason(code), durationNs),
-      elsewhere: async (model, tensors, outputs, deadlineMs, signal, trace) =>
-        (await viaMain(subCallRequest(model, tensors, outputs), { callDeadlineMs: deadlineMs, signal, outputs: null, protocol: 'grpc', ...(trace ? { trace } : {}) })).outputs,
+      elsewhere: async (model, tensors, outputs, { deadlineMs, priority }, signal, trace) =>
+        (await viaMain(subCallRequest(model, tensors, outputs, priority), { callDeadlineMs: deadlineMs, signal, outputs: null, protocol: 'grpc', ...(trace ? { trace } : {}) })).outputs,
       ...(this.#tracing ? { trace: (request, carrier, protocol, admitted) => RequestTrace.request(request, carrier, protocol, admitted) } : {}),
     };
   }
@@ -263,9 +263,13 @@ export class EdgePath {
 
 }
 
-/** A meta model's sub-call as a request of its own, for the main thread's path (its tensors are its own: the hook thread made them). */
-function subCallRequest(model: string, tensors: WireTensor[], outputs: string[]): DataPlaneRequest {
+/**
+ * A meta model's sub-call as a request of its own, for the main thread's path (its tensors are its
+ * own: the hook thread made them), at its parent's priority.
+ */
+function subCallRequest(model: string, tensors: WireTensor[], outputs: string[], priority: number): DataPlaneRequest {
   return {
+    ...(priority > 0 ? { priority } : {}),
     model,
     version: '',
     id: '',

@@ -181,6 +181,8 @@ export interface ModelPolicyUpdate {
 /** How a device queues a model: its share of device time under `fair`, and its batch cap. */
 export interface SchedulingPolicy {
   weight: number;
+  /** scheduler.models.<name>.priority: the level of its requests that name none; absent: scheduler.default_priority. */
+  priority?: number;
   /** scheduler.models.<name>.max_batch_size; absent: the model's largest compiled batch. */
   maxBatchSize?: number;
 }

@@ -79,6 +79,8 @@ export interface InferenceRequest {
   frame: OutputFrame | null;
   /** The client's absolute deadline on the `nowMs` clock; Infinity if none. */
   deadlineMs: number;
+  /** Triton's `priority`: its level, 1 the highest; absent or 0: the model's default (scheduler.ts). */
+  priority?: number;
 }
 
 /** Where the time of one execution went, in nanoseconds (Triton's statistics vocabulary). */

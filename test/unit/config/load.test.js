@@ -25,7 +25,7 @@ test('defaults fill every key and the result is frozen', (t) => {
       backend: 'cpu', warmup: 'auto', cuda: { tf32: true, cudnn_conv_algo_search: 'exhaustive', ort_arena_limit_bytes: 0, weight_cache_bytes: 0, graphs: false, shared_arena: false }, intra_op_threads: 0, inline_run_below_ms: 50, thread_pool: 'per_session', share_sessions: true, share_activations: true, session_budget_bytes: 0, session_per_batch_size: 'auto', cpu_device_memory_bytes: 1073741824, mem_fraction: 0.9, preallocate: true,
       weight_cache_fraction: 1, weight_cache_wiggle_fraction: 0.1, upload_beside_execution: 'auto',
     },
-    scheduler: { discipline: 'fair', prefer_resident: true, ema_halflife_seconds: 30, max_queue_depth: 1024, dispatch_timeout_seconds: 30, compaction_interval: 0, models: {} },
+    scheduler: { discipline: 'fair', prefer_resident: true, ema_halflife_seconds: 30, max_queue_depth: 1024, priority_levels: 3, default_priority: 2, lower_priority_share: 0.1, dispatch_timeout_seconds: 30, compaction_interval: 0, models: {} },
     hooks: { threads: 0, timeout_seconds: 10, import_timeout_seconds: 30, max_heap_mib: 1024 },
     endpoints: {
       host: '127.0.0.1', grpc_port: 8001, http_port: 8000, admin_port: 8002, max_inflight_bytes: 1073741824, max_concurrent_requests: 0, http2_window_bytes: 4194304,
@@ -218,6 +218,13 @@ test('workers and the models: map are checked: names, devices, keys', (t) => {
   t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a, endpoints: {} }\n')).message, /workers\.0\.endpoints: unknown key; allowed here: name, gpu, runtime, scheduler/);
   t.regex(t.throws(() => parse('model_repo: m\nworkers:\n  - { name: a, scheduler: { discipline: lifo } }\n')).message, /workers\.0\.scheduler\.discipline: "lifo" is not allowed/);
   t.false(environmentOverrides().some((o) => o.env === 'INFERENCE_SERVER_WORKERS'), 'a list of mappings does not come from the environment');
+});
+
+test('priority levels: a default or a model\'s priority above scheduler.priority_levels stops the start, naming the keys', (t) => {
+  t.regex(t.throws(() => parse('model_repo: m\nglobal:\n  scheduler: { priority_levels: 2, default_priority: 3 }\n')).message,
+    /scheduler\.default_priority 3 above scheduler\.priority_levels 2 \(worker worker0\): levels run from 1 \(the highest\) to 2/);
+  t.regex(t.throws(() => parse('model_repo: m\nglobal:\n  scheduler: { models: { digits: { priority: 5 } } }\n')).message, /scheduler\.models\.digits\.priority 5 above scheduler\.priority_levels 3/);
+  t.like(parse('model_repo: m\nglobal:\n  scheduler: { priority_levels: 5, models: { digits: { priority: 5 } } }\n').config.global.scheduler, { priority_levels: 5, default_priority: 2 });
 });
 
 test('what one process has once (the backend, ONNX Runtime\'s thread pool) a worker may not change', async (t) => {

@@ -34,7 +34,7 @@ function request(instance, { inputs = [], outputs = [], deadlineMs = inSeconds(3
 }
 const key = (/** @type {string} */ instance) => request(instance).instance;
 /** @type {import('../../../../dist/shared/channels/device.js').DeviceScheduling} */
-const scheduler = { discipline: 'fair', prefer_resident: true, ema_halflife_seconds: 30, max_queue_depth: 64, dispatch_timeout_seconds: 30, compaction_interval: 0 };
+const scheduler = { discipline: 'fair', prefer_resident: true, ema_halflife_seconds: 30, max_queue_depth: 64, priority_levels: 3, default_priority: 2, lower_priority_share: 0.1, dispatch_timeout_seconds: 30, compaction_interval: 0 };
 const noPolicies = () => new ModelPolicies([{ deviceId: 0, models: {} }]);
 
 /**

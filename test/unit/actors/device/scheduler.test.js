@@ -184,6 +184,31 @@ test('edf: a request that cannot finish in time is shed, not run late', (t) => {
   t.deepEqual(pick.batch.map((b) => b.id), [fine.id]);
 });
 
+test('every discipline refuses at dispatch each request of the batch that would miss its deadline, counting its weights\' coming on when they are off the device', (t) => {
+  for (const discipline of /** @type {const} */ (['fair', 'fifo', 'edf'])) {
+    let onDevice = true;
+    const { clock, scheduler, enqueue, step } = harness({ discipline, resident: () => onDevice });
+    scheduler.setModel('x', { weight: 1, maxBatchRows: 4 });
+    enqueue('x', { rows: 2 });
+    step(() => 40); // learn: 2 rows of x cost 40 ms
+    const late = enqueue('x', { deadlineMs: clock.ms + 30 });
+    const fine = enqueue('x', { deadlineMs: clock.ms + 100 });
+    const none = enqueue('x');
+    const pick = scheduler.next();
+    t.deepEqual(pick.shed.map((s) => [s.request.id, s.reason]), [[late.id, 'laxity']], `${discipline}: 30 ms left, the batch takes ~40`);
+    t.deepEqual(pick.batch.map((b) => b.id), [fine.id, none.id], discipline);
+    scheduler.charge('x', 2, 40);
+    // Off the device, its last cold load (50 ms) counts too: 100 ms left is enough for a run, not for both.
+    scheduler.chargeTime('x', 50);
+    onDevice = false;
+    const tight = enqueue('x', { deadlineMs: clock.ms + 80 });
+    const roomy = enqueue('x', { deadlineMs: clock.ms + 200 });
+    const cold = scheduler.next();
+    t.deepEqual(cold.shed.map((s) => s.request.id), [tight.id], discipline);
+    t.deepEqual(cold.batch.map((b) => b.id), [roomy.id], discipline);
+  }
+});
+
 test('every discipline sheds requests past their deadline or queued past dispatch_timeout', (t) => {
   for (const discipline of /** @type {const} */ (['fair', 'fifo', 'edf'])) {
     const { clock, scheduler, enqueue } = harness({ discipline, maxWaitMs: 1000 });
@@ -335,4 +360,88 @@ test('upcoming: the queued models in the order each discipline would pick them (
     enqueue('b', { deadlineMs: 100 });
     t.deepEqual(scheduler.upcoming(), ['b', 'a'], 'edf: the most urgent head first');
   }
+});
+
+/** A scheduler with priorities: `levels` levels, default `fallback`, lower levels' share `share`. */
+function prioritized({ discipline = /** @type {'fair' | 'fifo' | 'edf'} */ ('fifo'), levels = 3, fallback = 2, share = 0 } = {}) {
+  const clock = { ms: 0 };
+  const scheduler = new Scheduler({ discipline, maxQueueDepth: 10_000, maxWaitMs: 600_000, costs: new CostModel(30_000), now: () => clock.ms, priorityLevels: levels, defaultPriority: fallback, lowerPriorityShare: share });
+  let id = 0;
+  const enqueue = (/** @type {string} */ model, /** @type {number | undefined} */ priority = undefined, rows = 1) => {
+    const ticket = { id: ++id, instance: model, rows, enqueuedAtMs: clock.ms, deadlineMs: Infinity, ...(priority === undefined ? {} : { priority }) };
+    scheduler.enqueue(ticket);
+    clock.ms += 1; // arrival order is visible to fifo
+    return ticket;
+  };
+  /** Pick and "run" for `ms`, charging it; the batch's ids. */
+  const run = (ms = 10) => {
+    const { batch } = scheduler.next();
+    if (batch.length) {
+      clock.ms += ms;
+      scheduler.charge(batch[0].instance, batch.reduce((a, t) => a + t.rows, 0), ms);
+    }
+    return batch.map((t) => t.id);
+  };
+  return { clock, scheduler, enqueue, run };
+}
+
+test('priorities: a higher level goes first within a model and across models, whatever arrived first; 0 or none is the model\'s default', (t) => {
+  for (const discipline of /** @type {const} */ (['fair', 'fifo', 'edf'])) {
+    const { scheduler, enqueue, run } = prioritized({ discipline });
+    scheduler.setModel('a', { weight: 1, maxBatchRows: 1 });
+    scheduler.setModel('b', { weight: 1, maxBatchRows: 1 });
+    scheduler.setModel('c', { weight: 1, maxBatchRows: 1, priority: 1 });
+    const lows = [enqueue('a', 3), enqueue('a', 3), enqueue('b', 3)];
+    const usual = enqueue('a', 0); // the default, 2
+    const urgent = enqueue('b', 1);
+    const cDefault = enqueue('c'); // c's default, 1
+    const order = [run(), run(), run(), run(), run(), run()].flat();
+    t.deepEqual(order.slice(0, 2).sort(), [urgent.id, cDefault.id].sort(), `${discipline}: level 1 first (b's and c's default)`);
+    t.is(order[2], usual.id, `${discipline}: then level 2, which passed three of level 3 queued before it`);
+    t.deepEqual(order.slice(3).sort(), lows.map((l) => l.id).sort(), discipline);
+  }
+});
+
+test('priorities: a batch starts at its model\'s highest level and fills its spare rows with the next levels of the same model', (t) => {
+  const { scheduler, enqueue, run } = prioritized();
+  scheduler.setModel('m', { weight: 1, maxBatchRows: 4 });
+  const low = [enqueue('m', 3), enqueue('m', 3), enqueue('m', 3), enqueue('m', 3)];
+  const high = enqueue('m', 1);
+  t.deepEqual(run(), [high.id, low[0].id, low[1].id, low[2].id]);
+  t.deepEqual(run(), [low[3].id]);
+});
+
+test('priorities: one above scheduler.priority_levels is refused INVALID_ARGUMENT saying the levels', (t) => {
+  const { scheduler, enqueue } = prioritized({ levels: 3 });
+  scheduler.setModel('m', { weight: 1, maxBatchRows: 1 });
+  const err = stowageThrows(t, () => enqueue('m', 4));
+  t.is(err?.code, 'STOWAGE_INVALID_REQUEST');
+  t.regex(err?.message ?? '', /priority 4 is above this server's 3 priority levels \(scheduler\.priority_levels\): give 1 \(the highest\) to 3, or 0 for the model's default/);
+  t.is(scheduler.queued, 0);
+});
+
+test('priorities: lower levels get their share of device time while they wait (lower_priority_share), none with 0', (t) => {
+  for (const share of [0, 0.2]) {
+    const { scheduler, enqueue, run } = prioritized({ share });
+    scheduler.setModel('hot', { weight: 1, maxBatchRows: 1 });
+    scheduler.setModel('batch', { weight: 1, maxBatchRows: 1 });
+    const lowIds = new Set(Array.from({ length: 200 }, () => enqueue('batch', 3).id));
+    let lowRuns = 0;
+    for (let i = 0; i < 200; i++) {
+      enqueue('hot', 1); // the high level never runs dry
+      if (run().some((id) => lowIds.has(id))) lowRuns++;
+    }
+    if (share === 0) t.is(lowRuns, 0, 'strict: the lower level waits while the higher has work');
+    else t.true(lowRuns >= 200 * share * 0.8 && lowRuns <= 200 * share * 1.25, `share ${share}: ${lowRuns} of 200 executions`);
+  }
+});
+
+test('priorities: a model whose default level changes has its queue put in level order again', (t) => {
+  const { scheduler, enqueue, run } = prioritized();
+  scheduler.setModel('m', { weight: 1, maxBatchRows: 1 });
+  const plain = enqueue('m'); // 2, the scheduler's default
+  const low = enqueue('m', 3);
+  scheduler.setModel('m', { weight: 1, maxBatchRows: 1, priority: 3 });
+  const high = enqueue('m', 1);
+  t.deepEqual([run(), run(), run()].flat(), [high.id, plain.id, low.id], 'plain and low now share level 3, in arrival order');
 });

@@ -28,7 +28,7 @@ const instance = instanceKey('digits_u8', 1);
  */
 const request = (rows) => ({ instance, inputs: [], rows, outputs: ['label'], outputRegions: [null], frame: null, deadlineMs: Infinity });
 /** @type {import('../../../../dist/shared/channels/device.js').DeviceScheduling} */
-const scheduler = { discipline: 'fair', prefer_resident: true, ema_halflife_seconds: 30, max_queue_depth: 64, dispatch_timeout_seconds: 30, compaction_interval: 0 };
+const scheduler = { discipline: 'fair', prefer_resident: true, ema_halflife_seconds: 30, max_queue_depth: 64, priority_levels: 3, default_priority: 2, lower_priority_share: 0.1, dispatch_timeout_seconds: 30, compaction_interval: 0 };
 
 /**
  * Held-out rows `from`.. as the raw 8-bit images digits_u8's preprocess scales.
