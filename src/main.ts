@@ -56,7 +56,8 @@ async function main(argv: string[]): Promise<void> {
   const { config, overrides } = loadNodeConfig(argv[0]);
   const logger = createLogger(config.global.logging.level);
   logger.info({ config, overrides }, 'effective configuration');
-  // gateway.endpoints or gateway.discovery makes this process a gateway in front of remote nodes, with no devices of its own.
+  // gateway.endpoints or gateway.discovery makes this process a gateway in front of remote nodes, with no devices of
+  // its own.
   const server = isGatewayOnly(config) ? await StowageGateway.start(config, logger) : await StowageServer.start(config, logger);
 
   let stopping = false;

@@ -19,7 +19,10 @@ export interface AdminContext {
   metrics: () => Promise<{ contentType: string; text: string }>;
 }
 
-/** `registry`'s exposition, after `settle` (a node: every execution its devices answered before the scrape reported first). */
+/**
+ * `registry`'s exposition, after `settle` (a node: every execution its devices answered before the scrape reported
+ * first).
+ */
 export function registryMetrics(registry: Registry, settle: () => Promise<void> = async () => undefined): AdminContext['metrics'] {
   return async () => {
     await settle();
@@ -27,7 +30,9 @@ export function registryMetrics(registry: Registry, settle: () => Promise<void> 
   };
 }
 
-/** The path of a request target (`/readyz?x=1`), or null when it is not one (`//[`, `*`, a full URL with a bad host). */
+/**
+ * The path of a request target (`/readyz?x=1`), or null when it is not one (`//[`, `*`, a full URL with a bad host).
+ */
 function pathOf(target: string | undefined): string | null {
   if (!target?.startsWith('/')) return null;
   try {

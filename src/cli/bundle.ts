@@ -77,7 +77,9 @@ function uncarried(t: GraphFileTensor): string {
     : `${t.side} ${JSON.stringify(t.name)} is ${type}, which the KServe protocol cannot carry; cast it in the model to a type it can (FP32, FP16, FP64, INT8..INT64, UINT8..UINT64, BOOL, BYTES)`;
 }
 
-/** The graph's signature, as the server's device actor sees it; what stops ONNX Runtime from loading it, said plainly. */
+/**
+ * The graph's signature, as the server's device actor sees it; what stops ONNX Runtime from loading it, said plainly.
+ */
 async function readGraph(file: string): Promise<{ inputs: GraphTensor[]; outputs: GraphTensor[]; denotations: Map<string, readonly string[]> }> {
   const graphFile = readGraphFile(readFileSync(file));
   // Imported here: serving never loads ONNX Runtime on the main thread.

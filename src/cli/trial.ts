@@ -64,7 +64,7 @@ function trialInputs(spec: ModelSpec): { tensors: Tensor[]; request: string } {
     const row = executable && executable.datatype === t.datatype && executable.shape.join() === t.shape.join() ? spec.warmupData[t.name] : undefined;
     if (row) {
       fromBundle.push(t.name);
-      // copy: the bundle's warm-up row into a buffer of its own, aligned for its typed view (BYTES: framing checked at parse)
+      // copy: the bundle's warm-up row into its own buffer, aligned for its typed view (BYTES framing checked at parse)
       return { name: t.name, datatype: t.datatype, shape, data: info.typedArray ? new info.typedArray(row.slice().buffer) : splitBytesElements(row)! };
     }
     const data = info.typedArray ? new info.typedArray(count) : Array.from({ length: count }, () => new Uint8Array(0));

@@ -104,7 +104,10 @@ export class InferenceClient {
     }) as unknown as RawClient;
   }
 
-  /** Call a unary RPC of the service by name with a plain request object; it resolves with that RPC's reply (replies.ts). */
+  /**
+   * Call a unary RPC of the service by name with a plain request object; it resolves with that RPC's reply
+   * (replies.ts).
+   */
   call<K extends InferenceRpc>(rpc: K, request?: unknown, timeoutMs?: number, metadata?: Record<string, string>): Promise<InferenceReplies[K]>;
   /** Any other RPC name: its reply untyped (and a name the service lacks is refused). */
   call(rpc: string, request?: unknown, timeoutMs?: number, metadata?: Record<string, string>): Promise<unknown>;

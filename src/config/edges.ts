@@ -5,7 +5,10 @@
  */
 import { availableParallelism } from 'node:os';
 
-/** Below this many cores `auto` keeps the main thread alone: the edges' threads would take cores the device and ONNX Runtime need. */
+/**
+ * Below this many cores `auto` keeps the main thread alone: the edges' threads would take cores the device and ONNX
+ * Runtime need.
+ */
 export const EDGE_AUTO_MIN_CORES = 4;
 /** `auto`: one edge per this many cores. */
 export const EDGE_AUTO_CORES_PER_EDGE = 4;

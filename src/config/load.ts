@@ -7,8 +7,8 @@
  * sets `global.runtime.cuda.tf32`), and `INFERENCE_SERVER_<KEY>` a top-level
  * key or a scalar directly under `global`, and `INFERENCE_SERVER_GATEWAY_<FIELD>`
  * (`_SCHEDULING_<FIELD>`) the gateway's, for every scalar and list the schema
- * declares (list values are colon-separated; lists of host:port, comma-separated). The table of names is derived from the schema,
- * so a new key gets its override for free; an unknown `INFERENCE_SERVER_*`
+ * declares (list values are colon-separated; lists of host:port, comma-separated). The table of names is derived from
+ * the schema, so a new key gets its override for free; an unknown `INFERENCE_SERVER_*`
  * variable stops start-up rather than being ignored.
  */
 import { readFileSync } from 'node:fs';
@@ -40,7 +40,9 @@ interface Override {
   schema: SchemaNode;
 }
 
-/** Scalars and lists of scalars (colon-separated) can come from the environment; mappings and lists of mappings cannot. */
+/**
+ * Scalars and lists of scalars (colon-separated) can come from the environment; mappings and lists of mappings cannot.
+ */
 function isScalar(node: SchemaNode): boolean {
   return node.type !== 'object' && !(node.type === 'array' && node.items?.type === 'object');
 }

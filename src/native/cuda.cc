@@ -142,7 +142,8 @@ void copyToHost(int ordinal, void* dst, const void* src, size_t bytes, const std
 void copyDevices(int ordinal, void* dst, const void* src, size_t bytes, const std::string& what) {
   const Runtime& rt = loadedRuntime();
   DeviceScope scope(ordinal, what);
-  check(rt.memcpy(dst, src, bytes, kDefault), what);  // copy: GPU to GPU (a CUDA shared-memory tensor on another GPU, or out of a region)
+  // copy: GPU to GPU (a CUDA shared-memory tensor on another GPU, or out of a region)
+  check(rt.memcpy(dst, src, bytes, kDefault), what);
   check(rt.streamSynchronize(nullptr), what);
 }
 
@@ -294,7 +295,8 @@ void moveWithin(int ordinal, uint8_t* base, size_t to, size_t from, size_t lengt
       uint8_t* s = static_cast<uint8_t*>(scratch);
       void* d = step == MoveStep::FromScratch || step == MoveStep::Within ? base + dst : s;
       const void* r = step == MoveStep::ToScratch || step == MoveStep::Within ? base + src : s;
-      check(rt.memcpy(d, r, n, kDeviceToDevice), what);  // copy: compaction, within the GPU (counted as the bytes moved)
+      // copy: compaction, within the GPU (counted as the bytes moved)
+      check(rt.memcpy(d, r, n, kDeviceToDevice), what);
     });
     check(rt.streamSynchronize(nullptr), what);
   } catch (...) {

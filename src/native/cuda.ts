@@ -135,7 +135,10 @@ export const STICKY_CUDA_ERRORS: ReadonlySet<number> = new Set([214, 700, 702, 7
  */
 export const CUDA_CAPTURE_ERRORS: ReadonlySet<number> = new Set([900, 901, 902, 903, 904, 905, 906, 907, 908]);
 
-/** Whether the process's context on GPU `ordinal` still works (after a failed run): the error a synchronisation meets, 0 when none. */
+/**
+ * Whether the process's context on GPU `ordinal` still works (after a failed run): the error a synchronisation meets, 0
+ * when none.
+ */
 export function probeGpu(ordinal: number): { error: number; message: string } {
   return ortAddon().cudaProbe(ordinal);
 }

@@ -488,7 +488,8 @@ class Session : public Napi::ObjectWrap<Session> {
       // (AddExternalInitializers): each replaces an initializer the model stores as external
       // data, copied into the session (the caller's memory is free again once it is made).
       std::vector<Held> initializers = initializersOf(so, options, "initializers", false);
-      std::vector<Held> copied = initializersOf(so, options, "externalInitializers", true);  // alive until the session is made
+      // alive until the session is made
+      std::vector<Held> copied = initializersOf(so, options, "externalInitializers", true);
       if (info[0].IsString()) {
         std::string path = info[0].As<Napi::String>().Utf8Value();
         session_ = made<OrtSession>([&](OrtSession** out) { return ort->CreateSession(env, path.c_str(), so, out); });
@@ -1472,7 +1473,8 @@ class DeviceMemory : public Napi::ObjectWrap<DeviceMemory> {
             throw ArgumentError("a CUDA IPC handle is " + std::to_string(stowage_cuda::kIpcHandleBytes) + " bytes (cudaIpcMemHandle_t), not " + std::to_string(handle.length));
           }
           stowage_cuda::CudaIpcHandle h;
-          std::memcpy(h.reserved, handle.data, stowage_cuda::kIpcHandleBytes);  // copy: the 64-byte handle, not tensor bytes
+          // copy: the 64-byte handle, not tensor bytes
+          std::memcpy(h.reserved, handle.data, stowage_cuda::kIpcHandleBytes);
           b->data = stowage_cuda::ipcOpen(b->cudaOrdinal, h, "device " + device);
           b->ipc = true;
           // A region declared larger than the allocation would send kernels past its end (a fault

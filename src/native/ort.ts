@@ -191,7 +191,10 @@ export interface OrtSessionOptions {
   useEnvAllocators?: boolean;
   /** 0 verbose .. 4 fatal. */
   logSeverityLevel?: number;
-  /** Profile every run (ONNX Runtime's per-node timings), written as `<prefix>_<date>.json` when the session is released. */
+  /**
+   * Profile every run (ONNX Runtime's per-node timings), written as `<prefix>_<date>.json` when the session is
+   * released.
+   */
   profilePrefix?: string;
   /**
    * Run on the CUDA execution provider of GPU `deviceId` (a CUDA ordinal), with ONNX Runtime's own
@@ -237,11 +240,20 @@ export interface Addon {
   cudaDevices(): NativeCudaDevices;
   cudaMemoryInfo(ordinal: number): { freeBytes: number; totalBytes: number };
   PinnedHost: new (view: ArrayBufferView | ArrayBuffer) => PinnedHost;
-  /** The error the binding raises when ONNX Runtime answers status `ortCode` with `message` (its reading of a GPU's failures, testable anywhere). */
+  /**
+   * The error the binding raises when ONNX Runtime answers status `ortCode` with `message` (its reading of a GPU's
+   * failures, testable anywhere).
+   */
   ortFailure(ortCode: number, message: string): OrtError;
-  /** The plan of a GPU memory's moveWithin (src/native/move-plan.h) over host memory, for tests without a GPU: the copies it made. */
+  /**
+   * The plan of a GPU memory's moveWithin (src/native/move-plan.h) over host memory, for tests without a GPU: the
+   * copies it made.
+   */
   movePlanHost(buffer: Uint8Array, to: number, from: number, length: number, scratchBytes: number): number;
-  /** Compaction's choice of scratch buffer (move-plan.h chooseScratch) against a device giving at most `largestGiven` bytes at once: the bytes got, and every size asked. */
+  /**
+   * Compaction's choice of scratch buffer (move-plan.h chooseScratch) against a device giving at most `largestGiven`
+   * bytes at once: the bytes got, and every size asked.
+   */
   scratchChoiceHost(length: number, most: number, least: number, largestGiven: number): { got: number; asked: number[] };
   cudaProbe(ordinal: number): { error: number; message: string };
 }
@@ -335,7 +347,10 @@ export function cpuArenaStats(): ArenaStats | null {
   return ortAddon().cpuArenaStats();
 }
 
-/** Bytes the process's C heap holds now, over every thread's arena (malloc_info): a session's open grows it by what the session keeps. */
+/**
+ * Bytes the process's C heap holds now, over every thread's arena (malloc_info): a session's open grows it by what the
+ * session keeps.
+ */
 export function heapBytesInUse(): number {
   return ortAddon().heapBytesInUse();
 }

@@ -50,7 +50,10 @@ export interface DevicesOptions {
   /** Every model's policy, the one its device handles read: set/residency changes go through it. */
   policies: ModelPolicies;
   hostWeights?: HostWeights;
-  /** Compiles a model before its devices load it; absent when the weight cache is off (devices open the files as they are). */
+  /**
+   * Compiles a model before its devices load it; absent when the weight cache is off (devices open the files as they
+   * are).
+   */
   compiler?: Pick<Compiler, 'compile'>;
   lpt?: LptOptions;
   logger?: Logger;
@@ -115,7 +118,10 @@ export class Devices {
     }
   }
 
-  /** Resolves once every device has reported every execution it answered before now (statistics read after it count them). */
+  /**
+   * Resolves once every device has reported every execution it answered before now (statistics read after it count
+   * them).
+   */
   async reported(): Promise<void> {
     await Promise.all(this.handles.map((d) => d.reported()));
   }
@@ -192,7 +198,8 @@ export class Devices {
     const devices = settled.length > 0 ? settled : holding;
     if (devices.length === 1) return devices[0];
     const placed = this.#o.mode === 'lpt_packing' ? this.#placed.get(model) : undefined;
-    // A model placed on devices taken out of service, or that lost it, is served by the others, loading its weights there.
+    // A model placed on devices taken out of service, or that lost it, is served by the others, loading its weights
+    // there.
     if (!placed || !placed.devices.every((d) => devices.includes(d))) return this.#router.pick(devices);
     const counts = this.#outstanding.get(model)!;
     const capacity = Math.max(1, Math.round(placed.batchRows * (this.#o.lpt?.fillFactor ?? 1)));

@@ -41,7 +41,10 @@ const MAX_LENGTHS = 4;
 export class LoadWindows {
   readonly #windows = new Map<number, Window>();
 
-  /** The last whole window of `windowSeconds` before `nowMs`, per model; `current` reads the counters when a window closes. */
+  /**
+   * The last whole window of `windowSeconds` before `nowMs`, per model; `current` reads the counters when a window
+   * closes.
+   */
   read(windowSeconds: number, nowMs: number, current: () => Map<string, ModelReading>): ReadonlyMap<string, WindowReport> {
     const lengthMs = windowSeconds * 1000;
     const index = Math.floor(nowMs / lengthMs);

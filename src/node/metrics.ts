@@ -49,11 +49,14 @@ function totals(counter: Counter, read: (set: (labels: Record<string, string>, v
 export class Metrics {
   readonly registry = new Registry();
   readonly #loadSecs: Gauge;
-  /** Requests routed, per model and device (stowage_gateway_routed_total). */
+  /** Requests routed, per model and device (stowage_requests_routed_total). */
   readonly #routes = new Map<string, Map<number, number>>();
   readonly #weightGauges: Record<'residentBytes' | 'logicalBytes' | 'budgetBytes', Gauge>;
   readonly #sharing: Gauge;
-  /** Per model: executions that found its weights on the device, and those that brought them on (ModelControlStatus reads them). */
+  /**
+   * Per model: executions that found its weights on the device, and those that brought them on (ModelControlStatus
+   * reads them).
+   */
   readonly #weightTraffic = new Map<string, { hits: number; misses: number }>();
   readonly #weightHits: Counter;
   readonly #weightMisses: Counter;
@@ -97,17 +100,24 @@ export class Metrics {
     this.#weightUploadsBeside = counter('stowage_weight_cache_uploads_beside_total', 'Cold loads of the model whose weights were copied while the device ran other models (runtime.upload_beside_execution)', ['model']);
     this.#weightHiddenSecs = counter('stowage_weight_cache_load_hidden_seconds_total', 'Seconds of the model\'s weight copies that ran beside other models\' executions, which no batch of it waited for', ['model']);
     const routes = this.#routes;
-    new Counter({
-      name: 'stowage_gateway_routed_total', help: 'Requests the gateway sent to each device, per model', labelNames: ['model', 'device'], registers,
-      collect() {
-        // The pipeline's routes, and the edges' own (counted where they route: shared/request-counters.ts).
-        totals(this, (set) => {
-          for (const source of [routes, statistics.edgeRoutes()]) {
-            for (const [m, devices] of source) for (const [device, n] of devices) set({ model: m, device: String(device) }, n);
-          }
-        });
-      },
-    });
+    // The old design's name (a gateway actor routed) stays one release as a deprecated alias with the
+    // same values: docs/operations.md, *Deprecated metric names*.
+    for (const [name, help] of [
+      ['stowage_requests_routed_total', 'Requests sent to each device, per model'],
+      ['stowage_gateway_routed_total', 'Deprecated alias of stowage_requests_routed_total (same values), kept for one release'],
+    ]) {
+      new Counter({
+        name, help, labelNames: ['model', 'device'], registers,
+        collect() {
+          // The main thread's routes, and the edges' own (counted where they route: shared/request-counters.ts).
+          totals(this, (set) => {
+            for (const source of [routes, statistics.edgeRoutes()]) {
+              for (const [m, devices] of source) for (const [device, n] of devices) set({ model: m, device: String(device) }, n);
+            }
+          });
+        },
+      });
+    }
     this.#placedModels = gauge('stowage_gateway_placed_models', 'Models placed on the device by lpt_packing');
     this.#placedBytes = gauge('stowage_gateway_placed_bytes', 'Weight bytes of the models placed on the device by lpt_packing');
     this.#placedLoad = gauge('stowage_gateway_placed_load_seconds', 'Device-seconds of work measured, in the last packing window, for the models lpt_packing placed on the device');
@@ -361,7 +371,8 @@ function deviceMetrics(statistics: Statistics, registers: Registry[]): void {
     name: 'stowage_device_batch_rows', help: 'Rows per execution (sum/count is the average batch size)', labelNames: ['device'],
     buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers,
   });
-  // A histogram keeps buckets, not a total: it is observed once per execution a report sums (cached per device, so no label hashing).
+  // A histogram keeps buckets, not a total: it is observed once per execution a report sums (cached per device, so no
+  // label hashing).
   const rowsOf = new Map<number, ReturnType<Histogram['labels']>>();
   statistics.onBatchRows = (device, rows, executions) => {
     let child = rowsOf.get(device);

@@ -100,7 +100,9 @@ export class ModelRegistry {
     return record?.state === ModelState.READY && record.spec && record.instance ? { instance: record.instance, spec: record.spec } : undefined;
   }
 
-  /** A model's record changed: its lease slots and the edges' routes follow (model-slots.ts), and the watchers are told. */
+  /**
+   * A model's record changed: its lease slots and the edges' routes follow (model-slots.ts), and the watchers are told.
+   */
   #route(name: string): void {
     const route = this.#slots.changed(name, this.#serving(name));
     for (const w of this.#routeWatchers) w(name, route);
@@ -152,7 +154,9 @@ export class ModelRegistry {
     await this.#slots.drained(instance);
   }
 
-  /** Edges gave leases back (the last on a closed slot, or an edge died): whoever waits for a slot to drain looks again. */
+  /**
+   * Edges gave leases back (the last on a closed slot, or an edge died): whoever waits for a slot to drain looks again.
+   */
   edgesReleased(): void {
     this.#slots.released();
   }

@@ -82,7 +82,10 @@ export class ModelSlots {
     return s.slot;
   }
 
-  /** The main thread gives its lease on `instance` back; the last one on a closed slot wakes whoever waits for it to drain. */
+  /**
+   * The main thread gives its lease on `instance` back; the last one on a closed slot wakes whoever waits for it to
+   * drain.
+   */
   release(instance: InstanceKey, slot: number): void {
     const s = this.#slots.get(instance);
     this.#leases.release(slot, s?.tag ?? 0);
@@ -113,7 +116,9 @@ export class ModelSlots {
     }
   }
 
-  /** Leases were given back (the last on a closed slot, or an edge died): whoever waits for a slot to drain looks again. */
+  /**
+   * Leases were given back (the last on a closed slot, or an edge died): whoever waits for a slot to drain looks again.
+   */
   released(): void {
     const waiting = this.#waiting;
     this.#waiting = [];

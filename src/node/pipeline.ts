@@ -47,7 +47,10 @@ export class Pipeline {
     });
   }
 
-  /** One inference request from an edge (shared/request-path.ts `RequestPath.infer`): the registry leases every model it knows, or says why not. */
+  /**
+   * One inference request from an edge (shared/request-path.ts `RequestPath.infer`): the registry leases every model it
+   * knows, or says why not.
+   */
   infer(req: DataPlaneRequest, options: InferOptions): Promise<InferenceAnswer> {
     const answer = this.#path.infer(req, options);
     if (!answer) throw new Error('unreachable: the registry leases a model or throws why not');

@@ -89,7 +89,10 @@ export class SharedMemoryRegistry {
     return [...this.#regions.values()].filter((r) => r.told).map((r) => [r.name, edgeRegion(r)]);
   }
 
-  /** Holds were given back at an edge (its last one on an unregistered region, or the edge died): close what nothing holds. */
+  /**
+   * Holds were given back at an edge (its last one on an unregistered region, or the edge died): close what nothing
+   * holds.
+   */
   edgesReleased(): void {
     for (const region of [...this.#byId.values()]) this.#closeIfIdle(region);
   }
@@ -167,7 +170,9 @@ export class SharedMemoryRegistry {
     return [region];
   }
 
-  /** One region of `kind`, or every one of that kind for an empty name; an unknown name is not an error (Triton's rule). */
+  /**
+   * One region of `kind`, or every one of that kind for an empty name; an unknown name is not an error (Triton's rule).
+   */
   unregister(name: string, kind: RegionKind = 'system'): void {
     const named = name === '' ? [...this.#regions.values()] : [this.#regions.get(name)].filter((r) => r !== undefined);
     const gone = named.filter((r) => r.kind === kind);

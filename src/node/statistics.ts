@@ -68,10 +68,15 @@ export class Statistics {
   #requests: { counters: RequestCounters; slots: () => Iterable<[model: string, slot: number]> } | null = null;
   /** Requests the edges sent to each device, per model, from slots folded already. */
   readonly #edgeRoutes = new Map<string, Map<number, number>>();
-  /** Rows per execution, for the batch-size histogram: `executions` ran with `rows` rows (set by the metrics; none without them). */
+  /**
+   * Rows per execution, for the batch-size histogram: `executions` ran with `rows` rows (set by the metrics; none
+   * without them).
+   */
   onBatchRows: ((device: number, rows: number, executions: number) => void) | undefined;
 
-  /** Where requests are counted (every thread's, shared memory): `slots` lists every lease slot in use and its model. */
+  /**
+   * Where requests are counted (every thread's, shared memory): `slots` lists every lease slot in use and its model.
+   */
   shareCounters(counters: RequestCounters, slots: () => Iterable<[model: string, slot: number]>): void {
     this.#requests = { counters, slots };
   }
@@ -84,14 +89,17 @@ export class Statistics {
     addRoutes(this.#edgeRoutes, model, counts);
   }
 
-  /** Every model that has counted something, with its counters, its live slots' included (read, never written, by the caller). */
+  /**
+   * Every model that has counted something, with its counters, its live slots' included (read, never written, by the
+   * caller).
+   */
   *models(): IterableIterator<[string, Readonly<ModelCounters>]> {
     const live = this.#liveSlots();
     for (const [model, c] of this.#models) yield [model, this.#merged(c, live.get(model))];
     for (const [model, slots] of live) if (!this.#models.has(model)) yield [model, this.#merged(this.#of(model), slots)];
   }
 
-  /** Requests the edge threads sent to each device, per model (stowage_gateway_routed_total adds them). */
+  /** Requests the edge threads sent to each device, per model (stowage_requests_routed_total adds them). */
   edgeRoutes(): Map<string, Map<number, number>> {
     const routes = new Map([...this.#edgeRoutes].map(([m, d]) => [m, new Map(d)]));
     if (this.#requests) for (const [model, slot] of this.#requests.slots()) addRoutes(routes, model, this.#requests.counters.read(slot));
@@ -159,7 +167,9 @@ export class Statistics {
     }
   }
 
-  /** Seconds of device time a model's executions took, summed over its devices (ModelControlStatus's compute_seconds). */
+  /**
+   * Seconds of device time a model's executions took, summed over its devices (ModelControlStatus's compute_seconds).
+   */
   computeSeconds(model: string): number {
     let ns = 0;
     for (const b of this.#models.get(model)?.batches.values() ?? []) ns += b.computeInfer.ns;

@@ -18,7 +18,10 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { errors } from '../shared/errors.js';
 
-/** The counters in the shared memory: the process's, then each edge's own share (INFLIGHT and BYTES from EDGE_BASE + 2 × slot). */
+/**
+ * The counters in the shared memory: the process's, then each edge's own share (INFLIGHT and BYTES from EDGE_BASE + 2 ×
+ * slot).
+ */
 const INFLIGHT = 0;
 const BYTES = 1;
 const SHED = 2;
@@ -78,7 +81,10 @@ export class Admission {
     Atomics.add(c, this.#own + 1, bytes);
   }
 
-  /** Take a place for a request of `bytes` or throw STOWAGE_SERVER_BUSY; every enter() needs one leave() with the same bytes. */
+  /**
+   * Take a place for a request of `bytes` or throw STOWAGE_SERVER_BUSY; every enter() needs one leave() with the same
+   * bytes.
+   */
   enter(bytes = 0): void {
     const c = this.#counters;
     const before = Number(Atomics.add(c, INFLIGHT, 1n));

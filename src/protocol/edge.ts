@@ -107,7 +107,10 @@ function undecodableAsValue(definition: grpc.ServiceDefinition): grpc.ServiceDef
   }));
 }
 
-/** A failure that ends a stream instead of answering one of its requests: a broken message, here or at the node it was forwarded to. */
+/**
+ * A failure that ends a stream instead of answering one of its requests: a broken message, here or at the node it was
+ * forwarded to.
+ */
 function breaksStream(err: unknown): boolean {
   if (err instanceof StowageError) return err.code === 'STOWAGE_UNDECODABLE';
   return isForwardedStatus(err) && err.code === Status.INVALID_ARGUMENT && isUndecodable(err.details);
@@ -125,7 +128,10 @@ export function callGone(call: { readonly cancelled: boolean }): boolean {
   return typeof inner?.checkCancelled === 'function' ? inner.checkCancelled() : false;
 }
 
-/** How long, once every inference is answered at shutdown, open calls that are not inferences may take to end before they are cut. */
+/**
+ * How long, once every inference is answered at shutdown, open calls that are not inferences may take to end before
+ * they are cut.
+ */
 const CLOSE_LINGER_MS = 500;
 
 /** The call's absolute deadline in ms since the epoch; Infinity when the client set none. */

@@ -132,7 +132,10 @@ export class EncodedResponse {
     return Buffer.from(b.buffer, b.byteOffset + this.#start, b.byteLength - this.#start);
   }
 
-  /** A ModelStreamInferResponse carrying it (field 2, no error_message), its tag and length written in front: a view, no copy. */
+  /**
+   * A ModelStreamInferResponse carrying it (field 2, no error_message), its tag and length written in front: a view, no
+   * copy.
+   */
   streamMessage(): Buffer {
     const b = this.#bytes;
     const length = b.byteLength - this.#start;
@@ -194,7 +197,9 @@ export class ResponseFrame {
     this.layout = responseLayout(model, version, id);
   }
 
-  /** The response framed around the answer's outputs; null when they were not written into a frame (hooks made them). */
+  /**
+   * The response framed around the answer's outputs; null when they were not written into a frame (hooks made them).
+   */
   frame(answer: InferenceAnswer): EncodedResponse | null {
     if (!answer.framed) return null;
     return frameResponse(this.#model, this.#version, this.#id, answer.outputs, answer.framed.bytes, answer.framed.frame);

@@ -5,9 +5,9 @@
  * 5-byte gRPC prefix and the message) and hands `subarray(5)` of it to the deserializer;
  * protobufjs decodes `bytes` fields as views of that Buffer. From half of `Buffer.poolSize` on
  * (4 KiB on Node 22, 32 KiB on Node 24), Buffer.concat allocates an ArrayBuffer of exactly the
- * framed message's size for it alone; below, the bytes sit in Node's shared pool beside other data. Nothing in grpc-js touches the Buffer after
- * deserializing, so when the geometry shows an ArrayBuffer of its own, the request's tensor views
- * can be handed to the device actor (transferred) as they are: no copy on the main thread.
+ * framed message's size for it alone; below, the bytes sit in Node's shared pool beside other data. Nothing in grpc-js
+ * touches the Buffer after deserializing, so when the geometry shows an ArrayBuffer of its own, the request's tensor
+ * views can be handed to the device actor (transferred) as they are: no copy on the main thread.
  * In the pool, or in any shape we do not recognise, the codec copies as before.
  */
 import type * as grpc from '@grpc/grpc-js';

@@ -14,10 +14,16 @@ import type { DataPlaneRequest, PlainParameters, RegionRef, RequestOutput } from
 import { MAX_TIMER_MS } from '../shared/timers.js';
 import { MAX_PRIORITY_LEVELS } from '../shared/constants.js';
 
-/** One parameter's value: integers as bigint (every digit kept), doubles as number; null: named, but without a value (gRPC's oneof left unset). */
+/**
+ * One parameter's value: integers as bigint (every digit kept), doubles as number; null: named, but without a value
+ * (gRPC's oneof left unset).
+ */
 export type ParameterValue = boolean | string | number | bigint | null;
 
-/** A message's parameters by name, in an object without a prototype (a parameter named "__proto__" is one like any other). */
+/**
+ * A message's parameters by name, in an object without a prototype (a parameter named "__proto__" is one like any
+ * other).
+ */
 export type ParameterValues = Record<string, ParameterValue>;
 
 /** An empty set of parameters, without a prototype. */

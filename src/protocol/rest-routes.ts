@@ -37,7 +37,10 @@ function wholeNumber(body: Record<string, unknown>, key: string, what: string, f
   return value;
 }
 
-/** A log setting from JSON: a boolean, a whole number from 0 or a string (which setting takes which is log-settings.ts's). */
+/**
+ * A log setting from JSON: a boolean, a whole number from 0 or a string (which setting takes which is
+ * log-settings.ts's).
+ */
 function settingValue(key: string, v: unknown): LogSettingValue {
   if (typeof v === 'boolean' || typeof v === 'string' || (typeof v === 'number' && Number.isInteger(v) && v >= 0)) return v;
   throw errors.invalidRequest(`log setting ${JSON.stringify(key)} must be a boolean, a whole number or a string`);

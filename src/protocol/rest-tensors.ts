@@ -96,7 +96,8 @@ export async function parseRestInfer(body: Buffer, headerBytes: number | undefin
   const header = await readJsonBody(json, 'the inference request', isTensorData);
   if (!isObject(header)) throw errors.invalidRequest('the inference request must be a JSON object with "inputs"');
   if (!Array.isArray(header.inputs)) throw errors.invalidRequest('the inference request has no "inputs" array');
-  // Binary inputs are views of the body: handed over as they are when it owns its memory, as a large gRPC message's are.
+  // Binary inputs are views of the body: handed over as they are when it owns its memory, as a large gRPC message's
+  // are.
   const owned = ownsArrayBuffer(body, 0);
   let binaryAt = jsonEnd;
   const inputs: RequestInput[] = [];

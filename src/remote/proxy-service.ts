@@ -156,7 +156,9 @@ class Forwarding {
   }
 }
 
-/** Every node's RepositoryIndex as one: one entry per model, a node's READY entry winning over another's UNAVAILABLE. */
+/**
+ * Every node's RepositoryIndex as one: one entry per model, a node's READY entry winning over another's UNAVAILABLE.
+ */
 function mergedIndex(answers: PromiseSettledResult<Record<string, unknown>>[]) {
   const merged = new Map<string, Record<string, unknown>>();
   for (const a of answers) {
@@ -179,7 +181,10 @@ async function summedStatistics(f: Forwarding, nodes: readonly RemoteNode[], req
   return { model_stats: mergeStatistics(ok.flatMap((a) => a.value.model_stats as Record<string, unknown>[])) };
 }
 
-/** A stream's request that failed, answered on the stream: its error, with its model and id echoed where they can be read. */
+/**
+ * A stream's request that failed, answered on the stream: its error, with its model and id echoed where they can be
+ * read.
+ */
 function streamFailure(definition: grpc.ServiceDefinition, request: Buffer, details: string): Buffer {
   let model = '';
   let id = '';

@@ -64,7 +64,10 @@ export interface FleetOptions {
   replicaLoad: number;
 }
 
-/** A model is heavy, and placed within the bounds, when one replica's load is at least this share of a device's fair share. */
+/**
+ * A model is heavy, and placed within the bounds, when one replica's load is at least this share of a device's fair
+ * share.
+ */
 const HEAVY_SHARE = 0.02;
 
 /**

@@ -83,8 +83,8 @@ const runtimeSchema = {
     // Runs whose learned cost is below this many ms run on the device thread itself; longer ones
     // (and a model's first) on a libuv thread, the device thread admitting and coalescing meanwhile.
     // 0: every run on a libuv thread. Backend cuda ignores it: every run is on the device thread
-    // (the CUDA provider keeps GPU memory per thread that runs a session). Where cores are few, a device thread awake beside a run's own
-    // threads slows the run more than it gains (docs/performance.md).
+    // (the CUDA provider keeps GPU memory per thread that runs a session). Where cores are few, a device thread awake
+    // beside a run's own threads slows the run more than it gains (docs/performance.md).
     inline_run_below_ms: { type: 'number', minimum: 0, default: 50 },
     // ONNX Runtime's intra-op threads: a pool per session (intra_op_threads each: idle ones sleep,
     // but a node with hundreds of models holds thousands of them), or one pool for the whole
@@ -146,8 +146,8 @@ const schedulerSchema = {
     discipline: { enum: DISCIPLINES, default: 'fair' },
     // fair with the weight cache: a model whose weights are on the device may go before a less-charged
     // one whose weights are not, by at most that one's last cold load and one execution of device
-    // time (docs/serving.md, Scheduling). false: strictly least-charged first, a cold load at every turn when the queued
-    // models do not all fit.
+    // time (docs/serving.md, Scheduling). false: strictly least-charged first, a cold load at every turn when the
+    // queued models do not all fit.
     prefer_resident: { type: 'boolean', default: true },
     // Half-life, in seconds, of the moving average that learns each model's execution cost.
     ema_halflife_seconds: { type: 'number', exclusiveMinimum: 0, default: 30 },
@@ -364,11 +364,13 @@ export const nodeConfigSchema = {
           properties: {
             // none (off) or otlp (OTEL_TRACES_EXPORTER).
             exporter: { enum: ['none', 'otlp'], default: 'none' },
-            // The OTLP/HTTP receiver's base URL, e.g. http://collector:4318 (OTEL_EXPORTER_OTLP_ENDPOINT); empty: the SDK's default.
+            // The OTLP/HTTP receiver's base URL, e.g. http://collector:4318 (OTEL_EXPORTER_OTLP_ENDPOINT); empty: the
+            // SDK's default.
             endpoint: { type: 'string', default: '' },
             // http/protobuf or http/json (OTEL_EXPORTER_OTLP_PROTOCOL).
             protocol: { enum: ['http/protobuf', 'http/json'], default: 'http/protobuf' },
-            // Fraction of the traces started here that are kept (parentbased_traceidratio; a caller's sampled flag wins).
+            // Fraction of the traces started here that are kept (parentbased_traceidratio; a caller's sampled flag
+            // wins).
             sample_ratio: { type: 'number', minimum: 0, maximum: 1, default: 1 },
           },
         },

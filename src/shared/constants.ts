@@ -9,7 +9,10 @@ export const MODEL_VERSION = '1';
 export const MODEL_PLATFORM = 'onnxruntime_onnx';
 export const MODEL_BACKEND = 'onnxruntime';
 
-/** The most priority levels a node file may give (scheduler.priority_levels): a request's priority above it names no level anywhere. */
+/**
+ * The most priority levels a node file may give (scheduler.priority_levels): a request's priority above it names no
+ * level anywhere.
+ */
 export const MAX_PRIORITY_LEVELS = 1000;
 
 /** Triton's clients set gRPC message limits to INT32_MAX; large tensors must pass. */
@@ -22,7 +25,9 @@ export const MAX_MESSAGE_BYTES = 2 ** 31 - 1;
  */
 export const SERVER_EXTENSIONS: readonly string[] = ['model_repository', 'model_configuration', 'system_shared_memory', 'binary_tensor_data', 'parameters', 'statistics', 'logging'];
 
-/** A gateway-only process's: shared memory is local to a node, and a gateway serves gRPC only (no binary tensor data). */
+/**
+ * A gateway-only process's: shared memory is local to a node, and a gateway serves gRPC only (no binary tensor data).
+ */
 export const GATEWAY_EXTENSIONS: readonly string[] = SERVER_EXTENSIONS.filter((e) => e !== 'system_shared_memory' && e !== 'binary_tensor_data');
 
 /** How long a device actor may take to start (import ONNX Runtime) before it is declared dead. */

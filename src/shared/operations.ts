@@ -22,7 +22,10 @@ export interface ModelRef {
   version: string;
 }
 
-/** A log setting's value (LogSettings: booleans for the switches, a whole number for the verbosity, strings for file and format). */
+/**
+ * A log setting's value (LogSettings: booleans for the switches, a whole number for the verbosity, strings for file and
+ * format).
+ */
 export type LogSettingValue = boolean | number | string;
 
 /** A tensor as ModelMetadata describes it. */
@@ -94,7 +97,8 @@ export type AnyOperationReply = OperationReply<OperationName>;
 
 /** Run `call` on `ops` (the thread that has them); rejects with its error. */
 export async function callOperation(ops: Operations, call: OperationCall): Promise<AnyOperationReply> {
-  // The union of calls does not tell the compiler that this request is this operation's: it is, by OperationCall's construction.
+  // The union of calls does not tell the compiler that this request is this operation's: it is, by OperationCall's
+  // construction.
   const operation = ops[call.op] as ((request: OperationCall['request']) => Awaitable<AnyOperationReply>) | undefined;
   if (typeof operation !== 'function') throw new TypeError(`no operation ${JSON.stringify(call.op)}`);
   return operation.call(ops, call.request);

@@ -33,7 +33,9 @@ export interface SliceableRegion {
   byteSize: number;
 }
 
-/** The slice `byteSize` bytes at `offset` of `region` (named `name`), bounds checked; `what` names the tensor in errors. */
+/**
+ * The slice `byteSize` bytes at `offset` of `region` (named `name`), bounds checked; `what` names the tensor in errors.
+ */
 export function sliceOf(what: string, name: string, region: SliceableRegion, offset: number, byteSize: number): RegionSlice {
   if (offset < 0 || byteSize < 0 || offset + byteSize > region.byteSize) {
     throw errors.sharedMemoryInvalid(`${what}: offset ${offset} + byte_size ${byteSize} is outside region ${q(name)} of ${region.byteSize} bytes`);
@@ -189,7 +191,10 @@ class InputSet {
   }
 }
 
-/** One input off the wire into the tensor the device reads: inline bytes checked (and copied if they must be), a region looked up. */
+/**
+ * One input off the wire into the tensor the device reads: inline bytes checked (and copied if they must be), a region
+ * looked up.
+ */
 function inputTensor(input: RequestInput, spec: TensorSpec, regions: RegionLookup | undefined, handOver: HandOver): WireTensor {
   const info = dtypeInfo(spec.datatype);
   const { name, shape, bytes } = input;

@@ -4,10 +4,11 @@
  * sub-calls alike, on whichever thread holds the request: an edge thread, or the main thread when
  * it is the only edge (or for what an edge cannot take: see "Rooms" below). One module, one order:
  *
- *   [edge: decode] -> lease -> check (request-check.ts) -> route -> [preprocess, on a hook thread, which feeds the device] -> device -> [postprocess] -> count -> [edge: encode]
- *   (without a hook making them, the outputs are written into the frame the edge's allocator asked for: for gRPC
- *   the response is framed around them, protocol/infer-response-wire.ts)
- *   (a meta model: lease -> check -> run hook, whose sub-calls re-enter at `lease` with tensors, on this thread)
+ *   [edge: decode] -> lease -> check (request-check.ts) -> route -> [preprocess, on a hook thread, which feeds the
+ * device] -> device -> [postprocess] -> count -> [edge: encode]   (without a hook making them, the outputs are written
+ * into the frame the edge's allocator asked for: for gRPC   the response is framed around them,
+ * protocol/infer-response-wire.ts)   (a meta model: lease -> check -> run hook, whose sub-calls re-enter at `lease`
+ * with tensors, on this thread)
  *
  * It speaks the data plane only (data-plane.ts): an edge decodes its protocol into a
  * DataPlaneRequest, hands it over with an OutputLayout (where the outputs go), and encodes the
@@ -20,10 +21,11 @@
  * threads). A room that cannot take a request (an edge without the model's route) says so at
  * `acquire`, before anything is done: the request goes to the main thread as it is.
  *
- * Copies of a request's tensor bytes, and thread hops, per path. `edge` is the thread that holds the request: an edge thread, or the main thread when it is the only edge. `copies` counts every copy of the
- * bytes of one request's input and output tensors (in units of their size: a copy of the input and
- * one of the output are two), `native` those made in a library's C++ where no JavaScript sees them
- * (the copy probe cannot count those), and the next column says which thread makes each. Each copy in our code is a line marked
+ * Copies of a request's tensor bytes, and thread hops, per path. `edge` is the thread that holds the request: an edge
+ * thread, or the main thread when it is the only edge. `copies` counts every copy of the bytes of one request's input
+ * and output tensors (in units of their size: a copy of the input and one of the output are two), `native` those made
+ * in a library's C++ where no JavaScript sees them (the copy probe cannot count those), and the next column says which
+ * thread makes each. Each copy in our code is a line marked
  * `// copy:`. test/integration/copies.test.js reads this table and counts the copies each path
  * really makes, so a copy added or removed fails it until the table says so.
  *
@@ -89,7 +91,9 @@ export type SubInfer = (model: string, tensors: WireTensor[], outputs: string[])
 /** The hook threads as the path reaches them (actors/hooks/handle.ts HookPool). */
 export interface PathHooks {
   run(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext, subInfer?: SubInfer): Promise<WireTensor[]>;
-  /** A preprocess hook whose tensors go to the device (HookFeed); with the thread's new door to it, when it made one. */
+  /**
+   * A preprocess hook whose tensors go to the device (HookFeed); with the thread's new door to it, when it made one.
+   */
   preprocessInto(model: string, hooks: BundleHooks, given: WireTensor[], context: HookContext, feed: HookFeed): Promise<MessagePort | undefined>;
 }
 
@@ -124,7 +128,9 @@ export interface PathRooms<L extends PathLease> {
    * with `feedFromHook` it goes without inputs, which the hook thread preprocessing it sends.
    */
   infer(lease: L, request: InferenceRequest, signal: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult>;
-  /** A hook thread's new door to the device a feed went to (DeviceClient.adoptDoor); closed when that device is gone. */
+  /**
+   * A hook thread's new door to the device a feed went to (DeviceClient.adoptDoor); closed when that device is gone.
+   */
   adoptDoor(target: HookFeedTarget, port: MessagePort): void;
   hooks: PathHooks;
   /** Shared-memory regions; absent: this thread takes no request that uses them. */
@@ -138,7 +144,9 @@ export interface PathRooms<L extends PathLease> {
   elsewhere?(model: string, tensors: WireTensor[], outputs: string[], urgency: Urgency, signal: AbortSignal, trace: TraceCarrier | undefined): Promise<WireTensor[]>;
 }
 
-/** How soon a request must run: its absolute deadline (Infinity: none) and its priority level (0: its model's default). */
+/**
+ * How soon a request must run: its absolute deadline (Infinity: none) and its priority level (0: its model's default).
+ */
 export interface Urgency {
   deadlineMs: number;
   priority: number;
@@ -319,7 +327,8 @@ export class RequestPath<L extends PathLease> {
     // A hook call, in a span of its own when tracing.
     const traced = <T>(name: string, work: () => Promise<T>): Promise<T> => (spans ? spans.around(name, work) : work());
     if (spec.kind === 'meta') {
-      // Its run hook (on a hook thread) calls sub-models, within this request's deadline, at its priority, cancelled with it.
+      // Its run hook (on a hook thread) calls sub-models, within this request's deadline, at its priority, cancelled
+      // with it.
       const subInfer = (model: string, tensors: WireTensor[], outputs: string[]) => this.#subInfer(spec, context, model, tensors, outputs, urgency, signal, spans);
       const returned = await traced('hook run', () => hooks.run(spec.name, 'run', spec.hooks!, checked.inputs, context, subInfer));
       const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, checked.rows);

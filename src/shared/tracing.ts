@@ -47,7 +47,10 @@ let exportFailures = 0;
 /** Every thread's failures, in shared memory (a slot per thread: 0 the main thread, e + 1 edge e), once shared. */
 let sharedFailures: { counts: Int32Array; slot: number } | null = null;
 
-/** Exports that failed since start, every thread's that counts in shared memory (stowage_trace_export_failures_total reads it). */
+/**
+ * Exports that failed since start, every thread's that counts in shared memory (stowage_trace_export_failures_total
+ * reads it).
+ */
 export function traceExportFailures(): number {
   if (!sharedFailures) return exportFailures;
   let sum = 0;

@@ -86,7 +86,7 @@ async function ask(clients, reference, count) {
 }
 
 const routedTo = async (/** @type {number | undefined} */ adminPort, /** @type {number} */ device) =>
-  metric(await scrapeMetrics(adminPort), 'stowage_gateway_routed_total', `model="digits",device="${device}"`);
+  metric(await scrapeMetrics(adminPort), 'stowage_requests_routed_total', `model="digits",device="${device}"`);
 
 for (const edges of [0, 2]) {
   test(`two devices (edge_threads ${edges}): a device whose replacement worker could not load a model again gets none of its requests, and a reload brings it back`, async (t) => {

@@ -113,11 +113,11 @@ test('a model with replicas: 2 is served from two devices, filling one batch bef
   const failed = await traffic(t, server, { calls: 400, clients: 24, choose: () => models[0] });
   t.is(failed, 0);
   const m = await scrapeMetrics(server.adminPort);
-  const routed = placed.m000.map((d) => m[`stowage_gateway_routed_total{model="m000",device="${d}"}`] ?? 0);
+  const routed = placed.m000.map((d) => m[`stowage_requests_routed_total{model="m000",device="${d}"}`] ?? 0);
   t.log(`m000 on devices ${placed.m000}: ${routed.join(' and ')} requests`);
   t.true(routed.every((n) => n > 0), 'both replicas served');
   const others = [0, 1, 2, 3].filter((d) => !placed.m000.includes(d));
-  t.true(others.every((d) => !(m[`stowage_gateway_routed_total{model="m000",device="${d}"}`] > 0)), 'and no other device');
+  t.true(others.every((d) => !(m[`stowage_requests_routed_total{model="m000",device="${d}"}`] > 0)), 'and no other device');
 });
 
 test('with edge threads, the edges route a placed model to its replicas themselves', async (t) => {
@@ -129,16 +129,16 @@ test('with edge threads, the edges route a placed model to its replicas themselv
   let m = await scrapeMetrics(server.adminPort);
   const direct = () => [0, 1].reduce((sum, edge) => sum + (m[`stowage_edge_direct_requests_total{edge="${edge}"}`] ?? 0), 0);
   t.is(direct(), 400, 'every call went from its edge to the device directly');
-  const routed = placed.m000.map((d) => m[`stowage_gateway_routed_total{model="m000",device="${d}"}`] ?? 0);
+  const routed = placed.m000.map((d) => m[`stowage_requests_routed_total{model="m000",device="${d}"}`] ?? 0);
   t.log(`m000 on devices ${placed.m000}: ${routed.join(' and ')} requests, routed by the edges`);
   t.true(routed.every((n) => n > 0), 'both replicas served');
   const others = [0, 1, 2, 3].filter((d) => !placed.m000.includes(d));
-  t.true(others.every((d) => !(m[`stowage_gateway_routed_total{model="m000",device="${d}"}`] > 0)), 'and no other device');
+  t.true(others.every((d) => !(m[`stowage_requests_routed_total{model="m000",device="${d}"}`] > 0)), 'and no other device');
   // m001 is placed on one device: every request of it goes there.
   const one = placed.m001[0];
   await traffic(t, server, { calls: 200, clients: 8, choose: () => models[1] });
   m = await scrapeMetrics(server.adminPort);
-  t.is(m[`stowage_gateway_routed_total{model="m001",device="${one}"}`], 200, 'a model on one device: all its requests there');
+  t.is(m[`stowage_requests_routed_total{model="m001",device="${one}"}`], 200, 'a model on one device: all its requests there');
 });
 
 test('default_replicas: all puts every model on every device, and a device that cannot hold them is warned about', async (t) => {

@@ -35,7 +35,8 @@ test('/metrics counts exactly the requests, rows and executions sent, with Trito
   t.is(m['stowage_device_batch_rows_count{device="0"}'], sizes.length);
   t.true(m['stowage_device_busy_seconds_total{device="0"}'] > 0);
   t.is(m['stowage_device_queue_depth{device="0"}'], 0);
-  t.is(m['stowage_gateway_routed_total{model="digits",device="0"}'], sizes.length, 'the bad request failed in decode, before routing');
+  t.is(m['stowage_requests_routed_total{model="digits",device="0"}'], sizes.length, 'the bad request failed in decode, before routing');
+  t.is(m['stowage_gateway_routed_total{model="digits",device="0"}'], sizes.length, 'the old name, a deprecated alias for one release, says the same');
   t.is(m['stowage_grpc_inflight_requests'], 0);
   t.is(m[`nv_inference_pending_request_count${labels}`] ?? 0, 0);
   t.true('nodejs_eventloop_lag_seconds' in m, 'main-thread event-loop lag');

@@ -156,7 +156,8 @@ export async function compileExecutable(source: string, options: CompileOptions)
   try {
     const optimised = path.join(tmp, 'optimised.onnx');
     await options.optimise(source, optimised);
-    // A plain Uint8Array over the file's bytes (no copy): Buffer's own slice is a view, Uint8Array's a copy, and splitWeights relies on the latter.
+    // A plain Uint8Array over the file's bytes (no copy): Buffer's own slice is a view, Uint8Array's a copy, and
+    // splitWeights relies on the latter.
     const file = readFileSync(optimised);
     const { graph, weights } = splitWeights(new Uint8Array(file.buffer, file.byteOffset, file.byteLength));
     const entries = weights.map((w) => {

@@ -30,7 +30,9 @@ import {
   TYPE_TENSOR_SHAPE, VALUE_INFO_NAME, VALUE_INFO_TYPE,
 } from '../../shared/onnx-fields.js';
 
-/** Below this many bytes an initializer stays in the executable, unless it is a float read only by SMALL_FLOAT_READERS. */
+/**
+ * Below this many bytes an initializer stays in the executable, unless it is a float read only by SMALL_FLOAT_READERS.
+ */
 export const WEIGHT_MIN_BYTES = 128;
 
 /**
@@ -47,7 +49,10 @@ const SMALL_FLOAT_READERS = new Set([
 ]);
 const FLOATS: ReadonlySet<Datatype> = new Set(['FP32', 'FP16', 'BF16', 'FP64']);
 
-/** Whether a weight of this type and size moves out when every node reading it is one of SMALL_FLOAT_READERS (else: whether it moves at all). */
+/**
+ * Whether a weight of this type and size moves out when every node reading it is one of SMALL_FLOAT_READERS (else:
+ * whether it moves at all).
+ */
 export function movesOut(datatype: Datatype, byteLength: number, readers: readonly string[]): boolean {
   if (datatype === 'INT64') return false;
   if (byteLength >= WEIGHT_MIN_BYTES) return true;
@@ -72,7 +77,8 @@ export interface SplitModel {
 
 /** The tensor's bytes if it is a weight that should move out, else null. */
 function weightBytes(fields: WireField[], elementBytes: number, count: number): Uint8Array | null {
-  if (fields.some((f) => f.field === TENSOR_DATA_LOCATION && f.varint !== 0)) return null; // external data: leave it to ORT
+  // external data: leave it to ORT
+  if (fields.some((f) => f.field === TENSOR_DATA_LOCATION && f.varint !== 0)) return null;
   const raw = fields.find((f) => f.field === TENSOR_RAW_DATA && f.wireType === WIRE_LEN);
   if (raw) return raw.payload.length === count * elementBytes ? raw.payload : null;
   // float_data is packed little-endian floats: the same bytes raw_data would hold.
@@ -82,7 +88,9 @@ function weightBytes(fields: WireField[], elementBytes: number, count: number): 
   return null; // other typed encodings are rare for weights; such a tensor stays embedded
 }
 
-/** The tensor as a weight when it moves out (`readers`: the op types of the main graph's nodes reading it), else null. */
+/**
+ * The tensor as a weight when it moves out (`readers`: the op types of the main graph's nodes reading it), else null.
+ */
 function asWeight(tensor: Uint8Array, readers: (name: string) => string[]): WeightTensor | null {
   const fields = readFields(tensor);
   const type = fields.find((f) => f.field === TENSOR_DATA_TYPE)?.varint ?? 0;
@@ -149,8 +157,8 @@ function withTransB(node: WireField): Uint8Array {
 function transpose(data: Uint8Array, rows: number, cols: number, width: number): Uint8Array {
   const out = new Uint8Array(data.byteLength);
   const Words = width === 8 ? BigUint64Array : width === 4 ? Uint32Array : width === 2 ? Uint16Array : Uint8Array;
-  // The elements read as words need their offset aligned for them: a weight at an odd place in the file is copied first.
-  // copy: a misaligned weight into aligned memory (transposing writes `out` anyway)
+  // The elements read as words need their offset aligned for them: a weight at an odd place in the file is copied
+  // first. copy: a misaligned weight into aligned memory (transposing writes `out` anyway)
   const from = data.byteOffset % width === 0 ? data : new Uint8Array(data);
   const src = new Words(from.buffer as ArrayBuffer, from.byteOffset, from.byteLength / width);
   const dst = new Words(out.buffer);

@@ -32,7 +32,8 @@ async function optimise(model: string, source: string, target: string, backend: 
   let session: ort.InferenceSession;
   try {
     // One thread: graph optimisation barely parallelises, and this thread is a guest on the machine.
-    // Level 'all' saved to disk is hardware specific; the cache key carries the CPU's features, so ORT's warning says nothing new.
+    // Level 'all' saved to disk is hardware specific; the cache key carries the CPU's features, so ORT's warning says
+    // nothing new.
     session = await ort.InferenceSession.create(source, {
       // On the CPU, 'all' (its fusions and blocked layouts are the CPU provider's). For CUDA only
       // 'basic', which any provider runs (constant folding, Conv+BatchNorm, eliminations): the CPU

@@ -15,7 +15,9 @@
  * blocks with `write`/`fill` and binds `data(block)` as tensor data.
  */
 
-/** Block offsets and sizes are multiples of ARENA_ALIGNMENT: every typed-array view is aligned, and so are SIMD loads. */
+/**
+ * Block offsets and sizes are multiples of ARENA_ALIGNMENT: every typed-array view is aligned, and so are SIMD loads.
+ */
 import { ARENA_ALIGNMENT } from '../../shared/constants.js';
 import type { DeviceMemory, DeviceSlice } from '../../native/ort.js';
 
@@ -160,7 +162,8 @@ export class Arena {
    */
   upload(block: Block, src: Uint8Array): void {
     if (this.#device) {
-      this.#device.uploadFromHost(src, block.offset); // copy: weights into the arena beside execution (the cold load's one copy, moved earlier)
+      // copy: weights into the arena beside execution (the cold load's one copy, moved earlier)
+      this.#device.uploadFromHost(src, block.offset);
       return;
     }
     const started = performance.now();

@@ -32,7 +32,8 @@ export function concatRows(parts: readonly RowsPart[], axis: number, elementByte
     let at = o * toRows * rowBytes;
     for (const p of parts) {
       const block = p.shape[axis] * rowBytes;
-      out.set(p.data.subarray(o * block, (o + 1) * block), at); // copy: a request's rows into the joined (or padded) input
+      // copy: a request's rows into the joined (or padded) input
+      out.set(p.data.subarray(o * block, (o + 1) * block), at);
       at += block;
     }
     out.fill(0, at, (o + 1) * toRows * rowBytes);

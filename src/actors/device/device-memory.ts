@@ -34,7 +34,10 @@ export function pinOrNot(refused: (why: string) => void): Pin {
   };
 }
 
-/** The device's weight cache; null when the cache is off (`weights` null: every model keeps its weights in its sessions). */
+/**
+ * The device's weight cache; null when the cache is off (`weights` null: every model keeps its weights in its
+ * sessions).
+ */
 export function weightCacheOf(init: DeviceInit, pin: Pin): WeightCache<InstanceKey> | null {
   const { weights, cuda } = init;
   if (!weights) return null;

@@ -37,7 +37,10 @@ export function buffersOf(results: ExecutionAnswers['results']): ArrayBuffer[] {
 export interface EdgeDoorsEvents {
   /** A door's request, under the device's id, joins the inbox; `link` and `linkId` are how its edge names it. */
   admit(cmd: InferCommand, link: number, linkId: number): void;
-  /** Drop a request by the device's id (queued: removed; running: its result discarded), as the main thread's cancel does. */
+  /**
+   * Drop a request by the device's id (queued: removed; running: its result discarded), as the main thread's cancel
+   * does.
+   */
   cancel(id: number): void;
   /** A hook thread of the door's edge made its door to this device (HookInputs come through it). */
   hookDoor(port: MessagePort): void;

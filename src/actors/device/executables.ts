@@ -40,7 +40,9 @@ export class Executable implements SessionUser {
   pooled!: PooledSession;
   /** Its binding on the session while the session is open (made at its first use after an open). */
   binding: OrtBinding | null = null;
-  /** The residency epoch its weights are bound for: bound again when it changes (weights moved), or in a new binding. */
+  /**
+   * The residency epoch its weights are bound for: bound again when it changes (weights moved), or in a new binding.
+   */
   boundEpoch?: number;
   /**
    * The outputs whose every axis but the batch one the graph fixes: their shape is known before a
@@ -50,7 +52,10 @@ export class Executable implements SessionUser {
   shapedOutputs: ReadonlySet<string> = new Set();
   /** Backend cuda with runtime.cuda.graphs: its CUDA graphs (on, or off saying why); null otherwise. */
   graphs: CudaGraphs | null = null;
-  /** The one batch size its session runs at, a dynamic file opened per size (runtime.session_per_batch_size); null otherwise. */
+  /**
+   * The one batch size its session runs at, a dynamic file opened per size (runtime.session_per_batch_size); null
+   * otherwise.
+   */
   runSize: number | null = null;
   readonly #pinned: () => boolean;
 
@@ -104,7 +109,10 @@ export interface OpenOptions {
   intraOpThreads: number;
   /** Share the process's intra-op pool (runtime.thread_pool: process) instead of a pool of its own. */
   sharedThreadPool: boolean;
-  /** Backend cuda: the CUDA provider on this device with these options (and the GPU's shared arena or not); null on the CPU. */
+  /**
+   * Backend cuda: the CUDA provider on this device with these options (and the GPU's shared arena or not); null on the
+   * CPU.
+   */
   cuda: { deviceId: number; options: Record<string, string>; sharedArena?: boolean } | null;
   /** Backend cuda: open for CUDA graphs (runtime.cuda.graphs). */
   graphs?: boolean;
@@ -173,7 +181,10 @@ export function sharingKey(graph: string, level: string, options: Pick<OpenOptio
 
 const sha256 = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex');
 
-/** ONNX Runtime's 'all' optimisation of `source` saved to `target`, through this thread's binding (the compiler's work, done here). */
+/**
+ * ONNX Runtime's 'all' optimisation of `source` saved to `target`, through this thread's binding (the compiler's work,
+ * done here).
+ */
 function optimiseHere(cuda: boolean) {
   return async (source: string, target: string): Promise<void> => {
     const session = OrtSession.open(source, { graphOptimizationLevel: cuda ? 'basic' : 'all', optimizedModelFilePath: target, intraOpThreads: 1, allowSpinning: false, logSeverityLevel: 3 });

@@ -54,7 +54,10 @@ export interface ExecutionContext {
   inlineRunBelowMs: number;
   /** Backend cuda: every input goes through (pinned) staging, a lone request's too. */
   stageInputs: boolean;
-  /** Weight uploads beside each run, for the cold models queued next (uploads-ahead.ts); null when off or without a weight cache. */
+  /**
+   * Weight uploads beside each run, for the cold models queued next (uploads-ahead.ts); null when off or without a
+   * weight cache.
+   */
   uploadsAhead: UploadsAhead | null;
   /** The run in flight, if any: the requests riding in it (a cancelled one leaves), and its session to terminate. */
   running: { ids: Set<number>; session: OrtSession } | null;
@@ -195,7 +198,10 @@ function runGraph(ctx: ExecutionContext, executable: Executable, inputs: OrtTens
   }
 }
 
-/** An output ONNX Runtime wrote into a CUDA region: its declared type and one request's shape (`rows` on the batch axis), no bytes. */
+/**
+ * An output ONNX Runtime wrote into a CUDA region: its declared type and one request's shape (`rows` on the batch
+ * axis), no bytes.
+ */
 function gpuOutputRecord(declared: TensorSpec, out: OrtOutput, batchDim: number, rows: number): WireTensor {
   return { name: out.name, datatype: declared.datatype, shape: out.dims.map((d, i) => (i === batchDim ? rows : d)), data: new Uint8Array(0) };
 }
@@ -285,7 +291,9 @@ function bringWeights(ctx: ExecutionContext, instance: InferCommand['instance'],
   return load;
 }
 
-/** A run made ready: its inputs, where its outputs go, and which of them ONNX Runtime writes into shared memory itself. */
+/**
+ * A run made ready: its inputs, where its outputs go, and which of them ONNX Runtime writes into shared memory itself.
+ */
 interface PreparedRun {
   inputs: OrtTensor[];
   targets: (string | OrtTensor)[];
@@ -362,7 +370,9 @@ async function runOnce(ctx: ExecutionContext, batch: InferCommand[], spec: Model
   }
 }
 
-/** Each request's answer: its rows of the batch's outputs, placed, written into its regions or handed over as they are. */
+/**
+ * Each request's answer: its rows of the batch's outputs, placed, written into its regions or handed over as they are.
+ */
 function answersOf(ctx: ExecutionContext, batch: InferCommand[], model: LoadedModel, outputs: OrtOutput[], run: PreparedRun, started: number): ({ id: number } & Omit<InferenceResult, 'timing'>)[] {
   const { regions } = ctx;
   const { spec, batchDims } = model;
@@ -389,7 +399,8 @@ function answersOf(ctx: ExecutionContext, batch: InferCommand[], model: LoadedMo
       const queueNs = Math.max(0, Math.round((started - t.enqueuedAtMs) * 1e6));
       results.push(t.frame ? { id: t.id, ...frameOutputs(mine, t.frame), queueNs } : { id: t.id, outputs: mine, queueNs });
     } catch (err) {
-      ctx.fail(t.id, verdict(ctx, err)); // this request only: its region was too small, or a copy into a CUDA region failed
+      // this request only: its region was too small, or a copy into a CUDA region failed
+      ctx.fail(t.id, verdict(ctx, err));
     }
     from += t.rows;
   }

@@ -109,7 +109,10 @@ export interface DeviceHandleOptions {
    * that died closed with it, and new ones may be opened (`openEdgeDoor`).
    */
   onServing?: (deviceId: number) => void;
-  /** Told when the worker ends while it serves, with why (its exit code): edges fail what was pending on their doors saying so. */
+  /**
+   * Told when the worker ends while it serves, with why (its exit code): edges fail what was pending on their doors
+   * saying so.
+   */
   onExited?: (deviceId: number, why: string) => void;
   /**
    * Told when the device no longer holds an instance it was asked to (its replacement worker could
@@ -157,7 +160,10 @@ export class DeviceHandle implements DeviceClient {
   #stopping = false;
   /** Workers started so far: hook threads' doors are per worker (HookFeed.generation). */
   #generation = 0;
-  /** The next edge door's link (HookInputs.link; 0 is this handle's own requests). Never reused: a request's hook inputs name the door they belong to. */
+  /**
+   * The next edge door's link (HookInputs.link; 0 is this handle's own requests). Never reused: a request's hook inputs
+   * name the door they belong to.
+   */
   #nextLink = MAIN_LINK + 1;
   /** A replacement worker is loading the models again: no edge door opens until it has. */
   #reloading = false;
@@ -462,7 +468,10 @@ export class DeviceHandle implements DeviceClient {
     return this.#call('status', {});
   }
 
-  /** Move a model's loaded instances to its residency as the owner has it now (`device` brings them on now, or fails if they cannot fit). */
+  /**
+   * Move a model's loaded instances to its residency as the owner has it now (`device` brings them on now, or fails if
+   * they cannot fit).
+   */
   async applyResidency(model: string): Promise<void> {
     const { residency } = this.#options.policies.of(this.deviceId, model);
     const { memory, host } = await this.#call('setResidency', { model, residency, hostOffer: this.#options.hostWeights?.offer() ?? {} });
@@ -500,7 +509,9 @@ export class DeviceHandle implements DeviceClient {
     return (await this.#call('compact', {})).movedBytes;
   }
 
-  /** Apply a model's scheduling policy as the owner has it now to its loaded instances (their queued requests included). */
+  /**
+   * Apply a model's scheduling policy as the owner has it now to its loaded instances (their queued requests included).
+   */
   async applyPolicy(model: string): Promise<void> {
     const { weight, maxBatchSize } = this.#options.policies.of(this.deviceId, model);
     await this.#call('setPolicy', { model, policy: { weight, maxBatchSize } });

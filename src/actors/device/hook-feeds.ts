@@ -89,7 +89,10 @@ export class HookFeeds {
     return true;
   }
 
-  /** A link closed (an edge's door): inputs that came early for it are dropped; its waiting requests are cancelled by its close. */
+  /**
+   * A link closed (an edge's door): inputs that came early for it are dropped; its waiting requests are cancelled by
+   * its close.
+   */
   forgetLink(link: number): void {
     const prefix = `${link}:`;
     for (const key of this.#early.keys()) if (key.startsWith(prefix)) this.#early.delete(key);

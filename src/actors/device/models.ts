@@ -158,7 +158,9 @@ export class DeviceModels {
     return spec.compiledBatchSizes.filter((size) => !ownFiles.has(size));
   }
 
-  /** Whether `instance`'s residency is `device` now (its sessions then stay open): every model's when the cache is off. */
+  /**
+   * Whether `instance`'s residency is `device` now (its sessions then stay open): every model's when the cache is off.
+   */
   #pinned(instance: InstanceKey, residency: string): () => boolean {
     return () => (this.weightCache ? (this.weightCache.residencyOf(instance) ?? residency) === 'device' : true);
   }

@@ -43,7 +43,8 @@ export function batchInput(parts: WireTensor[], batchDim: number, runBatch: numb
   // typed array needs them aligned, so a misaligned one is copied here, off the main thread.
   // `alwaysStage` (backend cuda): a lone input is copied into staging too, which is pinned, since
   // the GPU reads pinned memory at the bus's speed and a fresh pageable buffer at a fraction of it.
-  const bytes = joined ? concatRows(parts, batchDim, info.elementBytes, runBatch, stage) // copy: coalesced or padded rows, into staging
+  // copy: coalesced or padded rows, into staging
+  const bytes = joined ? concatRows(parts, batchDim, info.elementBytes, runBatch, stage)
     : !alwaysStage && first.data.byteOffset % info.elementBytes === 0 ? first.data : realign(first.data, stage);
   return { name: first.name, type: info.onnxType, dims, data: bytes };
 }
@@ -78,11 +79,13 @@ export function requestOutput(model: string, out: OrtOutput, batchDim: number, f
     // The binding hands BYTES over as length-prefixed elements in a buffer of their own.
     if (whole) return { name: out.name, datatype: info.datatype, shape, data: bytes };
     const elements = splitBytesElements(bytes) ?? [];
-    return { name: out.name, datatype: info.datatype, shape, data: joinBytesElements(sliceRowsArray(elements, dims, batchDim, from, rows)) }; // copy: a request's BYTES rows
+    // copy: a request's BYTES rows
+    return { name: out.name, datatype: info.datatype, shape, data: joinBytesElements(sliceRowsArray(elements, dims, batchDim, from, rows)) };
   }
   if (whole) {
     if (!own) return { name: out.name, datatype: info.datatype, shape, data: bytes };
-    return { name: out.name, datatype: info.datatype, shape, data: bytes.slice() }; // copy: a lone request's output out of memory it cannot take along (ONNX Runtime's or staging)
+    // copy: a lone request's output out of memory it cannot take along (ONNX Runtime's or staging)
+    return { name: out.name, datatype: info.datatype, shape, data: bytes.slice() };
   }
   return { name: out.name, datatype: info.datatype, shape, data: sliceRows(bytes, dims, batchDim, info.elementBytes, from, rows, own) };
 }

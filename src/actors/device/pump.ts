@@ -66,7 +66,10 @@ export class DevicePump {
     });
   }
 
-  /** Drop request `id`: not yet admitted or queued, removed and never run; running, it finishes and its answer is dropped. */
+  /**
+   * Drop request `id`: not yet admitted or queued, removed and never run; running, it finishes and its answer is
+   * dropped.
+   */
   cancel(id: number): void {
     const at = this.#inbox.findIndex((m) => m.type === 'infer' && m.id === id);
     if (at >= 0) this.#inbox.splice(at, 1);
@@ -86,7 +89,9 @@ export class DevicePump {
     };
   }
 
-  /** Admit what came, then run batches until none is ready (one at a time: a second call while it runs does nothing). */
+  /**
+   * Admit what came, then run batches until none is ready (one at a time: a second call while it runs does nothing).
+   */
   async pump(): Promise<void> {
     if (this.#pumping) return;
     this.#pumping = true;

@@ -57,7 +57,10 @@ export class RegionMappings {
   readonly #access: GpuMemoryAccess;
   /** CUDA regions opened on this device's GPU, by region id. */
   readonly #cuda = new Map<number, DeviceMemory>();
-  /** GPU scratch for inputs copied from CUDA regions on other GPUs: one buffer per use in an execution, reused by the next. */
+  /**
+   * GPU scratch for inputs copied from CUDA regions on other GPUs: one buffer per use in an execution, reused by the
+   * next.
+   */
   #scratch: DeviceMemory[] = [];
   #scratchUsed = 0;
   readonly #warn: (message: string) => void;
@@ -117,7 +120,8 @@ export class RegionMappings {
     const tensor = (data: DeviceSlice): OrtTensor => ({ name: t.name, type: info.onnxType, dims: t.shape, data });
     if (slice.cuda.gpu === this.#gpu && slice.offset % CUDA_IN_PLACE_ALIGNMENT === 0) return tensor({ memory, offset: slice.offset });
     const scratch = this.#takeScratch(slice.byteSize);
-    scratch.copyFromDevice(memory, slice.offset, 0, slice.byteSize); // copy: a CUDA shared-memory input, GPU to GPU once (another GPU's, or misaligned)
+    // copy: a CUDA shared-memory input, GPU to GPU once (another GPU's, or misaligned)
+    scratch.copyFromDevice(memory, slice.offset, 0, slice.byteSize);
     return tensor({ memory: scratch, offset: 0 });
   }
 
@@ -138,10 +142,12 @@ export class RegionMappings {
     let at = 0;
     for (const p of parts) {
       const slice = p.shm!;
-      scratch.copyFromDevice(this.openCuda(slice), slice.offset, at, slice.byteSize); // copy: a coalesced request's CUDA shared-memory rows into the joined input, GPU to GPU
+      // copy: a coalesced request's CUDA shared-memory rows into the joined input, GPU to GPU
+      scratch.copyFromDevice(this.openCuda(slice), slice.offset, at, slice.byteSize);
       at += slice.byteSize;
     }
-    if (at < bytes) scratch.copyFromHost(new Uint8Array(bytes - at), at); // copy: zeros for the padding rows (not the request's bytes)
+    // copy: zeros for the padding rows (not the request's bytes)
+    if (at < bytes) scratch.copyFromHost(new Uint8Array(bytes - at), at);
     return { name: first.name, type: info.onnxType, dims: [runBatch, ...first.shape.slice(1)], data: { memory: scratch, offset: 0 } };
   }
 
@@ -150,7 +156,8 @@ export class RegionMappings {
     const have = this.#scratch[at];
     if (have && have.bytes >= bytes) return have;
     if (have) releaseOrLeave(have);
-    const fresh = this.#access.allocate(Math.max(bytes, (have?.bytes ?? 0) * 2), `cuda:${this.#gpu ?? 0}`); // only reached once openCuda found a GPU
+    // only reached once openCuda found a GPU
+    const fresh = this.#access.allocate(Math.max(bytes, (have?.bytes ?? 0) * 2), `cuda:${this.#gpu ?? 0}`);
     this.#scratch[at] = fresh;
     return fresh;
   }
@@ -192,7 +199,8 @@ export class RegionMappings {
     if (!t.shm) return t;
     if (t.shm.cuda) {
       const bytes = stage(t.shm.byteSize);
-      this.openCuda(t.shm).copyToHost(bytes, t.shm.offset); // copy: a CUDA shared-memory input joined into a batch on the host
+      // copy: a CUDA shared-memory input joined into a batch on the host
+      this.openCuda(t.shm).copyToHost(bytes, t.shm.offset);
       return { ...t, data: bytes };
     }
     const view = this.view(t.shm);
@@ -233,8 +241,10 @@ export class RegionMappings {
     if (out.data.byteLength > slice.byteSize) {
       throw errors.sharedMemoryInvalid(`output ${JSON.stringify(out.name)}: shared_memory_byte_size ${slice.byteSize} is less than the ${out.data.byteLength} bytes of the result`);
     }
-    if (slice.cuda) this.openCuda(slice).copyFromHost(out.data, slice.offset); // copy: an output into its CUDA shared-memory slice, host to GPU
-    else this.view(slice).set(out.data); // copy: an output into its shared-memory slice, when ONNX Runtime could not write it there
+    // copy: an output into its CUDA shared-memory slice, host to GPU
+    if (slice.cuda) this.openCuda(slice).copyFromHost(out.data, slice.offset);
+    // copy: an output into its shared-memory slice, when ONNX Runtime could not write it there
+    else this.view(slice).set(out.data);
     return { ...out, data: new Uint8Array(0), shm: slice };
   }
 
@@ -248,7 +258,10 @@ export class RegionMappings {
   }
 }
 
-/** Free device memory now, or, while a session's tensor still views it (a binding kept from the last run), when collected. */
+/**
+ * Free device memory now, or, while a session's tensor still views it (a binding kept from the last run), when
+ * collected.
+ */
 function releaseOrLeave(memory: DeviceMemory): void {
   try {
     memory.release();

@@ -85,7 +85,9 @@ export interface Pick<T extends Queued> {
   batch: T[];
   /** Requests dropped instead of run, with why. */
   shed: { request: T; reason: ShedReason }[];
-  /** When `batch` is empty because queues are held for rows on their way: when the first hold ends (the clock of `now`). */
+  /**
+   * When `batch` is empty because queues are held for rows on their way: when the first hold ends (the clock of `now`).
+   */
   heldUntilMs?: number;
 }
 
@@ -104,7 +106,10 @@ export interface SchedulerOptions<Id extends string = string> {
   priorityLevels?: number;
   /** Level of a request that names none, for a model whose policy names none (scheduler.default_priority). */
   defaultPriority?: number;
-  /** Least share of recent device time the levels below the highest waiting one get while they wait (scheduler.lower_priority_share). */
+  /**
+   * Least share of recent device time the levels below the highest waiting one get while they wait
+   * (scheduler.lower_priority_share).
+   */
   lowerPriorityShare?: number;
 }
 
@@ -156,7 +161,9 @@ export class Scheduler<T extends Queued> {
     return this.#queues.get(model)?.policy;
   }
 
-  /** Register a model (or change its policy); its queue is kept (in level order again, if its default level changed). */
+  /**
+   * Register a model (or change its policy); its queue is kept (in level order again, if its default level changed).
+   */
   setModel(model: T['instance'], policy: QueuePolicy): void {
     const q = this.#queues.get(model);
     if (q) {
@@ -198,7 +205,10 @@ export class Scheduler<T extends Queued> {
     return t.priority || q.policy.priority || this.#options.defaultPriority || 1;
   }
 
-  /** Into its queue in level order; within a level, deadline order (edf; equal deadlines in arrival order) or arrival order. */
+  /**
+   * Into its queue in level order; within a level, deadline order (edf; equal deadlines in arrival order) or arrival
+   * order.
+   */
   #insert(q: ModelQueue<T>, request: T): void {
     const level = this.#level(q, request);
     const edf = this.#options.discipline === 'edf';
@@ -310,7 +320,10 @@ export class Scheduler<T extends Queued> {
     this.#levelMs.set(level, (this.#levelMs.get(level) ?? 0) + ms);
   }
 
-  /** Whether the levels below `top` are owed the next pick: their share of recent device time is under lowerPriorityShare. */
+  /**
+   * Whether the levels below `top` are owed the next pick: their share of recent device time is under
+   * lowerPriorityShare.
+   */
   #lowerOwed(top: number): boolean {
     let lower = 0;
     let all = 0;
@@ -321,7 +334,10 @@ export class Scheduler<T extends Queued> {
     return lower < (this.#options.lowerPriorityShare ?? 0) * all;
   }
 
-  /** The discipline's order among queues of one level: fair, the least charged; fifo, the oldest head; edf, the most urgent head. */
+  /**
+   * The discipline's order among queues of one level: fair, the least charged; fifo, the oldest head; edf, the most
+   * urgent head.
+   */
   #key(q: ModelQueue<T>): number {
     const head = q.requests[0];
     return this.#options.discipline === 'fair' ? q.charged : this.#options.discipline === 'fifo' ? head.enqueuedAtMs : this.#urgency(head);

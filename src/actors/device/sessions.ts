@@ -40,7 +40,9 @@ export type SessionOpener = (reason: SessionOpenReason) => OrtSession | Promise<
 /** One session on this device: for one graph and one set of options, shared by its users. */
 export class PooledSession {
   readonly key: string;
-  /** The graph's SHA-256 when it may be shared; null for a session of one executable's own (sharing off, saying why). */
+  /**
+   * The graph's SHA-256 when it may be shared; null for a session of one executable's own (sharing off, saying why).
+   */
   readonly graph: string | null;
   /** Why it is not shared (sharing off); null when it may be. */
   readonly unshared: string | null;
@@ -219,7 +221,10 @@ export class SessionPool {
     }
   }
 
-  /** Close the least recently used open session other than `keep` that no `residency: device` model pins; false when there is none. */
+  /**
+   * Close the least recently used open session other than `keep` that no `residency: device` model pins; false when
+   * there is none.
+   */
   #closeOne(keep: PooledSession, reason: SessionCloseReason): boolean {
     let victim: PooledSession | undefined;
     for (const p of this.#byKey.values()) {

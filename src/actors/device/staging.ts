@@ -15,7 +15,9 @@ const MAX_KEPT_BYTES = 64 * 2 ** 20;
 export class Staging {
   /** One buffer per `take` of an execution, in order: the same inputs reuse the same buffer. */
   readonly #kept: ArrayBuffer[] = [];
-  /** Backend cuda: the kept buffers' registrations (pinned, so ONNX Runtime's copies to the GPU run at the bus's speed). */
+  /**
+   * Backend cuda: the kept buffers' registrations (pinned, so ONNX Runtime's copies to the GPU run at the bus's speed).
+   */
   readonly #pins: ({ release(): void } | undefined)[] = [];
   readonly #pin: ((buffer: ArrayBuffer) => { release(): void } | undefined) | undefined;
 

@@ -30,7 +30,9 @@ export function repeatRow(row: Uint8Array, dims: readonly number[], batchDim: nu
   return out;
 }
 
-/** Inputs for one run at batch `rows`: the bundle's data where it has some, zeros elsewhere; or why there can be none. */
+/**
+ * Inputs for one run at batch `rows`: the bundle's data where it has some, zeros elsewhere; or why there can be none.
+ */
 function warmupInputs(spec: ModelSpec, rows: number): OrtTensor[] | string {
   const inputs: OrtTensor[] = [];
   for (const t of spec.inputs) {

@@ -334,7 +334,9 @@ export class WeightCache<Id extends string = string> {
     return evicted;
   }
 
-  /** Copy the missing tensors into the arena (compacting it when the free space is in pieces), from host RAM or disk. */
+  /**
+   * Copy the missing tensors into the arena (compacting it when the free space is in pieces), from host RAM or disk.
+   */
   #copyIn(missing: TensorSource[], load: LoadClaims): { compactedBytes: number; diskBytes: number } {
     let compactedBytes = 0;
     let diskBytes = 0;
@@ -502,7 +504,10 @@ export class WeightCache<Id extends string = string> {
     return [...this.#models].filter(([, m]) => m.resident && m.residency !== 'device' && m !== model).sort(([, a], [, b]) => a.lastUsed - b.lastUsed);
   }
 
-  /** The fewest LRU models outside `keep` whose eviction leaves `needed` bytes free; [] when they are free already, null when those cannot. */
+  /**
+   * The fewest LRU models outside `keep` whose eviction leaves `needed` bytes free; [] when they are free already, null
+   * when those cannot.
+   */
   #victims(model: CachedModel, keep: ReadonlySet<Id>, needed: number): [Id, CachedModel][] | null {
     let free = this.arena.free;
     const victims: [Id, CachedModel][] = [];

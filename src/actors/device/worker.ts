@@ -12,8 +12,8 @@
  * This file wires the parts and says what each step of the dispatch loop
  * (pump.ts) does: admit everything in the inbox (control calls are answered
  * here, in arrival order; requests join their model's queue), then run one
- * batch (execution.ts), then yield to the event loop. A run goes on a libuv thread (native/ort.ts), so this thread takes
- * messages while it lasts: requests that arrive during the run are admitted
+ * batch (execution.ts), then yield to the event loop. A run goes on a libuv thread (native/ort.ts), so this thread
+ * takes messages while it lasts: requests that arrive during the run are admitted
  * and coalesce into the next batch, and a run whose requests have all been
  * cancelled is terminated. Nothing slow happens in the loop besides
  * executions: models arrive compiled (actors/compiler/), so a load only opens

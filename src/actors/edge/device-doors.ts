@@ -90,7 +90,10 @@ export class DeviceDoor implements DeviceClient {
     }));
   }
 
-  /** A hook thread's new door to this device (HookFeed), made for `generation` (a door's link): one for another door is closed. */
+  /**
+   * A hook thread's new door to this device (HookFeed), made for `generation` (a door's link): one for another door is
+   * closed.
+   */
   adoptDoor(port: MessagePort, generation: number): void {
     if (generation !== this.link || this.#closed) port.close();
     else this.#outbox.push({ type: 'hookDoor', port }, [port]);

@@ -212,7 +212,10 @@ export class EdgePath {
     return { spec: route.spec, instance: route.instance, slot: route.slot, tag: route.tag, door };
   }
 
-  /** A lease given back; the last on a slot the main thread closed (an unload or reload waits) tells it (Leases' lastOut). */
+  /**
+   * A lease given back; the last on a slot the main thread closed (an unload or reload waits) tells it (Leases'
+   * lastOut).
+   */
   #release(lease: EdgeLease): void {
     this.#leases.release(lease.slot, lease.tag);
   }

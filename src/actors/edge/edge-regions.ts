@@ -48,7 +48,10 @@ export class EdgeRegions implements PathRegions {
     }
   }
 
-  /** Whether this edge knows region `name` (one it does not, registered a moment ago through another edge, is the main thread's to find). */
+  /**
+   * Whether this edge knows region `name` (one it does not, registered a moment ago through another edge, is the main
+   * thread's to find).
+   */
   knows(name: string): boolean {
     return this.#byName.has(name);
   }

@@ -7,8 +7,8 @@
  * shared-memory regions, statistics and /metrics, tracing; admission is one count in shared memory.
  *
  * The path on the edges (actors/edge/edge-path.ts): the edges run the request path themselves,
- * to the device actors and through hook threads of their own. This handle gives each edge what that takes: every model's route as the
- * registry changes it, the leases' shared memory, and a door to each device actor that serves
+ * to the device actors and through hook threads of their own. This handle gives each edge what that takes: every
+ * model's route as the registry changes it, the leases' shared memory, and a door to each device actor that serves
  * (again after a device restarts, none to one taken out of service), and the shared memory where
  * it counts what each such request did (shared/request-counters.ts), which statistics and metrics
  * read there.
@@ -121,7 +121,10 @@ export interface EdgeDirect {
   regions(): [string, EdgeRegion][];
   /** An edge gave back its last hold on an unregistered region, or died with holds: close what nothing holds. */
   regionsReleased(): void;
-  /** An edge gave back its last lease on a closed model slot, or died with leases: an unload or reload waiting for them looks again. */
+  /**
+   * An edge gave back its last lease on a closed model slot, or died with leases: an unload or reload waiting for them
+   * looks again.
+   */
   leasesReleased(): void;
 }
 
@@ -183,7 +186,10 @@ export class EdgeThreads {
     options.metrics.directFrom(() => new Map(Array.from({ length: count }, (_, i) => [String(i), direct?.counters.directOf(i) ?? 0])));
   }
 
-  /** Start every edge: the first on the configured ports (choosing them when 0), the rest beside it. Resolves to the ports. */
+  /**
+   * Start every edge: the first on the configured ports (choosing them when 0), the rest beside it. Resolves to the
+   * ports.
+   */
   async start(): Promise<{ grpc: number; http: number }> {
     this.#ports = { grpc: this.#o.endpoints.grpc_port, http: this.#o.endpoints.http_port };
     for (let i = 0; i < this.#o.count; i++) {
@@ -206,12 +212,18 @@ export class EdgeThreads {
     this.#broadcast({ type: 'logLevel', level });
   }
 
-  /** A shared-memory region was registered (its hold slot open) or (null) unregistered (its slot closed): every edge hears it. */
+  /**
+   * A shared-memory region was registered (its hold slot open) or (null) unregistered (its slot closed): every edge
+   * hears it.
+   */
   regionChanged(name: string, region: EdgeRegion | null): void {
     if (this.#o.direct) this.#broadcast({ type: 'region', name, region });
   }
 
-  /** The main thread added a segment of model lease slots and their counters: every edge takes it before the routes that name it. */
+  /**
+   * The main thread added a segment of model lease slots and their counters: every edge takes it before the routes that
+   * name it.
+   */
   slotsGrown(leases: SharedArrayBuffer, counters: SharedArrayBuffer): void {
     if (this.#o.direct) this.#broadcast({ type: 'slotsGrown', leases, counters });
   }
@@ -232,7 +244,10 @@ export class EdgeThreads {
     if (device) for (const edge of this.#edges) if (edge) this.#openDoor(edge, device);
   }
 
-  /** Device `deviceId` was taken out of service, or its worker ended (`why`): no edge routes to it any more, and its doors close saying why. */
+  /**
+   * Device `deviceId` was taken out of service, or its worker ended (`why`): no edge routes to it any more, and its
+   * doors close saying why.
+   */
   deviceOut(deviceId: number, why: string): void {
     if (this.#o.direct) this.#broadcast({ type: 'deviceOut', deviceId, why });
   }

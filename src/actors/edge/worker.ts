@@ -93,7 +93,8 @@ function handedOver(request: DataPlaneRequest): ArrayBuffer[] {
     if (bytes.kind !== 'inline') continue;
     if (!bytes.owned) {
       const own = new Uint8Array(bytes.data.byteLength);
-      own.set(bytes.data); // copy: a small message's bytes into a buffer of their own (the table's `inlineData` copy, made on the edge)
+      // copy: a small message's bytes into a buffer of their own (the table's `inlineData` copy, made on the edge)
+      own.set(bytes.data);
       input.bytes = { kind: 'inline', data: own, owned: true };
     }
     transfer.add((input.bytes as { data: Uint8Array }).data.buffer as ArrayBuffer);
@@ -126,7 +127,8 @@ const viaMain: Infer = async (request, { signal, ...options }) => {
   }
 };
 
-// The request path runs here (edge-path.ts), counted here in shared memory; what it does not take goes to the main thread.
+// The request path runs here (edge-path.ts), counted here in shared memory; what it does not take goes to the main
+// thread.
 const path = start.direct ? new EdgePath(start.direct, start.edge, viaMain, (of) => post({ type: 'lastRelease', of }), start.tracing !== null) : null;
 
 const healthListeners: (() => void)[] = [];

@@ -149,7 +149,10 @@ export class HookPool {
     return answer.reply;
   }
 
-  /** Post a task to the pool; its answer is the one its type gets (HookCalls), as the hook thread's handler for it returns. */
+  /**
+   * Post a task to the pool; its answer is the one its type gets (HookCalls), as the hook thread's handler for it
+   * returns.
+   */
   #call<K extends HookCallType>(task: HookTask<K>, transferList: (ArrayBuffer | MessagePort)[], signal: AbortSignal | undefined): Promise<HookAnswer<K>> {
     return this.#pool.run(task, { transferList: transferList as ArrayBuffer[], signal }) as Promise<HookAnswer<K>>;
   }

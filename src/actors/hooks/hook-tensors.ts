@@ -40,7 +40,8 @@ export function fromHook(name: string, value: unknown): WireTensor | string {
     // copy: a typed array of another type converted to the datatype's
     typed = data.constructor === Typed ? data : (Typed.from as (v: ArrayLike<number>) => Float32Array)(data as unknown as ArrayLike<number>);
   } else if (Array.isArray(data)) {
-    typed = (Typed.from as (v: ArrayLike<unknown>) => Float32Array)(data); // copy: a plain array converted to the datatype's typed array
+    // copy: a plain array converted to the datatype's typed array
+    typed = (Typed.from as (v: ArrayLike<unknown>) => Float32Array)(data);
   } else {
     return `tensor ${JSON.stringify(name)}: data must be a typed array or an array`;
   }
@@ -50,6 +51,7 @@ export function fromHook(name: string, value: unknown): WireTensor | string {
   // the rest may be the hook's own (a module-level array), which a transfer would detach.
   const whole = typed.byteOffset === 0 && typed.byteLength === typed.buffer.byteLength;
   const bytes = whole ? new Uint8Array(typed.buffer, 0, typed.byteLength)
-    : new Uint8Array(typed.buffer.slice(typed.byteOffset, typed.byteOffset + typed.byteLength)); // copy: a returned view of part of a buffer
+    // copy: a returned view of part of a buffer
+    : new Uint8Array(typed.buffer.slice(typed.byteOffset, typed.byteOffset + typed.byteLength));
   return { name, datatype: info.datatype, shape, data: bytes };
 }

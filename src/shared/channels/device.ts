@@ -261,9 +261,14 @@ export interface SessionsReport {
   reopenMs: number;
 }
 
-/** The device's sessions with the process's shared CPU activation arena (one per process: every device reports the same). */
+/**
+ * The device's sessions with the process's shared CPU activation arena (one per process: every device reports the
+ * same).
+ */
 export interface DeviceSessionsStatus extends SessionsReport {
-  /** Backend cpu with shared activations: the arena's bytes reserved, in use now, and the most in use; null otherwise. */
+  /**
+   * Backend cpu with shared activations: the arena's bytes reserved, in use now, and the most in use; null otherwise.
+   */
   activations: { reservedBytes: number; inUseBytes: number; maxInUseBytes: number } | null;
 }
 
@@ -357,7 +362,10 @@ export interface ExecutionAnswers {
   timing: ExecutionTiming;
 }
 
-/** device actor -> edge thread, over the door: the share of one execution of the requests that edge sent, or one of them failed. */
+/**
+ * device actor -> edge thread, over the door: the share of one execution of the requests that edge sent, or one of them
+ * failed.
+ */
 export type FromDeviceDoor = ExecutionAnswers | { type: 'failed'; id: number; error: ErrorData };
 
 /** One model's executions summed in an ExecutionReport. */
@@ -408,9 +416,15 @@ export interface DeviceClient {
   readonly deviceId: number;
   /** Requests handed to it and not yet settled (least_outstanding routing reads it). */
   readonly inflight: number;
-  /** With `feedFromHook`, the request goes without inputs; the hook thread that preprocesses it sends them where it is told. */
+  /**
+   * With `feedFromHook`, the request goes without inputs; the hook thread that preprocesses it sends them where it is
+   * told.
+   */
   infer(req: InferenceRequest, signal?: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult>;
-  /** A hook thread's new door to this device, made for `generation` (HookFeed): the device reads the inputs waiting in it; one for another generation is closed. */
+  /**
+   * A hook thread's new door to this device, made for `generation` (HookFeed): the device reads the inputs waiting in
+   * it; one for another generation is closed.
+   */
   adoptDoor(port: MessagePort, generation: number): void;
 }
 

@@ -119,7 +119,9 @@ export type ToEdge =
   | { type: 'health' }
   /** The log level changed (LogSettings). */
   | { type: 'logLevel'; level: string }
-  /** Shutdown: refuse new inferences, let those in flight finish within `graceMs`, close the ports, answer `drained`. */
+  /**
+   * Shutdown: refuse new inferences, let those in flight finish within `graceMs`, close the ports, answer `drained`.
+   */
   | { type: 'drain'; graceMs: number }
   /** A model's route changed (the direct path); null: send its requests to the main thread. */
   | { type: 'route'; model: string; route: EdgeRoute | null }
@@ -135,9 +137,15 @@ export type ToEdge =
    * route nothing more to it, and close its door, failing what was pending there saying why.
    */
   | { type: 'deviceOut'; deviceId: number; why: string }
-  /** A shared-memory region `name` was registered (its slot open before this is sent); null: unregistered (its slot closed). */
+  /**
+   * A shared-memory region `name` was registered (its slot open before this is sent); null: unregistered (its slot
+   * closed).
+   */
   | { type: 'region'; name: string; region: EdgeRegion | null }
-  /** The main thread added a segment of model lease slots, and of the counters beside them: sent before any route names a slot in it. */
+  /**
+   * The main thread added a segment of model lease slots, and of the counters beside them: sent before any route names
+   * a slot in it.
+   */
   | { type: 'slotsGrown'; leases: SharedArrayBuffer; counters: SharedArrayBuffer }
   /** The main thread added a segment of region hold slots: sent before any region names a slot in it. */
   | { type: 'regionSlotsGrown'; holds: SharedArrayBuffer };
@@ -147,7 +155,10 @@ export type FromEdge =
   | { type: 'listening'; ports: { grpc: number; http: number } }
   /** An operation of shared/operations.ts by name with its request, answered `reply` or `failed`. */
   | ({ type: 'call'; id: number } & OperationCall)
-  /** An inference the edge does not take, for the main thread's path, its inline buffers transferred; answered `answer` or `failed`. */
+  /**
+   * An inference the edge does not take, for the main thread's path, its inline buffers transferred; answered `answer`
+   * or `failed`.
+   */
   | { type: 'infer'; id: number; request: DataPlaneRequest; options: Omit<InferOptions, 'signal'> }
   /** The client of inference `id` went away: cancel it. */
   | { type: 'cancel'; id: number }

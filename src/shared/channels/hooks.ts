@@ -85,7 +85,10 @@ export interface HookCalls {
     request: HookModule & { hook: HookName; tensors: WireTensor[]; context: HookContext; port?: MessagePort; subCallTimeoutMs?: number };
     reply: { tensors: WireTensor[] };
   };
-  /** Run a preprocess hook whose tensors go to the device (HookFeed); `door` is the thread's new door to it, when it made one. */
+  /**
+   * Run a preprocess hook whose tensors go to the device (HookFeed); `door` is the thread's new door to it, when it
+   * made one.
+   */
   feed: {
     request: HookModule & { tensors: WireTensor[]; context: HookContext; feed: HookFeed };
     reply: { door?: MessagePort };
