@@ -134,6 +134,16 @@ export function callGone(call: { readonly cancelled: boolean }): boolean {
  */
 const CLOSE_LINGER_MS = 500;
 
+/**
+ * At shutdown, once every inference is answered, how long the port stays open before it closes, and
+ * again after each call refused meanwhile (at most DRAIN_QUIET_MAX_MS in all): a client that sends
+ * its next call the moment its last one is answered is refused UNAVAILABLE, as it expects, instead
+ * of its stream being reset by the close (grpc-js: INTERNAL, "Call ended without gRPC status"; once
+ * in a CI run, 2026-11-28, operations.test.js's SIGTERM under load).
+ */
+const DRAIN_QUIET_MS = 100;
+const DRAIN_QUIET_MAX_MS = 1000;
+
 /** The call's absolute deadline in ms since the epoch; Infinity when the client set none. */
 export function callDeadlineMs(call: { getDeadline(): grpc.Deadline }): number {
   const deadline = call.getDeadline();
@@ -154,6 +164,8 @@ export class GrpcEdge {
   readonly #sockets = new Set<net.Socket>();
   /** Shutting down: inference calls are refused, streams end once answered (stop()). */
   #draining = false;
+  /** When a call was last refused for draining (Date.now()). */
+  #refusedAtMs = 0;
   /** Each open stream's way to end once its requests are answered (at shutdown). */
   readonly #streams = new Set<() => void>();
 
@@ -192,7 +204,7 @@ export class GrpcEdge {
   /** A unary inference RPC: admitted (or shed), and cancelled with the client. */
   inference<Req, Res>(rpc: string, fn: InferenceHandler<Req, Res>): grpc.handleUnaryCall<Req, Res> {
     return this.unary<Req, Res>(rpc, async (request, call) => {
-      if (this.#draining) throw errors.shuttingDown();
+      if (this.#draining) throw this.#refuse();
       const bytes = requestBytes(request);
       this.admission.enter(bytes);
       const abort = new AbortController();
@@ -212,7 +224,7 @@ export class GrpcEdge {
   stream<Req, Res>(rpc: string, handler: StreamHandler<Req, Res>): grpc.handleBidiStreamingCall<Req, Res> {
     return (call) => {
       try {
-        if (this.#draining) throw errors.shuttingDown();
+        if (this.#draining) throw this.#refuse();
         this.admission.enter();
       } catch (err) {
         call.emit('error', this.failure(rpc, err));
@@ -298,6 +310,12 @@ export class GrpcEdge {
     this.#server.forceShutdown();
   }
 
+  /** A call refused while draining: UNAVAILABLE, and the close put off a moment (DRAIN_QUIET_MS). */
+  #refuse(): Error {
+    this.#refusedAtMs = Date.now();
+    return errors.shuttingDown();
+  }
+
   /**
    * Drain, then stop: new inference calls are refused UNAVAILABLE at once while the port stays
    * open (health probes still connect and hear NOT_SERVING; metadata answers), the calls in flight
@@ -309,7 +327,17 @@ export class GrpcEdge {
     if (!this.#bound) return;
     this.#draining = true;
     for (const drain of this.#streams) drain();
-    await drainThenClose(Date.now() + graceMs, () => this.admission.inflight > 0, (done) => {
+    let idleSinceMs = 0;
+    const busy = () => {
+      if (this.admission.inflight > 0) {
+        idleSinceMs = 0;
+        return true;
+      }
+      const now = Date.now();
+      idleSinceMs ||= now;
+      return now - idleSinceMs < DRAIN_QUIET_MS || (now - this.#refusedAtMs < DRAIN_QUIET_MS && now - idleSinceMs < DRAIN_QUIET_MAX_MS);
+    };
+    await drainThenClose(Date.now() + graceMs, busy, (done) => {
       this.#listener?.close();
       this.#server.tryShutdown(() => done());
       // Once every inference is answered, what is still open is no work of ours: a health Watch

@@ -199,7 +199,8 @@ test.serial('priorities: a request of level 1 passes a queue of level 3 requests
   // What ran meanwhile: the execution under way, and those that ran while the request crossed the
   // client, the edge and the device's inbox (a few on a busy machine): it passed the rest.
   t.true(high.whileWaiting <= high.depth / 4, 'level 1 passed the queue');
-  t.true(same.whileWaiting >= same.depth - 2, 'level 3, like the queue, waited its turn');
+  // Answers reach the client in about the order they were given, not exactly: a quarter's slack both ways.
+  t.true(same.whileWaiting >= (same.depth * 3) / 4, 'level 3, like the queue, waited its turn');
   const refused = await t.throwsAsync(call(4));
   t.is(/** @type {any} */ (refused).code, status.INVALID_ARGUMENT);
   t.regex(/** @type {any} */ (refused).details, /priority 4 is above this server's 3 priority levels \(scheduler\.priority_levels\)/);
