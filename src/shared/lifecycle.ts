@@ -30,3 +30,23 @@ export async function drainThenClose(deadline: number, busy: () => boolean, clos
     });
   });
 }
+
+/**
+ * `drainThenClose`'s `busy` for a server that refuses new calls while it drains: busy while calls are
+ * in flight, then for `quietMs` after the last is answered and after each call refused meanwhile,
+ * but no longer than `maxQuietMs` after the last is answered. A client that sends its next call the
+ * moment its last is answered is then refused (UNAVAILABLE, as it expects) instead of meeting the
+ * close (a reset stream, which grpc-js reports as INTERNAL).
+ */
+export function drainedQuietly(inflight: () => number, refusedAtMs: () => number, quietMs: number, maxQuietMs: number, now: () => number = Date.now): () => boolean {
+  let idleSinceMs = -1;
+  return () => {
+    if (inflight() > 0) {
+      idleSinceMs = -1;
+      return true;
+    }
+    const at = now();
+    if (idleSinceMs < 0) idleSinceMs = at;
+    return at - idleSinceMs < quietMs || (at - refusedAtMs() < quietMs && at - idleSinceMs < maxQuietMs);
+  };
+}

@@ -5,17 +5,20 @@ import { CostModel } from '../../../../dist/actors/device/cost-model.js';
 import { Scheduler } from '../../../../dist/actors/device/scheduler.js';
 import { stowageThrows } from '../../../helpers/errors.js';
 
-/** @param {{ discipline?: 'fair' | 'fifo' | 'edf', maxQueueDepth?: number, maxWaitMs?: number, halflifeMs?: number, resident?: (model: string) => boolean }} [options] */
-function harness({ discipline = 'fair', maxQueueDepth = 10_000, maxWaitMs = 60_000, halflifeMs = 30_000, resident } = {}) {
+/**
+ * @param {{ discipline?: 'fair' | 'fifo' | 'edf', maxQueueDepth?: number, maxWaitMs?: number, halflifeMs?: number, resident?: (model: string) => boolean,
+ *   priorityLevels?: number, defaultPriority?: number, lowerPriorityShare?: number }} [options]
+ */
+function harness({ discipline = 'fair', maxQueueDepth = 10_000, maxWaitMs = 60_000, halflifeMs = 30_000, resident, priorityLevels, defaultPriority, lowerPriorityShare } = {}) {
   const clock = { ms: 0 };
-  const scheduler = new Scheduler({ discipline, maxQueueDepth, maxWaitMs, costs: new CostModel(halflifeMs), now: () => clock.ms, resident });
+  const scheduler = new Scheduler({ discipline, maxQueueDepth, maxWaitMs, costs: new CostModel(halflifeMs), now: () => clock.ms, resident, priorityLevels, defaultPriority, lowerPriorityShare });
   let id = 0;
   /**
    * @param {string} model
-   * @param {{ rows?: number, deadlineMs?: number }} [options]
+   * @param {{ rows?: number, deadlineMs?: number, priority?: number }} [options]
    */
-  const enqueue = (model, { rows = 1, deadlineMs = Infinity } = {}) => {
-    const ticket = { id: ++id, instance: model, rows, enqueuedAtMs: clock.ms, deadlineMs };
+  const enqueue = (model, { rows = 1, deadlineMs = Infinity, priority } = {}) => {
+    const ticket = { id: ++id, instance: model, rows, enqueuedAtMs: clock.ms, deadlineMs, ...(priority === undefined ? {} : { priority }) };
     scheduler.enqueue(ticket);
     return ticket;
   };
@@ -362,27 +365,14 @@ test('upcoming: the queued models in the order each discipline would pick them (
   }
 });
 
-/** A scheduler with priorities: `levels` levels, default `fallback`, lower levels' share `share`. */
-function prioritized({ discipline = /** @type {'fair' | 'fifo' | 'edf'} */ ('fifo'), levels = 3, fallback = 2, share = 0 } = {}) {
-  const clock = { ms: 0 };
-  const scheduler = new Scheduler({ discipline, maxQueueDepth: 10_000, maxWaitMs: 600_000, costs: new CostModel(30_000), now: () => clock.ms, priorityLevels: levels, defaultPriority: fallback, lowerPriorityShare: share });
-  let id = 0;
-  const enqueue = (/** @type {string} */ model, /** @type {number | undefined} */ priority = undefined, rows = 1) => {
-    const ticket = { id: ++id, instance: model, rows, enqueuedAtMs: clock.ms, deadlineMs: Infinity, ...(priority === undefined ? {} : { priority }) };
-    scheduler.enqueue(ticket);
-    clock.ms += 1; // arrival order is visible to fifo
-    return ticket;
+/** The harness with three priority levels (default 2), lower levels' share `share`; `enqueue(model, priority)`, `run()` the batch's ids (10 ms). */
+function prioritized({ discipline = /** @type {'fair' | 'fifo' | 'edf'} */ ('fifo'), share = 0 } = {}) {
+  const h = harness({ discipline, priorityLevels: 3, defaultPriority: 2, lowerPriorityShare: share });
+  return {
+    scheduler: h.scheduler,
+    enqueue: (/** @type {string} */ model, /** @type {number | undefined} */ priority = undefined) => h.enqueue(model, { priority }),
+    run: () => h.step(() => 10).batch.map((t) => t.id),
   };
-  /** Pick and "run" for `ms`, charging it; the batch's ids. */
-  const run = (ms = 10) => {
-    const { batch } = scheduler.next();
-    if (batch.length) {
-      clock.ms += ms;
-      scheduler.charge(batch[0].instance, batch.reduce((a, t) => a + t.rows, 0), ms);
-    }
-    return batch.map((t) => t.id);
-  };
-  return { clock, scheduler, enqueue, run };
 }
 
 test('priorities: a higher level goes first within a model and across models, whatever arrived first; 0 or none is the model\'s default', (t) => {
@@ -412,7 +402,7 @@ test('priorities: a batch starts at its model\'s highest level and fills its spa
 });
 
 test('priorities: one above scheduler.priority_levels is refused INVALID_ARGUMENT saying the levels', (t) => {
-  const { scheduler, enqueue } = prioritized({ levels: 3 });
+  const { scheduler, enqueue } = prioritized();
   scheduler.setModel('m', { weight: 1, maxBatchRows: 1 });
   const err = stowageThrows(t, () => enqueue('m', 4));
   t.is(err?.code, 'STOWAGE_INVALID_REQUEST');
