@@ -1,10 +1,9 @@
 /**
- * One request to a device actor, as each of its clients sends it (shared/channels/device.ts
- * `DeviceClient`: the main thread's handle, actors/device/handle.ts, and an edge thread's door,
- * actors/edge/device-doors.ts): numbered on its link, its inputs' buffers transferred, and settled
- * exactly once: by its answer, by its deadline (a request without one: the device's wait bound) with
- * the device told to drop it, by its client going (likewise), or by the link failing everything it
- * has pending (its worker gone).
+ * One request to a device actor, as a door sends it (actors/device/door.ts: every thread's
+ * requests go through one, the main thread's handle's included): numbered on its link, its inputs'
+ * buffers transferred, and settled exactly once: by its answer, by its deadline (a request without
+ * one: the device's wait bound) with the device told to drop it, by its client going (likewise), or
+ * by the link failing everything it has pending (its worker gone).
  */
 import type { Transferable } from 'node:worker_threads';
 import type { Executed, InferCommand } from './channels/device.js';

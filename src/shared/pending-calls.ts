@@ -2,7 +2,7 @@
  * Calls waiting for another thread's answer, by id. Each settles exactly once: by its answer
  * (`resolve`, `reject`), by its timer (`wait`'s timeout), or failed with all the others (`failAll`:
  * the other thread went). A device actor's handle (actors/device/handle.ts), an edge thread's
- * doors to the devices (actors/edge/device-doors.ts) and its calls to the main thread
+ * doors to the devices (actors/device/door.ts) and its calls to the main thread
  * (actors/edge/worker.ts), and a meta model's sub-calls (actors/hooks/sub-calls.ts) keep theirs here.
  */
 import { after, type LongTimer } from './timers.js';

@@ -11,16 +11,16 @@
  * each with its policy as the owner (ModelPolicies) has it then; a worker
  * that keeps dying without serving is given up on.
  *
- * Buffers: `infer` transfers its inputs' ArrayBuffers to the worker (the
- * caller must not touch them afterwards) and receives the outputs' buffers (or
- * the one buffer they were placed in, for the edge). A request whose preprocess hook feeds the device
- * directly goes without inputs (`infer`'s `feedFromHook`; the hook thread
- * sends them through its door, `adoptDoor`) and is settled the same way.
+ * Requests go through a door of the handle's own to each worker (door.ts), as an edge thread's
+ * do through its: the device sees every request come through a door, and only control calls on the
+ * worker's port. A worker's door opens once it serves with its models loaded; until then (a
+ * replacement reloading them) requests wait in the door, in order, within their deadlines.
+ * `infer` transfers its inputs' ArrayBuffers to the worker (the caller must not touch them
+ * afterwards); a request whose preprocess hook feeds the device directly goes without inputs
+ * (`infer`'s `feedFromHook`; the hook thread sends them through its door, `adoptDoor`).
  *
- * Messages to the worker wait in an outbox until the end of the event-loop
- * turn and go as one postMessage: requests that arrive together (one socket
- * read can carry many) cost one wake-up of the device thread and arrive
- * together, so they can run as one batch. Order is kept.
+ * Control messages to the worker wait in an outbox until the end of the event-loop turn and go as
+ * one postMessage. Order is kept.
  */
 import { MessageChannel, type MessagePort, type Transferable, type Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
@@ -30,11 +30,10 @@ import { startWorker } from '../../shared/worker-start.js';
 import { ConsecutiveCrashes } from '../../shared/restarts.js';
 import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
-import type { CudaDeviceInit, DeviceCall, DeviceClient, HookFeedTarget, Executed, DeviceCalls, DeviceCallType, DeviceInit, ExecutionReport, FromDevice, HostUpdate, DeviceScheduling, InstanceStatus, ModelPolicy, SessionsInit, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
+import type { CudaDeviceInit, DeviceCall, DeviceClient, HookFeedTarget, DeviceCalls, DeviceCallType, DeviceInit, ExecutionReport, FromDevice, HostUpdate, DeviceScheduling, InstanceStatus, ModelPolicy, SessionsInit, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
 import type { InferenceRequest, InferenceResult, RegionSlice } from '../../shared/channels/inference.js';
-import { inferOn, type DeviceLink } from '../../shared/device-infer.js';
 import { Outbox } from '../../shared/outbox.js';
-import { MAIN_LINK } from './hook-feeds.js';
+import { DeviceDoor } from './door.js';
 import { PendingCalls } from '../../shared/pending-calls.js';
 
 /** Lifecycle of a device actor. */
@@ -146,7 +145,7 @@ export class DeviceHandle implements DeviceClient {
   #options: DeviceHandleOptions;
   #worker!: Worker;
   #state = DeviceState.STARTING;
-  /** Control calls and infers sent and not yet settled (a reply, or an infer's share of an execution). */
+  /** Control calls sent and not yet settled. */
   readonly #pending = new PendingCalls();
   #nextId = 1;
   /** Messages for the worker not yet posted (see the header), and the buffers they transfer. */
@@ -158,35 +157,28 @@ export class DeviceHandle implements DeviceClient {
   /** Why it is out of service (DeviceState.OUT_OF_SERVICE). */
   #outOfServiceWhy = '';
   #stopping = false;
-  /** Workers started so far: hook threads' doors are per worker (HookFeed.generation). */
+  /** Workers started so far. */
   #generation = 0;
+  /** The next door's link (HookInputs.link), from 1. Never reused: a request's hook inputs name their door. */
+  #nextLink = 1;
   /**
-   * The next edge door's link (HookInputs.link; 0 is this handle's own requests). Never reused: a request's hook inputs
-   * name the door they belong to.
+   * This handle's own door to the current worker, its requests' way in: made with the worker, opened once it
+   * serves. Its link is what hook threads' doors are made for (HookFeed.generation).
    */
-  #nextLink = MAIN_LINK + 1;
+  #door!: DeviceDoor;
   /** A replacement worker is loading the models again: no edge door opens until it has. */
   #reloading = false;
 
   private constructor(options: DeviceHandleOptions) {
     this.deviceId = options.deviceId;
     this.#options = options;
-    this.#link = {
-      pending: this.#pending,
-      nextId: () => this.#nextId++,
-      waitBoundMs: this.waitBoundMs,
-      send: (msg, transfer) => this.#send(msg, transfer),
-      refusal: () => this.#refusal(),
-    };
   }
-
-  /** Its requests' numbering, waiting and cancelling, as an edge's door has them (shared/device-infer.ts). */
-  readonly #link: DeviceLink;
 
   /** Start the worker and wait until ONNX Runtime is loaded in it. */
   static async create(options: DeviceHandleOptions): Promise<DeviceHandle> {
     const actor = new DeviceHandle(options);
     await actor.#spawn();
+    actor.#openOwnDoor();
     return actor;
   }
 
@@ -199,15 +191,19 @@ export class DeviceHandle implements DeviceClient {
     return this.#worker;
   }
 
-  /** Calls sent to the worker and not yet settled. */
+  /** Calls and requests sent to the worker and not yet settled. */
   get inflight(): number {
-    return this.#pending.size;
+    return this.#pending.size + this.#door.inflight;
   }
 
   #spawn(): Promise<void> {
     const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, inlineRunBelowMs: this.#options.inlineRunBelowMs ?? INLINE_RUN_BELOW_MS, threadPool: this.#options.threadPool ?? 'per_session', scheduler: this.#options.scheduler, weights: this.#options.weights, cuda: this.#options.cuda ?? null, warmup: this.#options.warmup ?? false,
       sessions: this.#options.sessions ?? { share: true, sharedActivations: !this.#options.cuda, budgetBytes: 0, perBatchSize: this.#options.cuda !== undefined && this.#options.cuda !== null } };
     this.#generation++;
+    this.#door?.close('its worker was replaced');
+    // What is sent before the worker serves waits in its door (see the header).
+    this.#door = new DeviceDoor(this.deviceId, null, this.#nextLink++, this.waitBoundMs, () => undefined);
+    const door = this.#door;
     const startTimeoutMs = this.#options.startTimeoutMs ?? DEVICE_START_TIMEOUT_MS;
     const { worker, started } = startWorker<FromDevice, void>({
       url: this.#options.workerUrl ?? DEFAULT_WORKER_URL,
@@ -226,6 +222,7 @@ export class DeviceHandle implements DeviceClient {
         const why = `its worker did not start within ${startTimeoutMs} ms`;
         this.#outbox.clear();
         this.#pending.failAll(errors.deviceUnavailable(this.deviceId, why));
+        door.close(why);
         return errors.deviceUnavailable(this.deviceId, why);
       },
       exitedBeforeStart: (code, lastError) => errors.deviceUnavailable(this.deviceId, this.#exitWhy(code, lastError)),
@@ -235,6 +232,7 @@ export class DeviceHandle implements DeviceClient {
         this.#outbox.clear();
         const why = this.#exitWhy(code, lastError);
         this.#pending.failAll(errors.deviceUnavailable(this.deviceId, why));
+        door.close(why);
         this.#options.onExited?.(this.deviceId, why);
         if (hadStarted) this.#onCrash(why);
       },
@@ -257,6 +255,7 @@ export class DeviceHandle implements DeviceClient {
     this.#outOfServiceWhy = reason;
     this.#options.logger.error({ device: this.deviceId, cudaError }, `device taken out of service: ${reason}`);
     this.#pending.failAll(errors.deviceUnavailable(this.deviceId, `it is out of service: ${reason}`));
+    this.#door.close(`it is out of service: ${reason}`);
     this.#options.onOutOfService?.(this.deviceId, reason, cudaError);
   }
 
@@ -304,7 +303,9 @@ export class DeviceHandle implements DeviceClient {
       this.#options.logger[failed.length ? 'error' : 'info']({ device: this.deviceId, reloaded: reloads.length - failed.length, failed: failed.length, ...(failed.length ? { lost: failed.map((f) => f.instance) } : {}) },
         failed.length ? 'device actor restarted without some of its models: they are routed to the devices that have them' : 'device actor restarted: its models are loaded again');
       this.#reloading = false;
-      if (this.#state === DeviceState.READY) this.#options.onServing?.(this.deviceId);
+      if (this.#state !== DeviceState.READY) return;
+      this.#openOwnDoor();
+      this.#options.onServing?.(this.deviceId);
     }, (err: Error) => this.#onCrash(`its replacement failed to start: ${err.message}`));
   }
 
@@ -323,12 +324,8 @@ export class DeviceHandle implements DeviceClient {
     switch (msg.type) {
       case 'started':
         return;
-      case 'executed':
-        this.#crashes.healthy(); // it served: the worker is healthy
-        for (const { id, ...result } of msg.results) this.#pending.resolve<Executed>(id, { result, timing: msg.timing });
-        return;
       case 'report':
-        this.#crashes.healthy(); // it served (maybe only edges' requests, which come through their doors)
+        this.#crashes.healthy(); // it served (its requests come through doors: this is where the handle hears it)
         this.#options.onExecutions?.(msg.report);
         for (const { model, load, memory } of msg.report.loads) this.#options.onWeights?.(model, load, memory);
         return;
@@ -445,10 +442,9 @@ export class DeviceHandle implements DeviceClient {
    * with where the hook thread running its preprocess hook must send them.
    */
   infer(req: InferenceRequest, signal?: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {
-    return inferOn(this.#link, req, signal, feedFromHook && ((command) => {
-      command.inputsFromHook = true;
-      feedFromHook({ deviceId: this.deviceId, generation: this.#generation, link: MAIN_LINK, id: command.id });
-    }));
+    const refused = this.#refusal();
+    if (refused) return Promise.reject(refused);
+    return this.#door.infer(req, signal, feedFromHook);
   }
 
   /** Why nothing may be sent to it now; null when it may. */
@@ -518,26 +514,36 @@ export class DeviceHandle implements DeviceClient {
   }
 
   /**
-   * A hook thread's new door to this device (HookFeed), made for worker `generation`: the worker
+   * A hook thread's new door to this device (HookFeed), made for the handle's door `generation` (its link): the worker
    * reads the inputs waiting in it. A door to a worker that has since been replaced is closed.
    */
   adoptDoor(port: MessagePort, generation: number): void {
-    if (generation !== this.#generation || this.#state === DeviceState.DEAD) port.close();
-    else this.#send({ type: 'hookDoor', port }, [port]);
+    if (this.#state === DeviceState.DEAD) port.close();
+    else this.#door.adoptDoor(port, generation);
   }
 
   /**
-   * A door for an edge thread to this device's worker (the direct path, shared/channels/device.ts
-   * `edgeDoor`): the worker gets one end, the edge the other. None while the device does not serve
-   * (starting, reloading its models after a crash, stopped, out of service): the edge sends its
-   * requests through the main thread meanwhile, and `onServing` says when to ask again.
+   * A door for an edge thread to this device's worker (shared/channels/device.ts `door`): the
+   * worker gets one end, the edge the other. None while the device does not serve (starting,
+   * reloading its models after a crash, stopped, out of service): the edge sends its requests
+   * through the main thread meanwhile, and `onServing` says when to ask again.
    */
   openEdgeDoor(): { port: MessagePort; link: number } | null {
     if (this.#state !== DeviceState.READY || this.#reloading) return null;
-    const { port1, port2 } = new MessageChannel();
     const link = this.#nextLink++;
-    this.#send({ type: 'edgeDoor', port: port1, link }, [port1]);
-    return { port: port2, link };
+    return { port: this.#doorPort(link), link };
+  }
+
+  /** A new door `link` to the current worker: the worker gets one end; the other, returned, is the client's. */
+  #doorPort(link: number): MessagePort {
+    const { port1, port2 } = new MessageChannel();
+    this.#send({ type: 'door', port: port1, link }, [port1]);
+    return port2;
+  }
+
+  /** The worker serves with its models loaded: the handle's own door opens, what it held going first. */
+  #openOwnDoor(): void {
+    this.#door.open(this.#doorPort(this.#door.link));
   }
 
   /** How long a request without a deadline may wait on this device before its caller stops waiting. */

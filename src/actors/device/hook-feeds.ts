@@ -5,17 +5,14 @@
  * joins the inbox when it has both; its queue time starts when the hook sent its inputs. A hook
  * that fails sends nothing, and the request's sender cancels it.
  *
- * A request is named as its sender numbers it: by its link (0: the main thread's handle; each
- * edge door a number of its own, `edgeDoor`'s `link`) and its id on that link, since a hook thread
+ * A request is named as its sender numbers it: by its link (each door a number of its own,
+ * `door`'s `link`) and its id on that link, since a hook thread
  * knows only what the sender told it (HookFeed). Each link numbers its requests in the order it
  * sends them, so inputs for an id at or below the link's last command whose request is not waiting
  * belong to one cancelled meanwhile: they are dropped, not kept as early.
  */
 import type { HookInputs, InferCommand } from '../../shared/channels/device.js';
 import type { InstanceKey } from '../../shared/model-spec.js';
-
-/** The main thread's link (its handle numbers its requests from 1 up). */
-export const MAIN_LINK = 0;
 
 const keyOf = (link: number, id: number) => `${link}:${id}`;
 

@@ -5,9 +5,10 @@
  * next (scheduler.ts), the weight arena (weight-cache.ts, made in
  * device-memory.ts), the mappings of shared-memory regions (regions.ts) and
  * the tally of its executions, which the main thread counts (execution-tally.ts). The main thread talks to it through
- * `handle.ts` over the channel typed in shared/channels/device.ts; each edge
- * thread hands it the plain inferences it routes itself over a door of its
- * own (edge-doors.ts), and hook threads their preprocessed inputs over theirs.
+ * `handle.ts` over the channel typed in shared/channels/device.ts, for control
+ * calls; every request comes through a door (doors.ts: the main thread's
+ * handle has one, each edge thread one), and hook threads send their
+ * preprocessed inputs over doors of theirs.
  *
  * This file wires the parts and says what each step of the dispatch loop
  * (pump.ts) does: admit everything in the inbox (control calls are answered
@@ -31,11 +32,11 @@ import { CostModel } from './cost-model.js';
 import { execute, verdict, type ExecutionContext } from './execution.js';
 import { Staging } from './staging.js';
 import { DeviceModels } from './models.js';
-import { buffersOf, EdgeDoors } from './edge-doors.js';
+import { Doors } from './doors.js';
 import { ExecutionTally, type ExecutionOutcome } from './execution-tally.js';
 import { DevicePump } from './pump.js';
 import { exitArmed, exitIfAsked, holdLoad, loadsMayBeHeld, neverStart } from './fault-injection.js';
-import { HookFeeds, MAIN_LINK } from './hook-feeds.js';
+import { HookFeeds } from './hook-feeds.js';
 import { RegionMappings } from './regions.js';
 import { Scheduler, type ShedReason } from './scheduler.js';
 import { UploadsAhead } from './uploads-ahead.js';
@@ -70,19 +71,23 @@ function send(msg: FromDevice, transfer: ArrayBuffer[] = []): void {
 const tally = new ExecutionTally((report) => send({ type: 'report', report }));
 
 /**
- * An execution's answers go with their outputs' buffers, each request's to where it came from: the
- * main thread, or the edge door it came through (edge-doors.ts); the execution is tallied in the
- * same step, so it is counted by any `reports` asked after its answers.
+ * An execution's answers go with their outputs' buffers, each request's through the door it came
+ * by (doors.ts); the execution is tallied in the same step, so it is counted by any `reports` asked
+ * after its answers.
  */
 function executed(answers: ExecutionAnswers, outcome: ExecutionOutcome): void {
-  const mine = doors.deliver(answers);
-  if (mine.length > 0) send({ type: 'executed', results: mine, timing: answers.timing }, buffersOf(mine));
+  doors.deliver(answers);
   tally.add(outcome);
 }
 
+/** A request failed: answered through its door. */
 function fail(id: number, err: unknown): void {
-  if (EdgeDoors.isDoors(id)) doors.fail(id, err);
-  else send({ type: 'failed', id, error: toErrorData(err) });
+  doors.fail(id, err);
+}
+
+/** A control call failed: answered on the main thread's port. */
+function failCall(id: number, err: unknown): void {
+  send({ type: 'failed', id, error: toErrorData(err) });
 }
 
 const costs = new CostModel(config.ema_halflife_seconds * 1000);
@@ -170,14 +175,14 @@ async function answer<K extends DeviceCallType>(type: K, msg: DeviceCall<K>): Pr
   // whatever the main thread reads after a reply counts them.
   tally.report();
   const refused = service.refusal;
-  if (refused) return fail(msg.id, refused);
+  if (refused) return failCall(msg.id, refused);
   try {
     const reply = await calls[type](msg);
     tally.report();
     send({ type: 'reply', id: msg.id, reply });
   } catch (err) {
     // A load, warm-up, compaction or prefetch can meet a poisoned GPU as a run can.
-    fail(msg.id, verdict(execution, err));
+    failCall(msg.id, verdict(execution, err));
   }
 }
 
@@ -256,11 +261,11 @@ function cancel(id: number): void {
 }
 
 /**
- * The edge threads' doors: the requests each edge routes here itself join the inbox as the main
- * thread's do (under ids of this device's own, edge-doors.ts), in the same pump: those of several
- * doors that arrive together run together.
+ * The doors every request comes through (the main thread's and each edge's): they join the inbox
+ * under ids of this device's own (doors.ts), in one pump: those of several doors that arrive
+ * together run together.
  */
-const doors = new EdgeDoors({
+const doors = new Doors({
   admit: (cmd, link, linkId) => {
     if (!feeds.command(cmd, link, linkId)) pump.push(cmd);
     pump.soon();
@@ -285,16 +290,10 @@ function receive(msg: ToDevice): void {
     case 'takeOut':
       service.takeOut({ cudaError: msg.cudaError, reason: msg.reason });
       return;
-    case 'cancel':
-      cancel(msg.id);
-      return;
-    case 'infer':
-      if (!feeds.command(msg, MAIN_LINK, msg.id)) pump.push(msg);
-      return;
     case 'hookDoor':
       openDoor(msg.port);
       return;
-    case 'edgeDoor':
+    case 'door':
       doors.open(msg.port, msg.link);
       return;
     case 'load':

@@ -12,7 +12,7 @@
  * - Leases: each ready model's route, sent by the main thread when it changes (its spec, the
  *   instance serving it, its lease slot in shared memory: shared/leases.ts makes an unload wait
  *   for the requests an edge holds).
- * - Devices: this edge's doors to them (device-doors.ts). `round_robin` or `least_outstanding`
+ * - Devices: this edge's doors to them (actors/device/door.ts). `round_robin` or `least_outstanding`
  *   over the doors, as this edge sees them; under `lpt_packing` the model's replicas (the route's
  *   placement), filled as the main thread fills them (routing/routing.ts `fill`), each edge
  *   filling its share of a batch.
@@ -49,7 +49,7 @@ import type { InstanceKey, ModelSpec } from '../../shared/model-spec.js';
 import { RequestPath, type PathRooms } from '../../shared/request-path.js';
 import { RequestTrace } from '../../shared/tracing.js';
 import { HookPool } from '../hooks/handle.js';
-import { DeviceDoor } from './device-doors.js';
+import { DeviceDoor } from '../device/door.js';
 import { EdgeRegions } from './edge-regions.js';
 
 /** A model taken on this edge for one request: its route's spec, instance and slot, and the door it goes through. */

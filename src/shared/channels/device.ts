@@ -162,7 +162,7 @@ export interface InferCommand extends InferenceRequest {
 
 /** hook thread -> device actor, over the thread's door: one request's preprocessed inputs. */
 export interface HookInputs {
-  /** Who sent the InferCommand: 0 the main thread, else an edge's door (`edgeDoor`'s link). */
+  /** The door the InferCommand came through (`door`'s link). */
   link: number;
   /** The InferCommand's id on that link. */
   id: number;
@@ -316,9 +316,6 @@ export type DeviceCall<K extends DeviceCallType = DeviceCallType> = { [P in K]: 
 /** main thread -> device actor */
 export type ToDevice =
   | DeviceCall
-  | InferCommand
-  /** Drop a queued infer; one already running finishes and its result is discarded. */
-  | { type: 'cancel'; id: number }
   /** A shared-memory region was unregistered: drop the cached mapping (requests using it keep theirs). */
   | { type: 'forgetRegion'; regionId: number }
   /**
@@ -333,28 +330,29 @@ export type ToDevice =
    */
   | { type: 'hookDoor'; port: MessagePort }
   /**
-   * An edge thread's door: the port over which that edge hands this device the requests it routes
-   * itself (ToDeviceDoor) and hears their answers (FromDeviceDoor), so that they never pass
-   * through the main thread (actors/edge/). The main thread makes one per edge thread per device
-   * actor and hands the other end to the edge. `link`: the door's number, from 1 and never reused
-   * by this worker, which names its requests to the hook threads that feed them (HookInputs).
+   * A door: the port over which one client thread hands this device its requests (ToDeviceDoor) and
+   * hears their answers (FromDeviceDoor): the main thread's handle keeps one to each worker it
+   * starts, and makes one per edge thread, handing the other end to the edge, so that an edge's
+   * requests never pass through the main thread (actors/device/doors.ts). Every request comes through
+   * a door. `link`: the door's number, from 1 and never reused by this worker, which names its
+   * requests to the hook threads that feed them (HookInputs).
    */
-  | { type: 'edgeDoor'; port: MessagePort; link: number };
+  | { type: 'door'; port: MessagePort; link: number };
 
 /**
- * edge thread -> device actor, over the edge's door, each event-loop turn's as one array: requests
- * (numbered by the edge, its `id`s its own) and cancellations of them.
+ * client thread -> device actor, over its door, each event-loop turn's as one array: requests
+ * (numbered by the client, its `id`s its own) and cancellations of them.
  */
 export type ToDeviceDoor =
   | InferCommand
   | { type: 'cancel'; id: number }
-  /** A hook thread of this edge's made its door to the device (as `hookDoor` from the main thread). */
+  /** A hook thread of this client's made its door to the device. */
   | { type: 'hookDoor'; port: MessagePort };
 
 /**
- * One execution's answers to one thread (the main thread, or an edge over its door): the results
- * of the requests that thread sent, each with its buffers, and the execution's timing. The
- * execution itself is counted in the device's next `ExecutionReport`.
+ * One execution's answers to one door: the results of the requests that came through it, each with
+ * its buffers, and the execution's timing. The execution itself is counted in the device's next
+ * `ExecutionReport`.
  */
 export interface ExecutionAnswers {
   type: 'executed';
@@ -363,8 +361,8 @@ export interface ExecutionAnswers {
 }
 
 /**
- * device actor -> edge thread, over the door: the share of one execution of the requests that edge sent, or one of them
- * failed.
+ * device actor -> client thread, over its door: the share of one execution of the requests that
+ * client sent, or one of them failed.
  */
 export type FromDeviceDoor = ExecutionAnswers | { type: 'failed'; id: number; error: ErrorData };
 
@@ -408,7 +406,7 @@ export interface Executed {
 
 /**
  * A device actor as a request's thread reaches it: the main thread's handle
- * (actors/device/handle.ts) and an edge thread's door (actors/edge/device-doors.ts) are both one.
+ * (actors/device/handle.ts) and an edge thread's door (actors/device/door.ts) are both one.
  * `infer` settles exactly once: the answer, the deadline (or the device's wait bound), the client
  * going (the device is told to drop it), or the device gone (UNAVAILABLE).
  */
@@ -433,11 +431,9 @@ export type FromDevice =
   | { type: 'started' }
   /** The answer to a control call. */
   | { type: 'reply'; id: number; reply: DeviceCalls[DeviceCallType]['reply'] }
-  /** One execution's answers to the main thread's own requests, in one message (each request's buffers its own). */
-  | ExecutionAnswers
   /** The executions run since the last report, summed (whichever thread their requests came from). */
   | { type: 'report'; report: ExecutionReport }
-  /** A control call or an infer failed; errors cross threads as plain data. */
+  /** A control call failed; errors cross threads as plain data. */
   | { type: 'failed'; id: number; error: ErrorData }
   /** Something the operator should hear about (the main thread logs it). */
   | { type: 'warning'; message: string; fields: Record<string, number | string> }

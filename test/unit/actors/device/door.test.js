@@ -1,12 +1,13 @@
-// An edge thread's door to a device actor (actors/edge/device-doors.ts), over a real MessagePort
+// A thread's door to a device actor (actors/device/door.ts), over a real MessagePort
 // whose other end stands in for the device: each request settles exactly once, by its answer (one
 // execution's answers in one message), the device's failure, its deadline (the device told to drop
 // it), its client going (likewise), or the door closing (UNAVAILABLE, now and for later requests,
 // what was pending saying why as the main thread says it, or after a while without);
-// what one turn sends goes as one message; `inflight` counts what is unsettled.
+// what one turn sends goes as one message; `inflight` counts what is unsettled; a door made before its
+// worker serves holds what it is sent, in order and within each request's deadline, until it opens.
 import { MessageChannel, MessagePort } from 'node:worker_threads';
 import test from 'ava';
-import { DeviceDoor } from '../../../../dist/actors/edge/device-doors.js';
+import { DeviceDoor } from '../../../../dist/actors/device/door.js';
 import { nowMs } from '../../../../dist/shared/channels/inference.js';
 import { instanceKey } from '../../../../dist/shared/model-spec.js';
 import { stowageError } from '../../../helpers/errors.js';
@@ -159,4 +160,30 @@ test('a request fed by a hook goes without inputs, named to the hook by the door
   d.adoptDoor(stale.port2, 6);
   while (!closed) await new Promise((resolve) => setTimeout(resolve, 5));
   t.pass('a door made for another door\'s worker is closed');
+});
+
+test('a door made before its worker serves holds its requests, in order, until it opens; one past its deadline meanwhile fails there; closing it unopened fails what it holds', async (t) => {
+  const { port1: device, port2 } = new MessageChannel();
+  t.teardown(() => device.close());
+  const d = new DeviceDoor(3, null, 9, 5_000, () => {});
+  const first = d.infer(request(), new AbortController().signal);
+  const late = d.infer(request(nowMs() + 20), new AbortController().signal);
+  const second = d.infer(request(), new AbortController().signal);
+  t.is(d.inflight, 3);
+  t.is((await stowageError(t, late)).code, 'STOWAGE_DEADLINE_EXCEEDED', 'its deadline runs while it waits');
+  /** @type {any[][]} */
+  const batches = [];
+  device.on('message', (batch) => batches.push(batch));
+  d.open(port2);
+  while (batches.flat().length < 4) await new Promise((resolve) => setTimeout(resolve, 5));
+  t.deepEqual(batches.flat().map((m) => [m.type, m.id]), [['infer', 1], ['infer', 2], ['infer', 3], ['cancel', 2]], 'what it held, in order, the late one\'s cancel after it');
+  device.postMessage({ type: 'executed', results: [result(1, 1), result(3, 3)], timing });
+  t.deepEqual([(await first).outputs[0].data[0], (await second).outputs[0].data[0]], [1, 3]);
+
+  const unopened = new DeviceDoor(4, null, 10, 5_000, () => {});
+  const held = unopened.infer(request(), new AbortController().signal);
+  unopened.close('its worker did not start within 10 ms');
+  const err = await stowageError(t, held);
+  t.is(err.code, 'STOWAGE_DEVICE_UNAVAILABLE');
+  t.regex(err.message, /device 4 is unavailable: its worker did not start within 10 ms/);
 });

@@ -1,17 +1,22 @@
 /**
- * An edge thread's doors to the device actors (shared/channels/device.ts `edgeDoor`): one
- * MessagePort per device, over which the edge hands a device the requests it routes itself and
- * hears their answers (actors/device/edge-doors.ts on the other side). What the main thread's
- * device handle does for its requests (actors/device/handle.ts), a door does for the edge's:
+ * A door to a device actor (shared/channels/device.ts `door`): one MessagePort per client
+ * thread per device worker, over which that thread hands the device the requests it routes and
+ * hears their answers (actors/device/doors.ts on the other side). Every request reaches a device
+ * through a door: the main thread's handle keeps one to each worker it starts (actors/device/handle.ts),
+ * each edge thread one per device (actors/edge/edge-path.ts). Control calls alone go over the
+ * worker's own port.
  *
  * - each request settles in exactly one way: its answer, its deadline (for one without: the
  *   device's queue bound plus the execution watchdog), its client going (the device is told to
  *   drop it), or the door closing (the device's worker ended: UNAVAILABLE, with why as the main
  *   thread says it, its exit code included, `close`);
  * - what one event-loop turn sends goes as one message (shared/outbox.ts), so that requests read
- *   together arrive together and may run as one batch.
+ *   together arrive together and may run as one batch;
+ * - a door made before its worker may take requests (a replacement worker still loading its
+ *   models again) holds what it is given, in order, until `open` hands it the port, so that a
+ *   request sent while a device restarts waits for it as it would in the device's own queue.
  */
-import type { MessagePort } from 'node:worker_threads';
+import type { MessagePort, Transferable } from 'node:worker_threads';
 import type { DeviceClient, Executed, FromDeviceDoor, HookFeedTarget, ToDeviceDoor } from '../../shared/channels/device.js';
 import type { InferenceRequest, InferenceResult } from '../../shared/channels/inference.js';
 import { inferOn, type DeviceLink } from '../../shared/device-infer.js';
@@ -24,7 +29,10 @@ export class DeviceDoor implements DeviceClient {
   readonly deviceId: number;
   /** Its number on the device (HookFeed.link), new with each door: it stands for the worker's generation too. */
   readonly link: number;
-  readonly #port: MessagePort;
+  #port: MessagePort | null = null;
+  readonly #onClosed: (door: DeviceDoor) => void;
+  /** What was sent before the door opened, each turn's batch in order. */
+  #held: { messages: ToDeviceDoor[]; transfer: Transferable[] }[] = [];
   /** Its requests' numbering, waiting and cancelling (shared/device-infer.ts). */
   readonly #link: DeviceLink;
   readonly #pending = new PendingCalls();
@@ -37,11 +45,14 @@ export class DeviceDoor implements DeviceClient {
   /** Why it closed. */
   #why = 'its worker exited';
 
-  /** `onClosed`: the device's end went (its worker ended); told once. */
-  constructor(deviceId: number, port: MessagePort, link: number, waitBoundMs: number, onClosed: (door: DeviceDoor) => void) {
+  /**
+   * `port`: the device's end is there now; null: it comes later (`open`), what is sent meanwhile held. `onClosed`: the
+   * device's end went (its worker ended); told once.
+   */
+  constructor(deviceId: number, port: MessagePort | null, link: number, waitBoundMs: number, onClosed: (door: DeviceDoor) => void) {
     this.deviceId = deviceId;
     this.link = link;
-    this.#port = port;
+    this.#onClosed = onClosed;
     this.#link = {
       pending: this.#pending,
       nextId: () => this.#nextId++,
@@ -50,8 +61,20 @@ export class DeviceDoor implements DeviceClient {
       refusal: () => (this.#closed || this.#gone ? errors.deviceUnavailable(this.deviceId, this.#why) : null),
     };
     this.#outbox = new Outbox((messages, transfer) => {
-      if (!this.#closed) port.postMessage(messages, transfer);
+      if (this.#closed) return;
+      if (this.#port) this.#port.postMessage(messages, transfer);
+      else this.#held.push({ messages, transfer });
     });
+    if (port) this.open(port);
+  }
+
+  /** The device's end is here: what was held goes first, in order. */
+  open(port: MessagePort): void {
+    if (this.#closed || this.#port) {
+      port.close();
+      return;
+    }
+    this.#port = port;
     port.on('message', (msg: FromDeviceDoor) => this.#settle(msg));
     port.on('close', () => {
       // The worker ended: nothing more goes to it. What it had pending fails once the main thread
@@ -59,9 +82,11 @@ export class DeviceDoor implements DeviceClient {
       this.#gone = true;
       this.#whyTimer = setTimeout(() => this.close('its worker exited'), DOOR_EXIT_WHY_WAIT_MS);
       this.#whyTimer.unref();
-      onClosed(this);
+      this.#onClosed(this);
     });
     port.unref(); // a door never keeps the thread alive
+    for (const { messages, transfer } of this.#held) port.postMessage(messages, transfer);
+    this.#held = [];
   }
 
   /** Requests handed to the device and not yet settled (least_outstanding routing). */
@@ -106,7 +131,8 @@ export class DeviceDoor implements DeviceClient {
     clearTimeout(this.#whyTimer);
     this.#why = why;
     this.#outbox.clear();
-    this.#port.close();
+    this.#held = [];
+    this.#port?.close();
     this.#pending.failAll(errors.deviceUnavailable(this.deviceId, why));
   }
 }

@@ -1,14 +1,14 @@
 /**
- * The device actor's doors from the edge threads (shared/channels/device.ts `edgeDoor`): each
- * edge hands this device the requests it routes itself over a MessagePort of its own, and hears
- * their answers on it, so that a request off the wire reaches the device and its answer the wire
- * without the main thread (actors/edge/edge-path.ts).
+ * The device actor's doors (shared/channels/device.ts `door`): every request reaches the device
+ * through one, a MessagePort per client thread per worker — the main thread's handle keeps one
+ * (actors/device/handle.ts), each edge thread one (actors/edge/edge-path.ts), each the client end
+ * a DeviceDoor (door.ts) — and its answer goes back through the door it came by. Control calls
+ * alone come over the worker's own port.
  *
  * Inside the device a door's request is a request like any other: it joins its model's queue and
- * coalesces with requests from the main thread and the other doors. It goes there under an id of
- * the device's own, negative (the main thread numbers its requests from 1 up), so that the
- * scheduler, cancellation and the run in flight know every request by one number. Its answer goes
- * back through the door it came by, under the edge's id; the execution itself is counted in the
+ * coalesces with requests from the other doors. It goes there under an id of the device's own
+ * (from 1), so that the scheduler, cancellation and the run in flight know every request by one
+ * number; its answer goes back under the door's id. The execution itself is counted in the
  * device's tally, which the main thread hears (execution-tally.ts).
  */
 import type { MessagePort } from 'node:worker_threads';
@@ -33,8 +33,8 @@ export function buffersOf(results: ExecutionAnswers['results']): ArrayBuffer[] {
   return [...buffers];
 }
 
-/** What a device does with what comes through its edges' doors. */
-export interface EdgeDoorsEvents {
+/** What a device does with what comes through its doors. */
+export interface DoorsEvents {
   /** A door's request, under the device's id, joins the inbox; `link` and `linkId` are how its edge names it. */
   admit(cmd: InferCommand, link: number, linkId: number): void;
   /**
@@ -42,29 +42,24 @@ export interface EdgeDoorsEvents {
    * does.
    */
   cancel(id: number): void;
-  /** A hook thread of the door's edge made its door to this device (HookInputs come through it). */
+  /** A hook thread of the door's client made its door to this device (HookInputs come through it). */
   hookDoor(port: MessagePort): void;
-  /** Door `link` closed (its edge ended). */
+  /** Door `link` closed (its client ended, or let it go). */
   closed(link: number): void;
 }
 
-export class EdgeDoors {
-  /** The next door request's id on this device: negative, down from -1. */
-  #next = -1;
+export class Doors {
+  /** The next request's id on this device. */
+  #next = 1;
   /** Door requests not yet answered, by the device's id. */
   readonly #requests = new Map<number, { door: Door; id: number }>();
-  readonly #on: EdgeDoorsEvents;
+  readonly #on: DoorsEvents;
 
-  constructor(on: EdgeDoorsEvents) {
+  constructor(on: DoorsEvents) {
     this.#on = on;
   }
 
-  /** Whether the device's request `id` came through a door. */
-  static isDoors(id: number): boolean {
-    return id < 0;
-  }
-
-  /** Serve a new edge door, `link` its number. When the edge goes (its thread ended), what it had here is dropped. */
+  /** Serve a new door, `link` its number. When its client goes (its thread ended), what it had here is dropped. */
   open(port: MessagePort, link: number): void {
     const door: Door = { port, link, ids: new Map() };
     port.on('message', (messages: ToDeviceDoor[]) => {
@@ -80,7 +75,7 @@ export class EdgeDoors {
           this.#on.cancel(own);
           continue;
         }
-        const own = this.#next--;
+        const own = this.#next++;
         door.ids.set(msg.id, own);
         this.#requests.set(own, { door, id: msg.id });
         this.#on.admit({ ...msg, id: own }, link, msg.id);
@@ -109,36 +104,26 @@ export class EdgeDoors {
     try {
       door.port.postMessage(msg, transfer);
     } catch {
-      // The edge went while the answer was made: nobody waits for it.
+      // The client went while the answer was made: nobody waits for it.
     }
   }
 
-  /** Fail door request `own` (the device's id); one cancelled or whose edge went is dropped. */
+  /** Fail request `own` (the device's id); one cancelled or whose client went is dropped. */
   fail(own: number, err: unknown): void {
     const request = this.#forget(own);
     if (request) this.#post(request.door, { type: 'failed', id: request.id, error: toErrorData(err) });
   }
 
-  /**
-   * One execution's answers: each door's requests' go to their door, one message per door, their
-   * buffers with them; the main thread's requests' are returned.
-   */
-  deliver(msg: ExecutionAnswers): ExecutionAnswers['results'] {
-    if (!msg.results.some((r) => EdgeDoors.isDoors(r.id))) return msg.results;
-    const mine: ExecutionAnswers['results'] = [];
+  /** One execution's answers: each door's requests' go to their door, one message per door, their buffers with them. */
+  deliver(msg: ExecutionAnswers): void {
     const byDoor = new Map<Door, ExecutionAnswers['results']>();
     for (const result of msg.results) {
-      if (!EdgeDoors.isDoors(result.id)) {
-        mine.push(result);
-        continue;
-      }
       const request = this.#forget(result.id);
-      if (!request) continue; // cancelled, or its edge went
+      if (!request) continue; // cancelled, or its client went
       let results = byDoor.get(request.door);
       if (!results) byDoor.set(request.door, (results = []));
       results.push({ ...result, id: request.id });
     }
     for (const [door, results] of byDoor) this.#post(door, { type: 'executed', results, timing: msg.timing }, buffersOf(results));
-    return mine;
   }
 }
