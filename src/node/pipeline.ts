@@ -15,6 +15,7 @@ import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../shared/
 import type { ModelLease, ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
 import type { RequestCounters } from '../shared/request-counters.js';
+import type { Quotas } from '../shared/quotas.js';
 import { failureReason } from '../shared/failure-reason.js';
 import { RequestTrace, tracingOn } from '../shared/tracing.js';
 import { RequestPath } from '../shared/request-path.js';
@@ -27,12 +28,14 @@ export interface PipelineContext {
   /** Where this thread counts its requests: its row (RequestCounters.create), per lease slot. */
   counters: RequestCounters;
   sharedMemory: SharedMemoryRegistry;
+  /** The node's quotas, the main thread's row. */
+  quotas: Quotas;
 }
 
 export class Pipeline {
   readonly #path: RequestPath<ModelLease>;
 
-  constructor({ registry, hooks, devices, counters, sharedMemory }: PipelineContext) {
+  constructor({ registry, hooks, devices, counters, sharedMemory, quotas }: PipelineContext) {
     this.#path = new RequestPath<ModelLease>({
       acquire: (model, version) => registry.acquire(model, version),
       release: (lease) => registry.release(lease),
@@ -40,10 +43,11 @@ export class Pipeline {
       adoptDoor: (target, port) => devices.device(target.deviceId).adoptDoor(port, target.generation),
       hooks,
       regions: sharedMemory,
+      quotas,
       succeeded: (lease, batchSize, durationNs, queueNs, timing) => counters.succeeded(lease.slot, batchSize, durationNs, queueNs, timing),
       failed: (lease, code, durationNs) => counters.failed(lease.slot, failureReason(code), durationNs),
       // Tracing starts before the pipeline is made (node/server.ts), and is off for good once stopped.
-      ...(tracingOn() ? { trace: (request, carrier, protocol, admitted) => RequestTrace.request(request, carrier, protocol, admitted) } : {}),
+      trace: tracingOn() ? (request, carrier, protocol, admitted) => RequestTrace.request(request, carrier, protocol, admitted) : () => null,
     });
   }
 

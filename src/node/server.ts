@@ -33,6 +33,8 @@ import { Health } from './health.js';
 import { countExportFailuresIn, exportFailureMemory, startTracing, stopTracing, traceExportFailures, tracingOn } from '../shared/tracing.js';
 import { Metrics } from './metrics.js';
 import { Admission, admissionMetrics } from '../protocol/admission.js';
+import { Quotas } from '../shared/quotas.js';
+import { quotaMetrics } from './quota-metrics.js';
 import { controlOperations } from './control-service.js';
 import { GrpcEdge } from '../protocol/edge.js';
 import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
@@ -129,6 +131,8 @@ export class StowageServer {
   #cudaStarted = false;
   /** The leases on models' instances and on shared-memory regions, every thread's. */
   readonly #leases: { models: Leases; regions: Leases };
+  /** The node's quotas (shared/quotas.ts), shared with the edges. */
+  readonly #quotas: Quotas;
   /** Where every thread counts its requests, per lease slot (once the devices are known). */
   #counters: RequestCounters | null = null;
 
@@ -141,6 +145,10 @@ export class StowageServer {
     // One count of the inferences in flight for every edge of the process.
     this.#admission = new Admission(endpoints.max_concurrent_requests, endpoints.max_inflight_bytes);
     admissionMetrics(this.#admission, this.metrics.registry);
+    // One count of each tenant's and model's quota for every thread that holds requests: the main thread's row 0.
+    const { quotas } = config.global;
+    this.#quotas = new Quotas(Quotas.create(quotas.tenants, quotas.models, edgeThreads(endpoints.edge_threads) + 1), 0);
+    quotaMetrics(this.#quotas, this.metrics.registry);
     // One lease mechanism for every thread that runs requests (shared/leases.ts): a row per edge
     // thread and the main thread's own, on models' instances and on shared-memory regions. A
     // segment of slots added later goes to the edges before anything names a slot in it.
@@ -265,7 +273,7 @@ export class StowageServer {
     const health = new Health(this.registry);
     this.#health = health;
     const ops = this.#operations(devices, repository, workers, health);
-    const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks!, devices, counters: this.#counters!, sharedMemory: this.sharedMemory });
+    const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks!, devices, counters: this.#counters!, sharedMemory: this.sharedMemory, quotas: this.#quotas });
     if (edgeCount > 0) await this.#startEdgeThreads(edgeCount, devices, ops, pipeline, health);
     else await this.#startMainEdge(ops, pipeline, health);
     this.#ready = true;
@@ -506,7 +514,7 @@ export class StowageServer {
       host: endpoints.host, port: endpoints.http_port, maxBodyBytes: endpoints.max_receive_message_bytes, maxJsonBytes: endpoints.max_json_body_bytes,
       requestTimeoutMs: endpoints.http_request_timeout_seconds * 1000, admission: this.#admission, logger,
     });
-    http.add(restRoutes(ops, infer));
+    http.add(restRoutes(ops, infer, endpoints.tenant_key));
     this.#http = http;
     this.ports.http = await http.start();
     this.ports.grpc = await edge.start();
@@ -537,6 +545,7 @@ export class StowageServer {
       devices: devices.handles,
       counters,
       regionHolds,
+      quotas: this.#quotas,
       regions: () => this.sharedMemory.edgeRegions(),
       regionsReleased: () => this.sharedMemory.edgesReleased(),
       leasesReleased: () => this.registry.edgesReleased(),

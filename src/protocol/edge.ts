@@ -167,6 +167,11 @@ export class GrpcEdge {
   /** Each open stream's way to end once its requests are answered (at shutdown). */
   readonly #streams = new Set<() => void>();
 
+  /** The metadata key that names a request's tenant (endpoints.tenant_key). */
+  get tenantKey(): string {
+    return this.#endpoints.tenant_key;
+  }
+
   /** `admission`: the process's one count of inferences in flight, shared by every edge. */
   constructor(endpoints: Endpoints, logger: Logger, admission: Admission) {
     this.#endpoints = endpoints;

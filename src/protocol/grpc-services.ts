@@ -28,14 +28,20 @@ function traceCarrier(metadata: grpc.Metadata): TraceCarrier | undefined {
   return { traceparent, ...(typeof tracestate === 'string' ? { tracestate } : {}) };
 }
 
+/** A call's tenant, as its metadata names it under `key` (endpoints.tenant_key); absent: none. */
+function tenantOf(metadata: grpc.Metadata, key: string): { tenant?: string } {
+  const tenant = metadata.get(key)[0];
+  return typeof tenant === 'string' ? { tenant } : {};
+}
+
 type InferCall = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerDuplexStream<unknown, unknown>;
 
 /** One ModelInferRequest through the pipeline, to the response grpc-js sends. */
-async function modelInfer(infer: Infer, req: ModelInferRequest, call: InferCall, signal: AbortSignal, admitted?: { bytes: number; inflightBytes: number }): Promise<ModelInferResponse | EncodedResponse> {
+async function modelInfer(infer: Infer, tenantKey: string, req: ModelInferRequest, call: InferCall, signal: AbortSignal, admitted?: { bytes: number; inflightBytes: number }): Promise<ModelInferResponse | EncodedResponse> {
   const request = fromModelInferRequest(req, ownsItsBuffer(req));
   const frame = new ResponseFrame(request.model, MODEL_VERSION, request.id);
   const answer = await infer(request, {
-    callDeadlineMs: callDeadlineMs(call), signal, outputs: frame.layout, trace: traceCarrier(call.metadata), protocol: 'grpc', ...(admitted ? { admitted } : {}),
+    callDeadlineMs: callDeadlineMs(call), signal, outputs: frame.layout, trace: traceCarrier(call.metadata), protocol: 'grpc', ...(admitted ? { admitted } : {}), ...tenantOf(call.metadata, tenantKey),
   });
   return frame.frame(answer) ?? inferResponse(request.model, request.id, answer.outputs);
 }
@@ -92,9 +98,9 @@ function grpcHandler(ops: Operations, rpc: OperationName): (req: unknown) => unk
 export function inferenceTable(edge: GrpcEdge, ops: Operations, infer: Infer): Record<string, grpc.UntypedHandleCall> {
   const table: Record<string, grpc.UntypedHandleCall> = {};
   for (const rpc of KSERVE_OPERATIONS) table[rpc] = edge.unary(rpc, grpcHandler(ops, rpc));
-  table.ModelInfer = edge.inference('ModelInfer', (req: ModelInferRequest, call, signal, admitted) => modelInfer(infer, req, call, signal, admitted));
+  table.ModelInfer = edge.inference('ModelInfer', (req: ModelInferRequest, call, signal, admitted) => modelInfer(infer, edge.tenantKey, req, call, signal, admitted));
   table.ModelStreamInfer = edge.stream<ModelInferRequest, { error_message: string; infer_response: Partial<ModelInferResponse> | EncodedResponse }>('ModelStreamInfer', {
-    answer: async (req, call, signal) => ({ error_message: '', infer_response: await modelInfer(infer, req, call, signal) }),
+    answer: async (req, call, signal) => ({ error_message: '', infer_response: await modelInfer(infer, edge.tenantKey, req, call, signal) }),
     // The error travels as this response's message, with the request's id; the stream lives on.
     failed: (req, details) => ({ error_message: details, infer_response: { model_name: req.model_name, model_version: req.model_version, id: req.id } }),
   });

@@ -50,7 +50,7 @@ function settingValue(key: string, v: unknown): LogSettingValue {
  * POST /v2/models/{name}/infer: the body decoded into the data plane's request (rest-tensors.ts),
  * handed to the path, and its answer written as JSON and binary pieces.
  */
-function inferRoute(infer: Infer): RestRoute {
+function inferRoute(infer: Infer, tenantKey: string): RestRoute {
   const ref = (p: string[]) => ({ name: p[0], version: p[1] ?? '' });
   return route('POST', `${MODEL}/infer`, async (r): Promise<RestReply> => {
     // Checked by the edge (a whole number, within endpoints.max_json_body_bytes).
@@ -64,7 +64,10 @@ function inferRoute(infer: Infer): RestRoute {
     const tracestate = r.headers.tracestate;
     const trace = typeof traceparent === 'string' ? { traceparent, ...(typeof tracestate === 'string' ? { tracestate } : {}) } : undefined;
     // No output layout: each output comes back in a buffer of its own, written to the socket as it is.
-    const answer = await infer(rest.request, { callDeadlineMs: Infinity, signal: r.signal, outputs: null, trace, protocol: 'http', ...(r.admitted ? { admitted: r.admitted } : {}) });
+    const tenant = r.headers[tenantKey];
+    const answer = await infer(rest.request, {
+      callDeadlineMs: Infinity, signal: r.signal, outputs: null, trace, protocol: 'http', ...(r.admitted ? { admitted: r.admitted } : {}), ...(typeof tenant === 'string' ? { tenant } : {}),
+    });
     const { body, headerBytes: jsonBytes } = await restInferResponse(rest, answer);
     return jsonBytes === undefined
       ? { body, headers: { 'content-type': 'application/json' } }
@@ -72,7 +75,8 @@ function inferRoute(infer: Infer): RestRoute {
   }, true);
 }
 
-export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
+/** `tenantKey`: the header that names a request's tenant (endpoints.tenant_key). */
+export function restRoutes(ops: Operations, infer: Infer, tenantKey: string): RestRoute[] {
   const ref = (p: string[]) => ({ name: p[0], version: p[1] ?? '' });
   // Readiness as Triton's HTTP endpoint answers it: 200 when ready, 400 when not (KServe V2: "a 4xx
   // status code indicates false"), for the server and for a model (a model unknown is not ready).
@@ -94,7 +98,7 @@ export function restRoutes(ops: Operations, infer: Infer): RestRoute[] {
     route('GET', `${MODEL}/ready`, (r) => modelReady(r.params)),
     route('GET', `${MODEL}/config`, async (r) => ({ json: (await ops.ModelConfig(ref(r.params))).config })),
     route('GET', MODEL, async (r) => ({ json: await ops.ModelMetadata(ref(r.params)) })),
-    inferRoute(infer),
+    inferRoute(infer, tenantKey),
     route('POST', '/v2/repository/index', async (r) => {
       const { ready } = await jsonBody(r.body);
       if (ready !== undefined && typeof ready !== 'boolean') throw errors.invalidRequest(`repository index: "ready" must be true or false, not ${shown(ready)}`);

@@ -26,6 +26,22 @@ export type GatewayMode = (typeof GATEWAY_MODES)[number];
 const FILL_POLICIES = ['fill_rr', 'fill_least'] as const;
 export type FillPolicy = (typeof FILL_POLICIES)[number];
 
+// One subject's quota (global.quotas: shared/quotas.ts); 0 is no limit.
+const quotaLimitsSchema = {
+  type: 'object',
+  additionalProperties: false,
+  default: {},
+  properties: {
+    // Requests in flight at once on this node (from admission to answer); past it, RESOURCE_EXHAUSTED at once.
+    max_inflight: { type: 'integer', minimum: 0, default: 0 },
+    // Device time per second of wall time (the executions' compute time, each request's share of
+    // its batch by rows): 0.5 lets it keep half of one device busy.
+    device_seconds_per_second: { type: 'number', minimum: 0, default: 0 },
+    // How far ahead of that rate it may run before it is refused, in seconds of wall time.
+    burst_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 1 },
+  },
+} as const;
+
 // The runtime and scheduler blocks: under global, and (without defaults, so that only what a
 // worker sets overrides global) under each entry of workers.
 const runtimeSchema = {
@@ -376,6 +392,18 @@ export const nodeConfigSchema = {
         },
         runtime: runtimeSchema,
         scheduler: schedulerSchema,
+        // Per tenant and per model limits on this node (shared/quotas.ts). A request's tenant is its
+        // endpoints.tenant_key metadata or header: absent, `default`; a name not listed here, `other`
+        // (all of them together; list `other` to limit them).
+        quotas: {
+          type: 'object',
+          additionalProperties: false,
+          default: {},
+          properties: {
+            tenants: { type: 'object', default: {}, additionalProperties: quotaLimitsSchema },
+            models: { type: 'object', default: {}, additionalProperties: quotaLimitsSchema },
+          },
+        },
         hooks: {
           type: 'object',
           additionalProperties: false,
@@ -431,6 +459,9 @@ export const nodeConfigSchema = {
             // 64 KiB (65535) throttles large tensors about 3× on loopback; 4 MiB lets a 600 KiB
             // request arrive in one round trip.
             http2_window_bytes: { type: 'integer', minimum: 65535, maximum: 2147483647, default: 4194304 },
+            // The gRPC metadata key (and HTTP header) that names a request's tenant (global.quotas and
+            // the metrics' tenant label); the pooled gateway forwards it. Lower case, as gRPC sends keys.
+            tenant_key: { type: 'string', pattern: '^[0-9a-z_.-]+$', default: 'stowage-tenant' },
             // Triton's system shared-memory extension: clients name POSIX shared-memory objects of this
             // machine (/dev/shm) for tensors. false refuses every registration (docs/security.md).
             system_shared_memory: { type: 'boolean', default: true },

@@ -71,7 +71,7 @@ export interface DataPlaneRequest {
   timeoutUs?: number;
   /**
    * Triton's `priority` parameter when the request set one above 0 (0, or none: the model's
-   * default). Carried from both protocols' decoders alike; the device does not order by it yet.
+   * default). Carried from both protocols' decoders alike; the device serves higher levels first (scheduler.ts).
    */
   priority?: number;
   /**
@@ -135,6 +135,8 @@ export interface InferOptions {
   signal: AbortSignal;
   outputs: OutputLayout | null;
   trace?: TraceCarrier;
+  /** The tenant its endpoints.tenant_key metadata or header names, as sent (shared/quotas.ts); absent: none. */
+  tenant?: string;
   protocol: 'grpc' | 'http';
   admitted?: Admitted;
 }

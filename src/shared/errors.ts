@@ -37,6 +37,7 @@ export const ERROR_CODES = {
   STOWAGE_MODEL_CONTROL: { status: Status.FAILED_PRECONDITION, means: 'the model control mode does not allow the operation (static: the model set is fixed)' },
   STOWAGE_WEIGHTS_TOO_LARGE: { status: Status.RESOURCE_EXHAUSTED, means: 'the model\'s weights do not fit in the device\'s weight budget (beside the models pinned with residency: device)' },
   STOWAGE_DEVICE_MEMORY_EXHAUSTED: { status: Status.RESOURCE_EXHAUSTED, means: 'the GPU (or ONNX Runtime\'s arena under runtime.cuda.ort_arena_limit_bytes) ran out of memory loading or running the model; the message says what holds the memory and what to change' },
+  STOWAGE_QUOTA_EXCEEDED: { status: Status.RESOURCE_EXHAUSTED, means: 'the request\'s tenant or model is over its quota (global.quotas): requests in flight, or device-seconds per second' },
   STOWAGE_SERVER_BUSY: { status: Status.RESOURCE_EXHAUSTED, means: 'the inference requests in flight already hold endpoints.max_inflight_bytes of tensors (or number endpoints.max_concurrent_requests)' },
   STOWAGE_CANCELLED: { status: Status.CANCELLED, means: 'the client cancelled the request' },
   STOWAGE_SHUTTING_DOWN: { status: Status.UNAVAILABLE, means: 'the server is shutting down: requests in flight finish, new ones are refused (retry on another replica)' },
@@ -168,6 +169,8 @@ export const errors = {
       `model ${quote(model)} needs ${bytes} bytes of weights on the device, but the device's weight budget is ${budget} bytes`
       + (pinned > 0 ? `, of which ${pinned} are held by models with residency: device` : '')
       + '; raise runtime.cpu_device_memory_bytes or runtime.weight_cache_fraction, or unpin models'),
+  quotaExceeded: (subject: string, limit: string, key: string) =>
+    new StowageError('STOWAGE_QUOTA_EXCEEDED', `${subject} is over its quota of ${limit} (${key}); retry later`),
   serverBusy: (cap: number) =>
     new StowageError('STOWAGE_SERVER_BUSY', `the server has ${cap} inference requests in flight (endpoints.max_concurrent_requests = ${cap}); retry later`),
   serverBusyBytes: (cap: number, inflight: number, bytes: number) =>

@@ -8,6 +8,7 @@ export function failureReason(code: ErrorCode | undefined): FailureReason {
   switch (code) {
     case 'STOWAGE_QUEUE_FULL':
     case 'STOWAGE_SERVER_BUSY':
+    case 'STOWAGE_QUOTA_EXCEEDED':
     case 'STOWAGE_DEADLINE_EXCEEDED':
       return 'REJECTED';
     case 'STOWAGE_CANCELLED':

@@ -21,6 +21,11 @@
  * threads). A room that cannot take a request (an edge without the model's route) says so at
  * `acquire`, before anything is done: the request goes to the main thread as it is.
  *
+ * A request, once its model is leased and its tensors checked, is one object (`PathRequest`: its
+ * lease, checked tensors, hook context, deadline and priority, cancellation, spans, output layout
+ * and held regions) that every later step reads; a request off the wire and a meta model's sub-call
+ * come in by one entry (`#enter`), which counts it before its answer goes and gives back its lease.
+ *
  * Copies of a request's tensor bytes, and thread hops, per path. `edge` is the thread that holds the request: an edge
  * thread, or the main thread when it is the only edge. `copies` counts every copy of the bytes of one request's input
  * and output tensors (in units of their size: a copy of the input and one of the output are two), `native` those made
@@ -78,6 +83,7 @@ import { checkHookTensors } from './hook-tensor-check.js';
 import type { BundleHooks, InstanceKey, ModelSpec, TensorSpec } from './model-spec.js';
 import { checkRequest, checkTensors, slicesOf, type CheckedRequest, type RegionLookup } from './request-check.js';
 import { MODEL_VERSION } from './constants.js';
+import type { QuotaTicket, Quotas } from './quotas.js';
 
 /** A ready model taken for one request: its spec and the instance that serves it. */
 export interface PathLease {
@@ -133,13 +139,15 @@ export interface PathRooms<L extends PathLease> {
    */
   adoptDoor(target: HookFeedTarget, port: MessagePort): void;
   hooks: PathHooks;
-  /** Shared-memory regions; absent: this thread takes no request that uses them. */
-  regions?: PathRegions;
+  /** Shared-memory regions where this thread reads them. */
+  regions: PathRegions;
+  /** The node's quotas (shared/quotas.ts), counted with every other thread's. */
+  quotas: Pick<Quotas, 'tenantOf' | 'admit' | 'subCall' | 'charge' | 'leave'>;
   /** Count one request answered, or failed (with its error's code), on its model's statistics. */
   succeeded(lease: L, batchSize: number, durationNs: number, queueNs: number, timing: ExecutionTiming): void;
   failed(lease: L, code: ErrorCode | undefined, durationNs: number): void;
-  /** The request's spans, when tracing; absent: this thread traces nothing (no span, no allocation for one). */
-  trace?(request: { model: string; version: string; id: string }, carrier: TraceCarrier | undefined, protocol: 'grpc' | 'http', admitted?: Admitted): PathSpans | null;
+  /** The request's spans; null when tracing is off (no span, no allocation for one). */
+  trace(request: { model: string; version: string; id: string }, carrier: TraceCarrier | undefined, protocol: 'grpc' | 'http', admitted?: Admitted): PathSpans | null;
   /** A meta model's sub-call to a model this thread has no lease for (acquire said null): run where it can be. */
   elsewhere?(model: string, tensors: WireTensor[], outputs: string[], urgency: Urgency, signal: AbortSignal, trace: TraceCarrier | undefined): Promise<WireTensor[]>;
 }
@@ -150,6 +158,35 @@ export interface PathRooms<L extends PathLease> {
 export interface Urgency {
   deadlineMs: number;
   priority: number;
+}
+
+/**
+ * One request on its way through the path, made once its model is leased and its tensors checked:
+ * what every later step reads (the device command, the hooks, the counts, the spans), so that none
+ * takes them one by one. A meta model's sub-call is one too, made from its parent's.
+ */
+export interface PathRequest<L extends PathLease> {
+  readonly lease: L;
+  readonly checked: CheckedRequest;
+  /** What hooks see of it (the model, the request's id, its parameters). */
+  readonly context: HookContext;
+  readonly urgency: Urgency;
+  /** Fires if the client goes (a sub-call's is its parent's). */
+  readonly signal: AbortSignal;
+  /** Its spans when traced; null: not traced. */
+  readonly spans: PathSpans | null;
+  /** Where the edge wants its outputs (null: tensors of their own, as a sub-call's). */
+  readonly layout: OutputLayout | null;
+  /** The shared-memory regions it holds until it is answered. */
+  readonly slices: readonly RegionSlice[];
+  /** Its places under the quotas (given back when it is answered), and whom its device time is charged to. */
+  readonly quota: QuotaTicket | null;
+}
+
+/** A request run: the device's (or the hooks') result, and the frame its outputs were written into, if any. */
+interface Ran {
+  result: InferenceResult;
+  frame: OutputFrame | null;
 }
 
 /** A meta model runs no execution of its own: its sub-models count theirs. */
@@ -172,122 +209,132 @@ export class RequestPath<L extends PathLease> {
    * tensors of their own).
    */
   infer(req: DataPlaneRequest, options: InferOptions): Promise<InferenceAnswer> | null {
-    const rooms = this.#rooms;
     const started = process.hrtime.bigint();
     // Tracing on: a span in the trace the request's traceparent names (tracing.ts); else null.
-    const spans = rooms.trace?.({ model: req.model, version: req.version || MODEL_VERSION, id: req.id }, options.trace, options.protocol, options.admitted) ?? null;
+    const spans = this.#rooms.trace({ model: req.model, version: req.version || MODEL_VERSION, id: req.id }, options.trace, options.protocol, options.admitted) ?? null;
+    const ran = this.#enter(req.model, req.version, started, spans, (lease) => this.#fromWire(lease, req, options, spans));
+    return ran && ran.then(({ result, frame }) => ({ outputs: result.outputs, framed: result.framed && frame ? { bytes: result.framed, frame } : null }));
+  }
+
+  /** A request off the wire as the path carries it: checked against its model, its regions held. */
+  #fromWire(lease: L, req: DataPlaneRequest, { callDeadlineMs, signal, outputs, tenant }: InferOptions, spans: PathSpans | null): PathRequest<L> {
+    const { spec } = lease;
+    if (req.refused) throw fromErrorData(req.refused); // the model exists: now what was wrong with the request
+    // Hooks read typed arrays over the bytes, which must be aligned; the device aligns them itself.
+    const checked = checkRequest(req, spec, this.#rooms.regions, spec.hooks ? 'aligned' : 'any');
+    const slices = slicesOf(checked);
+    if (slices.length && spec.kind === 'meta') throw errors.unsupported(`meta model ${JSON.stringify(spec.name)} takes its tensors inline, not in shared memory`);
+    if (slices.length && spec.hooks) {
+      throw errors.unsupported(`model ${JSON.stringify(spec.name)} runs model.js hooks, which read and write tensors in the request; send them inline, not in shared memory`);
+    }
+    // Its tenant's and its model's places last but one: a request refused for what it is takes none.
+    const quota = this.#rooms.quotas.admit(spec.name, this.#rooms.quotas.tenantOf(tenant));
+    // No await since checking: the regions are still registered (an edge's may have been
+    // unregistered meanwhile: its hold fails as a region not found, holding nothing). Last, so that
+    // nothing throws between holding them and the path's release.
+    try {
+      this.#rooms.regions.hold(slices);
+    } catch (err) {
+      this.#rooms.quotas.leave(quota);
+      throw err;
+    }
+    const deadlineMs = Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000);
+    return {
+      lease, checked, signal, spans, slices, quota,
+      context: { model: req.model, requestId: req.id, parameters: checked.parameters },
+      urgency: { deadlineMs, priority: req.priority ?? 0 },
+      // Without a postprocess hook the device's outputs go straight back: framed as the edge asked.
+      layout: outputs ?? null,
+    };
+  }
+
+  /**
+   * The one way into the path, for a request off the wire and a meta model's sub-call alike: the
+   * model leased (null: this thread cannot take it), the request made (`make`), run, counted before
+   * its answer goes and before its lease is given back (whoever asks for statistics after the
+   * answer finds it counted), its spans ended, its lease and regions given back.
+   */
+  #enter(model: string, version: string, started: bigint, spans: PathSpans | null, make: (lease: L) => PathRequest<L>): Promise<Ran> | null {
     let lease: L | null;
     try {
-      lease = rooms.acquire(req.model, req.version);
+      lease = this.#rooms.acquire(model, version);
     } catch (err) {
       spans?.end(err);
       return Promise.reject(err);
     }
-    if (!lease) return null;
-    return this.#leased(req, options, lease, started, spans);
+    return lease && this.#served(lease, started, spans, make);
   }
 
-  async #leased(req: DataPlaneRequest, { callDeadlineMs, signal, outputs }: InferOptions, lease: L, started: bigint, spans: PathSpans | null): Promise<InferenceAnswer> {
+  async #served(lease: L, started: bigint, spans: PathSpans | null, make: (lease: L) => PathRequest<L>): Promise<Ran> {
     const rooms = this.#rooms;
-    const { spec } = lease;
-    let slices: RegionSlice[] = [];
+    let request: PathRequest<L> | null = null;
     try {
-      if (req.refused) throw fromErrorData(req.refused); // the model exists: now what was wrong with the request
-      // Hooks read typed arrays over the bytes, which must be aligned; the device aligns them itself.
-      const checked = checkRequest(req, spec, rooms.regions, spec.hooks ? 'aligned' : 'any');
-      const named = slicesOf(checked);
-      // No await since checking: the regions are still registered (an edge's may have been
-      // unregistered meanwhile: its hold fails as a region not found, holding nothing).
-      rooms.regions?.hold(named);
-      slices = named;
-      if (slices.length && spec.kind === 'meta') throw errors.unsupported(`meta model ${JSON.stringify(spec.name)} takes its tensors inline, not in shared memory`);
-      if (slices.length && spec.hooks) {
-        throw errors.unsupported(`model ${JSON.stringify(spec.name)} runs model.js hooks, which read and write tensors in the request; send them inline, not in shared memory`);
-      }
-      const deadlineMs = Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000);
-      let result: InferenceResult;
-      let frame: OutputFrame | null = null;
-      if (spec.kind === 'meta' || spec.hooks) {
-        const context: HookContext = { model: req.model, requestId: req.id, parameters: checked.parameters };
-        // Without a postprocess hook the device's outputs go straight back: framed as the edge asked.
-        ({ result, frame } = await this.#run(lease, checked, context, { deadlineMs, priority: req.priority ?? 0 }, signal, spans, outputs ?? null));
-      } else {
-        // The plain request, the most of them: straight to the device, its outputs into the edge's frame.
-        const request = this.#deviceRequest(lease, checked, outputs, { deadlineMs, priority: req.priority ?? 0 }, false);
-        frame = request.frame;
-        result = await this.#device(lease, request, signal, spans);
-      }
-      this.#succeeded(lease, started, spans, checked.batchSize, result);
-      return { outputs: result.outputs, framed: result.framed && frame ? { bytes: result.framed, frame } : null };
+      request = make(lease);
+      const ran = await this.#run(request);
+      rooms.succeeded(lease, request.checked.batchSize, Number(process.hrtime.bigint() - started), ran.result.queueNs, ran.result.timing);
+      spans?.end();
+      return ran;
     } catch (err) {
-      throw this.#failed(lease, started, spans, err);
+      rooms.failed(lease, codeOf(err), Number(process.hrtime.bigint() - started));
+      spans?.end(err);
+      throw err;
     } finally {
       rooms.release(lease);
-      rooms.regions?.release(slices); // a region unregistered meanwhile closes with its last request
+      rooms.quotas.leave(request?.quota ?? null);
+      // A region unregistered meanwhile closes with its last request.
+      if (request?.slices.length) rooms.regions.release(request.slices);
     }
-  }
-
-  /**
-   * A leased request answered: counted before the answer goes and before the lease is given back
-   * (whoever asks for statistics after the answer finds it counted), its span ended.
-   */
-  #succeeded(lease: L, started: bigint, spans: PathSpans | null, batchSize: number, result: InferenceResult): void {
-    this.#rooms.succeeded(lease, batchSize, Number(process.hrtime.bigint() - started), result.queueNs, result.timing);
-    spans?.end();
-  }
-
-  /** A leased request failed: counted with its error's code, its span ended with the error; the error, to throw. */
-  #failed(lease: L, started: bigint, spans: PathSpans | null, err: unknown): unknown {
-    this.#rooms.failed(lease, codeOf(err), Number(process.hrtime.bigint() - started));
-    spans?.end(err);
-    return err;
   }
 
   /**
    * A meta model's sub-call: tensors in, tensors out, scheduled and counted like any request, on
-   * this thread when it can, within its parent's deadline and at its parent's priority.
+   * this thread when it can, within its parent's deadline, at its parent's priority, cancelled with it.
    */
-  async #subInfer(meta: ModelSpec, parent: HookContext, model: string, tensors: WireTensor[], outputs: string[], urgency: Urgency, signal: AbortSignal, parentSpans: PathSpans | null): Promise<WireTensor[]> {
+  async #subInfer(parent: PathRequest<L>, model: string, tensors: WireTensor[], outputs: string[]): Promise<WireTensor[]> {
+    const meta = parent.lease.spec;
     if (!meta.subModels.includes(model)) {
       throw errors.invalidRequest(`meta model ${JSON.stringify(meta.name)} may call only ${meta.subModels.join(', ')} (its manifest's models), not ${quote(model)}`);
     }
-    const rooms = this.#rooms;
     const started = process.hrtime.bigint();
-    const spans = parentSpans?.subCall(model) ?? null;
-    let lease: L | null;
+    const spans = parent.spans?.subCall(model) ?? null;
+    const ran = this.#enter(model, '', started, spans, (lease) => ({
+      lease, spans, slices: [],
+      checked: checkTensors(tensors, outputs, lease.spec),
+      context: { model, requestId: parent.context.requestId, parameters: {} },
+      urgency: parent.urgency,
+      signal: parent.signal,
+      layout: null,
+      quota: this.#rooms.quotas.subCall(parent.quota, model),
+    }));
+    if (ran) return (await ran).result.outputs;
+    const rooms = this.#rooms;
+    if (!rooms.elsewhere) throw new Error(`unreachable: no lease on ${quote(model)} and nowhere else to run it`);
     try {
-      lease = rooms.acquire(model, '');
-      if (!lease) {
-        if (!rooms.elsewhere) throw new Error(`unreachable: no lease on ${quote(model)} and nowhere else to run it`);
-        const answer = await rooms.elsewhere(model, tensors, outputs, urgency, signal, spans?.carrier());
-        spans?.end();
-        return answer;
-      }
+      const answer = await rooms.elsewhere(model, tensors, outputs, parent.urgency, parent.signal, spans?.carrier());
+      spans?.end();
+      return answer;
     } catch (err) {
       spans?.end(err);
       throw err;
     }
-    try {
-      const checked = checkTensors(tensors, outputs, lease.spec);
-      const context: HookContext = { model, requestId: parent.requestId, parameters: {} };
-      const result = lease.spec.kind === 'meta' || lease.spec.hooks
-        ? (await this.#run(lease, checked, context, urgency, signal, spans, null)).result
-        : await this.#device(lease, this.#deviceRequest(lease, checked, null, urgency, false), signal, spans);
-      this.#succeeded(lease, started, spans, checked.batchSize, result);
-      return result.outputs;
-    } catch (err) {
-      throw this.#failed(lease, started, spans, err);
-    } finally {
-      rooms.release(lease);
-    }
+  }
+
+  /** The request run as its model runs: a meta model's run hook, hooks around the device, or the device alone. */
+  #run(request: PathRequest<L>): Promise<Ran> {
+    const { spec } = request.lease;
+    if (spec.kind === 'meta') return this.#runMeta(request);
+    if (spec.hooks) return this.#hooked(request);
+    // The plain request, the most of them: straight to the device, its outputs into the edge's frame.
+    const command = this.#deviceCommand(request, false);
+    return this.#device(request, command).then((result) => ({ result, frame: command.frame }));
   }
 
   /**
-   * The device command for a checked request. `layout` (a request off the wire, without a
-   * postprocess hook): the outputs are framed as the edge asked, since they go straight back to
-   * the client from the device. `post`: every output of the executable goes to the postprocess hook.
+   * The device command for a request. With a layout (a request off the wire, without a postprocess
+   * hook) the outputs are framed as the edge asked, since they go straight back to the client from
+   * the device. `post`: every output of the executable goes to the postprocess hook.
    */
-  #deviceRequest(lease: L, checked: CheckedRequest, layout: OutputLayout | null, { deadlineMs, priority }: Urgency, post: boolean): InferenceRequest {
+  #deviceCommand({ lease, checked, layout, urgency: { deadlineMs, priority } }: PathRequest<L>, post: boolean): InferenceRequest {
     const { spec } = lease;
     const executableOutputs = post ? spec.outputs.map((t) => t.name) : checked.outputs;
     return {
@@ -302,55 +349,60 @@ export class RequestPath<L extends PathLease> {
     };
   }
 
-  /** The request on the device the rooms pick, its time there in its spans. */
-  #device(lease: L, request: InferenceRequest, signal: AbortSignal, spans: PathSpans | null): Promise<InferenceResult> {
-    return spans ? this.#tracedDevice(lease, request, signal, spans) : this.#rooms.infer(lease, request, signal);
-  }
-
-  async #tracedDevice(lease: L, request: InferenceRequest, signal: AbortSignal, spans: PathSpans): Promise<InferenceResult> {
-    const handedOverMs = nowMs();
-    const result = await this.#rooms.infer(lease, request, signal);
-    spans.device(lease.spec.name, handedOverMs, result.queueNs, result.timing);
+  /** The command on the device the rooms pick, its time there in the request's spans and charged to its quotas. */
+  async #device({ lease, signal, spans, quota }: PathRequest<L>, command: InferenceRequest): Promise<InferenceResult> {
+    const handedOverMs = spans ? nowMs() : 0;
+    const result = await this.#rooms.infer(lease, command, signal);
+    this.#rooms.quotas.charge(quota, result.timing, command.rows);
+    spans?.device(lease.spec.name, handedOverMs, result.queueNs, result.timing);
     return result;
   }
 
+  /** A hook call, in a span of its own when the request is traced. */
+  #traced<T>({ spans }: PathRequest<L>, name: string, work: () => Promise<T>): Promise<T> {
+    return spans ? spans.around(name, work) : work();
+  }
+
   /**
-   * A meta model's run hook, or a model's hooks around the device: the checked request to its
-   * outputs, in the order the client asked: each a tensor of its own when a hook made them; with a
-   * preprocess hook alone, the device's, written into the frame `layout` makes (the edge's, as a
-   * plain request's are), which comes back beside them.
+   * A meta model's run hook (on a hook thread), which calls sub-models within this request's
+   * deadline, at its priority, cancelled with it; its outputs in the order the client asked.
    */
-  async #run(lease: L, checked: CheckedRequest, context: HookContext, urgency: Urgency, signal: AbortSignal, spans: PathSpans | null, layout: OutputLayout | null): Promise<{ result: InferenceResult; frame: OutputFrame | null }> {
+  async #runMeta(request: PathRequest<L>): Promise<Ran> {
+    const { lease: { spec }, checked, context } = request;
     // Read only when a hook runs: an edge starts its hook threads at the first request that needs them.
     const hooks = this.#rooms.hooks;
-    const { spec } = lease;
-    // A hook call, in a span of its own when tracing.
-    const traced = <T>(name: string, work: () => Promise<T>): Promise<T> => (spans ? spans.around(name, work) : work());
-    if (spec.kind === 'meta') {
-      // Its run hook (on a hook thread) calls sub-models, within this request's deadline, at its priority, cancelled
-      // with it.
-      const subInfer = (model: string, tensors: WireTensor[], outputs: string[]) => this.#subInfer(spec, context, model, tensors, outputs, urgency, signal, spans);
-      const returned = await traced('hook run', () => hooks.run(spec.name, 'run', spec.hooks!, checked.inputs, context, subInfer));
-      const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, checked.rows);
-      return { result: { outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION }, frame: null };
-    }
+    const subInfer: SubInfer = (model, tensors, outputs) => this.#subInfer(request, model, tensors, outputs);
+    const returned = await this.#traced(request, 'hook run', () => hooks.run(spec.name, 'run', spec.hooks!, checked.inputs, context, subInfer));
+    const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, checked.rows);
+    return { result: { outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION }, frame: null };
+  }
+
+  /**
+   * A model's hooks around the device: its outputs in the order the client asked, each a tensor of
+   * its own when a postprocess hook made them; with a preprocess hook alone, the device's, written
+   * into the frame the request's layout makes (as a plain request's are), which comes back beside them.
+   */
+  async #hooked(request: PathRequest<L>): Promise<Ran> {
+    const { lease: { spec }, checked, context } = request;
     const post = spec.hooks?.postprocess === true;
-    const request = this.#deviceRequest(lease, checked, layout, urgency, post);
+    const command = this.#deviceCommand(request, post);
     const result = spec.hooks?.preprocess
-      ? await traced('hook preprocess + device', () => this.#preprocessed(lease, request, context, signal, spans))
-      : await this.#device(lease, request, signal, spans);
-    if (!post) return { result, frame: request.frame };
-    const all = checkHookTensors(spec.name, 'postprocess', await traced('hook postprocess', () => hooks.run(spec.name, 'postprocess', spec.hooks!, result.outputs, context)), spec.clientOutputs, checked.rows);
+      ? await this.#traced(request, 'hook preprocess + device', () => this.#preprocessed(request, command))
+      : await this.#device(request, command);
+    if (!post) return { result, frame: command.frame };
+    const returned = await this.#traced(request, 'hook postprocess', () => this.#rooms.hooks.run(spec.name, 'postprocess', spec.hooks!, result.outputs, context));
+    const all = checkHookTensors(spec.name, 'postprocess', returned, spec.clientOutputs, checked.rows);
     return { result: { ...result, outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!) }, frame: null };
   }
 
   /**
    * A request through its preprocess hook, whose tensors go from the hook thread to the device
-   * directly (HookFeed): the device is handed the request first, without inputs; the hook is told
+   * directly (HookFeed): the device is handed the command first, without inputs; the hook is told
    * where to send them. A failed hook cancels the request on the device and fails it with the
    * hook's error.
    */
-  async #preprocessed(lease: L, request: InferenceRequest, context: HookContext, signal: AbortSignal, spans: PathSpans | null): Promise<InferenceResult> {
+  async #preprocessed(request: PathRequest<L>, command: InferenceRequest): Promise<InferenceResult> {
+    const { lease, context, signal, spans } = request;
     const { spec } = lease;
     let to: HookFeedTarget | undefined;
     const abandon = new AbortController();
@@ -358,18 +410,19 @@ export class RequestPath<L extends PathLease> {
     signal.addEventListener('abort', onAbort, { once: true });
     try {
       const handedOverMs = spans ? nowMs() : 0;
-      const executed = this.#rooms.infer(lease, { ...request, inputs: [] }, abandon.signal, (target) => { to = target; });
+      const executed = this.#rooms.infer(lease, { ...command, inputs: [] }, abandon.signal, (target) => { to = target; });
       executed.catch(() => {}); // when the hook fails, its error is the one reported
       const target = to;
       if (!target) return await executed; // refused before it reached a device
       try {
-        const door = await this.#rooms.hooks.preprocessInto(spec.name, spec.hooks!, request.inputs, context, { ...target, inputs: spec.inputs, rows: request.rows });
+        const door = await this.#rooms.hooks.preprocessInto(spec.name, spec.hooks!, command.inputs, context, { ...target, inputs: spec.inputs, rows: command.rows });
         if (door) this.#rooms.adoptDoor(target, door);
       } catch (err) {
         abandon.abort();
         throw err;
       }
       const result = await executed;
+      this.#rooms.quotas.charge(request.quota, result.timing, command.rows);
       spans?.device(spec.name, handedOverMs, result.queueNs, result.timing);
       return result;
     } finally {

@@ -45,6 +45,7 @@ import type { DataPlaneRequest, Infer, InferenceAnswer, InferOptions } from '../
 import { failureReason } from '../../shared/failure-reason.js';
 import { RequestCounters } from '../../shared/request-counters.js';
 import { Leases } from '../../shared/leases.js';
+import { Quotas } from '../../shared/quotas.js';
 import type { InstanceKey, ModelSpec } from '../../shared/model-spec.js';
 import { RequestPath, type PathRooms } from '../../shared/request-path.js';
 import { RequestTrace } from '../../shared/tracing.js';
@@ -83,6 +84,8 @@ export class EdgePath {
   readonly #path: RequestPath<EdgeLease>;
   /** The shared-memory regions this edge takes requests for. */
   readonly #regions: EdgeRegions;
+  /** The node's quotas, counted in this edge's row (the main thread's is 0). */
+  readonly #quotas: Quotas;
   readonly #tracing: boolean;
 
   /**
@@ -99,6 +102,7 @@ export class EdgePath {
     this.#counters = new RequestCounters(start.counters, row);
     this.#hookOptions = start.hooks;
     this.#regions = new EdgeRegions(start.regionHolds, row, () => lastRelease('region'));
+    this.#quotas = new Quotas(start.quotas, row + 1);
     this.#path = new RequestPath(this.#rooms(viaMain));
   }
 
@@ -118,11 +122,12 @@ export class EdgePath {
         return edge.#hookPool();
       },
       regions: this.#regions,
+      quotas: this.#quotas,
       succeeded: (lease, batchSize, durationNs, queueNs, timing) => counters.succeeded(lease.slot, batchSize, durationNs, queueNs, timing),
       failed: (lease, code, durationNs) => counters.failed(lease.slot, failureReason(code), durationNs),
       elsewhere: async (model, tensors, outputs, { deadlineMs, priority }, signal, trace) =>
         (await viaMain(subCallRequest(model, tensors, outputs, priority), { callDeadlineMs: deadlineMs, signal, outputs: null, protocol: 'grpc', ...(trace ? { trace } : {}) })).outputs,
-      ...(this.#tracing ? { trace: (request, carrier, protocol, admitted) => RequestTrace.request(request, carrier, protocol, admitted) } : {}),
+      trace: this.#tracing ? (request, carrier, protocol, admitted) => RequestTrace.request(request, carrier, protocol, admitted) : () => null,
     };
   }
 

@@ -34,6 +34,7 @@ import { Outbox } from '../../shared/outbox.js';
 import { startWorker } from '../../shared/worker-start.js';
 import { ConsecutiveCrashes } from '../../shared/restarts.js';
 import { EDGE_HEALTHY_AFTER_MS, EDGE_MAX_CONSECUTIVE_CRASHES } from '../../shared/constants.js';
+import type { Quotas } from '../../shared/quotas.js';
 
 const WORKER_URL = new URL('./worker.js', import.meta.url);
 
@@ -117,6 +118,8 @@ export interface EdgeDirect {
   hooks: DirectStart['hooks'];
   /** The holds on shared-memory regions (node/shared-memory.ts), a row per edge and the main thread's last. */
   regionHolds: Leases;
+  /** The node's quotas: their numbers are shared with the edges, and a dead edge's places are given back. */
+  quotas: Quotas;
   /** Every region the edges may take requests for now (a new edge's start); changes come through `regionChanged`. */
   regions(): [string, EdgeRegion][];
   /** An edge gave back its last hold on an unregistered region, or died with holds: close what nothing holds. */
@@ -274,7 +277,7 @@ export class EdgeThreads {
     const { endpoints, admission, logLevel, logger } = this.#o;
     const direct = this.#o.direct;
     const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel,
-      direct: direct ? { leases: direct.leases.shape, routing: direct.routing, counters: direct.counters.shape, hooks: direct.hooks, regionHolds: direct.regionHolds.shape } : null,
+      direct: direct ? { leases: direct.leases.shape, routing: direct.routing, counters: direct.counters.shape, hooks: direct.hooks, regionHolds: direct.regionHolds.shape, quotas: direct.quotas.shape } : null,
       tracing: this.#o.traceExportFailures ? { exportFailures: this.#o.traceExportFailures } : null };
     let markDrained = () => {};
     const drained = new Promise<void>((resolve) => {
@@ -324,6 +327,7 @@ export class EdgeThreads {
     admission.forget(index + 1);
     direct?.leases.forget(index);
     direct?.regionHolds.forget(index);
+    direct?.quotas.forget(index + 1);
     direct?.regionsReleased();
     direct?.leasesReleased();
     if (this.#edges[index] === edge) this.#edges[index] = undefined;

@@ -146,7 +146,7 @@ const httpEdge = new HttpEdge({
   host: endpoints.host, port: start.ports.http, reusePort: true, maxBodyBytes: endpoints.max_receive_message_bytes, maxJsonBytes: endpoints.max_json_body_bytes,
   requestTimeoutMs: endpoints.http_request_timeout_seconds * 1000, admission, logger,
 });
-httpEdge.add(restRoutes(ops, infer));
+httpEdge.add(restRoutes(ops, infer, endpoints.tenant_key));
 
 /**
  * An error nothing caught ends this thread, as it would end the process, and only this thread:

@@ -16,6 +16,7 @@ import type { ErrorData } from '../errors.js';
 import type { AnyOperationReply, OperationCall } from '../operations.js';
 import type { CountersShape } from '../request-counters.js';
 import type { LeasesShape } from '../leases.js';
+import type { QuotasShape } from '../quotas.js';
 import type { HookPoolOptions } from './hooks.js';
 import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../data-plane.js';
 import type { InstanceKey, ModelSpec } from '../model-spec.js';
@@ -85,6 +86,8 @@ export interface DirectStart {
   hooks: HookPoolOptions;
   /** The holds on shared-memory regions (shared/leases.ts: a slot per region; the edge's row is its index). */
   regionHolds: LeasesShape;
+  /** The node's quotas (shared/quotas.ts; the edge's row is its index + 1). */
+  quotas: QuotasShape;
 }
 
 /** What an edge thread starts with (its workerData). */

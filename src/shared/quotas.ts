@@ -1,0 +1,222 @@
+/**
+ * Quotas (the node file's `global.quotas`): per tenant and per model, limits on the requests in
+ * flight and on device-seconds per second, for this node, whichever thread holds the request. So
+ * that one noisy client of a model does not take that model, nor one model the node.
+ *
+ * - A request's tenant is what its `endpoints.tenant_key` metadata (gRPC) or header (REST) says:
+ *   absent, tenant `default`; a tenant the file names is a subject of its own; every other tenant
+ *   counts as `other`, together (so metrics' labels stay a bounded set, and `other`'s limits, if
+ *   the file sets them, hold for all of them together).
+ * - In flight: a request off the wire takes a place with its tenant and with its model (where
+ *   those have a limit) at admission, once its model is known, and gives it back when answered; a
+ *   meta model's sub-calls ride on their parent's place.
+ * - Device-seconds per second: every execution's share of device time (its compute time × the
+ *   request's rows ÷ the batch's rows) is charged to its tenant and its model after it ran, sub-calls
+ *   included; a subject that ran ahead of its rate by more than `burst_seconds` of its rate is refused
+ *   until time catches up. The charge is a generic cell rate algorithm (GCRA): each subject keeps one
+ *   number, its theoretical arrival time, moved forward by charge ÷ rate with a compare-and-swap,
+ *   so that every thread updates it in place.
+ * - Over a limit: RESOURCE_EXHAUSTED at once (STOWAGE_QUOTA_EXCEEDED), naming the subject and the
+ *   limit; nothing of the request runs, and every other subject is unaffected.
+ *
+ * One count for the whole process: the numbers live in a SharedArrayBuffer the main thread makes
+ * and every edge thread updates with atomic operations (as protocol/admission.ts does), each edge
+ * also counting its own places in a row of its own, so that an edge thread that dies with requests
+ * in flight gives them back (`forget`).
+ */
+import { nowMs, type ExecutionTiming } from './channels/inference.js';
+import { errors } from './errors.js';
+
+/** A subject's limits (quotas.tenants.<name>, quotas.models.<name>); 0: none. */
+export interface QuotaLimits {
+  max_inflight: number;
+  device_seconds_per_second: number;
+  burst_seconds: number;
+}
+
+/** What every thread needs to count with the others: the shared numbers and who they are for. */
+export interface QuotasShape {
+  memory: SharedArrayBuffer;
+  /** Subjects in order: `tenant:<name>` and `model:<name>`, each with its limits. */
+  subjects: { kind: 'tenant' | 'model'; name: string; limits: QuotaLimits }[];
+  /** Threads that may count (the main thread's row, 0, and each edge's, 1 up). */
+  rows: number;
+}
+
+/** A request's places (subjects' indexes), and whether it holds in-flight places there or only charges them. */
+export interface QuotaTicket {
+  readonly subjects: readonly number[];
+  readonly holds: boolean;
+}
+
+/** One subject's numbers as metrics read them. */
+export interface QuotaReading {
+  kind: 'tenant' | 'model';
+  name: string;
+  inflight: number;
+  deviceSeconds: number;
+  refused: { inflight: number; rate: number };
+}
+
+// Per subject, STRIDE words: its place count, its theoretical arrival time (ns on nowMs's clock),
+// refusals by limit, and device time charged (ns). Then per row and subject, that row's places.
+const INFLIGHT = 0;
+const TAT = 1;
+const REFUSED_INFLIGHT = 2;
+const REFUSED_RATE = 3;
+const DEVICE_NS = 4;
+const STRIDE = 5;
+
+/** The tenant of a request that names none. */
+export const DEFAULT_TENANT = 'default';
+/** Every tenant the node file does not name, counted together. */
+export const OTHER_TENANT = 'other';
+
+const nowNs = (): bigint => BigInt(Math.round(nowMs() * 1e6));
+
+export class Quotas {
+  readonly #shape: QuotasShape;
+  readonly #words: BigInt64Array;
+  /** This thread's row of places. */
+  readonly #row: number;
+  readonly #tenants = new Map<string, number>();
+  readonly #models = new Map<string, number>();
+
+  /** `row`: this thread's row (the main thread's 0; edge thread k's k + 1). */
+  constructor(shape: QuotasShape, row: number) {
+    this.#shape = shape;
+    this.#words = new BigInt64Array(shape.memory);
+    this.#row = row;
+    shape.subjects.forEach(({ kind, name }, i) => (kind === 'tenant' ? this.#tenants : this.#models).set(name, i));
+  }
+
+  /** The shared numbers for `tenants` and `models` (the node file's), counted by `rows` threads. */
+  static create(tenants: Readonly<Record<string, QuotaLimits>>, models: Readonly<Record<string, QuotaLimits>>, rows: number): QuotasShape {
+    const subjects = [
+      ...Object.entries(tenants).map(([name, limits]) => ({ kind: 'tenant' as const, name, limits })),
+      ...Object.entries(models).map(([name, limits]) => ({ kind: 'model' as const, name, limits })),
+    ];
+    const words = subjects.length * (STRIDE + rows);
+    return { memory: new SharedArrayBuffer(Math.max(1, words) * BigInt64Array.BYTES_PER_ELEMENT), subjects, rows };
+  }
+
+  get shape(): QuotasShape {
+    return this.#shape;
+  }
+
+  /** The tenant a request's key names, as quotas and metrics count it: the name, `default` or `other`. */
+  tenantOf(key: string | undefined): string {
+    if (key === undefined || key === '') return DEFAULT_TENANT;
+    return this.#tenants.has(key) ? key : OTHER_TENANT;
+  }
+
+  /**
+   * A place for a request off the wire of `tenant` (as `tenantOf` says it) to `model`, or
+   * STOWAGE_QUOTA_EXCEEDED naming the limit; null when neither has a quota. Give it back with `leave`.
+   */
+  admit(model: string, tenant: string): QuotaTicket | null {
+    const subjects = this.#subjectsOf(model, tenant);
+    if (subjects.length === 0) return null;
+    const now = nowNs();
+    const words = this.#words;
+    for (const i of subjects) {
+      const { limits } = this.#shape.subjects[i];
+      if (limits.device_seconds_per_second <= 0) continue;
+      const ahead = Atomics.load(words, i * STRIDE + TAT) - now;
+      if (ahead > BigInt(Math.round(limits.burst_seconds * 1e9))) {
+        Atomics.add(words, i * STRIDE + REFUSED_RATE, 1n);
+        throw errors.quotaExceeded(this.#describe(i), `${limits.device_seconds_per_second} device-seconds per second (burst ${limits.burst_seconds} s), and it is ${(Number(ahead) / 1e9).toFixed(2)} s ahead of that rate`, `${this.#path(i)}.device_seconds_per_second`);
+      }
+    }
+    const taken: number[] = [];
+    for (const i of subjects) {
+      const { limits } = this.#shape.subjects[i];
+      const before = Number(Atomics.add(words, i * STRIDE + INFLIGHT, 1n));
+      taken.push(i);
+      if (limits.max_inflight > 0 && before >= limits.max_inflight) {
+        for (const j of taken) Atomics.sub(words, j * STRIDE + INFLIGHT, 1n);
+        Atomics.add(words, i * STRIDE + REFUSED_INFLIGHT, 1n);
+        throw errors.quotaExceeded(this.#describe(i), `${limits.max_inflight} requests in flight`, `${this.#path(i)}.max_inflight`);
+      }
+    }
+    for (const i of subjects) Atomics.add(words, this.#share(this.#row, i), 1n);
+    return { subjects, holds: true };
+  }
+
+  /** What a meta model's sub-call to `model` charges: its parent's subjects, and its own model's; it holds no place. */
+  subCall(parent: QuotaTicket | null, model: string): QuotaTicket | null {
+    const own = this.#models.get(model);
+    const subjects = [...(parent?.subjects ?? []).filter((i) => this.#shape.subjects[i].kind === 'tenant'), ...(own === undefined ? [] : [own])];
+    return subjects.length ? { subjects, holds: false } : null;
+  }
+
+  /** Charge one execution's share of device time (the request's `rows` of the batch's) to the ticket's subjects. */
+  charge(ticket: QuotaTicket | null, timing: ExecutionTiming, rows: number): void {
+    if (!ticket) return;
+    const total = timing.computeInputNs + timing.computeInferNs + timing.computeOutputNs;
+    const share = timing.batchRows > 0 ? (total * Math.min(rows, timing.batchRows)) / timing.batchRows : total / Math.max(1, timing.requests);
+    if (!(share > 0)) return;
+    const words = this.#words;
+    const now = nowNs();
+    for (const i of ticket.subjects) {
+      Atomics.add(words, i * STRIDE + DEVICE_NS, BigInt(Math.round(share)));
+      const rate = this.#shape.subjects[i].limits.device_seconds_per_second;
+      if (rate <= 0) continue;
+      // GCRA: the subject's theoretical arrival time moves on by the charge at its rate, from now at the earliest.
+      const step = BigInt(Math.round(share / rate));
+      for (;;) {
+        const tat = Atomics.load(words, i * STRIDE + TAT);
+        const next = (tat > now ? tat : now) + step;
+        if (Atomics.compareExchange(words, i * STRIDE + TAT, tat, next) === tat) break;
+      }
+    }
+  }
+
+  /** The request is answered: its places go back. */
+  leave(ticket: QuotaTicket | null): void {
+    if (!ticket?.holds) return;
+    for (const i of ticket.subjects) {
+      Atomics.sub(this.#words, i * STRIDE + INFLIGHT, 1n);
+      Atomics.sub(this.#words, this.#share(this.#row, i), 1n);
+    }
+  }
+
+  /** Thread `row` is gone (an edge thread died with requests in flight): its places go back. */
+  forget(row: number): void {
+    for (let i = 0; i < this.#shape.subjects.length; i++) {
+      const places = Atomics.exchange(this.#words, this.#share(row, i), 0n);
+      Atomics.sub(this.#words, i * STRIDE + INFLIGHT, places);
+    }
+  }
+
+  /** Every subject's numbers now. */
+  read(): QuotaReading[] {
+    const words = this.#words;
+    return this.#shape.subjects.map(({ kind, name }, i) => ({
+      kind, name,
+      inflight: Number(Atomics.load(words, i * STRIDE + INFLIGHT)),
+      deviceSeconds: Number(Atomics.load(words, i * STRIDE + DEVICE_NS)) / 1e9,
+      refused: { inflight: Number(Atomics.load(words, i * STRIDE + REFUSED_INFLIGHT)), rate: Number(Atomics.load(words, i * STRIDE + REFUSED_RATE)) },
+    }));
+  }
+
+  #subjectsOf(model: string, tenant: string): number[] {
+    const t = this.#tenants.get(tenant);
+    const m = this.#models.get(model);
+    return t === undefined ? (m === undefined ? [] : [m]) : m === undefined ? [t] : [t, m];
+  }
+
+  #share(row: number, subject: number): number {
+    return this.#shape.subjects.length * STRIDE + row * this.#shape.subjects.length + subject;
+  }
+
+  #describe(i: number): string {
+    const { kind, name } = this.#shape.subjects[i];
+    return `${kind} ${JSON.stringify(name)}`;
+  }
+
+  #path(i: number): string {
+    const { kind, name } = this.#shape.subjects[i];
+    return `global.quotas.${kind === 'tenant' ? 'tenants' : 'models'}.${name}`;
+  }
+}

@@ -1,0 +1,69 @@
+// Quotas on the real server (global.quotas, shared/quotas.ts), with the main thread as the only
+// edge and with two edge threads: a tenant's requests held in flight past its limit are refused
+// RESOURCE_EXHAUSTED at once, naming the limit, over gRPC and REST alike, from whichever edge, while
+// another tenant's go on; a tenant past its device-seconds rate is refused until time catches up,
+// another is not; the metrics say so per tenant.
+import { readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import test from 'ava';
+import { status } from '@grpc/grpc-js';
+import { InferenceClient } from '../../dist/client/client.js';
+import { FIXTURES, makeRepository, metric, scrapeMetrics, startServer, tempDir, tensor } from '../helpers/server.js';
+
+const ownConnection = (/** @type {string} */ address) => new InferenceClient(address, { 'grpc.use_local_subchannel_pool': 1 });
+const as = (/** @type {string} */ tenant) => ({ metadata: { 'stowage-tenant': tenant } });
+const x = tensor('x', 'FP32', [1, 1024], new Float32Array(1024).fill(2));
+
+for (const edgeThreads of [0, 2]) {
+  test(`edge_threads ${edgeThreads}: a tenant past its requests in flight or its device rate is refused at once, naming the limit; other tenants are not`, async (t) => {
+    const temp = tempDir();
+    t.teardown(temp.cleanup);
+    // gated: echo with a preprocess hook that holds each request until its gate file exists.
+    const echo = path.join(FIXTURES, 'models', 'echo');
+    const repo = makeRepository(temp.dir, { echo, gated: echo }, { 'gated/model.js': readFileSync(path.join(FIXTURES, 'hooks', 'gated.js')) });
+    const quotas = { tenants: { alice: { max_inflight: 2 }, carol: { device_seconds_per_second: 0.000001, burst_seconds: 0.001 } } };
+    const server = await startServer({ model_repo: repo, global: { quotas, endpoints: { edge_threads: edgeThreads } } }, { root: temp.dir });
+    t.teardown(() => server.stop());
+    const clients = Array.from({ length: 4 }, () => ownConnection(server.address));
+    t.teardown(() => clients.forEach((c) => c.close()));
+    for (const c of clients) await c.infer('echo', [x]); // the connections first, spread over the edges
+
+    // Alice's requests held at their gate: two in flight, the rest refused at once, from whichever edge.
+    const gate = path.join(temp.dir, 'gate');
+    const gated = { parameters: { gate: { parameter_choice: /** @type {const} */ ('string_param'), string_param: gate } } };
+    const held = Promise.allSettled(clients.flatMap((c) => [c.infer('gated', [x], { ...gated, ...as('alice') }), c.infer('gated', [x], { ...gated, ...as('alice') })]));
+    const inflight = async () => metric(await scrapeMetrics(server.adminPort), 'stowage_quota_inflight_requests', 'kind="tenant",subject="alice"');
+    for (let i = 0; i < 500 && (await inflight()) < 2; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    // Bob (not listed: tenant `other`, unlimited) and a request naming no tenant go on meanwhile.
+    const others = await Promise.all([clients[0].infer('echo', [x], as('bob')), clients[1].infer('echo', [x])]);
+    t.is(others.length, 2);
+    // Over REST too, the tenant named by the header.
+    const header = Buffer.from(JSON.stringify({ inputs: [{ name: 'x', datatype: 'FP32', shape: [1, 1024], parameters: { binary_data_size: 4096 } }] }));
+    const rest = await fetch(`${server.rest}/v2/models/echo/infer`, { method: 'POST', body: Buffer.concat([header, Buffer.from(new Float32Array(1024).buffer)]), headers: { 'inference-header-content-length': String(header.length), 'stowage-tenant': 'alice' } });
+    t.is(rest.status, 429, 'REST answers RESOURCE_EXHAUSTED as Triton does: 429');
+    t.regex(await rest.text(), /tenant \\"alice\\" is over its quota of 2 requests in flight \(global\.quotas\.tenants\.alice\.max_inflight\)/);
+    writeFileSync(gate, '');
+    const results = await held;
+    const refused = results.filter((r) => r.status === 'rejected');
+    t.is(results.length - refused.length, 2, 'two of alice\'s answered');
+    t.is(refused.length, 6);
+    for (const r of refused) {
+      t.is(/** @type {PromiseRejectedResult} */ (r).reason.code, status.RESOURCE_EXHAUSTED);
+      t.regex(/** @type {PromiseRejectedResult} */ (r).reason.details, /tenant "alice" is over its quota of 2 requests in flight/);
+    }
+
+    // Carol may use a microsecond of device a second: her first request runs, then she is ahead of her rate.
+    await clients[2].infer('echo', [x], as('carol'));
+    const err = await clients[3].infer('echo', [x], as('carol')).catch((/** @type {any} */ e) => e);
+    t.is(err.code, status.RESOURCE_EXHAUSTED);
+    t.regex(err.details, /tenant "carol" is over its quota of 0\.000001 device-seconds per second \(burst 0\.001 s\), and it is \d+\.\d\d s ahead of that rate/);
+    await t.notThrowsAsync(clients[3].infer('echo', [x], as('alice')), 'alice is not held back by carol\'s rate');
+
+    const m = await scrapeMetrics(server.adminPort);
+    t.is(metric(m, 'stowage_quota_refusals_total', 'kind="tenant",subject="alice",limit="max_inflight"'), 7, 'each refusal counted once, whichever edge refused it');
+    t.is(metric(m, 'stowage_quota_refusals_total', 'kind="tenant",subject="carol",limit="device_seconds_per_second"'), 1);
+    t.is(metric(m, 'stowage_quota_inflight_requests', 'kind="tenant",subject="alice"'), 0, 'every place given back');
+    t.true(metric(m, 'stowage_quota_device_seconds_total', 'kind="tenant",subject="carol"') > 0, 'carol\'s device time charged');
+    t.is(Object.keys(m).filter((k) => k.includes('subject="bob"')).length, 0, 'a tenant the file does not name has no label of its own');
+  });
+}
