@@ -162,6 +162,16 @@ export class Devices {
     await Promise.all(targets.map((d) => d.prefetch(instance)));
   }
 
+  /**
+   * How long a request of `level` for `instance` would wait for the work ahead of it on the least busy device in
+   * service that holds it (shared/backlog.ts); 0 when none does.
+   */
+  aheadMs(instance: InstanceKey, level: number): number {
+    let least = Infinity;
+    for (const d of this.handles) if (d.serving && d.holds(instance)) least = Math.min(least, d.backlog.aheadMs(level));
+    return Number.isFinite(least) ? least : 0;
+  }
+
   /** The devices in service: not stopped, not taken out (a poisoned GPU: actors/device/out-of-service.ts). */
   get #serving(): DeviceHandle[] {
     return this.handles.filter((d) => d.serving);

@@ -16,6 +16,7 @@ import type { ModelLease, ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
 import type { RequestCounters } from '../shared/request-counters.js';
 import type { Quotas } from '../shared/quotas.js';
+import { DeadlineAdmission, type Levels } from '../shared/deadline-admission.js';
 import { failureReason } from '../shared/failure-reason.js';
 import { RequestTrace, tracingOn } from '../shared/tracing.js';
 import { RequestPath } from '../shared/request-path.js';
@@ -30,12 +31,14 @@ export interface PipelineContext {
   sharedMemory: SharedMemoryRegistry;
   /** The node's quotas, the main thread's row. */
   quotas: Quotas;
+  /** How the scheduler resolves a request's priority level (scheduler.default_priority, each model's priority). */
+  levels: Levels;
 }
 
 export class Pipeline {
   readonly #path: RequestPath<ModelLease>;
 
-  constructor({ registry, hooks, devices, counters, sharedMemory, quotas }: PipelineContext) {
+  constructor({ registry, hooks, devices, counters, sharedMemory, quotas, levels }: PipelineContext) {
     this.#path = new RequestPath<ModelLease>({
       acquire: (model, version) => registry.acquire(model, version),
       release: (lease) => registry.release(lease),
@@ -44,6 +47,8 @@ export class Pipeline {
       hooks,
       regions: sharedMemory,
       quotas,
+      aheadMs: (lease, level) => devices.aheadMs(lease.instance, level),
+      deadlines: new DeadlineAdmission(levels),
       succeeded: (lease, batchSize, durationNs, queueNs, timing) => counters.succeeded(lease.slot, batchSize, durationNs, queueNs, timing),
       failed: (lease, code, durationNs) => counters.failed(lease.slot, failureReason(code), durationNs),
       // Tracing starts before the pipeline is made (node/server.ts), and is off for good once stopped.

@@ -35,6 +35,7 @@ import { Metrics } from './metrics.js';
 import { Admission, admissionMetrics } from '../protocol/admission.js';
 import { Quotas } from '../shared/quotas.js';
 import { quotaMetrics } from './quota-metrics.js';
+import type { Levels } from '../shared/deadline-admission.js';
 import { controlOperations } from './control-service.js';
 import { GrpcEdge } from '../protocol/edge.js';
 import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
@@ -273,7 +274,7 @@ export class StowageServer {
     const health = new Health(this.registry);
     this.#health = health;
     const ops = this.#operations(devices, repository, workers, health);
-    const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks!, devices, counters: this.#counters!, sharedMemory: this.sharedMemory, quotas: this.#quotas });
+    const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks!, devices, counters: this.#counters!, sharedMemory: this.sharedMemory, quotas: this.#quotas, levels: this.#levels() });
     if (edgeCount > 0) await this.#startEdgeThreads(edgeCount, devices, ops, pipeline, health);
     else await this.#startMainEdge(ops, pipeline, health);
     this.#ready = true;
@@ -546,11 +547,19 @@ export class StowageServer {
       counters,
       regionHolds,
       quotas: this.#quotas,
+      levels: this.#levels(),
       regions: () => this.sharedMemory.edgeRegions(),
       regionsReleased: () => this.sharedMemory.edgesReleased(),
       leasesReleased: () => this.registry.edgesReleased(),
       hooks: { threads: edgeHookThreads(hooks.threads, edgeCount), timeoutMs: hooks.timeout_seconds * 1000, importTimeoutMs: hooks.import_timeout_seconds * 1000, maxHeapMib: hooks.max_heap_mib },
     };
+  }
+
+  /** How the scheduler resolves a request's priority level: the node file's default, and each model's where set. */
+  #levels(): Levels {
+    const { scheduler } = this.#config.global;
+    const models = Object.entries(scheduler.models).flatMap(([model, m]) => (m.priority ? [[model, m.priority] as const] : []));
+    return { defaultLevel: scheduler.default_priority, models: Object.fromEntries(models) };
   }
 
   /**

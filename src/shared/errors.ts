@@ -191,6 +191,9 @@ export const errors = {
   deadlineExceeded: (model: string, waitedMs: number, why = 'it passed its deadline') =>
     new StowageError('STOWAGE_DEADLINE_EXCEEDED',
       `request for model ${quote(model)} did not run after ${Math.round(waitedMs)} ms: ${why}`),
+  deadlineUnreachable: (model: string, leftMs: number, aheadMs: number, runMs: number, level: number) =>
+    new StowageError('STOWAGE_DEADLINE_EXCEEDED',
+      `request for model ${quote(model)} refused before it ran: its deadline is ${Math.max(0, Math.round(leftMs))} ms away, and the device has ${Math.round(aheadMs)} ms of work ahead of it at priority ${level} and above, then its run takes about ${Math.round(runMs)} ms`),
   deviceUnavailable: (device: number, why: string) =>
     new StowageError('STOWAGE_DEVICE_UNAVAILABLE', `device ${device} is unavailable: ${why}`),
   deviceMemoryExhausted: (model: string, message: string) =>

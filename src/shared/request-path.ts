@@ -84,6 +84,7 @@ import type { BundleHooks, InstanceKey, ModelSpec, TensorSpec } from './model-sp
 import { checkRequest, checkTensors, slicesOf, type CheckedRequest, type RegionLookup } from './request-check.js';
 import { MODEL_VERSION } from './constants.js';
 import type { QuotaTicket, Quotas } from './quotas.js';
+import type { DeadlineAdmission } from './deadline-admission.js';
 
 /** A ready model taken for one request: its spec and the instance that serves it. */
 export interface PathLease {
@@ -141,6 +142,13 @@ export interface PathRooms<L extends PathLease> {
   hooks: PathHooks;
   /** Shared-memory regions where this thread reads them. */
   regions: PathRegions;
+  /**
+   * How long a request of `level` for the lease's model would wait for the work ahead of it on the least busy device it
+   * may go to (shared/backlog.ts); 0 when none is known.
+   */
+  aheadMs(lease: L, level: number): number;
+  /** What this thread learned of its models' runs, to refuse at once a request that would miss its deadline. */
+  deadlines: Pick<DeadlineAdmission, 'refusal' | 'learn'>;
   /** The node's quotas (shared/quotas.ts), counted with every other thread's. */
   quotas: Pick<Quotas, 'tenantOf' | 'admit' | 'subCall' | 'charge' | 'leave'>;
   /** Count one request answered, or failed (with its error's code), on its model's statistics. */
@@ -227,6 +235,11 @@ export class RequestPath<L extends PathLease> {
     if (slices.length && spec.hooks) {
       throw errors.unsupported(`model ${JSON.stringify(spec.name)} runs model.js hooks, which read and write tensors in the request; send them inline, not in shared memory`);
     }
+    const deadlineMs = Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000);
+    const priority = req.priority ?? 0;
+    // A request the work ahead of it on the device would keep past its deadline is refused now, before it runs.
+    const late = this.#rooms.deadlines.refusal(spec.name, priority, deadlineMs, (level) => this.#rooms.aheadMs(lease, level));
+    if (late) throw late;
     // Its tenant's and its model's places last but one: a request refused for what it is takes none.
     const quota = this.#rooms.quotas.admit(spec.name, this.#rooms.quotas.tenantOf(tenant));
     // No await since checking: the regions are still registered (an edge's may have been
@@ -238,11 +251,10 @@ export class RequestPath<L extends PathLease> {
       this.#rooms.quotas.leave(quota);
       throw err;
     }
-    const deadlineMs = Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000);
     return {
       lease, checked, signal, spans, slices, quota,
       context: { model: req.model, requestId: req.id, parameters: checked.parameters },
-      urgency: { deadlineMs, priority: req.priority ?? 0 },
+      urgency: { deadlineMs, priority },
       // Without a postprocess hook the device's outputs go straight back: framed as the edge asked.
       layout: outputs ?? null,
     };
@@ -353,6 +365,7 @@ export class RequestPath<L extends PathLease> {
   async #device({ lease, signal, spans, quota }: PathRequest<L>, command: InferenceRequest): Promise<InferenceResult> {
     const handedOverMs = spans ? nowMs() : 0;
     const result = await this.#rooms.infer(lease, command, signal);
+    this.#rooms.deadlines.learn(lease.spec.name, result.timing);
     this.#rooms.quotas.charge(quota, result.timing, command.rows);
     spans?.device(lease.spec.name, handedOverMs, result.queueNs, result.timing);
     return result;
@@ -422,6 +435,7 @@ export class RequestPath<L extends PathLease> {
         throw err;
       }
       const result = await executed;
+      this.#rooms.deadlines.learn(spec.name, result.timing);
       this.#rooms.quotas.charge(request.quota, result.timing, command.rows);
       spans?.device(spec.name, handedOverMs, result.queueNs, result.timing);
       return result;

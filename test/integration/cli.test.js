@@ -52,7 +52,7 @@ test('an invalid node file stops start-up with exit code 2 and the key path', as
   const { code, stderr } = await main([file]);
   t.is(code, 2);
   t.regex(stderr, /global\.endpoints\.grpc_port: "many" must be integer/);
-  t.regex(stderr, /global\.runtim: unknown key; allowed here: model_control_mode, model_poll_seconds, logging, tracing, runtime, scheduler, hooks, endpoints/);
+  t.regex(stderr, /global\.runtim: unknown key; allowed here: model_control_mode, model_poll_seconds, logging, tracing, runtime, scheduler, quotas, hooks, endpoints/);
   const missing = await main([path.join(temp.dir, 'absent.yaml')]);
   t.is(missing.code, 2);
   t.regex(missing.stderr, /cannot read node file .*absent\.yaml: ENOENT/);

@@ -212,3 +212,48 @@ test.serial('priorities: a request of level 1 passes a queue of level 3 requests
   t.is(rest.status, 400);
   t.regex(/** @type {{ error: string }} */ (await rest.json()).error, /priority 7 is above this server's 3 priority levels/);
 });
+
+for (const edgeThreads of [0, 2]) {
+  test.serial(`edge_threads ${edgeThreads}: deadlines refused at admission: a request the device's published backlog would keep past its deadline is refused at once, before it runs; at priority 1 the same deadline is met`, async (t) => {
+    const temp = tempDir();
+    t.teardown(temp.cleanup);
+    // A model of a few ms a run, one request per execution: a queue of hundreds is a backlog of a second or so.
+    const repo = path.join(temp.dir, 'repo');
+    writeBundle(repo, 'slow', mlpLayers(11, [512, 2048, 2048, 8]));
+    const server = await startServer({ model_repo: repo, global: { endpoints: { edge_threads: edgeThreads }, runtime: { cpu_device_memory_bytes: 2 ** 30 }, scheduler: { models: { slow: { max_batch_size: 1 } } } } }, { root: temp.dir });
+    const control = new ControlClient(server.address);
+    t.teardown(async () => {
+      control.close();
+      await server.stop();
+    });
+    const x = tensor('x', 'FP32', [1, 512], new Float32Array(512).fill(0.25));
+    const call = (/** @type {number} */ priority, /** @type {number} */ timeoutMs = 0) => server.client.infer('slow', [x], {
+      parameters: { priority: { uint64_param: String(priority) }, ...(timeoutMs ? { timeout: { int64_param: String(timeoutMs * 1000) } } : {}) },
+    });
+    // Its run learned by the device and by the thread that holds the requests (both edges, with two).
+    for (let i = 0; i < 3; i++) await call(2);
+    const started = performance.now();
+    for (let i = 0; i < 3; i++) await call(2);
+    const runMs = (performance.now() - started) / 3; // a run and a round trip, once warm
+    // A queue of 400 at level 3: the backlog says far more work waits than the deadline below leaves.
+    // Level 1 waits at most the run under way, then its own: well within 4 runs.
+    const deadlineMs = Math.max(100, Math.round(4 * runMs));
+    const queue = Array.from({ length: 400 }, () => call(3));
+    let depth = 0;
+    for (let i = 0; i < 500 && depth < 200; i++) {
+      depth = Number((await control.call('ModelControlStatus', { name: 'slow' })).models[0].queue_depth);
+      if (depth < 200) await new Promise((r) => setTimeout(r, 5));
+    }
+    const stats = async () => (await server.client.call('ModelStatistics', { name: 'slow' })).model_stats[0].inference_stats.fail;
+    const before = await stats();
+    const refused = await call(3, deadlineMs).catch((/** @type {any} */ e) => e);
+    const after = await stats();
+    t.is(refused.code, status.DEADLINE_EXCEEDED);
+    t.regex(refused.details, /request for model "slow" refused before it ran: its deadline is \d+ ms away, and the device has \d+ ms of work ahead of it at priority 3 and above, then its run takes about \d+ ms/);
+    t.is(Number(after.count) - Number(before.count), 1, 'counted as a failure of the model');
+    t.log(`run ${runMs.toFixed(1)} ms, queue ${depth}, deadline ${deadlineMs} ms: refused in ${((Number(after.ns) - Number(before.ns)) / 1e6).toFixed(3)} ms of the path`);
+    // At level 1 only the batch running now is ahead of it: the same deadline is met.
+    await t.notThrowsAsync(call(1, deadlineMs), 'priority 1 passes the queue within the deadline');
+    await Promise.all(queue);
+  });
+}

@@ -34,6 +34,7 @@ import type { CudaDeviceInit, DeviceCall, DeviceClient, HookFeedTarget, DeviceCa
 import type { InferenceRequest, InferenceResult, RegionSlice } from '../../shared/channels/inference.js';
 import { Outbox } from '../../shared/outbox.js';
 import { DeviceDoor } from './door.js';
+import { Backlog } from '../../shared/backlog.js';
 import { PendingCalls } from '../../shared/pending-calls.js';
 
 /** Lifecycle of a device actor. */
@@ -172,7 +173,11 @@ export class DeviceHandle implements DeviceClient {
   private constructor(options: DeviceHandleOptions) {
     this.deviceId = options.deviceId;
     this.#options = options;
+    this.backlog = new Backlog(Backlog.create(options.scheduler.priority_levels));
   }
+
+  /** The device's predicted backlog, which its worker publishes (shared/backlog.ts): each worker writes it anew. */
+  readonly backlog: Backlog;
 
   /** Start the worker and wait until ONNX Runtime is loaded in it. */
   static async create(options: DeviceHandleOptions): Promise<DeviceHandle> {
@@ -198,7 +203,7 @@ export class DeviceHandle implements DeviceClient {
 
   #spawn(): Promise<void> {
     const init: DeviceInit = { deviceId: this.deviceId, intraOpThreads: this.#options.intraOpThreads, inlineRunBelowMs: this.#options.inlineRunBelowMs ?? INLINE_RUN_BELOW_MS, threadPool: this.#options.threadPool ?? 'per_session', scheduler: this.#options.scheduler, weights: this.#options.weights, cuda: this.#options.cuda ?? null, warmup: this.#options.warmup ?? false,
-      sessions: this.#options.sessions ?? { share: true, sharedActivations: !this.#options.cuda, budgetBytes: 0, perBatchSize: this.#options.cuda !== undefined && this.#options.cuda !== null } };
+      sessions: this.#options.sessions ?? { share: true, sharedActivations: !this.#options.cuda, budgetBytes: 0, perBatchSize: this.#options.cuda !== undefined && this.#options.cuda !== null }, backlog: this.backlog.memory };
     this.#generation++;
     this.#door?.close('its worker was replaced');
     // What is sent before the worker serves waits in its door (see the header).

@@ -33,6 +33,8 @@ import { execute, verdict, type ExecutionContext } from './execution.js';
 import { Staging } from './staging.js';
 import { DeviceModels } from './models.js';
 import { Doors } from './doors.js';
+import { BacklogLedger } from './backlog-ledger.js';
+import { Backlog } from '../../shared/backlog.js';
 import { ExecutionTally, type ExecutionOutcome } from './execution-tally.js';
 import { DevicePump } from './pump.js';
 import { exitArmed, exitIfAsked, holdLoad, loadsMayBeHeld, neverStart } from './fault-injection.js';
@@ -82,6 +84,7 @@ function executed(answers: ExecutionAnswers, outcome: ExecutionOutcome): void {
 
 /** A request failed: answered through its door. */
 function fail(id: number, err: unknown): void {
+  ledger.left(id);
   doors.fail(id, err);
 }
 
@@ -237,11 +240,26 @@ function cancelRunning(id: number): void {
   if (running.ids.size === 0) running.session.terminate();
 }
 
+/**
+ * The backlog every thread admitting a request reads (shared/backlog.ts): each waiting request's
+ * predicted share of a run, at its level (its own, else its model's, else the device's default).
+ */
+const ledger = new BacklogLedger(new Backlog(init.backlog), (cmd) => {
+  const policy = scheduler.policyOf(cmd.instance);
+  const level = cmd.priority || policy?.priority || config.default_priority || 1;
+  const fullRows = Math.max(1, policy?.maxBatchRows ?? 1);
+  return { level, ms: (costs.estimate(cmd.instance, fullRows) / fullRows) * cmd.rows };
+});
+
 /** The dispatch loop (pump.ts): the inbox, admitted in order, then one batch per turn. */
 const pump = new DevicePump({
   admit,
   answer: (call) => answer(call.type, call),
-  next: () => scheduler.next(),
+  next: () => {
+    const picked = scheduler.next();
+    for (const t of picked.batch) ledger.left(t.id);
+    return picked;
+  },
   shed: (request, reason) => fail(request.id, shedError(request, reason)),
   refusal: () => {
     if (exitArmed) exitIfAsked();
@@ -250,13 +268,22 @@ const pump = new DevicePump({
     return service.refusal;
   },
   fail,
-  run: (batch) => execute(batch, execution),
+  run: async (batch) => {
+    const rows = batch.reduce((sum, t) => sum + t.rows, 0);
+    ledger.running(nowMs() + costs.estimate(batch[0].instance, rows));
+    try {
+      await execute(batch, execution);
+    } finally {
+      ledger.running(0);
+    }
+  },
   unqueue: (id) => scheduler.cancel(id) !== undefined,
   cancelRunning,
 });
 
 /** Drop request `id`: queued, removed and never run; running, it finishes and its answer is dropped. */
 function cancel(id: number): void {
+  ledger.left(id);
   if (!feeds.cancel(id)) pump.cancel(id);
 }
 
@@ -267,6 +294,7 @@ function cancel(id: number): void {
  */
 const doors = new Doors({
   admit: (cmd, link, linkId) => {
+    ledger.queued(cmd);
     if (!feeds.command(cmd, link, linkId)) pump.push(cmd);
     pump.soon();
   },

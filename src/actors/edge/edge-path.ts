@@ -46,6 +46,8 @@ import { failureReason } from '../../shared/failure-reason.js';
 import { RequestCounters } from '../../shared/request-counters.js';
 import { Leases } from '../../shared/leases.js';
 import { Quotas } from '../../shared/quotas.js';
+import { Backlog } from '../../shared/backlog.js';
+import { DeadlineAdmission } from '../../shared/deadline-admission.js';
 import type { InstanceKey, ModelSpec } from '../../shared/model-spec.js';
 import { RequestPath, type PathRooms } from '../../shared/request-path.js';
 import { RequestTrace } from '../../shared/tracing.js';
@@ -86,6 +88,10 @@ export class EdgePath {
   readonly #regions: EdgeRegions;
   /** The node's quotas, counted in this edge's row (the main thread's is 0). */
   readonly #quotas: Quotas;
+  /** What this edge learned of its models' runs, against the devices' published backlogs. */
+  readonly #deadlines: DeadlineAdmission;
+  /** Each device's published backlog (shared/backlog.ts), from its door's message. */
+  readonly #backlogs = new Map<number, Backlog>();
   readonly #tracing: boolean;
 
   /**
@@ -103,6 +109,7 @@ export class EdgePath {
     this.#hookOptions = start.hooks;
     this.#regions = new EdgeRegions(start.regionHolds, row, () => lastRelease('region'));
     this.#quotas = new Quotas(start.quotas, row + 1);
+    this.#deadlines = new DeadlineAdmission(start.levels);
     this.#path = new RequestPath(this.#rooms(viaMain));
   }
 
@@ -123,6 +130,8 @@ export class EdgePath {
       },
       regions: this.#regions,
       quotas: this.#quotas,
+      aheadMs: (lease, level) => (lease.door ? this.#backlogs.get(lease.door.deviceId)?.aheadMs(level) ?? 0 : 0),
+      deadlines: this.#deadlines,
       succeeded: (lease, batchSize, durationNs, queueNs, timing) => counters.succeeded(lease.slot, batchSize, durationNs, queueNs, timing),
       failed: (lease, code, durationNs) => counters.failed(lease.slot, failureReason(code), durationNs),
       elsewhere: async (model, tensors, outputs, { deadlineMs, priority }, signal, trace) =>
@@ -145,7 +154,8 @@ export class EdgePath {
   }
 
   /** A door to device `deviceId`, `link` its number there (replacing one before it, whose worker has ended). */
-  door(deviceId: number, port: MessagePort, link: number, waitBoundMs: number): void {
+  door(deviceId: number, port: MessagePort, link: number, waitBoundMs: number, backlog: SharedArrayBuffer): void {
+    if (this.#backlogs.get(deviceId)?.memory !== backlog) this.#backlogs.set(deviceId, new Backlog(backlog));
     this.#doors.get(deviceId)?.close('its worker was replaced');
     this.#ending.delete(deviceId);
     const door = new DeviceDoor(deviceId, port, link, waitBoundMs, (closed) => {

@@ -100,6 +100,8 @@ export function edgeMetrics(registry: Registry) {
 export interface DoorSource {
   readonly deviceId: number;
   readonly waitBoundMs: number;
+  /** Its predicted backlog (shared/backlog.ts). */
+  readonly backlog: { readonly memory: SharedArrayBuffer };
   /** A new door to it, or null while it does not serve. */
   openEdgeDoor(): { port: MessagePort; link: number } | null;
 }
@@ -120,6 +122,8 @@ export interface EdgeDirect {
   regionHolds: Leases;
   /** The node's quotas: their numbers are shared with the edges, and a dead edge's places are given back. */
   quotas: Quotas;
+  /** How the scheduler resolves a request's priority level. */
+  levels: DirectStart['levels'];
   /** Every region the edges may take requests for now (a new edge's start); changes come through `regionChanged`. */
   regions(): [string, EdgeRegion][];
   /** An edge gave back its last hold on an unregistered region, or died with holds: close what nothing holds. */
@@ -257,7 +261,7 @@ export class EdgeThreads {
 
   #openDoor(edge: Edge, device: DoorSource): void {
     const door = device.openEdgeDoor();
-    if (door) edge.outbox.push({ type: 'door', deviceId: device.deviceId, port: door.port, link: door.link, waitBoundMs: device.waitBoundMs }, [door.port]);
+    if (door) edge.outbox.push({ type: 'door', deviceId: device.deviceId, port: door.port, link: door.link, waitBoundMs: device.waitBoundMs, backlog: device.backlog.memory }, [door.port]);
   }
 
   /** Drain every edge (new inferences refused, those in flight answered within `graceMs`), then end their threads. */
@@ -277,7 +281,7 @@ export class EdgeThreads {
     const { endpoints, admission, logLevel, logger } = this.#o;
     const direct = this.#o.direct;
     const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel,
-      direct: direct ? { leases: direct.leases.shape, routing: direct.routing, counters: direct.counters.shape, hooks: direct.hooks, regionHolds: direct.regionHolds.shape, quotas: direct.quotas.shape } : null,
+      direct: direct ? { leases: direct.leases.shape, routing: direct.routing, counters: direct.counters.shape, hooks: direct.hooks, regionHolds: direct.regionHolds.shape, quotas: direct.quotas.shape, levels: direct.levels } : null,
       tracing: this.#o.traceExportFailures ? { exportFailures: this.#o.traceExportFailures } : null };
     let markDrained = () => {};
     const drained = new Promise<void>((resolve) => {

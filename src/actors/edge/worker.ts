@@ -183,7 +183,7 @@ function receive(msg: ToEdge): void {
       path?.route(msg.model, msg.route);
       return;
     case 'door':
-      if (path) path.door(msg.deviceId, msg.port, msg.link, msg.waitBoundMs);
+      if (path) path.door(msg.deviceId, msg.port, msg.link, msg.waitBoundMs, msg.backlog);
       else msg.port.close();
       return;
     case 'deviceOut':

@@ -31,6 +31,8 @@ export interface DeviceInit {
   warmup: boolean;
   /** How sessions are shared and opened (actors/device/sessions.ts). */
   sessions: SessionsInit;
+  /** Where it publishes its predicted backlog for the threads that admit requests (shared/backlog.ts). */
+  backlog: SharedArrayBuffer;
 }
 
 /** A device's sessions: shared by graph, activations shared, opened on demand under a budget. */

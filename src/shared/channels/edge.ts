@@ -17,6 +17,7 @@ import type { AnyOperationReply, OperationCall } from '../operations.js';
 import type { CountersShape } from '../request-counters.js';
 import type { LeasesShape } from '../leases.js';
 import type { QuotasShape } from '../quotas.js';
+import type { Levels } from '../deadline-admission.js';
 import type { HookPoolOptions } from './hooks.js';
 import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../data-plane.js';
 import type { InstanceKey, ModelSpec } from '../model-spec.js';
@@ -88,6 +89,8 @@ export interface DirectStart {
   regionHolds: LeasesShape;
   /** The node's quotas (shared/quotas.ts; the edge's row is its index + 1). */
   quotas: QuotasShape;
+  /** How the scheduler resolves a request's priority level, for refusing at admission what would miss its deadline. */
+  levels: Levels;
 }
 
 /** What an edge thread starts with (its workerData). */
@@ -134,7 +137,7 @@ export type ToEdge =
    * before the edge stops waiting (the device's queue bound and the execution watchdog); `link`:
    * the door's number on that device (how hook threads name its requests, HookFeed.link).
    */
-  | { type: 'door'; deviceId: number; port: MessagePort; link: number; waitBoundMs: number }
+  | { type: 'door'; deviceId: number; port: MessagePort; link: number; waitBoundMs: number; backlog: SharedArrayBuffer }
   /**
    * Device `deviceId` was taken out of service, or its worker ended (`why`, its exit code included):
    * route nothing more to it, and close its door, failing what was pending there saying why.

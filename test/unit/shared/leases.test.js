@@ -69,18 +69,25 @@ test('after the main thread closes a slot and sees it free, no edge on another t
   const memory = main.shape; // with the segment the take made
   const TAG = 3;
   main.open(SLOT, TAG);
-  // flags[0]: set once the main thread has seen the slot closed and free; flags[1 + k]: thread k started.
-  const flags = new Int32Array(new SharedArrayBuffer(4 * 5));
+  // flags[0]: set once the main thread has seen the slot closed and free; flags[1 + k]: thread k started;
+  // flags[5 + k]: thread k took a lease. Each thread leases until it is refused after flags[0] is set (so
+  // every one of them contends across the close, however the machine schedules them), or 20 s.
+  const flags = new Int32Array(new SharedArrayBuffer(4 * 9));
   const source = `
     const { parentPort, workerData: { memory, row, flags, url, slot, tag } } = require('node:worker_threads');
     import(url).then(({ Leases }) => {
       const leases = new Leases(memory, row);
       Atomics.store(flags, 1 + row, 1);
       let taken = 0, violations = 0, refused = 0;
-      const until = Date.now() + 400;
+      const until = Date.now() + 20000;
       while (Date.now() < until) {
-        if (!leases.acquire(slot, tag)) { refused++; continue; }
+        if (!leases.acquire(slot, tag)) {
+          refused++;
+          if (Atomics.load(flags, 0) === 1) break;
+          continue;
+        }
         taken++;
+        Atomics.store(flags, 5 + row, 1);
         if (Atomics.load(flags, 0) === 1) violations++; // held after the main thread saw none held
         for (let k = 0; k < 100; k++); // held a moment
         leases.release(slot, tag);
@@ -93,7 +100,7 @@ test('after the main thread closes a slot and sees it free, no edge on another t
     w.once('message', resolve);
     w.once('error', reject);
   })));
-  while ([1, 2, 3, 4].some((k) => Atomics.load(flags, k) === 0)) await new Promise((resolve) => setTimeout(resolve, 5));
+  while ([5, 6, 7, 8].some((k) => Atomics.load(flags, k) === 0)) await new Promise((resolve) => setTimeout(resolve, 5));
   await new Promise((resolve) => setTimeout(resolve, 100)); // contending
   main.close(SLOT);
   while (main.held(SLOT) > 0) await new Promise((resolve) => setImmediate(resolve));

@@ -11,6 +11,7 @@ import { nowMs } from '../../../dist/shared/channels/inference.js';
 import { instanceKey } from '../../../dist/shared/model-spec.js';
 import { StowageError, errors } from '../../../dist/shared/errors.js';
 import { Quotas } from '../../../dist/shared/quotas.js';
+import { DeadlineAdmission } from '../../../dist/shared/deadline-admission.js';
 import { modelSpec, tensorSpec } from '../../helpers/specs.js';
 import { stowageError } from '../../helpers/errors.js';
 
@@ -34,9 +35,10 @@ const timing = { computeInputNs: 1, computeInferNs: 2, computeOutputNs: 3, batch
 /**
  * Rooms that record every call in order: `log` says what the path asked of them, `commands` what
  * went to the device. `device` answers a command (by default with its inputs renamed to the outputs).
- * @param {{ absent?: string[], device?: (command: InferenceRequest, signal: AbortSignal) => Promise<import('../../../dist/shared/channels/inference.js').InferenceResult>, hookRun?: Function, preprocess?: Function }} [o]
+ * @param {{ aheadMs?: number, absent?: string[], device?: (command: InferenceRequest, signal: AbortSignal) => Promise<import('../../../dist/shared/channels/inference.js').InferenceResult>, hookRun?: Function, preprocess?: Function }} [o]
  */
 function rooms(o = {}) {
+  const deadlines = new DeadlineAdmission({ defaultLevel: 2, models: {} });
   const quotas = new Quotas(Quotas.create({ alice: { max_inflight: 1, device_seconds_per_second: 0.5, burst_seconds: 1 } }, {}, 1), 0);
   /** @type {string[]} */
   const log = [];
@@ -78,6 +80,8 @@ function rooms(o = {}) {
     succeeded: (lease, batchSize, durationNs, queueNs) => { log.push(`succeeded ${lease.spec.name} rows ${batchSize} queue ${queueNs}`); t0 = durationNs; },
     failed: (lease, code) => { log.push(`failed ${lease.spec.name} ${code}`); },
     trace: () => null,
+    aheadMs: () => o.aheadMs ?? 0,
+    deadlines,
     // alice may have one request in flight, and half a device.
     quotas,
     elsewhere: async (model, tensors, outputs, urgency, signal) => { elsewhere.push({ model, urgency, signal }); log.push(`elsewhere ${model}`); return outputs.map((name) => ({ name, datatype: 'FP32', shape: [1, 2], data: new Uint8Array(8) })); },
@@ -195,4 +199,17 @@ test('a request over its tenant\'s quota is refused before it holds a region or 
   const again = path.infer(wire('plain'), options({ tenant: 'alice' }));
   finish();
   t.truthy(await again, 'admitted again');
+});
+
+test('a request the work ahead of it would keep past its deadline is refused before it runs, taking no place; one with time enough runs', async (t) => {
+  const r = rooms({ aheadMs: 500 });
+  const path = new RequestPath(r.rooms);
+  await path.infer(wire('plain'), options()); // its model seen running once: 1+2+3 ns
+  r.log.length = 0;
+  const err = await stowageError(t, /** @type {Promise<unknown>} */ (path.infer(wire('plain', { timeoutUs: 100_000 }), options({ tenant: 'alice' }))));
+  t.is(err.code, 'STOWAGE_DEADLINE_EXCEEDED');
+  t.regex(err.message, /refused before it ran: its deadline is (99|100) ms away, and the device has 500 ms of work ahead of it at priority 2 and above/);
+  t.deepEqual(r.log, ['acquire plain', 'failed plain STOWAGE_DEADLINE_EXCEEDED', 'release plain'], 'nothing held, nothing sent to the device');
+  t.is(r.quotas.read()[0].inflight, 0, 'no quota place taken');
+  t.truthy(await path.infer(wire('plain', { timeoutUs: 600_000 }), options()), 'a deadline past the work ahead: it runs');
 });

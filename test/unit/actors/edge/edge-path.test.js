@@ -14,6 +14,7 @@ import { ROOT } from '../../../helpers/server.js';
 import { EdgePath } from '../../../../dist/actors/edge/edge-path.js';
 import { Leases, SEGMENT_SLOTS } from '../../../../dist/shared/leases.js';
 import { Quotas } from '../../../../dist/shared/quotas.js';
+import { Backlog } from '../../../../dist/shared/backlog.js';
 import { RequestCounters } from '../../../../dist/shared/request-counters.js';
 import { instanceKey } from '../../../../dist/shared/model-spec.js';
 import { modelSpec, tensorSpec } from '../../../helpers/specs.js';
@@ -41,7 +42,7 @@ function edge(t, devices, holders, { viaMain = noMain, routes = [] } = {}) {
   const hooks = { threads: 1, timeoutMs: 10_000, importTimeoutMs: 10_000, maxHeapMib: 0 };
   /** @type {string[]} */
   const lastReleases = [];
-  const path = new EdgePath({ leases: main.shape, routing: 'round_robin', counters: counters.shape, hooks, regionHolds: Leases.create(1).shape, quotas: Quotas.create({}, {}, 2) }, 0, viaMain, (of) => lastReleases.push(of));
+  const path = new EdgePath({ leases: main.shape, routing: 'round_robin', counters: counters.shape, hooks, regionHolds: Leases.create(1).shape, quotas: Quotas.create({}, {}, 2), levels: { defaultLevel: 2, models: {} } }, 0, viaMain, (of) => lastReleases.push(of));
   t.teardown(() => path.close());
   path.route('m', { model: 'm', spec, instance, slot: 0, tag: 1, ...(holders ? { devices: holders } : {}) });
   for (const route of routes) path.route(route.model, route);
@@ -57,7 +58,7 @@ function edge(t, devices, holders, { viaMain = noMain, routes = [] } = {}) {
     });
     port1.on('close', () => { end.closed = true; });
     ends.set(id, end);
-    path.door(id, port2, 100 + id, 10_000);
+    path.door(id, port2, 100 + id, 10_000, Backlog.create(3));
   }
   t.teardown(() => { for (const e of ends.values()) e.port.close(); });
   return { path, ends, counters, main, lastReleases };

@@ -1,0 +1,58 @@
+/**
+ * Deadlines kept or refused at once, at admission (issue 65 item 2), on the thread that holds the
+ * request: a request with a deadline is refused DEADLINE_EXCEEDED before anything of it runs when
+ * the work ahead of it on the device (shared/backlog.ts: the batch running now and what waits at its
+ * priority level and above, as the device publishes it) and its own run would end past its deadline.
+ * The device checks again at dispatch for every request of a batch (actors/device/scheduler.ts).
+ *
+ * Its own run is what this thread learned of its model: a moving average of the executions its
+ * answers rode in (input, infer and output time of the whole batch: what a request waits from its
+ * batch's start to its answer). A model this thread has not seen run yet is never refused here
+ * (the device's check at dispatch still holds). The work ahead is read on the devices the request
+ * may go to, the least of them, so a request is refused only when no device could make it.
+ */
+import { nowMs, type ExecutionTiming } from './channels/inference.js';
+import { errors, type StowageError } from './errors.js';
+
+/** Weight of the newest execution in a model's moving average of its run time. */
+const NEWEST = 0.2;
+
+/** Priority levels as the scheduler resolves a request's: its own, else its model's, else the default. */
+export interface Levels {
+  defaultLevel: number;
+  /** scheduler.models.<name>.priority, where set. */
+  models: Readonly<Record<string, number>>;
+}
+
+export class DeadlineAdmission {
+  readonly #levels: Levels;
+  /** Each model's learned run time, ms. */
+  readonly #runMs = new Map<string, number>();
+
+  constructor(levels: Levels) {
+    this.#levels = levels;
+  }
+
+  /** An execution a request of `model` rode in: its time joins the model's average. */
+  learn(model: string, timing: ExecutionTiming): void {
+    const ms = (timing.computeInputNs + timing.computeInferNs + timing.computeOutputNs) / 1e6;
+    if (!(ms > 0)) return;
+    const before = this.#runMs.get(model);
+    this.#runMs.set(model, before === undefined ? ms : before + NEWEST * (ms - before));
+  }
+
+  /**
+   * The refusal of a request for `model` at `priority` (0: its model's level) due by `deadlineMs`, or
+   * null; `aheadMs` says how long a request of a level would wait on the least busy device it may go to.
+   */
+  refusal(model: string, priority: number, deadlineMs: number, aheadMs: (level: number) => number, now = nowMs()): StowageError | null {
+    if (!Number.isFinite(deadlineMs)) return null;
+    const runMs = this.#runMs.get(model);
+    if (runMs === undefined) return null;
+    const level = priority || this.#levels.models[model] || this.#levels.defaultLevel || 1;
+    const ahead = aheadMs(level);
+    const leftMs = deadlineMs - now;
+    if (ahead + runMs <= leftMs) return null;
+    return errors.deadlineUnreachable(model, leftMs, ahead, runMs, level);
+  }
+}
