@@ -168,7 +168,7 @@ export async function fuzzRest({ url, cases, seconds = Infinity, seed = 1, batch
           const res = await fetch(`${url}/v2/models/${model}/infer`, { method: 'POST', body, headers, signal: AbortSignal.timeout(deadlineMs) });
           const text = await res.text();
           statuses[res.status] = (statuses[res.status] ?? 0) + 1;
-          const clients = res.status === 503 || (res.status === 504 && /passed its deadline/.test(text)) || (res.status === 500 && /hook in model\.js failed/.test(text));
+          const clients = res.status === 503 || (res.status === 504 && /passed its deadline|refused before it ran: its deadline is/.test(text)) || (res.status === 500 && /hook in model\.js failed/.test(text));
           if (res.status >= 500 && !clients) {
             findings.push({ seed, case: done + i, kind: `HTTP ${res.status}`, details: text.slice(0, 300), body: body.toString('base64').slice(0, 2000) });
           }

@@ -50,7 +50,7 @@ export interface ModelConfig {
   max_batch_size: number;
   input: ModelConfigTensor[];
   output: ModelConfigTensor[];
-  dynamic_batching: { preferred_batch_size: number[]; max_queue_delay_microseconds: string } | null;
+  dynamic_batching: { preferred_batch_size: number[]; max_queue_delay_microseconds: string; priority_levels: string; default_priority_level: string } | null;
   parameters: Record<string, { string_value: string }>;
 }
 

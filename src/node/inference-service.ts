@@ -30,6 +30,8 @@ export interface ServiceContext {
   version: string;
   /** False until start-up loading has settled, and again while stopping. */
   isReady: () => boolean;
+  /** scheduler.priority_levels and scheduler.default_priority, for ModelConfig. */
+  priorities: { levels: number; defaultLevel: number };
 }
 
 /**
@@ -82,7 +84,9 @@ export function kserveOperations(ctx: ServiceContext) {
     ModelMetadata: (req: ModelRef) => modelMetadata(registry.described(req.name, req.version)),
     ModelConfig: (req: ModelRef) => {
       const spec = registry.described(req.name, req.version);
-      return { config: modelConfig(spec, Math.min(spec.maxBatchSize, ctx.devices.policies.maxBatchSize(spec.name) ?? Infinity)) };
+      const { policies } = ctx.devices;
+      const priorities = { levels: ctx.priorities.levels, defaultLevel: policies.priority(spec.name) ?? ctx.priorities.defaultLevel };
+      return { config: modelConfig(spec, Math.min(spec.maxBatchSize, policies.maxBatchSize(spec.name) ?? Infinity), priorities) };
     },
     RepositoryIndex: (req: { repository_name: string; ready: boolean }) => ({
       models: registry.all()

@@ -49,6 +49,12 @@ export class ModelPolicies {
     return caps.length ? Math.min(...caps) : undefined;
   }
 
+  /** The level of `model`'s requests that name none, where the node file sets it (the first device's). */
+  priority(model: string): number | undefined {
+    for (const models of this.#configured.values()) if (models[model]?.priority !== undefined) return models[model].priority;
+    return undefined;
+  }
+
   /** Change `model` on every device; returns what was changed before, for `restore`. */
   change(model: string, change: PolicyChange): PolicyChange | undefined {
     const before = this.#changed.get(model);

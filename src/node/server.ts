@@ -452,7 +452,8 @@ export class StowageServer {
     const { endpoints } = this.#config.global;
     const logger = this.#logger;
     const kserve = kserveOperations({ registry: this.registry, devices, repository, statistics: this.statistics, sharedMemory: this.sharedMemory,
-      systemSharedMemory: endpoints.system_shared_memory, backend: this.#config.global.runtime.backend, logger, version: PACKAGE_VERSION, isReady: () => this.#ready });
+      systemSharedMemory: endpoints.system_shared_memory, backend: this.#config.global.runtime.backend, logger, version: PACKAGE_VERSION, isReady: () => this.#ready,
+      priorities: { levels: this.#config.global.scheduler.priority_levels, defaultLevel: this.#config.global.scheduler.default_priority } });
     return {
       ...kserve,
       ...controlOperations({

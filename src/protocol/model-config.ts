@@ -34,12 +34,20 @@ export function leadingBatch(spec: ModelSpec): boolean {
   return spec.maxBatchSize > 0 && [...spec.clientInputs, ...spec.clientOutputs].every((t) => t.batchDim === 0);
 }
 
+/** Priority levels as the scheduler serves them (scheduler.priority_levels, and the model's default level). */
+export interface ConfigPriorities {
+  levels: number;
+  defaultLevel: number;
+}
+
 /**
  * `maxBatchRows`: the most rows the scheduler coalesces into one execution of this model (the
  * largest compiled size, capped by scheduler.models.<name>.max_batch_size). Above 1, requests are
- * coalesced, and the config says so with a dynamic_batching section, which perf_analyzer reads.
+ * coalesced, and the config says so with a dynamic_batching section, which perf_analyzer reads,
+ * with the priority levels as Triton's dynamic batcher reports them (`priority_levels`,
+ * `default_priority_level`), which clients read to know what `priority` may say.
  */
-export function modelConfig(spec: ModelSpec, maxBatchRows: number = spec.maxBatchSize) {
+export function modelConfig(spec: ModelSpec, maxBatchRows: number = spec.maxBatchSize, priorities?: ConfigPriorities) {
   const implicit = leadingBatch(spec);
   const dims = (t: TensorSpec) => (implicit ? t.shape.slice(1) : [...t.shape]);
   // A tensor that is only the batch axis has no per-sample dims; Triton writes that as dims [1] reshaped to [].
@@ -56,7 +64,12 @@ export function modelConfig(spec: ModelSpec, maxBatchRows: number = spec.maxBatc
     default_model_filename: spec.executables.length === 1 && spec.executables[0].batchSize === null ? 'model.onnx' : '',
     model_transaction_policy: { decoupled: false },
     ...(spec.batchAxis !== null && maxBatchRows > 1
-      ? { dynamic_batching: { preferred_batch_size: spec.compiledBatchSizes.filter((s) => s <= maxBatchRows), max_queue_delay_microseconds: 0 } }
+      ? {
+        dynamic_batching: {
+          preferred_batch_size: spec.compiledBatchSizes.filter((s) => s <= maxBatchRows), max_queue_delay_microseconds: 0,
+          ...(priorities ? { priority_levels: priorities.levels, default_priority_level: priorities.defaultLevel } : {}),
+        },
+      }
       : {}),
   };
 }

@@ -125,6 +125,7 @@ test('ModelConfig is a Triton config synthesised from the manifest', async (t) =
   t.deepEqual(label?.dims.map(Number), [1]);
   t.deepEqual(label?.reshape?.shape, []);
   t.deepEqual(config.dynamic_batching?.preferred_batch_size, [1, 8, 32], 'requests are coalesced: the config says so');
+  t.deepEqual([config.dynamic_batching?.priority_levels, config.dynamic_batching?.default_priority_level].map(Number), [3, 2], 'and which priority levels a request may name');
   const fixed = (await server.client.call('ModelConfig', { name: 'fixed' })).config;
   t.is(fixed.max_batch_size, 4);
 });

@@ -24,6 +24,8 @@ test('a leading batch axis is implicit in ModelConfig, explicit (-1) in ModelMet
   t.deepEqual(config.dynamic_batching, { preferred_batch_size: [1, 8], max_queue_delay_microseconds: 0 });
   t.is(modelConfig(base, 1).dynamic_batching, undefined, 'max_batch_size 1: requests run alone');
   t.deepEqual(modelConfig(base, 4).dynamic_batching?.preferred_batch_size, [1]);
+  t.deepEqual(modelConfig(base, 8, { levels: 3, defaultLevel: 2 }).dynamic_batching, { preferred_batch_size: [1, 8], max_queue_delay_microseconds: 0, priority_levels: 3, default_priority_level: 2 },
+    'the priority levels as Triton\'s dynamic batcher reports them');
   const md = modelMetadata(base);
   t.deepEqual(md.inputs, [{ name: 'x', datatype: 'FP32', shape: [-1, 8, 8] }]);
   t.deepEqual(md.versions, ['1']);

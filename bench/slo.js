@@ -1,0 +1,124 @@
+// Quality of service on one device (issue 65 item 4): two classes of traffic share one CPU device,
+// `interactive` (its own model, priority 1, a deadline of a few times its lone run) and `batch`
+// (another model, priority 2, no deadline), offered open loop (Poisson arrivals) at 1.5x, then 3x
+// the device's capacity, where capacity is the saturated goodput of batch traffic alone (closed
+// loop, 32 clients). Each load runs twice on the same server: with priorities and deadlines on (the
+// requests carry Triton's `priority` and `timeout` parameters: the device serves level 1 first and a
+// request that cannot make its deadline is refused at once, src/shared/deadline-admission.ts) and
+// off (neither parameter: today's behaviour for a client that says nothing; its deadline is only the
+// client's own). Prints, per run, the interactive class's deadline attainment (answered within its
+// deadline, of those sent), the p99 of its answers, its refusals, and the goodput of all (batch
+// answers, and interactive answers within their deadline, per second) as a share of capacity.
+//
+//   npm run build && node bench/slo.js [--seconds 10] [--loads 1.5,3] [--interactive-share 0.2] [--deadline-x 4]
+//
+// The machine is shared and noisy: compare the rows of one run, not runs of different days.
+import { parseArgs } from 'node:util';
+import path from 'node:path';
+import { InferenceClient } from '../dist/client/client.js';
+import { startServer, tempDir, tensor } from '../test/helpers/server.js';
+import { mlpLayers, writeBundle } from '../test/helpers/mlp-catalog.js';
+
+const { values: args } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '10' },
+    loads: { type: 'string', default: '1.5,3' },
+    'interactive-share': { type: 'string', default: '0.2' },
+    'deadline-x': { type: 'string', default: '4' },
+  },
+});
+const SECONDS = Number(args.seconds);
+const SHARE = Number(args['interactive-share']);
+
+const temp = tempDir('stowage-bench-slo-');
+const repo = path.join(temp.dir, 'repo');
+// Two models of one shape (a few ms a run on a CPU core): 512 -> 2048 -> 2048 -> 8, batches of 1 and 8.
+writeBundle(repo, 'interactive', mlpLayers(1, [512, 2048, 2048, 8]));
+writeBundle(repo, 'batch', mlpLayers(2, [512, 2048, 2048, 8]));
+const server = await startServer({ model_repo: repo }, { root: temp.dir });
+const clients = Array.from({ length: 4 }, () => new InferenceClient(server.address, { 'grpc.use_local_subchannel_pool': 1 }));
+const x = tensor('x', 'FP32', [1, 512], new Float32Array(512).fill(0.25));
+const client = (/** @type {number} */ i) => clients[i % clients.length];
+
+/** @param {number[]} values */
+const percentile = (values, p) => {
+  if (values.length === 0) return NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+};
+
+// Warm both models (compile, first runs), then time a lone interactive run.
+for (let i = 0; i < 20; i++) await Promise.all([client(i).infer('interactive', [x]), client(i).infer('batch', [x])]);
+const lone = [];
+for (let i = 0; i < 50; i++) {
+  const t0 = performance.now();
+  await client(i).infer('interactive', [x]);
+  lone.push(performance.now() - t0);
+}
+const loneMs = percentile(lone, 50);
+const deadlineMs = Math.max(5, Math.round(Number(args['deadline-x']) * loneMs));
+
+// Capacity: batch traffic alone, closed loop, 32 clients, for the run's length.
+async function capacity() {
+  let done = 0;
+  const until = performance.now() + SECONDS * 1000;
+  await Promise.all(Array.from({ length: 32 }, async (_, i) => {
+    while (performance.now() < until) {
+      await client(i).infer('batch', [x]);
+      done++;
+    }
+  }));
+  return done / SECONDS;
+}
+const capacityPerS = await capacity();
+console.log(`lone interactive run ${loneMs.toFixed(2)} ms (p50 of 50), deadline ${deadlineMs} ms; capacity ${capacityPerS.toFixed(0)} requests/s (batch alone, 32 clients)`);
+
+/** Open-loop traffic at `rate` requests/s for SECONDS, `on`: with priorities and deadlines. */
+async function offer(rate, on) {
+  const interactive = { sent: 0, inTime: 0, late: 0, refused: 0, failed: 0, latencies: /** @type {number[]} */ ([]) };
+  const batch = { sent: 0, ok: 0, failed: 0 };
+  const pending = [];
+  const start = performance.now();
+  let next = start;
+  let i = 0;
+  while (next < start + SECONDS * 1000) {
+    const wait = next - performance.now();
+    if (wait > 1) await new Promise((resolve) => setTimeout(resolve, wait));
+    const c = client(i++);
+    if (Math.random() < SHARE) {
+      interactive.sent++;
+      const t0 = performance.now();
+      const parameters = on ? { priority: { uint64_param: '1' }, timeout: { int64_param: String(deadlineMs * 1000) } } : {};
+      pending.push(c.infer('interactive', [x], { parameters }).then(() => {
+        const ms = performance.now() - t0;
+        interactive.latencies.push(ms);
+        if (ms <= deadlineMs) interactive.inTime++;
+        else interactive.late++;
+      }, (/** @type {{ code?: number }} */ err) => {
+        if (err.code === 4) interactive.refused++; // DEADLINE_EXCEEDED: refused (or shed) by the server
+        else interactive.failed++;
+      }));
+    } else {
+      batch.sent++;
+      const parameters = on ? { priority: { uint64_param: '2' } } : {};
+      pending.push(c.infer('batch', [x], { parameters }).then(() => { batch.ok++; }, () => { batch.failed++; }));
+    }
+    next += (-Math.log(1 - Math.random()) / rate) * 1000; // Poisson arrivals
+  }
+  await Promise.all(pending);
+  const elapsed = (performance.now() - start) / 1000;
+  return { interactive, batch, goodput: (batch.ok + interactive.inTime) / Math.max(elapsed, SECONDS) };
+}
+
+console.log('| load | priorities and deadlines | interactive sent | within deadline | p99 of answers (ms) | refused at once | batch answered | goodput / capacity |');
+console.log('| --- | --- | --- | --- | --- | --- | --- | --- |');
+for (const load of args.loads.split(',').map(Number)) {
+  for (const on of [true, false]) {
+    const r = await offer(load * capacityPerS, on);
+    const { interactive: i, batch: b } = r;
+    console.log(`| ${load}x | ${on ? 'on' : 'off'} | ${i.sent} | ${((100 * i.inTime) / Math.max(1, i.sent)).toFixed(1)}% | ${percentile(i.latencies, 99).toFixed(1)} | ${i.refused} | ${b.ok} of ${b.sent} | ${(r.goodput / capacityPerS).toFixed(2)} |`);
+  }
+}
+for (const c of clients) c.close();
+await server.stop();
+temp.cleanup();
