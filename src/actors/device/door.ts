@@ -47,9 +47,10 @@ export class DeviceDoor implements DeviceClient {
 
   /**
    * `port`: the device's end is there now; null: it comes later (`open`), what is sent meanwhile held. `onClosed`: the
-   * device's end went (its worker ended); told once.
+   * device's end went (its worker ended); told once. `holdWhenGone`: once that end went, a request sent is taken (not
+   * sent) and fails with the why `close` gives, instead of at once without it.
    */
-  constructor(deviceId: number, port: MessagePort | null, link: number, waitBoundMs: number, onClosed: (door: DeviceDoor) => void) {
+  constructor(deviceId: number, port: MessagePort | null, link: number, waitBoundMs: number, onClosed: (door: DeviceDoor) => void, { holdWhenGone = false } = {}) {
     this.deviceId = deviceId;
     this.link = link;
     this.#onClosed = onClosed;
@@ -58,10 +59,13 @@ export class DeviceDoor implements DeviceClient {
       nextId: () => this.#nextId++,
       waitBoundMs,
       send: (msg, transfer) => this.#outbox.push(msg, transfer),
-      refusal: () => (this.#closed || this.#gone ? errors.deviceUnavailable(this.deviceId, this.#why) : null),
+      // A door that holds when gone (the handle's own: its owner closes it with why at once) takes a request sent
+      // after its worker's end went, to fail it with the rest saying why; an edge's is refused at once, the edge
+      // routing elsewhere meanwhile.
+      refusal: () => (this.#closed || (this.#gone && !holdWhenGone) ? errors.deviceUnavailable(this.deviceId, this.#why) : null),
     };
     this.#outbox = new Outbox((messages, transfer) => {
-      if (this.#closed) return;
+      if (this.#closed || this.#gone) return; // a gone worker hears nothing more
       if (this.#port) this.#port.postMessage(messages, transfer);
       else this.#held.push({ messages, transfer });
     });
@@ -120,7 +124,7 @@ export class DeviceDoor implements DeviceClient {
    * closed.
    */
   adoptDoor(port: MessagePort, generation: number): void {
-    if (generation !== this.link || this.#closed) port.close();
+    if (generation !== this.link || this.#closed || this.#gone) port.close();
     else this.#outbox.push({ type: 'hookDoor', port }, [port]);
   }
 

@@ -207,7 +207,9 @@ export class DeviceHandle implements DeviceClient {
     this.#generation++;
     this.#door?.close('its worker was replaced');
     // What is sent before the worker serves waits in its door (see the header).
-    this.#door = new DeviceDoor(this.deviceId, null, this.#nextLink++, this.waitBoundMs, () => undefined);
+    // It holds when gone: a request sent between its worker's end and the exit the handle hears fails with the
+    // exit's why.
+    this.#door = new DeviceDoor(this.deviceId, null, this.#nextLink++, this.waitBoundMs, () => undefined, { holdWhenGone: true });
     const door = this.#door;
     const startTimeoutMs = this.#options.startTimeoutMs ?? DEVICE_START_TIMEOUT_MS;
     const { worker, started } = startWorker<FromDevice, void>({

@@ -187,3 +187,16 @@ test('a door made before its worker serves holds its requests, in order, until i
   t.is(err.code, 'STOWAGE_DEVICE_UNAVAILABLE');
   t.regex(err.message, /device 4 is unavailable: its worker did not start within 10 ms/);
 });
+
+test('the handle\'s own door holds when gone: a request sent after the device\'s end closed fails with the why the main thread gives, its exit code in it', async (t) => {
+  const { port1: device, port2 } = new MessageChannel();
+  let gone = false;
+  const d = new DeviceDoor(5, port2, 11, 5_000, () => { gone = true; }, { holdWhenGone: true });
+  device.close();
+  while (!gone) await new Promise((resolve) => setTimeout(resolve, 5));
+  const late = d.infer(request(), new AbortController().signal);
+  t.is(d.inflight, 1, 'taken, not refused');
+  d.close('its worker exited (code 70)');
+  const err = await stowageError(t, late);
+  t.regex(err.message, /device 5 is unavailable: its worker exited \(code 70\)/);
+});
