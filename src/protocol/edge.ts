@@ -8,8 +8,9 @@
  * - the handler wrapper: a handler is a plain (async) function of the
  *   request; its result becomes the reply and anything it throws becomes a
  *   status (errorToStatus; a status forwarded from a remote node passes
- *   through unchanged), logged at error level only when INTERNAL. A throwing
- *   handler never crashes the server;
+ *   through unchanged), its Stowage code in the trailers (error-code.ts),
+ *   logged at error level only when INTERNAL. A throwing handler never
+ *   crashes the server;
  * - admission and shedding (admission.ts): an inference request whose tensors
  *   would take the bytes in flight past `max_inflight_bytes` (or the count
  *   past `max_concurrent_requests`, uncapped by default) is refused
@@ -34,6 +35,7 @@ import type { Logger } from 'pino';
 import type { NodeConfig } from '../shared/config-schema.js';
 import type { Admitted } from '../shared/data-plane.js';
 import { errors, errorToStatus, isUndecodable, Status, StowageError } from '../shared/errors.js';
+import { ERROR_CODE_KEY, errorCodeOf } from './error-code.js';
 import type { Admission } from './admission.js';
 import { widenHttp2Windows } from './http2-windows.js';
 import { capGrpcDeadlines } from './grpc-deadline-cap.js';
@@ -186,11 +188,20 @@ export class GrpcEdge {
     });
   }
 
-  /** Map an error to its status and log it: what every handler answers with. */
-  failure(rpc: string, err: unknown): { code: grpc.status; details: string } {
-    const { code, details } = isForwardedStatus(err) ? { code: err.code, details: err.details } : errorToStatus(err);
+  /**
+   * Map an error to its status and log it: what every handler answers with. The Stowage code rides
+   * in the trailers (ERROR_CODE_KEY), so that a caller (a gateway deciding whether another node may
+   * take the request) tells one RESOURCE_EXHAUSTED from another without reading the message.
+   */
+  failure(rpc: string, err: unknown): { code: grpc.status; details: string; metadata?: grpc.Metadata } {
+    const forwarded = isForwardedStatus(err);
+    const { code, details } = forwarded ? { code: err.code, details: err.details } : errorToStatus(err);
     this.#logger[code === grpc.status.INTERNAL ? 'error' : 'debug']({ rpc, code: grpc.status[code], err }, details);
-    return { code, details };
+    const stowageCode = forwarded ? errorCodeOf(err) : err instanceof StowageError ? err.code : undefined;
+    if (!stowageCode) return { code, details };
+    const metadata = new grpc.Metadata();
+    metadata.set(ERROR_CODE_KEY, stowageCode);
+    return { code, details, metadata };
   }
 
   unary<Req, Res>(rpc: string, fn: UnaryHandler<Req, Res>): grpc.handleUnaryCall<Req, Res> {

@@ -27,6 +27,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { createGunzip, createInflate, type Gunzip, type Inflate } from 'node:zlib';
 import type { Logger } from 'pino';
 import { errors, errorToStatus, Status, StowageError } from '../shared/errors.js';
+import { ERROR_CODE_KEY } from './error-code.js';
 import type { Admission } from './admission.js';
 import { readJsonBody } from './rest-tensors.js';
 import { RawJson, type JsonObject } from './json-reader.js';
@@ -308,7 +309,9 @@ export class HttpEdge {
     // connection closes), so a client still sending reads the answer rather than a reset.
     const unread = !req.complete;
     const text = JSON.stringify({ error: message });
-    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+    // The Stowage code as a header, as gRPC carries it in the trailers (error-code.ts).
+    const code = err instanceof StowageError ? { [ERROR_CODE_KEY]: err.code } : {};
+    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...code });
     res.end(text);
     if (unread) linger(req);
   }

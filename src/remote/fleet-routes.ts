@@ -122,6 +122,11 @@ export class FleetRoutes {
     return this.#routes;
   }
 
+  /** The nodes `model`'s requests go to now; undefined while it has no route (its ranking's first takes it). */
+  holders(model: string): readonly string[] | undefined {
+    return this.#routes.get(model);
+  }
+
   /** The latest placement (what the routes switch to once prefetched); null before the first check. */
   get placement(): FleetPlacement | null {
     return this.#placement;

@@ -19,7 +19,7 @@
  */
 import type http from 'node:http';
 import type { Logger } from 'pino';
-import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import { closeAdmin, createAdminServer, listen } from '../admin/http.js';
 import type { NodeConfig } from '../shared/config-schema.js';
 import { Admission, admissionMetrics } from '../protocol/admission.js';
@@ -174,6 +174,9 @@ export class StowageGateway {
       version: PACKAGE_VERSION,
       requestTimeoutMs: gw.request_timeout_seconds * 1000,
       healthTimeoutMs: PROBE_TIMEOUT_MS,
+      retries: new Counter({
+        name: 'stowage_gateway_retries_total', help: 'Requests sent on to a second node, by reason: holder_full (the first was full: queue or admission), node_failed', labelNames: ['reason'], registers: [this.#registry],
+      }),
     }));
     this.ports.grpc = await edge.start();
     this.#logger.info({

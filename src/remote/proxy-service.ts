@@ -10,6 +10,9 @@
  *   (routing/routing.ts). A node that fails with UNAVAILABLE and then
  *   does not answer its health check is marked down and the call goes to
  *   another node serving the model; with none left it fails UNAVAILABLE at once.
+ *   A node's refusal for being full (its queue or its admission; the Stowage code in
+ *   the trailers says which RESOURCE_EXHAUSTED it is) is retried once on another
+ *   node holding the model, never a quota or a deadline refusal.
  * - ModelStreamInfer: each request of the client's stream is forwarded like a
  *   ModelInfer (so each answer belongs to its own request, whatever the
  *   client's request ids) and answered on the stream as it completes; a
@@ -21,10 +24,12 @@
  */
 import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
+import type { Counter } from 'prom-client';
 import type { FleetRoutes } from './fleet-routes.js';
 import { Router, type RoutingMode } from '../routing/routing.js';
 import { GATEWAY_EXTENSIONS, SERVER_NAME } from '../shared/constants.js';
-import { errors, StowageError } from '../shared/errors.js';
+import { errors, StowageError, type ErrorCode } from '../shared/errors.js';
+import { errorCodeOf } from '../protocol/error-code.js';
 import { readFields, readString, WireWriter } from '../shared/protobuf-wire.js';
 import type { GrpcEdge } from '../protocol/edge.js';
 import { applyLogSettings, currentLogSettings } from '../protocol/log-settings.js';
@@ -60,7 +65,16 @@ export interface ProxyContext {
   requestTimeoutMs: number;
   /** How long a node gets to answer the health check after it failed a call. */
   healthTimeoutMs: number;
+  /** Requests sent to a second node, by reason: `holder_full` (queue full or busy), `node_failed`. */
+  retries?: Counter<'reason'>;
 }
+
+/**
+ * A node's refusals that say it is full, given before anything ran: the request is retried once on
+ * another holder. Never a quota (another node would only spread the tenant's excess), a deadline
+ * (no time left to spend) or a device out of memory (a model too large for one node is for all).
+ */
+const FULL_HOLDER: ReadonlySet<ErrorCode> = new Set(['STOWAGE_QUEUE_FULL', 'STOWAGE_SERVER_BUSY']);
 
 /**
  * The string fields the gateway routes by (model name, request id). The bytes are the client's,
@@ -137,15 +151,31 @@ class Forwarding {
   async forward(rpc: string, request: Buffer, call: IncomingCall, from = rpc): Promise<Buffer> {
     const [model] = stringFields(request, from, FORWARDED[rpc]);
     const tried = new Set<RemoteNode>();
+    let fullRetried = false;
     for (;;) {
       const node = this.pick(model, tried);
       tried.add(node);
       try {
         return await node.unary(SERVICE + rpc, request, call.metadata, this.#deadlineOf(call));
       } catch (err) {
-        if (!(await this.#nodeFailed(node, err as grpc.ServiceError))) throw err;
+        const failed = err as grpc.ServiceError;
+        if (!fullRetried && FULL_HOLDER.has(errorCodeOf(failed)!) && this.#anotherHolder(model, tried)) {
+          // Refused before anything ran: another holder may have room. Once, so that a fleet that is
+          // full everywhere answers RESOURCE_EXHAUSTED rather than passing the request around.
+          fullRetried = true;
+          this.#ctx.retries?.inc({ reason: 'holder_full' });
+          continue;
+        }
+        if (!(await this.#nodeFailed(node, failed))) throw err;
+        this.#ctx.retries?.inc({ reason: 'node_failed' });
       }
     }
+  }
+
+  /** Whether a node other than `tried` holds `model`: serves it and, pooled, is one its requests go to. */
+  #anotherHolder(model: string, tried: ReadonlySet<RemoteNode>): boolean {
+    const routed = this.#ctx.fleet?.holders(model);
+    return this.#ctx.nodes.some((n) => n.serves(model) && !tried.has(n) && (!routed || routed.includes(n.address)));
   }
 
   /** Ask every node that is up (or those `among`); answers (and failures) per node. */
