@@ -4,6 +4,7 @@
  * residency changed at run time; the weight arenas compacted on demand. Plain functions of the
  * request, on the main thread (shared/operations.ts); the gRPC table is protocol/grpc-services.ts.
  */
+import { existsSync, readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import type { Devices } from './devices.js';
 import type { Residency } from '../shared/channels/device.js';
@@ -12,6 +13,10 @@ import { errors, quote } from '../shared/errors.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { Statistics } from './statistics.js';
 import { LoadWindows, type ModelReading } from './load-windows.js';
+import { StatusSnapshot } from './status-snapshot.js';
+
+type DeviceStatus = Awaited<ReturnType<Devices['status']>>[number];
+interface StatusRequest { name: string; window_seconds: number; fresh?: boolean }
 
 /** The longest window a ModelControlStatus may ask for: an hour. */
 const MAX_WINDOW_SECONDS = 3600;
@@ -24,15 +29,39 @@ export interface ControlContext {
   weightTraffic: (model: string) => { hits: number; misses: number };
   /** The node's weight budget, summed over its devices (0: the weight cache off). */
   weightBudgetBytes: number;
+  /** The node's stable name (node-name.ts; known once the gRPC port is) and when its process started. */
+  nodeName: () => string;
+  startedMs: number;
   logger: Logger;
+}
+
+/**
+ * Fault injection, for the test of slow status reads (test/integration/fleet-health.test.js): while
+ * the file STOWAGE_FAULT_STATUS_DELAY_FILE names exists, every ModelControlStatus answer first
+ * waits the milliseconds it holds, as a node whose status path is congested. A file, so that a
+ * test turns it on and off while the node runs.
+ */
+const statusDelayFile = process.env.STOWAGE_FAULT_STATUS_DELAY_FILE;
+function injectedStatusDelayMs(): number {
+  if (!statusDelayFile || !existsSync(statusDelayFile)) return 0;
+  try {
+    return Number(readFileSync(statusDelayFile, 'utf8')) || 0;
+  } catch {
+    return 0; // removed meanwhile
+  }
 }
 
 
 export function controlOperations(ctx: ControlContext) {
   const { registry, devices, logger } = ctx;
   const windows = new LoadWindows();
+  const snapshot = new StatusSnapshot(() => devices.status());
   return {
-    ModelControlStatus: (req: { name: string; window_seconds: number }) => modelControlStatus(ctx, windows, req),
+    ModelControlStatus: async (req: StatusRequest) => {
+      const delayMs = statusDelayFile ? injectedStatusDelayMs() : 0;
+      if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
+      return modelControlStatus(ctx, windows, snapshot, req);
+    },
     SetModelPolicy: async (req: { name: string; weight: number; max_batch_size: number }) => {
       registry.find(req.name);
       if (!(req.weight >= 0) || !Number.isFinite(req.weight)) throw errors.invalidRequest(`weight must be > 0 (or 0 to leave it), got ${req.weight}`);
@@ -75,17 +104,19 @@ export function controlOperations(ctx: ControlContext) {
 
 /**
  * Every model asked for (all for an empty name): its state, residency, queue, costs and policy,
- * what a pooled gateway places it by, and the node's own figures. Every device holds every model:
+ * what a pooled gateway places it by, and the node's own figures. The devices' part comes from
+ * the status snapshot (status-snapshot.ts; `fresh`: read after the call), never waiting on a busy
+ * device; the rest is the main thread's own. Every device holds every model:
  * queues add up; costs, policy, residency and CUDA graphs are the first device's; resident bytes
  * add up over the devices where the weights are on now, sessions' GPU memory over every device.
  */
-async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, req: { name: string; window_seconds: number }) {
+async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, snapshot: StatusSnapshot<DeviceStatus[]>, req: StatusRequest) {
   const { registry, devices, statistics } = ctx;
   if (!(req.window_seconds >= 0 && req.window_seconds <= MAX_WINDOW_SECONDS)) {
     throw errors.invalidRequest(`window_seconds must be between 0 (none) and ${MAX_WINDOW_SECONDS}, got ${req.window_seconds}`);
   }
   const records = req.name === '' ? registry.all() : [registry.find(req.name)];
-  const reports = await devices.status();
+  const { value: reports, ageMs } = await snapshot.get(req.fresh === true);
   const instances = new Map<string, (typeof reports)[number] & { queuedAll: number; residentAll: number; sessionAll: number; sessionBytesAll: number; sessions: string[]; onDevices: number[] }>();
   for (const s of reports) {
     const resident = s.resident ? s.weightBytes : 0;
@@ -109,6 +140,9 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, req
     weight_budget_bytes: ctx.weightBudgetBytes,
     devices: devices.handles.filter((d) => d.serving).length,
     queue_depth: reports.reduce((sum, s) => sum + s.queued, 0),
+    snapshot_age_seconds: ageMs / 1000,
+    node_name: ctx.nodeName(),
+    started_unix_ms: ctx.startedMs,
     models: records.map((r) => {
       const s = r.instance ? instances.get(r.instance) : undefined;
       const traffic = ctx.weightTraffic(r.name);

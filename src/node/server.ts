@@ -37,6 +37,7 @@ import { Quotas } from '../shared/quotas.js';
 import { quotaMetrics } from './quota-metrics.js';
 import type { Levels } from '../shared/deadline-admission.js';
 import { controlOperations } from './control-service.js';
+import { nodeName } from './node-name.js';
 import { GrpcEdge } from '../protocol/edge.js';
 import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
 import { markOwnedBuffers } from '../protocol/message-buffers.js';
@@ -57,6 +58,9 @@ import { edgeThreads } from '../config/edges.js';
 import { startOrStop } from '../shared/lifecycle.js';
 import { PACKAGE_VERSION } from '../shared/version.js';
 import { modelOf, type InstanceKey } from '../shared/model-spec.js';
+
+/** When this process started (ms since the epoch): of two addresses reporting one node name, the newer serves. */
+const STARTED_MS = Math.round(performance.timeOrigin);
 
 
 /** The compile cache must be writable before any model loads: say so once, clearly, at start-up. */
@@ -285,6 +289,7 @@ export class StowageServer {
       grpc: `${endpoints.host}:${this.ports.grpc}`,
       http: `${endpoints.host}:${this.ports.http}`,
       admin: `${endpoints.host}:${this.ports.admin}`,
+      node: nodeName(this.#config.node_name, this.ports.grpc),
       ready: models.filter((m) => m.state === ModelState.READY).map((m) => m.name),
       unavailable: models.filter((m) => m.state !== ModelState.READY).map((m) => m.name),
     }, 'serving');
@@ -460,6 +465,8 @@ export class StowageServer {
         registry: this.registry, devices, statistics: this.statistics, logger,
         weightTraffic: (model) => this.metrics.weightTraffic(model),
         weightBudgetBytes: workers.reduce((sum, w) => sum + (w.weights?.budgetBytes ?? 0), 0),
+        nodeName: () => nodeName(this.#config.node_name, this.ports.grpc),
+        startedMs: STARTED_MS,
       }),
       HealthStatus: (req) => ({ status: health.status(req.service) }),
       // Edge threads log with loggers of their own: they follow the level this one is set to.

@@ -14,6 +14,10 @@
  * whose nodes are all gone switches at once, and between checks (a new model, a node just lost) it
  * goes to the first node of its ranking among those that serve it: the same node from every
  * gateway, so a burst of first requests loads it once.
+ *
+ * Nodes are known by the name they report (node_name), not their address: a node rescheduled at a
+ * new address ranks where it ranked and keeps its models. A node whose status reads fail stays in
+ * service on its last report for a bounded age (remote-node.ts), then leaves placement.
  */
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
@@ -23,6 +27,8 @@ import type { NodeReport } from './remote-node.js';
 /** A node as the routes see it (a RemoteNode, or a stand-in in the unit tests). */
 export interface FleetMember {
   readonly address: string;
+  /** What placement keys on: the node_name it reports, else its address. */
+  readonly name: string;
   readonly up: boolean;
   readonly draining: boolean;
   /** The models it serves ready. */
@@ -39,12 +45,26 @@ export interface FleetRoutesOptions {
   logger: Logger;
   /** The gateway's metrics registry: placements, moves, prefetches, hit ratios, balance. */
   registry?: Registry;
+  /**
+   * Two addresses report one node name (a node rescheduled while its old address still answers):
+   * the newer process serves, and the gateway drains `older` as if discovery had lost it.
+   */
+  onSuperseded?: (older: FleetMember, newer: FleetMember) => void;
+}
+
+/** Of two members reporting one name, the one whose process started last (ties: the higher address). */
+function newerOf(a: FleetMember, b: FleetMember): FleetMember {
+  const [sa, sb] = [a.report!.startedMs, b.report!.startedMs];
+  if (sa !== sb) return sa > sb ? a : b;
+  return a.address > b.address ? a : b;
 }
 
 export class FleetRoutes {
   readonly #o: FleetRoutesOptions;
-  /** Model -> the nodes its requests go to now. */
+  /** Model -> the nodes (names) its requests go to now. */
   readonly #routes = new Map<string, string[]>();
+  /** Address -> the name placement knows it by, for every node at the last check. */
+  #names = new Map<string, string>();
   /** Model -> the node set being prefetched for it (joined by ','), until its requests switch. */
   readonly #switching = new Map<string, string>();
   /** Model -> measured load, device-seconds per second over the fleet, at the last check. */
@@ -93,7 +113,7 @@ export class FleetRoutes {
       name: 'stowage_gateway_node_weight_budget_bytes', help: 'A node\'s weight budget as it reports it (pooled)', labelNames: ['node'], registers,
       collect() {
         this.reset();
-        for (const n of self.#members) if (n.report) this.set({ node: n.address }, n.report.budgetBytes);
+        for (const n of self.#members) if (n.report) this.set({ node: n.name }, n.report.budgetBytes);
       },
     });
     new Gauge({
@@ -101,7 +121,7 @@ export class FleetRoutes {
       collect() {
         this.reset();
         for (const n of self.#members) {
-          if (n.report) this.set({ node: n.address }, [...n.report.models.values()].reduce((sum, m) => sum + m.residentBytes, 0));
+          if (n.report) this.set({ node: n.name }, [...n.report.models.values()].reduce((sum, m) => sum + m.residentBytes, 0));
         }
       },
     });
@@ -122,9 +142,17 @@ export class FleetRoutes {
     return this.#routes;
   }
 
-  /** The nodes `model`'s requests go to now; undefined while it has no route (its ranking's first takes it). */
-  holders(model: string): readonly string[] | undefined {
-    return this.#routes.get(model);
+  /**
+   * Whether the node at `address` is one of those `model`'s requests go to now; true for every node
+   * while the model has no route yet.
+   */
+  holds(model: string, address: string): boolean {
+    const routed = this.#routes.get(model);
+    return !routed || routed.includes(this.#nameOf(address));
+  }
+
+  #nameOf(address: string): string {
+    return this.#names.get(address) ?? address;
   }
 
   /** The latest placement (what the routes switch to once prefetched); null before the first check. */
@@ -139,22 +167,37 @@ export class FleetRoutes {
   route<T extends { address: string }>(model: string, candidates: readonly T[]): T[] {
     const routed = this.#routes.get(model);
     if (routed) {
-      const on = candidates.filter((c) => routed.includes(c.address));
+      const on = candidates.filter((c) => routed.includes(this.#nameOf(c.address)));
       if (on.length > 0) return on;
     }
-    const among = new Set(candidates.map((c) => c.address));
+    const among = new Set(candidates.map((c) => this.#nameOf(c.address)));
     const first = this.#rankings.first(model, among);
-    const chosen = candidates.find((c) => c.address === first?.id);
+    const chosen = candidates.find((c) => this.#nameOf(c.address) === first?.id);
     return chosen ? [chosen] : [...candidates];
   }
 
   /** After a health check of every node: loads, placement, and the moves it asks for. */
   update(nodes: readonly FleetMember[]): void {
-    const members = nodes.filter((n) => n.up && !n.draining && n.report);
+    this.#names = new Map(nodes.map((n) => [n.address, n.name]));
+    // One member per name: of addresses reporting one name, the newest process serves, the rest drain.
+    const serving = new Map<string, FleetMember>();
+    for (const n of nodes) {
+      if (!n.up || n.draining || !n.report) continue;
+      const seen = serving.get(n.name);
+      if (!seen) {
+        serving.set(n.name, n);
+        continue;
+      }
+      const newer = newerOf(seen, n);
+      serving.set(n.name, newer);
+      this.#o.logger.warn({ node: n.name, serving: newer.address, draining: (newer === n ? seen : n).address }, 'two addresses report one node name: the newer serves');
+      this.#o.onSuperseded?.(newer === n ? seen : n, newer);
+    }
+    const members = [...serving.values()];
     this.#members = members;
     this.#loads = new Map();
     for (const n of members) for (const [model, r] of n.report!.models) if (r.windowLoad > 0) this.#loads.set(model, (this.#loads.get(model) ?? 0) + r.windowLoad);
-    const fleet: FleetNode[] = members.map((n) => ({ id: n.address, budgetBytes: n.report!.budgetBytes, devices: Math.max(1, n.report!.devices) }));
+    const fleet: FleetNode[] = members.map((n) => ({ id: n.name, budgetBytes: n.report!.budgetBytes, devices: Math.max(1, n.report!.devices) }));
     this.#rankings = new Rankings(fleet);
     const models = new Map<string, FleetModel & { resident: string[] }>();
     for (const n of members) {
@@ -164,16 +207,16 @@ export class FleetRoutes {
         if (!m) models.set(name, (m = { name, bytes: 0, load: this.#loads.get(name) ?? 0, resident: [] }));
         if (r) {
           m.bytes = Math.max(m.bytes, r.weightBytes);
-          if (r.windowResidentBytes > 0) m.resident.push(n.address);
+          if (r.windowResidentBytes > 0) m.resident.push(n.name);
         }
       }
     }
     const placement = placeFleet([...models.values()], fleet, this.#o.fleet);
     this.#placement = placement;
     for (const name of this.#routes.keys()) if (!models.has(name)) this.#routes.delete(name);
-    const byAddress = new Map(members.map((n) => [n.address, n]));
+    const byName = new Map(members.map((n) => [n.name, n]));
     let moved = 0;
-    for (const [model, target] of placement.nodes) moved += this.#switch(model, target, models.get(model)!.resident, byAddress) ? 1 : 0;
+    for (const [model, target] of placement.nodes) moved += this.#switch(model, target, models.get(model)!.resident, byName) ? 1 : 0;
     if (moved > 0) {
       const loads = [...placement.load.values()];
       const mean = loads.reduce((s, l) => s + l, 0) / Math.max(1, loads.length);

@@ -13,6 +13,9 @@
  *
  * With `scheduling.mode: pooled` each health check also reads every node's ModelControlStatus,
  * and fleet-routes.ts places each model on a few nodes from it, so the fleet's memory is pooled.
+ * Health and placement are apart: only the RepositoryIndex read decides whether a node takes
+ * traffic; a status read that fails or is slow leaves placement on the node's last report for
+ * `report_max_age_seconds`. Two addresses reporting one node name: the older process drains.
  * The nodes report each model's load over wall-clock windows of `health_seconds`, the same
  * numbers to every gateway that reads within one window, and the checks run halfway through each:
  * gateways fed the same nodes place alike.
@@ -80,7 +83,24 @@ export class StowageGateway {
     collectDefaultMetrics({ register: this.#registry });
     if (gw.scheduling.mode === 'pooled') {
       const { epsilon, stickiness, replica_load: replicaLoad } = gw.scheduling.pooled;
-      this.fleet = new FleetRoutes({ fleet: { epsilon, stickiness, replicaLoad }, prefetchTimeoutMs: gw.request_timeout_seconds * 1000, logger, registry: this.#registry });
+      this.fleet = new FleetRoutes({
+        fleet: { epsilon, stickiness, replicaLoad }, prefetchTimeoutMs: gw.request_timeout_seconds * 1000, logger, registry: this.#registry,
+        onSuperseded: (older) => this.#retire(older.address, 'another address reports its node name, from a newer process'),
+      });
+      new Gauge({
+        name: 'stowage_gateway_node_report_age_seconds', help: 'How old the node\'s last status report is (pooled): it grows while its status reads fail', labelNames: ['node'], registers: [this.#registry],
+        collect() {
+          this.reset();
+          for (const n of nodes) if (n.reportAgeMs !== null) this.set({ node: n.address }, n.reportAgeMs / 1000);
+        },
+      });
+      new Gauge({
+        name: 'stowage_gateway_node_status_failures', help: 'Status reads of the node that failed or timed out (pooled); the node stays in service', labelNames: ['node'], registers: [this.#registry],
+        collect() {
+          this.reset();
+          for (const n of nodes) this.set({ node: n.address }, n.statusFailures);
+        },
+      });
     }
   }
 
@@ -99,6 +119,7 @@ export class StowageGateway {
           encodeStatusRequest: () => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: gw.health_seconds }),
           decodeStatus: (bytes: Buffer) => control.ModelControlStatus.responseDeserialize(bytes) as ModelControlStatusReply,
           encodePrefetch: (model: string) => control.PrefetchModel.requestSerialize({ name: model }),
+          reportMaxAgeMs: gw.scheduling.pooled.report_max_age_seconds * 1000,
         },
       } : {}),
     });
@@ -118,16 +139,21 @@ export class StowageGateway {
     }
     for (const address of removed) {
       if (this.#config.gateway.endpoints.includes(address)) continue; // static endpoints stay
-      const node = this.nodes.find((n) => n.address === address && !n.draining);
-      if (!node) continue;
-      this.#logger.info({ node: address, inflight: node.inflight }, 'node gone from DNS: draining it');
-      const drained = node.drain(this.#config.gateway.request_timeout_seconds * 1000).then(() => {
-        this.nodes.splice(this.nodes.indexOf(node), 1);
-        this.#draining.delete(drained);
-        this.#logger.info({ node: address }, 'node dropped');
-      });
-      this.#draining.add(drained);
+      this.#retire(address, 'gone from DNS');
     }
+  }
+
+  /** The node at `address` takes no new requests, finishes those in flight, and is dropped. */
+  #retire(address: string, why: string): void {
+    const node = this.nodes.find((n) => n.address === address && !n.draining);
+    if (!node) return;
+    this.#logger.info({ node: address, inflight: node.inflight, why }, 'draining node');
+    const drained = node.drain(this.#config.gateway.request_timeout_seconds * 1000).then(() => {
+      this.nodes.splice(this.nodes.indexOf(node), 1);
+      this.#draining.delete(drained);
+      this.#logger.info({ node: address }, 'node dropped');
+    });
+    this.#draining.add(drained);
   }
 
   /** The cap on inference RPCs in flight, and how many are. */
@@ -207,9 +233,14 @@ export class StowageGateway {
   /** Ask every node what it serves; log the ones that went down or came back; pooled, place the models. */
   async #checkNodes(): Promise<void> {
     await Promise.all(this.nodes.map(async (n) => {
+      const failing = n.statusFailing;
       if (await n.refresh(PROBE_TIMEOUT_MS)) {
         if (n.up) this.#logger.info({ node: n.address, models: n.models }, 'node up');
         else this.#logger.warn({ node: n.address }, 'node down: it does not answer');
+      }
+      if (n.up && n.statusFailing !== failing) {
+        if (n.statusFailing) this.#logger.warn({ node: n.address, reportAgeMs: n.reportAgeMs }, 'status read failed: the node keeps serving; placement goes on with its last report for report_max_age_seconds');
+        else this.#logger.info({ node: n.address }, 'status reads answer again');
       }
     }));
     this.fleet?.update(this.nodes);

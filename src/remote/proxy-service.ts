@@ -139,7 +139,7 @@ class Forwarding {
   /** Did the node fail (it does not answer its health check), rather than answer UNAVAILABLE itself? */
   async #nodeFailed(node: RemoteNode, err: grpc.ServiceError): Promise<boolean> {
     if (err.code !== 14 /* UNAVAILABLE */) return false;
-    await node.refresh(this.#ctx.healthTimeoutMs);
+    await node.probe(this.#ctx.healthTimeoutMs);
     if (!node.up) this.#ctx.logger.warn({ node: node.address, err: err.details }, 'node marked down: it failed a call and its health check');
     return !node.up;
   }
@@ -174,8 +174,8 @@ class Forwarding {
 
   /** Whether a node other than `tried` holds `model`: serves it and, pooled, is one its requests go to. */
   #anotherHolder(model: string, tried: ReadonlySet<RemoteNode>): boolean {
-    const routed = this.#ctx.fleet?.holders(model);
-    return this.#ctx.nodes.some((n) => n.serves(model) && !tried.has(n) && (!routed || routed.includes(n.address)));
+    const { fleet } = this.#ctx;
+    return this.#ctx.nodes.some((n) => n.serves(model) && !tried.has(n) && (!fleet || fleet.holds(model, n.address)));
   }
 
   /** Ask every node that is up (or those `among`); answers (and failures) per node. */

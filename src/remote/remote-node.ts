@@ -4,7 +4,8 @@
  * and how many forwarded RPCs it has in flight. Calls carry raw message bytes
  * both ways: the gateway forwards requests unchanged. A pooled gateway also
  * reads the node's ModelControlStatus at each check (what placement needs:
- * NodeReport) and asks it to PrefetchModel before moving a model there.
+ * NodeReport), apart from its health: a slow status read never takes the node
+ * out of service; and it asks the node to PrefetchModel before moving a model there.
  *
  * At most `maxStreams` forwarded RPCs (unary calls and open streams) are in
  * flight to one node; more wait their turn, so a burst at the gateway cannot
@@ -30,11 +31,20 @@ export interface RemoteNodeOptions {
     encodeStatusRequest: () => Buffer;
     decodeStatus: (bytes: Buffer) => ModelControlStatusReply;
     encodePrefetch: (model: string) => Buffer;
+    /**
+     * How long placement may go on with the node's last report while its status reads fail or
+     * time out (the node stays in service meanwhile: health is the RepositoryIndex read alone).
+     */
+    reportMaxAgeMs: number;
   };
 }
 
 /** What a node reports of itself and its models (ModelControlStatus), as placement reads it. */
 export interface NodeReport {
+  /** Its stable name (node_name); empty from a node older than the field. */
+  nodeName: string;
+  /** When its process started (ms since the epoch; 0 when it does not say). */
+  startedMs: number;
   /** Its weight budget, summed over its devices (0: the weight cache off). */
   budgetBytes: number;
   /** Its devices in service. */
@@ -67,6 +77,8 @@ const PREFETCH_PATH = '/stowage.control.ModelControl/PrefetchModel';
 /** A node's ModelControlStatus answer as placement reads it. */
 function reportOf(reply: ModelControlStatusReply): NodeReport {
   return {
+    nodeName: reply.node_name ?? '',
+    startedMs: Number(reply.started_unix_ms ?? 0),
     budgetBytes: Number(reply.weight_budget_bytes),
     devices: reply.devices,
     queueDepth: reply.queue_depth,
@@ -88,6 +100,10 @@ export class RemoteNode {
   #up = false;
   #models = new Set<string>();
   #report: NodeReport | null = null;
+  /** When #report was read (Date.now()). */
+  #reportAtMs = 0;
+  #statusFailing = false;
+  #statusFailures = 0;
   #inflight = 0;
   #waiting: (() => void)[] = [];
   /** Set once the node is being retired (discovery lost it): it takes no new requests. */
@@ -144,27 +160,69 @@ export class RemoteNode {
     return [...this.#models];
   }
 
-  /** What the node reported at its last health check (pooled mode); null before, or while it is down. */
+  /**
+   * What the node last reported (pooled mode), while it is up and the report is younger than
+   * `reportMaxAgeMs`; null before, while down, or once too old for placement to go on with.
+   */
   get report(): NodeReport | null {
-    return this.#up ? this.#report : null;
+    const maxAge = this.#o.control?.reportMaxAgeMs ?? 0;
+    return this.#up && this.#report && Date.now() - this.#reportAtMs <= maxAge ? this.#report : null;
   }
 
-  /** Ask the node what it serves; up if it answers in time, down if not. Returns whether its state changed. */
+  /** The name placement knows the node by: the node_name it last reported, else its address. */
+  get name(): string {
+    return this.#report?.nodeName || this.address;
+  }
+
+  /** How old its last report is (ms); null before the first. */
+  get reportAgeMs(): number | null {
+    return this.#report ? Date.now() - this.#reportAtMs : null;
+  }
+
+  /** Whether its last status read failed or timed out (pooled mode), and how many have so far. */
+  get statusFailing(): boolean {
+    return this.#statusFailing;
+  }
+
+  get statusFailures(): number {
+    return this.#statusFailures;
+  }
+
+  /**
+   * One health check: what the node serves (RepositoryIndex: up if it answers in time, down if not)
+   * and, pooled, its status for placement, asked at once beside it. A status read that fails or
+   * is slow leaves the node up and its last report in place (`report` ages it out); only the index
+   * decides whether the node takes traffic. Returns whether up changed.
+   */
   async refresh(timeoutMs: number): Promise<boolean> {
+    const control = this.#o.control;
+    const [changed] = await Promise.all([this.probe(timeoutMs), control && this.#readStatus(control, timeoutMs)]);
+    return changed;
+  }
+
+  /** The health half of a check alone (after a failed call): up if the node answers its RepositoryIndex. */
+  async probe(timeoutMs: number): Promise<boolean> {
     const was = this.#up;
     try {
       const bytes = await this.#unaryRaw('/inference.GRPCInferenceService/RepositoryIndex', this.#o.encodeIndexRequest(), new grpc.Metadata(), Date.now() + timeoutMs);
-      const models = new Set(this.#o.decodeIndex(bytes).models.filter((m) => m.state === 'READY').map((m) => m.name));
-      const control = this.#o.control;
-      // Asked after the index, in the same check: a node answers both or is down.
-      const report = control && reportOf(control.decodeStatus(await this.#unaryRaw(STATUS_PATH, control.encodeStatusRequest(), new grpc.Metadata(), Date.now() + timeoutMs)));
-      this.#models = models;
-      this.#report = report ?? null;
+      this.#models = new Set(this.#o.decodeIndex(bytes).models.filter((m) => m.state === 'READY').map((m) => m.name));
       this.#up = true;
     } catch {
       this.#up = false;
     }
     return was !== this.#up;
+  }
+
+  async #readStatus(control: NonNullable<RemoteNodeOptions['control']>, timeoutMs: number): Promise<void> {
+    try {
+      const report = reportOf(control.decodeStatus(await this.#unaryRaw(STATUS_PATH, control.encodeStatusRequest(), new grpc.Metadata(), Date.now() + timeoutMs)));
+      this.#report = report;
+      this.#reportAtMs = Date.now();
+      this.#statusFailing = false;
+    } catch {
+      this.#statusFailing = true;
+      this.#statusFailures++;
+    }
   }
 
   /** Forward one unary call's bytes; waits for a stream slot first. */

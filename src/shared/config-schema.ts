@@ -302,6 +302,9 @@ export const nodeConfigSchema = {
                 stickiness: { type: 'number', minimum: 0, maximum: 10, default: 0.1 },
                 // A replica per this much of one device's compute a model needs (device-seconds per second).
                 replica_load: { type: 'number', exclusiveMinimum: 0, maximum: 1000, default: 0.5 },
+                // While a node's status reads fail or time out it keeps serving, and placement goes on
+                // with its last report for this long; then the node leaves placement (not traffic).
+                report_max_age_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 10 },
               },
             },
             // lpt_packing: devices per model, a count or all.
@@ -351,6 +354,9 @@ export const nodeConfigSchema = {
       default: {},
       additionalProperties: { type: 'array', minItems: 1, uniqueItems: true, items: { type: 'string', minLength: 1 } },
     },
+    // The node's stable name, what a pooled gateway places models by (empty: the pod's name in
+    // Kubernetes, else host:grpc-port; node/node-name.ts).
+    node_name: { type: 'string', default: '' },
     // Serve only these models of the repository (empty: all). Environment: colon-separated.
     models_include: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true, default: [] },
     global: {

@@ -59,4 +59,10 @@ export interface ModelControlStatusReply<I extends Int = string> {
   devices: number;
   /** Requests queued on its devices. */
   queue_depth: number;
+  /** How old the devices' state it answers from is. */
+  snapshot_age_seconds: number;
+  /** The node's stable name (node_name), what a pooled gateway places by. */
+  node_name: string;
+  /** When the node's process started (ms since the epoch): of two addresses with one name, the newer serves. */
+  started_unix_ms: I;
 }

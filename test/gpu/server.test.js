@@ -308,7 +308,7 @@ gpuTest('CUDA graphs in the server (runtime.cuda.graphs): answers as without the
   for (const m of catalog) for (const rows of [1, 8]) t.is(await inferAndCheck(graphed.client, m, rows, next), null);
   const control = new ControlClient(graphed.address);
   t.teardown(() => control.close());
-  const status = (await control.call('ModelControlStatus', { name: 'convnet' })).models[0];
+  const status = (await control.call('ModelControlStatus', { name: 'convnet', fresh: true })).models[0];
   t.log(`convnet: ${status.cuda_graphs}`);
   t.regex(status.cuda_graphs, /^on for batch 1, 8, 32 \(\d+ runs through 3 graphs\)$/);
   t.true(graphed.logs.some((l) => l.msg === 'CUDA graphs' && l.model === 'convnet'));
@@ -322,7 +322,7 @@ gpuTest('CUDA graphs in the server (runtime.cuda.graphs): answers as without the
   for (let round = 0; round < 5; round++) for (const m of few) t.is(await inferAndCheck(moving.client, m, 1, next), null, `round ${round}, ${m.name}`);
   const movingControl = new ControlClient(moving.address);
   t.teardown(() => movingControl.close());
-  const off = (await movingControl.call('ModelControlStatus', { name: few[0].name })).models[0];
+  const off = (await movingControl.call('ModelControlStatus', { name: few[0].name, fresh: true })).models[0];
   t.log(`${few[0].name}: ${off.cuda_graphs}`);
   t.regex(off.cuda_graphs, /off: its weights moved \d+ times/);
 });

@@ -13,11 +13,12 @@ import { makeRepository, scrapeMetrics, startServer } from './server.js';
 
 /**
  * A catalog of `count` MLPs of `sizes` in `dir`/repo, and `nodes` nodes serving it, each with a
- * weight budget of `budgetShare` of the catalog's weights.
+ * weight budget of `budgetShare` of the catalog's weights, named node-0, node-1, ... (node_name:
+ * what a pooled gateway places by and labels its placement metrics with).
  * @param {string} dir
- * @param {{ count: number, sizes: number[], nodes: number, budgetShare: number }} options
+ * @param {{ count: number, sizes: number[], nodes: number, budgetShare: number, env?: (node: number) => Record<string, string> }} options
  */
-export async function startFleet(dir, { count, sizes, nodes, budgetShare }) {
+export async function startFleet(dir, { count, sizes, nodes, budgetShare, env = () => ({}) }) {
   const repo = path.join(dir, 'repo');
   const catalog = writeCatalog(repo, { count, sizes });
   const budget = Math.ceil(count * mlpWeightBytes(sizes) * budgetShare);
@@ -25,9 +26,9 @@ export async function startFleet(dir, { count, sizes, nodes, budgetShare }) {
   const fleet = await Promise.all(Array.from({ length: nodes }, async (_, i) => {
     const root = path.join(dir, `node-${i}`);
     makeRepository(root, {});
-    const config = { model_repo: repo, // Several nodes share this machine's cores: one ONNX Runtime thread each, not one per core each.
+    const config = { model_repo: repo, node_name: `node-${i}`, // Several nodes share this machine's cores: one ONNX Runtime thread each, not one per core each.
     global: { runtime: { cpu_device_memory_bytes: budget, mem_fraction: 1, weight_cache_wiggle_fraction: 0, intra_op_threads: 1 } } };
-    const start = (/** @type {Record<string, string>} */ env = {}) => startServer(config, { root, env });
+    const start = (/** @type {Record<string, string>} */ more = {}) => startServer(config, { root, env: { ...env(i), ...more } });
     return { server: await start(), root, start };
   }));
   return { catalog, nodes: fleet, budget };

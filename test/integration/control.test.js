@@ -33,7 +33,7 @@ const image = (/** @type {number} */ rows) => tensor('image', 'FP32', [rows, 3, 
 
 test.serial('ModelControlStatus reports each model\'s state, instance, queue and learned cost', async (t) => {
   await server.client.infer('convnet', [image(4)]);
-  const { models } = await call('ModelControlStatus', { name: '' });
+  const { models } = await call('ModelControlStatus', { name: '', fresh: true });
   const by = Object.fromEntries(models.map((m) => [m.name, m]));
   t.deepEqual(Object.keys(by).sort(), ['convnet', 'digits']);
   const c = by.convnet;
@@ -46,13 +46,13 @@ test.serial('ModelControlStatus reports each model\'s state, instance, queue and
   t.is(c.max_batch_size, 32);
   t.is(c.weight, 1);
   t.true(c.learned_cost.some((l) => l.batch_size === 4 && l.ms > 0), JSON.stringify(c.learned_cost));
-  const err = await grpcError(t, call('ModelControlStatus', { name: 'ghost' }));
+  const err = await grpcError(t, call('ModelControlStatus', { name: 'ghost', fresh: true }));
   t.is(err.code, grpc.status.NOT_FOUND);
 });
 
 test.serial('SetModelPolicy changes the batch cap and weight at run time', async (t) => {
   await call('SetModelPolicy', { name: 'convnet', max_batch_size: 1, weight: 3 });
-  const { models } = await call('ModelControlStatus', { name: 'convnet' });
+  const { models } = await call('ModelControlStatus', { name: 'convnet', fresh: true });
   t.is(models[0].max_batch_size, 1);
   t.is(models[0].weight, 3);
   const { config } = await server.client.call('ModelConfig', { name: 'convnet' });
@@ -62,13 +62,13 @@ test.serial('SetModelPolicy changes the batch cap and weight at run time', async
   await Promise.all(Array.from({ length: 16 }, () => server.client.infer('convnet', [image(1)])));
   t.is(await stats() - before, 16, 'one execution per request');
   await call('SetModelPolicy', { name: 'convnet', max_batch_size: 32, weight: 0 });
-  const after = (await call('ModelControlStatus', { name: 'convnet' })).models[0];
+  const after = (await call('ModelControlStatus', { name: 'convnet', fresh: true })).models[0];
   t.is(after.max_batch_size, 32);
   t.is(after.weight, 3, 'weight 0 leaves the weight as it was');
 });
 
 test.serial('SetModelResidency moves a model between device, system and unpinned; CompactMemory compacts', async (t) => {
-  const status = async () => (await call('ModelControlStatus', { name: 'digits' })).models[0];
+  const status = async () => (await call('ModelControlStatus', { name: 'digits', fresh: true })).models[0];
   await call('SetModelResidency', { name: 'digits', residency: 'device' });
   t.is((await status()).residency, 'device');
   t.true(Number((await status()).resident_bytes) > 0, 'device: on the device at once, before any call');
@@ -93,7 +93,7 @@ test.serial('SetModelResidency moves a model between device, system and unpinned
 });
 
 test.serial('ModelControlStatus reports what a pooling gateway places by: budget, devices, queue, weight bytes, compute seconds, hits and misses', async (t) => {
-  const before = await call('ModelControlStatus', { name: '' });
+  const before = await call('ModelControlStatus', { name: '', fresh: true });
   t.true(Number(before.weight_budget_bytes) > 100e6, `the node's budget: ${before.weight_budget_bytes}`);
   t.is(before.devices, 1);
   t.is(before.queue_depth, 0);
@@ -104,13 +104,13 @@ test.serial('ModelControlStatus reports what a pooling gateway places by: budget
   t.true(Number(convnet.weight_hits) + Number(convnet.weight_misses) > 0);
   const misses = Number(convnet.weight_misses);
   await server.client.infer('convnet', [image(2)]);
-  const after = /** @type {import('../../dist/client/control.js').ModelControlStatus} */ (of(await call('ModelControlStatus', { name: '' }), 'convnet'));
+  const after = /** @type {import('../../dist/client/control.js').ModelControlStatus} */ (of(await call('ModelControlStatus', { name: '', fresh: true }), 'convnet'));
   t.true(after.compute_seconds > convnet.compute_seconds, 'its compute seconds grow with each execution');
   t.is(Number(after.weight_misses) + Number(after.weight_hits), Number(convnet.weight_misses) + Number(convnet.weight_hits) + 1);
   t.true(Number(after.weight_misses) >= misses);
 
   // Over wall-clock windows: a window that has run reports convnet's load over it and its bytes resident as it ended.
-  const windowed = async () => /** @type {import('../../dist/client/control.js').ModelControlStatus} */ ((await call('ModelControlStatus', { name: 'convnet', window_seconds: 0.3 })).models[0]);
+  const windowed = async () => /** @type {import('../../dist/client/control.js').ModelControlStatus} */ ((await call('ModelControlStatus', { name: 'convnet', window_seconds: 0.3, fresh: true })).models[0]);
   await windowed(); // opens the first window
   await new Promise((resolve) => setTimeout(resolve, 350 - (Date.now() % 300))); // into the next
   const busy = Date.now();
@@ -119,10 +119,45 @@ test.serial('ModelControlStatus reports what a pooling gateway places by: budget
   const w = await windowed();
   t.true(w.window_load > 0, `convnet's load over the window: ${w.window_load}`);
   t.is(w.window_resident_bytes, after.resident_bytes);
-  const bad = await grpcError(t, call('ModelControlStatus', { name: '', window_seconds: -1 }));
+  const bad = await grpcError(t, call('ModelControlStatus', { name: '', window_seconds: -1, fresh: true }));
   t.is(bad.code, grpc.status.INVALID_ARGUMENT);
   t.regex(bad.details, /window_seconds must be between 0 \(none\) and 3600, got -1/);
 
+});
+
+test.serial('ModelControlStatus answers from a snapshot of the devices, says how old, and names the node', async (t) => {
+  const first = await call('ModelControlStatus', { name: 'convnet' });
+  t.true(first.snapshot_age_seconds >= 0 && first.snapshot_age_seconds < 5, `age ${first.snapshot_age_seconds}`);
+  // The default name, outside Kubernetes: the host name and the gRPC port (several nodes on one machine stay apart).
+  t.true(first.node_name.endsWith(`:${server.address.split(':').pop()}`), first.node_name);
+  const started = Number(first.started_unix_ms);
+  t.true(started > Date.now() - 10 * 60_000 && started <= Date.now(), `started ${started}`);
+  // Runs change the devices' state: a fresh read sees them at once, the snapshot within its period.
+  const runsOf = (/** @type {typeof first} */ reply) => Number(reply.models[0].weight_hits) + Number(reply.models[0].weight_misses);
+  const cost = (/** @type {typeof first} */ reply) => reply.models[0].learned_cost.find((l) => l.batch_size === 3)?.ms;
+  const runs = runsOf(first);
+  t.is(cost(first), undefined, 'no batch of 3 ran yet');
+  await server.client.infer('convnet', [image(3)]);
+  const fresh = await call('ModelControlStatus', { name: 'convnet', fresh: true });
+  t.is(runsOf(fresh), runs + 1);
+  t.true(/** @type {number} */ (cost(fresh)) > 0, 'the device\'s learned cost of the new batch size, read after the call');
+  let seen = false;
+  for (let i = 0; i < 50 && !seen; i++) {
+    seen = cost(await call('ModelControlStatus', { name: 'convnet' })) !== undefined;
+    if (!seen) await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  t.true(seen, 'the snapshot shows it within 5 s');
+});
+
+test('a configured node_name is what the node reports', async (t) => {
+  const own = tempDir();
+  t.teardown(own.cleanup);
+  const node = await startServer({ model_repo: makeRepository(own.dir, {}), node_name: 'rack2-node7' }, { root: own.dir });
+  t.teardown(() => node.stop());
+  const client = new ControlClient(node.address);
+  t.teardown(() => client.close());
+  t.is((await client.call('ModelControlStatus', { name: '' })).node_name, 'rack2-node7');
+  t.is(node.logs.find((l) => l.msg === 'serving')?.node, 'rack2-node7');
 });
 
 test('PrefetchModel brings a model\'s weights onto the device before any call', async (t) => {
@@ -133,7 +168,7 @@ test('PrefetchModel brings a model\'s weights onto the device before any call', 
   t.teardown(() => fresh.stop());
   const client = new ControlClient(fresh.address);
   t.teardown(() => client.close());
-  const status = async () => (await client.call('ModelControlStatus', { name: 'digits' })).models[0];
+  const status = async () => (await client.call('ModelControlStatus', { name: 'digits', fresh: true })).models[0];
   t.is((await status()).resident_bytes, '0', 'loaded, never called: in host RAM only');
   const prefetched = await client.call('PrefetchModel', { name: 'digits' });
   t.true(Number(prefetched.resident_bytes) > 0, `resident after PrefetchModel: ${prefetched.resident_bytes}`);
@@ -153,7 +188,7 @@ test('with the weight cache off, every model is resident and residency cannot ch
   t.teardown(() => off.stop());
   const client = new ControlClient(off.address);
   t.teardown(() => client.close());
-  t.is((await client.call('ModelControlStatus', { name: 'digits' })).models[0].residency, 'device');
+  t.is((await client.call('ModelControlStatus', { name: 'digits', fresh: true })).models[0].residency, 'device');
   for (const refused of [client.call('SetModelResidency', { name: 'digits', residency: 'device' }), client.call('CompactMemory', { device: 0 })]) {
     const err = await grpcError(t, refused);
     t.is(err.code, grpc.status.INVALID_ARGUMENT);

@@ -38,7 +38,7 @@ async function serve(t, scheduling, { count = COUNT, edges } = {}) {
   const control = new ControlClient(server.address);
   t.teardown(() => control.close());
   const placement = async () => {
-    const { models: status } = await control.call('ModelControlStatus', { name: '' });
+    const { models: status } = await control.call('ModelControlStatus', { name: '', fresh: true });
     return Object.fromEntries(status.map((m) => [m.name, m.placed_devices]));
   };
   return { server, models, placement };

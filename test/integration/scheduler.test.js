@@ -183,7 +183,7 @@ test.serial('priorities: a request of level 1 passes a queue of level 3 requests
     const queue = Array.from({ length: 60 }, () => call(3).then(() => { done++; }));
     let depth = 0;
     for (let i = 0; i < 500 && depth < 30; i++) {
-      depth = Number((await control.call('ModelControlStatus', { name: 'slow' })).models[0].queue_depth);
+      depth = Number((await control.call('ModelControlStatus', { name: 'slow', fresh: true })).models[0].queue_depth);
       if (depth < 30) await new Promise((r) => setTimeout(r, 5));
     }
     const atSend = done;
@@ -241,7 +241,7 @@ for (const edgeThreads of [0, 2]) {
     const queue = Array.from({ length: 400 }, () => call(3));
     let depth = 0;
     for (let i = 0; i < 500 && depth < 200; i++) {
-      depth = Number((await control.call('ModelControlStatus', { name: 'slow' })).models[0].queue_depth);
+      depth = Number((await control.call('ModelControlStatus', { name: 'slow', fresh: true })).models[0].queue_depth);
       if (depth < 200) await new Promise((r) => setTimeout(r, 5));
     }
     const stats = async () => (await server.client.call('ModelStatistics', { name: 'slow' })).model_stats[0].inference_stats.fail;

@@ -84,7 +84,7 @@ test('variants of one graph share one session per device and answer with their o
     // Measured as the C heap's growth across its open: other threads' work at that moment blurs it (approximate, never negative).
     t.true(s.bytes >= 0, 'its bytes measured at its open');
   }
-  const { models: status } = await control.call('ModelControlStatus', { name: '' });
+  const { models: status } = await control.call('ModelControlStatus', { name: '', fresh: true });
   for (const m of status) t.regex(m.session, /^device 0: shared with 12 models \(graph [0-9a-f]{12}\); device 1: shared with 12 models/, m.name);
   t.true(status.every((m) => Number(m.session_bytes) >= 0 && Number(m.session_bytes) <= (s0.bytes + s1.bytes) / 12 + 1), 'each model\'s share is its session\'s bytes over the twelve');
   const loaded = server.logs.filter((l) => l.msg === 'model loaded');
@@ -128,7 +128,7 @@ test('a reload to the same graph keeps the session; unloading one leaves it to t
   s = await sessions(server.adminPort);
   t.is(s.open, 0);
   t.is(s.unloads, 1, 'closed once, with its last model');
-  const { models: status } = await control.call('ModelControlStatus', { name: '' });
+  const { models: status } = await control.call('ModelControlStatus', { name: '', fresh: true });
   t.true(status.every((m) => m.state !== 'READY'));
 });
 
@@ -179,7 +179,7 @@ test('under a session budget idle sessions close and reopen on their next call, 
   t.true(s.reopens > 0, `and reopened on their calls: ${s.reopens}`);
   t.is(s.graphs, 8);
   t.true(s.open <= 2, `at most the one in use and the pinned one stay open: ${s.open}`);
-  const { models: status } = await control.call('ModelControlStatus', { name: '' });
+  const { models: status } = await control.call('ModelControlStatus', { name: '', fresh: true });
   const arch0 = status.find((m) => m.name === 'arch0');
   t.notRegex(String(arch0?.session), /closed/, 'the residency: device model keeps its session');
   t.true(status.some((m) => /closed until its next call/.test(m.session)), 'the status says a session is closed');
@@ -211,7 +211,7 @@ test('runtime.session_per_batch_size: a session per compiled batch size, each ru
     t.is(s.open, 2);
     t.is(s.perSession, 3);
     for (const m of models) t.deepEqual(await executed(server, m.name), [1, 8], `${m.name}: 3 and 5 rows ran padded to 8`);
-    const { models: status } = await control.call('ModelControlStatus', { name: models[0].name });
+    const { models: status } = await control.call('ModelControlStatus', { name: models[0].name, fresh: true });
     t.regex(status[0].session, /^batch 1: shared with 3 models \(graph [0-9a-f]{12}\); batch 8: shared with 3 models \(graph [0-9a-f]{12}\)$/);
   }
   {

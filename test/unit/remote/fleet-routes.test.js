@@ -13,15 +13,17 @@ const logger = pino({ level: 'silent' });
 
 /**
  * A node as the routes see it: its models' weight bytes, what is resident, each one's load over the last window;
- * prefetches are recorded and held until `release` is called.
+ * prefetches are recorded and held until `release` is called. Known by `name` (node_name) when given, else its address.
  * @param {string} address
  * @param {string[]} models
+ * @param {{ name?: string, startedMs?: number }} [identity]
  */
-function member(address, models) {
+function member(address, models, { name = address, startedMs = 0 } = {}) {
   /** @type {{ model: string, resolve: () => void, reject: (e: Error) => void }[]} */
   const prefetches = [];
   const node = {
     address,
+    name,
     up: true,
     draining: false,
     models,
@@ -31,6 +33,7 @@ function member(address, models) {
     get report() {
       if (!node.up) return null;
       return {
+        nodeName: name, startedMs,
         budgetBytes: node.budgetBytes, devices: 1, queueDepth: 0,
         models: new Map(models.map((m) => {
           const resident = node.resident.has(m) ? 10 * MB : 0;
@@ -142,4 +145,48 @@ test('a node lost: its models switch at once to a node that serves them; one joi
   for (const p of joining.prefetches.slice(1)) p.resolve();
   await settle();
   for (const m of won) t.deepEqual(r.routes.get(m), [joining.address], `${m} switched (a failed prefetch too: its first request loads it)`);
+});
+
+test('nodes are placed by name: one back at a new address keeps its models; of two addresses with one name the newer serves', async (t) => {
+  const names = ['node-a', 'node-b', 'node-c'];
+  const nodes = names.map((n, i) => member(`10.0.0.${i + 1}:8001`, CATALOG, { name: n, startedMs: 1000 }));
+  /** @type {[string, string][]} */
+  const superseded = [];
+  const all = [...nodes];
+  // As the gateway does: the older drains (and so is no longer a candidate for requests).
+  const onSuperseded = (/** @type {{ address: string }} */ older, /** @type {{ address: string }} */ newer) => {
+    superseded.push([older.address, newer.address]);
+    const node = all.find((n) => n.address === older.address);
+    if (node) node.draining = true;
+  };
+  const r = new FleetRoutes({ fleet: DEFAULT_FLEET_OPTIONS, prefetchTimeoutMs: 1000, logger, onSuperseded });
+  r.update(nodes);
+  for (const n of nodes) for (const m of CATALOG) if (r.routes.get(m)?.includes(n.name)) n.resident.add(m);
+  const before = new Map(r.routes);
+  t.true([...before.values()].flat().every((id) => names.includes(id)), 'routes name nodes, not addresses');
+  const bs = CATALOG.filter((m) => before.get(m)?.[0] === 'node-b');
+  t.true(bs.length > 0);
+
+  // node-b rescheduled: its old address gone, a new process at a new address reporting the same name.
+  const moved = member('10.0.0.7:8001', CATALOG, { name: 'node-b', startedMs: 2000 });
+  all.push(moved);
+  for (const m of bs) moved.resident.add(m); // its weights come back as it warms (or: placement keeps its places either way)
+  nodes[1].up = false;
+  r.update([nodes[0], nodes[1], nodes[2], moved]);
+  for (const m of CATALOG) t.deepEqual(r.routes.get(m), before.get(m), `${m} keeps its place`);
+  for (const m of bs) t.deepEqual(r.route(m, [nodes[0], nodes[2], moved]).map((n) => n.address), ['10.0.0.7:8001'], `${m} goes to node-b's new address`);
+  t.true(r.holds(bs[0], '10.0.0.7:8001'));
+  t.false(r.holds(bs[0], nodes[0].address));
+  t.true(r.holds('never-seen', nodes[0].address), 'a model with no route yet: any node may hold it');
+  t.deepEqual(superseded, []);
+
+  // The old address answers again, reporting the same name from an older process: it is the one to drain.
+  nodes[1].up = true;
+  r.update([...nodes, moved]);
+  t.deepEqual(superseded, [['10.0.0.2:8001', '10.0.0.7:8001']]);
+  t.true(nodes[1].draining);
+  const candidates = all.filter((n) => n.up && !n.draining);
+  for (const m of bs) t.deepEqual(r.route(m, candidates).map((n) => n.address), ['10.0.0.7:8001']);
+  r.update(all);
+  t.is(superseded.length, 1, 'drained once');
 });

@@ -1,0 +1,85 @@
+// Health apart from placement, on a real pooled fleet (two nodes, one gateway): a node whose status
+// reads are delayed 2 s (past the gateway's 1 s probe timeout) keeps serving with no failed
+// request; placement goes on with its last report for report_max_age_seconds, then leaves it out
+// (its models served by the other node) while it stays up for traffic; once its status reads
+// answer again it is placed on again. The delay is injected on the node itself
+// (STOWAGE_FAULT_STATUS_DELAY_FILE), so the gateway sees a real slow call.
+import { rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import test from 'ava';
+import { drive, placements, startFleet, zipfPicks } from '../helpers/fleet.js';
+import { scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
+
+const sleep = (/** @type {number} */ ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Resolves once `check` is true, checked every 100 ms; fails after `ms`.
+ * @param {() => Promise<boolean>} check
+ * @param {number} ms
+ * @param {string} what
+ */
+async function until(check, ms, what) {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+    await sleep(100);
+  }
+}
+
+test('a node whose status reads are delayed 2 s keeps serving: placement holds its last report for a bounded age, then leaves it out, never traffic', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const delayFile = path.join(temp.dir, 'status-delay');
+  const { catalog, nodes } = await startFleet(temp.dir, { count: 12, sizes: [32, 64, 4], nodes: 2, budgetShare: 1, env: (i) => (i === 1 ? { STOWAGE_FAULT_STATUS_DELAY_FILE: delayFile } : /** @type {Record<string, string>} */ ({})) });
+  t.teardown(() => Promise.all(nodes.map((n) => n.server.stop())));
+  const slow = nodes[1];
+  const gateway = await startServer({
+    gateway: {
+      endpoints: nodes.map((n) => n.server.address),
+      health_seconds: 0.25,
+      scheduling: { mode: 'pooled', pooled: { report_max_age_seconds: 3 } },
+    },
+  });
+  t.teardown(() => gateway.stop());
+  const metric = async (/** @type {string} */ key) => (await scrapeMetrics(gateway.adminPort))[key];
+  const up = () => metric(`stowage_gateway_node_up{node="${slow.server.address}"}`);
+  const on = async (/** @type {string} */ name) => [...(await placements(gateway.adminPort)).entries()].filter(([, at]) => at.includes(name)).map(([m]) => m);
+
+  await until(async () => (await placements(gateway.adminPort)).size === catalog.length, 10_000, 'every model is placed');
+  const held = await on('node-1');
+  t.true(held.length > 0, 'rendezvous hashing gave node-1 some of the 12 models');
+
+  let running = true;
+  /** @type {string[]} */
+  const errors = [];
+  const load = drive([gateway], zipfPicks(catalog, 100_000, 3), { clients: 4, running: () => running, onError: (model, err) => errors.push(`${model}: ${err.details ?? err}`) });
+
+  // Status reads of node-1 now take 2 s: each one the gateway makes times out after 1 s.
+  writeFileSync(delayFile, '2000');
+  const since = Date.now();
+  await until(async () => (await metric(`stowage_gateway_node_status_failures{node="${slow.server.address}"}`)) >= 1, 5_000, 'a status read of node-1 fails');
+  t.is(await up(), 1, 'a failed status read leaves the node up');
+  if (Date.now() - since < 2_000) t.true((await on('node-1')).length > 0, 'within report_max_age_seconds placement goes on with its last report');
+
+  // Past the bound its report is too old for placement: its models go to node-0; it still takes traffic.
+  await until(async () => (await on('node-1')).length === 0, 8_000, 'node-1 leaves placement');
+  t.is((await on('node-0')).length, catalog.length, 'node-0 takes every model');
+  t.true(Date.now() - since >= 2_500, `not before its report aged out (${Date.now() - since} ms)`);
+  t.is(await up(), 1, 'and stays up: health is the RepositoryIndex read alone');
+  t.true(/** @type {number} */ (await metric(`stowage_gateway_node_report_age_seconds{node="${slow.server.address}"}`)) >= 3);
+
+  // Status reads answer again: it is placed on again.
+  rmSync(delayFile);
+  await until(async () => (await on('node-1')).length > 0, 10_000, 'node-1 is placed on again');
+  await sleep(500);
+  running = false;
+  const during = await load;
+  t.log(`${during.ok} requests while node-1's status reads were slow and after, ${during.failed} failed`);
+  t.deepEqual(errors, [], 'no request failed');
+  t.deepEqual(during.wrong, []);
+  t.true(during.ok > 50);
+  const failedReads = gateway.logs.filter((l) => l.msg?.startsWith('status read failed'));
+  t.log(failedReads.map((l) => `${l.node} at report age ${l.reportAgeMs} ms`));
+  t.deepEqual([...new Set(failedReads.map((l) => l.node))], [slow.server.address], 'the gateway says which node\'s status reads fail');
+  t.falsy(gateway.logs.find((l) => l.msg === 'node down: it does not answer'), 'never marked down');
+});
