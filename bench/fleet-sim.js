@@ -1,30 +1,49 @@
-// A fleet of simulated nodes driven by the real placement and routing code (src/routing/
-// fleet-placement.ts, and placement.ts's packing for the ideal partition): how well each way of
-// routing a catalog over a fleet pools the fleet's memory.
+// A fleet of simulated nodes driven by the gateway's real routing code: each simulated gateway is
+// a src/remote/fleet-routes.ts FleetRoutes (placement by src/routing/fleet-placement.ts), fed
+// simulated nodes through a simulated transport, and the nodes report through their real
+// node/load-windows.ts, as ModelControlStatus does.
 //
 // Each node is one device with a weight budget and an LRU cache of whole models: a cold model
 // costs its bytes at the host-to-device rate, evicting least recently used models; a batch runs in
 // RUN_MS + ROW_MS per row; queued requests for the model that runs next are coalesced (up to
-// MAX_BATCH), models taking turns oldest first. Requests arrive as a Poisson process over a catalog
-// of mixed sizes, Zipf(1.0) by a popularity order that drifts (part of the popular set replaced
-// every DRIFT_SECONDS), through GATEWAYS gateways each with its own view: its placement is
-// recomputed every REPORT_SECONDS from what the nodes report, read at its own moment (the gateways'
-// readings are skewed): each model's load over the node's last wall-clock window and its residency
-// as that window ended, published by the node's real node/load-windows.ts, as ModelControlStatus
-// does. A node fails and one joins during the run.
+// MAX_BATCH), models taking turns oldest first. A prefetch (FleetRoutes asking a node that gains a
+// model to load it first) takes the copy's time on that device. Requests arrive as a Poisson process
+// over a catalog of mixed sizes, Zipf(1.0) by a popularity order that drifts (part of the popular
+// set replaced every --drift seconds; 0: never), through GATEWAYS gateways.
 //
-// Policies: round_robin (what a gateway-only process does today: any node), affinity (each model's
-// first rendezvous node, no bounds, no replicas), placement (fleet-placement.ts: bounded loads,
-// replicas by load), ideal (an oracle partition by true popularity, repacked at every drift).
+// The transport, as a gateway's health check meets it: each gateway's clock is off by up to
+// --skew seconds (each its own, fixed), so each reads the nodes' wall-clock windows at its own
+// "halfway"; each status read fails with probability --fail-reads and is slow with probability
+// --slow-reads (200 ms to 2 s: past the 1 s probe timeout it fails too); a node whose reads fail
+// keeps serving and placement goes on with its last report for REPORT_MAX_AGE_MS, as
+// remote-node.ts does. The check's routes change once the slowest read that answered is in and
+// every report is decoded: the decode cost per model is measured on real ModelControlStatus bytes
+// (proto-loader, as the gateway decodes them) and charged for the active models each node answers
+// (active_only, as a pooled gateway asks). The RepositoryIndex is not read per check (the nodes'
+// repository digest does not change in the run).
+//
+// Policies: round_robin (any node), affinity (each model's first rendezvous node, no bounds, no
+// replicas), pooled (FleetRoutes), oracle (a partition by true popularity, known at once and
+// repacked at every drift by placement.ts's greedy packing: a strong reference, not a bound).
+// The hit-rate *bound* is exact: in each drift period no policy's expected hit rate exceeds the
+// request share of the most popular-per-byte models that fit in the fleet's memory (a fractional
+// knapsack of the true popularity), since a request hits only a model resident at its arrival and
+// arrivals do not depend on what is resident. It ignores cold loads, replicas and balance.
 //
 //   npm run build && node bench/fleet-sim.js [--nodes 64] [--models 10000] [--seconds 60]
-//     [--rate 12000] [--gateways 3] [--seed 1] [--report 2] [--policies round_robin,affinity,placement,ideal]
+//     [--rate 12000] [--gateways 3] [--seeds 11,12,13] [--report 2] [--drift 10] [--skew 1]
+//     [--fail-reads 0.02] [--slow-reads 0.1] [--policies round_robin,affinity,pooled,oracle]
+//
+// Seeds 1-3 were the ones placement's options were tuned on (2026-11-27); 11-13 were not.
 import { parseArgs } from 'node:util';
-import { DEFAULT_FLEET_OPTIONS, placeFleet, Rankings } from '../dist/routing/fleet-placement.js';
+import pino from 'pino';
+import { DEFAULT_FLEET_OPTIONS, Rankings } from '../dist/routing/fleet-placement.js';
+import { FleetRoutes } from '../dist/remote/fleet-routes.js';
 import { pack } from '../dist/routing/placement.js';
 import { LoadWindows } from '../dist/node/load-windows.js';
+import { loadControlClient } from '../dist/protocol/proto.js';
 import { random } from '../test/helpers/mlp-catalog.js';
-import { percentile } from './timing.js';
+import { percentile, median } from './timing.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -33,9 +52,14 @@ const { values: args } = parseArgs({
     seconds: { type: 'string', default: '60' },
     rate: { type: 'string', default: '12000' },
     gateways: { type: 'string', default: '3' },
-    seed: { type: 'string', default: '1' },
-    policies: { type: 'string', default: 'round_robin,affinity,placement,ideal' },
+    seeds: { type: 'string', default: '11,12,13' },
+    policies: { type: 'string', default: 'round_robin,affinity,pooled,oracle' },
     report: { type: 'string', default: '2' },
+    drift: { type: 'string', default: '10' },
+    skew: { type: 'string', default: '1' },
+    'fail-reads': { type: 'string', default: '0.02' },
+    'slow-reads': { type: 'string', default: '0.1' },
+    'charge-decode': { type: 'string', default: 'yes' },
     json: { type: 'boolean', default: false },
   },
 });
@@ -45,7 +69,8 @@ const MODELS = Number(args.models);
 const SECONDS = Number(args.seconds);
 const RATE = Number(args.rate);
 const GATEWAYS = Number(args.gateways);
-const SEED = Number(args.seed);
+const SEEDS = args.seeds.split(',').map(Number);
+let SEED = SEEDS[0];
 
 const MB = 1e6;
 /** A model's run: a fixed cost and a cost per row, in ms (a mid-size vision model on one GPU). */
@@ -58,19 +83,61 @@ const COPY_BYTES_PER_MS = 25e9 / 1000;
 const MAX_QUEUE = 2000;
 /** How often each gateway reads the nodes' counters and places again: gateway.health_seconds, 2 by default. */
 const REPORT_SECONDS = Number(args.report);
-const DRIFT_SECONDS = 10;
-/** The gateways read the nodes this far apart (ms), halfway through the nodes' windows as they do. */
-const GATEWAY_SKEW_MS = 300;
+const DRIFT_SECONDS = Number(args.drift);
+/** Each gateway's clock is off by up to this (ms), either way. */
+const SKEW_MS = Number(args.skew) * 1000;
+const FAIL_READS = Number(args['fail-reads']);
+const SLOW_READS = Number(args['slow-reads']);
+/** What a gateway gives a status read (remote/gateway-server.ts's PROBE_TIMEOUT_MS). */
+const PROBE_TIMEOUT_MS = 1000;
+/** gateway.scheduling.pooled.report_max_age_seconds's default. */
+const REPORT_MAX_AGE_MS = 10_000;
+/** Membership changes: windows this long after one count as "changing" (busiest/mean, quiet moves). */
+const SETTLE_MS = 10_000;
 const WARMUP_SECONDS = Math.min(15, SECONDS / 4);
 const FAIL_AT = SECONDS * 0.55;
 const JOIN_AT = SECONDS * 0.75;
 
-// ---- the catalog: sizes log-uniform from 20 MB to 400 MB ----
-const rng = random(SEED);
-const models = Array.from({ length: MODELS }, (_, i) => ({ name: `m${String(i).padStart(5, '0')}`, bytes: Math.round(20 * MB * Math.exp(rng() * Math.log(20))) }));
-const catalogBytes = models.reduce((s, m) => s + m.bytes, 0);
+// ---- the catalog: sizes log-uniform from 20 MB to 400 MB, drawn from the seed ----
+let models = [];
+let catalogBytes = 0;
 /** One node's budget: the fleet's memory is the catalog's size (the catalog is NODES x one budget). */
-const BUDGET = Math.floor(catalogBytes / NODES);
+let BUDGET = 0;
+let catalogNames = [];
+function makeCatalog(seed) {
+  const rng = random(seed);
+  models = Array.from({ length: MODELS }, (_, i) => ({ name: `m${String(i).padStart(5, '0')}`, bytes: Math.round(20 * MB * Math.exp(rng() * Math.log(20))) }));
+  catalogBytes = models.reduce((s, m) => s + m.bytes, 0);
+  BUDGET = Math.floor(catalogBytes / NODES);
+  catalogNames = models.map((m) => m.name);
+}
+
+/**
+ * What decoding a ModelControlStatus answer costs a gateway, per model in it (ms): real bytes for
+ * a node serving the whole catalog, decoded as the gateway decodes them, the median of a few. A
+ * pooled gateway asks active_only, so an answer holds the node's active models only (those with
+ * load or weights resident), and a check costs this times the active models of every node read.
+ */
+function measureDecodeMs() {
+  const { ModelControlStatus: rpc } = loadControlClient().service;
+  const reply = {
+    weight_budget_bytes: BUDGET, devices: 1, queue_depth: 3, node_name: 'node-00', started_unix_ms: Date.now(), snapshot_age_seconds: 0.2,
+    models: models.map((m, i) => ({
+      name: m.name, state: 'READY', reason: '', instance: `${m.name}#1`, residency: 'system', resident_bytes: i % 50 === 0 ? m.bytes : 0, device: -1,
+      queue_depth: 0, learned_cost: [{ batch_size: 1, ms: 2.1 }], weight: 1, max_batch_size: 16, placed_devices: [0], session_device_bytes: 0, cuda_graphs: '',
+      weight_bytes: m.bytes, compute_seconds: i * 0.01, weight_hits: i, weight_misses: 1, window_load: i % 7 === 0 ? 0.01 : 0, window_resident_bytes: i % 50 === 0 ? m.bytes : 0,
+      session: 'own session', session_bytes: 1000,
+    })),
+  };
+  const bytes = rpc.responseSerialize(reply);
+  const ms = [];
+  for (let k = 0; k < 12; k++) {
+    const t0 = performance.now();
+    rpc.responseDeserialize(bytes);
+    if (k >= 4) ms.push(performance.now() - t0); // after the JIT's warm-up
+  }
+  return { msPerModel: median(ms) / MODELS, fullMs: median(ms), bytes: bytes.length };
+}
 
 /** Zipf(1.0) over ranks: cumulative weights, and a rank drawn by binary search. */
 const cumulative = new Float64Array(MODELS);
@@ -138,12 +205,55 @@ class SimNode {
     this.compute = new Map(); // model index -> ms of device time, cumulative
     this.windows = new LoadWindows(); // what the node reports: loads and residency over windows
     this.busyMs = 0;
+    this.windowBusyMs = 0; // device time in the current 5 s sample window
     this.loads = 0;
+    this.reports = new Map(); // window index -> the report it gives every reader of that window
   }
 }
 
-function simulate(policy) {
+/** The simulation's clock (ms): what a member's report ages by. */
+let simNow = 0;
+const silent = pino({ level: 'silent' });
+
+/**
+ * A node as one gateway sees it (remote-node.ts's part FleetRoutes reads): up while the node is;
+ * its last report, kept for REPORT_MAX_AGE_MS while reads fail; a prefetch asks the node to load.
+ */
+class SimMember {
+  constructor(node, index, prefetch) {
+    this.node = node;
+    this.address = `10.0.${index >> 8}.${index & 255}:8001`;
+    this.name = node.id;
+    this.draining = false;
+    this.models = catalogNames;
+    this.last = null;
+    this.lastAt = -Infinity;
+    this.prefetchOn = prefetch;
+  }
+  get up() { return this.node.up; }
+  get report() { return this.node.up && this.last && simNow - this.lastAt <= REPORT_MAX_AGE_MS ? this.last : null; }
+  prefetch(model) { return this.prefetchOn(this.node, model); }
+}
+
+/** The hit-rate bound for popularity `order` (rank -> model): the fractional knapsack of request share per byte into `memory`. */
+function hitBound(order, memory) {
+  const H = cumulative[MODELS - 1];
+  const items = Array.from(order, (m, k) => ({ p: 1 / (k + 1) / H, bytes: models[m].bytes }));
+  items.sort((a, b) => b.p / b.bytes - a.p / a.bytes);
+  let left = memory;
+  let share = 0;
+  for (const it of items) {
+    if (left <= 0) break;
+    const take = Math.min(1, left / it.bytes);
+    share += it.p * take;
+    left -= it.bytes * take;
+  }
+  return share;
+}
+
+async function simulate(policy, decodeMsPerModel) {
   const rand = random(SEED + 100);
+  const faults = random(SEED + 200); // the transport's draws, apart from the traffic's
   const events = new Events();
   const nodes = Array.from({ length: NODES }, (_, i) => new SimNode(`node-${String(i).padStart(2, '0')}`));
   let nextNodeId = NODES;
@@ -153,16 +263,54 @@ function simulate(policy) {
     const j = Math.floor(rand() * (i + 1));
     [order[i], order[j]] = [order[j], order[i]];
   }
-  const stats = { arrived: 0, done: 0, refused: 0, hits: 0, misses: 0, loads: 0, latencies: [], moved: [], ratios: [], retried: 0, agree: [] };
+  const stats = {
+    arrived: 0, done: 0, refused: 0, hits: 0, misses: 0, loads: 0, latencies: [], moved: [], ratios: [], retried: 0, agree: [],
+    windows: [], quietMoves: 0, quietMs: 0, checkMs: [], decodeMs: [], failedReads: 0, reads: 0, bound: [], hottest: 0,
+  };
   const measuring = (t) => t >= WARMUP_SECONDS * 1000;
+  const changes = []; // times of membership changes
+  const changing = (t) => changes.some((c) => t >= c && t < c + SETTLE_MS);
 
-  // ---- the gateways' views ----
   const live = () => nodes.filter((n) => n.up);
-  const fleetNodes = () => live().map((n) => ({ id: n.id, budgetBytes: BUDGET }));
-  const gateways = Array.from({ length: GATEWAYS }, (_, g) => ({ g, rr: g, turn: g, placement: null, loads: new Float64Array(MODELS), resident: new Map() }));
   const byId = new Map(nodes.map((n) => [n.id, n]));
-  /** What placement is fed: each model's bytes, and its load and the nodes holding it as the gateway last read them. */
-  const modelSpecs = (gw) => models.map((m, i) => ({ name: m.name, bytes: m.bytes, load: gw.loads[i], resident: gw.resident.get(i) ?? [] }));
+  const fleetNodes = () => live().map((n) => ({ id: n.id, budgetBytes: BUDGET }));
+  let rankings = new Rankings(fleetNodes());
+
+  // ---- prefetches: a node asked to load a model copies it onto its device, then answers ----
+  let settle = false;
+  const prefetch = (node, m) => new Promise((resolve, reject) => {
+    const index = modelIndex.get(m);
+    events.push({ t: simNow + models[index].bytes / COPY_BYTES_PER_MS, kind: 'prefetched', node, m: index, resolve, reject });
+  });
+  const modelIndex = new Map(models.map((m, i) => [m.name, i]));
+  const makeResident = (node, m, t) => {
+    if (node.resident.has(m)) {
+      node.resident.delete(m);
+      node.resident.set(m, models[m].bytes);
+      return false;
+    }
+    const bytes = models[m].bytes;
+    for (const [victim, b] of node.resident) {
+      if (node.residentBytes + bytes <= BUDGET) break;
+      node.resident.delete(victim);
+      node.residentBytes -= b;
+    }
+    node.resident.set(m, bytes);
+    node.residentBytes += bytes;
+    node.loads++;
+    if (measuring(t)) stats.loads++;
+    return true;
+  };
+
+  // ---- the gateways ----
+  const gateways = Array.from({ length: GATEWAYS }, (_, g) => {
+    const members = nodes.map((n, i) => new SimMember(n, i, prefetch));
+    return {
+      g, rr: g, turn: g, members, byNode: new Map(members.map((mb) => [mb.node, mb])),
+      skew: (faults() * 2 - 1) * SKEW_MS,
+      routes: new FleetRoutes({ fleet: DEFAULT_FLEET_OPTIONS, prefetchTimeoutMs: 60_000, logger: silent }),
+    };
+  });
   /** A node's counters now, for its window: per model, compute seconds so far and bytes resident. */
   const countersOf = (n) => () => {
     const now = new Map();
@@ -170,39 +318,80 @@ function simulate(policy) {
     for (const [m, bytes] of n.resident) now.set(m, { computeSeconds: (n.compute.get(m) ?? 0) / 1000, residentBytes: bytes });
     return now;
   };
-  /** Share of the models every gateway places on the same nodes (measured when the last of them has placed). */
+  /** What a node answers a status read at `t` with: its last whole window, the same to every reader of that window. */
+  const reportOf = (n, t) => {
+    const window = n.windows.read(REPORT_SECONDS, t, countersOf(n));
+    const index = Math.floor(t / (REPORT_SECONDS * 1000));
+    let report = n.reports.get(index);
+    if (report) return report;
+    // active_only, as a pooled gateway asks: the models with load over the window or weights resident.
+    const byName = new Map();
+    for (const [m, w] of window) {
+      if (w.load > 0 || w.residentBytes > 0) byName.set(models[m].name, { weightBytes: models[m].bytes, residentBytes: w.residentBytes, windowLoad: w.load, windowResidentBytes: w.residentBytes, hits: 0, misses: 0 });
+    }
+    report = { nodeName: n.id, startedMs: 0, budgetBytes: BUDGET, devices: 1, queueDepth: n.queued, models: byName };
+    n.reports.clear();
+    n.reports.set(index, report);
+    return report;
+  };
+  /**
+   * A gateway's health check at `t`: a status read of every live node (some fail, some are slow),
+   * then, once the slowest answer that made it is in and every report is decoded, FleetRoutes.update.
+   */
+  const check = (gw, t) => {
+    let slowest = 0;
+    let decoded = 0;
+    const answered = [];
+    for (const mb of gw.members) {
+      if (!mb.node.up) continue;
+      stats.reads++;
+      const u = faults();
+      const latency = u < FAIL_READS ? Infinity : u < FAIL_READS + SLOW_READS ? 200 + faults() * 1800 : 2;
+      if (latency > PROBE_TIMEOUT_MS) {
+        stats.failedReads++;
+        slowest = PROBE_TIMEOUT_MS;
+        continue;
+      }
+      slowest = Math.max(slowest, latency);
+      const report = reportOf(mb.node, t);
+      decoded += report.models.size;
+      answered.push([mb, report]);
+    }
+    if (gw.g === 0 && measuring(t)) stats.decodeMs.push(decodeMsPerModel * decoded);
+    events.push({ t: t + slowest + decodeMsPerModel * decoded, kind: 'placed', gw, answered });
+  };
+  const place = (gw, answered, t) => {
+    for (const [mb, report] of answered) {
+      mb.last = report;
+      mb.lastAt = t;
+    }
+    const t0 = performance.now();
+    const movesBefore = gw.routes.moves;
+    gw.routes.update(gw.members);
+    if (gw.g === 0 && measuring(t)) {
+      stats.checkMs.push(performance.now() - t0);
+      if (!changing(t)) stats.quietMoves += gw.routes.moves - movesBefore;
+    }
+  };
+  /** Share of the models every gateway places on the same nodes. */
   const agreement = () => {
-    const [first, ...rest] = gateways.map((gw) => gw.placement.nodes);
+    const [first, ...rest] = gateways.map((gw) => gw.routes.placement.nodes);
     let same = 0;
     for (const m of models) {
-      const a = first.get(m.name);
-      if (rest.every((p) => { const b = p.get(m.name); return b.length === a.length && b.every((id) => a.includes(id)); })) same++;
+      const a = first.get(m.name) ?? [];
+      if (rest.every((p) => { const b = p.get(m.name) ?? []; return b.length === a.length && b.every((id) => a.includes(id)); })) same++;
     }
     return same / MODELS;
   };
-  /** A gateway's health check: every live node's last window, summed over the nodes, then placement. */
-  const read = (gw, t) => {
-    gw.loads.fill(0);
-    gw.resident = new Map();
-    for (const n of live()) {
-      for (const [m, w] of n.windows.read(REPORT_SECONDS, t, countersOf(n))) {
-        gw.loads[m] += w.load;
-        if (w.residentBytes > 0) (gw.resident.get(m) ?? gw.resident.set(m, []).get(m)).push(n.id);
-      }
-    }
-  };
-  const replace = (gw, t) => {
-    read(gw, t);
-    gw.placement = placeFleet(modelSpecs(gw), fleetNodes(), DEFAULT_FLEET_OPTIONS);
-  };
+
   /**
    * The oracle's partition: true popularity, known at once (no measuring, no lag), packed by
    * placement.ts's longest-processing-time packing of load and bytes onto the nodes, each model on
    * as many nodes as its load takes (no replica over half a node's bounded share), staying where it
    * was unless moving is clearly better. Repacked at every drift and membership change.
    */
-  let ideal = null;
-  const repackIdeal = () => {
+  let oracle = null;
+  const repackOracle = () => {
     const rate = RATE / cumulative[MODELS - 1];
     const up = live();
     const loadOf = (k) => ((rate / (k + 1)) * (RUN_MS / 4 + ROW_MS)) / 1000; // coalesced runs: a share of the fixed cost
@@ -214,24 +403,25 @@ function simulate(policy) {
     for (let k = 0; k < MODELS; k++) {
       const m = order[k];
       const load = loadOf(k);
-      const current = ideal?.get(m)?.map((id) => index.get(id)).filter((i) => i !== undefined);
-      items.push({ model: String(m), load, bytes: models[m].bytes, replicas: Math.max(1, Math.ceil(load / perReplica)), ...(current?.length ? { current } : {}) });
+      const current = oracle?.get(m)?.map((id) => index.get(id)).filter((i) => i !== undefined);
+      items.push({ model: String(m), load, bytes: models[m].bytes, replicas: Math.min(up.length, Math.max(1, Math.ceil(load / perReplica))), ...(current?.length ? { current } : {}) });
     }
     const packed = pack(items, up.map((n, i) => ({ id: i, budget: BUDGET })));
-    ideal = new Map([...packed.devices].map(([m, ids]) => [Number(m), ids.map((i) => up[i].id)]));
+    oracle = new Map([...packed.devices].map(([m, ids]) => [Number(m), ids.map((i) => up[i].id)]));
   };
-  let rankings = new Rankings(fleetNodes());
 
   /** The node a gateway sends a request for model `m` to. */
   const route = (gw, m) => {
     const up = live();
     if (policy === 'round_robin') return up[gw.rr++ % up.length];
-    let ids;
-    if (policy === 'affinity') ids = [rankings.first(models[m].name).id];
-    else if (policy === 'ideal') ids = ideal.get(m);
-    else ids = gw.placement.nodes.get(models[m].name);
-    const candidates = ids.map((id) => byId.get(id)).filter((n) => n && n.up);
-    if (candidates.length === 0) return byId.get(rankings.first(models[m].name).id);
+    let candidates;
+    if (policy === 'pooled') {
+      candidates = gw.routes.route(models[m].name, gw.members.filter((mb) => mb.node.up)).map((mb) => mb.node);
+    } else {
+      const ids = policy === 'affinity' ? [rankings.first(models[m].name).id] : oracle.get(m);
+      candidates = ids.map((id) => byId.get(id)).filter((n) => n && n.up);
+      if (candidates.length === 0) return byId.get(rankings.first(models[m].name).id);
+    }
     // The least outstanding replica, ties taken in turn (at low load every replica has none in flight).
     const from = gw.turn++ % candidates.length;
     let best = candidates[from];
@@ -261,27 +451,13 @@ function simulate(policy) {
     if (q.length) node.turns.push(m);
     else node.queues.delete(m);
     let ms = RUN_MS + ROW_MS * batch.length;
-    const hit = node.resident.has(m);
-    if (hit) {
-      node.resident.delete(m); // most recently used now
-      node.resident.set(m, models[m].bytes);
-    } else {
-      const bytes = models[m].bytes;
-      for (const [victim, b] of node.resident) {
-        if (node.residentBytes + bytes <= BUDGET) break;
-        node.resident.delete(victim);
-        node.residentBytes -= b;
-      }
-      node.resident.set(m, bytes);
-      node.residentBytes += bytes;
-      ms += bytes / COPY_BYTES_PER_MS;
-      node.loads++;
-      if (measuring(t)) stats.loads++;
-    }
-    for (const r of batch) if (measuring(t)) stats[hit ? 'hits' : 'misses']++;
+    const cold = makeResident(node, m, t);
+    if (cold) ms += models[m].bytes / COPY_BYTES_PER_MS;
+    for (const r of batch) if (measuring(t)) stats[cold ? 'misses' : 'hits']++;
     node.busy = true;
     node.running = batch;
-    node.busyMs += measuring(t) ? ms : 0;
+    if (measuring(t)) node.busyMs += ms;
+    node.windowBusyMs += ms;
     node.compute.set(m, (node.compute.get(m) ?? 0) + RUN_MS + ROW_MS * batch.length);
     events.push({ t: t + ms, kind: 'done', node, batch });
   };
@@ -303,14 +479,24 @@ function simulate(policy) {
   };
 
   // ---- the run ----
+  const windowMs = REPORT_SECONDS * 1000;
+  /** Gateway `gw`'s next check after `t`: halfway through a window by its own clock. */
+  const nextCheck = (gw, t) => {
+    const own = t + gw.skew;
+    let at = Math.floor(own / windowMs) * windowMs + windowMs / 2;
+    if (at <= own) at += windowMs;
+    return at - gw.skew;
+  };
   events.push({ t: 0, kind: 'arrive' });
-  for (let g = 0; g < GATEWAYS; g++) events.push({ t: (REPORT_SECONDS * 1000) / 2 + g * GATEWAY_SKEW_MS, kind: 'report', gw: gateways[g] });
-  events.push({ t: DRIFT_SECONDS * 1000, kind: 'drift' });
+  for (const gw of gateways) events.push({ t: nextCheck(gw, 0), kind: 'check', gw });
+  if (DRIFT_SECONDS > 0) events.push({ t: DRIFT_SECONDS * 1000, kind: 'drift' });
   events.push({ t: FAIL_AT * 1000, kind: 'fail' });
   events.push({ t: JOIN_AT * 1000, kind: 'join' });
   for (let s = WARMUP_SECONDS; s < SECONDS; s += 5) events.push({ t: s * 1000 + 1, kind: 'sample' });
-  for (const gw of gateways) gw.placement = placeFleet(modelSpecs(gw), fleetNodes(), DEFAULT_FLEET_OPTIONS);
-  repackIdeal();
+  for (const gw of gateways) gw.routes.update(gw.members); // nothing reported yet: every model on its ranking's first node
+  repackOracle();
+  let boundSince = WARMUP_SECONDS * 1000;
+  let bound = hitBound(order, NODES * BUDGET);
   const end = SECONDS * 1000;
   /**
    * What a membership change moves: the models that gained a node (their requests now go where they
@@ -335,23 +521,22 @@ function simulate(policy) {
     return { models: moved / MODELS, bytes: residentBytes > 0 ? movedBytes / residentBytes : 0 };
   };
   const currentOf = () => {
-    const gw0 = gateways[0];
     if (policy === 'affinity') { const r = rankings; return (i) => [r.first(models[i].name).id]; }
-    if (policy === 'ideal') { const p = ideal; return (i) => p.get(i); }
-    if (policy === 'placement') { const p = gw0.placement; return (i) => p.nodes.get(models[i].name); }
+    if (policy === 'oracle') { const p = oracle; return (i) => p.get(i); }
+    if (policy === 'pooled') { const p = new Map(gateways[0].routes.placement.nodes); return (i) => p.get(models[i].name) ?? []; }
     return null;
   };
   /**
-   * A node fails or joins: every gateway places again at once (its health check sees it). What moved
-   * is measured on gateway 0's placement from the same reports, before and after the change alone.
+   * A node fails or joins: every gateway's routes see it at once (a failed call's probe, or a
+   * discovery), from the reports they hold. What moved is measured on gateway 0's placement.
    */
   const change = (t, why, apply) => {
-    if (policy === 'placement') gateways[0].placement = placeFleet(modelSpecs(gateways[0]), fleetNodes(), DEFAULT_FLEET_OPTIONS);
+    changes.push(t);
     const before = currentOf();
     apply();
     rankings = new Rankings(fleetNodes());
-    for (const gw of gateways) gw.placement = placeFleet(modelSpecs(gw), fleetNodes(), DEFAULT_FLEET_OPTIONS);
-    if (policy === 'ideal') repackIdeal();
+    for (const gw of gateways) gw.routes.update(gw.members);
+    if (policy === 'oracle') repackOracle();
     const after = currentOf();
     if (before && after) stats.moved.push({ why, ...membershipMoves(before, after) });
   };
@@ -360,6 +545,12 @@ function simulate(policy) {
     const e = events.pop();
     const t = e.t;
     if (t > end) break;
+    if (settle && e.kind !== 'prefetched') {
+      // FleetRoutes switches a model's requests once its prefetches settle (promise callbacks).
+      await new Promise((resolve) => setImmediate(resolve));
+      settle = false;
+    }
+    simNow = t;
     switch (e.kind) {
       case 'arrive': {
         const m = order[drawRank(rand())];
@@ -385,19 +576,38 @@ function simulate(policy) {
         start(node, t);
         break;
       }
-      case 'report':
-        replace(e.gw, t);
-        if (policy === 'placement' && e.gw.g === GATEWAYS - 1 && measuring(t)) stats.agree.push(agreement());
-        events.push({ t: t + REPORT_SECONDS * 1000, kind: 'report', gw: e.gw });
+      case 'prefetched': {
+        const node = e.node;
+        if (!node.up) e.reject(new Error('node failed'));
+        else {
+          makeResident(node, e.m, t);
+          const ms = models[e.m].bytes / COPY_BYTES_PER_MS;
+          if (measuring(t)) node.busyMs += ms;
+          node.windowBusyMs += ms;
+          e.resolve();
+        }
+        settle = true;
+        break;
+      }
+      case 'check':
+        if (policy === 'pooled') check(e.gw, t);
+        events.push({ t: nextCheck(e.gw, t + 1), kind: 'check', gw: e.gw });
+        break;
+      case 'placed':
+        place(e.gw, e.answered, t);
+        if (e.gw.g === GATEWAYS - 1 && measuring(t)) stats.agree.push(agreement());
         break;
       case 'drift': {
         // 5% of the top 1,000 ranks trade places with ranks anywhere: the popular set moves.
+        if (measuring(t)) stats.bound.push([bound, t - boundSince]);
+        boundSince = Math.max(boundSince, t);
         for (let k = 0; k < 50; k++) {
-          const a = Math.floor(rand() * 1000);
+          const a = Math.floor(rand() * Math.min(1000, MODELS));
           const b = Math.floor(rand() * MODELS);
           [order[a], order[b]] = [order[b], order[a]];
         }
-        if (policy === 'ideal') repackIdeal();
+        bound = hitBound(order, live().length * BUDGET);
+        if (policy === 'oracle') repackOracle();
         events.push({ t: t + DRIFT_SECONDS * 1000, kind: 'drift' });
         break;
       }
@@ -421,6 +631,11 @@ function simulate(policy) {
         change(t, 'a node joined', () => {
           nodes.push(node);
           byId.set(node.id, node);
+          for (const gw of gateways) {
+            const mb = new SimMember(node, nodes.length - 1, prefetch);
+            gw.members.push(mb);
+            gw.byNode.set(node, mb);
+          }
         });
         break;
       }
@@ -435,16 +650,32 @@ function simulate(policy) {
         let distinctBytes = 0;
         for (const m of distinct) distinctBytes += models[m].bytes;
         stats.ratios.push(total / Math.max(1, distinctBytes));
+        // Balance over the 5 s window just ended, apart for windows with a membership change.
+        if (t > WARMUP_SECONDS * 1000 + 1) {
+          const busy = live().map((n) => n.windowBusyMs);
+          const mean = busy.reduce((a, b) => a + b, 0) / busy.length;
+          stats.windows.push({ ratio: Math.max(...busy) / Math.max(1e-9, mean), changing: changing(t - 5000) || changing(t) });
+          if (!changing(t - 5000) && !changing(t)) stats.quietMs += 5000;
+        }
+        for (const n of nodes) n.windowBusyMs = 0;
         break;
       }
     }
   }
+  if (policy === 'pooled') {
+    const hottest = gateways[0].routes.placement.nodes.get(models[order[0]].name);
+    stats.hottest = hottest?.length ?? 0;
+  }
+  stats.bound.push([bound, end - boundSince]);
   const measuredSeconds = SECONDS - WARMUP_SECONDS;
   const busy = nodes.filter((n) => n.up).map((n) => n.busyMs);
   const meanBusy = busy.reduce((s, b) => s + b, 0) / busy.length;
+  const quiet = stats.windows.filter((w) => !w.changing).map((w) => w.ratio);
+  const boundWeight = stats.bound.reduce((s, [, ms]) => s + ms, 0);
   return {
     policy,
     hitRate: stats.hits / Math.max(1, stats.hits + stats.misses),
+    bound: stats.bound.reduce((s, [b, ms]) => s + b * ms, 0) / Math.max(1, boundWeight),
     coldLoadsPerSecond: stats.loads / measuredSeconds,
     throughput: stats.done / measuredSeconds,
     offered: stats.arrived / measuredSeconds,
@@ -452,41 +683,78 @@ function simulate(policy) {
     p50: percentile(stats.latencies, 0.5),
     p99: percentile(stats.latencies, 0.99),
     maxOverMeanBusy: Math.max(...busy) / Math.max(1e-9, meanBusy),
+    worstQuietWindow: quiet.length ? Math.max(...quiet) : null,
+    medianQuietWindow: quiet.length ? median(quiet) : null,
     pooled: stats.ratios.reduce((s, r) => s + r, 0) / Math.max(1, stats.ratios.length),
     agreement: stats.agree.length ? Math.min(...stats.agree) : null,
+    meanAgreement: stats.agree.length ? stats.agree.reduce((a, b) => a + b, 0) / stats.agree.length : null,
+    quietMovesPerMinute: policy === 'pooled' && stats.quietMs > 0 ? stats.quietMoves / (stats.quietMs / 60_000) / MODELS : null,
+    checkMs: stats.checkMs.length ? median(stats.checkMs) : null,
+    checkDecodeMs: stats.decodeMs.length ? median(stats.decodeMs) : null,
+    failedReads: stats.reads ? stats.failedReads / stats.reads : null,
+    hottestNodes: stats.hottest,
     moved: stats.moved,
   };
 }
 
-/** A burst of first requests for a model nobody has asked for, through every gateway: how many nodes load it. */
+/**
+ * A burst of first requests for a model nobody has asked for, through every gateway: how many
+ * nodes load it, measured on FleetRoutes fed nodes that report nothing of it.
+ */
 function burstLoads(policy) {
-  const fleet = Array.from({ length: NODES }, (_, i) => ({ id: `node-${String(i).padStart(2, '0')}`, budgetBytes: BUDGET }));
-  const fresh = { name: 'never-asked', bytes: 100 * MB, load: 0 };
-  const views = Array.from({ length: GATEWAYS }, () => placeFleet([fresh], fleet, DEFAULT_FLEET_OPTIONS).nodes.get(fresh.name));
   if (policy === 'round_robin') return Math.min(NODES, GATEWAYS * 8); // a burst of 8 per gateway spreads over as many nodes
-  return new Set(views.map((v) => v[0])).size;
+  if (policy !== 'pooled') return 1;
+  const fleet = Array.from({ length: NODES }, (_, i) => new SimNode(`node-${String(i).padStart(2, '0')}`));
+  const chosen = new Set();
+  for (let g = 0; g < GATEWAYS; g++) {
+    // Nodes that report, but nothing of this model.
+    const members = fleet.map((n, i) => Object.assign(new SimMember(n, i, () => Promise.resolve()), {
+      models: [], last: { nodeName: n.id, startedMs: 0, budgetBytes: BUDGET, devices: 1, queueDepth: 0, models: new Map() }, lastAt: simNow,
+    }));
+    const routes = new FleetRoutes({ fleet: DEFAULT_FLEET_OPTIONS, prefetchTimeoutMs: 1000, logger: silent });
+    routes.update(members);
+    for (let k = 0; k < 8; k++) for (const mb of routes.route('never-asked', members)) chosen.add(mb.name);
+  }
+  return chosen.size;
 }
 
 const started = performance.now();
 const results = [];
-for (const policy of args.policies.split(',')) {
-  const t0 = performance.now();
-  const r = simulate(policy);
-  r.burstLoads = burstLoads(policy);
-  r.wallSeconds = (performance.now() - t0) / 1000;
-  results.push(r);
+for (const seed of SEEDS) {
+  SEED = seed;
+  makeCatalog(seed);
+  const decode = measureDecodeMs();
+  for (const policy of args.policies.split(',')) {
+    const t0 = performance.now();
+    const r = await simulate(policy, args['charge-decode'] === 'yes' ? decode.msPerModel : 0);
+    r.seed = seed;
+    r.fullDecodeMs = decode.fullMs;
+    r.statusBytes = decode.bytes;
+    r.burstLoads = burstLoads(policy);
+    r.wallSeconds = (performance.now() - t0) / 1000;
+    results.push(r);
+  }
 }
 if (args.json) {
   console.log(JSON.stringify({ nodes: NODES, models: MODELS, seconds: SECONDS, rate: RATE, gateways: GATEWAYS, budget: BUDGET, catalogBytes, results }));
 } else {
-  console.log(`fleet of ${NODES} nodes, ${MODELS} models (${(catalogBytes / 1e9).toFixed(0)} GB, ${NODES}x one node's budget of ${(BUDGET / 1e9).toFixed(1)} GB), Zipf(1.0) drifting every ${DRIFT_SECONDS} s, ${RATE} req/s offered, ${GATEWAYS} gateways, ${SECONDS} s (${WARMUP_SECONDS} s warm-up); a node fails at ${FAIL_AT.toFixed(0)} s, one joins at ${JOIN_AT.toFixed(0)} s`);
-  console.log('policy        hit rate  cold loads/s  req/s (offered)     refused   p50 ms   p99 ms  busiest/mean  resident/distinct  burst loads  moved at fail (models, bytes)  moved at join  gateways agree (least)');
+  console.log(`fleet of ${NODES} nodes, ${MODELS} models (${NODES}x one node's budget), Zipf(1.0) drifting every ${DRIFT_SECONDS || '-'} s, ${RATE} req/s offered, ${GATEWAYS} gateways with clocks up to ${SKEW_MS / 1000} s off, status reads ${FAIL_READS * 100}% failed and ${SLOW_READS * 100}% slow, ${SECONDS} s (${WARMUP_SECONDS} s warm-up); a node fails at ${FAIL_AT.toFixed(0)} s, one joins at ${JOIN_AT.toFixed(0)} s`);
+  console.log('seed policy       hit (bound)     cold/s  req/s (offered)  refused  p50 ms  p99 ms  busiest/mean (5 s quiet: worst, median)  res/distinct  burst  moved at fail  at join  quiet moves/min  agree (least, mean)  check ms (+decode)  hot on');
+  const pct = (x) => (x === null ? '-' : `${(x * 100).toFixed(1)}%`);
   for (const r of results) {
     const mv = (why) => {
       const m = r.moved.find((x) => x.why === why);
-      return m ? `${(m.models * 100).toFixed(1)}%, ${(m.bytes * 100).toFixed(1)}%` : '-';
+      return m ? `${(m.models * 100).toFixed(1)}%/${(m.bytes * 100).toFixed(1)}%` : '-';
     };
-    console.log(`${r.policy.padEnd(12)} ${(r.hitRate * 100).toFixed(1).padStart(7)}%  ${r.coldLoadsPerSecond.toFixed(0).padStart(12)}  ${r.throughput.toFixed(0).padStart(7)} (${r.offered.toFixed(0)})  ${String(r.refused).padStart(9)}  ${r.p50.toFixed(1).padStart(7)}  ${r.p99.toFixed(1).padStart(7)}  ${r.maxOverMeanBusy.toFixed(2).padStart(12)}  ${r.pooled.toFixed(2).padStart(17)}  ${String(r.burstLoads).padStart(11)}  ${mv('a node failed').padStart(29)}  ${mv('a node joined').padStart(13)}  ${r.agreement === null ? '-' : `${(r.agreement * 100).toFixed(1)}%`}`);
+    console.log([
+      String(r.seed).padEnd(4), r.policy.padEnd(11), `${pct(r.hitRate)} (${pct(r.bound)})`.padStart(15), r.coldLoadsPerSecond.toFixed(0).padStart(9),
+      `${r.throughput.toFixed(0)} (${r.offered.toFixed(0)})`.padStart(16), String(r.refused).padStart(8), r.p50.toFixed(1).padStart(7), r.p99.toFixed(1).padStart(7),
+      `${r.maxOverMeanBusy.toFixed(2)} (${r.worstQuietWindow?.toFixed(2) ?? '-'}, ${r.medianQuietWindow?.toFixed(2) ?? '-'})`.padStart(40),
+      r.pooled.toFixed(2).padStart(13), String(r.burstLoads).padStart(6), mv('a node failed').padStart(14), mv('a node joined').padStart(8),
+      pct(r.quietMovesPerMinute).padStart(16), `${pct(r.agreement)}, ${pct(r.meanAgreement)}`.padStart(20),
+      (r.checkMs === null ? '-' : `${r.checkMs.toFixed(0)} (+${r.checkDecodeMs?.toFixed(0)})`).padStart(19), String(r.hottestNodes || '-').padStart(7),
+    ].join(' '));
   }
+  console.log(`a node's full status answer: ${(results[0].statusBytes / 1e6).toFixed(2)} MB, decoded in ${results[0].fullDecodeMs.toFixed(1)} ms (x${NODES} nodes per check without active_only); failed or timed-out status reads: ${pct(results.find((r) => r.failedReads !== null)?.failedReads ?? null)}`);
   console.log(`(${((performance.now() - started) / 1000).toFixed(1)} s of wall time)`);
 }

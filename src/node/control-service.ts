@@ -16,7 +16,7 @@ import { LoadWindows, type ModelReading } from './load-windows.js';
 import { StatusSnapshot } from './status-snapshot.js';
 
 type DeviceStatus = Awaited<ReturnType<Devices['status']>>[number];
-interface StatusRequest { name: string; window_seconds: number; fresh?: boolean }
+interface StatusRequest { name: string; window_seconds: number; fresh?: boolean; active_only?: boolean }
 
 /** The longest window a ModelControlStatus may ask for: an hour. */
 const MAX_WINDOW_SECONDS = 3600;
@@ -136,6 +136,12 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, sna
     residentBytes: r.instance ? instances.get(r.instance)?.residentAll ?? 0 : 0,
   }]));
   const window = req.window_seconds > 0 ? windows.read(req.window_seconds, Date.now(), readings) : undefined;
+  // active_only: what placement weighs, the models with load or weights on a device; the rest are the index's.
+  const active = (r: (typeof records)[number]) => {
+    const s = r.instance ? instances.get(r.instance) : undefined;
+    const w = window?.get(r.name);
+    return (s?.residentAll ?? 0) > 0 || (s?.queuedAll ?? 0) > 0 || (w !== undefined && (w.load > 0 || w.residentBytes > 0));
+  };
   return {
     weight_budget_bytes: ctx.weightBudgetBytes,
     devices: devices.handles.filter((d) => d.serving).length,
@@ -143,7 +149,8 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, sna
     snapshot_age_seconds: ageMs / 1000,
     node_name: ctx.nodeName(),
     started_unix_ms: ctx.startedMs,
-    models: records.map((r) => {
+    repository_digest: repositoryDigest(registry.all()),
+    models: (req.active_only ? records.filter(active) : records).map((r) => {
       const s = r.instance ? instances.get(r.instance) : undefined;
       const traffic = ctx.weightTraffic(r.name);
       return {
@@ -174,4 +181,23 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, sna
       };
     }),
   };
+}
+
+/**
+ * FNV-1a over every model's name and state, two 32-bit lanes: what a pooled gateway compares to
+ * know whether the node's RepositoryIndex changed since it last read it (a cheap string, not the
+ * 10,000 entries). The registry lists models sorted by name, so one set gives one digest.
+ */
+function repositoryDigest(records: readonly { name: string; state: string }[]): string {
+  let a = 0x811c9dc5;
+  let b = 0x01000193 ^ records.length;
+  for (const r of records) {
+    const text = `${r.name}\u0000${r.state}\u0001`;
+    for (let i = 0; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      a = Math.imul(a ^ c, 0x01000193);
+      b = Math.imul(b ^ c, 0x5bd1e995);
+    }
+  }
+  return `${(a >>> 0).toString(16).padStart(8, '0')}${(b >>> 0).toString(16).padStart(8, '0')}`;
 }

@@ -15,6 +15,9 @@
  * goes to the first node of its ranking among those that serve it: the same node from every
  * gateway, so a burst of first requests loads it once.
  *
+ * Calm: placement anchors each model where it ran over the last window (as every gateway reads it)
+ * and gives replicas back with hysteresis (fleet-placement.ts).
+ *
  * Nodes are known by the name they report (node_name), not their address: a node rescheduled at a
  * new address ranks where it ranked and keeps its models. A node whose status reads fail stays in
  * service on its last report for a bounded age (remote-node.ts), then leaves placement.
@@ -73,6 +76,7 @@ export class FleetRoutes {
   #rankings = new Rankings([]);
   #members: FleetMember[] = [];
   readonly #moves?: Counter;
+  #moved = 0;
   readonly #prefetches?: Counter;
 
   constructor(options: FleetRoutesOptions) {
@@ -155,6 +159,11 @@ export class FleetRoutes {
     return this.#names.get(address) ?? address;
   }
 
+  /** Nodes gained by models so far (stowage_gateway_placement_moves_total, without a registry: the simulator). */
+  get moves(): number {
+    return this.#moved;
+  }
+
   /** The latest placement (what the routes switch to once prefetched); null before the first check. */
   get placement(): FleetPlacement | null {
     return this.#placement;
@@ -199,15 +208,16 @@ export class FleetRoutes {
     for (const n of members) for (const [model, r] of n.report!.models) if (r.windowLoad > 0) this.#loads.set(model, (this.#loads.get(model) ?? 0) + r.windowLoad);
     const fleet: FleetNode[] = members.map((n) => ({ id: n.name, budgetBytes: n.report!.budgetBytes, devices: Math.max(1, n.report!.devices) }));
     this.#rankings = new Rankings(fleet);
-    const models = new Map<string, FleetModel & { resident: string[] }>();
+    const models = new Map<string, FleetModel & { resident: string[]; serving: string[] }>();
     for (const n of members) {
       for (const name of n.models) {
         const r = n.report!.models.get(name);
         let m = models.get(name);
-        if (!m) models.set(name, (m = { name, bytes: 0, load: this.#loads.get(name) ?? 0, resident: [] }));
+        if (!m) models.set(name, (m = { name, bytes: 0, load: this.#loads.get(name) ?? 0, resident: [], serving: [] }));
         if (r) {
           m.bytes = Math.max(m.bytes, r.weightBytes);
           if (r.windowResidentBytes > 0) m.resident.push(n.name);
+          if (r.windowLoad > 0) m.serving.push(n.name);
         }
       }
     }
@@ -235,6 +245,7 @@ export class FleetRoutes {
     if (this.#switching.get(model) === key) return false; // prefetching for it already
     const gained = now ? target.filter((id) => !now.includes(id)) : [];
     this.#moves?.inc(gained.length);
+    this.#moved += gained.length;
     const cold = gained.filter((id) => !resident.includes(id));
     // First placed, or nothing to bring on, or nowhere else to go meanwhile: switch now.
     if (!now || cold.length === 0 || !now.some((id) => members.has(id))) {

@@ -116,9 +116,11 @@ export class StowageGateway {
       ...(gw.scheduling.mode === 'pooled' ? {
         control: {
           // Loads over the nodes' windows of one health interval: every gateway asking within one gets the same.
-          encodeStatusRequest: () => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: gw.health_seconds }),
+          encodeStatusRequest: () => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: gw.health_seconds, active_only: true }),
           decodeStatus: (bytes: Buffer) => control.ModelControlStatus.responseDeserialize(bytes) as ModelControlStatusReply,
           encodePrefetch: (model: string) => control.PrefetchModel.requestSerialize({ name: model }),
+          encodeReadyRequest: () => definition.ServerReady.requestSerialize({}),
+          decodeReady: (bytes: Buffer) => definition.ServerReady.responseDeserialize(bytes) as { ready: boolean },
           reportMaxAgeMs: gw.scheduling.pooled.report_max_age_seconds * 1000,
         },
       } : {}),

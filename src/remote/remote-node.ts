@@ -31,6 +31,9 @@ export interface RemoteNodeOptions {
     encodeStatusRequest: () => Buffer;
     decodeStatus: (bytes: Buffer) => ModelControlStatusReply;
     encodePrefetch: (model: string) => Buffer;
+    /** The health probe of a pooled gateway: ServerReady (a few bytes), not the whole RepositoryIndex. */
+    encodeReadyRequest: () => Buffer;
+    decodeReady: (bytes: Buffer) => { ready: boolean };
     /**
      * How long placement may go on with the node's last report while its status reads fail or
      * time out (the node stays in service meanwhile: health is the RepositoryIndex read alone).
@@ -104,6 +107,8 @@ export class RemoteNode {
   #reportAtMs = 0;
   #statusFailing = false;
   #statusFailures = 0;
+  /** The repository digest the node reported when its RepositoryIndex was last read ('' : read it every check). */
+  #indexDigest = '';
   #inflight = 0;
   #waiting: (() => void)[] = [];
   /** Set once the node is being retired (discovery lost it): it takes no new requests. */
@@ -196,32 +201,61 @@ export class RemoteNode {
    */
   async refresh(timeoutMs: number): Promise<boolean> {
     const control = this.#o.control;
-    const [changed] = await Promise.all([this.probe(timeoutMs), control && this.#readStatus(control, timeoutMs)]);
+    if (!control) return this.probe(timeoutMs);
+    // Pooled: health (ServerReady) and status (the active models only) side by side; the whole
+    // RepositoryIndex only when the node's repository digest says it changed, or says nothing.
+    const [changed, digest] = await Promise.all([this.probe(timeoutMs), this.#readStatus(control, timeoutMs)]);
+    if (this.#up && (!digest || digest !== this.#indexDigest)) {
+      try {
+        await this.#readIndex(timeoutMs);
+        this.#indexDigest = digest ?? '';
+      } catch {
+        // Up by its probe: it keeps the models it had; the next check reads the index again.
+      }
+    }
     return changed;
   }
 
-  /** The health half of a check alone (after a failed call): up if the node answers its RepositoryIndex. */
+  /**
+   * The health half of a check alone (after a failed call too): up if the node answers. Pooled,
+   * ServerReady, ready (a node starting or stopping is not); otherwise its RepositoryIndex, which
+   * also says what it serves.
+   */
   async probe(timeoutMs: number): Promise<boolean> {
     const was = this.#up;
+    const control = this.#o.control;
     try {
-      const bytes = await this.#unaryRaw('/inference.GRPCInferenceService/RepositoryIndex', this.#o.encodeIndexRequest(), new grpc.Metadata(), Date.now() + timeoutMs);
-      this.#models = new Set(this.#o.decodeIndex(bytes).models.filter((m) => m.state === 'READY').map((m) => m.name));
-      this.#up = true;
+      if (control) {
+        const bytes = await this.#unaryRaw('/inference.GRPCInferenceService/ServerReady', control.encodeReadyRequest(), new grpc.Metadata(), Date.now() + timeoutMs);
+        this.#up = control.decodeReady(bytes).ready;
+        if (this.#up && !was) this.#indexDigest = ''; // back: read what it serves now
+      } else {
+        await this.#readIndex(timeoutMs);
+        this.#up = true;
+      }
     } catch {
       this.#up = false;
     }
     return was !== this.#up;
   }
 
-  async #readStatus(control: NonNullable<RemoteNodeOptions['control']>, timeoutMs: number): Promise<void> {
+  async #readIndex(timeoutMs: number): Promise<void> {
+    const bytes = await this.#unaryRaw('/inference.GRPCInferenceService/RepositoryIndex', this.#o.encodeIndexRequest(), new grpc.Metadata(), Date.now() + timeoutMs);
+    this.#models = new Set(this.#o.decodeIndex(bytes).models.filter((m) => m.state === 'READY').map((m) => m.name));
+  }
+
+  /** One status read for placement; the node's repository digest, or undefined when it failed or gave none. */
+  async #readStatus(control: NonNullable<RemoteNodeOptions['control']>, timeoutMs: number): Promise<string | undefined> {
     try {
-      const report = reportOf(control.decodeStatus(await this.#unaryRaw(STATUS_PATH, control.encodeStatusRequest(), new grpc.Metadata(), Date.now() + timeoutMs)));
-      this.#report = report;
+      const reply = control.decodeStatus(await this.#unaryRaw(STATUS_PATH, control.encodeStatusRequest(), new grpc.Metadata(), Date.now() + timeoutMs));
+      this.#report = reportOf(reply);
       this.#reportAtMs = Date.now();
       this.#statusFailing = false;
+      return reply.repository_digest || undefined;
     } catch {
       this.#statusFailing = true;
       this.#statusFailures++;
+      return undefined;
     }
   }
 

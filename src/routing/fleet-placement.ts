@@ -25,7 +25,11 @@
  *   a placement left gives that placement back.
  * - A model's replica count follows its load: one node per `replicaLoad` of one device's compute
  *   (a model needing 1.6 devices at 0.8 gets two), and never more than half a node's bounded share
- *   per replica, so that the bound can hold; at most every node.
+ *   per replica, so that the bound can hold; at most every node. It gives a replica back only
+ *   once its load is clearly below (REPLICA_HYSTERESIS).
+ * - "Where its weights are" is first where it ran over the last window (every gateway's traffic,
+ *   as the nodes report it), then where its weights are resident: residency alone flickers as
+ *   LRU caches evict and as a move leaves the weights on both nodes for a while.
  *
  * Loads are what the nodes report (compute seconds per second, from their statistics), which two
  * gateways read at slightly different moments: each is rounded to a grid of quarter octaves first
@@ -53,6 +57,12 @@ export interface FleetModel {
   load: number;
   /** The nodes whose devices hold its weights now, as they report it (absent: none). */
   resident?: readonly string[];
+  /**
+   * The nodes it ran on over the last window, as they report it: where its requests went, whatever
+   * gateway sent them. Its first anchor (before `resident`, which an LRU's evictions and a move's
+   * overlap make flicker) and its replica count now, for the hysteresis.
+   */
+  serving?: readonly string[];
 }
 
 export interface FleetOptions {
@@ -125,10 +135,22 @@ export function quantizeLoad(load: number): number {
   return 2 ** (Math.round(Math.log2(load) * 4) / 4);
 }
 
-/** The replicas a model of `load` (quantized) gets among `nodes` nodes. */
-export function replicasFor(load: number, nodes: number, replicaLoad: number): number {
-  if (!(load > 0)) return 1;
-  return Math.max(1, Math.min(nodes, Math.ceil(load / replicaLoad - 1e-9)));
+/**
+ * A model running on n replicas gives one back only once its load is below (n - 1) replicas'
+ * worth by this share: a load near a multiple of `replicaLoad` does not add and drop a node at
+ * every check. (Replicas follow load, and load spread over more replicas reads a little higher:
+ * colder caches, smaller batches. Without the margin that feedback kept counts moving.)
+ */
+const REPLICA_HYSTERESIS = 0.25;
+
+/**
+ * The replicas a model of `load` (quantized) gets among `nodes` nodes; `current`, the replicas it
+ * runs on now, keeps it there until its load is clearly below them (REPLICA_HYSTERESIS).
+ */
+export function replicasFor(load: number, nodes: number, replicaLoad: number, current = 0): number {
+  const want = load > 0 ? Math.ceil(load / replicaLoad - 1e-9) : 1;
+  const keep = current > want && load > (current - 1) * replicaLoad * (1 - REPLICA_HYSTERESIS) ? current : want;
+  return Math.max(1, Math.min(nodes, keep));
 }
 
 /**
@@ -182,6 +204,12 @@ export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetN
   return { nodes: p.placed, load: p.load, bytes: p.bytes };
 }
 
+/** Where a model is now, as the nodes report it: where it ran over the last window, else where its weights are. */
+function anchorOf(m: FleetModel, live: ReadonlySet<string>): string[] {
+  const serving = (m.serving ?? []).filter((id) => live.has(id));
+  return serving.length > 0 ? serving : (m.resident ?? []).filter((id) => live.has(id));
+}
+
 /** A placement being made: where each model goes, each node's load and heavy bytes so far. */
 interface Packing {
   placed: Map<string, string[]>;
@@ -222,7 +250,7 @@ function planLoads(models: readonly FleetModel[], nodes: readonly FleetNode[], o
   return {
     measured,
     quantized: new Map(measured.map((x) => [x.m.name, x.q])),
-    replicas: new Map(measured.map((x) => [x.m.name, replicasFor(x.q, nodes.length, perReplica)])),
+    replicas: new Map(measured.map((x) => [x.m.name, replicasFor(x.q, nodes.length, perReplica, x.m.serving?.length ?? 0)])),
     devices,
     totalDevices,
     totalLoad,
@@ -259,7 +287,7 @@ function placeLight(p: Packing, models: readonly FleetModel[], plan: LoadPlan, i
   for (const m of models) {
     if (isHeavy.has(m.name)) continue;
     const want = plan.replicas.get(m.name) ?? 1;
-    const held = (m.resident ?? []).filter((id) => p.live.has(id));
+    const held = anchorOf(m, p.live);
     let chosen: string[];
     if (want === 1) chosen = [p.rankings.first(m.name, held.length > 0 ? new Set(held) : undefined).id];
     else {
@@ -303,7 +331,7 @@ function placeHeavy(p: Packing, heavy: LoadPlan['measured'], heavyBytes: number,
       const share = q / want;
       const chosen = chosenOf.get(m.name)!;
       const ranked = p.rankings.of(m.name);
-      const held = new Set((m.resident ?? []).filter((id) => p.live.has(id)));
+      const held = new Set(anchorOf(m, p.live));
       const candidates = atHome ? [ranked[0]].filter((n) => held.size === 0 || held.has(n.id)) : ranked.filter((n) => n !== ranked[0] && held.has(n.id));
       for (const n of candidates) {
         if (chosen.length < want && fits(n.id, share, m.bytes, sticky)) {

@@ -65,4 +65,6 @@ export interface ModelControlStatusReply<I extends Int = string> {
   node_name: string;
   /** When the node's process started (ms since the epoch): of two addresses with one name, the newer serves. */
   started_unix_ms: I;
+  /** A digest of the models it knows and their states: unchanged while its RepositoryIndex is. */
+  repository_digest: string;
 }

@@ -163,3 +163,19 @@ export async function placements(adminPort) {
   }
   return placed;
 }
+
+export const sleep = (/** @type {number} */ ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Resolves once `check` is true, checked every 100 ms; fails after `ms`.
+ * @param {() => Promise<boolean>} check
+ * @param {number} ms
+ * @param {string} what
+ */
+export async function until(check, ms, what) {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+    await sleep(100);
+  }
+}

@@ -149,15 +149,32 @@ test.serial('ModelControlStatus answers from a snapshot of the devices, says how
   t.true(seen, 'the snapshot shows it within 5 s');
 });
 
-test('a configured node_name is what the node reports', async (t) => {
+test('a configured node_name is what the node reports; active_only answers the active models; the repository digest follows the index', async (t) => {
   const own = tempDir();
   t.teardown(own.cleanup);
-  const node = await startServer({ model_repo: makeRepository(own.dir, {}), node_name: 'rack2-node7' }, { root: own.dir });
+  const repo = makeRepository(own.dir, { digits: path.join(ROOT, 'bundles', 'digits'), convnet: path.join(FIXTURES, 'models', 'convnet') });
+  const node = await startServer({ model_repo: repo, node_name: 'rack2-node7' }, { root: own.dir });
   t.teardown(() => node.stop());
   const client = new ControlClient(node.address);
   t.teardown(() => client.close());
-  t.is((await client.call('ModelControlStatus', { name: '' })).node_name, 'rack2-node7');
+  const all = await client.call('ModelControlStatus', { name: '', fresh: true });
+  t.is(all.node_name, 'rack2-node7');
   t.is(node.logs.find((l) => l.msg === 'serving')?.node, 'rack2-node7');
+  t.deepEqual(all.models.map((m) => m.name), ['convnet', 'digits']);
+
+  // active_only: the models with load or weights on a device; convnet ran, digits did not (nothing resident at start).
+  await node.client.infer('convnet', [image(1)]);
+  const active = await client.call('ModelControlStatus', { name: '', fresh: true, active_only: true });
+  t.deepEqual(active.models.map((m) => m.name), ['convnet']);
+  t.regex(active.repository_digest, /^[0-9a-f]{16}$/);
+  t.is(active.repository_digest, all.repository_digest, 'the same models in the same states: the same digest');
+
+  // The index changes (digits unloaded): so does the digest; back as it was, it is the same again.
+  await node.client.call('RepositoryModelUnload', { model_name: 'digits' });
+  const unloaded = await client.call('ModelControlStatus', { name: '', active_only: true });
+  t.not(unloaded.repository_digest, all.repository_digest);
+  await node.client.call('RepositoryModelLoad', { model_name: 'digits' });
+  t.is((await client.call('ModelControlStatus', { name: '', active_only: true })).repository_digest, all.repository_digest);
 });
 
 test('PrefetchModel brings a model\'s weights onto the device before any call', async (t) => {

@@ -7,24 +7,8 @@
 import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
-import { drive, placements, startFleet, zipfPicks } from '../helpers/fleet.js';
+import { drive, placements, sleep, startFleet, until, zipfPicks } from '../helpers/fleet.js';
 import { scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
-
-const sleep = (/** @type {number} */ ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/**
- * Resolves once `check` is true, checked every 100 ms; fails after `ms`.
- * @param {() => Promise<boolean>} check
- * @param {number} ms
- * @param {string} what
- */
-async function until(check, ms, what) {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await sleep(100);
-  }
-}
 
 test('a node whose status reads are delayed 2 s keeps serving: placement holds its last report for a bounded age, then leaves it out, never traffic', async (t) => {
   const temp = tempDir();

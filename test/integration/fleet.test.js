@@ -6,26 +6,10 @@
 // killed and restarted under load fails no request, since every model is served by another node.
 import { once } from 'node:events';
 import test from 'ava';
-import { coldLoads, drive, placements, startFleet, startGateway, zipfPicks } from '../helpers/fleet.js';
+import { coldLoads, drive, placements, sleep, startFleet, startGateway, until, zipfPicks } from '../helpers/fleet.js';
 import { scrapeMetrics, tempDir } from '../helpers/server.js';
 
 const HEALTH_SECONDS = 0.25;
-const sleep = (/** @type {number} */ ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/**
- * Resolves once `check` is true, checked every 100 ms; fails after `ms`.
- * @param {() => Promise<boolean>} check
- * @param {number} ms
- * @param {string} what
- */
-async function until(check, ms, what) {
-  const deadline = Date.now() + ms;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
-    await sleep(100);
-  }
-}
-
 test('four nodes, two pooled gateways: one placement, the right answers, far fewer cold loads than round robin, a node killed and restarted with no failure', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);

@@ -61,6 +61,12 @@ test('a replica per replicaLoad of load, at most every node; loads on a quarter-
   t.is(replicasFor(0.6, 8, 0.5), 2);
   t.is(replicasFor(1.6, 8, 0.5), 4);
   t.is(replicasFor(100, 8, 0.5), 8);
+  // Hysteresis: on 3 replicas it keeps them until its load is clearly below 2 replicas' worth (0.75 under 1.0).
+  t.is(replicasFor(0.9, 8, 0.5, 3), 3);
+  t.is(replicasFor(0.8, 8, 0.5, 3), 3);
+  t.is(replicasFor(0.7, 8, 0.5, 3), 2);
+  t.is(replicasFor(1.2, 8, 0.5, 2), 3, 'it grows at once');
+  t.is(replicasFor(0.9, 2, 0.5, 3), 2, 'never more than the nodes');
   t.is(quantizeLoad(0), 0);
   t.is(quantizeLoad(1), 1);
   t.is(quantizeLoad(2.05), 2, 'a reading 2.5% off rounds alike');
@@ -113,4 +119,20 @@ test('a node with twice the budget wins about twice the models', (t) => {
   for (let i = 0; i < 20000; i++) wins[rankings.first(`m${i}`).id]++;
   t.true(Math.abs(wins.big / 20000 - 0.5) < 0.02, JSON.stringify(wins));
   t.true(Math.abs(wins['small-a'] / 20000 - 0.25) < 0.02, JSON.stringify(wins));
+});
+
+test('a model stays where it ran over the last window, before where its weights are', (t) => {
+  const nodes = fleet(8);
+  const models = catalog(200, 100, 2);
+  const base = placeFleet(models, nodes);
+  const light = models.find((m) => m.load > 0 && (base.nodes.get(m.name)?.length ?? 0) === 1 && m.load < 0.01);
+  if (!light) throw new Error('the catalog has a light model');
+  const home = /** @type {string[]} */ (base.nodes.get(light.name))[0];
+  const other = nodes.map((n) => n.id).find((id) => id !== home) ?? '';
+  // Resident on both (a move left it on its old node too), run on `other` only: it stays on `other`.
+  const ran = placeFleet(models.map((m) => (m === light ? { ...m, resident: [home, other], serving: [other] } : m)), nodes);
+  t.deepEqual(ran.nodes.get(light.name), [other]);
+  const residentOnly = placeFleet(models.map((m) => (m === light ? { ...m, resident: [home, other] } : m)), nodes);
+  t.deepEqual(residentOnly.nodes.get(light.name), [home], 'by residency alone, its ranking decides between the two');
+
 });
