@@ -18,6 +18,7 @@ import type { Placement } from '../routing/placement.js';
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { DeviceCounters, ModelCounters, Statistics } from './statistics.js';
 import { FAILURE_REASONS } from '../shared/failure-reason.js';
+import { DURATION_BUCKETS_MS } from '../shared/request-counters.js';
 
 export interface MetricsSources {
   /** In-flight requests per model (nv_inference_pending_request_count). */
@@ -225,6 +226,7 @@ function modelMetrics(sources: MetricsSources, registers: Registry[]): void {
   perModel('nv_inference_count', 'Number of inferences performed (rows: a batch of 8 counts 8)', (c) => c.inferenceCount);
   perModel('nv_inference_exec_count', 'Number of model executions performed (a coalesced batch counts 1)', (c) => c.executionCount);
   perModel('nv_inference_request_duration_us', 'Cumulative inference request duration in microseconds', (c) => (c.success.ns + c.fail.ns) / 1000);
+  requestDurations(statistics, registers);
   perModel('nv_inference_queue_duration_us', 'Cumulative inference queuing duration in microseconds', (c) => c.queue.ns / 1000);
   perModel('nv_inference_compute_input_duration_us', 'Cumulative compute input duration in microseconds', (c) => c.computeInput.ns / 1000);
   perModel('nv_inference_compute_infer_duration_us', 'Cumulative compute inference duration in microseconds', (c) => c.computeInfer.ns / 1000);
@@ -407,4 +409,37 @@ function processMetrics(sources: MetricsSources, registers: Registry[]): void {
       }));
     },
   });
+}
+
+/**
+ * stowage_request_duration_seconds{model}: successful requests by their whole time, a Prometheus
+ * histogram (p50/p99 per model by histogram_quantile), every thread's requests (counted in shared
+ * memory, request-counters.ts). prom-client's Histogram observes values one by one; these counts
+ * are kept elsewhere, so the series are written as a histogram's from them.
+ */
+function requestDurations(statistics: Statistics, registers: Registry[]): void {
+  const name = 'stowage_request_duration_seconds';
+  const metric = {
+    name,
+    help: 'Successful inference requests by their whole time on the server, per model (a histogram)',
+    type: 'histogram',
+    aggregator: 'sum',
+    get: () => {
+      const values: { labels: Record<string, string | number>; value: number; metricName: string }[] = [];
+      for (const [model, c] of statistics.models()) {
+        let cumulative = 0;
+        for (const [i, le] of DURATION_BUCKETS_MS.entries()) {
+          cumulative += c.durations[i];
+          values.push({ labels: { model, le: le / 1000 }, value: cumulative, metricName: `${name}_bucket` });
+        }
+        values.push({ labels: { model, le: '+Inf' }, value: c.success.count, metricName: `${name}_bucket` });
+        values.push({ labels: { model }, value: c.success.ns / 1e9, metricName: `${name}_sum` });
+        values.push({ labels: { model }, value: c.success.count, metricName: `${name}_count` });
+      }
+      return { name, help: metric.help, type: 'histogram', values, aggregator: 'sum' };
+    },
+    reset: () => {},
+  };
+  // A metric object of prom-client's shape, not one of its classes: the registry only reads `get`.
+  for (const r of registers) r.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0]);
 }

@@ -22,7 +22,7 @@
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { ExecutionReport } from '../shared/channels/device.js';
 import type { FailureReason } from '../shared/failure-reason.js';
-import type { RequestCounters, SlotCounts } from '../shared/request-counters.js';
+import { DURATION_BUCKETS_MS, type RequestCounters, type SlotCounts } from '../shared/request-counters.js';
 
 interface Duration {
   count: number;
@@ -41,6 +41,8 @@ export interface ModelCounters {
   computeOutput: Duration;
   /** Failed requests by Triton's reason (nv_inference_request_failure). */
   failures: Map<FailureReason, number>;
+  /** Successful requests per duration bucket (request-counters.ts DURATION_BUCKETS_MS), each bucket its own. */
+  durations: number[];
   /** executed batch size -> execution durations */
   batches: Map<number, { computeInput: Duration; computeInfer: Duration; computeOutput: Duration }>;
 }
@@ -121,6 +123,7 @@ export class Statistics {
       success: { ...c.success }, fail: { ...c.fail }, queue: { ...c.queue },
       computeInput: { ...c.computeInput }, computeInfer: { ...c.computeInfer }, computeOutput: { ...c.computeOutput },
       failures: new Map(c.failures),
+      durations: [...c.durations],
     };
     for (const slot of slots) addCounts(merged, this.#requests.counters.read(slot));
     return merged;
@@ -136,7 +139,7 @@ export class Statistics {
       c = {
         lastInferenceMs: 0, inferenceCount: 0, executionCount: 0,
         success: zero(), fail: zero(), queue: zero(), computeInput: zero(), computeInfer: zero(), computeOutput: zero(),
-        failures: new Map(), batches: new Map(),
+        failures: new Map(), batches: new Map(), durations: DURATION_BUCKETS_MS.map(() => 0),
       };
       this.#models.set(model, c);
     }
@@ -212,6 +215,7 @@ function addCounts(c: ModelCounters, counts: SlotCounts): void {
     d.ns += ns;
   }
   for (const [reason, n] of counts.failures) if (n > 0) c.failures.set(reason, (c.failures.get(reason) ?? 0) + n);
+  for (const [i, n] of counts.durations.entries()) c.durations[i] += n;
   c.lastInferenceMs = Math.max(c.lastInferenceMs, counts.lastMs);
 }
 

@@ -9,7 +9,8 @@
  *   is routed; a segment of counters per segment of slots) and per thread (a row per edge and the
  *   main thread's last, so every word has one writer): Triton's per-request counters (successes
  *   and failures with their durations, rows, queue and compute time, the latest request's time,
- *   failures by reason) and the requests an edge sent to each device;
+ *   failures by reason), successful requests by duration bucket (a histogram, for p50/p99 per
+ *   model) and the requests an edge sent to each device;
  * - per edge thread: the requests it routed itself, ever (stowage_edge_direct_requests_total).
  *
  * A thread counts a request before it answers it and before it gives its lease back: a client that
@@ -32,8 +33,14 @@ const INFER_NS = 7;
 const OUTPUT_NS = 8;
 const LAST_MS = 9;
 const REASONS = 10;
+/**
+ * Upper bounds (ms) of the buckets successful requests are counted in by their whole time
+ * (stowage_request_duration_seconds); a request past the last counts in the total alone (+Inf).
+ */
+export const DURATION_BUCKETS_MS = [1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000] as const;
+const BUCKETS = REASONS + FAILURE_REASONS.length;
 /** The first of the per-device route counts. */
-const ROUTES = REASONS + FAILURE_REASONS.length;
+const ROUTES = BUCKETS + DURATION_BUCKETS_MS.length;
 
 /** One slot's counts, summed over the edges. */
 export interface SlotCounts {
@@ -48,6 +55,8 @@ export interface SlotCounts {
   /** The latest request's time (ms since the epoch); 0: none. */
   lastMs: number;
   failures: Map<FailureReason, number>;
+  /** Successful requests per duration bucket (DURATION_BUCKETS_MS; each bucket its own, not cumulative). */
+  durations: number[];
   /** Requests sent to each device, by device index (0..devices-1). */
   routes: number[];
 }
@@ -136,6 +145,8 @@ export class RequestCounters {
     this.#add(words, at + INPUT_NS, timing.computeInputNs);
     this.#add(words, at + INFER_NS, timing.computeInferNs);
     this.#add(words, at + OUTPUT_NS, timing.computeOutputNs);
+    const bucket = DURATION_BUCKETS_MS.findIndex((le) => durationNs <= le * 1e6);
+    if (bucket >= 0) this.#add(words, at + BUCKETS + bucket, 1);
     Atomics.store(words, at + LAST_MS, BigInt(Date.now()));
     this.#add(words, at + SUCCESS, 1); // last: a reader that sees the count sees its durations
   }
@@ -173,6 +184,7 @@ export class RequestCounters {
       computeOutputNs: sum(OUTPUT_NS),
       lastMs: Number(lastMs),
       failures: new Map(FAILURE_REASONS.map((r, i) => [r, sum(REASONS + i)])),
+      durations: DURATION_BUCKETS_MS.map((_, i) => sum(BUCKETS + i)),
       routes: Array.from({ length: this.#devices }, (_, d) => sum(ROUTES + d)),
     };
   }

@@ -33,6 +33,16 @@ test('/metrics counts exactly the requests, rows and executions sent, with Trito
   t.is(m['stowage_device_executions_total{device="0"}'], sizes.length);
   t.is(m['stowage_device_batch_rows_sum{device="0"}'], sizes.reduce((a, b) => a + b, 0));
   t.is(m['stowage_device_batch_rows_count{device="0"}'], sizes.length);
+  // The request-duration histogram: every successful request in the +Inf bucket and the count, cumulative buckets,
+  // the sum the successes' time (the failed one is not in it).
+  const h = (/** @type {string} */ le) => m[`stowage_request_duration_seconds_bucket{model="digits",le="${le}"}`];
+  t.is(h('+Inf'), sizes.length);
+  t.is(m['stowage_request_duration_seconds_count{model="digits"}'], sizes.length);
+  const les = ['0.001', '0.0025', '0.005', '0.01', '0.025', '0.05', '0.1', '0.25', '0.5', '1', '2.5', '5', '10', '+Inf'];
+  for (let i = 1; i < les.length; i++) t.true(h(les[i]) >= h(les[i - 1]), `cumulative at le=${les[i]}`);
+  t.true(h('10') === sizes.length, 'five small requests, each well under 10 s');
+  const sum = m['stowage_request_duration_seconds_sum{model="digits"}'];
+  t.true(sum > 0 && sum * 1e6 <= m[`nv_inference_request_duration_us${labels}`], `${sum} s of successes within all requests' time`);
   t.true(m['stowage_device_busy_seconds_total{device="0"}'] > 0);
   t.is(m['stowage_device_queue_depth{device="0"}'], 0);
   t.is(m['stowage_requests_routed_total{model="digits",device="0"}'], sizes.length, 'the bad request failed in decode, before routing');
