@@ -67,3 +67,29 @@ for (const edgeThreads of [0, 2]) {
     t.is(Object.keys(m).filter((k) => k.includes('subject="bob"')).length, 0, 'a tenant the file does not name has no label of its own');
   });
 }
+
+test('through a pooled gateway: the tenant key reaches the node, a quota refusal comes back with its code and is never retried on another node', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const echo = path.join(FIXTURES, 'models', 'echo');
+  const quotas = { tenants: { carol: { device_seconds_per_second: 0.000001, burst_seconds: 0.001 } } };
+  // Two nodes, each with its own quotas (per node): a quota refusal retried on the other would let carol through.
+  const nodes = await Promise.all([0, 1].map(async (i) => {
+    const root = path.join(temp.dir, `node-${i}`);
+    return startServer({ model_repo: makeRepository(root, { echo }), node_name: `node-${i}`, global: { quotas } }, { root });
+  }));
+  t.teardown(() => Promise.all(nodes.map((n) => n.stop())));
+  const gateway = await startServer({ gateway: { endpoints: nodes.map((n) => n.address), health_seconds: 0.5, scheduling: { mode: 'pooled' } } });
+  t.teardown(() => gateway.stop());
+
+  await gateway.client.infer('echo', [x], as('carol')); // runs, and puts carol ahead of her rate on that node
+  const refused = await gateway.client.infer('echo', [x], as('carol')).catch((/** @type {any} */ e) => e);
+  t.is(refused.code, status.RESOURCE_EXHAUSTED);
+  t.regex(refused.details, /tenant "carol" is over its quota of 0\.000001 device-seconds per second/, 'the node saw the tenant the gateway forwarded');
+  t.deepEqual(refused.metadata.get('stowage-error-code'), ['STOWAGE_QUOTA_EXCEEDED']);
+  await t.notThrowsAsync(gateway.client.infer('echo', [x], as('alice')), 'another tenant goes on');
+  const perNode = await Promise.all(nodes.map(async (n) => metric(await scrapeMetrics(n.adminPort), 'nv_inference_request_success', 'model="echo",version="1"')));
+  t.is(perNode.reduce((a, b) => a + b, 0), 2, 'carol\'s first and alice\'s: the refusal ran nowhere, nor was it sent to the other node');
+  const gw = await scrapeMetrics(gateway.adminPort);
+  t.is(metric(gw, 'stowage_gateway_retries_total', 'reason="holder_full"'), 0);
+});
