@@ -74,6 +74,7 @@ export class FleetRoutes {
   #loads = new Map<string, number>();
   #placement: FleetPlacement | null = null;
   #rankings = new Rankings([]);
+  #lastCatalog: { lists: readonly (readonly string[])[]; names: ReadonlySet<string> } | null = null;
   #members: FleetMember[] = [];
   readonly #moves?: Counter;
   #moved = 0;
@@ -207,21 +208,21 @@ export class FleetRoutes {
     this.#loads = new Map();
     for (const n of members) for (const [model, r] of n.report!.models) if (r.windowLoad > 0) this.#loads.set(model, (this.#loads.get(model) ?? 0) + r.windowLoad);
     const fleet: FleetNode[] = members.map((n) => ({ id: n.name, budgetBytes: n.report!.budgetBytes, devices: Math.max(1, n.report!.devices) }));
-    this.#rankings = new Rankings(fleet);
+    if (!this.#rankings.sameNodes(fleet)) this.#rankings = new Rankings(fleet);
+    // Every model some member serves (the union kept while their lists stay the same objects), then
+    // what the reports say of those they name: with active_only, the few with load or residency.
     const models = new Map<string, FleetModel & { resident: string[]; serving: string[] }>();
+    for (const name of this.#catalog(members)) models.set(name, { name, bytes: 0, load: this.#loads.get(name) ?? 0, resident: [], serving: [] });
     for (const n of members) {
-      for (const name of n.models) {
-        const r = n.report!.models.get(name);
-        let m = models.get(name);
-        if (!m) models.set(name, (m = { name, bytes: 0, load: this.#loads.get(name) ?? 0, resident: [], serving: [] }));
-        if (r) {
-          m.bytes = Math.max(m.bytes, r.weightBytes);
-          if (r.windowResidentBytes > 0) m.resident.push(n.name);
-          if (r.windowLoad > 0) m.serving.push(n.name);
-        }
+      for (const [name, r] of n.report!.models) {
+        const m = models.get(name);
+        if (!m) continue; // reported, but not READY in the index the gateway read
+        m.bytes = Math.max(m.bytes, r.weightBytes);
+        if (r.windowResidentBytes > 0) m.resident.push(n.name);
+        if (r.windowLoad > 0) m.serving.push(n.name);
       }
     }
-    const placement = placeFleet([...models.values()], fleet, this.#o.fleet);
+    const placement = placeFleet([...models.values()], fleet, this.#o.fleet, this.#rankings);
     this.#placement = placement;
     for (const name of this.#routes.keys()) if (!models.has(name)) this.#routes.delete(name);
     const byName = new Map(members.map((n) => [n.name, n]));
@@ -232,6 +233,17 @@ export class FleetRoutes {
       const mean = loads.reduce((s, l) => s + l, 0) / Math.max(1, loads.length);
       this.#o.logger.info({ moved, prefetching: this.#switching.size, models: placement.nodes.size, nodes: members.length, imbalance: mean > 0 ? Math.max(...loads) / mean : 1 }, 'placement changed');
     }
+  }
+
+  /** The names of every model the members serve; the same Set while each member's list is the same object. */
+  #catalog(members: readonly FleetMember[]): ReadonlySet<string> {
+    const lists = members.map((n) => n.models);
+    const last = this.#lastCatalog;
+    if (last && last.lists.length === lists.length && last.lists.every((l, i) => l === lists[i])) return last.names;
+    const names = new Set<string>();
+    for (const list of lists) for (const name of list) names.add(name);
+    this.#lastCatalog = { lists, names };
+    return names;
   }
 
   /** Route `model` to `target`, once the nodes gaining it hold its weights; true when it gains a node now. */

@@ -102,6 +102,8 @@ export class RemoteNode {
   #o: RemoteNodeOptions;
   #up = false;
   #models = new Set<string>();
+  /** The same, as a list made once per index read (placement walks it every check). */
+  #modelList: readonly string[] = [];
   #report: NodeReport | null = null;
   /** When #report was read (Date.now()). */
   #reportAtMs = 0;
@@ -161,8 +163,8 @@ export class RemoteNode {
     this.close();
   }
 
-  get models(): string[] {
-    return [...this.#models];
+  get models(): readonly string[] {
+    return this.#modelList;
   }
 
   /**
@@ -241,7 +243,8 @@ export class RemoteNode {
 
   async #readIndex(timeoutMs: number): Promise<void> {
     const bytes = await this.#unaryRaw('/inference.GRPCInferenceService/RepositoryIndex', this.#o.encodeIndexRequest(), new grpc.Metadata(), Date.now() + timeoutMs);
-    this.#models = new Set(this.#o.decodeIndex(bytes).models.filter((m) => m.state === 'READY').map((m) => m.name));
+    this.#modelList = this.#o.decodeIndex(bytes).models.filter((m) => m.state === 'READY').map((m) => m.name);
+    this.#models = new Set(this.#modelList);
   }
 
   /** One status read for placement; the node's repository digest, or undefined when it failed or gave none. */

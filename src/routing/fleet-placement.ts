@@ -157,18 +157,29 @@ export function replicasFor(load: number, nodes: number, replicaLoad: number, cu
 
 /**
  * The nodes' rankings for any model: each node's name hashed and its weight found once, then per
- * model one score per node.
+ * model one score per node. A model's first node is remembered: most of a large catalog is placed
+ * on it at every check, and a gateway keeps one Rankings while its node set stays the same
+ * (`sameNodes`), so a check pays for the models' scores once, not every time.
  */
 export class Rankings {
   readonly #nodes: readonly FleetNode[];
   readonly #hashes: number[];
   readonly #weights: number[];
+  readonly #firsts = new Map<string, FleetNode>();
+  /** The node set it ranks: ids and weights, what `sameNodes` compares. */
+  readonly #key: string;
 
   constructor(nodes: readonly FleetNode[]) {
     this.#nodes = nodes;
     this.#hashes = nodes.map((n) => nameHash(n.id));
     const meanBudget = nodes.reduce((s, n) => s + n.budgetBytes, 0) / Math.max(1, nodes.length);
     this.#weights = nodes.map((n) => (n.budgetBytes > 0 ? n.budgetBytes : meanBudget) || 1);
+    this.#key = nodes.map((n, i) => `${n.id}=${this.#weights[i]}`).join(',');
+  }
+
+  /** Whether `nodes` would rank every model as this does (the same ids and weights, in any order of equal ids). */
+  sameNodes(nodes: readonly FleetNode[]): boolean {
+    return new Rankings(nodes).#key === this.#key;
   }
 
   /** Every node ranked for `model`, best first (ties, which a 32-bit hash makes rare, by name). */
@@ -181,6 +192,15 @@ export class Rankings {
 
   /** The first node of `model`'s ranking; with `among`, the first of those nodes (ids) in it. */
   first(model: string, among?: ReadonlySet<string>): FleetNode {
+    if (!among) {
+      let first = this.#firsts.get(model);
+      if (!first) this.#firsts.set(model, (first = this.#firstAmong(model)));
+      return first;
+    }
+    return this.#firstAmong(model, among);
+  }
+
+  #firstAmong(model: string, among?: ReadonlySet<string>): FleetNode {
     const m = nameHash(model);
     let best = -1;
     let bestScore = -Infinity;
@@ -196,8 +216,9 @@ export class Rankings {
   }
 }
 
-export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions = DEFAULT_FLEET_OPTIONS): FleetPlacement {
-  const p: Packing = { placed: new Map(), load: new Map(nodes.map((n) => [n.id, 0])), bytes: new Map(nodes.map((n) => [n.id, 0])), rankings: new Rankings(nodes), live: new Set(nodes.map((n) => n.id)) };
+/** `rankings`: the nodes' Rankings from an earlier call with the same nodes (Rankings.sameNodes), to reuse what it remembers. */
+export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions = DEFAULT_FLEET_OPTIONS, rankings = new Rankings(nodes)): FleetPlacement {
+  const p: Packing = { placed: new Map(), load: new Map(nodes.map((n) => [n.id, 0])), bytes: new Map(nodes.map((n) => [n.id, 0])), rankings, live: new Set(nodes.map((n) => n.id)) };
   if (nodes.length === 0) return { nodes: p.placed, load: p.load, bytes: p.bytes };
   const plan = planLoads(models, nodes, options);
   const { heavy, heavyBytes } = heavyModels(plan);

@@ -136,3 +136,18 @@ test('a model stays where it ran over the last window, before where its weights 
   t.deepEqual(residentOnly.nodes.get(light.name), [home], 'by residency alone, its ranking decides between the two');
 
 });
+
+test('a Rankings remembers each model\'s first node and says whether another node set ranks alike', (t) => {
+  const nodes = fleet(16);
+  const r = new Rankings(nodes);
+  for (let k = 0; k < 50; k++) {
+    const model = `model-${k}`;
+    t.is(r.first(model).id, r.of(model)[0].id);
+    t.is(r.first(model), r.first(model), 'the same node object, remembered');
+  }
+  t.true(r.sameNodes(fleet(16)));
+  t.false(r.sameNodes(fleet(17)), 'a node more');
+  t.false(r.sameNodes(fleet(16, 40 * GB).map((n, i) => (i === 0 ? n : { ...n, budgetBytes: 20 * GB }))), 'a budget changed');
+  const models = catalog(300, 100, 2);
+  t.deepEqual(placeFleet(models, nodes, DEFAULT_FLEET_OPTIONS, r).nodes, placeFleet(models, nodes).nodes, 'placing with a kept Rankings places alike');
+});
