@@ -216,7 +216,10 @@ export class Rankings {
   }
 }
 
-/** `rankings`: the nodes' Rankings from an earlier call with the same nodes (Rankings.sameNodes), to reuse what it remembers. */
+/**
+ * `rankings`: the nodes' Rankings from an earlier call with the same nodes (Rankings.sameNodes),
+ * to reuse what it remembers.
+ */
 export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions = DEFAULT_FLEET_OPTIONS, rankings = new Rankings(nodes)): FleetPlacement {
   const p: Packing = { placed: new Map(), load: new Map(nodes.map((n) => [n.id, 0])), bytes: new Map(nodes.map((n) => [n.id, 0])), rankings, live: new Set(nodes.map((n) => n.id)) };
   if (nodes.length === 0) return { nodes: p.placed, load: p.load, bytes: p.bytes };
