@@ -306,7 +306,7 @@ async function simulate(policy, decodeMsPerModel) {
   const gateways = Array.from({ length: GATEWAYS }, (_, g) => {
     const members = nodes.map((n, i) => new SimMember(n, i, prefetch));
     return {
-      g, rr: g, turn: g, members, byNode: new Map(members.map((mb) => [mb.node, mb])),
+      g, rr: g, turn: g, members,
       skew: (faults() * 2 - 1) * SKEW_MS,
       routes: new FleetRoutes({ fleet: DEFAULT_FLEET_OPTIONS, prefetchTimeoutMs: 60_000, logger: silent }),
     };
@@ -634,7 +634,6 @@ async function simulate(policy, decodeMsPerModel) {
           for (const gw of gateways) {
             const mb = new SimMember(node, nodes.length - 1, prefetch);
             gw.members.push(mb);
-            gw.byNode.set(node, mb);
           }
         });
         break;

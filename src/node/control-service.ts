@@ -115,7 +115,8 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, sna
   if (!(req.window_seconds >= 0 && req.window_seconds <= MAX_WINDOW_SECONDS)) {
     throw errors.invalidRequest(`window_seconds must be between 0 (none) and ${MAX_WINDOW_SECONDS}, got ${req.window_seconds}`);
   }
-  const records = req.name === '' ? registry.all() : [registry.find(req.name)];
+  const all = registry.all();
+  const records = req.name === '' ? all : [registry.find(req.name)];
   const { value: reports, ageMs } = await snapshot.get(req.fresh === true);
   const instances = new Map<string, (typeof reports)[number] & { queuedAll: number; residentAll: number; sessionAll: number; sessionBytesAll: number; sessions: string[]; onDevices: number[] }>();
   for (const s of reports) {
@@ -131,7 +132,7 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, sna
     } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, sessionAll: s.sessionDeviceBytes ?? 0, sessionBytesAll: s.sessionBytes, sessions: [`device ${s.device}: ${s.session}`], onDevices: s.resident ? [s.device] : [] });
   }
   // Every model's counters go into a window, whichever model was asked for.
-  const readings = () => new Map<string, ModelReading>(registry.all().map((r) => [r.name, {
+  const readings = () => new Map<string, ModelReading>(all.map((r) => [r.name, {
     computeSeconds: statistics.computeSeconds(r.name),
     residentBytes: r.instance ? instances.get(r.instance)?.residentAll ?? 0 : 0,
   }]));
@@ -149,7 +150,7 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, sna
     snapshot_age_seconds: ageMs / 1000,
     node_name: ctx.nodeName(),
     started_unix_ms: ctx.startedMs,
-    repository_digest: repositoryDigest(registry.all()),
+    repository_digest: repositoryDigest(all),
     models: (req.active_only ? records.filter(active) : records).map((r) => {
       const s = r.instance ? instances.get(r.instance) : undefined;
       const traffic = ctx.weightTraffic(r.name);

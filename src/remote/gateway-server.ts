@@ -13,9 +13,10 @@
  *
  * With `scheduling.mode: pooled` each health check also reads every node's ModelControlStatus,
  * and fleet-routes.ts places each model on a few nodes from it, so the fleet's memory is pooled.
- * Health and placement are apart: only the RepositoryIndex read decides whether a node takes
+ * Health and placement are apart: only the health probe (ServerReady) decides whether a node takes
  * traffic; a status read that fails or is slow leaves placement on the node's last report for
- * `report_max_age_seconds`. Two addresses reporting one node name: the older process drains.
+ * `report_max_age_seconds`, and the RepositoryIndex is read again only when the node's digest
+ * changes. Two addresses reporting one node name: the older process drains.
  * The nodes report each model's load over wall-clock windows of `health_seconds`, the same
  * numbers to every gateway that reads within one window, and the checks run halfway through each:
  * gateways fed the same nodes place alike.

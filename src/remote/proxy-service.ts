@@ -159,7 +159,8 @@ class Forwarding {
         return await node.unary(SERVICE + rpc, request, call.metadata, this.#deadlineOf(call));
       } catch (err) {
         const failed = err as grpc.ServiceError;
-        if (!fullRetried && FULL_HOLDER.has(errorCodeOf(failed)!) && this.#anotherHolder(model, tried)) {
+        const code = errorCodeOf(failed);
+        if (!fullRetried && code !== undefined && FULL_HOLDER.has(code) && this.#anotherHolder(model, tried)) {
           // Refused before anything ran: another holder may have room. Once, so that a fleet that is
           // full everywhere answers RESOURCE_EXHAUSTED rather than passing the request around.
           fullRetried = true;

@@ -36,7 +36,7 @@ export interface RemoteNodeOptions {
     decodeReady: (bytes: Buffer) => { ready: boolean };
     /**
      * How long placement may go on with the node's last report while its status reads fail or
-     * time out (the node stays in service meanwhile: health is the RepositoryIndex read alone).
+     * time out (the node stays in service meanwhile: health is the ServerReady probe alone).
      */
     reportMaxAgeMs: number;
   };

@@ -277,7 +277,8 @@ export const nodeConfigSchema = {
         max_concurrent_streams: { type: 'integer', minimum: 1, default: 32 },
         // Deadline, in seconds, of a forwarded call whose client set none.
         request_timeout_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 60 },
-        // Seconds between health checks of every node (RepositoryIndex); down nodes come back when they answer.
+        // Seconds between health checks of every node (RepositoryIndex; pooled: ServerReady, and the index
+        // when it changed); down nodes come back when they answer.
         health_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 2 },
         scheduling: {
           type: 'object',

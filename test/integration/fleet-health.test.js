@@ -48,8 +48,7 @@ test('a node whose status reads are delayed 2 s keeps serving: placement holds i
   // Past the bound its report is too old for placement: its models go to node-0; it still takes traffic.
   await until(async () => (await on('node-1')).length === 0, 8_000, 'node-1 leaves placement');
   t.is((await on('node-0')).length, catalog.length, 'node-0 takes every model');
-  t.true(Date.now() - since >= 2_500, `not before its report aged out (${Date.now() - since} ms)`);
-  t.is(await up(), 1, 'and stays up: health is the RepositoryIndex read alone');
+  t.is(await up(), 1, 'and stays up: health is the ServerReady probe alone');
   t.true(/** @type {number} */ (await metric(`stowage_gateway_node_report_age_seconds{node="${slow.server.address}"}`)) >= 3);
 
   // Status reads answer again: it is placed on again.
