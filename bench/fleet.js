@@ -6,15 +6,18 @@
 // the loads and place by them), then the measured requests. Prints throughput, p50/p99, cold
 // loads (every node's weight-cache misses, prefetches included) and the hit rate, the busiest
 // node's share of the requests over the mean, how often both gateways routed a model to the same
-// nodes (their placements read every half second during the run), and the ratios.
+// nodes (their placements read every half second during the run), how many nodes a minute the
+// first gateway gave models that it did not route them to half a second before (moves), and the ratios.
 //
-//   npm run build && node bench/fleet.js [measured requests per mode, default 4000]
+//   npm run build && node bench/fleet.js [measured requests per mode, default 4000] [--only round_robin|pooled]
 import { coldLoads, drive, placements, startFleet, startGateway, zipfPicks } from '../test/helpers/fleet.js';
 import { mlpWeightBytes } from '../test/helpers/mlp-catalog.js';
 import { scrapeMetrics, tempDir } from '../test/helpers/server.js';
 import { percentile } from './timing.js';
 
-const REQUESTS = Number(process.argv[2] ?? 4000);
+const args = process.argv.slice(2);
+const only = args.includes('--only') ? args[args.indexOf('--only') + 1] : null;
+const REQUESTS = Number(args.find((a, i) => /^\d+$/.test(a) && args[i - 1] !== '--only') ?? 4000);
 const WARMUP = Math.max(1000, Math.round(REQUESTS / 2));
 const SIZES = [1024, 4096, 16];
 const COUNT = 16;
@@ -40,14 +43,19 @@ async function run(mode) {
     const served0 = await served(nodes);
     // Pooled: both gateways' placements read every half second during the run, compared model by model.
     let sampling = mode === 'pooled';
-    const samples = { same: 0, all: 0 };
+    const samples = { same: 0, all: 0, gained: 0 };
+    /** @type {Map<string, string[]> | null} */
+    let before = null;
     const sampler = (async () => {
       while (sampling) {
         const [a, b] = await Promise.all(gateways.map((g) => placements(g.adminPort)));
         for (const [m, on] of a) {
           samples.all++;
           if (JSON.stringify(on) === JSON.stringify(b.get(m))) samples.same++;
+          // A move: a node the first gateway routes the model to that it did not half a second before.
+          if (before) samples.gained += on.filter((n) => !(before.get(m) ?? on).includes(n)).length;
         }
+        before = a;
         await new Promise((resolve) => setTimeout(resolve, 500));
       }
     })();
@@ -59,6 +67,7 @@ async function run(mode) {
     const perNode = (await served(nodes)).map((s, i) => s - served0[i]);
     const mean = perNode.reduce((a, b) => a + b, 0) / perNode.length;
     const agree = samples.all > 0 ? samples.same / samples.all : null;
+    const minutes = result.seconds / 60;
     return {
       mode,
       rps: result.ok / result.seconds,
@@ -68,6 +77,7 @@ async function run(mode) {
       hit: 1 - loads / result.ok,
       busiest: Math.max(...perNode) / mean,
       agree,
+      moves: mode === 'pooled' ? samples.gained / minutes : null,
       budget,
     };
   } finally {
@@ -80,10 +90,10 @@ async function run(mode) {
 const bytes = mlpWeightBytes(SIZES);
 console.log(`${NODES} nodes, ${COUNT} models of ${(bytes / MB).toFixed(1)} MB (catalog ${(COUNT * bytes / MB).toFixed(0)} MB, ${NODES}x one node's budget), 2 gateways, ${CLIENTS} clients, Zipf(1.0); ${WARMUP} warm-up then ${REQUESTS} measured requests per mode`);
 const results = [];
-for (const mode of ['round_robin', 'pooled']) results.push(await run(mode));
-console.log('mode           req/s     p50        p99        cold loads   hit rate   busiest/mean   gateways agree');
+for (const mode of ['round_robin', 'pooled']) if (!only || only === mode) results.push(await run(mode));
+console.log('mode           req/s     p50        p99        cold loads   hit rate   busiest/mean   gateways agree   moves/min');
 for (const r of results) {
-  console.log(`${r.mode.padEnd(12)} ${r.rps.toFixed(0).padStart(7)}  ${r.p50.toFixed(2).padStart(7)} ms ${r.p99.toFixed(2).padStart(7)} ms ${String(r.loads).padStart(10)}   ${(r.hit * 100).toFixed(1).padStart(6)}%   ${r.busiest.toFixed(2).padStart(10)}     ${r.agree === null ? '-' : `${(r.agree * 100).toFixed(0)}%`}`);
+  console.log(`${r.mode.padEnd(12)} ${r.rps.toFixed(0).padStart(7)}  ${r.p50.toFixed(2).padStart(7)} ms ${r.p99.toFixed(2).padStart(7)} ms ${String(r.loads).padStart(10)}   ${(r.hit * 100).toFixed(1).padStart(6)}%   ${r.busiest.toFixed(2).padStart(10)}     ${(r.agree === null ? '-' : `${(r.agree * 100).toFixed(0)}%`).padStart(14)}   ${r.moves === null ? '-' : r.moves.toFixed(1)}`);
 }
 const [rr, pooled] = results;
-console.log(`pooled / round_robin: throughput ${(pooled.rps / rr.rps).toFixed(2)}x, cold loads ${(pooled.loads / Math.max(1, rr.loads)).toFixed(2)}x, p99 ${(pooled.p99 / rr.p99).toFixed(2)}x`);
+if (!only) console.log(`pooled / round_robin: throughput ${(pooled.rps / rr.rps).toFixed(2)}x, cold loads ${(pooled.loads / Math.max(1, rr.loads)).toFixed(2)}x, p99 ${(pooled.p99 / rr.p99).toFixed(2)}x`);

@@ -225,9 +225,23 @@ export class RequestPath<L extends PathLease> {
   }
 
   /** A request off the wire as the path carries it: checked against its model, its regions held. */
-  #fromWire(lease: L, req: DataPlaneRequest, { callDeadlineMs, signal, outputs, tenant }: InferOptions, spans: PathSpans | null): PathRequest<L> {
+  #fromWire(lease: L, req: DataPlaneRequest, options: InferOptions, spans: PathSpans | null): PathRequest<L> {
     const { spec } = lease;
     if (req.refused) throw fromErrorData(req.refused); // the model exists: now what was wrong with the request
+    // Its tenant's and its model's places first: a flood over its quota is refused before its tensors are checked,
+    // for the least CPU (that the requests admitted need); a request refused later gives them back.
+    const quota = this.#rooms.quotas.admit(spec.name, this.#rooms.quotas.tenantOf(options.tenant));
+    try {
+      return this.#checked(lease, req, options, quota, spans);
+    } catch (err) {
+      this.#rooms.quotas.leave(quota);
+      throw err;
+    }
+  }
+
+  /** The rest of #fromWire, once the request holds its quota places: checked, then its regions held. */
+  #checked(lease: L, req: DataPlaneRequest, { callDeadlineMs, signal, outputs }: InferOptions, quota: QuotaTicket | null, spans: PathSpans | null): PathRequest<L> {
+    const { spec } = lease;
     // Hooks read typed arrays over the bytes, which must be aligned; the device aligns them itself.
     const checked = checkRequest(req, spec, this.#rooms.regions, spec.hooks ? 'aligned' : 'any');
     const slices = slicesOf(checked);
@@ -240,17 +254,10 @@ export class RequestPath<L extends PathLease> {
     // A request the work ahead of it on the device would keep past its deadline is refused now, before it runs.
     const late = this.#rooms.deadlines.refusal(spec.name, priority, deadlineMs, (level) => this.#rooms.aheadMs(lease, level));
     if (late) throw late;
-    // Its tenant's and its model's places last but one: a request refused for what it is takes none.
-    const quota = this.#rooms.quotas.admit(spec.name, this.#rooms.quotas.tenantOf(tenant));
     // No await since checking: the regions are still registered (an edge's may have been
     // unregistered meanwhile: its hold fails as a region not found, holding nothing). Last, so that
     // nothing throws between holding them and the path's release.
-    try {
-      this.#rooms.regions.hold(slices);
-    } catch (err) {
-      this.#rooms.quotas.leave(quota);
-      throw err;
-    }
+    this.#rooms.regions.hold(slices);
     return {
       lease, checked, signal, spans, slices, quota,
       context: { model: req.model, requestId: req.id, parameters: checked.parameters },

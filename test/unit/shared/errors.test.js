@@ -28,3 +28,11 @@ test('anything that is not a StowageError maps to INTERNAL', (t) => {
   t.is(toErrorData('text').code, 'STOWAGE_INTERNAL');
   t.is(fromErrorData({ code: /** @type {any} */ ('NOT_A_CODE'), message: 'm' }).code, 'STOWAGE_INTERNAL', 'a code from another version of the channel');
 });
+
+test('refusals an overloaded server answers in bulk carry no stack (capturing one costs the CPU admitted requests need); other errors do', (t) => {
+  const refusal = errors.quotaExceeded('tenant "a"', '1 requests in flight', 'global.quotas.tenants.a.max_inflight');
+  t.is(refusal.code, 'STOWAGE_QUOTA_EXCEEDED');
+  t.notRegex(refusal.stack ?? '', /\n\s+at /);
+  t.regex(errors.invalidTensor('input "x": bad').stack ?? '', /\n\s+at /);
+  t.regex(new Error('after a refusal').stack ?? '', /\n\s+at /, 'the stack limit is restored');
+});

@@ -181,7 +181,8 @@ test('a preprocess hook that fails withdraws its request from the device and fai
   t.deepEqual(r.log, ['acquire pre', 'hold 0', 'infer pre', 'preprocess pre', 'failed pre STOWAGE_HOOK_FAILED', 'release pre']);
 });
 
-test('a request over its tenant\'s quota is refused before it holds a region or reaches the device; its place comes back when answered, its device time charged', async (t) => {
+test('a request over its tenant\'s quota is refused before its tensors are checked, it holds a region or reaches the device; its place comes back when answered or refused later, its device time charged', async (t) => {
+  const region = { name: 'x', datatype: /** @type {const} */ ('FP32'), shape: [1, 2], bytes: /** @type {const} */ ({ kind: 'region', region: 'r', offset: 0, byteSize: 8 }) };
   /** @type {() => void} */
   let finish = () => {};
   const r = rooms({ device: () => new Promise((resolve) => { finish = () => resolve({ outputs: [], queueNs: 0, timing: { ...timing, computeInferNs: 4e6 } }); }) });
@@ -191,10 +192,14 @@ test('a request over its tenant\'s quota is refused before it holds a region or 
   t.is(err.code, 'STOWAGE_QUOTA_EXCEEDED');
   t.regex(err.message, /tenant "alice" is over its quota of 1 requests in flight/);
   t.deepEqual(r.log, ['acquire plain', 'hold 0', 'infer plain', 'acquire plain', 'failed plain STOWAGE_QUOTA_EXCEEDED', 'release plain']);
+  // A request its check would refuse is refused for the quota first: the cheapest refusal for a flood.
+  t.is((await stowageError(t, /** @type {Promise<unknown>} */ (path.infer(wire('pre', { inputs: [region] }), options({ tenant: 'alice' }))))).code, 'STOWAGE_QUOTA_EXCEEDED');
   finish();
   await first;
+  const refusedLater = await stowageError(t, /** @type {Promise<unknown>} */ (path.infer(wire('pre', { inputs: [region] }), options({ tenant: 'alice' }))));
+  t.is(refusedLater.code, 'STOWAGE_UNSUPPORTED');
   const [alice] = r.quotas.read();
-  t.is(alice.inflight, 0, 'its place given back');
+  t.is(alice.inflight, 0, 'its place given back, and the place of the request refused after taking one');
   t.true(Math.abs(alice.deviceSeconds - 0.004000004) < 1e-9, `its execution's device time charged: ${alice.deviceSeconds}`);
   const again = path.infer(wire('plain'), options({ tenant: 'alice' }));
   finish();
