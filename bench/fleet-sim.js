@@ -265,7 +265,7 @@ async function simulate(policy, decodeMsPerModel) {
   }
   const stats = {
     arrived: 0, done: 0, refused: 0, hits: 0, misses: 0, loads: 0, latencies: [], moved: [], ratios: [], retried: 0, agree: [],
-    windows: [], quietMoves: 0, quietMs: 0, checkMs: [], decodeMs: [], failedReads: 0, reads: 0, bound: [], hottest: 0,
+    windows: [], quietMoves: 0, moveKinds: new Map(), quietMs: 0, checkMs: [], decodeMs: [], failedReads: 0, reads: 0, bound: [], hottest: 0,
   };
   const measuring = (t) => t >= WARMUP_SECONDS * 1000;
   const changes = []; // times of membership changes
@@ -367,10 +367,31 @@ async function simulate(policy, decodeMsPerModel) {
     }
     const t0 = performance.now();
     const movesBefore = gw.routes.moves;
+    const before = gw.routes.placement;
     gw.routes.update(gw.members);
     if (gw.g === 0 && measuring(t)) {
       stats.checkMs.push(performance.now() - t0);
-      if (!changing(t)) stats.quietMoves += gw.routes.moves - movesBefore;
+      if (!changing(t)) {
+        stats.quietMoves += gw.routes.moves - movesBefore;
+        if (before) explainMoves(before, gw.routes.placement, gw.members);
+      }
+    }
+  };
+  /**
+   * What kind of change each quiet move of gateway 0's placement is: a model that gained a node, by
+   * whether placement bounded it (heavy) or not (light), whether it gained a replica or went
+   * elsewhere, and whether any node reported it (load or weights resident) or it was idle.
+   */
+  const explainMoves = (before, after, members) => {
+    const reported = new Set();
+    for (const mb of members) for (const name of mb.last?.models.keys() ?? []) reported.add(name);
+    for (const [name, target] of after.nodes) {
+      const old = before.nodes.get(name);
+      if (!old) continue;
+      const gained = target.filter((id) => !old.includes(id)).length;
+      if (gained === 0) continue;
+      const kind = `${after.heavy.has(name) ? (before.heavy.has(name) ? 'heavy' : 'became heavy') : (before.heavy.has(name) ? 'became light' : 'light')}, ${target.length > old.length ? 'replica added' : 'elsewhere'}, ${reported.has(name) ? 'active' : 'idle'}`;
+      stats.moveKinds.set(kind, (stats.moveKinds.get(kind) ?? 0) + gained);
     }
   };
   /** Share of the models every gateway places on the same nodes. */
@@ -688,6 +709,7 @@ async function simulate(policy, decodeMsPerModel) {
     agreement: stats.agree.length ? Math.min(...stats.agree) : null,
     meanAgreement: stats.agree.length ? stats.agree.reduce((a, b) => a + b, 0) / stats.agree.length : null,
     quietMovesPerMinute: policy === 'pooled' && stats.quietMs > 0 ? stats.quietMoves / (stats.quietMs / 60_000) / MODELS : null,
+    quietMoveKinds: policy === 'pooled' && stats.quietMs > 0 ? Object.fromEntries([...stats.moveKinds].sort((a, b) => b[1] - a[1]).map(([k, v]) => [k, v / (stats.quietMs / 60_000) / MODELS])) : null,
     checkMs: stats.checkMs.length ? median(stats.checkMs) : null,
     checkDecodeMs: stats.decodeMs.length ? median(stats.decodeMs) : null,
     failedReads: stats.reads ? stats.failedReads / stats.reads : null,
@@ -753,6 +775,10 @@ if (args.json) {
       pct(r.quietMovesPerMinute).padStart(16), `${pct(r.agreement)}, ${pct(r.meanAgreement)}`.padStart(20),
       (r.checkMs === null ? '-' : `${r.checkMs.toFixed(0)} (+${r.checkDecodeMs?.toFixed(0)})`).padStart(19), String(r.hottestNodes || '-').padStart(7),
     ].join(' '));
+  }
+  for (const r of results) {
+    if (!r.quietMoveKinds) continue;
+    console.log(`seed ${r.seed} quiet moves by kind, share of the catalog a minute: ${Object.entries(r.quietMoveKinds).map(([k, v]) => `${k} ${pct(v)}`).join('; ')}`);
   }
   console.log(`a node's full status answer: ${(results[0].statusBytes / 1e6).toFixed(2)} MB, decoded in ${results[0].fullDecodeMs.toFixed(1)} ms (x${NODES} nodes per check without active_only); failed or timed-out status reads: ${pct(results.find((r) => r.failedReads !== null)?.failedReads ?? null)}`);
   console.log(`(${((performance.now() - started) / 1000).toFixed(1)} s of wall time)`);

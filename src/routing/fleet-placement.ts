@@ -95,6 +95,8 @@ export interface FleetPlacement {
   /** Per node: the load and the hot bytes placed on it. */
   load: Map<string, number>;
   bytes: Map<string, number>;
+  /** The models placed within the bounds (heavy); the rest were placed where they are, unbounded. */
+  heavy: ReadonlySet<string>;
 }
 
 /** 32-bit FNV-1a of a string: each name hashed once, then mixed per pair. */
@@ -222,12 +224,13 @@ export class Rankings {
  */
 export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions = DEFAULT_FLEET_OPTIONS, rankings = new Rankings(nodes)): FleetPlacement {
   const p: Packing = { placed: new Map(), load: new Map(nodes.map((n) => [n.id, 0])), bytes: new Map(nodes.map((n) => [n.id, 0])), rankings, live: new Set(nodes.map((n) => n.id)) };
-  if (nodes.length === 0) return { nodes: p.placed, load: p.load, bytes: p.bytes };
+  if (nodes.length === 0) return { nodes: p.placed, load: p.load, bytes: p.bytes, heavy: new Set() };
   const plan = planLoads(models, nodes, options);
   const { heavy, heavyBytes } = heavyModels(plan);
-  placeLight(p, models, plan, new Set(heavy.map((x) => x.m.name)));
+  const heavyNames = new Set(heavy.map((x) => x.m.name));
+  placeLight(p, models, plan, heavyNames);
   placeHeavy(p, heavy, heavyBytes, plan, nodes, options);
-  return { nodes: p.placed, load: p.load, bytes: p.bytes };
+  return { nodes: p.placed, load: p.load, bytes: p.bytes, heavy: heavyNames };
 }
 
 /** Where a model is now, as the nodes report it: where it ran over the last window, else where its weights are. */
