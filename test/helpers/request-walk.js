@@ -21,10 +21,13 @@ export function walkSection() {
 /**
  * The files the walk's numbered steps name, as repository paths: `folder/name.ts` under src/, a bare
  * `name.ts` in the folder of the last file named with its folder (else the one file of that name).
+ * @param {string} section
  */
 export function walkFiles(section) {
   const steps = section.slice(0, section.indexOf('\nFiles named'));
+  /** @type {string[]} */
   const files = [];
+  /** @type {string[]} */
   const unresolved = [];
   let folder = 'src';
   for (const [, token] of steps.matchAll(/`([\w/.-]+\.ts)`/g)) {
@@ -43,12 +46,15 @@ export function walkFiles(section) {
   return { files: [...new Set(files)], unresolved };
 }
 
-/** Every module reached by imports from `roots`. */
+/**
+ * Every module reached by imports from `roots`.
+ * @param {string[]} roots
+ */
 export function reached(roots) {
   const seen = new Set(roots);
   const queue = [...roots];
   while (queue.length > 0) {
-    for (const { target } of relativeImports(queue.pop())) {
+    for (const { target } of relativeImports(/** @type {string} */ (queue.pop()))) {
       if (!seen.has(target) && SOURCES.includes(target)) {
         seen.add(target);
         queue.push(target);
