@@ -35,6 +35,10 @@
 //     [--fail-reads 0.02] [--slow-reads 0.1] [--policies round_robin,affinity,pooled,oracle]
 //
 // Seeds 1-3 were the ones placement's options were tuned on (2026-11-27); 11-13 were not.
+// Quiet moves are classified by kind (heavy or light, a replica added or elsewhere, the model active
+// or idle) and also counted for active models alone; SIM_DETAIL=1 adds each kind's evidence (where
+// the model ran and was resident, whether the other gateways agree), the most-moved and some
+// disagreed-on models' placements check by check, and the busiest node's models, on stderr.
 import { parseArgs } from 'node:util';
 import pino from 'pino';
 import { DEFAULT_FLEET_OPTIONS, Rankings } from '../dist/routing/fleet-placement.js';
@@ -265,7 +269,7 @@ async function simulate(policy, decodeMsPerModel) {
   }
   const stats = {
     arrived: 0, done: 0, refused: 0, hits: 0, misses: 0, loads: 0, latencies: [], moved: [], ratios: [], retried: 0, agree: [],
-    windows: [], quietMoves: 0, moveKinds: new Map(), quietMs: 0, checkMs: [], decodeMs: [], failedReads: 0, reads: 0, bound: [], hottest: 0,
+    windows: [], quietMoves: 0, quietActiveMoves: 0, moveKinds: new Map(), movesOf: new Map(), trace: new Map(), quietMs: 0, checkMs: [], decodeMs: [], failedReads: 0, reads: 0, bound: [], hottest: 0,
   };
   const measuring = (t) => t >= WARMUP_SECONDS * 1000;
   const changes = []; // times of membership changes
@@ -384,14 +388,42 @@ async function simulate(policy, decodeMsPerModel) {
    */
   const explainMoves = (before, after, members) => {
     const reported = new Set();
-    for (const mb of members) for (const name of mb.last?.models.keys() ?? []) reported.add(name);
+    const serving = new Map();
+    const resident = new Map();
+    for (const mb of members) {
+      if (!mb.node.up || !mb.last) continue;
+      for (const [name, r] of mb.last.models) {
+        reported.add(name);
+        if (r.windowLoad > 0) serving.set(name, [...(serving.get(name) ?? []), mb.node.id]);
+        if (r.windowResidentBytes > 0) resident.set(name, [...(resident.get(name) ?? []), mb.node.id]);
+      }
+    }
     for (const [name, target] of after.nodes) {
       const old = before.nodes.get(name);
       if (!old) continue;
       const gained = target.filter((id) => !old.includes(id)).length;
       if (gained === 0) continue;
-      const kind = `${after.heavy.has(name) ? (before.heavy.has(name) ? 'heavy' : 'became heavy') : (before.heavy.has(name) ? 'became light' : 'light')}, ${target.length > old.length ? 'replica added' : 'elsewhere'}, ${reported.has(name) ? 'active' : 'idle'}`;
+      let kind = `${after.heavy.has(name) ? (before.heavy.has(name) ? 'heavy' : 'became heavy') : (before.heavy.has(name) ? 'became light' : 'light')}, ${target.length > old.length ? 'replica added' : 'elsewhere'}, ${reported.has(name) ? 'active' : 'idle'}`;
+      if (process.env.SIM_DETAIL) {
+        const sv = serving.get(name) ?? [];
+        const rs = resident.get(name) ?? [];
+        const others = gateways.slice(1).map((g) => (g.routes.placement?.nodes.get(name) ?? []).join(','));
+        kind += ` [others ${others.filter((o) => o === target.join(',')).length}/${others.length} agree with new, ${others.filter((o) => o === old.join(',')).length} with old]`;
+        kind += ` [n=${old.length}->${target.length} serving ${sv.length} (old ${old.some((id) => sv.includes(id)) ? 'in' : 'out'}) resident ${rs.length} (old ${old.some((id) => rs.includes(id)) ? 'in' : 'out'})]`;
+      }
       stats.moveKinds.set(kind, (stats.moveKinds.get(kind) ?? 0) + gained);
+      if (reported.has(name)) stats.quietActiveMoves += gained;
+      if (process.env.SIM_DETAIL) stats.movesOf.set(name, (stats.movesOf.get(name) ?? 0) + 1);
+    }
+    if (process.env.SIM_DETAIL) {
+      for (const [name, target] of after.nodes) {
+        if (!stats.trace.has(name)) stats.trace.set(name, []);
+        const loads = [];
+        for (const mb of members) { const r = mb.last?.models.get(name); if (mb.node.up && r && r.windowLoad > 0) loads.push(`${mb.node.id.slice(5)}:${r.windowLoad.toFixed(3)}`); }
+        const h = stats.trace.get(name);
+        const line = `${after.heavy.has(name) ? 'H' : 'L'} -> ${target.map((id) => id.slice(5)).join(',')} | ran ${loads.join(' ')} | others ${gateways.slice(1).map((g) => (g.routes.placement?.nodes.get(name) ?? []).map((id) => id.slice(5)).join(',')).join(' / ')}`;
+        if (h.length < 200) h.push(line);
+      }
     }
   };
   /** Share of the models every gateway places on the same nodes. */
@@ -689,6 +721,15 @@ async function simulate(policy, decodeMsPerModel) {
   stats.bound.push([bound, end - boundSince]);
   const measuredSeconds = SECONDS - WARMUP_SECONDS;
   const busy = nodes.filter((n) => n.up).map((n) => n.busyMs);
+  if (process.env.SIM_DETAIL && policy === 'pooled') {
+    const up = nodes.filter((n) => n.up);
+    const top = up.reduce((a, b) => (b.busyMs > a.busyMs ? b : a));
+    const pl = gateways[0].routes.placement;
+    const on = [...pl.nodes].filter(([, ids]) => ids.includes(top.id)).map(([name, ids]) => `${name}${pl.heavy.has(name) ? '(H)' : ''}x${ids.length}`);
+    console.error(`busiest ${top.id}: busy ${(top.busyMs / 1000).toFixed(1)} s, placed load ${pl.load.get(top.id)?.toFixed(3)} (mean ${([...pl.load.values()].reduce((a, b) => a + b, 0) / pl.load.size).toFixed(3)}), ${on.length} models: ${on.slice(0, 30).join(' ')}`);
+    const loads = [...top.compute].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([m, ms]) => `${models[m].name}:${(ms / 1000).toFixed(1)}s`);
+    console.error(`  its device time by model: ${loads.join(' ')}`);
+  }
   const meanBusy = busy.reduce((s, b) => s + b, 0) / busy.length;
   const quiet = stats.windows.filter((w) => !w.changing).map((w) => w.ratio);
   const boundWeight = stats.bound.reduce((s, [, ms]) => s + ms, 0);
@@ -708,7 +749,17 @@ async function simulate(policy, decodeMsPerModel) {
     pooled: stats.ratios.reduce((s, r) => s + r, 0) / Math.max(1, stats.ratios.length),
     agreement: stats.agree.length ? Math.min(...stats.agree) : null,
     meanAgreement: stats.agree.length ? stats.agree.reduce((a, b) => a + b, 0) / stats.agree.length : null,
+    ...(process.env.SIM_DETAIL && policy === 'pooled' ? (() => {
+      const light = (name) => stats.trace.get(name).filter((l) => l.startsWith('L')).length > stats.trace.get(name).length / 2;
+      const top = [...[...stats.movesOf].sort((a, b) => b[1] - a[1]).slice(0, 2), ...[...stats.movesOf].filter(([name]) => light(name)).sort((a, b) => b[1] - a[1]).slice(0, 3)];
+      const firsts = gateways.map((gw) => gw.routes.placement.nodes);
+      const apart = models.filter((mm) => firsts.slice(1).some((p) => (p.get(mm.name) ?? []).join() !== (firsts[0].get(mm.name) ?? []).join())).slice(0, 4);
+      for (const mm of apart) console.error(`${mm.name} apart:\n  ${stats.trace.get(mm.name).slice(0, 30).join('\n  ')}`);
+      for (const [name, n] of top) console.error(`${name} moved ${n} times:\n  ${stats.trace.get(name).slice(0, 40).join('\n  ')}`);
+      return {};
+    })() : {}),
     quietMovesPerMinute: policy === 'pooled' && stats.quietMs > 0 ? stats.quietMoves / (stats.quietMs / 60_000) / MODELS : null,
+    quietActiveMovesPerMinute: policy === 'pooled' && stats.quietMs > 0 ? stats.quietActiveMoves / (stats.quietMs / 60_000) / MODELS : null,
     quietMoveKinds: policy === 'pooled' && stats.quietMs > 0 ? Object.fromEntries([...stats.moveKinds].sort((a, b) => b[1] - a[1]).map(([k, v]) => [k, v / (stats.quietMs / 60_000) / MODELS])) : null,
     checkMs: stats.checkMs.length ? median(stats.checkMs) : null,
     checkDecodeMs: stats.decodeMs.length ? median(stats.decodeMs) : null,
@@ -760,7 +811,7 @@ if (args.json) {
   console.log(JSON.stringify({ nodes: NODES, models: MODELS, seconds: SECONDS, rate: RATE, gateways: GATEWAYS, budget: BUDGET, catalogBytes, results }));
 } else {
   console.log(`fleet of ${NODES} nodes, ${MODELS} models (${NODES}x one node's budget), Zipf(1.0) drifting every ${DRIFT_SECONDS || '-'} s, ${RATE} req/s offered, ${GATEWAYS} gateways with clocks up to ${SKEW_MS / 1000} s off, status reads ${FAIL_READS * 100}% failed and ${SLOW_READS * 100}% slow, ${SECONDS} s (${WARMUP_SECONDS} s warm-up); a node fails at ${FAIL_AT.toFixed(0)} s, one joins at ${JOIN_AT.toFixed(0)} s`);
-  console.log('seed policy       hit (bound)     cold/s  req/s (offered)  refused  p50 ms  p99 ms  busiest/mean (5 s quiet: worst, median)  res/distinct  burst  moved at fail  at join  quiet moves/min  agree (least, mean)  check ms (+decode)  hot on');
+  console.log('seed policy       hit (bound)     cold/s  req/s (offered)  refused  p50 ms  p99 ms  busiest/mean (5 s quiet: worst, median)  res/distinct  burst  moved at fail  at join  quiet moves/min (active)  agree (least, mean)  check ms (+decode)  hot on');
   const pct = (x) => (x === null ? '-' : `${(x * 100).toFixed(1)}%`);
   for (const r of results) {
     const mv = (why) => {
@@ -772,7 +823,7 @@ if (args.json) {
       `${r.throughput.toFixed(0)} (${r.offered.toFixed(0)})`.padStart(16), String(r.refused).padStart(8), r.p50.toFixed(1).padStart(7), r.p99.toFixed(1).padStart(7),
       `${r.maxOverMeanBusy.toFixed(2)} (${r.worstQuietWindow?.toFixed(2) ?? '-'}, ${r.medianQuietWindow?.toFixed(2) ?? '-'})`.padStart(40),
       r.pooled.toFixed(2).padStart(13), String(r.burstLoads).padStart(6), mv('a node failed').padStart(14), mv('a node joined').padStart(8),
-      pct(r.quietMovesPerMinute).padStart(16), `${pct(r.agreement)}, ${pct(r.meanAgreement)}`.padStart(20),
+      `${pct(r.quietMovesPerMinute)} (${pct(r.quietActiveMovesPerMinute)})`.padStart(25), `${pct(r.agreement)}, ${pct(r.meanAgreement)}`.padStart(20),
       (r.checkMs === null ? '-' : `${r.checkMs.toFixed(0)} (+${r.checkDecodeMs?.toFixed(0)})`).padStart(19), String(r.hottestNodes || '-').padStart(7),
     ].join(' '));
   }

@@ -15,8 +15,10 @@
  * goes to the first node of its ranking among those that serve it: the same node from every
  * gateway, so a burst of first requests loads it once.
  *
- * Calm: placement anchors each model where it ran over the last window (as every gateway reads it)
- * and gives replicas back with hysteresis (fleet-placement.ts).
+ * Calm: a model stays where this gateway placed it while that holds (#holding: the reports lag a
+ * move by a window, an idle model is not moved, and a gateway that placed it apart from the others
+ * follows where most of its traffic runs), else where it ran most over the last window; replicas
+ * are given back with hysteresis (fleet-placement.ts).
  *
  * Nodes are known by the name they report (node_name), not their address: a node rescheduled at a
  * new address ranks where it ranked and keeps its models. A node whose status reads fail stays in
@@ -55,6 +57,18 @@ export interface FleetRoutesOptions {
   onSuperseded?: (older: FleetMember, newer: FleetMember) => void;
 }
 
+/**
+ * Checks after a placement changes before the nodes' reports show its traffic: the first whole window
+ * after the routes switch is read two checks on (checks run halfway through each window).
+ */
+const REPORT_LAG_CHECKS = 2;
+
+/** A node keeps a model while it carries at least this share of its part of the model's load. */
+const HOLD_SHARE = 0.5;
+
+/** A model runs enough for its window's counts to say where it runs from this share of a device's fair share. */
+const DOMINANCE_MIN_SHARE = 0.02;
+
 /** Of two members reporting one name, the one whose process started last (ties: the higher address). */
 function newerOf(a: FleetMember, b: FleetMember): FleetMember {
   const [sa, sb] = [a.report!.startedMs, b.report!.startedMs];
@@ -76,6 +90,11 @@ export class FleetRoutes {
   #rankings = new Rankings([]);
   #lastCatalog: { lists: readonly (readonly string[])[]; names: ReadonlySet<string> } | null = null;
   #members: FleetMember[] = [];
+  /** Model -> the nodes placement put it on, and the check at which its routes last switched (or it was placed). */
+  readonly #placed = new Map<string, { nodes: string[]; check: number }>();
+  #checks = 0;
+  /** The nodes placed at the last check, to tell one joining. */
+  #live: ReadonlySet<string> = new Set();
   readonly #moves?: Counter;
   #moved = 0;
   readonly #prefetches?: Counter;
@@ -208,23 +227,46 @@ export class FleetRoutes {
     this.#loads = new Map();
     for (const n of members) for (const [model, r] of n.report!.models) if (r.windowLoad > 0) this.#loads.set(model, (this.#loads.get(model) ?? 0) + r.windowLoad);
     const fleet: FleetNode[] = members.map((n) => ({ id: n.name, budgetBytes: n.report!.budgetBytes, devices: Math.max(1, n.report!.devices) }));
-    if (!this.#rankings.sameNodes(fleet)) this.#rankings = new Rankings(fleet);
+    const live = new Set(members.map((n) => n.name));
+    const joined = new Set<string>();
+    if (!this.#rankings.sameNodes(fleet)) {
+      this.#rankings = new Rankings(fleet);
+      for (const id of live) if (!this.#live.has(id)) joined.add(id);
+    }
+    this.#live = live;
     // Every model some member serves (the union kept while their lists stay the same objects), then
     // what the reports say of those they name: with active_only, the few with load or residency.
-    const models = new Map<string, FleetModel & { resident: string[]; serving: string[] }>();
-    for (const name of this.#catalog(members)) models.set(name, { name, bytes: 0, load: this.#loads.get(name) ?? 0, resident: [], serving: [] });
+    const models = new Map<string, FleetModel & { resident: string[]; serving: string[]; loadOn: Map<string, number> }>();
+    for (const name of this.#catalog(members)) models.set(name, { name, bytes: 0, load: this.#loads.get(name) ?? 0, resident: [], serving: [], loadOn: new Map() });
     for (const n of members) {
       for (const [name, r] of n.report!.models) {
         const m = models.get(name);
         if (!m) continue; // reported, but not READY in the index the gateway read
         m.bytes = Math.max(m.bytes, r.weightBytes);
         if (r.windowResidentBytes > 0) m.resident.push(n.name);
-        if (r.windowLoad > 0) m.serving.push(n.name);
+        if (r.windowLoad > 0) {
+          m.serving.push(n.name);
+          m.loadOn.set(n.name, r.windowLoad);
+        }
       }
+    }
+    this.#checks++;
+    const devices = fleet.reduce((sum, n) => sum + (n.devices ?? 1), 0);
+    const fair = [...this.#loads.values()].reduce((sum, l) => sum + l, 0) / Math.max(1, devices);
+    for (const m of models.values()) {
+      // Most load first: where the gateways send it now leads where a move left traffic behind.
+      if (m.serving.length > 1) m.serving.sort((a, b) => m.loadOn.get(b)! - m.loadOn.get(a)! || (a < b ? -1 : 1));
+      const current = this.#holding(m, { live, joined, fair });
+      if (current) m.current = current;
     }
     const placement = placeFleet([...models.values()], fleet, this.#o.fleet, this.#rankings);
     this.#placement = placement;
     for (const name of this.#routes.keys()) if (!models.has(name)) this.#routes.delete(name);
+    for (const name of this.#placed.keys()) if (!models.has(name)) this.#placed.delete(name);
+    for (const [model, target] of placement.nodes) {
+      const was = this.#placed.get(model);
+      if (!was || was.nodes.join(',') !== target.join(',')) this.#placed.set(model, { nodes: target, check: this.#checks });
+    }
     const byName = new Map(members.map((n) => [n.name, n]));
     let moved = 0;
     for (const [model, target] of placement.nodes) moved += this.#switch(model, target, models.get(model)!.resident, byName) ? 1 : 0;
@@ -233,6 +275,40 @@ export class FleetRoutes {
       const mean = loads.reduce((s, l) => s + l, 0) / Math.max(1, loads.length);
       this.#o.logger.info({ moved, prefetching: this.#switching.size, models: placement.nodes.size, nodes: members.length, imbalance: mean > 0 ? Math.max(...loads) / mean : 1 }, 'placement changed');
     }
+  }
+
+  /**
+   * The nodes `m` stays on (placement's `current`), or null to place it from the reports: where this
+   * gateway placed it last, every one of them live, while that holds:
+   * - while its routes switch and for REPORT_LAG_CHECKS checks after: the reports still show the
+   *   traffic from before (without this a model that had just moved went back);
+   * - while it runs nowhere: an idle model is not moved for nothing;
+   * - while it runs too little (under DOMINANCE_MIN_SHARE of a device's fair share) for a window's
+   *   counts to say where the gateways send it: one request more or less would move it;
+   * - while each of its nodes carries at least HOLD_SHARE of its part of its load. A gateway that
+   *   placed it apart from the others sees its nodes carry only its own part of the traffic, and
+   *   follows the reports: where most of it runs (placement reads `serving` most load first).
+   * A model that lost a node keeps the rest (or, none left, goes to the first of its ranking).
+   * A node joining takes its share as rendezvous hashing gives it: at the check that first sees it,
+   * the models it now ranks first for are placed from the reports (where they run or are resident,
+   * else on it), the same on every gateway.
+   */
+  #holding(m: FleetModel & { loadOn: ReadonlyMap<string, number> }, { live, joined, fair }: { live: ReadonlySet<string>; joined: ReadonlySet<string>; fair: number }): string[] | null {
+    const was = this.#placed.get(m.name);
+    if (!was) return null;
+    // A node of its gone: the rest of them, else the first of its ranking, not where the reports
+    // place it: gateways that read other windows at the change would place it apart for good.
+    const left = was.nodes.filter((id) => live.has(id));
+    if (left.length < was.nodes.length) return left.length > 0 ? left : [this.#rankings.first(m.name).id];
+    if (joined.size > 0 && joined.has(this.#rankings.first(m.name).id)) return null;
+    const young = this.#switching.has(m.name) || this.#checks - was.check < REPORT_LAG_CHECKS;
+    if (young) return was.nodes;
+    // Idle, or too little traffic to tell: where it is while its weights are there; once they are
+    // gone from it, placed from the reports, as every gateway does (a move that costs no copy, and
+    // brings gateways that placed it apart back together).
+    if (!(m.load > 0) || m.load < DOMINANCE_MIN_SHARE * fair) return was.nodes.some((id) => m.resident?.includes(id)) ? was.nodes : null;
+    const share = m.load / was.nodes.length;
+    return was.nodes.every((id) => (m.loadOn.get(id) ?? 0) >= HOLD_SHARE * share) ? was.nodes : null;
   }
 
   /** The names of every model the members serve; the same Set while each member's list is the same object. */
@@ -274,6 +350,9 @@ export class FleetRoutes {
       if (this.#switching.get(model) !== key) return; // placed elsewhere meanwhile
       this.#switching.delete(model);
       this.#routes.set(model, target);
+      // Its traffic moves now: the reports show it from the next whole window on.
+      const placed = this.#placed.get(model);
+      if (placed?.nodes.join(',') === key) placed.check = this.#checks;
       this.#o.logger.debug({ model, from: now, to: target }, 'model moved');
     });
     return true;

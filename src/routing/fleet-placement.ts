@@ -63,6 +63,12 @@ export interface FleetModel {
    * overlap make flicker) and its replica count now, for the hysteresis.
    */
   serving?: readonly string[];
+  /**
+   * The nodes it stays on unless the bounds move it: where the caller placed it last, while that
+   * still holds (remote/fleet-routes.ts decides). Before `serving` and `resident`, which lag a move
+   * by a window and would send a model that just moved back where it came from.
+   */
+  current?: readonly string[];
 }
 
 export interface FleetOptions {
@@ -81,6 +87,13 @@ export interface FleetOptions {
  * minute); at 20% fewer move and every node is as even (docs/performance.md).
  */
 const HEAVY_SHARE = 0.2;
+
+/**
+ * The heavy models' bytes are spread in proportion to the nodes' budgets once they take more than
+ * this share of the fleet's memory; below it, each node may hold up to this share of its own
+ * budget of them, the rest left to the light models' working set.
+ */
+const HEAVY_MEMORY = 0.5;
 
 /**
  * The bounds measured best by bench/fleet-sim.js (64 nodes, a catalog 64x one node's budget, 3
@@ -229,14 +242,21 @@ export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetN
   const { heavy, heavyBytes } = heavyModels(plan);
   const heavyNames = new Set(heavy.map((x) => x.m.name));
   placeLight(p, models, plan, heavyNames);
+  shedLight(p, plan, nodes, options);
   placeHeavy(p, heavy, heavyBytes, plan, nodes, options);
   return { nodes: p.placed, load: p.load, bytes: p.bytes, heavy: heavyNames };
 }
 
-/** Where a model is now, as the nodes report it: where it ran over the last window, else where its weights are. */
-function anchorOf(m: FleetModel, live: ReadonlySet<string>): string[] {
+/**
+ * Where a model is now: where it was placed last while that holds, else where it ran over the last
+ * window (in the order given: most load first), else where its weights are.
+ */
+function anchorOf(m: FleetModel, live: ReadonlySet<string>): { nodes: string[]; from: 'current' | 'serving' | 'resident' } {
+  const current = (m.current ?? []).filter((id) => live.has(id));
+  if (current.length > 0) return { nodes: current, from: 'current' };
   const serving = (m.serving ?? []).filter((id) => live.has(id));
-  return serving.length > 0 ? serving : (m.resident ?? []).filter((id) => live.has(id));
+  if (serving.length > 0) return { nodes: serving, from: 'serving' };
+  return { nodes: (m.resident ?? []).filter((id) => live.has(id)), from: 'resident' };
 }
 
 /** A placement being made: where each model goes, each node's load and heavy bytes so far. */
@@ -279,7 +299,7 @@ function planLoads(models: readonly FleetModel[], nodes: readonly FleetNode[], o
   return {
     measured,
     quantized: new Map(measured.map((x) => [x.m.name, x.q])),
-    replicas: new Map(measured.map((x) => [x.m.name, replicasFor(x.q, nodes.length, perReplica, x.m.serving?.length ?? 0)])),
+    replicas: new Map(measured.map((x) => [x.m.name, replicasFor(x.q, nodes.length, perReplica, x.m.current?.length || x.m.serving?.length || 0)])),
     devices,
     totalDevices,
     totalLoad,
@@ -316,16 +336,50 @@ function placeLight(p: Packing, models: readonly FleetModel[], plan: LoadPlan, i
   for (const m of models) {
     if (isHeavy.has(m.name)) continue;
     const want = plan.replicas.get(m.name) ?? 1;
-    const held = anchorOf(m, p.live);
+    const { nodes: held, from } = anchorOf(m, p.live);
+    const ordered = from !== 'resident';
     let chosen: string[];
-    if (want === 1) chosen = [p.rankings.first(m.name, held.length > 0 ? new Set(held) : undefined).id];
+    // Where it is, in the anchor's order (its current nodes, or most load first); where its weights
+    // are, in ranking order; then the rest of its ranking.
+    if (ordered && held.length >= want) chosen = held.slice(0, want);
+    else if (want === 1) chosen = [p.rankings.first(m.name, held.length > 0 ? new Set(held) : undefined).id];
     else {
       const ranked = p.rankings.of(m.name);
-      chosen = [...ranked.filter((n) => held.includes(n.id)), ...ranked.filter((n) => !held.includes(n.id))].slice(0, want).map((n) => n.id);
+      const first = ordered ? held : ranked.filter((n) => held.includes(n.id)).map((n) => n.id);
+      chosen = [...first, ...ranked.filter((n) => !held.includes(n.id)).map((n) => n.id)].slice(0, want);
     }
     const share = (plan.quantized.get(m.name) ?? 0) / chosen.length;
     for (const id of chosen) p.load.set(id, p.load.get(id)! + share);
     p.placed.set(m.name, chosen);
+  }
+}
+
+/**
+ * A node the light models alone take past (1 + epsilon + stickiness) of its fair share of the load
+ * gives its busiest single-replica light models, one at a time, to the next node of each one's
+ * ranking with room, until it is back under: light models stay where they are (their anchor) and
+ * one node could gather too many of them (bench/fleet-sim.js, seed 12: a node at 1.8x the mean).
+ * Only loads decide it, so every gateway fed the same reports sheds the same models.
+ */
+function shedLight(p: Packing, plan: LoadPlan, nodes: readonly FleetNode[], options: FleetOptions): void {
+  const cap = new Map(nodes.map((n, i) => [n.id, (1 + options.epsilon + options.stickiness) * plan.totalLoad * (plan.devices[i] / plan.totalDevices)]));
+  const over = nodes.filter((n) => p.load.get(n.id)! > cap.get(n.id)! + 1e-12);
+  if (over.length === 0) return;
+  const byNode = new Map<string, { name: string; q: number }[]>(over.map((n) => [n.id, []]));
+  for (const [name, on] of p.placed) {
+    const q = plan.quantized.get(name) ?? 0;
+    if (on.length === 1 && q > 0) byNode.get(on[0])?.push({ name, q });
+  }
+  for (const n of over) {
+    const light = byNode.get(n.id)!.sort((a, b) => b.q - a.q || (a.name < b.name ? -1 : 1));
+    for (const { name, q } of light) {
+      if (p.load.get(n.id)! <= cap.get(n.id)! + 1e-12) break;
+      const to = p.rankings.of(name).find((r) => r.id !== n.id && p.load.get(r.id)! + q <= cap.get(r.id)! + 1e-12);
+      if (!to) continue;
+      p.load.set(n.id, p.load.get(n.id)! - q);
+      p.load.set(to.id, p.load.get(to.id)! + q);
+      p.placed.set(name, [to.id]);
+    }
   }
 }
 
@@ -336,7 +390,12 @@ function placeLight(p: Packing, models: readonly FleetModel[], plan: LoadPlan, i
 function placeHeavy(p: Packing, heavy: LoadPlan['measured'], heavyBytes: number, plan: LoadPlan, nodes: readonly FleetNode[], options: FleetOptions): void {
   const { load, bytes } = p;
   const loadCap = new Map(nodes.map((n, i) => [n.id, (1 + options.epsilon) * plan.totalLoad * (plan.devices[i] / plan.totalDevices)]));
-  const bytesCap = new Map(nodes.map((n, i) => [n.id, (1 + options.epsilon) * heavyBytes * (plan.budgets[i] / plan.totalBudget)]));
+  // Bytes bound a node's share of the memory the heavy models take, but never below its share of
+  // HEAVY_MEMORY of the fleet's: a few heavy models in a large fleet's memory (the simulator: ~100 MB
+  // a node of 20 GB budgets) made a bound smaller than one model, so none fitted anywhere and the
+  // hottest models went to the least full node, a different one at every check.
+  const heavyMemory = Math.max(heavyBytes, HEAVY_MEMORY * plan.totalBudget);
+  const bytesCap = new Map(nodes.map((n, i) => [n.id, (1 + options.epsilon) * heavyMemory * (plan.budgets[i] / plan.totalBudget)]));
   // A node's fullness, the larger of its two shares: where an overflow goes.
   const fullness = (id: string) => Math.max(load.get(id)! / (loadCap.get(id)! || 1), bytes.get(id)! / (bytesCap.get(id)! || 1));
   const fits = (id: string, share: number, modelBytes: number, slack: number) =>
@@ -360,8 +419,11 @@ function placeHeavy(p: Packing, heavy: LoadPlan['measured'], heavyBytes: number,
       const share = q / want;
       const chosen = chosenOf.get(m.name)!;
       const ranked = p.rankings.of(m.name);
-      const held = new Set(anchorOf(m, p.live));
-      const candidates = atHome ? [ranked[0]].filter((n) => held.size === 0 || held.has(n.id)) : ranked.filter((n) => n !== ranked[0] && held.has(n.id));
+      const anchor = anchorOf(m, p.live);
+      const held = new Set(anchor.nodes);
+      // Placed already: its current nodes, in one pass. Else home first, then where it ran or its weights are.
+      const candidates = anchor.from === 'current' ? (atHome ? anchor.nodes.map((id) => ranked.find((n) => n.id === id)!) : [])
+        : atHome ? [ranked[0]].filter((n) => held.size === 0 || held.has(n.id)) : ranked.filter((n) => n !== ranked[0] && held.has(n.id));
       for (const n of candidates) {
         if (chosen.length < want && fits(n.id, share, m.bytes, sticky)) {
           chosen.push(n.id);

@@ -190,3 +190,38 @@ test('nodes are placed by name: one back at a new address keeps its models; of t
   r.update(all);
   t.is(superseded.length, 1, 'drained once');
 });
+
+test('calm: a model stays where the gateway placed it while reports lag its move and while it is idle; a gateway placed apart follows where most of its traffic runs', async (t) => {
+  const nodes = ['10.0.0.1:8001', '10.0.0.2:8001', '10.0.0.3:8001'].map((a) => member(a, CATALOG));
+  // Stickiness high enough that no node sheds light models: what is tested is where the gateway holds them.
+  const r = new FleetRoutes({ fleet: { ...DEFAULT_FLEET_OPTIONS, stickiness: 1 }, prefetchTimeoutMs: 1000, logger });
+  r.update(nodes);
+  const model = CATALOG[0];
+  const placed = /** @type {string[]} */ (r.routes.get(model));
+  const others = nodes.filter((n) => !placed.includes(n.address));
+  // Every model runs a little where it is placed (so none is idle), this one twice as much.
+  const run = (/** @type {string} */ on, /** @type {number} */ load) => {
+    for (const n of nodes) n.load.clear();
+    for (const m of CATALOG) for (const n of nodes) if (r.routes.get(m)?.includes(n.address)) n.load.set(m, m === model ? 0 : 0.01);
+    nodes.find((n) => n.address === on)?.load.set(model, load);
+  };
+  run(placed[0], 0.02);
+  r.update(nodes);
+  r.update(nodes);
+  t.deepEqual(r.placement?.nodes.get(model), placed, 'where it was placed, its traffic there');
+  // Its traffic runs on another node (what a gateway placed apart would see): it follows it there.
+  const [elsewhere, third] = others;
+  run(elsewhere.address, 0.02);
+  elsewhere.resident.add(model);
+  r.update(nodes);
+  t.deepEqual(r.placement?.nodes.get(model), [elsewhere.address], 'followed where its traffic runs');
+  // The next two reports still show the traffic where it was before... and a third node: it stays.
+  run(placed[0], 0.02);
+  r.update(nodes);
+  t.deepEqual(r.placement?.nodes.get(model), [elsewhere.address], 'not sent back by a report that lags the move');
+  // Idle, its weights where it is: it stays, whatever ran where before.
+  run(third.address, 0);
+  for (const n of nodes) n.load.delete(model);
+  for (let k = 0; k < 3; k++) r.update(nodes);
+  t.deepEqual(r.placement?.nodes.get(model), [elsewhere.address], 'an idle model is not moved');
+});

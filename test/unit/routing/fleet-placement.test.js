@@ -151,3 +151,50 @@ test('a Rankings remembers each model\'s first node and says whether another nod
   const models = catalog(300, 100, 2);
   t.deepEqual(placeFleet(models, nodes, DEFAULT_FLEET_OPTIONS, r).nodes, placeFleet(models, nodes).nodes, 'placing with a kept Rankings places alike');
 });
+
+test('a model stays on its current nodes before where it ran; of several it ran on, where it ran most', (t) => {
+  const nodes = fleet(8);
+  const models = catalog(200, 100, 2);
+  const base = placeFleet(models, nodes);
+  const light = models.find((m) => m.load > 0 && (base.nodes.get(m.name)?.length ?? 0) === 1 && m.load < 0.01);
+  if (!light) throw new Error('the catalog has a light model');
+  const home = /** @type {string[]} */ (base.nodes.get(light.name))[0];
+  const [a, b] = nodes.map((n) => n.id).filter((id) => id !== home);
+  // Its reports still show where it ran before it moved to `a`: current wins.
+  const kept = placeFleet(models.map((m) => (m === light ? { ...m, serving: [home], resident: [home], current: [a] } : m)), nodes);
+  t.deepEqual(kept.nodes.get(light.name), [a]);
+  // Ran on two (listed most load first, as the gateway lists them): the first, whatever the ranking.
+  for (const serving of [[a, b], [b, a]]) {
+    t.deepEqual(placeFleet(models.map((m) => (m === light ? { ...m, serving } : m)), nodes).nodes.get(light.name), [serving[0]]);
+  }
+});
+
+test('a node the light models alone take past its sticky bound sheds its busiest ones to the next nodes of their rankings', (t) => {
+  const nodes = fleet(4);
+  // 40 light models (none worth bounding: 100 alike), every one anchored on node 0 by where it ran.
+  const models = Array.from({ length: 100 }, (_, k) => ({ name: `light-${k}`, bytes: 20e6, load: 0.01, ...(k < 40 ? { serving: [nodes[0].id] } : {}) }));
+  const p = placeFleet(models, nodes);
+  const mean = [...p.load.values()].reduce((s, l) => s + l, 0) / nodes.length;
+  const bound = (1 + DEFAULT_FLEET_OPTIONS.epsilon + DEFAULT_FLEET_OPTIONS.stickiness) * mean;
+  t.true(/** @type {number} */ (p.load.get(nodes[0].id)) <= bound + 1e-9, `node 0 at ${p.load.get(nodes[0].id)} of ${bound}`);
+  const moved = models.slice(0, 40).filter((m) => p.nodes.get(m.name)?.[0] !== nodes[0].id);
+  t.true(moved.length > 0, 'some of its models went elsewhere');
+  t.deepEqual(placeFleet(models, nodes).nodes, p.nodes, 'the same reports shed the same models');
+});
+
+test('heavy models larger than an even share of the heavy bytes still fit their nodes (bounded by half the fleet\'s memory)', (t) => {
+  const nodes = fleet(16);
+  // Two hot models of 400 MB among many light ones: an even share of their bytes is 55 MB a node.
+  const models = [
+    { name: 'hot-a', bytes: 400e6, load: 0.8 },
+    { name: 'hot-b', bytes: 400e6, load: 0.6 },
+    ...Array.from({ length: 300 }, (_, k) => ({ name: `tail-${k}`, bytes: 50e6, load: 0.002 })),
+  ];
+  const first = placeFleet(models, nodes);
+  const again = placeFleet(models.map((m) => ({ ...m, resident: first.nodes.get(m.name), serving: first.nodes.get(m.name) })), nodes);
+  for (const name of ['hot-a', 'hot-b']) {
+    t.true(first.heavy.has(name), `${name} is bounded`);
+    t.deepEqual(again.nodes.get(name), first.nodes.get(name), `${name} stays where it was placed`);
+    t.is(first.nodes.get(name)?.[0], new Rankings(nodes).first(name).id, `${name} on its ranking's first node: it fits there`);
+  }
+});
