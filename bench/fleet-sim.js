@@ -33,6 +33,7 @@
 //   npm run build && node bench/fleet-sim.js [--nodes 64] [--models 10000] [--seconds 60]
 //     [--rate 12000] [--gateways 3] [--seeds 11,12,13] [--report 2] [--drift 10] [--skew 1]
 //     [--fail-reads 0.02] [--slow-reads 0.1] [--policies round_robin,affinity,pooled,oracle]
+//     [--hot 10: the most popular model also gets 10 nodes' capacity of requests; "hot on" says on how many nodes it is]
 //
 // Seeds 1-3 were the ones placement's options were tuned on (2026-11-27); 11-13 were not.
 // Quiet moves are classified by kind (heavy or light, a replica added or elsewhere, the model active
@@ -64,6 +65,7 @@ const { values: args } = parseArgs({
     'fail-reads': { type: 'string', default: '0.02' },
     'slow-reads': { type: 'string', default: '0.1' },
     'charge-decode': { type: 'string', default: 'yes' },
+    hot: { type: 'string', default: '0' },
     json: { type: 'boolean', default: false },
   },
 });
@@ -81,6 +83,11 @@ const MB = 1e6;
 const RUN_MS = 2;
 const ROW_MS = 0.25;
 const MAX_BATCH = 16;
+/** One node's capacity for one model run busy: full batches back to back, requests per second. */
+const NODE_CAPACITY = (MAX_BATCH / (RUN_MS + ROW_MS * MAX_BATCH)) * 1000;
+/** --hot: the most popular model gets this many nodes' capacity of requests on top of its Zipf share. */
+const HOT = Number(args.hot);
+const HOT_RATE = HOT * NODE_CAPACITY;
 /** Host-to-device copy rate, bytes per ms (25 GB/s, pinned memory on PCIe 5). */
 const COPY_BYTES_PER_MS = 25e9 / 1000;
 /** A node's queue bound: past it a request is refused (counted), as max_queue_depth does. */
@@ -129,7 +136,7 @@ function measureDecodeMs() {
     models: models.map((m, i) => ({
       name: m.name, state: 'READY', reason: '', instance: `${m.name}#1`, residency: 'system', resident_bytes: i % 50 === 0 ? m.bytes : 0, device: -1,
       queue_depth: 0, learned_cost: [{ batch_size: 1, ms: 2.1 }], weight: 1, max_batch_size: 16, placed_devices: [0], session_device_bytes: 0, cuda_graphs: '',
-      weight_bytes: m.bytes, compute_seconds: i * 0.01, weight_hits: i, weight_misses: 1, window_load: i % 7 === 0 ? 0.01 : 0, window_resident_bytes: i % 50 === 0 ? m.bytes : 0,
+      weight_bytes: m.bytes, compute_seconds: i * 0.01, weight_hits: i, weight_misses: 1, window_load: i % 7 === 0 ? 0.01 : 0, window_resident_bytes: i % 50 === 0 ? m.bytes : 0, window_request_rate: i % 7 === 0 ? 4 : 0,
       session: 'own session', session_bytes: 1000,
     })),
   };
@@ -242,7 +249,9 @@ class SimMember {
 /** The hit-rate bound for popularity `order` (rank -> model): the fractional knapsack of request share per byte into `memory`. */
 function hitBound(order, memory) {
   const H = cumulative[MODELS - 1];
-  const items = Array.from(order, (m, k) => ({ p: 1 / (k + 1) / H, bytes: models[m].bytes }));
+  // Shares of all requests: the Zipf stream's, and the hot one's on top for the first rank.
+  const zipf = RATE / (RATE + HOT_RATE);
+  const items = Array.from(order, (m, k) => ({ p: (zipf / (k + 1)) / H + (k === 0 ? 1 - zipf : 0), bytes: models[m].bytes }));
   items.sort((a, b) => b.p / b.bytes - a.p / a.bytes);
   let left = memory;
   let share = 0;
@@ -606,12 +615,12 @@ async function simulate(policy, decodeMsPerModel) {
     simNow = t;
     switch (e.kind) {
       case 'arrive': {
-        const m = order[drawRank(rand())];
+        const m = rand() < HOT_RATE / (RATE + HOT_RATE) ? order[0] : order[drawRank(rand())];
         const gw = gateways[Math.floor(rand() * GATEWAYS)];
         const r = { m, t0: t, gw };
         stats.arrived += measuring(t) ? 1 : 0;
         enqueue(route(gw, m), r, t);
-        events.push({ t: t - Math.log(1 - rand()) * (1000 / RATE), kind: 'arrive' });
+        events.push({ t: t - Math.log(1 - rand()) * (1000 / (RATE + HOT_RATE)), kind: 'arrive' });
         break;
       }
       case 'done': {
@@ -810,7 +819,7 @@ for (const seed of SEEDS) {
 if (args.json) {
   console.log(JSON.stringify({ nodes: NODES, models: MODELS, seconds: SECONDS, rate: RATE, gateways: GATEWAYS, budget: BUDGET, catalogBytes, results }));
 } else {
-  console.log(`fleet of ${NODES} nodes, ${MODELS} models (${NODES}x one node's budget), Zipf(1.0) drifting every ${DRIFT_SECONDS || '-'} s, ${RATE} req/s offered, ${GATEWAYS} gateways with clocks up to ${SKEW_MS / 1000} s off, status reads ${FAIL_READS * 100}% failed and ${SLOW_READS * 100}% slow, ${SECONDS} s (${WARMUP_SECONDS} s warm-up); a node fails at ${FAIL_AT.toFixed(0)} s, one joins at ${JOIN_AT.toFixed(0)} s`);
+  console.log(`fleet of ${NODES} nodes, ${MODELS} models (${NODES}x one node's budget), Zipf(1.0) drifting every ${DRIFT_SECONDS || '-'} s, ${RATE} req/s offered${HOT ? ` and ${HOT_RATE.toFixed(0)} more to the most popular model (${HOT}x one node's capacity)` : ''}, ${GATEWAYS} gateways with clocks up to ${SKEW_MS / 1000} s off, status reads ${FAIL_READS * 100}% failed and ${SLOW_READS * 100}% slow, ${SECONDS} s (${WARMUP_SECONDS} s warm-up); a node fails at ${FAIL_AT.toFixed(0)} s, one joins at ${JOIN_AT.toFixed(0)} s`);
   console.log('seed policy       hit (bound)     cold/s  req/s (offered)  refused  p50 ms  p99 ms  busiest/mean (5 s quiet: worst, median)  res/distinct  burst  moved at fail  at join  quiet moves/min (active)  agree (least, mean)  check ms (+decode)  hot on');
   const pct = (x) => (x === null ? '-' : `${(x * 100).toFixed(1)}%`);
   for (const r of results) {
