@@ -48,7 +48,10 @@ export interface ModelControlStatus<I extends Int = string> {
   session: string;
   /** Its share of its open sessions' bytes (each session's over the models sharing it), summed over the devices. */
   session_bytes: I;
-  /** With window_seconds asked: rows its executions ran per second over the last whole window (its requests); absent from older nodes. */
+  /**
+   * With window_seconds asked: rows its executions ran per second over the last whole window (its
+   * requests); absent from older nodes.
+   */
   window_request_rate?: number;
 }
 
