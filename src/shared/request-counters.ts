@@ -11,7 +11,7 @@
  *   and failures with their durations, rows, queue and compute time, the latest request's time,
  *   failures by reason), successful requests by duration bucket (a histogram, for p50/p99 per
  *   model) and the requests an edge sent to each device;
- * - per edge thread: the requests it routed itself, ever (stowage_edge_direct_requests_total).
+ * - per edge thread: the requests it routed itself, ever (stowage_edge_served_requests_total).
  *
  * A thread counts a request before it answers it and before it gives its lease back: a client that
  * asks for statistics after its answer finds its request counted (the atomics order the writes

@@ -97,7 +97,7 @@ test('a device worker that dies under the edges\' direct requests fails only tho
   const reference = await referenceLabels(server.client);
   const direct = async () => {
     const m = await scrapeMetrics(server.adminPort);
-    return [0, 1].reduce((sum, edge) => sum + metric(m, 'stowage_edge_direct_requests_total', `edge="${edge}"`), 0);
+    return [0, 1].reduce((sum, edge) => sum + metric(m, 'stowage_edge_served_requests_total', `edge="${edge}"`), 0);
   };
   const load = classifyUntilStopped(clients, reference);
   await load.ok.reached(300);

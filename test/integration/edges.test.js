@@ -67,7 +67,8 @@ test('two edge threads serve gRPC and REST on the same ports, and connections la
   t.true(perEdge.every((n, edge) => n > metric(grpcOnly, 'stowage_edge_requests_total', `edge="${edge}"`)), 'REST connections on both edges');
   t.is(metric(m, 'stowage_edge_requests_total', 'edge="main"'), 0, 'the main thread terminates nothing');
   // digits is plain (inline, no hooks): every request went from its edge to the device directly.
-  t.deepEqual([0, 1].map((edge) => metric(m, 'stowage_edge_direct_requests_total', `edge="${edge}"`)), perEdge, 'every request took the direct path');
+  t.deepEqual([0, 1].map((edge) => metric(m, 'stowage_edge_served_requests_total', `edge="${edge}"`)), perEdge, 'every request served by its edge');
+  t.deepEqual([0, 1].map((edge) => metric(m, 'stowage_edge_direct_requests_total', `edge="${edge}"`)), perEdge, 'the old name, a deprecated alias for one release, says the same');
   t.is(metric(m, 'stowage_thread_heap_bytes', 'thread="edge-1",kind="used"') > 0, true, 'each edge thread\'s heap is reported');
   // One view of the statistics, whichever edge each request came through.
   const { model_stats: [stats] } = await server.client.call('ModelStatistics', { name: 'digits' });
@@ -170,7 +171,7 @@ test('inferences take the request path on their edge, hooked ones with the edge\
   t.teardown(() => clients.forEach((c) => c.close()));
   const direct = async () => {
     const m = await scrapeMetrics(server.adminPort);
-    return [0, 1].reduce((sum, edge) => sum + metric(m, 'stowage_edge_direct_requests_total', `edge="${edge}"`), 0);
+    return [0, 1].reduce((sum, edge) => sum + metric(m, 'stowage_edge_served_requests_total', `edge="${edge}"`), 0);
   };
 
   // digits_u8 runs a preprocess hook: on the edge's own hook threads, which feed the device through doors of their own.
@@ -220,7 +221,7 @@ test('shared-memory requests take the path on their edge: a region registered th
   writeRegion(key, 0, pixels);
   const direct = async () => {
     const m = await scrapeMetrics(server.adminPort);
-    return [0, 1].reduce((sum, edge) => sum + metric(m, 'stowage_edge_direct_requests_total', `edge="${edge}"`), 0);
+    return [0, 1].reduce((sum, edge) => sum + metric(m, 'stowage_edge_served_requests_total', `edge="${edge}"`), 0);
   };
   const reference = (await clients[0].infer('digits', [tensor('image', 'FP32', [1, 8, 8], pixels)])).outputs;
   await clients[0].registerSystemSharedMemory('in', key, 4096);

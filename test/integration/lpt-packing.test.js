@@ -132,7 +132,7 @@ test('with edge threads, the edges route a placed model to its replicas themselv
   const failed = await traffic(t, server, { calls: 400, clients: 24, choose: () => models[0] });
   t.is(failed, 0);
   let m = await scrapeMetrics(server.adminPort);
-  const direct = () => [0, 1].reduce((sum, edge) => sum + (m[`stowage_edge_direct_requests_total{edge="${edge}"}`] ?? 0), 0);
+  const direct = () => [0, 1].reduce((sum, edge) => sum + (m[`stowage_edge_served_requests_total{edge="${edge}"}`] ?? 0), 0);
   t.is(direct(), 400, 'every call went from its edge to the device directly');
   const routed = placed.m000.map((d) => m[`stowage_requests_routed_total{model="m000",device="${d}"}`] ?? 0);
   t.log(`m000 on devices ${placed.m000}: ${routed.join(' and ')} requests, routed by the edges`);

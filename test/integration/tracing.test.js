@@ -273,5 +273,5 @@ test('with two edge threads each request\'s spans are made on its edge: one conn
     t.true(receiver.spans.some((s) => s.name === `execute ${model}` && (s.links ?? []).some((/** @type {any} */ l) => l.traceId === traceId)), `${model}: its execution linked to it`);
   }
   const m = await scrapeMetrics(server.adminPort);
-  t.true([0, 1].every((edge) => metric(m, 'stowage_edge_direct_requests_total', `edge="${edge}"`) > 0), 'both edges ran traced requests themselves');
+  t.true([0, 1].every((edge) => metric(m, 'stowage_edge_served_requests_total', `edge="${edge}"`) > 0), 'both edges ran traced requests themselves');
 });

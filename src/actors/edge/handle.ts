@@ -17,7 +17,7 @@
  * inferences still running are cancelled, its leases given back, and a replacement starts on the
  * same ports (stowage_edge_restarts_total), unless it crashed EDGE_MAX_CONSECUTIVE_CRASHES times in
  * a row with no replacement lasting (shared/restarts.ts). Requests per edge: stowage_edge_requests_total{edge},
- * of them those it routed itself: stowage_edge_direct_requests_total{edge}.
+ * of them those it served itself: stowage_edge_served_requests_total{edge}.
  */
 import v8 from 'node:v8';
 import type { MessagePort, Worker } from 'node:worker_threads';
@@ -78,13 +78,20 @@ export function edgeMetrics(registry: Registry) {
       for (const edge of new Set([...viaPipeline.keys(), ...routed.keys()])) this.inc({ edge }, (viaPipeline.get(edge) ?? 0) + (routed.get(edge) ?? 0));
     },
   });
-  new Counter({
-    name: 'stowage_edge_direct_requests_total', help: 'Of the inference requests each edge thread took, those it handed to a device actor itself (the direct path), not through the main thread', labelNames: ['edge'], registers: [registry],
-    collect() {
-      this.reset();
-      for (const [edge, n] of direct()) this.inc({ edge }, n);
-    },
-  });
+  // The old design's name ("the direct path") stays one release as a deprecated alias with the same
+  // values: docs/operations.md, *Deprecated metric names*.
+  for (const [name, help] of [
+    ['stowage_edge_served_requests_total', 'Of the inference requests each edge thread took, those it served itself (its request path), not handed to the main thread'],
+    ['stowage_edge_direct_requests_total', 'Deprecated alias of stowage_edge_served_requests_total (same values), kept for one release'],
+  ]) {
+    new Counter({
+      name, help, labelNames: ['edge'], registers: [registry],
+      collect() {
+        this.reset();
+        for (const [edge, n] of direct()) this.inc({ edge }, n);
+      },
+    });
+  }
   return {
     /** An edge handed a request to the pipeline. */
     viaPipeline: (edge: string) => viaPipeline.set(edge, (viaPipeline.get(edge) ?? 0) + 1),

@@ -121,13 +121,18 @@ test('a node with twice the budget wins about twice the models', (t) => {
   t.true(Math.abs(wins['small-a'] / 20000 - 0.25) < 0.02, JSON.stringify(wins));
 });
 
-test('a model stays where it ran over the last window, before where its weights are', (t) => {
+/** Eight nodes, a catalog, and one light model of it on a single node (its home). */
+function lightOnEight() {
   const nodes = fleet(8);
   const models = catalog(200, 100, 2);
   const base = placeFleet(models, nodes);
   const light = models.find((m) => m.load > 0 && (base.nodes.get(m.name)?.length ?? 0) === 1 && m.load < 0.01);
   if (!light) throw new Error('the catalog has a light model');
-  const home = /** @type {string[]} */ (base.nodes.get(light.name))[0];
+  return { nodes, models, light, home: /** @type {string[]} */ (base.nodes.get(light.name))[0] };
+}
+
+test('a model stays where it ran over the last window, before where its weights are', (t) => {
+  const { nodes, models, light, home } = lightOnEight();
   const other = nodes.map((n) => n.id).find((id) => id !== home) ?? '';
   // Resident on both (a move left it on its old node too), run on `other` only: it stays on `other`.
   const ran = placeFleet(models.map((m) => (m === light ? { ...m, resident: [home, other], serving: [other] } : m)), nodes);
@@ -153,12 +158,7 @@ test('a Rankings remembers each model\'s first node and says whether another nod
 });
 
 test('a model stays on its current nodes before where it ran; of several it ran on, where it ran most', (t) => {
-  const nodes = fleet(8);
-  const models = catalog(200, 100, 2);
-  const base = placeFleet(models, nodes);
-  const light = models.find((m) => m.load > 0 && (base.nodes.get(m.name)?.length ?? 0) === 1 && m.load < 0.01);
-  if (!light) throw new Error('the catalog has a light model');
-  const home = /** @type {string[]} */ (base.nodes.get(light.name))[0];
+  const { nodes, models, light, home } = lightOnEight();
   const [a, b] = nodes.map((n) => n.id).filter((id) => id !== home);
   // Its reports still show where it ran before it moved to `a`: current wins.
   const kept = placeFleet(models.map((m) => (m === light ? { ...m, serving: [home], resident: [home], current: [a] } : m)), nodes);
