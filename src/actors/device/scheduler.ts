@@ -303,6 +303,11 @@ export class Scheduler<T extends Queued> {
     if (q) q.charged += cost / q.policy.weight;
   }
 
+  /** How long bringing `model` on took the last time (0: never measured here). */
+  loadMsOf(model: T['instance']): number {
+    return this.#queues.get(model)?.lastLoadMs ?? 0;
+  }
+
   /** Charge device time that is not an execution (bringing the model's weights on) to the model (fair). */
   chargeTime(model: T['instance'], ms: number): void {
     const q = this.#queues.get(model);

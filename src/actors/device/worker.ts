@@ -240,15 +240,22 @@ function cancelRunning(id: number): void {
   if (running.ids.size === 0) running.session.terminate();
 }
 
+/** What bringing `instance` on would take before it runs (its weights or sessions not there): its last load here, else 0. */
+function comingLoadMs(instance: InstanceKey): number {
+  const there = (weightCache ? weightCache.isResident(instance) || weightCache.isUploading(instance) : true) && models.sessionsOpen(instance);
+  return there ? 0 : scheduler.loadMsOf(instance);
+}
+
 /**
  * The backlog every thread admitting a request reads (shared/backlog.ts): each waiting request's
- * predicted share of a run, at its level (its own, else its model's, else the device's default).
+ * predicted share of a run, at its level (its own, else its model's, else the device's default),
+ * and the first waiting request of a model that must be brought on, that load too.
  */
-const ledger = new BacklogLedger(new Backlog(init.backlog), (cmd) => {
+const ledger = new BacklogLedger(new Backlog(init.backlog), (cmd, first) => {
   const policy = scheduler.policyOf(cmd.instance);
   const level = cmd.priority || policy?.priority || config.default_priority || 1;
   const fullRows = Math.max(1, policy?.maxBatchRows ?? 1);
-  return { level, ms: (costs.estimate(cmd.instance, fullRows) / fullRows) * cmd.rows };
+  return { level, ms: (costs.estimate(cmd.instance, fullRows) / fullRows) * cmd.rows + (first ? comingLoadMs(cmd.instance) : 0) };
 });
 
 /** The dispatch loop (pump.ts): the inbox, admitted in order, then one batch per turn. */
@@ -270,7 +277,7 @@ const pump = new DevicePump({
   fail,
   run: async (batch) => {
     const rows = batch.reduce((sum, t) => sum + t.rows, 0);
-    ledger.running(nowMs() + costs.estimate(batch[0].instance, rows));
+    ledger.running(nowMs() + comingLoadMs(batch[0].instance) + costs.estimate(batch[0].instance, rows));
     try {
       await execute(batch, execution);
     } finally {
