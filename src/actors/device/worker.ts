@@ -240,7 +240,7 @@ function cancelRunning(id: number): void {
   if (running.ids.size === 0) running.session.terminate();
 }
 
-/** What bringing `instance` on would take before it runs (weights or sessions not there): its last load here, else 0. */
+/** What bringing `instance` on takes before it runs (weights or sessions not there): its last load here, else 0. */
 function comingLoadMs(instance: InstanceKey): number {
   const there = (weightCache ? weightCache.isResident(instance) || weightCache.isUploading(instance) : true) && models.sessionsOpen(instance);
   return there ? 0 : scheduler.loadMsOf(instance);
