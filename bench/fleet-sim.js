@@ -136,7 +136,7 @@ function measureDecodeMs() {
     models: models.map((m, i) => ({
       name: m.name, state: 'READY', reason: '', instance: `${m.name}#1`, residency: 'system', resident_bytes: i % 50 === 0 ? m.bytes : 0, device: -1,
       queue_depth: 0, learned_cost: [{ batch_size: 1, ms: 2.1 }], weight: 1, max_batch_size: 16, placed_devices: [0], session_device_bytes: 0, cuda_graphs: '',
-      weight_bytes: m.bytes, compute_seconds: i * 0.01, weight_hits: i, weight_misses: 1, window_load: i % 7 === 0 ? 0.01 : 0, window_resident_bytes: i % 50 === 0 ? m.bytes : 0, window_request_rate: i % 7 === 0 ? 4 : 0,
+      weight_bytes: m.bytes, compute_seconds: i * 0.01, weight_hits: i, weight_misses: 1, window_load: i % 7 === 0 ? 0.01 : 0, window_resident_bytes: i % 50 === 0 ? m.bytes : 0,
       session: 'own session', session_bytes: 1000,
     })),
   };

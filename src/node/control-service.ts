@@ -134,7 +134,6 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, sna
   // Every model's counters go into a window, whichever model was asked for.
   const readings = () => new Map<string, ModelReading>(all.map((r) => [r.name, {
     computeSeconds: statistics.computeSeconds(r.name),
-    rows: statistics.executedRows(r.name),
     residentBytes: r.instance ? instances.get(r.instance)?.residentAll ?? 0 : 0,
   }]));
   const window = req.window_seconds > 0 ? windows.read(req.window_seconds, Date.now(), readings) : undefined;
@@ -177,7 +176,6 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, sna
         weight_misses: traffic.misses,
         window_load: window?.get(r.name)?.load ?? 0,
         window_resident_bytes: window?.get(r.name)?.residentBytes ?? 0,
-        window_request_rate: window?.get(r.name)?.requestRate ?? 0,
         // One device: its words as they are; several: each device's.
         session: s ? (s.sessions.length === 1 ? s.session : s.sessions.join('; ')) : '',
         session_bytes: s?.sessionBytesAll ?? 0,

@@ -17,8 +17,6 @@ export interface ModelReading {
   computeSeconds: number;
   /** Bytes of its weights on the node's devices now. */
   residentBytes: number;
-  /** Rows its executions ran so far (a counter; absent: not counted). */
-  rows?: number;
 }
 
 /** A model in the last whole window. */
@@ -27,8 +25,6 @@ export interface WindowReport {
   load: number;
   /** Bytes of its weights on the devices as the window ended. */
   residentBytes: number;
-  /** Rows per second its executions ran over the window: the requests its load served. */
-  requestRate: number;
 }
 
 interface Window {
@@ -65,9 +61,7 @@ export class LoadWindows {
       const before = last?.taken.get(model)?.computeSeconds ?? 0;
       // A counter that went back (the model's statistics began again) gives no load, never a negative one.
       const load = seconds > 0 && now.computeSeconds >= before ? (now.computeSeconds - before) / seconds : 0;
-      const rowsBefore = last?.taken.get(model)?.rows ?? 0;
-      const requestRate = seconds > 0 && (now.rows ?? 0) >= rowsBefore ? ((now.rows ?? 0) - rowsBefore) / seconds : 0;
-      published.set(model, { load, residentBytes: now.residentBytes, requestRate });
+      published.set(model, { load, residentBytes: now.residentBytes });
     }
     this.#windows.set(lengthMs, { index, atMs: nowMs, taken, published });
     if (this.#windows.size > MAX_LENGTHS) this.#windows.delete(this.#windows.keys().next().value!);

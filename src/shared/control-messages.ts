@@ -48,11 +48,6 @@ export interface ModelControlStatus<I extends Int = string> {
   session: string;
   /** Its share of its open sessions' bytes (each session's over the models sharing it), summed over the devices. */
   session_bytes: I;
-  /**
-   * With window_seconds asked: rows its executions ran per second over the last whole window (its
-   * requests); absent from older nodes.
-   */
-  window_request_rate?: number;
 }
 
 /** ModelControlStatus's answer: every model asked for, and the node's own figures. */

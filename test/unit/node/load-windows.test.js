@@ -1,13 +1,13 @@
 // Loads over wall-clock windows (node/load-windows.ts): every read within one window gets the same
-// numbers, whatever the counters did meanwhile; a new window publishes the load and the request
-// rate over the one before and the residency as it ended; counters that went back give no load; window lengths are
+// numbers, whatever the counters did meanwhile; a new window publishes the load over the one
+// before and the residency as it ended; counters that went back give no load; window lengths are
 // kept apart, and only a few of them.
 import test from 'ava';
 import { LoadWindows } from '../../../dist/node/load-windows.js';
 
 /** Counters a test moves by hand, read when a window closes. */
 function counters() {
-  /** @type {Map<string, { computeSeconds: number, residentBytes: number, rows?: number }>} */
+  /** @type {Map<string, { computeSeconds: number, residentBytes: number }>} */
   const now = new Map([['a', { computeSeconds: 0, residentBytes: 100 }], ['b', { computeSeconds: 0, residentBytes: 0 }]]);
   let reads = 0;
   return { now, reads: () => reads, read: () => { reads++; return new Map([...now].map(([k, v]) => [k, { ...v }])); } };
@@ -17,14 +17,14 @@ test('reads within one window get the same numbers; the next publishes the load 
   const w = new LoadWindows();
   const c = counters();
   const first = w.read(2, 10_100, c.read); // window 5 of 2 s
-  t.deepEqual(first.get('a'), { load: 0, residentBytes: 100, requestRate: 0 }, 'nothing measured before the first window');
-  c.now.set('a', { computeSeconds: 1, residentBytes: 0, rows: 40 });
+  t.deepEqual(first.get('a'), { load: 0, residentBytes: 100 }, 'nothing measured before the first window');
+  c.now.set('a', { computeSeconds: 1, residentBytes: 0 });
   t.is(w.read(2, 11_900, c.read), first, 'the same window: the same numbers, the counters not read again');
   t.is(c.reads(), 1);
   c.now.set('b', { computeSeconds: 0.5, residentBytes: 300 });
   const next = w.read(2, 12_100, c.read); // window 6: 2 s after the first read
-  t.deepEqual(next.get('a'), { load: 0.5, residentBytes: 0, requestRate: 20 }, 'its rows per second too: the requests its load served');
-  t.deepEqual(next.get('b'), { load: 0.25, residentBytes: 300, requestRate: 0 });
+  t.deepEqual(next.get('a'), { load: 0.5, residentBytes: 0 });
+  t.deepEqual(next.get('b'), { load: 0.25, residentBytes: 300 });
   t.is(w.read(2, 13_000, c.read), next);
 
   // A counter that went back (statistics began again): no load, never a negative one.
