@@ -44,6 +44,7 @@ import { parseArgs } from 'node:util';
 import pino from 'pino';
 import { DEFAULT_FLEET_OPTIONS, Rankings } from '../dist/routing/fleet-placement.js';
 import { FleetRoutes } from '../dist/remote/fleet-routes.js';
+import { readStatusReport } from '../dist/remote/status-report.js';
 import { pack } from '../dist/routing/placement.js';
 import { LoadWindows } from '../dist/node/load-windows.js';
 import { loadControlClient } from '../dist/protocol/proto.js';
@@ -125,9 +126,10 @@ function makeCatalog(seed) {
 
 /**
  * What decoding a ModelControlStatus answer costs a gateway, per model in it (ms): real bytes for
- * a node serving the whole catalog, decoded as the gateway decodes them, the median of a few. A
- * pooled gateway asks active_only, so an answer holds the node's active models only (those with
- * load or weights resident), and a check costs this times the active models of every node read.
+ * a node serving the whole catalog, read as the gateway reads them (remote/status-report.ts), the
+ * median of a few. A pooled gateway asks active_only, so an answer holds the node's active models
+ * only (those with load or weights resident), and a check costs this times the active models of
+ * every node read.
  */
 function measureDecodeMs() {
   const { ModelControlStatus: rpc } = loadControlClient().service;
@@ -144,7 +146,7 @@ function measureDecodeMs() {
   const ms = [];
   for (let k = 0; k < 12; k++) {
     const t0 = performance.now();
-    rpc.responseDeserialize(bytes);
+    readStatusReport(bytes);
     if (k >= 4) ms.push(performance.now() - t0); // after the JIT's warm-up
   }
   return { msPerModel: median(ms) / MODELS, fullMs: median(ms), bytes: bytes.length };
@@ -340,9 +342,9 @@ async function simulate(policy, decodeMsPerModel) {
     // active_only, as a pooled gateway asks: the models with load over the window or weights resident.
     const byName = new Map();
     for (const [m, w] of window) {
-      if (w.load > 0 || w.residentBytes > 0) byName.set(models[m].name, { weightBytes: models[m].bytes, residentBytes: w.residentBytes, windowLoad: w.load, windowResidentBytes: w.residentBytes, hits: 0, misses: 0 });
+      if (w.load > 0 || w.residentBytes > 0) byName.set(models[m].name, { weightBytes: models[m].bytes, residentBytes: w.residentBytes, windowLoad: w.load, windowResidentBytes: w.residentBytes, hits: 0, misses: 0, sessionBytes: 0 });
     }
-    report = { nodeName: n.id, startedMs: 0, budgetBytes: BUDGET, devices: 1, queueDepth: n.queued, models: byName };
+    report = { nodeName: n.id, startedMs: 0, budgetBytes: BUDGET, sessionBudgetBytes: 0, devices: 1, queueDepth: n.queued, models: byName };
     n.reports.clear();
     n.reports.set(index, report);
     return report;

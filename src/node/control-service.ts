@@ -29,6 +29,8 @@ export interface ControlContext {
   weightTraffic: (model: string) => { hits: number; misses: number };
   /** The node's weight budget, summed over its devices (0: the weight cache off). */
   weightBudgetBytes: number;
+  /** runtime.session_budget_bytes summed over its devices (0: none). */
+  sessionBudgetBytes: number;
   /** The node's stable name (node-name.ts; known once the gRPC port is) and when its process started. */
   nodeName: () => string;
   startedMs: number;
@@ -145,6 +147,7 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, sna
   };
   return {
     weight_budget_bytes: ctx.weightBudgetBytes,
+    session_budget_bytes: ctx.sessionBudgetBytes,
     devices: devices.handles.filter((d) => d.serving).length,
     queue_depth: reports.reduce((sum, s) => sum + s.queued, 0),
     snapshot_age_seconds: ageMs / 1000,

@@ -49,8 +49,8 @@ import { kserveOperations } from './inference-service.js';
 import { restRoutes } from '../protocol/rest-routes.js';
 import { HttpEdge } from '../protocol/http-edge.js';
 import type { Infer } from '../shared/data-plane.js';
-import { Pipeline } from './pipeline.js';
-import { edgeMetrics, EdgeThreads, type EdgeDirect } from '../actors/edge/handle.js';
+import { MainPath } from './main-path.js';
+import { edgeMetrics, EdgeThreads, type EdgeRooms } from '../actors/edge/handle.js';
 import { Leases } from '../shared/leases.js';
 import { RequestCounters } from '../shared/request-counters.js';
 import type { EdgeRoute } from '../shared/channels/edge.js';
@@ -278,9 +278,9 @@ export class StowageServer {
     const health = new Health(this.registry);
     this.#health = health;
     const ops = this.#operations(devices, repository, workers, health);
-    const pipeline = new Pipeline({ registry: this.registry, hooks: this.#hooks!, devices, counters: this.#counters!, sharedMemory: this.sharedMemory, quotas: this.#quotas, levels: this.#levels() });
-    if (edgeCount > 0) await this.#startEdgeThreads(edgeCount, devices, ops, pipeline, health);
-    else await this.#startMainEdge(ops, pipeline, health);
+    const mainPath = new MainPath({ registry: this.registry, hooks: this.#hooks!, devices, counters: this.#counters!, sharedMemory: this.sharedMemory, quotas: this.#quotas, levels: this.#levels() });
+    if (edgeCount > 0) await this.#startEdgeThreads(edgeCount, devices, ops, mainPath, health);
+    else await this.#startMainEdge(ops, mainPath, health);
     this.#ready = true;
     health.setServing(true);
     const { endpoints } = this.#config.global;
@@ -465,6 +465,8 @@ export class StowageServer {
         registry: this.registry, devices, statistics: this.statistics, logger,
         weightTraffic: (model) => this.metrics.weightTraffic(model),
         weightBudgetBytes: workers.reduce((sum, w) => sum + (w.weights?.budgetBytes ?? 0), 0),
+        // A device without a session budget leaves the node's unbounded: none is reported then.
+        sessionBudgetBytes: workers.every((w) => w.runtime.session_budget_bytes > 0) ? workers.reduce((sum, w) => sum + w.runtime.session_budget_bytes, 0) : 0,
         nodeName: () => nodeName(this.#config.node_name, this.ports.grpc),
         startedMs: STARTED_MS,
       }),
@@ -480,11 +482,11 @@ export class StowageServer {
 
   /**
    * Edge threads own the protocol and run the request path themselves (actors/edge/edge-path.ts);
-   * this thread answers what they ask and runs the path for what they send it (node/pipeline.ts).
+   * this thread answers what they ask and runs the path for what they send it (node/main-path.ts).
    */
-  async #startEdgeThreads(edgeCount: number, devices: Devices, ops: Operations, pipeline: Pipeline, health: Health): Promise<void> {
+  async #startEdgeThreads(edgeCount: number, devices: Devices, ops: Operations, mainPath: MainPath, health: Health): Promise<void> {
     const { endpoints } = this.#config.global;
-    const direct = this.#edgePaths(devices, edgeCount);
+    const rooms = this.#edgePaths(devices, edgeCount);
     // Tracing on: each edge exports its requests' spans itself, counting its failed exports where /metrics reads them.
     let traceFailures: SharedArrayBuffer | undefined;
     if (tracingOn()) {
@@ -492,7 +494,7 @@ export class StowageServer {
       countExportFailuresIn(traceFailures, 0);
     }
     const edges = new EdgeThreads({ count: edgeCount, endpoints, admission: this.#admission, logLevel: this.#logger.level, operations: ops,
-      infer: (request, options) => pipeline.infer(request, options), direct, logger: this.#logger, metrics: edgeMetrics(this.metrics.registry), ...(traceFailures ? { traceExportFailures: traceFailures } : {}) });
+      infer: (request, options) => mainPath.infer(request, options), rooms, logger: this.#logger, metrics: edgeMetrics(this.metrics.registry), ...(traceFailures ? { traceExportFailures: traceFailures } : {}) });
     this.#edgeThreads = edges;
     this.registry.watchRoutes((model, route) => edges.routeChanged(model, this.#edgeRoute?.(route) ?? null));
     this.sharedMemory.watch((name, region) => edges.regionChanged(name, region));
@@ -503,13 +505,13 @@ export class StowageServer {
   }
 
   /** The main thread alone is the edge: gRPC (inference, control, health) and REST on it. */
-  async #startMainEdge(ops: Operations, pipeline: Pipeline, health: Health): Promise<void> {
+  async #startMainEdge(ops: Operations, mainPath: MainPath, health: Health): Promise<void> {
     const { endpoints } = this.#config.global;
     const logger = this.#logger;
     const edgeMetricsOf = edgeMetrics(this.metrics.registry);
     const infer: Infer = (request, options) => {
-      edgeMetricsOf.viaPipeline('main');
-      return pipeline.infer(request, options);
+      edgeMetricsOf.viaMain('main');
+      return mainPath.infer(request, options);
     };
     const edge = new GrpcEdge(endpoints, logger, this.#admission);
     this.#edge = edge;
@@ -518,7 +520,7 @@ export class StowageServer {
     edge.addService(passEncodedResponses(markOwnedBuffers(loadInferenceClient().service, ['ModelInfer', 'ModelStreamInfer'])), inferenceTable(edge, ops, infer));
     this.#healthService = new HealthService(health);
     this.#healthService.register(edge);
-    // The REST twin of the gRPC service: the same operations, the same pipeline, the same admission.
+    // The REST twin of the gRPC service: the same operations, the same request path, the same admission.
     const http = new HttpEdge({
       host: endpoints.host, port: endpoints.http_port, maxBodyBytes: endpoints.max_receive_message_bytes, maxJsonBytes: endpoints.max_json_body_bytes,
       requestTimeoutMs: endpoints.http_request_timeout_seconds * 1000, admission: this.#admission, logger,
@@ -534,7 +536,7 @@ export class StowageServer {
    * lease slots and request counters in shared memory, every model's route (under lpt_packing with
    * its placement), the device actors' doors, and each edge's share of the hook threads.
    */
-  #edgePaths(devices: Devices, edgeCount: number): EdgeDirect {
+  #edgePaths(devices: Devices, edgeCount: number): EdgeRooms {
     const { hooks } = this.#config.global;
     const { models: leases, regions: regionHolds } = this.#leases;
     const counters = this.#counters!;

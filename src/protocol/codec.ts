@@ -1,6 +1,6 @@
 /**
  * The gRPC inference messages to and from the data plane (shared/data-plane.ts): a decoded
- * ModelInferRequest into the protocol-free request the pipeline takes, and the outputs of a model
+ * ModelInferRequest into the protocol-free request the request path takes, and the outputs of a model
  * with a postprocess hook into a ModelInferResponse for protobufjs (every other answer is framed
  * around the outputs in the frame the device wrote them into: infer-response-wire.ts).
  *
@@ -8,7 +8,7 @@
  * `contents` converted into bytes, parameters from their protobuf oneofs into the values
  * parameters.ts reads for both protocols (sequence, priority, timeout, Triton's shared_memory_*
  * ones, classification). Names, datatypes, shapes and sizes against the model are
- * the pipeline's (shared/request-check.ts), for every protocol alike.
+ * the request path's (shared/request-check.ts), for every protocol alike.
  *
  * The copies a request's bytes go through, end to end, are tabled at the top of
  * shared/request-path.ts; this file makes the typed contents' conversion.
@@ -144,7 +144,7 @@ function decodeModelInferRequest(req: ModelInferRequest, owned: boolean): DataPl
       if (hasContents) throw errors.invalidRequest(`input ${q(name)} sets contents while the request uses raw_input_contents; use one or the other`);
       return { name, datatype, shape, bytes: { kind: 'inline', data: req.raw_input_contents[rawIndex[i]], owned } };
     }
-    // Typed values are converted by their datatype as the client named it; the pipeline checks it is the model's.
+    // Typed values are converted by their datatype as the client named it; the request path checks it is the model's.
     const info = byDatatype(datatype);
     if (!info) throw errors.invalidTensor(`input ${q(name)}: unknown datatype ${q(datatype)}; KServe datatypes are ${DATATYPES.join(', ')}`);
     const elements = shape.reduce((a, b) => a * b, 1);

@@ -14,7 +14,7 @@
  * - admission and shedding (admission.ts): an inference request whose tensors
  *   would take the bytes in flight past `max_inflight_bytes` (or the count
  *   past `max_concurrent_requests`, uncapped by default) is refused
- *   RESOURCE_EXHAUSTED before it reaches the pipeline;
+ *   RESOURCE_EXHAUSTED before it reaches the request path;
  * - undecodable requests: bytes that are not a message of the RPC's type are
  *   answered INVALID_ARGUMENT (STOWAGE_UNDECODABLE) naming the type and what
  *   is wrong, by the same handler wrapper, never grpc-js's bare INTERNAL;

@@ -1,11 +1,11 @@
 /**
- * The gRPC tables of a node's services over its operations (operations.ts) and its pipeline (an
+ * The gRPC tables of a node's services over its operations (operations.ts) and its request path (an
  * `Infer`: shared/data-plane.ts), for one gRPC edge (edge.ts: errors to statuses, admission,
  * streams, UNIMPLEMENTED for the rest), on the main thread or an edge thread alike:
  * GRPCInferenceService (every KServe and Triton operation, ModelInfer and ModelStreamInfer) and
  * Stowage's ControlService. The health service is health-service.ts.
  *
- * An inference is decoded into the data plane's request (codec.ts), handed to the pipeline with
+ * An inference is decoded into the data plane's request (codec.ts), handed to the request path with
  * the layout its response needs (infer-response-wire.ts), and answered with the response framed
  * around its outputs in the frame the device wrote them into, or, when hooks made them, encoded by protobufjs.
  */
@@ -36,7 +36,7 @@ function tenantOf(metadata: grpc.Metadata, key: string): { tenant?: string } {
 
 type InferCall = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerDuplexStream<unknown, unknown>;
 
-/** One ModelInferRequest through the pipeline, to the response grpc-js sends. */
+/** One ModelInferRequest through the request path, to the response grpc-js sends. */
 async function modelInfer(infer: Infer, tenantKey: string, req: ModelInferRequest, call: InferCall, signal: AbortSignal, admitted?: { bytes: number; inflightBytes: number }): Promise<ModelInferResponse | EncodedResponse> {
   const request = fromModelInferRequest(req, ownsItsBuffer(req));
   const frame = new ResponseFrame(request.model, MODEL_VERSION, request.id);

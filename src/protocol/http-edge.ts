@@ -20,7 +20,7 @@
  *   (INVALID_ARGUMENT 400, NOT_FOUND 404, UNAVAILABLE 503, ...), the body `{"error": "..."}`;
  *   anything unexpected is 500, logged; nothing a client sends crashes the process; a malformed
  *   request after good ones on one connection is refused once they are answered;
- * - cancellation: a client that disconnects aborts its inference (the pipeline's signal).
+ * - cancellation: a client that disconnects aborts its inference (the request path's signal).
  */
 import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';

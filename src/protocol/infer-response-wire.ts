@@ -106,7 +106,7 @@ function headerLayout(model: string, version: string, id: string, outputs: reado
 const MAX_FIELD_HEADER = 1 + 5;
 
 /**
- * The layout the gRPC edge asks of the pipeline for a response to request `id` of `model`
+ * The layout the gRPC edge asks of the request path for a response to request `id` of `model`
  * (`version`): headroom for the header at its largest (each output's entry in field 5, its name,
  * datatype and shape fields, each dimension at most MAX_DIM_BYTES) and the stream wrapper, a gap
  * per output.

@@ -1,7 +1,7 @@
 /**
  * The node's KServe V2 REST API with Triton's extensions (what tritonclient.http, KServe's REST
  * client and KServe's model agent call): each route calls the very operation its gRPC twin calls
- * (operations.ts; inferences through the same pipeline, an `Infer`), and words the answer as
+ * (operations.ts; inferences through the same request path, an `Infer`), and words the answer as
  * Triton's HTTP endpoint does (arrays where Triton answers arrays; the operations' plain values,
  * int64s as numbers, written as they are, with no list of which keys are numbers). The
  * HTTP edge (http-edge.ts) owns limits, admission and errors. On the main thread or an edge

@@ -1,13 +1,13 @@
 /**
  * The KServe V2 REST inference body, with Triton's binary tensor data extension, to and from the
- * data plane (shared/data-plane.ts): the request the pipeline takes, as gRPC's codec.ts makes it,
+ * data plane (shared/data-plane.ts): the request the request path takes, as gRPC's codec.ts makes it,
  * so that a request through REST runs exactly the path one through gRPC runs. No gRPC message or
  * parameter is built: JSON parameters become the values parameters.ts reads for both protocols.
  *
  * Request: a JSON header (the whole body, or its first `Inference-Header-Content-Length` bytes)
  * whose inputs carry `data` (flat or nested, row-major) or `parameters.binary_data_size`: that
  * many bytes of the binary part, in input order. Every inline input becomes raw bytes, so the
- * pipeline checks every input alike. The JSON is read within bounds and in slices
+ * request path checks every input alike. The JSON is read within bounds and in slices
  * (json-reader.ts), and `data` decoded straight into its datatype (json-tensors.ts).
  * Response: each output as JSON `data`, or as binary when the request asked (the request's
  * `binary_data_output`, or the output's `binary_data`): `parameters.binary_data_size` in the JSON

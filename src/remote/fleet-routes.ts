@@ -27,7 +27,7 @@
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { placeFleet, Rankings, type FleetModel, type FleetNode, type FleetOptions, type FleetPlacement } from '../routing/fleet-placement.js';
-import type { NodeReport } from './remote-node.js';
+import type { NodeReport } from './status-report.js';
 
 /** A node as the routes see it (a RemoteNode, or a stand-in in the unit tests). */
 export interface FleetMember {
@@ -224,9 +224,9 @@ export class FleetRoutes {
     }
     const members = [...serving.values()];
     this.#members = members;
-    this.#loads = new Map();
-    for (const n of members) for (const [model, r] of n.report!.models) if (r.windowLoad > 0) this.#loads.set(model, (this.#loads.get(model) ?? 0) + r.windowLoad);
-    const fleet: FleetNode[] = members.map((n) => ({ id: n.name, budgetBytes: n.report!.budgetBytes, devices: Math.max(1, n.report!.devices) }));
+    // A node's memory for placement: its weight budget and its session budget where it has one; a
+    // model's footprint: its weights and its share of the sessions it runs on, where nodes report them.
+    const fleet: FleetNode[] = members.map((n) => ({ id: n.name, budgetBytes: n.report!.budgetBytes + n.report!.sessionBudgetBytes, devices: Math.max(1, n.report!.devices) }));
     const live = new Set(members.map((n) => n.name));
     const joined = new Set<string>();
     if (!this.#rankings.sameNodes(fleet)) {
@@ -236,26 +236,32 @@ export class FleetRoutes {
     this.#live = live;
     // Every model some member serves (the union kept while their lists stay the same objects), then
     // what the reports say of those they name: with active_only, the few with load or residency.
-    const models = new Map<string, FleetModel & { resident: string[]; serving: string[]; loadOn: Map<string, number> }>();
-    for (const name of this.#catalog(members)) models.set(name, { name, bytes: 0, load: this.#loads.get(name) ?? 0, resident: [], serving: [], loadOn: new Map() });
+    // Built anew at every check for 10,000 models or more, on the thread that forwards requests:
+    // arrays only where a report names the model (bench/gateway-checks.js).
+    const models = new Map<string, ReportedModel>();
+    for (const name of this.#catalog(members)) models.set(name, { name, bytes: 0, load: 0, resident: undefined, serving: undefined, servingLoad: undefined });
+    const loads = new Map<string, number>();
     for (const n of members) {
       for (const [name, r] of n.report!.models) {
+        if (r.windowLoad > 0) loads.set(name, (loads.get(name) ?? 0) + r.windowLoad);
         const m = models.get(name);
         if (!m) continue; // reported, but not READY in the index the gateway read
-        m.bytes = Math.max(m.bytes, r.weightBytes);
-        if (r.windowResidentBytes > 0) m.resident.push(n.name);
+        m.bytes = Math.max(m.bytes, r.weightBytes + r.sessionBytes);
+        if (r.windowResidentBytes > 0) (m.resident ??= []).push(n.name);
         if (r.windowLoad > 0) {
-          m.serving.push(n.name);
-          m.loadOn.set(n.name, r.windowLoad);
+          m.load += r.windowLoad;
+          (m.serving ??= []).push(n.name);
+          (m.servingLoad ??= []).push(r.windowLoad);
         }
       }
     }
+    this.#loads = loads;
     this.#checks++;
     const devices = fleet.reduce((sum, n) => sum + (n.devices ?? 1), 0);
     const fair = [...this.#loads.values()].reduce((sum, l) => sum + l, 0) / Math.max(1, devices);
     for (const m of models.values()) {
       // Most load first: where the gateways send it now leads where a move left traffic behind.
-      if (m.serving.length > 1) m.serving.sort((a, b) => m.loadOn.get(b)! - m.loadOn.get(a)! || (a < b ? -1 : 1));
+      if (m.serving && m.serving.length > 1) mostLoadFirst(m);
       const current = this.#holding(m, { live, joined, fair });
       if (current) m.current = current;
     }
@@ -265,11 +271,11 @@ export class FleetRoutes {
     for (const name of this.#placed.keys()) if (!models.has(name)) this.#placed.delete(name);
     for (const [model, target] of placement.nodes) {
       const was = this.#placed.get(model);
-      if (!was || was.nodes.join(',') !== target.join(',')) this.#placed.set(model, { nodes: target, check: this.#checks });
+      if (!was || !sameNodes(was.nodes, target)) this.#placed.set(model, { nodes: target, check: this.#checks });
     }
     const byName = new Map(members.map((n) => [n.name, n]));
     let moved = 0;
-    for (const [model, target] of placement.nodes) moved += this.#switch(model, target, models.get(model)!.resident, byName) ? 1 : 0;
+    for (const [model, target] of placement.nodes) moved += this.#switch(model, target, models.get(model)!.resident ?? [], byName) ? 1 : 0;
     if (moved > 0) {
       const loads = [...placement.load.values()];
       const mean = loads.reduce((s, l) => s + l, 0) / Math.max(1, loads.length);
@@ -293,7 +299,7 @@ export class FleetRoutes {
    * the models it now ranks first for are placed from the reports (where they run or are resident,
    * else on it), the same on every gateway.
    */
-  #holding(m: FleetModel & { loadOn: ReadonlyMap<string, number> }, { live, joined, fair }: { live: ReadonlySet<string>; joined: ReadonlySet<string>; fair: number }): string[] | null {
+  #holding(m: ReportedModel, { live, joined, fair }: { live: ReadonlySet<string>; joined: ReadonlySet<string>; fair: number }): string[] | null {
     const was = this.#placed.get(m.name);
     if (!was) return null;
     // A node of its gone: the rest of them, else the first of its ranking, not where the reports
@@ -308,7 +314,7 @@ export class FleetRoutes {
     // brings gateways that placed it apart back together).
     if (!(m.load > 0) || m.load < DOMINANCE_MIN_SHARE * fair) return was.nodes.some((id) => m.resident?.includes(id)) ? was.nodes : null;
     const share = m.load / was.nodes.length;
-    return was.nodes.every((id) => (m.loadOn.get(id) ?? 0) >= HOLD_SHARE * share) ? was.nodes : null;
+    return was.nodes.every((id) => loadOn(m, id) >= HOLD_SHARE * share) ? was.nodes : null;
   }
 
   /** The names of every model the members serve; the same Set while each member's list is the same object. */
@@ -325,11 +331,11 @@ export class FleetRoutes {
   /** Route `model` to `target`, once the nodes gaining it hold its weights; true when it gains a node now. */
   #switch(model: string, target: string[], resident: readonly string[], members: ReadonlyMap<string, FleetMember>): boolean {
     const now = this.#routes.get(model);
-    const key = target.join(',');
-    if (now && now.join(',') === key) {
+    if (now && sameNodes(now, target)) {
       this.#switching.delete(model);
       return false;
     }
+    const key = target.join(',');
     if (this.#switching.get(model) === key) return false; // prefetching for it already
     const gained = now ? target.filter((id) => !now.includes(id)) : [];
     this.#moves?.inc(gained.length);
@@ -371,4 +377,34 @@ export class FleetRoutes {
     }
     return sum;
   }
+}
+
+/** A model as one check reads it from the reports: `serving` with each node's load beside it (`servingLoad`). */
+type ReportedModel = FleetModel & { resident: string[] | undefined; serving: string[] | undefined; servingLoad: number[] | undefined };
+
+/** `m.serving` (and its loads) ordered most load first, ties by name: in place, as most hold two or three. */
+function mostLoadFirst(m: ReportedModel): void {
+  const serving = m.serving!;
+  const load = m.servingLoad!;
+  for (let i = 1; i < serving.length; i++) {
+    const id = serving[i];
+    const l = load[i];
+    let j = i - 1;
+    for (; j >= 0 && (load[j] < l || (load[j] === l && serving[j] > id)); j--) {
+      serving[j + 1] = serving[j];
+      load[j + 1] = load[j];
+    }
+    serving[j + 1] = id;
+    load[j + 1] = l;
+  }
+}
+
+/** What `m` ran on node `id` over the window (0: nothing). */
+function loadOn(m: ReportedModel, id: string): number {
+  const at = m.serving?.indexOf(id) ?? -1;
+  return at < 0 ? 0 : m.servingLoad![at];
+}
+
+function sameNodes(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((id, i) => id === b[i]);
 }

@@ -12,7 +12,7 @@
  * overrun a node's own admission cap.
  */
 import * as grpc from '@grpc/grpc-js';
-import type { ModelControlStatusReply } from '../shared/control-messages.js';
+import { readStatusReport, type NodeReport } from './status-report.js';
 
 const raw = (b: Buffer) => b;
 
@@ -29,7 +29,6 @@ export interface RemoteNodeOptions {
    */
   control?: {
     encodeStatusRequest: () => Buffer;
-    decodeStatus: (bytes: Buffer) => ModelControlStatusReply;
     encodePrefetch: (model: string) => Buffer;
     /** The health probe of a pooled gateway: ServerReady (a few bytes), not the whole RepositoryIndex. */
     encodeReadyRequest: () => Buffer;
@@ -42,59 +41,8 @@ export interface RemoteNodeOptions {
   };
 }
 
-/** What a node reports of itself and its models (ModelControlStatus), as placement reads it. */
-export interface NodeReport {
-  /** Its stable name (node_name); empty from a node older than the field. */
-  nodeName: string;
-  /** When its process started (ms since the epoch; 0 when it does not say). */
-  startedMs: number;
-  /** Its weight budget, summed over its devices (0: the weight cache off). */
-  budgetBytes: number;
-  /** Its devices in service. */
-  devices: number;
-  /** Requests queued on its devices. */
-  queueDepth: number;
-  models: Map<string, ModelReport>;
-}
-
-export interface ModelReport {
-  /** Bytes of its weights on one device when resident. */
-  weightBytes: number;
-  /** Bytes of its weights on the node's devices now. */
-  residentBytes: number;
-  /**
-   * Over the node's last whole window of the health interval (node/load-windows.ts): device-seconds
-   * per second its executions took, and the bytes of its weights on the devices as it ended. Every
-   * gateway reading within one window gets the same.
-   */
-  windowLoad: number;
-  windowResidentBytes: number;
-  /** Weight-cache hits and misses so far (counters). */
-  hits: number;
-  misses: number;
-}
-
 const STATUS_PATH = '/stowage.control.ModelControl/ModelControlStatus';
 const PREFETCH_PATH = '/stowage.control.ModelControl/PrefetchModel';
-
-/** A node's ModelControlStatus answer as placement reads it. */
-function reportOf(reply: ModelControlStatusReply): NodeReport {
-  return {
-    nodeName: reply.node_name ?? '',
-    startedMs: Number(reply.started_unix_ms ?? 0),
-    budgetBytes: Number(reply.weight_budget_bytes),
-    devices: reply.devices,
-    queueDepth: reply.queue_depth,
-    models: new Map(reply.models.filter((m) => m.state === 'READY').map((m) => [m.name, {
-      weightBytes: Number(m.weight_bytes),
-      residentBytes: Number(m.resident_bytes),
-      windowLoad: m.window_load,
-      windowResidentBytes: Number(m.window_resident_bytes),
-      hits: Number(m.weight_hits),
-      misses: Number(m.weight_misses),
-    }])),
-  };
-}
 
 export class RemoteNode {
   readonly address: string;
@@ -250,11 +198,11 @@ export class RemoteNode {
   /** One status read for placement; the node's repository digest, or undefined when it failed or gave none. */
   async #readStatus(control: NonNullable<RemoteNodeOptions['control']>, timeoutMs: number): Promise<string | undefined> {
     try {
-      const reply = control.decodeStatus(await this.#unaryRaw(STATUS_PATH, control.encodeStatusRequest(), new grpc.Metadata(), Date.now() + timeoutMs));
-      this.#report = reportOf(reply);
+      const { report, digest } = readStatusReport(await this.#unaryRaw(STATUS_PATH, control.encodeStatusRequest(), new grpc.Metadata(), Date.now() + timeoutMs));
+      this.#report = report;
       this.#reportAtMs = Date.now();
       this.#statusFailing = false;
-      return reply.repository_digest || undefined;
+      return digest || undefined;
     } catch {
       this.#statusFailing = true;
       this.#statusFailures++;

@@ -67,4 +67,6 @@ export interface ModelControlStatusReply<I extends Int = string> {
   started_unix_ms: I;
   /** A digest of the models it knows and their states: unchanged while its RepositoryIndex is. */
   repository_digest: string;
+  /** runtime.session_budget_bytes summed over its devices (0: none). */
+  session_budget_bytes: I;
 }

@@ -38,7 +38,7 @@ export interface InlineBytes {
   owned: boolean;
 }
 
-/** One input as the client sent it: its datatype as named on the wire, checked by the pipeline. */
+/** One input as the client sent it: its datatype as named on the wire, checked by the request path. */
 export interface RequestInput {
   name: string;
   datatype: string;
@@ -95,7 +95,7 @@ export function refusedLater(head: Pick<DataPlaneRequest, 'model' | 'version' | 
  * it crosses threads: one buffer with a gap of `gap` bytes before each output and, before the
  * first, a headroom of `fixed` bytes plus, for each output the client receives, `perOutput` bytes,
  * `perDimension` bytes per axis of its shape, and the UTF-8 bytes of its name and datatype (what
- * a header describing the outputs needs at most: the gRPC edge's response header). The pipeline
+ * a header describing the outputs needs at most: the gRPC edge's response header). The request path
  * turns it into an OutputFrame once the model is known (`frameOf`). No layout: each output
  * in a buffer of its own (REST, hooks). Shared-memory outputs are the request's `RequestOutput.region`.
  */
@@ -145,7 +145,7 @@ export interface InferOptions {
 export type Infer = (request: DataPlaneRequest, options: InferOptions) => Promise<InferenceAnswer>;
 
 /**
- * The pipeline's answer: the outputs in the order asked (an output written to shared memory is an
+ * The request path's answer: the outputs in the order asked (an output written to shared memory is an
  * empty tensor carrying its slice). When the edge gave a layout, their bytes are views of
  * `framed.bytes`, laid out as `framed.frame` says.
  */

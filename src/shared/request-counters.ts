@@ -1,6 +1,6 @@
 /**
  * What every thread that runs the request path counts of the requests it answers (each edge
- * thread, actors/edge/edge-path.ts, and the main thread, node/pipeline.ts), in shared memory where
+ * thread, actors/edge/edge-path.ts, and the main thread, node/main-path.ts), in shared memory where
  * it happens: the main thread reads the counts when ModelStatistics or /metrics asks
  * (node/statistics.ts), with no report to wait for.
  *
@@ -61,7 +61,7 @@ export interface SlotCounts {
   routes: number[];
 }
 
-/** The counters' shared memory and its shape: what the main thread hands each edge (DirectStart). */
+/** The counters' shared memory and its shape: what the main thread hands each edge (RoomsStart). */
 export interface CountersShape {
   /** A segment per segment of lease slots (shared/leases.ts SEGMENT_SLOTS slots each), added as they are. */
   segments: SharedArrayBuffer[];
@@ -204,7 +204,7 @@ export class RequestCounters {
   }
 
   /** Requests edge `row` routed itself, ever. */
-  directOf(row: number): number {
+  servedOf(row: number): number {
     return Number(Atomics.load(this.#totals, row));
   }
 }

@@ -15,7 +15,7 @@
  * InferenceAnswer itself.
  *
  * Rooms: what the path stands on differs by thread, behind `PathRooms` (the main thread's:
- * node/pipeline.ts over the model registry, the device pool, statistics, shared memory and
+ * node/main-path.ts over the model registry, the device pool, statistics, shared memory and
  * tracing; an edge's: actors/edge/edge-path.ts over the routes the main thread sends, its own
  * doors to the devices, the lease slots and request counters in shared memory, and its own hook
  * threads). A room that cannot take a request (an edge without the model's route) says so at

@@ -206,10 +206,17 @@ test('inferences take the request path on their edge, hooked ones with the edge\
   t.regex(err.details, /model "slow" is not ready \(state UNAVAILABLE\): unloaded/);
   const { model_stats: [stats] } = await server.client.call('ModelStatistics', { name: 'slow' });
   t.is(Number(stats.inference_stats.success.count), 12, 'the direct requests are counted once, on the main thread');
-  // Loaded again, it is routed directly again.
+  // Loaded again, it is routed directly again: once the edge has its route, which the main thread
+  // sends every edge as the load ends, and which may reach another edge than the one that answered
+  // the load a moment after that answer (until then the main thread serves the request).
   await server.client.call('RepositoryModelLoad', { model_name: 'slow' });
-  await clients[1].infer('slow', [tensor('x', 'FP32', [1, 1024], x.subarray(0, 1024))]);
-  t.is(await direct(), 20);
+  let served = 19;
+  for (let i = 0; i < 50 && served === 19; i++) {
+    await clients[1].infer('slow', [tensor('x', 'FP32', [1, 1024], x.subarray(0, 1024))]);
+    served = await direct();
+    if (served === 19) await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  t.is(served, 20);
 });
 
 test('shared-memory requests take the path on their edge: a region registered through one connection serves every edge, and unregistering it closes it for all', async (t) => {

@@ -179,7 +179,10 @@ test('under a session budget idle sessions close and reopen on their next call, 
   t.true(s.reopens > 0, `and reopened on their calls: ${s.reopens}`);
   t.is(s.graphs, 8);
   t.true(s.open <= 2, `at most the one in use and the pinned one stay open: ${s.open}`);
-  const { models: status } = await control.call('ModelControlStatus', { name: '', fresh: true });
+  const reply = await control.call('ModelControlStatus', { name: '', fresh: true });
+  const status = reply.models;
+  t.is(Number(reply.session_budget_bytes), 1, 'the node reports its session budget (one device), for pooled gateways');
+  t.true(status.some((m) => Number(m.session_bytes) > 0), 'and each model\'s share of its open sessions');
   const arch0 = status.find((m) => m.name === 'arch0');
   t.notRegex(String(arch0?.session), /closed/, 'the residency: device model keeps its session');
   t.true(status.some((m) => /closed until its next call/.test(m.session)), 'the status says a session is closed');

@@ -36,7 +36,7 @@
  * With tracing on, this edge makes its requests' spans itself (shared/tracing.ts).
  */
 import type { MessagePort } from 'node:worker_threads';
-import type { DirectStart, EdgePlacement, EdgeRegion, EdgeRoute } from '../../shared/channels/edge.js';
+import type { RoomsStart, EdgePlacement, EdgeRegion, EdgeRoute } from '../../shared/channels/edge.js';
 import { fill, Router, type FillState } from '../../routing/routing.js';
 import type { InferenceRequest, InferenceResult, WireTensor } from '../../shared/channels/inference.js';
 import type { HookFeedTarget } from '../../shared/channels/device.js';
@@ -80,7 +80,7 @@ export class EdgePath {
   readonly #filling = new Map<string, FillState & { inflight: Map<number, number> }>();
   /** What this edge counts of its requests, where the main thread reads it (shared/request-counters.ts). */
   readonly #counters: RequestCounters;
-  readonly #hookOptions: DirectStart['hooks'];
+  readonly #hookOptions: RoomsStart['hooks'];
   /** This edge's hook threads, started at the first request that needs them. */
   #hooks: HookPool | null = null;
   readonly #path: RequestPath<EdgeLease>;
@@ -99,7 +99,7 @@ export class EdgePath {
    * not take reaches the main thread's path (a meta model's sub-call to a model without a route here).
    * `tracing`: this edge makes its requests' spans (shared/tracing.ts).
    */
-  constructor(start: DirectStart, row: number, viaMain: Infer, lastRelease: (of: 'model' | 'region') => void, tracing = false) {
+  constructor(start: RoomsStart, row: number, viaMain: Infer, lastRelease: (of: 'model' | 'region') => void, tracing = false) {
     this.#tracing = tracing;
     // A lease given back that may be the last on a slot the main thread closed (an unload or a
     // reload waits for it to drain) tells it, whether a release or an acquire that lost the race.

@@ -1,10 +1,11 @@
 /**
  * The main thread's handle on the edge threads (`endpoints.edge_threads`): starts them on the
  * node's ports (the first chooses them when they are 0, the others listen beside it), answers
- * what they ask (shared/channels/edge.ts: each operation by name, each inference through the
- * pipeline, cancelled when its client goes), tells them what changes (health, the log level), and
- * drains them at shutdown. What is one per process stays here: the registry and readiness, the
- * shared-memory regions, statistics and /metrics, tracing; admission is one count in shared memory.
+ * what they ask (shared/channels/edge.ts: each operation by name, each inference it does not take
+ * itself through the main thread's path, cancelled when its client goes), tells them what changes
+ * (health, the log level), and drains them at shutdown. What is one per process stays here: the
+ * registry and readiness, the shared-memory regions, statistics and /metrics, tracing; admission
+ * is one count in shared memory.
  *
  * The path on the edges (actors/edge/edge-path.ts): the edges run the request path themselves,
  * to the device actors and through hook threads of their own. This handle gives each edge what that takes: every
@@ -23,7 +24,7 @@ import v8 from 'node:v8';
 import type { MessagePort, Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import { Counter, type Registry } from 'prom-client';
-import type { DirectStart, EdgeRegion, EdgeRoute, EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js';
+import type { RoomsStart, EdgeRegion, EdgeRoute, EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js';
 import type { Leases } from '../../shared/leases.js';
 import type { RequestCounters } from '../../shared/request-counters.js';
 import { callOperation, type Operations } from '../../shared/operations.js';
@@ -64,18 +65,18 @@ async function withEdgeHeap<T>(start: () => Promise<T>): Promise<T> {
 
 /**
  * The edges' metrics: inference requests per edge ("main" when the main thread is the only edge),
- * those through the pipeline counted here and those an edge routed itself read where the edge
- * counted them (`directFrom`), and restarts.
+ * those through the main thread's path counted here and those an edge routed itself read where the edge
+ * counted them (`servedFrom`), and restarts.
  */
 export function edgeMetrics(registry: Registry) {
-  const viaPipeline = new Map<string, number>();
-  let direct: () => Map<string, number> = () => new Map();
+  const viaMain = new Map<string, number>();
+  let served: () => Map<string, number> = () => new Map();
   new Counter({
     name: 'stowage_edge_requests_total', help: 'Inference requests each edge took (gRPC and REST; edge "main" when endpoints.edge_threads is 0)', labelNames: ['edge'], registers: [registry],
     collect() {
       this.reset();
-      const routed = direct();
-      for (const edge of new Set([...viaPipeline.keys(), ...routed.keys()])) this.inc({ edge }, (viaPipeline.get(edge) ?? 0) + (routed.get(edge) ?? 0));
+      const routed = served();
+      for (const edge of new Set([...viaMain.keys(), ...routed.keys()])) this.inc({ edge }, (viaMain.get(edge) ?? 0) + (routed.get(edge) ?? 0));
     },
   });
   // The old design's name ("the direct path") stays one release as a deprecated alias with the same
@@ -88,16 +89,16 @@ export function edgeMetrics(registry: Registry) {
       name, help, labelNames: ['edge'], registers: [registry],
       collect() {
         this.reset();
-        for (const [edge, n] of direct()) this.inc({ edge }, n);
+        for (const [edge, n] of served()) this.inc({ edge }, n);
       },
     });
   }
   return {
-    /** An edge handed a request to the pipeline. */
-    viaPipeline: (edge: string) => viaPipeline.set(edge, (viaPipeline.get(edge) ?? 0) + 1),
+    /** An edge handed a request to the main thread's path. */
+    viaMain: (edge: string) => viaMain.set(edge, (viaMain.get(edge) ?? 0) + 1),
     /** Where the edges' own requests are counted, per edge. */
-    directFrom: (source: () => Map<string, number>) => {
-      direct = source;
+    servedFrom: (source: () => Map<string, number>) => {
+      served = source;
     },
     restarts: new Counter({ name: 'stowage_edge_restarts_total', help: 'Edge threads that died (an uncaught error) and were replaced', registers: [registry] }),
   };
@@ -113,9 +114,9 @@ export interface DoorSource {
   openEdgeDoor(): { port: MessagePort; link: number } | null;
 }
 
-/** What the direct path needs of the main thread (absent: every inference goes through it). */
-export interface EdgeDirect {
-  routing: DirectStart['routing'];
+/** What the edges' rooms need of the main thread (absent: every inference goes through it). */
+export interface EdgeRooms {
+  routing: RoomsStart['routing'];
   /** The leases on models' instances, a row per edge and the main thread's last (shared/leases.ts). */
   leases: Leases;
   /** Every model's route now (a new edge's start); changes come through `routeChanged`. */
@@ -124,13 +125,13 @@ export interface EdgeDirect {
   /** Where the edges count the requests they route themselves (statistics and metrics read them there). */
   counters: RequestCounters;
   /** Each edge's own hook pool. */
-  hooks: DirectStart['hooks'];
+  hooks: RoomsStart['hooks'];
   /** The holds on shared-memory regions (node/shared-memory.ts), a row per edge and the main thread's last. */
   regionHolds: Leases;
   /** The node's quotas: their numbers are shared with the edges, and a dead edge's places are given back. */
   quotas: Quotas;
   /** How the scheduler resolves a request's priority level. */
-  levels: DirectStart['levels'];
+  levels: RoomsStart['levels'];
   /** Every region the edges may take requests for now (a new edge's start); changes come through `regionChanged`. */
   regions(): [string, EdgeRegion][];
   /** An edge gave back its last hold on an unregistered region, or died with holds: close what nothing holds. */
@@ -152,8 +153,8 @@ export interface EdgeOptions {
   /** Every operation the edges may ask for (shared/operations.ts), by name. */
   operations: Operations;
   infer: Infer;
-  /** The direct path's sources; absent: every inference goes through `infer`. */
-  direct?: EdgeDirect;
+  /** The rooms' sources; absent: every inference goes through `infer`. */
+  rooms?: EdgeRooms;
   /** Tracing on: where the edges count their failed exports (shared/tracing.ts); absent: off. */
   traceExportFailures?: SharedArrayBuffer;
   logger: Logger;
@@ -166,7 +167,7 @@ interface Edge {
   worker: Worker;
   /** What this turn tells it, sent as one message at the turn's end. */
   outbox: Outbox<ToEdge>;
-  /** Its inferences in the pipeline, to cancel when the client goes or the edge dies. */
+  /** Its inferences on the main thread's path, to cancel when the client goes or the edge dies. */
   inferences: Map<number, AbortController>;
   /** Resolves when it has drained (or exited). */
   drained: Promise<void>;
@@ -195,9 +196,9 @@ export class EdgeThreads {
   constructor(options: EdgeOptions) {
     this.#o = options;
     this.#metrics = options.metrics;
-    const { count, direct } = options;
+    const { count, rooms } = options;
     // Every edge's series from its start, at 0 before its first request.
-    options.metrics.directFrom(() => new Map(Array.from({ length: count }, (_, i) => [String(i), direct?.counters.directOf(i) ?? 0])));
+    options.metrics.servedFrom(() => new Map(Array.from({ length: count }, (_, i) => [String(i), rooms?.counters.servedOf(i) ?? 0])));
   }
 
   /**
@@ -231,7 +232,7 @@ export class EdgeThreads {
    * hears it.
    */
   regionChanged(name: string, region: EdgeRegion | null): void {
-    if (this.#o.direct) this.#broadcast({ type: 'region', name, region });
+    if (this.#o.rooms) this.#broadcast({ type: 'region', name, region });
   }
 
   /**
@@ -239,22 +240,22 @@ export class EdgeThreads {
    * name it.
    */
   slotsGrown(leases: SharedArrayBuffer, counters: SharedArrayBuffer): void {
-    if (this.#o.direct) this.#broadcast({ type: 'slotsGrown', leases, counters });
+    if (this.#o.rooms) this.#broadcast({ type: 'slotsGrown', leases, counters });
   }
 
   /** The main thread added a segment of region hold slots. */
   regionSlotsGrown(holds: SharedArrayBuffer): void {
-    if (this.#o.direct) this.#broadcast({ type: 'regionSlotsGrown', holds });
+    if (this.#o.rooms) this.#broadcast({ type: 'regionSlotsGrown', holds });
   }
 
   /** A model's route changed (the registry's watcher): every edge routes it so from now on. */
   routeChanged(model: string, route: EdgeRoute | null): void {
-    if (this.#o.direct) this.#broadcast({ type: 'route', model, route });
+    if (this.#o.rooms) this.#broadcast({ type: 'route', model, route });
   }
 
   /** Device `deviceId` serves again (a replacement worker, its models loaded): every edge gets a new door to it. */
   deviceServing(deviceId: number): void {
-    const device = this.#o.direct?.devices.find((d) => d.deviceId === deviceId);
+    const device = this.#o.rooms?.devices.find((d) => d.deviceId === deviceId);
     if (device) for (const edge of this.#edges) if (edge) this.#openDoor(edge, device);
   }
 
@@ -263,7 +264,7 @@ export class EdgeThreads {
    * doors close saying why.
    */
   deviceOut(deviceId: number, why: string): void {
-    if (this.#o.direct) this.#broadcast({ type: 'deviceOut', deviceId, why });
+    if (this.#o.rooms) this.#broadcast({ type: 'deviceOut', deviceId, why });
   }
 
   #openDoor(edge: Edge, device: DoorSource): void {
@@ -286,9 +287,9 @@ export class EdgeThreads {
 
   #spawn(index: number): Promise<{ grpc: number; http: number }> {
     const { endpoints, admission, logLevel, logger } = this.#o;
-    const direct = this.#o.direct;
+    const rooms = this.#o.rooms;
     const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel,
-      direct: direct ? { leases: direct.leases.shape, routing: direct.routing, counters: direct.counters.shape, hooks: direct.hooks, regionHolds: direct.regionHolds.shape, quotas: direct.quotas.shape, levels: direct.levels } : null,
+      rooms: rooms ? { leases: rooms.leases.shape, routing: rooms.routing, counters: rooms.counters.shape, hooks: rooms.hooks, regionHolds: rooms.regionHolds.shape, quotas: rooms.quotas.shape, levels: rooms.levels } : null,
       tracing: this.#o.traceExportFailures ? { exportFailures: this.#o.traceExportFailures } : null };
     let markDrained = () => {};
     const drained = new Promise<void>((resolve) => {
@@ -318,29 +319,29 @@ export class EdgeThreads {
       edge.healthy.unref();
     }, () => undefined);
     this.#edges[index] = edge;
-    if (direct) {
+    if (rooms) {
       // Routes and doors first: they wait in the worker's inbox until it listens to its port.
-      for (const route of direct.routes()) edge.outbox.push({ type: 'route', model: route.model, route });
-      for (const [name, region] of direct.regions()) edge.outbox.push({ type: 'region', name, region });
-      for (const device of direct.devices) this.#openDoor(edge, device);
+      for (const route of rooms.routes()) edge.outbox.push({ type: 'route', model: route.model, route });
+      for (const [name, region] of rooms.regions()) edge.outbox.push({ type: 'region', name, region });
+      for (const device of rooms.devices) this.#openDoor(edge, device);
     }
     return started;
   }
 
   /** An edge thread ended: what it held is given back; one that had listened and crashed is replaced. */
   #exited(edge: Edge, code: number, lastError: Error | undefined, listening: boolean): void {
-    const { admission, logger, direct } = this.#o;
+    const { admission, logger, rooms } = this.#o;
     const { index } = edge;
     edge.markDrained();
     for (const abort of edge.inferences.values()) abort.abort();
     edge.inferences.clear();
     // What it had admitted will never leave: its share of the counts is given back, and its leases.
     admission.forget(index + 1);
-    direct?.leases.forget(index);
-    direct?.regionHolds.forget(index);
-    direct?.quotas.forget(index + 1);
-    direct?.regionsReleased();
-    direct?.leasesReleased();
+    rooms?.leases.forget(index);
+    rooms?.regionHolds.forget(index);
+    rooms?.quotas.forget(index + 1);
+    rooms?.regionsReleased();
+    rooms?.leasesReleased();
     if (this.#edges[index] === edge) this.#edges[index] = undefined;
     clearTimeout(edge.healthy);
     if (!listening || this.#stopping) return;
@@ -376,7 +377,7 @@ export class EdgeThreads {
       case 'infer': {
         const abort = new AbortController();
         edge.inferences.set(msg.id, abort);
-        this.#metrics.viaPipeline(String(edge.index));
+        this.#metrics.viaMain(String(edge.index));
         this.#o.infer(msg.request, { ...msg.options, signal: abort.signal })
           .then((answer) => reply({ type: 'answer', id: msg.id, answer }, answerBuffers(answer)), (err: unknown) => reply({ type: 'failed', id: msg.id, error: toErrorData(err) }))
           .finally(() => edge.inferences.delete(msg.id));
@@ -386,8 +387,8 @@ export class EdgeThreads {
         edge.inferences.get(msg.id)?.abort();
         return;
       case 'lastRelease':
-        if (msg.of === 'region') this.#o.direct?.regionsReleased();
-        else this.#o.direct?.leasesReleased();
+        if (msg.of === 'region') this.#o.rooms?.regionsReleased();
+        else this.#o.rooms?.leasesReleased();
         return;
       case 'drained':
         edge.markDrained();

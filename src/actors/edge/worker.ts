@@ -129,7 +129,7 @@ const viaMain: Infer = async (request, { signal, ...options }) => {
 
 // The request path runs here (edge-path.ts), counted here in shared memory; what it does not take goes to the main
 // thread.
-const path = start.direct ? new EdgePath(start.direct, start.edge, viaMain, (of) => post({ type: 'lastRelease', of }), start.tracing !== null) : null;
+const path = start.rooms ? new EdgePath(start.rooms, start.edge, viaMain, (of) => post({ type: 'lastRelease', of }), start.tracing !== null) : null;
 
 const healthListeners: (() => void)[] = [];
 const health = new HealthService({

@@ -73,7 +73,7 @@ export interface EdgeRegion {
 }
 
 /** What an edge needs to route requests to the devices itself; absent: every inference goes through the main thread. */
-export interface DirectStart {
+export interface RoomsStart {
   /** The leases' shared memory (shared/leases.ts); the edge's row is its index. */
   leases: LeasesShape;
   /** How the edge picks among the devices it has doors to (gateway.scheduling.mode). */
@@ -105,7 +105,7 @@ export interface EdgeStart {
   admission: SharedArrayBuffer;
   logLevel: string;
   /** The path on the edge's start; null: every inference goes through the main thread. */
-  direct: DirectStart | null;
+  rooms: RoomsStart | null;
   /**
    * Tracing is on (the main thread started OpenTelemetry's SDK; the edge starts its own from the
    * same OTEL_* environment): where the edge counts its failed exports, its slot its index + 1
@@ -129,7 +129,7 @@ export type ToEdge =
    * Shutdown: refuse new inferences, let those in flight finish within `graceMs`, close the ports, answer `drained`.
    */
   | { type: 'drain'; graceMs: number }
-  /** A model's route changed (the direct path); null: send its requests to the main thread. */
+  /** A model's route changed (for the edge's rooms); null: send its requests to the main thread. */
   | { type: 'route'; model: string; route: EdgeRoute | null }
   /**
    * A door to device actor `deviceId` (shared/channels/device.ts's ToDeviceDoor and FromDeviceDoor),

@@ -30,14 +30,16 @@ function member(address, models, { name = address, startedMs = 0 } = {}) {
     /** @type {Map<string, number>} */ load: new Map(),
     /** @type {Set<string>} */ resident: new Set(),
     budgetBytes: 100 * MB,
+    sessionBudgetBytes: 0,
+    /** @type {Map<string, number>} each model's share of its open sessions' bytes */ sessions: new Map(),
     get report() {
       if (!node.up) return null;
       return {
         nodeName: name, startedMs,
-        budgetBytes: node.budgetBytes, devices: 1, queueDepth: 0,
+        budgetBytes: node.budgetBytes, sessionBudgetBytes: node.sessionBudgetBytes, devices: 1, queueDepth: 0,
         models: new Map(models.map((m) => {
           const resident = node.resident.has(m) ? 10 * MB : 0;
-          return [m, { weightBytes: 10 * MB, residentBytes: resident, windowResidentBytes: resident, windowLoad: node.load.get(m) ?? 0, hits: resident ? 9 : 0, misses: 1 }];
+          return [m, { weightBytes: 10 * MB, residentBytes: resident, windowResidentBytes: resident, windowLoad: node.load.get(m) ?? 0, hits: resident ? 9 : 0, misses: 1, sessionBytes: node.sessions.get(m) ?? 0 }];
         })),
       };
     },
@@ -115,6 +117,28 @@ test('loads are the nodes\' reports summed, and a hot model grows to more nodes 
   t.is(value('stowage_gateway_model_weight_hit_ratio', { model: hot }), 36 / 40, 'hits over executions, summed over the nodes');
   t.true(/** @type {number} */ (value('stowage_gateway_placement_imbalance')) >= 1);
 
+});
+
+test('a model\'s footprint is its weights and the session bytes nodes report, a node\'s memory its weight and session budgets', (t) => {
+  const nodes = ['10.0.0.1:8001', '10.0.0.2:8001', '10.0.0.3:8001', '10.0.0.4:8001'].map((a) => member(a, CATALOG));
+  const r = routes();
+  r.update(nodes);
+  // One model carries the load (heavy: its bytes are bounded per node); its sessions hold 30 MB beside its 10 MB of weights.
+  const hot = CATALOG[3];
+  const home = /** @type {ReturnType<typeof member>} */ (nodes.find((n) => n.address === r.routes.get(hot)?.[0]));
+  home.resident.add(hot);
+  home.load.set(hot, 0.4);
+  home.sessions.set(hot, 30 * MB);
+  r.update(nodes);
+  t.true(r.placement?.heavy.has(hot), 'the loaded model is bounded');
+  t.is(r.placement?.bytes.get(home.address), 40 * MB, 'its weights and its sessions');
+  // Session budgets reported: every node's memory grows alike, and the model still weighs 40 MB.
+  for (const n of nodes) n.sessionBudgetBytes = 50 * MB;
+  r.update(nodes);
+  t.is(r.placement?.bytes.get(home.address), 40 * MB);
+  home.sessions.delete(hot);
+  r.update(nodes);
+  t.is(r.placement?.bytes.get(home.address), 10 * MB, 'no sessions reported: its weights alone');
 });
 
 test('a node lost: its models switch at once to a node that serves them; one joining is prefetched first', async (t) => {

@@ -129,7 +129,7 @@ test('the protocol is imported in node/ by the page\'s edge files only, and the 
   t.deepEqual([...edges].filter((f) => !nodeFiles.includes(f) || !intoProtocol(f)), [], 'edges on the page that are gone or import no protocol: take them off');
   // Everything the pipeline imports, transitively, type-only imports included.
   // The path itself (shared/request-path.ts) and its rooms on the main thread and on an edge.
-  const reached = new Set(['src/node/pipeline.ts', 'src/shared/request-path.ts', 'src/actors/edge/edge-path.ts']);
+  const reached = new Set(['src/node/main-path.ts', 'src/shared/request-path.ts', 'src/actors/edge/edge-path.ts']);
   const queue = [...reached];
   while (queue.length) {
     for (const { target } of relativeImports(/** @type {string} */ (queue.pop()))) {

@@ -126,14 +126,14 @@ test('each request is counted in shared memory before it is answered: routes, su
   t.is(after.fail.count, 1);
   t.is(after.failures.get('BACKEND'), 1, 'by Triton\'s reason');
   t.deepEqual(after.routes, [1, 1, 0], 'one request to each device');
-  t.is(counters.directOf(0), 2);
+  t.is(counters.servedOf(0), 2);
   t.true(after.lastMs > 0);
   t.is(main.held(0), 0, 'both leases given back after their counts');
   t.deepEqual(lastReleases, [], 'on an open slot, a release tells no one');
   const taken = counters.take(0);
   t.is(taken.success.count, 1);
   t.is(counters.read(0).success.count, 0, 'taken: the slot starts again at zero');
-  t.is(counters.directOf(0), 2, 'the edge\'s total stays');
+  t.is(counters.servedOf(0), 2, 'the edge\'s total stays');
 });
 
 test('a preprocess hook on the edge\'s own hook thread feeds the device through a door of its own, handed over through the edge\'s door', async (t) => {

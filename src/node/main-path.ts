@@ -21,7 +21,7 @@ import { failureReason } from '../shared/failure-reason.js';
 import { RequestTrace, tracingOn } from '../shared/tracing.js';
 import { RequestPath } from '../shared/request-path.js';
 
-export interface PipelineContext {
+export interface MainPathContext {
   registry: ModelRegistry;
   hooks: HookPool;
   /** Which device serves a request (a pass-through with one device). */
@@ -35,10 +35,10 @@ export interface PipelineContext {
   levels: Levels;
 }
 
-export class Pipeline {
+export class MainPath {
   readonly #path: RequestPath<ModelLease>;
 
-  constructor({ registry, hooks, devices, counters, sharedMemory, quotas, levels }: PipelineContext) {
+  constructor({ registry, hooks, devices, counters, sharedMemory, quotas, levels }: MainPathContext) {
     this.#path = new RequestPath<ModelLease>({
       acquire: (model, version) => registry.acquire(model, version),
       release: (lease) => registry.release(lease),
@@ -51,7 +51,7 @@ export class Pipeline {
       deadlines: new DeadlineAdmission(levels),
       succeeded: (lease, batchSize, durationNs, queueNs, timing) => counters.succeeded(lease.slot, batchSize, durationNs, queueNs, timing),
       failed: (lease, code, durationNs) => counters.failed(lease.slot, failureReason(code), durationNs),
-      // Tracing starts before the pipeline is made (node/server.ts), and is off for good once stopped.
+      // Tracing starts before the request path is made (node/server.ts), and is off for good once stopped.
       trace: tracingOn() ? (request, carrier, protocol, admitted) => RequestTrace.request(request, carrier, protocol, admitted) : () => null,
     });
   }

@@ -1,0 +1,141 @@
+// Stand-in nodes for benchmarking a pooled gateway at a scale this machine cannot run for real (64
+// nodes of 10,000 models): each is a gRPC server on 127.0.0.1 answering the calls a pooled gateway
+// makes of a node, with the project's own proto files, so the gateway reads real messages over real
+// gRPC. What they answer follows a small model of a fleet:
+// - a catalog of models of `weightBytes` each, with Zipf(1.0) load over the fleet (device-seconds per
+//   second, `fleetLoad` in all), each model's load split evenly over the nodes holding its weights;
+// - each node holds at most `capacity` models' weights, least recently prefetched out first;
+//   at the start model k is on node k mod nodes;
+// - ModelControlStatus with active_only (what a pooled gateway asks) names the models a node holds,
+//   with their load and bytes over the window, and a repository digest that changes only when the
+//   node restarts; RepositoryIndex names every model READY; PrefetchModel makes a model resident;
+//   ServerReady is true; ModelInfer answers at once with no outputs (the gateway forwards its bytes).
+// A restarted node comes back on its port with a new start time and digest and nothing resident.
+import * as grpc from '@grpc/grpc-js';
+import { loadControlClient, loadInferenceClient } from '../dist/protocol/proto.js';
+
+export class StandInFleet {
+  /**
+   * @param {{ nodes: number, models: number, capacity: number, weightBytes: number, fleetLoad: number }} options
+   */
+  constructor({ nodes, models, capacity, weightBytes, fleetLoad }) {
+    this.weightBytes = weightBytes;
+    this.capacity = capacity;
+    this.catalog = Array.from({ length: models }, (_, k) => `m${String(k).padStart(5, '0')}`);
+    const zipf = this.catalog.map((_, k) => 1 / (k + 1));
+    const sum = zipf.reduce((a, b) => a + b);
+    /** @type {Map<string, number>} each model's load over the fleet */
+    this.loads = new Map(this.catalog.map((name, k) => [name, (fleetLoad * zipf[k]) / sum]));
+    /** @type {Map<string, number>} how many nodes hold each model's weights */
+    this.holders = new Map();
+    this.nodes = Array.from({ length: nodes }, (_, i) => new StandInNode(this, `stand-in-${i}`));
+    this.catalog.forEach((name, k) => this.nodes[k % nodes].hold(name));
+    /** The RepositoryIndex every node answers (the same catalog everywhere). */
+    this.index = { models: this.catalog.map((name) => ({ name, version: '1', state: 'READY', reason: '' })) };
+  }
+
+  async start() {
+    await Promise.all(this.nodes.map((n) => n.start()));
+    return this.nodes.map((n) => n.address);
+  }
+
+  async stop() {
+    await Promise.all(this.nodes.map((n) => n.stop()));
+  }
+}
+
+class StandInNode {
+  /** @param {StandInFleet} fleet @param {string} name */
+  constructor(fleet, name) {
+    this.fleet = fleet;
+    this.name = name;
+    this.startedMs = Date.now();
+    /** @type {Map<string, true>} resident models, least recently prefetched first */
+    this.resident = new Map();
+    /** @type {grpc.Server | null} */
+    this.server = null;
+    this.port = 0;
+    this.statusReads = 0;
+    this.prefetches = 0;
+  }
+
+  get address() {
+    return `127.0.0.1:${this.port}`;
+  }
+
+  /** @param {string} model */
+  hold(model) {
+    if (this.resident.has(model)) {
+      this.resident.delete(model);
+      this.resident.set(model, true);
+      return;
+    }
+    this.resident.set(model, true);
+    const holders = this.fleet.holders;
+    holders.set(model, (holders.get(model) ?? 0) + 1);
+    while (this.resident.size > this.fleet.capacity) {
+      const out = /** @type {string} */ (this.resident.keys().next().value);
+      this.resident.delete(out);
+      holders.set(out, /** @type {number} */ (holders.get(out)) - 1);
+    }
+  }
+
+  status() {
+    this.statusReads++;
+    const { weightBytes, loads, holders } = this.fleet;
+    const bytes = String(weightBytes);
+    const models = [];
+    for (const name of this.resident.keys()) {
+      models.push({
+        name, state: 'READY', weight_bytes: bytes, resident_bytes: bytes, window_resident_bytes: bytes,
+        window_load: /** @type {number} */ (loads.get(name)) / Math.max(1, holders.get(name) ?? 1),
+        weight_hits: '100', weight_misses: '1',
+      });
+    }
+    return {
+      models,
+      weight_budget_bytes: String(weightBytes * this.fleet.capacity),
+      devices: 1,
+      queue_depth: 0,
+      node_name: this.name,
+      started_unix_ms: String(this.startedMs),
+      repository_digest: `${this.startedMs}:${this.fleet.catalog.length}`,
+    };
+  }
+
+  async start() {
+    const server = new grpc.Server();
+    const fleet = this.fleet;
+    server.addService(loadInferenceClient().service, {
+      ServerReady: (_call, done) => done(null, { ready: true }),
+      ServerLive: (_call, done) => done(null, { live: true }),
+      RepositoryIndex: (_call, done) => done(null, fleet.index),
+      ModelInfer: (call, done) => done(null, { model_name: call.request.model_name, model_version: '1', id: call.request.id, outputs: [] }),
+    });
+    server.addService(loadControlClient().service, {
+      ModelControlStatus: (_call, done) => done(null, this.status()),
+      PrefetchModel: (call, done) => {
+        this.prefetches++;
+        this.hold(call.request.name);
+        done(null, { resident_bytes: String(fleet.weightBytes) });
+      },
+    });
+    this.port = await new Promise((resolve, reject) => server.bindAsync(`127.0.0.1:${this.port}`, grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port))));
+    this.server = server;
+  }
+
+  async stop() {
+    const server = this.server;
+    this.server = null;
+    if (server) await new Promise((resolve) => server.tryShutdown(() => resolve(undefined)));
+  }
+
+  /** Down and back on the same port as a new process: a new start time and digest, nothing resident. */
+  async restart() {
+    await this.stop();
+    for (const model of this.resident.keys()) this.fleet.holders.set(model, /** @type {number} */ (this.fleet.holders.get(model)) - 1);
+    this.resident.clear();
+    this.startedMs = Date.now();
+    await this.start();
+  }
+}

@@ -1,0 +1,181 @@
+// What a pooled gateway's checks cost it as the fleet grows (issue 64): a real gateway-only process
+// (gateway.scheduling.mode pooled, a check every 2 s) in front of stand-in nodes
+// (bench/fleet-stand-ins.js: real gRPC servers answering what a pooled gateway asks of a node), at
+// 4 nodes x 100 models and 64 nodes x 10,000 models (or the scales given), each node holding twice
+// its share of the catalog. For each scale, three phases:
+//   steady           the checks alone, every node answering;
+//   node restart     one node comes back as a new process (new digest: its whole RepositoryIndex read
+//                    again, nothing resident: its models placed anew);
+//   gateway restart  the gateway stopped and a new one started (every node's index read, every model
+//                    placed from nothing); its start-up until it serves is reported apart.
+// Each phase is the event and a window with no requests, where the gateway's main-thread CPU per
+// check is read (/proc), then a window with a trickle of inference requests (100/s, Zipf over the
+// catalog) through the gateway: a check that holds the event loop delays them (a node restarts again
+// at its start). Per phase it prints that CPU, the placement's time on the event loop per check
+// (stowage_gateway_placement_seconds), the event loop's delay (prom-client's p99 and max over the
+// phase) and the trickle's p50/p99/max, then each scale's ratios to the first.
+//
+//   npm run build && node bench/gateway-checks.js [phase seconds, default 20] [nodes x models ...]
+import * as grpc from '@grpc/grpc-js';
+import { loadInferenceClient } from '../dist/protocol/proto.js';
+import { StandInFleet } from './fleet-stand-ins.js';
+import { cpuUs } from './proc-cpu.js';
+import { startServer } from '../test/helpers/server.js';
+import { percentile } from './timing.js';
+
+const PHASE_S = Number(process.argv[2] ?? 20);
+const SCALES = (process.argv.length > 3 ? process.argv.slice(3) : ['4x100', '64x10000']).map((s) => s.split('x').map(Number));
+const HEALTH_S = 2;
+const RATE = 100;
+const WEIGHT_BYTES = 16 * 2 ** 20;
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function metrics(adminPort) {
+  const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text();
+  const samples = {};
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const at = line.lastIndexOf(' ');
+    samples[line.slice(0, at)] = Number(line.slice(at + 1));
+  }
+  return samples;
+}
+
+function startGateway(addresses) {
+  return startServer({
+    gateway: { endpoints: addresses, health_seconds: HEALTH_S, scheduling: { mode: 'pooled' } },
+    global: { endpoints: { max_concurrent_requests: 4096 } },
+  });
+}
+
+/** Requests at RATE a second through the gateway, each to a Zipf-picked model; latencies kept by phase. */
+function trickle(fleet) {
+  const Client = loadInferenceClient();
+  let client = null;
+  let active = false;
+  let latencies = [];
+  let failures = 0;
+  const weights = fleet.catalog.map((_, k) => 1 / (k + 1));
+  const total = weights.reduce((a, b) => a + b);
+  let seed = 7;
+  const next = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  const pick = () => {
+    let u = next() * total;
+    for (let k = 0; k < weights.length; k++) if ((u -= weights[k]) <= 0) return fleet.catalog[k];
+    return fleet.catalog[0];
+  };
+  const timer = setInterval(() => {
+    if (!active) return;
+    const sent = performance.now();
+    const input = { name: 'x', datatype: 'FP32', shape: ['1'], contents: { fp32_contents: [1] } };
+    client.ModelInfer({ model_name: pick(), id: '', inputs: [input] }, { deadline: Date.now() + 5000 }, (err) => {
+      if (err) failures++;
+      else latencies.push(performance.now() - sent);
+    });
+  }, 1000 / RATE);
+  return {
+    /** Send to the gateway at `address` from now; null: stop sending. */
+    to(address) {
+      if (!address) {
+        active = false;
+        return;
+      }
+      client?.close();
+      client = new Client(address, grpc.credentials.createInsecure());
+      active = true;
+    },
+    take() {
+      const taken = { latencies, failures };
+      latencies = [];
+      failures = 0;
+      return taken;
+    },
+    stop() {
+      clearInterval(timer);
+      client?.close();
+    },
+  };
+}
+
+/**
+ * One phase: `event`, then PHASE_S with no requests (the checks' CPU and time alone), then `again`
+ * and PHASE_S with the trickle (what requests feel). The event loop's delay is read over both.
+ */
+async function phase(name, gateway, traffic, event, again = async () => {}) {
+  const before = await metrics(gateway.adminPort); // also resets prom-client's event-loop histogram
+  const cpu = cpuUs(gateway.child.pid).main;
+  await event();
+  await sleep(PHASE_S * 1000);
+  const quiet = await metrics(gateway.adminPort);
+  const cpuMs = (cpuUs(gateway.child.pid).main - cpu) / 1000;
+  await again();
+  traffic.to(gateway.address);
+  await sleep(PHASE_S * 1000);
+  traffic.to(null);
+  await sleep(200); // the last answers
+  const after = await metrics(gateway.adminPort);
+  const { latencies, failures } = traffic.take();
+  latencies.sort((a, b) => a - b);
+  const checks = quiet.stowage_gateway_placement_seconds_count - before.stowage_gateway_placement_seconds_count;
+  const allChecks = after.stowage_gateway_placement_seconds_count - before.stowage_gateway_placement_seconds_count;
+  const placementMs = ((after.stowage_gateway_placement_seconds_sum - before.stowage_gateway_placement_seconds_sum) * 1000) / Math.max(1, allChecks);
+  return {
+    phase: name, checks: allChecks,
+    cpuPerCheckMs: cpuMs / Math.max(1, checks),
+    placementMs,
+    lagP99Ms: Math.max(quiet.nodejs_eventloop_lag_p99_seconds, after.nodejs_eventloop_lag_p99_seconds) * 1000,
+    lagMaxMs: Math.max(quiet.nodejs_eventloop_lag_max_seconds, after.nodejs_eventloop_lag_max_seconds) * 1000,
+    requests: latencies.length, failures,
+    p50: percentile(latencies, 0.5), p99: percentile(latencies, 0.99), max: latencies.at(-1) ?? NaN,
+    moves: after.stowage_gateway_placement_moves_total - before.stowage_gateway_placement_moves_total,
+  };
+}
+
+async function runScale(nodes, models) {
+  // Twice the catalog's weights over the fleet: each model on two nodes' worth of memory.
+  const fleet = new StandInFleet({ nodes, models, capacity: Math.ceil((2 * models) / nodes), weightBytes: WEIGHT_BYTES, fleetLoad: 0.6 * nodes });
+  const addresses = await fleet.start();
+  const traffic = trickle(fleet);
+  const rows = [];
+  let gateway = null;
+  try {
+    let started = performance.now();
+    gateway = await startGateway(addresses);
+    const startupMs = performance.now() - started;
+    await sleep(2 * HEALTH_S * 1000); // the first placement's prefetches settle
+    rows.push(await phase('steady', gateway, traffic, async () => {}));
+    rows.push(await phase('node restart', gateway, traffic, () => fleet.nodes[1].restart(), () => fleet.nodes[2].restart()));
+    await gateway.stop();
+    started = performance.now();
+    gateway = await startGateway(addresses);
+    const restartMs = performance.now() - started;
+    const startup = await metrics(gateway.adminPort); // the new gateway's start-up, its first full read
+    rows.push(await phase('gateway restart', gateway, traffic, async () => {}));
+    const statusReads = fleet.nodes.reduce((s, n) => s + n.statusReads, 0);
+    console.log(`\n${nodes} nodes x ${models} models: first start ${startupMs.toFixed(0)} ms, restart ${restartMs.toFixed(0)} ms to serving `
+      + `(its start-up: event loop p99 ${(startup.nodejs_eventloop_lag_p99_seconds * 1000).toFixed(1)} ms, max ${(startup.nodejs_eventloop_lag_max_seconds * 1000).toFixed(1)} ms); `
+      + `${statusReads} status reads, ${fleet.nodes.reduce((s, n) => s + n.prefetches, 0)} prefetches; active models a node reports: ${fleet.capacity}`);
+    console.table(rows.map((r) => ({
+      phase: r.phase, checks: r.checks, 'cpu/check ms': r.cpuPerCheckMs.toFixed(1), 'placement ms': r.placementMs.toFixed(1),
+      'loop p99 ms': r.lagP99Ms.toFixed(1), 'loop max ms': r.lagMaxMs.toFixed(1), moves: r.moves,
+      requests: r.requests, failed: r.failures, 'p50 ms': r.p50.toFixed(2), 'p99 ms': r.p99.toFixed(2), 'max ms': r.max.toFixed(1),
+    })));
+    return rows;
+  } finally {
+    traffic.stop();
+    await gateway?.stop();
+    await fleet.stop();
+  }
+}
+
+const results = [];
+for (const [nodes, models] of SCALES) results.push({ nodes, models, rows: await runScale(nodes, models) });
+const [base] = results;
+for (const r of results.slice(1)) {
+  console.log(`\n${r.nodes}x${r.models} against ${base.nodes}x${base.models} (target: at most 2x on CPU per check and on the loop's p99; p99 at most 50 ms through restarts):`);
+  for (const [i, row] of r.rows.entries()) {
+    const b = base.rows[i];
+    console.log(`  ${row.phase}: cpu/check ${(row.cpuPerCheckMs / b.cpuPerCheckMs).toFixed(2)}x, placement ${(row.placementMs / b.placementMs).toFixed(2)}x, loop p99 ${(row.lagP99Ms / b.lagP99Ms).toFixed(2)}x (${row.lagP99Ms.toFixed(1)} ms), loop max ${row.lagMaxMs.toFixed(1)} ms`);
+  }
+}

@@ -1,0 +1,170 @@
+/**
+ * A node's ModelControlStatus answer read straight from its bytes into what placement weighs
+ * (NodeReport), for a pooled gateway's checks. protobufjs made an object of every field and a
+ * string of every 64-bit count of every model of every node, then reportOf read a few of them: at
+ * 64 nodes of ~300 active models that was most of a check's CPU on the thread that forwards
+ * requests (bench/gateway-checks.js). This reads only the fields placement uses and skips the rest
+ * by their wire type, so a field added to the message later costs nothing here. Field numbers are
+ * proto/control.proto's; test/unit/remote/status-report.test.js holds the two together.
+ */
+
+/** What a node reports of itself and its models (ModelControlStatus), as placement reads it. */
+export interface NodeReport {
+  /** Its stable name (node_name); empty from a node older than the field. */
+  nodeName: string;
+  /** When its process started (ms since the epoch; 0 when it does not say). */
+  startedMs: number;
+  /** Its weight budget, summed over its devices (0: the weight cache off). */
+  budgetBytes: number;
+  /** What its sessions may hold beside weights, summed over its devices (0: no budget, or not reported). */
+  sessionBudgetBytes: number;
+  /** Its devices in service. */
+  devices: number;
+  /** Requests queued on its devices. */
+  queueDepth: number;
+  /** Its READY models (the answer's others are left out). */
+  models: Map<string, ModelReport>;
+}
+
+export interface ModelReport {
+  /** Bytes of its weights on one device when resident. */
+  weightBytes: number;
+  /** Bytes of its weights on the node's devices now. */
+  residentBytes: number;
+  /**
+   * Over the node's last whole window of the health interval (node/load-windows.ts): device-seconds
+   * per second its executions took, and the bytes of its weights on the devices as it ended. Every
+   * gateway reading within one window gets the same.
+   */
+  windowLoad: number;
+  windowResidentBytes: number;
+  /** Weight-cache hits and misses so far (counters). */
+  hits: number;
+  misses: number;
+  /** Its share of its open sessions' bytes, summed over the node's devices (0: none open, or not reported). */
+  sessionBytes: number;
+}
+
+// ModelControlStatusResponse's fields.
+const RESPONSE_MODELS = 1;
+const RESPONSE_BUDGET = 2;
+const RESPONSE_DEVICES = 3;
+const RESPONSE_QUEUE_DEPTH = 4;
+const RESPONSE_NODE_NAME = 6;
+const RESPONSE_STARTED = 7;
+const RESPONSE_DIGEST = 8;
+const RESPONSE_SESSION_BUDGET = 9;
+// ModelControlStatus's.
+const MODEL_NAME = 1;
+const MODEL_STATE = 2;
+const MODEL_RESIDENT_BYTES = 6;
+const MODEL_WEIGHT_BYTES = 15;
+const MODEL_HITS = 17;
+const MODEL_MISSES = 18;
+const MODEL_WINDOW_LOAD = 19;
+const MODEL_WINDOW_RESIDENT = 20;
+const MODEL_SESSION_BYTES = 22;
+
+const VARINT = 0;
+const I64 = 1;
+const LEN = 2;
+const I32 = 5;
+
+/** A cursor over one message's bytes. */
+class Reader {
+  at: number;
+  constructor(readonly buf: Buffer, start: number, readonly end: number) {
+    this.at = start;
+  }
+
+  /** A varint, exact below 2^53 (every byte count, counter and time here). */
+  varint(): number {
+    let value = 0;
+    let scale = 1;
+    for (let i = 0; i < 10; i++) {
+      if (this.at >= this.end) break;
+      const b = this.buf[this.at++];
+      value += (b & 0x7f) * scale;
+      if ((b & 0x80) === 0) return value;
+      scale *= 128;
+    }
+    throw new Error(`ModelControlStatus answer malformed: a varint runs past byte ${this.at}`);
+  }
+
+  /** A LEN field's bounds, checked against the message's. */
+  span(): [start: number, end: number] {
+    const length = this.varint();
+    const start = this.at;
+    if (start + length > this.end) throw new Error(`ModelControlStatus answer malformed: a field of ${length} bytes runs past its message at byte ${start}`);
+    this.at = start + length;
+    return [start, start + length];
+  }
+
+  string(): string {
+    const [start, end] = this.span();
+    return this.buf.toString('utf8', start, end);
+  }
+
+  double(): number {
+    if (this.at + 8 > this.end) throw new Error(`ModelControlStatus answer malformed: a double runs past byte ${this.at}`);
+    const value = this.buf.readDoubleLE(this.at);
+    this.at += 8;
+    return value;
+  }
+
+  skip(wireType: number): void {
+    if (wireType === VARINT) this.varint();
+    else if (wireType === I64) this.at += 8;
+    else if (wireType === LEN) this.span();
+    else if (wireType === I32) this.at += 4;
+    else throw new Error(`ModelControlStatus answer malformed: wire type ${wireType} at byte ${this.at}`);
+    if (this.at > this.end) throw new Error('ModelControlStatus answer malformed: a field runs past its message');
+  }
+}
+
+/** The node's report and its repository digest ('' when it gives none) from a ModelControlStatusResponse's bytes. */
+export function readStatusReport(bytes: Buffer): { report: NodeReport; digest: string } {
+  const report: NodeReport = { nodeName: '', startedMs: 0, budgetBytes: 0, sessionBudgetBytes: 0, devices: 0, queueDepth: 0, models: new Map() };
+  let digest = '';
+  const r = new Reader(bytes, 0, bytes.length);
+  while (r.at < r.end) {
+    const tag = r.varint();
+    const field = Math.floor(tag / 8);
+    const wireType = tag & 7;
+    if (field === RESPONSE_MODELS && wireType === LEN) {
+      const [start, end] = r.span();
+      readModel(new Reader(bytes, start, end), report.models);
+    } else if (field === RESPONSE_BUDGET && wireType === VARINT) report.budgetBytes = r.varint();
+    else if (field === RESPONSE_DEVICES && wireType === VARINT) report.devices = r.varint();
+    else if (field === RESPONSE_QUEUE_DEPTH && wireType === VARINT) report.queueDepth = r.varint();
+    else if (field === RESPONSE_NODE_NAME && wireType === LEN) report.nodeName = r.string();
+    else if (field === RESPONSE_STARTED && wireType === VARINT) report.startedMs = r.varint();
+    else if (field === RESPONSE_DIGEST && wireType === LEN) digest = r.string();
+    else if (field === RESPONSE_SESSION_BUDGET && wireType === VARINT) report.sessionBudgetBytes = r.varint();
+    else r.skip(wireType);
+  }
+  return { report, digest };
+}
+
+/** One ModelControlStatus into `models`, if READY (a model loading or unloading is not placed). */
+function readModel(r: Reader, models: Map<string, ModelReport>): void {
+  let name = '';
+  let ready = false;
+  const m: ModelReport = { weightBytes: 0, residentBytes: 0, windowLoad: 0, windowResidentBytes: 0, hits: 0, misses: 0, sessionBytes: 0 };
+  while (r.at < r.end) {
+    const tag = r.varint();
+    const field = Math.floor(tag / 8);
+    const wireType = tag & 7;
+    if (field === MODEL_NAME && wireType === LEN) name = r.string();
+    else if (field === MODEL_STATE && wireType === LEN) ready = r.string() === 'READY';
+    else if (field === MODEL_WEIGHT_BYTES && wireType === VARINT) m.weightBytes = r.varint();
+    else if (field === MODEL_RESIDENT_BYTES && wireType === VARINT) m.residentBytes = r.varint();
+    else if (field === MODEL_WINDOW_LOAD && wireType === I64) m.windowLoad = r.double();
+    else if (field === MODEL_WINDOW_RESIDENT && wireType === VARINT) m.windowResidentBytes = r.varint();
+    else if (field === MODEL_HITS && wireType === VARINT) m.hits = r.varint();
+    else if (field === MODEL_MISSES && wireType === VARINT) m.misses = r.varint();
+    else if (field === MODEL_SESSION_BYTES && wireType === VARINT) m.sessionBytes = r.varint();
+    else r.skip(wireType);
+  }
+  if (ready) models.set(name, m);
+}
