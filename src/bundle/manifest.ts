@@ -17,6 +17,7 @@ import { BundleInvalidError, errors, type BundleProblem } from '../shared/errors
 import { describeSchemaErrors } from '../shared/schema-errors.js';
 import { checkBundleFile, MAX_HOOK_FILE_BYTES, MAX_MANIFEST_BYTES, MAX_MODEL_FILE_BYTES, MAX_WARMUP_FILE_BYTES, readBundleFile } from './bundle-file.js';
 import type { ExecutableFile, ModelSpec, TensorSpec } from '../shared/model-spec.js';
+import { MAX_PRIORITY_LEVELS } from '../shared/constants.js';
 
 export const MANIFEST_FILE = 'manifest.yaml';
 /** Where a bundle keeps its warm-up data (warmup.data names files in it). */
@@ -61,6 +62,16 @@ const manifestSchema = {
         data: { type: 'object', minProperties: 1, additionalProperties: { type: 'string', pattern: '^warmup/[^/]+$' } },
       },
     },
+    // How its requests are scheduled: `priority`, the level of those that name none (1 the highest).
+    // The node file's scheduler.models.<name>.priority wins over it; a node with fewer
+    // scheduler.priority_levels refuses to load the bundle.
+    scheduling: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        priority: { type: 'integer', minimum: 1, maximum: MAX_PRIORITY_LEVELS },
+      },
+    },
     batching: {
       type: 'object',
       additionalProperties: false,
@@ -87,6 +98,7 @@ interface RawManifest {
   client_outputs?: RawTensor[];
   batching?: { compiled_batch_sizes?: number[]; batch_axis?: string };
   warmup?: { data?: Record<string, string> };
+  scheduling?: { priority?: number };
 }
 
 /** Every problem found in one bundle; parsing goes on past each so that all are reported at once. */
@@ -275,7 +287,13 @@ export function parseManifest(text: string, dir: string): ModelSpec {
     maxBatchSize: batched ? sizes[sizes.length - 1] : 0,
     executables,
     warmupData,
+    ...priorityOf(raw),
   };
+}
+
+/** The manifest's default priority level, where it gives one. */
+function priorityOf(raw: RawManifest): { priority?: number } {
+  return raw.scheduling?.priority === undefined ? {} : { priority: raw.scheduling.priority };
 }
 
 /**
@@ -299,7 +317,7 @@ function parseMeta(problems: Problems, dir: string, raw: RawManifest, batchAxis:
   return {
     name: bundle, dir, inputs: [], outputs: [], clientInputs, clientOutputs, hooks: null,
     kind: 'meta', subModels: raw.models ?? [], batchAxis: batched ? batchAxis : null,
-    compiledBatchSizes: [], maxBatchSize: 0, executables: [], warmupData: {},
+    compiledBatchSizes: [], maxBatchSize: 0, executables: [], warmupData: {}, ...priorityOf(raw),
   };
 }
 

@@ -85,7 +85,7 @@ export function kserveOperations(ctx: ServiceContext) {
     ModelConfig: (req: ModelRef) => {
       const spec = registry.described(req.name, req.version);
       const { policies } = ctx.devices;
-      const priorities = { levels: ctx.priorities.levels, defaultLevel: policies.priority(spec.name) ?? ctx.priorities.defaultLevel };
+      const priorities = { levels: ctx.priorities.levels, defaultLevel: policies.priority(spec.name) ?? spec.priority ?? ctx.priorities.defaultLevel };
       return { config: modelConfig(spec, Math.min(spec.maxBatchSize, policies.maxBatchSize(spec.name) ?? Infinity), priorities) };
     },
     RepositoryIndex: (req: { repository_name: string; ready: boolean }) => ({

@@ -33,6 +33,8 @@ export interface RepositoryOptions {
   registry: ModelRegistry;
   /** Loads and unloads go to every device. */
   devices: Pick<Devices, 'load' | 'unload'>;
+  /** The fewest scheduler.priority_levels of any device: a manifest's scheduling.priority must be within them. */
+  priorityLevels: number;
   hooks: HookPool;
   logger: Logger;
   onLoaded?: (model: string, loadMs: number) => void;
@@ -214,6 +216,9 @@ export class ModelRepository {
     let spec = parsed;
     try {
       const started = performance.now();
+      if (parsed.priority !== undefined && parsed.priority > this.#o.priorityLevels) {
+        throw errors.bundleInvalid(name, MANIFEST_FILE, `scheduling.priority ${parsed.priority} is above this node's scheduler.priority_levels ${this.#o.priorityLevels}: give 1 (the highest) to ${this.#o.priorityLevels}, or raise priority_levels in the node file`);
+      }
       spec = await this.#withHooks(parsed);
       // A meta model has no executable: its instance exists only in the registry.
       ({ loadMs, session } = spec.kind === 'meta' ? { loadMs: performance.now() - started, session: undefined } : await this.#o.devices.load(spec, instance));

@@ -274,7 +274,7 @@ export class StowageServer {
     this.#countRequests(devices);
     const edgeCount = edgeThreads(this.#config.global.endpoints.edge_threads); // as the leases' rows were made for
     // Edge threads run the request path themselves, each with hook threads of its own.
-    const repository = await this.#startRepository(devices, edgeCount > 0);
+    const repository = await this.#startRepository(devices, edgeCount > 0, Math.min(...workers.map((w) => w.scheduler.priority_levels)));
     const health = new Health(this.registry);
     this.#health = health;
     const ops = this.#operations(devices, repository, workers, health);
@@ -427,7 +427,7 @@ export class StowageServer {
    * With `edgePaths` the edges run hooks on pools of their own: this thread's pool has one thread,
    * which checks each model.js as it loads and runs what the edges send here.
    */
-  async #startRepository(devices: Devices, edgePaths: boolean): Promise<ModelRepository> {
+  async #startRepository(devices: Devices, edgePaths: boolean, priorityLevels: number): Promise<ModelRepository> {
     const { hooks: hookConfig, model_control_mode: mode, model_poll_seconds: pollSeconds } = this.#config.global;
     this.#hooks = new HookPool({
       threads: edgePaths ? 1 : hookConfig.threads,
@@ -441,6 +441,7 @@ export class StowageServer {
       include: this.#config.models_include,
       registry: this.registry,
       devices,
+      priorityLevels,
       hooks: this.#hooks,
       logger: this.#logger,
       onLoaded: (model, loadMs) => this.metrics.recordLoad(model, loadMs / 1000),

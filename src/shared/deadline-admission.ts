@@ -13,6 +13,7 @@
  */
 import { nowMs, type ExecutionTiming } from './channels/inference.js';
 import { errors, type StowageError } from './errors.js';
+import type { ModelSpec } from './model-spec.js';
 
 /** Weight of the newest execution in a model's moving average of its run time. */
 const NEWEST = 0.2;
@@ -42,14 +43,15 @@ export class DeadlineAdmission {
   }
 
   /**
-   * The refusal of a request for `model` at `priority` (0: its model's level) due by `deadlineMs`, or
-   * null; `aheadMs` says how long a request of a level would wait on the least busy device it may go to.
+   * The refusal of a request for `model` at `priority` (0: its model's level: the node file's, else
+   * its manifest's, else the default) due by `deadlineMs`, or null; `aheadMs` says how long a
+   * request of a level would wait on the least busy device it may go to.
    */
-  refusal(model: string, priority: number, deadlineMs: number, aheadMs: (level: number) => number, now = nowMs()): StowageError | null {
+  refusal({ name: model, priority: manifestLevel }: Pick<ModelSpec, 'name' | 'priority'>, priority: number, deadlineMs: number, aheadMs: (level: number) => number, now = nowMs()): StowageError | null {
     if (!Number.isFinite(deadlineMs)) return null;
     const runMs = this.#runMs.get(model);
     if (runMs === undefined) return null;
-    const level = priority || this.#levels.models[model] || this.#levels.defaultLevel || 1;
+    const level = priority || this.#levels.models[model] || manifestLevel || this.#levels.defaultLevel || 1;
     const ahead = aheadMs(level);
     const leftMs = deadlineMs - now;
     if (ahead + runMs <= leftMs) return null;

@@ -75,6 +75,11 @@ export interface ModelSpec {
    * warm-up. Inputs not named warm up on zeros. Empty for most bundles.
    */
   readonly warmupData: Readonly<Record<string, Uint8Array>>;
+  /**
+   * The level of its requests that name no priority, as its manifest says (`scheduling.priority`);
+   * absent: the node file's. The node file's scheduler.models.<name>.priority wins over it.
+   */
+  readonly priority?: number;
 }
 
 /**

@@ -1,6 +1,7 @@
 // Scheduling and coalescing through the real server: many concurrent clients share executions and
 // each gets exactly its own rows back; a flood on one model does not starve another; a full
 // queue answers RESOURCE_EXHAUSTED.
+import { appendFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
@@ -160,6 +161,47 @@ test.serial('a full queue answers RESOURCE_EXHAUSTED naming the model and the ca
   }
   const { outputs } = await client.infer('convnet', [image(2, 0, 1)]);
   t.deepEqual(outputs[0].shape, [1, 10]);
+});
+
+test.serial('a manifest\'s scheduling.priority is its model\'s level: its requests pass a queue of another model\'s at the default level; ModelConfig says it; a level above the node\'s is refused at load', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = path.join(temp.dir, 'repo');
+  writeBundle(repo, 'slow', mlpLayers(11, [512, 8192, 8192, 8]));
+  writeBundle(repo, 'urgent', mlpLayers(12, [512, 64, 8]));
+  appendFileSync(path.join(repo, 'urgent', 'manifest.yaml'), 'scheduling: { priority: 1 }\n');
+  writeBundle(repo, 'overridden', mlpLayers(14, [512, 64, 8]));
+  appendFileSync(path.join(repo, 'overridden', 'manifest.yaml'), 'scheduling: { priority: 1 }\n');
+  writeBundle(repo, 'beyond', mlpLayers(13, [512, 64, 8]));
+  appendFileSync(path.join(repo, 'beyond', 'manifest.yaml'), 'scheduling: { priority: 5 }\n');
+  const server = await startServer({ model_repo: repo, global: { runtime: { cpu_device_memory_bytes: 2 ** 30 }, scheduler: { discipline: 'fifo', models: { slow: { max_batch_size: 1 }, overridden: { priority: 3 } } } } }, { root: temp.dir });
+  const control = new ControlClient(server.address);
+  t.teardown(async () => {
+    control.close();
+    await server.stop();
+  });
+  const { models: index } = await server.client.call('RepositoryIndex', { repository_name: '', ready: false });
+  const beyond = index.find((/** @type {{ name: string }} */ m) => m.name === 'beyond');
+  t.is(beyond?.state, 'UNAVAILABLE');
+  t.regex(beyond?.reason ?? '', /scheduling\.priority 5 is above this node's scheduler\.priority_levels 3/);
+  const level = async (/** @type {string} */ name) => Number((await server.client.call('ModelConfig', { name, version: '' })).config.dynamic_batching?.default_priority_level);
+  t.deepEqual([await level('urgent'), await level('overridden')], [1, 3], 'the manifest\'s level; the node file\'s over it');
+  // fifo: without its level it would wait behind the other model's queue, as it came after it.
+  const x = tensor('x', 'FP32', [1, 512], new Float32Array(512).fill(0.25));
+  let done = 0;
+  const queue = Array.from({ length: 60 }, () => server.client.infer('slow', [x]).then(() => { done++; }));
+  let depth = 0;
+  for (let i = 0; i < 500 && depth < 30; i++) {
+    depth = Number((await control.call('ModelControlStatus', { name: 'slow', fresh: true })).models[0].queue_depth);
+    if (depth < 30) await new Promise((r) => setTimeout(r, 5));
+  }
+  const atSend = done;
+  await server.client.infer('urgent', [x]); // naming no priority
+  const whileWaiting = done - atSend;
+  await Promise.all(queue);
+  t.log(`urgent waited while ${whileWaiting} of a queue of ${depth} ran`);
+  t.true(depth >= 30, 'the queue was deep when it came');
+  t.true(whileWaiting <= depth / 4, 'it passed the queue');
 });
 
 test.serial('priorities: a request of level 1 passes a queue of level 3 requests on the same model, over gRPC; one above the levels is refused over gRPC and REST', async (t) => {

@@ -113,7 +113,8 @@ export class DeviceModels {
   static queuePolicy(spec: ModelSpec, policy: SchedulingPolicy): QueuePolicy {
     return {
       weight: policy.weight,
-      ...(policy.priority === undefined ? {} : { priority: policy.priority }),
+      // The node file's level for the model, else its manifest's, else the device's default (scheduler.ts).
+      ...((policy.priority ?? spec.priority) === undefined ? {} : { priority: policy.priority ?? spec.priority }),
       // Most rows one execution may carry; 1 when there is no batch axis to concatenate along.
       maxBatchRows: spec.batchAxis === null ? 1 : Math.min(spec.maxBatchSize, policy.maxBatchSize ?? Infinity),
     };

@@ -114,6 +114,16 @@ test('a meta bundle: client tensors, its sub-models, its model.js; never itself'
   t.regex(t.throws(() => parseManifest(text('severity_grader'), dir)).message, /needs model\.js with a run hook/);
 });
 
+test('scheduling.priority: the level of the model\'s requests that name none, 1 the highest; absent, none', (t) => {
+  const dir = path.join(ROOT, 'bundles', 'digits');
+  const base = `format_version: "2.0"\n${TENSORS}batching:\n  compiled_batch_sizes: [1]\n`;
+  t.is(parseManifest(`${base}scheduling: { priority: 1 }\n`, dir).priority, 1);
+  t.false('priority' in parseManifest(base, dir), 'absent: the node file\'s level, else its default');
+  fails(t, `${base}scheduling: { priority: 0 }\n`, /scheduling\.priority.*>= 1/);
+  fails(t, `${base}scheduling: { priority: 1.5 }\n`, /scheduling\.priority.*integer/);
+  fails(t, `${base}scheduling: { level: 1 }\n`, /scheduling\.level: unknown key/);
+});
+
 test('unknown keys, a foreign name, duplicate tensors, hooks and meta bundles are refused', (t) => {
   fails(t, `format_version: "2.0"\n${TENSORS}batching: { compiled_batch_sizes: [1] }\nbatchsize: 3\n`, /batchsize: unknown key/);
   fails(t, `format_version: "2.0"\nname: other\n${TENSORS}batching: { compiled_batch_sizes: [1] }\n`, /name "other" differs from the bundle's directory name "digits"/);

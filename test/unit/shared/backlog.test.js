@@ -34,16 +34,20 @@ test('a request whose wait and run would end past its deadline is refused, namin
   /** @type {number[]} */
   const levels = [];
   const ahead = (/** @type {number} */ level) => { levels.push(level); return level === 1 ? 5 : 80; };
-  t.is(d.refusal('m', 0, 1_050, ahead, 1_000), null, 'a model not seen run yet is never refused here');
+  t.is(d.refusal({ name: 'm' }, 0, 1_050, ahead, 1_000), null, 'a model not seen run yet is never refused here');
   d.learn('m', ran(10));
-  t.is(d.refusal('m', 0, Infinity, ahead, 1_000), null, 'nor a request without a deadline');
-  const err = d.refusal('m', 0, 1_050, ahead, 1_000);
+  t.is(d.refusal({ name: 'm' }, 0, Infinity, ahead, 1_000), null, 'nor a request without a deadline');
+  const err = d.refusal({ name: 'm' }, 0, 1_050, ahead, 1_000);
   t.is(err?.code, 'STOWAGE_DEADLINE_EXCEEDED');
   t.is(err?.message, 'request for model "m" refused before it ran: its deadline is 50 ms away, and the device has 80 ms of work ahead of it at priority 2 and above, then its run takes about 10 ms');
-  t.is(d.refusal('m', 1, 1_050, ahead, 1_000), null, 'at priority 1 only 5 ms are ahead of it');
+  t.is(d.refusal({ name: 'm' }, 1, 1_050, ahead, 1_000), null, 'at priority 1 only 5 ms are ahead of it');
   d.learn('urgent', ran(10));
-  t.is(d.refusal('urgent', 0, 1_050, ahead, 1_000), null, 'its model\'s level, 1');
+  t.is(d.refusal({ name: 'urgent' }, 0, 1_050, ahead, 1_000), null, 'its model\'s level, 1');
   t.deepEqual(levels, [2, 1, 1]);
+  // The manifest's level (scheduling.priority) where the node file gives none; the node file's wins.
+  t.is(d.refusal({ name: 'm', priority: 1 }, 0, 1_050, ahead, 1_000), null, 'its manifest\'s level, 1');
+  t.is(d.refusal({ name: 'urgent', priority: 3 }, 0, 1_050, ahead, 1_000), null, 'the node file\'s level, 1, over the manifest\'s 3');
+  t.deepEqual(levels.slice(3), [1, 1]);
   d.learn('m', ran(60));
-  t.regex(d.refusal('m', 1, 1_020, ahead, 1_000)?.message ?? '', /5 ms of work ahead of it at priority 1 and above, then its run takes about 20 ms/, 'a moving average of its runs');
+  t.regex(d.refusal({ name: 'm' }, 1, 1_020, ahead, 1_000)?.message ?? '', /5 ms of work ahead of it at priority 1 and above, then its run takes about 20 ms/, 'a moving average of its runs');
 });
