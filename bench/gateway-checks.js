@@ -20,7 +20,7 @@ import * as grpc from '@grpc/grpc-js';
 import { loadInferenceClient } from '../dist/protocol/proto.js';
 import { StandInFleet } from './fleet-stand-ins.js';
 import { cpuUs } from './proc-cpu.js';
-import { startServer } from '../test/helpers/server.js';
+import { scrapeMetrics, startServer } from '../test/helpers/server.js';
 import { percentile } from './timing.js';
 
 const PHASE_S = Number(process.argv[2] ?? 20);
@@ -30,17 +30,6 @@ const RATE = 100;
 const WEIGHT_BYTES = 16 * 2 ** 20;
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function metrics(adminPort) {
-  const text = await (await fetch(`http://127.0.0.1:${adminPort}/metrics`)).text();
-  const samples = {};
-  for (const line of text.split('\n')) {
-    if (!line || line.startsWith('#')) continue;
-    const at = line.lastIndexOf(' ');
-    samples[line.slice(0, at)] = Number(line.slice(at + 1));
-  }
-  return samples;
-}
 
 function startGateway(addresses) {
   return startServer({
@@ -103,18 +92,18 @@ function trickle(fleet) {
  * and PHASE_S with the trickle (what requests feel). The event loop's delay is read over both.
  */
 async function phase(name, gateway, traffic, event, again = async () => {}) {
-  const before = await metrics(gateway.adminPort); // also resets prom-client's event-loop histogram
+  const before = await scrapeMetrics(gateway.adminPort); // also resets prom-client's event-loop histogram
   const cpu = cpuUs(gateway.child.pid).main;
   await event();
   await sleep(PHASE_S * 1000);
-  const quiet = await metrics(gateway.adminPort);
+  const quiet = await scrapeMetrics(gateway.adminPort);
   const cpuMs = (cpuUs(gateway.child.pid).main - cpu) / 1000;
   await again();
   traffic.to(gateway.address);
   await sleep(PHASE_S * 1000);
   traffic.to(null);
   await sleep(200); // the last answers
-  const after = await metrics(gateway.adminPort);
+  const after = await scrapeMetrics(gateway.adminPort);
   const { latencies, failures } = traffic.take();
   latencies.sort((a, b) => a - b);
   const checks = quiet.stowage_gateway_placement_seconds_count - before.stowage_gateway_placement_seconds_count;
@@ -150,7 +139,7 @@ async function runScale(nodes, models) {
     started = performance.now();
     gateway = await startGateway(addresses);
     const restartMs = performance.now() - started;
-    const startup = await metrics(gateway.adminPort); // the new gateway's start-up, its first full read
+    const startup = await scrapeMetrics(gateway.adminPort); // the new gateway's start-up, its first full read
     rows.push(await phase('gateway restart', gateway, traffic, async () => {}));
     const statusReads = fleet.nodes.reduce((s, n) => s + n.statusReads, 0);
     console.log(`\n${nodes} nodes x ${models} models: first start ${startupMs.toFixed(0)} ms, restart ${restartMs.toFixed(0)} ms to serving `

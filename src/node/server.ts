@@ -514,7 +514,8 @@ export class StowageServer {
       edgeMetricsOf.viaMain('main');
       return mainPath.infer(request, options);
     };
-    const edge = new GrpcEdge(endpoints, logger, this.#admission);
+    const quotas = this.#quotas;
+    const edge = new GrpcEdge(endpoints, logger, this.#admission, quotas.limitsTenants ? (tenant) => quotas.tenantRefusal(tenant) : undefined);
     this.#edge = edge;
     edge.addService(loadControlClient().service, controlTable(edge, ops));
     // Large ModelInfer messages own their buffer: their tensors go to the device without a copy.

@@ -25,7 +25,7 @@
  * in flight gives them back (`forget`).
  */
 import { nowMs, type ExecutionTiming } from './channels/inference.js';
-import { errors } from './errors.js';
+import { errors, type StowageError } from './errors.js';
 
 /** A subject's limits (quotas.tenants.<name>, quotas.models.<name>); 0: none. */
 export interface QuotaLimits {
@@ -141,6 +141,36 @@ export class Quotas {
     }
     for (const i of subjects) Atomics.add(words, this.#share(this.#row, i), 1n);
     return { subjects, holds: true };
+  }
+
+  /**
+   * The refusal of a request whose tenant key is `key` if its tenant is over a limit now, before its
+   * model is known (the edge asks while only the call's metadata has arrived, so a flood over its
+   * quota costs no message read); null when under, or when the tenant has no quota. Takes no place:
+   * a request let through takes its places at `admit`, which refuses it there if others came first.
+   */
+  tenantRefusal(key: string | undefined): StowageError | null {
+    const i = this.#tenants.get(this.tenantOf(key));
+    if (i === undefined) return null;
+    const { limits } = this.#shape.subjects[i];
+    const words = this.#words;
+    if (limits.device_seconds_per_second > 0) {
+      const ahead = Atomics.load(words, i * STRIDE + TAT) - nowNs();
+      if (ahead > BigInt(Math.round(limits.burst_seconds * 1e9))) {
+        Atomics.add(words, i * STRIDE + REFUSED_RATE, 1n);
+        return errors.quotaExceeded(this.#describe(i), `${limits.device_seconds_per_second} device-seconds per second (burst ${limits.burst_seconds} s), and it is ${(Number(ahead) / 1e9).toFixed(2)} s ahead of that rate`, `${this.#path(i)}.device_seconds_per_second`);
+      }
+    }
+    if (limits.max_inflight > 0 && Number(Atomics.load(words, i * STRIDE + INFLIGHT)) >= limits.max_inflight) {
+      Atomics.add(words, i * STRIDE + REFUSED_INFLIGHT, 1n);
+      return errors.quotaExceeded(this.#describe(i), `${limits.max_inflight} requests in flight`, `${this.#path(i)}.max_inflight`);
+    }
+    return null;
+  }
+
+  /** Whether any tenant has a quota (else `tenantRefusal` never refuses, and the edge need not ask). */
+  get limitsTenants(): boolean {
+    return this.#tenants.size > 0;
   }
 
   /** What a meta model's sub-call to `model` charges: its parent's subjects, and its own model's; it holds no place. */

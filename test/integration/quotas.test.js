@@ -6,6 +6,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
+import * as grpc from '@grpc/grpc-js';
 import { status } from '@grpc/grpc-js';
 import { InferenceClient } from '../../dist/client/client.js';
 import { FIXTURES, makeRepository, metric, scrapeMetrics, startServer, tempDir, tensor } from '../helpers/server.js';
@@ -42,6 +43,19 @@ for (const edgeThreads of [0, 2]) {
     const rest = await fetch(`${server.rest}/v2/models/echo/infer`, { method: 'POST', body: Buffer.concat([header, Buffer.from(new Float32Array(1024).buffer)]), headers: { 'inference-header-content-length': String(header.length), 'stowage-tenant': 'alice' } });
     t.is(rest.status, 429, 'REST answers RESOURCE_EXHAUSTED as Triton does: 429');
     t.regex(await rest.text(), /tenant \\"alice\\" is over its quota of 2 requests in flight \(global\.quotas\.tenants\.alice\.max_inflight\)/);
+    // Refused from the call's metadata, before its message is read: bytes that are no ModelInferRequest
+    // are refused as alice's quota, not as undecodable; bob's same bytes are read and refused as such.
+    const raw = new grpc.Client(server.address, grpc.credentials.createInsecure());
+    t.teardown(() => raw.close());
+    const garbage = (/** @type {string} */ tenant) => new Promise((resolve) => {
+      const md = new grpc.Metadata();
+      md.set('stowage-tenant', tenant);
+      raw.makeUnaryRequest('/inference.GRPCInferenceService/ModelInfer', (b) => b, (b) => b, Buffer.from([0x0a, 0xff, 0xff, 0x01]), md, (err) => resolve(err));
+    });
+    const early = /** @type {any} */ (await garbage('alice'));
+    t.is(early?.code, status.RESOURCE_EXHAUSTED, early?.details);
+    t.regex(early.details, /tenant "alice" is over its quota of 2 requests in flight/);
+    t.is(/** @type {any} */ (await garbage('bob'))?.code, status.INVALID_ARGUMENT, 'a tenant under its quota has its message read');
     writeFileSync(gate, '');
     const results = await held;
     const refused = results.filter((r) => r.status === 'rejected');
@@ -60,7 +74,7 @@ for (const edgeThreads of [0, 2]) {
     await t.notThrowsAsync(clients[3].infer('echo', [x], as('alice')), 'alice is not held back by carol\'s rate');
 
     const m = await scrapeMetrics(server.adminPort);
-    t.is(metric(m, 'stowage_quota_refusals_total', 'kind="tenant",subject="alice",limit="max_inflight"'), 7, 'each refusal counted once, whichever edge refused it');
+    t.is(metric(m, 'stowage_quota_refusals_total', 'kind="tenant",subject="alice",limit="max_inflight"'), 8, 'each refusal counted once, whichever edge refused it, from its metadata or not');
     t.is(metric(m, 'stowage_quota_refusals_total', 'kind="tenant",subject="carol",limit="device_seconds_per_second"'), 1);
     t.is(metric(m, 'stowage_quota_inflight_requests', 'kind="tenant",subject="alice"'), 0, 'every place given back');
     t.true(metric(m, 'stowage_quota_device_seconds_total', 'kind="tenant",subject="carol"') > 0, 'carol\'s device time charged');

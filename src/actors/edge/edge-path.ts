@@ -145,6 +145,11 @@ export class EdgePath {
     return this.#hooks;
   }
 
+  /** The node's quotas as this edge counts them (its edge refuses a tenant over its quota from a call's metadata). */
+  get quotas(): Quotas {
+    return this.#quotas;
+  }
+
   /** A model's route changed; null: its requests go through the main thread. */
   route(model: string, route: EdgeRoute | null): void {
     if (route) this.#routes.set(model, route);

@@ -137,7 +137,8 @@ const health = new HealthService({
   watch: (listener) => healthListeners.push(listener),
 });
 
-const grpcEdge = new GrpcEdge(endpoints, logger, admission);
+const quotas = path?.quotas;
+const grpcEdge = new GrpcEdge(endpoints, logger, admission, quotas?.limitsTenants ? (tenant) => quotas.tenantRefusal(tenant) : undefined);
 grpcEdge.addService(loadControlClient().service, controlTable(grpcEdge, ops));
 // Large ModelInfer messages own their buffer: their tensors go to the main thread, then the device, without a copy.
 grpcEdge.addService(passEncodedResponses(markOwnedBuffers(loadInferenceClient().service, ['ModelInfer', 'ModelStreamInfer'])), inferenceTable(grpcEdge, ops, infer));

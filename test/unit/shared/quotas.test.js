@@ -21,6 +21,28 @@ test('a request\'s tenant is the name the node file lists, `default` when it nam
   t.is(q.tenantOf('mallory'), 'other');
 });
 
+test('a tenant over its quota is refused before its model is known, counted, taking nothing; under it, or without a quota, not', (t) => {
+  const q = new Quotas(Quotas.create({ alice: limits({ max_inflight: 1 }), carol: limits({ device_seconds_per_second: 0.001, burst_seconds: 0.001 }) }, { resnet: limits({ max_inflight: 1 }) }, 1), 0);
+  t.false(new Quotas(Quotas.create({}, { resnet: limits({ max_inflight: 1 }) }, 1), 0).limitsTenants, 'model quotas alone: nothing for the edge to ask');
+  t.true(q.limitsTenants);
+  t.is(q.tenantRefusal('alice'), null, 'under its limit');
+  const held = q.admit('resnet', 'alice');
+  const refused = q.tenantRefusal('alice');
+  t.is(refused?.code, 'STOWAGE_QUOTA_EXCEEDED');
+  t.regex(refused?.message ?? '', /tenant "alice" is over its quota of 1 requests in flight \(global\.quotas\.tenants\.alice\.max_inflight\)/);
+  t.is(q.tenantRefusal('mallory'), null, 'a tenant without a quota (other)');
+  t.is(q.tenantRefusal(undefined), null, 'no tenant named (default)');
+  // The model being full is not the tenant's: only admit, once the model is known, refuses that.
+  t.is(q.tenantRefusal('bob'), null);
+  q.charge(q.admit('digits', 'carol'), ran(100), 1);
+  t.regex(q.tenantRefusal('carol')?.message ?? '', /tenant "carol" is over its quota of 0\.001 device-seconds per second/);
+  const read = () => Object.fromEntries(q.read().map((r) => [`${r.kind} ${r.name}`, [r.inflight, r.refused.inflight, r.refused.rate]]));
+  t.deepEqual(read()['tenant alice'], [1, 1, 0], 'refused and counted, no place taken');
+  t.deepEqual(read()['tenant carol'].slice(2), [1]);
+  q.leave(held);
+  t.is(q.tenantRefusal('alice'), null, 'its place back: under again');
+});
+
 test('places in flight: past a tenant\'s or a model\'s limit RESOURCE_EXHAUSTED naming it, a refusal taking nothing; given back when answered', async (t) => {
   const q = new Quotas(Quotas.create({ alice: limits({ max_inflight: 2 }), bob: limits({}) }, { resnet: limits({ max_inflight: 3 }) }, 1), 0);
   t.is(q.admit('digits', 'default'), null, 'neither has a quota: nothing counted');
