@@ -526,6 +526,7 @@ export class StowageServer {
     const http = new HttpEdge({
       host: endpoints.host, port: endpoints.http_port, maxBodyBytes: endpoints.max_receive_message_bytes, maxJsonBytes: endpoints.max_json_body_bytes,
       requestTimeoutMs: endpoints.http_request_timeout_seconds * 1000, admission: this.#admission, logger,
+      ...(quotas.limitsTenants ? { tenantGate: { key: endpoints.tenant_key, refusal: (tenant: string | undefined) => quotas.tenantRefusal(tenant) } } : {}),
     });
     http.add(restRoutes(ops, infer, endpoints.tenant_key));
     this.#http = http;

@@ -14,6 +14,8 @@
  * - admission: an inference's body is counted against the gRPC edge's Admission as it arrives
  *   (by its Content-Length at once when it has one), so bytes in flight are counted across both
  *   protocols before they are held, and a request past them is refused 429 without being read;
+ *   with tenant quotas, an inference whose tenant is over its quota is refused 429 from its
+ *   headers, its body drained unread (`tenantGate`);
  * - time: headers in `headers_timeout` (10 s, checked every second), a whole request in
  *   `endpoints.http_request_timeout_seconds`; a slow body is answered 408 and closed;
  * - errors: a StowageError's gRPC status mapped to the HTTP status Triton's HTTP endpoint uses
@@ -87,6 +89,12 @@ export interface HttpEdgeOptions {
   requestTimeoutMs: number;
   admission: Admission;
   logger: Logger;
+  /**
+   * With tenant quotas: the header naming a request's tenant (endpoints.tenant_key) and whether that
+   * tenant is over its quota now (shared/quotas.ts `tenantRefusal`): an inference refused so is
+   * answered before its body is read or parsed (its bytes are drained, never kept).
+   */
+  tenantGate?: { key: string; refusal: (tenant: string | undefined) => StowageError | null };
 }
 
 export class HttpEdge {
@@ -177,6 +185,15 @@ export class HttpEdge {
     }
     const params = (match as RegExpExecArray).slice(1).map((p) => decodePathPart(p));
     if (this.#draining && route.inference) throw errors.shuttingDown();
+    const gate = route.inference ? this.#o.tenantGate : undefined;
+    if (gate) {
+      const tenant = req.headers[gate.key];
+      const refused = gate.refusal(typeof tenant === 'string' ? tenant : undefined);
+      if (refused) {
+        req.resume();
+        throw refused;
+      }
+    }
     const body = method === 'POST' ? await this.#readBody(req, route) : (req.resume(), { bytes: Buffer.alloc(0), admitted: -1 });
     try {
       const admission = body.admitted >= 0 ? { admitted: { bytes: body.admitted, inflightBytes: this.#o.admission.inflightBytes } } : {};

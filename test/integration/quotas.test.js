@@ -56,6 +56,10 @@ for (const edgeThreads of [0, 2]) {
     t.is(early?.code, status.RESOURCE_EXHAUSTED, early?.details);
     t.regex(early.details, /tenant "alice" is over its quota of 2 requests in flight/);
     t.is(/** @type {any} */ (await garbage('bob'))?.code, status.INVALID_ARGUMENT, 'a tenant under its quota has its message read');
+    // REST likewise, from its headers: a body that is no JSON is never parsed.
+    const post = (/** @type {string} */ tenant) => fetch(`${server.rest}/v2/models/echo/infer`, { method: 'POST', body: '{not json', headers: { 'stowage-tenant': tenant } });
+    t.is((await post('alice')).status, 429, 'alice\'s body is not read');
+    t.is((await post('bob')).status, 400, 'bob\'s is, and refused as what it is');
     writeFileSync(gate, '');
     const results = await held;
     const refused = results.filter((r) => r.status === 'rejected');
@@ -74,7 +78,7 @@ for (const edgeThreads of [0, 2]) {
     await t.notThrowsAsync(clients[3].infer('echo', [x], as('alice')), 'alice is not held back by carol\'s rate');
 
     const m = await scrapeMetrics(server.adminPort);
-    t.is(metric(m, 'stowage_quota_refusals_total', 'kind="tenant",subject="alice",limit="max_inflight"'), 8, 'each refusal counted once, whichever edge refused it, from its metadata or not');
+    t.is(metric(m, 'stowage_quota_refusals_total', 'kind="tenant",subject="alice",limit="max_inflight"'), 9, 'each refusal counted once, whichever edge refused it, from its metadata or not');
     t.is(metric(m, 'stowage_quota_refusals_total', 'kind="tenant",subject="carol",limit="device_seconds_per_second"'), 1);
     t.is(metric(m, 'stowage_quota_inflight_requests', 'kind="tenant",subject="alice"'), 0, 'every place given back');
     t.true(metric(m, 'stowage_quota_device_seconds_total', 'kind="tenant",subject="carol"') > 0, 'carol\'s device time charged');

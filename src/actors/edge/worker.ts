@@ -146,6 +146,7 @@ health.register(grpcEdge);
 const httpEdge = new HttpEdge({
   host: endpoints.host, port: start.ports.http, reusePort: true, maxBodyBytes: endpoints.max_receive_message_bytes, maxJsonBytes: endpoints.max_json_body_bytes,
   requestTimeoutMs: endpoints.http_request_timeout_seconds * 1000, admission, logger,
+  ...(quotas?.limitsTenants ? { tenantGate: { key: endpoints.tenant_key, refusal: (tenant: string | undefined) => quotas.tenantRefusal(tenant) } } : {}),
 });
 httpEdge.add(restRoutes(ops, infer, endpoints.tenant_key));
 
