@@ -205,8 +205,33 @@ export class FleetRoutes {
     return chosen ? [chosen] : [...candidates];
   }
 
-  /** After a health check of every node: loads, placement, and the moves it asks for. */
+  /** After a health check of every node: loads, placement, and the moves it asks for, at once. */
   update(nodes: readonly FleetMember[]): void {
+    for (const _ of this.#check(nodes));
+  }
+
+  /**
+   * The same, in turns of the event loop: at 10,000 models a check's placement holds the loop
+   * 50-90 ms, which the requests it forwards meanwhile wait out whole (bench/gateway-checks.js);
+   * in turns each waits for one step at most. Resolves to the milliseconds the steps held the loop.
+   */
+  async updateInTurns(nodes: readonly FleetMember[]): Promise<number> {
+    let heldMs = 0;
+    let started = performance.now();
+    for (const _ of this.#check(nodes)) {
+      heldMs += performance.now() - started;
+      await new Promise((resolve) => setImmediate(resolve));
+      started = performance.now();
+    }
+    return heldMs + performance.now() - started;
+  }
+
+  /**
+   * One check, a step at a time: the models read from the reports, where each stays, the
+   * placement, then the moves. Between steps only requests run (the gateway starts no other check
+   * meanwhile); each step reads what the ones before left.
+   */
+  *#check(nodes: readonly FleetMember[]): Generator<void> {
     this.#names = new Map(nodes.map((n) => [n.address, n.name]));
     // One member per name: of addresses reporting one name, the newest process serves, the rest drain.
     const serving = new Map<string, FleetMember>();
@@ -257,6 +282,7 @@ export class FleetRoutes {
     }
     this.#loads = loads;
     this.#checks++;
+    yield;
     const devices = fleet.reduce((sum, n) => sum + (n.devices ?? 1), 0);
     const fair = [...this.#loads.values()].reduce((sum, l) => sum + l, 0) / Math.max(1, devices);
     for (const m of models.values()) {
@@ -265,8 +291,10 @@ export class FleetRoutes {
       const current = this.#holding(m, { live, joined, fair });
       if (current) m.current = current;
     }
+    yield;
     const placement = placeFleet([...models.values()], fleet, this.#o.fleet, this.#rankings);
     this.#placement = placement;
+    yield;
     for (const name of this.#routes.keys()) if (!models.has(name)) this.#routes.delete(name);
     for (const name of this.#placed.keys()) if (!models.has(name)) this.#placed.delete(name);
     for (const [model, target] of placement.nodes) {

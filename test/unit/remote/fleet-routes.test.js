@@ -119,6 +119,26 @@ test('loads are the nodes\' reports summed, and a hot model grows to more nodes 
 
 });
 
+test('a check in turns of the event loop places as a check at once, letting other work run between its steps', async (t) => {
+  const nodes = ['10.0.0.1:8001', '10.0.0.2:8001', '10.0.0.3:8001'].map((a) => member(a, CATALOG));
+  for (const [i, m] of CATALOG.entries()) {
+    nodes[i % 3].resident.add(m);
+    nodes[i % 3].load.set(m, 0.01 * (i + 1));
+  }
+  const [once, turns] = [routes(), routes()];
+  once.update(nodes);
+  let ran = 0;
+  let spinning = true;
+  const spin = () => { ran++; if (spinning) setImmediate(spin); };
+  setImmediate(spin);
+  const heldMs = await turns.updateInTurns(nodes);
+  spinning = false;
+  t.true(ran >= 3, `other work ran between its steps: ${ran} turns`);
+  t.true(heldMs >= 0);
+  t.deepEqual([...turns.routes], [...once.routes]);
+  t.deepEqual([...(turns.placement?.nodes ?? [])], [...(once.placement?.nodes ?? [])]);
+});
+
 test('a model\'s footprint is its weights and the session bytes nodes report, a node\'s memory its weight and session budgets', (t) => {
   const nodes = ['10.0.0.1:8001', '10.0.0.2:8001', '10.0.0.3:8001', '10.0.0.4:8001'].map((a) => member(a, CATALOG));
   const r = routes();
