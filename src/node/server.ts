@@ -514,8 +514,8 @@ export class StowageServer {
       edgeMetricsOf.viaMain('main');
       return mainPath.infer(request, options);
     };
-    const quotas = this.#quotas;
-    const edge = new GrpcEdge(endpoints, logger, this.#admission, quotas.limitsTenants ? (tenant) => quotas.tenantRefusal(tenant) : undefined);
+    const early = this.#quotas.earlyRefusal;
+    const edge = new GrpcEdge(endpoints, logger, this.#admission, early);
     this.#edge = edge;
     edge.addService(loadControlClient().service, controlTable(edge, ops));
     // Large ModelInfer messages own their buffer: their tensors go to the device without a copy.
@@ -526,7 +526,7 @@ export class StowageServer {
     const http = new HttpEdge({
       host: endpoints.host, port: endpoints.http_port, maxBodyBytes: endpoints.max_receive_message_bytes, maxJsonBytes: endpoints.max_json_body_bytes,
       requestTimeoutMs: endpoints.http_request_timeout_seconds * 1000, admission: this.#admission, logger,
-      ...(quotas.limitsTenants ? { tenantGate: { key: endpoints.tenant_key, refusal: (tenant: string | undefined) => quotas.tenantRefusal(tenant) } } : {}),
+      ...(early ? { tenantGate: { key: endpoints.tenant_key, refusal: early } } : {}),
     });
     http.add(restRoutes(ops, infer, endpoints.tenant_key));
     this.#http = http;

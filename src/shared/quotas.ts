@@ -168,9 +168,12 @@ export class Quotas {
     return null;
   }
 
-  /** Whether any tenant has a quota (else `tenantRefusal` never refuses, and the edge need not ask). */
-  get limitsTenants(): boolean {
-    return this.#tenants.size > 0;
+  /**
+   * What the edges ask of a call before its request is read (`tenantRefusal`), when any tenant has a
+   * quota; undefined when none has (it would never refuse, and the edges install nothing).
+   */
+  get earlyRefusal(): ((tenantKey: string | undefined) => StowageError | null) | undefined {
+    return this.#tenants.size > 0 ? (key) => this.tenantRefusal(key) : undefined;
   }
 
   /** What a meta model's sub-call to `model` charges: its parent's subjects, and its own model's; it holds no place. */

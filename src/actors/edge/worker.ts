@@ -137,8 +137,8 @@ const health = new HealthService({
   watch: (listener) => healthListeners.push(listener),
 });
 
-const quotas = path?.quotas;
-const grpcEdge = new GrpcEdge(endpoints, logger, admission, quotas?.limitsTenants ? (tenant) => quotas.tenantRefusal(tenant) : undefined);
+const early = path?.quotas.earlyRefusal;
+const grpcEdge = new GrpcEdge(endpoints, logger, admission, early);
 grpcEdge.addService(loadControlClient().service, controlTable(grpcEdge, ops));
 // Large ModelInfer messages own their buffer: their tensors go to the main thread, then the device, without a copy.
 grpcEdge.addService(passEncodedResponses(markOwnedBuffers(loadInferenceClient().service, ['ModelInfer', 'ModelStreamInfer'])), inferenceTable(grpcEdge, ops, infer));
@@ -146,7 +146,7 @@ health.register(grpcEdge);
 const httpEdge = new HttpEdge({
   host: endpoints.host, port: start.ports.http, reusePort: true, maxBodyBytes: endpoints.max_receive_message_bytes, maxJsonBytes: endpoints.max_json_body_bytes,
   requestTimeoutMs: endpoints.http_request_timeout_seconds * 1000, admission, logger,
-  ...(quotas?.limitsTenants ? { tenantGate: { key: endpoints.tenant_key, refusal: (tenant: string | undefined) => quotas.tenantRefusal(tenant) } } : {}),
+  ...(early ? { tenantGate: { key: endpoints.tenant_key, refusal: early } } : {}),
 });
 httpEdge.add(restRoutes(ops, infer, endpoints.tenant_key));
 

@@ -23,8 +23,8 @@ test('a request\'s tenant is the name the node file lists, `default` when it nam
 
 test('a tenant over its quota is refused before its model is known, counted, taking nothing; under it, or without a quota, not', (t) => {
   const q = new Quotas(Quotas.create({ alice: limits({ max_inflight: 1 }), carol: limits({ device_seconds_per_second: 0.001, burst_seconds: 0.001 }) }, { resnet: limits({ max_inflight: 1 }) }, 1), 0);
-  t.false(new Quotas(Quotas.create({}, { resnet: limits({ max_inflight: 1 }) }, 1), 0).limitsTenants, 'model quotas alone: nothing for the edge to ask');
-  t.true(q.limitsTenants);
+  t.is(new Quotas(Quotas.create({}, { resnet: limits({ max_inflight: 1 }) }, 1), 0).earlyRefusal, undefined, 'model quotas alone: nothing for the edge to ask');
+  t.is(q.earlyRefusal?.('mallory'), null, 'the edges\' question is tenantRefusal\'s');
   t.is(q.tenantRefusal('alice'), null, 'under its limit');
   const held = q.admit('resnet', 'alice');
   const refused = q.tenantRefusal('alice');
