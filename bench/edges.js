@@ -15,6 +15,12 @@
 //
 //   npm run build && node bench/edges.js [--quick] [--edges 0,auto,1,2] [--only 64B,600KiB,8MiB,hooked,shm]
 //                                        [--protocols grpc,http] [--concurrency 1,16,64] [--scale 1]
+//                                        [--baseline DIR]
+//
+// --baseline DIR: beside each setting, the same setting served by the build in DIR (another checkout
+// of Stowage, built: `git worktree add DIR REV && (cd DIR && npm run build)`), point by point in the
+// same run, so that a change is measured against the build before it on the same drift (its rows
+// are named "base edges N").
 //
 // perf_analyzer is installed by tools/install-perf-analyzer.sh (into .toolchain/). The machine is
 // shared and noisy: compare the rows of one run, not runs of different days.
@@ -38,6 +44,7 @@ const { values: args } = parseArgs({
     // Requests per point times this: /proc counts CPU in 10 ms ticks, so a main thread that spends a
     // few µs per request needs tens of thousands of requests to be told apart (--scale 10).
     scale: { type: 'string', default: '1' },
+    baseline: { type: 'string' },
   },
 });
 if (!existsSync(PERF_ANALYZER)) {
@@ -65,14 +72,15 @@ writeBundle(repo, 'p64', mlpLayers(1, [16, 16]));
 writeBundle(repo, 'p64_hooked', mlpLayers(1, [16, 16]));
 writeFileSync(path.join(repo, 'p64_hooked', 'model.js'), 'export function preprocess({ x }) { return { x }; }\n');
 
-/** One Stowage per edge_threads setting, all serving the same repository. */
+/** One Stowage per edge_threads setting (and with --baseline, one of the baseline's beside it), all serving the same repository. */
 const servers = [];
-for (const setting of settings) {
-  const server = await startServer({ model_repo: repo, global: { logging: { level: 'info' }, endpoints: { edge_threads: setting } } }, { root: temp.dir });
+const builds = [{ prefix: '', main: undefined }, ...(args.baseline ? [{ prefix: 'base ', main: path.resolve(args.baseline, 'main.js') }] : [])];
+for (const setting of settings) for (const { prefix, main } of builds) {
+  const server = await startServer({ model_repo: repo, global: { logging: { level: 'info' }, endpoints: { edge_threads: setting } } }, { root: temp.dir, ...(main ? { main } : {}) });
   const label = setting === 'auto' ? `auto (${edgeThreads('auto')})` : String(setting);
   let counted = 0;
   servers.push({
-    name: `edges ${label}`, setting, grpc: server.address, http: server.rest.replace('http://', ''), pid: server.child.pid, stop: () => server.stop(), client: server.client,
+    name: `${prefix}edges ${label}`, setting: prefix ? `base ${setting}` : setting, grpc: server.address, http: server.rest.replace('http://', ''), pid: server.child.pid, stop: () => server.stop(), client: server.client,
     /** Requests the server answered since the last call (its statistics), to divide its CPU by. */
     answered: async () => {
       const { model_stats: stats } = await server.client.call('ModelStatistics', {});

@@ -1,8 +1,10 @@
 /**
- * The node's devices, on the main thread: the pool of device actors, and which one serves a
- * request. Every device loads every model (a loaded model costs a weightless session; its weights
- * come onto a device only when that device runs it), and the node file's `gateway.scheduling.mode`
- * (the device pool's routing) decides where requests go:
+ * The node's devices, on the main thread: the pool of device actors, what each holds, and where
+ * each model's requests may go. Every device loads every model (a loaded model costs a weightless
+ * session; its weights come onto a device only when that device runs it), and the node file's
+ * `gateway.scheduling.mode` (the device pool's routing) decides where requests go; the choice for
+ * each request is made by the rooms of the thread that holds it (actors/rooms/rooms.ts), from
+ * the model's route, which carries what this pool decides:
  *
  * - `round_robin`: every device in turn;
  * - `least_outstanding`: the device with the fewest calls in flight (both in routing/routing.ts);
@@ -17,20 +19,18 @@
  *
  * With one device every mode is a pass-through.
  */
-import { errors } from '../shared/errors.js';
+import { errors, type StowageError } from '../shared/errors.js';
 import type { Logger } from 'pino';
 import { modelOf, type InstanceKey, type ModelSpec } from '../shared/model-spec.js';
 import type { FillPolicy, GatewayMode } from '../shared/config-schema.js';
 import type { Compiler } from '../actors/compiler/handle.js';
 import type { HostWeights } from './host-weights.js';
 import type { DeviceHandle, LoadOutcome } from '../actors/device/handle.js';
-import type { HookFeedTarget } from '../shared/channels/device.js';
 import type { DeviceReport, InstanceStatus, ModelPolicyUpdate, Residency } from '../shared/channels/device.js';
-import type { InferenceRequest, InferenceResult, RegionSlice } from '../shared/channels/inference.js';
+import type { RegionSlice } from '../shared/channels/inference.js';
 import type { EdgePlacement } from '../shared/channels/edge.js';
 import type { ModelPolicies } from './model-policies.js';
 import { pack, type Placement } from '../routing/placement.js';
-import { fill, Router } from '../routing/routing.js';
 
 
 export interface LptOptions {
@@ -57,8 +57,7 @@ export interface DevicesOptions {
   compiler?: Pick<Compiler, 'compile'>;
   lpt?: LptOptions;
   logger?: Logger;
-  /** Told of every request routed, and of every placement applied. */
-  onRoute?: (model: string, device: number) => void;
+  /** Told of every placement applied. */
   onPlacement?: (placement: Placement) => void;
   /** Told when a loaded model moves to other devices (the edges route it there themselves). */
   onModelMoved?: (model: string) => void;
@@ -70,20 +69,14 @@ interface Placed {
   batchRows: number;
   bytes: number;
   devices: DeviceHandle[];
-  /** The replica being filled (index into devices). */
-  open: number;
 }
 
 export class Devices {
   /** The device actors' handles, in device order. */
   readonly handles: readonly DeviceHandle[];
   readonly #o: DevicesOptions;
-  /** round_robin or least_outstanding (lpt_packing routes the models it has not placed yet round robin). */
-  readonly #router: Router;
   /** lpt_packing: each loaded model's placement and what packing needs to know of it. */
   #placed = new Map<string, Placed>();
-  /** Requests in flight per model per device (lpt_packing routing). */
-  #outstanding = new Map<string, Map<number, number>>();
   /** Device-seconds of work per model since the last packing, and in all. */
   #work = new Map<string, number>();
   #workSinceRepack = 0;
@@ -93,29 +86,10 @@ export class Devices {
     if (devices.length === 0) throw new Error('a node needs at least one device');
     this.handles = devices;
     this.#o = options;
-    this.#router = new Router(options.mode === 'least_outstanding' ? 'least_outstanding' : 'round_robin');
   }
 
   get mode(): GatewayMode {
     return this.#o.mode;
-  }
-
-  /**
-   * Run one request on the device the mode picks for its model. With `feedFromHook` its inputs
-   * come from the hook thread running its preprocess hook (DeviceHandle.infer).
-   */
-  async infer(req: InferenceRequest, signal?: AbortSignal, feedFromHook?: (to: HookFeedTarget) => void): Promise<InferenceResult> {
-    const model = modelOf(req.instance);
-    const device = this.#pick(req.instance);
-    this.#o.onRoute?.(model, device.deviceId);
-    const counts = this.#outstanding.get(model);
-    if (!counts) return device.infer(req, signal, feedFromHook);
-    counts.set(device.deviceId, (counts.get(device.deviceId) ?? 0) + 1);
-    try {
-      return await device.infer(req, signal, feedFromHook);
-    } finally {
-      counts.set(device.deviceId, counts.get(device.deviceId)! - 1);
-    }
   }
 
   /**
@@ -162,16 +136,6 @@ export class Devices {
     await Promise.all(targets.map((d) => d.prefetch(instance)));
   }
 
-  /**
-   * How long a request of `level` for `instance` would wait for the work ahead of it on the least busy device in
-   * service that holds it (shared/backlog.ts); 0 when none does.
-   */
-  aheadMs(instance: InstanceKey, level: number): number {
-    let least = Infinity;
-    for (const d of this.handles) if (d.serving && d.holds(instance)) least = Math.min(least, d.backlog.aheadMs(level));
-    return Number.isFinite(least) ? least : 0;
-  }
-
   /** The devices in service: not stopped, not taken out (a poisoned GPU: actors/device/out-of-service.ts). */
   get #serving(): DeviceHandle[] {
     return this.handles.filter((d) => d.serving);
@@ -192,29 +156,14 @@ export class Devices {
   }
 
   /**
-   * The device for a request: among the devices in service that hold its instance, the settled
-   * ones (not reloading after a crash) when there are any, so a restarting device takes none of a
-   * model that others serve; then placement or the router.
+   * Why no device takes a request for `instance` (the main thread's rooms found none: node/refusals.ts): none of the
+   * node's is in service, or none in service holds it.
    */
-  #pick(instance: InstanceKey): DeviceHandle {
-    const model = modelOf(instance);
-    const holding = this.#holding(instance);
-    if (holding.length === 0) {
-      const serving = this.#serving;
-      if (serving.length === 0) throw errors.deviceUnavailable(this.handles[0].deviceId, `no device of this node is in service (${this.handles.map((d) => `device ${d.deviceId}: ${d.state}`).join(', ')})`);
-      throw errors.modelNotReady(model, 'UNAVAILABLE', `no device in service holds it (${serving.map((d) => `device ${d.deviceId}`).join(', ')} could not load it)`);
-    }
-    const settled = holding.length === 1 ? holding : holding.filter((d) => d.settled);
-    const devices = settled.length > 0 ? settled : holding;
-    if (devices.length === 1) return devices[0];
-    const placed = this.#o.mode === 'lpt_packing' ? this.#placed.get(model) : undefined;
-    // A model placed on devices taken out of service, or that lost it, is served by the others, loading its weights
-    // there.
-    if (!placed || !placed.devices.every((d) => devices.includes(d))) return this.#router.pick(devices);
-    const counts = this.#outstanding.get(model)!;
-    const capacity = Math.max(1, Math.round(placed.batchRows * (this.#o.lpt?.fillFactor ?? 1)));
-    const i = fill(placed.devices, (r) => counts.get(placed.devices[r].deviceId) ?? 0, capacity, this.#o.lpt?.policy ?? 'fill_rr', placed);
-    return placed.devices[i];
+  unavailable(instance: InstanceKey): StowageError {
+    const serving = this.#serving;
+    if (serving.length === 0) return errors.deviceUnavailable(this.handles[0].deviceId, `no device of this node is in service (${this.handles.map((d) => `device ${d.deviceId}: ${d.state}`).join(', ')})`);
+    if (this.#holding(instance).length === 0) return errors.modelNotReady(modelOf(instance), 'UNAVAILABLE', `no device in service holds it (${serving.map((d) => `device ${d.deviceId}`).join(', ')} could not load it)`);
+    return errors.modelNotReady(modelOf(instance), 'UNAVAILABLE', 'its devices take nothing now: they are starting or stopping');
   }
 
   /** Told of every execution: the model's measured work, and a repack when enough has been done. */
@@ -257,7 +206,6 @@ export class Devices {
         await Promise.allSettled(added.map((id) => this.#device(id).prefetch(placed.instance)));
         if (this.#placed.get(model) !== placed) return; // unloaded or reloaded meanwhile
         placed.devices = ids.map((id) => this.#device(id));
-        placed.open = 0;
         this.#o.onModelMoved?.(model);
         this.#o.logger?.info({ model, from: before, to: ids }, 'model moved');
       })());
@@ -332,11 +280,10 @@ export class Devices {
       return;
     }
     // Where this model goes, given the others where they are: pack all, keep theirs, take its own.
-    this.#placed.set(spec.name, { instance, batchRows, bytes, devices: [], open: 0 });
+    this.#placed.set(spec.name, { instance, batchRows, bytes, devices: [] });
     const placement = this.#pack([...this.#placed.keys()], this.#work);
     const ids = placement.devices.get(spec.name) ?? [this.handles[0].deviceId];
-    this.#placed.set(spec.name, { instance, batchRows, bytes, devices: ids.map((id) => this.#device(id)), open: 0 });
-    this.#outstanding.set(spec.name, new Map());
+    this.#placed.set(spec.name, { instance, batchRows, bytes, devices: ids.map((id) => this.#device(id)) });
   }
 
   /**
@@ -352,10 +299,7 @@ export class Devices {
 
   async unload(instance: InstanceKey): Promise<void> {
     const model = modelOf(instance);
-    if (this.#placed.get(model)?.instance === instance) {
-      this.#placed.delete(model);
-      this.#outstanding.delete(model);
-    }
+    if (this.#placed.get(model)?.instance === instance) this.#placed.delete(model);
     try {
       await Promise.all(this.#serving.map((d) => d.unload(instance)));
     } finally {

@@ -51,7 +51,6 @@ export class Metrics {
   readonly registry = new Registry();
   readonly #loadSecs: Gauge;
   /** Requests routed, per model and device (stowage_requests_routed_total). */
-  readonly #routes = new Map<string, Map<number, number>>();
   readonly #weightGauges: Record<'residentBytes' | 'logicalBytes' | 'budgetBytes', Gauge>;
   readonly #sharing: Gauge;
   /**
@@ -100,7 +99,6 @@ export class Metrics {
     this.#weightLoadSecs = counter('stowage_weight_cache_load_seconds_total', 'Seconds the model\'s batches waited for its weights to come onto a device', ['model']);
     this.#weightUploadsBeside = counter('stowage_weight_cache_uploads_beside_total', 'Cold loads of the model whose weights were copied while the device ran other models (runtime.upload_beside_execution)', ['model']);
     this.#weightHiddenSecs = counter('stowage_weight_cache_load_hidden_seconds_total', 'Seconds of the model\'s weight copies that ran beside other models\' executions, which no batch of it waited for', ['model']);
-    const routes = this.#routes;
     // The old design's name (a gateway actor routed) stays one release as a deprecated alias with the
     // same values: docs/operations.md, *Deprecated metric names*.
     for (const [name, help] of [
@@ -110,11 +108,9 @@ export class Metrics {
       new Counter({
         name, help, labelNames: ['model', 'device'], registers,
         collect() {
-          // The main thread's routes, and the edges' own (counted where they route: shared/request-counters.ts).
+          // Every thread's routes, counted where it routes (shared/request-counters.ts).
           totals(this, (set) => {
-            for (const source of [routes, statistics.edgeRoutes()]) {
-              for (const [m, devices] of source) for (const [device, n] of devices) set({ model: m, device: String(device) }, n);
-            }
+            for (const [m, devices] of statistics.routes()) for (const [device, n] of devices) set({ model: m, device: String(device) }, n);
           });
         },
       });
@@ -169,12 +165,6 @@ export class Metrics {
   /** A model's weight-cache hits and misses so far, over every device. */
   weightTraffic(model: string): { hits: number; misses: number } {
     return this.#weightTraffic.get(model) ?? { hits: 0, misses: 0 };
-  }
-
-  recordRoute(model: string, device: number): void {
-    let devices = this.#routes.get(model);
-    if (!devices) this.#routes.set(model, (devices = new Map()));
-    devices.set(device, (devices.get(device) ?? 0) + 1);
   }
 
   recordPlacement(placement: Placement): void {

@@ -1,7 +1,8 @@
 /**
  * The main thread's table of models: what the repository holds, the state of each, why a model
  * is not ready, and which loaded instance serves it. The codec and the metadata RPCs read specs
- * from here; only READY models are routed to a device.
+ * from here; only READY models are routed to a device (each model's route, which the rooms of every
+ * thread that holds requests lease by: actors/rooms/rooms.ts).
  *
  * Instances make a reload atomic: a new version loads on the device under a new instance key
  * beside the old one; switching the record's instance is one assignment, after which new requests
@@ -35,13 +36,6 @@ export interface ModelRecord {
   instance?: InstanceKey;
   /** Why the model is not ready, or why its latest reload failed; empty otherwise. */
   reason: string;
-}
-
-/** What one request holds: the spec it was decoded with, the instance it runs on, and its lease slot. */
-export interface ModelLease {
-  spec: ModelSpec;
-  instance: InstanceKey;
-  slot: number;
 }
 
 export class ModelRegistry {
@@ -131,22 +125,6 @@ export class ModelRegistry {
   }
 
   /**
-   * Take a ready model for one request; the caller must `release(lease)` when the request is
-   * answered, so that an unload or the end of a reload can wait for it.
-   */
-  acquire(name: string, version = ''): ModelLease {
-    const record = this.find(name, version);
-    if (record.state !== ModelState.READY || !record.spec || !record.instance) {
-      throw errors.modelNotReady(name, record.state, record.reason);
-    }
-    return { spec: record.spec, instance: record.instance, slot: this.#slots.acquire(record.instance) };
-  }
-
-  release(lease: ModelLease): void {
-    this.#slots.release(lease.instance, lease.slot);
-  }
-
-  /**
    * Resolves once no request holds the instance, on any thread (the record's change that precedes
    * an unload closed its slot already).
    */
@@ -155,9 +133,10 @@ export class ModelRegistry {
   }
 
   /**
-   * Edges gave leases back (the last on a closed slot, or an edge died): whoever waits for a slot to drain looks again.
+   * Leases were given back (a thread's last on a closed slot, or an edge died): whoever waits for a slot to drain looks
+   * again.
    */
-  edgesReleased(): void {
+  released(): void {
     this.#slots.released();
   }
 

@@ -1,17 +1,16 @@
 /**
- * Each loaded instance's lease slot (shared/leases.ts), and the routes the edge threads run
- * models' requests by (actors/edge/edge-path.ts), on the main thread. Each instance that serves a
- * model gets a slot under a tag of its own, where every thread that runs the request path counts
- * the requests it holds on it: each edge in its row, the main thread in its own (`acquire`). A
- * model's route names that slot and tag. When the model's record changes (a reload, an unload),
- * the slots of the instances no longer serving it are closed at once, before anyone is told, so no
+ * Each loaded instance's lease slot (shared/leases.ts), and the routes every thread that holds
+ * requests runs models' requests by (actors/rooms/rooms.ts), on the main thread. Each instance
+ * that serves a model gets a slot under a tag of its own, where every such thread counts the
+ * requests it holds on it, each in its row. A model's route names that slot and tag. When the
+ * model's record changes (a reload, an unload), the slots of the instances no longer serving it
+ * are closed at once, before anyone is told, so no
  * thread takes a new lease on them; an unload or the end of a reload then waits for the leases
  * still held (`drained`), each last release on a closed slot saying so (`released`: an edge's
- * through the main thread, the main thread's at once), and the slot is free for another instance.
+ * through a message, the main thread's rooms at once), and the slot is free for another instance.
  *
  * The model registry (model-registry.ts) owns the records and tells this of each change.
  */
-import { errors } from '../shared/errors.js';
 import type { Leases } from '../shared/leases.js';
 import { modelOf, type InstanceKey, type ModelSpec } from '../shared/model-spec.js';
 import type { EdgeRoute } from '../shared/channels/edge.js';
@@ -70,26 +69,6 @@ export class ModelSlots {
     if (!serving) return null;
     const s = this.#slots.get(serving.instance);
     return s?.open ? { model: name, spec: serving.spec, instance: serving.instance, slot: s.slot, tag: s.tag } : null;
-  }
-
-  /**
-   * The main thread takes a lease on `instance`, which serves (its slot is open: only this thread
-   * closes slots, so the lease cannot race a close). Its slot, to give back with `release`.
-   */
-  acquire(instance: InstanceKey): number {
-    const s = this.#slots.get(instance);
-    if (!s?.open || !this.#leases.acquire(s.slot, s.tag)) throw errors.internal(`instance ${instance} serves but has no open lease slot`);
-    return s.slot;
-  }
-
-  /**
-   * The main thread gives its lease on `instance` back; the last one on a closed slot wakes whoever waits for it to
-   * drain.
-   */
-  release(instance: InstanceKey, slot: number): void {
-    const s = this.#slots.get(instance);
-    this.#leases.release(slot, s?.tag ?? 0);
-    if (s?.open === false) this.released();
   }
 
   /** Every slot in use (open, or closed and not yet drained), and the instance it stands for. */

@@ -49,11 +49,12 @@ import { kserveOperations } from './inference-service.js';
 import { restRoutes } from '../protocol/rest-routes.js';
 import { HttpEdge } from '../protocol/http-edge.js';
 import type { Infer } from '../shared/data-plane.js';
-import { MainPath } from './main-path.js';
+import { refusalOf } from './refusals.js';
+import { Rooms } from '../actors/rooms/rooms.js';
 import { edgeMetrics, EdgeThreads, type EdgeRooms } from '../actors/edge/handle.js';
 import { Leases } from '../shared/leases.js';
 import { RequestCounters } from '../shared/request-counters.js';
-import type { EdgeRoute } from '../shared/channels/edge.js';
+import type { EdgeRoute, RoomsStart } from '../shared/channels/edge.js';
 import { edgeThreads } from '../config/edges.js';
 import { startOrStop } from '../shared/lifecycle.js';
 import { PACKAGE_VERSION } from '../shared/version.js';
@@ -107,8 +108,10 @@ export class StowageServer {
   #edge?: GrpcEdge;
   /** The edge threads, otherwise. */
   #edgeThreads?: EdgeThreads;
-  /** A registry route as the edges get it (with its placement); set when they route directly. */
-  #edgeRoute?: (route: EdgeRoute | null) => EdgeRoute | null;
+  /** A registry route as every thread's rooms get it (with its placement and holders), once the devices are known. */
+  #routeFor?: (route: EdgeRoute | null) => EdgeRoute | null;
+  /** The main thread's rooms (actors/rooms/rooms.ts), beside every edge thread's. */
+  #rooms?: Rooms;
   readonly #admission: Admission;
   #admin?: http.Server;
   #devices?: Devices;
@@ -160,10 +163,15 @@ export class StowageServer {
     const edgeCount = edgeThreads(endpoints.edge_threads);
     const leases = Leases.create(edgeCount, (segment) => {
       const counters = this.#counters?.grow();
-      if (counters) this.#edgeThreads?.slotsGrown(segment, counters);
+      if (!counters) return;
+      this.#rooms?.slotsGrown(segment, counters);
+      this.#edgeThreads?.slotsGrown(segment, counters);
     });
     this.registry = new ModelRegistry(leases, (instance, slot) => this.statistics.fold(modelOf(instance), slot));
-    const regionHolds = Leases.create(edgeCount, (segment) => this.#edgeThreads?.regionSlotsGrown(segment));
+    const regionHolds = Leases.create(edgeCount, (segment) => {
+      this.#rooms?.regionSlotsGrown(segment);
+      this.#edgeThreads?.regionSlotsGrown(segment);
+    });
     this.sharedMemory = new SharedMemoryRegistry((regionId) => this.#devices?.forgetRegion(regionId), regionHolds);
     this.#leases = { models: leases, regions: regionHolds };
   }
@@ -256,7 +264,7 @@ export class StowageServer {
   #instanceLost(instance: InstanceKey, why: string): void {
     const model = modelOf(instance);
     if (this.#devices?.lost(instance)) {
-      this.#edgeThreads?.routeChanged(model, this.#edgeRoute?.(this.registry.routeOf(model)) ?? null);
+      this.#routeChanged(model, this.registry.routeOf(model));
       return;
     }
     void this.#repository?.lost(model, instance, `no device holds it any more: ${why}`);
@@ -278,9 +286,10 @@ export class StowageServer {
     const health = new Health(this.registry);
     this.#health = health;
     const ops = this.#operations(devices, repository, workers, health);
-    const mainPath = new MainPath({ registry: this.registry, hooks: this.#hooks!, devices, counters: this.#counters!, sharedMemory: this.sharedMemory, quotas: this.#quotas, levels: this.#levels() });
-    if (edgeCount > 0) await this.#startEdgeThreads(edgeCount, devices, ops, mainPath, health);
-    else await this.#startMainEdge(ops, mainPath, health);
+    const start = this.#roomsStart(devices, edgeCount);
+    const rooms = this.#mainRooms(start, devices, edgeCount);
+    if (edgeCount > 0) await this.#startEdgeThreads(edgeCount, start, devices, ops, rooms, health);
+    else await this.#startMainEdge(ops, rooms, health);
     this.#ready = true;
     health.setServing(true);
     const { endpoints } = this.#config.global;
@@ -342,10 +351,9 @@ export class StowageServer {
         rebalanceSeconds: scheduling.rebalance_compute_seconds,
         budgets: new Map(workers.map((w) => [w.deviceId, w.weights?.budgetBytes ?? 0])),
       },
-      onRoute: (model, device) => this.metrics.recordRoute(model, device),
       onPlacement: (placement) => this.metrics.recordPlacement(placement),
       // A moved model's requests go to its new devices from every edge too.
-      onModelMoved: (model) => this.#edgeThreads?.routeChanged(model, this.#edgeRoute?.(this.registry.routeOf(model)) ?? null),
+      onModelMoved: (model) => this.#routeChanged(model, this.registry.routeOf(model)),
     });
     this.#devices = devices;
     new Gauge({
@@ -460,8 +468,19 @@ export class StowageServer {
     const kserve = kserveOperations({ registry: this.registry, devices, repository, statistics: this.statistics, sharedMemory: this.sharedMemory,
       systemSharedMemory: endpoints.system_shared_memory, backend: this.#config.global.runtime.backend, logger, version: PACKAGE_VERSION, isReady: () => this.#ready,
       priorities: { levels: this.#config.global.scheduler.priority_levels, defaultLevel: this.#config.global.scheduler.default_priority } });
+    // A load's, an unload's or a registration's answer waits until every edge has read the route or region it made: a
+    // client's next request then finds it on whichever edge takes it.
+    const edgesHaveIt = <Q, R>(op: (req: Q) => R | Promise<R>) => async (req: Q): Promise<R> => {
+      const reply = await op(req);
+      await this.#edgeThreads?.synced();
+      return reply;
+    };
     return {
       ...kserve,
+      RepositoryModelLoad: edgesHaveIt(kserve.RepositoryModelLoad),
+      RepositoryModelUnload: edgesHaveIt(kserve.RepositoryModelUnload),
+      SystemSharedMemoryRegister: edgesHaveIt(kserve.SystemSharedMemoryRegister),
+      CudaSharedMemoryRegister: edgesHaveIt(kserve.CudaSharedMemoryRegister),
       ...controlOperations({
         registry: this.registry, devices, statistics: this.statistics, logger,
         weightTraffic: (model) => this.metrics.weightTraffic(model),
@@ -482,12 +501,11 @@ export class StowageServer {
   }
 
   /**
-   * Edge threads own the protocol and run the request path themselves (actors/edge/edge-path.ts);
-   * this thread answers what they ask and runs the path for what they send it (node/main-path.ts).
+   * Edge threads own the protocol and run the request path themselves, each in rooms of its own
+   * (actors/rooms/rooms.ts); this thread answers what they ask and runs in its rooms what they send it.
    */
-  async #startEdgeThreads(edgeCount: number, devices: Devices, ops: Operations, mainPath: MainPath, health: Health): Promise<void> {
+  async #startEdgeThreads(edgeCount: number, start: RoomsStart, devices: Devices, ops: Operations, rooms: Rooms, health: Health): Promise<void> {
     const { endpoints } = this.#config.global;
-    const rooms = this.#edgePaths(devices, edgeCount);
     // Tracing on: each edge exports its requests' spans itself, counting its failed exports where /metrics reads them.
     let traceFailures: SharedArrayBuffer | undefined;
     if (tracingOn()) {
@@ -495,10 +513,9 @@ export class StowageServer {
       countExportFailuresIn(traceFailures, 0);
     }
     const edges = new EdgeThreads({ count: edgeCount, endpoints, admission: this.#admission, logLevel: this.#logger.level, operations: ops,
-      infer: (request, options) => mainPath.infer(request, options), rooms, logger: this.#logger, metrics: edgeMetrics(this.metrics.registry), ...(traceFailures ? { traceExportFailures: traceFailures } : {}) });
+      infer: (request, options) => rooms.infer(request, options), rooms: this.#edgeRooms(start, devices), logger: this.#logger, metrics: edgeMetrics(this.metrics.registry),
+      ...(traceFailures ? { traceExportFailures: traceFailures } : {}) });
     this.#edgeThreads = edges;
-    this.registry.watchRoutes((model, route) => edges.routeChanged(model, this.#edgeRoute?.(route) ?? null));
-    this.sharedMemory.watch((name, region) => edges.regionChanged(name, region));
     health.watch(() => edges.healthChanged());
     const ports = await edges.start();
     this.ports.grpc = ports.grpc;
@@ -506,13 +523,13 @@ export class StowageServer {
   }
 
   /** The main thread alone is the edge: gRPC (inference, control, health) and REST on it. */
-  async #startMainEdge(ops: Operations, mainPath: MainPath, health: Health): Promise<void> {
+  async #startMainEdge(ops: Operations, rooms: Rooms, health: Health): Promise<void> {
     const { endpoints } = this.#config.global;
     const logger = this.#logger;
     const edgeMetricsOf = edgeMetrics(this.metrics.registry);
     const infer: Infer = (request, options) => {
       edgeMetricsOf.viaMain('main');
-      return mainPath.infer(request, options);
+      return rooms.infer(request, options);
     };
     const early = this.#quotas.earlyRefusal;
     const edge = new GrpcEdge(endpoints, logger, this.#admission, early);
@@ -535,36 +552,74 @@ export class StowageServer {
   }
 
   /**
-   * What the edge threads need to run the request path themselves (actors/edge/edge-path.ts): the
-   * lease slots and request counters in shared memory, every model's route (under lpt_packing with
-   * its placement), the device actors' doors, and each edge's share of the hook threads.
+   * What every thread's rooms stand on (actors/rooms/rooms.ts): the lease slots, request counters,
+   * region holds and quotas in shared memory, the routing, each edge's share of the hook threads.
+   * Every route is told with where lpt_packing placed its model and which devices hold it when a
+   * device lost it (`#routeChanged`).
    */
-  #edgePaths(devices: Devices, edgeCount: number): EdgeRooms {
+  #roomsStart(devices: Devices, edgeCount: number): RoomsStart {
     const { hooks } = this.#config.global;
-    const { models: leases, regions: regionHolds } = this.#leases;
-    const counters = this.#counters!;
-    // A model's route as the registry has it, with where lpt_packing placed it, and which devices
-    // hold it when a device lost it.
     const withPlacement = (route: EdgeRoute | null): EdgeRoute | null => {
       if (!route) return null;
       const placement = devices.edgePlacement(route.model, edgeCount);
       const holders = devices.holdersOf(route.instance);
       return placement || holders ? { ...route, ...(placement ? { placement } : {}), ...(holders ? { devices: holders } : {}) } : route;
     };
-    this.#edgeRoute = withPlacement;
+    this.#routeFor = withPlacement;
     return {
       routing: devices.mode === 'least_outstanding' ? 'least_outstanding' : 'round_robin',
-      leases,
-      routes: () => this.registry.routes().map((r) => withPlacement(r)!),
-      devices: devices.handles,
-      counters,
-      regionHolds,
-      quotas: this.#quotas,
+      leases: this.#leases.models.shape,
+      counters: this.#counters!.shape,
+      regionHolds: this.#leases.regions.shape,
+      quotas: this.#quotas.shape,
       levels: this.#levels(),
-      regions: () => this.sharedMemory.edgeRegions(),
-      regionsReleased: () => this.sharedMemory.edgesReleased(),
-      leasesReleased: () => this.registry.edgesReleased(),
       hooks: { threads: edgeHookThreads(hooks.threads, edgeCount), timeoutMs: hooks.timeout_seconds * 1000, importTimeoutMs: hooks.import_timeout_seconds * 1000, maxHeapMib: hooks.max_heap_mib },
+    };
+  }
+
+  /**
+   * The main thread's rooms, in the last row of the leases, counters and holds (row 0 of the quotas), reaching each
+   * device through its handle, running hooks on the node's hook pool; what they cannot take is refused saying why
+   * (node/refusals.ts). Fed every route and region as it changes, before the edges are.
+   */
+  #mainRooms(start: RoomsStart, devices: Devices, edgeCount: number): Rooms {
+    const rooms = new Rooms(start, { row: edgeCount, quotaRow: 0 }, {
+      elsewhere: (req) => Promise.reject(refusalOf(req, { registry: this.registry, sharedMemory: this.sharedMemory, devices })),
+      lastRelease: (of) => (of === 'model' ? this.registry.released() : this.sharedMemory.released()),
+      tracing: tracingOn(),
+      hooks: this.#hooks!,
+    });
+    for (const device of devices.handles) rooms.reach(device, device.backlog);
+    for (const route of this.registry.routes()) rooms.route(route.model, this.#routeFor!(route));
+    this.#rooms = rooms;
+    this.registry.watchRoutes((model, route) => this.#routeChanged(model, route));
+    this.sharedMemory.watch((name, region) => {
+      rooms.region(name, region);
+      this.#edgeThreads?.regionChanged(name, region);
+    });
+    return rooms;
+  }
+
+  /** A model's route changed: every thread's rooms route it so from now on, this thread's first. */
+  #routeChanged(model: string, registryRoute: EdgeRoute | null): void {
+    const route = this.#routeFor?.(registryRoute) ?? null;
+    this.#rooms?.route(model, route);
+    this.#edgeThreads?.routeChanged(model, route);
+  }
+
+  /** What the edge threads' handle needs to start each edge's rooms and keep them told. */
+  #edgeRooms(start: RoomsStart, devices: Devices): EdgeRooms {
+    return {
+      start,
+      leases: this.#leases.models,
+      routes: () => this.registry.routes().map((r) => this.#routeFor!(r)!),
+      devices: devices.handles,
+      counters: this.#counters!,
+      regionHolds: this.#leases.regions,
+      quotas: this.#quotas,
+      regions: () => this.sharedMemory.edgeRegions(),
+      regionsReleased: () => this.sharedMemory.released(),
+      leasesReleased: () => this.registry.released(),
     };
   }
 

@@ -12,23 +12,23 @@
  * unregister see only their own.
  *
  * Lifetime: a region's descriptor stays open while the region is registered or any request that
- * named it is still in flight (`hold` when the request is decoded, `release` when it is answered). Unregistering a
- * region in use is therefore safe: the requests finish on it, then it is closed.
+ * named it is still in flight (held when the request is checked, given back when it is answered).
+ * Unregistering a region in use is therefore safe: the requests finish on it, then it is closed.
  *
  * A request's hold is a lease (shared/leases.ts): each region gets a slot in the region holds,
  * tagged with its id, opened when it is registered and closed when it is unregistered, and every
- * thread that runs requests counts its requests' holds there, in its row: this thread's own, and
- * each edge thread's, which take requests that name a region themselves once told of it
- * (`watch`). An unregistered region is closed for good once no hold is left anywhere: at this
- * thread's last release, or at an edge's (which tells this thread, `edgesReleased`), or when an
- * edge thread dies (its holds are forgotten).
+ * thread that holds requests counts its requests' holds there, in its row, in its rooms
+ * (actors/rooms/regions.ts), once told of the region (`watch`: this thread's rooms first, then the
+ * edges'). An unregistered region is closed for good once no hold is left anywhere: at the last
+ * release (which tells this registry, `released`), or when an edge thread dies (its holds are
+ * forgotten).
  */
 import { errors, quote } from '../shared/errors.js';
 import { closeSharedMemory, openSharedMemory } from '../native/shm.js';
 import type { RegionSlice } from '../shared/channels/inference.js';
 import type { EdgeRegion } from '../shared/channels/edge.js';
 import { Leases } from '../shared/leases.js';
-import { holdRegions, sliceOf } from '../shared/request-check.js';
+import { sliceOf } from '../shared/request-check.js';
 
 export type { RegionSlice };
 
@@ -54,7 +54,7 @@ interface OpenRegion extends Region {
   /** Its slot in the region holds, tagged with its id (open while registered). */
   readonly slot: number;
   registered: boolean;
-  /** The edges were told of it (a CUDA region once its GPU's devices have opened it). */
+  /** The rooms were told of it (a CUDA region once its GPU's devices have opened it). */
   told: boolean;
 }
 
@@ -66,7 +66,7 @@ export class SharedMemoryRegistry {
   #nextId = 1;
   /** Where every thread's requests hold regions, this thread's row the last (Leases.create). */
   readonly #holds: Leases;
-  /** Tells the edges of each region registered and unregistered; null without edge threads. */
+  /** Tells every thread's rooms of each region registered and unregistered; null until they are made. */
   #changed: ((name: string, region: EdgeRegion | null) => void) | null = null;
 
   /** `onForget` tells the device actors to drop their mapping of a region that is gone. */
@@ -76,8 +76,8 @@ export class SharedMemoryRegistry {
   }
 
   /**
-   * Let edge threads take requests that name regions (actors/edge/edge-regions.ts): `changed`
-   * tells them of each region registered (its slot open) and unregistered (its slot closed).
+   * Let the rooms take requests that name regions (actors/rooms/regions.ts): `changed` tells them of each region
+   * registered (its slot open) and unregistered (its slot closed).
    */
   watch(changed: (name: string, region: EdgeRegion | null) => void): void {
     this.#changed = changed;
@@ -90,18 +90,24 @@ export class SharedMemoryRegistry {
   }
 
   /**
-   * Holds were given back at an edge (its last one on an unregistered region, or the edge died): close what nothing
+   * Holds were given back (the last one on an unregistered region, or an edge died with holds): close what nothing
    * holds.
    */
-  edgesReleased(): void {
+  released(): void {
     for (const region of [...this.#byId.values()]) this.#closeIfIdle(region);
   }
 
-  /** The edges hear of a registered region (its slot is open already). */
+  /** The rooms hear of a registered region (its slot is open already). */
   #tell(region: OpenRegion): void {
     if (!this.#changed || region.told || !region.registered) return;
     region.told = true;
     this.#changed(region.name, edgeRegion(region));
+  }
+
+  /** Whether requests may name region `name`: registered, and told to the threads that hold requests. */
+  serves(name: string): boolean {
+    const region = this.#regions.get(name);
+    return region !== undefined && region.told;
   }
 
   register(name: string, key: string, offset: number, byteSize: number): Region {
@@ -187,25 +193,6 @@ export class SharedMemoryRegistry {
     const region = this.#regions.get(regionName);
     if (!region) throw errors.sharedMemoryNotFound(regionName);
     return sliceOf(what, regionName, region, offset, byteSize);
-  }
-
-  /**
-   * A request that named these slices is on its way: keep their regions open until `release`. A
-   * region unregistered since its request was checked fails it, holding nothing (on this thread
-   * that cannot happen: check and hold are one synchronous step).
-   */
-  hold(slices: readonly RegionSlice[]): void {
-    holdRegions(this.#holds, slices, (id) => this.#byId.get(id), (taken) => this.release(taken));
-  }
-
-  /** The request that held these slices is answered. */
-  release(slices: readonly RegionSlice[]): void {
-    for (const s of slices) {
-      const region = this.#byId.get(s.regionId);
-      if (!region) continue;
-      this.#holds.release(region.slot, region.id);
-      this.#closeIfIdle(region);
-    }
   }
 
   #closeIfIdle(r: OpenRegion): void {

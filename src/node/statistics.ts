@@ -68,8 +68,8 @@ export class Statistics {
   readonly #devices = new Map<number, DeviceCounters>();
   /** Every thread's counts of its requests, and the slots in use, by model (none until the node shares them). */
   #requests: { counters: RequestCounters; slots: () => Iterable<[model: string, slot: number]> } | null = null;
-  /** Requests the edges sent to each device, per model, from slots folded already. */
-  readonly #edgeRoutes = new Map<string, Map<number, number>>();
+  /** Requests sent to each device, per model, from slots folded already. */
+  readonly #routes = new Map<string, Map<number, number>>();
   /**
    * Rows per execution, for the batch-size histogram: `executions` ran with `rows` rows (set by the metrics; none
    * without them).
@@ -88,7 +88,7 @@ export class Statistics {
     if (!this.#requests) return;
     const counts = this.#requests.counters.take(slot);
     addCounts(this.#of(model), counts);
-    addRoutes(this.#edgeRoutes, model, counts);
+    addRoutes(this.#routes, model, counts);
   }
 
   /**
@@ -101,9 +101,9 @@ export class Statistics {
     for (const [model, slots] of live) if (!this.#models.has(model)) yield [model, this.#merged(this.#of(model), slots)];
   }
 
-  /** Requests the edge threads sent to each device, per model (stowage_requests_routed_total adds them). */
-  edgeRoutes(): Map<string, Map<number, number>> {
-    const routes = new Map([...this.#edgeRoutes].map(([m, d]) => [m, new Map(d)]));
+  /** Requests every thread sent to each device, per model (stowage_requests_routed_total). */
+  routes(): Map<string, Map<number, number>> {
+    const routes = new Map([...this.#routes].map(([m, d]) => [m, new Map(d)]));
     if (this.#requests) for (const [model, slot] of this.#requests.slots()) addRoutes(routes, model, this.#requests.counters.read(slot));
     return routes;
   }

@@ -1,6 +1,6 @@
 /**
  * What every thread that runs the request path counts of the requests it answers (each edge
- * thread, actors/edge/edge-path.ts, and the main thread, node/main-path.ts), in shared memory where
+ * thread and the main thread, in its rooms: actors/rooms/rooms.ts), in shared memory where
  * it happens: the main thread reads the counts when ModelStatistics or /metrics asks
  * (node/statistics.ts), with no report to wait for.
  *

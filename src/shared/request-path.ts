@@ -14,12 +14,12 @@
  * DataPlaneRequest, hands it over with an OutputLayout (where the outputs go), and encodes the
  * InferenceAnswer itself.
  *
- * Rooms: what the path stands on differs by thread, behind `PathRooms` (the main thread's:
- * node/main-path.ts over the model registry, the device pool, statistics, shared memory and
- * tracing; an edge's: actors/edge/edge-path.ts over the routes the main thread sends, its own
- * doors to the devices, the lease slots and request counters in shared memory, and its own hook
- * threads). A room that cannot take a request (an edge without the model's route) says so at
- * `acquire`, before anything is done: the request goes to the main thread as it is.
+ * Rooms: what the path stands on, behind `PathRooms`: one class for every thread that holds
+ * requests (actors/rooms/rooms.ts: the routes the registry sends, the devices the thread reaches,
+ * the lease slots, request counters and region holds in shared memory, hook threads). Rooms that
+ * cannot take a request (no route for the model there) say so at `acquire`, before anything is
+ * done: the request goes elsewhere as it is (from an edge to the main thread, whose rooms refuse
+ * it saying why).
  *
  * A request, once its model is leased and its tensors checked, is one object (`PathRequest`: its
  * lease, checked tensors, hook context, deadline and priority, cancellation, spans, output layout
@@ -55,8 +55,8 @@
  * | CUDA shared memory copied | 2 | 0 | as CUDA shared memory in place, but an input on another GPU (or misaligned) is copied GPU to GPU once into the device's scratch memory (device), and an output ONNX Runtime cannot write into its region (on another GPU, misaligned, a symbolic axis) is written on the host and copied into the region after the run (device, host to GPU). A coalesced (or padded) batch whose every request has the input in a CUDA region is joined GPU to GPU in scratch memory, each request's rows copied once (device); one that mixes them with inline inputs copies its CUDA inputs to the host into the joined input in staging (device, GPU to host), then goes as inline coalesced's | 2 |
  * | inline lone, CUDA graph | 4 | 0 | as inline lone, backend cuda, with our own copies to and from the GPU in place of ONNX Runtime's (not counted either): the staged input into the graph's slot (cuda-graphs.ts, a host-to-GPU copy), the output from the slot into staging (GPU to host), since a captured graph reads and writes fixed addresses | 2 |
  *
- * With edge threads, what an edge does not take (a traced request, a model without a route there, a
- * region it has not heard of yet) goes to the main thread's path as it is, its inline buffers
+ * With edge threads, what an edge does not take (a model without a route there, a region it has
+ * not heard of yet) goes to the main thread's rooms as it is, its inline buffers
  * transferred (no copy): two hops more, edge -> main and back.
  *
  * `native` counts copies made in a library's C++: none is left since the device runs models through
@@ -77,7 +77,7 @@ import type { MessagePort } from 'node:worker_threads';
 import type { HookFeedTarget } from './channels/device.js';
 import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult, type OutputFrame, type RegionSlice, type WireTensor } from './channels/inference.js';
 import type { HookContext, HookFeed, HookName } from './channels/hooks.js';
-import { frameOf, type Admitted, type DataPlaneRequest, type InferenceAnswer, type InferOptions, type OutputLayout, type TraceCarrier } from './data-plane.js';
+import { frameOf, type Admitted, type DataPlaneRequest, type Infer, type InferenceAnswer, type InferOptions, type OutputLayout, type TraceCarrier } from './data-plane.js';
 import { errors, fromErrorData, quote, StowageError, type ErrorCode } from './errors.js';
 import { checkHookTensors } from './hook-tensor-check.js';
 import type { BundleHooks, InstanceKey, ModelSpec, TensorSpec } from './model-spec.js';
@@ -123,10 +123,7 @@ export interface PathRegions extends RegionLookup {
 
 /** What the path stands on, on one thread (see "Rooms" above). */
 export interface PathRooms<L extends PathLease> {
-  /**
-   * A lease on `model`'s serving instance for one request, or why not (NOT_FOUND, not ready);
-   * null: this thread cannot run it, and the caller sends it elsewhere as it is.
-   */
+  /** A lease on `model`'s serving instance for one request; null: these rooms cannot run it, and it goes elsewhere. */
   acquire(model: string, version: string): L | null;
   /** Given back once the request is answered (an unload waits for it). */
   release(lease: L): void;
@@ -156,8 +153,8 @@ export interface PathRooms<L extends PathLease> {
   failed(lease: L, code: ErrorCode | undefined, durationNs: number): void;
   /** The request's spans; null when tracing is off (no span, no allocation for one). */
   trace(request: { model: string; version: string; id: string }, carrier: TraceCarrier | undefined, protocol: 'grpc' | 'http', admitted?: Admitted): PathSpans | null;
-  /** A meta model's sub-call to a model this thread has no lease for (acquire said null): run where it can be. */
-  elsewhere?(model: string, tensors: WireTensor[], outputs: string[], urgency: Urgency, signal: AbortSignal, trace: TraceCarrier | undefined): Promise<WireTensor[]>;
+  /** A meta model's sub-call to a model these rooms have no lease for (acquire said null): run where it can be. */
+  elsewhere: Infer;
 }
 
 /**
@@ -218,9 +215,9 @@ export class RequestPath<L extends PathLease> {
    */
   infer(req: DataPlaneRequest, options: InferOptions): Promise<InferenceAnswer> | null {
     const started = process.hrtime.bigint();
-    // Tracing on: a span in the trace the request's traceparent names (tracing.ts); else null.
-    const spans = this.#rooms.trace({ model: req.model, version: req.version || MODEL_VERSION, id: req.id }, options.trace, options.protocol, options.admitted) ?? null;
-    const ran = this.#enter(req.model, req.version, started, spans, (lease) => this.#fromWire(lease, req, options, spans));
+    // Tracing on: a span in the trace the request's traceparent names (tracing.ts), once the rooms take it; else null.
+    const spans = () => this.#rooms.trace({ model: req.model, version: req.version || MODEL_VERSION, id: req.id }, options.trace, options.protocol, options.admitted) ?? null;
+    const ran = this.#enter(req.model, req.version, started, spans, (lease, made) => this.#fromWire(lease, req, options, made));
     return ran && ran.then(({ result, frame }) => ({ outputs: result.outputs, framed: result.framed && frame ? { bytes: result.framed, frame } : null }));
   }
 
@@ -269,26 +266,26 @@ export class RequestPath<L extends PathLease> {
 
   /**
    * The one way into the path, for a request off the wire and a meta model's sub-call alike: the
-   * model leased (null: this thread cannot take it), the request made (`make`), run, counted before
-   * its answer goes and before its lease is given back (whoever asks for statistics after the
-   * answer finds it counted), its spans ended, its lease and regions given back.
+   * model leased (null: these rooms cannot take it, and no span is made for it here), its spans
+   * made, the request made (`make`), run, counted before its answer goes and before its lease is
+   * given back (whoever asks for statistics after the answer finds it counted), its spans ended,
+   * its lease and regions given back.
    */
-  #enter(model: string, version: string, started: bigint, spans: PathSpans | null, make: (lease: L) => PathRequest<L>): Promise<Ran> | null {
+  #enter(model: string, version: string, started: bigint, spans: () => PathSpans | null, make: (lease: L, spans: PathSpans | null) => PathRequest<L>): Promise<Ran> | null {
     let lease: L | null;
     try {
       lease = this.#rooms.acquire(model, version);
     } catch (err) {
-      spans?.end(err);
       return Promise.reject(err);
     }
-    return lease && this.#served(lease, started, spans, make);
+    return lease && this.#served(lease, started, spans(), make);
   }
 
-  async #served(lease: L, started: bigint, spans: PathSpans | null, make: (lease: L) => PathRequest<L>): Promise<Ran> {
+  async #served(lease: L, started: bigint, spans: PathSpans | null, make: (lease: L, spans: PathSpans | null) => PathRequest<L>): Promise<Ran> {
     const rooms = this.#rooms;
     let request: PathRequest<L> | null = null;
     try {
-      request = make(lease);
+      request = make(lease, spans);
       const ran = await this.#run(request);
       rooms.succeeded(lease, request.checked.batchSize, Number(process.hrtime.bigint() - started), ran.result.queueNs, ran.result.timing);
       spans?.end();
@@ -315,8 +312,9 @@ export class RequestPath<L extends PathLease> {
       throw errors.invalidRequest(`meta model ${JSON.stringify(meta.name)} may call only ${meta.subModels.join(', ')} (its manifest's models), not ${quote(model)}`);
     }
     const started = process.hrtime.bigint();
-    const spans = parent.spans?.subCall(model) ?? null;
-    const ran = this.#enter(model, '', started, spans, (lease) => ({
+    let made: PathSpans | null | undefined;
+    const spansOf = () => (made === undefined ? (made = parent.spans?.subCall(model) ?? null) : made);
+    const ran = this.#enter(model, '', started, spansOf, (lease, spans) => ({
       lease, spans, slices: [],
       checked: checkTensors(tensors, outputs, lease.spec),
       context: { model, requestId: parent.context.requestId, parameters: {} },
@@ -326,12 +324,13 @@ export class RequestPath<L extends PathLease> {
       quota: this.#rooms.quotas.subCall(parent.quota, model),
     }));
     if (ran) return (await ran).result.outputs;
-    const rooms = this.#rooms;
-    if (!rooms.elsewhere) throw new Error(`unreachable: no lease on ${quote(model)} and nowhere else to run it`);
+    const { urgency: { deadlineMs, priority }, signal } = parent;
+    const spans = spansOf();
+    const trace = spans?.carrier();
     try {
-      const answer = await rooms.elsewhere(model, tensors, outputs, parent.urgency, parent.signal, spans?.carrier());
+      const answer = await this.#rooms.elsewhere(subCallRequest(model, tensors, outputs, priority), { callDeadlineMs: deadlineMs, signal, outputs: null, protocol: 'grpc', ...(trace ? { trace } : {}) });
       spans?.end();
-      return answer;
+      return answer.outputs;
     } catch (err) {
       spans?.end(err);
       throw err;
@@ -450,4 +449,20 @@ export class RequestPath<L extends PathLease> {
       signal.removeEventListener('abort', onAbort);
     }
   }
+}
+
+/**
+ * A meta model's sub-call as a request of its own, for elsewhere (its tensors are its own: the hook thread made them),
+ * at its parent's priority.
+ */
+function subCallRequest(model: string, tensors: WireTensor[], outputs: string[], priority: number): DataPlaneRequest {
+  return {
+    ...(priority > 0 ? { priority } : {}),
+    model,
+    version: '',
+    id: '',
+    inputs: tensors.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape, bytes: { kind: 'inline', data: t.data, owned: true } })),
+    outputs: outputs.map((name) => ({ name, region: null })),
+    parameters: {},
+  };
 }

@@ -3,7 +3,7 @@
  * thread per device worker, over which that thread hands the device the requests it routes and
  * hears their answers (actors/device/doors.ts on the other side). Every request reaches a device
  * through a door: the main thread's handle keeps one to each worker it starts (actors/device/handle.ts),
- * each edge thread one per device (actors/edge/edge-path.ts). Control calls alone go over the
+ * each edge thread one per device (actors/rooms/rooms.ts). Control calls alone go over the
  * worker's own port.
  *
  * - each request settles in exactly one way: its answer, its deadline (for one without: the
@@ -91,6 +91,16 @@ export class DeviceDoor implements DeviceClient {
     port.unref(); // a door never keeps the thread alive
     for (const { messages, transfer } of this.#held) port.postMessage(messages, transfer);
     this.#held = [];
+  }
+
+  /** Requests may go through it: not closed, its worker's end still there (the rooms' RoomDevice). */
+  get serving(): boolean {
+    return !this.#closed && !this.#gone;
+  }
+
+  /** A door serves its worker once that worker has every model loaded (a handle opens edges' doors only then). */
+  get settled(): boolean {
+    return this.serving;
   }
 
   /** Requests handed to the device and not yet settled (least_outstanding routing). */

@@ -1,8 +1,9 @@
 /**
  * The device actor's doors (shared/channels/device.ts `door`): every request reaches the device
  * through one, a MessagePort per client thread per worker — the main thread's handle keeps one
- * (actors/device/handle.ts), each edge thread one (actors/edge/edge-path.ts), each the client end
- * a DeviceDoor (door.ts) — and its answer goes back through the door it came by. Control calls
+ * (actors/device/handle.ts), which the main thread's rooms reach it by, each edge thread one
+ * (actors/rooms/rooms.ts), each the client end a DeviceDoor (door.ts) — and its answer goes back
+ * through the door it came by. Control calls
  * alone come over the worker's own port.
  *
  * Inside the device a door's request is a request like any other: it joins its model's queue and

@@ -7,7 +7,7 @@
  * registry and readiness, the shared-memory regions, statistics and /metrics, tracing; admission
  * is one count in shared memory.
  *
- * The path on the edges (actors/edge/edge-path.ts): the edges run the request path themselves,
+ * The path on the edges (actors/rooms/rooms.ts): the edges run the request path themselves,
  * to the device actors and through hook threads of their own. This handle gives each edge what that takes: every
  * model's route as the registry changes it, the leases' shared memory, and a door to each device actor that serves
  * (again after a device restarts, none to one taken out of service), and the shared memory where
@@ -38,6 +38,12 @@ import { EDGE_HEALTHY_AFTER_MS, EDGE_MAX_CONSECUTIVE_CRASHES } from '../../share
 import type { Quotas } from '../../shared/quotas.js';
 
 const WORKER_URL = new URL('./worker.js', import.meta.url);
+
+/**
+ * How long a load's or a registration's answer waits for the edges to have read it (`synced`): an edge busy past it
+ * hands such requests to the main thread meanwhile, which serves them.
+ */
+const EDGE_SYNC_TIMEOUT_MS = 2_000;
 
 /** An edge thread's start must not take longer than this (it loads the protos and binds two ports). */
 const EDGE_START_TIMEOUT_MS = 30_000;
@@ -116,7 +122,8 @@ export interface DoorSource {
 
 /** What the edges' rooms need of the main thread (absent: every inference goes through it). */
 export interface EdgeRooms {
-  routing: RoomsStart['routing'];
+  /** What every thread's rooms stand on (each edge in its own row). */
+  start: RoomsStart;
   /** The leases on models' instances, a row per edge and the main thread's last (shared/leases.ts). */
   leases: Leases;
   /** Every model's route now (a new edge's start); changes come through `routeChanged`. */
@@ -124,14 +131,10 @@ export interface EdgeRooms {
   devices: readonly DoorSource[];
   /** Where the edges count the requests they route themselves (statistics and metrics read them there). */
   counters: RequestCounters;
-  /** Each edge's own hook pool. */
-  hooks: RoomsStart['hooks'];
   /** The holds on shared-memory regions (node/shared-memory.ts), a row per edge and the main thread's last. */
   regionHolds: Leases;
-  /** The node's quotas: their numbers are shared with the edges, and a dead edge's places are given back. */
+  /** The node's quotas: a dead edge's places are given back. */
   quotas: Quotas;
-  /** How the scheduler resolves a request's priority level. */
-  levels: RoomsStart['levels'];
   /** Every region the edges may take requests for now (a new edge's start); changes come through `regionChanged`. */
   regions(): [string, EdgeRegion][];
   /** An edge gave back its last hold on an unregistered region, or died with holds: close what nothing holds. */
@@ -174,6 +177,8 @@ interface Edge {
   markDrained: () => void;
   /** Set once it listens: when its crashes in a row count as over. */
   healthy?: NodeJS.Timeout;
+  /** Its `sync`s not yet answered, each resolved by `synced` or the edge's end. */
+  syncs: Map<number, () => void>;
 }
 
 /** The buffers an answer's outputs are views of, each once. */
@@ -192,6 +197,7 @@ export class EdgeThreads {
   readonly #crashes = new Map<number, ConsecutiveCrashes>();
   #ports = { grpc: 0, http: 0 };
   #stopping = false;
+  #nextSync = 1;
 
   constructor(options: EdgeOptions) {
     this.#o = options;
@@ -272,6 +278,25 @@ export class EdgeThreads {
     if (door) edge.outbox.push({ type: 'door', deviceId: device.deviceId, port: door.port, link: door.link, waitBoundMs: device.waitBoundMs, backlog: device.backlog.memory }, [door.port]);
   }
 
+  /**
+   * Resolves once every edge has read what it was sent before now (a route, a region), or after EDGE_SYNC_TIMEOUT_MS:
+   * the answer to a load or a registration waits for it, so that a client's next request finds its model or region on
+   * whichever edge takes it (until then an edge hands such a request to the main thread, which serves it).
+   */
+  synced(): Promise<void> {
+    const edges = this.#edges.filter((e): e is Edge => e !== undefined);
+    const all = Promise.all(edges.map((edge) => new Promise<void>((resolve) => {
+      const id = this.#nextSync++;
+      edge.syncs.set(id, resolve);
+      edge.outbox.push({ type: 'sync', id });
+    })));
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, EDGE_SYNC_TIMEOUT_MS);
+    });
+    return Promise.race([all.then(() => undefined), bound]).finally(() => clearTimeout(timer));
+  }
+
   /** Drain every edge (new inferences refused, those in flight answered within `graceMs`), then end their threads. */
   async stop(graceMs: number): Promise<void> {
     this.#stopping = true;
@@ -289,7 +314,7 @@ export class EdgeThreads {
     const { endpoints, admission, logLevel, logger } = this.#o;
     const rooms = this.#o.rooms;
     const start: EdgeStart = { edge: index, endpoints, ports: this.#ports, admission: admission.memory, logLevel: logger.level ?? logLevel,
-      rooms: rooms ? { leases: rooms.leases.shape, routing: rooms.routing, counters: rooms.counters.shape, hooks: rooms.hooks, regionHolds: rooms.regionHolds.shape, quotas: rooms.quotas.shape, levels: rooms.levels } : null,
+      rooms: rooms ? { ...rooms.start, leases: rooms.leases.shape, counters: rooms.counters.shape, regionHolds: rooms.regionHolds.shape } : null,
       tracing: this.#o.traceExportFailures ? { exportFailures: this.#o.traceExportFailures } : null };
     let markDrained = () => {};
     const drained = new Promise<void>((resolve) => {
@@ -312,7 +337,7 @@ export class EdgeThreads {
       exitedBeforeStart: (code, lastError) => errors.internal(`edge thread ${index} exited (code ${code}) before listening: ${lastError?.message ?? 'no error reported'}`),
       onExit: (code, lastError, listening) => this.#exited(edge, code, lastError, listening),
     });
-    edge = { index, worker, outbox: new Outbox<ToEdge>((messages, transfer) => worker.postMessage(messages, transfer)), inferences: new Map(), drained, markDrained };
+    edge = { index, worker, outbox: new Outbox<ToEdge>((messages, transfer) => worker.postMessage(messages, transfer)), inferences: new Map(), drained, markDrained, syncs: new Map() };
     // Listening a while without crashing: its crashes in a row start again at 0.
     void started.then(() => {
       edge.healthy = setTimeout(() => this.#crashes.get(index)?.healthy(), EDGE_HEALTHY_AFTER_MS);
@@ -333,6 +358,8 @@ export class EdgeThreads {
     const { admission, logger, rooms } = this.#o;
     const { index } = edge;
     edge.markDrained();
+    for (const synced of edge.syncs.values()) synced();
+    edge.syncs.clear();
     for (const abort of edge.inferences.values()) abort.abort();
     edge.inferences.clear();
     // What it had admitted will never leave: its share of the counts is given back, and its leases.
@@ -392,6 +419,10 @@ export class EdgeThreads {
         return;
       case 'drained':
         edge.markDrained();
+        return;
+      case 'synced':
+        edge.syncs.get(msg.id)?.();
+        edge.syncs.delete(msg.id);
         return;
       case 'listening':
         return;

@@ -6,11 +6,11 @@
  * may answer goes there over this thread's port (shared/channels/edge.ts): each operation by name
  * (shared/operations.ts). Streams stay on their edge.
  *
- * An inference takes the request path here (edge-path.ts: shared/request-path.ts on this edge's
- * rooms): to a device actor over this thread's own door, through this thread's own hook threads,
- * and back here to be framed; the main thread only reads what it counted. What this edge does not
- * take (edge-path.ts says which) goes to the main thread's path as the data plane's request, and
- * its answer comes back here.
+ * An inference takes the request path here (shared/request-path.ts on this edge's rooms,
+ * actors/rooms/rooms.ts): to a device actor over this thread's own door, through this thread's
+ * own hook threads, and back here to be framed; the main thread only reads what it counted. What
+ * this edge's rooms do not take (rooms.ts says which) goes to the main thread's rooms as the data
+ * plane's request, and its answer comes back here.
  *
  * An uncaught error ends this thread and closes its connections only; the main thread starts a
  * replacement on the same ports (handle.ts).
@@ -33,7 +33,7 @@ import { markOwnedBuffers } from '../../protocol/message-buffers.js';
 import { operationsVia } from '../../shared/operations.js';
 import { loadControlClient, loadInferenceClient } from '../../protocol/proto.js';
 import { restRoutes } from '../../protocol/rest-routes.js';
-import { EdgePath } from './edge-path.js';
+import { Rooms } from '../rooms/rooms.js';
 import { countExportFailuresIn, startTracing, stopTracing } from '../../shared/tracing.js';
 
 const start = workerData as EdgeStart;
@@ -103,8 +103,8 @@ function handedOver(request: DataPlaneRequest): ArrayBuffer[] {
 }
 
 /**
- * The request path on this edge (edge-path.ts) when it takes the request; else the main thread's
- * path: the request goes there, its answer comes back here.
+ * The request path in this edge's rooms; what they do not take goes to the main thread's rooms, its answer coming
+ * back here.
  */
 const infer: Infer = async (request, options) => {
   if (faultExitFile && existsSync(faultExitFile) && tookFault(faultExitFile)) {
@@ -112,7 +112,7 @@ const infer: Infer = async (request, options) => {
       throw new Error(`a fault injected by ${faultExitFile}`);
     });
   }
-  return path?.infer(request, options) ?? viaMain(request, options);
+  return path ? path.infer(request, options) : viaMain(request, options);
 };
 
 const viaMain: Infer = async (request, { signal, ...options }) => {
@@ -127,9 +127,11 @@ const viaMain: Infer = async (request, { signal, ...options }) => {
   }
 };
 
-// The request path runs here (edge-path.ts), counted here in shared memory; what it does not take goes to the main
-// thread.
-const path = start.rooms ? new EdgePath(start.rooms, start.edge, viaMain, (of) => post({ type: 'lastRelease', of }), start.tracing !== null) : null;
+// The request path runs here in this edge's rooms (actors/rooms/rooms.ts), counted here in shared memory; what they
+// do not take goes to the main thread.
+const path = start.rooms
+  ? new Rooms(start.rooms, { row: start.edge, quotaRow: start.edge + 1 }, { elsewhere: viaMain, lastRelease: (of) => post({ type: 'lastRelease', of }), tracing: start.tracing !== null })
+  : null;
 
 const healthListeners: (() => void)[] = [];
 const health = new HealthService({
@@ -199,6 +201,9 @@ function receive(msg: ToEdge): void {
       return;
     case 'regionSlotsGrown':
       path?.regionSlotsGrown(msg.holds);
+      return;
+    case 'sync':
+      post({ type: 'synced', id: msg.id }); // what came before it in order is applied already
       return;
     case 'drain':
       health.close();

@@ -35,10 +35,11 @@ export interface EdgePlacement {
 }
 
 /**
- * A model an edge may run itself (the path on the edge, actors/edge/edge-path.ts): its spec, the
- * instance that serves it, and its lease slot and tag (shared/leases.ts) that say whether it
- * still does. The main thread sends a model's route each time it changes; null: its requests go
- * through the main thread (not ready, or loading, or no slot left).
+ * A model a thread's rooms may run (actors/rooms/rooms.ts): its spec, the instance that serves
+ * it, and its lease slot and tag (shared/leases.ts) that say whether it still does. The main
+ * thread tells every thread's rooms a model's route each time it changes (its own first); null:
+ * not routed (not ready, or loading, or no slot left): an edge's requests for it go to the main
+ * thread, whose rooms refuse them saying why.
  */
 export interface EdgeRoute {
   model: string;
@@ -56,9 +57,9 @@ export interface EdgeRoute {
 }
 
 /**
- * A registered shared-memory region as an edge takes requests that name it (actors/edge/edge-regions.ts):
+ * A registered shared-memory region as a thread's rooms take requests that name it (actors/rooms/regions.ts):
  * what a slice of it carries (node/shared-memory.ts), and its slot in the region holds, tagged with
- * its id (shared/leases.ts), where the edge counts the requests that hold it.
+ * its id (shared/leases.ts), where the thread counts the requests that hold it.
  */
 export interface EdgeRegion {
   id: number;
@@ -154,7 +155,9 @@ export type ToEdge =
    */
   | { type: 'slotsGrown'; leases: SharedArrayBuffer; counters: SharedArrayBuffer }
   /** The main thread added a segment of region hold slots: sent before any region names a slot in it. */
-  | { type: 'regionSlotsGrown'; holds: SharedArrayBuffer };
+  | { type: 'regionSlotsGrown'; holds: SharedArrayBuffer }
+  /** Answer `synced` once what was sent before this is read (a load's or a registration's answer waits for it). */
+  | { type: 'sync'; id: number };
 
 export type FromEdge =
   /** Listening on these ports: the process's ports, when the first edge chose them. */
@@ -174,4 +177,6 @@ export type FromEdge =
    */
   | { type: 'lastRelease'; of: 'model' | 'region' }
   /** The ports are closed and nothing is in flight here any more. */
-  | { type: 'drained' };
+  | { type: 'drained' }
+  /** Everything sent before `sync` `id` is read. */
+  | { type: 'synced'; id: number };

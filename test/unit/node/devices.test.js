@@ -1,5 +1,5 @@
-// The device pool's routing and placement with stand-in devices: lpt_packing fills one replica's batch
-// before the next, and a model that moves is made resident on its new device before requests follow.
+// The device pool's placement and policies with stand-in devices: a model that moves is made resident on
+// its new device before requests follow (the choice of device per request is the rooms': rooms.test.js).
 import test from 'ava';
 import { Devices } from '../../../dist/node/devices.js';
 import { instanceKey, modelOf } from '../../../dist/shared/model-spec.js';
@@ -54,37 +54,6 @@ const request = (model) => ({ instance: instanceKey(model, 1) });
 /** @returns {import('../../../dist/node/devices.js').LptOptions} */
 const lpt = (over = {}) => ({ defaultReplicas: 1, replicas: {}, fillFactor: 1, policy: 'fill_rr', rebalanceSeconds: 0, budgets: new Map(), ...over });
 
-test('fill_rr: a replica takes a full batch in flight before the next opens; when all are full, the least loaded', async (t) => {
-  const devices = [0, 1, 2].map((id) => fakeDevice(id, []));
-  const pool = new Devices(devices, { mode: 'lpt_packing', policies: new ModelPolicies([]), lpt: lpt({ replicas: { hot: 2 } }) });
-  await pool.load(spec('hot', 2), instanceKey('hot', 1));
-  const placed = pool.placementOf('hot');
-  t.is(placed.length, 2);
-  /** @type {number[]} */
-  const routed = [];
-  const send = () => {
-    void pool.infer(request('hot'));
-    routed.push(devices.findIndex((d) => d.pending.length > (d.seen ?? 0)));
-    for (const d of devices) d.seen = d.pending.length;
-  };
-  for (let i = 0; i < 5; i++) send();
-  t.deepEqual(routed, [placed[0], placed[0], placed[1], placed[1], placed[0]]);
-});
-
-test('fill_least: the next replica to open is the device with the fewest calls in flight', async (t) => {
-  const devices = [0, 1, 2].map((id) => fakeDevice(id, []));
-  const pool = new Devices(devices, { mode: 'lpt_packing', policies: new ModelPolicies([]), lpt: lpt({ policy: 'fill_least', replicas: { hot: 3 } }) });
-  await pool.load(spec('hot', 1), instanceKey('hot', 1));
-  const [first, second, third] = pool.placementOf('hot');
-  // The third device is busy with other work; the second is idle.
-  devices[third].pending.push(() => {}, () => {});
-  void pool.infer(request('hot'));
-  void pool.infer(request('hot'));
-  t.is(devices[first].pending.length, 1);
-  t.is(devices[second].pending.length, 1, 'opened on the idle device, not the busy one');
-  t.is(devices[third].pending.length, 2);
-});
-
 test('a model that moves is made resident on its new device before its requests switch', async (t) => {
   /** @type {PrefetchEvent[]} */
   const events = [];
@@ -108,20 +77,6 @@ test('a model that moves is made resident on its new device before its requests 
   for (const e of events) e.resolve();
   await repacked;
   t.is(pool.placementOf(model)[0], to, 'then they follow');
-});
-
-test('round_robin and least_outstanding ignore placement; one device is a pass-through', async (t) => {
-  const devices = [0, 1].map((id) => fakeDevice(id, []));
-  const rr = new Devices(devices, { mode: 'round_robin', policies: new ModelPolicies([]) });
-  for (let i = 0; i < 4; i++) void rr.infer(request('m'));
-  t.deepEqual(devices.map((d) => d.pending.length), [2, 2]);
-  const lo = new Devices(devices, { mode: 'least_outstanding', policies: new ModelPolicies([]) });
-  devices[0].pending.push(() => {});
-  void lo.infer(request('m'));
-  t.deepEqual(devices.map((d) => d.pending.length), [3, 3]);
-  const one = new Devices([devices[0]], { mode: 'lpt_packing', policies: new ModelPolicies([]), lpt: lpt() });
-  await one.load(spec('m', 8), instanceKey('m', 1));
-  t.deepEqual(one.placementOf('m'), [0]);
 });
 
 test('policy changes go through the one owner; a residency a device refuses is undone everywhere', async (t) => {
@@ -154,44 +109,3 @@ test('policy changes go through the one owner; a residency a device refuses is u
   t.is(policies.of(1, 'big').maxBatchSize, 4, 'the earlier policy change stands');
 });
 
-test('a device out of service is routed around; with none left, UNAVAILABLE saying which are out', async (t) => {
-  const devices = [0, 1].map((id) => fakeDevice(id, []));
-  const pool = new Devices(devices, { mode: 'round_robin', policies: new ModelPolicies(devices.map((d) => ({ deviceId: d.deviceId, models: {} }))) });
-  const request = /** @type {any} */ ({ instance: instanceKey('m', 1), inputs: [], rows: 1, outputs: [], outputRegions: [], frame: null, deadlineMs: Infinity });
-  devices[0].serving = false;
-  devices[0].state = 'OUT_OF_SERVICE';
-  for (let i = 0; i < 4; i++) void pool.infer(request);
-  t.is(devices[0].pending.length, 0, 'nothing routed to the device taken out');
-  t.is(devices[1].pending.length, 4);
-  devices[1].serving = false;
-  devices[1].state = 'OUT_OF_SERVICE';
-  const err = await t.throwsAsync(pool.infer(request));
-  t.is(/** @type {any} */ (err).code, 'STOWAGE_DEVICE_UNAVAILABLE');
-  t.regex(err?.message ?? '', /no device of this node is in service \(device 0: OUT_OF_SERVICE, device 1: OUT_OF_SERVICE\)/);
-});
-
-test('a device that lost a model is routed around, placed or not; one still reloading after a crash takes nothing others serve', async (t) => {
-  for (const mode of /** @type {const} */ (['round_robin', 'least_outstanding', 'lpt_packing'])) {
-    const devices = [0, 1, 2].map((id) => fakeDevice(id, []));
-    const pool = new Devices(devices, { mode, policies: new ModelPolicies(devices.map((d) => ({ deviceId: d.deviceId, models: {} }))), lpt: lpt({ defaultReplicas: 'all' }) });
-    await pool.load(spec('m', 1), instanceKey('m', 1));
-    devices[1].lost.add(instanceKey('m', 1));
-    t.true(pool.lost(instanceKey('m', 1)), `${mode}: others still hold it`);
-    t.deepEqual(pool.holdersOf(instanceKey('m', 1)), [0, 2]);
-    for (let i = 0; i < 12; i++) void pool.infer(request('m'));
-    t.deepEqual(devices.map((d) => d.inflight), [6, 0, 6], mode);
-    // Device 2 restarting: its reloads not done, requests go to the device that has the model now.
-    devices[2].settled = false;
-    for (let i = 0; i < 4; i++) void pool.infer(request('m'));
-    t.deepEqual(devices.map((d) => d.inflight), [10, 0, 6], `${mode}: restarting`);
-  }
-});
-
-test('a model no device in service holds fails UNAVAILABLE, naming the model', async (t) => {
-  const devices = [0, 1].map((id) => fakeDevice(id, []));
-  const pool = new Devices(devices, { mode: 'round_robin', policies: new ModelPolicies(devices.map((d) => ({ deviceId: d.deviceId, models: {} }))) });
-  for (const d of devices) d.lost.add(instanceKey('m', 1));
-  t.false(pool.lost(instanceKey('m', 1)));
-  const err = await t.throwsAsync(pool.infer(request('m')));
-  t.regex(err?.message ?? '', /model "m" is not ready \(state UNAVAILABLE\): no device in service holds it/);
-});

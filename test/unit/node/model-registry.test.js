@@ -1,8 +1,8 @@
 // The registry's leases (node/model-registry.ts, node/model-slots.ts), one mechanism in shared memory
 // for every thread: a ready model's instance gets an open slot and a route; a reload closes the old
-// instance's slot at once (an edge holding the old route takes no new lease on it, nor does the
-// main thread) and opens one for the new instance under a new tag; waiting for an instance to
-// drain waits for the main thread's leases and every edge's, then frees the slot, which another
+// instance's slot at once (a thread holding the old route, an edge's or the main thread's, takes no
+// new lease on it) and opens one for the new instance under a new tag; waiting for an instance to
+// drain waits for every thread's leases, each in its row, then frees the slot, which another
 // instance may take under another tag that the old route never passes for; a model that is not
 // ready has no route.
 import test from 'ava';
@@ -21,11 +21,11 @@ function registry() {
   /** @type {[string, import('../../../dist/shared/channels/edge.js').EdgeRoute | null][]} */
   const told = [];
   r.watchRoutes((model, route) => told.push([model, route]));
-  return { r, leases, edge: () => new Leases(leases.shape, 0), told };
+  return { r, leases, edge: () => new Leases(leases.shape, 0), main: () => new Leases(leases.shape, 1), told };
 }
 
 test('a ready model gets a slot and a route; a reload moves new leases to the new instance at once', async (t) => {
-  const { r, leases, edge: edgeOf, told } = registry();
+  const { r, leases, edge: edgeOf, main: mainOf, told } = registry();
   r.set({ name: 'm', state: ModelState.LOADING, spec, reason: '' });
   t.is(r.routeOf('m'), null, 'loading: no route');
   r.set(ready(1));
@@ -46,21 +46,19 @@ test('a ready model gets a slot and a route; a reload moves new leases to the ne
   t.deepEqual(r.pending(), new Map([['m', 2]]), 'the edge\'s leases on both instances count as in flight');
   edge.release(second.slot, second.tag);
 
-  // The old instance drains only once the main thread's request and the edge's lease are done.
-  const lease = r.acquire('m');
-  t.is(lease.instance, instanceKey('m', 2));
-  t.is(lease.slot, second.slot, 'the main thread holds in the same slot');
-  t.is(leases.heldHere(second.slot), 1, 'in its own row');
-  const mainHeld = r.acquire('m');
-  r.release(mainHeld);
+  // The old instance drains only once every thread's leases on it are given back: the main thread's rooms hold in
+  // the same slot, in its own row (the last).
+  const main = mainOf();
+  t.true(main.acquire(second.slot, second.tag));
+  t.is(leases.heldHere(second.slot), 1, 'in the main thread\'s row');
   const drained = r.drained(instanceKey('m', 1));
   t.false(await settled(drained), 'the edge still holds a lease on it');
   edge.release(/** @type {any} */ (first).slot, /** @type {any} */ (first).tag);
   t.false(await settled(drained), 'nothing polls: the edge\'s last release on the closed slot must say so');
-  r.edgesReleased(); // what the edge's 'lastRelease' message does on the main thread
+  r.released(); // what the edge's 'lastRelease' message does on the main thread
   t.true(await settled(drained));
   t.deepEqual(r.pending(), new Map([['m', 1]]), 'the main thread\'s lease counts as in flight');
-  r.release(lease);
+  main.release(second.slot, second.tag);
 
   // Its slot is free again: another instance may take it, under a tag the old route never passes for.
   r.set({ name: 'm', state: ModelState.UNAVAILABLE, spec, instance: instanceKey('m', 2), reason: 'unloaded' });
@@ -76,19 +74,27 @@ test('a ready model gets a slot and a route; a reload moves new leases to the ne
 });
 
 test('the main thread\'s requests alone: drained waits for the last release on the closed slot, which says so itself', async (t) => {
-  const r = new ModelRegistry(); // no edge threads: the main thread's row alone
+  const leases = Leases.create(0); // no edge threads: the main thread's row alone
+  const r = new ModelRegistry(leases);
   r.set(ready(1));
-  const a = r.acquire('m');
-  const b = r.acquire('m');
+  const route = /** @type {import('../../../dist/shared/channels/edge.js').EdgeRoute} */ (r.routeOf('m'));
+  let lastOut = 0;
+  const main = new Leases(leases.shape, 0, null, () => {
+    lastOut++;
+    r.released();
+  });
+  t.true(main.acquire(route.slot, route.tag));
+  t.true(main.acquire(route.slot, route.tag));
   r.set({ name: 'm', state: ModelState.UNLOADING, spec, instance: instanceKey('m', 1), reason: 'unloading' });
-  t.throws(() => r.acquire('m'), { message: /not ready/ }, 'unloading: no new lease');
+  t.is(r.routeOf('m'), null, 'unloading: no route');
+  t.false(main.acquire(route.slot, route.tag), 'unloading: no new lease on the old route');
   const drained = r.drained(instanceKey('m', 1));
-  r.release(a);
+  main.release(route.slot, route.tag);
   t.false(await settled(drained));
-  r.release(b);
+  main.release(route.slot, route.tag);
+  t.true(lastOut >= 1, 'the last release said so');
   t.true(await settled(drained));
   t.deepEqual(r.pending(), new Map());
-  t.throws(() => r.acquire('ghost'), { message: /unknown model "ghost"/ });
 });
 
 test('instances beyond one segment of slots each get a slot of their own, and leases there work', (t) => {
@@ -105,8 +111,9 @@ test('instances beyond one segment of slots each get a slot of their own, and le
   const edge = new Leases(leases.shape, 0);
   const last = /** @type {import('../../../dist/shared/channels/edge.js').EdgeRoute} */ (r.routeOf(`m${count - 1}`));
   t.true(edge.acquire(last.slot, last.tag));
-  const lease = r.acquire(`m${count - 1}`);
+  const main = new Leases(leases.shape, 1);
+  t.true(main.acquire(last.slot, last.tag));
   t.deepEqual(r.pending(), new Map([[`m${count - 1}`, 2]]));
-  r.release(lease);
+  main.release(last.slot, last.tag);
   edge.release(last.slot, last.tag);
 });

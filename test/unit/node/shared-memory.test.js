@@ -1,11 +1,11 @@
 // The main thread's registry of shared-memory regions, CUDA regions beside system ones: one
 // namespace, each kind's status and unregister their own, a registration that the devices refuse
 // leaves nothing behind, and a region in use closes only with its last request, here or on an
-// edge thread (the edges' holds in shared memory, actors/edge/edge-regions.ts).
+// thread's rooms (their holds in shared memory, actors/rooms/regions.ts).
 import test from 'ava';
 import { SharedMemoryRegistry } from '../../../dist/node/shared-memory.js';
 import { createRegion, destroyRegion } from '../../../dist/client/shared-memory.js';
-import { EdgeRegions } from '../../../dist/actors/edge/edge-regions.js';
+import { Regions } from '../../../dist/actors/rooms/regions.js';
 import { Leases } from '../../../dist/shared/leases.js';
 
 const key = `/stowage_unit_registry_${process.pid}`;
@@ -17,25 +17,33 @@ const handle = Uint8Array.from({ length: 64 }, (_, i) => i);
 test('a CUDA region is opened by the devices before it is registered, and its slices carry its GPU and handle', async (t) => {
   /** @type {number[]} */
   const forgotten = [];
-  const registry = new SharedMemoryRegistry((id) => forgotten.push(id));
+  /** @type {Regions | undefined} */
+  let grows;
+  const holds = Leases.create(0, (segment) => grows?.adopt(segment)); // segments go to the rooms as the server sends them
+  const registry = new SharedMemoryRegistry((id) => forgotten.push(id), holds);
+  const rooms = new Regions(holds.shape, 0, () => registry.released()); // the main thread's rooms
+  grows = rooms;
+  registry.watch((name, region) => rooms.set(name, region));
   /** @type {import('../../../dist/shared/channels/inference.js').RegionSlice[]} */
   const opened = [];
   const region = await registry.registerCuda('gpu_in', 1, handle, 1024, async (whole) => {
+    t.false(rooms.knows('gpu_in'), 'the rooms hear of it only once its GPU\'s devices have it open');
     opened.push(whole);
   });
+  t.true(rooms.knows('gpu_in'));
   t.is(region.kind, 'cuda');
   t.is(opened.length, 1);
   t.like(opened[0], { offset: 0, byteSize: 1024, fd: -1, cuda: { gpu: 1 } });
   t.deepEqual([...(opened[0].cuda?.handle ?? [])], [...handle]);
-  const slice = registry.slice('input "x"', 'gpu_in', 256, 512);
+  const slice = rooms.slice('input "x"', 'gpu_in', 256, 512);
   t.like(slice, { offset: 256, byteSize: 512, key: `cuda:${region.id}`, cuda: { gpu: 1 } });
-  t.throws(() => registry.slice('input "x"', 'gpu_in', 768, 512), { message: /offset 768 \+ byte_size 512 is outside region "gpu_in" of 1024 bytes/ });
+  t.throws(() => rooms.slice('input "x"', 'gpu_in', 768, 512), { message: /offset 768 \+ byte_size 512 is outside region "gpu_in" of 1024 bytes/ });
   // Held by a request in flight, unregistered: closed only once the request is answered.
-  registry.hold([slice]);
+  rooms.hold([slice]);
   registry.unregister('gpu_in', 'cuda');
   t.deepEqual(forgotten, []);
   t.deepEqual(registry.status('', 'cuda'), []);
-  registry.release([slice]);
+  rooms.release([slice]);
   t.deepEqual(forgotten, [region.id]);
 });
 
@@ -88,7 +96,7 @@ test('shared with the edges: each region in a hold slot tagged with its id; an e
 
   // Edge 1 takes a request naming r.
   let idle = 0;
-  const edge = new EdgeRegions(holds.shape, 1, () => idle++);
+  const edge = new Regions(holds.shape, 1, () => idle++);
   for (const [name, r] of heard) edge.set(name, r);
   t.true(edge.knows('r'));
   t.false(edge.knows('other'), 'one it has not heard of is the main thread\'s to find');
@@ -103,12 +111,12 @@ test('shared with the edges: each region in a hold slot tagged with its id; an e
   t.deepEqual(heard.at(-1), ['r', null]);
   edge.set('r', null);
   t.deepEqual(forgotten, [], 'an edge still holds it');
-  const late = new EdgeRegions(holds.shape, 0, () => undefined);
+  const late = new Regions(holds.shape, 0, () => undefined);
   late.set('r', sent);
   t.throws(() => late.hold([slice]), { message: /no shared-memory region "r" is registered/ }, 'no new hold on an unregistered region');
   // A request checked a moment before its edge heard of the unregister (its region forgotten there
   // at once, no hold of its own on it): refused naming the region, not its id.
-  const checking = new EdgeRegions(holds.shape, 0, () => undefined);
+  const checking = new Regions(holds.shape, 0, () => undefined);
   checking.set('r', sent);
   const checked = checking.slice('input "x"', 'r', 0, 64);
   checking.set('r', null);
@@ -116,7 +124,7 @@ test('shared with the edges: each region in a hold slot tagged with its id; an e
   t.is(holds.held(sent.slot), 1, 'a failed hold holds nothing');
   edge.release([slice]);
   t.is(idle, 1, 'the edge\'s last hold on an unregistered region tells the main thread');
-  registry.edgesReleased();
+  registry.released();
   t.deepEqual(forgotten, [region.id], 'closed once nothing holds it');
 
   // The slot goes to the next region, under a new tag: a stale hold on the old one fails.
@@ -130,18 +138,27 @@ test('shared with the edges: each region in a hold slot tagged with its id; an e
 test('the main thread holds in its own row of the same holds: a region unregistered under its request closes at its release', (t) => {
   /** @type {number[]} */
   const forgotten = [];
-  const holds = Leases.create(1);
+  /** @type {Regions | undefined} */
+  let grows;
+  const holds = Leases.create(1, (segment) => grows?.adopt(segment));
   const registry = new SharedMemoryRegistry((id) => forgotten.push(id), holds);
+  // The main thread's rooms: the last row, told in-process, their last release telling the registry.
+  const main = new Regions(holds.shape, 1, () => registry.released());
+  grows = main;
+  registry.watch((name, region) => main.set(name, region));
+  t.false(registry.serves('m'));
   const region = registry.register('m', key, 0, 1024);
-  const slice = registry.slice('input "x"', 'm', 0, 64);
-  registry.hold([slice, slice]);
+  t.true(registry.serves('m'));
+  t.true(main.knows('m'), 'told before register returns');
+  const slice = main.slice('input "x"', 'm', 0, 64);
+  main.hold([slice, slice]);
   t.is(holds.heldHere(0), 2, 'two holds in the main thread\'s row of its slot (the first taken)');
-  t.deepEqual(registry.edgeRegions(), [], 'no edge watches: none told');
   registry.unregister('m');
-  t.throws(() => registry.hold([slice]), { message: /no shared-memory region "m" is registered/ }, 'no new hold once unregistered, here either');
-  registry.release([slice]);
+  t.false(main.knows('m'));
+  t.throws(() => main.hold([slice]), { message: /no shared-memory region "m" is registered/ }, 'no new hold once unregistered, here either');
+  main.release([slice]);
   t.deepEqual(forgotten, [], 'one hold left');
-  registry.release([slice]);
+  main.release([slice]);
   t.deepEqual(forgotten, [region.id], 'closed at the last');
   const again = registry.register('m2', key, 0, 64);
   t.not(again.id, region.id);

@@ -32,7 +32,7 @@ test('an edge\'s counts are read with the main thread\'s, folded when the slot i
   const [[model, merged]] = [...statistics.models()];
   t.is(model, 'a');
   t.is(merged.failures.get('CANCELED'), 1, 'the metrics see the edge\'s failure by reason');
-  t.deepEqual([...(statistics.edgeRoutes().get('a') ?? [])], [[0, 1], [1, 1]]);
+  t.deepEqual([...(statistics.routes().get('a') ?? [])], [[0, 1], [1, 1]]);
 
   // The slot is freed: its counts become a's own; the slot, reused for b, starts at zero.
   statistics.fold('a', 3);
@@ -40,6 +40,6 @@ test('an edge\'s counts are read with the main thread\'s, folded when the slot i
   edge0.succeeded(3, 1, 700, 7, timing);
   t.deepEqual(statistics.snapshot('a').inference_stats.success, { count: 2, ns: 3000 }, 'a keeps what it counted');
   t.deepEqual(statistics.snapshot('b').inference_stats.success, { count: 1, ns: 700 }, 'b counts only its own');
-  t.deepEqual([...(statistics.edgeRoutes().get('a') ?? [])], [[0, 1], [1, 1]], 'a\'s routes kept after the fold');
+  t.deepEqual([...(statistics.routes().get('a') ?? [])], [[0, 1], [1, 1]], 'a\'s routes kept after the fold');
   t.deepEqual([...statistics.models()].map(([m]) => m).sort(), ['a', 'b']);
 });

@@ -84,7 +84,12 @@ function rooms(o = {}) {
     deadlines,
     // alice may have one request in flight, and half a device.
     quotas,
-    elsewhere: async (model, tensors, outputs, urgency, signal) => { elsewhere.push({ model, urgency, signal }); log.push(`elsewhere ${model}`); return outputs.map((name) => ({ name, datatype: 'FP32', shape: [1, 2], data: new Uint8Array(8) })); },
+    // A sub-call these rooms cannot take, as a request of its own: its parent's priority on it, its deadline and signal.
+    elsewhere: async (request, { callDeadlineMs, signal }) => {
+      elsewhere.push({ model: request.model, urgency: { deadlineMs: callDeadlineMs, priority: request.priority ?? 0 }, signal });
+      log.push(`elsewhere ${request.model}`);
+      return { outputs: request.outputs.map(({ name }) => ({ name, datatype: 'FP32', shape: [1, 2], data: new Uint8Array(8) })), framed: null };
+    },
   };
   let t0 = 0;
   return { rooms: r, log, commands, elsewhere, quotas, duration: () => t0 };

@@ -128,8 +128,8 @@ test('the protocol is imported in node/ by the page\'s edge files only, and the 
   t.deepEqual(nodeFiles.filter((f) => intoProtocol(f) && !edges.has(f)), [], 'node/ files importing protocol/ that are not edges');
   t.deepEqual([...edges].filter((f) => !nodeFiles.includes(f) || !intoProtocol(f)), [], 'edges on the page that are gone or import no protocol: take them off');
   // Everything the pipeline imports, transitively, type-only imports included.
-  // The path itself (shared/request-path.ts) and its rooms on the main thread and on an edge.
-  const reached = new Set(['src/node/main-path.ts', 'src/shared/request-path.ts', 'src/actors/edge/edge-path.ts']);
+  // The path itself (shared/request-path.ts) and its rooms, every thread's.
+  const reached = new Set(['src/shared/request-path.ts', 'src/actors/rooms/rooms.ts']);
   const queue = [...reached];
   while (queue.length) {
     for (const { target } of relativeImports(/** @type {string} */ (queue.pop()))) {
