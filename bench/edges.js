@@ -104,6 +104,9 @@ const fmt = (x, digits = 0) => (Number.isFinite(x) ? x.toFixed(digits) : '-');
 console.log(`edges bench: ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${os.availableParallelism()} cores (${os.cpus()[0]?.model ?? 'cpu'}), ${Math.round(os.totalmem() / 2 ** 30)} GiB`);
 console.log('perf_analyzer, async, inline tensors; throughput in requests/s, latency in µs; ratio: requests/s ÷ edge_threads 0\'s');
 const rows = [];
+// Which server a point measures first matters here (the first after a switch ran up to 1.4x slower over REST at
+// concurrency 1, whichever build it was): every other point measures them in the reverse order.
+let point = 0;
 try {
   for (const protocol of protocols) {
     console.log(`\n${protocol}`);
@@ -116,18 +119,20 @@ try {
         // perf_analyzer's HTTP client has crashed now and then at concurrency 64 (a curl error, then
         // a segfault): a point is tried twice, and one that fails twice is reported as failed.
         const once = (address) => perfAnalyzer(address, { model: payload.model, batch: payload.batch, concurrency, requests, protocol, ...(payload.sharedMemory ? { sharedMemory: payload.sharedMemory, outputBytes: payload.outputBytes } : {}) });
-        const point = (address) => once(address).catch(() => once(address)).catch((err) => ({ rps: NaN, p50: NaN, p99: NaN, failed: String(err.stderr ?? err.message).split('\n')[0] }));
+        const measure = (address) => once(address).catch(() => once(address)).catch((err) => ({ rps: NaN, p50: NaN, p99: NaN, failed: String(err.stderr ?? err.message).split('\n')[0] }));
         const results = [];
-        for (const server of servers) {
+        const ordered = point++ % 2 === 0 ? servers : [...servers].reverse();
+        for (const server of ordered) {
           await server.answered();
           const before = cpuUs(server.pid);
-          const r = await point(protocol === 'grpc' ? server.grpc : server.http);
+          const r = await measure(protocol === 'grpc' ? server.grpc : server.http);
           const after = cpuUs(server.pid);
           const answered = await server.answered();
           results.push({ name: server.name, setting: server.setting, ...r, mainUs: (after.main - before.main) / answered, processUs: (after.process - before.process) / answered });
         }
+        results.sort((a, b) => servers.findIndex((s) => s.name === a.name) - servers.findIndex((s) => s.name === b.name));
         // The echo speaks gRPC only.
-        if (protocol === 'grpc' && !payload.sharedMemory) results.push({ name: echo.name, setting: null, ...(await point(echo.address)) });
+        if (protocol === 'grpc' && !payload.sharedMemory) results.push({ name: echo.name, setting: null, ...(await measure(echo.address)) });
         const base = results.find((r) => r.setting === 0)?.rps;
         for (const r of results) {
           const cpu = r.mainUs === undefined ? '' : `${fmt(r.mainUs, 1).padStart(5)}/${fmt(r.processUs)}`;

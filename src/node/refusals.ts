@@ -4,9 +4,12 @@
  * every change before any edge's (in-process), so no thread could take it: the answer is the
  * reason, worded by what knows it — the registry (an unknown model or version, a model not
  * ready, and why), the shared-memory registry (a region not registered), the device pool (no
- * device in service, or none that holds the model).
+ * device in service, or none that holds the model). Traced, the refusal is a span of its own, ended
+ * with its error (no rooms made one for a request they did not take).
  */
-import type { DataPlaneRequest } from '../shared/data-plane.js';
+import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../shared/data-plane.js';
+import { MODEL_VERSION } from '../shared/constants.js';
+import { RequestTrace } from '../shared/tracing.js';
 import { errors } from '../shared/errors.js';
 import type { Devices } from './devices.js';
 import { ModelState, type ModelRegistry } from './model-registry.js';
@@ -31,4 +34,11 @@ export function refusalOf(req: DataPlaneRequest, { registry, sharedMemory, devic
   const unknown = regions.find((name) => !sharedMemory.serves(name));
   if (unknown !== undefined) return errors.sharedMemoryNotFound(unknown);
   return devices.unavailable(record.instance);
+}
+
+/** The request refused saying why, its span (when traced) ended with the error. */
+export function refuse(req: DataPlaneRequest, options: InferOptions, sources: RefusalSources): Promise<InferenceAnswer> {
+  const err = refusalOf(req, sources);
+  RequestTrace.request({ model: req.model, version: req.version || MODEL_VERSION, id: req.id }, options.trace, options.protocol, options.admitted)?.end(err);
+  return Promise.reject(err);
 }

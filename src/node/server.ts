@@ -49,7 +49,7 @@ import { kserveOperations } from './inference-service.js';
 import { restRoutes } from '../protocol/rest-routes.js';
 import { HttpEdge } from '../protocol/http-edge.js';
 import type { Infer } from '../shared/data-plane.js';
-import { refusalOf } from './refusals.js';
+import { refuse } from './refusals.js';
 import { Rooms } from '../actors/rooms/rooms.js';
 import { edgeMetrics, EdgeThreads, type EdgeRooms } from '../actors/edge/handle.js';
 import { Leases } from '../shared/leases.js';
@@ -584,7 +584,7 @@ export class StowageServer {
    */
   #mainRooms(start: RoomsStart, devices: Devices, edgeCount: number): Rooms {
     const rooms = new Rooms(start, { row: edgeCount, quotaRow: 0 }, {
-      elsewhere: (req) => Promise.reject(refusalOf(req, { registry: this.registry, sharedMemory: this.sharedMemory, devices })),
+      elsewhere: (req, options) => refuse(req, options, { registry: this.registry, sharedMemory: this.sharedMemory, devices }),
       lastRelease: (of) => (of === 'model' ? this.registry.released() : this.sharedMemory.released()),
       tracing: tracingOn(),
       hooks: this.#hooks!,
