@@ -28,7 +28,7 @@ import type { HostWeights } from './host-weights.js';
 import type { DeviceHandle, LoadOutcome } from '../actors/device/handle.js';
 import type { DeviceReport, InstanceStatus, ModelPolicyUpdate, Residency } from '../shared/channels/device.js';
 import type { RegionSlice } from '../shared/channels/inference.js';
-import type { EdgePlacement } from '../shared/channels/edge.js';
+import type { EdgePlacement, EdgeRoute } from '../shared/channels/edge.js';
 import type { ModelPolicies } from './model-policies.js';
 import { pack, type Placement } from '../routing/placement.js';
 
@@ -113,11 +113,21 @@ export class Devices {
   }
 
   /**
-   * Where an edge thread routes `model` itself under lpt_packing over several devices (its
-   * replicas, and its share among `edges` edges of a replica's full batch in flight); undefined in
-   * the other modes, with one device, or for a model not placed yet.
+   * A registry route as every thread's rooms take it (actors/rooms/rooms.ts): with the model's placement under
+   * lpt_packing over several devices, and the devices that hold its instance when not every device in service does.
+   * `edges`: the edge threads, among which a replica's full batch in flight is shared.
    */
-  edgePlacement(model: string, edges: number): EdgePlacement | undefined {
+  routed(route: EdgeRoute, edges: number): EdgeRoute {
+    const placement = this.#placement(route.model, edges);
+    const holders = this.#holdersOf(route.instance);
+    return placement || holders ? { ...route, ...(placement ? { placement } : {}), ...(holders ? { devices: holders } : {}) } : route;
+  }
+
+  /**
+   * Where `model`'s requests go under lpt_packing over several devices (its replicas, and each edge's share of a
+   * replica's full batch in flight); undefined in the other modes, with one device, or for a model not placed yet.
+   */
+  #placement(model: string, edges: number): EdgePlacement | undefined {
     if (this.#o.mode !== 'lpt_packing' || this.handles.length === 1) return undefined;
     const placed = this.#placed.get(model);
     if (!placed || placed.devices.length === 0) return undefined;
@@ -150,7 +160,7 @@ export class Devices {
    * The devices a model's instance may be routed to, when that is not every device in service (a
    * device lost it: its replacement worker could not load it again); undefined when it is every one.
    */
-  holdersOf(instance: InstanceKey): number[] | undefined {
+  #holdersOf(instance: InstanceKey): number[] | undefined {
     const holding = this.#holding(instance);
     return holding.length === this.#serving.length ? undefined : holding.map((d) => d.deviceId);
   }

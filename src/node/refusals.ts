@@ -12,7 +12,7 @@ import { MODEL_VERSION } from '../shared/constants.js';
 import { RequestTrace } from '../shared/tracing.js';
 import { errors } from '../shared/errors.js';
 import type { Devices } from './devices.js';
-import { ModelState, type ModelRegistry } from './model-registry.js';
+import { ModelState, type ModelRecord, type ModelRegistry } from './model-registry.js';
 import type { SharedMemoryRegistry } from './shared-memory.js';
 
 export interface RefusalSources {
@@ -23,7 +23,7 @@ export interface RefusalSources {
 
 /** The error that says why `req` cannot run on this node now. */
 export function refusalOf(req: DataPlaneRequest, { registry, sharedMemory, devices }: RefusalSources): Error {
-  let record;
+  let record: ModelRecord;
   try {
     record = registry.find(req.model, req.version);
   } catch (err) {

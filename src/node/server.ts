@@ -108,8 +108,8 @@ export class StowageServer {
   #edge?: GrpcEdge;
   /** The edge threads, otherwise. */
   #edgeThreads?: EdgeThreads;
-  /** A registry route as every thread's rooms get it (with its placement and holders), once the devices are known. */
-  #routeFor?: (route: EdgeRoute | null) => EdgeRoute | null;
+  /** Edge threads (endpoints.edge_threads, resolved once): every count shared between threads has a row per edge. */
+  readonly #edgeCount: number;
   /** The main thread's rooms (actors/rooms/rooms.ts), beside every edge thread's. */
   #rooms?: Rooms;
   readonly #admission: Admission;
@@ -155,12 +155,13 @@ export class StowageServer {
     admissionMetrics(this.#admission, this.metrics.registry);
     // One count of each tenant's and model's quota for every thread that holds requests: the main thread's row 0.
     const { quotas } = config.global;
-    this.#quotas = new Quotas(Quotas.create(quotas.tenants, quotas.models, edgeThreads(endpoints.edge_threads) + 1), 0);
+    const edgeCount = edgeThreads(endpoints.edge_threads);
+    this.#edgeCount = edgeCount;
+    this.#quotas = new Quotas(Quotas.create(quotas.tenants, quotas.models, edgeCount + 1), 0);
     quotaMetrics(this.#quotas, this.metrics.registry);
     // One lease mechanism for every thread that runs requests (shared/leases.ts): a row per edge
     // thread and the main thread's own, on models' instances and on shared-memory regions. A
     // segment of slots added later goes to the edges before anything names a slot in it.
-    const edgeCount = edgeThreads(endpoints.edge_threads);
     const leases = Leases.create(edgeCount, (segment) => {
       const counters = this.#counters?.grow();
       if (!counters) return;
@@ -280,7 +281,7 @@ export class StowageServer {
     const workers = await this.#startRuntime();
     const devices = await this.#startDevices(workers);
     this.#countRequests(devices);
-    const edgeCount = edgeThreads(this.#config.global.endpoints.edge_threads); // as the leases' rows were made for
+    const edgeCount = this.#edgeCount;
     // Edge threads run the request path themselves, each with hook threads of its own.
     const repository = await this.#startRepository(devices, edgeCount > 0, Math.min(...workers.map((w) => w.scheduler.priority_levels)));
     const health = new Health(this.registry);
@@ -384,7 +385,7 @@ export class StowageServer {
    * taken already; later ones are added as the leases' are (the constructor).
    */
   #countRequests(devices: Devices): void {
-    const counters = RequestCounters.create(edgeThreads(this.#config.global.endpoints.edge_threads), Math.max(...devices.handles.map((d) => d.deviceId)) + 1);
+    const counters = RequestCounters.create(this.#edgeCount, Math.max(...devices.handles.map((d) => d.deviceId)) + 1);
     for (let i = 0; i < this.#leases.models.shape.segments.length; i++) counters.grow();
     this.#counters = counters;
     this.statistics.shareCounters(counters, () => [...this.registry.slots()].map(([instance, slot]) => [modelOf(instance), slot]));
@@ -554,18 +555,9 @@ export class StowageServer {
   /**
    * What every thread's rooms stand on (actors/rooms/rooms.ts): the lease slots, request counters,
    * region holds and quotas in shared memory, the routing, each edge's share of the hook threads.
-   * Every route is told with where lpt_packing placed its model and which devices hold it when a
-   * device lost it (`#routeChanged`).
    */
   #roomsStart(devices: Devices, edgeCount: number): RoomsStart {
     const { hooks } = this.#config.global;
-    const withPlacement = (route: EdgeRoute | null): EdgeRoute | null => {
-      if (!route) return null;
-      const placement = devices.edgePlacement(route.model, edgeCount);
-      const holders = devices.holdersOf(route.instance);
-      return placement || holders ? { ...route, ...(placement ? { placement } : {}), ...(holders ? { devices: holders } : {}) } : route;
-    };
-    this.#routeFor = withPlacement;
     return {
       routing: devices.mode === 'least_outstanding' ? 'least_outstanding' : 'round_robin',
       leases: this.#leases.models.shape,
@@ -590,7 +582,7 @@ export class StowageServer {
       hooks: this.#hooks!,
     });
     for (const device of devices.handles) rooms.reach(device, device.backlog);
-    for (const route of this.registry.routes()) rooms.route(route.model, this.#routeFor!(route));
+    for (const route of this.registry.routes()) rooms.route(route.model, devices.routed(route, edgeCount));
     this.#rooms = rooms;
     this.registry.watchRoutes((model, route) => this.#routeChanged(model, route));
     this.sharedMemory.watch((name, region) => {
@@ -600,9 +592,12 @@ export class StowageServer {
     return rooms;
   }
 
-  /** A model's route changed: every thread's rooms route it so from now on, this thread's first. */
+  /**
+   * A model's route changed: every thread's rooms route it so from now on, this thread's first, with where lpt_packing
+   * placed the model and which devices hold it when a device lost it (Devices.routed).
+   */
   #routeChanged(model: string, registryRoute: EdgeRoute | null): void {
-    const route = this.#routeFor?.(registryRoute) ?? null;
+    const route = registryRoute && this.#devices ? this.#devices.routed(registryRoute, this.#edgeCount) : null;
     this.#rooms?.route(model, route);
     this.#edgeThreads?.routeChanged(model, route);
   }
@@ -612,7 +607,7 @@ export class StowageServer {
     return {
       start,
       leases: this.#leases.models,
-      routes: () => this.registry.routes().map((r) => this.#routeFor!(r)!),
+      routes: () => this.registry.routes().map((r) => devices.routed(r, this.#edgeCount)),
       devices: devices.handles,
       counters: this.#counters!,
       regionHolds: this.#leases.regions,

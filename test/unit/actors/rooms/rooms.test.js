@@ -303,11 +303,7 @@ function mainRooms(t, devices, mode, lpt = {}) {
     await pool.load(modelSpecOf, instance);
     const slot = /** @type {number} */ (slots.shift());
     leases.open(slot, slot + 1);
-    const route = () => {
-      const placement = pool.edgePlacement(name, 1);
-      const holders = pool.holdersOf(instance);
-      rooms.route(name, { model: name, spec: modelSpecOf, instance, slot, tag: slot + 1, ...(placement ? { placement } : {}), ...(holders ? { devices: holders } : {}) });
-    };
+    const route = () => rooms.route(name, pool.routed({ model: name, spec: modelSpecOf, instance, slot, tag: slot + 1 }, 0));
     route();
     return { instance, route };
   };
