@@ -1,6 +1,7 @@
 // What a pooled gateway's checks cost it as the fleet grows (issue 64): a real gateway-only process
 // (gateway.scheduling.mode pooled, a check every 2 s) in front of stand-in nodes
-// (bench/fleet-stand-ins.js: real gRPC servers answering what a pooled gateway asks of a node), at
+// (bench/fleet-stand-ins.js: real gRPC servers answering what a pooled gateway asks of a node, on a
+// thread of the bench's own, so that the requests the bench sends never wait behind them), at
 // 4 nodes x 100 models and 64 nodes x 10,000 models (or the scales given), each node holding twice
 // its share of the catalog. For each scale, three phases:
 //   steady           the checks alone, every node answering;
@@ -8,17 +9,20 @@
 //                    again, nothing resident: its models placed anew);
 //   gateway restart  the gateway stopped and a new one started (every node's index read, every model
 //                    placed from nothing); its start-up until it serves is reported apart.
-// Each phase is the event and a window with no requests, where the gateway's main-thread CPU per
-// check is read (/proc), then a window with a trickle of inference requests (100/s, Zipf over the
-// catalog) through the gateway: a check that holds the event loop delays them (a node restarts again
-// at its start). Per phase it prints that CPU, the placement's time on the event loop per check
-// (stowage_gateway_placement_seconds), the event loop's delay (prom-client's p99 and max over the
-// phase) and the trickle's p50/p99/max, then each scale's ratios to the first.
+// Each phase is the event and a window with no requests, where the gateway's CPU per check is read
+// (/proc: its main thread, which forwards requests, and the whole process, its placement thread
+// included), then a window with a trickle of inference requests (100/s, Zipf over the catalog)
+// through the gateway: a check that holds the main thread's event loop delays them (a node restarts
+// again at its start). Per phase it prints those CPUs, the placement's time per check on its thread
+// (stowage_gateway_placement_seconds), the main event loop's delay (prom-client's p99 and max over
+// the phase) and the trickle's p50/p99/max, beside the p99 of the same trickle sent straight to one
+// stand-in (what the stand-ins' own answering adds: at 64 nodes they encode 64 status answers per
+// check), then each scale's ratios to the first.
 //
 //   npm run build && node bench/gateway-checks.js [phase seconds, default 20] [nodes x models ...]
 import * as grpc from '@grpc/grpc-js';
 import { loadInferenceClient } from '../dist/protocol/proto.js';
-import { StandInFleet } from './fleet-stand-ins.js';
+import { StandInFleetThread } from './fleet-stand-ins-thread.js';
 import { cpuUs } from './proc-cpu.js';
 import { scrapeMetrics, startServer } from '../test/helpers/server.js';
 import { percentile } from './timing.js';
@@ -45,6 +49,8 @@ function trickle(fleet) {
   let active = false;
   let latencies = [];
   let failures = 0;
+  /** The errors seen, each with how often: a failure says why. */
+  let errors = new Map();
   const weights = fleet.catalog.map((_, k) => 1 / (k + 1));
   const total = weights.reduce((a, b) => a + b);
   let seed = 7;
@@ -59,7 +65,11 @@ function trickle(fleet) {
     const sent = performance.now();
     const input = { name: 'x', datatype: 'FP32', shape: ['1'], contents: { fp32_contents: [1] } };
     client.ModelInfer({ model_name: pick(), id: '', inputs: [input] }, { deadline: Date.now() + 5000 }, (err) => {
-      if (err) failures++;
+      if (err) {
+        failures++;
+        const why = `${grpc.status[err.code]}: ${err.details}`.slice(0, 160);
+        errors.set(why, (errors.get(why) ?? 0) + 1);
+      }
       else latencies.push(performance.now() - sent);
     });
   }, 1000 / RATE);
@@ -75,9 +85,10 @@ function trickle(fleet) {
       active = true;
     },
     take() {
-      const taken = { latencies, failures };
+      const taken = { latencies, failures, errors };
       latencies = [];
       failures = 0;
+      errors = new Map();
       return taken;
     },
     stop() {
@@ -91,20 +102,26 @@ function trickle(fleet) {
  * One phase: `event`, then PHASE_S with no requests (the checks' CPU and time alone), then `again`
  * and PHASE_S with the trickle (what requests feel). The event loop's delay is read over both.
  */
-async function phase(name, gateway, traffic, event, again = async () => {}) {
+async function phase(name, gateway, { traffic, direct, node }, event, again = async () => {}) {
   const before = await scrapeMetrics(gateway.adminPort); // also resets prom-client's event-loop histogram
-  const cpu = cpuUs(gateway.child.pid).main;
+  const cpu = cpuUs(gateway.child.pid);
   await event();
   await sleep(PHASE_S * 1000);
   const quiet = await scrapeMetrics(gateway.adminPort);
-  const cpuMs = (cpuUs(gateway.child.pid).main - cpu) / 1000;
+  const cpuNow = cpuUs(gateway.child.pid);
+  const cpuMs = (cpuNow.main - cpu.main) / 1000;
+  const processCpuMs = (cpuNow.process - cpu.process) / 1000;
   await again();
   traffic.to(gateway.address);
+  direct.to(node);
   await sleep(PHASE_S * 1000);
   traffic.to(null);
+  direct.to(null);
   await sleep(200); // the last answers
   const after = await scrapeMetrics(gateway.adminPort);
-  const { latencies, failures } = traffic.take();
+  const { latencies, failures, errors } = traffic.take();
+  const straight = direct.take().latencies.sort((a, b) => a - b);
+  for (const [why, count] of errors) console.log(`  ${name}: ${count} failed: ${why}`);
   latencies.sort((a, b) => a - b);
   const checks = quiet.stowage_gateway_placement_seconds_count - before.stowage_gateway_placement_seconds_count;
   const allChecks = after.stowage_gateway_placement_seconds_count - before.stowage_gateway_placement_seconds_count;
@@ -112,20 +129,23 @@ async function phase(name, gateway, traffic, event, again = async () => {}) {
   return {
     phase: name, checks: allChecks,
     cpuPerCheckMs: cpuMs / Math.max(1, checks),
+    processCpuPerCheckMs: processCpuMs / Math.max(1, checks),
     placementMs,
     lagP99Ms: Math.max(quiet.nodejs_eventloop_lag_p99_seconds, after.nodejs_eventloop_lag_p99_seconds) * 1000,
     lagMaxMs: Math.max(quiet.nodejs_eventloop_lag_max_seconds, after.nodejs_eventloop_lag_max_seconds) * 1000,
     requests: latencies.length, failures,
     p50: percentile(latencies, 0.5), p99: percentile(latencies, 0.99), max: latencies.at(-1) ?? NaN,
+    directP99: percentile(straight, 0.99),
     moves: after.stowage_gateway_placement_moves_total - before.stowage_gateway_placement_moves_total,
   };
 }
 
 async function runScale(nodes, models) {
   // Twice the catalog's weights over the fleet: each model on two nodes' worth of memory.
-  const fleet = new StandInFleet({ nodes, models, capacity: Math.ceil((2 * models) / nodes), weightBytes: WEIGHT_BYTES, fleetLoad: 0.6 * nodes });
+  const fleet = new StandInFleetThread({ nodes, models, capacity: Math.ceil((2 * models) / nodes), weightBytes: WEIGHT_BYTES, fleetLoad: 0.6 * nodes });
   const addresses = await fleet.start();
-  const traffic = trickle(fleet);
+  // The same trickle straight to one stand-in beside it: what the stand-ins' own answering adds.
+  const streams = { traffic: trickle(fleet), direct: trickle(fleet), node: addresses[0] };
   const rows = [];
   let gateway = null;
   try {
@@ -133,26 +153,27 @@ async function runScale(nodes, models) {
     gateway = await startGateway(addresses);
     const startupMs = performance.now() - started;
     await sleep(2 * HEALTH_S * 1000); // the first placement's prefetches settle
-    rows.push(await phase('steady', gateway, traffic, async () => {}));
-    rows.push(await phase('node restart', gateway, traffic, () => fleet.nodes[1].restart(), () => fleet.nodes[2].restart()));
+    rows.push(await phase('steady', gateway, streams, async () => {}));
+    rows.push(await phase('node restart', gateway, streams, () => fleet.nodes[1].restart(), () => fleet.nodes[2].restart()));
     await gateway.stop();
     started = performance.now();
     gateway = await startGateway(addresses);
     const restartMs = performance.now() - started;
     const startup = await scrapeMetrics(gateway.adminPort); // the new gateway's start-up, its first full read
-    rows.push(await phase('gateway restart', gateway, traffic, async () => {}));
-    const statusReads = fleet.nodes.reduce((s, n) => s + n.statusReads, 0);
+    rows.push(await phase('gateway restart', gateway, streams, async () => {}));
+    const { statusReads, prefetches } = await fleet.counts();
     console.log(`\n${nodes} nodes x ${models} models: first start ${startupMs.toFixed(0)} ms, restart ${restartMs.toFixed(0)} ms to serving `
       + `(its start-up: event loop p99 ${(startup.nodejs_eventloop_lag_p99_seconds * 1000).toFixed(1)} ms, max ${(startup.nodejs_eventloop_lag_max_seconds * 1000).toFixed(1)} ms); `
-      + `${statusReads} status reads, ${fleet.nodes.reduce((s, n) => s + n.prefetches, 0)} prefetches; active models a node reports: ${fleet.capacity}`);
+      + `${statusReads} status reads, ${prefetches} prefetches; active models a node reports: ${fleet.capacity}`);
     console.table(rows.map((r) => ({
-      phase: r.phase, checks: r.checks, 'cpu/check ms': r.cpuPerCheckMs.toFixed(1), 'placement ms': r.placementMs.toFixed(1),
+      phase: r.phase, checks: r.checks, 'cpu/check ms': r.cpuPerCheckMs.toFixed(1), 'process cpu/check ms': r.processCpuPerCheckMs.toFixed(1), 'placement ms': r.placementMs.toFixed(1),
       'loop p99 ms': r.lagP99Ms.toFixed(1), 'loop max ms': r.lagMaxMs.toFixed(1), moves: r.moves,
-      requests: r.requests, failed: r.failures, 'p50 ms': r.p50.toFixed(2), 'p99 ms': r.p99.toFixed(2), 'max ms': r.max.toFixed(1),
+      requests: r.requests, failed: r.failures, 'p50 ms': r.p50.toFixed(2), 'p99 ms': r.p99.toFixed(2), 'max ms': r.max.toFixed(1), 'direct p99 ms': r.directP99.toFixed(2),
     })));
     return rows;
   } finally {
-    traffic.stop();
+    streams.traffic.stop();
+    streams.direct.stop();
     await gateway?.stop();
     await fleet.stop();
   }
@@ -165,6 +186,6 @@ for (const r of results.slice(1)) {
   console.log(`\n${r.nodes}x${r.models} against ${base.nodes}x${base.models} (target: at most 2x on CPU per check and on the loop's p99; p99 at most 50 ms through restarts):`);
   for (const [i, row] of r.rows.entries()) {
     const b = base.rows[i];
-    console.log(`  ${row.phase}: cpu/check ${(row.cpuPerCheckMs / b.cpuPerCheckMs).toFixed(2)}x, placement ${(row.placementMs / b.placementMs).toFixed(2)}x, loop p99 ${(row.lagP99Ms / b.lagP99Ms).toFixed(2)}x (${row.lagP99Ms.toFixed(1)} ms), loop max ${row.lagMaxMs.toFixed(1)} ms`);
+    console.log(`  ${row.phase}: cpu/check ${(row.cpuPerCheckMs / b.cpuPerCheckMs).toFixed(2)}x (whole process ${(row.processCpuPerCheckMs / b.processCpuPerCheckMs).toFixed(2)}x), placement ${(row.placementMs / b.placementMs).toFixed(2)}x, loop p99 ${(row.lagP99Ms / b.lagP99Ms).toFixed(2)}x (${row.lagP99Ms.toFixed(1)} ms), loop max ${row.lagMaxMs.toFixed(1)} ms`);
   }
 }

@@ -27,6 +27,7 @@
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { placeFleet, Rankings, type FleetModel, type FleetNode, type FleetOptions, type FleetPlacement } from '../routing/fleet-placement.js';
+import { PlacedRoutes } from './placed-routes.js';
 import type { NodeReport } from './status-report.js';
 
 /** A node as the routes see it (a RemoteNode, or a stand-in in the unit tests). */
@@ -55,6 +56,8 @@ export interface FleetRoutesOptions {
    * the newer process serves, and the gateway drains `older` as if discovery had lost it.
    */
   onSuperseded?: (older: FleetMember, newer: FleetMember) => void;
+  /** The routes it writes (the placement thread's keep what changed, for the main thread's copy); default its own. */
+  routes?: PlacedRoutes;
 }
 
 /**
@@ -78,18 +81,21 @@ function newerOf(a: FleetMember, b: FleetMember): FleetMember {
 
 export class FleetRoutes {
   readonly #o: FleetRoutesOptions;
-  /** Model -> the nodes (names) its requests go to now. */
-  readonly #routes = new Map<string, string[]>();
-  /** Address -> the name placement knows it by, for every node at the last check. */
-  #names = new Map<string, string>();
+  /** Model -> the nodes (names) its requests go to now; each node's name; the rankings. */
+  readonly #routes: PlacedRoutes;
   /** Model -> the node set being prefetched for it (joined by ','), until its requests switch. */
   readonly #switching = new Map<string, string>();
   /** Model -> measured load, device-seconds per second over the fleet, at the last check. */
   #loads = new Map<string, number>();
   #placement: FleetPlacement | null = null;
-  #rankings = new Rankings([]);
   #lastCatalog: { lists: readonly (readonly string[])[]; names: ReadonlySet<string> } | null = null;
   #members: FleetMember[] = [];
+  /**
+   * Node name -> its process's start and each model's weight-cache hits and misses as it last
+   * reported them: an active_only report leaves out a model once it is idle and evicted, and its
+   * counts since the node started must not leave the hit ratio with it.
+   */
+  readonly #counts = new Map<string, { startedMs: number; models: Map<string, { hits: number; misses: number }> }>();
   /** Model -> the nodes placement put it on, and the check at which its routes last switched (or it was placed). */
   readonly #placed = new Map<string, { nodes: string[]; check: number }>();
   #checks = 0;
@@ -101,9 +107,10 @@ export class FleetRoutes {
 
   constructor(options: FleetRoutesOptions) {
     this.#o = options;
+    this.#routes = options.routes ?? new PlacedRoutes();
     if (!options.registry) return;
     const registers = [options.registry];
-    const routes = this.#routes;
+    const routes = this.#routes.routes;
     const self = this;
     new Gauge({
       name: 'stowage_gateway_model_placement', help: 'The nodes a model\'s requests go to (pooled): 1 per model and node', labelNames: ['model', 'node'], registers,
@@ -163,20 +170,12 @@ export class FleetRoutes {
 
   /** Model -> the nodes its requests go to now. */
   get routes(): ReadonlyMap<string, readonly string[]> {
-    return this.#routes;
+    return this.#routes.routes;
   }
 
-  /**
-   * Whether the node at `address` is one of those `model`'s requests go to now; true for every node
-   * while the model has no route yet.
-   */
+  /** PlacedRoutes.holds: whether the node at `address` takes `model`'s requests now. */
   holds(model: string, address: string): boolean {
-    const routed = this.#routes.get(model);
-    return !routed || routed.includes(this.#nameOf(address));
-  }
-
-  #nameOf(address: string): string {
-    return this.#names.get(address) ?? address;
+    return this.#routes.holds(model, address);
   }
 
   /** Nodes gained by models so far (stowage_gateway_placement_moves_total, without a registry: the simulator). */
@@ -189,50 +188,18 @@ export class FleetRoutes {
     return this.#placement;
   }
 
-  /**
-   * Of the nodes that serve `model` (and have not failed this request), those its requests go to:
-   * its routed nodes, else the first of its ranking among them.
-   */
+  /** PlacedRoutes.route: of the nodes that serve `model`, those its requests go to. */
   route<T extends { address: string }>(model: string, candidates: readonly T[]): T[] {
-    const routed = this.#routes.get(model);
-    if (routed) {
-      const on = candidates.filter((c) => routed.includes(this.#nameOf(c.address)));
-      if (on.length > 0) return on;
-    }
-    const among = new Set(candidates.map((c) => this.#nameOf(c.address)));
-    const first = this.#rankings.first(model, among);
-    const chosen = candidates.find((c) => this.#nameOf(c.address) === first?.id);
-    return chosen ? [chosen] : [...candidates];
+    return this.#routes.route(model, candidates);
   }
 
-  /** After a health check of every node: loads, placement, and the moves it asks for, at once. */
+  /**
+   * After a health check of every node: loads, placement, and the moves it asks for. At 10,000
+   * models this takes 50-90 ms (bench/gateway-checks.js): the gateway runs it on its placement
+   * thread, never on the thread that forwards requests.
+   */
   update(nodes: readonly FleetMember[]): void {
-    for (const _ of this.#check(nodes));
-  }
-
-  /**
-   * The same, in turns of the event loop: at 10,000 models a check's placement holds the loop
-   * 50-90 ms, which the requests it forwards meanwhile wait out whole (bench/gateway-checks.js);
-   * in turns each waits for one step at most. Resolves to the milliseconds the steps held the loop.
-   */
-  async updateInTurns(nodes: readonly FleetMember[]): Promise<number> {
-    let heldMs = 0;
-    let started = performance.now();
-    for (const _ of this.#check(nodes)) {
-      heldMs += performance.now() - started;
-      await new Promise((resolve) => setImmediate(resolve));
-      started = performance.now();
-    }
-    return heldMs + performance.now() - started;
-  }
-
-  /**
-   * One check, a step at a time: the models read from the reports, where each stays, the
-   * placement, then the moves. Between steps only requests run (the gateway starts no other check
-   * meanwhile); each step reads what the ones before left.
-   */
-  *#check(nodes: readonly FleetMember[]): Generator<void> {
-    this.#names = new Map(nodes.map((n) => [n.address, n.name]));
+    this.#routes.setNames(new Map(nodes.map((n) => [n.address, n.name])));
     // One member per name: of addresses reporting one name, the newest process serves, the rest drain.
     const serving = new Map<string, FleetMember>();
     for (const n of nodes) {
@@ -249,20 +216,21 @@ export class FleetRoutes {
     }
     const members = [...serving.values()];
     this.#members = members;
+    this.#keepCounts(members);
     // A node's memory for placement: its weight budget and its session budget where it has one; a
     // model's footprint: its weights and its share of the sessions it runs on, where nodes report them.
     const fleet: FleetNode[] = members.map((n) => ({ id: n.name, budgetBytes: n.report!.budgetBytes + n.report!.sessionBudgetBytes, devices: Math.max(1, n.report!.devices) }));
     const live = new Set(members.map((n) => n.name));
     const joined = new Set<string>();
-    if (!this.#rankings.sameNodes(fleet)) {
-      this.#rankings = new Rankings(fleet);
+    if (!this.#routes.rankings.sameNodes(fleet)) {
+      this.#routes.rankings = new Rankings(fleet);
       for (const id of live) if (!this.#live.has(id)) joined.add(id);
     }
     this.#live = live;
     // Every model some member serves (the union kept while their lists stay the same objects), then
     // what the reports say of those they name: with active_only, the few with load or residency.
-    // Built anew at every check for 10,000 models or more, on the thread that forwards requests:
-    // arrays only where a report names the model (bench/gateway-checks.js).
+    // Built anew at every check for 10,000 models or more: arrays only where a report names the model
+    // (bench/gateway-checks.js).
     const models = new Map<string, ReportedModel>();
     for (const name of this.#catalog(members)) models.set(name, { name, bytes: 0, load: 0, resident: undefined, serving: undefined, servingLoad: undefined });
     const loads = new Map<string, number>();
@@ -282,7 +250,6 @@ export class FleetRoutes {
     }
     this.#loads = loads;
     this.#checks++;
-    yield;
     const devices = fleet.reduce((sum, n) => sum + (n.devices ?? 1), 0);
     const fair = [...this.#loads.values()].reduce((sum, l) => sum + l, 0) / Math.max(1, devices);
     for (const m of models.values()) {
@@ -291,11 +258,9 @@ export class FleetRoutes {
       const current = this.#holding(m, { live, joined, fair });
       if (current) m.current = current;
     }
-    yield;
-    const placement = placeFleet([...models.values()], fleet, this.#o.fleet, this.#rankings);
+    const placement = placeFleet([...models.values()], fleet, this.#o.fleet, this.#routes.rankings);
     this.#placement = placement;
-    yield;
-    for (const name of this.#routes.keys()) if (!models.has(name)) this.#routes.delete(name);
+    for (const name of [...this.#routes.routes.keys()]) if (!models.has(name)) this.#routes.delete(name);
     for (const name of this.#placed.keys()) if (!models.has(name)) this.#placed.delete(name);
     for (const [model, target] of placement.nodes) {
       const was = this.#placed.get(model);
@@ -333,8 +298,8 @@ export class FleetRoutes {
     // A node of its gone: the rest of them, else the first of its ranking, not where the reports
     // place it: gateways that read other windows at the change would place it apart for good.
     const left = was.nodes.filter((id) => live.has(id));
-    if (left.length < was.nodes.length) return left.length > 0 ? left : [this.#rankings.first(m.name).id];
-    if (joined.size > 0 && joined.has(this.#rankings.first(m.name).id)) return null;
+    if (left.length < was.nodes.length) return left.length > 0 ? left : [this.#routes.rankings.first(m.name).id];
+    if (joined.size > 0 && joined.has(this.#routes.rankings.first(m.name).id)) return null;
     const young = this.#switching.has(m.name) || this.#checks - was.check < REPORT_LAG_CHECKS;
     if (young) return was.nodes;
     // Idle, or too little traffic to tell: where it is while its weights are there; once they are
@@ -358,7 +323,7 @@ export class FleetRoutes {
 
   /** Route `model` to `target`, once the nodes gaining it hold its weights; true when it gains a node now. */
   #switch(model: string, target: string[], resident: readonly string[], members: ReadonlyMap<string, FleetMember>): boolean {
-    const now = this.#routes.get(model);
+    const now = this.#routes.routes.get(model);
     if (now && sameNodes(now, target)) {
       this.#switching.delete(model);
       return false;
@@ -392,11 +357,22 @@ export class FleetRoutes {
     return true;
   }
 
-  /** Per model: weight-cache hits and misses over the nodes, as they last reported them. */
+  #keepCounts(members: readonly FleetMember[]): void {
+    const live = new Set(members.map((n) => n.name));
+    for (const name of this.#counts.keys()) if (!live.has(name)) this.#counts.delete(name);
+    for (const n of members) {
+      const report = n.report!;
+      let kept = this.#counts.get(n.name);
+      if (!kept || kept.startedMs !== report.startedMs) this.#counts.set(n.name, (kept = { startedMs: report.startedMs, models: new Map() }));
+      for (const [model, r] of report.models) kept.models.set(model, { hits: r.hits, misses: r.misses });
+    }
+  }
+
+  /** Per model: weight-cache hits and misses summed over the nodes placed on, each as it last reported them. */
   #traffic(): Map<string, { hits: number; misses: number }> {
     const sum = new Map<string, { hits: number; misses: number }>();
-    for (const n of this.#members) {
-      for (const [model, r] of n.report?.models ?? []) {
+    for (const { models } of this.#counts.values()) {
+      for (const [model, r] of models) {
         const s = sum.get(model) ?? { hits: 0, misses: 0 };
         s.hits += r.hits;
         s.misses += r.misses;

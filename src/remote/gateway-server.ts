@@ -12,24 +12,25 @@
  * (and every discovered node's, with `discovery.metrics_port`) with a `node` label.
  *
  * With `scheduling.mode: pooled` each health check also reads every node's ModelControlStatus,
- * and fleet-routes.ts places each model on a few nodes from it, so the fleet's memory is pooled.
- * Health and placement are apart: only the health probe (ServerReady) decides whether a node takes
- * traffic; a status read that fails or is slow leaves placement on the node's last report for
- * `report_max_age_seconds`, and the RepositoryIndex is read again only when the node's digest
- * changes. Two addresses reporting one node name: the older process drains.
+ * and fleet-routes.ts places each model on a few nodes from it, so the fleet's memory is pooled:
+ * on the placement thread (remote/placement/), which hands this thread only the routes that change
+ * and what each node serves. Health and placement are apart: only the health probe (ServerReady)
+ * decides whether a node takes traffic; a status read that fails or is slow leaves placement on
+ * the node's last report for `report_max_age_seconds`, and the RepositoryIndex is read again only
+ * when the node's digest changes. Two addresses reporting one node name: the older process drains.
  * The nodes report each model's load over wall-clock windows of `health_seconds`, the same
  * numbers to every gateway that reads within one window, and the checks run halfway through each:
  * gateways fed the same nodes place alike.
  */
 import type http from 'node:http';
 import type { Logger } from 'pino';
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
+import { PlacementThread } from './placement/handle.js';
 import { closeAdmin, createAdminServer, listen } from '../admin/http.js';
 import type { NodeConfig } from '../shared/config-schema.js';
 import { Admission, admissionMetrics } from '../protocol/admission.js';
 import { GrpcEdge } from '../protocol/edge.js';
-import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
-import { FleetRoutes } from './fleet-routes.js';
+import { loadInferenceClient } from '../protocol/proto.js';
 import { startOrStop } from '../shared/lifecycle.js';
 import { PACKAGE_VERSION } from '../shared/version.js';
 import { mergeMetrics } from './metrics-merge.js';
@@ -39,6 +40,8 @@ import { RemoteNode } from './remote-node.js';
 
 /** How long a node gets to answer a health check or a metrics scrape. */
 const PROBE_TIMEOUT_MS = 1000;
+/** Pooled: how long a node gets to answer a RepositoryIndex read (PlacementStart.indexTimeoutMs). */
+const INDEX_TIMEOUT_MS = 10_000;
 
 export class StowageGateway {
   readonly ports = { grpc: 0, admin: 0 };
@@ -50,10 +53,8 @@ export class StowageGateway {
   readonly #edge: GrpcEdge;
   #admin?: http.Server;
   #timer?: NodeJS.Timeout;
-  /** pooled: where each model's requests go. */
-  readonly fleet?: FleetRoutes;
-  /** Pooled: how long each check's placement held the event loop. */
-  #placementTime?: Histogram;
+  /** Pooled: the placement thread, and through it where each model's requests go. */
+  #placement?: PlacementThread;
   #stopping = false;
   #discovery?: DnsDiscovery;
   /** Nodes being drained after discovery lost them, until they are dropped. */
@@ -83,52 +84,20 @@ export class StowageGateway {
       },
     });
     collectDefaultMetrics({ register: this.#registry });
-    if (gw.scheduling.mode === 'pooled') {
-      const { epsilon, stickiness, replica_load: replicaLoad } = gw.scheduling.pooled;
-      this.fleet = new FleetRoutes({
-        fleet: { epsilon, stickiness, replicaLoad }, prefetchTimeoutMs: gw.request_timeout_seconds * 1000, logger, registry: this.#registry,
-        onSuperseded: (older) => this.#retire(older.address, 'another address reports its node name, from a newer process'),
-      });
-      // The one step of a check that holds the event loop (the reads are calls): forwarded requests
-      // wait behind it, so it is what to watch as the fleet grows (bench/gateway-checks.js).
-      this.#placementTime = new Histogram({
-        name: 'stowage_gateway_placement_seconds', help: 'Time each check\'s placement held the gateway\'s event loop (pooled), its steps summed: the nodes\' reports read and every model placed',
-        buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1], registers: [this.#registry],
-      });
-      new Gauge({
-        name: 'stowage_gateway_node_report_age_seconds', help: 'How old the node\'s last status report is (pooled): it grows while its status reads fail', labelNames: ['node'], registers: [this.#registry],
-        collect() {
-          this.reset();
-          for (const n of nodes) if (n.reportAgeMs !== null) this.set({ node: n.address }, n.reportAgeMs / 1000);
-        },
-      });
-      new Gauge({
-        name: 'stowage_gateway_node_status_failures', help: 'Status reads of the node that failed or timed out (pooled); the node stays in service', labelNames: ['node'], registers: [this.#registry],
-        collect() {
-          this.reset();
-          for (const n of nodes) this.set({ node: n.address }, n.statusFailures);
-        },
-      });
-    }
   }
 
   #node(address: string): RemoteNode {
     const gw = this.#config.gateway;
     const definition = loadInferenceClient().service;
-    const control = loadControlClient().service;
     return new RemoteNode(address, {
       maxStreams: gw.max_concurrent_streams,
       windowBytes: this.#config.global.endpoints.http2_window_bytes,
       encodeIndexRequest: () => definition.RepositoryIndex.requestSerialize({ repository_name: '', ready: true }),
       decodeIndex: (bytes) => definition.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
       ...(gw.scheduling.mode === 'pooled' ? {
-        control: {
-          // Loads over the nodes' windows of one health interval: every gateway asking within one gets the same.
-          encodeStatusRequest: () => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: gw.health_seconds, active_only: true }),
-          encodePrefetch: (model: string) => control.PrefetchModel.requestSerialize({ name: model }),
+        ready: {
           encodeReadyRequest: () => definition.ServerReady.requestSerialize({}),
           decodeReady: (bytes: Buffer) => definition.ServerReady.responseDeserialize(bytes) as { ready: boolean },
-          reportMaxAgeMs: gw.scheduling.pooled.report_max_age_seconds * 1000,
         },
       } : {}),
     });
@@ -142,7 +111,7 @@ export class StowageGateway {
       const node = this.#node(address);
       this.nodes.push(node);
       this.#logger.info({ node: address }, 'node discovered');
-      void node.refresh(PROBE_TIMEOUT_MS).then(() => {
+      void node.probe(PROBE_TIMEOUT_MS).then(() => {
         if (node.up) this.#logger.info({ node: address, models: node.models.length }, 'node up');
       });
     }
@@ -194,6 +163,23 @@ export class StowageGateway {
       });
       await this.#discovery.start();
     }
+    if (gw.scheduling.mode === 'pooled') {
+      const { epsilon, stickiness, replica_load: replicaLoad, report_max_age_seconds: maxAge } = gw.scheduling.pooled;
+      this.#placement = await PlacementThread.start({
+        logLevel: this.#logger.level,
+        fleet: { epsilon, stickiness, replicaLoad },
+        prefetchTimeoutMs: gw.request_timeout_seconds * 1000,
+        windowSeconds: gw.health_seconds,
+        reportMaxAgeMs: maxAge * 1000,
+        readTimeoutMs: PROBE_TIMEOUT_MS,
+        indexTimeoutMs: INDEX_TIMEOUT_MS,
+        windowBytes: endpoints.http2_window_bytes,
+      }, {
+        logger: this.#logger,
+        onServed: (address, models) => this.nodes.find((n) => n.address === address && !n.draining)?.setModels(models),
+        onSuperseded: (older) => this.#retire(older, 'another address reports its node name, from a newer process'),
+      });
+    }
     await this.#checkNodes();
     this.#scheduleChecks(gw.health_seconds * 1000);
 
@@ -203,7 +189,7 @@ export class StowageGateway {
       edge,
       nodes: this.nodes,
       mode: gw.scheduling.mode === 'round_robin' ? 'round_robin' : 'least_outstanding',
-      fleet: this.fleet,
+      fleet: this.#placement?.routes,
       definition,
       logger: this.#logger,
       version: PACKAGE_VERSION,
@@ -232,29 +218,29 @@ export class StowageGateway {
   #scheduleChecks(intervalMs: number): void {
     const next = () => {
       if (this.#stopping) return;
-      const wait = this.fleet ? (intervalMs * 1.5 - (Date.now() % intervalMs)) % intervalMs || intervalMs : intervalMs;
+      const wait = this.#placement ? (intervalMs * 1.5 - (Date.now() % intervalMs)) % intervalMs || intervalMs : intervalMs;
       this.#timer = setTimeout(() => void this.#checkNodes().finally(next), wait);
       this.#timer.unref();
     };
     next();
   }
 
-  /** Ask every node what it serves; log the ones that went down or came back; pooled, place the models. */
+  /**
+   * Ask every node whether it answers (and, not pooled, what it serves); log the ones that went down
+   * or came back. Pooled, the placement thread reads their status meanwhile, then places the models.
+   */
   async #checkNodes(): Promise<void> {
+    const placement = this.#placement;
+    const reading = placement?.read(this.nodes.map((n) => n.address));
     await Promise.all(this.nodes.map(async (n) => {
-      const failing = n.statusFailing;
-      if (await n.refresh(PROBE_TIMEOUT_MS)) {
-        // A count: the names, 10,000 a node, were most of a large fleet's start-up.
-        if (n.up) this.#logger.info({ node: n.address, models: n.models.length }, 'node up');
-        else this.#logger.warn({ node: n.address }, 'node down: it does not answer');
-      }
-      if (n.up && n.statusFailing !== failing) {
-        if (n.statusFailing) this.#logger.warn({ node: n.address, reportAgeMs: n.reportAgeMs }, 'status read failed: the node keeps serving; placement goes on with its last report for report_max_age_seconds');
-        else this.#logger.info({ node: n.address }, 'status reads answer again');
-      }
+      if (!(await n.probe(PROBE_TIMEOUT_MS))) return;
+      // A count: the names, 10,000 a node, were most of a large fleet's start-up.
+      if (n.up) this.#logger.info({ node: n.address, models: n.models.length }, 'node up');
+      else this.#logger.warn({ node: n.address }, 'node down: it does not answer');
     }));
-    if (!this.fleet) return;
-    this.#placementTime?.observe((await this.fleet.updateInTurns(this.nodes)) / 1000);
+    if (!placement) return;
+    await reading;
+    await placement.place(this.nodes.map((n) => ({ address: n.address, up: n.up, draining: n.draining })));
   }
 
   /** The gateway's metrics and each metrics endpoint's, labelled with the node. */
@@ -273,7 +259,8 @@ export class StowageGateway {
         return { node: address, text: '' }; // a node that does not answer is left out; stowage_gateway_node_up says so
       }
     }));
-    return mergeMetrics([{ node: null, text: await this.#registry.metrics() }, ...remote]);
+    const own = [{ node: null, text: await this.#registry.metrics() }, { node: null, text: (await this.#placement?.metrics()) ?? '' }];
+    return mergeMetrics([...own, ...remote]);
   }
 
   async stop(graceMs = this.#config.global.endpoints.shutdown_grace_seconds * 1000): Promise<void> {
@@ -283,6 +270,7 @@ export class StowageGateway {
     await this.#edge.stop(graceMs);
     await Promise.all(this.#draining);
     for (const n of this.nodes) n.close();
+    await this.#placement?.stop();
     await closeAdmin(this.#admin);
   }
 }

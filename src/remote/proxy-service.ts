@@ -6,7 +6,7 @@
  *
  * - ModelInfer, ModelReady, ModelMetadata, ModelConfig: to a node serving the
  *   model ready, `round_robin` or `least_outstanding` among them; `pooled`:
- *   least_outstanding among the nodes the model is placed on (fleet-routes.ts)
+ *   least_outstanding among the nodes the model is placed on (placed-routes.ts)
  *   (routing/routing.ts). A node that fails with UNAVAILABLE and then
  *   does not answer its health check is marked down and the call goes to
  *   another node serving the model; with none left it fails UNAVAILABLE at once.
@@ -25,7 +25,7 @@
 import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { Counter } from 'prom-client';
-import type { FleetRoutes } from './fleet-routes.js';
+import type { PlacedRoutes } from './placed-routes.js';
 import { Router, type RoutingMode } from '../routing/routing.js';
 import { GATEWAY_EXTENSIONS, SERVER_NAME } from '../shared/constants.js';
 import { errors, StowageError, type ErrorCode } from '../shared/errors.js';
@@ -56,7 +56,7 @@ export interface ProxyContext {
   nodes: readonly RemoteNode[];
   mode: RoutingMode;
   /** pooled: the nodes each model is placed on; the router picks least_outstanding among them. */
-  fleet?: FleetRoutes;
+  fleet?: PlacedRoutes;
   /** The service as proto-loader defines it: encodes and decodes what the gateway reads or answers itself. */
   definition: grpc.ServiceDefinition;
   logger: Logger;

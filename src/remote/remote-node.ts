@@ -2,17 +2,16 @@
  * One remote Stowage node as a gateway-only process sees it: a gRPC channel,
  * whether it answers, which models it serves ready (from its RepositoryIndex),
  * and how many forwarded RPCs it has in flight. Calls carry raw message bytes
- * both ways: the gateway forwards requests unchanged. A pooled gateway also
- * reads the node's ModelControlStatus at each check (what placement needs:
- * NodeReport), apart from its health: a slow status read never takes the node
- * out of service; and it asks the node to PrefetchModel before moving a model there.
+ * both ways: the gateway forwards requests unchanged. A pooled gateway probes
+ * its health alone here (ServerReady); what placement reads of the node (its
+ * status, its index, prefetches) its placement thread reads on a channel of its
+ * own (node-status.ts), and tells this side what the node serves.
  *
  * At most `maxStreams` forwarded RPCs (unary calls and open streams) are in
  * flight to one node; more wait their turn, so a burst at the gateway cannot
  * overrun a node's own admission cap.
  */
 import * as grpc from '@grpc/grpc-js';
-import { readStatusReport, type NodeReport } from './status-report.js';
 
 const raw = (b: Buffer) => b;
 
@@ -24,25 +23,16 @@ export interface RemoteNodeOptions {
   decodeIndex: (bytes: Buffer) => { models: { name: string; state: string }[] };
   encodeIndexRequest: () => Buffer;
   /**
-   * A gateway pooling the fleet's memory (gateway.scheduling.mode pooled): with each health check it
-   * also asks the node's ModelControlStatus (what placement needs), and it sends PrefetchModel.
+   * A gateway pooling the fleet's memory (gateway.scheduling.mode pooled): its health probe is
+   * ServerReady (a few bytes), not the whole RepositoryIndex, and what the node serves comes from
+   * the placement thread (`setModels`).
    */
-  control?: {
-    encodeStatusRequest: () => Buffer;
-    encodePrefetch: (model: string) => Buffer;
-    /** The health probe of a pooled gateway: ServerReady (a few bytes), not the whole RepositoryIndex. */
+  ready?: {
     encodeReadyRequest: () => Buffer;
     decodeReady: (bytes: Buffer) => { ready: boolean };
-    /**
-     * How long placement may go on with the node's last report while its status reads fail or
-     * time out (the node stays in service meanwhile: health is the ServerReady probe alone).
-     */
-    reportMaxAgeMs: number;
   };
 }
 
-const STATUS_PATH = '/stowage.control.ModelControl/ModelControlStatus';
-const PREFETCH_PATH = '/stowage.control.ModelControl/PrefetchModel';
 
 export class RemoteNode {
   readonly address: string;
@@ -50,15 +40,8 @@ export class RemoteNode {
   #o: RemoteNodeOptions;
   #up = false;
   #models = new Set<string>();
-  /** The same, as a list made once per index read (placement walks it every check). */
+  /** The same, as a list. */
   #modelList: readonly string[] = [];
-  #report: NodeReport | null = null;
-  /** When #report was read (Date.now()). */
-  #reportAtMs = 0;
-  #statusFailing = false;
-  #statusFailures = 0;
-  /** The repository digest the node reported when its RepositoryIndex was last read ('' : read it every check). */
-  #indexDigest = '';
   #inflight = 0;
   #waiting: (() => void)[] = [];
   /** Set once the node is being retired (discovery lost it): it takes no new requests. */
@@ -115,70 +98,24 @@ export class RemoteNode {
     return this.#modelList;
   }
 
-  /**
-   * What the node last reported (pooled mode), while it is up and the report is younger than
-   * `reportMaxAgeMs`; null before, while down, or once too old for placement to go on with.
-   */
-  get report(): NodeReport | null {
-    const maxAge = this.#o.control?.reportMaxAgeMs ?? 0;
-    return this.#up && this.#report && Date.now() - this.#reportAtMs <= maxAge ? this.#report : null;
-  }
-
-  /** The name placement knows the node by: the node_name it last reported, else its address. */
-  get name(): string {
-    return this.#report?.nodeName || this.address;
-  }
-
-  /** How old its last report is (ms); null before the first. */
-  get reportAgeMs(): number | null {
-    return this.#report ? Date.now() - this.#reportAtMs : null;
-  }
-
-  /** Whether its last status read failed or timed out (pooled mode), and how many have so far. */
-  get statusFailing(): boolean {
-    return this.#statusFailing;
-  }
-
-  get statusFailures(): number {
-    return this.#statusFailures;
+  /** Pooled: what the node serves ready, as the placement thread read it from its RepositoryIndex. */
+  setModels(models: readonly string[]): void {
+    this.#modelList = models;
+    this.#models = new Set(models);
   }
 
   /**
-   * One health check: what the node serves (RepositoryIndex: up if it answers in time, down if not)
-   * and, pooled, its status for placement, asked at once beside it. A status read that fails or
-   * is slow leaves the node up and its last report in place (`report` ages it out); only the index
-   * decides whether the node takes traffic. Returns whether up changed.
-   */
-  async refresh(timeoutMs: number): Promise<boolean> {
-    const control = this.#o.control;
-    if (!control) return this.probe(timeoutMs);
-    // Pooled: health (ServerReady) and status (the active models only) side by side; the whole
-    // RepositoryIndex only when the node's repository digest says it changed, or says nothing.
-    const [changed, digest] = await Promise.all([this.probe(timeoutMs), this.#readStatus(control, timeoutMs)]);
-    if (this.#up && (!digest || digest !== this.#indexDigest)) {
-      try {
-        await this.#readIndex(timeoutMs);
-        this.#indexDigest = digest ?? '';
-      } catch {
-        // Up by its probe: it keeps the models it had; the next check reads the index again.
-      }
-    }
-    return changed;
-  }
-
-  /**
-   * The health half of a check alone (after a failed call too): up if the node answers. Pooled,
-   * ServerReady, ready (a node starting or stopping is not); otherwise its RepositoryIndex, which
-   * also says what it serves.
+   * One health check (at each of the gateway's checks, and after a failed call): up if the node
+   * answers. Pooled, ServerReady, ready (a node starting or stopping is not); otherwise its
+   * RepositoryIndex, which also says what it serves. Returns whether up changed.
    */
   async probe(timeoutMs: number): Promise<boolean> {
     const was = this.#up;
-    const control = this.#o.control;
+    const ready = this.#o.ready;
     try {
-      if (control) {
-        const bytes = await this.#unaryRaw('/inference.GRPCInferenceService/ServerReady', control.encodeReadyRequest(), new grpc.Metadata(), Date.now() + timeoutMs);
-        this.#up = control.decodeReady(bytes).ready;
-        if (this.#up && !was) this.#indexDigest = ''; // back: read what it serves now
+      if (ready) {
+        const bytes = await this.#unaryRaw('/inference.GRPCInferenceService/ServerReady', ready.encodeReadyRequest(), new grpc.Metadata(), Date.now() + timeoutMs);
+        this.#up = ready.decodeReady(bytes).ready;
       } else {
         await this.#readIndex(timeoutMs);
         this.#up = true;
@@ -195,21 +132,6 @@ export class RemoteNode {
     this.#models = new Set(this.#modelList);
   }
 
-  /** One status read for placement; the node's repository digest, or undefined when it failed or gave none. */
-  async #readStatus(control: NonNullable<RemoteNodeOptions['control']>, timeoutMs: number): Promise<string | undefined> {
-    try {
-      const { report, digest } = readStatusReport(await this.#unaryRaw(STATUS_PATH, control.encodeStatusRequest(), new grpc.Metadata(), Date.now() + timeoutMs));
-      this.#report = report;
-      this.#reportAtMs = Date.now();
-      this.#statusFailing = false;
-      return digest || undefined;
-    } catch {
-      this.#statusFailing = true;
-      this.#statusFailures++;
-      return undefined;
-    }
-  }
-
   /** Forward one unary call's bytes; waits for a stream slot first. */
   async unary(path: string, request: Buffer, metadata: grpc.Metadata, deadline: grpc.Deadline): Promise<Buffer> {
     await this.#acquire();
@@ -218,13 +140,6 @@ export class RemoteNode {
     } finally {
       this.#release();
     }
-  }
-
-  /** Ask the node to make `model`'s weights resident now (PrefetchModel); rejects with its error. */
-  async prefetch(model: string, timeoutMs: number): Promise<void> {
-    const control = this.#o.control;
-    if (!control) throw new Error('RemoteNode.prefetch needs the control options (gateway.scheduling.mode pooled)');
-    await this.#unaryRaw(PREFETCH_PATH, control.encodePrefetch(model), new grpc.Metadata(), Date.now() + timeoutMs);
   }
 
   close(): void {

@@ -192,6 +192,11 @@ export class Rankings {
     this.#key = nodes.map((n, i) => `${n.id}=${this.#weights[i]}`).join(',');
   }
 
+  /** The nodes it ranks, as given (what another thread builds the same Rankings from). */
+  get nodes(): readonly FleetNode[] {
+    return this.#nodes;
+  }
+
   /** Whether `nodes` would rank every model as this does (the same ids and weights, in any order of equal ids). */
   sameNodes(nodes: readonly FleetNode[]): boolean {
     return new Rankings(nodes).#key === this.#key;

@@ -21,6 +21,8 @@ export interface WorkerStart<M, S> {
   /** The thread's name (device-0, edge-1): in heap metrics and debuggers. */
   name: string;
   workerData: unknown;
+  /** Its young generation's size; default WORKER_YOUNG_GENERATION_MIB. */
+  youngGenerationMib?: number;
   startTimeoutMs: number;
   /** Every message it sends; `markStarted` settles the start with what the start message carried. */
   onMessage: (msg: M, markStarted: (value: S) => void) => void;
@@ -37,7 +39,7 @@ export function startWorker<M, S>(o: WorkerStart<M, S>): { worker: Worker; start
   const worker = new Worker(o.url, {
     workerData: o.workerData,
     name: o.name,
-    resourceLimits: { maxYoungGenerationSizeMb: WORKER_YOUNG_GENERATION_MIB },
+    resourceLimits: { maxYoungGenerationSizeMb: o.youngGenerationMib ?? WORKER_YOUNG_GENERATION_MIB },
   });
   let lastError: Error | undefined;
   let started = false;

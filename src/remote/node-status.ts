@@ -1,0 +1,153 @@
+/**
+ * One node as a pooled gateway's placement thread sees it (remote/placement/worker.ts): its own gRPC
+ * channel to the node, apart from the one requests are forwarded on, for what placement needs of it
+ * - its ModelControlStatus at each check (NodeReport), decoded here, off the requests' thread;
+ * - its RepositoryIndex (the models it serves ready), read again only when its repository digest
+ *   changes;
+ * - PrefetchModel before a model is moved onto it.
+ * Whether it is up or draining is the main thread's to say (its health probe, discovery); a status
+ * read that fails or is slow never takes the node out of service, it only ages its report.
+ */
+import * as grpc from '@grpc/grpc-js';
+import type { FleetMember } from './fleet-routes.js';
+import { readStatusReport, type NodeReport } from './status-report.js';
+
+const raw = (b: Buffer) => b;
+
+const STATUS_PATH = '/stowage.control.ModelControl/ModelControlStatus';
+const PREFETCH_PATH = '/stowage.control.ModelControl/PrefetchModel';
+const INDEX_PATH = '/inference.GRPCInferenceService/RepositoryIndex';
+
+export interface NodeStatusOptions {
+  /** HTTP/2 receive window for the node's answers (endpoints.http2_window_bytes). */
+  windowBytes: number;
+  encodeStatusRequest: () => Buffer;
+  encodeIndexRequest: () => Buffer;
+  /** Decodes the node's RepositoryIndex answer. */
+  decodeIndex: (bytes: Buffer) => { models: { name: string; state: string }[] };
+  encodePrefetch: (model: string) => Buffer;
+  /** How long placement may go on with the node's last report while its status reads fail or time out. */
+  reportMaxAgeMs: number;
+}
+
+export class NodeStatus implements FleetMember {
+  readonly address: string;
+  readonly #client: grpc.Client;
+  readonly #o: NodeStatusOptions;
+  #up = false;
+  draining = false;
+  /** Its READY models, as a list made once per index read (placement walks it every check). */
+  #models: readonly string[] = [];
+  #report: NodeReport | null = null;
+  /** When #report was read (Date.now()). */
+  #reportAtMs = 0;
+  #statusFailing = false;
+  #statusFailures = 0;
+  /** The repository digest the node reported when its RepositoryIndex was last read ('': read it at the next check). */
+  #indexDigest = '';
+  /** The digest its last status read gave (undefined: it failed, or the node gives none). */
+  #digest: string | undefined;
+
+  constructor(address: string, options: NodeStatusOptions) {
+    this.address = address;
+    this.#o = options;
+    this.#client = new grpc.Client(address, grpc.credentials.createInsecure(), {
+      'grpc.initial_reconnect_backoff_ms': 200,
+      'grpc.max_reconnect_backoff_ms': 1000,
+      'grpc.max_receive_message_length': -1,
+      'grpc.max_send_message_length': -1,
+      'grpc-node.flow_control_window': options.windowBytes,
+    });
+  }
+
+  get up(): boolean {
+    return this.#up;
+  }
+
+  /** As the main thread's probe says; a node back up has its index read again (what it serves may have changed). */
+  set up(up: boolean) {
+    if (up && !this.#up) this.#indexDigest = '';
+    this.#up = up;
+  }
+
+  get models(): readonly string[] {
+    return this.#models;
+  }
+
+  /**
+   * What the node last reported, while it is up and the report is younger than `reportMaxAgeMs`;
+   * null before, while down, or once too old for placement to go on with.
+   */
+  get report(): NodeReport | null {
+    return this.#up && this.#report && Date.now() - this.#reportAtMs <= this.#o.reportMaxAgeMs ? this.#report : null;
+  }
+
+  /** The name placement knows the node by: the node_name it last reported, else its address. */
+  get name(): string {
+    return this.#report?.nodeName || this.address;
+  }
+
+  /** How old its last report is (ms); null before the first. */
+  get reportAgeMs(): number | null {
+    return this.#report ? Date.now() - this.#reportAtMs : null;
+  }
+
+  /** Whether its last status read failed or timed out, and how many have so far. */
+  get statusFailing(): boolean {
+    return this.#statusFailing;
+  }
+
+  get statusFailures(): number {
+    return this.#statusFailures;
+  }
+
+  /** One status read (the active models only); a failure keeps the last report, which then ages. */
+  async readStatus(timeoutMs: number): Promise<void> {
+    try {
+      const { report, digest } = readStatusReport(await this.#call(STATUS_PATH, this.#o.encodeStatusRequest(), timeoutMs));
+      this.#report = report;
+      this.#reportAtMs = Date.now();
+      this.#statusFailing = false;
+      this.#digest = digest || undefined;
+    } catch {
+      this.#statusFailing = true;
+      this.#statusFailures++;
+      this.#digest = undefined;
+    }
+  }
+
+  /**
+   * Read its RepositoryIndex when it is up and its digest changed since the last read, or it gives
+   * none; true when what it serves changed. A failed read keeps the models it had (the next check
+   * reads again).
+   */
+  async readIndexIfChanged(timeoutMs: number): Promise<boolean> {
+    const digest = this.#digest;
+    if (!this.#up || (digest && digest === this.#indexDigest)) return false;
+    try {
+      const bytes = await this.#call(INDEX_PATH, this.#o.encodeIndexRequest(), timeoutMs);
+      const models = this.#o.decodeIndex(bytes).models.filter((m) => m.state === 'READY').map((m) => m.name);
+      this.#indexDigest = digest ?? '';
+      const same = models.length === this.#models.length && models.every((m, i) => m === this.#models[i]);
+      if (!same) this.#models = models;
+      return !same;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Ask the node to make `model`'s weights resident now (PrefetchModel); rejects with its error. */
+  async prefetch(model: string, timeoutMs: number): Promise<void> {
+    await this.#call(PREFETCH_PATH, this.#o.encodePrefetch(model), timeoutMs);
+  }
+
+  close(): void {
+    this.#client.close();
+  }
+
+  #call(path: string, request: Buffer, timeoutMs: number): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      this.#client.makeUnaryRequest(path, raw, raw, request, new grpc.Metadata(), { deadline: Date.now() + timeoutMs }, (err, res) => (err ? reject(err) : resolve(res as Buffer)));
+    });
+  }
+}
