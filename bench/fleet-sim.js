@@ -229,7 +229,7 @@ let simNow = 0;
 const silent = pino({ level: 'silent' });
 
 /**
- * A node as one gateway sees it (remote-node.ts's part FleetRoutes reads): up while the node is;
+ * A node as one gateway sees it (node-status.ts's part FleetRoutes reads): up while the node is;
  * its last report, kept for REPORT_MAX_AGE_MS while reads fail; a prefetch asks the node to load.
  */
 class SimMember {

@@ -10,9 +10,8 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type { FleetMember } from './fleet-routes.js';
+import { nodeChannel, unaryRaw } from './node-channel.js';
 import { readStatusReport, type NodeReport } from './status-report.js';
-
-const raw = (b: Buffer) => b;
 
 const STATUS_PATH = '/stowage.control.ModelControl/ModelControlStatus';
 const PREFETCH_PATH = '/stowage.control.ModelControl/PrefetchModel';
@@ -51,13 +50,7 @@ export class NodeStatus implements FleetMember {
   constructor(address: string, options: NodeStatusOptions) {
     this.address = address;
     this.#o = options;
-    this.#client = new grpc.Client(address, grpc.credentials.createInsecure(), {
-      'grpc.initial_reconnect_backoff_ms': 200,
-      'grpc.max_reconnect_backoff_ms': 1000,
-      'grpc.max_receive_message_length': -1,
-      'grpc.max_send_message_length': -1,
-      'grpc-node.flow_control_window': options.windowBytes,
-    });
+    this.#client = nodeChannel(address, options.windowBytes);
   }
 
   get up(): boolean {
@@ -146,8 +139,6 @@ export class NodeStatus implements FleetMember {
   }
 
   #call(path: string, request: Buffer, timeoutMs: number): Promise<Buffer> {
-    return new Promise((resolve, reject) => {
-      this.#client.makeUnaryRequest(path, raw, raw, request, new grpc.Metadata(), { deadline: Date.now() + timeoutMs }, (err, res) => (err ? reject(err) : resolve(res as Buffer)));
-    });
+    return unaryRaw(this.#client, path, request, new grpc.Metadata(), Date.now() + timeoutMs);
   }
 }

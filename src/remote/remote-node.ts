@@ -12,8 +12,7 @@
  * overrun a node's own admission cap.
  */
 import * as grpc from '@grpc/grpc-js';
-
-const raw = (b: Buffer) => b;
+import { nodeChannel, unaryRaw } from './node-channel.js';
 
 export interface RemoteNodeOptions {
   maxStreams: number;
@@ -51,14 +50,7 @@ export class RemoteNode {
   constructor(address: string, options: RemoteNodeOptions) {
     this.address = address;
     this.#o = options;
-    // Reconnect quickly: a node that comes back should be found within the health interval.
-    this.#client = new grpc.Client(address, grpc.credentials.createInsecure(), {
-      'grpc.initial_reconnect_backoff_ms': 200,
-      'grpc.max_reconnect_backoff_ms': 1000,
-      'grpc.max_receive_message_length': -1,
-      'grpc.max_send_message_length': -1,
-      'grpc-node.flow_control_window': options.windowBytes,
-    });
+    this.#client = nodeChannel(address, options.windowBytes);
   }
 
   get up(): boolean {
@@ -147,9 +139,7 @@ export class RemoteNode {
   }
 
   #unaryRaw(path: string, request: Buffer, metadata: grpc.Metadata, deadline: grpc.Deadline): Promise<Buffer> {
-    return new Promise((resolve, reject) => {
-      this.#client.makeUnaryRequest(path, raw, raw, request, metadata, { deadline }, (err, res) => (err ? reject(err) : resolve(res as Buffer)));
-    });
+    return unaryRaw(this.#client, path, request, metadata, deadline);
   }
 
   #acquire(): Promise<void> {
