@@ -69,6 +69,9 @@ const REPORT_LAG_CHECKS = 2;
 /** A node keeps a model while it carries at least this share of its part of the model's load. */
 const HOLD_SHARE = 0.5;
 
+/** Checks a model's hit and miss counts stay after its node last reported them (about 10 minutes at health_seconds 2). */
+const COUNTS_KEPT_CHECKS = 300;
+
 /** A model runs enough for its window's counts to say where it runs from this share of a device's fair share. */
 const DOMINANCE_MIN_SHARE = 0.02;
 
@@ -92,10 +95,12 @@ export class FleetRoutes {
   #members: FleetMember[] = [];
   /**
    * Node name -> its process's start and each model's weight-cache hits and misses as it last
-   * reported them: an active_only report leaves out a model once it is idle and evicted, and its
-   * counts since the node started must not leave the hit ratio with it.
+   * reported them, and the check that last saw them: an active_only report leaves out a model once
+   * it is idle and evicted, and its counts since the node started must not leave the hit ratio with
+   * it at once. Kept for COUNTS_KEPT_CHECKS after (a node of a large catalog reports most models at
+   * some point of a day).
    */
-  readonly #counts = new Map<string, { startedMs: number; models: Map<string, { hits: number; misses: number }> }>();
+  readonly #counts = new Map<string, { startedMs: number; models: Map<string, { hits: number; misses: number; check: number }> }>();
   /** Model -> the nodes placement put it on, and the check at which its routes last switched (or it was placed). */
   readonly #placed = new Map<string, { nodes: string[]; check: number }>();
   #checks = 0;
@@ -364,7 +369,11 @@ export class FleetRoutes {
       const report = n.report!;
       let kept = this.#counts.get(n.name);
       if (!kept || kept.startedMs !== report.startedMs) this.#counts.set(n.name, (kept = { startedMs: report.startedMs, models: new Map() }));
-      for (const [model, r] of report.models) kept.models.set(model, { hits: r.hits, misses: r.misses });
+      for (const [model, r] of report.models) kept.models.set(model, { hits: r.hits, misses: r.misses, check: this.#checks });
+    }
+    if (this.#checks % COUNTS_KEPT_CHECKS !== 0) return;
+    for (const { models } of this.#counts.values()) {
+      for (const [model, c] of models) if (this.#checks - c.check > COUNTS_KEPT_CHECKS) models.delete(model);
     }
   }
 
