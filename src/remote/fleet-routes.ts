@@ -69,7 +69,7 @@ const REPORT_LAG_CHECKS = 2;
 /** A node keeps a model while it carries at least this share of its part of the model's load. */
 const HOLD_SHARE = 0.5;
 
-/** Checks a model's hit and miss counts stay after its node last reported them (about 10 minutes at health_seconds 2). */
+/** Checks a model's hit and miss counts stay after its node last reported them (~10 minutes at health_seconds 2). */
 const COUNTS_KEPT_CHECKS = 300;
 
 /** A model runs enough for its window's counts to say where it runs from this share of a device's fair share. */
