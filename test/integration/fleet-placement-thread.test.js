@@ -19,6 +19,9 @@ test('a placement thread that ends loses no request: routes stay, and a new thre
   }, { env: { STOWAGE_FAULT_PLACEMENT_EXIT: exitFile } });
   t.teardown(() => gateway.stop());
   await until(async () => (await placements(gateway.adminPort)).size === catalog.length, 10_000, 'every model is placed');
+  // What each node serves came from the placement thread's index reads; readiness counts them.
+  const ready = await (await fetch(`http://127.0.0.1:${gateway.adminPort}/readyz`)).json();
+  t.deepEqual(ready.nodes.map((/** @type {{ up: boolean, models: number }} */ n) => [n.up, n.models]), nodes.map(() => [true, catalog.length]));
 
   let running = true;
   /** @type {string[]} */
