@@ -32,7 +32,6 @@ export interface RemoteNodeOptions {
   };
 }
 
-
 export class RemoteNode {
   readonly address: string;
   #client: grpc.Client;
