@@ -291,3 +291,20 @@ test('calm: a model stays where the gateway placed it while reports lag its move
   for (let k = 0; k < 3; k++) r.update(nodes);
   t.deepEqual(r.placement?.nodes.get(model), [elsewhere.address], 'an idle model is not moved');
 });
+
+test('a model\'s hit ratio stays once it is idle and evicted, when active_only reports leave it out', async (t) => {
+  const nodes = ['10.0.0.1:8001', '10.0.0.2:8001'].map((a) => member(a, CATALOG));
+  const registry = new Registry();
+  const r = routes(registry);
+  for (const n of nodes) n.resident.add(CATALOG[0]);
+  r.update(nodes);
+  const ratio = async () => (await registry.getMetricsAsJSON()).find((m) => m.name === 'stowage_gateway_model_weight_hit_ratio')?.values.find((v) => v.labels.model === CATALOG[0])?.value;
+  t.is(await ratio(), 18 / 20, '9 hits and a miss on each node');
+  // Idle and evicted: an active_only report no longer names it.
+  for (const n of nodes) {
+    const full = Object.getOwnPropertyDescriptor(n, 'report')?.get?.bind(n);
+    Object.defineProperty(n, 'report', { get: () => { const rep = full?.(); rep?.models.delete(CATALOG[0]); return rep; } });
+  }
+  r.update(nodes);
+  t.is(await ratio(), 18 / 20, 'its counts as the nodes last reported them');
+});
