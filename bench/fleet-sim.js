@@ -39,7 +39,9 @@
 // Quiet moves are classified by kind (heavy or light, a replica added or elsewhere, the model active
 // or idle) and also counted for active models alone; SIM_DETAIL=1 adds each kind's evidence (where
 // the model ran and was resident, whether the other gateways agree), the most-moved and some
-// disagreed-on models' placements check by check, and the busiest node's models, on stderr.
+// disagreed-on models' placements check by check, and the busiest node's models, on stderr;
+// SIM_GIVEN=1 prints, at each of gateway 0's checks, the models given nodes of their own and the most
+// popular model's rate and capacity as the nodes reported them.
 import { parseArgs } from 'node:util';
 import pino from 'pino';
 import { DEFAULT_FLEET_OPTIONS, Rankings } from '../dist/routing/fleet-placement.js';
@@ -216,6 +218,9 @@ class SimNode {
     this.busy = false;
     this.inflight = 0; // as a gateway counts: sent, not answered
     this.compute = new Map(); // model index -> ms of device time, cumulative
+    this.rows = new Map(); // model index -> rows answered, cumulative
+    this.largest = new Map(); // model index -> the largest batch it ran (what its learned costs know)
+    this.smallest = new Map(); // model index -> the smallest: two sizes learned give its cost line
     this.windows = new LoadWindows(); // what the node reports: loads and residency over windows
     this.busyMs = 0;
     this.windowBusyMs = 0; // device time in the current 5 s sample window
@@ -327,10 +332,21 @@ async function simulate(policy, decodeMsPerModel) {
     };
   });
   /** A node's counters now, for its window: per model, compute seconds so far and bytes resident. */
+  /**
+   * Rows per second a device answers of model `m` at full batches, as a node's learned costs say
+   * (cost-model.ts fullBatchRate): two batch sizes run give the cost line (exact here), taken to
+   * MAX_BATCH; one, the rate at that size.
+   */
+  const capacityOf = (n, m) => {
+    const b = n.largest.get(m) ?? 0;
+    const at = b > (n.smallest.get(m) ?? b) ? MAX_BATCH : b;
+    return at > 0 ? (at / (RUN_MS + ROW_MS * at)) * 1000 : 0;
+  };
   const countersOf = (n) => () => {
     const now = new Map();
-    for (const [m, ms] of n.compute) now.set(m, { computeSeconds: ms / 1000, residentBytes: 0 });
-    for (const [m, bytes] of n.resident) now.set(m, { computeSeconds: (n.compute.get(m) ?? 0) / 1000, residentBytes: bytes });
+    const reading = (m, residentBytes) => ({ computeSeconds: (n.compute.get(m) ?? 0) / 1000, residentBytes, rows: n.rows.get(m) ?? 0, queued: n.queues.get(m)?.length ?? 0, capacity: capacityOf(n, m) });
+    for (const m of n.compute.keys()) now.set(m, reading(m, 0));
+    for (const [m, bytes] of n.resident) now.set(m, reading(m, bytes));
     return now;
   };
   /** What a node answers a status read at `t` with: its last whole window, the same to every reader of that window. */
@@ -342,7 +358,7 @@ async function simulate(policy, decodeMsPerModel) {
     // active_only, as a pooled gateway asks: the models with load over the window or weights resident.
     const byName = new Map();
     for (const [m, w] of window) {
-      if (w.load > 0 || w.residentBytes > 0) byName.set(models[m].name, { weightBytes: models[m].bytes, residentBytes: w.residentBytes, windowLoad: w.load, windowResidentBytes: w.residentBytes, hits: 0, misses: 0, sessionBytes: 0 });
+      if (w.load > 0 || w.residentBytes > 0) byName.set(models[m].name, { weightBytes: models[m].bytes, residentBytes: w.residentBytes, windowLoad: w.load, windowResidentBytes: w.residentBytes, hits: 0, misses: 0, sessionBytes: 0, windowRate: w.rate, windowCapacity: w.capacity });
     }
     report = { nodeName: n.id, startedMs: 0, budgetBytes: BUDGET, sessionBudgetBytes: 0, devices: 1, queueDepth: n.queued, models: byName };
     n.reports.clear();
@@ -384,6 +400,12 @@ async function simulate(policy, decodeMsPerModel) {
     const movesBefore = gw.routes.moves;
     const before = gw.routes.placement;
     gw.routes.update(gw.members);
+    if (process.env.SIM_GIVEN && gw.g === 0) {
+      const hot = models[order[0]].name;
+      const read = gw.members.map((mb) => mb.last?.models.get(hot)).filter(Boolean);
+      const given = [...gw.routes.placement.givenOver].map((name) => `${name} on ${gw.routes.placement.nodes.get(name).length}`).join(', ') || 'none';
+      console.error(`${(t / 1000).toFixed(1)} s: given over ${given}; the most popular model read at ${read.reduce((sum, r) => sum + r.windowRate, 0).toFixed(0)} requests/s against ${Math.max(0, ...read.map((r) => r.windowCapacity)).toFixed(0)} a device; ${gw.routes.moves - movesBefore} moves`);
+    }
     if (gw.g === 0 && measuring(t)) {
       stats.checkMs.push(performance.now() - t0);
       if (!changing(t)) {
@@ -523,6 +545,9 @@ async function simulate(policy, decodeMsPerModel) {
     if (measuring(t)) node.busyMs += ms;
     node.windowBusyMs += ms;
     node.compute.set(m, (node.compute.get(m) ?? 0) + RUN_MS + ROW_MS * batch.length);
+    node.rows.set(m, (node.rows.get(m) ?? 0) + batch.length);
+    if (batch.length > (node.largest.get(m) ?? 0)) node.largest.set(m, batch.length);
+    if (batch.length < (node.smallest.get(m) ?? Infinity)) node.smallest.set(m, batch.length);
     events.push({ t: t + ms, kind: 'done', node, batch });
   };
   const enqueue = (node, r, t) => {
@@ -776,6 +801,8 @@ async function simulate(policy, decodeMsPerModel) {
     checkDecodeMs: stats.decodeMs.length ? median(stats.decodeMs) : null,
     failedReads: stats.reads ? stats.failedReads / stats.reads : null,
     hottestNodes: stats.hottest,
+    // Device time the fleet spent, in devices (device-seconds per second over the measured part): what placement cost it.
+    devicesBusy: nodes.reduce((s, n) => s + n.busyMs, 0) / (measuredSeconds * 1000),
     moved: stats.moved,
   };
 }
@@ -822,7 +849,7 @@ if (args.json) {
   console.log(JSON.stringify({ nodes: NODES, models: MODELS, seconds: SECONDS, rate: RATE, gateways: GATEWAYS, budget: BUDGET, catalogBytes, results }));
 } else {
   console.log(`fleet of ${NODES} nodes, ${MODELS} models (${NODES}x one node's budget), Zipf(1.0) drifting every ${DRIFT_SECONDS || '-'} s, ${RATE} req/s offered${HOT ? ` and ${HOT_RATE.toFixed(0)} more to the most popular model (${HOT}x one node's capacity)` : ''}, ${GATEWAYS} gateways with clocks up to ${SKEW_MS / 1000} s off, status reads ${FAIL_READS * 100}% failed and ${SLOW_READS * 100}% slow, ${SECONDS} s (${WARMUP_SECONDS} s warm-up); a node fails at ${FAIL_AT.toFixed(0)} s, one joins at ${JOIN_AT.toFixed(0)} s`);
-  console.log('seed policy       hit (bound)     cold/s  req/s (offered)  refused  p50 ms  p99 ms  busiest/mean (5 s quiet: worst, median)  res/distinct  burst  moved at fail  at join  quiet moves/min (active)  agree (least, mean)  check ms (+decode)  hot on');
+  console.log('seed policy       hit (bound)     cold/s  req/s (offered)  refused  p50 ms  p99 ms  busiest/mean (5 s quiet: worst, median)  res/distinct  burst  moved at fail  at join  quiet moves/min (active)  agree (least, mean)  check ms (+decode)  hot on  devices busy');
   const pct = (x) => (x === null ? '-' : `${(x * 100).toFixed(1)}%`);
   for (const r of results) {
     const mv = (why) => {
@@ -835,7 +862,7 @@ if (args.json) {
       `${r.maxOverMeanBusy.toFixed(2)} (${r.worstQuietWindow?.toFixed(2) ?? '-'}, ${r.medianQuietWindow?.toFixed(2) ?? '-'})`.padStart(40),
       r.pooled.toFixed(2).padStart(13), String(r.burstLoads).padStart(6), mv('a node failed').padStart(14), mv('a node joined').padStart(8),
       `${pct(r.quietMovesPerMinute)} (${pct(r.quietActiveMovesPerMinute)})`.padStart(25), `${pct(r.agreement)}, ${pct(r.meanAgreement)}`.padStart(20),
-      (r.checkMs === null ? '-' : `${r.checkMs.toFixed(0)} (+${r.checkDecodeMs?.toFixed(0)})`).padStart(19), String(r.hottestNodes || '-').padStart(7),
+      (r.checkMs === null ? '-' : `${r.checkMs.toFixed(0)} (+${r.checkDecodeMs?.toFixed(0)})`).padStart(19), String(r.hottestNodes || '-').padStart(7), r.devicesBusy.toFixed(1).padStart(13),
     ].join(' '));
   }
   for (const r of results) {

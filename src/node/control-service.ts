@@ -14,6 +14,7 @@ import type { ModelRegistry } from './model-registry.js';
 import type { Statistics } from './statistics.js';
 import { LoadWindows, type ModelReading } from './load-windows.js';
 import { StatusSnapshot } from './status-snapshot.js';
+import { fullBatchRate } from '../actors/device/cost-model.js';
 
 type DeviceStatus = Awaited<ReturnType<Devices['status']>>[number];
 interface StatusRequest { name: string; window_seconds: number; fresh?: boolean; active_only?: boolean }
@@ -134,11 +135,7 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, sna
     } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, sessionAll: s.sessionDeviceBytes ?? 0, sessionBytesAll: s.sessionBytes, sessions: [`device ${s.device}: ${s.session}`], onDevices: s.resident ? [s.device] : [] });
   }
   // Every model's counters go into a window, whichever model was asked for.
-  const readings = () => new Map<string, ModelReading>(all.map((r) => [r.name, {
-    computeSeconds: statistics.computeSeconds(r.name),
-    residentBytes: r.instance ? instances.get(r.instance)?.residentAll ?? 0 : 0,
-  }]));
-  const window = req.window_seconds > 0 ? windows.read(req.window_seconds, Date.now(), readings) : undefined;
+  const window = req.window_seconds > 0 ? windows.read(req.window_seconds, Date.now(), () => readings(all, instances, statistics)) : undefined;
   // active_only: what placement weighs, the models with load or weights on a device; the rest are the index's.
   const active = (r: (typeof records)[number]) => {
     const s = r.instance ? instances.get(r.instance) : undefined;
@@ -179,12 +176,33 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, sna
         weight_misses: traffic.misses,
         window_load: window?.get(r.name)?.load ?? 0,
         window_resident_bytes: window?.get(r.name)?.residentBytes ?? 0,
+        window_rate: window?.get(r.name)?.rate ?? 0,
+        window_capacity: window?.get(r.name)?.capacity ?? 0,
         // One device: its words as they are; several: each device's.
         session: s ? (s.sessions.length === 1 ? s.session : s.sessions.join('; ')) : '',
         session_bytes: s?.sessionBytesAll ?? 0,
       };
     }),
   };
+}
+
+/** Every model's counters now, for a window (load-windows.ts): `instances` are its devices' figures summed. */
+function readings(
+  records: readonly { name: string; instance?: string | null }[],
+  instances: ReadonlyMap<string, { residentAll: number; queuedAll: number; costs: { batchSize: number; ms: number }[]; maxBatchRows: number }>,
+  statistics: Statistics,
+): Map<string, ModelReading> {
+  return new Map(records.map((r) => {
+    const s = r.instance ? instances.get(r.instance) : undefined;
+    return [r.name, {
+      computeSeconds: statistics.computeSeconds(r.name),
+      residentBytes: s?.residentAll ?? 0,
+      rows: statistics.rowsExecuted(r.name),
+      queued: s?.queuedAll ?? 0,
+      // Rows a second one device answers of it at full batches: its learned costs taken to its largest batch.
+      capacity: s ? fullBatchRate(s.costs, s.maxBatchRows) : 0,
+    }];
+  }));
 }
 
 /**

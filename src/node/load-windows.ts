@@ -17,6 +17,12 @@ export interface ModelReading {
   computeSeconds: number;
   /** Bytes of its weights on the node's devices now. */
   residentBytes: number;
+  /** Rows its executions answered so far (a counter; absent: 0). */
+  rows?: number;
+  /** Requests waiting in its device queues now (absent: 0). */
+  queued?: number;
+  /** Rows per second one device answers of it at the largest batch it learned a cost for now (absent: 0). */
+  capacity?: number;
 }
 
 /** A model in the last whole window. */
@@ -25,6 +31,15 @@ export interface WindowReport {
   load: number;
   /** Bytes of its weights on the devices as the window ended. */
   residentBytes: number;
+  /**
+   * Requests per second that came for it over the window: the rows its executions answered, plus
+   * what its queues grew by (0 for the first window read). Not what was answered alone: a model
+   * whose nodes fall behind answers less than it is asked, and a rate read from answers would give
+   * it fewer nodes the further behind they fell.
+   */
+  rate: number;
+  /** Its capacity (ModelReading's) as the window ended. */
+  capacity: number;
 }
 
 interface Window {
@@ -58,10 +73,12 @@ export class LoadWindows {
     const seconds = last ? (nowMs - last.atMs) / 1000 : 0;
     const published = new Map<string, WindowReport>();
     for (const [model, now] of taken) {
-      const before = last?.taken.get(model)?.computeSeconds ?? 0;
-      // A counter that went back (the model's statistics began again) gives no load, never a negative one.
-      const load = seconds > 0 && now.computeSeconds >= before ? (now.computeSeconds - before) / seconds : 0;
-      published.set(model, { load, residentBytes: now.residentBytes });
+      const before = last?.taken.get(model);
+      // A counter that went back (the model's statistics began again) gives nothing, never a negative figure.
+      const perSecond = (now: number, then: number) => (seconds > 0 && now >= then ? (now - then) / seconds : 0);
+      const load = perSecond(now.computeSeconds, before?.computeSeconds ?? 0);
+      const rate = perSecond((now.rows ?? 0) + (now.queued ?? 0), (before?.rows ?? 0) + (before?.queued ?? 0));
+      published.set(model, { load, residentBytes: now.residentBytes, rate, capacity: now.capacity ?? 0 });
     }
     this.#windows.set(lengthMs, { index, atMs: nowMs, taken, published });
     if (this.#windows.size > MAX_LENGTHS) this.#windows.delete(this.#windows.keys().next().value!);

@@ -179,6 +179,13 @@ export class Statistics {
     return ns / 1e9;
   }
 
+  /** Rows its executions answered, summed over its devices: each batch's size times its count. */
+  rowsExecuted(model: string): number {
+    let rows = 0;
+    for (const [size, b] of this.#models.get(model)?.batches ?? []) rows += size * b.computeInfer.count;
+    return rows;
+  }
+
   /** One model's statistics as a ModelStatistics message (zeros if it never ran). */
   snapshot(model: string) {
     const c = this.#merged(this.#of(model), this.#liveSlots().get(model));

@@ -104,6 +104,8 @@ export class FleetRoutes {
   /** Model -> the nodes placement put it on, and the check at which its routes last switched (or it was placed). */
   readonly #placed = new Map<string, { nodes: string[]; check: number }>();
   #checks = 0;
+  /** Model -> devices its requests need at full batches (rate over capacity), where its nodes report both. */
+  #needs = new Map<string, number>();
   /** The nodes placed at the last check, to tell one joining. */
   #live: ReadonlySet<string> = new Set();
   readonly #moves?: Counter;
@@ -162,11 +164,16 @@ export class FleetRoutes {
       },
     });
     new Gauge({
-      name: 'stowage_gateway_placement_imbalance', help: 'The most loaded node\'s placed load over the mean (pooled; 1 is even)', registers,
+      name: 'stowage_gateway_model_needed_devices', help: 'A model\'s requests over what one device answers of it at full batches, summed over the fleet (pooled; above 1 it is given nodes of its own)', labelNames: ['model'], registers,
       collect() {
-        const loads = [...(self.#placement?.load.values() ?? [])];
-        const mean = loads.reduce((s, l) => s + l, 0) / Math.max(1, loads.length);
-        this.set(mean > 0 ? Math.max(...loads) / mean : 1);
+        this.reset();
+        for (const [model, needs] of self.#needs) this.set({ model }, needs);
+      },
+    });
+    new Gauge({
+      name: 'stowage_gateway_placement_imbalance', help: 'The most loaded node\'s placed load over the mean, of the nodes the models share (pooled; 1 is even)', registers,
+      collect() {
+        this.set(self.#placement ? sharedImbalance(self.#placement) : 1);
       },
     });
     this.#moves = new Counter({ name: 'stowage_gateway_placement_moves_total', help: 'Models placed on a node they were not on (pooled)', registers });
@@ -246,6 +253,9 @@ export class FleetRoutes {
         if (!m) continue; // reported, but not READY in the index the gateway read
         m.bytes = Math.max(m.bytes, r.weightBytes + r.sessionBytes);
         if (r.windowResidentBytes > 0) (m.resident ??= []).push(n.name);
+        // Its rate summed over the nodes; its capacity the best node's (one running larger batches learned more).
+        if (r.windowRate > 0) m.rate = (m.rate ?? 0) + r.windowRate;
+        if (r.windowCapacity > (m.capacity ?? 0)) m.capacity = r.windowCapacity;
         if (r.windowLoad > 0) {
           m.load += r.windowLoad;
           (m.serving ??= []).push(n.name);
@@ -254,6 +264,7 @@ export class FleetRoutes {
       }
     }
     this.#loads = loads;
+    this.#needs = new Map([...models.values()].filter((m) => m.rate && m.capacity).map((m) => [m.name, m.rate! / m.capacity!]));
     this.#checks++;
     const devices = fleet.reduce((sum, n) => sum + (n.devices ?? 1), 0);
     const fair = [...this.#loads.values()].reduce((sum, l) => sum + l, 0) / Math.max(1, devices);
@@ -275,9 +286,8 @@ export class FleetRoutes {
     let moved = 0;
     for (const [model, target] of placement.nodes) moved += this.#switch(model, target, models.get(model)!.resident ?? [], byName) ? 1 : 0;
     if (moved > 0) {
-      const loads = [...placement.load.values()];
-      const mean = loads.reduce((s, l) => s + l, 0) / Math.max(1, loads.length);
-      this.#o.logger.info({ moved, prefetching: this.#switching.size, models: placement.nodes.size, nodes: members.length, imbalance: mean > 0 ? Math.max(...loads) / mean : 1 }, 'placement changed');
+      const givenOver = Object.fromEntries([...placement.givenOver].map((m) => [m, placement.nodes.get(m)?.length ?? 0]));
+      this.#o.logger.info({ moved, prefetching: this.#switching.size, models: placement.nodes.size, nodes: members.length, imbalance: sharedImbalance(placement), givenOver }, 'placement changed');
     }
   }
 
@@ -393,6 +403,14 @@ export class FleetRoutes {
 }
 
 /** A model as one check reads it from the reports: `serving` with each node's load beside it (`servingLoad`). */
+/** The busiest node's placed load over the mean, of the nodes the models share (not those given over to one). */
+function sharedImbalance(placement: FleetPlacement): number {
+  const given = new Set([...placement.givenOver].flatMap((m) => placement.nodes.get(m) ?? []));
+  const loads = [...placement.load].filter(([node]) => !given.has(node)).map(([, load]) => load);
+  const mean = loads.reduce((s, l) => s + l, 0) / Math.max(1, loads.length);
+  return mean > 0 ? Math.max(...loads) / mean : 1;
+}
+
 type ReportedModel = FleetModel & { resident: string[] | undefined; serving: string[] | undefined; servingLoad: number[] | undefined };
 
 /** `m.serving` (and its loads) ordered most load first, ties by name: in place, as most hold two or three. */

@@ -44,6 +44,12 @@ export interface ModelReport {
   misses: number;
   /** Its share of its open sessions' bytes, summed over the node's devices (0: none open, or not reported). */
   sessionBytes: number;
+  /**
+   * Over the same window: rows per second it answered, and rows per second one device answers of it
+   * at the largest batch it learned a cost for (0: none learned, or a node older than the fields).
+   */
+  windowRate: number;
+  windowCapacity: number;
 }
 
 // ModelControlStatusResponse's fields.
@@ -65,6 +71,8 @@ const MODEL_MISSES = 18;
 const MODEL_WINDOW_LOAD = 19;
 const MODEL_WINDOW_RESIDENT = 20;
 const MODEL_SESSION_BYTES = 22;
+const MODEL_WINDOW_RATE = 23;
+const MODEL_WINDOW_CAPACITY = 24;
 
 /** A cursor over one message's bytes. */
 class Reader {
@@ -150,7 +158,7 @@ export function readStatusReport(bytes: Buffer): { report: NodeReport; digest: s
 function readModel(r: Reader, models: Map<string, ModelReport>): void {
   let name = '';
   let ready = false;
-  const m: ModelReport = { weightBytes: 0, residentBytes: 0, windowLoad: 0, windowResidentBytes: 0, hits: 0, misses: 0, sessionBytes: 0 };
+  const m: ModelReport = { weightBytes: 0, residentBytes: 0, windowLoad: 0, windowResidentBytes: 0, hits: 0, misses: 0, sessionBytes: 0, windowRate: 0, windowCapacity: 0 };
   while (r.at < r.end) {
     const tag = r.varint();
     const field = Math.floor(tag / 8);
@@ -164,6 +172,8 @@ function readModel(r: Reader, models: Map<string, ModelReport>): void {
     else if (field === MODEL_HITS && wireType === WIRE_VARINT) m.hits = r.varint();
     else if (field === MODEL_MISSES && wireType === WIRE_VARINT) m.misses = r.varint();
     else if (field === MODEL_SESSION_BYTES && wireType === WIRE_VARINT) m.sessionBytes = r.varint();
+    else if (field === MODEL_WINDOW_RATE && wireType === WIRE_I64) m.windowRate = r.double();
+    else if (field === MODEL_WINDOW_CAPACITY && wireType === WIRE_I64) m.windowCapacity = r.double();
     else r.skip(wireType);
   }
   if (ready) models.set(name, m);

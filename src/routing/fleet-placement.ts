@@ -27,6 +27,12 @@
  *   (a model needing 1.6 devices at 0.8 gets two), and never more than half a node's bounded share
  *   per replica, so that the bound can hold; at most every node. It gives a replica back only
  *   once its load is clearly below (REPLICA_HYSTERESIS).
+ * - A model whose requests need more than a whole device at full batches (its request rate over
+ *   what one device answers of it at the largest batch its nodes learned a cost for) is given nodes
+ *   of its own first, one per GIVEN_OVER_USE of a device's capacity, and the rest is placed on the
+ *   other nodes. Its replica count then follows its requests against capacity, not its measured
+ *   device time: a replica runs smaller batches the more replicas there are, so its device time
+ *   grew with its own replica count until it took the whole fleet (bench/fleet-sim.js --hot 10).
  * - "Where its weights are" is first where it ran over the last window (every gateway's traffic,
  *   as the nodes report it), then where its weights are resident: residency alone flickers as
  *   LRU caches evict and as a move leaves the weights on both nodes for a while.
@@ -57,6 +63,13 @@ export interface FleetModel {
   load: number;
   /** The nodes whose devices hold its weights now, as they report it (absent: none). */
   resident?: readonly string[];
+  /** Requests (rows) per second it answered over the last window, the whole fleet (0 or absent: none measured). */
+  rate?: number;
+  /**
+   * Rows per second one device answers of it at the largest batch its nodes learned a cost for (the best node's;
+   * 0 or absent: unknown). With `rate`, whether it needs nodes of its own.
+   */
+  capacity?: number;
   /**
    * The nodes it ran on over the last window, as they report it: where its requests went, whatever
    * gateway sent them. Its first anchor (before `resident`, which an LRU's evictions and a move's
@@ -110,6 +123,8 @@ export interface FleetPlacement {
   bytes: Map<string, number>;
   /** The models placed within the bounds (heavy); the rest were placed where they are, unbounded. */
   heavy: ReadonlySet<string>;
+  /** The models given nodes of their own (each of those nodes serves it alone of the measured models). */
+  givenOver: ReadonlySet<string>;
 }
 
 /** 32-bit FNV-1a of a string: each name hashed once, then mixed per pair. */
@@ -183,6 +198,7 @@ export class Rankings {
   readonly #firsts = new Map<string, FleetNode>();
   /** The node set it ranks: ids and weights, what `sameNodes` compares. */
   readonly #key: string;
+  #without: { key: string; rankings: Rankings } | undefined;
 
   constructor(nodes: readonly FleetNode[]) {
     this.#nodes = nodes;
@@ -195,6 +211,17 @@ export class Rankings {
   /** The nodes it ranks, as given (what another thread builds the same Rankings from). */
   get nodes(): readonly FleetNode[] {
     return this.#nodes;
+  }
+
+  /**
+   * The rankings of the nodes but `ids`: kept while the same ids are asked for (the nodes given over
+   * to a model change rarely), so that its first nodes are remembered as this one's are.
+   */
+  excluding(ids: ReadonlySet<string>): Rankings {
+    if (ids.size === 0) return this;
+    const key = [...ids].sort().join(',');
+    if (this.#without?.key !== key) this.#without = { key, rankings: new Rankings(this.#nodes.filter((n) => !ids.has(n.id))) };
+    return this.#without.rankings;
   }
 
   /** Whether `nodes` would rank every model as this does (the same ids and weights, in any order of equal ids). */
@@ -241,15 +268,94 @@ export class Rankings {
  * to reuse what it remembers.
  */
 export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions = DEFAULT_FLEET_OPTIONS, rankings = new Rankings(nodes)): FleetPlacement {
+  const none = { nodes: new Map<string, string[]>(), load: new Map(nodes.map((n) => [n.id, 0])), bytes: new Map(nodes.map((n) => [n.id, 0])), heavy: new Set<string>(), givenOver: new Set<string>() };
+  if (nodes.length === 0) return none;
+  const given = giveOver(models, nodes, rankings);
+  if (given.size === 0) return placeShared(models, nodes, options, rankings);
+  // The given-over models' nodes are theirs; everything else shares the rest, bounded by the rest's
+  // load. (Sharing them too, each counting as what its model leaves of it, kept their idle models'
+  // memory for the catalog but moved the light models on and off them at every check: bench/fleet-sim.js
+  // --hot 10, 122% of the catalog a minute.)
+  const taken = new Set([...given.values()].flatMap((g) => g.nodes));
+  const rest = placeShared(models.filter((m) => !given.has(m.name)), nodes.filter((n) => !taken.has(n.id)), options, rankings.excluding(taken));
+  for (const [name, g] of given) {
+    rest.nodes.set(name, g.nodes);
+    for (const id of g.nodes) {
+      rest.load.set(id, (rest.load.get(id) ?? 0) + g.load / g.nodes.length);
+      rest.bytes.set(id, (rest.bytes.get(id) ?? 0) + g.bytes);
+    }
+  }
+  return { ...rest, givenOver: new Set(given.keys()) };
+}
+
+/** Every model bounded among `nodes`: the light ones where they are, the heavy ones within the bounds. */
+function placeShared(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions, rankings: Rankings): FleetPlacement {
   const p: Packing = { placed: new Map(), load: new Map(nodes.map((n) => [n.id, 0])), bytes: new Map(nodes.map((n) => [n.id, 0])), rankings, live: new Set(nodes.map((n) => n.id)) };
-  if (nodes.length === 0) return { nodes: p.placed, load: p.load, bytes: p.bytes, heavy: new Set() };
+  if (nodes.length === 0) return { nodes: p.placed, load: p.load, bytes: p.bytes, heavy: new Set(), givenOver: new Set() };
   const plan = planLoads(models, nodes, options);
   const { heavy, heavyBytes } = heavyModels(plan);
   const heavyNames = new Set(heavy.map((x) => x.m.name));
   placeLight(p, models, plan, heavyNames);
   shedLight(p, plan, nodes, options);
   placeHeavy(p, heavy, heavyBytes, plan, nodes, options);
-  return { nodes: p.placed, load: p.load, bytes: p.bytes, heavy: heavyNames };
+  return { nodes: p.placed, load: p.load, bytes: p.bytes, heavy: heavyNames, givenOver: new Set() };
+}
+
+/**
+ * A model is given nodes of its own once its requests need more than this many whole devices at
+ * full batches: below it, it shares nodes with the rest, its replicas following its device time.
+ */
+const GIVE_OVER_AT = 1;
+
+/**
+ * Of a device's capacity for a given-over model (its rows per second at full batches), the share
+ * each of its nodes is given: below 1, so that a replica keeps a little room for the bursts of a
+ * Poisson stream and its batches stay short of full; a model needing 10.5 devices gets 12 nodes.
+ */
+const GIVEN_OVER_USE = 0.9;
+
+/**
+ * A given-over model on n nodes gives one back only once it needs (n - 1) nodes' worth less this
+ * share: its measured rate and capacity wander by a percent or so between windows.
+ */
+const GIVEN_OVER_HYSTERESIS = 0.02;
+
+/** At most this share of the fleet's nodes is given over, the rest left for the catalog. */
+const GIVEN_OVER_MAX_SHARE = 0.5;
+
+/**
+ * The models that need nodes of their own, most needing first, and those nodes: where it is now
+ * (its anchor's nodes, in ranking order), then the rest of its ranking; none shared between two.
+ * Every gateway fed the same reports gives the same nodes, as rankings and anchors are alike.
+ */
+function giveOver(models: readonly FleetModel[], nodes: readonly FleetNode[], rankings: Rankings): Map<string, { nodes: string[]; load: number; bytes: number }> {
+  const given = new Map<string, { nodes: string[]; load: number; bytes: number }>();
+  const needing = models.map((m) => ({ m, needs: m.rate && m.capacity ? m.rate / m.capacity : 0 })).filter((x) => x.needs > GIVE_OVER_AT);
+  if (needing.length === 0) return given;
+  needing.sort((a, b) => b.needs - a.needs || (a.m.name < b.m.name ? -1 : 1));
+  const live = new Set(nodes.map((n) => n.id));
+  const taken = new Set<string>();
+  let left = Math.floor(nodes.length * GIVEN_OVER_MAX_SHARE);
+  for (const { m, needs } of needing) {
+    const anchor = anchorOf(m, live).nodes;
+    const want = givenOverNodes(needs, anchor.length);
+    if (want > left) continue;
+    const ranked = rankings.of(m.name).filter((n) => !taken.has(n.id));
+    const held = new Set(anchor);
+    const chosen = [...ranked.filter((n) => held.has(n.id)), ...ranked.filter((n) => !held.has(n.id))].slice(0, want).map((n) => n.id);
+    if (chosen.length < want) continue;
+    for (const id of chosen) taken.add(id);
+    left -= want;
+    // In ranking order, as every gateway lists them.
+    given.set(m.name, { nodes: ranked.filter((n) => chosen.includes(n.id)).map((n) => n.id), load: quantizeLoad(m.load), bytes: m.bytes });
+  }
+  return given;
+}
+
+/** The nodes a model needing `needs` devices at full batches is given, when it is on `current` now. */
+export function givenOverNodes(needs: number, current: number): number {
+  const want = Math.ceil(needs / GIVEN_OVER_USE - 1e-9);
+  return current > want && needs > (current - 1) * GIVEN_OVER_USE * (1 - GIVEN_OVER_HYSTERESIS) ? current : want;
 }
 
 /**

@@ -44,6 +44,10 @@ export interface ModelControlStatus<I extends Int = string> {
   window_load: number;
   /** With window_seconds asked: bytes of its weights on devices as that window ended. */
   window_resident_bytes: I;
+  /** With window_seconds asked: rows per second its executions answered over that window. */
+  window_rate: number;
+  /** With window_seconds asked: rows per second one device answers of it at full batches (0: no costs learned). */
+  window_capacity: number;
   /** The session it runs on: shared with how many models (and the graph), or why its own; closed or not. */
   session: string;
   /** Its share of its open sessions' bytes (each session's over the models sharing it), summed over the devices. */

@@ -6,6 +6,7 @@ import * as grpc from '@grpc/grpc-js';
 import { ControlClient } from '../../dist/client/control.js';
 import { FIXTURES, ROOT, makeRepository, startServer, tempDir, tensor } from '../helpers/server.js';
 import { grpcError } from '../helpers/errors.js';
+import { fullBatchRate } from '../../dist/actors/device/cost-model.js';
 
 /** @type {import('../helpers/server.js').Server} */
 let server;
@@ -114,10 +115,16 @@ test.serial('ModelControlStatus reports what a pooling gateway places by: budget
   await windowed(); // opens the first window
   await new Promise((resolve) => setTimeout(resolve, 350 - (Date.now() % 300))); // into the next
   const busy = Date.now();
-  while (Date.now() - busy < 100) await server.client.infer('convnet', [image(2)]);
+  let sent = 0;
+  for (; Date.now() - busy < 100; sent++) await server.client.infer('convnet', [image(2)]);
   await new Promise((resolve) => setTimeout(resolve, 350 - (Date.now() % 300)));
   const w = await windowed();
   t.true(w.window_load > 0, `convnet's load over the window: ${w.window_load}`);
+  // Its rows a second over the window (2 rows a request; the window ~0.3-0.7 s between the two reads),
+  // and its capacity at full batches from the costs it learned, as the answer lists them.
+  t.true(w.window_rate >= (2 * sent) / 1 && w.window_rate <= (2 * sent) / 0.25, `${w.window_rate} rows a second for ${sent} requests of 2 rows`);
+  const line = fullBatchRate(w.learned_cost.map((c) => ({ batchSize: c.batch_size, ms: c.ms })), w.max_batch_size);
+  t.true(w.window_capacity > 0 && Math.abs(w.window_capacity - line) <= 1e-6 * line, `capacity ${w.window_capacity}, its learned costs say ${line}`);
   t.is(w.window_resident_bytes, after.resident_bytes);
   const bad = await grpcError(t, call('ModelControlStatus', { name: '', window_seconds: -1, fresh: true }));
   t.is(bad.code, grpc.status.INVALID_ARGUMENT);

@@ -69,3 +69,33 @@ export class CostModel {
     this.#emas.delete(model);
   }
 }
+
+/**
+ * Rows per second one device answers of a model at full batches, from its learned costs: a line
+ * (a fixed cost plus a cost per row, least squares over the learned sizes) taken to `maxBatch`, or
+ * to the largest size learned when the line cannot be trusted (one size known, or larger batches
+ * measured cheaper than smaller ones); 0 when nothing is learned. What a pooled gateway weighs a
+ * model's requests against (node/control-service.ts, window_capacity). Extrapolating matters: a
+ * model spread over many nodes runs small batches there, and its largest learned batch alone would
+ * say it needs more nodes than it does.
+ */
+export function fullBatchRate(costs: readonly { batchSize: number; ms: number }[], maxBatch: number): number {
+  const largest = costs.reduce<{ batchSize: number; ms: number } | undefined>((best, c) => (!best || c.batchSize > best.batchSize ? c : best), undefined);
+  if (!largest || !(largest.ms > 0)) return 0;
+  const measured = (largest.batchSize / largest.ms) * 1000;
+  const target = Math.max(largest.batchSize, Number.isFinite(maxBatch) ? maxBatch : 0);
+  if (costs.length < 2 || target === largest.batchSize) return measured;
+  const n = costs.length;
+  const meanRows = costs.reduce((s, c) => s + c.batchSize, 0) / n;
+  const meanMs = costs.reduce((s, c) => s + c.ms, 0) / n;
+  let covariance = 0;
+  let variance = 0;
+  for (const c of costs) {
+    covariance += (c.batchSize - meanRows) * (c.ms - meanMs);
+    variance += (c.batchSize - meanRows) ** 2;
+  }
+  const perRow = variance > 0 ? covariance / variance : 0;
+  if (!(perRow > 0)) return measured;
+  const fixed = Math.max(0, meanMs - perRow * meanRows);
+  return Math.max(measured, (target / (fixed + perRow * target)) * 1000);
+}

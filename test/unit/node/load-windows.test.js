@@ -17,14 +17,14 @@ test('reads within one window get the same numbers; the next publishes the load 
   const w = new LoadWindows();
   const c = counters();
   const first = w.read(2, 10_100, c.read); // window 5 of 2 s
-  t.deepEqual(first.get('a'), { load: 0, residentBytes: 100 }, 'nothing measured before the first window');
+  t.deepEqual(first.get('a'), { load: 0, residentBytes: 100, rate: 0, capacity: 0 }, 'nothing measured before the first window');
   c.now.set('a', { computeSeconds: 1, residentBytes: 0 });
   t.is(w.read(2, 11_900, c.read), first, 'the same window: the same numbers, the counters not read again');
   t.is(c.reads(), 1);
   c.now.set('b', { computeSeconds: 0.5, residentBytes: 300 });
   const next = w.read(2, 12_100, c.read); // window 6: 2 s after the first read
-  t.deepEqual(next.get('a'), { load: 0.5, residentBytes: 0 });
-  t.deepEqual(next.get('b'), { load: 0.25, residentBytes: 300 });
+  t.deepEqual(next.get('a'), { load: 0.5, residentBytes: 0, rate: 0, capacity: 0 });
+  t.deepEqual(next.get('b'), { load: 0.25, residentBytes: 300, rate: 0, capacity: 0 });
   t.is(w.read(2, 13_000, c.read), next);
 
   // A counter that went back (statistics began again): no load, never a negative one.
@@ -43,4 +43,23 @@ test('window lengths are kept apart, and no more than a few of them', (t) => {
   const reads = c.reads();
   t.not(w.read(5, 10_200, c.read), five, 'forgotten: read afresh');
   t.is(c.reads(), reads + 1);
+});
+
+test('a window\'s rate is the rows answered plus what the queue grew by; its capacity as it ended', (t) => {
+  const w = new LoadWindows();
+  /** @type {Map<string, import('../../../dist/node/load-windows.js').ModelReading>} */
+  let now = new Map([['hot', { computeSeconds: 0, residentBytes: 1, rows: 100, queued: 10, capacity: 2000 }]]);
+  w.read(2, 10_000, () => now);
+  // 2 s later: 3,000 rows answered and the queue 500 longer: 3,500 came, 1,750 a second (answers alone would say 1,500).
+  now = new Map([['hot', { computeSeconds: 1.8, residentBytes: 1, rows: 3100, queued: 510, capacity: 2500 }]]);
+  const behind = w.read(2, 12_000, () => now).get('hot');
+  t.is(behind?.rate, 1750);
+  t.is(behind?.capacity, 2500);
+  t.is(behind?.load, 0.9);
+  // The queue drains: answers above what came, and the rate is what came.
+  now = new Map([['hot', { computeSeconds: 3.8, residentBytes: 1, rows: 6100, queued: 10, capacity: 2500 }]]);
+  t.is(w.read(2, 14_000, () => now).get('hot')?.rate, 1250);
+  // Counters begun again (a new statistics): no rate, never a negative one.
+  now = new Map([['hot', { computeSeconds: 0.1, residentBytes: 1, rows: 20, queued: 0, capacity: 2500 }]]);
+  t.is(w.read(2, 16_000, () => now).get('hot')?.rate, 0);
 });

@@ -33,6 +33,8 @@ function member(address, models, { name = address, startedMs = 0 } = {}) {
     budgetBytes: 100 * MB,
     sessionBudgetBytes: 0,
     /** @type {Map<string, number>} each model's share of its open sessions' bytes */ sessions: new Map(),
+    /** @type {Map<string, number>} requests a second that came for it over the window */ rate: new Map(),
+    /** @type {Map<string, number>} rows a second one device answers of it at full batches */ capacity: new Map(),
     get report() {
       if (!node.up) return null;
       return {
@@ -40,7 +42,8 @@ function member(address, models, { name = address, startedMs = 0 } = {}) {
         budgetBytes: node.budgetBytes, sessionBudgetBytes: node.sessionBudgetBytes, devices: 1, queueDepth: 0,
         models: new Map(models.map((m) => {
           const resident = node.resident.has(m) ? 10 * MB : 0;
-          return [m, { weightBytes: 10 * MB, residentBytes: resident, windowResidentBytes: resident, windowLoad: node.load.get(m) ?? 0, hits: resident ? 9 : 0, misses: 1, sessionBytes: node.sessions.get(m) ?? 0 }];
+          return [m, { weightBytes: 10 * MB, residentBytes: resident, windowResidentBytes: resident, windowLoad: node.load.get(m) ?? 0, hits: resident ? 9 : 0, misses: 1, sessionBytes: node.sessions.get(m) ?? 0,
+            windowRate: node.rate.get(m) ?? 0, windowCapacity: node.capacity.get(m) ?? 0 }];
         })),
       };
     },
@@ -307,4 +310,32 @@ test('a model\'s hit ratio stays once it is idle and evicted, when active_only r
   }
   r.update(nodes);
   t.is(await ratio(), 18 / 20, 'its counts as the nodes last reported them');
+});
+
+test('a model\'s rate is summed over the nodes and its capacity is the best node\'s: needing 3 devices, it gets 4 nodes of its own', async (t) => {
+  const nodes = Array.from({ length: 8 }, (_, i) => member(`10.0.0.${i + 1}:8001`, CATALOG));
+  const registry = new Registry();
+  const r = routes(registry);
+  r.update(nodes);
+  const hot = CATALOG[3];
+  // Spread over every node, it ran small batches: each node's device busy (a whole device of load
+  // each, 8 in all, which replicas by load would keep on every node), 1,000 requests a second each;
+  // one node learned its cost line to full batches (2,667 a second), the rest only small batches.
+  for (const [i, n] of nodes.entries()) {
+    for (const m of CATALOG) n.resident.add(m);
+    n.load.set(hot, 1);
+    n.rate.set(hot, 1000);
+    n.capacity.set(hot, i === 5 ? 2667 : 1200);
+    for (const m of CATALOG) if (m !== hot) n.load.set(m, 0.01);
+  }
+  r.update(nodes);
+  const target = /** @type {string[]} */ (r.placement?.nodes.get(hot));
+  t.true(r.placement?.givenOver.has(hot));
+  t.is(target.length, 4, '8,000 requests a second over 2,667 at full batches: 3 devices, 4 nodes at 90%');
+  for (const [m, on] of r.placement?.nodes ?? []) if (m !== hot) t.false(on.some((id) => target.includes(id)), `${m} is off its nodes`);
+  const metrics = await registry.getMetricsAsJSON();
+  const needed = metrics.find((m) => m.name === 'stowage_gateway_model_needed_devices')?.values.find((v) => v.labels.model === hot)?.value;
+  t.true(Math.abs(/** @type {number} */ (needed) - 8000 / 2667) < 1e-9, `needed devices ${needed}`);
+  const imbalance = metrics.find((m) => m.name === 'stowage_gateway_placement_imbalance')?.values[0]?.value;
+  t.true(/** @type {number} */ (imbalance) < 1.5, `the shared nodes' imbalance, the given-over ones left out: ${imbalance}`);
 });

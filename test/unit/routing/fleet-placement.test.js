@@ -2,7 +2,7 @@
 // gateway computes alike, bounded loads, replicas by load, little moved when a node joins or
 // leaves, and one node for a model nobody has asked for.
 import test from 'ava';
-import { DEFAULT_FLEET_OPTIONS, placeFleet, quantizeLoad, Rankings, replicasFor } from '../../../dist/routing/fleet-placement.js';
+import { DEFAULT_FLEET_OPTIONS, givenOverNodes, placeFleet, quantizeLoad, Rankings, replicasFor } from '../../../dist/routing/fleet-placement.js';
 import { random } from '../../helpers/mlp-catalog.js';
 
 const GB = 1e9;
@@ -197,4 +197,56 @@ test('heavy models larger than an even share of the heavy bytes still fit their 
     t.deepEqual(again.nodes.get(name), first.nodes.get(name), `${name} stays where it was placed`);
     t.is(first.nodes.get(name)?.[0], new Rankings(nodes).first(name).id, `${name} on its ranking's first node: it fits there`);
   }
+});
+
+test('a model needing more than a device at full batches gets nodes of its own, as many as its requests need', (t) => {
+  const nodes = fleet(32);
+  // 28,000 requests a second against 2,667 a device at full batches: 10.5 devices, 12 nodes at 90%
+  // each. Its measured device time (24 here: small batches on many replicas) no longer decides.
+  const hot = { name: 'hot', bytes: 100e6, load: 24, rate: 28_000, capacity: 2667 };
+  const models = [hot, ...catalog(2000, 1200, 6)];
+  const p = placeFleet(models, nodes);
+  const own = p.nodes.get('hot') ?? [];
+  t.is(own.length, 12);
+  t.true(p.givenOver.has('hot'));
+  t.false(p.heavy.has('hot'));
+  for (const [name, on] of p.nodes) if (name !== 'hot') t.false(on.some((id) => own.includes(id)), `${name} is not on the hot model's nodes`);
+  // The rest bounded among the other 20 nodes as among any 20.
+  const rest = nodes.filter((n) => !own.includes(n.id)).map((n) => p.load.get(n.id) ?? 0);
+  const mean = rest.reduce((a, b) => a + b, 0) / rest.length;
+  t.true(Math.max(...rest) <= mean * (1 + DEFAULT_FLEET_OPTIONS.epsilon + DEFAULT_FLEET_OPTIONS.stickiness) + 1e-9, `busiest of the rest ${(Math.max(...rest) / mean).toFixed(3)}x their mean`);
+  // Two gateways given the same reports in another order give it the same nodes.
+  t.deepEqual(placeFleet([...models].reverse(), [...nodes].reverse()).nodes.get('hot'), own);
+  // Placed again from where it is: the same nodes, and the models that were there stay off them.
+  const again = placeFleet(models.map((m) => ({ ...m, current: p.nodes.get(m.name) })), nodes);
+  t.deepEqual(again.nodes.get('hot'), own);
+  // Needing a node less, it gives one back and keeps the rest; needing more, it gains nodes.
+  const fewer = placeFleet([{ ...hot, rate: 25_000, current: own }, ...models.slice(1)], nodes).nodes.get('hot') ?? [];
+  t.is(fewer.length, 11);
+  t.true(fewer.every((id) => own.includes(id)), 'a subset of the nodes it had');
+  const more = placeFleet([{ ...hot, rate: 34_000, current: own }, ...models.slice(1)], nodes).nodes.get('hot') ?? [];
+  t.is(more.length, 15);
+  t.true(own.every((id) => more.includes(id)), 'the nodes it had, and more');
+});
+
+test('a model within one device shares nodes as before; no more than half the fleet is given over', (t) => {
+  const nodes = fleet(16);
+  const models = catalog(500, 300, 3);
+  const within = placeFleet([{ name: 'busy', bytes: 100e6, load: 1.2, rate: 2500, capacity: 2667 }, ...models], nodes);
+  t.is(within.givenOver.size, 0);
+  t.true(within.heavy.has('busy'), 'bounded among the rest, its replicas from its load');
+  // 40 devices' worth on 16 nodes: 45 nodes, more than half the fleet; it is bounded among the rest instead.
+  const tooMany = placeFleet([{ name: 'flood', bytes: 100e6, load: 16, rate: 40 * 2667, capacity: 2667 }, ...models], nodes);
+  t.is(tooMany.givenOver.size, 0);
+  t.true(tooMany.heavy.has('flood'));
+  // Unknown capacity (no learned costs), or no rate: never given over.
+  t.is(placeFleet([{ name: 'x', bytes: 1e6, load: 3, rate: 9000, capacity: 0 }, ...models], nodes).givenOver.size, 0);
+});
+
+test('a given-over model keeps its node count while its needs wander within the hysteresis', (t) => {
+  t.is(givenOverNodes(10.5, 0), 12);
+  t.is(givenOverNodes(10.5, 64), 12, 'spread over every node before: down to what it needs at once');
+  t.is(givenOverNodes(9.8, 12), 12, 'a little under 11 nodes at 90%: kept');
+  t.is(givenOverNodes(9.6, 12), 11);
+  t.is(givenOverNodes(12, 12), 14, 'more than its nodes carry at 90%: more at once');
 });
