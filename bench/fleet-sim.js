@@ -15,8 +15,8 @@
 // --skew seconds (each its own, fixed), so each reads the nodes' wall-clock windows at its own
 // "halfway"; each status read fails with probability --fail-reads and is slow with probability
 // --slow-reads (200 ms to 2 s: past the 1 s probe timeout it fails too); a node whose reads fail
-// keeps serving and placement goes on with its last report for REPORT_MAX_AGE_MS, as
-// remote-node.ts does. The check's routes change once the slowest read that answered is in and
+// keeps serving and placement goes on with its last report for REPORT_MAX_AGE_MS, then keeps it
+// placed without its loads, as node-status.ts and fleet-routes.ts do. The check's routes change once the slowest read that answered is in and
 // every report is decoded: the decode cost per model is measured on real ModelControlStatus bytes
 // (proto-loader, as the gateway decodes them) and charged for the active models each node answers
 // (active_only, as a pooled gateway asks). The RepositoryIndex is not read per check (the nodes'
@@ -250,6 +250,8 @@ class SimMember {
   }
   get up() { return this.node.up; }
   get report() { return this.node.up && this.last && simNow - this.lastAt <= REPORT_MAX_AGE_MS ? this.last : null; }
+  /** Its last report however old, while up: placement keeps a node whose reads fail placed by it (node-status.ts). */
+  get lastReport() { return this.node.up ? this.last : null; }
   prefetch(model) { return this.prefetchOn(this.node, model); }
 }
 

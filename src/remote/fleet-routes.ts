@@ -22,7 +22,8 @@
  *
  * Nodes are known by the name they report (node_name), not their address: a node rescheduled at a
  * new address ranks where it ranked and keeps its models. A node whose status reads fail stays in
- * service on its last report for a bounded age (remote-node.ts), then leaves placement.
+ * service on its last report for a bounded age (node-status.ts); past it, its loads no longer count
+ * but it stays placed by its name and memory, its models on it.
  */
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
@@ -39,8 +40,14 @@ export interface FleetMember {
   readonly draining: boolean;
   /** The models it serves ready. */
   readonly models: readonly string[];
-  /** What it reported at its last check; null when down or not asked yet. */
+  /** What it reported at its last check; null when down, not asked yet, or too long ago to place by. */
   readonly report: NodeReport | null;
+  /**
+   * What it reported last, however old, while up (absent: as `report`). A node that serves but whose
+   * status reads have failed for longer than a report is kept stays placed by it: its name, memory
+   * and devices, none of its loads or residency.
+   */
+  readonly lastReport?: NodeReport | null;
   prefetch(model: string, timeoutMs: number): Promise<void>;
 }
 
@@ -75,9 +82,17 @@ const COUNTS_KEPT_CHECKS = 300;
 /** A model runs enough for its window's counts to say where it runs from this share of a device's fair share. */
 const DOMINANCE_MIN_SHARE = 0.02;
 
+/**
+ * What placement knows a member by: its report while fresh, else its last however old (a node that
+ * serves while its status reads fail stays placed; its name, memory and devices are still its own).
+ */
+function known(n: FleetMember): NodeReport | null {
+  return n.report ?? n.lastReport ?? null;
+}
+
 /** Of two members reporting one name, the one whose process started last (ties: the higher address). */
 function newerOf(a: FleetMember, b: FleetMember): FleetMember {
-  const [sa, sb] = [a.report!.startedMs, b.report!.startedMs];
+  const [sa, sb] = [known(a)!.startedMs, known(b)!.startedMs];
   if (sa !== sb) return sa > sb ? a : b;
   return a.address > b.address ? a : b;
 }
@@ -212,26 +227,15 @@ export class FleetRoutes {
    */
   update(nodes: readonly FleetMember[]): void {
     this.#routes.setNames(new Map(nodes.map((n) => [n.address, n.name])));
-    // One member per name: of addresses reporting one name, the newest process serves, the rest drain.
-    const serving = new Map<string, FleetMember>();
-    for (const n of nodes) {
-      if (!n.up || n.draining || !n.report) continue;
-      const seen = serving.get(n.name);
-      if (!seen) {
-        serving.set(n.name, n);
-        continue;
-      }
-      const newer = newerOf(seen, n);
-      serving.set(n.name, newer);
-      this.#o.logger.warn({ node: n.name, serving: newer.address, draining: (newer === n ? seen : n).address }, 'two addresses report one node name: the newer serves');
-      this.#o.onSuperseded?.(newer === n ? seen : n, newer);
-    }
-    const members = [...serving.values()];
+    const members = this.#onePerName(nodes);
     this.#members = members;
     this.#keepCounts(members);
     // A node's memory for placement: its weight budget and its session budget where it has one; a
     // model's footprint: its weights and its share of the sessions it runs on, where nodes report them.
-    const fleet: FleetNode[] = members.map((n) => ({ id: n.name, budgetBytes: n.report!.budgetBytes + n.report!.sessionBudgetBytes, devices: Math.max(1, n.report!.devices) }));
+    const fleet: FleetNode[] = members.map((n) => {
+      const r = known(n)!;
+      return { id: n.name, budgetBytes: r.budgetBytes + r.sessionBudgetBytes, devices: Math.max(1, r.devices) };
+    });
     const live = new Set(members.map((n) => n.name));
     const joined = new Set<string>();
     if (!this.#routes.rankings.sameNodes(fleet)) {
@@ -247,7 +251,8 @@ export class FleetRoutes {
     for (const name of this.#catalog(members)) models.set(name, { name, bytes: 0, load: 0, resident: undefined, serving: undefined, servingLoad: undefined });
     const loads = new Map<string, number>();
     for (const n of members) {
-      for (const [name, r] of n.report!.models) {
+      // A node kept by its last report, too old to place by: in placement, its models' loads not counted.
+      for (const [name, r] of n.report?.models ?? []) {
         if (r.windowLoad > 0) loads.set(name, (loads.get(name) ?? 0) + r.windowLoad);
         const m = models.get(name);
         if (!m) continue; // reported, but not READY in the index the gateway read
@@ -291,14 +296,31 @@ export class FleetRoutes {
     }
   }
 
+  /** One member per name, up and known: of addresses reporting one name, the newest process serves, the rest drain. */
+  #onePerName(nodes: readonly FleetMember[]): FleetMember[] {
+    const serving = new Map<string, FleetMember>();
+    for (const n of nodes) {
+      if (!n.up || n.draining || !known(n)) continue;
+      const seen = serving.get(n.name);
+      if (!seen) {
+        serving.set(n.name, n);
+        continue;
+      }
+      const newer = newerOf(seen, n);
+      serving.set(n.name, newer);
+      this.#o.logger.warn({ node: n.name, serving: newer.address, draining: (newer === n ? seen : n).address }, 'two addresses report one node name: the newer serves');
+      this.#o.onSuperseded?.(newer === n ? seen : n, newer);
+    }
+    return [...serving.values()];
+  }
+
   /**
-   * The nodes `m` stays on (placement's `current`), or null to place it from the reports: where this
-   * gateway placed it last, every one of them live, while that holds:
+   * The nodes `m` stays on (placement's `current`), or null to place it from the reports. Idle, or
+   * running too little (under DOMINANCE_MIN_SHARE of a device's fair share) for a window's counts to
+   * say where the gateways send it: the first node of its ranking. Else where this gateway placed it
+   * last, every one of them live, while that holds:
    * - while its routes switch and for REPORT_LAG_CHECKS checks after: the reports still show the
    *   traffic from before (without this a model that had just moved went back);
-   * - while it runs nowhere: an idle model is not moved for nothing;
-   * - while it runs too little (under DOMINANCE_MIN_SHARE of a device's fair share) for a window's
-   *   counts to say where the gateways send it: one request more or less would move it;
    * - while each of its nodes carries at least HOLD_SHARE of its part of its load. A gateway that
    *   placed it apart from the others sees its nodes carry only its own part of the traffic, and
    *   follows the reports: where most of it runs (placement reads `serving` most load first).
@@ -308,6 +330,12 @@ export class FleetRoutes {
    * else on it), the same on every gateway.
    */
   #holding(m: ReportedModel, { live, joined, fair }: { live: ReadonlySet<string>; joined: ReadonlySet<string>; fair: number }): string[] | null {
+    // Idle, or too little traffic to tell where it runs: the first node of its ranking, as every
+    // gateway places it, a gateway that never placed it included. Kept where its weights were (before
+    // 2026-11-29, later), it followed an LRU's evictions and each gateway's reading of them (a read
+    // failed, an older report) from node to node: bench/fleet-sim.js, half the quiet moves and most
+    // of the gateways' disagreement.
+    if (!(m.load > 0) || m.load < DOMINANCE_MIN_SHARE * fair) return [this.#routes.rankings.first(m.name).id];
     const was = this.#placed.get(m.name);
     if (!was) return null;
     // A node of its gone: the rest of them, else the first of its ranking, not where the reports
@@ -317,10 +345,6 @@ export class FleetRoutes {
     if (joined.size > 0 && joined.has(this.#routes.rankings.first(m.name).id)) return null;
     const young = this.#switching.has(m.name) || this.#checks - was.check < REPORT_LAG_CHECKS;
     if (young) return was.nodes;
-    // Idle, or too little traffic to tell: where it is while its weights are there; once they are
-    // gone from it, placed from the reports, as every gateway does (a move that costs no copy, and
-    // brings gateways that placed it apart back together).
-    if (!(m.load > 0) || m.load < DOMINANCE_MIN_SHARE * fair) return was.nodes.some((id) => m.resident?.includes(id)) ? was.nodes : null;
     const share = m.load / was.nodes.length;
     return was.nodes.every((id) => loadOn(m, id) >= HOLD_SHARE * share) ? was.nodes : null;
   }
@@ -376,7 +400,8 @@ export class FleetRoutes {
     const live = new Set(members.map((n) => n.name));
     for (const name of this.#counts.keys()) if (!live.has(name)) this.#counts.delete(name);
     for (const n of members) {
-      const report = n.report!;
+      const report = n.report;
+      if (!report) continue; // its counts kept as they were
       let kept = this.#counts.get(n.name);
       if (!kept || kept.startedMs !== report.startedMs) this.#counts.set(n.name, (kept = { startedMs: report.startedMs, models: new Map() }));
       for (const [model, r] of report.models) kept.models.set(model, { hits: r.hits, misses: r.misses, check: this.#checks });

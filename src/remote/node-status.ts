@@ -75,6 +75,14 @@ export class NodeStatus implements FleetMember {
     return this.#up && this.#report && Date.now() - this.#reportAtMs <= this.#o.reportMaxAgeMs ? this.#report : null;
   }
 
+  /**
+   * What the node last reported, however old, while it is up (null before its first report or while
+   * down): who it is and its memory, for a node whose status reads fail but which serves.
+   */
+  get lastReport(): NodeReport | null {
+    return this.#up ? this.#report : null;
+  }
+
   /** The name placement knows the node by: the node_name it last reported, else its address. */
   get name(): string {
     return this.#report?.nodeName || this.address;

@@ -304,7 +304,7 @@ export const nodeConfigSchema = {
                 // A replica per this much of one device's compute a model needs (device-seconds per second).
                 replica_load: { type: 'number', exclusiveMinimum: 0, maximum: 1000, default: 0.5 },
                 // While a node's status reads fail or time out it keeps serving, and placement goes on
-                // with its last report for this long; then the node leaves placement (not traffic).
+                // with its last report for this long; then its loads no longer count, but it stays placed.
                 report_max_age_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 10 },
               },
             },

@@ -108,7 +108,7 @@ function read(addresses: readonly string[]): void {
     const failing = n.statusFailing;
     await n.readStatus(start.readTimeoutMs);
     if (!n.up || n.statusFailing === failing) return;
-    if (n.statusFailing) logger.warn({ node: n.address, reportAgeMs: n.reportAgeMs }, 'status read failed: the node keeps serving; placement goes on with its last report for report_max_age_seconds');
+    if (n.statusFailing) logger.warn({ node: n.address, reportAgeMs: n.reportAgeMs }, 'status read failed: the node keeps serving; placement goes on with its last report for report_max_age_seconds, then without its loads');
     else logger.info({ node: n.address }, 'status reads answer again');
   }));
 }

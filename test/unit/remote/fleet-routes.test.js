@@ -26,6 +26,9 @@ function member(address, models, { name = address, startedMs = 0 } = {}) {
     address,
     name,
     up: true,
+    /** Its status reads failing past the report's age: `report` null, `lastReport` what it said last (when `keepsLast`). */
+    stale: false,
+    keepsLast: true,
     draining: false,
     models,
     /** @type {Map<string, number>} */ load: new Map(),
@@ -36,7 +39,10 @@ function member(address, models, { name = address, startedMs = 0 } = {}) {
     /** @type {Map<string, number>} requests a second that came for it over the window */ rate: new Map(),
     /** @type {Map<string, number>} rows a second one device answers of it at full batches */ capacity: new Map(),
     get report() {
-      if (!node.up) return null;
+      return node.stale ? null : node.lastReport;
+    },
+    get lastReport() {
+      if (!node.up || (node.stale && !node.keepsLast)) return null;
       return {
         nodeName: name, startedMs,
         budgetBytes: node.budgetBytes, sessionBudgetBytes: node.sessionBudgetBytes, devices: 1, queueDepth: 0,
@@ -260,7 +266,7 @@ test('nodes are placed by name: one back at a new address keeps its models; of t
   t.is(superseded.length, 1, 'drained once');
 });
 
-test('calm: a model stays where the gateway placed it while reports lag its move and while it is idle; a gateway placed apart follows where most of its traffic runs', async (t) => {
+test('calm: a model stays where the gateway placed it while reports lag its move; an idle one goes to its ranking\'s first node; a gateway placed apart follows where most of its traffic runs', async (t) => {
   const nodes = ['10.0.0.1:8001', '10.0.0.2:8001', '10.0.0.3:8001'].map((a) => member(a, CATALOG));
   // Stickiness high enough that no node sheds light models: what is tested is where the gateway holds them.
   const r = new FleetRoutes({ fleet: { ...DEFAULT_FLEET_OPTIONS, stickiness: 1 }, prefetchTimeoutMs: 1000, logger });
@@ -288,11 +294,21 @@ test('calm: a model stays where the gateway placed it while reports lag its move
   run(placed[0], 0.02);
   r.update(nodes);
   t.deepEqual(r.placement?.nodes.get(model), [elsewhere.address], 'not sent back by a report that lags the move');
-  // Idle, its weights where it is: it stays, whatever ran where before.
+  // Idle, its weights elsewhere: the first node of its ranking, where a gateway that never placed it
+  // puts it too, whatever ran where before or is resident where; and it stays there.
   run(third.address, 0);
   for (const n of nodes) n.load.delete(model);
+  r.update(nodes);
+  t.deepEqual(r.placement?.nodes.get(model), placed, 'an idle model on its ranking\'s first node');
+  const fresh = routes();
+  fresh.update(nodes);
+  t.deepEqual(fresh.placement?.nodes.get(model), placed, 'as a gateway that never placed it places it');
   for (let k = 0; k < 3; k++) r.update(nodes);
-  t.deepEqual(r.placement?.nodes.get(model), [elsewhere.address], 'an idle model is not moved');
+  t.deepEqual(r.placement?.nodes.get(model), placed, 'and it stays');
+  // Running too little to say where (under 2% of a device's fair share), on another node: the same.
+  run(third.address, 0.0001);
+  r.update(nodes);
+  t.deepEqual(r.placement?.nodes.get(model), placed);
 });
 
 test('a model\'s hit ratio stays once it is idle and evicted, when active_only reports leave it out', async (t) => {
@@ -338,4 +354,28 @@ test('a model\'s rate is summed over the nodes and its capacity is the best node
   t.true(Math.abs(/** @type {number} */ (needed) - 8000 / 2667) < 1e-9, `needed devices ${needed}`);
   const imbalance = metrics.find((m) => m.name === 'stowage_gateway_placement_imbalance')?.values[0]?.value;
   t.true(/** @type {number} */ (imbalance) < 1.5, `the shared nodes' imbalance, the given-over ones left out: ${imbalance}`);
+});
+
+test('a node that serves while its status reads fail past the report\'s age stays placed, its loads not counted', async (t) => {
+  const nodes = ['10.0.0.1:8001', '10.0.0.2:8001', '10.0.0.3:8001', '10.0.0.4:8001'].map((a) => member(a, CATALOG));
+  const registry = new Registry();
+  const r = routes(registry);
+  r.update(nodes);
+  const [quiet] = nodes;
+  const loadOf = async (/** @type {string} */ model) => (await registry.getMetricsAsJSON()).find((m) => m.name === 'stowage_gateway_model_load')?.values.find((v) => v.labels.model === model)?.value;
+  const its = CATALOG.filter((m) => r.routes.get(m)?.includes(quiet.address));
+  t.true(its.length > 3, `${its.length} models on it`);
+  // Every model runs a little where it is.
+  for (const n of nodes) for (const m of CATALOG) if (r.routes.get(m)?.includes(n.address)) n.load.set(m, 0.01);
+  r.update(nodes);
+  t.is(await loadOf(its[0]), 0.01, 'its models\' loads counted while its report is fresh');
+  // Its reads fail for longer than a report is kept (report null); it still answers ready.
+  quiet.stale = true;
+  for (let k = 0; k < 3; k++) r.update(nodes);
+  for (const m of its) t.deepEqual(r.routes.get(m), [quiet.address], `${m} stays on it`);
+  t.is(await loadOf(its[0]), undefined, 'what it reported last is not placed by');
+  // A node never heard from that way (no last report kept, as before): it leaves placement, its models go elsewhere.
+  quiet.keepsLast = false;
+  r.update(nodes);
+  for (const m of its) t.false(r.placement?.nodes.get(m)?.includes(quiet.address), `${m} moved off it`);
 });
