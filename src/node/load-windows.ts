@@ -21,7 +21,7 @@ export interface ModelReading {
   rows?: number;
   /** Requests waiting in its device queues now (absent: 0). */
   queued?: number;
-  /** Rows per second one device answers of it at the largest batch it learned a cost for now (absent: 0). */
+  /** Rows per second one device answers of it at full batches, from its learned costs now (absent: 0). */
   capacity?: number;
 }
 

@@ -427,7 +427,6 @@ export class FleetRoutes {
   }
 }
 
-/** A model as one check reads it from the reports: `serving` with each node's load beside it (`servingLoad`). */
 /** The busiest node's placed load over the mean, of the nodes the models share (not those given over to one). */
 function sharedImbalance(placement: FleetPlacement): number {
   const given = new Set([...placement.givenOver].flatMap((m) => placement.nodes.get(m) ?? []));
@@ -436,6 +435,7 @@ function sharedImbalance(placement: FleetPlacement): number {
   return mean > 0 ? Math.max(...loads) / mean : 1;
 }
 
+/** A model as one check reads it from the reports: `serving` with each node's load beside it (`servingLoad`). */
 type ReportedModel = FleetModel & { resident: string[] | undefined; serving: string[] | undefined; servingLoad: number[] | undefined };
 
 /** `m.serving` (and its loads) ordered most load first, ties by name: in place, as most hold two or three. */

@@ -45,8 +45,8 @@ export interface ModelReport {
   /** Its share of its open sessions' bytes, summed over the node's devices (0: none open, or not reported). */
   sessionBytes: number;
   /**
-   * Over the same window: rows per second it answered, and rows per second one device answers of it
-   * at the largest batch it learned a cost for (0: none learned, or a node older than the fields).
+   * Over the same window: rows per second that came for it, and rows per second one device answers of
+   * it at full batches from its learned costs (0: none learned, or a node older than the fields).
    */
   windowRate: number;
   windowCapacity: number;

@@ -28,7 +28,7 @@
  *   per replica, so that the bound can hold; at most every node. It gives a replica back only
  *   once its load is clearly below (REPLICA_HYSTERESIS).
  * - A model whose requests need more than a whole device at full batches (its request rate over
- *   what one device answers of it at the largest batch its nodes learned a cost for) is given nodes
+ *   what one device answers of it at full batches, from the costs its nodes learned) is given nodes
  *   of its own first, one per GIVEN_OVER_USE of a device's capacity, and the rest is placed on the
  *   other nodes. Its replica count then follows its requests against capacity, not its measured
  *   device time: a replica runs smaller batches the more replicas there are, so its device time
@@ -63,10 +63,10 @@ export interface FleetModel {
   load: number;
   /** The nodes whose devices hold its weights now, as they report it (absent: none). */
   resident?: readonly string[];
-  /** Requests (rows) per second it answered over the last window, the whole fleet (0 or absent: none measured). */
+  /** Requests (rows) per second that came for it over the last window, the whole fleet (0 or absent: none measured). */
   rate?: number;
   /**
-   * Rows per second one device answers of it at the largest batch its nodes learned a cost for (the best node's;
+   * Rows per second one device answers of it at full batches, from the costs its nodes learned (the best node's;
    * 0 or absent: unknown). With `rate`, whether it needs nodes of its own.
    */
   capacity?: number;
@@ -268,8 +268,6 @@ export class Rankings {
  * to reuse what it remembers.
  */
 export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions = DEFAULT_FLEET_OPTIONS, rankings = new Rankings(nodes)): FleetPlacement {
-  const none = { nodes: new Map<string, string[]>(), load: new Map(nodes.map((n) => [n.id, 0])), bytes: new Map(nodes.map((n) => [n.id, 0])), heavy: new Set<string>(), givenOver: new Set<string>() };
-  if (nodes.length === 0) return none;
   const given = giveOver(models, nodes, rankings);
   if (given.size === 0) return placeShared(models, nodes, options, rankings);
   // The given-over models' nodes are theirs; everything else shares the rest, bounded by the rest's

@@ -44,7 +44,7 @@ export interface ModelControlStatus<I extends Int = string> {
   window_load: number;
   /** With window_seconds asked: bytes of its weights on devices as that window ended. */
   window_resident_bytes: I;
-  /** With window_seconds asked: rows per second its executions answered over that window. */
+  /** With window_seconds asked: rows per second that came for it over that window (answered, plus queue growth). */
   window_rate: number;
   /** With window_seconds asked: rows per second one device answers of it at full batches (0: no costs learned). */
   window_capacity: number;
