@@ -19,7 +19,7 @@ if (!isMainThread && workerData?.standIns) {
 }
 
 export class StandInFleetThread {
-  /** @param {{ nodes: number, models: number, capacity: number, weightBytes: number, fleetLoad: number }} options */
+  /** @param {{ nodes: number, models: number, capacity: number, weightBytes: number, fleetLoad: number, churn?: number, windowMs?: number }} options */
   constructor(options) {
     this.capacity = options.capacity;
     this.catalog = Array.from({ length: options.models }, (_, k) => `m${String(k).padStart(5, '0')}`);

@@ -8,24 +8,46 @@
 //   at the start model k is on node k mod nodes;
 // - ModelControlStatus with active_only (what a pooled gateway asks) names the models a node holds,
 //   with their load and bytes over the window, and a repository digest that changes only when the
-//   node restarts; RepositoryIndex names every model READY; PrefetchModel makes a model resident;
+//   node restarts; versioned, as a node answers it (src/node/report-versions.ts, published once per
+//   window of `windowMs`): only the rows changed since the version the gateway names;
+// - `churn`: the share of the catalog, busiest first, whose loads change at every window (each by a
+//   factor of 0.8-1.2 drawn per window and model, the same for every reader): a real node's loads
+//   move with its traffic, so each of those rows is sent again at every check (0: loads stay put);
+//   RepositoryIndex names every model READY; PrefetchModel makes a model resident;
 //   ServerReady is true; ModelInfer answers at once with no outputs (the gateway forwards its bytes).
 // A restarted node comes back on its port with a new start time and digest and nothing resident.
 import * as grpc from '@grpc/grpc-js';
 import { loadControlClient, loadInferenceClient } from '../dist/protocol/proto.js';
+import { ReportVersions } from '../dist/node/report-versions.js';
 
 export class StandInFleet {
+  /** `model`'s load over the fleet in window `w`: its own, moved by a factor drawn per window when it churns. */
+  loadIn(model, w) {
+    const load = /** @type {number} */ (this.loads.get(model));
+    const k = /** @type {number} */ (this.rank.get(model));
+    if (k >= this.churning) return load;
+    let h = Math.imul(w ^ Math.imul(k, 0x9e3779b1), 0x85ebca6b) >>> 0;
+    h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35) >>> 0;
+    return load * (0.8 + (0.4 * (h ^ (h >>> 16))) / 2 ** 32);
+  }
+
   /**
-   * @param {{ nodes: number, models: number, capacity: number, weightBytes: number, fleetLoad: number }} options
+   * @param {{ nodes: number, models: number, capacity: number, weightBytes: number, fleetLoad: number, churn?: number, windowMs?: number }} options
    */
-  constructor({ nodes, models, capacity, weightBytes, fleetLoad }) {
+  constructor({ nodes, models, capacity, weightBytes, fleetLoad, churn = 0, windowMs = 2000 }) {
     this.weightBytes = weightBytes;
     this.capacity = capacity;
+    this.windowMs = windowMs;
+    /** Models ranked below this (the busiest) change load at every window. */
+    this.churning = Math.round(churn * models);
+    /** @type {Map<string, number>} each model's rank by load */
+    this.rank = new Map();
     this.catalog = Array.from({ length: models }, (_, k) => `m${String(k).padStart(5, '0')}`);
     const zipf = this.catalog.map((_, k) => 1 / (k + 1));
     const sum = zipf.reduce((a, b) => a + b);
     /** @type {Map<string, number>} each model's load over the fleet */
     this.loads = new Map(this.catalog.map((name, k) => [name, (fleetLoad * zipf[k]) / sum]));
+    this.catalog.forEach((name, k) => this.rank.set(name, k));
     /** @type {Map<string, number>} how many nodes hold each model's weights */
     this.holders = new Map();
     this.nodes = Array.from({ length: nodes }, (_, i) => new StandInNode(this, `stand-in-${i}`));
@@ -57,6 +79,8 @@ class StandInNode {
     this.port = 0;
     this.statusReads = 0;
     this.prefetches = 0;
+    this.versions = new ReportVersions(this.startedMs);
+    this.publishedWindow = -1;
   }
 
   get address() {
@@ -80,19 +104,34 @@ class StandInNode {
     }
   }
 
-  status() {
+  /** @param {{ versioned?: boolean, since_version?: string }} request */
+  status(request) {
     this.statusReads++;
-    const { weightBytes, loads, holders } = this.fleet;
+    const { weightBytes, holders, windowMs } = this.fleet;
     const bytes = String(weightBytes);
-    const models = [];
+    const w = Math.floor(Date.now() / windowMs);
+    const rows = new Map();
     for (const name of this.resident.keys()) {
-      models.push({
+      rows.set(name, {
         name, state: 'READY', weight_bytes: bytes, resident_bytes: bytes, window_resident_bytes: bytes,
-        window_load: /** @type {number} */ (loads.get(name)) / Math.max(1, holders.get(name) ?? 1),
+        window_load: this.fleet.loadIn(name, w) / Math.max(1, holders.get(name) ?? 1),
         weight_hits: '100', weight_misses: '1',
       });
     }
+    let versioned = {};
+    let models = [...rows.values()];
+    if (request.versioned) {
+      // Published once per window, as a node does; a prefetch between windows shows at the next.
+      if (w !== this.publishedWindow) {
+        this.publishedWindow = w;
+        this.versions.publish(rows, (r) => `${r.window_load}|${r.resident_bytes}`);
+      }
+      const answer = this.versions.answer(Number(request.since_version ?? 0));
+      models = answer.rows;
+      versioned = { report_version: String(answer.version), changes_only: answer.changesOnly, gone: answer.gone };
+    }
     return {
+      ...versioned,
       models,
       weight_budget_bytes: String(weightBytes * this.fleet.capacity),
       devices: 1,
@@ -113,7 +152,7 @@ class StandInNode {
       ModelInfer: (call, done) => done(null, { model_name: call.request.model_name, model_version: '1', id: call.request.id, outputs: [] }),
     });
     server.addService(loadControlClient().service, {
-      ModelControlStatus: (_call, done) => done(null, this.status()),
+      ModelControlStatus: (call, done) => done(null, this.status(call.request)),
       PrefetchModel: (call, done) => {
         this.prefetches++;
         this.hold(call.request.name);
@@ -136,6 +175,8 @@ class StandInNode {
     for (const model of this.resident.keys()) this.fleet.holders.set(model, /** @type {number} */ (this.fleet.holders.get(model)) - 1);
     this.resident.clear();
     this.startedMs = Date.now();
+    this.versions = new ReportVersions(this.startedMs);
+    this.publishedWindow = -1;
     await this.start();
   }
 }

@@ -19,7 +19,12 @@
 // stand-in (what the stand-ins' own answering adds: at 64 nodes they encode 64 status answers per
 // check), then each scale's ratios to the first.
 //
-//   npm run build && node bench/gateway-checks.js [phase seconds, default 20] [nodes x models ...]
+// The stand-ins answer versioned status reads, as nodes do: with `--churn=F` a share F of the
+// catalog (the busiest) reports new loads at every window, so those rows are read and the placement
+// made again at every check; 0 (the default) is a calm fleet, where a check reads and places nothing
+// new. Per phase it also prints the checks that left the placement as it stood (unchanged).
+//
+//   npm run build && node bench/gateway-checks.js [--churn=F] [phase seconds, default 20] [nodes x models ...]
 import * as grpc from '@grpc/grpc-js';
 import { loadInferenceClient } from '../dist/protocol/proto.js';
 import { StandInFleetThread } from './fleet-stand-ins-thread.js';
@@ -27,8 +32,10 @@ import { cpuUs } from './proc-cpu.js';
 import { scrapeMetrics, startServer } from '../test/helpers/server.js';
 import { percentile } from './timing.js';
 
-const PHASE_S = Number(process.argv[2] ?? 20);
-const SCALES = (process.argv.length > 3 ? process.argv.slice(3) : ['4x100', '64x10000']).map((s) => s.split('x').map(Number));
+const CHURN = Number(process.argv.find((a) => a.startsWith('--churn='))?.slice('--churn='.length) ?? 0);
+const ARGS = process.argv.slice(2).filter((a) => !a.startsWith('--'));
+const PHASE_S = Number(ARGS[0] ?? 20);
+const SCALES = (ARGS.length > 1 ? ARGS.slice(1) : ['4x100', '64x10000']).map((s) => s.split('x').map(Number));
 const HEALTH_S = 2;
 const RATE = 100;
 const WEIGHT_BYTES = 16 * 2 ** 20;
@@ -137,12 +144,13 @@ async function phase(name, gateway, { traffic, direct, node }, event, again = as
     p50: percentile(latencies, 0.5), p99: percentile(latencies, 0.99), max: latencies.at(-1) ?? NaN,
     directP99: percentile(straight, 0.99),
     moves: after.stowage_gateway_placement_moves_total - before.stowage_gateway_placement_moves_total,
+    unchanged: (after.stowage_gateway_placement_unchanged_checks_total ?? 0) - (before.stowage_gateway_placement_unchanged_checks_total ?? 0),
   };
 }
 
 async function runScale(nodes, models) {
   // Twice the catalog's weights over the fleet: each model on two nodes' worth of memory.
-  const fleet = new StandInFleetThread({ nodes, models, capacity: Math.ceil((2 * models) / nodes), weightBytes: WEIGHT_BYTES, fleetLoad: 0.6 * nodes });
+  const fleet = new StandInFleetThread({ nodes, models, capacity: Math.ceil((2 * models) / nodes), weightBytes: WEIGHT_BYTES, fleetLoad: 0.6 * nodes, churn: CHURN, windowMs: HEALTH_S * 1000 });
   const addresses = await fleet.start();
   // The same trickle straight to one stand-in beside it: what the stand-ins' own answering adds.
   const streams = { traffic: trickle(fleet), direct: trickle(fleet), node: addresses[0] };
@@ -162,11 +170,11 @@ async function runScale(nodes, models) {
     const startup = await scrapeMetrics(gateway.adminPort); // the new gateway's start-up, its first full read
     rows.push(await phase('gateway restart', gateway, streams, async () => {}));
     const { statusReads, prefetches } = await fleet.counts();
-    console.log(`\n${nodes} nodes x ${models} models: first start ${startupMs.toFixed(0)} ms, restart ${restartMs.toFixed(0)} ms to serving `
+    console.log(`\n${nodes} nodes x ${models} models, churn ${CHURN}: first start ${startupMs.toFixed(0)} ms, restart ${restartMs.toFixed(0)} ms to serving `
       + `(its start-up: event loop p99 ${(startup.nodejs_eventloop_lag_p99_seconds * 1000).toFixed(1)} ms, max ${(startup.nodejs_eventloop_lag_max_seconds * 1000).toFixed(1)} ms); `
       + `${statusReads} status reads, ${prefetches} prefetches; active models a node reports: ${fleet.capacity}`);
     console.table(rows.map((r) => ({
-      phase: r.phase, checks: r.checks, 'cpu/check ms': r.cpuPerCheckMs.toFixed(1), 'process cpu/check ms': r.processCpuPerCheckMs.toFixed(1), 'placement ms': r.placementMs.toFixed(1),
+      phase: r.phase, checks: r.checks, unchanged: r.unchanged, 'cpu/check ms': r.cpuPerCheckMs.toFixed(1), 'process cpu/check ms': r.processCpuPerCheckMs.toFixed(1), 'placement ms': r.placementMs.toFixed(1),
       'loop p99 ms': r.lagP99Ms.toFixed(1), 'loop max ms': r.lagMaxMs.toFixed(1), moves: r.moves,
       requests: r.requests, failed: r.failures, 'p50 ms': r.p50.toFixed(2), 'p99 ms': r.p99.toFixed(2), 'max ms': r.max.toFixed(1), 'direct p99 ms': r.directP99.toFixed(2),
     })));

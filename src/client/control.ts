@@ -14,7 +14,10 @@ export type { ModelControlStatus, ModelControlStatusReply };
 
 /** Each control RPC's request and reply, by name. */
 export interface ControlCalls {
-  ModelControlStatus: { request: { name: string; window_seconds?: number; fresh?: boolean; active_only?: boolean }; reply: ModelControlStatusReply };
+  ModelControlStatus: {
+    request: { name: string; window_seconds?: number; fresh?: boolean; active_only?: boolean; versioned?: boolean; since_version?: string };
+    reply: ModelControlStatusReply;
+  };
   SetModelPolicy: { request: { name: string; weight?: number; max_batch_size?: number }; reply: Record<string, never> };
   SetModelResidency: { request: { name: string; residency: string }; reply: Record<string, never> };
   CompactMemory: { request: { device: number }; reply: { moved_bytes: string } };

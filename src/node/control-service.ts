@@ -12,12 +12,13 @@ import { RESIDENCIES } from '../shared/config-schema.js';
 import { errors, quote } from '../shared/errors.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { Statistics } from './statistics.js';
-import { LoadWindows, type ModelReading } from './load-windows.js';
+import { LoadWindows, type ModelReading, type WindowReport } from './load-windows.js';
 import { StatusSnapshot } from './status-snapshot.js';
 import { fullBatchRate } from '../actors/device/cost-model.js';
+import { ReportVersions } from './report-versions.js';
 
 type DeviceStatus = Awaited<ReturnType<Devices['status']>>[number];
-interface StatusRequest { name: string; window_seconds: number; fresh?: boolean; active_only?: boolean }
+interface StatusRequest { name: string; window_seconds: number; fresh?: boolean; active_only?: boolean; versioned?: boolean; since_version?: string | number }
 
 /** The longest window a ModelControlStatus may ask for: an hour. */
 const MAX_WINDOW_SECONDS = 3600;
@@ -59,11 +60,12 @@ export function controlOperations(ctx: ControlContext) {
   const { registry, devices, logger } = ctx;
   const windows = new LoadWindows();
   const snapshot = new StatusSnapshot(() => devices.status());
+  const versions = new VersionedReports(ctx.startedMs);
   return {
     ModelControlStatus: async (req: StatusRequest) => {
       const delayMs = statusDelayFile ? injectedStatusDelayMs() : 0;
       if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
-      return modelControlStatus(ctx, windows, snapshot, req);
+      return modelControlStatus(ctx, { windows, snapshot, versions }, req);
     },
     SetModelPolicy: async (req: { name: string; weight: number; max_batch_size: number }) => {
       registry.find(req.name);
@@ -113,15 +115,15 @@ export function controlOperations(ctx: ControlContext) {
  * queues add up; costs, policy, residency and CUDA graphs are the first device's; resident bytes
  * add up over the devices where the weights are on now, sessions' GPU memory over every device.
  */
-async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, snapshot: StatusSnapshot<DeviceStatus[]>, req: StatusRequest) {
+async function modelControlStatus(ctx: ControlContext, state: StatusState, req: StatusRequest) {
   const { registry, devices, statistics } = ctx;
   if (!(req.window_seconds >= 0 && req.window_seconds <= MAX_WINDOW_SECONDS)) {
     throw errors.invalidRequest(`window_seconds must be between 0 (none) and ${MAX_WINDOW_SECONDS}, got ${req.window_seconds}`);
   }
   const all = registry.all();
   const records = req.name === '' ? all : [registry.find(req.name)];
-  const { value: reports, ageMs } = await snapshot.get(req.fresh === true);
-  const instances = new Map<string, (typeof reports)[number] & { queuedAll: number; residentAll: number; sessionAll: number; sessionBytesAll: number; sessions: string[]; onDevices: number[] }>();
+  const { value: reports, ageMs } = await state.snapshot.get(req.fresh === true);
+  const instances = new Map<string, Instance>();
   for (const s of reports) {
     const resident = s.resident ? s.weightBytes : 0;
     const seen = instances.get(s.instance);
@@ -135,14 +137,15 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, sna
     } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, sessionAll: s.sessionDeviceBytes ?? 0, sessionBytesAll: s.sessionBytes, sessions: [`device ${s.device}: ${s.session}`], onDevices: s.resident ? [s.device] : [] });
   }
   // Every model's counters go into a window, whichever model was asked for.
-  const window = req.window_seconds > 0 ? windows.read(req.window_seconds, Date.now(), () => readings(all, instances, statistics)) : undefined;
+  const window = req.window_seconds > 0 ? state.windows.read(req.window_seconds, Date.now(), () => readings(all, instances, statistics)) : undefined;
   // active_only: what placement weighs, the models with load or weights on a device; the rest are the index's.
   const active = (r: (typeof records)[number]) => {
     const s = r.instance ? instances.get(r.instance) : undefined;
     const w = window?.get(r.name);
     return (s?.residentAll ?? 0) > 0 || (s?.queuedAll ?? 0) > 0 || (w !== undefined && (w.load > 0 || w.residentBytes > 0));
   };
-  return {
+  const row = (r: (typeof records)[number]) => statusRow(ctx, r, r.instance ? instances.get(r.instance) : undefined, window);
+  const node = {
     weight_budget_bytes: ctx.weightBudgetBytes,
     session_budget_bytes: ctx.sessionBudgetBytes,
     devices: devices.handles.filter((d) => d.serving).length,
@@ -151,40 +154,99 @@ async function modelControlStatus(ctx: ControlContext, windows: LoadWindows, sna
     node_name: ctx.nodeName(),
     started_unix_ms: ctx.startedMs,
     repository_digest: repositoryDigest(all),
-    models: (req.active_only ? records.filter(active) : records).map((r) => {
-      const s = r.instance ? instances.get(r.instance) : undefined;
-      const traffic = ctx.weightTraffic(r.name);
-      return {
-        name: r.name,
-        state: r.state,
-        reason: r.reason,
-        instance: r.instance ?? '',
-        residency: s?.residency ?? '',
-        resident_bytes: s?.residentAll ?? 0,
-        // The device holding its weights now; -1 when none does, or several do.
-        device: s?.onDevices.length === 1 ? s.onDevices[0] : -1,
-        queue_depth: s?.queuedAll ?? 0,
-        learned_cost: (s?.costs ?? []).map((c) => ({ batch_size: c.batchSize, ms: c.ms })),
-        weight: s?.weight ?? devices.policies.of(devices.handles[0].deviceId, r.name).weight,
-        max_batch_size: s ? (Number.isFinite(s.maxBatchRows) ? s.maxBatchRows : 0) : 0,
-        placed_devices: r.spec?.kind === 'meta' ? [] : devices.placementOf(r.name),
-        session_device_bytes: s?.sessionAll ?? 0,
-        cuda_graphs: s?.cudaGraphs ?? '',
-        weight_bytes: s?.weightBytes ?? 0,
-        compute_seconds: statistics.computeSeconds(r.name),
-        weight_hits: traffic.hits,
-        weight_misses: traffic.misses,
-        window_load: window?.get(r.name)?.load ?? 0,
-        window_resident_bytes: window?.get(r.name)?.residentBytes ?? 0,
-        window_rate: window?.get(r.name)?.rate ?? 0,
-        window_capacity: window?.get(r.name)?.capacity ?? 0,
-        // One device: its words as they are; several: each device's.
-        session: s ? (s.sessions.length === 1 ? s.session : s.sessions.join('; ')) : '',
-        session_bytes: s?.sessionBytesAll ?? 0,
-      };
-    }),
+  };
+  if (req.versioned && req.active_only && window && req.name === '') {
+    // The rows as published for this window (the first versioned read in it publishes them).
+    const versions = state.versions.of(req.window_seconds, window, () => new Map(records.filter(active).map((r) => [r.name, row(r)])));
+    const answer = versions.answer(Number(req.since_version ?? 0) || 0);
+    return { ...node, models: answer.rows, report_version: answer.version, changes_only: answer.changesOnly, gone: answer.gone };
+  }
+  return { ...node, models: (req.active_only ? records.filter(active) : records).map(row), report_version: 0, changes_only: false, gone: [] };
+}
+
+/** A model's devices' figures summed (Devices.status, one entry per device holding it). */
+type Instance = DeviceStatus & { queuedAll: number; residentAll: number; sessionAll: number; sessionBytesAll: number; sessions: string[]; onDevices: number[] };
+
+/** What ModelControlStatus keeps between calls: the load windows, the devices' snapshot, the versioned reports. */
+interface StatusState {
+  windows: LoadWindows;
+  snapshot: StatusSnapshot<DeviceStatus[]>;
+  versions: VersionedReports;
+}
+
+type StatusRow = ReturnType<typeof statusRow>;
+
+/** One model's ModelControlStatus: `s` its devices' figures (none: loaded on none), `window` the last window's. */
+function statusRow(ctx: ControlContext, r: { name: string; state: string; reason: string; instance?: string | null; spec?: { kind?: string } | null }, s: Instance | undefined, window: ReadonlyMap<string, WindowReport> | undefined) {
+  const { devices, statistics } = ctx;
+  const traffic = ctx.weightTraffic(r.name);
+  const w = window?.get(r.name);
+  return {
+    name: r.name,
+    state: r.state,
+    reason: r.reason,
+    instance: r.instance ?? '',
+    residency: s?.residency ?? '',
+    resident_bytes: s?.residentAll ?? 0,
+    // The device holding its weights now; -1 when none does, or several do.
+    device: s?.onDevices.length === 1 ? s.onDevices[0] : -1,
+    queue_depth: s?.queuedAll ?? 0,
+    learned_cost: (s?.costs ?? []).map((c) => ({ batch_size: c.batchSize, ms: c.ms })),
+    weight: s?.weight ?? devices.policies.of(devices.handles[0].deviceId, r.name).weight,
+    max_batch_size: s ? (Number.isFinite(s.maxBatchRows) ? s.maxBatchRows : 0) : 0,
+    placed_devices: r.spec?.kind === 'meta' ? [] : devices.placementOf(r.name),
+    session_device_bytes: s?.sessionAll ?? 0,
+    cuda_graphs: s?.cudaGraphs ?? '',
+    weight_bytes: s?.weightBytes ?? 0,
+    compute_seconds: statistics.computeSeconds(r.name),
+    weight_hits: traffic.hits,
+    weight_misses: traffic.misses,
+    window_load: w?.load ?? 0,
+    window_resident_bytes: w?.residentBytes ?? 0,
+    window_rate: w?.rate ?? 0,
+    window_capacity: w?.capacity ?? 0,
+    // One device: its words as they are; several: each device's.
+    session: s ? (s.sessions.length === 1 ? s.session : s.sessions.join('; ')) : '',
+    session_bytes: s?.sessionBytesAll ?? 0,
   };
 }
+
+/** A row's figures a pooled gateway reads (remote/status-report.ts): a versioned row changes when these do. */
+function placementKey(row: StatusRow): string {
+  return `${row.state}|${row.weight_bytes}|${row.resident_bytes}|${row.window_load}|${row.window_resident_bytes}|${row.window_rate}|${row.window_capacity}|${row.session_bytes}|${row.weight_hits}|${row.weight_misses}`;
+}
+
+/**
+ * The versioned reports, one per window length asked for (gateways of one fleet ask one): each
+ * published once per window, from the first versioned read in it.
+ */
+class VersionedReports {
+  readonly #firstVersion: number;
+  readonly #byLength = new Map<number, { window: ReadonlyMap<string, WindowReport>; versions: ReportVersions<StatusRow> }>();
+
+  constructor(firstVersion: number) {
+    this.#firstVersion = firstVersion;
+  }
+
+  of(windowSeconds: number, window: ReadonlyMap<string, WindowReport>, rows: () => ReadonlyMap<string, StatusRow>): ReportVersions<StatusRow> {
+    let kept = this.#byLength.get(windowSeconds);
+    if (!kept) {
+      // As many lengths as LoadWindows keeps; the least recently published goes.
+      if (this.#byLength.size >= MAX_VERSIONED_LENGTHS) this.#byLength.delete(this.#byLength.keys().next().value!);
+      kept = { window, versions: new ReportVersions<StatusRow>(this.#firstVersion) };
+      kept.versions.publish(rows(), placementKey);
+    } else if (kept.window !== window) {
+      kept.window = window;
+      kept.versions.publish(rows(), placementKey);
+    }
+    this.#byLength.delete(windowSeconds);
+    this.#byLength.set(windowSeconds, kept);
+    return kept.versions;
+  }
+}
+
+/** Window lengths with a versioned report kept at once (LoadWindows keeps as many windows). */
+const MAX_VERSIONED_LENGTHS = 4;
 
 /** Every model's counters now, for a window (load-windows.ts): `instances` are its devices' figures summed. */
 function readings(

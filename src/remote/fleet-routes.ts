@@ -48,6 +48,11 @@ export interface FleetMember {
    * and devices, none of its loads or residency.
    */
   readonly lastReport?: NodeReport | null;
+  /**
+   * Grows whenever its report changes (NodeStatus: a versioned read that changed nothing leaves it).
+   * Absent: every check's report counts as new, and placement runs at every check.
+   */
+  readonly reportSerial?: number;
   prefetch(model: string, timeoutMs: number): Promise<void>;
 }
 
@@ -123,6 +128,13 @@ export class FleetRoutes {
   #needs = new Map<string, number>();
   /** The nodes placed at the last check, to tell one joining. */
   #live: ReadonlySet<string> = new Set();
+  /** What the last placement was made from, and whether placing again from the same would give it back. */
+  #inputs: MemberInputs[] = [];
+  #settled = false;
+  /** Checks that placed nothing anew: their inputs were the last placement's, and it was settled. */
+  #unchanged = 0;
+  /** The last check at which a model's placement changed or its routes switched. */
+  #lastChange = 0;
   readonly #moves?: Counter;
   #moved = 0;
   readonly #prefetches?: Counter;
@@ -205,6 +217,11 @@ export class FleetRoutes {
     return this.#routes.holds(model, address);
   }
 
+  /** Checks that left the placement as it stood, nothing it is made from having changed. */
+  get unchangedChecks(): number {
+    return this.#unchanged;
+  }
+
   /** Nodes gained by models so far (stowage_gateway_placement_moves_total, without a registry: the simulator). */
   get moves(): number {
     return this.#moved;
@@ -222,10 +239,24 @@ export class FleetRoutes {
 
   /**
    * After a health check of every node: loads, placement, and the moves it asks for. At 10,000
-   * models this takes 50-90 ms (bench/gateway-checks.js): the gateway runs it on its placement
+   * models a placement takes 50-90 ms (bench/gateway-checks.js): the gateway runs it on its placement
    * thread, never on the thread that forwards requests.
    */
   update(nodes: readonly FleetMember[]): void {
+    // Nothing placement reads changed since a placement that would give itself back: it stands
+    // (most checks of a calm fleet change nothing).
+    const inputs = nodes.map(inputsOf);
+    this.#checks++;
+    if (this.#settled && this.#switching.size === 0 && sameInputs(inputs, this.#inputs)) {
+      this.#unchanged++;
+      return;
+    }
+    this.#inputs = inputs;
+    this.#place(nodes);
+  }
+
+  /** Place every model from the members' reports, and switch the routes that change. */
+  #place(nodes: readonly FleetMember[]): void {
     this.#routes.setNames(new Map(nodes.map((n) => [n.address, n.name])));
     const members = this.#onePerName(nodes);
     this.#members = members;
@@ -270,7 +301,6 @@ export class FleetRoutes {
     }
     this.#loads = loads;
     this.#needs = new Map([...models.values()].filter((m) => m.rate && m.capacity).map((m) => [m.name, m.rate! / m.capacity!]));
-    this.#checks++;
     const devices = fleet.reduce((sum, n) => sum + (n.devices ?? 1), 0);
     const fair = [...this.#loads.values()].reduce((sum, l) => sum + l, 0) / Math.max(1, devices);
     for (const m of models.values()) {
@@ -283,13 +313,20 @@ export class FleetRoutes {
     this.#placement = placement;
     for (const name of [...this.#routes.routes.keys()]) if (!models.has(name)) this.#routes.delete(name);
     for (const name of this.#placed.keys()) if (!models.has(name)) this.#placed.delete(name);
+    let changed = false;
     for (const [model, target] of placement.nodes) {
       const was = this.#placed.get(model);
-      if (!was || !sameNodes(was.nodes, target)) this.#placed.set(model, { nodes: target, check: this.#checks });
+      if (was && sameNodes(was.nodes, target)) continue;
+      this.#placed.set(model, { nodes: target, check: this.#checks });
+      changed = true;
     }
     const byName = new Map(members.map((n) => [n.name, n]));
     let moved = 0;
     for (const [model, target] of placement.nodes) moved += this.#switch(model, target, models.get(model)!.resident ?? [], byName) ? 1 : 0;
+    // Placing again from the same inputs gives this back once nothing it placed is young (#holding
+    // holds a young model where it is, then weighs its reports) and no routes wait on a prefetch.
+    this.#lastChange = changed ? this.#checks : this.#lastChange;
+    this.#settled = this.#switching.size === 0 && this.#checks - this.#lastChange >= REPORT_LAG_CHECKS;
     if (moved > 0) {
       const givenOver = Object.fromEntries([...placement.givenOver].map((m) => [m, placement.nodes.get(m)?.length ?? 0]));
       this.#o.logger.info({ moved, prefetching: this.#switching.size, models: placement.nodes.size, nodes: members.length, imbalance: sharedImbalance(placement), givenOver }, 'placement changed');
@@ -390,7 +427,8 @@ export class FleetRoutes {
       this.#routes.set(model, target);
       // Its traffic moves now: the reports show it from the next whole window on.
       const placed = this.#placed.get(model);
-      if (placed?.nodes.join(',') === key) placed.check = this.#checks;
+      if (placed?.nodes.join(',') === key) placed.check = this.#lastChange = this.#checks;
+      this.#settled = false;
       this.#o.logger.debug({ model, from: now, to: target }, 'model moved');
     });
     return true;
@@ -459,6 +497,31 @@ function mostLoadFirst(m: ReportedModel): void {
 function loadOn(m: ReportedModel, id: string): number {
   const at = m.serving?.indexOf(id) ?? -1;
   return at < 0 ? 0 : m.servingLoad![at];
+}
+
+/** What placement reads of a member, to tell a check whose inputs are the last placement's. */
+interface MemberInputs {
+  address: string;
+  name: string;
+  up: boolean;
+  draining: boolean;
+  models: readonly string[];
+  /** Its report's serial (undefined: not kept, always new); whether it is fresh, old, or none. */
+  serial: number | undefined;
+  report: 'fresh' | 'old' | 'none';
+}
+
+function inputsOf(n: FleetMember): MemberInputs {
+  const report = n.report ? 'fresh' : n.lastReport ? 'old' : 'none';
+  return { address: n.address, name: n.name, up: n.up, draining: n.draining, models: n.models, serial: n.reportSerial, report };
+}
+
+function sameInputs(a: readonly MemberInputs[], b: readonly MemberInputs[]): boolean {
+  return a.length === b.length && a.every((x, i) => {
+    const y = b[i];
+    return x.serial !== undefined && x.serial === y.serial && x.report === y.report && x.address === y.address && x.name === y.name
+      && x.up === y.up && x.draining === y.draining && x.models === y.models;
+  });
 }
 
 function sameNodes(a: readonly string[], b: readonly string[]): boolean {

@@ -11,7 +11,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type { FleetMember } from './fleet-routes.js';
 import { nodeChannel, unaryRaw } from './node-channel.js';
-import { readStatusReport, type NodeReport } from './status-report.js';
+import { applyChanges, readStatusReport, type NodeReport } from './status-report.js';
 
 const STATUS_PATH = '/stowage.control.ModelControl/ModelControlStatus';
 const PREFETCH_PATH = '/stowage.control.ModelControl/PrefetchModel';
@@ -20,13 +20,19 @@ const INDEX_PATH = '/inference.GRPCInferenceService/RepositoryIndex';
 export interface NodeStatusOptions {
   /** HTTP/2 receive window for the node's answers (endpoints.http2_window_bytes). */
   windowBytes: number;
-  encodeStatusRequest: () => Buffer;
+  /** The status request: its versioned report, changes since `since` (0: the whole report). */
+  encodeStatusRequest: (since: number) => Buffer;
   encodeIndexRequest: () => Buffer;
   /** Decodes the node's RepositoryIndex answer. */
   decodeIndex: (bytes: Buffer) => { models: { name: string; state: string }[] };
   encodePrefetch: (model: string) => Buffer;
   /** How long placement may go on with the node's last report while its status reads fail or time out. */
   reportMaxAgeMs: number;
+  /**
+   * Repository digest -> the models served ready, as read from a node that gave it: shared by every
+   * node of a check, so that nodes of one repository (most fleets) share one list and one read.
+   */
+  indexLists?: Map<string, readonly string[]>;
 }
 
 export class NodeStatus implements FleetMember {
@@ -46,6 +52,10 @@ export class NodeStatus implements FleetMember {
   #indexDigest = '';
   /** The digest its last status read gave (undefined: it failed, or the node gives none). */
   #digest: string | undefined;
+  /** The version of the node's report #report is (0: none, or a node that does not version it: read in full). */
+  #version = 0;
+  /** Grows whenever #report changes: what placement compares to know nothing did. */
+  #reportSerial = 0;
 
   constructor(address: string, options: NodeStatusOptions) {
     this.address = address;
@@ -102,14 +112,37 @@ export class NodeStatus implements FleetMember {
     return this.#statusFailures;
   }
 
-  /** One status read (the active models only); a failure keeps the last report, which then ages. */
+  /** Grows whenever the report changes (a read that changed nothing leaves it): FleetMember's. */
+  get reportSerial(): number {
+    return this.#reportSerial;
+  }
+
+  /**
+   * One status read (the active models only): what changed since the version of the report it
+   * holds, or the whole report at first, after a node restarts, and from a node that does not
+   * version it. A failure keeps the last report, which then ages.
+   */
   async readStatus(timeoutMs: number): Promise<void> {
     try {
-      const { report, digest } = readStatusReport(await this.#call(STATUS_PATH, this.#o.encodeStatusRequest(), timeoutMs));
-      this.#report = report;
+      const base = this.#version > 0 ? this.#report : null;
+      const answer = readStatusReport(await this.#call(STATUS_PATH, this.#o.encodeStatusRequest(base ? this.#version : 0), timeoutMs));
+      if (answer.changesOnly) {
+        // Changes to a report of another process cannot be: the node's versions say so. Read it whole next time.
+        if (!base || base.startedMs !== answer.report.startedMs) {
+          this.#version = 0;
+          throw new Error('changes to a report not held');
+        }
+        const same = answer.report.models.size === 0 && answer.gone.length === 0 && answer.notReady.length === 0 && sameNode(base, answer.report);
+        this.#report = applyChanges(base, answer);
+        if (!same) this.#reportSerial++;
+      } else {
+        this.#report = answer.report;
+        this.#reportSerial++;
+      }
+      this.#version = answer.version;
       this.#reportAtMs = Date.now();
       this.#statusFailing = false;
-      this.#digest = digest || undefined;
+      this.#digest = answer.digest || undefined;
     } catch {
       this.#statusFailing = true;
       this.#statusFailures++;
@@ -125,16 +158,31 @@ export class NodeStatus implements FleetMember {
   async readIndexIfChanged(timeoutMs: number): Promise<boolean> {
     const digest = this.#digest;
     if (!this.#up || (digest && digest === this.#indexDigest)) return false;
+    // Another node of the same repository was read: its list, without a read (at 64 nodes x 10,000
+    // models, 64 lists of 10,000 names were most of the gateway's heap, and of its collector's work).
+    const shared = digest ? this.#o.indexLists?.get(digest) : undefined;
+    if (shared) {
+      this.#indexDigest = digest!;
+      const changed = shared !== this.#models;
+      this.#models = shared;
+      return changed;
+    }
     try {
       const bytes = await this.#call(INDEX_PATH, this.#o.encodeIndexRequest(), timeoutMs);
       const models = this.#o.decodeIndex(bytes).models.filter((m) => m.state === 'READY').map((m) => m.name);
       this.#indexDigest = digest ?? '';
       const same = models.length === this.#models.length && models.every((m, i) => m === this.#models[i]);
       if (!same) this.#models = models;
+      if (digest) this.#o.indexLists?.set(digest, this.#models);
       return !same;
     } catch {
       return false;
     }
+  }
+
+  /** The repository digest its models were read under ('': none yet, or a node that gives none). */
+  get indexDigest(): string {
+    return this.#indexDigest;
   }
 
   /** Ask the node to make `model`'s weights resident now (PrefetchModel); rejects with its error. */
@@ -149,4 +197,10 @@ export class NodeStatus implements FleetMember {
   #call(path: string, request: Buffer, timeoutMs: number): Promise<Buffer> {
     return unaryRaw(this.#client, path, request, new grpc.Metadata(), Date.now() + timeoutMs);
   }
+}
+
+/** Whether two reports say the same of the node itself as placement reads it (its models and its queue aside). */
+function sameNode(a: NodeReport, b: NodeReport): boolean {
+  return a.nodeName === b.nodeName && a.startedMs === b.startedMs && a.budgetBytes === b.budgetBytes
+    && a.sessionBudgetBytes === b.sessionBudgetBytes && a.devices === b.devices;
 }

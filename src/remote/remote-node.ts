@@ -32,6 +32,9 @@ export interface RemoteNodeOptions {
   };
 }
 
+/** A models list -> its set, while some node holds the list. */
+const SETS = new WeakMap<readonly string[], Set<string>>();
+
 export class RemoteNode {
   readonly address: string;
   #client: grpc.Client;
@@ -89,10 +92,15 @@ export class RemoteNode {
     return this.#modelList;
   }
 
-  /** Pooled: what the node serves ready, as the placement thread read it from its RepositoryIndex. */
+  /**
+   * Pooled: what the node serves ready, as the placement thread read it from its RepositoryIndex.
+   * Nodes given the same list (one repository) share one set.
+   */
   setModels(models: readonly string[]): void {
     this.#modelList = models;
-    this.#models = new Set(models);
+    let set = SETS.get(models);
+    if (!set) SETS.set(models, (set = new Set(models)));
+    this.#models = set;
   }
 
   /**

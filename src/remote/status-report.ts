@@ -61,6 +61,9 @@ const RESPONSE_NODE_NAME = 6;
 const RESPONSE_STARTED = 7;
 const RESPONSE_DIGEST = 8;
 const RESPONSE_SESSION_BUDGET = 9;
+const RESPONSE_REPORT_VERSION = 10;
+const RESPONSE_CHANGES_ONLY = 11;
+const RESPONSE_GONE = 12;
 // ModelControlStatus's.
 const MODEL_NAME = 1;
 const MODEL_STATE = 2;
@@ -130,10 +133,27 @@ class Reader {
   }
 }
 
-/** The node's report and its repository digest ('' when it gives none) from a ModelControlStatusResponse's bytes. */
-export function readStatusReport(bytes: Buffer): { report: NodeReport; digest: string } {
+/** A ModelControlStatusResponse as placement reads it. */
+export interface StatusAnswer {
+  report: NodeReport;
+  /** Its repository digest ('' when it gives none). */
+  digest: string;
+  /** The version of the node's report it answers from (0: a node that does not version it). */
+  version: number;
+  /**
+   * true: `report.models` holds only the models whose rows changed since the version asked about,
+   * `gone` and `notReady` the names to drop (versioned reports; apply with `applyChanges`).
+   */
+  changesOnly: boolean;
+  gone: string[];
+  /** Models the answer names that are not READY (left out of `report.models`). */
+  notReady: string[];
+}
+
+/** A node's ModelControlStatusResponse read from its bytes. */
+export function readStatusReport(bytes: Buffer): StatusAnswer {
   const report: NodeReport = { nodeName: '', startedMs: 0, budgetBytes: 0, sessionBudgetBytes: 0, devices: 0, queueDepth: 0, models: new Map() };
-  let digest = '';
+  const answer: StatusAnswer = { report, digest: '', version: 0, changesOnly: false, gone: [], notReady: [] };
   const r = new Reader(bytes, 0, bytes.length);
   while (r.at < r.end) {
     const tag = r.varint();
@@ -141,21 +161,37 @@ export function readStatusReport(bytes: Buffer): { report: NodeReport; digest: s
     const wireType = tag & 7;
     if (field === RESPONSE_MODELS && wireType === WIRE_LEN) {
       const [start, end] = r.span();
-      readModel(new Reader(bytes, start, end), report.models);
+      readModel(new Reader(bytes, start, end), answer);
     } else if (field === RESPONSE_BUDGET && wireType === WIRE_VARINT) report.budgetBytes = r.varint();
     else if (field === RESPONSE_DEVICES && wireType === WIRE_VARINT) report.devices = r.varint();
     else if (field === RESPONSE_QUEUE_DEPTH && wireType === WIRE_VARINT) report.queueDepth = r.varint();
     else if (field === RESPONSE_NODE_NAME && wireType === WIRE_LEN) report.nodeName = r.string();
     else if (field === RESPONSE_STARTED && wireType === WIRE_VARINT) report.startedMs = r.varint();
-    else if (field === RESPONSE_DIGEST && wireType === WIRE_LEN) digest = r.string();
+    else if (field === RESPONSE_DIGEST && wireType === WIRE_LEN) answer.digest = r.string();
     else if (field === RESPONSE_SESSION_BUDGET && wireType === WIRE_VARINT) report.sessionBudgetBytes = r.varint();
+    else if (field === RESPONSE_REPORT_VERSION && wireType === WIRE_VARINT) answer.version = r.varint();
+    else if (field === RESPONSE_CHANGES_ONLY && wireType === WIRE_VARINT) answer.changesOnly = r.varint() !== 0;
+    else if (field === RESPONSE_GONE && wireType === WIRE_LEN) answer.gone.push(r.string());
     else r.skip(wireType);
   }
-  return { report, digest };
+  return answer;
 }
 
-/** One ModelControlStatus into `models`, if READY (a model loading or unloading is not placed). */
-function readModel(r: Reader, models: Map<string, ModelReport>): void {
+/**
+ * `base` brought up to date by a changes-only answer: its node's figures as the answer gives them,
+ * its models with the changed rows set and the gone (or no longer READY) dropped. In place: the
+ * models' map is the base's, so a check that read nothing new walks no new rows.
+ */
+export function applyChanges(base: NodeReport, answer: StatusAnswer): NodeReport {
+  const models = base.models;
+  for (const name of answer.gone) models.delete(name);
+  for (const name of answer.notReady) models.delete(name);
+  for (const [name, m] of answer.report.models) models.set(name, m);
+  return { ...answer.report, models };
+}
+
+/** One ModelControlStatus into the answer's models if READY (one loading or unloading is not placed), else notReady. */
+function readModel(r: Reader, answer: StatusAnswer): void {
   let name = '';
   let ready = false;
   const m: ModelReport = { weightBytes: 0, residentBytes: 0, windowLoad: 0, windowResidentBytes: 0, hits: 0, misses: 0, sessionBytes: 0, windowRate: 0, windowCapacity: 0 };
@@ -176,5 +212,6 @@ function readModel(r: Reader, models: Map<string, ModelReport>): void {
     else if (field === MODEL_WINDOW_CAPACITY && wireType === WIRE_I64) m.windowCapacity = r.double();
     else r.skip(wireType);
   }
-  if (ready) models.set(name, m);
+  if (ready) answer.report.models.set(name, m);
+  else answer.notReady.push(name);
 }

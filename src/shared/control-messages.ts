@@ -73,4 +73,9 @@ export interface ModelControlStatusReply<I extends Int = string> {
   repository_digest: string;
   /** runtime.session_budget_bytes summed over its devices (0: none). */
   session_budget_bytes: I;
+  /** With `versioned`: the version of the report it answers from (node/report-versions.ts); else 0. */
+  report_version: I;
+  /** true: `models` holds only the rows changed since `since_version`, `gone` the models that left. */
+  changes_only: boolean;
+  gone: string[];
 }

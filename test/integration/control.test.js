@@ -190,6 +190,65 @@ test('a configured node_name is what the node reports; active_only answers the a
   t.is((await client.call('ModelControlStatus', { name: '', active_only: true })).repository_digest, all.repository_digest);
 });
 
+test('a versioned report: the whole at first, then only the rows that changed and the models that left, published once per window', async (t) => {
+  const own = tempDir();
+  t.teardown(own.cleanup);
+  const repo = makeRepository(own.dir, { digits: path.join(ROOT, 'bundles', 'digits'), convnet: path.join(FIXTURES, 'models', 'convnet') });
+  const node = await startServer({ model_repo: repo }, { root: own.dir });
+  t.teardown(() => node.stop());
+  const client = new ControlClient(node.address);
+  t.teardown(() => client.close());
+  const WINDOW_S = 1;
+  const read = (/** @type {string} */ since) => client.call('ModelControlStatus', { name: '', window_seconds: WINDOW_S, active_only: true, versioned: true, since_version: since });
+  // Just after the next window boundary: a read there sees the window that just closed.
+  const nextWindow = async () => {
+    const ms = WINDOW_S * 1000;
+    await new Promise((resolve) => setTimeout(resolve, ms - (Date.now() % ms) + 150));
+  };
+
+  await read('0'); // the node's first window: its counters taken, nothing to measure against yet
+  await node.client.infer('convnet', [image(2)]);
+  await nextWindow();
+  const whole = await read('0');
+  const started = Number(whole.started_unix_ms);
+  t.false(whole.changes_only, 'no version named: the whole report');
+  t.true(Number(whole.report_version) >= started, `versions start at the process's start (${whole.report_version} against ${started})`);
+  t.deepEqual(whole.models.map((m) => m.name), ['convnet'], 'the active models only');
+  t.true(whole.models[0].window_load > 0, 'it ran over the window');
+
+  // Within the same window: nothing new since the version just given.
+  const same = await read(whole.report_version);
+  t.true(same.changes_only);
+  if (same.report_version === whole.report_version) t.deepEqual(same.models, [], 'the same window: no row changed');
+
+  // Idle for two windows: its load falls to 0 (a change), then stays (no change), its weights resident throughout.
+  await nextWindow();
+  await nextWindow();
+  const idle = await read(whole.report_version);
+  t.true(idle.changes_only);
+  t.deepEqual(idle.models.map((m) => [m.name, m.window_load]), [['convnet', 0]], 'its row changed: no load now');
+  t.deepEqual(idle.gone, []);
+  await nextWindow();
+  const calm = await read(idle.report_version);
+  t.deepEqual([calm.changes_only, calm.models, calm.gone], [true, [], []], 'nothing changed: nothing sent');
+  t.is(calm.report_version, idle.report_version, 'and the version stays');
+
+  // Its weights leave the device: it leaves the report, named in gone.
+  await node.client.call('RepositoryModelUnload', { model_name: 'convnet' });
+  await nextWindow();
+  await nextWindow();
+  const left = await read(calm.report_version);
+  t.true(left.changes_only);
+  t.deepEqual(left.gone, ['convnet'], `gone once unloaded: ${JSON.stringify(left.models.map((m) => [m.name, m.state]))}`);
+
+  // Another process's version (below this one's first), or one never given: the whole report.
+  t.false((await read('1')).changes_only);
+  t.false((await read(String(Number(left.report_version) + 1000))).changes_only);
+  // Without versioned, no version: the answer as it always was.
+  const plain = await client.call('ModelControlStatus', { name: '', window_seconds: WINDOW_S, active_only: true });
+  t.is(plain.report_version, '0');
+});
+
 test('PrefetchModel brings a model\'s weights onto the device before any call', async (t) => {
   const own = tempDir();
   t.teardown(own.cleanup);

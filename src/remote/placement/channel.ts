@@ -7,7 +7,7 @@
  * placement thread reads the indexes that changed, places, and answers `placed` after the
  * `served` and `routes` messages the check made. Routes that switch later (a prefetch done) come
  * as `routes` on their own. Everything here is structured-cloned; the largest is a node's list of
- * models, sent only when it changes.
+ * models, sent only when it changes, and once per repository digest.
  */
 import type { FleetOptions } from '../../routing/fleet-placement.js';
 import type { RoutesChange } from '../placed-routes.js';
@@ -50,8 +50,12 @@ export type ToPlacement =
 
 export type FromPlacement =
   | { type: 'started' }
-  /** The models a node serves ready changed (its index was read). */
-  | { type: 'served'; address: string; models: string[] }
+  /**
+   * The models a node serves ready changed (its index was read), under its repository digest;
+   * `models` null: the list this thread sent last for that digest, which another address still has
+   * (nodes of one repository share one list on both threads).
+   */
+  | { type: 'served'; address: string; digest: string; models: string[] | null }
   | { type: 'routes'; change: RoutesChange }
   /** Two addresses report one node name: the older process should drain. */
   | { type: 'superseded'; older: string; newer: string }

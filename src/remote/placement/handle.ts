@@ -47,6 +47,9 @@ export class PlacementThread {
   readonly #calls = new Map<number, (answer: FromPlacement | null) => void>();
   #nextId = 1;
   #stopping = false;
+  /** Address -> the repository digest of what it serves; digest -> its list (one repository's addresses share it). */
+  readonly #digestOf = new Map<string, string>();
+  readonly #lists = new Map<string, string[]>();
 
   private constructor(start: PlacementStart, hooks: PlacementHooks) {
     this.#start = start;
@@ -97,7 +100,7 @@ export class PlacementThread {
         this.routes.apply(msg.change);
         return;
       case 'served':
-        this.#hooks.onServed(msg.address, msg.models);
+        this.#served(msg);
         return;
       case 'superseded':
         this.#hooks.onSuperseded(msg.older, msg.newer);
@@ -107,6 +110,23 @@ export class PlacementThread {
         this.#calls.get(msg.id)?.(msg);
         this.#calls.delete(msg.id);
     }
+  }
+
+  /**
+   * A node's models, the list of its digest when the thread sent the digest alone. A digest's list is
+   * kept while an address has it, as the thread counts (worker.ts's `sentDigests` follows these messages).
+   */
+  #served(msg: Extract<FromPlacement, { type: 'served' }>): void {
+    const models = msg.models ?? this.#lists.get(msg.digest);
+    if (!models) {
+      this.#hooks.logger.error({ node: msg.address, digest: msg.digest }, 'the placement thread named a models list this thread does not hold: the node keeps what it served');
+      return;
+    }
+    this.#digestOf.set(msg.address, msg.digest);
+    if (msg.digest !== '') this.#lists.set(msg.digest, models);
+    const used = new Set(this.#digestOf.values());
+    for (const digest of this.#lists.keys()) if (!used.has(digest)) this.#lists.delete(digest);
+    this.#hooks.onServed(msg.address, models);
   }
 
   #post(msg: ToPlacement): void {

@@ -10,7 +10,7 @@
  */
 import { existsSync, rmSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
-import { Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { FromPlacement, PlacementStart, ToPlacement } from './channel.js';
 import { createLogger } from '../../shared/log.js';
 import { loadControlClient, loadInferenceClient } from '../../protocol/proto.js';
@@ -28,12 +28,29 @@ const control = loadControlClient().service;
 const statusOptions: NodeStatusOptions = {
   windowBytes: start.windowBytes,
   // Loads over the nodes' windows of one health interval: every gateway asking within one gets the same.
-  encodeStatusRequest: () => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: start.windowSeconds, active_only: true }),
+  // Versioned: only what changed since the report it holds (the whole report at first).
+  encodeStatusRequest: (since) => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: start.windowSeconds, active_only: true, versioned: true, since_version: String(since) }),
   encodeIndexRequest: () => inference.RepositoryIndex.requestSerialize({ repository_name: '', ready: true }),
   decodeIndex: (bytes) => inference.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
   encodePrefetch: (model) => control.PrefetchModel.requestSerialize({ name: model }),
   reportMaxAgeMs: start.reportMaxAgeMs,
+  indexLists: new Map(),
 };
+
+/**
+ * Address -> the digest of the list last sent for it, as the main thread holds them (handle.ts keeps
+ * a digest's list while an address has it): a node whose digest another address has is sent as the
+ * digest alone.
+ */
+const sentDigests = new Map<string, string>();
+
+/** Tell the main thread what `n` serves: its digest alone when the main thread holds that list already. */
+function postServed(n: NodeStatus): void {
+  const digest = n.indexDigest;
+  const held = digest !== '' && [...sentDigests].some(([address, d]) => d === digest && address !== n.address);
+  sentDigests.set(n.address, digest);
+  post({ type: 'served', address: n.address, digest, models: held ? null : [...n.models] });
+}
 
 /** RepositoryIndex reads in flight at once (see `place`). */
 const INDEX_READS_AT_ONCE = 8;
@@ -70,6 +87,13 @@ const fleet = new FleetRoutes({
 const placementTime = new Histogram({
   name: 'stowage_gateway_placement_seconds', help: 'Time each check\'s placement took on the gateway\'s placement thread (pooled): the nodes\' reports read and every model placed',
   buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1], registers: [registry],
+});
+new Counter({
+  name: 'stowage_gateway_placement_unchanged_checks_total', help: 'Checks that left the placement as it stood (pooled): nothing it is made from changed since a placement that would give itself back', registers: [registry],
+  collect() {
+    this.reset();
+    this.inc(fleet.unchangedChecks);
+  },
 });
 new Gauge({
   name: 'stowage_gateway_node_report_age_seconds', help: 'How old the node\'s last status report is (pooled): it grows while its status reads fail', labelNames: ['node'], registers: [registry],
@@ -132,9 +156,12 @@ async function place(id: number, members: Extract<ToPlacement, { type: 'place' }
   const queue = [...ordered];
   await Promise.all(Array.from({ length: INDEX_READS_AT_ONCE }, async () => {
     for (let n = queue.shift(); n; n = queue.shift()) {
-      if (await n.readIndexIfChanged(start.indexTimeoutMs)) post({ type: 'served', address: n.address, models: [...n.models] });
+      if (await n.readIndexIfChanged(start.indexTimeoutMs)) postServed(n);
     }
   }));
+  // The lists no node was read under any more.
+  const used = new Set([...nodes.values()].map((n) => n.indexDigest));
+  for (const digest of statusOptions.indexLists!.keys()) if (!used.has(digest)) statusOptions.indexLists!.delete(digest);
   const started = performance.now();
   fleet.update(ordered);
   placementTime.observe((performance.now() - started) / 1000);

@@ -379,3 +379,49 @@ test('a node that serves while its status reads fail past the report\'s age stay
   r.update(nodes);
   for (const m of its) t.false(r.placement?.nodes.get(m)?.includes(quiet.address), `${m} moved off it`);
 });
+
+test('a check whose inputs are the last placement\'s, once that placement would give itself back, leaves it standing; any change places again, exactly as placing every time does', async (t) => {
+  const nodes = ['10.0.0.1:8001', '10.0.0.2:8001', '10.0.0.3:8001', '10.0.0.4:8001'].map((a) => member(a, CATALOG));
+  // The same nodes with a report serial (as NodeStatus keeps): `bump` is a report that changed.
+  let serial = 1;
+  const bump = () => { serial++; };
+  const serialed = nodes.map((n) => Object.create(n, { reportSerial: { get: () => serial } }));
+  const [skipping, every] = [routes(), routes()];
+  const check = (/** @type {string} */ when) => {
+    skipping.update(serialed);
+    every.update(nodes);
+    t.deepEqual(Object.fromEntries(skipping.routes), Object.fromEntries(every.routes), when);
+  };
+  for (let i = 0; i < 4; i++) check(`quiet check ${i}`);
+  t.is(skipping.unchangedChecks, 1, 'placed at the first check, young through the second, placed again (alike) at the third: the fourth is left standing');
+  for (const n of nodes) for (const m of CATALOG) if (every.routes.get(m)?.includes(n.address)) n.resident.add(m);
+  bump();
+  check('residency reported');
+  const before = skipping.unchangedChecks;
+  check('nothing new');
+  t.is(skipping.unchangedChecks, before + 1);
+
+  // A hot model: it grows onto nodes that prefetch it first; no check is left standing while its routes switch.
+  const hot = CATALOG[3];
+  const home = /** @type {string} */ (every.routes.get(hot)?.[0]);
+  nodes.find((n) => n.address === home)?.load.set(hot, 1.8);
+  bump();
+  check('a hot model');
+  t.true((skipping.placement?.nodes.get(hot)?.length ?? 0) >= 3, 'it is given more nodes');
+  const pending = skipping.unchangedChecks;
+  check('prefetching');
+  check('prefetching still');
+  t.is(skipping.unchangedChecks, pending, 'placed again while routes wait on prefetches');
+  for (const n of nodes) for (const p of n.prefetches) p.resolve();
+  await settle();
+  t.deepEqual(Object.fromEntries(skipping.routes), Object.fromEntries(every.routes), 'switched alike');
+  for (let i = 0; i < 4; i++) check(`after the switch ${i}`);
+  t.true(skipping.unchangedChecks > pending, 'left standing again once the move is no longer young');
+
+  // A node gone: placed again at once.
+  const standing = skipping.unchangedChecks;
+  nodes[1].up = false;
+  check('a node down');
+  t.is(skipping.unchangedChecks, standing);
+  t.false([...skipping.routes.values()].some((on) => on.includes(nodes[1].address)));
+});

@@ -1,10 +1,11 @@
 // The pooled gateway's reading of a node's ModelControlStatus answer (remote/status-report.ts), against
 // the bytes protobufjs writes from proto/control.proto, so that a field renumbered in the proto
 // fails here: every field placement reads, 64-bit counts past 2^32, a model not READY left out, the
-// fields it does not read skipped whatever their wire type, and a truncated answer refused.
+// fields it does not read skipped whatever their wire type, and a truncated answer refused; a
+// versioned answer's version, changes and gone names, and the changes applied to the report held.
 import test from 'ava';
 import { loadControlClient } from '../../../dist/protocol/proto.js';
-import { readStatusReport } from '../../../dist/remote/status-report.js';
+import { applyChanges, readStatusReport } from '../../../dist/remote/status-report.js';
 
 const { ModelControlStatus: rpc } = loadControlClient().service;
 
@@ -29,8 +30,11 @@ test('a ModelControlStatus answer is read field by field as protobufjs wrote it'
     weight_budget_bytes: String(3 * 2 ** 35), devices: 2, queue_depth: 17, snapshot_age_seconds: 0.4,
     node_name: 'node-a', started_unix_ms: String(1_790_000_000_123), repository_digest: 'abc123', session_budget_bytes: String(2 ** 37),
   });
-  const { report, digest } = readStatusReport(bytes);
+  const { report, digest, version, changesOnly, notReady } = readStatusReport(bytes);
   t.is(digest, 'abc123');
+  t.is(version, 0, 'not versioned');
+  t.false(changesOnly);
+  t.deepEqual(notReady, ['loading-one']);
   t.is(report.nodeName, 'node-a');
   t.is(report.startedMs, 1_790_000_000_123);
   t.is(report.budgetBytes, 3 * 2 ** 35);
@@ -46,7 +50,37 @@ test('a ModelControlStatus answer is read field by field as protobufjs wrote it'
 
 test('an answer of defaults reads as an empty report, and a truncated one is refused', (t) => {
   const empty = readStatusReport(rpc.responseSerialize({ models: [] }));
-  t.deepEqual(empty, { report: { nodeName: '', startedMs: 0, budgetBytes: 0, sessionBudgetBytes: 0, devices: 0, queueDepth: 0, models: new Map() }, digest: '' });
+  t.deepEqual(empty, {
+    report: { nodeName: '', startedMs: 0, budgetBytes: 0, sessionBudgetBytes: 0, devices: 0, queueDepth: 0, models: new Map() },
+    digest: '', version: 0, changesOnly: false, gone: [], notReady: [],
+  });
   const bytes = rpc.responseSerialize({ models: [model('m0', 'READY', 0)], node_name: 'node-b' });
   t.throws(() => readStatusReport(bytes.subarray(0, bytes.length - 3)), { message: /ModelControlStatus answer malformed/ });
+});
+
+test('a versioned answer of changes is read and applied to the report held: rows set, the gone and the no longer READY dropped', (t) => {
+  const started = String(1_790_000_000_123);
+  const whole = readStatusReport(rpc.responseSerialize({
+    models: [model('a', 'READY', 0), model('b', 'READY', 1), model('c', 'READY', 2)],
+    node_name: 'node-a', started_unix_ms: started, weight_budget_bytes: '1000', report_version: String(1_790_000_000_130),
+  }));
+  t.is(whole.version, 1_790_000_000_130);
+  t.false(whole.changesOnly);
+  const held = whole.report;
+  const changes = readStatusReport(rpc.responseSerialize({
+    models: [model('b', 'READY', 5), model('c', 'UNLOADING', 2), model('d', 'READY', 3)],
+    node_name: 'node-a', started_unix_ms: started, weight_budget_bytes: '2000', queue_depth: 3,
+    report_version: String(1_790_000_000_133), changes_only: true, gone: ['a'],
+  }));
+  t.true(changes.changesOnly);
+  t.is(changes.version, 1_790_000_000_133);
+  t.deepEqual(changes.gone, ['a']);
+  t.deepEqual(changes.notReady, ['c']);
+  const now = applyChanges(held, changes);
+  t.deepEqual([...now.models.keys()].sort(), ['b', 'd']);
+  t.is(now.models.get('b')?.windowLoad, 0.125 * 6, 'the changed row is the answer\'s');
+  t.is(now.models.get('d')?.windowRate, 1003.5);
+  t.is(now.budgetBytes, 2000, 'the node\'s own figures are the answer\'s');
+  t.is(now.queueDepth, 3);
+  t.is(now.models, held.models, 'the held map, brought up to date in place');
 });
