@@ -60,6 +60,11 @@ export interface FleetRoutesOptions {
   fleet: FleetOptions;
   /** How long a node gets to make a model resident before its requests switch anyway. */
   prefetchTimeoutMs: number;
+  /**
+   * Checks a model that moved stays where it went (pinned: placement moves it only a node of it
+   * gone or joining, or its node far past its share); default DEFAULT_MIN_MOVE_CHECKS, 0 none.
+   */
+  minMoveChecks?: number;
   logger: Logger;
   /** The gateway's metrics registry: placements, moves, prefetches, hit ratios, balance. */
   registry?: Registry;
@@ -77,6 +82,14 @@ export interface FleetRoutesOptions {
  * after the routes switch is read two checks on (checks run halfway through each window).
  */
 const REPORT_LAG_CHECKS = 2;
+
+/**
+ * Checks after a model moves before it may move again, without gateway.scheduling.pooled.min_move_age_seconds
+ * (30 s at checks every 2 s). In the simulator (bench/fleet-sim.js, the popularity fixed) the heavy
+ * models crossing a bound or a replica threshold moved 2.9-3.8% of the catalog a minute without it
+ * and 0.2-0.6% with it, the busiest node's quiet 5 s windows a few percent higher (docs/performance.md).
+ */
+export const DEFAULT_MIN_MOVE_CHECKS = 15;
 
 /** A node keeps a model while it carries at least this share of its part of the model's load. */
 const HOLD_SHARE = 0.5;
@@ -122,7 +135,7 @@ export class FleetRoutes {
    */
   readonly #counts = new Map<string, { startedMs: number; models: Map<string, { hits: number; misses: number; check: number }> }>();
   /** Model -> the nodes placement put it on, and the check at which its routes last switched (or it was placed). */
-  readonly #placed = new Map<string, { nodes: string[]; check: number }>();
+  readonly #placed = new Map<string, { nodes: string[]; check: number; moved: boolean }>();
   #checks = 0;
   /** Model -> devices its requests need at full batches (rate over capacity), where its nodes report both. */
   #needs = new Map<string, number>();
@@ -317,7 +330,7 @@ export class FleetRoutes {
     for (const [model, target] of placement.nodes) {
       const was = this.#placed.get(model);
       if (was && sameNodes(was.nodes, target)) continue;
-      this.#placed.set(model, { nodes: target, check: this.#checks });
+      this.#placed.set(model, { nodes: target, check: this.#checks, moved: was !== undefined });
       changed = true;
     }
     const byName = new Map(members.map((n) => [n.name, n]));
@@ -358,6 +371,8 @@ export class FleetRoutes {
    * last, every one of them live, while that holds:
    * - while its routes switch and for REPORT_LAG_CHECKS checks after: the reports still show the
    *   traffic from before (without this a model that had just moved went back);
+   * - for minMoveChecks after it moved (not its first placement), pinned: placement moves it only
+   *   far past its node's share;
    * - while each of its nodes carries at least HOLD_SHARE of its part of its load. A gateway that
    *   placed it apart from the others sees its nodes carry only its own part of the traffic, and
    *   follows the reports: where most of it runs (placement reads `serving` most load first).
@@ -380,8 +395,14 @@ export class FleetRoutes {
     const left = was.nodes.filter((id) => live.has(id));
     if (left.length < was.nodes.length) return left.length > 0 ? left : [this.#routes.rankings.first(m.name).id];
     if (joined.size > 0 && joined.has(this.#routes.rankings.first(m.name).id)) return null;
-    const young = this.#switching.has(m.name) || this.#checks - was.check < REPORT_LAG_CHECKS;
-    if (young) return was.nodes;
+    // Moved lately: where it went, and pinned there (placement moves it only far past its node's
+    // share). Without a minimum age the heavy models near a bound went back and forth as their loads wandered.
+    const age = this.#checks - was.check;
+    const pinned = was.moved && age < (this.#o.minMoveChecks ?? DEFAULT_MIN_MOVE_CHECKS);
+    if (pinned || this.#switching.has(m.name) || age < REPORT_LAG_CHECKS) {
+      m.pinned = pinned;
+      return was.nodes;
+    }
     const share = m.load / was.nodes.length;
     return was.nodes.every((id) => loadOn(m, id) >= HOLD_SHARE * share) ? was.nodes : null;
   }

@@ -166,13 +166,14 @@ export class StowageGateway {
       await this.#discovery.start();
     }
     if (gw.scheduling.mode === 'pooled') {
-      const { epsilon, stickiness, replica_load: replicaLoad, report_max_age_seconds: maxAge } = gw.scheduling.pooled;
+      const { epsilon, stickiness, replica_load: replicaLoad, report_max_age_seconds: maxAge, min_move_age_seconds: minMoveAge } = gw.scheduling.pooled;
       this.#placement = await PlacementThread.start({
         logLevel: this.#logger.level,
         fleet: { epsilon, stickiness, replicaLoad },
         prefetchTimeoutMs: gw.request_timeout_seconds * 1000,
         windowSeconds: gw.health_seconds,
         reportMaxAgeMs: maxAge * 1000,
+        minMoveChecks: Math.ceil(minMoveAge / gw.health_seconds),
         readTimeoutMs: PROBE_TIMEOUT_MS,
         indexTimeoutMs: INDEX_TIMEOUT_MS,
         windowBytes: endpoints.http2_window_bytes,

@@ -20,7 +20,8 @@
  *   stickiness) of that node's fair share of all the load and of the heavy models' bytes: moving a
  *   model costs a cold load, a node joining or leaving (every fair share moving by 1/N) should move
  *   what it must, not every model near a bound, and a model that must move cannot push out one
- *   that stays. Then the replicas still wanted go to the next nodes of their ranking within
+ *   that stays; a model that moved lately (`pinned`, the caller's minimum age) stays up to (1 +
+ *   epsilon + 3 stickiness). Then the replicas still wanted go to the next nodes of their ranking within
  *   (1 + epsilon); where none fits, the least full node takes it. Placing again from the residency
  *   a placement left gives that placement back.
  * - A model's replica count follows its load: one node per `replicaLoad` of one device's compute
@@ -82,6 +83,12 @@ export interface FleetModel {
    * by a window and would send a model that just moved back where it came from.
    */
   current?: readonly string[];
+  /**
+   * Moved too recently to move again (the caller's minimum age): heavy, it stays on `current` up to
+   * (1 + epsilon + 3 stickiness) of a node's share, not (1 + epsilon + stickiness); light, it is not
+   * shed. A replica may still be added, or given back.
+   */
+  pinned?: boolean;
 }
 
 export interface FleetOptions {
@@ -475,9 +482,10 @@ function shedLight(p: Packing, plan: LoadPlan, nodes: readonly FleetNode[], opti
   const over = nodes.filter((n) => p.load.get(n.id)! > cap.get(n.id)! + 1e-12);
   if (over.length === 0) return;
   const byNode = new Map<string, { name: string; q: number }[]>(over.map((n) => [n.id, []]));
+  const pinned = new Set(plan.measured.filter((x) => x.m.pinned).map((x) => x.m.name));
   for (const [name, on] of p.placed) {
     const q = plan.quantized.get(name) ?? 0;
-    if (on.length === 1 && q > 0) byNode.get(on[0])?.push({ name, q });
+    if (on.length === 1 && q > 0 && !pinned.has(name)) byNode.get(on[0])?.push({ name, q });
   }
   for (const n of over) {
     const light = byNode.get(n.id)!.sort((a, b) => b.q - a.q || (a.name < b.name ? -1 : 1));
@@ -510,6 +518,8 @@ function placeHeavy(p: Packing, heavy: LoadPlan['measured'], heavyBytes: number,
   const fits = (id: string, share: number, modelBytes: number, slack: number) =>
     load.get(id)! + share <= loadCap.get(id)! * slack + 1e-12 && bytes.get(id)! + modelBytes <= bytesCap.get(id)! * slack + 1e-9;
   const sticky = (1 + options.epsilon + options.stickiness) / (1 + options.epsilon);
+  // A model that moved lately (pinned) stays up to (1 + epsilon + 3 stickiness): only a large gain moves it again.
+  const pinnedSlack = (1 + options.epsilon + 3 * options.stickiness) / (1 + options.epsilon);
   const take = (id: string, share: number, modelBytes: number) => {
     load.set(id, load.get(id)! + share);
     bytes.set(id, bytes.get(id)! + modelBytes);
@@ -534,7 +544,7 @@ function placeHeavy(p: Packing, heavy: LoadPlan['measured'], heavyBytes: number,
       const candidates = anchor.from === 'current' ? (atHome ? anchor.nodes.map((id) => ranked.find((n) => n.id === id)!) : [])
         : atHome ? [ranked[0]].filter((n) => held.size === 0 || held.has(n.id)) : ranked.filter((n) => n !== ranked[0] && held.has(n.id));
       for (const n of candidates) {
-        if (chosen.length < want && fits(n.id, share, m.bytes, sticky)) {
+        if (chosen.length < want && fits(n.id, share, m.bytes, m.pinned && anchor.from === 'current' ? pinnedSlack : sticky)) {
           chosen.push(n.id);
           take(n.id, share, m.bytes);
         }

@@ -306,6 +306,9 @@ export const nodeConfigSchema = {
                 // While a node's status reads fail or time out it keeps serving, and placement goes on
                 // with its last report for this long; then its loads no longer count, but it stays placed.
                 report_max_age_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 10 },
+                // A model that moved stays where it went this long (but for a node of it gone or one
+                // joining, or its node past 1 + epsilon + 3 stickiness of its share); 0: no minimum.
+                min_move_age_seconds: { type: 'number', minimum: 0, maximum: MAX_TIMER_SECONDS, default: 30 },
               },
             },
             // lpt_packing: devices per model, a count or all.

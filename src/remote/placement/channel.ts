@@ -22,6 +22,8 @@ export interface PlacementStart {
   windowSeconds: number;
   /** gateway.scheduling.pooled.report_max_age_seconds. */
   reportMaxAgeMs: number;
+  /** gateway.scheduling.pooled.min_move_age_seconds, in checks (FleetRoutesOptions'). */
+  minMoveChecks: number;
   /** How long a node gets to answer a status read (past it the read counts as failed; the node keeps serving). */
   readTimeoutMs: number;
   /**

@@ -78,6 +78,7 @@ const routes = new PlacedRoutes({
 const fleet = new FleetRoutes({
   fleet: start.fleet,
   prefetchTimeoutMs: start.prefetchTimeoutMs,
+  minMoveChecks: start.minMoveChecks,
   logger,
   registry,
   routes,

@@ -8,6 +8,7 @@ import { Registry } from 'prom-client';
 import { FleetRoutes } from '../../../dist/remote/fleet-routes.js';
 import { PlacedRoutes } from '../../../dist/remote/placed-routes.js';
 import { DEFAULT_FLEET_OPTIONS } from '../../../dist/routing/fleet-placement.js';
+import { random } from '../../helpers/mlp-catalog.js';
 
 const MB = 1e6;
 const logger = pino({ level: 'silent' });
@@ -424,4 +425,45 @@ test('a check whose inputs are the last placement\'s, once that placement would 
   check('a node down');
   t.is(skipping.unchangedChecks, standing);
   t.false([...skipping.routes.values()].some((on) => on.includes(nodes[1].address)));
+});
+
+test('a model that moved stays where it went for minMoveChecks unless far past its node\'s share: noise in its load sends models back and forth far less often', async (t) => {
+  /** Checks of reports whose loads wander by +-60% around fixed means; the moves each model made, by check. */
+  const run = async (/** @type {number} */ minMoveChecks) => {
+    const nodes = Array.from({ length: 8 }, (_, i) => member(`10.0.0.${i + 1}:8001`, CATALOG));
+    const r = new FleetRoutes({ fleet: DEFAULT_FLEET_OPTIONS, prefetchTimeoutMs: 1000, logger, minMoveChecks });
+    const next = random(5);
+    // Zipf loads over the catalog, four devices' worth over eight nodes: the first few are heavy.
+    const h = CATALOG.reduce((s, _, k) => s + 1 / (k + 1), 0);
+    const mean = new Map(CATALOG.map((m, k) => [m, 4 / h / (k + 1)]));
+    /** @type {Map<string, number[]>} */
+    const moves = new Map();
+    for (let check = 0; check < 60; check++) {
+      for (const n of nodes) n.load.clear();
+      for (const m of CATALOG) {
+        const on = r.routes.get(m) ?? [];
+        for (const id of on) nodes.find((n) => n.address === id)?.load.set(m, (/** @type {number} */ (mean.get(m)) * (0.4 + 1.2 * next())) / on.length);
+      }
+      const before = new Map([...r.routes].map(([m, on]) => [m, [...on]]));
+      r.update(nodes);
+      for (const n of nodes) for (const p of n.prefetches.splice(0)) p.resolve();
+      await settle();
+      for (const [m, on] of r.routes) {
+        const was = before.get(m);
+        // Moved elsewhere: lost a node and gained another (a replica added or given back is not a move).
+        if (was && on.some((id) => !was.includes(id)) && was.some((id) => !on.includes(id))) moves.set(m, [...(moves.get(m) ?? []), check]);
+      }
+    }
+    return moves;
+  };
+  const free = await run(0);
+  const pinned = await run(6);
+  const count = (/** @type {Map<string, number[]>} */ m) => [...m.values()].reduce((s, c) => s + c.length, 0);
+  // Moves back or on within six checks of the model's last: the back and forth a minimum age stops
+  // (it still moves a model far past its node's share: +-60% noise makes a few).
+  const quick = (/** @type {Map<string, number[]>} */ m) => [...m.values()].reduce((s, c) => s + c.filter((at, i) => i > 0 && at - c[i - 1] < 6).length, 0);
+  t.log(`moves ${count(free)} without a minimum age (${quick(free)} within six checks of the last), ${count(pinned)} with (${quick(pinned)})`);
+  t.true(quick(free) >= 4, 'without a minimum age, noise sends models back and forth');
+  t.true(quick(pinned) * 2 <= quick(free), 'with one, at most half as often');
+  t.true(count(pinned) < count(free));
 });

@@ -250,3 +250,18 @@ test('a given-over model keeps its node count while its needs wander within the 
   t.is(givenOverNodes(9.6, 12), 11);
   t.is(givenOverNodes(12, 12), 14, 'more than its nodes carry at 90%: more at once');
 });
+
+test('a model moved lately (pinned) stays on its node up to (1 + epsilon + 3 stickiness) of its share; unpinned, past (1 + epsilon + stickiness), it moves', (t) => {
+  const nodes = fleet(4);
+  // Nine heavy models of 0.25 device-seconds a second (one replica each): a node's fair share is
+  // 0.5625; three on node 0 are 1.33x it, past the sticky bound (1.2x), within the pinned one (1.4x).
+  const on = [0, 0, 0, 1, 1, 2, 2, 3, 3];
+  const models = (/** @type {number} */ onZero, /** @type {boolean} */ pinned) => on.concat(Array(onZero - 3).fill(0)).map((i, k) => ({
+    name: `h${k}`, bytes: 100e6, load: 0.25, current: [nodes[i].id], ...(pinned && i === 0 ? { pinned } : {}),
+  }));
+  const zero = (/** @type {ReturnType<typeof placeFleet>} */ p) => [...p.nodes].filter(([, ids]) => ids.includes(nodes[0].id)).length;
+  t.is(zero(placeFleet(models(3, false), nodes)), 2, 'unpinned: one of the three leaves node 0');
+  t.is(zero(placeFleet(models(3, true), nodes)), 3, 'pinned: all three stay');
+  // Four on node 0 (10 models: 1.6x its share): past the pinned bound too, so one leaves.
+  t.is(zero(placeFleet(models(4, true), nodes)), 3, 'pinned, but far past: one leaves');
+});
