@@ -146,6 +146,8 @@ export class FleetRoutes {
   #settled = false;
   /** Checks that placed nothing anew: their inputs were the last placement's, and it was settled. */
   #unchanged = 0;
+  /** The check at which the hit and miss counts of models no longer reported were last swept. */
+  #countsSwept = 0;
   /** The last check at which a model's placement changed or its routes switched. */
   #lastChange = 0;
   readonly #moves?: Counter;
@@ -465,7 +467,10 @@ export class FleetRoutes {
       if (!kept || kept.startedMs !== report.startedMs) this.#counts.set(n.name, (kept = { startedMs: report.startedMs, models: new Map() }));
       for (const [model, r] of report.models) kept.models.set(model, { hits: r.hits, misses: r.misses, check: this.#checks });
     }
-    if (this.#checks % COUNTS_KEPT_CHECKS !== 0) return;
+    // At most every COUNTS_KEPT_CHECKS checks, not at multiples of it: checks that leave the placement
+    // standing do not come here.
+    if (this.#checks - this.#countsSwept < COUNTS_KEPT_CHECKS) return;
+    this.#countsSwept = this.#checks;
     for (const { models } of this.#counts.values()) {
       for (const [model, c] of models) if (this.#checks - c.check > COUNTS_KEPT_CHECKS) models.delete(model);
     }
