@@ -159,7 +159,7 @@ export class NodeStatus implements FleetMember {
     const digest = this.#digest;
     if (!this.#up || (digest && digest === this.#indexDigest)) return false;
     // Another node of the same repository was read: its list, without a read (at 64 nodes x 10,000
-    // models, 64 lists of 10,000 names were most of the gateway's heap, and of its collector's work).
+    // models: one list of 10,000 names kept instead of 64, one ~0.5 MB index read at a start instead of 64).
     const shared = digest ? this.#o.indexLists?.get(digest) : undefined;
     if (shared) {
       this.#indexDigest = digest!;
