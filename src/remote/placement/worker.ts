@@ -25,6 +25,8 @@ const post = (msg: FromPlacement) => port.postMessage(msg);
 
 const inference = loadInferenceClient().service;
 const control = loadControlClient().service;
+/** Repository digest -> the models list read under it, shared by the nodes that report it (NodeStatusOptions'). */
+const indexLists = new Map<string, readonly string[]>();
 const statusOptions: NodeStatusOptions = {
   windowBytes: start.windowBytes,
   // Loads over the nodes' windows of one health interval: every gateway asking within one gets the same.
@@ -34,7 +36,7 @@ const statusOptions: NodeStatusOptions = {
   decodeIndex: (bytes) => inference.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
   encodePrefetch: (model) => control.PrefetchModel.requestSerialize({ name: model }),
   reportMaxAgeMs: start.reportMaxAgeMs,
-  indexLists: new Map(),
+  indexLists,
 };
 
 /**
@@ -162,7 +164,7 @@ async function place(id: number, members: Extract<ToPlacement, { type: 'place' }
   }));
   // The lists no node was read under any more.
   const used = new Set([...nodes.values()].map((n) => n.indexDigest));
-  for (const digest of statusOptions.indexLists!.keys()) if (!used.has(digest)) statusOptions.indexLists!.delete(digest);
+  for (const digest of indexLists.keys()) if (!used.has(digest)) indexLists.delete(digest);
   const started = performance.now();
   fleet.update(ordered);
   placementTime.observe((performance.now() - started) / 1000);
