@@ -14,11 +14,17 @@
 //   factor of 0.8-1.2 drawn per window and model, the same for every reader): a real node's loads
 //   move with its traffic, so each of those rows is sent again at every check (0: loads stay put);
 //   RepositoryIndex names every model READY; PrefetchModel makes a model resident;
-//   ServerReady is true; ModelInfer answers at once with no outputs (the gateway forwards its bytes).
+//   ServerReady is true; ModelInfer answers at once with no outputs (the gateway forwards its bytes);
+// - `streams` (the default): the status stream (WatchModelControlStatus: the versioned answer at
+//   once, then one per window shortly after its boundary, as src/protocol/status-watch.ts sends it)
+//   and the health Watch (SERVING, held open), as a node serves them; false: both UNIMPLEMENTED, a
+//   node from before them, read at every check.
 // A restarted node comes back on its port with a new start time and digest and nothing resident.
 import * as grpc from '@grpc/grpc-js';
 import { loadControlClient, loadInferenceClient } from '../dist/protocol/proto.js';
 import { ReportVersions } from '../dist/node/report-versions.js';
+import { msToNextAnswer } from '../dist/protocol/status-watch.js';
+import { service as healthService } from 'grpc-health-check';
 
 export class StandInFleet {
   /** `model`'s load over the fleet in window `w`: its own, moved by a factor drawn per window when it churns. */
@@ -32,9 +38,10 @@ export class StandInFleet {
   }
 
   /**
-   * @param {{ nodes: number, models: number, capacity: number, weightBytes: number, fleetLoad: number, churn?: number, windowMs?: number }} options
+   * @param {{ nodes: number, models: number, capacity: number, weightBytes: number, fleetLoad: number, churn?: number, windowMs?: number, streams?: boolean }} options
    */
-  constructor({ nodes, models, capacity, weightBytes, fleetLoad, churn = 0, windowMs = 2000 }) {
+  constructor({ nodes, models, capacity, weightBytes, fleetLoad, churn = 0, windowMs = 2000, streams = true }) {
+    this.streams = streams;
     this.weightBytes = weightBytes;
     this.capacity = capacity;
     this.windowMs = windowMs;
@@ -151,7 +158,11 @@ class StandInNode {
       RepositoryIndex: (_call, done) => done(null, fleet.index),
       ModelInfer: (call, done) => done(null, { model_name: call.request.model_name, model_version: '1', id: call.request.id, outputs: [] }),
     });
+    /** @type {Set<() => void>} each open stream's end, for stop() */
+    this.open = new Set();
+    if (fleet.streams) server.addService(/** @type {grpc.ServiceDefinition} */ (/** @type {unknown} */ (healthService)), { Watch: (call) => this.#held(call, () => call.write({ status: 'SERVING' })) });
     server.addService(loadControlClient().service, {
+      ...(fleet.streams ? { WatchModelControlStatus: (call) => this.#watchStatus(call) } : {}),
       ModelControlStatus: (call, done) => done(null, this.status(call.request)),
       PrefetchModel: (call, done) => {
         this.prefetches++;
@@ -163,7 +174,36 @@ class StandInNode {
     this.server = server;
   }
 
+  /** The status stream: answered now, then shortly after each window's boundary. */
+  #watchStatus(call) {
+    let since = call.request.since_version;
+    let timer;
+    const answer = () => {
+      const reply = this.status({ ...call.request, since_version: since });
+      since = reply.report_version;
+      call.write(reply);
+      timer = setTimeout(answer, msToNextAnswer(Date.now(), this.fleet.windowMs));
+    };
+    this.#held(call, answer, () => clearTimeout(timer));
+  }
+
+  /** A server stream open until its client cancels it or the stand-in stops; `begin` writes its first answer. */
+  #held(call, begin, end = () => {}) {
+    const close = () => {
+      end();
+      this.open.delete(close);
+      call.end();
+    };
+    this.open.add(close);
+    call.on('cancelled', () => {
+      end();
+      this.open.delete(close);
+    });
+    begin();
+  }
+
   async stop() {
+    for (const close of this.open ?? []) close();
     const server = this.server;
     this.server = null;
     if (server) await new Promise((resolve) => server.tryShutdown(() => resolve(undefined)));

@@ -4,14 +4,16 @@
 // thread of the bench's own, so that the requests the bench sends never wait behind them), at
 // 4 nodes x 100 models and 64 nodes x 10,000 models (or the scales given), each node holding twice
 // its share of the catalog. For each scale, three phases:
-//   steady           the checks alone, every node answering;
+//   steady           the checks alone, every node answering, once a check has left the placement
+//                    standing (the start's prefetches and placements done);
 //   node restart     one node comes back as a new process (new digest: its whole RepositoryIndex read
 //                    again, nothing resident: its models placed anew);
 //   gateway restart  the gateway stopped and a new one started (every node's index read, every model
 //                    placed from nothing); its start-up until it serves is reported apart.
 // Each phase is the event and a window with no requests, where the gateway's CPU per check is read
 // (/proc: its main thread, which forwards requests, and the whole process, its placement thread
-// included), then a window with a trickle of inference requests (100/s, Zipf over the catalog)
+// included; no /metrics scrape in it: one costs more than a check at 10,000 models, printed apart
+// as the CPU the scrape call took), then a window with a trickle of inference requests (100/s, Zipf over the catalog)
 // through the gateway: a check that holds the main thread's event loop delays them (a node restarts
 // again at its start). Per phase it prints those CPUs, the placement's time per check on its thread
 // (stowage_gateway_placement_seconds), the main event loop's delay (prom-client's p99 and max over
@@ -22,9 +24,11 @@
 // The stand-ins answer versioned status reads, as nodes do: with `--churn=F` a share F of the
 // catalog (the busiest) reports new loads at every window, so those rows are read and the placement
 // made again at every check; 0 (the default) is a calm fleet, where a check reads and places nothing
-// new. Per phase it also prints the checks that left the placement as it stood (unchanged).
+// new. Per phase it also prints the checks that left the placement as it stood (unchanged). They
+// keep the status stream and the health Watch open, as nodes do; `--unary`: they answer both
+// UNIMPLEMENTED, as nodes before them, and the gateway reads and probes each node at every check.
 //
-//   npm run build && node bench/gateway-checks.js [--churn=F] [phase seconds, default 20] [nodes x models ...]
+//   npm run build && node bench/gateway-checks.js [--churn=F] [--unary] [phase seconds, default 20] [nodes x models ...]
 import * as grpc from '@grpc/grpc-js';
 import { loadInferenceClient } from '../dist/protocol/proto.js';
 import { StandInFleetThread } from './fleet-stand-ins-thread.js';
@@ -32,11 +36,15 @@ import { cpuUs } from './proc-cpu.js';
 import { scrapeMetrics, startServer } from '../test/helpers/server.js';
 import { percentile } from './timing.js';
 
+/** --unary: the stand-ins answer as nodes from before the status stream and the health Watch (a read and a probe per node per check). */
+const UNARY = process.argv.includes('--unary');
 const CHURN = Number(process.argv.find((a) => a.startsWith('--churn='))?.slice('--churn='.length) ?? 0);
 const ARGS = process.argv.slice(2).filter((a) => !a.startsWith('--'));
 const PHASE_S = Number(ARGS[0] ?? 20);
 const SCALES = (ARGS.length > 1 ? ARGS.slice(1) : ['4x100', '64x10000']).map((s) => s.split('x').map(Number));
 const HEALTH_S = 2;
+/** After a /metrics scrape, before a CPU window: what the scrape left for the collector. */
+const SCRAPE_SETTLE_MS = 10_000;
 const RATE = 100;
 const WEIGHT_BYTES = 16 * 2 ** 20;
 
@@ -111,13 +119,18 @@ function trickle(fleet) {
  */
 async function phase(name, gateway, { traffic, direct, node }, event, again = async () => {}) {
   const before = await scrapeMetrics(gateway.adminPort); // also resets prom-client's event-loop histogram
+  // The CPU window holds no scrape: at 10,000 models one costs more than a check (printed apart),
+  // and what it leaves is collected within seconds.
+  await sleep(SCRAPE_SETTLE_MS);
   const cpu = cpuUs(gateway.child.pid);
   await event();
   await sleep(PHASE_S * 1000);
-  const quiet = await scrapeMetrics(gateway.adminPort);
   const cpuNow = cpuUs(gateway.child.pid);
+  const quiet = await scrapeMetrics(gateway.adminPort);
+  const scrapeMs = (cpuUs(gateway.child.pid).process - cpuNow.process) / 1000;
   const cpuMs = (cpuNow.main - cpu.main) / 1000;
   const processCpuMs = (cpuNow.process - cpu.process) / 1000;
+  const windowChecks = PHASE_S / HEALTH_S;
   await again();
   traffic.to(gateway.address);
   direct.to(node);
@@ -130,13 +143,13 @@ async function phase(name, gateway, { traffic, direct, node }, event, again = as
   const straight = direct.take().latencies.sort((a, b) => a - b);
   for (const [why, count] of errors) console.log(`  ${name}: ${count} failed: ${why}`);
   latencies.sort((a, b) => a - b);
-  const checks = quiet.stowage_gateway_placement_seconds_count - before.stowage_gateway_placement_seconds_count;
   const allChecks = after.stowage_gateway_placement_seconds_count - before.stowage_gateway_placement_seconds_count;
   const placementMs = ((after.stowage_gateway_placement_seconds_sum - before.stowage_gateway_placement_seconds_sum) * 1000) / Math.max(1, allChecks);
   return {
     phase: name, checks: allChecks,
-    cpuPerCheckMs: cpuMs / Math.max(1, checks),
-    processCpuPerCheckMs: processCpuMs / Math.max(1, checks),
+    cpuPerCheckMs: cpuMs / windowChecks,
+    processCpuPerCheckMs: processCpuMs / windowChecks,
+    scrapeMs,
     placementMs,
     lagP99Ms: Math.max(quiet.nodejs_eventloop_lag_p99_seconds, after.nodejs_eventloop_lag_p99_seconds) * 1000,
     lagMaxMs: Math.max(quiet.nodejs_eventloop_lag_max_seconds, after.nodejs_eventloop_lag_max_seconds) * 1000,
@@ -148,9 +161,21 @@ async function phase(name, gateway, { traffic, direct, node }, event, again = as
   };
 }
 
+/**
+ * Until a check leaves the placement standing (at most 60 s): the first placement's prefetches
+ * answered, and the placements after them made, so that `steady` is the checks of a settled fleet.
+ */
+async function settled(gateway) {
+  const unchanged = async () => (await scrapeMetrics(gateway.adminPort)).stowage_gateway_placement_unchanged_checks_total ?? 0;
+  const deadline = Date.now() + 60_000;
+  await sleep(2 * HEALTH_S * 1000);
+  const before = await unchanged();
+  while (Date.now() < deadline && (await unchanged()) === before) await sleep(HEALTH_S * 1000);
+}
+
 async function runScale(nodes, models) {
   // Twice the catalog's weights over the fleet: each model on two nodes' worth of memory.
-  const fleet = new StandInFleetThread({ nodes, models, capacity: Math.ceil((2 * models) / nodes), weightBytes: WEIGHT_BYTES, fleetLoad: 0.6 * nodes, churn: CHURN, windowMs: HEALTH_S * 1000 });
+  const fleet = new StandInFleetThread({ nodes, models, capacity: Math.ceil((2 * models) / nodes), weightBytes: WEIGHT_BYTES, fleetLoad: 0.6 * nodes, churn: CHURN, windowMs: HEALTH_S * 1000, streams: !UNARY });
   const addresses = await fleet.start();
   // The same trickle straight to one stand-in beside it: what the stand-ins' own answering adds.
   const streams = { traffic: trickle(fleet), direct: trickle(fleet), node: addresses[0] };
@@ -160,7 +185,7 @@ async function runScale(nodes, models) {
     let started = performance.now();
     gateway = await startGateway(addresses);
     const startupMs = performance.now() - started;
-    await sleep(2 * HEALTH_S * 1000); // the first placement's prefetches settle
+    await settled(gateway); // the first placement's prefetches and the placements after them
     rows.push(await phase('steady', gateway, streams, async () => {}));
     rows.push(await phase('node restart', gateway, streams, () => fleet.nodes[1].restart(), () => fleet.nodes[2].restart()));
     await gateway.stop();
@@ -170,11 +195,11 @@ async function runScale(nodes, models) {
     const startup = await scrapeMetrics(gateway.adminPort); // the new gateway's start-up, its first full read
     rows.push(await phase('gateway restart', gateway, streams, async () => {}));
     const { statusReads, prefetches } = await fleet.counts();
-    console.log(`\n${nodes} nodes x ${models} models, churn ${CHURN}: first start ${startupMs.toFixed(0)} ms, restart ${restartMs.toFixed(0)} ms to serving `
+    console.log(`\n${nodes} nodes x ${models} models, churn ${CHURN}${UNARY ? ', unary' : ''}: first start ${startupMs.toFixed(0)} ms, restart ${restartMs.toFixed(0)} ms to serving `
       + `(its start-up: event loop p99 ${(startup.nodejs_eventloop_lag_p99_seconds * 1000).toFixed(1)} ms, max ${(startup.nodejs_eventloop_lag_max_seconds * 1000).toFixed(1)} ms); `
       + `${statusReads} status reads, ${prefetches} prefetches; active models a node reports: ${fleet.capacity}`);
     console.table(rows.map((r) => ({
-      phase: r.phase, checks: r.checks, unchanged: r.unchanged, 'cpu/check ms': r.cpuPerCheckMs.toFixed(1), 'process cpu/check ms': r.processCpuPerCheckMs.toFixed(1), 'placement ms': r.placementMs.toFixed(1),
+      phase: r.phase, checks: r.checks, unchanged: r.unchanged, 'cpu/check ms': r.cpuPerCheckMs.toFixed(1), 'process cpu/check ms': r.processCpuPerCheckMs.toFixed(1), 'placement ms': r.placementMs.toFixed(1), 'scrape cpu ms': r.scrapeMs.toFixed(0),
       'loop p99 ms': r.lagP99Ms.toFixed(1), 'loop max ms': r.lagMaxMs.toFixed(1), moves: r.moves,
       requests: r.requests, failed: r.failures, 'p50 ms': r.p50.toFixed(2), 'p99 ms': r.p99.toFixed(2), 'max ms': r.max.toFixed(1), 'direct p99 ms': r.directP99.toFixed(2),
     })));

@@ -5,6 +5,8 @@
  *
  *   const control = new ControlClient('127.0.0.1:8001');
  *   const { models } = await control.call('ModelControlStatus', { name: '' });
+ *   const stream = control.watchStatus({ name: '', window_seconds: 2, active_only: true, versioned: true });
+ *   stream.on('data', (reply) => ...);
  */
 import * as grpc from '@grpc/grpc-js';
 import { loadControlClient } from '../protocol/proto.js';
@@ -41,6 +43,15 @@ export class ControlClient {
     return new Promise((resolve, reject) => {
       this.#client[rpc](request, (err, res) => (err ? reject(err) : resolve(res as ControlCalls[K]['reply'])));
     });
+  }
+
+  /**
+   * WatchModelControlStatus: the versioned report as a stream (its first answer at once, then one per
+   * window); `data` events carry the replies. Cancel it to stop.
+   */
+  watchStatus(request: ControlCalls['ModelControlStatus']['request']): grpc.ClientReadableStream<ModelControlStatusReply> {
+    const watch = (this.#client as unknown as Record<string, (req: unknown) => grpc.ClientReadableStream<ModelControlStatusReply>>).WatchModelControlStatus;
+    return watch.call(this.#client, request);
   }
 
   close(): void {

@@ -293,6 +293,15 @@ export class GrpcEdge {
     };
   }
 
+  /**
+   * `end` is called at shutdown (stop), unless the function returned is called first: how a
+   * server stream that answers on its own (WatchModelControlStatus) ends with the edge.
+   */
+  endsAtStop(end: () => void): () => void {
+    this.#streams.add(end);
+    return () => this.#streams.delete(end);
+  }
+
   /** Register a service: `table`'s handlers, and UNIMPLEMENTED (naming the RPC) for every other method. */
   addService(definition: grpc.ServiceDefinition, table: Record<string, grpc.UntypedHandleCall>): void {
     const handlers: grpc.UntypedServiceImplementation = {};

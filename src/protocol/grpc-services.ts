@@ -3,7 +3,7 @@
  * `Infer`: shared/data-plane.ts), for one gRPC edge (edge.ts: errors to statuses, admission,
  * streams, UNIMPLEMENTED for the rest), on the main thread or an edge thread alike:
  * GRPCInferenceService (every KServe and Triton operation, ModelInfer and ModelStreamInfer) and
- * Stowage's ControlService. The health service is health-service.ts.
+ * Stowage's ControlService (its status stream: status-watch.ts). The health service is health-service.ts.
  *
  * An inference is decoded into the data plane's request (codec.ts), handed to the request path with
  * the layout its response needs (infer-response-wire.ts), and answered with the response framed
@@ -16,6 +16,7 @@ import { fromModelInferRequest, inferResponse } from './codec.js';
 import { callDeadlineMs, type GrpcEdge } from './edge.js';
 import { ResponseFrame, type EncodedResponse } from './infer-response-wire.js';
 import { ownsItsBuffer } from './message-buffers.js';
+import { statusWatch } from './status-watch.js';
 import { CONTROL_OPERATIONS, KSERVE_OPERATIONS, type LogSettingValue, type OperationName, type Operations } from '../shared/operations.js';
 import { errors } from '../shared/errors.js';
 import type { ModelInferRequest, ModelInferResponse } from './types.js';
@@ -109,5 +110,7 @@ export function inferenceTable(edge: GrpcEdge, ops: Operations, infer: Infer): R
 
 /** Stowage's ControlService table (proto/control.proto). */
 export function controlTable(edge: GrpcEdge, ops: Operations): Record<string, grpc.UntypedHandleCall> {
-  return Object.fromEntries(CONTROL_OPERATIONS.map((rpc) => [rpc, edge.unary(rpc, grpcHandler(ops, rpc))]));
+  const table: Record<string, grpc.UntypedHandleCall> = Object.fromEntries(CONTROL_OPERATIONS.map((rpc) => [rpc, edge.unary(rpc, grpcHandler(ops, rpc))]));
+  table.WatchModelControlStatus = statusWatch(edge, ops);
+  return table;
 }

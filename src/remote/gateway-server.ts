@@ -37,6 +37,7 @@ import { mergeMetrics } from './metrics-merge.js';
 import { proxyDefinition, proxyService } from './proxy-service.js';
 import { DnsDiscovery } from './discovery.js';
 import { RemoteNode } from './remote-node.js';
+import { service as healthDefinition } from 'grpc-health-check';
 
 /** How long a node gets to answer a health check or a metrics scrape. */
 const PROBE_TIMEOUT_MS = 1000;
@@ -98,6 +99,10 @@ export class StowageGateway {
         ready: {
           encodeReadyRequest: () => definition.ServerReady.requestSerialize({}),
           decodeReady: (bytes: Buffer) => definition.ServerReady.responseDeserialize(bytes) as { ready: boolean },
+          encodeWatchRequest: () => healthDefinition.Watch.requestSerialize({ service: '' }),
+          decodeWatch: (bytes: Buffer) => healthDefinition.Watch.responseDeserialize(bytes) as { status: string },
+          intervalMs: gw.health_seconds * 1000,
+          timeoutMs: PROBE_TIMEOUT_MS,
         },
       } : {}),
     });

@@ -7,8 +7,8 @@ import * as grpc from '@grpc/grpc-js';
 
 const raw = (b: Buffer) => b;
 
-/** `windowBytes`: the HTTP/2 receive window for the node's answers (endpoints.http2_window_bytes). */
-export function nodeChannel(address: string, windowBytes: number): grpc.Client {
+/** `windowBytes`: the HTTP/2 receive window for the node's answers (endpoints.http2_window_bytes); `options` added. */
+export function nodeChannel(address: string, windowBytes: number, options: grpc.ChannelOptions = {}): grpc.Client {
   // Reconnect quickly: a node that comes back should be found within the health interval.
   return new grpc.Client(address, grpc.credentials.createInsecure(), {
     'grpc.initial_reconnect_backoff_ms': 200,
@@ -16,6 +16,7 @@ export function nodeChannel(address: string, windowBytes: number): grpc.Client {
     'grpc.max_receive_message_length': -1,
     'grpc.max_send_message_length': -1,
     'grpc-node.flow_control_window': windowBytes,
+    ...options,
   });
 }
 

@@ -1,7 +1,9 @@
 /**
  * One node as a pooled gateway's placement thread sees it (remote/placement/worker.ts): its own gRPC
  * channel to the node, apart from the one requests are forwarded on, for what placement needs of it
- * - its ModelControlStatus at each check (NodeReport), decoded here, off the requests' thread;
+ * - its status report (NodeReport), decoded here, off the requests' thread: a stream the node answers
+ *   once per window (WatchModelControlStatus), or from a node without it one ModelControlStatus read
+ *   a check;
  * - its RepositoryIndex (the models it serves ready), read again only when its repository digest
  *   changes;
  * - PrefetchModel before a model is moved onto it.
@@ -16,12 +18,16 @@ import { applyChanges, readStatusReport, type NodeReport } from './status-report
 const STATUS_PATH = '/stowage.control.ModelControl/ModelControlStatus';
 const PREFETCH_PATH = '/stowage.control.ModelControl/PrefetchModel';
 const INDEX_PATH = '/inference.GRPCInferenceService/RepositoryIndex';
+const WATCH_PATH = '/stowage.control.ModelControl/WatchModelControlStatus';
+const raw = (b: Buffer) => b;
 
 export interface NodeStatusOptions {
   /** HTTP/2 receive window for the node's answers (endpoints.http2_window_bytes). */
   windowBytes: number;
-  /** The status request: its versioned report, changes since `since` (0: the whole report). */
+  /** The status request (a read's or the stream's): its versioned report, changes since `since` (0: the whole). */
   encodeStatusRequest: (since: number) => Buffer;
+  /** The window the status request names: the stream answers once per window. */
+  windowMs: number;
   encodeIndexRequest: () => Buffer;
   /** Decodes the node's RepositoryIndex answer. */
   decodeIndex: (bytes: Buffer) => { models: { name: string; state: string }[] };
@@ -56,6 +62,12 @@ export class NodeStatus implements FleetMember {
   #version = 0;
   /** Grows whenever #report changes: what placement compares to know nothing did. */
   #reportSerial = 0;
+  /** The node's status stream while open (readStatus). */
+  #stream: grpc.ClientReadableStream<Buffer> | null = null;
+  /** The node answered the stream UNIMPLEMENTED (older than it): one read a check. */
+  #streamUnsupported = false;
+  /** When the stream last answered (Date.now()). */
+  #heardAtMs = 0;
 
   constructor(address: string, options: NodeStatusOptions) {
     this.address = address;
@@ -118,36 +130,112 @@ export class NodeStatus implements FleetMember {
   }
 
   /**
-   * One status read (the active models only): what changed since the version of the report it
-   * holds, or the whole report at first, after a node restarts, and from a node that does not
-   * version it. A failure keeps the last report, which then ages.
+   * The node's status at a check (the active models only): what changed since the version of the
+   * report it holds, or the whole report at first, after a node restarts, and from a node that does
+   * not version it. Kept as a stream (WatchModelControlStatus), which the node answers once per
+   * window: here it is opened, or found silent past a window and the timeout (a failed read: closed,
+   * opened again at the next check). A node without the stream is read by one call a check. A
+   * failure keeps the last report, which then ages.
    */
   async readStatus(timeoutMs: number): Promise<void> {
-    try {
-      const base = this.#version > 0 ? this.#report : null;
-      const answer = readStatusReport(await this.#call(STATUS_PATH, this.#o.encodeStatusRequest(base ? this.#version : 0), timeoutMs));
-      if (answer.changesOnly) {
-        // Changes to a report of another process cannot be: the node's versions say so. Read it whole next time.
-        if (!base || base.startedMs !== answer.report.startedMs) {
-          this.#version = 0;
-          throw new Error('changes to a report not held');
-        }
-        const same = answer.report.models.size === 0 && answer.gone.length === 0 && answer.notReady.length === 0 && sameNode(base, answer.report);
-        this.#report = applyChanges(base, answer);
-        if (!same) this.#reportSerial++;
-      } else {
-        this.#report = answer.report;
-        this.#reportSerial++;
-      }
-      this.#version = answer.version;
-      this.#reportAtMs = Date.now();
-      this.#statusFailing = false;
-      this.#digest = answer.digest || undefined;
-    } catch {
-      this.#statusFailing = true;
-      this.#statusFailures++;
-      this.#digest = undefined;
+    if (this.#streamUnsupported) return this.#readOnce(timeoutMs);
+    if (this.#stream) {
+      if (Date.now() - this.#heardAtMs <= this.#o.windowMs + timeoutMs) return;
+      this.#closeStream();
+      return this.#failed();
     }
+    const answered = await this.#openStream(timeoutMs);
+    if (answered) return;
+    this.#closeStream();
+    if (this.#streamUnsupported) return this.#readOnce(timeoutMs);
+    this.#failed();
+  }
+
+  /** One ModelControlStatus call: a node that does not stream its status. */
+  async #readOnce(timeoutMs: number): Promise<void> {
+    try {
+      this.#apply(await this.#call(STATUS_PATH, this.#o.encodeStatusRequest(this.#sinceVersion()), timeoutMs));
+    } catch {
+      this.#failed();
+    }
+  }
+
+  /** The version to ask changes since: the one held, 0 for the whole report. */
+  #sinceVersion(): number {
+    return this.#version > 0 && this.#report ? this.#version : 0;
+  }
+
+  /**
+   * Open the status stream; resolves true once its first answer is applied, false when it failed,
+   * ended or did not answer within `timeoutMs` (UNIMPLEMENTED: the node does not stream its status).
+   */
+  #openStream(timeoutMs: number): Promise<boolean> {
+    const stream = this.#client.makeServerStreamRequest(WATCH_PATH, raw, raw, this.#o.encodeStatusRequest(this.#sinceVersion()), new grpc.Metadata(), {});
+    this.#stream = stream;
+    return new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => resolve(false), timeoutMs);
+      const settle = (answered: boolean) => {
+        clearTimeout(timer);
+        resolve(answered);
+      };
+      stream.on('data', (bytes: Buffer) => {
+        if (this.#stream !== stream) return;
+        try {
+          this.#apply(bytes);
+          this.#heardAtMs = Date.now();
+          settle(true);
+        } catch {
+          // An answer that cannot be applied: the stream is read again from the whole report.
+          this.#closeStream();
+          this.#failed();
+          settle(false);
+        }
+      });
+      stream.on('error', (err: grpc.ServiceError) => {
+        if (err.code === grpc.status.UNIMPLEMENTED) this.#streamUnsupported = true;
+        if (this.#stream === stream) this.#stream = null;
+        settle(false);
+      });
+      stream.on('end', () => {
+        if (this.#stream === stream) this.#stream = null;
+        settle(false);
+      });
+    });
+  }
+
+  #closeStream(): void {
+    const stream = this.#stream;
+    this.#stream = null;
+    stream?.cancel();
+  }
+
+  /** One answer applied to the report held; throws on changes to a report it does not hold. */
+  #apply(bytes: Buffer): void {
+    const answer = readStatusReport(bytes);
+    if (answer.changesOnly) {
+      const base = this.#version > 0 ? this.#report : null;
+      // Changes to a report of another process cannot be: the node's versions say so. Read it whole next time.
+      if (!base || base.startedMs !== answer.report.startedMs) {
+        this.#version = 0;
+        throw new Error('changes to a report not held');
+      }
+      const same = answer.report.models.size === 0 && answer.gone.length === 0 && answer.notReady.length === 0 && sameNode(base, answer.report);
+      this.#report = applyChanges(base, answer);
+      if (!same) this.#reportSerial++;
+    } else {
+      this.#report = answer.report;
+      this.#reportSerial++;
+    }
+    this.#version = answer.version;
+    this.#reportAtMs = Date.now();
+    this.#statusFailing = false;
+    this.#digest = answer.digest || undefined;
+  }
+
+  #failed(): void {
+    this.#statusFailing = true;
+    this.#statusFailures++;
+    this.#digest = undefined;
   }
 
   /**
@@ -191,6 +279,7 @@ export class NodeStatus implements FleetMember {
   }
 
   close(): void {
+    this.#closeStream();
     this.#client.close();
   }
 

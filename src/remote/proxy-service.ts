@@ -139,7 +139,7 @@ class Forwarding {
   /** Did the node fail (it does not answer its health check), rather than answer UNAVAILABLE itself? */
   async #nodeFailed(node: RemoteNode, err: grpc.ServiceError): Promise<boolean> {
     if (err.code !== 14 /* UNAVAILABLE */) return false;
-    await node.probe(this.#ctx.healthTimeoutMs);
+    await node.probe(this.#ctx.healthTimeoutMs, { fresh: true });
     if (!node.up) this.#ctx.logger.warn({ node: node.address, err: err.details }, 'node marked down: it failed a call and its health check');
     return !node.up;
   }

@@ -2,8 +2,8 @@
  * One remote Stowage node as a gateway-only process sees it: a gRPC channel,
  * whether it answers, which models it serves ready (from its RepositoryIndex),
  * and how many forwarded RPCs it has in flight. Calls carry raw message bytes
- * both ways: the gateway forwards requests unchanged. A pooled gateway probes
- * its health alone here (ServerReady); what placement reads of the node (its
+ * both ways: the gateway forwards requests unchanged. A pooled gateway keeps
+ * its health alone here (ServerReady, then the node's health Watch); what placement reads of the node (its
  * status, its index, prefetches) its placement thread reads on a channel of its
  * own (node-status.ts), and tells this side what the node serves.
  *
@@ -29,8 +29,18 @@ export interface RemoteNodeOptions {
   ready?: {
     encodeReadyRequest: () => Buffer;
     decodeReady: (bytes: Buffer) => { ready: boolean };
+    /** The health Watch of the whole server (grpc.health.v1, service ""), and its answers. */
+    encodeWatchRequest: () => Buffer;
+    decodeWatch: (bytes: Buffer) => { status: string };
+    /** The gateway's check interval: the health channel's keepalive pings go at this pace. */
+    intervalMs: number;
+    /** How long a keepalive ping may go unanswered before the node is taken for gone. */
+    timeoutMs: number;
   };
 }
+
+const WATCH_PATH = '/grpc.health.v1.Health/Watch';
+const raw = (b: Buffer) => b;
 
 /** A models list -> its set, while some node holds the list. */
 const SETS = new WeakMap<readonly string[], Set<string>>();
@@ -48,6 +58,18 @@ export class RemoteNode {
   /** Set once the node is being retired (discovery lost it): it takes no new requests. */
   #draining = false;
   #idle?: () => void;
+  /**
+   * Pooled: the node's health Watch while open, on a channel of its own whose keepalive pings find
+   * a node that stopped answering. While it is open, the node's word (SERVING or not) is its health
+   * and a check probes nothing: at 64 nodes the checks' ServerReady probes were most of the main
+   * thread's CPU per check.
+   */
+  #watch: grpc.ClientReadableStream<Buffer> | null = null;
+  #healthClient: grpc.Client | null = null;
+  /** The node answered Watch UNIMPLEMENTED: a ServerReady probe each check. */
+  #watchUnsupported = false;
+  /** Up as the last probe told its caller (the watch may change #up between probes). */
+  #told = false;
 
   constructor(address: string, options: RemoteNodeOptions) {
     this.address = address;
@@ -105,12 +127,14 @@ export class RemoteNode {
 
   /**
    * One health check (at each of the gateway's checks, and after a failed call): up if the node
-   * answers. Pooled, ServerReady, ready (a node starting or stopping is not); otherwise its
-   * RepositoryIndex, which also says what it serves. Returns whether up changed.
+   * answers. Pooled, ServerReady, ready (a node starting or stopping is not), then kept by the
+   * node's health Watch, which a check reads without a call (`fresh`: probe anyway, as after a
+   * failed call; a failed probe closes the watch); otherwise its RepositoryIndex, which also says
+   * what it serves. Returns whether up changed since the last probe said.
    */
-  async probe(timeoutMs: number): Promise<boolean> {
-    const was = this.#up;
+  async probe(timeoutMs: number, { fresh = false }: { fresh?: boolean } = {}): Promise<boolean> {
     const ready = this.#o.ready;
+    if (ready && this.#watch && !fresh) return this.#settle();
     try {
       if (ready) {
         const bytes = await this.#unaryRaw('/inference.GRPCInferenceService/ServerReady', ready.encodeReadyRequest(), new grpc.Metadata(), Date.now() + timeoutMs);
@@ -122,7 +146,43 @@ export class RemoteNode {
     } catch {
       this.#up = false;
     }
-    return was !== this.#up;
+    if (!this.#up) this.#closeWatch();
+    else if (ready && !this.#watch && !this.#watchUnsupported && !this.#draining) this.#openWatch(ready);
+    return this.#settle();
+  }
+
+  #settle(): boolean {
+    const changed = this.#told !== this.#up;
+    this.#told = this.#up;
+    return changed;
+  }
+
+  /** Watch the node's health: each answer sets up; the stream's end or failure (but UNIMPLEMENTED) sets it down. */
+  #openWatch(ready: NonNullable<RemoteNodeOptions['ready']>): void {
+    // Keepalive on this channel alone: a ping unanswered cuts only the watch, never a forwarded request.
+    this.#healthClient ??= nodeChannel(this.address, this.#o.windowBytes, {
+      'grpc.keepalive_time_ms': ready.intervalMs,
+      'grpc.keepalive_timeout_ms': ready.timeoutMs,
+    });
+    const watch = this.#healthClient.makeServerStreamRequest(WATCH_PATH, raw, raw, ready.encodeWatchRequest(), new grpc.Metadata(), {});
+    this.#watch = watch;
+    watch.on('data', (bytes: Buffer) => {
+      if (this.#watch === watch) this.#up = ready.decodeWatch(bytes).status === 'SERVING';
+    });
+    const closed = (err?: grpc.ServiceError) => {
+      if (this.#watch !== watch) return;
+      this.#watch = null;
+      if (err?.code === grpc.status.UNIMPLEMENTED) this.#watchUnsupported = true;
+      else this.#up = false;
+    };
+    watch.on('error', closed);
+    watch.on('end', () => closed());
+  }
+
+  #closeWatch(): void {
+    const watch = this.#watch;
+    this.#watch = null;
+    watch?.cancel();
   }
 
   async #readIndex(timeoutMs: number): Promise<void> {
@@ -142,6 +202,8 @@ export class RemoteNode {
   }
 
   close(): void {
+    this.#closeWatch();
+    this.#healthClient?.close();
     this.#client.close();
   }
 

@@ -249,6 +249,80 @@ test('a versioned report: the whole at first, then only the rows that changed an
   t.is(plain.report_version, '0');
 });
 
+/**
+ * A status stream's replies as they come, and how it ended.
+ * @param {ControlClient} client
+ * @param {number} windowSeconds
+ */
+function watch(client, windowSeconds, since = '0') {
+  const stream = client.watchStatus({ name: '', window_seconds: windowSeconds, active_only: true, versioned: true, since_version: since });
+  /** @type {(import('../../dist/client/control.js').ModelControlStatusReply & { atMs: number })[]} */
+  const replies = [];
+  stream.on('data', (reply) => replies.push({ ...reply, atMs: Date.now() }));
+  /** @type {Promise<string>} how it ended: 'end', or the error's status name */
+  const ended = new Promise((resolve) => {
+    stream.on('error', (/** @type {grpc.ServiceError} */ err) => resolve(grpc.status[err.code]));
+    stream.on('end', () => resolve('end'));
+  });
+  /** Resolves once a reply satisfies `test` (checking those already in), or fails after `ms`. */
+  const reply = async (/** @type {(r: (typeof replies)[number]) => boolean} */ test, ms = 8_000) => {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const found = replies.find(test);
+      if (found) return found;
+      if (Date.now() > deadline) throw new Error(`no such reply in ${ms} ms: ${JSON.stringify(replies.map((r) => [r.changes_only, r.report_version, r.models.map((m) => [m.name, m.window_load])]))}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  };
+  return { stream, replies, ended, reply };
+}
+
+test('the status stream (WatchModelControlStatus): the whole report at once, then what changed at each window, from the main thread or an edge thread; it ends with the node', async (t) => {
+  const own = tempDir();
+  t.teardown(own.cleanup);
+  const repo = makeRepository(own.dir, { convnet: path.join(FIXTURES, 'models', 'convnet') });
+  for (const edges of [0, 2]) {
+    const node = await startServer({ model_repo: repo, global: { endpoints: { edge_threads: edges } } }, { root: own.dir });
+    t.teardown(() => node.stop());
+    const client = new ControlClient(node.address);
+    t.teardown(() => client.close());
+    const WINDOW_S = 0.5;
+
+    // Only the versioned report of every model streams.
+    const plain = client.watchStatus({ name: '', window_seconds: WINDOW_S, active_only: true });
+    const refused = await new Promise((resolve) => plain.on('error', resolve));
+    t.is(/** @type {grpc.ServiceError} */ (refused).code, grpc.status.INVALID_ARGUMENT, `edges ${edges}`);
+    t.regex(/** @type {grpc.ServiceError} */ (refused).details, /versioned and active_only/);
+
+    const s = watch(client, WINDOW_S);
+    const first = await s.reply(() => true, 3_000);
+    t.false(first.changes_only, 'the first answer is the whole report');
+    t.true(Number(first.report_version) >= Number(first.started_unix_ms));
+    await node.client.infer('convnet', [image(2)]);
+    const busy = await s.reply((r) => r.models.some((m) => m.name === 'convnet' && m.window_load > 0));
+    t.true(busy.changes_only, 'later answers are what changed');
+    // Idle: its load falls to 0 (a change), then answers say nothing changed, at the same version, one per window.
+    const idle = await s.reply((r) => r.atMs > busy.atMs && r.models.some((m) => m.name === 'convnet' && m.window_load === 0));
+    const calm = await s.reply((r) => r.atMs > idle.atMs + 1_000);
+    const calmOnes = s.replies.filter((r) => r.atMs > idle.atMs);
+    t.true(calmOnes.every((r) => r.changes_only && r.models.length === 0 && r.report_version === idle.report_version), 'nothing changed: empty answers, the version kept');
+    t.true(calmOnes.length >= 2 && calmOnes.length <= 6, `one answer per window (${calmOnes.length} in ${calm.atMs - idle.atMs} ms)`);
+
+    // A stream opened since a version gets only what changed since.
+    const since = watch(client, WINDOW_S, String(idle.report_version));
+    const resumed = await since.reply(() => true, 3_000);
+    t.true(resumed.changes_only);
+    t.deepEqual(resumed.models, []);
+    since.stream.cancel();
+
+    // Stopping the node ends the stream (it does not hold the shutdown).
+    const stopping = Date.now();
+    await node.stop();
+    t.is(await s.ended, 'end', `edges ${edges}`);
+    t.true(Date.now() - stopping < 5_000, `stopped in ${Date.now() - stopping} ms`);
+  }
+});
+
 test('PrefetchModel brings a model\'s weights onto the device before any call', async (t) => {
   const own = tempDir();
   t.teardown(own.cleanup);

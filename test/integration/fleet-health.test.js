@@ -53,7 +53,7 @@ test('a node whose status reads are delayed 2 s keeps serving: placement holds i
     t.true((await on('node-1')).length > 0, 'node-1 stays placed');
     await sleep(250);
   }
-  t.is(await up(), 1, 'and stays up: health is the ServerReady probe alone');
+  t.is(await up(), 1, 'and stays up: health is the ServerReady probe and the health Watch alone');
 
   // Status reads answer again: placed by its fresh reports.
   rmSync(delayFile);

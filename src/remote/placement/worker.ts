@@ -32,6 +32,7 @@ const statusOptions: NodeStatusOptions = {
   // Loads over the nodes' windows of one health interval: every gateway asking within one gets the same.
   // Versioned: only what changed since the report it holds (the whole report at first).
   encodeStatusRequest: (since) => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: start.windowSeconds, active_only: true, versioned: true, since_version: String(since) }),
+  windowMs: start.windowSeconds * 1000,
   encodeIndexRequest: () => inference.RepositoryIndex.requestSerialize({ repository_name: '', ready: true }),
   decodeIndex: (bytes) => inference.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
   encodePrefetch: (model) => control.PrefetchModel.requestSerialize({ name: model }),

@@ -1,0 +1,206 @@
+// What a pooled gateway keeps open to each node instead of a call per node per check, against real
+// gRPC servers on 127.0.0.1: the placement thread's status stream (remote/node-status.ts,
+// WatchModelControlStatus) and the main thread's health Watch (remote/remote-node.ts,
+// grpc.health.v1), each falling back to a call per check on a node that answers UNIMPLEMENTED.
+import test from 'ava';
+import * as grpc from '@grpc/grpc-js';
+import { service as healthService } from 'grpc-health-check';
+import { loadControlClient, loadInferenceClient } from '../../../dist/protocol/proto.js';
+import { NodeStatus } from '../../../dist/remote/node-status.js';
+import { RemoteNode } from '../../../dist/remote/remote-node.js';
+
+const control = loadControlClient().service;
+const inference = loadInferenceClient().service;
+const sleep = (/** @type {number} */ ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** @param {import('ava').ExecutionContext} t @param {grpc.Server} server */
+async function listen(t, server) {
+  const port = await new Promise((resolve, reject) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))));
+  t.teardown(() => server.forceShutdown());
+  return `127.0.0.1:${port}`;
+}
+
+/** A node's versioned status answer. */
+const answer = (/** @type {{ version: number, changesOnly?: boolean, load?: number, started?: number }} */ a) => ({
+  models: a.load === undefined ? [] : [{ name: 'm', state: 'READY', weight_bytes: '100', resident_bytes: '100', window_resident_bytes: '100', window_load: a.load }],
+  weight_budget_bytes: '1000', devices: 1, node_name: 'node-a', started_unix_ms: String(a.started ?? 1000),
+  repository_digest: 'd1', report_version: String(a.version), changes_only: a.changesOnly ?? false, gone: [],
+});
+
+const WINDOW_MS = 200;
+const statusOptions = {
+  windowBytes: 1 << 20, windowMs: WINDOW_MS, reportMaxAgeMs: 10_000,
+  encodeStatusRequest: (/** @type {number} */ since) => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: WINDOW_MS / 1000, active_only: true, versioned: true, since_version: String(since) }),
+  encodeIndexRequest: () => inference.RepositoryIndex.requestSerialize({}),
+  decodeIndex: () => ({ models: [] }),
+  encodePrefetch: () => Buffer.alloc(0),
+};
+
+test('the status stream: opened at the first check, applied as the node answers, with no read per check; silent past a window and the timeout, a failed read, opened again since the version held', async (t) => {
+  const server = new grpc.Server();
+  /** @type {grpc.ServerWritableStream<any, any>[]} */
+  const streams = [];
+  /** @type {string[]} */
+  const sinces = [];
+  let reads = 0;
+  server.addService(control, {
+    WatchModelControlStatus: (/** @type {grpc.ServerWritableStream<any, any>} */ call) => {
+      streams.push(call);
+      sinces.push(call.request.since_version);
+      call.write(answer(call.request.since_version === '0' ? { version: 5, load: 0.5 } : { version: 5, changesOnly: true }));
+    },
+    ModelControlStatus: (/** @type {any} */ _call, /** @type {grpc.sendUnaryData<any>} */ done) => {
+      reads++;
+      done(null, answer({ version: 5, load: 0.5 }));
+    },
+  });
+  const node = new NodeStatus(await listen(t, server), statusOptions);
+  t.teardown(() => node.close());
+  node.up = true;
+
+  await node.readStatus(500);
+  t.is(streams.length, 1);
+  t.deepEqual(sinces, ['0'], 'the whole report at first');
+  t.is(node.report?.models.get('m')?.windowLoad, 0.5);
+  const serial = node.reportSerial;
+
+  // The node answers at its window: the report follows with no call from here.
+  streams[0].write(answer({ version: 6, changesOnly: true, load: 0.75 }));
+  await sleep(100);
+  t.is(node.report?.models.get('m')?.windowLoad, 0.75);
+  t.true(node.reportSerial > serial);
+  streams[0].write(answer({ version: 6, changesOnly: true }));
+  await node.readStatus(500);
+  await node.readStatus(500);
+  t.is(streams.length, 1, 'checks read the open stream: no call');
+  t.is(reads, 0);
+  t.false(node.statusFailing);
+
+  // Silent past a window and the read timeout (a node whose status path is stuck): a failed read.
+  await sleep(WINDOW_MS + 300);
+  await node.readStatus(100);
+  t.true(node.statusFailing);
+  t.is(node.statusFailures, 1);
+  t.is(node.report?.models.get('m')?.windowLoad, 0.75, 'the last report kept');
+  await sleep(50);
+  t.true(streams[0].cancelled, 'the silent stream closed');
+  // The next check opens it again, since the version held.
+  await node.readStatus(500);
+  t.is(streams.length, 2);
+  t.is(sinces[1], '6');
+  t.false(node.statusFailing);
+  t.is(node.report?.models.get('m')?.windowLoad, 0.75);
+
+  // Changes to a report of another process: refused, and the stream opened again from the whole report.
+  streams[1].write(answer({ version: 9, changesOnly: true, load: 2, started: 2000 }));
+  await sleep(100);
+  t.true(node.statusFailing);
+  t.true(streams[1].cancelled);
+  await node.readStatus(500);
+  t.is(sinces[2], '0');
+  t.is(node.report?.startedMs, 1000);
+});
+
+test('a node without the status stream is read once a check', async (t) => {
+  const server = new grpc.Server();
+  let reads = 0;
+  server.addService(control, {
+    ModelControlStatus: (/** @type {any} */ _call, /** @type {grpc.sendUnaryData<any>} */ done) => {
+      reads++;
+      done(null, answer({ version: 5, load: 0.5 }));
+    },
+  });
+  const node = new NodeStatus(await listen(t, server), statusOptions);
+  t.teardown(() => node.close());
+  node.up = true;
+  await node.readStatus(500);
+  t.is(reads, 1, 'UNIMPLEMENTED: read in the same check');
+  t.is(node.report?.models.get('m')?.windowLoad, 0.5);
+  await node.readStatus(500);
+  t.is(reads, 2);
+  t.false(node.statusFailing);
+});
+
+/**
+ * A node's health as a pooled gateway sees it, with `watch` false: a node without the health service.
+ * @param {import('ava').ExecutionContext} t
+ */
+async function healthNode(t, watch = true) {
+  const server = new grpc.Server();
+  /** @type {grpc.ServerWritableStream<any, any>[]} */
+  const watches = [];
+  const node = { readyCalls: 0, ready: true, watches };
+  server.addService(inference, {
+    ServerReady: (/** @type {any} */ _call, /** @type {grpc.sendUnaryData<any>} */ done) => {
+      node.readyCalls++;
+      done(null, { ready: node.ready });
+    },
+  });
+  if (watch) {
+    server.addService(/** @type {any} */ (healthService), {
+      Watch: (/** @type {grpc.ServerWritableStream<any, any>} */ call) => {
+        node.watches.push(call);
+        call.write({ status: node.ready ? 'SERVING' : 'NOT_SERVING' });
+      },
+    });
+  }
+  const remote = new RemoteNode(await listen(t, server), {
+    maxStreams: 4, windowBytes: 1 << 20,
+    encodeIndexRequest: () => Buffer.alloc(0), decodeIndex: () => ({ models: [] }),
+    ready: {
+      encodeReadyRequest: () => inference.ServerReady.requestSerialize({}),
+      decodeReady: (/** @type {Buffer} */ b) => /** @type {{ ready: boolean }} */ (inference.ServerReady.responseDeserialize(b)),
+      encodeWatchRequest: () => healthService.Watch.requestSerialize({ service: '' }),
+      decodeWatch: (/** @type {Buffer} */ b) => /** @type {{ status: string }} */ (healthService.Watch.responseDeserialize(b)),
+      intervalMs: 1000, timeoutMs: 1000,
+    },
+  });
+  t.teardown(() => remote.close());
+  return { node, remote };
+}
+
+test('the health Watch: one probe, then the node\'s word, with no probe per check; a watch that ends is down, and the next check probes', async (t) => {
+  const { node, remote } = await healthNode(t);
+  t.true(await remote.probe(500), 'up: changed');
+  t.true(remote.up);
+  t.is(node.readyCalls, 1);
+  await sleep(100);
+  t.is(node.watches.length, 1, 'watching once up');
+  t.false(await remote.probe(500));
+  t.false(await remote.probe(500));
+  t.is(node.readyCalls, 1, 'no probe while watching');
+
+  node.watches[0].write({ status: 'NOT_SERVING' });
+  await sleep(100);
+  t.false(remote.up, 'down as soon as the node says so');
+  t.true(await remote.probe(500), 'the check hears it changed');
+  node.watches[0].write({ status: 'SERVING' });
+  await sleep(100);
+  t.true(remote.up);
+
+  // After a failed call the gateway asks afresh, watching or not.
+  await remote.probe(500, { fresh: true });
+  t.is(node.readyCalls, 2);
+
+  // The node ends the stream (it stops): down, and the next check probes again, then watches again.
+  node.watches[0].end();
+  await sleep(100);
+  t.false(remote.up);
+  node.ready = true;
+  await remote.probe(500);
+  t.true(remote.up);
+  t.is(node.readyCalls, 3);
+  await sleep(100);
+  t.is(node.watches.length, 2);
+});
+
+test('a node without the health service is probed at every check', async (t) => {
+  const { node, remote } = await healthNode(t, false);
+  t.true(await remote.probe(500));
+  await sleep(100);
+  t.true(remote.up, 'UNIMPLEMENTED is not down');
+  await remote.probe(500);
+  await remote.probe(500);
+  t.is(node.readyCalls, 3);
+  t.true(remote.up);
+});
