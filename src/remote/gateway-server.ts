@@ -171,14 +171,14 @@ export class StowageGateway {
       await this.#discovery.start();
     }
     if (gw.scheduling.mode === 'pooled') {
-      const { epsilon, stickiness, replica_load: replicaLoad, report_max_age_seconds: maxAge, min_move_age_seconds: minMoveAge } = gw.scheduling.pooled;
+      const { epsilon, stickiness, replica_load: replicaLoad, report_max_age_seconds: maxAge } = gw.scheduling.pooled;
       this.#placement = await PlacementThread.start({
         logLevel: this.#logger.level,
         fleet: { epsilon, stickiness, replicaLoad },
         prefetchTimeoutMs: gw.request_timeout_seconds * 1000,
         windowSeconds: gw.health_seconds,
         reportMaxAgeMs: maxAge * 1000,
-        minMoveChecks: Math.ceil(minMoveAge / gw.health_seconds),
+        minMoveChecks: this.#minMoveChecks,
         readTimeoutMs: PROBE_TIMEOUT_MS,
         indexTimeoutMs: INDEX_TIMEOUT_MS,
         windowBytes: endpoints.http2_window_bytes,
@@ -214,6 +214,8 @@ export class StowageGateway {
       gateway: 'gateway-only',
       nodes: this.nodes.map((n) => ({ node: n.address, up: n.up, models: n.models.length })),
       discovery: gw.discovery.dns_name || undefined,
+      // Pooled: the settings as placement took them (the minimum age in checks: what it counts by).
+      pooled: this.#placement ? { ...gw.scheduling.pooled, health_seconds: gw.health_seconds, min_move_checks: this.#minMoveChecks } : undefined,
     }, 'serving');
   }
 
@@ -249,6 +251,12 @@ export class StowageGateway {
     if (!placement) return;
     await reading;
     await placement.place(this.nodes.map((n) => ({ address: n.address, up: n.up, draining: n.draining })));
+  }
+
+  /** Pooled: `min_move_age_seconds` as the checks placement counts it in (at least the age, whole checks). */
+  get #minMoveChecks(): number {
+    const gw = this.#config.gateway;
+    return Math.ceil(gw.scheduling.pooled.min_move_age_seconds / gw.health_seconds);
   }
 
   /** The gateway's metrics and each metrics endpoint's, labelled with the node. */

@@ -14,8 +14,11 @@ test('once traffic stops, the nodes report nothing new and the gateway\'s checks
   t.teardown(temp.cleanup);
   const { catalog, nodes } = await startFleet(temp.dir, { count: 8, sizes: [32, 64, 4], nodes: 2, budgetShare: 1 });
   t.teardown(() => Promise.all(nodes.map((n) => n.server.stop())));
-  const gateway = await startServer({ gateway: { endpoints: nodes.map((n) => n.server.address), health_seconds: 0.25, scheduling: { mode: 'pooled' } } });
+  const gateway = await startServer({ gateway: { endpoints: nodes.map((n) => n.server.address), health_seconds: 0.25, scheduling: { mode: 'pooled', pooled: { min_move_age_seconds: 1.1 } } } });
   t.teardown(() => gateway.stop());
+  // The minimum age as placement counts it: in whole checks, at least the age (1.1 s of 0.25 s checks: 5).
+  const serving = gateway.logs.find((l) => l.msg === 'serving');
+  t.like(serving?.pooled, { min_move_age_seconds: 1.1, health_seconds: 0.25, min_move_checks: 5 });
   await until(async () => (await placements(gateway.adminPort)).size === catalog.length, 10_000, 'every model is placed');
 
   const run = async (/** @type {number} */ ms) => {
