@@ -11,10 +11,16 @@
 // over a catalog of mixed sizes, Zipf(1.0) by a popularity order that drifts (part of the popular
 // set replaced every --drift seconds; 0: never), through GATEWAYS gateways.
 //
-// The transport, as a gateway's health check meets it: each gateway's clock is off by up to
+// The transport, as a gateway's health check meets it (--transport streams, the default: each
+// gateway holds each node's status stream, answered just after each window's boundary, and a check
+// places from the answers held, decoded as they came; --transport reads: one status read per node per
+// check, a node without the stream, its answers decoded within the check): each gateway's clock is off by up to
 // --skew seconds (each its own, fixed), so each reads the nodes' wall-clock windows at its own
 // "halfway"; each status read fails with probability --fail-reads and is slow with probability
-// --slow-reads (200 ms to 2 s: past the 1 s probe timeout it fails too); a node whose reads fail
+// --slow-reads (200 ms to 2 s: past the 1 s probe timeout it fails too); over streams, each window's
+// answer to a gateway is lost with probability --fail-reads (the stream died: found silent past a
+// window and the timeout, a failed read, opened again at the next check, its first answer drawn as a
+// read) and late with --slow-reads (waited for up to the timeout, then placed by the window before); a node whose reads fail
 // keeps serving and placement goes on with its last report for REPORT_MAX_AGE_MS, then keeps it
 // placed without its loads, as node-status.ts and fleet-routes.ts do. The check's routes change once the slowest read that answered is in and
 // every report is decoded: the decode cost per model is measured on real ModelControlStatus bytes
@@ -32,7 +38,7 @@
 //
 //   npm run build && node bench/fleet-sim.js [--nodes 64] [--models 10000] [--seconds 60]
 //     [--rate 12000] [--gateways 3] [--seeds 11,12,13] [--report 2] [--drift 10] [--skew 1]
-//     [--fail-reads 0.02] [--slow-reads 0.1] [--policies round_robin,affinity,pooled,oracle]
+//     [--fail-reads 0.02] [--slow-reads 0.1] [--transport streams|reads] [--policies round_robin,affinity,pooled,oracle]
 //     [--hot 10: the most popular model also gets 10 nodes' capacity of requests; "hot on" says on how many nodes it is]
 //
 // Seeds 1-3 were the ones placement's options were tuned on (2026-11-27); 11-13 were not.
@@ -67,6 +73,7 @@ const { values: args } = parseArgs({
     skew: { type: 'string', default: '1' },
     'fail-reads': { type: 'string', default: '0.02' },
     'slow-reads': { type: 'string', default: '0.1' },
+    transport: { type: 'string', default: 'streams' },
     'charge-decode': { type: 'string', default: 'yes' },
     hot: { type: 'string', default: '0' },
     json: { type: 'boolean', default: false },
@@ -102,6 +109,15 @@ const DRIFT_SECONDS = Number(args.drift);
 const SKEW_MS = Number(args.skew) * 1000;
 const FAIL_READS = Number(args['fail-reads']);
 const SLOW_READS = Number(args['slow-reads']);
+/**
+ * streams: each gateway holds each node's status stream (WatchModelControlStatus), which the node
+ * answers ANSWER_OFFSET_MS after each window's boundary; reads: one status read per node per check
+ * (a node without the stream).
+ */
+const STREAMS = args.transport === 'streams';
+if (!STREAMS && args.transport !== 'reads') throw new Error(`--transport is streams or reads, not ${args.transport}`);
+/** When a node's stream answers, after its window's boundary (protocol/status-watch.ts answerOffsetMs at 2 s). */
+const ANSWER_OFFSET_MS = 100;
 /** What a gateway gives a status read (remote/gateway-server.ts's PROBE_TIMEOUT_MS). */
 const PROBE_TIMEOUT_MS = 1000;
 /** gateway.scheduling.pooled.report_max_age_seconds's default. */
@@ -367,19 +383,77 @@ async function simulate(policy, decodeMsPerModel) {
     n.reports.set(index, report);
     return report;
   };
+  /** A read's latency (Infinity: it fails), as the transport draws it. */
+  const readLatency = () => {
+    const u = faults();
+    return u < FAIL_READS ? Infinity : u < FAIL_READS + SLOW_READS ? 200 + faults() * 1800 : 2;
+  };
+  /**
+   * A gateway's health check at `t` over streams: an open stream's answer for the window that ended
+   * where the gateway's own window began (by its clock; the node sends it ANSWER_OFFSET_MS after that
+   * boundary by its own, and a gateway whose clock is ahead waits for it) is the report. It is lost
+   * with probability --fail-reads (the stream broke, which the gateway sees at once: it opens the
+   * stream again, the first answer drawn as a read) and late with --slow-reads (200 ms to 2 s: the
+   * check waits for it up to the timeout, as for a read, then places by the window before). A
+   * stream not open is opened, its first answer at once, with a read's latency and failures.
+   * Decoding happens as answers come, off the check.
+   */
+  const streamCheck = (gw, t) => {
+    const lengthMs = REPORT_SECONDS * 1000;
+    // The window this gateway places by: the one that ended where its own window began (by its clock).
+    const target = Math.floor((t + gw.skew) / lengthMs) * lengthMs;
+    let slowest = 0;
+    const answered = [];
+    for (const mb of gw.members) {
+      if (!mb.node.up) {
+        mb.stream = null;
+        continue;
+      }
+      stats.reads++;
+      if (mb.stream && mb.stream.heardFor < target) {
+        // The answer carrying the window, sent just after it ended: lost with the stream (a broken
+        // connection, seen at once: opened again below), or waited for up to the timeout (late past
+        // it: the window before's still).
+        const sentAt = target + ANSWER_OFFSET_MS;
+        const latency = readLatency();
+        if (latency === Infinity) mb.stream = null;
+        else {
+          if (sentAt + latency > t + PROBE_TIMEOUT_MS) continue;
+          slowest = Math.max(slowest, sentAt + latency - t);
+          mb.stream.heardFor = target;
+          // Sent: the window as the node took it. Not yet (this gateway's clock ahead): read when the
+          // check places, after the node's 'answer' event took it (and before it takes the next).
+          answered.push([mb, sentAt <= t ? reportOf(mb.node, sentAt) : () => reportOf(mb.node, sentAt), sentAt + latency]);
+          continue;
+        }
+      }
+      if (!mb.stream) {
+        const latency = readLatency();
+        if (latency > PROBE_TIMEOUT_MS) {
+          stats.failedReads++;
+          slowest = PROBE_TIMEOUT_MS;
+          continue;
+        }
+        slowest = Math.max(slowest, latency);
+        mb.stream = { heardFor: Math.floor(t / lengthMs) * lengthMs };
+        answered.push([mb, reportOf(mb.node, t), t + latency]);
+      }
+    }
+    events.push({ t: t + slowest, kind: 'placed', gw, answered });
+  };
   /**
    * A gateway's health check at `t`: a status read of every live node (some fail, some are slow),
    * then, once the slowest answer that made it is in and every report is decoded, FleetRoutes.update.
    */
   const check = (gw, t) => {
+    if (STREAMS) return streamCheck(gw, t);
     let slowest = 0;
     let decoded = 0;
     const answered = [];
     for (const mb of gw.members) {
       if (!mb.node.up) continue;
       stats.reads++;
-      const u = faults();
-      const latency = u < FAIL_READS ? Infinity : u < FAIL_READS + SLOW_READS ? 200 + faults() * 1800 : 2;
+      const latency = readLatency();
       if (latency > PROBE_TIMEOUT_MS) {
         stats.failedReads++;
         slowest = PROBE_TIMEOUT_MS;
@@ -388,15 +462,15 @@ async function simulate(policy, decodeMsPerModel) {
       slowest = Math.max(slowest, latency);
       const report = reportOf(mb.node, t);
       decoded += report.models.size;
-      answered.push([mb, report]);
+      answered.push([mb, report, t]);
     }
     if (gw.g === 0 && measuring(t)) stats.decodeMs.push(decodeMsPerModel * decoded);
     events.push({ t: t + slowest + decodeMsPerModel * decoded, kind: 'placed', gw, answered });
   };
   const place = (gw, answered, t) => {
-    for (const [mb, report] of answered) {
-      mb.last = report;
-      mb.lastAt = t;
+    for (const [mb, report, at] of answered) {
+      mb.last = typeof report === 'function' ? report() : report;
+      mb.lastAt = at;
     }
     const t0 = performance.now();
     const movesBefore = gw.routes.moves;
@@ -580,6 +654,8 @@ async function simulate(policy, decodeMsPerModel) {
   };
   events.push({ t: 0, kind: 'arrive' });
   for (const gw of gateways) events.push({ t: nextCheck(gw, 0), kind: 'check', gw });
+  // Streams: each node answers its streams just after each window's boundary, taking the window then.
+  if (STREAMS && policy === 'pooled') events.push({ t: ANSWER_OFFSET_MS, kind: 'answer' });
   if (DRIFT_SECONDS > 0) events.push({ t: DRIFT_SECONDS * 1000, kind: 'drift' });
   events.push({ t: FAIL_AT * 1000, kind: 'fail' });
   events.push({ t: JOIN_AT * 1000, kind: 'join' });
@@ -683,6 +759,10 @@ async function simulate(policy, decodeMsPerModel) {
       case 'check':
         if (policy === 'pooled') check(e.gw, t);
         events.push({ t: nextCheck(e.gw, t + 1), kind: 'check', gw: e.gw });
+        break;
+      case 'answer':
+        for (const n of nodes) if (n.up) reportOf(n, t);
+        events.push({ t: t + REPORT_SECONDS * 1000, kind: 'answer' });
         break;
       case 'placed':
         place(e.gw, e.answered, t);
@@ -864,7 +944,7 @@ if (args.json) {
       `${r.maxOverMeanBusy.toFixed(2)} (${r.worstQuietWindow?.toFixed(2) ?? '-'}, ${r.medianQuietWindow?.toFixed(2) ?? '-'})`.padStart(40),
       r.pooled.toFixed(2).padStart(13), String(r.burstLoads).padStart(6), mv('a node failed').padStart(14), mv('a node joined').padStart(8),
       `${pct(r.quietMovesPerMinute)} (${pct(r.quietActiveMovesPerMinute)})`.padStart(25), `${pct(r.agreement)}, ${pct(r.meanAgreement)}`.padStart(20),
-      (r.checkMs === null ? '-' : `${r.checkMs.toFixed(0)} (+${r.checkDecodeMs?.toFixed(0)})`).padStart(19), String(r.hottestNodes || '-').padStart(7), r.devicesBusy.toFixed(1).padStart(13),
+      (r.checkMs === null ? '-' : `${r.checkMs.toFixed(0)} (+${r.checkDecodeMs === null ? 'streamed' : r.checkDecodeMs.toFixed(0)})`).padStart(19), String(r.hottestNodes || '-').padStart(7), r.devicesBusy.toFixed(1).padStart(13),
     ].join(' '));
   }
   for (const r of results) {

@@ -137,7 +137,8 @@ async function modelControlStatus(ctx: ControlContext, state: StatusState, req: 
     } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, sessionAll: s.sessionDeviceBytes ?? 0, sessionBytesAll: s.sessionBytes, sessions: [`device ${s.device}: ${s.session}`], onDevices: s.resident ? [s.device] : [] });
   }
   // Every model's counters go into a window, whichever model was asked for.
-  const window = req.window_seconds > 0 ? state.windows.read(req.window_seconds, Date.now(), () => readings(all, instances, statistics)) : undefined;
+  const nowMs = Date.now();
+  const window = req.window_seconds > 0 ? state.windows.read(req.window_seconds, nowMs, () => readings(all, instances, statistics)) : undefined;
   // active_only: what placement weighs, the models with load or weights on a device; the rest are the index's.
   const active = (r: (typeof records)[number]) => {
     const s = r.instance ? instances.get(r.instance) : undefined;
@@ -154,6 +155,8 @@ async function modelControlStatus(ctx: ControlContext, state: StatusState, req: 
     node_name: ctx.nodeName(),
     started_unix_ms: ctx.startedMs,
     repository_digest: repositoryDigest(all),
+    // The window read ends at the last boundary of its length (load-windows.ts: wall-clock windows).
+    window_end_unix_ms: window ? Math.floor(nowMs / (req.window_seconds * 1000)) * req.window_seconds * 1000 : 0,
   };
   if (req.versioned && req.active_only && window && req.name === '') {
     // The rows as published for this window (the first versioned read in it publishes them).

@@ -68,6 +68,13 @@ export class NodeStatus implements FleetMember {
   #streamUnsupported = false;
   /** When the stream last answered (Date.now()). */
   #heardAtMs = 0;
+  /** When the window of the last answer ended (the node's clock; 0: a node that does not say). */
+  #windowEndMs = 0;
+  /** Answers the stream gave, and how many had come at the last check. */
+  #answers = 0;
+  #answersSeen = 0;
+  /** Checks waiting for the stream's next answer. */
+  readonly #waiting = new Set<() => void>();
 
   constructor(address: string, options: NodeStatusOptions) {
     this.address = address;
@@ -133,22 +140,38 @@ export class NodeStatus implements FleetMember {
    * The node's status at a check (the active models only): what changed since the version of the
    * report it holds, or the whole report at first, after a node restarts, and from a node that does
    * not version it. Kept as a stream (WatchModelControlStatus), which the node answers once per
-   * window: here it is opened, or found silent past a window and the timeout (a failed read: closed,
-   * opened again at the next check). A node without the stream is read by one call a check. A
-   * failure keeps the last report, which then ages.
+   * window, before the check: here it is opened; or, when this window's answer has not come (the
+   * gateway's clock ahead of the node's), waited for as a read is (up to the timeout); or found
+   * silent past a window and the timeout (a failed read: closed, opened again at the next check).
+   * A node without the stream is read by one call a check. A failure keeps the last report, which
+   * then ages.
    */
   async readStatus(timeoutMs: number): Promise<void> {
     if (this.#streamUnsupported) return this.#readOnce(timeoutMs);
     if (this.#stream) {
-      if (Date.now() - this.#heardAtMs <= this.#o.windowMs + timeoutMs) return;
+      if (!this.#holdsThisWindow()) await this.#nextAnswer(timeoutMs);
+      this.#answersSeen = this.#answers;
+      if (this.#stream && Date.now() - this.#heardAtMs <= this.#o.windowMs + timeoutMs) return;
       this.#closeStream();
       return this.#failed();
     }
     const answered = await this.#openStream(timeoutMs);
+    this.#answersSeen = this.#answers;
     if (answered) return;
     this.#closeStream();
     if (this.#streamUnsupported) return this.#readOnce(timeoutMs);
     this.#failed();
+  }
+
+  /**
+   * Whether the answer held is the one this check places by: the window that ended where this
+   * gateway's own window began (every gateway then places by the same window of the node's, their
+   * clocks up to half a window apart, as with reads); from a node without window_end_unix_ms, an
+   * answer that came since the last check.
+   */
+  #holdsThisWindow(): boolean {
+    if (this.#windowEndMs > 0) return this.#windowEndMs >= Math.floor(Date.now() / this.#o.windowMs) * this.#o.windowMs;
+    return this.#answers > this.#answersSeen;
   }
 
   /** One ModelControlStatus call: a node that does not stream its status. */
@@ -183,6 +206,8 @@ export class NodeStatus implements FleetMember {
         try {
           this.#apply(bytes);
           this.#heardAtMs = Date.now();
+          this.#answers++;
+          this.#wake();
           settle(true);
         } catch {
           // An answer that cannot be applied: the stream is read again from the whole report.
@@ -193,11 +218,11 @@ export class NodeStatus implements FleetMember {
       });
       stream.on('error', (err: grpc.ServiceError) => {
         if (err.code === grpc.status.UNIMPLEMENTED) this.#streamUnsupported = true;
-        if (this.#stream === stream) this.#stream = null;
+        if (this.#stream === stream) this.#closeStream();
         settle(false);
       });
       stream.on('end', () => {
-        if (this.#stream === stream) this.#stream = null;
+        if (this.#stream === stream) this.#closeStream();
         settle(false);
       });
     });
@@ -207,6 +232,24 @@ export class NodeStatus implements FleetMember {
     const stream = this.#stream;
     this.#stream = null;
     stream?.cancel();
+    this.#wake();
+  }
+
+  /** Resolves at the stream's next answer, its end, or after `timeoutMs`. */
+  #nextAnswer(timeoutMs: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.#waiting.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, timeoutMs);
+      this.#waiting.add(wake);
+    });
+  }
+
+  #wake(): void {
+    for (const wake of [...this.#waiting]) wake();
   }
 
   /** One answer applied to the report held; throws on changes to a report it does not hold. */
@@ -227,6 +270,7 @@ export class NodeStatus implements FleetMember {
       this.#reportSerial++;
     }
     this.#version = answer.version;
+    this.#windowEndMs = answer.windowEndMs;
     this.#reportAtMs = Date.now();
     this.#statusFailing = false;
     this.#digest = answer.digest || undefined;

@@ -64,6 +64,7 @@ const RESPONSE_SESSION_BUDGET = 9;
 const RESPONSE_REPORT_VERSION = 10;
 const RESPONSE_CHANGES_ONLY = 11;
 const RESPONSE_GONE = 12;
+const RESPONSE_WINDOW_END = 13;
 // ModelControlStatus's.
 const MODEL_NAME = 1;
 const MODEL_STATE = 2;
@@ -148,12 +149,14 @@ export interface StatusAnswer {
   gone: string[];
   /** Models the answer names that are not READY (left out of `report.models`). */
   notReady: string[];
+  /** When the window its loads are over ended (the node's clock; 0: a node older than the field). */
+  windowEndMs: number;
 }
 
 /** A node's ModelControlStatusResponse read from its bytes. */
 export function readStatusReport(bytes: Buffer): StatusAnswer {
   const report: NodeReport = { nodeName: '', startedMs: 0, budgetBytes: 0, sessionBudgetBytes: 0, devices: 0, queueDepth: 0, models: new Map() };
-  const answer: StatusAnswer = { report, digest: '', version: 0, changesOnly: false, gone: [], notReady: [] };
+  const answer: StatusAnswer = { report, digest: '', version: 0, changesOnly: false, gone: [], notReady: [], windowEndMs: 0 };
   const r = new Reader(bytes, 0, bytes.length);
   while (r.at < r.end) {
     const tag = r.varint();
@@ -172,6 +175,7 @@ export function readStatusReport(bytes: Buffer): StatusAnswer {
     else if (field === RESPONSE_REPORT_VERSION && wireType === WIRE_VARINT) answer.version = r.varint();
     else if (field === RESPONSE_CHANGES_ONLY && wireType === WIRE_VARINT) answer.changesOnly = r.varint() !== 0;
     else if (field === RESPONSE_GONE && wireType === WIRE_LEN) answer.gone.push(r.string());
+    else if (field === RESPONSE_WINDOW_END && wireType === WIRE_VARINT) answer.windowEndMs = r.varint();
     else r.skip(wireType);
   }
   return answer;

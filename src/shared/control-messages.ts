@@ -78,4 +78,6 @@ export interface ModelControlStatusReply<I extends Int = string> {
   /** true: `models` holds only the rows changed since `since_version`, `gone` the models that left. */
   changes_only: boolean;
   gone: string[];
+  /** With window_seconds: when the window the window_ figures are over ended (epoch ms, the node's clock); else 0. */
+  window_end_unix_ms: I;
 }

@@ -297,6 +297,8 @@ test('the status stream (WatchModelControlStatus): the whole report at once, the
     const s = watch(client, WINDOW_S);
     const first = await s.reply(() => true, 3_000);
     t.false(first.changes_only, 'the first answer is the whole report');
+    const end = Number(first.window_end_unix_ms);
+    t.true(end % (WINDOW_S * 1000) === 0 && end <= first.atMs && end > first.atMs - 2 * WINDOW_S * 1000, `the window it is over ended at a boundary just before (${end}, answered at ${first.atMs})`);
     t.true(Number(first.report_version) >= Number(first.started_unix_ms));
     await node.client.infer('convnet', [image(2)]);
     const busy = await s.reply((r) => r.models.some((m) => m.name === 'convnet' && m.window_load > 0));

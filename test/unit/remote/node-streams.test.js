@@ -12,6 +12,12 @@ import { RemoteNode } from '../../../dist/remote/remote-node.js';
 const control = loadControlClient().service;
 const inference = loadInferenceClient().service;
 const sleep = (/** @type {number} */ ms) => new Promise((resolve) => setTimeout(resolve, ms));
+/** Resolves once `test()` holds, or fails `t` after 5 s (a stream's message arrives when the loop gets to it). */
+async function soon(/** @type {import('ava').ExecutionContext} */ t, /** @type {() => boolean} */ test, /** @type {string} */ what) {
+  const deadline = Date.now() + 5_000;
+  while (!test() && Date.now() < deadline) await sleep(20);
+  t.true(test(), what);
+}
 
 /** @param {import('ava').ExecutionContext} t @param {grpc.Server} server */
 async function listen(t, server) {
@@ -21,10 +27,11 @@ async function listen(t, server) {
 }
 
 /** A node's versioned status answer. */
-const answer = (/** @type {{ version: number, changesOnly?: boolean, load?: number, started?: number }} */ a) => ({
+const answer = (/** @type {{ version: number, changesOnly?: boolean, load?: number, started?: number, windowEnd?: number }} */ a) => ({
   models: a.load === undefined ? [] : [{ name: 'm', state: 'READY', weight_bytes: '100', resident_bytes: '100', window_resident_bytes: '100', window_load: a.load }],
   weight_budget_bytes: '1000', devices: 1, node_name: 'node-a', started_unix_ms: String(a.started ?? 1000),
   repository_digest: 'd1', report_version: String(a.version), changes_only: a.changesOnly ?? false, gone: [],
+  window_end_unix_ms: String(a.windowEnd ?? 0),
 });
 
 const WINDOW_MS = 200;
@@ -36,7 +43,7 @@ const statusOptions = {
   encodePrefetch: () => Buffer.alloc(0),
 };
 
-test('the status stream: opened at the first check, applied as the node answers, with no read per check; silent past a window and the timeout, a failed read, opened again since the version held', async (t) => {
+test('the status stream: opened at the first check, applied as the node answers, with no read per check; a late answer waited for; silent past a window and the timeout, a failed read, opened again since the version held', async (t) => {
   const server = new grpc.Server();
   /** @type {grpc.ServerWritableStream<any, any>[]} */
   const streams = [];
@@ -58,7 +65,7 @@ test('the status stream: opened at the first check, applied as the node answers,
   t.teardown(() => node.close());
   node.up = true;
 
-  await node.readStatus(500);
+  await node.readStatus(2_000);
   t.is(streams.length, 1);
   t.deepEqual(sinces, ['0'], 'the whole report at first');
   t.is(node.report?.models.get('m')?.windowLoad, 0.5);
@@ -66,15 +73,25 @@ test('the status stream: opened at the first check, applied as the node answers,
 
   // The node answers at its window: the report follows with no call from here.
   streams[0].write(answer({ version: 6, changesOnly: true, load: 0.75 }));
-  await sleep(100);
-  t.is(node.report?.models.get('m')?.windowLoad, 0.75);
+  await soon(t, () => node.report?.models.get('m')?.windowLoad === 0.75, 'the answer applied as it came');
   t.true(node.reportSerial > serial);
-  streams[0].write(answer({ version: 6, changesOnly: true }));
-  await node.readStatus(500);
-  await node.readStatus(500);
+  streams[0].write(answer({ version: 7, changesOnly: true, load: 0.8 }));
+  await soon(t, () => node.report?.models.get('m')?.windowLoad === 0.8, 'the next window\'s answer applied');
+  let started = Date.now();
+  await node.readStatus(2_000);
+  t.true(Date.now() - started < 1_000, 'this window\'s answer came: the check goes on at once, not after the timeout');
   t.is(streams.length, 1, 'checks read the open stream: no call');
   t.is(reads, 0);
   t.false(node.statusFailing);
+
+  // This window's answer is late: the check waits for it, as for a read (every gateway places by the same window).
+  started = Date.now();
+  setTimeout(() => streams[0].write(answer({ version: 8, changesOnly: true, load: 1.25 })), 150);
+  await node.readStatus(2_000);
+  t.is(node.report?.models.get('m')?.windowLoad, 1.25, 'placed by the late answer');
+  t.true(Date.now() - started < 1_900, `not past the timeout (${Date.now() - started} ms)`);
+  streams[0].write(answer({ version: 8, changesOnly: true, load: 0.75 }));
+  await soon(t, () => node.report?.models.get('m')?.windowLoad === 0.75, 'the next answer applied');
 
   // Silent past a window and the read timeout (a node whose status path is stuck): a failed read.
   await sleep(WINDOW_MS + 300);
@@ -82,23 +99,53 @@ test('the status stream: opened at the first check, applied as the node answers,
   t.true(node.statusFailing);
   t.is(node.statusFailures, 1);
   t.is(node.report?.models.get('m')?.windowLoad, 0.75, 'the last report kept');
-  await sleep(50);
-  t.true(streams[0].cancelled, 'the silent stream closed');
+  await soon(t, () => streams[0].cancelled, 'the silent stream closed');
   // The next check opens it again, since the version held.
-  await node.readStatus(500);
+  await node.readStatus(2_000);
   t.is(streams.length, 2);
-  t.is(sinces[1], '6');
+  t.is(sinces[1], '8');
   t.false(node.statusFailing);
   t.is(node.report?.models.get('m')?.windowLoad, 0.75);
 
   // Changes to a report of another process: refused, and the stream opened again from the whole report.
   streams[1].write(answer({ version: 9, changesOnly: true, load: 2, started: 2000 }));
-  await sleep(100);
-  t.true(node.statusFailing);
-  t.true(streams[1].cancelled);
-  await node.readStatus(500);
+  await soon(t, () => node.statusFailing, 'refused');
+  await soon(t, () => streams[1].cancelled, 'and closed');
+  await node.readStatus(2_000);
   t.is(sinces[2], '0');
   t.is(node.report?.startedMs, 1000);
+});
+
+test('with the window each answer is over: a check places by the window that ended where its own began, waiting for it when its clock is ahead', async (t) => {
+  const server = new grpc.Server();
+  /** @type {grpc.ServerWritableStream<any, any>[]} */
+  const streams = [];
+  const HOUR = 3_600_000;
+  server.addService(control, {
+    WatchModelControlStatus: (/** @type {grpc.ServerWritableStream<any, any>} */ call) => {
+      streams.push(call);
+      call.write(answer({ version: 5, load: 0.5, windowEnd: Date.now() + HOUR })); // a window not yet begun by the gateway's clock
+    },
+  });
+  const node = new NodeStatus(await listen(t, server), statusOptions);
+  t.teardown(() => node.close());
+  node.up = true;
+  await node.readStatus(2_000);
+  t.is(node.report?.models.get('m')?.windowLoad, 0.5);
+  // Its window held (no answer since the last check): the check goes on at once.
+  let started = Date.now();
+  await node.readStatus(2_000);
+  t.true(Date.now() - started < 1_000, `${Date.now() - started} ms: at once, not after the timeout`);
+  // The window held ended before the gateway's own window began (the node's clock behind): the check
+  // waits for the node's next answer, as a read would.
+  streams[0].write(answer({ version: 6, changesOnly: true, load: 0.25, windowEnd: Date.now() - HOUR }));
+  await soon(t, () => node.report?.models.get('m')?.windowLoad === 0.25, 'an answer of an older window applied');
+  started = Date.now();
+  setTimeout(() => streams[0].write(answer({ version: 7, changesOnly: true, load: 1.5, windowEnd: Date.now() + HOUR })), 150);
+  await node.readStatus(2_000);
+  t.is(node.report?.models.get('m')?.windowLoad, 1.5, 'placed by the window it waited for');
+  t.true(Date.now() - started >= 140 && Date.now() - started < 1_900, `${Date.now() - started} ms: until it came, not the timeout`);
+  t.false(node.statusFailing);
 });
 
 test('a node without the status stream is read once a check', async (t) => {
@@ -113,10 +160,10 @@ test('a node without the status stream is read once a check', async (t) => {
   const node = new NodeStatus(await listen(t, server), statusOptions);
   t.teardown(() => node.close());
   node.up = true;
-  await node.readStatus(500);
+  await node.readStatus(2_000);
   t.is(reads, 1, 'UNIMPLEMENTED: read in the same check');
   t.is(node.report?.models.get('m')?.windowLoad, 0.5);
-  await node.readStatus(500);
+  await node.readStatus(2_000);
   t.is(reads, 2);
   t.false(node.statusFailing);
 });
@@ -161,46 +208,49 @@ async function healthNode(t, watch = true) {
 
 test('the health Watch: one probe, then the node\'s word, with no probe per check; a watch that ends is down, and the next check probes', async (t) => {
   const { node, remote } = await healthNode(t);
-  t.true(await remote.probe(500), 'up: changed');
+  t.true(await remote.probe(5_000), 'up: changed');
   t.true(remote.up);
   t.is(node.readyCalls, 1);
-  await sleep(100);
-  t.is(node.watches.length, 1, 'watching once up');
-  t.false(await remote.probe(500));
-  t.false(await remote.probe(500));
+  await soon(t, () => node.watches.length === 1, 'watching once up');
+  await sleep(50);
+  t.false(await remote.probe(5_000));
+  t.false(await remote.probe(5_000));
   t.is(node.readyCalls, 1, 'no probe while watching');
 
   node.watches[0].write({ status: 'NOT_SERVING' });
-  await sleep(100);
-  t.false(remote.up, 'down as soon as the node says so');
-  t.true(await remote.probe(500), 'the check hears it changed');
+  await soon(t, () => !remote.up, 'down as soon as the node says so');
+  t.true(await remote.probe(5_000), 'the check hears it changed');
   node.watches[0].write({ status: 'SERVING' });
-  await sleep(100);
-  t.true(remote.up);
+  await soon(t, () => remote.up, 'up again');
 
   // After a failed call the gateway asks afresh, watching or not.
-  await remote.probe(500, { fresh: true });
+  await remote.probe(5_000, { fresh: true });
   t.is(node.readyCalls, 2);
 
   // The node ends the stream (it stops): down, and the next check probes again, then watches again.
   node.watches[0].end();
-  await sleep(100);
-  t.false(remote.up);
+  await soon(t, () => !remote.up, 'down once the watch ends');
   node.ready = true;
-  await remote.probe(500);
+  await remote.probe(5_000);
   t.true(remote.up);
   t.is(node.readyCalls, 3);
-  await sleep(100);
-  t.is(node.watches.length, 2);
+  await soon(t, () => node.watches.length === 2, 'watching again');
 });
 
 test('a node without the health service is probed at every check', async (t) => {
   const { node, remote } = await healthNode(t, false);
-  t.true(await remote.probe(500));
-  await sleep(100);
+  t.true(await remote.probe(5_000));
+  // Once the watch's UNIMPLEMENTED is in, every check probes.
+  for (let tries = 0; tries < 100; tries++) {
+    const before = node.readyCalls;
+    await remote.probe(5_000);
+    if (node.readyCalls > before) break;
+    await sleep(50);
+  }
   t.true(remote.up, 'UNIMPLEMENTED is not down');
-  await remote.probe(500);
-  await remote.probe(500);
-  t.is(node.readyCalls, 3);
+  const before = node.readyCalls;
+  await remote.probe(5_000);
+  await remote.probe(5_000);
+  t.is(node.readyCalls, before + 2);
   t.true(remote.up);
 });

@@ -29,8 +29,10 @@ test('a ModelControlStatus answer is read field by field as protobufjs wrote it'
     models: [model('résnet-ü', 'READY', 0), model('loading-one', 'LOADING', 1), model('m2', 'READY', 2)],
     weight_budget_bytes: String(3 * 2 ** 35), devices: 2, queue_depth: 17, snapshot_age_seconds: 0.4,
     node_name: 'node-a', started_unix_ms: String(1_790_000_000_123), repository_digest: 'abc123', session_budget_bytes: String(2 ** 37),
+    window_end_unix_ms: String(1_790_000_002_000),
   });
-  const { report, digest, version, changesOnly, notReady } = readStatusReport(bytes);
+  const { report, digest, version, changesOnly, notReady, windowEndMs } = readStatusReport(bytes);
+  t.is(windowEndMs, 1_790_000_002_000);
   t.is(digest, 'abc123');
   t.is(version, 0, 'not versioned');
   t.false(changesOnly);
@@ -52,7 +54,7 @@ test('an answer of defaults reads as an empty report, and a truncated one is ref
   const empty = readStatusReport(rpc.responseSerialize({ models: [] }));
   t.deepEqual(empty, {
     report: { nodeName: '', startedMs: 0, budgetBytes: 0, sessionBudgetBytes: 0, devices: 0, queueDepth: 0, models: new Map() },
-    digest: '', version: 0, changesOnly: false, gone: [], notReady: [],
+    digest: '', version: 0, changesOnly: false, gone: [], notReady: [], windowEndMs: 0,
   });
   const bytes = rpc.responseSerialize({ models: [model('m0', 'READY', 0)], node_name: 'node-b' });
   t.throws(() => readStatusReport(bytes.subarray(0, bytes.length - 3)), { message: /ModelControlStatus answer malformed/ });
