@@ -388,6 +388,13 @@ async function simulate(policy, decodeMsPerModel) {
     const u = faults();
     return u < FAIL_READS ? Infinity : u < FAIL_READS + SLOW_READS ? 200 + faults() * 1800 : 2;
   };
+  /** A read (a status read, or a stream's first answer): its latency, or null when it fails or times out (counted). */
+  const read = () => {
+    const latency = readLatency();
+    if (latency <= PROBE_TIMEOUT_MS) return latency;
+    stats.failedReads++;
+    return null;
+  };
   /**
    * A gateway's health check at `t` over streams: an open stream's answer for the window that ended
    * where the gateway's own window began (by its clock; the node sends it ANSWER_OFFSET_MS after that
@@ -428,13 +435,9 @@ async function simulate(policy, decodeMsPerModel) {
         }
       }
       if (!mb.stream) {
-        const latency = readLatency();
-        if (latency > PROBE_TIMEOUT_MS) {
-          stats.failedReads++;
-          slowest = PROBE_TIMEOUT_MS;
-          continue;
-        }
-        slowest = Math.max(slowest, latency);
+        const latency = read();
+        slowest = Math.max(slowest, latency ?? PROBE_TIMEOUT_MS);
+        if (latency === null) continue;
         mb.stream = { heardFor: Math.floor(t / lengthMs) * lengthMs };
         answered.push([mb, reportOf(mb.node, t), t + latency]);
       }
@@ -453,13 +456,9 @@ async function simulate(policy, decodeMsPerModel) {
     for (const mb of gw.members) {
       if (!mb.node.up) continue;
       stats.reads++;
-      const latency = readLatency();
-      if (latency > PROBE_TIMEOUT_MS) {
-        stats.failedReads++;
-        slowest = PROBE_TIMEOUT_MS;
-        continue;
-      }
-      slowest = Math.max(slowest, latency);
+      const latency = read();
+      slowest = Math.max(slowest, latency ?? PROBE_TIMEOUT_MS);
+      if (latency === null) continue;
       const report = reportOf(mb.node, t);
       decoded += report.models.size;
       answered.push([mb, report, t]);

@@ -146,6 +146,7 @@ class StandInNode {
       node_name: this.name,
       started_unix_ms: String(this.startedMs),
       repository_digest: `${this.startedMs}:${this.fleet.catalog.length}`,
+      window_end_unix_ms: String(w * windowMs),
     };
   }
 

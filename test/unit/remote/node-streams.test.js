@@ -43,14 +43,27 @@ const statusOptions = {
   encodePrefetch: () => Buffer.alloc(0),
 };
 
-test('the status stream: opened at the first check, applied as the node answers, with no read per check; a late answer waited for; silent past a window and the timeout, a failed read, opened again since the version held', async (t) => {
+/**
+ * A NodeStatus, up, of a node whose control service answers with `handlers`.
+ * @param {import('ava').ExecutionContext} t
+ * @param {grpc.UntypedServiceImplementation} handlers
+ */
+async function statusOf(t, handlers) {
   const server = new grpc.Server();
+  server.addService(control, handlers);
+  const node = new NodeStatus(await listen(t, server), statusOptions);
+  t.teardown(() => node.close());
+  node.up = true;
+  return node;
+}
+
+test('the status stream: opened at the first check, applied as the node answers, with no read per check; a late answer waited for; silent past a window and the timeout, a failed read, opened again since the version held', async (t) => {
   /** @type {grpc.ServerWritableStream<any, any>[]} */
   const streams = [];
   /** @type {string[]} */
   const sinces = [];
   let reads = 0;
-  server.addService(control, {
+  const node = await statusOf(t, {
     WatchModelControlStatus: (/** @type {grpc.ServerWritableStream<any, any>} */ call) => {
       streams.push(call);
       sinces.push(call.request.since_version);
@@ -61,9 +74,6 @@ test('the status stream: opened at the first check, applied as the node answers,
       done(null, answer({ version: 5, load: 0.5 }));
     },
   });
-  const node = new NodeStatus(await listen(t, server), statusOptions);
-  t.teardown(() => node.close());
-  node.up = true;
 
   await node.readStatus(2_000);
   t.is(streams.length, 1);
@@ -117,19 +127,15 @@ test('the status stream: opened at the first check, applied as the node answers,
 });
 
 test('with the window each answer is over: a check places by the window that ended where its own began, waiting for it when its clock is ahead', async (t) => {
-  const server = new grpc.Server();
   /** @type {grpc.ServerWritableStream<any, any>[]} */
   const streams = [];
   const HOUR = 3_600_000;
-  server.addService(control, {
+  const node = await statusOf(t, {
     WatchModelControlStatus: (/** @type {grpc.ServerWritableStream<any, any>} */ call) => {
       streams.push(call);
       call.write(answer({ version: 5, load: 0.5, windowEnd: Date.now() + HOUR })); // a window not yet begun by the gateway's clock
     },
   });
-  const node = new NodeStatus(await listen(t, server), statusOptions);
-  t.teardown(() => node.close());
-  node.up = true;
   await node.readStatus(2_000);
   t.is(node.report?.models.get('m')?.windowLoad, 0.5);
   // Its window held (no answer since the last check): the check goes on at once.
@@ -149,17 +155,13 @@ test('with the window each answer is over: a check places by the window that end
 });
 
 test('a node without the status stream is read once a check', async (t) => {
-  const server = new grpc.Server();
   let reads = 0;
-  server.addService(control, {
+  const node = await statusOf(t, {
     ModelControlStatus: (/** @type {any} */ _call, /** @type {grpc.sendUnaryData<any>} */ done) => {
       reads++;
       done(null, answer({ version: 5, load: 0.5 }));
     },
   });
-  const node = new NodeStatus(await listen(t, server), statusOptions);
-  t.teardown(() => node.close());
-  node.up = true;
   await node.readStatus(2_000);
   t.is(reads, 1, 'UNIMPLEMENTED: read in the same check');
   t.is(node.report?.models.get('m')?.windowLoad, 0.5);
