@@ -93,6 +93,11 @@ class Undecodable {
   constructor(readonly error: StowageError) {}
 }
 
+/** The error of a request whose bytes did not decode (undecodableAsValue), or null: a handler checks it first. */
+export function undecodableError(request: unknown): StowageError | null {
+  return request instanceof Undecodable ? request.error : null;
+}
+
 /** `definition` with every request deserializer returning an Undecodable instead of throwing. */
 function undecodableAsValue(definition: grpc.ServiceDefinition): grpc.ServiceDefinition {
   return Object.fromEntries(Object.entries(definition).map(([name, method]) => {
@@ -242,7 +247,8 @@ export class GrpcEdge {
     return (call, callback) => {
       Promise.resolve()
         .then(() => {
-          if ((call.request as unknown) instanceof Undecodable) throw (call.request as unknown as Undecodable).error;
+          const undecodable = undecodableError(call.request);
+          if (undecodable) throw undecodable;
           return fn(call.request, call);
         })
         .then((res) => callback(null, res), (err: unknown) => callback(this.failure(rpc, err)));

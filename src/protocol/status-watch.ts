@@ -12,7 +12,7 @@
  * whichever thread holds the stream (an edge thread asks the main thread, as for a unary read).
  */
 import type * as grpc from '@grpc/grpc-js';
-import type { GrpcEdge } from './edge.js';
+import { undecodableError, type GrpcEdge } from './edge.js';
 import { errors } from '../shared/errors.js';
 import type { Operations } from '../shared/operations.js';
 
@@ -55,9 +55,10 @@ function refusal(req: WatchRequest): string | null {
 export function statusWatch(edge: GrpcEdge, ops: Operations): grpc.handleServerStreamingCall<WatchRequest, unknown> {
   return (call) => {
     const req = call.request;
-    const refused = refusal(req);
-    if (refused) {
-      call.emit('error', edge.failure(RPC, errors.invalidRequest(refused)));
+    const undecodable = undecodableError(req);
+    const refused = undecodable ? null : refusal(req);
+    if (undecodable || refused) {
+      call.emit('error', edge.failure(RPC, undecodable ?? errors.invalidRequest(refused!)));
       return;
     }
     const lengthMs = req.window_seconds * 1000;

@@ -20,6 +20,11 @@ export function nodeChannel(address: string, windowBytes: number, options: grpc.
   });
 }
 
+/** A server stream: `request`'s bytes out, each answer's bytes as a `data` event. */
+export function serverStreamRaw(client: grpc.Client, path: string, request: Buffer): grpc.ClientReadableStream<Buffer> {
+  return client.makeServerStreamRequest(path, raw, raw, request, new grpc.Metadata(), {});
+}
+
 /** One unary call: `request`'s bytes out, the answer's bytes back (rejects with the call's error). */
 export function unaryRaw(client: grpc.Client, path: string, request: Buffer, metadata: grpc.Metadata, deadline: grpc.Deadline): Promise<Buffer> {
   return new Promise((resolve, reject) => {

@@ -12,14 +12,13 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import type { FleetMember } from './fleet-routes.js';
-import { nodeChannel, unaryRaw } from './node-channel.js';
+import { nodeChannel, serverStreamRaw, unaryRaw } from './node-channel.js';
 import { applyChanges, readStatusReport, type NodeReport } from './status-report.js';
 
 const STATUS_PATH = '/stowage.control.ModelControl/ModelControlStatus';
 const PREFETCH_PATH = '/stowage.control.ModelControl/PrefetchModel';
 const INDEX_PATH = '/inference.GRPCInferenceService/RepositoryIndex';
 const WATCH_PATH = '/stowage.control.ModelControl/WatchModelControlStatus';
-const raw = (b: Buffer) => b;
 
 export interface NodeStatusOptions {
   /** HTTP/2 receive window for the node's answers (endpoints.http2_window_bytes). */
@@ -66,8 +65,6 @@ export class NodeStatus implements FleetMember {
   #stream: grpc.ClientReadableStream<Buffer> | null = null;
   /** The node answered the stream UNIMPLEMENTED (older than it): one read a check. */
   #streamUnsupported = false;
-  /** When the stream last answered (Date.now()). */
-  #heardAtMs = 0;
   /** When the window of the last answer ended (the node's clock; 0: a node that does not say). */
   #windowEndMs = 0;
   /** Answers the stream gave, and how many had come at the last check. */
@@ -151,7 +148,8 @@ export class NodeStatus implements FleetMember {
     if (this.#stream) {
       if (!this.#holdsThisWindow()) await this.#nextAnswer(timeoutMs);
       this.#answersSeen = this.#answers;
-      if (this.#stream && Date.now() - this.#heardAtMs <= this.#o.windowMs + timeoutMs) return;
+      // #reportAtMs: when the stream last answered (nothing else applies answers while it is open).
+      if (this.#stream && Date.now() - this.#reportAtMs <= this.#o.windowMs + timeoutMs) return;
       this.#closeStream();
       return this.#failed();
     }
@@ -193,7 +191,7 @@ export class NodeStatus implements FleetMember {
    * ended or did not answer within `timeoutMs` (UNIMPLEMENTED: the node does not stream its status).
    */
   #openStream(timeoutMs: number): Promise<boolean> {
-    const stream = this.#client.makeServerStreamRequest(WATCH_PATH, raw, raw, this.#o.encodeStatusRequest(this.#sinceVersion()), new grpc.Metadata(), {});
+    const stream = serverStreamRaw(this.#client, WATCH_PATH, this.#o.encodeStatusRequest(this.#sinceVersion()));
     this.#stream = stream;
     return new Promise<boolean>((resolve) => {
       const timer = setTimeout(() => resolve(false), timeoutMs);
@@ -205,7 +203,6 @@ export class NodeStatus implements FleetMember {
         if (this.#stream !== stream) return;
         try {
           this.#apply(bytes);
-          this.#heardAtMs = Date.now();
           this.#answers++;
           this.#wake();
           settle(true);

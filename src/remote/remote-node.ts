@@ -12,7 +12,7 @@
  * overrun a node's own admission cap.
  */
 import * as grpc from '@grpc/grpc-js';
-import { nodeChannel, unaryRaw } from './node-channel.js';
+import { nodeChannel, serverStreamRaw, unaryRaw } from './node-channel.js';
 
 export interface RemoteNodeOptions {
   maxStreams: number;
@@ -40,7 +40,6 @@ export interface RemoteNodeOptions {
 }
 
 const WATCH_PATH = '/grpc.health.v1.Health/Watch';
-const raw = (b: Buffer) => b;
 
 /** A models list -> its set, while some node holds the list. */
 const SETS = new WeakMap<readonly string[], Set<string>>();
@@ -164,7 +163,7 @@ export class RemoteNode {
       'grpc.keepalive_time_ms': ready.intervalMs,
       'grpc.keepalive_timeout_ms': ready.timeoutMs,
     });
-    const watch = this.#healthClient.makeServerStreamRequest(WATCH_PATH, raw, raw, ready.encodeWatchRequest(), new grpc.Metadata(), {});
+    const watch = serverStreamRaw(this.#healthClient, WATCH_PATH, ready.encodeWatchRequest());
     this.#watch = watch;
     watch.on('data', (bytes: Buffer) => {
       if (this.#watch === watch) this.#up = ready.decodeWatch(bytes).status === 'SERVING';

@@ -293,6 +293,12 @@ test('the status stream (WatchModelControlStatus): the whole report at once, the
     const refused = await new Promise((resolve) => plain.on('error', resolve));
     t.is(/** @type {grpc.ServiceError} */ (refused).code, grpc.status.INVALID_ARGUMENT, `edges ${edges}`);
     t.regex(/** @type {grpc.ServiceError} */ (refused).details, /versioned and active_only/);
+    // Bytes that are no ModelControlStatusRequest: refused as undecodable, and the node goes on serving.
+    const raw = new grpc.Client(node.address, grpc.credentials.createInsecure());
+    t.teardown(() => raw.close());
+    const garbage = raw.makeServerStreamRequest('/stowage.control.ModelControl/WatchModelControlStatus', (/** @type {Buffer} */ b) => b, (/** @type {Buffer} */ b) => b, Buffer.from([0x0a, 0xff, 0xff]), new grpc.Metadata(), {});
+    const undecodable = /** @type {grpc.ServiceError} */ (await new Promise((resolve) => garbage.on('error', resolve)));
+    t.is(undecodable.code, grpc.status.INVALID_ARGUMENT, `edges ${edges}: ${undecodable.details}`);
 
     const s = watch(client, WINDOW_S);
     const first = await s.reply(() => true, 3_000);

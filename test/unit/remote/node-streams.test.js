@@ -75,7 +75,7 @@ test('the status stream: opened at the first check, applied as the node answers,
     },
   });
 
-  await node.readStatus(2_000);
+  await node.readStatus(10_000);
   t.is(streams.length, 1);
   t.deepEqual(sinces, ['0'], 'the whole report at first');
   t.is(node.report?.models.get('m')?.windowLoad, 0.5);
@@ -88,8 +88,8 @@ test('the status stream: opened at the first check, applied as the node answers,
   streams[0].write(answer({ version: 7, changesOnly: true, load: 0.8 }));
   await soon(t, () => node.report?.models.get('m')?.windowLoad === 0.8, 'the next window\'s answer applied');
   let started = Date.now();
-  await node.readStatus(2_000);
-  t.true(Date.now() - started < 1_000, 'this window\'s answer came: the check goes on at once, not after the timeout');
+  await node.readStatus(10_000);
+  t.true(Date.now() - started < 5_000, 'this window\'s answer came: the check goes on at once, not after the timeout');
   t.is(streams.length, 1, 'checks read the open stream: no call');
   t.is(reads, 0);
   t.false(node.statusFailing);
@@ -97,9 +97,9 @@ test('the status stream: opened at the first check, applied as the node answers,
   // This window's answer is late: the check waits for it, as for a read (every gateway places by the same window).
   started = Date.now();
   setTimeout(() => streams[0].write(answer({ version: 8, changesOnly: true, load: 1.25 })), 150);
-  await node.readStatus(2_000);
+  await node.readStatus(10_000);
   t.is(node.report?.models.get('m')?.windowLoad, 1.25, 'placed by the late answer');
-  t.true(Date.now() - started < 1_900, `not past the timeout (${Date.now() - started} ms)`);
+  t.true(Date.now() - started < 9_000, `not past the timeout (${Date.now() - started} ms)`);
   streams[0].write(answer({ version: 8, changesOnly: true, load: 0.75 }));
   await soon(t, () => node.report?.models.get('m')?.windowLoad === 0.75, 'the next answer applied');
 
@@ -111,7 +111,7 @@ test('the status stream: opened at the first check, applied as the node answers,
   t.is(node.report?.models.get('m')?.windowLoad, 0.75, 'the last report kept');
   await soon(t, () => streams[0].cancelled, 'the silent stream closed');
   // The next check opens it again, since the version held.
-  await node.readStatus(2_000);
+  await node.readStatus(10_000);
   t.is(streams.length, 2);
   t.is(sinces[1], '8');
   t.false(node.statusFailing);
@@ -121,7 +121,7 @@ test('the status stream: opened at the first check, applied as the node answers,
   streams[1].write(answer({ version: 9, changesOnly: true, load: 2, started: 2000 }));
   await soon(t, () => node.statusFailing, 'refused');
   await soon(t, () => streams[1].cancelled, 'and closed');
-  await node.readStatus(2_000);
+  await node.readStatus(10_000);
   t.is(sinces[2], '0');
   t.is(node.report?.startedMs, 1000);
 });
@@ -136,21 +136,21 @@ test('with the window each answer is over: a check places by the window that end
       call.write(answer({ version: 5, load: 0.5, windowEnd: Date.now() + HOUR })); // a window not yet begun by the gateway's clock
     },
   });
-  await node.readStatus(2_000);
+  await node.readStatus(10_000);
   t.is(node.report?.models.get('m')?.windowLoad, 0.5);
   // Its window held (no answer since the last check): the check goes on at once.
   let started = Date.now();
-  await node.readStatus(2_000);
-  t.true(Date.now() - started < 1_000, `${Date.now() - started} ms: at once, not after the timeout`);
+  await node.readStatus(10_000);
+  t.true(Date.now() - started < 5_000, `${Date.now() - started} ms: at once, not after the timeout`);
   // The window held ended before the gateway's own window began (the node's clock behind): the check
   // waits for the node's next answer, as a read would.
   streams[0].write(answer({ version: 6, changesOnly: true, load: 0.25, windowEnd: Date.now() - HOUR }));
   await soon(t, () => node.report?.models.get('m')?.windowLoad === 0.25, 'an answer of an older window applied');
   started = Date.now();
   setTimeout(() => streams[0].write(answer({ version: 7, changesOnly: true, load: 1.5, windowEnd: Date.now() + HOUR })), 150);
-  await node.readStatus(2_000);
+  await node.readStatus(10_000);
   t.is(node.report?.models.get('m')?.windowLoad, 1.5, 'placed by the window it waited for');
-  t.true(Date.now() - started >= 140 && Date.now() - started < 1_900, `${Date.now() - started} ms: until it came, not the timeout`);
+  t.true(Date.now() - started >= 140 && Date.now() - started < 9_000, `${Date.now() - started} ms: until it came, not the timeout`);
   t.false(node.statusFailing);
 });
 
@@ -162,10 +162,10 @@ test('a node without the status stream is read once a check', async (t) => {
       done(null, answer({ version: 5, load: 0.5 }));
     },
   });
-  await node.readStatus(2_000);
+  await node.readStatus(10_000);
   t.is(reads, 1, 'UNIMPLEMENTED: read in the same check');
   t.is(node.report?.models.get('m')?.windowLoad, 0.5);
-  await node.readStatus(2_000);
+  await node.readStatus(10_000);
   t.is(reads, 2);
   t.false(node.statusFailing);
 });
