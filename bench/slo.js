@@ -10,14 +10,18 @@
 // deadline, of those sent), the p99 of its answers, its refusals, and the goodput of all (batch
 // answers, and interactive answers within their deadline, per second) as a share of capacity.
 //
-//   npm run build && node bench/slo.js [--seconds 10] [--loads 1.5,3] [--interactive-share 0.2] [--deadline-x 4]
+//   npm run build && node bench/slo.js [--seconds 10] [--loads 1.5,3] [--interactive-share 0.2] [--deadline-x 4] [--edge-threads 0]
+//
+// Each row also says the p99 of the server's main event-loop delay over it (prom-client's, read from
+// the admin port): on a 2-core machine the front end shares a core with this load generator, and a
+// delay of tens of ms there is time no scheduler can give back.
 //
 // The machine is shared and noisy: compare the rows of one run, not runs of different days.
 import { parseArgs } from 'node:util';
 import path from 'node:path';
 import { InferenceClient } from '../dist/client/client.js';
 import { startServer, tempDir, tensor } from '../test/helpers/server.js';
-import { mlpLayers, writeBundle } from '../test/helpers/mlp-catalog.js';
+import { writeConvnetBundle } from '../test/helpers/convnet.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -25,6 +29,7 @@ const { values: args } = parseArgs({
     loads: { type: 'string', default: '1.5,3' },
     'interactive-share': { type: 'string', default: '0.2' },
     'deadline-x': { type: 'string', default: '4' },
+    'edge-threads': { type: 'string', default: '0' },
   },
 });
 const SECONDS = Number(args.seconds);
@@ -32,15 +37,20 @@ const SHARE = Number(args['interactive-share']);
 
 const temp = tempDir('stowage-bench-slo-');
 const repo = path.join(temp.dir, 'repo');
-// Two models of one shape, 512 -> 4096 -> 4096 -> 8 (batches of 1 and 8): heavy enough that the
-// device, not the front end, is what saturates. One ONNX Runtime thread: the device takes one core,
-// and the gRPC front end and this load generator share the rest (the bench is about the device's
-// scheduling; a front end starved of CPU would queue requests before any scheduler sees them).
-writeBundle(repo, 'interactive', mlpLayers(1, [512, 4096, 4096, 8]));
-writeBundle(repo, 'batch', mlpLayers(2, [512, 4096, 4096, 8]));
-const server = await startServer({ model_repo: repo, global: { runtime: { intra_op_threads: 1 } } }, { root: temp.dir });
+// Two convnets of one shape (test/helpers/convnet.js: 3x32x32 in, 64 channels, five 3x3
+// convolutions), heavy enough that the device, not the front end, is what saturates, and whose
+// run grows with its rows (~5 ms a row here at batch 1 and at 8), as a vision model's does on a
+// CPU. Until 2026-11-30 the bench served a 512-4096-4096-8 MLP, bound by reading its 80 MB of
+// weights: a batch of 8 cost 1.8x a batch of 1, so each interactive request run alone cost nearly a
+// full batch, and interactive traffic at 30% of capacity took ~70% of the device by itself (the
+// 0.6x goodput of both modes). One ONNX Runtime thread: the device takes one core, and the gRPC
+// front end and this load generator share the rest (the bench is about the device's scheduling).
+const SHAPE = { size: 32, channels: 64, layers: 4 };
+writeConvnetBundle(repo, 'interactive', { ...SHAPE, seed: 1 });
+writeConvnetBundle(repo, 'batch', { ...SHAPE, seed: 2 });
+const server = await startServer({ model_repo: repo, global: { runtime: { intra_op_threads: 1 }, endpoints: { edge_threads: Number(args['edge-threads']) } } }, { root: temp.dir });
 const clients = Array.from({ length: 4 }, () => new InferenceClient(server.address, { 'grpc.use_local_subchannel_pool': 1 }));
-const x = tensor('x', 'FP32', [1, 512], new Float32Array(512).fill(0.25));
+const x = tensor('image', 'FP32', [1, 3, SHAPE.size, SHAPE.size], new Float32Array(3 * SHAPE.size * SHAPE.size).fill(0.25));
 const client = (/** @type {number} */ i) => clients[i % clients.length];
 
 /** @param {number[]} values */
@@ -113,13 +123,22 @@ async function offer(rate, on) {
   return { interactive, batch, goodput: (batch.ok + interactive.inTime) / Math.max(elapsed, SECONDS) };
 }
 
-console.log('| load | priorities and deadlines | interactive sent | within deadline | p99 of answers (ms) | refused at once | batch answered | goodput / capacity |');
-console.log('| --- | --- | --- | --- | --- | --- | --- | --- |');
+/** p99 of the server's main event-loop delay since the last scrape (prom-client resets it as it is read), ms. */
+async function loopP99Ms() {
+  const text = await (await fetch(`http://127.0.0.1:${server.adminPort}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith('nodejs_eventloop_lag_p99_seconds '));
+  return line ? Number(line.split(' ')[1]) * 1000 : NaN;
+}
+
+console.log('| load | priorities and deadlines | interactive sent | within deadline | p99 of answers (ms) | refused at once | batch answered | goodput / capacity | server loop p99 (ms) |');
+console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- |');
 for (const load of args.loads.split(',').map(Number)) {
   for (const on of [true, false]) {
+    await loopP99Ms(); // from here
     const r = await offer(load * capacityPerS, on);
+    const loopMs = await loopP99Ms();
     const { interactive: i, batch: b } = r;
-    console.log(`| ${load}x | ${on ? 'on' : 'off'} | ${i.sent} | ${((100 * i.inTime) / Math.max(1, i.sent)).toFixed(1)}% | ${percentile(i.latencies, 99).toFixed(1)} | ${i.refused} | ${b.ok} of ${b.sent} | ${(r.goodput / capacityPerS).toFixed(2)} |`);
+    console.log(`| ${load}x | ${on ? 'on' : 'off'} | ${i.sent} | ${((100 * i.inTime) / Math.max(1, i.sent)).toFixed(1)}% | ${percentile(i.latencies, 99).toFixed(1)} | ${i.refused} | ${b.ok} of ${b.sent} | ${(r.goodput / capacityPerS).toFixed(2)} | ${loopMs.toFixed(1)} |`);
   }
 }
 for (const c of clients) c.close();

@@ -38,6 +38,14 @@
  * with its model's highest level and fills spare rows with the next ones of the same model. Lower
  * levels are not starved: while their share of recent device time (a moving sum, half-life
  * LEVEL_SHARE_HALFLIFE_MS) is below `lowerPriorityShare`, the highest of them gets the pick.
+ * A running batch is not preempted, so a lower level's batch is kept short enough for the higher
+ * levels' deadlines (Clockwork's point: a request that arrives as a long batch starts waits all of
+ * it): while a higher level has had requests with deadlines in the last DEADLINE_GUARD_MS, a batch
+ * of a lower level takes only as many rows as run, by the learned cost, within half (GUARD_SHARE)
+ * the tightest slack seen there lately (a request's time to its deadline on arrival, less its own
+ * run). A batch of at least one request always runs; where a model's run grows with its rows (most
+ * vision models on a CPU) the lower level loses little throughput, where it does not (a large MLP)
+ * it loses more, and the higher level's deadlines are what the levels are for.
  *
  * Requests on their way: a request whose preprocess hook is still running on a hook thread is
  * announced (`expect`) before its inputs arrive (`arrived`). A model with such requests is held
@@ -116,6 +124,18 @@ export interface SchedulerOptions<Id extends string = string> {
 /** Half-life of the device time counted per level, for the lower levels' share. */
 export const LEVEL_SHARE_HALFLIFE_MS = 5000;
 
+/**
+ * How long a level's tightest recent slack keeps the batches of the levels below it short (see the
+ * header); the slack held is replaced by the next one after half of this, so it follows a change.
+ */
+export const DEADLINE_GUARD_MS = 10_000;
+
+/**
+ * The share of that slack a lower level's batch may run: the rest is room for the higher level's
+ * own queue (requests that came during the batch run one after another, or in one larger batch).
+ */
+export const GUARD_SHARE = 0.5;
+
 interface ModelQueue<T extends Queued> {
   policy: QueuePolicy;
   /** Arrival order (fair, fifo) or deadline order (edf). */
@@ -143,6 +163,8 @@ export class Scheduler<T extends Queued> {
   #levelsAtMs = 0;
   /** The level of the batch last handed out: what its execution's time is counted to. */
   #runningLevel = 1;
+  /** Per level, the tightest slack its requests with deadlines had on arrival lately, and when it was seen. */
+  readonly #guards = new Map<number, { slackMs: number; atMs: number }>();
 
   constructor(options: SchedulerOptions<T['instance']>) {
     this.#options = options;
@@ -198,6 +220,30 @@ export class Scheduler<T extends Queued> {
     if (q.requests.length === 0) q.charged = Math.max(q.charged, this.#virtualMs);
     this.#insert(q, request);
     this.#queued++;
+    if (Number.isFinite(request.deadlineMs)) this.#guard(this.#level(q, request), request);
+  }
+
+  /**
+   * A request with a deadline came at `level`: its slack (time to its deadline less its own run) is
+   * the level's guard when it is the tightest lately. A request that cannot make its deadline anyway
+   * guards nothing (it is refused at dispatch).
+   */
+  #guard(level: number, t: T): void {
+    const now = this.#options.now();
+    const slackMs = t.deadlineMs - now - this.#options.costs.estimate(t.instance, t.rows);
+    if (!(slackMs > 0)) return;
+    const held = this.#guards.get(level);
+    if (!held || slackMs <= held.slackMs || now - held.atMs > DEADLINE_GUARD_MS / 2) this.#guards.set(level, { slackMs, atMs: now });
+  }
+
+  /** The longest a batch of `level` may run: the tightest recent slack of the levels above it; Infinity if none. */
+  #runCapMs(level: number): number {
+    const now = this.#options.now();
+    let cap = Infinity;
+    for (const [l, g] of this.#guards) {
+      if (l < level && now - g.atMs <= DEADLINE_GUARD_MS) cap = Math.min(cap, g.slackMs * GUARD_SHARE);
+    }
+    return cap;
   }
 
   /** A request's level: its own, else its model's default, else the scheduler's. */
@@ -254,7 +300,7 @@ export class Scheduler<T extends Queued> {
       const { queue: q, model, heldUntilMs } = this.#pickQueue();
       if (!q) return heldUntilMs === Infinity ? { batch: [], shed } : { batch: [], shed, heldUntilMs };
       const level = this.#level(q, q.requests[0]);
-      const batch = this.#coalesce(q);
+      const batch = this.#coalesce(q, model, this.#runCapMs(level));
       // In every discipline, a request of the batch that cannot finish by its deadline (the batch's
       // learned cost, and its weights' coming on if they are off the device) is refused now instead
       // of run late, taking device time from requests that can still make theirs.
@@ -430,14 +476,29 @@ export class Scheduler<T extends Queued> {
     return detour ?? [bestModel, best];
   }
 
-  /** As many queued requests as fit the model's batch cap, in queue order; never splits one. */
-  #coalesce(q: ModelQueue<T>): T[] {
-    const batch = [q.requests[0]];
-    let rows = q.requests[0].rows;
+  /**
+   * As many queued requests as fit the model's batch cap and, by its learned cost, run within
+   * `capMs` (the higher levels' guard) and before the deadline of every request taken (a row more
+   * that would make one of them late waits for the next batch instead), in queue order; never
+   * splits one; the first always (the laxity check refuses it if it cannot make its deadline).
+   */
+  #coalesce(q: ModelQueue<T>, model: T['instance'], capMs: number): T[] {
+    const first = q.requests[0];
+    const batch = [first];
+    let rows = first.rows;
     let taken = 1;
-    while (taken < q.requests.length && rows + q.requests[taken].rows <= q.policy.maxBatchRows) {
-      rows += q.requests[taken].rows;
-      batch.push(q.requests[taken++]);
+    const now = this.#options.now();
+    let limitMs = Math.min(capMs, first.deadlineMs - now);
+    const fits = (t: T) => {
+      if (rows + t.rows > q.policy.maxBatchRows) return false;
+      const within = Math.min(limitMs, t.deadlineMs - now);
+      return within === Infinity || this.#options.costs.estimate(model, rows + t.rows) <= within;
+    };
+    while (taken < q.requests.length && fits(q.requests[taken])) {
+      const t = q.requests[taken++];
+      rows += t.rows;
+      limitMs = Math.min(limitMs, t.deadlineMs - now);
+      batch.push(t);
     }
     q.requests.splice(0, taken);
     this.#queued -= taken;

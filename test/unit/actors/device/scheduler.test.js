@@ -194,13 +194,20 @@ test('every discipline refuses at dispatch each request of the batch that would 
     scheduler.setModel('x', { weight: 1, maxBatchRows: 4 });
     enqueue('x', { rows: 2 });
     step(() => 40); // learn: 2 rows of x cost 40 ms
-    const late = enqueue('x', { deadlineMs: clock.ms + 30 });
+    const late = enqueue('x', { deadlineMs: clock.ms + 15 });
     const fine = enqueue('x', { deadlineMs: clock.ms + 100 });
     const none = enqueue('x');
     const pick = scheduler.next();
-    t.deepEqual(pick.shed.map((s) => [s.request.id, s.reason]), [[late.id, 'laxity']], `${discipline}: 30 ms left, the batch takes ~40`);
+    t.deepEqual(pick.shed.map((s) => [s.request.id, s.reason]), [[late.id, 'laxity']], `${discipline}: 15 ms left, a row alone takes ~20`);
     t.deepEqual(pick.batch.map((b) => b.id), [fine.id, none.id], discipline);
     scheduler.charge('x', 2, 40);
+    // One that makes its deadline alone but not in a full batch runs in a smaller one; the rest wait for the next.
+    const tighter = enqueue('x', { deadlineMs: clock.ms + 30 });
+    const after = [enqueue('x'), enqueue('x')];
+    const small = scheduler.next();
+    t.deepEqual(small.shed, [], discipline);
+    t.deepEqual(small.batch.map((b) => b.id), [tighter.id], `${discipline}: 30 ms left: a batch of one row (~20 ms), not of three (~60)`);
+    t.deepEqual(scheduler.next().batch.map((b) => b.id), after.map((b) => b.id), discipline);
     // Off the device, its last cold load (50 ms) counts too: 100 ms left is enough for a run, not for both.
     scheduler.chargeTime('x', 50);
     onDevice = false;
@@ -434,4 +441,30 @@ test('priorities: a model whose default level changes has its queue put in level
   scheduler.setModel('m', { weight: 1, maxBatchRows: 1, priority: 3 });
   const high = enqueue('m', 1);
   t.deepEqual([run(), run(), run()].flat(), [high.id, plain.id, low.id], 'plain and low now share level 3, in arrival order');
+});
+
+test('priorities: while a higher level has deadlines, a lower level\'s batch takes only the rows that run within its slack; full again once they stop', (t) => {
+  const { clock, scheduler, enqueue, step } = harness({ priorityLevels: 3 });
+  scheduler.setModel('interactive', { weight: 1, maxBatchRows: 8 });
+  scheduler.setModel('batch', { weight: 1, maxBatchRows: 8 });
+  const cost = (/** @type {string} */ _m, /** @type {number} */ rows) => 5 * rows; // a run grows with its rows
+  // Teach both models their costs; then the lower level runs full batches while no deadline is seen.
+  enqueue('interactive', { priority: 1 });
+  step(cost);
+  for (let i = 0; i < 8; i++) enqueue('batch', { priority: 2 });
+  t.is(step(cost).batch.length, 8, 'no deadline at a higher level: a full batch');
+  // An interactive request with 45 ms to its deadline and a 5 ms run of its own: 40 ms of slack, so a
+  // batch of the lower level may run half of it (GUARD_SHARE), 20 ms: 4 rows at 5 ms.
+  enqueue('interactive', { priority: 1, deadlineMs: clock.ms + 45 });
+  t.is(step(cost).batch[0].instance, 'interactive');
+  for (let i = 0; i < 16; i++) enqueue('batch', { priority: 2 });
+  const guarded = step(cost);
+  t.is(guarded.batch.length, 4, `batch of ${guarded.batch.length}: (45 - 5) / 2 / 5 rows`);
+  t.true((guarded.ms ?? 0) <= 20);
+  // A level's own batches, and levels above, are not held to it.
+  for (let i = 0; i < 8; i++) enqueue('interactive', { priority: 1 });
+  t.is(step(cost).batch.length, 8, 'the guarded level itself runs full batches');
+  // DEADLINE_GUARD_MS later with no more deadlines there, the lower level runs full batches again.
+  clock.ms += 10_001;
+  t.is(step(cost).batch.length, 8);
 });
