@@ -8,12 +8,16 @@
  * Its own run is what this thread learned of its model: a moving average of the executions its
  * answers rode in (input, infer and output time of the whole batch: what a request waits from its
  * batch's start to its answer). A model this thread has not seen run yet is never refused here
- * (the device's check at dispatch still holds). The work ahead is read on the devices the request
- * may go to, the least of them, so a request is refused only when no device could make it.
+ * (the device's check at dispatch still holds). The work ahead is read on the device its lease
+ * leads to (the rooms choose it before admission, by the devices' routing policy).
  */
 import { nowMs, type ExecutionTiming } from './channels/inference.js';
 import { errors, type StowageError } from './errors.js';
 import type { ModelSpec } from './model-spec.js';
+import type { Backlog } from './backlog.js';
+
+/** What admission reads and notes of a device's published backlog. */
+export type AdmissionBacklog = Pick<Backlog, 'aheadMs' | 'noteSlack'>;
 
 /** Weight of the newest execution in a model's moving average of its run time. */
 const NEWEST = 0.2;
@@ -44,16 +48,19 @@ export class DeadlineAdmission {
 
   /**
    * The refusal of a request for `model` at `priority` (0: its model's level: the node file's, else
-   * its manifest's, else the default) due by `deadlineMs`, or null; `aheadMs` says how long a
-   * request of a level would wait on the least busy device it may go to.
+   * its manifest's, else the default) due by `deadlineMs`, or null; `backlog` is that of the least
+   * busy device it may go to (none known: nothing waits ahead). Its slack is noted there as its
+   * level's deadline guard (shared/backlog.ts) whether it is refused or not: the device keeps the
+   * lower levels' batches short for it even while every request of its level is refused here.
    */
-  refusal({ name: model, priority: manifestLevel }: Pick<ModelSpec, 'name' | 'priority'>, priority: number, deadlineMs: number, aheadMs: (level: number) => number, now = nowMs()): StowageError | null {
+  refusal({ name: model, priority: manifestLevel }: Pick<ModelSpec, 'name' | 'priority'>, priority: number, deadlineMs: number, backlog: AdmissionBacklog | undefined, now = nowMs()): StowageError | null {
     if (!Number.isFinite(deadlineMs)) return null;
     const runMs = this.#runMs.get(model);
     if (runMs === undefined) return null;
     const level = priority || this.#levels.models[model] || manifestLevel || this.#levels.defaultLevel || 1;
-    const ahead = aheadMs(level);
     const leftMs = deadlineMs - now;
+    backlog?.noteSlack(level, leftMs - runMs, now);
+    const ahead = backlog?.aheadMs(level, now) ?? 0;
     if (ahead + runMs <= leftMs) return null;
     return errors.deadlineUnreachable(model, leftMs, ahead, runMs, level);
   }

@@ -84,7 +84,7 @@ import type { BundleHooks, InstanceKey, ModelSpec, TensorSpec } from './model-sp
 import { checkRequest, checkTensors, slicesOf, type CheckedRequest, type RegionLookup } from './request-check.js';
 import { MODEL_VERSION } from './constants.js';
 import type { QuotaTicket, Quotas } from './quotas.js';
-import type { DeadlineAdmission } from './deadline-admission.js';
+import type { AdmissionBacklog, DeadlineAdmission } from './deadline-admission.js';
 
 /** A ready model taken for one request: its spec and the instance that serves it. */
 export interface PathLease {
@@ -140,10 +140,10 @@ export interface PathRooms<L extends PathLease> {
   /** Shared-memory regions where this thread reads them. */
   regions: PathRegions;
   /**
-   * How long a request of `level` for the lease's model would wait for the work ahead of it on the least busy device it
-   * may go to (shared/backlog.ts); 0 when none is known.
+   * The published backlog (shared/backlog.ts) of the device the lease's request goes to, where the work ahead of it is
+   * read and its deadline noted; undefined when none is known.
    */
-  aheadMs(lease: L, level: number): number;
+  backlog(lease: L): AdmissionBacklog | undefined;
   /** What this thread learned of its models' runs, to refuse at once a request that would miss its deadline. */
   deadlines: Pick<DeadlineAdmission, 'refusal' | 'learn'>;
   /** The node's quotas (shared/quotas.ts), counted with every other thread's. */
@@ -249,7 +249,7 @@ export class RequestPath<L extends PathLease> {
     const deadlineMs = Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000);
     const priority = req.priority ?? 0;
     // A request the work ahead of it on the device would keep past its deadline is refused now, before it runs.
-    const late = this.#rooms.deadlines.refusal(spec, priority, deadlineMs, (level) => this.#rooms.aheadMs(lease, level));
+    const late = this.#rooms.deadlines.refusal(spec, priority, deadlineMs, this.#rooms.backlog(lease));
     if (late) throw late;
     // No await since checking: the regions are still registered (an edge's may have been
     // unregistered meanwhile: its hold fails as a region not found, holding nothing). Last, so that

@@ -40,12 +40,13 @@
  * LEVEL_SHARE_HALFLIFE_MS) is below `lowerPriorityShare`, the highest of them gets the pick.
  * A running batch is not preempted, so a lower level's batch is kept short enough for the higher
  * levels' deadlines (Clockwork's point: a request that arrives as a long batch starts waits all of
- * it): while a higher level has had requests with deadlines in the last DEADLINE_GUARD_MS, a batch
- * of a lower level takes only as many rows as run, by the learned cost, within half (GUARD_SHARE)
- * the tightest slack seen there lately (a request's time to its deadline on arrival, less its own
- * run). A batch of at least one request always runs; where a model's run grows with its rows (most
- * vision models on a CPU) the lower level loses little throughput, where it does not (a large MLP)
- * it loses more, and the higher level's deadlines are what the levels are for.
+ * it): while a higher level has had requests with deadlines lately, a batch of a lower level takes
+ * only as many rows as run, by the learned cost, within half the tightest slack seen there (a
+ * request's time to its deadline on arrival, less its own run): the `guard`, shared/backlog.ts,
+ * noted also by the threads that admit requests. A batch of at least one request always runs;
+ * where a model's run grows with its rows (most vision models on a CPU) the lower level loses
+ * little throughput, where it does not (a large MLP) it loses more, and the higher level's
+ * deadlines are what the levels are for.
  *
  * Requests on their way: a request whose preprocess hook is still running on a hook thread is
  * announced (`expect`) before its inputs arrive (`arrived`). A model with such requests is held
@@ -99,6 +100,12 @@ export interface Pick<T extends Queued> {
   heldUntilMs?: number;
 }
 
+/** The levels' deadline guards, as shared/backlog.ts keeps them (see the header). */
+export interface DeadlineGuard {
+  noteSlack(level: number, slackMs: number, now: number): void;
+  runCapMs(level: number, now: number): number;
+}
+
 /** `Id`: what names a queue (the device's InstanceKey; tests use plain strings). */
 export interface SchedulerOptions<Id extends string = string> {
   discipline: Discipline;
@@ -119,22 +126,12 @@ export interface SchedulerOptions<Id extends string = string> {
    * (scheduler.lower_priority_share).
    */
   lowerPriorityShare?: number;
+  /** The levels' deadline guards (the device's published backlog); absent: no lower level's batch is kept short. */
+  guard?: DeadlineGuard;
 }
 
 /** Half-life of the device time counted per level, for the lower levels' share. */
 export const LEVEL_SHARE_HALFLIFE_MS = 5000;
-
-/**
- * How long a level's tightest recent slack keeps the batches of the levels below it short (see the
- * header); the slack held is replaced by the next one after half of this, so it follows a change.
- */
-export const DEADLINE_GUARD_MS = 10_000;
-
-/**
- * The share of that slack a lower level's batch may run: the rest is room for the higher level's
- * own queue (requests that came during the batch run one after another, or in one larger batch).
- */
-export const GUARD_SHARE = 0.5;
 
 interface ModelQueue<T extends Queued> {
   policy: QueuePolicy;
@@ -163,8 +160,6 @@ export class Scheduler<T extends Queued> {
   #levelsAtMs = 0;
   /** The level of the batch last handed out: what its execution's time is counted to. */
   #runningLevel = 1;
-  /** Per level, the tightest slack its requests with deadlines had on arrival lately, and when it was seen. */
-  readonly #guards = new Map<number, { slackMs: number; atMs: number }>();
 
   constructor(options: SchedulerOptions<T['instance']>) {
     this.#options = options;
@@ -220,30 +215,11 @@ export class Scheduler<T extends Queued> {
     if (q.requests.length === 0) q.charged = Math.max(q.charged, this.#virtualMs);
     this.#insert(q, request);
     this.#queued++;
-    if (Number.isFinite(request.deadlineMs)) this.#guard(this.#level(q, request), request);
-  }
-
-  /**
-   * A request with a deadline came at `level`: its slack (time to its deadline less its own run) is
-   * the level's guard when it is the tightest lately. A request that cannot make its deadline anyway
-   * guards nothing (it is refused at dispatch).
-   */
-  #guard(level: number, t: T): void {
-    const now = this.#options.now();
-    const slackMs = t.deadlineMs - now - this.#options.costs.estimate(t.instance, t.rows);
-    if (!(slackMs > 0)) return;
-    const held = this.#guards.get(level);
-    if (!held || slackMs <= held.slackMs || now - held.atMs > DEADLINE_GUARD_MS / 2) this.#guards.set(level, { slackMs, atMs: now });
-  }
-
-  /** The longest a batch of `level` may run: the tightest recent slack of the levels above it; Infinity if none. */
-  #runCapMs(level: number): number {
-    const now = this.#options.now();
-    let cap = Infinity;
-    for (const [l, g] of this.#guards) {
-      if (l < level && now - g.atMs <= DEADLINE_GUARD_MS) cap = Math.min(cap, g.slackMs * GUARD_SHARE);
+    const guard = this.#options.guard;
+    if (guard && Number.isFinite(request.deadlineMs)) {
+      const now = this.#options.now();
+      guard.noteSlack(this.#level(q, request), request.deadlineMs - now - this.#options.costs.estimate(request.instance, request.rows), now);
     }
-    return cap;
   }
 
   /** A request's level: its own, else its model's default, else the scheduler's. */
@@ -300,7 +276,7 @@ export class Scheduler<T extends Queued> {
       const { queue: q, model, heldUntilMs } = this.#pickQueue();
       if (!q) return heldUntilMs === Infinity ? { batch: [], shed } : { batch: [], shed, heldUntilMs };
       const level = this.#level(q, q.requests[0]);
-      const batch = this.#coalesce(q, model, this.#runCapMs(level));
+      const batch = this.#coalesce(q, model, this.#options.guard?.runCapMs(level, this.#options.now()) ?? Infinity);
       // In every discipline, a request of the batch that cannot finish by its deadline (the batch's
       // learned cost, and its weights' coming on if they are off the device) is refused now instead
       // of run late, taking device time from requests that can still make theirs.

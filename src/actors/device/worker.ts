@@ -94,6 +94,8 @@ function failCall(id: number, err: unknown): void {
 }
 
 const costs = new CostModel(config.ema_halflife_seconds * 1000);
+/** What this device publishes of its backlog and its levels' deadline guards (shared/backlog.ts). */
+const backlog = new Backlog(init.backlog);
 const scheduler = new Scheduler<InferCommand>({
   discipline: config.discipline,
   maxQueueDepth: config.max_queue_depth,
@@ -103,6 +105,7 @@ const scheduler = new Scheduler<InferCommand>({
   lowerPriorityShare: config.lower_priority_share,
   costs,
   now: nowMs,
+  guard: backlog,
   // Read at each pick, once the cache below exists; without a cache every model is on the device.
   // A model whose weights are on their way beside execution counts as on the device: they are by its turn.
   // A model whose session the budget closed is cold too: its call opens it first (sessions.ts).
@@ -251,7 +254,7 @@ function comingLoadMs(instance: InstanceKey): number {
  * predicted share of a run, at its level (its own, else its model's, else the device's default),
  * and the first waiting request of a model that must be brought on, that load too.
  */
-const ledger = new BacklogLedger(new Backlog(init.backlog), (cmd, first) => {
+const ledger = new BacklogLedger(backlog, (cmd, first) => {
   const policy = scheduler.policyOf(cmd.instance);
   const level = cmd.priority || policy?.priority || config.default_priority || 1;
   const fullRows = Math.max(1, policy?.maxBatchRows ?? 1);

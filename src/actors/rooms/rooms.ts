@@ -159,7 +159,7 @@ export class Rooms {
       },
       regions: this.#regions,
       quotas: this.#quotas,
-      aheadMs: (lease, level) => (lease.door ? this.#backlogs.get(lease.door.deviceId)?.aheadMs(level) ?? 0 : 0),
+      backlog: (lease) => (lease.door ? this.#backlogs.get(lease.door.deviceId) : undefined),
       deadlines: this.#deadlines,
       succeeded: (lease, batchSize, durationNs, queueNs, timing) => counters.succeeded(lease.slot, batchSize, durationNs, queueNs, timing),
       failed: (lease, code, durationNs) => counters.failed(lease.slot, failureReason(code), durationNs),

@@ -33,7 +33,9 @@ test('a request whose wait and run would end past its deadline is refused, namin
   const d = new DeadlineAdmission({ defaultLevel: 2, models: { urgent: 1 } });
   /** @type {number[]} */
   const levels = [];
-  const ahead = (/** @type {number} */ level) => { levels.push(level); return level === 1 ? 5 : 80; };
+  /** @type {[number, number][]} */
+  const noted = [];
+  const ahead = { aheadMs: (/** @type {number} */ level) => { levels.push(level); return level === 1 ? 5 : 80; }, noteSlack: (/** @type {number} */ level, /** @type {number} */ slackMs) => { noted.push([level, slackMs]); } };
   t.is(d.refusal({ name: 'm' }, 0, 1_050, ahead, 1_000), null, 'a model not seen run yet is never refused here');
   d.learn('m', ran(10));
   t.is(d.refusal({ name: 'm' }, 0, Infinity, ahead, 1_000), null, 'nor a request without a deadline');
@@ -50,4 +52,28 @@ test('a request whose wait and run would end past its deadline is refused, namin
   t.deepEqual(levels.slice(3), [1, 1]);
   d.learn('m', ran(60));
   t.regex(d.refusal({ name: 'm' }, 1, 1_020, ahead, 1_000)?.message ?? '', /5 ms of work ahead of it at priority 1 and above, then its run takes about 20 ms/, 'a moving average of its runs');
+  // Each request with a deadline and a known run noted its slack at its level, the refused ones too.
+  t.deepEqual(noted[0], [2, 40], 'the refused one: 50 ms left, a 10 ms run');
+  t.deepEqual(noted[noted.length - 1], [1, 0], 'the last: 20 ms left, a 20 ms run');
+  t.is(noted.length, 6);
+  t.is(d.refusal({ name: 'm' }, 1, 1_020, undefined, 1_000), null, 'no device known: nothing ahead');
+});
+
+test('a level\'s deadline guard: a lower level\'s batches may run half the tightest slack noted above it lately, by any thread', (t) => {
+  const b = new Backlog(Backlog.create(3));
+  t.is(b.runCapMs(3, 1_000), Infinity, 'no deadlines noted: no cap');
+  b.noteSlack(1, 40, 1_000);
+  const other = new Backlog(b.memory); // an edge's view of the same device
+  other.noteSlack(2, 30, 1_000);
+  t.is(b.runCapMs(1, 1_000), Infinity, 'a level is not held to its own slack');
+  t.is(b.runCapMs(2, 1_000), 20, 'level 2 under level 1\'s 40 ms');
+  t.is(b.runCapMs(3, 1_000), 15, 'level 3 under the tightest of levels 1 and 2');
+  b.noteSlack(1, 60, 2_000);
+  t.is(b.runCapMs(2, 2_000), 20, 'a looser slack does not replace a tighter one noted lately');
+  b.noteSlack(1, 60, 6_001);
+  t.is(b.runCapMs(2, 6_001), 30, 'after half of DEADLINE_GUARD_MS the next slack replaces it');
+  b.noteSlack(1, -5, 6_500);
+  t.is(b.runCapMs(2, 6_500), 30, 'a request that cannot make its deadline guards nothing');
+  t.is(b.runCapMs(2, 16_002), Infinity, 'DEADLINE_GUARD_MS after the last note the cap is gone');
+  t.is(b.runCapMs(3, 16_002), Infinity);
 });

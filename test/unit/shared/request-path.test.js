@@ -80,7 +80,7 @@ function rooms(o = {}) {
     succeeded: (lease, batchSize, durationNs, queueNs) => { log.push(`succeeded ${lease.spec.name} rows ${batchSize} queue ${queueNs}`); t0 = durationNs; },
     failed: (lease, code) => { log.push(`failed ${lease.spec.name} ${code}`); },
     trace: () => null,
-    aheadMs: () => o.aheadMs ?? 0,
+    backlog: () => ({ aheadMs: () => o.aheadMs ?? 0, noteSlack: () => {} }),
     deadlines,
     // alice may have one request in flight, and half a device.
     quotas,

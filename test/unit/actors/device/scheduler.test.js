@@ -3,15 +3,16 @@
 import test from 'ava';
 import { CostModel } from '../../../../dist/actors/device/cost-model.js';
 import { Scheduler } from '../../../../dist/actors/device/scheduler.js';
+import { Backlog } from '../../../../dist/shared/backlog.js';
 import { stowageThrows } from '../../../helpers/errors.js';
 
 /**
  * @param {{ discipline?: 'fair' | 'fifo' | 'edf', maxQueueDepth?: number, maxWaitMs?: number, halflifeMs?: number, resident?: (model: string) => boolean,
- *   priorityLevels?: number, defaultPriority?: number, lowerPriorityShare?: number }} [options]
+ *   priorityLevels?: number, defaultPriority?: number, lowerPriorityShare?: number, guard?: Backlog }} [options]
  */
-function harness({ discipline = 'fair', maxQueueDepth = 10_000, maxWaitMs = 60_000, halflifeMs = 30_000, resident, priorityLevels, defaultPriority, lowerPriorityShare } = {}) {
+function harness({ discipline = 'fair', maxQueueDepth = 10_000, maxWaitMs = 60_000, halflifeMs = 30_000, resident, priorityLevels, defaultPriority, lowerPriorityShare, guard } = {}) {
   const clock = { ms: 0 };
-  const scheduler = new Scheduler({ discipline, maxQueueDepth, maxWaitMs, costs: new CostModel(halflifeMs), now: () => clock.ms, resident, priorityLevels, defaultPriority, lowerPriorityShare });
+  const scheduler = new Scheduler({ discipline, maxQueueDepth, maxWaitMs, costs: new CostModel(halflifeMs), now: () => clock.ms, resident, priorityLevels, defaultPriority, lowerPriorityShare, guard });
   let id = 0;
   /**
    * @param {string} model
@@ -443,8 +444,10 @@ test('priorities: a model whose default level changes has its queue put in level
   t.deepEqual([run(), run(), run()].flat(), [high.id, plain.id, low.id], 'plain and low now share level 3, in arrival order');
 });
 
-test('priorities: while a higher level has deadlines, a lower level\'s batch takes only the rows that run within its slack; full again once they stop', (t) => {
-  const { clock, scheduler, enqueue, step } = harness({ priorityLevels: 3 });
+test('priorities: while a higher level has deadlines, a lower level\'s batch takes only the rows that run within half its slack; full again once they stop', (t) => {
+  const guard = new Backlog(Backlog.create(3));
+  const { clock, scheduler, enqueue, step } = harness({ priorityLevels: 3, guard });
+  clock.ms = 1_000; // the guard's clock starts above 0
   scheduler.setModel('interactive', { weight: 1, maxBatchRows: 8 });
   scheduler.setModel('batch', { weight: 1, maxBatchRows: 8 });
   const cost = (/** @type {string} */ _m, /** @type {number} */ rows) => 5 * rows; // a run grows with its rows
@@ -467,4 +470,8 @@ test('priorities: while a higher level has deadlines, a lower level\'s batch tak
   // DEADLINE_GUARD_MS later with no more deadlines there, the lower level runs full batches again.
   clock.ms += 10_001;
   t.is(step(cost).batch.length, 8);
+  // A slack noted by a thread that admits requests (the device never saw that request) guards too.
+  new Backlog(guard.memory).noteSlack(1, 20, clock.ms);
+  for (let i = 0; i < 8; i++) enqueue('batch', { priority: 2 });
+  t.is(step(cost).batch.length, 2, 'half of 20 ms: 2 rows at 5 ms');
 });
