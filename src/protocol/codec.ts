@@ -122,7 +122,7 @@ export function fromModelInferRequest(req: ModelInferRequest, owned: boolean): D
 
 function decodeModelInferRequest(req: ModelInferRequest, owned: boolean): DataPlaneRequest {
   const read = requestParameters(parameterValues(req.parameters));
-  const regions = req.inputs.map((input) => sharedMemoryRef(`input ${q(input.name)}`, parameterValues(input.parameters)));
+  const regions = req.inputs.map((input) => sharedMemoryRef('input', input.name, parameterValues(input.parameters)));
   // raw_input_contents holds one entry per input that is not in shared memory, in input order.
   let inline = 0;
   const rawIndex = regions.map((r) => (r ? -1 : inline++));

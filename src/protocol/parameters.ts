@@ -86,10 +86,15 @@ export function requestParameters(values: ParameterValues): Pick<DataPlaneReques
   return us > 0 && us / 1000 <= MAX_TIMER_MS ? { ...read, timeoutUs: us } : read;
 }
 
-/** Triton's shared_memory_* parameters of one input or output, as a region reference; null when it uses none. */
-export function sharedMemoryRef(what: string, values: ParameterValues): RegionRef | null {
+/**
+ * Triton's shared_memory_* parameters of one input or output (`kind`, named `name`), as a region
+ * reference; null when it uses none. The tensor is quoted only in an error: this runs for every
+ * tensor of every request.
+ */
+export function sharedMemoryRef(kind: 'input' | 'output', name: string, values: ParameterValues): RegionRef | null {
   const { shared_memory_region: region, shared_memory_byte_size: size, shared_memory_offset: offset } = values;
   if (region === undefined && size === undefined && offset === undefined) return null;
+  const what = `${kind} ${quote(name)}`;
   if (typeof region !== 'string') {
     throw errors.invalidRequest(`${what}: shared_memory_region must be a string parameter naming a registered region`);
   }
@@ -111,5 +116,5 @@ export function requestedOutput(name: string, values: ParameterValues): RequestO
   if ('classification' in values) {
     throw errors.unsupported(`output ${quote(name)} asks for classification, an extension this server does not provide; request the raw output`);
   }
-  return { name, region: sharedMemoryRef(`output ${quote(name)}`, values) };
+  return { name, region: sharedMemoryRef('output', name, values) };
 }

@@ -109,7 +109,7 @@ export async function parseRestInfer(body: Buffer, headerBytes: number | undefin
     const shape = shapeOf(name, input.shape);
     const parameters = jsonParameters(input.parameters, `input ${quote(name)}`);
     const size = isObject(input.parameters) ? input.parameters.binary_data_size : undefined;
-    const region = sharedMemoryRef(`input ${quote(name)}`, parameters);
+    const region = sharedMemoryRef('input', name, parameters);
     if (size !== undefined) {
       if (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0) throw errors.invalidRequest(`input ${quote(name)}: binary_data_size must be a whole number`);
       if (binaryAt + size > body.length) {

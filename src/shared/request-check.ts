@@ -102,11 +102,11 @@ function checkShape(name: string, shape: readonly number[], spec: TensorSpec): v
 
 const elementsOf = (shape: readonly number[]) => shape.reduce((a, b) => a * b, 1);
 
-/** The byte size a shape of a fixed-size datatype implies must be the byte size given. */
-function checkByteSize(what: string, info: DtypeInfo, shape: readonly number[], given: number, field: string): void {
+/** Byte size a shape of a fixed-size datatype implies must be the one given for `input` (quoted in errors only). */
+function checkByteSize(input: string, info: DtypeInfo, shape: readonly number[], given: number, field: string): void {
   const elements = elementsOf(shape);
   if (info.datatype !== 'BYTES' && given !== elements * info.elementBytes) {
-    throw errors.invalidTensor(`${what}: expected ${field}${elements * info.elementBytes}${field ? '' : ' bytes'} (${elements} ${info.datatype} elements of ${info.elementBytes} bytes), got ${given}`);
+    throw errors.invalidTensor(`input ${q(input)}: expected ${field}${elements * info.elementBytes}${field ? '' : ' bytes'} (${elements} ${info.datatype} elements of ${info.elementBytes} bytes), got ${given}`);
   }
 }
 
@@ -122,7 +122,7 @@ function inlineData(name: string, info: DtypeInfo, shape: readonly number[], byt
       throw errors.invalidTensor(`input ${q(name)}: shape needs ${elementsOf(shape)} BYTES elements, raw contents hold ${parts.length}`);
     }
   } else {
-    checkByteSize(`input ${q(name)}`, info, shape, raw.byteLength, '');
+    checkByteSize(name, info, shape, raw.byteLength, '');
   }
   if (bytes.owned && (handOver === 'any' || raw.byteOffset % info.elementBytes === 0)) return raw;
   const own = new Uint8Array(raw.byteLength);
@@ -199,7 +199,7 @@ function inputTensor(input: RequestInput, spec: TensorSpec, regions: RegionLooku
   const info = dtypeInfo(spec.datatype);
   const { name, shape, bytes } = input;
   if (bytes.kind === 'inline') return { name, datatype: info.datatype, shape, data: inlineData(name, info, shape, bytes, handOver) };
-  checkByteSize(`input ${q(name)}`, info, shape, bytes.byteSize, 'shared_memory_byte_size ');
+  checkByteSize(name, info, shape, bytes.byteSize, 'shared_memory_byte_size ');
   // The bytes stay in the region: the device actor reads them there.
   return { name, datatype: info.datatype, shape, data: new Uint8Array(0), shm: regionSlice(`input ${q(name)}`, bytes, regions) };
 }
@@ -263,7 +263,7 @@ export function checkTensors(tensors: readonly WireTensor[], outputNames: readon
   const set = new InputSet(spec);
   for (const t of tensors) {
     set.fit(t.name, t.datatype, t.shape);
-    checkByteSize(`input ${q(t.name)}`, dtypeInfo(t.datatype), t.shape, t.data.byteLength, '');
+    checkByteSize(t.name, dtypeInfo(t.datatype), t.shape, t.data.byteLength, '');
     set.put(t);
   }
   const { inputs, batchSize } = set.complete(tensors.map((t) => t.name));

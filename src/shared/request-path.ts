@@ -254,7 +254,7 @@ export class RequestPath<L extends PathLease> {
     // No await since checking: the regions are still registered (an edge's may have been
     // unregistered meanwhile: its hold fails as a region not found, holding nothing). Last, so that
     // nothing throws between holding them and the path's release.
-    this.#rooms.regions.hold(slices);
+    if (slices.length) this.#rooms.regions.hold(slices);
     return {
       lease, checked, signal, spans, slices, quota,
       context: { model: req.model, requestId: req.id, parameters: checked.parameters },

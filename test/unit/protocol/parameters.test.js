@@ -70,15 +70,15 @@ test('a request\'s timeout, priority and sequence are read alike from gRPC and f
 });
 
 test('Triton\'s shared-memory parameters become a region reference; classification is refused', (t) => {
-  t.is(sharedMemoryRef('input "a"', jsonParameters({ binary_data_size: 4 }, 'input "a"')), null);
-  t.deepEqual(sharedMemoryRef('input "a"', jsonParameters({ shared_memory_region: 'r', shared_memory_byte_size: 64 }, 'input "a"')),
+  t.is(sharedMemoryRef('input', 'a', jsonParameters({ binary_data_size: 4 }, 'input "a"')), null);
+  t.deepEqual(sharedMemoryRef('input', 'a', jsonParameters({ shared_memory_region: 'r', shared_memory_byte_size: 64 }, 'input "a"')),
     { kind: 'region', region: 'r', byteSize: 64, offset: 0 });
-  t.deepEqual(sharedMemoryRef('input "a"', parameterValues({ shared_memory_region: { string_param: 'r' }, shared_memory_byte_size: { uint64_param: '64' }, shared_memory_offset: { int64_param: '128' } })),
+  t.deepEqual(sharedMemoryRef('input', 'a', parameterValues({ shared_memory_region: { string_param: 'r' }, shared_memory_byte_size: { uint64_param: '64' }, shared_memory_offset: { int64_param: '128' } })),
     { kind: 'region', region: 'r', byteSize: 64, offset: 128 });
-  refused(t, () => sharedMemoryRef('input "a"', jsonParameters({ shared_memory_byte_size: 64 }, '')), /input "a": shared_memory_region must be a string parameter/, 'STOWAGE_INVALID_REQUEST');
-  refused(t, () => sharedMemoryRef('input "a"', jsonParameters({ shared_memory_region: 'r' }, '')), /input "a": shared_memory_byte_size is required/, 'STOWAGE_INVALID_REQUEST');
-  refused(t, () => sharedMemoryRef('input "a"', jsonParameters({ shared_memory_region: 'r', shared_memory_byte_size: 1.5 }, '')), /shared_memory_byte_size must be a non-negative int64/, 'STOWAGE_INVALID_REQUEST');
-  refused(t, () => sharedMemoryRef('input "a"', parameterValues({ shared_memory_region: { string_param: 'r' }, shared_memory_byte_size: { uint64_param: '18446744073709551615' } })),
+  refused(t, () => sharedMemoryRef('input', 'a', jsonParameters({ shared_memory_byte_size: 64 }, '')), /input "a": shared_memory_region must be a string parameter/, 'STOWAGE_INVALID_REQUEST');
+  refused(t, () => sharedMemoryRef('input', 'a', jsonParameters({ shared_memory_region: 'r' }, '')), /input "a": shared_memory_byte_size is required/, 'STOWAGE_INVALID_REQUEST');
+  refused(t, () => sharedMemoryRef('input', 'a', jsonParameters({ shared_memory_region: 'r', shared_memory_byte_size: 1.5 }, '')), /shared_memory_byte_size must be a non-negative int64/, 'STOWAGE_INVALID_REQUEST');
+  refused(t, () => sharedMemoryRef('input', 'a', parameterValues({ shared_memory_region: { string_param: 'r' }, shared_memory_byte_size: { uint64_param: '18446744073709551615' } })),
     /shared_memory_byte_size must be a non-negative int64/, 'STOWAGE_INVALID_REQUEST');
   t.deepEqual(requestedOutput('p', jsonParameters({ binary_data: true }, '')), { name: 'p', region: null });
   refused(t, () => requestedOutput('p', jsonParameters({ classification: 3 }, '')), /output "p" asks for classification/, 'STOWAGE_UNSUPPORTED');

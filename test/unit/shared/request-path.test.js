@@ -100,7 +100,7 @@ test('a plain request is leased, checked, run on the device with its deadline an
   const path = new RequestPath(r);
   const callDeadlineMs = nowMs() + 60_000;
   const answer = await path.infer(wire('plain', { timeoutUs: 2_000_000, priority: 2 }), options({ callDeadlineMs }));
-  t.deepEqual(log, ['acquire plain', 'hold 0', 'infer plain', 'succeeded plain rows 1 queue 5', 'release plain']);
+  t.deepEqual(log, ['acquire plain', 'infer plain', 'succeeded plain rows 1 queue 5', 'release plain']);
   const [{ command }] = commands;
   t.is(command.instance, instanceKey('plain', 1));
   t.deepEqual(command.outputs, ['y'], 'every output, when the request names none');
@@ -169,7 +169,7 @@ test('a meta model\'s sub-calls inherit its deadline, priority and cancellation,
   t.is(subAnswers[0], 'y');
   t.is(subAnswers[1], 'y');
   t.regex(subAnswers[2], /meta model "meta" may call only plain, far .*not "plain-but-not-listed"/);
-  t.deepEqual(r.log, ['acquire meta', 'hold 0', 'hook run meta', 'acquire plain', 'infer plain', 'succeeded plain rows 1 queue 5', 'release plain', 'acquire far', 'elsewhere far', 'succeeded meta rows 1 queue 0', 'release meta']);
+  t.deepEqual(r.log, ['acquire meta', 'hook run meta', 'acquire plain', 'infer plain', 'succeeded plain rows 1 queue 5', 'release plain', 'acquire far', 'elsewhere far', 'succeeded meta rows 1 queue 0', 'release meta']);
 });
 
 test('a preprocess hook that fails withdraws its request from the device and fails it with the hook\'s error', async (t) => {
@@ -183,7 +183,7 @@ test('a preprocess hook that fails withdraws its request from the device and fai
   t.is(err.code, 'STOWAGE_HOOK_FAILED');
   t.true(deviceSignal?.aborted, 'the device was told to drop it');
   t.is(r.commands[0].command.inputs.length, 0, 'it went to the device without inputs: the hook sends them');
-  t.deepEqual(r.log, ['acquire pre', 'hold 0', 'infer pre', 'preprocess pre', 'failed pre STOWAGE_HOOK_FAILED', 'release pre']);
+  t.deepEqual(r.log, ['acquire pre', 'infer pre', 'preprocess pre', 'failed pre STOWAGE_HOOK_FAILED', 'release pre']);
 });
 
 test('a request over its tenant\'s quota is refused before its tensors are checked, it holds a region or reaches the device; its place comes back when answered or refused later, its device time charged', async (t) => {
@@ -196,7 +196,7 @@ test('a request over its tenant\'s quota is refused before its tensors are check
   const err = await stowageError(t, /** @type {Promise<unknown>} */ (path.infer(wire('plain'), options({ tenant: 'alice' }))));
   t.is(err.code, 'STOWAGE_QUOTA_EXCEEDED');
   t.regex(err.message, /tenant "alice" is over its quota of 1 requests in flight/);
-  t.deepEqual(r.log, ['acquire plain', 'hold 0', 'infer plain', 'acquire plain', 'failed plain STOWAGE_QUOTA_EXCEEDED', 'release plain']);
+  t.deepEqual(r.log, ['acquire plain', 'infer plain', 'acquire plain', 'failed plain STOWAGE_QUOTA_EXCEEDED', 'release plain']);
   // A request its check would refuse is refused for the quota first: the cheapest refusal for a flood.
   t.is((await stowageError(t, /** @type {Promise<unknown>} */ (path.infer(wire('pre', { inputs: [region] }), options({ tenant: 'alice' }))))).code, 'STOWAGE_QUOTA_EXCEEDED');
   finish();
