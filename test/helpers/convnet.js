@@ -9,18 +9,10 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { WireWriter } from '../../dist/shared/protobuf-wire.js';
-import { random, valueInfo } from './mlp-catalog.js';
+import { random, tensor, valueInfo } from './mlp-catalog.js';
 
-const FLOAT = 1;
 const ATTRIBUTE_INTS = 7;
 const ATTRIBUTE_INT = 2;
-
-/** @param {string} name @param {number[]} dims @param {Float32Array} data */
-function tensor(name, dims, data) {
-  const w = new WireWriter();
-  for (const d of dims) w.varint(1, d);
-  return w.varint(2, FLOAT).string(8, name).bytes(9, new Uint8Array(data.buffer, data.byteOffset, data.byteLength)).finish();
-}
 
 /** An AttributeProto of ints (type INTS) or of one int. @param {string} name @param {number[] | number} value */
 function attribute(name, value) {

@@ -57,7 +57,7 @@ export function mlpLayers(seed, sizes) {
  * @param {number[]} dims
  * @param {Float32Array} data
  */
-function tensor(name, dims, data) {
+export function tensor(name, dims, data) {
   const w = new WireWriter();
   for (const d of dims) w.varint(1, d);
   return w.varint(2, FLOAT).string(8, name).bytes(9, new Uint8Array(data.buffer, data.byteOffset, data.byteLength)).finish();
