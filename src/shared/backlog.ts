@@ -37,6 +37,9 @@ export const DEADLINE_GUARD_MS = 10_000;
  */
 export const GUARD_SHARE = 0.5;
 
+/** What the device's scheduler notes and reads of the levels' deadline guards. */
+export type DeadlineGuard = Pick<Backlog, 'noteSlack' | 'runCapMs'>;
+
 export class Backlog {
   readonly #words: BigInt64Array;
   readonly #levels: number;

@@ -48,8 +48,8 @@ export class DeadlineAdmission {
 
   /**
    * The refusal of a request for `model` at `priority` (0: its model's level: the node file's, else
-   * its manifest's, else the default) due by `deadlineMs`, or null; `backlog` is that of the least
-   * busy device it may go to (none known: nothing waits ahead). Its slack is noted there as its
+   * its manifest's, else the default) due by `deadlineMs`, or null; `backlog` is that of the device
+   * its lease leads to (none known: nothing waits ahead). Its slack is noted there as its
    * level's deadline guard (shared/backlog.ts) whether it is refused or not: the device keeps the
    * lower levels' batches short for it even while every request of its level is refused here.
    */

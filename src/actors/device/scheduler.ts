@@ -60,6 +60,7 @@
 import type { Discipline } from '../../shared/config-schema.js';
 import { errors } from '../../shared/errors.js';
 import { MAX_HOLD_FOR_INPUTS_MS } from '../../shared/constants.js';
+import type { DeadlineGuard } from '../../shared/backlog.js';
 import type { CostModel } from './cost-model.js';
 
 export type { Discipline };
@@ -98,12 +99,6 @@ export interface Pick<T extends Queued> {
    * When `batch` is empty because queues are held for rows on their way: when the first hold ends (the clock of `now`).
    */
   heldUntilMs?: number;
-}
-
-/** The levels' deadline guards, as shared/backlog.ts keeps them (see the header). */
-export interface DeadlineGuard {
-  noteSlack(level: number, slackMs: number, now: number): void;
-  runCapMs(level: number, now: number): number;
 }
 
 /** `Id`: what names a queue (the device's InstanceKey; tests use plain strings). */

@@ -52,6 +52,20 @@ test('nor past max_inflight_bytes (a lone request always passes)', async (t) => 
   t.throws(() => lone.enter(1), { message: /past endpoints\.max_inflight_bytes = 100/ });
 });
 
+test('a request is alone only when no bytes are held as it adds its own, not when no request was counted before it', (t) => {
+  // The state a first request meets when three others were admitted beside it after it counted
+  // itself and before its bytes landed: 900 bytes held, no request counted ahead of it. Reached
+  // here with another edge's request that grew to 900 bytes and then stopped counting itself.
+  const main = new Admission(0, 1000);
+  const other = new Admission(0, 1000, main.memory, 1);
+  other.enter(0);
+  other.grow(900);
+  other.leave(0);
+  t.deepEqual([main.inflight, main.inflightBytes], [0, 900]);
+  t.throws(() => main.enter(300), { message: /max_inflight_bytes = 1000/ }, 'not alone: 900 bytes are held');
+  t.deepEqual([main.inflight, main.inflightBytes], [0, 900], 'the refusal took nothing');
+});
+
 test('an edge that is gone has its share given back, and no one else\'s', (t) => {
   const main = new Admission(0, 0);
   const edge1 = new Admission(0, 0, main.memory, 1);
