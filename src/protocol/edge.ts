@@ -184,6 +184,11 @@ export class GrpcEdge {
     return this.#endpoints.tenant_key;
   }
 
+  /** Status streams this thread keeps open at once (endpoints.max_status_streams). */
+  get maxStatusStreams(): number {
+    return this.#endpoints.max_status_streams;
+  }
+
   /**
    * `admission`: the process's one count of inferences in flight, shared by every edge.
    * `earlyRefusal`: with tenant quotas, whether a call's tenant (its `tenant_key` metadata, absent:

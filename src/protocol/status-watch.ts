@@ -53,6 +53,9 @@ function refusal(req: WatchRequest): string | null {
 }
 
 export function statusWatch(edge: GrpcEdge, ops: Operations): grpc.handleServerStreamingCall<WatchRequest, unknown> {
+  // Streams open on this thread: each holds a timer and is answered once per window, so a client
+  // that opens them without end would grow both; past the cap a new one is refused.
+  let open = 0;
   return (call) => {
     const req = call.request;
     const undecodable = undecodableError(req);
@@ -61,12 +64,19 @@ export function statusWatch(edge: GrpcEdge, ops: Operations): grpc.handleServerS
       call.emit('error', edge.failure(RPC, undecodable ?? errors.invalidRequest(refused!)));
       return;
     }
+    if (open >= edge.maxStatusStreams) {
+      call.emit('error', edge.failure(RPC, errors.tooManyStatusStreams(edge.maxStatusStreams)));
+      return;
+    }
+    open++;
     const lengthMs = req.window_seconds * 1000;
     let since = Number(req.since_version ?? 0) || 0;
     let timer: NodeJS.Timeout | undefined;
     let ended = false;
     const end = () => {
+      if (ended) return;
       ended = true;
+      open--;
       clearTimeout(timer);
       untrack();
     };

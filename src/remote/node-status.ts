@@ -153,11 +153,13 @@ export class NodeStatus implements FleetMember {
       this.#closeStream();
       return this.#failed();
     }
-    const answered = await this.#openStream(timeoutMs);
+    const opened = await this.#openStream(timeoutMs);
     this.#answersSeen = this.#answers;
-    if (answered) return;
+    if (opened === 'answered') return;
     this.#closeStream();
-    if (this.#streamUnsupported) return this.#readOnce(timeoutMs);
+    // No stream (an older node), or none free on the node now (endpoints.max_status_streams): read
+    // once, so that placement keeps this check's figures; the stream is tried again at the next.
+    if (this.#streamUnsupported || opened === 'busy') return this.#readOnce(timeoutMs);
     this.#failed();
   }
 
@@ -187,17 +189,18 @@ export class NodeStatus implements FleetMember {
   }
 
   /**
-   * Open the status stream; resolves true once its first answer is applied, false when it failed,
-   * ended or did not answer within `timeoutMs` (UNIMPLEMENTED: the node does not stream its status).
+   * Open the status stream; resolves once its first answer is applied, or when it failed, ended or
+   * did not answer within `timeoutMs` (UNIMPLEMENTED: the node does not stream its status;
+   * RESOURCE_EXHAUSTED, `busy`: it has as many streams open as it keeps).
    */
-  #openStream(timeoutMs: number): Promise<boolean> {
+  #openStream(timeoutMs: number): Promise<'answered' | 'failed' | 'busy'> {
     const stream = serverStreamRaw(this.#client, WATCH_PATH, this.#o.encodeStatusRequest(this.#sinceVersion()));
     this.#stream = stream;
-    return new Promise<boolean>((resolve) => {
-      const timer = setTimeout(() => resolve(false), timeoutMs);
-      const settle = (answered: boolean) => {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve('failed'), timeoutMs);
+      const settle = (opened: 'answered' | 'failed' | 'busy') => {
         clearTimeout(timer);
-        resolve(answered);
+        resolve(opened);
       };
       stream.on('data', (bytes: Buffer) => {
         if (this.#stream !== stream) return;
@@ -205,22 +208,22 @@ export class NodeStatus implements FleetMember {
           this.#apply(bytes);
           this.#answers++;
           this.#wake();
-          settle(true);
+          settle('answered');
         } catch {
           // An answer that cannot be applied: the stream is read again from the whole report.
           this.#closeStream();
           this.#failed();
-          settle(false);
+          settle('failed');
         }
       });
       stream.on('error', (err: grpc.ServiceError) => {
         if (err.code === grpc.status.UNIMPLEMENTED) this.#streamUnsupported = true;
         if (this.#stream === stream) this.#closeStream();
-        settle(false);
+        settle(err.code === grpc.status.RESOURCE_EXHAUSTED ? 'busy' : 'failed');
       });
       stream.on('end', () => {
         if (this.#stream === stream) this.#closeStream();
-        settle(false);
+        settle('failed');
       });
     });
   }

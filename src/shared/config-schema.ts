@@ -482,6 +482,11 @@ export const nodeConfigSchema = {
             // request path itself. 0: the main thread alone. auto: none below 4 cores, else
             // one per 4 cores, at most 8 (config/edges.ts; docs/performance.md says why).
             edge_threads: { anyOf: [{ const: 'auto' }, { type: 'integer', minimum: 0, maximum: 64 }], default: 'auto' },
+            // Status streams (WatchModelControlStatus) open at once on each thread that terminates gRPC
+            // (the main thread, each edge); past it RESOURCE_EXHAUSTED. A pooled gateway holds one per
+            // node, so a node sees one per gateway: the default leaves room for many gateways and tools
+            // while each stream's timer and answers stay bounded.
+            max_status_streams: { type: 'integer', minimum: 1, maximum: 65536, default: 64 },
           },
         },
       },

@@ -331,6 +331,41 @@ test('the status stream (WatchModelControlStatus): the whole report at once, the
   }
 });
 
+test('status streams past endpoints.max_status_streams are refused RESOURCE_EXHAUSTED, naming the cap; one closed frees its place', async (t) => {
+  const own = tempDir();
+  t.teardown(own.cleanup);
+  const repo = makeRepository(own.dir, { digits: path.join(ROOT, 'bundles', 'digits') });
+  const node = await startServer({ model_repo: repo, global: { endpoints: { edge_threads: 0, max_status_streams: 2 } } }, { root: own.dir });
+  t.teardown(() => node.stop());
+  const client = new ControlClient(node.address);
+  t.teardown(() => client.close());
+  const held = [watch(client, 0.5), watch(client, 0.5)];
+  for (const s of held) await s.reply(() => true, 3_000);
+  const third = client.watchStatus({ name: '', window_seconds: 0.5, active_only: true, versioned: true, since_version: '0' });
+  const refused = /** @type {grpc.ServiceError} */ (await new Promise((resolve) => third.on('error', resolve)));
+  t.is(refused.code, grpc.status.RESOURCE_EXHAUSTED);
+  t.regex(refused.details, /2 status streams open \(endpoints\.max_status_streams = 2\)/);
+  // The streams held go on answering; one cancelled gives its place to the next.
+  const before = held[0].replies.length;
+  await held[0].reply((r) => held[0].replies.indexOf(r) >= before, 3_000);
+  held[1].stream.cancel();
+  await held[1].ended;
+  let next;
+  for (const deadline = Date.now() + 5_000; ;) {
+    // The server sees the cancel a moment after the client does.
+    const s = watch(client, 0.5);
+    if ((await Promise.race([s.reply(() => true, 3_000).then(() => 'answered', () => 'silent'), s.ended])) === 'answered') {
+      next = s;
+      break;
+    }
+    if (Date.now() > deadline) break;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  t.truthy(next, 'a stream opened after one was cancelled is answered');
+  next?.stream.cancel();
+  held[0].stream.cancel();
+});
+
 test('PrefetchModel brings a model\'s weights onto the device before any call', async (t) => {
   const own = tempDir();
   t.teardown(own.cleanup);

@@ -170,6 +170,33 @@ test('a node without the status stream is read once a check', async (t) => {
   t.false(node.statusFailing);
 });
 
+test('a node with no status stream free (RESOURCE_EXHAUSTED) is read once in that check, and its stream asked again at the next', async (t) => {
+  let reads = 0;
+  let watches = 0;
+  let room = false;
+  const node = await statusOf(t, {
+    WatchModelControlStatus: (/** @type {grpc.ServerWritableStream<any, any>} */ call) => {
+      watches++;
+      if (!room) call.emit('error', { code: grpc.status.RESOURCE_EXHAUSTED, details: 'this thread already has 64 status streams open' });
+      else call.write(answer({ version: 7, load: 0.25 }));
+    },
+    ModelControlStatus: (/** @type {any} */ _call, /** @type {grpc.sendUnaryData<any>} */ done) => {
+      reads++;
+      done(null, answer({ version: 5, load: 0.5 }));
+    },
+  });
+  await node.readStatus(10_000);
+  t.is(watches, 1);
+  t.is(reads, 1, 'refused for lack of room: read in the same check');
+  t.is(node.report?.models.get('m')?.windowLoad, 0.5);
+  t.false(node.statusFailing);
+  room = true;
+  await node.readStatus(10_000);
+  t.is(watches, 2, 'the stream asked for again');
+  t.is(reads, 1, 'and, answered, no read');
+  t.is(node.report?.models.get('m')?.windowLoad, 0.25);
+});
+
 /**
  * A node's health as a pooled gateway sees it, with `watch` false: a node without the health service.
  * @param {import('ava').ExecutionContext} t
