@@ -31,7 +31,7 @@ test('defaults fill every key and the result is frozen', (t) => {
     hooks: { threads: 0, timeout_seconds: 10, import_timeout_seconds: 30, max_heap_mib: 1024 },
     endpoints: {
       host: '127.0.0.1', grpc_port: 8001, http_port: 8000, admin_port: 8002, max_inflight_bytes: 1073741824, max_concurrent_requests: 0, http2_window_bytes: 4194304,
-      max_receive_message_bytes: 2147483647, max_send_message_bytes: 2147483647, max_json_body_bytes: 67108864, http_request_timeout_seconds: 60, system_shared_memory: true, shutdown_grace_seconds: 30, edge_threads: 'auto',
+      max_receive_message_bytes: 2147483647, max_send_message_bytes: 2147483647, max_json_body_bytes: 67108864, http_request_timeout_seconds: 60, system_shared_memory: true, shutdown_grace_seconds: 30, edge_threads: 'auto', max_status_streams: 64,
       tenant_key: 'stowage-tenant',
     },
   });
