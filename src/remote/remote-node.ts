@@ -41,6 +41,9 @@ export interface RemoteNodeOptions {
 
 const WATCH_PATH = '/grpc.health.v1.Health/Watch';
 
+/** Routine health probes in a row that time out before a node that was up is marked down. */
+const SLOW_PROBES_DOWN = 2;
+
 /** A models list -> its set, while some node holds the list. */
 const SETS = new WeakMap<readonly string[], Set<string>>();
 
@@ -69,6 +72,8 @@ export class RemoteNode {
   #watchUnsupported = false;
   /** Up as the last probe told its caller (the watch may change #up between probes). */
   #told = false;
+  /** Routine probes in a row that timed out while the node was up (SLOW_PROBES_DOWN marks it down). */
+  #slowProbes = 0;
 
   constructor(address: string, options: RemoteNodeOptions) {
     this.address = address;
@@ -142,8 +147,15 @@ export class RemoteNode {
         await this.#readIndex(timeoutMs);
         this.#up = true;
       }
-    } catch {
-      this.#up = false;
+      this.#slowProbes = 0;
+    } catch (err) {
+      // A node that answers late is busy, not gone: one routine probe past its timeout keeps it in
+      // service (a loaded machine's node answered a second late and failed every request until the
+      // next check). A refused connection, a second late probe in a row, or a late probe after a
+      // failed call (`fresh`) takes it out.
+      const late = (err as grpc.ServiceError).code === grpc.status.DEADLINE_EXCEEDED;
+      this.#slowProbes = late && this.#up && !fresh ? this.#slowProbes + 1 : SLOW_PROBES_DOWN;
+      if (this.#slowProbes >= SLOW_PROBES_DOWN) this.#up = false;
     }
     if (!this.#up) this.#closeWatch();
     else if (ready && !this.#watch && !this.#watchUnsupported && !this.#draining) this.#openWatch(ready);

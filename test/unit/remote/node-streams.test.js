@@ -283,3 +283,46 @@ test('a node without the health service is probed at every check', async (t) => 
   t.is(node.readyCalls, before + 2);
   t.true(remote.up);
 });
+
+test('a node whose health probe answers late once stays up; late twice in a row, or refusing connections, it is down', async (t) => {
+  let delayMs = 0;
+  const server = new grpc.Server();
+  server.addService(inference, {
+    RepositoryIndex: (/** @type {any} */ _call, /** @type {grpc.sendUnaryData<any>} */ done) => {
+      setTimeout(() => done(null, { models: [{ name: 'm', version: '', state: 'READY', reason: '' }] }), delayMs);
+    },
+  });
+  const address = await listen(t, server);
+  const remote = new RemoteNode(address, {
+    maxStreams: 4, windowBytes: 1 << 20,
+    encodeIndexRequest: () => inference.RepositoryIndex.requestSerialize({}),
+    decodeIndex: (/** @type {Buffer} */ b) => /** @type {any} */ (inference.RepositoryIndex.responseDeserialize(b)),
+  });
+  t.teardown(() => remote.close());
+  await remote.probe(1000);
+  t.true(remote.up);
+  t.deepEqual(remote.models, ['m']);
+  delayMs = 300;
+  await remote.probe(100);
+  t.true(remote.up, 'one late probe: busy, not gone');
+  delayMs = 0;
+  await remote.probe(1000);
+  t.true(remote.up);
+  delayMs = 300;
+  await remote.probe(100);
+  t.true(remote.up);
+  await remote.probe(100);
+  t.false(remote.up, 'late twice in a row: down');
+  delayMs = 0;
+  await remote.probe(1000);
+  t.true(remote.up, 'answering again: up');
+  delayMs = 300;
+  await remote.probe(100, { fresh: true });
+  t.false(remote.up, 'late after a failed call: down at once');
+  delayMs = 0;
+  await remote.probe(1000);
+  t.true(remote.up);
+  server.forceShutdown();
+  await remote.probe(1000);
+  t.false(remote.up, 'a refused connection: down at once');
+});
