@@ -12,6 +12,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { quote } from '../shared/errors.js';
+import { exposition } from './exposition.js';
 
 export interface AdminContext {
   /** Whether the server is ready, and a body that says why (or why not). */
@@ -21,12 +22,16 @@ export interface AdminContext {
 
 /**
  * `registry`'s exposition, after `settle` (a node: every execution its devices answered before the scrape reported
- * first).
+ * first), rendered inside `around` (a node: one reading of its models' counters for the whole scrape).
  */
-export function registryMetrics(registry: Registry, settle: () => Promise<void> = async () => undefined): AdminContext['metrics'] {
+export function registryMetrics(
+  registry: Registry,
+  settle: () => Promise<void> = async () => undefined,
+  around: (render: () => Promise<string>) => Promise<string> = (render) => render(),
+): AdminContext['metrics'] {
   return async () => {
     await settle();
-    return { contentType: registry.contentType, text: await registry.metrics() };
+    return { contentType: registry.contentType, text: await around(() => exposition(registry)) };
   };
 }
 

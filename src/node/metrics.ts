@@ -39,6 +39,12 @@ export interface MetricsSources {
   devices?: () => Promise<readonly DeviceReport[]>;
 }
 
+/** The scrapes rendering now, and the devices' reports they share (Metrics.scraping). */
+interface Scrape {
+  depth: number;
+  devices: Promise<readonly DeviceReport[]> | undefined;
+}
+
 /** A counter set at scrape time from a running total (Prometheus counters are totals since start). */
 function totals(counter: Counter, read: (set: (labels: Record<string, string>, value: number) => void) => void): void {
   counter.reset();
@@ -69,13 +75,16 @@ export class Metrics {
   readonly #placedModels: Gauge;
   readonly #placedBytes: Gauge;
   readonly #placedLoad: Gauge;
+  readonly #statistics: Statistics;
+  readonly #scrape: Scrape = { depth: 0, devices: undefined };
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
     const { statistics } = sources;
+    this.#statistics = statistics;
     modelMetrics(sources, registers);
     gpuMetrics(sources, registers);
-    instanceMetrics(sources, registers);
+    instanceMetrics(sources, registers, this.#scrape);
     this.#loadSecs = new Gauge({ name: 'nv_model_load_duration_secs', help: 'Model load time in seconds', labelNames: ['model', 'version'], registers });
     deviceMetrics(statistics, registers);
     const counter = (name: string, help: string, labelNames: readonly string[]) => new Counter({ name, help, labelNames, registers });
@@ -121,6 +130,22 @@ export class Metrics {
     this.#compiles = counter('stowage_compile_cache_lookups_total', 'ONNX files opened, by whether cache_dir had them compiled already', ['result']);
     processMetrics(sources, registers);
     collectDefaultMetrics({ register: this.registry });
+  }
+
+  /**
+   * `render` (a /metrics scrape, rendered in slices) with one reading of the devices and of the
+   * models' counters for the whole of it: read per family, each slice read them anew, and the
+   * families that ask the devices waited for them one after another.
+   */
+  async scraping<T>(render: () => Promise<T>): Promise<T> {
+    const scrape = this.#scrape;
+    scrape.depth++;
+    scrape.devices = undefined;
+    try {
+      return await this.#statistics.scraping(render);
+    } finally {
+      if (--scrape.depth === 0) scrape.devices = undefined;
+    }
   }
 
   recordLoad(model: string, seconds: number): void {
@@ -253,10 +278,12 @@ function gpuMetrics(sources: MetricsSources, registers: Registry[]): void {
  * devices at each scrape: once per scrape for every gauge (collected in the same turn), not once
  * per gauge.
  */
-function instanceMetrics(sources: MetricsSources, registers: Registry[]): void {
+function instanceMetrics(sources: MetricsSources, registers: Registry[], scrape: Scrape): void {
   let snapshot: Promise<readonly DeviceReport[]> | undefined;
   const devices = async () => {
     if (!sources.devices) return [];
+    // A scrape rendered in slices (admin/exposition.ts) spans many turns: one reading for all of it.
+    if (scrape.depth > 0) return (scrape.devices ??= sources.devices());
     snapshot ??= sources.devices().finally(() => setImmediate(() => { snapshot = undefined; }));
     return snapshot;
   };

@@ -308,7 +308,7 @@ export class StowageServer {
   /** /healthz, /readyz and /metrics, before anything else starts. */
   async #startAdmin(): Promise<void> {
     const { endpoints } = this.#config.global;
-    this.#admin = createAdminServer({ readiness: nodeReadiness(this.registry, () => this.#ready, () => [...this.#outOfService].map(([device, reason]) => ({ device, reason }))), metrics: registryMetrics(this.metrics.registry, async () => this.#devices?.reported()) });
+    this.#admin = createAdminServer({ readiness: nodeReadiness(this.registry, () => this.#ready, () => [...this.#outOfService].map(([device, reason]) => ({ device, reason }))), metrics: registryMetrics(this.metrics.registry, async () => this.#devices?.reported(), (render) => this.metrics.scraping(render)) });
     this.ports.admin = await listen(this.#admin, endpoints.host, endpoints.admin_port);
     this.#logger.info({ admin: `${endpoints.host}:${this.ports.admin}` }, 'admin listening: /healthz, /readyz, /metrics');
   }

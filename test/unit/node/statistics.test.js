@@ -43,3 +43,22 @@ test('an edge\'s counts are read with the main thread\'s, folded when the slot i
   t.deepEqual([...(statistics.routes().get('a') ?? [])], [[0, 1], [1, 1]], 'a\'s routes kept after the fold');
   t.deepEqual([...statistics.models()].map(([m]) => m).sort(), ['a', 'b']);
 });
+
+test('within a scrape every family reads the models once; outside one, and at the next scrape, they read the counters as they are', async (t) => {
+  const main = RequestCounters.create(1, 1);
+  main.grow();
+  const edge = new RequestCounters(main.shape, 0);
+  const statistics = new Statistics();
+  statistics.shareCounters(main, () => [['a', 0]]);
+  const successes = () => [...statistics.models()].find(([m]) => m === 'a')?.[1].success.count ?? 0;
+  edge.succeeded(0, 1, 1000, 10, timing);
+  const seen = await statistics.scraping(async () => {
+    const first = successes();
+    edge.succeeded(0, 1, 1000, 10, timing); // counted while the scrape renders
+    await new Promise((resolve) => setImmediate(resolve));
+    return [first, successes()];
+  });
+  t.deepEqual(seen, [1, 1], 'one reading for the whole scrape');
+  t.is(successes(), 2, 'outside a scrape: as counted now');
+  t.is(await statistics.scraping(async () => successes()), 2, 'the next scrape reads anew');
+});
