@@ -421,7 +421,8 @@ export const nodeConfigSchema = {
           properties: {
             // Threads running bundles' model.js hooks; 0 = half the cores, at least two.
             threads: { type: 'integer', minimum: 0, default: 0 },
-            // Seconds one hook call may take; past it DEADLINE_EXCEEDED and its thread is replaced.
+            // Seconds one hook call may run, from when a hook thread begins it (its wait for a thread does not
+            // count); past it DEADLINE_EXCEEDED and its thread is replaced.
             timeout_seconds: { type: 'number', exclusiveMinimum: 0, maximum: MAX_TIMER_SECONDS, default: 10 },
             // Seconds importing one model.js may take (its top-level code); past it the bundle is
             // refused and the thread replaced, and the repository goes on loading the others.

@@ -19,7 +19,7 @@ test.before(async () => {
   temp = tempDir();
   /** @type {Record<string, string>} */
   const hooked = {};
-  for (const name of ['throws', 'rejects', 'hangs', 'wrong', 'negates', 'exports-extra']) {
+  for (const name of ['throws', 'rejects', 'hangs', 'sleeps', 'wrong', 'negates', 'exports-extra']) {
     hooked[`${name}/manifest.yaml`] = echoManifest;
     hooked[`${name}/model.js`] = readFileSync(path.join(FIXTURES, 'hooks', `${name}.js`), 'utf8');
   }
@@ -29,7 +29,7 @@ test.before(async () => {
     digits_u8: path.join(ROOT, 'bundles', 'digits_u8'),
     severity_grader: path.join(ROOT, 'bundles', 'severity_grader'),
   }, hooked);
-  for (const name of ['throws', 'rejects', 'hangs', 'wrong', 'negates', 'exports-extra', 'needs_hook']) {
+  for (const name of ['throws', 'rejects', 'hangs', 'sleeps', 'wrong', 'negates', 'exports-extra', 'needs_hook']) {
     copyFileSync(path.join(FIXTURES, 'models', 'echo', 'model.onnx'), path.join(repo, name, 'model.onnx'));
   }
   server = await startServer({ model_repo: repo, global: { hooks: { threads: 2, timeout_seconds: 1 } } }, { root: temp.dir });
@@ -100,6 +100,15 @@ test('a hook that throws, rejects or returns the wrong tensors fails only its re
   const { outputs } = await server.client.infer('negates', [x(1)]);
   t.is(outputs[0].data[1], 0); // -(1) + 1
   t.true(await server.client.serverLive());
+});
+
+test.serial('hooks.timeout_seconds is a hook\'s own running time: calls that wait for a busy thread are not cut off', async (t) => {
+  // Six calls of 0.6 s on 2 threads with a 1 s limit: the last two wait 1.2 s for a thread. Timed from
+  // when they were handed to the pool, they were refused as hooks that ran too long.
+  const started = Date.now();
+  const answers = await Promise.all(Array.from({ length: 6 }, () => server.client.infer('sleeps', [x(1)], { parameters: { sleep_ms: { int64_param: '600' } } })));
+  t.true(answers.every((a) => a.outputs[0].data[2] === 2), 'every call answered');
+  t.true(Date.now() - started >= 1_700, `they took turns on the 2 threads (${Date.now() - started} ms)`);
 });
 
 test('a hook that hangs is cut off at hooks.timeout_seconds and its thread replaced; the next requests succeed', async (t) => {

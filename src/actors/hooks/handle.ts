@@ -13,6 +13,7 @@ import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threa
 import { WORKER_YOUNG_GENERATION_MIB } from '../../shared/constants.js';
 import { ERROR_CODES, errors, StowageError, type ErrorCode, toErrorData } from '../../shared/errors.js';
 import { HOOK_NAMES, META_HOOK_NAMES, type HookPoolOptions, type HookAnswer, type HookCalls, type HookCallType, type HookContext, type HookFeed, type HookName, type HookTask, type SubCall, type SubCallReply } from '../../shared/channels/hooks.js';
+import { HookStarts } from './hook-starts.js';
 
 export type { SubInfer };
 
@@ -55,6 +56,8 @@ export class HookPool {
   readonly #pool: Piscina;
   readonly #timeoutMs: number;
   readonly #importTimeoutMs: number;
+  /** When each call in flight began to run on its thread (the timeout counts from there). */
+  readonly #starts = new HookStarts();
 
   constructor(options: HookPoolOptions) {
     const size = options.threads > 0 ? options.threads : defaultHookThreads();
@@ -123,16 +126,29 @@ export class HookPool {
     return (await this.#callHook(model, 'preprocess', { type: 'feed', file: hooks.file, version: hooks.version, tensors: given, context, feed }, [])).door;
   }
 
-  /** Run a hook task within hooks.timeout_seconds: its reply, or the hook's failure as an error. */
+  /**
+   * Run a hook task within hooks.timeout_seconds of its start on a hook thread (hook-starts.ts: the
+   * time it waits for a thread does not count): its reply, or the hook's failure as an error.
+   */
   async #callHook<K extends 'run' | 'feed'>(model: string, hook: HookName, task: HookTask<K>, ports: MessagePort[]): Promise<HookCalls[K]['reply']> {
     const transfer = [...new Set(task.tensors.map((t) => t.data.buffer as ArrayBuffer))];
     // One timer per call, cleared when the call settles (AbortSignal.timeout would leave every
-    // timer pending until it fires: thousands at a few thousand requests a second).
+    // timer pending until it fires: thousands at a few thousand requests a second). When it fires
+    // it looks at when the hook began, and waits on while it is queued or has time left.
     const abort = new AbortController();
-    const timer = setTimeout(() => abort.abort(), this.#timeoutMs);
+    const start = this.#starts.take();
+    const handedAt = Date.now();
+    let timer: NodeJS.Timeout;
+    const check = () => {
+      const began = start ? this.#starts.startedAt(start) : handedAt;
+      const left = began === 0 ? this.#timeoutMs : began + this.#timeoutMs - Date.now();
+      if (left > 0) timer = setTimeout(check, left);
+      else abort.abort();
+    };
+    timer = setTimeout(check, this.#timeoutMs);
     let answer: HookAnswer<K>;
     try {
-      answer = await this.#call(task, [...transfer, ...ports], abort.signal);
+      answer = await this.#call(start ? { ...task, start } : task, [...transfer, ...ports], abort.signal);
     } catch (err) {
       if (abort.signal.aborted) {
         throw new StowageError('STOWAGE_DEADLINE_EXCEEDED', `model ${JSON.stringify(model)}: ${hook} hook ran longer than hooks.timeout_seconds (${this.#timeoutMs / 1000}); its thread was replaced`);
@@ -140,6 +156,7 @@ export class HookPool {
       throw errors.hookFailed(model, hook, (err as Error).message);
     } finally {
       clearTimeout(timer);
+      if (start) this.#starts.give(start);
     }
     if (answer.type === 'hookFailed') {
       // An unhandled sub-call failure keeps its status (a sub-model's NOT_FOUND stays NOT_FOUND).

@@ -23,6 +23,7 @@ import type { HookAnswer, HookCallType, HookFailed, HookFeed, HookTask } from '.
 import { orderHookTensors } from '../../shared/hook-tensor-check.js';
 import { fromHook, toHook, type HookTensor } from './hook-tensors.js';
 import { subCaller } from './sub-calls.js';
+import { markStarted } from './hook-starts.js';
 
 type Hook = (tensors: Record<string, HookTensor>, ctx: unknown) => unknown;
 
@@ -136,5 +137,6 @@ function answer<K extends HookCallType>(type: K, task: HookTask<K>): Promise<Hoo
 }
 
 export default function run(task: HookTask): Promise<HookAnswer | Moved> {
+  markStarted(task.start);
   return answer(task.type, task);
 }

@@ -46,6 +46,14 @@ interface HookModule {
   file: string;
   /** Changes when model.js changes, so that a reload imports the new code. */
   version: string;
+  /** Where the hook thread notes when the call began to run (actors/hooks/hook-starts.ts); absent: not noted. */
+  start?: HookStart;
+}
+
+/** A call's slot in the shared words where hook threads note when each call began (actors/hooks/hook-starts.ts). */
+export interface HookStart {
+  buffer: SharedArrayBuffer;
+  slot: number;
 }
 
 /**
