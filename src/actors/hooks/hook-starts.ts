@@ -36,7 +36,15 @@ export class HookStarts {
   }
 }
 
+/**
+ * The hook thread's view of its pool's words, made at its first call: a thread serves one pool, so
+ * every call brings the same memory (each message a new SharedArrayBuffer object over it).
+ */
+let words: BigInt64Array | undefined;
+
 /** The hook thread: the call in `start` begins now. */
 export function markStarted(start: HookStart | undefined): void {
-  if (start) Atomics.store(new BigInt64Array(start.buffer), start.slot, BigInt(Date.now()));
+  if (!start) return;
+  words ??= new BigInt64Array(start.buffer);
+  Atomics.store(words, start.slot, BigInt(Date.now()));
 }
