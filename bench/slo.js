@@ -4,7 +4,7 @@
 // the device's capacity, where capacity is the saturated goodput of batch traffic alone (closed
 // loop, 32 clients). Each load runs twice on the same server: with priorities and deadlines on (the
 // requests carry Triton's `priority` and `timeout` parameters: the device serves level 1 first and a
-// request that cannot make its deadline is refused at once, src/shared/deadline-admission.ts) and
+// request that cannot make its deadline is refused at once, src/shared/backlog.ts, DeadlineAdmission) and
 // off (neither parameter: today's behaviour for a client that says nothing; its deadline is only the
 // client's own). Prints, per run, the interactive class's deadline attainment (answered within its
 // deadline, of those sent), the p99 of its answers, its refusals, and the goodput of all (batch

@@ -109,7 +109,7 @@ function fromContents(name: string, info: DtypeInfo, contents: InferTensorConten
 
 /**
  * A ModelInferRequest as the data plane's request. `owned`: the message's bytes are views of an
- * ArrayBuffer that belongs to it alone (message-buffers.ts), so its raw inputs may be handed over
+ * ArrayBuffer that belongs to it alone (proto.ts), so its raw inputs may be handed over
  * as they are. A fault in its tensors or parameters is answered once its model is found (refusedLater).
  */
 export function fromModelInferRequest(req: ModelInferRequest, owned: boolean): DataPlaneRequest {

@@ -26,7 +26,7 @@
  * - cancellation: an inference gets an AbortSignal that fires if the client
  *   cancels; the listener is removed when the call settles (grpc-js emits
  *   'cancelled' as every stream closes, answered or not);
- * - the HTTP/2 receive windows (http2-windows.ts): endpoints.http2_window_bytes, not 64 KiB;
+ * - the HTTP/2 receive windows (http2-streams.ts): endpoints.http2_window_bytes, not 64 KiB;
  * - UNIMPLEMENTED for every method of the service without a handler;
  * - with tenant quotas, a ModelInfer call whose tenant is over its limit refused from its metadata,
  *   before its message is read (`earlyRefusal`): a flood over its quota costs the node less.
@@ -39,8 +39,7 @@ import type { Admitted } from '../shared/data-plane.js';
 import { errors, errorToStatus, isUndecodable, Status, StowageError } from '../shared/errors.js';
 import { ERROR_CODE_KEY, errorCodeOf } from './error-code.js';
 import type { Admission } from './admission.js';
-import { widenHttp2Windows } from './http2-windows.js';
-import { capGrpcDeadlines } from './grpc-deadline-cap.js';
+import { capGrpcDeadlines, widenHttp2Windows } from './http2-streams.js';
 import { drainedQuietly, drainThenClose } from '../shared/lifecycle.js';
 
 type Endpoints = NodeConfig['global']['endpoints'];

@@ -15,7 +15,7 @@ import type { Infer, TraceCarrier } from '../shared/data-plane.js';
 import { fromModelInferRequest, inferResponse } from './codec.js';
 import { callDeadlineMs, type GrpcEdge } from './edge.js';
 import { ResponseFrame, type EncodedResponse } from './infer-response-wire.js';
-import { ownsItsBuffer } from './message-buffers.js';
+import { ownsItsBuffer } from './proto.js';
 import { statusWatch } from './status-watch.js';
 import { CONTROL_OPERATIONS, KSERVE_OPERATIONS, type LogSettingValue, type OperationName, type Operations } from '../shared/operations.js';
 import { errors } from '../shared/errors.js';

@@ -20,7 +20,7 @@ import { JSON_MAX_DEPTH, JsonError, RawJson, readJson, type JsonObject, type Jso
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { DataPlaneRequest, InferenceAnswer, RequestInput } from '../shared/data-plane.js';
 import { noParameters, plainParameters, requestedOutput, requestParameters, sharedMemoryRef, type ParameterValues } from './parameters.js';
-import { ownsArrayBuffer } from './message-buffers.js';
+import { ownsArrayBuffer } from './proto.js';
 
 const isObject = (v: JsonValue | undefined): v is JsonObject => typeof v === 'object' && v !== null && !Array.isArray(v) && !(v instanceof RawJson);
 

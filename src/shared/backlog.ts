@@ -1,11 +1,11 @@
 /**
  * A device's predicted backlog, published where every thread that holds requests reads it (issue
- * 65: deadlines kept or refused at once). The device thread alone writes it (actors/device/
- * backlog-ledger.ts): the predicted end of the batch it runs now, and the predicted milliseconds of
- * the work waiting at each priority level (what came through its doors and is not yet running).
+ * 65: deadlines kept or refused at once). The device thread alone writes it (`BacklogLedger`,
+ * below): the predicted end of the batch it runs now, and the predicted milliseconds of the work
+ * waiting at each priority level (what came through its doors and is not yet running).
  * A thread admitting a request reads how long the work at its level and above would keep it waiting
  * (`aheadMs`), adds the run its model takes, and refuses at once a request that would miss its
- * deadline (shared/deadline-admission.ts), before anything of it runs.
+ * deadline (`DeadlineAdmission`, below), before anything of it runs.
  *
  * It also carries each level's deadline guard: the tightest slack (time to the deadline on arrival,
  * less the request's own run) of that level's requests with deadlines lately, noted by every thread
@@ -20,7 +20,11 @@
  * the highest (the device writes them), then per level the guard's slack and when it was noted (0:
  * never; any thread writes them, a lost race between two notes only delays the next one).
  */
-import { nowMs } from './channels/inference.js';
+import type { InferCommand } from './channels/device.js';
+import type { ExecutionTiming } from './channels/inference.js';
+import { errors, type StowageError } from './errors.js';
+import type { ModelSpec } from './model-spec.js';
+import { nowMs } from './timers.js';
 
 const RUNNING_UNTIL = 0;
 const LEVELS = 1;
@@ -127,5 +131,124 @@ export class Backlog {
   /** Level 1..levels as a word index; a level above the levels counts as the lowest. */
   #index(level: number): number {
     return Math.min(Math.max(1, level), this.#levels) - 1;
+  }
+}
+
+/**
+ * A request's level and predicted share of a run, in ms; `first`: no other request of its model waits,
+ * so a load its model needs first is its to carry.
+ */
+export type Estimate = (cmd: InferCommand, first: boolean) => { level: number; ms: number };
+
+/**
+ * The device's ledger: what it publishes of its backlog, kept as its requests come and go:
+ * each request that comes through a door is entered at its priority level with its predicted share
+ * of a run (its model's learned cost of a full batch, per row, times its rows), and leaves when its
+ * batch starts, or it is shed, cancelled or failed; the batch that runs is published with its
+ * predicted end. So a thread admitting a request reads, without asking the device, how long the work
+ * ahead of it would keep it waiting. A model that must be brought on before it runs (its weights not
+ * on the device, or its sessions closed) adds its last measured load to the backlog once, with the
+ * first of its requests to wait, and takes it back when that one leaves.
+ */
+export class BacklogLedger {
+  readonly #backlog: Backlog;
+  readonly #estimate: Estimate;
+  /** What each waiting request added, by the device's id: taken back when it leaves. */
+  readonly #entries = new Map<number, { level: number; ms: number; instance: InferCommand['instance'] }>();
+  /** Requests waiting, per model instance. */
+  readonly #waiting = new Map<InferCommand['instance'], number>();
+
+  constructor(backlog: Backlog, estimate: Estimate) {
+    this.#backlog = backlog;
+    this.#estimate = estimate;
+    backlog.clear(); // a new worker: nothing of its predecessor's waits here
+  }
+
+  /** A request came: it waits until its batch starts. */
+  queued(cmd: InferCommand): void {
+    const waiting = this.#waiting.get(cmd.instance) ?? 0;
+    const { level, ms } = this.#estimate(cmd, waiting === 0);
+    this.#entries.set(cmd.id, { level, ms, instance: cmd.instance });
+    this.#waiting.set(cmd.instance, waiting + 1);
+    this.#backlog.add(level, ms);
+  }
+
+  /** Request `id` no longer waits (its batch started, or it was shed, cancelled or failed); nothing if not entered. */
+  left(id: number): void {
+    const entry = this.#entries.get(id);
+    if (!entry) return;
+    this.#entries.delete(id);
+    const waiting = (this.#waiting.get(entry.instance) ?? 1) - 1;
+    if (waiting > 0) this.#waiting.set(entry.instance, waiting);
+    else this.#waiting.delete(entry.instance);
+    this.#backlog.add(entry.level, -entry.ms);
+  }
+
+  /** A batch runs until about `untilMs`; 0: the device is idle again. */
+  running(untilMs: number): void {
+    this.#backlog.running(untilMs);
+  }
+}
+
+/** What admission reads and notes of a device's published backlog. */
+export type AdmissionBacklog = Pick<Backlog, 'aheadMs' | 'noteSlack'>;
+
+/** Weight of the newest execution in a model's moving average of its run time. */
+const NEWEST = 0.2;
+
+/** Priority levels as the scheduler resolves a request's: its own, else its model's, else the default. */
+export interface Levels {
+  defaultLevel: number;
+  /** scheduler.models.<name>.priority, where set. */
+  models: Readonly<Record<string, number>>;
+}
+
+/**
+ * Deadlines kept or refused at once, at admission (issue 65 item 2), on the thread that holds the
+ * request: a request with a deadline is refused DEADLINE_EXCEEDED before anything of it runs when
+ * the work ahead of it on the device (the backlog above: the batch running now and what waits at its
+ * priority level and above, as the device publishes it) and its own run would end past its deadline.
+ * The device checks again at dispatch for every request of a batch (actors/device/scheduler.ts).
+ *
+ * Its own run is what this thread learned of its model: a moving average of the executions its
+ * answers rode in (input, infer and output time of the whole batch: what a request waits from its
+ * batch's start to its answer). A model this thread has not seen run yet is never refused here
+ * (the device's check at dispatch still holds). The work ahead is read on the device its lease
+ * leads to (the rooms choose it before admission, by the devices' routing policy).
+ */
+export class DeadlineAdmission {
+  readonly #levels: Levels;
+  /** Each model's learned run time, ms. */
+  readonly #runMs = new Map<string, number>();
+
+  constructor(levels: Levels) {
+    this.#levels = levels;
+  }
+
+  /** An execution a request of `model` rode in: its time joins the model's average. */
+  learn(model: string, timing: ExecutionTiming): void {
+    const ms = (timing.computeInputNs + timing.computeInferNs + timing.computeOutputNs) / 1e6;
+    if (!(ms > 0)) return;
+    const before = this.#runMs.get(model);
+    this.#runMs.set(model, before === undefined ? ms : before + NEWEST * (ms - before));
+  }
+
+  /**
+   * The refusal of a request for `model` at `priority` (0: its model's level: the node file's, else
+   * its manifest's, else the default) due by `deadlineMs`, or null; `backlog` is that of the device
+   * its lease leads to (none known: nothing waits ahead). Its slack is noted there as its
+   * level's deadline guard (shared/backlog.ts) whether it is refused or not: the device keeps the
+   * lower levels' batches short for it even while every request of its level is refused here.
+   */
+  refusal({ name: model, priority: manifestLevel }: Pick<ModelSpec, 'name' | 'priority'>, priority: number, deadlineMs: number, backlog: AdmissionBacklog | undefined, now = nowMs()): StowageError | null {
+    if (!Number.isFinite(deadlineMs)) return null;
+    const runMs = this.#runMs.get(model);
+    if (runMs === undefined) return null;
+    const level = priority || this.#levels.models[model] || manifestLevel || this.#levels.defaultLevel || 1;
+    const leftMs = deadlineMs - now;
+    backlog?.noteSlack(level, leftMs - runMs, now);
+    const ahead = backlog?.aheadMs(level, now) ?? 0;
+    if (ahead + runMs <= leftMs) return null;
+    return errors.deadlineUnreachable(model, leftMs, ahead, runMs, level);
   }
 }

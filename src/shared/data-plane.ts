@@ -12,7 +12,6 @@
  * protocol types, shared-memory parameters as a `RegionRef`). What the path checks against
  * the model (shared/request-check.ts): names, datatypes, shapes, byte sizes, batch sizes, regions.
  */
-import type { TensorSpec } from './model-spec.js';
 import { toErrorData, type ErrorData } from './errors.js';
 import type { OutputFrame, WireTensor } from './channels/inference.js';
 
@@ -96,23 +95,14 @@ export function refusedLater(head: Pick<DataPlaneRequest, 'model' | 'version' | 
  * first, a headroom of `fixed` bytes plus, for each output the client receives, `perOutput` bytes,
  * `perDimension` bytes per axis of its shape, and the UTF-8 bytes of its name and datatype (what
  * a header describing the outputs needs at most: the gRPC edge's response header). The request path
- * turns it into an OutputFrame once the model is known (`frameOf`). No layout: each output
- * in a buffer of its own (REST, hooks). Shared-memory outputs are the request's `RequestOutput.region`.
+ * turns it into an OutputFrame once the model is known (request-path.ts, `frameOf`). No layout:
+ * each output in a buffer of its own (REST, hooks). Shared-memory outputs are the request's `RequestOutput.region`.
  */
 export interface OutputLayout {
   fixed: number;
   perOutput: number;
   perDimension: number;
   gap: number;
-}
-
-/** The frame `layout` asks for `outputs` (the model's, in response order). */
-export function frameOf(layout: OutputLayout, outputs: readonly Pick<TensorSpec, 'name' | 'datatype' | 'shape'>[]): OutputFrame {
-  let headroom = layout.fixed;
-  for (const t of outputs) {
-    headroom += layout.perOutput + layout.perDimension * t.shape.length + Buffer.byteLength(t.name, 'utf8') + Buffer.byteLength(t.datatype, 'utf8');
-  }
-  return { headroom, gap: layout.gap };
 }
 
 /** The trace context a request carries (W3C traceparent and tracestate), as its edge reads it. */

@@ -24,7 +24,8 @@
  * also counting its own places in a row of its own, so that an edge thread that dies with requests
  * in flight gives them back (`forget`).
  */
-import { nowMs, type ExecutionTiming } from './channels/inference.js';
+import { type ExecutionTiming } from './channels/inference.js';
+import { nowMs } from './timers.js';
 import { errors, type StowageError } from './errors.js';
 
 /** A subject's limits (quotas.tenants.<name>, quotas.models.<name>); 0: none. */

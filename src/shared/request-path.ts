@@ -36,11 +36,11 @@
  *
  * | path | copies | native | each copy, in order (thread) | hops |
  * | --- | --- | --- | --- | --- |
- * | inline lone | 3 | 0 | grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own when the message is at least half `Buffer.poolSize` (32 KiB on Node 24; protobufjs decodes `bytes` as views of it), which is transferred to the device as it is (protocol/message-buffers.ts) and read by ONNX Runtime in place (edge); ONNX Runtime writes each output into memory the device gives it (reused staging), no copy after the run; the output into the frame the gRPC edge asked for (actors/device/output-frame.ts), transferred back (device), around which the edge frames the response, writing only its header (protocol/infer-response-wire.ts, edge); grpc-js copies the message into its frame (edge) | 2: edge -> device -> edge |
+ * | inline lone | 3 | 0 | grpc-js joins the HTTP/2 frames into one message, an ArrayBuffer of its own when the message is at least half `Buffer.poolSize` (32 KiB on Node 24; protobufjs decodes `bytes` as views of it), which is transferred to the device as it is (protocol/proto.ts) and read by ONNX Runtime in place (edge); ONNX Runtime writes each output into memory the device gives it (reused staging), no copy after the run; the output into the frame the gRPC edge asked for (actors/device/ort-tensors.ts, frameOutputs), transferred back (device), around which the edge frames the response, writing only its header (protocol/infer-response-wire.ts, edge); grpc-js copies the message into its frame (edge) | 2: edge -> device -> edge |
  * | REST binary lone | 1 | 0 | Node's http hands the body over in chunks, joined into one buffer of its own (http-edge.ts, edge); the tensor after the JSON header is a view of it, transferred to the device as it is (as inline lone's); ONNX Runtime writes the output into a buffer of the request's own, transferred back as it is; the JSON header and the output's bytes are written to the socket one after the other, not joined (http-edge.ts) | 2: edge -> device -> edge |
  * | REST JSON lone | 0 | 0 | no copy of the tensor's bytes: Node's http hands the JSON body over in chunks, joined into one buffer of its own (http-edge.ts, edge: a copy of the JSON text, which the copy test counts apart); the `data` array is converted into the datatype's bytes in a buffer of the request's own (rest-tensors.ts, edge: a conversion, not a copy), transferred to the device as it is; ONNX Runtime writes the output into a buffer of the request's own, transferred back as it is; its bytes are converted into JSON numbers (edge: a conversion; an output misaligned for its type is copied first) | 2: edge -> device -> edge |
  * | inline small | 4 | 0 | as inline lone, and a message under half `Buffer.poolSize` sits in Node's shared pool, which cannot be transferred: its bytes are copied into a buffer of their own (`inlineData`, request-check.ts, edge) | 2 |
- * | inline misaligned | 4 | 0 | as inline lone, and an input whose bytes are misaligned for its type in the message is copied into reused staging memory (staging.ts) before ONNX Runtime reads it (device) | 2 |
+ * | inline misaligned | 4 | 0 | as inline lone, and an input whose bytes are misaligned for its type in the message is copied into reused staging memory (ort-tensors.ts, Staging) before ONNX Runtime reads it (device) | 2 |
  * | inline padded | 4 | 0 | as inline lone, and a lone request run by an executable compiled for more rows is copied into staging, padded with zero rows (device) | 2 |
  * | inline coalesced | 4 | 0 | as inline lone (the output's copy into the response reads the request's rows of the batch's output), and each request's rows are copied into the joined input in staging (device) | 2 |
  * | typed contents | 4 | 0 | as inline small, with the JS arrays converted into bytes instead of `inlineData`'s copy (codec.ts, edge) | 2 |
@@ -48,9 +48,9 @@
  * | shared memory coalesced | 1 | 0 | requests that rode together, their outputs in one region laid end to end in the batch's order (the device orders a batch by its requests' output slices): each request's input rows are copied into the joined input in staging (device); ONNX Runtime computes the batch's output into the region itself, every request's rows landing in its own slice | 2 |
  * | shared memory copied | 1 | 0 | as shared memory in place, but when ONNX Runtime cannot write into the region (a coalesced batch whose slices are not end to end in one region, an output axis the graph leaves symbolic, a slice misaligned for its type or over the request's input bytes) it writes into staging and the output is copied into the region after the run (device) | 2 |
  * | hooked | 3 | 0 | pre- and postprocess, lone: grpc-js's join (edge); the message's buffer goes to the hook thread whole (a view misaligned for its type is copied first by `inlineData`, request-check.ts, edge); what the hooks return is their own (a returned view of part of a buffer is copied, a plain array converted: hook); preprocess's tensors go from the hook thread to the device through its door, never to the edge; ONNX Runtime writes each output into a buffer of the request's own, which goes to postprocess as it is; protobufjs encodes the response (edge); grpc-js's frame (edge). (A preprocess hook alone: its own row.) A coalesced request's rows of each output are copied out of the batch's before going to postprocess (device) | postprocess only: 4, edge -> device -> edge -> hook -> main; both: 5 |
- * | preprocess only | 3 | 0 | a preprocess hook alone, lone: grpc-js's join (edge); the message's buffer goes to the hook thread whole (as hooked's); what the hook returns is its own (hook); its tensors go from the hook thread to the device through its door; ONNX Runtime writes each output into staging, and the device copies it into the frame the edge asked for (actors/device/output-frame.ts), around which the edge frames the response (device, as inline lone's); grpc-js's frame (edge) | 3: edge -> hook -> device -> edge |
+ * | preprocess only | 3 | 0 | a preprocess hook alone, lone: grpc-js's join (edge); the message's buffer goes to the hook thread whole (as hooked's); what the hook returns is its own (hook); its tensors go from the hook thread to the device through its door; ONNX Runtime writes each output into staging, and the device copies it into the frame the edge asked for (actors/device/ort-tensors.ts, frameOutputs), around which the edge frames the response (device, as inline lone's); grpc-js's frame (edge) | 3: edge -> hook -> device -> edge |
  * | meta sub-call | 1 | 0 | the run hook's tensors are copied once on the hook thread, which may reuse them (hook); passed to the device as they are (no re-encode, no decode copy); ONNX Runtime writes the outputs into buffers of the sub-call's own, which go back to the hook thread as they are | 4 per sub-call: hook -> edge -> device -> edge -> hook |
- * | inline lone, backend cuda | 4 | 0 | as inline lone, and the input copied into pinned staging (staging.ts, device), from which ONNX Runtime's own copy to the GPU runs at the bus's speed; the output is written into pinned staging by ONNX Runtime's copy from the GPU. ONNX Runtime's copies to and from the GPU are the device's, as on any GPU server, and are not counted | 2 |
+ * | inline lone, backend cuda | 4 | 0 | as inline lone, and the input copied into pinned staging (ort-tensors.ts, Staging; device), from which ONNX Runtime's own copy to the GPU runs at the bus's speed; the output is written into pinned staging by ONNX Runtime's copy from the GPU. ONNX Runtime's copies to and from the GPU are the device's, as on any GPU server, and are not counted | 2 |
  * | CUDA shared memory in place | 0 | 0 | backend cuda, a lone request: its input is bound to the run in the client's GPU memory as it is (its region on the run's GPU, at an offset cudaMalloc's 256-byte alignment allows: actors/device/regions.ts), and an output whose shape the graph fixes is computed by ONNX Runtime into its region; nothing crosses the bus | 2 |
  * | CUDA shared memory copied | 2 | 0 | as CUDA shared memory in place, but an input on another GPU (or misaligned) is copied GPU to GPU once into the device's scratch memory (device), and an output ONNX Runtime cannot write into its region (on another GPU, misaligned, a symbolic axis) is written on the host and copied into the region after the run (device, host to GPU). A coalesced (or padded) batch whose every request has the input in a CUDA region is joined GPU to GPU in scratch memory, each request's rows copied once (device); one that mixes them with inline inputs copies its CUDA inputs to the host into the joined input in staging (device, GPU to host), then goes as inline coalesced's | 2 |
  * | inline lone, CUDA graph | 4 | 0 | as inline lone, backend cuda, with our own copies to and from the GPU in place of ONNX Runtime's (not counted either): the staged input into the graph's slot (cuda-graphs.ts, a host-to-GPU copy), the output from the slot into staging (GPU to host), since a captured graph reads and writes fixed addresses | 2 |
@@ -75,18 +75,28 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 import type { HookFeedTarget } from './channels/device.js';
-import { nowMs, type ExecutionTiming, type InferenceRequest, type InferenceResult, type OutputFrame, type RegionSlice, type WireTensor } from './channels/inference.js';
+import { type ExecutionTiming, type InferenceRequest, type InferenceResult, type OutputFrame, type RegionSlice, type WireTensor } from './channels/inference.js';
+import { nowMs } from './timers.js';
 import type { HookContext, HookFeed, HookName } from './channels/hooks.js';
-import { frameOf, type Admitted, type DataPlaneRequest, type Infer, type InferenceAnswer, type InferOptions, type OutputLayout, type TraceCarrier } from './data-plane.js';
+import { type Admitted, type DataPlaneRequest, type Infer, type InferenceAnswer, type InferOptions, type OutputLayout, type TraceCarrier } from './data-plane.js';
 import { errors, fromErrorData, quote, StowageError, type ErrorCode } from './errors.js';
 import { checkHookTensors } from './hook-tensor-check.js';
 import type { BundleHooks, InstanceKey, ModelSpec, TensorSpec } from './model-spec.js';
 import { checkRequest, checkTensors, slicesOf, type CheckedRequest, type RegionLookup } from './request-check.js';
 import { MODEL_VERSION } from './constants.js';
 import type { QuotaTicket, Quotas } from './quotas.js';
-import type { AdmissionBacklog, DeadlineAdmission } from './deadline-admission.js';
+import type { AdmissionBacklog, DeadlineAdmission } from './backlog.js';
 
 /** A ready model taken for one request: its spec and the instance that serves it. */
+/** The frame `layout` asks for `outputs` (the model's, in response order). */
+export function frameOf(layout: OutputLayout, outputs: readonly Pick<TensorSpec, 'name' | 'datatype' | 'shape'>[]): OutputFrame {
+  let headroom = layout.fixed;
+  for (const t of outputs) {
+    headroom += layout.perOutput + layout.perDimension * t.shape.length + Buffer.byteLength(t.name, 'utf8') + Buffer.byteLength(t.datatype, 'utf8');
+  }
+  return { headroom, gap: layout.gap };
+}
+
 export interface PathLease {
   spec: ModelSpec;
   instance: InstanceKey;

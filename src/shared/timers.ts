@@ -1,9 +1,15 @@
 /**
- * Timers for waits that may be long. Node's timers take at most 2^31−1 ms (about 24.8 days): a
- * longer delay, or Infinity, fires after 1 ms instead, with only a warning, so a deadline set far
- * ahead ("never", in the node file or a client's deadline) would fail at once. Every timer whose
- * delay comes from outside (a request's deadline, the node file) goes through here.
+ * The clock every thread reads deadlines and queue times on (`nowMs`), and timers for waits that may
+ * be long. Node's timers take at most 2^31−1 ms (about 24.8 days): a longer delay, or Infinity,
+ * fires after 1 ms instead, with only a warning, so a deadline set far ahead ("never", in the node
+ * file or a client's deadline) would fail at once. Every timer whose delay comes from outside (a
+ * request's deadline, the node file) goes through here.
  */
+
+/** The clock every thread shares for deadlines (Date.now() has ms resolution only). */
+export function nowMs(): number {
+  return performance.timeOrigin + performance.now();
+}
 
 /** The longest delay one Node timer takes. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;

@@ -6,24 +6,75 @@
  * each edge thread one per device (actors/rooms/rooms.ts). Control calls alone go over the
  * worker's own port.
  *
- * - each request settles in exactly one way: its answer, its deadline (for one without: the
- *   device's queue bound plus the execution watchdog), its client going (the device is told to
- *   drop it), or the door closing (the device's worker ended: UNAVAILABLE, with why as the main
+ * - each request settles in exactly one way (`inferOn`, below): its answer, its deadline (for one
+ *   without: the device's queue bound plus the execution watchdog), its client going (the device is
+ *   told to drop it), or the door closing (the device's worker ended: UNAVAILABLE, with why as the main
  *   thread says it, its exit code included, `close`);
- * - what one event-loop turn sends goes as one message (shared/outbox.ts), so that requests read
- *   together arrive together and may run as one batch;
+ * - what one event-loop turn sends goes as one message (shared/thread-messages.ts, Outbox), so that
+ *   requests read together arrive together and may run as one batch;
  * - a door made before its worker may take requests (a replacement worker still loading its
  *   models again) holds what it is given, in order, until `open` hands it the port, so that a
  *   request sent while a device restarts waits for it as it would in the device's own queue.
  */
 import type { MessagePort, Transferable } from 'node:worker_threads';
-import type { DeviceClient, Executed, FromDeviceDoor, HookFeedTarget, ToDeviceDoor } from '../../shared/channels/device.js';
+import type { DeviceClient, Executed, FromDeviceDoor, HookFeedTarget, InferCommand, ToDeviceDoor } from '../../shared/channels/device.js';
 import type { InferenceRequest, InferenceResult } from '../../shared/channels/inference.js';
-import { inferOn, type DeviceLink } from '../../shared/device-infer.js';
 import { errors, fromErrorData } from '../../shared/errors.js';
 import { DOOR_EXIT_WHY_WAIT_MS } from '../../shared/constants.js';
-import { Outbox } from '../../shared/outbox.js';
-import { PendingCalls } from '../../shared/pending-calls.js';
+import { Outbox, PendingCalls } from '../../shared/thread-messages.js';
+import { modelOf } from '../../shared/model-spec.js';
+import { nowMs } from '../../shared/timers.js';
+
+/** A client's link to one device actor: what `inferOn` sends a request over. */
+export interface DeviceLink {
+  /** Its calls waiting for the device (failed all at once when the device goes). */
+  pending: PendingCalls;
+  /** The next id on this link. */
+  nextId(): number;
+  /** How long a request without a deadline may wait for its answer. */
+  waitBoundMs: number;
+  send(msg: InferCommand | { type: 'cancel'; id: number }, transfer?: readonly Transferable[]): void;
+  /** Why nothing may be sent now (the device stopped, out of service, its door closed); null when it may. */
+  refusal(): Error | null;
+}
+
+/**
+ * One request to a device actor, as a door sends it (every thread's requests go through one, the
+ * main thread's handle's included): numbered on its link, its inputs' buffers transferred, and
+ * settled exactly once: by its answer, by its deadline (a request without one: the device's wait
+ * bound) with the device told to drop it, by its client going (likewise), or by the link failing
+ * everything it has pending (its worker gone).
+ *
+ * Run `req` on the device over `link`; `prepare` may mark the command before it goes (its inputs
+ * coming from a hook thread). The caller must not touch the inputs' buffers afterwards.
+ */
+export async function inferOn(link: DeviceLink, req: InferenceRequest, signal: AbortSignal | undefined, prepare?: (command: InferCommand) => void): Promise<InferenceResult> {
+  // A client gone before its request got here (mid-decode, or before its handler ran): not run.
+  if (signal?.aborted) throw errors.cancelled();
+  const refused = link.refusal();
+  if (refused) throw refused;
+  const id = link.nextId();
+  const enqueuedAtMs = nowMs();
+  const settleBy = Number.isFinite(req.deadlineMs) ? req.deadlineMs : enqueuedAtMs + link.waitBoundMs;
+  const transfer: Transferable[] = [...new Set(req.inputs.map((t) => t.data.buffer as ArrayBuffer))];
+  const command: InferCommand = { ...req, type: 'infer', id, enqueuedAtMs };
+  prepare?.(command);
+  const executed = link.pending.wait<Executed>(id, settleBy - enqueuedAtMs, () => {
+    link.send({ type: 'cancel', id });
+    return errors.deadlineExceeded(modelOf(req.instance), nowMs() - enqueuedAtMs);
+  });
+  link.send(command, transfer);
+  const onAbort = () => {
+    if (link.pending.reject(id, errors.cancelled())) link.send({ type: 'cancel', id });
+  };
+  signal?.addEventListener('abort', onAbort, { once: true });
+  try {
+    const { result, timing } = await executed;
+    return { ...result, timing };
+  } finally {
+    signal?.removeEventListener('abort', onAbort);
+  }
+}
 
 export class DeviceDoor implements DeviceClient {
   readonly deviceId: number;
@@ -33,7 +84,7 @@ export class DeviceDoor implements DeviceClient {
   readonly #onClosed: (door: DeviceDoor) => void;
   /** What was sent before the door opened, each turn's batch in order. */
   #held: { messages: ToDeviceDoor[]; transfer: Transferable[] }[] = [];
-  /** Its requests' numbering, waiting and cancelling (shared/device-infer.ts). */
+  /** Its requests' numbering, waiting and cancelling (`inferOn`). */
   readonly #link: DeviceLink;
   readonly #pending = new PendingCalls();
   readonly #outbox: Outbox<ToDeviceDoor>;

@@ -7,7 +7,7 @@
  * it must be padded to a compiled batch size, or is misaligned for its type);
  * the requests of a coalesced batch are copied once into the joined input.
  * A request whose edge asked for a frame gets its outputs copied once into the one
- * buffer laid out as it asked (output-frame.ts: for gRPC the response is
+ * buffer laid out as it asked (ort-tensors.ts' frameOutputs: for gRPC the response is
  * framed around them there), so the edge sends it as it is; others (REST,
  * hooks, meta sub-calls) get tensors whose buffers are
  * their own: a lone request's are ONNX Runtime's outputs (or views of them),
@@ -17,19 +17,18 @@
  */
 import type { ExecutionAnswers, FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
 import type { ExecutionOutcome } from './execution-tally.js';
-import { nowMs, type InferenceResult, type RegionSlice, type WireTensor } from '../../shared/channels/inference.js';
+import { type InferenceResult, type RegionSlice, type WireTensor } from '../../shared/channels/inference.js';
+import { nowMs } from '../../shared/timers.js';
 import { errors, type StowageError } from '../../shared/errors.js';
 import type { CostModel } from './cost-model.js';
-import { frameOutputs } from './output-frame.js';
 import { bindWeights, plainRun, type Executable } from './executables.js';
 import type { DeviceModels, LoadedModel } from './models.js';
-import { batchInput, outputBytes, requestOutput } from './ort-tensors.js';
+import { batchInput, frameOutputs, outputBytes, requestOutput, type Staging } from './ort-tensors.js';
 import { dtypeInfo } from '../../shared/dtypes.js';
 import { modelOf, type ModelSpec, type TensorSpec } from '../../shared/model-spec.js';
 import { isDeviceSlice, isOrtError, isOutOfMemory, type DeviceSlice, type HostTensor, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
-import type { Staging } from './staging.js';
 import { reopenExhausted } from './sessions.js';
 import type { UploadsAhead } from './uploads-ahead.js';
 
@@ -304,7 +303,10 @@ function prepareRun(ctx: ExecutionContext, batch: InferCommand[], model: LoadedM
   const { regions } = ctx;
   const { spec, batchDims } = model;
   ctx.staging.beginExecution(); // executions run one at a time: the last one's staged inputs and outputs are free
-  regions.beginExecution();
+  // Only inputs in shared memory are read through the regions (their scratch too): a batch without
+  // any leaves them alone.
+  const fromRegions = batch.some((t) => t.inputs.some((input) => input.shm));
+  if (fromRegions) regions.beginExecution();
   const stage = (bytes: number) => ctx.staging.take(bytes);
   const padded = spec.batchAxis !== null && runBatch !== rows;
   // An input in CUDA shared memory goes to the run on the GPU: a lone request's as it is, a batch's
@@ -313,6 +315,7 @@ function prepareRun(ctx: ExecutionContext, batch: InferCommand[], model: LoadedM
   const inputs = spec.inputs.map((input, i) => {
     const parts = batch.map((t) => t.inputs[i]);
     const batchDim = batchDims.get(input.name) ?? -1;
+    if (!fromRegions) return batchInput(parts, batchDim, runBatch, stage, ctx.stageInputs);
     const onGpu = batch.length === 1 && !padded ? regions.deviceInput(parts[0]) : regions.joinedDeviceInput(parts, batchDim, runBatch);
     return onGpu ?? batchInput(parts.map((p) => regions.inputBytes(p, stage)), batchDim, runBatch, stage, ctx.stageInputs);
   });

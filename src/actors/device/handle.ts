@@ -32,10 +32,9 @@ import { errors, fromErrorData, StowageError } from '../../shared/errors.js';
 import type { CompiledModel } from '../../shared/channels/compiler.js';
 import type { CudaDeviceInit, DeviceCall, DeviceClient, HookFeedTarget, DeviceCalls, DeviceCallType, DeviceInit, ExecutionReport, FromDevice, HostUpdate, DeviceScheduling, InstanceStatus, ModelPolicy, SessionsInit, ToDevice, WeightCacheInit, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
 import type { InferenceRequest, InferenceResult, RegionSlice } from '../../shared/channels/inference.js';
-import { Outbox } from '../../shared/outbox.js';
+import { Outbox, PendingCalls } from '../../shared/thread-messages.js';
 import { DeviceDoor } from './door.js';
 import { Backlog } from '../../shared/backlog.js';
-import { PendingCalls } from '../../shared/pending-calls.js';
 
 /** Lifecycle of a device actor. */
 export enum DeviceState {

@@ -41,23 +41,22 @@ export class HookFeeds {
   }
 
   /**
-   * A request that came over `link` as `linkId` (`cmd.id` is the device's id for it). False when
-   * its inputs are in it: the caller queues it as any request.
+   * A request whose inputs a hook sends (`inputsFromHook`), come over `link` as `linkId` (`cmd.id`
+   * is the device's id for it); a request with its inputs never comes here. Only these requests
+   * move a link's last id: inputs are only ever sent for them, and a link numbers in order.
    */
-  command(cmd: InferCommand, link: number, linkId: number): boolean {
+  command(cmd: InferCommand, link: number, linkId: number): void {
     this.#last.set(link, linkId);
-    if (!cmd.inputsFromHook) return false;
     const key = keyOf(link, linkId);
     const early = this.#early.get(key);
     if (early) {
       this.#early.delete(key);
       this.#on.ready(withInputs(cmd, early));
-      return true;
+      return;
     }
     this.#awaiting.set(key, cmd);
     this.#keys.set(cmd.id, key);
     this.#on.expect(cmd.instance);
-    return true;
   }
 
   /** One request's inputs from a hook door; true when its request is now ready. */

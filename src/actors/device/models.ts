@@ -10,7 +10,7 @@
  * loaded instances as setPolicy / setResidency. Nothing here outlives a load.
  */
 import type { DeviceCalls, DeviceInit, HostUpdate, InferCommand, InstanceStatus, SchedulingPolicy, WarmupOutcome, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
-import { nowMs } from '../../shared/channels/inference.js';
+import { nowMs } from '../../shared/timers.js';
 import { errors } from '../../shared/errors.js';
 import { modelOf, type InstanceKey, type ModelSpec } from '../../shared/model-spec.js';
 import type { CostModel } from './cost-model.js';

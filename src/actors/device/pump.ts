@@ -6,7 +6,7 @@
  * the latest when its hold ends. What each step does is the worker's (worker.ts): this file is
  * only the loop's order and its timers.
  */
-import { nowMs } from '../../shared/channels/inference.js';
+import { nowMs } from '../../shared/timers.js';
 import type { DeviceCall, InferCommand } from '../../shared/channels/device.js';
 import type { Scheduler, ShedReason } from './scheduler.js';
 

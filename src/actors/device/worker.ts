@@ -23,18 +23,17 @@
 import { DeviceService, injectedPoison } from './out-of-service.js';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { DeviceCall, DeviceCalls, DeviceCallType, DeviceInit, DeviceSessionsStatus, ExecutionAnswers, FromDevice, HookInputs, InferCommand, ToDevice } from '../../shared/channels/device.js';
-import { nowMs } from '../../shared/channels/inference.js';
+import { nowMs } from '../../shared/timers.js';
 import { cpuArenaStats, heapBytesInUse, initOrt, processThreadPool, registerCpuArena } from '../../native/ort.js';
 import { gpuMemory, loadCuda } from '../../native/cuda.js';
 import { modelOf, type InstanceKey } from '../../shared/model-spec.js';
 import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
 import { CostModel } from './cost-model.js';
 import { execute, verdict, type ExecutionContext } from './execution.js';
-import { Staging } from './staging.js';
+import { Staging } from './ort-tensors.js';
 import { DeviceModels } from './models.js';
 import { Doors } from './doors.js';
-import { BacklogLedger } from './backlog-ledger.js';
-import { Backlog } from '../../shared/backlog.js';
+import { Backlog, BacklogLedger } from '../../shared/backlog.js';
 import { ExecutionTally, type ExecutionOutcome } from './execution-tally.js';
 import { DevicePump } from './pump.js';
 import { exitArmed, exitIfAsked, holdLoad, loadsMayBeHeld, neverStart } from './fault-injection.js';
@@ -305,7 +304,9 @@ function cancel(id: number): void {
 const doors = new Doors({
   admit: (cmd, link, linkId) => {
     ledger.queued(cmd);
-    if (!feeds.command(cmd, link, linkId)) pump.push(cmd);
+    // Only a request whose inputs a hook sends waits for them; any other joins the inbox as it is.
+    if (cmd.inputsFromHook) feeds.command(cmd, link, linkId);
+    else pump.push(cmd);
     pump.soon();
   },
   cancel,

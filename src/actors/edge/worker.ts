@@ -21,15 +21,14 @@ import type { EdgeStart, FromEdge, ToEdge } from '../../shared/channels/edge.js'
 import type { DataPlaneRequest, Infer, InferenceAnswer } from '../../shared/data-plane.js';
 import { errors, fromErrorData, type ErrorData } from '../../shared/errors.js';
 import { createLogger } from '../../shared/log.js';
-import { PendingCalls } from '../../shared/pending-calls.js';
-import { Outbox } from '../../shared/outbox.js';
+import { Outbox, PendingCalls } from '../../shared/thread-messages.js';
 import { Admission } from '../../protocol/admission.js';
 import { GrpcEdge } from '../../protocol/edge.js';
 import { controlTable, inferenceTable } from '../../protocol/grpc-services.js';
 import { HealthService } from '../../protocol/health-service.js';
 import { HttpEdge } from '../../protocol/http-edge.js';
 import { passEncodedResponses } from '../../protocol/infer-response-wire.js';
-import { markOwnedBuffers } from '../../protocol/message-buffers.js';
+import { markOwnedBuffers } from '../../protocol/proto.js';
 import { operationsVia } from '../../shared/operations.js';
 import { loadControlClient, loadInferenceClient } from '../../protocol/proto.js';
 import { restRoutes } from '../../protocol/rest-routes.js';
@@ -43,7 +42,7 @@ const logger = createLogger(start.logLevel).child({ edge: start.edge });
 // The process's one admission, this edge counting its share in a slot of its own (the main thread's is 0).
 const admission = new Admission(endpoints.max_concurrent_requests, endpoints.max_inflight_bytes, start.admission, start.edge + 1);
 
-// Everything this turn asks goes to the main thread in one message (shared/outbox.ts).
+// Everything this turn asks goes to the main thread in one message (shared/thread-messages.ts, Outbox).
 const outbox = new Outbox<FromEdge>((messages, transfer) => port.postMessage(messages, transfer));
 const post = (msg: FromEdge, transfer: ArrayBuffer[] = []) => outbox.push(msg, transfer);
 

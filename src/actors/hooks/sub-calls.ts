@@ -9,7 +9,7 @@ import type { MessagePort } from 'node:worker_threads';
 import type { WireTensor } from '../../shared/channels/inference.js';
 import type { SubCall, SubCallReply } from '../../shared/channels/hooks.js';
 import { ERROR_CODES, Status } from '../../shared/errors.js';
-import { PendingCalls } from '../../shared/pending-calls.js';
+import { PendingCalls } from '../../shared/thread-messages.js';
 import { fromHook, toHook, type HookTensor } from './hook-tensors.js';
 
 /**

@@ -5,7 +5,7 @@
  * shared/operations.ts by name, and every inference as the data plane's request
  * (data-plane.ts), whose answer comes back to the edge that asked. Types only; both sides
  * `import type` it. Each side sends what one event-loop turn produced as one array of these
- * (shared/outbox.ts).
+ * (shared/thread-messages.ts, Outbox).
  *
  * Ownership: an inference's inline bytes travel with it, their ArrayBuffers transferred (an edge
  * copies bytes its request does not own into a buffer of their own first, so nothing it keeps is
@@ -17,7 +17,7 @@ import type { AnyOperationReply, OperationCall } from '../operations.js';
 import type { CountersShape } from '../request-counters.js';
 import type { LeasesShape } from '../leases.js';
 import type { QuotasShape } from '../quotas.js';
-import type { Levels } from '../deadline-admission.js';
+import type { Levels } from '../backlog.js';
 import type { HookPoolOptions } from './hooks.js';
 import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../data-plane.js';
 import type { InstanceKey, ModelSpec } from '../model-spec.js';

@@ -115,8 +115,3 @@ export interface InferenceResult {
   /** The execution it rode in, shared with the other requests of its batch. */
   timing: ExecutionTiming;
 }
-
-/** The clock every thread shares for deadlines (Date.now() has ms resolution only). */
-export function nowMs(): number {
-  return performance.timeOrigin + performance.now();
-}

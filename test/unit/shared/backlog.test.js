@@ -1,11 +1,10 @@
 // A device's published backlog (shared/backlog.ts) and the refusal at admission it feeds
-// (shared/deadline-admission.ts), by themselves: what a request of a level waits for is the batch
+// (shared/backlog.ts, DeadlineAdmission), by themselves: what a request of a level waits for is the batch
 // running now and the work waiting at its level and above; a request whose wait and run would end
 // past its deadline is refused, naming the figures; a model not seen run yet, or a request without a
 // deadline, never is; a request's level is its own, else its model's, else the default.
 import test from 'ava';
-import { Backlog } from '../../../dist/shared/backlog.js';
-import { DeadlineAdmission } from '../../../dist/shared/deadline-admission.js';
+import { Backlog, DeadlineAdmission } from '../../../dist/shared/backlog.js';
 
 const ran = (/** @type {number} */ ms) => ({ computeInputNs: 0, computeInferNs: ms * 1e6, computeOutputNs: 0, batchRows: 1, executedBatchSize: 1, requests: 1 });
 

@@ -1,9 +1,9 @@
-// Messages to another thread sent together (shared/outbox.ts): what one event-loop turn pushes goes
+// Messages to another thread sent together (shared/thread-messages.ts, Outbox): what one event-loop turn pushes goes
 // as one batch at the end of the turn, in order, with every buffer to transfer; nothing is sent for
 // a turn that pushed nothing; a cleared outbox sends nothing of what it held.
 import { MessageChannel } from 'node:worker_threads';
 import test from 'ava';
-import { Outbox } from '../../../dist/shared/outbox.js';
+import { Outbox } from '../../../dist/shared/thread-messages.js';
 
 const turn = () => new Promise((resolve) => setImmediate(resolve));
 

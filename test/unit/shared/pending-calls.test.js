@@ -1,7 +1,7 @@
-// Calls waiting for another thread's answer (shared/pending-calls.ts): each settles exactly once,
+// Calls waiting for another thread's answer (shared/thread-messages.ts, PendingCalls): each settles exactly once,
 // by its answer, its timer or failAll, and an answer after that is refused (returns false).
 import test from 'ava';
-import { PendingCalls } from '../../../dist/shared/pending-calls.js';
+import { PendingCalls } from '../../../dist/shared/thread-messages.js';
 
 test('a call settles once: by its answer, then nothing else counts', async (t) => {
   const calls = new PendingCalls();

@@ -7,11 +7,11 @@
 // hook withdraws the request from the device; a tenant over its quota is refused before anything runs.
 import test from 'ava';
 import { RequestPath } from '../../../dist/shared/request-path.js';
-import { nowMs } from '../../../dist/shared/channels/inference.js';
+import { nowMs } from '../../../dist/shared/timers.js';
 import { instanceKey } from '../../../dist/shared/model-spec.js';
 import { StowageError, errors } from '../../../dist/shared/errors.js';
 import { Quotas } from '../../../dist/shared/quotas.js';
-import { DeadlineAdmission } from '../../../dist/shared/deadline-admission.js';
+import { DeadlineAdmission } from '../../../dist/shared/backlog.js';
 import { modelSpec, tensorSpec } from '../../helpers/specs.js';
 import { stowageError } from '../../helpers/errors.js';
 

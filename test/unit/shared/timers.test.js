@@ -1,8 +1,8 @@
 // Waits past one Node timer's reach (2^31−1 ms), and gRPC timeouts cut to what grpc-js's timer holds.
 import test from 'ava';
 import { after, MAX_TIMER_MS, MAX_TIMER_SECONDS, timerDelay } from '../../../dist/shared/timers.js';
-import { PendingCalls } from '../../../dist/shared/pending-calls.js';
-import { cappedTimeout } from '../../../dist/protocol/grpc-deadline-cap.js';
+import { PendingCalls } from '../../../dist/shared/thread-messages.js';
+import { cappedTimeout } from '../../../dist/protocol/http2-streams.js';
 
 const DAY_MS = 86_400_000;
 const wait = (/** @type {number} */ ms) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -21,7 +21,7 @@ const ON_THE_WAY = [
   ...filesUnder('src/actors/edge', /\.ts$/),
   ...filesUnder('src/actors/rooms', /\.ts$/),
   'src/shared/data-plane.ts', 'src/shared/request-path.ts', 'src/shared/request-check.ts', 'src/shared/channels/inference.ts',
-  'src/shared/device-infer.ts', 'src/actors/device/door.ts',
+  'src/actors/device/door.ts',
 ];
 
 test('a parameter the device sees is named in the four files of the page, and nowhere else on its way', (t) => {

@@ -8,7 +8,7 @@
 import { MessageChannel, MessagePort } from 'node:worker_threads';
 import test from 'ava';
 import { DeviceDoor } from '../../../../dist/actors/device/door.js';
-import { nowMs } from '../../../../dist/shared/channels/inference.js';
+import { nowMs } from '../../../../dist/shared/timers.js';
 import { instanceKey } from '../../../../dist/shared/model-spec.js';
 import { stowageError } from '../../../helpers/errors.js';
 

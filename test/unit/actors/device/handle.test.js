@@ -6,7 +6,7 @@ import path from 'node:path';
 import test from 'ava';
 import { pino } from 'pino';
 import { DeviceHandle, DeviceState } from '../../../../dist/actors/device/handle.js';
-import { nowMs } from '../../../../dist/shared/channels/inference.js';
+import { nowMs } from '../../../../dist/shared/timers.js';
 import { instanceKey } from '../../../../dist/shared/model-spec.js';
 import { ModelPolicies } from '../../../../dist/node/model-policies.js';
 import { Devices } from '../../../../dist/node/devices.js';

@@ -26,22 +26,15 @@ function feeds() {
 
 /**
  * @param {number} id the device's id
- * @param {boolean} [fromHook]
  * @returns {InferCommand}
  */
-const command = (id, fromHook = true) => ({ type: 'infer', id, instance: instanceKey('m', 1), inputs: [], rows: 1, outputs: ['y'], outputRegions: [null], frame: null, deadlineMs: Infinity, enqueuedAtMs: 1, inputsFromHook: fromHook });
+const command = (id) => ({ type: 'infer', id, instance: instanceKey('m', 1), inputs: [], rows: 1, outputs: ['y'], outputRegions: [null], frame: null, deadlineMs: Infinity, enqueuedAtMs: 1, inputsFromHook: true });
 /** @returns {import('../../../../dist/shared/channels/device.js').HookInputs} */
 const fed = (/** @type {number} */ link, /** @type {number} */ id, value = id) => ({ link, id, inputs: [{ name: 'x', datatype: 'FP32', shape: [1], data: new Uint8Array([value]) }], sentAtMs: 5 });
 
-test('a command without hook inputs is the caller\'s to queue', (t) => {
-  const { f, ready } = feeds();
-  t.false(f.command(command(1, false), LINK, 1));
-  t.is(ready.length, 0);
-});
-
 test('inputs after their command, or before it: the request is ready once it has both, its queue time from the hook\'s send', (t) => {
   const { f, ready, events } = feeds();
-  t.true(f.command(command(1), LINK, 1));
+  f.command(command(1), LINK, 1);
   t.deepEqual(events, ['expect m#1'], 'its model\'s queue may wait for it');
   t.true(f.inputs(fed(LINK, 1)));
   t.deepEqual(events, ['expect m#1', 'arrived m#1']);
@@ -50,7 +43,7 @@ test('inputs after their command, or before it: the request is ready once it has
   t.is(ready[0].enqueuedAtMs, 5);
   // Early: the hook thread was quicker than the command.
   t.false(f.inputs(fed(LINK, 2)));
-  t.true(f.command(command(2), LINK, 2));
+  f.command(command(2), LINK, 2);
   t.is(ready[1].inputs[0].data[0], 2);
   t.deepEqual(f.size, { awaiting: 0, early: 0 });
 });

@@ -4,7 +4,7 @@
 // its hold ends, a refused batch failed whole, and a cancel taking a request where it is.
 import test from 'ava';
 import { DevicePump } from '../../../../dist/actors/device/pump.js';
-import { nowMs } from '../../../../dist/shared/channels/inference.js';
+import { nowMs } from '../../../../dist/shared/timers.js';
 import { instanceKey } from '../../../../dist/shared/model-spec.js';
 
 /** @typedef {import('../../../../dist/shared/channels/device.js').InferCommand} InferCommand */

@@ -1,15 +1,15 @@
-// One request to a device over a link (shared/device-infer.ts `inferOn`), by itself, on a link of
+// One request to a device over a link (actors/device/door.ts `inferOn`), by itself, on a link of
 // the test's own that records what is sent: numbered, stamped and sent with its inputs' buffers
 // (each once); settled by its answer, by its deadline or, without one, the link's wait bound (the
 // device told to drop it), by its client going (likewise), and never sent when refused or when its
 // client went first.
 import test from 'ava';
-import { inferOn } from '../../../dist/shared/device-infer.js';
-import { PendingCalls } from '../../../dist/shared/pending-calls.js';
-import { nowMs } from '../../../dist/shared/channels/inference.js';
-import { instanceKey } from '../../../dist/shared/model-spec.js';
-import { errors } from '../../../dist/shared/errors.js';
-import { stowageError } from '../../helpers/errors.js';
+import { inferOn } from '../../../../dist/actors/device/door.js';
+import { PendingCalls } from '../../../../dist/shared/thread-messages.js';
+import { nowMs } from '../../../../dist/shared/timers.js';
+import { instanceKey } from '../../../../dist/shared/model-spec.js';
+import { errors } from '../../../../dist/shared/errors.js';
+import { stowageError } from '../../../helpers/errors.js';
 
 const timing = { computeInputNs: 1, computeInferNs: 2, computeOutputNs: 3, batchRows: 2, executedBatchSize: 2, requests: 2 };
 
@@ -19,7 +19,7 @@ function link({ waitBoundMs = 5_000, refused = /** @type {Error | null} */ (null
   const sent = [];
   let next = 1;
   const pending = new PendingCalls();
-  /** @type {import('../../../dist/shared/device-infer.js').DeviceLink} */
+  /** @type {import('../../../../dist/actors/device/door.js').DeviceLink} */
   const l = { pending, nextId: () => next++, waitBoundMs, send: (msg, transfer = []) => { sent.push({ msg, transfer }); }, refusal: () => refused };
   return { link: l, sent, pending };
 }

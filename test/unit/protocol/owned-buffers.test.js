@@ -1,7 +1,7 @@
 // Which deserialized messages own their memory: the geometry grpc-js's stream decoder leaves
 // (Buffer.concat of the 5-byte prefix and the message, then subarray(5)), and nothing else.
 import test from 'ava';
-import { markOwnedBuffers, ownsItsBuffer } from '../../../dist/protocol/message-buffers.js';
+import { markOwnedBuffers, ownsItsBuffer } from '../../../dist/protocol/proto.js';
 
 /** A one-method definition whose deserializer returns a fresh object per message. */
 const definition = markOwnedBuffers(/** @type {any} */ ({

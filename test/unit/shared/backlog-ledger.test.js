@@ -1,9 +1,8 @@
-// The device's ledger of its backlog (actors/device/backlog-ledger.ts) over the shared Backlog: each
+// The device's ledger of its backlog (shared/backlog.ts, BacklogLedger) over the shared Backlog: each
 // waiting request adds its share of a run at its level and takes it back when it leaves; a model that
 // must be brought on first adds that load once, with the first of its requests to wait.
 import test from 'ava';
-import { BacklogLedger } from '../../../../dist/actors/device/backlog-ledger.js';
-import { Backlog } from '../../../../dist/shared/backlog.js';
+import { Backlog, BacklogLedger } from '../../../dist/shared/backlog.js';
 
 /** A command as the ledger reads it. */
 const cmd = (/** @type {number} */ id, /** @type {string} */ instance) => /** @type {any} */ ({ id, instance, rows: 1, priority: 1 });
