@@ -105,13 +105,22 @@ export interface PathLease {
 /** How a meta model's run hook calls a sub-model: the path runs it like any request. */
 export type SubInfer = (model: string, tensors: WireTensor[], outputs: string[]) => Promise<WireTensor[]>;
 
+/**
+ * What bounds a hook call besides hooks.timeout_seconds: its request's cancellation and deadline (on
+ * the nowMs clock). A call still waiting for a hook thread when either comes is dropped, never run.
+ */
+export interface HookBound {
+  signal: AbortSignal;
+  deadlineMs: number;
+}
+
 /** The hook threads as the path reaches them (actors/hooks/handle.ts HookPool). */
 export interface PathHooks {
-  run(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext, subInfer?: SubInfer): Promise<WireTensor[]>;
+  run(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext, bound: HookBound, subInfer?: SubInfer): Promise<WireTensor[]>;
   /**
    * A preprocess hook whose tensors go to the device (HookFeed); with the thread's new door to it, when it made one.
    */
-  preprocessInto(model: string, hooks: BundleHooks, given: WireTensor[], context: HookContext, feed: HookFeed): Promise<MessagePort | undefined>;
+  preprocessInto(model: string, hooks: BundleHooks, given: WireTensor[], context: HookContext, feed: HookFeed, bound: HookBound): Promise<MessagePort | undefined>;
 }
 
 /** A request's spans when it is traced (tracing.ts RequestTrace). */
@@ -401,7 +410,7 @@ export class RequestPath<L extends PathLease> {
     // Read only when a hook runs: an edge starts its hook threads at the first request that needs them.
     const hooks = this.#rooms.hooks;
     const subInfer: SubInfer = (model, tensors, outputs) => this.#subInfer(request, model, tensors, outputs);
-    const returned = await this.#traced(request, 'hook run', () => hooks.run(spec.name, 'run', spec.hooks!, checked.inputs, context, subInfer));
+    const returned = await this.#traced(request, 'hook run', () => hooks.run(spec.name, 'run', spec.hooks!, checked.inputs, context, hookBound(request), subInfer));
     const all = checkHookTensors(spec.name, 'run', returned, spec.clientOutputs, checked.rows);
     return { result: { outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!), queueNs: 0, timing: NO_EXECUTION }, frame: null };
   }
@@ -419,7 +428,7 @@ export class RequestPath<L extends PathLease> {
       ? await this.#traced(request, 'hook preprocess + device', () => this.#preprocessed(request, command))
       : await this.#device(request, command);
     if (!post) return { result, frame: command.frame };
-    const returned = await this.#traced(request, 'hook postprocess', () => this.#rooms.hooks.run(spec.name, 'postprocess', spec.hooks!, result.outputs, context));
+    const returned = await this.#traced(request, 'hook postprocess', () => this.#rooms.hooks.run(spec.name, 'postprocess', spec.hooks!, result.outputs, context, hookBound(request)));
     const all = checkHookTensors(spec.name, 'postprocess', returned, spec.clientOutputs, checked.rows);
     return { result: { ...result, outputs: checked.outputs.map((name) => all.find((t) => t.name === name)!) }, frame: null };
   }
@@ -444,7 +453,7 @@ export class RequestPath<L extends PathLease> {
       const target = to;
       if (!target) return await executed; // refused before it reached a device
       try {
-        const door = await this.#rooms.hooks.preprocessInto(spec.name, spec.hooks!, command.inputs, context, { ...target, inputs: spec.inputs, rows: command.rows });
+        const door = await this.#rooms.hooks.preprocessInto(spec.name, spec.hooks!, command.inputs, context, { ...target, inputs: spec.inputs, rows: command.rows }, hookBound(request));
         if (door) this.#rooms.adoptDoor(target, door);
       } catch (err) {
         abandon.abort();
@@ -459,6 +468,11 @@ export class RequestPath<L extends PathLease> {
       signal.removeEventListener('abort', onAbort);
     }
   }
+}
+
+/** A hook call's bound: its request's cancellation and deadline. */
+function hookBound({ signal, urgency: { deadlineMs } }: PathRequest<PathLease>): HookBound {
+  return { signal, deadlineMs };
 }
 
 /**

@@ -1,6 +1,6 @@
 // model.js hooks through the real server: the two example bundles, client tensors in metadata,
 // and hooks that throw, reject, hang or return the wrong tensors failing only their own requests.
-import { copyFileSync, readFileSync } from 'node:fs';
+import { copyFileSync, existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
 import { status } from '@grpc/grpc-js';
@@ -109,6 +109,35 @@ test.serial('hooks.timeout_seconds is a hook\'s own running time: calls that wai
   const answers = await Promise.all(Array.from({ length: 6 }, () => server.client.infer('sleeps', [x(1)], { parameters: { sleep_ms: { int64_param: '600' } } })));
   t.true(answers.every((a) => a.outputs[0].data[2] === 2), 'every call answered');
   t.true(Date.now() - started >= 1_700, `they took turns on the 2 threads (${Date.now() - started} ms)`);
+});
+
+test.serial('a hook call still waiting for a thread when its request passes its deadline or is cancelled never runs', async (t) => {
+  // Both threads held by 0.8 s calls (under the 1 s limit); two more calls wait for one: one whose
+  // deadline (Triton's timeout parameter) is 0.15 s away, one whose client gives up after 0.15 s.
+  // Each hook writes its mark as it begins: the waiting calls' marks must never appear, even once
+  // the threads are free.
+  const mark = (/** @type {string} */ name) => path.join(temp.dir, `${name}.began`);
+  const sleeps = (/** @type {string} */ name, /** @type {Record<string, unknown>} */ more = {}, timeoutMs = 0) => server.client.infer('sleeps', [x(1)], {
+    ...(timeoutMs ? { timeoutMs } : {}),
+    parameters: { mark: { string_param: mark(name) }, ...more },
+  });
+  const busy = ['busy-1', 'busy-2'].map((name) => sleeps(name, { sleep_ms: { int64_param: '800' } }));
+  const deadline = Date.now() + 20_000;
+  while (!(existsSync(mark('busy-1')) && existsSync(mark('busy-2'))) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+  t.true(existsSync(mark('busy-1')) && existsSync(mark('busy-2')), 'both hook threads are busy');
+  const [late, gone] = await Promise.all([
+    grpcError(t, sleeps('late', { timeout: { int64_param: '150000' } })),
+    grpcError(t, sleeps('gone', {}, 150)),
+  ]);
+  t.is(late.code, status.DEADLINE_EXCEEDED);
+  t.regex(late.details, /passed its deadline/);
+  t.is(gone.code, status.DEADLINE_EXCEEDED, 'the client gave up');
+  await Promise.all(busy);
+  // A call after them: whatever was queued before it has had its turn by its answer.
+  await sleeps('after');
+  t.true(existsSync(mark('after')));
+  t.false(existsSync(mark('late')), 'the call past its deadline was dropped from the queue');
+  t.false(existsSync(mark('gone')), 'the cancelled call was dropped from the queue');
 });
 
 test('a hook that hangs is cut off at hooks.timeout_seconds and its thread replaced; the next requests succeed', async (t) => {

@@ -39,7 +39,12 @@ export class DeviceService {
   readonly #deviceId: number;
   readonly #ordinal: number | null;
   readonly #tell: (poisoned: Poisoned) => void;
-  #out: Poisoned | null = null;
+  /**
+   * The error every request and call gets once the device is out; null while it serves. A field,
+   * not a getter: every request reads it, and a device in service does nothing more for it here.
+   * Set once, by `takeOut`.
+   */
+  readonly refusal: StowageError | null = null;
 
   /** `ordinal`: the GPU (null on backend cpu, whose runs poison nothing). `tell`: the main thread, once. */
   constructor(deviceId: number, ordinal: number | null, tell: (poisoned: Poisoned) => void) {
@@ -48,14 +53,9 @@ export class DeviceService {
     this.#tell = tell;
   }
 
-  /** The error every request and call gets once the device is out; null while it serves. */
-  get refusal(): StowageError | null {
-    return this.#out ? errors.deviceUnavailable(this.#deviceId, `it is out of service: ${this.#out.reason}`) : null;
-  }
-
   /** After a run failed: the error that takes the device out, when the failure poisoned the GPU; else null. */
   afterFailedRun(err: unknown): StowageError | null {
-    if (this.#out) return this.refusal;
+    if (this.refusal) return this.refusal;
     if (this.#ordinal === null) return null;
     const ordinal = this.#ordinal;
     const poisoned = poisonOf(err, () => probeGpu(ordinal));
@@ -64,11 +64,11 @@ export class DeviceService {
 
   /** Take the device out of service (once): the main thread is told; the error is what its requests get. */
   takeOut(poisoned: Poisoned): StowageError {
-    if (!this.#out) {
-      this.#out = poisoned;
-      this.#tell(poisoned);
-    }
-    return this.refusal!;
+    if (this.refusal) return this.refusal;
+    const refusal = errors.deviceUnavailable(this.#deviceId, `it is out of service: ${poisoned.reason}`);
+    (this as { refusal: StowageError | null }).refusal = refusal;
+    this.#tell(poisoned);
+    return refusal;
   }
 }
 
@@ -76,11 +76,13 @@ export class DeviceService {
  * Fault injection, for the test of a poisoned device (test/adversarial/faults.test.js): when the
  * file STOWAGE_FAULT_DEVICE_STICKY names exists as a batch is about to run, the device that takes
  * it (renames it: one device only) is poisoned as an illegal address would poison its GPU. Unset
- * (production), it costs nothing.
+ * (production), there is no such step: null.
  */
 const faultFile = process.env.STOWAGE_FAULT_DEVICE_STICKY;
-export function injectedPoison(deviceId: number): Poisoned | null {
-  if (!faultFile || !existsSync(faultFile)) return null;
+export const injectedPoison = faultFile ? (deviceId: number) => poisonFromFile(faultFile, deviceId) : null;
+
+function poisonFromFile(faultFile: string, deviceId: number): Poisoned | null {
+  if (!existsSync(faultFile)) return null;
   try {
     renameSync(faultFile, `${faultFile}.taken-by-device-${deviceId}`);
   } catch {

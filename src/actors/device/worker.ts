@@ -272,7 +272,7 @@ const pump = new DevicePump({
   shed: (request, reason) => fail(request.id, shedError(request, reason)),
   refusal: () => {
     if (exitArmed) exitIfAsked();
-    const injected = injectedPoison(init.deviceId);
+    const injected = injectedPoison?.(init.deviceId);
     if (injected) service.takeOut(injected);
     return service.refusal;
   },

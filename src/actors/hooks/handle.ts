@@ -3,16 +3,19 @@
  * in parallel with each other and with the device actor. Every call settles: with the hook's
  * tensors, with INTERNAL naming the model, the hook and what went wrong, or with
  * DEADLINE_EXCEEDED after `hooks.timeout_seconds` (Piscina then replaces the thread that ran it).
+ * A call still waiting for a thread when its request is cancelled or passes its deadline is taken
+ * out of the pool's queue and never runs: under a burst, the threads go to requests still wanted.
  */
 import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
 import type { WireTensor } from '../../shared/channels/inference.js';
-import type { SubInfer } from '../../shared/request-path.js';
+import type { HookBound, SubInfer } from '../../shared/request-path.js';
 import type { BundleHooks } from '../../shared/model-spec.js';
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads';
 import { WORKER_YOUNG_GENERATION_MIB } from '../../shared/constants.js';
 import { ERROR_CODES, errors, StowageError, type ErrorCode, toErrorData } from '../../shared/errors.js';
-import { HOOK_NAMES, META_HOOK_NAMES, type HookPoolOptions, type HookAnswer, type HookCalls, type HookCallType, type HookContext, type HookFeed, type HookName, type HookTask, type SubCall, type SubCallReply } from '../../shared/channels/hooks.js';
+import { HOOK_NAMES, META_HOOK_NAMES, type HookPoolOptions, type HookAnswer, type HookCalls, type HookCallType, type HookContext, type HookFeed, type HookName, type HookStart, type HookTask, type SubCall, type SubCallReply } from '../../shared/channels/hooks.js';
+import { after, nowMs } from '../../shared/timers.js';
 import { HookStarts } from './hook-starts.js';
 
 export type { SubInfer };
@@ -105,12 +108,12 @@ export class HookPool {
    * buffer a request's tensors view belongs to that request (shared/channels/inference.ts), so
    * none is copied here, and the caller must not touch them afterwards.
    */
-  async run(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext, subInfer?: SubInfer): Promise<WireTensor[]> {
+  async run(model: string, hook: HookName, hooks: BundleHooks, given: WireTensor[], context: HookContext, bound: HookBound, subInfer?: SubInfer): Promise<WireTensor[]> {
     const channel = subInfer ? serveSubCalls(subInfer) : undefined;
     try {
       const task: HookTask<'run'> = { type: 'run', hook, file: hooks.file, version: hooks.version, tensors: given, context, ...(channel ? { port: channel.port2, subCallTimeoutMs: this.#timeoutMs } : {}) };
       // A meta model's sub-call port goes with the task too.
-      return (await this.#callHook(model, hook, task, channel ? [channel.port2] : [])).tensors;
+      return (await this.#callHook(model, hook, task, channel ? [channel.port2] : [], bound)).tensors;
     } finally {
       channel?.port1.close();
     }
@@ -122,40 +125,48 @@ export class HookPool {
    * device when it made one, which the caller hands to the device. Fails as `run` does, and when
    * the tensors are not the model's inputs.
    */
-  async preprocessInto(model: string, hooks: BundleHooks, given: WireTensor[], context: HookContext, feed: HookFeed): Promise<MessagePort | undefined> {
-    return (await this.#callHook(model, 'preprocess', { type: 'feed', file: hooks.file, version: hooks.version, tensors: given, context, feed }, [])).door;
+  async preprocessInto(model: string, hooks: BundleHooks, given: WireTensor[], context: HookContext, feed: HookFeed, bound: HookBound): Promise<MessagePort | undefined> {
+    return (await this.#callHook(model, 'preprocess', { type: 'feed', file: hooks.file, version: hooks.version, tensors: given, context, feed }, [], bound)).door;
   }
 
   /**
    * Run a hook task within hooks.timeout_seconds of its start on a hook thread (hook-starts.ts: the
-   * time it waits for a thread does not count): its reply, or the hook's failure as an error.
+   * time it waits for a thread does not count): its reply, or the hook's failure as an error. While
+   * it waits for a thread, its request's cancellation or deadline (`bound`) drops it.
    */
-  async #callHook<K extends 'run' | 'feed'>(model: string, hook: HookName, task: HookTask<K>, ports: MessagePort[]): Promise<HookCalls[K]['reply']> {
+  async #callHook<K extends 'run' | 'feed'>(model: string, hook: HookName, task: HookTask<K>, ports: MessagePort[], bound: HookBound): Promise<HookCalls[K]['reply']> {
+    if (bound.signal.aborted) throw errors.cancelled();
     const transfer = [...new Set(task.tensors.map((t) => t.data.buffer as ArrayBuffer))];
-    // One timer per call, cleared when the call settles (AbortSignal.timeout would leave every
-    // timer pending until it fires: thousands at a few thousand requests a second). When it fires
-    // it looks at when the hook began, and waits on while it is queued or has time left.
     const abort = new AbortController();
     const start = this.#starts.take();
     const handedAt = Date.now();
-    let timer: NodeJS.Timeout;
-    const check = () => {
-      const began = start ? this.#starts.startedAt(start) : handedAt;
-      const left = began === 0 ? this.#timeoutMs : began + this.#timeoutMs - Date.now();
-      if (left > 0) timer = setTimeout(check, left);
-      else abort.abort();
+    const stopTimer = this.#timeLimit(start, handedAt, abort);
+    // Dropped while queued: why, for its caller. A call already on its thread runs on (bounded by
+    // the timeout), its answer unread; one with no start slot (all taken) cannot be told apart.
+    let dropped: StowageError | undefined;
+    const dropIfWaiting = (why: () => StowageError) => {
+      if (abort.signal.aborted || !start || this.#starts.startedAt(start) !== 0) return;
+      dropped = why();
+      abort.abort();
     };
-    timer = setTimeout(check, this.#timeoutMs);
+    const onCancel = () => dropIfWaiting(() => errors.cancelled());
+    bound.signal.addEventListener('abort', onCancel, { once: true });
+    const late = Number.isFinite(bound.deadlineMs)
+      ? after(bound.deadlineMs - nowMs(), () => dropIfWaiting(() => errors.deadlineExceeded(model, Date.now() - handedAt, `it passed its deadline waiting for a hook thread for its ${hook} hook`)))
+      : undefined;
     let answer: HookAnswer<K>;
     try {
       answer = await this.#call(start ? { ...task, start } : task, [...transfer, ...ports], abort.signal);
     } catch (err) {
+      if (dropped) throw dropped;
       if (abort.signal.aborted) {
         throw new StowageError('STOWAGE_DEADLINE_EXCEEDED', `model ${JSON.stringify(model)}: ${hook} hook ran longer than hooks.timeout_seconds (${this.#timeoutMs / 1000}); its thread was replaced`);
       }
       throw errors.hookFailed(model, hook, (err as Error).message);
     } finally {
-      clearTimeout(timer);
+      stopTimer();
+      late?.clear();
+      bound.signal.removeEventListener('abort', onCancel);
       if (start) this.#starts.give(start);
     }
     if (answer.type === 'hookFailed') {
@@ -164,6 +175,25 @@ export class HookPool {
       throw errors.hookFailed(model, hook, answer.message);
     }
     return answer.reply;
+  }
+
+  /**
+   * hooks.timeout_seconds for one call: `abort` once its hook has run that long on its thread; the
+   * function that stops the timer. One timer per call, cleared when the call settles
+   * (AbortSignal.timeout would leave every timer pending until it fires: thousands at a few
+   * thousand requests a second). When it fires it looks at when the hook began, and waits on while
+   * it is queued or has time left.
+   */
+  #timeLimit(start: HookStart | undefined, handedAt: number, abort: AbortController): () => void {
+    let timer: NodeJS.Timeout;
+    const check = () => {
+      const began = start ? this.#starts.startedAt(start) : handedAt;
+      const left = began === 0 ? this.#timeoutMs : began + this.#timeoutMs - Date.now();
+      if (left > 0) timer = setTimeout(check, left);
+      else abort.abort();
+    };
+    timer = setTimeout(check, this.#timeoutMs);
+    return () => clearTimeout(timer);
   }
 
   /**

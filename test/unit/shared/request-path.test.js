@@ -42,6 +42,8 @@ function rooms(o = {}) {
   const quotas = new Quotas(Quotas.create({ alice: { max_inflight: 1, device_seconds_per_second: 0.5, burst_seconds: 1 } }, {}, 1), 0);
   /** @type {string[]} */
   const log = [];
+  /** @type {import('../../../dist/shared/request-path.js').HookBound[]} */
+  const bounds = [];
   /** @type {{ command: InferenceRequest, signal: AbortSignal }[]} */
   const commands = [];
   /** @type {any[]} */
@@ -66,8 +68,16 @@ function rooms(o = {}) {
     },
     adoptDoor: () => { log.push('adoptDoor'); },
     hooks: {
-      run: (model, hook, _hooks, given, context, subInfer) => { log.push(`hook ${hook} ${model}`); return /** @type {Function} */ (o.hookRun)(given, context, subInfer); },
-      preprocessInto: async (model, _hooks, given, context, feed) => { log.push(`preprocess ${model}`); return o.preprocess ? o.preprocess(given, context, feed) : undefined; },
+      run: (model, hook, _hooks, given, context, bound, subInfer) => {
+        log.push(`hook ${hook} ${model}`);
+        bounds.push(bound);
+        return /** @type {Function} */ (o.hookRun)(given, context, subInfer);
+      },
+      preprocessInto: async (model, _hooks, given, context, feed, bound) => {
+        log.push(`preprocess ${model}`);
+        bounds.push(bound);
+        return o.preprocess ? o.preprocess(given, context, feed) : undefined;
+      },
     },
     regions: {
       slice: (what, name, offset, byteSize) => {
@@ -92,7 +102,7 @@ function rooms(o = {}) {
     },
   };
   let t0 = 0;
-  return { rooms: r, log, commands, elsewhere, quotas, duration: () => t0 };
+  return { rooms: r, log, commands, elsewhere, quotas, bounds, duration: () => t0 };
 }
 
 test('a plain request is leased, checked, run on the device with its deadline and priority, and counted before its lease is given back', async (t) => {
@@ -165,6 +175,7 @@ test('a meta model\'s sub-calls inherit its deadline, priority and cancellation,
   t.is(command.deadlineMs, callDeadlineMs, 'the parent\'s deadline');
   t.is(command.priority, 1, 'the parent\'s priority');
   t.is(signal, client.signal, 'cancelled with the parent');
+  t.deepEqual(r.bounds.map((b) => [b.deadlineMs, b.signal === client.signal]), [[callDeadlineMs, true]], 'its run hook waits for a thread no longer than the request');
   t.deepEqual(r.elsewhere.map((e) => [e.model, e.urgency.deadlineMs, e.urgency.priority, e.signal === client.signal]), [['far', callDeadlineMs, 1, true]]);
   t.is(subAnswers[0], 'y');
   t.is(subAnswers[1], 'y');

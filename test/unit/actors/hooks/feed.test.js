@@ -20,6 +20,8 @@ const heldout = JSON.parse(readFileSync(path.join(FIXTURES, 'digits_heldout.json
 const BUNDLE = path.join(ROOT, 'bundles', 'digits_u8');
 const spec = readManifest(BUNDLE);
 const context = { model: 'digits_u8', requestId: '', parameters: {} };
+/** A hook call's bound: a request never cancelled, with no deadline. */
+const UNBOUND = { signal: new AbortController().signal, deadlineMs: Infinity };
 const instance = instanceKey('digits_u8', 1);
 /**
  * A request for digits_u8's labels whose inputs a hook will send.
@@ -62,7 +64,7 @@ async function setup(t) {
     const executed = device.infer(request(tensor.shape[0]), signal, (where) => { target = where; });
     executed.catch(() => {});
     const to = present(target, 'where the hook sends the inputs');
-    const door = await pool.preprocessInto('digits_u8', hooks, [hookTensor], context, { ...to, inputs: spec.inputs, rows: tensor.shape[0] });
+    const door = await pool.preprocessInto('digits_u8', hooks, [hookTensor], context, { ...to, inputs: spec.inputs, rows: tensor.shape[0] }, UNBOUND);
     if (door !== undefined) {
       t.true(door instanceof MessagePort, 'a hook thread hands the main thread a door, never tensors');
       doors.push(door);
@@ -118,7 +120,7 @@ test('a request cancelled before its inputs arrive settles at once; the inputs t
   const err = await stowageError(t, executed);
   t.is(err.code, 'STOWAGE_CANCELLED');
   // The hook still sends the inputs of the cancelled request; the device must not run them or keep them.
-  const door = await pool.preprocessInto('digits_u8', hooks, [image(0, 1)], context, { ...to, inputs: spec.inputs, rows: 1 });
+  const door = await pool.preprocessInto('digits_u8', hooks, [image(0, 1)], context, { ...to, inputs: spec.inputs, rows: 1 }, UNBOUND);
   if (door) device.adoptDoor(door, to.generation);
   for (let i = 0; i < 6; i++) t.deepEqual((await infer(image(i, 2))).labels, expected(i, 2));
   const [status] = await device.status();
