@@ -203,6 +203,8 @@ export class Rankings {
   readonly #hashes: number[];
   readonly #weights: number[];
   readonly #firsts = new Map<string, FleetNode>();
+  /** Each node's index by id: a ranking among a few nodes scores only those. */
+  readonly #index: Map<string, number>;
   /** The node set it ranks: ids and weights, what `sameNodes` compares. */
   readonly #key: string;
   #without: { key: string; rankings: Rankings } | undefined;
@@ -213,6 +215,7 @@ export class Rankings {
     const meanBudget = nodes.reduce((s, n) => s + n.budgetBytes, 0) / Math.max(1, nodes.length);
     this.#weights = nodes.map((n) => (n.budgetBytes > 0 ? n.budgetBytes : meanBudget) || 1);
     this.#key = nodes.map((n, i) => `${n.id}=${this.#weights[i]}`).join(',');
+    this.#index = new Map(nodes.map((n, i) => [n.id, i]));
   }
 
   /** The nodes it ranks, as given (what another thread builds the same Rankings from). */
@@ -258,14 +261,21 @@ export class Rankings {
     const m = nameHash(model);
     let best = -1;
     let bestScore = -Infinity;
-    for (let i = 0; i < this.#nodes.length; i++) {
-      if (among && !among.has(this.#nodes[i].id)) continue;
+    const consider = (i: number) => {
       const score = rendezvousScore(m, this.#hashes[i], this.#weights[i]);
       if (best < 0 || score > bestScore || (score === bestScore && this.#nodes[i].id < this.#nodes[best].id)) {
         best = i;
         bestScore = score;
       }
-    }
+    };
+    // Among a few nodes (where a model's weights are: one or two of 64), only those are scored:
+    // most of a catalog is placed this way at every check.
+    if (among) {
+      for (const id of among) {
+        const i = this.#index.get(id);
+        if (i !== undefined) consider(i);
+      }
+    } else for (let i = 0; i < this.#nodes.length; i++) consider(i);
     return this.#nodes[Math.max(0, best)];
   }
 }
