@@ -203,6 +203,7 @@ export class Rankings {
   readonly #hashes: number[];
   readonly #weights: number[];
   readonly #firsts = new Map<string, FleetNode>();
+  readonly #ranked = new Map<string, readonly FleetNode[]>();
   /** Each node's index by id: a ranking among a few nodes scores only those. */
   readonly #index: Map<string, number>;
   /** The node set it ranks: ids and weights, what `sameNodes` compares. */
@@ -239,16 +240,23 @@ export class Rankings {
     return new Rankings(nodes).#key === this.#key;
   }
 
-  /** Every node ranked for `model`, best first (ties, which a 32-bit hash makes rare, by name). */
-  of(model: string): FleetNode[] {
-    const m = nameHash(model);
-    const scored = this.#nodes.map((n, i) => ({ n, score: rendezvousScore(m, this.#hashes[i], this.#weights[i]) }));
-    scored.sort((a, b) => b.score - a.score || (a.n.id < b.n.id ? -1 : 1));
-    return scored.map((s) => s.n);
+  /**
+   * Every node ranked for `model`, best first (ties, which a 32-bit hash makes rare, by name).
+   * Remembered, as its first node is: the heavy models' rankings are read at every check.
+   */
+  of(model: string): readonly FleetNode[] {
+    let ranked = this.#ranked.get(model);
+    if (!ranked) {
+      const m = nameHash(model);
+      const scored = this.#nodes.map((n, i) => ({ n, score: rendezvousScore(m, this.#hashes[i], this.#weights[i]) }));
+      scored.sort((a, b) => b.score - a.score || (a.n.id < b.n.id ? -1 : 1));
+      this.#ranked.set(model, (ranked = scored.map((s) => s.n)));
+    }
+    return ranked;
   }
 
   /** The first node of `model`'s ranking; with `among`, the first of those nodes (ids) in it. */
-  first(model: string, among?: ReadonlySet<string>): FleetNode {
+  first(model: string, among?: Iterable<string>): FleetNode {
     if (!among) {
       let first = this.#firsts.get(model);
       if (!first) this.#firsts.set(model, (first = this.#firstAmong(model)));
@@ -257,7 +265,7 @@ export class Rankings {
     return this.#firstAmong(model, among);
   }
 
-  #firstAmong(model: string, among?: ReadonlySet<string>): FleetNode {
+  #firstAmong(model: string, among?: Iterable<string>): FleetNode {
     const m = nameHash(model);
     let best = -1;
     let bestScore = -Infinity;
@@ -468,7 +476,7 @@ function placeLight(p: Packing, models: readonly FleetModel[], plan: LoadPlan, i
     // Where it is, in the anchor's order (its current nodes, or most load first); where its weights
     // are, in ranking order; then the rest of its ranking.
     if (ordered && held.length >= want) chosen = held.slice(0, want);
-    else if (want === 1) chosen = [p.rankings.first(m.name, held.length > 0 ? new Set(held) : undefined).id];
+    else if (want === 1) chosen = [p.rankings.first(m.name, held.length > 0 ? held : undefined).id];
     else {
       const ranked = p.rankings.of(m.name);
       const first = ordered ? held : ranked.filter((n) => held.includes(n.id)).map((n) => n.id);
