@@ -102,13 +102,23 @@ test.serial('rows of concurrent requests are never mixed up (exact, on the ident
   }));
 });
 
-test.serial('under a flood on one model, a rare model\'s requests each complete within 500 ms', async (t) => {
+test.serial('under a flood on one model, a rare model\'s requests wait for no more than the batch running, not the flood\'s queue', async (t) => {
+  // Held as a ratio of two waits measured side by side, not in milliseconds, so that a busy machine
+  // (which slows both) does not fail it: 16 flood clients keep about four full executions queued,
+  // which each flood request waits through; a rare request waits at most for the one running.
+  // Measured beside a CI run: 0.44 (fair); with scheduler.discipline fifo, 1.00.
   const server = await serve();
   const { client } = server;
   let flooding = true;
+  /** @type {number[]} */
+  const floodWaits = [];
   const flood = Promise.all(Array.from({ length: 16 }, async (_, c) => {
     let sent = 0;
-    while (flooding && sent < 200) await client.infer('convnet', [image(c, sent++, 8)]);
+    while (flooding && sent < 200) {
+      const t0 = performance.now();
+      await client.infer('convnet', [image(c, sent++, 8)]);
+      if (sent > 2) floodWaits.push(performance.now() - t0); // the first rounds fill the queue
+    }
     return sent;
   }));
   // The rare model's client has a connection of its own, as a separate client would.
@@ -123,8 +133,10 @@ test.serial('under a flood on one model, a rare model\'s requests each complete 
   flooding = false;
   const sent = (await flood).reduce((a, b) => a + b, 0);
   t.true(sent > 0);
-  t.true(Math.max(...waits) < 500, `slowest rare request ${Math.max(...waits).toFixed(1)} ms`);
-  t.log(`rare model: max ${Math.max(...waits).toFixed(1)} ms over ${waits.length} requests while ${sent} flood requests ran`);
+  const median = (/** @type {number[]} */ xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+  const [rareMs, floodMs] = [median(waits), median(floodWaits)];
+  t.true(rareMs < 0.7 * floodMs, `a rare request's median wait ${rareMs.toFixed(1)} ms against a flood request's ${floodMs.toFixed(1)} ms`);
+  t.log(`rare model: median ${rareMs.toFixed(1)} ms, max ${Math.max(...waits).toFixed(1)} ms over ${waits.length} requests; flood median ${floodMs.toFixed(1)} ms over ${sent} requests`);
 });
 
 test.serial('a request whose deadline passes while it is queued never runs', async (t) => {
