@@ -385,12 +385,21 @@ export function givenOverNodes(needs: number, current: number): number {
  * Where a model is now: where it was placed last while that holds, else where it ran over the last
  * window (in the order given: most load first), else where its weights are.
  */
-function anchorOf(m: FleetModel, live: ReadonlySet<string>): { nodes: string[]; from: 'current' | 'serving' | 'resident' } {
-  const current = (m.current ?? []).filter((id) => live.has(id));
+function anchorOf(m: FleetModel, live: ReadonlySet<string>): { nodes: readonly string[]; from: 'current' | 'serving' | 'resident' } {
+  const current = liveOf(m.current, live);
   if (current.length > 0) return { nodes: current, from: 'current' };
-  const serving = (m.serving ?? []).filter((id) => live.has(id));
+  const serving = liveOf(m.serving, live);
   if (serving.length > 0) return { nodes: serving, from: 'serving' };
-  return { nodes: (m.resident ?? []).filter((id) => live.has(id)), from: 'resident' };
+  return { nodes: liveOf(m.resident, live), from: 'resident' };
+}
+
+const NONE: readonly string[] = [];
+
+/** The live ones of `ids`: `ids` itself when all are (as at most checks), without a copy per model. */
+function liveOf(ids: readonly string[] | undefined, live: ReadonlySet<string>): readonly string[] {
+  if (!ids || ids.length === 0) return NONE;
+  for (const id of ids) if (!live.has(id)) return ids.filter((x) => live.has(x));
+  return ids;
 }
 
 /** A placement being made: where each model goes, each node's load and heavy bytes so far. */
@@ -469,7 +478,9 @@ function heavyModels(plan: LoadPlan): { heavy: LoadPlan['measured']; heavyBytes:
 function placeLight(p: Packing, models: readonly FleetModel[], plan: LoadPlan, isHeavy: ReadonlySet<string>): void {
   for (const m of models) {
     if (isHeavy.has(m.name)) continue;
-    const want = plan.replicas.get(m.name) ?? 1;
+    // Most of a catalog has no load measured: one replica, nothing to add to its node's load.
+    const q = plan.quantized.get(m.name) ?? 0;
+    const want = q > 0 ? (plan.replicas.get(m.name) ?? 1) : 1;
     const { nodes: held, from } = anchorOf(m, p.live);
     const ordered = from !== 'resident';
     let chosen: string[];
@@ -482,8 +493,7 @@ function placeLight(p: Packing, models: readonly FleetModel[], plan: LoadPlan, i
       const first = ordered ? held : ranked.filter((n) => held.includes(n.id)).map((n) => n.id);
       chosen = [...first, ...ranked.filter((n) => !held.includes(n.id)).map((n) => n.id)].slice(0, want);
     }
-    const share = (plan.quantized.get(m.name) ?? 0) / chosen.length;
-    for (const id of chosen) p.load.set(id, p.load.get(id)! + share);
+    if (q > 0) for (const id of chosen) p.load.set(id, p.load.get(id)! + q / chosen.length);
     p.placed.set(m.name, chosen);
   }
 }
