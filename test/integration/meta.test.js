@@ -101,7 +101,9 @@ test('a meta model that calls itself or an unknown model is refused at load', as
 });
 
 test('sub-calls inherit the meta request\'s deadline: past it they fail, and so does the meta request, DEADLINE_EXCEEDED', async (t) => {
-  const err = await grpcError(t, server.client.infer('per_row', [images(0, 32)], { parameters: { timeout: { int64_param: '1' } } }));
+  // The run hook begins well within the deadline (1 s; a call still waiting for a hook thread past
+  // it would never run), then waits past it before its sub-calls.
+  const err = await grpcError(t, server.client.infer('per_row', [images(0, 32)], { parameters: { timeout: { int64_param: '1000000' }, wait_ms: { int64_param: '1500' } } }));
   t.is(err.code, status.DEADLINE_EXCEEDED);
   t.regex(err.details, /model "per_row": the run hook in model\.js failed: request for model "digits" did not run/);
 });
