@@ -103,40 +103,37 @@ test.serial('rows of concurrent requests are never mixed up (exact, on the ident
 });
 
 test.serial('under a flood on one model, a rare model\'s requests wait for no more than the batch running, not the flood\'s queue', async (t) => {
-  // Held as a ratio of two waits measured side by side, not in milliseconds, so that a busy machine
-  // (which slows both) does not fail it: 16 flood clients keep about four full executions queued,
-  // which each flood request waits through; a rare request waits at most for the one running.
-  // Measured beside a CI run: 0.44 (fair); with scheduler.discipline fifo, 1.00.
+  // Counted in the flood's executions that finish while a rare request waits, not in milliseconds,
+  // so that a busy machine (which slows every execution alike) does not fail it: 16 flood clients
+  // keep about four full executions queued; a rare request waits at most for the one running (and
+  // the statistics reads around it, each answered between executions). Measured: median 3 here,
+  // 6 with scheduler.discipline fifo, where it waits behind the whole queue.
   const server = await serve();
   const { client } = server;
   let flooding = true;
-  /** @type {number[]} */
-  const floodWaits = [];
   const flood = Promise.all(Array.from({ length: 16 }, async (_, c) => {
     let sent = 0;
-    while (flooding && sent < 200) {
-      const t0 = performance.now();
-      await client.infer('convnet', [image(c, sent++, 8)]);
-      if (sent > 2) floodWaits.push(performance.now() - t0); // the first rounds fill the queue
-    }
+    while (flooding && sent < 200) await client.infer('convnet', [image(c, sent++, 8)]);
     return sent;
   }));
   // The rare model's client has a connection of its own, as a separate client would.
   const rare = new InferenceClient(server.address);
   t.teardown(() => rare.close());
-  const waits = [];
+  const executions = async () => Number((await stats(rare, 'convnet')).execution_count);
+  await new Promise((resolve) => setTimeout(resolve, 300)); // the flood's queue fills
+  /** @type {number[]} */
+  const passed = [];
   for (let i = 0; i < 20; i++) {
-    const t0 = performance.now();
+    const before = await executions();
     await rare.infer('digits', [{ name: 'image', datatype: 'FP32', shape: [1, 8, 8], data: new Float32Array(64) }], { outputs: ['label'] });
-    waits.push(performance.now() - t0);
+    passed.push((await executions()) - before);
   }
   flooding = false;
   const sent = (await flood).reduce((a, b) => a + b, 0);
   t.true(sent > 0);
-  const median = (/** @type {number[]} */ xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
-  const [rareMs, floodMs] = [median(waits), median(floodWaits)];
-  t.true(rareMs < 0.7 * floodMs, `a rare request's median wait ${rareMs.toFixed(1)} ms against a flood request's ${floodMs.toFixed(1)} ms`);
-  t.log(`rare model: median ${rareMs.toFixed(1)} ms, max ${Math.max(...waits).toFixed(1)} ms over ${waits.length} requests; flood median ${floodMs.toFixed(1)} ms over ${sent} requests`);
+  const median = [...passed].sort((a, b) => a - b)[passed.length >> 1];
+  t.true(median <= 4, `the flood's executions that finished while a rare request waited: median ${median} (${passed.join(', ')})`);
+  t.log(`flood executions during each rare request: ${passed.join(', ')}; ${sent} flood requests`);
 });
 
 test.serial('a request whose deadline passes while it is queued never runs', async (t) => {
