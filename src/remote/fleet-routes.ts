@@ -28,6 +28,7 @@
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { placeFleet, Rankings, type FleetModel, type FleetNode, type FleetOptions, type FleetPlacement } from '../routing/fleet-placement.js';
+import { FleetCatalog } from './fleet-catalog.js';
 import { PlacedRoutes } from './placed-routes.js';
 import type { NodeReport } from './status-report.js';
 
@@ -124,16 +125,24 @@ export class FleetRoutes {
   /** Model -> measured load, device-seconds per second over the fleet, at the last check. */
   #loads = new Map<string, number>();
   #placement: FleetPlacement | null = null;
-  #lastCatalog: { lists: readonly (readonly string[])[]; names: ReadonlySet<string> } | null = null;
+  /** Every model the members serve (fleet-catalog.ts). */
+  readonly #catalog = new FleetCatalog();
+  /** What the reports say of each model, summed by its index in the catalog: kept from check to check. */
+  readonly #sums = new ReportSums();
+  /** The models that ran at the last placement (null before the first): the idle ones that could move now. */
+  #lastRan: ReadonlySet<string> | null = null;
+  /** The latest placement with every model in it, idle ones included; made when asked for. */
+  #fullPlacement: FleetPlacement | null = null;
   #members: FleetMember[] = [];
   /**
    * Node name -> its process's start and each model's weight-cache hits and misses as it last
    * reported them, and the check that last saw them: an active_only report leaves out a model once
    * it is idle and evicted, and its counts since the node started must not leave the hit ratio with
    * it at once. Kept for COUNTS_KEPT_CHECKS after (a node of a large catalog reports most models at
-   * some point of a day).
+   * some point of a day). A node's report read again unchanged (the same serial) is not gone over:
+   * `seen` is the check that last saw that report, the last sight of every model it names (`inReport`).
    */
-  readonly #counts = new Map<string, { startedMs: number; models: Map<string, { hits: number; misses: number; check: number }> }>();
+  readonly #counts = new Map<string, NodeCounts>();
   /** Model -> the nodes placement put it on, and the check at which its routes last switched (or it was placed). */
   readonly #placed = new Map<string, { nodes: string[]; check: number; moved: boolean }>();
   #checks = 0;
@@ -244,7 +253,10 @@ export class FleetRoutes {
 
   /** The latest placement (what the routes switch to once prefetched); null before the first check. */
   get placement(): FleetPlacement | null {
-    return this.#placement;
+    const p = this.#placement;
+    if (!p) return null;
+    // Placement is given only the models that ran; every other model is where #placed holds it.
+    return (this.#fullPlacement ??= { ...p, nodes: new Map([...this.#placed].map(([model, { nodes }]) => [model, nodes])) });
   }
 
   /** PlacedRoutes.route: of the nodes that serve `model`, those its requests go to. */
@@ -270,7 +282,14 @@ export class FleetRoutes {
     this.#place(nodes);
   }
 
-  /** Place every model from the members' reports, and switch the routes that change. */
+  /**
+   * Place the models from the members' reports, and switch the routes that change. Only the models
+   * that ran (a load or a rate on some node) are placed from the reports: an idle model goes to the
+   * first node of its ranking whatever they say (#holding), adds no load, and so is gone over only
+   * when it could have moved: it ran at the last check, it joined the catalog, or the node set
+   * changed. At 64 nodes x 10,000 models placing every model took 40-100 ms a check, at every check
+   * a report changed (bench/gateway-checks.js: a node's restart made 7 of 26 checks place anew).
+   */
   #place(nodes: readonly FleetMember[]): void {
     this.#routes.setNames(new Map(nodes.map((n) => [n.address, n.name])));
     const members = this.#onePerName(nodes);
@@ -284,68 +303,140 @@ export class FleetRoutes {
     });
     const live = new Set(members.map((n) => n.name));
     const joined = new Set<string>();
-    if (!this.#routes.rankings.sameNodes(fleet)) {
+    const rankings = this.#routes.rankings;
+    if (!rankings.sameNodes(fleet)) {
       this.#routes.rankings = new Rankings(fleet);
       for (const id of live) if (!this.#live.has(id)) joined.add(id);
     }
     this.#live = live;
-    // Every model some member serves (the union kept while their lists stay the same objects), then
-    // what the reports say of those they name: with active_only, the few with load or residency.
-    // Built anew at every check for 10,000 models or more: arrays only where a report names the model
-    // (bench/gateway-checks.js).
-    const models = new Map<string, ReportedModel>();
-    for (const name of this.#catalog(members)) models.set(name, { name, bytes: 0, load: 0, resident: undefined, serving: undefined, servingLoad: undefined });
-    const loads = new Map<string, number>();
-    for (const n of members) {
-      // A node kept by its last report, too old to place by: in placement, its models' loads not counted.
-      for (const [name, r] of n.report?.models ?? []) {
-        if (r.windowLoad > 0) loads.set(name, (loads.get(name) ?? 0) + r.windowLoad);
-        const m = models.get(name);
-        if (!m) continue; // reported, but not READY in the index the gateway read
-        m.bytes = Math.max(m.bytes, r.weightBytes + r.sessionBytes);
-        if (r.windowResidentBytes > 0) (m.resident ??= []).push(n.name);
-        // Its rate summed over the nodes; its capacity the best node's (one running larger batches learned more).
-        if (r.windowRate > 0) m.rate = (m.rate ?? 0) + r.windowRate;
-        if (r.windowCapacity > (m.capacity ?? 0)) m.capacity = r.windowCapacity;
-        if (r.windowLoad > 0) {
-          m.load += r.windowLoad;
-          (m.serving ??= []).push(n.name);
-          (m.servingLoad ??= []).push(r.windowLoad);
-        }
-      }
+    const { added, removed } = this.#catalog.update(new Map(members.map((n) => [n.name, n.models])));
+    for (const name of removed) {
+      this.#routes.delete(name);
+      this.#placed.delete(name);
     }
-    this.#loads = loads;
-    this.#needs = new Map([...models.values()].filter((m) => m.rate && m.capacity).map((m) => [m.name, m.rate! / m.capacity!]));
+    const catalog = this.#catalog;
+    const ran = this.#ran(members, catalog);
     const devices = fleet.reduce((sum, n) => sum + (n.devices ?? 1), 0);
     const fair = [...this.#loads.values()].reduce((sum, l) => sum + l, 0) / Math.max(1, devices);
-    for (const m of models.values()) {
+    for (const m of ran.values()) {
       // Most load first: where the gateways send it now leads where a move left traffic behind.
       if (m.serving && m.serving.length > 1) mostLoadFirst(m);
       const current = this.#holding(m, { live, joined, fair });
       if (current) m.current = current;
     }
-    const placement = placeFleet([...models.values()], fleet, this.#o.fleet, this.#routes.rankings);
+    const placement = placeFleet([...ran.values()], fleet, this.#o.fleet, this.#routes.rankings);
     this.#placement = placement;
-    for (const name of [...this.#routes.routes.keys()]) if (!models.has(name)) this.#routes.delete(name);
-    for (const name of this.#placed.keys()) if (!models.has(name)) this.#placed.delete(name);
-    let changed = false;
-    for (const [model, target] of placement.nodes) {
-      const was = this.#placed.get(model);
-      if (was && sameNodes(was.nodes, target)) continue;
-      this.#placed.set(model, { nodes: target, check: this.#checks, moved: was !== undefined });
-      changed = true;
-    }
+    this.#fullPlacement = null;
+    // The idle models that could have moved: every one when the node set changed, else those that
+    // ran at the last check or joined the catalog.
+    const all = this.#routes.rankings !== rankings || this.#lastRan === null;
+    const visit = all ? catalog.names : this.#sinceLastCheck(ran, added);
+    this.#lastRan = new Set(ran.keys());
     const byName = new Map(members.map((n) => [n.name, n]));
+    let changed = false;
     let moved = 0;
-    for (const [model, target] of placement.nodes) moved += this.#switch(model, target, models.get(model)!.resident ?? [], byName) ? 1 : 0;
+    for (const model of visit) {
+      const target = placement.nodes.get(model) ?? [this.#routes.rankings.first(model).id];
+      const was = this.#placed.get(model);
+      if (!was || !sameNodes(was.nodes, target)) {
+        this.#placed.set(model, { nodes: target, check: this.#checks, moved: was !== undefined });
+        changed = true;
+      }
+      const now = this.#routes.routes.get(model);
+      // An idle model's residency is read only where its routes change.
+      const resident = ran.get(model)?.resident ?? (now && sameNodes(now, target) ? NONE : residentOn(model, members));
+      moved += this.#switch(model, target, resident, byName) ? 1 : 0;
+    }
     // Placing again from the same inputs gives this back once nothing it placed is young (#holding
     // holds a young model where it is, then weighs its reports) and no routes wait on a prefetch.
     this.#lastChange = changed ? this.#checks : this.#lastChange;
     this.#settled = this.#switching.size === 0 && this.#checks - this.#lastChange >= REPORT_LAG_CHECKS;
     if (moved > 0) {
       const givenOver = Object.fromEntries([...placement.givenOver].map((m) => [m, placement.nodes.get(m)?.length ?? 0]));
-      this.#o.logger.info({ moved, prefetching: this.#switching.size, models: placement.nodes.size, nodes: members.length, imbalance: sharedImbalance(placement), givenOver }, 'placement changed');
+      this.#o.logger.info({ moved, prefetching: this.#switching.size, models: catalog.names.length, nodes: members.length, imbalance: sharedImbalance(placement), givenOver }, 'placement changed');
     }
+  }
+
+  /**
+   * The models of the catalog that ran over the window (a load or a rate on some node), in the
+   * catalog's order, as the reports give them (the rest are idle: in the simulator, half of 10,000);
+   * and each model's load over the fleet (#loads) and the devices its requests need (#needs). One
+   * pass over the reports (at 64 nodes, ~30,000 rows), summed into arrays by the catalog's index.
+   */
+  #ran(members: readonly FleetMember[], catalog: FleetCatalog): Map<string, ReportedModel> {
+    const sums = this.#sums.reset(catalog.names.length);
+    /** Loads of models a node reports that no index read READY: in the fair share, not placed. */
+    const outside = new Map<string, number>();
+    const ran: number[] = [];
+    // (model index, member index) pairs, in the members' order: where each is resident, where it ran.
+    const resident: number[] = [];
+    const serving: number[] = [];
+    const servingLoad: number[] = [];
+    members.forEach((n, k) => {
+      // A node kept by its last report, too old to place by: in placement, its models' loads not counted.
+      // Map.forEach, not for...of: a tuple per row made that loop 3-5 times slower.
+      n.report?.models.forEach((r, name) => {
+        const at = catalog.order.get(name);
+        if (at === undefined) {
+          if (r.windowLoad > 0) outside.set(name, (outside.get(name) ?? 0) + r.windowLoad);
+          return;
+        }
+        sums.bytes[at] = Math.max(sums.bytes[at], r.weightBytes + r.sessionBytes);
+        if (r.windowResidentBytes > 0) resident.push(at, k);
+        // Its rate summed over the nodes; its capacity the best node's (one running larger batches learned more).
+        if (r.windowRate > 0) sums.rate[at] += r.windowRate;
+        if (r.windowCapacity > sums.capacity[at]) sums.capacity[at] = r.windowCapacity;
+        if (r.windowLoad > 0) {
+          sums.load[at] += r.windowLoad;
+          serving.push(at, k);
+          servingLoad.push(r.windowLoad);
+        }
+        if ((r.windowLoad > 0 || r.windowRate > 0) && sums.ran[at] === 0) {
+          sums.ran[at] = 1;
+          ran.push(at);
+        }
+      });
+    });
+    const models = new Map<string, ReportedModel>();
+    const loads = new Map<string, number>();
+    const byIndex: (ReportedModel | undefined)[] = new Array(catalog.names.length);
+    // copy: the indexes that ran, into numbers that sort as numbers (the catalog's order).
+    for (const at of Int32Array.from(ran).sort()) {
+      const name = catalog.names[at];
+      const m: ReportedModel = { name, bytes: sums.bytes[at], load: sums.load[at], resident: undefined, serving: undefined, servingLoad: undefined };
+      if (sums.rate[at] > 0) m.rate = sums.rate[at];
+      if (sums.capacity[at] > 0) m.capacity = sums.capacity[at];
+      if (m.load > 0) loads.set(name, m.load);
+      models.set(name, m);
+      byIndex[at] = m;
+    }
+    for (let i = 0; i < resident.length; i += 2) {
+      const m = byIndex[resident[i]];
+      if (m) (m.resident ??= []).push(members[resident[i + 1]].name);
+    }
+    for (let i = 0; i < serving.length; i += 2) {
+      const m = byIndex[serving[i]]!;
+      (m.serving ??= []).push(members[serving[i + 1]].name);
+      (m.servingLoad ??= []).push(servingLoad[i / 2]);
+    }
+    for (const [name, load] of outside) loads.set(name, load);
+    this.#loads = loads;
+    this.#needs = new Map([...models.values()].filter((m) => m.rate && m.capacity).map((m) => [m.name, m.rate! / m.capacity!]));
+    return models;
+  }
+
+  /** The models that ran now or at the last check, and those new to the catalog: those whose place could change. */
+  #sinceLastCheck(ran: ReadonlyMap<string, ReportedModel>, added: readonly string[]): string[] {
+    const catalog = this.#catalog;
+    const visit = new Set<number>();
+    for (const names of [ran.keys(), this.#lastRan!, added]) {
+      for (const name of names) {
+        const at = catalog.order.get(name);
+        if (at !== undefined) visit.add(at);
+      }
+    }
+    // copy: the indexes to visit, into numbers that sort as numbers (the catalog's order).
+    return Array.from(Int32Array.from(visit).sort(), (at) => catalog.names[at]);
   }
 
   /** One member per name, up and known: of addresses reporting one name, the newest process serves, the rest drain. */
@@ -409,17 +500,6 @@ export class FleetRoutes {
     return was.nodes.every((id) => loadOn(m, id) >= HOLD_SHARE * share) ? was.nodes : null;
   }
 
-  /** The names of every model the members serve; the same Set while each member's list is the same object. */
-  #catalog(members: readonly FleetMember[]): ReadonlySet<string> {
-    const lists = members.map((n) => n.models);
-    const last = this.#lastCatalog;
-    if (last && last.lists.length === lists.length && last.lists.every((l, i) => l === lists[i])) return last.names;
-    const names = new Set<string>();
-    for (const list of lists) for (const name of list) names.add(name);
-    this.#lastCatalog = { lists, names };
-    return names;
-  }
-
   /** Route `model` to `target`, once the nodes gaining it hold its weights; true when it gains a node now. */
   #switch(model: string, target: string[], resident: readonly string[], members: ReadonlyMap<string, FleetMember>): boolean {
     const now = this.#routes.routes.get(model);
@@ -464,15 +544,26 @@ export class FleetRoutes {
       const report = n.report;
       if (!report) continue; // its counts kept as they were
       let kept = this.#counts.get(n.name);
-      if (!kept || kept.startedMs !== report.startedMs) this.#counts.set(n.name, (kept = { startedMs: report.startedMs, models: new Map() }));
-      for (const [model, r] of report.models) kept.models.set(model, { hits: r.hits, misses: r.misses, check: this.#checks });
+      if (!kept || kept.startedMs !== report.startedMs) this.#counts.set(n.name, (kept = { startedMs: report.startedMs, serial: undefined, seen: 0, models: new Map() }));
+      const serial = n.reportSerial;
+      if (serial === undefined || serial !== kept.serial) {
+        // The models of the report before were last seen when it was.
+        for (const c of kept.models.values()) {
+          if (!c.inReport) continue;
+          c.inReport = false;
+          c.check = kept.seen;
+        }
+        for (const [model, r] of report.models) kept.models.set(model, { hits: r.hits, misses: r.misses, check: this.#checks, inReport: true });
+        kept.serial = serial;
+      }
+      kept.seen = this.#checks;
     }
     // At most every COUNTS_KEPT_CHECKS checks, not at multiples of it: checks that leave the placement
     // standing do not come here.
     if (this.#checks - this.#countsSwept < COUNTS_KEPT_CHECKS) return;
     this.#countsSwept = this.#checks;
     for (const { models } of this.#counts.values()) {
-      for (const [model, c] of models) if (this.#checks - c.check > COUNTS_KEPT_CHECKS) models.delete(model);
+      for (const [model, c] of models) if (!c.inReport && this.#checks - c.check > COUNTS_KEPT_CHECKS) models.delete(model);
     }
   }
 
@@ -517,6 +608,44 @@ function mostLoadFirst(m: ReportedModel): void {
     serving[j + 1] = id;
     load[j + 1] = l;
   }
+}
+
+const NONE: readonly string[] = [];
+
+/** Per model of the catalog (by its index), what one check's reports say of it, summed over the nodes. */
+class ReportSums {
+  bytes = new Float64Array(0);
+  load = new Float64Array(0);
+  rate = new Float64Array(0);
+  capacity = new Float64Array(0);
+  /** 1 once a row says it ran (a load or a rate). */
+  ran = new Uint8Array(0);
+
+  /** Zeroed for a catalog of `size` models. */
+  reset(size: number): this {
+    if (this.ran.length !== size) {
+      [this.bytes, this.load, this.rate, this.capacity, this.ran] = [new Float64Array(size), new Float64Array(size), new Float64Array(size), new Float64Array(size), new Uint8Array(size)];
+      return this;
+    }
+    for (const a of [this.bytes, this.load, this.rate, this.capacity, this.ran]) a.fill(0);
+    return this;
+  }
+}
+
+/** A node's weight-cache counts as FleetRoutes keeps them (#counts). */
+interface NodeCounts {
+  startedMs: number;
+  /** The serial of the report last gone over (undefined: a member without serials, gone over at every check). */
+  serial: number | undefined;
+  /** The last check that saw that report. */
+  seen: number;
+  /** Model -> its counts, the check that last saw it, and whether that report names it (then last seen at `seen`). */
+  models: Map<string, { hits: number; misses: number; check: number; inReport: boolean }>;
+}
+
+/** The members whose devices held `model`'s weights as their window ended, in the members' order. */
+function residentOn(model: string, members: readonly FleetMember[]): string[] {
+  return members.filter((n) => (n.report?.models.get(model)?.windowResidentBytes ?? 0) > 0).map((n) => n.name);
 }
 
 /** What `m` ran on node `id` over the window (0: nothing). */

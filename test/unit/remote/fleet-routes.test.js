@@ -467,3 +467,71 @@ test('a model that moved stays where it went for minMoveChecks unless far past i
   t.true(quick(pinned) * 2 <= quick(free), 'with one, at most half as often');
   t.true(count(pinned) < count(free));
 });
+
+test('placing the models that ran, those that ran at the last check and those new to the catalog routes every idle model as a gateway placing them all does', async (t) => {
+  const nodes = Array.from({ length: 8 }, (_, i) => member(`10.0.0.${i + 1}:8001`, CATALOG));
+  const r = routes();
+  const next = random(11);
+  let catalog = CATALOG;
+  let idleChecked = 0;
+  for (let check = 0; check < 30; check++) {
+    // A model leaves every node's repository at check 10, a new one joins at check 20.
+    if (check === 10) catalog = CATALOG.slice(1);
+    if (check === 20) catalog = [...catalog, 'new-model'];
+    for (const n of nodes) {
+      n.models = catalog;
+      n.load.clear();
+    }
+    // A random third of the catalog runs where it is routed; the rest is idle (load and rate 0).
+    const ran = new Set(catalog.filter(() => next() < 1 / 3));
+    for (const m of ran) {
+      const on = r.routes.get(m) ?? [nodes[0].address];
+      for (const id of on) nodes.find((n) => n.address === id)?.load.set(m, (0.05 + next() * 0.4) / on.length);
+    }
+    r.update(nodes);
+    for (const n of nodes) for (const p of n.prefetches.splice(0)) p.resolve();
+    await settle();
+    // A gateway that never placed anything places every model from these reports.
+    const fresh = routes();
+    fresh.update(nodes);
+    for (const m of catalog) {
+      if (ran.has(m)) continue;
+      t.deepEqual(r.routes.get(m), fresh.routes.get(m), `check ${check}: idle ${m}`);
+      t.deepEqual(r.placement?.nodes.get(m), fresh.placement?.nodes.get(m), `check ${check}: idle ${m}'s placement`);
+      idleChecked++;
+    }
+    t.is(r.routes.size, catalog.length, `check ${check}: a route for every model of the catalog, none for one gone`);
+    t.is(r.placement?.nodes.size, catalog.length);
+  }
+  t.false(r.routes.has(CATALOG[0]), 'the model gone from every repository has no route');
+  t.true(r.routes.has('new-model'));
+  t.true(idleChecked > 500, `${idleChecked} idle routes compared`);
+});
+
+test('a report read again unchanged keeps its models\' hit counts however long; once it leaves a model out, the count goes ~300 checks later', async (t) => {
+  const [a, b] = ['10.0.0.1:8001', '10.0.0.2:8001'].map((address) => member(address, CATALOG));
+  const model = CATALOG[0];
+  a.resident.add(model);
+  // a's report never changes (one serial); b's changes at every check, so that every check places.
+  let [serialA, serialB] = [1, 1];
+  const serialed = [Object.create(a, { reportSerial: { get: () => serialA } }), Object.create(b, { reportSerial: { get: () => serialB } })];
+  const registry = new Registry();
+  const r = routes(registry);
+  const ratio = async () => (await registry.getMetricsAsJSON()).find((m) => m.name === 'stowage_gateway_model_weight_hit_ratio')?.values.find((v) => v.labels.model === model)?.value;
+  const checks = (/** @type {number} */ count) => {
+    for (let i = 0; i < count; i++) {
+      serialB++;
+      r.update(serialed);
+    }
+  };
+  checks(700);
+  t.is(await ratio(), 9 / 11, 'a\'s 9 hits and a miss and b\'s miss, a\'s report unchanged for 700 checks (two sweeps)');
+  // a's report no longer names it (idle and evicted, active_only).
+  const full = Object.getOwnPropertyDescriptor(a, 'report')?.get?.bind(a);
+  Object.defineProperty(a, 'report', { get: () => { const rep = full?.(); rep?.models.delete(model); return rep; } });
+  serialA++;
+  checks(250);
+  t.is(await ratio(), 9 / 11, 'kept a while after it was last reported');
+  checks(400);
+  t.is(await ratio(), 0, 'then only b\'s miss is left');
+});

@@ -19,7 +19,7 @@ function reached(/** @type {string} */ file) {
   return seen;
 }
 
-const PLACEMENT_ONLY = ['src/remote/fleet-routes.ts', 'src/remote/status-report.ts', 'src/remote/node-status.ts', 'src/remote/placement/worker.ts'];
+const PLACEMENT_ONLY = ['src/remote/fleet-routes.ts', 'src/remote/fleet-catalog.ts', 'src/remote/status-report.ts', 'src/remote/node-status.ts', 'src/remote/placement/worker.ts'];
 
 test('the gateway\'s main thread imports no placement, status decoding or status reads: only the routes\' copy', (t) => {
   const main = reached('src/remote/gateway-server.ts');
