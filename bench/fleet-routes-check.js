@@ -5,8 +5,9 @@
 // those that ran over the window; `--ran` is the share of the catalog that ran (a load and a rate
 // on the nodes it is routed to), drawn anew at every check: 1 is bench/gateway-checks.js's
 // stand-ins (every model loaded), 0.5 about the simulator's 12,000 requests a second over 10,000
-// models, 0.05 a lab's catalog whose tail is idle in most windows. Prints the median time per
-// check. With --baseline DIR (another checkout of Stowage, built), the baseline's FleetRoutes is fed
+// models, 0.05 a lab's catalog whose tail is idle in most windows. Halfway, a node restarts (down
+// for two checks, then back with its index read anew and nothing resident). Prints the median time
+// per check. With --baseline DIR (another checkout of Stowage, built), the baseline's FleetRoutes is fed
 // the same members beside this one, check by check, and their routes are compared after each.
 //
 //   npm run build && node bench/fleet-routes-check.js [--nodes 64] [--models 10000] [--checks 30] [--ran 1,0.5,0.05] [--baseline DIR]
@@ -26,6 +27,8 @@ const { values: args } = parseArgs({
 const [N, M, CHECKS] = [Number(args.nodes), Number(args.models), Number(args.checks)];
 /** The first checks place the whole catalog and warm the JIT: left out of the median. */
 const WARM = 8;
+/** The check at which node 1 goes down (back two checks later). */
+const RESTART = Math.floor(CHECKS / 2);
 const logger = pino({ level: 'silent' });
 /** @type {typeof FleetRoutes | undefined} */
 const Baseline = args.baseline ? (await import(pathToFileURL(path.resolve(args.baseline, 'dist/remote/fleet-routes.js')).href)).FleetRoutes : undefined;
@@ -41,6 +44,11 @@ async function run(/** @type {number} */ share) {
   // Twice its share of the catalog resident on each node; at first model k on node k mod N.
   const resident = nodes.map((_, i) => new Set(catalog.filter((_, k) => k % N === i || rnd() < 1 / N)));
   const serials = nodes.map(() => 1);
+  const started = nodes.map(() => 1);
+  /** Each node's list of models: one object for all, until a node restarts and its index is read anew. */
+  const lists = nodes.map(() => catalog);
+  /** The node down (-1: none). */
+  let down = -1;
   const addresses = nodes.map((_, i) => `10.0.${i >> 8}.${i & 255}:8001`);
   const indexOf = new Map(nodes.map((name, i) => [name, i]));
   /** @type {Map<string, number>[]} node -> model -> its load over the window */
@@ -49,8 +57,8 @@ async function run(/** @type {number} */ share) {
     const models = new Map();
     for (const m of resident[i]) models.set(m, entry(16 << 20, 0));
     for (const [m, load] of loads[i]) models.set(m, entry(resident[i].has(m) ? 16 << 20 : 0, load));
-    const report = { nodeName: name, startedMs: 1, budgetBytes: 2 ** 32, sessionBudgetBytes: 0, devices: 1, queueDepth: 0, models };
-    return { address: addresses[i], name, up: true, draining: false, models: catalog, report, reportSerial: serials[i], prefetch: async () => {} };
+    const report = { nodeName: name, startedMs: started[i], budgetBytes: 2 ** 32, sessionBudgetBytes: 0, devices: 1, queueDepth: 0, models };
+    return { address: addresses[i], name, up: i !== down, draining: false, models: lists[i], report, reportSerial: serials[i], prefetch: async () => {} };
   });
   const make = (/** @type {typeof FleetRoutes} */ Routes) => new Routes({ fleet: DEFAULT_FLEET_OPTIONS, prefetchTimeoutMs: 1000, logger });
   const [ours, theirs] = [make(FleetRoutes), Baseline ? make(Baseline) : undefined];
@@ -65,6 +73,14 @@ async function run(/** @type {number} */ share) {
       for (const name of on) loads[/** @type {number} */ (indexOf.get(name))].set(catalog[k], 1 / (k + 10) / on.length);
     }
     serials[check % N]++;
+    // A node restarts in the middle of the run: down for two checks, then back with its index read
+    // anew (a new list, the same models), a new start and nothing resident.
+    if (check === RESTART) down = 1;
+    if (check === RESTART + 2) {
+      down = -1;
+      [lists[1], started[1], serials[1]] = [[...catalog], 2, serials[1] + 1];
+      resident[1].clear();
+    }
     const fed = members();
     let t = performance.now();
     ours.update(fed);

@@ -310,9 +310,11 @@ export class FleetRoutes {
     }
     this.#live = live;
     const { added, removed } = this.#catalog.update(new Map(members.map((n) => [n.name, n.models])));
+    // A model no node serves any more: its routes go, and a prefetch for it that ends later switches nothing.
     for (const name of removed) {
       this.#routes.delete(name);
       this.#placed.delete(name);
+      this.#switching.delete(name);
     }
     const catalog = this.#catalog;
     const ran = this.#ran(members, catalog);

@@ -535,3 +535,27 @@ test('a report read again unchanged keeps its models\' hit counts however long; 
   checks(400);
   t.is(await ratio(), 0, 'then only b\'s miss is left');
 });
+
+test('a model gone from every node\'s repository while its nodes load it has no route, even once their loads end', async (t) => {
+  const nodes = ['10.0.0.1:8001', '10.0.0.2:8001', '10.0.0.3:8001', '10.0.0.4:8001'].map((a) => member(a, CATALOG));
+  const r = routes();
+  r.update(nodes);
+  const hot = CATALOG[7];
+  const home = /** @type {string} */ (r.routes.get(hot)?.[0]);
+  for (const n of nodes) for (const m of CATALOG) if (r.routes.get(m)?.includes(n.address)) n.resident.add(m);
+  /** @type {ReturnType<typeof member>} */ (nodes.find((n) => n.address === home)).load.set(hot, 1.8);
+  r.update(nodes);
+  const loading = nodes.flatMap((n) => n.prefetches);
+  t.true(loading.length >= 2, 'it grows onto nodes that load it first');
+  const rest = CATALOG.filter((m) => m !== hot);
+  for (const n of nodes) {
+    n.models = rest;
+    n.load.clear();
+  }
+  r.update(nodes);
+  t.false(r.routes.has(hot), 'no route once no node serves it');
+  for (const p of loading) p.resolve();
+  await settle();
+  t.false(r.routes.has(hot), 'the loads that ended after switch nothing');
+  t.is(r.routes.size, rest.length);
+});
