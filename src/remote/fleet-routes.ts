@@ -129,8 +129,11 @@ export class FleetRoutes {
   readonly #catalog = new FleetCatalog();
   /** What the reports say of each model, summed by its index in the catalog: kept from check to check. */
   readonly #sums = new ReportSums();
-  /** The models that ran at the last placement (null before the first): the idle ones that could move now. */
-  #lastRan: ReadonlySet<string> | null = null;
+  /**
+   * The models that ran at the last placement (null before the first), by their indexes in the
+   * catalog's `names` of then: the idle ones that could move now.
+   */
+  #lastRan: { names: readonly string[]; at: Int32Array } | null = null;
   /** The latest placement with every model in it, idle ones included; made when asked for. */
   #fullPlacement: FleetPlacement | null = null;
   #members: FleetMember[] = [];
@@ -317,7 +320,7 @@ export class FleetRoutes {
       this.#switching.delete(name);
     }
     const catalog = this.#catalog;
-    const ran = this.#ran(members, catalog);
+    const { models: ran, at: ranAt } = this.#ran(members, catalog);
     const devices = fleet.reduce((sum, n) => sum + (n.devices ?? 1), 0);
     const fair = [...this.#loads.values()].reduce((sum, l) => sum + l, 0) / Math.max(1, devices);
     for (const m of ran.values()) {
@@ -332,8 +335,8 @@ export class FleetRoutes {
     // The idle models that could have moved: every one when the node set changed, else those that
     // ran at the last check or joined the catalog.
     const all = this.#routes.rankings !== rankings || this.#lastRan === null;
-    const visit = all ? catalog.names : this.#sinceLastCheck(ran, added);
-    this.#lastRan = new Set(ran.keys());
+    const visit = all ? catalog.names : this.#sinceLastCheck(ranAt, added);
+    this.#lastRan = { names: catalog.names, at: ranAt };
     const byName = new Map(members.map((n) => [n.name, n]));
     let changed = false;
     let moved = 0;
@@ -365,11 +368,11 @@ export class FleetRoutes {
    * and each model's load over the fleet (#loads) and the devices its requests need (#needs). One
    * pass over the reports (at 64 nodes, ~30,000 rows), summed into arrays by the catalog's index.
    */
-  #ran(members: readonly FleetMember[], catalog: FleetCatalog): Map<string, ReportedModel> {
+  #ran(members: readonly FleetMember[], catalog: FleetCatalog): { models: Map<string, ReportedModel>; at: Int32Array } {
     const sums = this.#sums.reset(catalog.names.length);
     /** Loads of models a node reports that no index read READY: in the fair share, not placed. */
     const outside = new Map<string, number>();
-    const ran: number[] = [];
+    let ran = 0;
     // (model index, member index) pairs, in the members' order: where each is resident, where it ran.
     const resident: number[] = [];
     const serving: number[] = [];
@@ -395,15 +398,17 @@ export class FleetRoutes {
         }
         if ((r.windowLoad > 0 || r.windowRate > 0) && sums.ran[at] === 0) {
           sums.ran[at] = 1;
-          ran.push(at);
+          ran++;
         }
       });
     });
     const models = new Map<string, ReportedModel>();
     const loads = new Map<string, number>();
     const byIndex: (ReportedModel | undefined)[] = new Array(catalog.names.length);
-    // copy: the indexes that ran, into numbers that sort as numbers (the catalog's order).
-    for (const at of Int32Array.from(ran).sort()) {
+    // The indexes that ran, in the catalog's order.
+    const ranAt = new Int32Array(ran);
+    for (let at = 0, k = 0; k < ran; at++) if (sums.ran[at] === 1) ranAt[k++] = at;
+    for (const at of ranAt) {
       const name = catalog.names[at];
       const m: ReportedModel = { name, bytes: sums.bytes[at], load: sums.load[at], resident: undefined, serving: undefined, servingLoad: undefined };
       if (sums.rate[at] > 0) m.rate = sums.rate[at];
@@ -424,21 +429,27 @@ export class FleetRoutes {
     for (const [name, load] of outside) loads.set(name, load);
     this.#loads = loads;
     this.#needs = new Map([...models.values()].filter((m) => m.rate && m.capacity).map((m) => [m.name, m.rate! / m.capacity!]));
-    return models;
+    return { models, at: ranAt };
   }
 
-  /** The models that ran now or at the last check, and those new to the catalog: those whose place could change. */
-  #sinceLastCheck(ran: ReadonlyMap<string, ReportedModel>, added: readonly string[]): string[] {
+  /**
+   * The models that ran now or at the last check, and those new to the catalog: those whose place
+   * could change, in the catalog's order (marked by index, then read in order: no sort).
+   */
+  #sinceLastCheck(ranAt: Int32Array, added: readonly string[]): string[] {
     const catalog = this.#catalog;
-    const visit = new Set<number>();
-    for (const names of [ran.keys(), this.#lastRan!, added]) {
-      for (const name of names) {
-        const at = catalog.order.get(name);
-        if (at !== undefined) visit.add(at);
-      }
+    const mark = this.#sums.visit;
+    for (const at of ranAt) mark[at] = 1;
+    const last = this.#lastRan!;
+    for (const at of last.at) {
+      // Indexes of the catalog of then: the same while its names are the same list.
+      const now = last.names === catalog.names ? at : catalog.order.get(last.names[at]);
+      if (now !== undefined) mark[now] = 1;
     }
-    // copy: the indexes to visit, into numbers that sort as numbers (the catalog's order).
-    return Array.from(Int32Array.from(visit).sort(), (at) => catalog.names[at]);
+    for (const name of added) mark[catalog.order.get(name)!] = 1;
+    const visit: string[] = [];
+    for (let at = 0; at < mark.length; at++) if (mark[at] === 1) visit.push(catalog.names[at]);
+    return visit;
   }
 
   /** One member per name, up and known: of addresses reporting one name, the newest process serves, the rest drain. */
@@ -622,14 +633,17 @@ class ReportSums {
   capacity = new Float64Array(0);
   /** 1 once a row says it ran (a load or a rate). */
   ran = new Uint8Array(0);
+  /** 1 for a model the check goes over (#sinceLastCheck). */
+  visit = new Uint8Array(0);
 
   /** Zeroed for a catalog of `size` models. */
   reset(size: number): this {
     if (this.ran.length !== size) {
-      [this.bytes, this.load, this.rate, this.capacity, this.ran] = [new Float64Array(size), new Float64Array(size), new Float64Array(size), new Float64Array(size), new Uint8Array(size)];
+      [this.bytes, this.load, this.rate, this.capacity] = [new Float64Array(size), new Float64Array(size), new Float64Array(size), new Float64Array(size)];
+      [this.ran, this.visit] = [new Uint8Array(size), new Uint8Array(size)];
       return this;
     }
-    for (const a of [this.bytes, this.load, this.rate, this.capacity, this.ran]) a.fill(0);
+    for (const a of [this.bytes, this.load, this.rate, this.capacity, this.ran, this.visit]) a.fill(0);
     return this;
   }
 }
