@@ -438,7 +438,7 @@ export class FleetRoutes {
    */
   #sinceLastCheck(ranAt: Int32Array, added: readonly string[]): string[] {
     const catalog = this.#catalog;
-    const mark = this.#sums.visit;
+    const mark = new Uint8Array(catalog.names.length);
     for (const at of ranAt) mark[at] = 1;
     const last = this.#lastRan!;
     for (const at of last.at) {
@@ -633,17 +633,15 @@ class ReportSums {
   capacity = new Float64Array(0);
   /** 1 once a row says it ran (a load or a rate). */
   ran = new Uint8Array(0);
-  /** 1 for a model the check goes over (#sinceLastCheck). */
-  visit = new Uint8Array(0);
 
   /** Zeroed for a catalog of `size` models. */
   reset(size: number): this {
     if (this.ran.length !== size) {
       [this.bytes, this.load, this.rate, this.capacity] = [new Float64Array(size), new Float64Array(size), new Float64Array(size), new Float64Array(size)];
-      [this.ran, this.visit] = [new Uint8Array(size), new Uint8Array(size)];
+      this.ran = new Uint8Array(size);
       return this;
     }
-    for (const a of [this.bytes, this.load, this.rate, this.capacity, this.ran, this.visit]) a.fill(0);
+    for (const a of [this.bytes, this.load, this.rate, this.capacity, this.ran]) a.fill(0);
     return this;
   }
 }
