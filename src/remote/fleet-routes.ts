@@ -27,8 +27,9 @@
  */
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { placeFleet, Rankings, type FleetModel, type FleetNode, type FleetOptions, type FleetPlacement } from '../routing/fleet-placement.js';
+import { needsOwnNodes, placeFleet, Rankings, type FleetNode, type FleetOptions, type FleetPlacement, type HomeModels } from '../routing/fleet-placement.js';
 import { FleetCatalog } from './fleet-catalog.js';
+import { FleetReports, loadOn, mostLoadFirst, type ReportedModel } from './fleet-reports.js';
 import { PlacedRoutes } from './placed-routes.js';
 import type { NodeReport } from './status-report.js';
 
@@ -101,6 +102,11 @@ const COUNTS_KEPT_CHECKS = 300;
 /** A model runs enough for its window's counts to say where it runs from this share of a device's fair share. */
 const DOMINANCE_MIN_SHARE = 0.02;
 
+/** Idle, or running too little (under DOMINANCE_MIN_SHARE of a device's `fair` share) to say where it runs. */
+function runsTooLittle(load: number, fair: number): boolean {
+  return !(load > 0) || load < DOMINANCE_MIN_SHARE * fair;
+}
+
 /**
  * What placement knows a member by: its report while fresh, else its last however old (a node that
  * serves while its status reads fail stays placed; its name, memory and devices are still its own).
@@ -122,18 +128,17 @@ export class FleetRoutes {
   readonly #routes: PlacedRoutes;
   /** Model -> the node set being prefetched for it (joined by ','), until its requests switch. */
   readonly #switching = new Map<string, string>();
-  /** Model -> measured load, device-seconds per second over the fleet, at the last check. */
-  #loads = new Map<string, number>();
   #placement: FleetPlacement | null = null;
   /** Every model the members serve (fleet-catalog.ts). */
   readonly #catalog = new FleetCatalog();
-  /** What the reports say of each model, summed by its index in the catalog: kept from check to check. */
-  readonly #sums = new ReportSums();
+  /** What the last check's reports say of each model (its load over the fleet, the devices its requests need). */
+  readonly #reports = new FleetReports();
   /**
-   * The models that ran at the last placement (null before the first), by their indexes in the
-   * catalog's `names` of then: the idle ones that could move now.
+   * The models placed off their ranking's first node at the last placement, or placed from the
+   * reports (null before the first), by their indexes in the catalog's `names` of then: the rest
+   * were on that node, and stay there while they stay idle or run too little to be placed.
    */
-  #lastRan: { names: readonly string[]; at: Int32Array } | null = null;
+  #lastAway: { names: readonly string[]; at: Int32Array } | null = null;
   /** The latest placement with every model in it, idle ones included; made when asked for. */
   #fullPlacement: FleetPlacement | null = null;
   #members: FleetMember[] = [];
@@ -149,8 +154,6 @@ export class FleetRoutes {
   /** Model -> the nodes placement put it on, and the check at which its routes last switched (or it was placed). */
   readonly #placed = new Map<string, { nodes: string[]; check: number; moved: boolean }>();
   #checks = 0;
-  /** Model -> devices its requests need at full batches (rate over capacity), where its nodes report both. */
-  #needs = new Map<string, number>();
   /** The nodes placed at the last check, to tell one joining. */
   #live: ReadonlySet<string> = new Set();
   /** What the last placement was made from, and whether placing again from the same would give it back. */
@@ -191,7 +194,7 @@ export class FleetRoutes {
       name: 'stowage_gateway_model_load', help: 'A model\'s measured load over the fleet, in device-seconds per second (pooled)', labelNames: ['model'], registers,
       collect() {
         this.reset();
-        for (const [model, load] of self.#loads) if (load > 0) this.set({ model }, load);
+        for (const [model, load] of self.#reports.loads()) this.set({ model }, load);
       },
     });
     new Gauge({
@@ -221,7 +224,7 @@ export class FleetRoutes {
       name: 'stowage_gateway_model_needed_devices', help: 'A model\'s requests over what one device answers of it at full batches, summed over the fleet (pooled; above 1 it is given nodes of its own)', labelNames: ['model'], registers,
       collect() {
         this.reset();
-        for (const [model, needs] of self.#needs) this.set({ model }, needs);
+        for (const [model, needs] of self.#reports.needs()) this.set({ model }, needs);
       },
     });
     new Gauge({
@@ -320,24 +323,28 @@ export class FleetRoutes {
       this.#switching.delete(name);
     }
     const catalog = this.#catalog;
-    const { models: ran, at: ranAt } = this.#ran(members, catalog);
+    this.#reports.read(members, catalog);
     const devices = fleet.reduce((sum, n) => sum + (n.devices ?? 1), 0);
-    const fair = [...this.#loads.values()].reduce((sum, l) => sum + l, 0) / Math.max(1, devices);
-    for (const m of ran.values()) {
+    const fair = this.#reports.totalLoad / Math.max(1, devices);
+    const { placed: ran, home } = this.#split(fair);
+    for (const m of ran) {
       // Most load first: where the gateways send it now leads where a move left traffic behind.
-      if (m.serving && m.serving.length > 1) mostLoadFirst(m);
+      mostLoadFirst(m);
       const current = this.#holding(m, { live, joined, fair });
       if (current) m.current = current;
     }
-    const placement = placeFleet([...ran.values()], fleet, this.#o.fleet, this.#routes.rankings);
+    const placement = placeFleet(ran, fleet, this.#o.fleet, this.#routes.rankings, home);
     this.#placement = placement;
     this.#fullPlacement = null;
-    // The idle models that could have moved: every one when the node set changed, else those that
-    // ran at the last check or joined the catalog.
-    const all = this.#routes.rankings !== rankings || this.#lastRan === null;
-    const visit = all ? catalog.names : this.#sinceLastCheck(ranAt, added);
-    this.#lastRan = { names: catalog.names, at: ranAt };
+    // The models that could have moved: every one when the node set changed, else those placed off
+    // their ranking's first node or from the reports, now or at the last check, and those that
+    // joined the catalog. Every other model is on that node, as it was.
+    const away = awayOf(placement, catalog);
+    const all = this.#routes.rankings !== rankings || this.#lastAway === null;
+    const visit = all ? catalog.names : this.#sinceLastCheck(away, added);
+    this.#lastAway = { names: catalog.names, at: away };
     const byName = new Map(members.map((n) => [n.name, n]));
+    const reported = new Map(ran.map((m) => [m.name, m]));
     let changed = false;
     let moved = 0;
     for (const model of visit) {
@@ -348,8 +355,8 @@ export class FleetRoutes {
         changed = true;
       }
       const now = this.#routes.routes.get(model);
-      // An idle model's residency is read only where its routes change.
-      const resident = ran.get(model)?.resident ?? (now && sameNodes(now, target) ? NONE : residentOn(model, members));
+      // Residency is read from the members only where routes change of a model not placed from the reports.
+      const resident = reported.get(model)?.resident ?? (now && sameNodes(now, target) ? NONE : residentOn(model, members));
       moved += this.#switch(model, target, resident, byName) ? 1 : 0;
     }
     // Placing again from the same inputs gives this back once nothing it placed is young (#holding
@@ -363,84 +370,43 @@ export class FleetRoutes {
   }
 
   /**
-   * The models of the catalog that ran over the window (a load or a rate on some node), in the
-   * catalog's order, as the reports give them (the rest are idle: in the simulator, half of 10,000);
-   * and each model's load over the fleet (#loads) and the devices its requests need (#needs). One
-   * pass over the reports (at 64 nodes, ~30,000 rows), summed into arrays by the catalog's index.
+   * The models that ran over the window, in the catalog's order, split in two. In full, those placed
+   * from the reports. As HomeModels, those that ran too little for the window's counts to say where
+   * they run and need no node of their own: #holding holds each on its ranking's first node, and
+   * placement adds its load there (in the simulator, ~95% of those that ran), so none is made an
+   * object or gone over one by one.
    */
-  #ran(members: readonly FleetMember[], catalog: FleetCatalog): { models: Map<string, ReportedModel>; at: Int32Array } {
-    const sums = this.#sums.reset(catalog.names.length);
-    /** Loads of models a node reports that no index read READY: in the fair share, not placed. */
-    const outside = new Map<string, number>();
-    let ran = 0;
-    // (model index, member index) pairs, in the members' order: where each is resident, where it ran.
-    const resident: number[] = [];
-    const serving: number[] = [];
-    const servingLoad: number[] = [];
-    members.forEach((n, k) => {
-      // A node kept by its last report, too old to place by: in placement, its models' loads not counted.
-      // Map.forEach, not for...of: a tuple per row made that loop 3-5 times slower.
-      n.report?.models.forEach((r, name) => {
-        const at = catalog.order.get(name);
-        if (at === undefined) {
-          if (r.windowLoad > 0) outside.set(name, (outside.get(name) ?? 0) + r.windowLoad);
-          return;
-        }
-        sums.bytes[at] = Math.max(sums.bytes[at], r.weightBytes + r.sessionBytes);
-        if (r.windowResidentBytes > 0) resident.push(at, k);
-        // Its rate summed over the nodes; its capacity the best node's (one running larger batches learned more).
-        if (r.windowRate > 0) sums.rate[at] += r.windowRate;
-        if (r.windowCapacity > sums.capacity[at]) sums.capacity[at] = r.windowCapacity;
-        if (r.windowLoad > 0) {
-          sums.load[at] += r.windowLoad;
-          serving.push(at, k);
-          servingLoad.push(r.windowLoad);
-        }
-        if ((r.windowLoad > 0 || r.windowRate > 0) && sums.ran[at] === 0) {
-          sums.ran[at] = 1;
-          ran++;
-        }
-      });
-    });
-    const models = new Map<string, ReportedModel>();
-    const loads = new Map<string, number>();
-    const byIndex: (ReportedModel | undefined)[] = new Array(catalog.names.length);
-    // The indexes that ran, in the catalog's order.
-    const ranAt = new Int32Array(ran);
-    for (let at = 0, k = 0; k < ran; at++) if (sums.ran[at] === 1) ranAt[k++] = at;
-    for (const at of ranAt) {
-      const name = catalog.names[at];
-      const m: ReportedModel = { name, bytes: sums.bytes[at], load: sums.load[at], resident: undefined, serving: undefined, servingLoad: undefined };
-      if (sums.rate[at] > 0) m.rate = sums.rate[at];
-      if (sums.capacity[at] > 0) m.capacity = sums.capacity[at];
-      if (m.load > 0) loads.set(name, m.load);
-      models.set(name, m);
-      byIndex[at] = m;
+  #split(fair: number): { placed: ReportedModel[]; home: HomeModels } {
+    const reports = this.#reports;
+    const homeAt: number[] = [];
+    const placedAt: number[] = [];
+    for (const at of reports.ran) {
+      const atHome = runsTooLittle(reports.load[at], fair) && !needsOwnNodes({ rate: reports.rate[at], capacity: reports.capacity[at] });
+      (atHome ? homeAt : placedAt).push(at);
     }
-    for (let i = 0; i < resident.length; i += 2) {
-      const m = byIndex[resident[i]];
-      if (m) (m.resident ??= []).push(members[resident[i + 1]].name);
-    }
-    for (let i = 0; i < serving.length; i += 2) {
-      const m = byIndex[serving[i]]!;
-      (m.serving ??= []).push(members[serving[i + 1]].name);
-      (m.servingLoad ??= []).push(servingLoad[i / 2]);
-    }
-    for (const [name, load] of outside) loads.set(name, load);
-    this.#loads = loads;
-    this.#needs = new Map([...models.values()].filter((m) => m.rate && m.capacity).map((m) => [m.name, m.rate! / m.capacity!]));
-    return { models, at: ranAt };
+    const names = this.#catalog.names;
+    const rankings = this.#routes.rankings;
+    const home: HomeModels = {
+      names: homeAt.map((at) => names[at]),
+      loads: homeAt.map((at) => reports.load[at]),
+      full: (indexes) => reports.models(indexes.map((i) => homeAt[i])).map((m) => {
+        mostLoadFirst(m);
+        m.current = [rankings.first(m.name).id];
+        return m;
+      }),
+    };
+    return { placed: reports.models(placedAt), home };
   }
 
   /**
-   * The models that ran now or at the last check, and those new to the catalog: those whose place
-   * could change, in the catalog's order (marked by index, then read in order: no sort).
+   * The models away now or at the last check, and those new to the catalog: those whose place could
+   * change, in the catalog's order (marked by index, then read in order: no sort).
    */
-  #sinceLastCheck(ranAt: Int32Array, added: readonly string[]): string[] {
+  #sinceLastCheck(away: Int32Array, added: readonly string[]): string[] {
     const catalog = this.#catalog;
     const mark = new Uint8Array(catalog.names.length);
-    for (const at of ranAt) mark[at] = 1;
-    const last = this.#lastRan!;
+    for (const at of away) mark[at] = 1;
+    const last = this.#lastAway!;
     for (const at of last.at) {
       // Indexes of the catalog of then: the same while its names are the same list.
       const now = last.names === catalog.names ? at : catalog.order.get(last.names[at]);
@@ -493,7 +459,7 @@ export class FleetRoutes {
     // 2026-11-29, later), it followed an LRU's evictions and each gateway's reading of them (a read
     // failed, an older report) from node to node: bench/fleet-sim.js, half the quiet moves and most
     // of the gateways' disagreement.
-    if (!(m.load > 0) || m.load < DOMINANCE_MIN_SHARE * fair) return [this.#routes.rankings.first(m.name).id];
+    if (runsTooLittle(m.load, fair)) return [this.#routes.rankings.first(m.name).id];
     const was = this.#placed.get(m.name);
     if (!was) return null;
     // A node of its gone: the rest of them, else the first of its ranking, not where the reports
@@ -603,48 +569,7 @@ function sharedImbalance(placement: FleetPlacement): number {
   return mean > 0 ? Math.max(...loads) / mean : 1;
 }
 
-/** A model as one check reads it from the reports: `serving` with each node's load beside it (`servingLoad`). */
-type ReportedModel = FleetModel & { resident: string[] | undefined; serving: string[] | undefined; servingLoad: number[] | undefined };
-
-/** `m.serving` (and its loads) ordered most load first, ties by name: in place, as most hold two or three. */
-function mostLoadFirst(m: ReportedModel): void {
-  const serving = m.serving!;
-  const load = m.servingLoad!;
-  for (let i = 1; i < serving.length; i++) {
-    const id = serving[i];
-    const l = load[i];
-    let j = i - 1;
-    for (; j >= 0 && (load[j] < l || (load[j] === l && serving[j] > id)); j--) {
-      serving[j + 1] = serving[j];
-      load[j + 1] = load[j];
-    }
-    serving[j + 1] = id;
-    load[j + 1] = l;
-  }
-}
-
 const NONE: readonly string[] = [];
-
-/** Per model of the catalog (by its index), what one check's reports say of it, summed over the nodes. */
-class ReportSums {
-  bytes = new Float64Array(0);
-  load = new Float64Array(0);
-  rate = new Float64Array(0);
-  capacity = new Float64Array(0);
-  /** 1 once a row says it ran (a load or a rate). */
-  ran = new Uint8Array(0);
-
-  /** Zeroed for a catalog of `size` models. */
-  reset(size: number): this {
-    if (this.ran.length !== size) {
-      [this.bytes, this.load, this.rate, this.capacity] = [new Float64Array(size), new Float64Array(size), new Float64Array(size), new Float64Array(size)];
-      this.ran = new Uint8Array(size);
-      return this;
-    }
-    for (const a of [this.bytes, this.load, this.rate, this.capacity, this.ran]) a.fill(0);
-    return this;
-  }
-}
 
 /** A node's weight-cache counts as FleetRoutes keeps them (#counts). */
 interface NodeCounts {
@@ -660,12 +585,6 @@ interface NodeCounts {
 /** The members whose devices held `model`'s weights as their window ended, in the members' order. */
 function residentOn(model: string, members: readonly FleetMember[]): string[] {
   return members.filter((n) => (n.report?.models.get(model)?.windowResidentBytes ?? 0) > 0).map((n) => n.name);
-}
-
-/** What `m` ran on node `id` over the window (0: nothing). */
-function loadOn(m: ReportedModel, id: string): number {
-  const at = m.serving?.indexOf(id) ?? -1;
-  return at < 0 ? 0 : m.servingLoad![at];
 }
 
 /** What placement reads of a member, to tell a check whose inputs are the last placement's. */
@@ -695,4 +614,15 @@ function sameInputs(a: readonly MemberInputs[], b: readonly MemberInputs[]): boo
 
 function sameNodes(a: readonly string[], b: readonly string[]): boolean {
   return a.length === b.length && a.every((id, i) => id === b[i]);
+}
+
+/** The catalog indexes of the models `placement` lists (from reports, or off their ranking's first node), sorted. */
+function awayOf(placement: FleetPlacement, catalog: FleetCatalog): Int32Array {
+  const away = new Int32Array(placement.nodes.size);
+  let k = 0;
+  for (const name of placement.nodes.keys()) {
+    const at = catalog.order.get(name);
+    if (at !== undefined) away[k++] = at;
+  }
+  return away.subarray(0, k).sort();
 }

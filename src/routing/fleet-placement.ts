@@ -122,8 +122,31 @@ const HEAVY_MEMORY = 0.5;
  */
 export const DEFAULT_FLEET_OPTIONS: FleetOptions = { epsilon: 0.1, stickiness: 0.1, replicaLoad: 0.5 };
 
+/**
+ * Models placed on the first node of their ranking, given apart from `models` so that a caller need
+ * not make an object for each: those that ran too little for a window's counts to say where they
+ * run (remote/fleet-routes.ts; at 64 nodes x 10,000 models most of a catalog). Each is light, wants
+ * one replica, is not pinned and needs no node of its own (`needsOwnNodes` false). placeFleet adds
+ * its load to that node as it would for the model given in full with `current` the node, and lists
+ * it in `nodes` only where it placed it elsewhere (shed from a node past its bound). By name, as
+ * `models` are: loads are added in one order of the two together, so that the sums are the same.
+ */
+export interface HomeModels {
+  readonly names: readonly string[];
+  /** Each one's measured load, device-seconds per second over the fleet (0: none). */
+  readonly loads: ArrayLike<number>;
+  /**
+   * Those at `indexes` (into `names`) in full, each with `current` its ranking's first node: for a
+   * model whose node is given over to another, or where the bounds would not place it alone.
+   */
+  full(indexes: readonly number[]): FleetModel[];
+}
+
 export interface FleetPlacement {
-  /** Model -> its nodes, the first its ranking's best that fit. Every model given is here. */
+  /**
+   * Model -> its nodes, the first its ranking's best that fit. Every model given in `models` is
+   * here; one given as a HomeModels only where it is not on its ranking's first node.
+   */
   nodes: Map<string, string[]>;
   /** Per node: the load and the hot bytes placed on it. */
   load: Map<string, number>;
@@ -292,15 +315,18 @@ export class Rankings {
  * `rankings`: the nodes' Rankings from an earlier call with the same nodes (Rankings.sameNodes),
  * to reuse what it remembers.
  */
-export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions = DEFAULT_FLEET_OPTIONS, rankings = new Rankings(nodes)): FleetPlacement {
+export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions = DEFAULT_FLEET_OPTIONS, rankings = new Rankings(nodes), home?: HomeModels): FleetPlacement {
   const given = giveOver(models, nodes, rankings);
-  if (given.size === 0) return placeShared(models, nodes, options, rankings);
+  if (given.size === 0) return placeShared(models, nodes, options, rankings, home && homeOn(home, rankings, new Set()));
   // The given-over models' nodes are theirs; everything else shares the rest, bounded by the rest's
   // load. (Sharing them too, each counting as what its model leaves of it, kept their idle models'
   // memory for the catalog but moved the light models on and off them at every check: bench/fleet-sim.js
   // --hot 10, 122% of the catalog a minute.)
   const taken = new Set([...given.values()].flatMap((g) => g.nodes));
-  const rest = placeShared(models.filter((m) => !given.has(m.name)), nodes.filter((n) => !taken.has(n.id)), options, rankings.excluding(taken));
+  const shared = models.filter((m) => !given.has(m.name));
+  // A model at home on a node given over is placed from its reports among the rest, as in full.
+  const athome = home && homeOn(home, rankings, taken);
+  const rest = placeShared(athome ? byName(shared, athome.away) : shared, nodes.filter((n) => !taken.has(n.id)), options, rankings.excluding(taken), athome);
   for (const [name, g] of given) {
     rest.nodes.set(name, g.nodes);
     for (const id of g.nodes) {
@@ -311,15 +337,78 @@ export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetN
   return { ...rest, givenOver: new Set(given.keys()) };
 }
 
+/**
+ * The home models of a HomeModels whose node is shared (not in `taken`), each with that node and its
+ * load quantized; those whose node is taken, in full (`away`).
+ */
+interface AtHome {
+  names: string[];
+  nodes: string[];
+  q: Float64Array;
+  away: FleetModel[];
+  /** The HomeModels indexes of `names`: to ask for them in full. */
+  indexes: number[];
+  source: HomeModels;
+}
+
+function homeOn(home: HomeModels, rankings: Rankings, taken: ReadonlySet<string>): AtHome {
+  const at: AtHome = { names: [], nodes: [], q: new Float64Array(home.names.length), away: [], indexes: [], source: home };
+  const away: number[] = [];
+  for (let i = 0; i < home.names.length; i++) {
+    const name = home.names[i];
+    const node = rankings.first(name).id;
+    if (taken.has(node)) {
+      away.push(i);
+      continue;
+    }
+    at.q[at.names.length] = quantizeLoad(home.loads[i]);
+    at.names.push(name);
+    at.nodes.push(node);
+    at.indexes.push(i);
+  }
+  at.q = at.q.subarray(0, at.names.length);
+  if (away.length > 0) at.away = home.full(away);
+  return at;
+}
+
+/** Two lists of models, each by name, as one by name. */
+function byName(a: readonly FleetModel[], b: readonly FleetModel[]): FleetModel[] {
+  if (b.length === 0) return [...a];
+  const merged: FleetModel[] = [];
+  let j = 0;
+  for (const m of a) {
+    while (j < b.length && b[j].name < m.name) merged.push(b[j++]);
+    merged.push(m);
+  }
+  while (j < b.length) merged.push(b[j++]);
+  return merged;
+}
+
+/**
+ * Whether placing the home models as a sum gives what placing each in full would: each light (under
+ * the heavy share) and wanting one replica. Else (a fleet whose loads are nearly all outside its
+ * catalog, a tiny `replicaLoad`) they are placed in full.
+ */
+function homeHolds(home: AtHome, plan: LoadPlan, nodes: number): boolean {
+  let most = 0;
+  for (const q of home.q) most = Math.max(most, q);
+  return most < HEAVY_SHARE * plan.fairPerDevice && replicasFor(most, nodes, plan.perReplica, 1) === 1;
+}
+
 /** Every model bounded among `nodes`: the light ones where they are, the heavy ones within the bounds. */
-function placeShared(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions, rankings: Rankings): FleetPlacement {
+function placeShared(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions, rankings: Rankings, home?: AtHome): FleetPlacement {
   const p: Packing = { placed: new Map(), load: new Map(nodes.map((n) => [n.id, 0])), bytes: new Map(nodes.map((n) => [n.id, 0])), rankings, live: new Set(nodes.map((n) => n.id)) };
   if (nodes.length === 0) return { nodes: p.placed, load: p.load, bytes: p.bytes, heavy: new Set(), givenOver: new Set() };
-  const plan = planLoads(models, nodes, options);
+  let plan = planLoads(models, nodes, options, home?.q);
+  if (home && !homeHolds(home, plan, nodes.length)) {
+    models = byName(models, home.source.full(home.indexes));
+    home = undefined;
+    plan = planLoads(models, nodes, options);
+  }
   const { heavy, heavyBytes } = heavyModels(plan);
   const heavyNames = new Set(heavy.map((x) => x.m.name));
-  placeLight(p, models, plan, heavyNames);
-  shedLight(p, plan, nodes, options);
+  placeLight(p, models, plan, heavyNames, home);
+  shedLight(p, plan, nodes, options, home);
   placeHeavy(p, heavy, heavyBytes, plan, nodes, options);
   return { nodes: p.placed, load: p.load, bytes: p.bytes, heavy: heavyNames, givenOver: new Set() };
 }
@@ -353,7 +442,7 @@ const GIVEN_OVER_MAX_SHARE = 0.5;
  */
 function giveOver(models: readonly FleetModel[], nodes: readonly FleetNode[], rankings: Rankings): Map<string, { nodes: string[]; load: number; bytes: number }> {
   const given = new Map<string, { nodes: string[]; load: number; bytes: number }>();
-  const needing = models.map((m) => ({ m, needs: m.rate && m.capacity ? m.rate / m.capacity : 0 })).filter((x) => x.needs > GIVE_OVER_AT);
+  const needing = models.map((m) => ({ m, needs: devicesNeeded(m) })).filter((x) => x.needs > GIVE_OVER_AT);
   if (needing.length === 0) return given;
   needing.sort((a, b) => b.needs - a.needs || (a.m.name < b.m.name ? -1 : 1));
   const live = new Set(nodes.map((n) => n.id));
@@ -373,6 +462,16 @@ function giveOver(models: readonly FleetModel[], nodes: readonly FleetNode[], ra
     given.set(m.name, { nodes: ranked.filter((n) => chosen.includes(n.id)).map((n) => n.id), load: quantizeLoad(m.load), bytes: m.bytes });
   }
   return given;
+}
+
+/** The devices a model's requests need at full batches: its rate over what one device answers of it (0: unknown). */
+function devicesNeeded(m: Pick<FleetModel, 'rate' | 'capacity'>): number {
+  return m.rate && m.capacity ? m.rate / m.capacity : 0;
+}
+
+/** Whether a model is given nodes of its own (a HomeModels holds none). */
+export function needsOwnNodes(m: Pick<FleetModel, 'rate' | 'capacity'>): boolean {
+  return devicesNeeded(m) > GIVE_OVER_AT;
 }
 
 /** The nodes a model needing `needs` devices at full batches is given, when it is on `current` now. */
@@ -421,17 +520,20 @@ interface LoadPlan {
   totalDevices: number;
   totalLoad: number;
   fairPerDevice: number;
+  /** A replica's load at most. */
+  perReplica: number;
   budgets: number[];
   totalBudget: number;
 }
 
-function planLoads(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions): LoadPlan {
+/** `homeLoads`: the home models' quantized loads (HomeModels), in the fair shares with the models'. */
+function planLoads(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions, homeLoads?: Float64Array): LoadPlan {
   const measured = models.map((m) => ({ m, q: quantizeLoad(m.load) })).filter((x) => x.q > 0);
   measured.sort((a, b) => b.q - a.q || b.m.bytes - a.m.bytes || (a.m.name < b.m.name ? -1 : 1));
   // Each node's fair share: of the load by its devices, of the heavy models' bytes by its budget.
   const devices = nodes.map((n) => n.devices ?? 1);
   const totalDevices = devices.reduce((s, d) => s + d, 0);
-  const totalLoad = measured.reduce((s, x) => s + x.q, 0);
+  const totalLoad = sumLargestFirst(measured, homeLoads);
   const fairPerDevice = totalLoad / totalDevices;
   // A replica's load at most: `replicaLoad`, and half the bounded share of the node with the fewest
   // devices; on the quarter-octave grid, as loads are, so that a node joining or leaving rarely
@@ -447,9 +549,26 @@ function planLoads(models: readonly FleetModel[], nodes: readonly FleetNode[], o
     totalDevices,
     totalLoad,
     fairPerDevice,
+    perReplica,
     budgets,
     totalBudget: budgets.reduce((s, b) => s + b, 0),
   };
+}
+
+/**
+ * The measured models' loads (heaviest first) and the home models', summed largest first as if they
+ * were one list: the same sum, to the last bit, whichever way a caller gave them.
+ */
+function sumLargestFirst(measured: LoadPlan['measured'], homeLoads: Float64Array | undefined): number {
+  if (!homeLoads || homeLoads.length === 0) return measured.reduce((s, x) => s + x.q, 0);
+  const all = new Float64Array(measured.length + homeLoads.length);
+  measured.forEach((x, i) => (all[i] = x.q));
+  // copy: ~10,000 numbers a check, to sort them with the measured ones (no comparator: a typed array's own sort).
+  all.set(homeLoads, measured.length);
+  all.sort();
+  let sum = 0;
+  for (let i = all.length - 1; i >= 0; i--) sum += all[i];
+  return sum;
 }
 
 /**
@@ -475,8 +594,16 @@ function heavyModels(plan: LoadPlan): { heavy: LoadPlan['measured']; heavyBytes:
  * The light models first, unbounded: the nodes holding them (in ranking order), then their
  * ranking's first. Their load is on the nodes before the heavy ones are bounded against it.
  */
-function placeLight(p: Packing, models: readonly FleetModel[], plan: LoadPlan, isHeavy: ReadonlySet<string>): void {
+function placeLight(p: Packing, models: readonly FleetModel[], plan: LoadPlan, isHeavy: ReadonlySet<string>, home?: AtHome): void {
+  // The home models' loads on their nodes, in one order of both lists by name (the sums the same).
+  let h = 0;
+  const homeBefore = (name?: string) => {
+    for (; home && h < home.names.length && (name === undefined || home.names[h] < name); h++) {
+      if (home.q[h] > 0) p.load.set(home.nodes[h], p.load.get(home.nodes[h])! + home.q[h]);
+    }
+  };
   for (const m of models) {
+    homeBefore(m.name);
     if (isHeavy.has(m.name)) continue;
     // Most of a catalog has no load measured: one replica, nothing to add to its node's load.
     const q = plan.quantized.get(m.name) ?? 0;
@@ -496,6 +623,7 @@ function placeLight(p: Packing, models: readonly FleetModel[], plan: LoadPlan, i
     if (q > 0) for (const id of chosen) p.load.set(id, p.load.get(id)! + q / chosen.length);
     p.placed.set(m.name, chosen);
   }
+  homeBefore();
 }
 
 /**
@@ -505,7 +633,7 @@ function placeLight(p: Packing, models: readonly FleetModel[], plan: LoadPlan, i
  * one node could gather too many of them (bench/fleet-sim.js, seed 12: a node at 1.8x the mean).
  * Only loads decide it, so every gateway fed the same reports sheds the same models.
  */
-function shedLight(p: Packing, plan: LoadPlan, nodes: readonly FleetNode[], options: FleetOptions): void {
+function shedLight(p: Packing, plan: LoadPlan, nodes: readonly FleetNode[], options: FleetOptions, home?: AtHome): void {
   const cap = new Map(nodes.map((n, i) => [n.id, (1 + options.epsilon + options.stickiness) * plan.totalLoad * (plan.devices[i] / plan.totalDevices)]));
   const over = nodes.filter((n) => p.load.get(n.id)! > cap.get(n.id)! + 1e-12);
   if (over.length === 0) return;
@@ -515,6 +643,8 @@ function shedLight(p: Packing, plan: LoadPlan, nodes: readonly FleetNode[], opti
     const q = plan.quantized.get(name) ?? 0;
     if (on.length === 1 && q > 0 && !pinned.has(name)) byNode.get(on[0])?.push({ name, q });
   }
+  // The home models are light, single and never pinned: each may be shed as well.
+  for (let h = 0; home && h < home.names.length; h++) if (home.q[h] > 0) byNode.get(home.nodes[h])?.push({ name: home.names[h], q: home.q[h] });
   for (const n of over) {
     const light = byNode.get(n.id)!.sort((a, b) => b.q - a.q || (a.name < b.name ? -1 : 1));
     for (const { name, q } of light) {

@@ -4,6 +4,7 @@
 // sent to the same node by every gateway, and the placement metrics.
 import test from 'ava';
 import pino from 'pino';
+import { isDeepStrictEqual } from 'node:util';
 import { Registry } from 'prom-client';
 import { FleetRoutes } from '../../../dist/remote/fleet-routes.js';
 import { PlacedRoutes } from '../../../dist/remote/placed-routes.js';
@@ -468,12 +469,12 @@ test('a model that moved stays where it went for minMoveChecks unless far past i
   t.true(count(pinned) < count(free));
 });
 
-test('placing the models that ran, those that ran at the last check and those new to the catalog routes every idle model as a gateway placing them all does', async (t) => {
+test('placing the models that run enough, and those placed off their ranking\'s first node now or at the last check or new to the catalog, routes every idle and barely running model as a gateway placing them all does', async (t) => {
   const nodes = Array.from({ length: 8 }, (_, i) => member(`10.0.0.${i + 1}:8001`, CATALOG));
   const r = routes();
   const next = random(11);
   let catalog = CATALOG;
-  let idleChecked = 0;
+  let [idleChecked, barelyChecked, movedBack] = [0, 0, 0];
   for (let check = 0; check < 30; check++) {
     // A model leaves every node's repository at check 10, a new one joins at check 20.
     if (check === 10) catalog = CATALOG.slice(1);
@@ -482,12 +483,20 @@ test('placing the models that ran, those that ran at the last check and those ne
       n.models = catalog;
       n.load.clear();
     }
-    // A random third of the catalog runs where it is routed; the rest is idle (load and rate 0).
-    const ran = new Set(catalog.filter(() => next() < 1 / 3));
-    for (const m of ran) {
-      const on = r.routes.get(m) ?? [nodes[0].address];
-      for (const id of on) nodes.find((n) => n.address === id)?.load.set(m, (0.05 + next() * 0.4) / on.length);
+    // A random third of the catalog runs (where it is routed, or on another node it then moves to),
+    // a third runs too little to be placed from its reports (FleetRoutes' home models), the rest is idle.
+    const runs = new Set();
+    const barely = new Set();
+    for (const m of catalog) {
+      const draw = next();
+      const on = draw < 1 / 6 ? [nodes[Math.floor(next() * nodes.length)].address] : r.routes.get(m) ?? [nodes[0].address];
+      if (draw < 1 / 3) runs.add(m);
+      else if (draw < 2 / 3) barely.add(m);
+      else continue;
+      const load = runs.has(m) ? 0.05 + next() * 0.4 : 1e-5;
+      for (const id of on) nodes.find((n) => n.address === id)?.load.set(m, load / on.length);
     }
+    const before = new Map(r.routes);
     r.update(nodes);
     for (const n of nodes) for (const p of n.prefetches.splice(0)) p.resolve();
     await settle();
@@ -495,17 +504,48 @@ test('placing the models that ran, those that ran at the last check and those ne
     const fresh = routes();
     fresh.update(nodes);
     for (const m of catalog) {
-      if (ran.has(m)) continue;
-      t.deepEqual(r.routes.get(m), fresh.routes.get(m), `check ${check}: idle ${m}`);
-      t.deepEqual(r.placement?.nodes.get(m), fresh.placement?.nodes.get(m), `check ${check}: idle ${m}'s placement`);
-      idleChecked++;
+      if (runs.has(m)) continue;
+      const what = barely.has(m) ? 'barely running' : 'idle';
+      t.deepEqual(r.routes.get(m), fresh.routes.get(m), `check ${check}: ${what} ${m}`);
+      t.deepEqual(r.placement?.nodes.get(m), fresh.placement?.nodes.get(m), `check ${check}: ${what} ${m}'s placement`);
+      if (barely.has(m)) barelyChecked++;
+      else idleChecked++;
+      if (before.has(m) && !isDeepStrictEqual(before.get(m), r.routes.get(m))) movedBack++;
     }
     t.is(r.routes.size, catalog.length, `check ${check}: a route for every model of the catalog, none for one gone`);
     t.is(r.placement?.nodes.size, catalog.length);
   }
   t.false(r.routes.has(CATALOG[0]), 'the model gone from every repository has no route');
   t.true(r.routes.has('new-model'));
-  t.true(idleChecked > 500, `${idleChecked} idle routes compared`);
+  t.true(idleChecked > 300 && barelyChecked > 300, `${idleChecked} idle and ${barelyChecked} barely running routes compared`);
+  t.true(movedBack > 50, `${movedBack} of them went back to their ranking's first node from where they had run`);
+});
+
+test('models running too little to be placed one by one are still shed from a node past its bound, and go back to their ranking\'s first node once idle', async (t) => {
+  // Node a has three times b's memory, so it ranks first for ~3/4 of the catalog: with every model
+  // running a little, the light models alone take it past its share of the load.
+  const catalog = Array.from({ length: 200 }, (_, i) => `small-${String(i).padStart(3, '0')}`);
+  const [a, b] = ['10.0.0.1:8001', '10.0.0.2:8001'].map((address) => member(address, catalog));
+  a.budgetBytes = 300 * MB;
+  const r = routes();
+  r.update([a, b]);
+  const homeOnA = catalog.filter((m) => r.routes.get(m)?.[0] === a.address);
+  t.true(homeOnA.length > 130, `${homeOnA.length} of 200 ranked first on a`);
+  for (const m of catalog) (r.routes.get(m)?.[0] === a.address ? a : b).load.set(m, 1e-3);
+  r.update([a, b]);
+  for (const n of [a, b]) for (const p of n.prefetches.splice(0)) p.resolve();
+  await settle();
+  const shed = homeOnA.filter((m) => r.routes.get(m)?.[0] === b.address);
+  t.true(shed.length > 20, `${shed.length} shed from a to b`);
+  const fresh = routes();
+  fresh.update([a, b]);
+  for (const m of catalog) t.deepEqual(r.routes.get(m), fresh.routes.get(m), `${m}: shed as a gateway placing every model sheds it`);
+  // They stop: every model goes back to the first node of its ranking.
+  for (const n of [a, b]) n.load.clear();
+  r.update([a, b]);
+  for (const n of [a, b]) for (const p of n.prefetches.splice(0)) p.resolve();
+  await settle();
+  for (const m of homeOnA) t.deepEqual(r.routes.get(m), [a.address], `${m}: back on a once idle`);
 });
 
 test('a report read again unchanged keeps its models\' hit counts however long; once it leaves a model out, the count goes ~300 checks later', async (t) => {

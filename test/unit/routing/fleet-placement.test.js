@@ -2,7 +2,7 @@
 // gateway computes alike, bounded loads, replicas by load, little moved when a node joins or
 // leaves, and one node for a model nobody has asked for.
 import test from 'ava';
-import { DEFAULT_FLEET_OPTIONS, givenOverNodes, placeFleet, quantizeLoad, Rankings, replicasFor } from '../../../dist/routing/fleet-placement.js';
+import { DEFAULT_FLEET_OPTIONS, givenOverNodes, needsOwnNodes, placeFleet, quantizeLoad, Rankings, replicasFor } from '../../../dist/routing/fleet-placement.js';
 import { random } from '../../helpers/mlp-catalog.js';
 
 const GB = 1e9;
@@ -264,4 +264,71 @@ test('a model moved lately (pinned) stays on its node up to (1 + epsilon + 3 sti
   t.is(zero(placeFleet(models(3, true), nodes)), 3, 'pinned: all three stay');
   // Four on node 0 (10 models: 1.6x its share): past the pinned bound too, so one leaves.
   t.is(zero(placeFleet(models(4, true), nodes)), 3, 'pinned, but far past: one leaves');
+});
+
+/**
+ * One placement made twice from the same models: each given in full, and those running under 2% of a
+ * device's fair share (needing no nodes of their own) given as HomeModels, on their ranking's first
+ * node as a gateway holds them (remote/fleet-routes.ts). What each gives every model, and each
+ * node's load and bytes, to the last bit.
+ * @param {{ nodes: { id: string, budgetBytes: number, devices?: number }[], models: import('../../../dist/routing/fleet-placement.js').FleetModel[], options?: typeof DEFAULT_FLEET_OPTIONS }} scenario
+ */
+function placedBothWays({ nodes, models: given, options = DEFAULT_FLEET_OPTIONS }) {
+  // By name, as a gateway's catalog lists them (HomeModels' order).
+  const models = [...given].sort((a, b) => (a.name < b.name ? -1 : 1));
+  const rankings = new Rankings(nodes);
+  const devices = nodes.reduce((sum, n) => sum + (n.devices ?? 1), 0);
+  const fair = models.reduce((sum, m) => sum + m.load, 0) / devices;
+  const atHome = (/** @type {typeof models[number]} */ m) => !(m.load >= 0.02 * fair) && !needsOwnNodes(m);
+  const full = models.map((m) => (atHome(m) ? { ...m, current: [rankings.first(m.name).id] } : m));
+  const whole = placeFleet(full, nodes, options, rankings);
+  const home = models.filter(atHome);
+  let asked = 0;
+  const split = placeFleet(models.filter((m) => !atHome(m)), nodes, options, new Rankings(nodes), {
+    names: home.map((m) => m.name),
+    loads: home.map((m) => m.load),
+    full: (indexes) => {
+      asked += indexes.length;
+      return indexes.map((i) => ({ ...home[i], current: [rankings.first(home[i].name).id] }));
+    },
+  });
+  return { whole, split, home, asked, rankings };
+}
+
+test('models given as HomeModels are placed as they are given in full: each model\'s nodes, each node\'s load and bytes, to the last bit', (t) => {
+  const next = random(5);
+  const mixed = (/** @type {number} */ n) => Array.from({ length: n }, (_, i) => ({ id: `10.0.1.${i}:8001`, budgetBytes: (1 + (i % 3)) * 10 * GB, devices: 1 + (i % 2) }));
+  /** @type {[string, Parameters<typeof placedBothWays>[0], (r: ReturnType<typeof placedBothWays>) => void][]} */
+  const scenarios = [
+    ['16 nodes, 3,000 models, Zipf loads', { nodes: fleet(16), models: catalog(3000, 2500, 8) }, () => {}],
+    ['nodes of one, two and three budgets', { nodes: mixed(12), models: catalog(3000, 3000, 10, 7) }, () => {}],
+    ['one node of three times the budget, 600 models running alike: the home models shed from it', {
+      nodes: fleet(4).map((n, i) => ({ ...n, budgetBytes: i === 0 ? 30 * GB : 10 * GB })),
+      models: catalog(600, 0, 0).map((m) => ({ ...m, load: 1e-3 })),
+    }, ({ split, home, rankings }) => {
+      const shed = home.filter((m) => split.nodes.has(m.name) && split.nodes.get(m.name)?.[0] !== rankings.first(m.name).id);
+      t.true(shed.length > 0, `${shed.length} home models shed`);
+    }],
+    ['a model needing nodes of its own: the home models of its nodes placed from their reports', {
+      nodes: fleet(16),
+      models: catalog(3000, 2500, 8).map((m, k) => ({ ...m, ...(k === 0 ? { rate: 4000, capacity: 1000 } : {}), resident: next() < 0.5 ? [`10.0.0.${Math.floor(next() * 16)}:8001`] : undefined })),
+    }, ({ split, asked }) => {
+      t.true(split.givenOver.has('model-0'));
+      t.true(asked > 0, `${asked} home models asked for in full`);
+    }],
+    ['a replicaLoad under one home model\'s load: every home model placed in full', {
+      nodes: fleet(8), models: catalog(1000, 1000, 8), options: { ...DEFAULT_FLEET_OPTIONS, replicaLoad: 1e-4 },
+    }, ({ home, asked }) => t.is(asked, home.length)],
+  ];
+  for (const [name, scenario, check] of scenarios) {
+    const both = placedBothWays(scenario);
+    const { whole, split, home, rankings } = both;
+    t.true(home.length > scenario.models.length / 2, `${name}: ${home.length} of ${scenario.models.length} models at home`);
+    for (const m of scenario.models) t.deepEqual(split.nodes.get(m.name) ?? [rankings.first(m.name).id], whole.nodes.get(m.name), `${name}: ${m.name}`);
+    t.deepEqual(split.load, whole.load, `${name}: every node's load`);
+    t.deepEqual(split.bytes, whole.bytes, `${name}: every node's bytes`);
+    t.deepEqual([...split.heavy].sort(), [...whole.heavy].sort(), `${name}: the heavy models`);
+    t.deepEqual(split.givenOver, whole.givenOver, `${name}: the models given over`);
+    check(both);
+  }
 });
