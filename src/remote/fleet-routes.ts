@@ -134,11 +134,13 @@ export class FleetRoutes {
   /** What the last check's reports say of each model (its load over the fleet, the devices its requests need). */
   readonly #reports = new FleetReports();
   /**
-   * The models placed off their ranking's first node at the last placement, or placed from the
-   * reports (null before the first), by their indexes in the catalog's `names` of then: the rest
-   * were on that node, and stay there while they stay idle or run too little to be placed.
+   * The models placed off home at the last placement, or placed from the reports (null before the
+   * first), by their indexes in the catalog's `names` of then: the rest were at home, and stay there
+   * while they stay idle or run too little to be placed one by one.
    */
   #lastAway: { names: readonly string[]; at: Int32Array } | null = null;
+  /** The rankings the models shared the nodes by at the last placement (FleetPlacement `shared`). */
+  #lastShared: Rankings | null = null;
   /** The latest placement with every model in it, idle ones included; made when asked for. */
   #fullPlacement: FleetPlacement | null = null;
   #members: FleetMember[] = [];
@@ -290,11 +292,13 @@ export class FleetRoutes {
 
   /**
    * Place the models from the members' reports, and switch the routes that change. Only the models
-   * that ran (a load or a rate on some node) are placed from the reports: an idle model goes to the
-   * first node of its ranking whatever they say (#holding), adds no load, and so is gone over only
-   * when it could have moved: it ran at the last check, it joined the catalog, or the node set
-   * changed. At 64 nodes x 10,000 models placing every model took 40-100 ms a check, at every check
-   * a report changed (bench/gateway-checks.js: a node's restart made 7 of 26 checks place anew).
+   * that ran enough (#split) are placed from the reports one by one: an idle model goes home (the
+   * first node of its ranking among the nodes not given over: FleetPlacement `shared`) whatever they
+   * say, one running too little is placed there as a sum, and so each is gone over only when it
+   * could have moved: it was away from home at the last check, it joined the catalog, or the node
+   * set or the nodes given over changed. At 64 nodes x 10,000 models placing every model took
+   * 40-100 ms a check, at every check a report changed (bench/gateway-checks.js: a node's restart
+   * made 7 of 26 checks place anew).
    */
   #place(nodes: readonly FleetMember[]): void {
     this.#routes.setNames(new Map(nodes.map((n) => [n.address, n.name])));
@@ -336,11 +340,13 @@ export class FleetRoutes {
     const placement = placeFleet(ran, fleet, this.#o.fleet, this.#routes.rankings, home);
     this.#placement = placement;
     this.#fullPlacement = null;
-    // The models that could have moved: every one when the node set changed, else those placed off
-    // their ranking's first node or from the reports, now or at the last check, and those that
-    // joined the catalog. Every other model is on that node, as it was.
+    // The models that could have moved: every one when the node set or the nodes given over changed,
+    // else those placed off their home (the first node of their ranking among the nodes shared) or
+    // from the reports, now or at the last check, and those that joined the catalog. Every other
+    // model is at home, as it was.
     const away = awayOf(placement, catalog);
-    const all = this.#routes.rankings !== rankings || this.#lastAway === null;
+    const all = this.#routes.rankings !== rankings || this.#lastAway === null || placement.shared !== this.#lastShared;
+    this.#lastShared = placement.shared;
     const visit = all ? catalog.names : this.#sinceLastCheck(away, added);
     this.#lastAway = { names: catalog.names, at: away };
     const byName = new Map(members.map((n) => [n.name, n]));
@@ -348,7 +354,7 @@ export class FleetRoutes {
     let changed = false;
     let moved = 0;
     for (const model of visit) {
-      const target = placement.nodes.get(model) ?? [this.#routes.rankings.first(model).id];
+      const target = placement.nodes.get(model) ?? [placement.shared.first(model).id];
       const was = this.#placed.get(model);
       if (!was || !sameNodes(was.nodes, target)) {
         this.#placed.set(model, { nodes: target, check: this.#checks, moved: was !== undefined });
@@ -372,9 +378,8 @@ export class FleetRoutes {
   /**
    * The models that ran over the window, in the catalog's order, split in two. In full, those placed
    * from the reports. As HomeModels, those that ran too little for the window's counts to say where
-   * they run and need no node of their own: #holding holds each on its ranking's first node, and
-   * placement adds its load there (in the simulator, ~95% of those that ran), so none is made an
-   * object or gone over one by one.
+   * they run and need no node of their own: placement puts each at home and adds its load there
+   * (in the simulator, ~95% of those that ran), so none is made an object or gone over one by one.
    */
   #split(fair: number): { placed: ReportedModel[]; home: HomeModels } {
     const reports = this.#reports;
@@ -385,13 +390,11 @@ export class FleetRoutes {
       (atHome ? homeAt : placedAt).push(at);
     }
     const names = this.#catalog.names;
-    const rankings = this.#routes.rankings;
     const home: HomeModels = {
       names: homeAt.map((at) => names[at]),
       loads: homeAt.map((at) => reports.load[at]),
       full: (indexes) => reports.models(indexes.map((i) => homeAt[i])).map((m) => {
         mostLoadFirst(m);
-        m.current = [rankings.first(m.name).id];
         return m;
       }),
     };
@@ -471,8 +474,11 @@ export class FleetRoutes {
     // share). Without a minimum age the heavy models near a bound went back and forth as their loads wandered.
     const age = this.#checks - was.check;
     const pinned = was.moved && age < (this.#o.minMoveChecks ?? DEFAULT_MIN_MOVE_CHECKS);
-    if (pinned || this.#switching.has(m.name) || age < REPORT_LAG_CHECKS) {
+    const settling = this.#switching.has(m.name) || age < REPORT_LAG_CHECKS;
+    if (pinned || settling) {
       m.pinned = pinned;
+      m.settling = settling;
+      m.givenOver = this.#placement?.givenOver.has(m.name) ?? false;
       return was.nodes;
     }
     const share = m.load / was.nodes.length;
@@ -616,7 +622,7 @@ function sameNodes(a: readonly string[], b: readonly string[]): boolean {
   return a.length === b.length && a.every((id, i) => id === b[i]);
 }
 
-/** The catalog indexes of the models `placement` lists (from reports, or off their ranking's first node), sorted. */
+/** The catalog indexes of the models `placement` lists (placed from reports, or off home), sorted. */
 function awayOf(placement: FleetPlacement, catalog: FleetCatalog): Int32Array {
   const away = new Int32Array(placement.nodes.size);
   let k = 0;

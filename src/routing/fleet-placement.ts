@@ -89,6 +89,15 @@ export interface FleetModel {
    * shed. A replica may still be added, or given back.
    */
   pinned?: boolean;
+  /**
+   * Its routes switched lately or are switching (the caller's): the reports still show its traffic
+   * from before, split between the nodes it left and those it gained, so it is given no fewer nodes
+   * of its own than it holds. (Read low at the window after it was given 12 nodes, the hot model of
+   * bench/fleet-sim.js --hot 10 was given 3, then 11, 4, 12 and 8, each change moving ~1,000 models.)
+   */
+  settling?: boolean;
+  /** Given nodes of its own at the caller's last placement: while `settling`, it keeps them however low it reads. */
+  givenOver?: boolean;
 }
 
 export interface FleetOptions {
@@ -123,22 +132,20 @@ const HEAVY_MEMORY = 0.5;
 export const DEFAULT_FLEET_OPTIONS: FleetOptions = { epsilon: 0.1, stickiness: 0.1, replicaLoad: 0.5 };
 
 /**
- * Models placed on the first node of their ranking, given apart from `models` so that a caller need
- * not make an object for each: those that ran too little for a window's counts to say where they
- * run (remote/fleet-routes.ts; at 64 nodes x 10,000 models most of a catalog). Each is light, wants
- * one replica, is not pinned and needs no node of its own (`needsOwnNodes` false). placeFleet adds
- * its load to that node as it would for the model given in full with `current` the node, and lists
- * it in `nodes` only where it placed it elsewhere (shed from a node past its bound). By name, as
- * `models` are: loads are added in one order of the two together, so that the sums are the same.
+ * Models placed at home, the first node of their ranking among the nodes the models share (not given
+ * over to one: FleetPlacement `shared`), given apart from `models` so that a caller need not make
+ * an object for each: those that ran too little for a window's counts to say where they run
+ * (remote/fleet-routes.ts; at 64 nodes x 10,000 models most of a catalog). Each is light, wants one
+ * replica, is not pinned and needs no node of its own (`needsOwnNodes` false). placeFleet adds its
+ * load to its home as it would for the model given in full with `current` its home, and lists it in
+ * `nodes` only where it placed it elsewhere (shed from a node past its bound). By name, as `models`
+ * are: loads are added in one order of the two together, so that the sums are the same.
  */
 export interface HomeModels {
   readonly names: readonly string[];
   /** Each one's measured load, device-seconds per second over the fleet (0: none). */
   readonly loads: ArrayLike<number>;
-  /**
-   * Those at `indexes` (into `names`) in full, each with `current` its ranking's first node: for a
-   * model whose node is given over to another, or where the bounds would not place it alone.
-   */
+  /** Those at `indexes` (into `names`) in full (placement sets `current`): where a sum would not place them alike. */
   full(indexes: readonly number[]): FleetModel[];
 }
 
@@ -155,6 +162,13 @@ export interface FleetPlacement {
   heavy: ReadonlySet<string>;
   /** The models given nodes of their own (each of those nodes serves it alone of the measured models). */
   givenOver: ReadonlySet<string>;
+  /**
+   * The rankings of the nodes the other models share (all but those given over): an idle model, and
+   * a home model, goes to its first node there. (On its first node of all, an idle model whose
+   * first node was given over went there and back at every check it ran a little: bench/fleet-sim.js
+   * --hot 10, 4x the catalog a minute.)
+   */
+  shared: Rankings;
 }
 
 /** 32-bit FNV-1a of a string: each name hashed once, then mixed per pair. */
@@ -317,16 +331,14 @@ export class Rankings {
  */
 export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions = DEFAULT_FLEET_OPTIONS, rankings = new Rankings(nodes), home?: HomeModels): FleetPlacement {
   const given = giveOver(models, nodes, rankings);
-  if (given.size === 0) return placeShared(models, nodes, options, rankings, home && homeOn(home, rankings, new Set()));
+  if (given.size === 0) return placeShared(models, nodes, options, rankings, home && homeOn(home, rankings));
   // The given-over models' nodes are theirs; everything else shares the rest, bounded by the rest's
   // load. (Sharing them too, each counting as what its model leaves of it, kept their idle models'
   // memory for the catalog but moved the light models on and off them at every check: bench/fleet-sim.js
   // --hot 10, 122% of the catalog a minute.)
   const taken = new Set([...given.values()].flatMap((g) => g.nodes));
-  const shared = models.filter((m) => !given.has(m.name));
-  // A model at home on a node given over is placed from its reports among the rest, as in full.
-  const athome = home && homeOn(home, rankings, taken);
-  const rest = placeShared(athome ? byName(shared, athome.away) : shared, nodes.filter((n) => !taken.has(n.id)), options, rankings.excluding(taken), athome);
+  const shared = rankings.excluding(taken);
+  const rest = placeShared(models.filter((m) => !given.has(m.name)), nodes.filter((n) => !taken.has(n.id)), options, shared, home && homeOn(home, shared));
   for (const [name, g] of given) {
     rest.nodes.set(name, g.nodes);
     for (const id of g.nodes) {
@@ -337,38 +349,18 @@ export function placeFleet(models: readonly FleetModel[], nodes: readonly FleetN
   return { ...rest, givenOver: new Set(given.keys()) };
 }
 
-/**
- * The home models of a HomeModels whose node is shared (not in `taken`), each with that node and its
- * load quantized; those whose node is taken, in full (`away`).
- */
+/** The models of a HomeModels, each with its home among the nodes `rankings` ranks and its load quantized. */
 interface AtHome {
-  names: string[];
+  names: readonly string[];
   nodes: string[];
   q: Float64Array;
-  away: FleetModel[];
-  /** The HomeModels indexes of `names`: to ask for them in full. */
-  indexes: number[];
   source: HomeModels;
 }
 
-function homeOn(home: HomeModels, rankings: Rankings, taken: ReadonlySet<string>): AtHome {
-  const at: AtHome = { names: [], nodes: [], q: new Float64Array(home.names.length), away: [], indexes: [], source: home };
-  const away: number[] = [];
-  for (let i = 0; i < home.names.length; i++) {
-    const name = home.names[i];
-    const node = rankings.first(name).id;
-    if (taken.has(node)) {
-      away.push(i);
-      continue;
-    }
-    at.q[at.names.length] = quantizeLoad(home.loads[i]);
-    at.names.push(name);
-    at.nodes.push(node);
-    at.indexes.push(i);
-  }
-  at.q = at.q.subarray(0, at.names.length);
-  if (away.length > 0) at.away = home.full(away);
-  return at;
+function homeOn(home: HomeModels, rankings: Rankings): AtHome {
+  const q = new Float64Array(home.names.length);
+  for (let i = 0; i < q.length; i++) q[i] = quantizeLoad(home.loads[i]);
+  return { names: home.names, nodes: home.names.map((name) => rankings.first(name).id), q, source: home };
 }
 
 /** Two lists of models, each by name, as one by name. */
@@ -398,10 +390,12 @@ function homeHolds(home: AtHome, plan: LoadPlan, nodes: number): boolean {
 /** Every model bounded among `nodes`: the light ones where they are, the heavy ones within the bounds. */
 function placeShared(models: readonly FleetModel[], nodes: readonly FleetNode[], options: FleetOptions, rankings: Rankings, home?: AtHome): FleetPlacement {
   const p: Packing = { placed: new Map(), load: new Map(nodes.map((n) => [n.id, 0])), bytes: new Map(nodes.map((n) => [n.id, 0])), rankings, live: new Set(nodes.map((n) => n.id)) };
-  if (nodes.length === 0) return { nodes: p.placed, load: p.load, bytes: p.bytes, heavy: new Set(), givenOver: new Set() };
+  if (nodes.length === 0) return { nodes: p.placed, load: p.load, bytes: p.bytes, heavy: new Set(), givenOver: new Set(), shared: rankings };
   let plan = planLoads(models, nodes, options, home?.q);
   if (home && !homeHolds(home, plan, nodes.length)) {
-    models = byName(models, home.source.full(home.indexes));
+    const full = home.source.full(home.names.map((_, i) => i));
+    full.forEach((m, i) => (m.current = [home!.nodes[i]]));
+    models = byName(models, full);
     home = undefined;
     plan = planLoads(models, nodes, options);
   }
@@ -410,7 +404,7 @@ function placeShared(models: readonly FleetModel[], nodes: readonly FleetNode[],
   placeLight(p, models, plan, heavyNames, home);
   shedLight(p, plan, nodes, options, home);
   placeHeavy(p, heavy, heavyBytes, plan, nodes, options);
-  return { nodes: p.placed, load: p.load, bytes: p.bytes, heavy: heavyNames, givenOver: new Set() };
+  return { nodes: p.placed, load: p.load, bytes: p.bytes, heavy: heavyNames, givenOver: new Set(), shared: rankings };
 }
 
 /**
@@ -442,7 +436,7 @@ const GIVEN_OVER_MAX_SHARE = 0.5;
  */
 function giveOver(models: readonly FleetModel[], nodes: readonly FleetNode[], rankings: Rankings): Map<string, { nodes: string[]; load: number; bytes: number }> {
   const given = new Map<string, { nodes: string[]; load: number; bytes: number }>();
-  const needing = models.map((m) => ({ m, needs: devicesNeeded(m) })).filter((x) => x.needs > GIVE_OVER_AT);
+  const needing = models.map((m) => ({ m, needs: devicesNeeded(m) })).filter((x) => x.needs > GIVE_OVER_AT || (x.m.settling && x.m.givenOver));
   if (needing.length === 0) return given;
   needing.sort((a, b) => b.needs - a.needs || (a.m.name < b.m.name ? -1 : 1));
   const live = new Set(nodes.map((n) => n.id));
@@ -450,7 +444,7 @@ function giveOver(models: readonly FleetModel[], nodes: readonly FleetNode[], ra
   let left = Math.floor(nodes.length * GIVEN_OVER_MAX_SHARE);
   for (const { m, needs } of needing) {
     const anchor = anchorOf(m, live).nodes;
-    const want = givenOverNodes(needs, anchor.length);
+    const want = Math.max(givenOverNodes(needs, anchor.length), m.settling ? anchor.length : 0);
     if (want > left) continue;
     const ranked = rankings.of(m.name).filter((n) => !taken.has(n.id));
     const held = new Set(anchor);

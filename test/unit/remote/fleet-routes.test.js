@@ -8,7 +8,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { Registry } from 'prom-client';
 import { FleetRoutes } from '../../../dist/remote/fleet-routes.js';
 import { PlacedRoutes } from '../../../dist/remote/placed-routes.js';
-import { DEFAULT_FLEET_OPTIONS } from '../../../dist/routing/fleet-placement.js';
+import { DEFAULT_FLEET_OPTIONS, Rankings } from '../../../dist/routing/fleet-placement.js';
 import { random } from '../../helpers/mlp-catalog.js';
 
 const MB = 1e6;
@@ -65,6 +65,20 @@ function member(address, models, { name = address, startedMs = 0 } = {}) {
 }
 
 const CATALOG = Array.from({ length: 40 }, (_, i) => `m${String(i).padStart(2, '0')}`);
+
+/**
+ * Every node holds the catalog and runs `hot` at a whole device of load and `perNode` requests a
+ * second; one node learned its cost line to full batches (2,667 a second), the rest only small batches.
+ * @param {ReturnType<typeof member>[]} nodes @param {string} hot @param {number} perNode
+ */
+function runHot(nodes, hot, perNode) {
+  for (const [i, n] of nodes.entries()) {
+    for (const m of CATALOG) n.resident.add(m);
+    n.load.set(hot, 1);
+    n.rate.set(hot, perNode);
+    n.capacity.set(hot, i === 5 ? 2667 : 1200);
+  }
+}
 const routes = (/** @type {Registry} */ registry = new Registry()) => new FleetRoutes({ fleet: DEFAULT_FLEET_OPTIONS, prefetchTimeoutMs: 1000, logger, registry });
 const settle = () => new Promise((resolve) => setImmediate(resolve));
 
@@ -339,13 +353,8 @@ test('a model\'s rate is summed over the nodes and its capacity is the best node
   // Spread over every node, it ran small batches: each node's device busy (a whole device of load
   // each, 8 in all, which replicas by load would keep on every node), 1,000 requests a second each;
   // one node learned its cost line to full batches (2,667 a second), the rest only small batches.
-  for (const [i, n] of nodes.entries()) {
-    for (const m of CATALOG) n.resident.add(m);
-    n.load.set(hot, 1);
-    n.rate.set(hot, 1000);
-    n.capacity.set(hot, i === 5 ? 2667 : 1200);
-    for (const m of CATALOG) if (m !== hot) n.load.set(m, 0.01);
-  }
+  runHot(nodes, hot, 1000);
+  for (const n of nodes) for (const m of CATALOG) if (m !== hot) n.load.set(m, 0.01);
   r.update(nodes);
   const target = /** @type {string[]} */ (r.placement?.nodes.get(hot));
   t.true(r.placement?.givenOver.has(hot));
@@ -356,6 +365,61 @@ test('a model\'s rate is summed over the nodes and its capacity is the best node
   t.true(Math.abs(/** @type {number} */ (needed) - 8000 / 2667) < 1e-9, `needed devices ${needed}`);
   const imbalance = metrics.find((m) => m.name === 'stowage_gateway_placement_imbalance')?.values[0]?.value;
   t.true(/** @type {number} */ (imbalance) < 1.5, `the shared nodes' imbalance, the given-over ones left out: ${imbalance}`);
+});
+
+test('a model given nodes of its own keeps them while its reports lag the switch, though they read it low; then it follows them', async (t) => {
+  const nodes = Array.from({ length: 8 }, (_, i) => member(`10.0.0.${i + 1}:8001`, CATALOG));
+  const r = routes();
+  const hot = CATALOG[3];
+  // 8,000 requests a second over 2,667 at full batches: 3 devices, 4 nodes of its own.
+  runHot(nodes, hot, 1000);
+  r.update(nodes);
+  for (const n of nodes) for (const p of n.prefetches.splice(0)) p.resolve();
+  await settle();
+  t.is(r.routes.get(hot)?.length, 4);
+  // The window after the switch reads a quarter of its traffic (the nodes it gained had not reported
+  // it yet): 0.75 of a device, which alone would give it no node of its own.
+  runHot(nodes, hot, 250);
+  r.update(nodes);
+  t.is(r.placement?.nodes.get(hot)?.length, 4, 'kept while the reports lag its switch');
+  t.true(r.placement?.givenOver.has(hot));
+  // Read so for longer than the reports lag: it is placed from them.
+  r.update(nodes);
+  r.update(nodes);
+  t.false(r.placement?.givenOver.has(hot), 'given back once the reports say so past the lag');
+});
+
+test('with a model given nodes of its own, every other model goes home among the rest, idle or barely running: none goes back and forth', async (t) => {
+  const nodes = Array.from({ length: 8 }, (_, i) => member(`10.0.0.${i + 1}:8001`, CATALOG));
+  const r = routes();
+  const hot = CATALOG[3];
+  runHot(nodes, hot, 1000);
+  const rankings = new Rankings(nodes.map((n) => ({ id: n.address, budgetBytes: n.budgetBytes, devices: 1 })));
+  // Four models busy enough to be placed by the bounds carry most of the shared nodes' load, so that
+  // the barely running ones never take a node past its bound (they would be shed off home, rightly).
+  const busy = CATALOG.slice(10, 14);
+  const others = CATALOG.filter((m) => m !== hot && !busy.includes(m));
+  /** @type {Map<string, readonly string[]>[]} */
+  const seen = [];
+  for (let check = 0; check < 8; check++) {
+    // The other models idle at every other check, running a little (too little to place by) between.
+    for (const n of nodes) for (const m of CATALOG) if (m !== hot) n.load.delete(m);
+    const on = (/** @type {string} */ m) => nodes.find((n) => n.address === (r.routes.get(m)?.[0] ?? nodes[0].address));
+    for (const m of busy) on(m)?.load.set(m, 0.5);
+    if (check % 2 === 1) for (const m of others) on(m)?.load.set(m, 0.001);
+    r.update(nodes);
+    for (const n of nodes) for (const p of n.prefetches.splice(0)) p.resolve();
+    await settle();
+    seen.push(new Map(r.routes));
+  }
+  const given = new Set(r.placement?.nodes.get(hot));
+  t.is(given.size, 4);
+  const homeGiven = others.filter((m) => given.has(rankings.first(m).id));
+  t.true(homeGiven.length >= 10, `${homeGiven.length} models ranked first on a node given over`);
+  for (const m of others) {
+    t.false(given.has(/** @type {string} */ (r.routes.get(m)?.[0])), `${m} is off the nodes given over`);
+    for (let check = 3; check < 8; check++) t.deepEqual(seen[check].get(m), seen[2].get(m), `${m} stays put at check ${check}`);
+  }
 });
 
 test('a node that serves while its status reads fail past the report\'s age stays placed, its loads not counted', async (t) => {
