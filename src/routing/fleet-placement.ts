@@ -152,7 +152,7 @@ export interface HomeModels {
 export interface FleetPlacement {
   /**
    * Model -> its nodes, the first its ranking's best that fit. Every model given in `models` is
-   * here; one given as a HomeModels only where it is not on its ranking's first node.
+   * here; one given as a HomeModels only where it is not at home (shed).
    */
   nodes: Map<string, string[]>;
   /** Per node: the load and the hot bytes placed on it. */
