@@ -14,7 +14,7 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import { loadInferenceClient } from '../dist/protocol/proto.js';
-import { widenHttp2Windows } from '../dist/protocol/http2-streams.js';
+import { widenHttp2Windows } from '../dist/protocol/edge.js';
 
 const { values, positionals } = parseArgs({ allowPositionals: true, options: { port: { type: 'string', default: '0' }, window: { type: 'string', default: '0' } } });
 const models = JSON.parse(readFileSync(positionals[0], 'utf8'));

@@ -352,7 +352,7 @@ async function simulate(policy, decodeMsPerModel) {
   /** A node's counters now, for its window: per model, compute seconds so far and bytes resident. */
   /**
    * Rows per second a device answers of model `m` at full batches, as a node's learned costs say
-   * (cost-model.ts fullBatchRate): two batch sizes run give the cost line (exact here), taken to
+   * (execution-costs.ts fullBatchRate): two batch sizes run give the cost line (exact here), taken to
    * MAX_BATCH; one, the rate at that size.
    */
   const capacityOf = (n, m) => {

@@ -14,7 +14,7 @@ import type { ModelRegistry } from './model-registry.js';
 import type { Statistics } from './statistics.js';
 import { LoadWindows, type ModelReading, type WindowReport } from './load-windows.js';
 import { StatusSnapshot } from './status-snapshot.js';
-import { fullBatchRate } from '../actors/device/cost-model.js';
+import { fullBatchRate } from '../actors/device/execution-costs.js';
 import { ReportVersions } from './report-versions.js';
 
 type DeviceStatus = Awaited<ReturnType<Devices['status']>>[number];

@@ -1,11 +1,11 @@
 /**
- * The quotas' metrics (shared/quotas.ts), read from the numbers every thread counts in when
+ * The quotas' metrics (shared/admission.ts), read from the numbers every thread counts in when
  * /metrics asks: per subject (each tenant and model the node file's `global.quotas` names; every
  * tenant it does not name is `other`, so the labels stay a bounded set) the requests in flight, the
  * device time charged, and the requests refused by which limit.
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { Quotas } from '../shared/quotas.js';
+import type { Quotas } from '../shared/admission.js';
 
 const LABELS = ['kind', 'subject'] as const;
 

@@ -32,8 +32,8 @@ import { Statistics } from './statistics.js';
 import { Health } from './health.js';
 import { countExportFailuresIn, exportFailureMemory, startTracing, stopTracing, traceExportFailures, tracingOn } from '../shared/tracing.js';
 import { Metrics } from './metrics.js';
-import { Admission, admissionMetrics } from '../protocol/admission.js';
-import { Quotas } from '../shared/quotas.js';
+import { Admission, admissionMetrics } from '../shared/admission.js';
+import { Quotas } from '../shared/admission.js';
 import { quotaMetrics } from './quota-metrics.js';
 import type { Levels } from '../shared/backlog.js';
 import { controlOperations } from './control-service.js';
@@ -41,7 +41,7 @@ import { nodeName } from './node-name.js';
 import { GrpcEdge } from '../protocol/edge.js';
 import { loadControlClient, loadInferenceClient } from '../protocol/proto.js';
 import { markOwnedBuffers } from '../protocol/proto.js';
-import { passEncodedResponses } from '../protocol/infer-response-wire.js';
+import { passEncodedResponses } from '../protocol/codec.js';
 import { controlTable, inferenceTable } from '../protocol/grpc-services.js';
 import { HealthService } from '../protocol/health-service.js';
 import type { Operations } from '../shared/operations.js';
@@ -139,7 +139,7 @@ export class StowageServer {
   #cudaStarted = false;
   /** The leases on models' instances and on shared-memory regions, every thread's. */
   readonly #leases: { models: Leases; regions: Leases };
-  /** The node's quotas (shared/quotas.ts), shared with the edges. */
+  /** The node's quotas (shared/admission.ts), shared with the edges. */
   readonly #quotas: Quotas;
   /** Where every thread counts its requests, per lease slot (once the devices are known). */
   #counters: RequestCounters | null = null;

@@ -13,7 +13,7 @@
  * - requests by the thread that answers them (an edge thread, or the main thread), in shared
  *   memory per lease slot (shared/request-counters.ts): added in when read, and folded into the
  *   model's own counters here when a slot is freed;
- * - executions by the device that runs them, reported summed (actors/device/execution-tally.ts),
+ * - executions by the device that runs them, reported summed (actors/device/execution-costs.ts),
  *   which a reader asks every device for first (Devices.reported).
  *
  * These plain numbers are the only record: the Prometheus metrics (metrics.ts) read them when
@@ -169,7 +169,7 @@ export class Statistics {
   }
 
   /**
-   * A device's executions since its last report (actors/device/execution-tally.ts): each counts
+   * A device's executions since its last report (actors/device/execution-costs.ts): each counts
    * once, whatever the number of requests in it.
    */
   recordExecutions(device: number, report: ExecutionReport): void {

@@ -6,15 +6,14 @@
  * Stowage's ControlService (its status stream: status-watch.ts). The health service is health-service.ts.
  *
  * An inference is decoded into the data plane's request (codec.ts), handed to the request path with
- * the layout its response needs (infer-response-wire.ts), and answered with the response framed
+ * the layout its response needs (codec.ts `ResponseFrame`), and answered with the response framed
  * around its outputs in the frame the device wrote them into, or, when hooks made them, encoded by protobufjs.
  */
 import type * as grpc from '@grpc/grpc-js';
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { Infer, TraceCarrier } from '../shared/data-plane.js';
-import { fromModelInferRequest, inferResponse } from './codec.js';
+import { fromModelInferRequest, inferResponse, ResponseFrame, type EncodedResponse } from './codec.js';
 import { callDeadlineMs, type GrpcEdge } from './edge.js';
-import { ResponseFrame, type EncodedResponse } from './infer-response-wire.js';
 import { ownsItsBuffer } from './proto.js';
 import { statusWatch } from './status-watch.js';
 import { CONTROL_OPERATIONS, KSERVE_OPERATIONS, type LogSettingValue, type OperationName, type Operations } from '../shared/operations.js';

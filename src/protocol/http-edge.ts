@@ -30,7 +30,7 @@ import { createGunzip, createInflate, type Gunzip, type Inflate } from 'node:zli
 import type { Logger } from 'pino';
 import { errors, errorToStatus, Status, StowageError } from '../shared/errors.js';
 import { ERROR_CODE_KEY } from './error-code.js';
-import type { Admission } from './admission.js';
+import type { Admission } from '../shared/admission.js';
 import { readJsonBody } from './rest-tensors.js';
 import { RawJson, type JsonObject } from './json-reader.js';
 import { drainThenClose } from '../shared/lifecycle.js';
@@ -91,7 +91,7 @@ export interface HttpEdgeOptions {
   logger: Logger;
   /**
    * With tenant quotas: the header naming a request's tenant (endpoints.tenant_key) and whether that
-   * tenant is over its quota now (shared/quotas.ts `tenantRefusal`): an inference refused so is
+   * tenant is over its quota now (shared/admission.ts `tenantRefusal`): an inference refused so is
    * answered before its body is read or parsed (its bytes are drained, never kept).
    */
   tenantGate?: { key: string; refusal: (tenant: string | undefined) => StowageError | null };

@@ -2,7 +2,7 @@
  * The KServe V2 REST inference body, with Triton's binary tensor data extension, to and from the
  * data plane (shared/data-plane.ts): the request the request path takes, as gRPC's codec.ts makes it,
  * so that a request through REST runs exactly the path one through gRPC runs. No gRPC message or
- * parameter is built: JSON parameters become the values parameters.ts reads for both protocols.
+ * parameter is built: JSON parameters become the values shared/request-check.ts reads for both protocols.
  *
  * Request: a JSON header (the whole body, or its first `Inference-Header-Content-Length` bytes)
  * whose inputs carry `data` (flat or nested, row-major) or `parameters.binary_data_size`: that
@@ -19,7 +19,7 @@ import { decodeJsonData, encodeJsonData } from './json-tensors.js';
 import { JSON_MAX_DEPTH, JsonError, RawJson, readJson, type JsonObject, type JsonValue } from './json-reader.js';
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { DataPlaneRequest, InferenceAnswer, RequestInput } from '../shared/data-plane.js';
-import { noParameters, plainParameters, requestedOutput, requestParameters, sharedMemoryRef, type ParameterValues } from './parameters.js';
+import { noParameters, plainParameters, requestedOutput, requestParameters, sharedMemoryRef, type ParameterValues } from '../shared/request-check.js';
 import { ownsArrayBuffer } from './proto.js';
 
 const isObject = (v: JsonValue | undefined): v is JsonObject => typeof v === 'object' && v !== null && !Array.isArray(v) && !(v instanceof RawJson);
@@ -44,7 +44,7 @@ export async function readJsonBody(bytes: Uint8Array, what: string, defer?: (pat
 }
 
 /**
- * A JSON `parameters` object as the data plane reads parameters (parameters.ts): a whole number
+ * A JSON `parameters` object as the data plane reads parameters (shared/request-check.ts): a whole number
  * as an integer, any other finite number as a double, booleans and strings as they are.
  */
 export function jsonParameters(json: JsonValue | undefined, what: string): ParameterValues {

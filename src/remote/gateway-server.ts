@@ -28,7 +28,7 @@ import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import { PlacementThread } from './placement/handle.js';
 import { closeAdmin, createAdminServer, listen } from '../admin/http.js';
 import type { NodeConfig } from '../shared/config-schema.js';
-import { Admission, admissionMetrics } from '../protocol/admission.js';
+import { Admission, admissionMetrics } from '../shared/admission.js';
 import { GrpcEdge } from '../protocol/edge.js';
 import { loadInferenceClient } from '../protocol/proto.js';
 import { startOrStop } from '../shared/lifecycle.js';

@@ -26,7 +26,7 @@ export type GatewayMode = (typeof GATEWAY_MODES)[number];
 const FILL_POLICIES = ['fill_rr', 'fill_least'] as const;
 export type FillPolicy = (typeof FILL_POLICIES)[number];
 
-// One subject's quota (global.quotas: shared/quotas.ts); 0 is no limit.
+// One subject's quota (global.quotas: shared/admission.ts); 0 is no limit.
 const quotaLimitsSchema = {
   type: 'object',
   additionalProperties: false,
@@ -402,7 +402,7 @@ export const nodeConfigSchema = {
         },
         runtime: runtimeSchema,
         scheduler: schedulerSchema,
-        // Per tenant and per model limits on this node (shared/quotas.ts). A request's tenant is its
+        // Per tenant and per model limits on this node (shared/admission.ts). A request's tenant is its
         // endpoints.tenant_key metadata or header: absent, `default`; a name not listed here, `other`
         // (all of them together; list `other` to limit them).
         quotas: {

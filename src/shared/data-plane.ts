@@ -125,7 +125,7 @@ export interface InferOptions {
   signal: AbortSignal;
   outputs: OutputLayout | null;
   trace?: TraceCarrier;
-  /** The tenant its endpoints.tenant_key metadata or header names, as sent (shared/quotas.ts); absent: none. */
+  /** The tenant its endpoints.tenant_key metadata or header names, as sent (shared/admission.ts); absent: none. */
   tenant?: string;
   protocol: 'grpc' | 'http';
   admitted?: Admitted;

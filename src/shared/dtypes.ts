@@ -89,3 +89,9 @@ export function byOrtType(name: string): DtypeInfo | undefined {
 export function dtypeInfo(datatype: Datatype): DtypeInfo {
   return BY_DATATYPE.get(datatype) as DtypeInfo;
 }
+
+/** Bytes of a tensor of `dims`, or null for a type whose elements have no fixed width (BYTES). */
+export function tensorBytes(datatype: Datatype, dims: readonly number[]): number | null {
+  const width = dtypeInfo(datatype).elementBytes;
+  return width === 0 ? null : dims.reduce((a, b) => a * b, 1) * width;
+}

@@ -6,7 +6,7 @@ import * as grpc from '@grpc/grpc-js';
 import { ControlClient } from '../../dist/client/control.js';
 import { FIXTURES, ROOT, makeRepository, startServer, tempDir, tensor } from '../helpers/server.js';
 import { grpcError } from '../helpers/errors.js';
-import { fullBatchRate } from '../../dist/actors/device/cost-model.js';
+import { fullBatchRate } from '../../dist/actors/device/execution-costs.js';
 
 /** @type {import('../helpers/server.js').Server} */
 let server;

@@ -1,4 +1,4 @@
-// Quotas on the real server (global.quotas, shared/quotas.ts), with the main thread as the only
+// Quotas on the real server (global.quotas, shared/admission.ts), with the main thread as the only
 // edge and with two edge threads: a tenant's requests held in flight past its limit are refused
 // RESOURCE_EXHAUSTED at once, naming the limit, over gRPC and REST alike, from whichever edge, while
 // another tenant's go on; a tenant past its device-seconds rate is refused until time catches up,

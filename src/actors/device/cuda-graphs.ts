@@ -20,9 +20,8 @@
  * (no free axis, no BYTES). Otherwise the model runs as before, and its status says why.
  */
 import { allocateDeviceMemory, isDeviceSlice, type DeviceMemory, type DeviceName, type OrtOutput, type OrtRunOptions, type OrtTensor } from '../../native/ort.js';
-import { dtypeInfo } from '../../shared/dtypes.js';
+import { dtypeInfo, tensorBytes } from '../../shared/dtypes.js';
 import type { TensorSpec } from '../../shared/model-spec.js';
-import { outputBytes } from './ort-tensors.js';
 
 /** New graphs for new weight addresses, per batch size, before graphs are given up for the executable. */
 export const MAX_RECAPTURES = 2;
@@ -190,7 +189,7 @@ export class CudaGraphs {
     let at = 0;
     const place = (t: TensorSpec) => {
       const dims = t.shape.map((d, i) => (i === t.batchDim ? batch : d));
-      const bytes = outputBytes(t.datatype, dims) ?? 0; // graphRefusal keeps out what has no fixed size
+      const bytes = tensorBytes(t.datatype, dims) ?? 0; // graphRefusal keeps out what has no fixed size
       const offset = at;
       at += align(Math.max(bytes, 1));
       return { name: t.name, type: dtypeInfo(t.datatype).onnxType, dims, offset, bytes };

@@ -10,7 +10,7 @@ import type { InstanceKey } from '../../shared/model-spec.js';
 import { allocateDeviceMemory } from '../../native/ort.js';
 import { pinHost } from '../../native/cuda.js';
 import { Arena } from './arena.js';
-import { readTensor } from './executables.js';
+import { readTensor } from './sessions.js';
 import { WeightCache } from './weight-cache.js';
 
 /** Pins host memory for copies to the GPU; undefined where the platform refuses (copies then run at pageable speed). */

@@ -1,7 +1,7 @@
 /**
  * A door to a device actor (shared/channels/device.ts `door`): one MessagePort per client
  * thread per device worker, over which that thread hands the device the requests it routes and
- * hears their answers (actors/device/doors.ts on the other side). Every request reaches a device
+ * hears their answers (actors/device/inbox.ts on the other side). Every request reaches a device
  * through a door: the main thread's handle keeps one to each worker it starts (actors/device/handle.ts),
  * each edge thread one per device (actors/rooms/rooms.ts). Control calls alone go over the
  * worker's own port.

@@ -7,29 +7,36 @@
  * it must be padded to a compiled batch size, or is misaligned for its type);
  * the requests of a coalesced batch are copied once into the joined input.
  * A request whose edge asked for a frame gets its outputs copied once into the one
- * buffer laid out as it asked (ort-tensors.ts' frameOutputs: for gRPC the response is
+ * buffer laid out as it asked (frameOutputs, below: for gRPC the response is
  * framed around them there), so the edge sends it as it is; others (REST,
  * hooks, meta sub-calls) get tensors whose buffers are
  * their own: a lone request's are ONNX Runtime's outputs (or views of them),
  * a coalesced request's rows are copied out of the batch's. A lone request's
  * shared-memory outputs are computed by ONNX Runtime into the region itself.
  * Every copy is tabled at the top of shared/request-path.ts.
+ *
+ * Between the wire's tensors and the binding's (native/ort.ts), below: the requests of a batch
+ * joined into each input (padding to a compiled batch size), in reused staging memory (`Staging`),
+ * and each request's rows cut out of the outputs, written where its edge asked (`frameOutputs`).
+ * Both sides use the wire layout, BYTES included (length-prefixed elements), so a lone request's
+ * tensors go to ONNX Runtime as they came.
  */
 import type { ExecutionAnswers, FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
-import type { ExecutionOutcome } from './execution-tally.js';
-import { type InferenceResult, type RegionSlice, type WireTensor } from '../../shared/channels/inference.js';
+import type { CostModel, ExecutionOutcome } from './execution-costs.js';
+import { type InferenceResult, type OutputFrame, type RegionSlice, type WireTensor } from '../../shared/channels/inference.js';
 import { nowMs } from '../../shared/timers.js';
 import { errors, type StowageError } from '../../shared/errors.js';
-import type { CostModel } from './cost-model.js';
-import { bindWeights, plainRun, type Executable } from './executables.js';
+import { bindWeights, plainRun, reopenExhausted, type Executable } from './sessions.js';
 import type { DeviceModels, LoadedModel } from './models.js';
-import { batchInput, frameOutputs, outputBytes, requestOutput, type Staging } from './ort-tensors.js';
-import { dtypeInfo } from '../../shared/dtypes.js';
+import { byOnnxType, dtypeInfo, tensorBytes } from '../../shared/dtypes.js';
+import { joinBytesElements, splitBytesElements } from '../../shared/bytes-elements.js';
 import { modelOf, type ModelSpec, type TensorSpec } from '../../shared/model-spec.js';
-import { isDeviceSlice, isOrtError, isOutOfMemory, type DeviceSlice, type HostTensor, type OrtOutput, type OrtSession, type OrtTensor } from '../../native/ort.js';
+import {
+  hostOutput, isDeviceSlice, isOrtError, isOutOfMemory, type DeviceSlice, type HostTensor, type OrtOutput, type OrtSession, type OrtTensor,
+} from '../../native/ort.js';
+import { concatRows, concatRowsArray, sliceRows, sliceRowsArray } from './batch-layout.js';
 import type { RegionMappings } from './regions.js';
 import type { Scheduler } from './scheduler.js';
-import { reopenExhausted } from './sessions.js';
 import type { UploadsAhead } from './uploads-ahead.js';
 
 export interface ExecutionContext {
@@ -43,7 +50,7 @@ export interface ExecutionContext {
   send: (msg: FromDevice) => void;
   /**
    * An execution's answers, each to the thread its request came from with its output buffers
-   * transferred, and the execution counted (execution-tally.ts), in one synchronous step.
+   * transferred, and the execution counted (execution-costs.ts), in one synchronous step.
    */
   executed: (answers: ExecutionAnswers, outcome: ExecutionOutcome) => void;
   /** Answer one request with an error. */
@@ -121,7 +128,7 @@ function directOutputs(batch: readonly InferCommand[], declared: readonly Tensor
     const [first] = slices as RegionSlice[];
     let slice = first;
     if (batch.length > 1) {
-      const rowBytes = spec.batchDim === 0 ? outputBytes(spec.datatype, spec.shape.map((d, i) => (i === 0 ? 1 : d))) : null;
+      const rowBytes = spec.batchDim === 0 ? tensorBytes(spec.datatype, spec.shape.map((d, i) => (i === 0 ? 1 : d))) : null;
       if (rowBytes === null) continue;
       let end = startOf(first);
       const laidEndToEnd = (slices as RegionSlice[]).every((s, i) => {
@@ -167,7 +174,7 @@ function outputTargets(wanted: readonly string[], batch: readonly InferCommand[]
     const t = spec.outputs.find((o) => o.name === name);
     if (!t || !shaped.has(name)) return name;
     const dims = t.shape.map((d, i) => (i === t.batchDim ? runBatch : d));
-    const bytes = outputBytes(t.datatype, dims);
+    const bytes = tensorBytes(t.datatype, dims);
     if (bytes === null) return name;
     const type = dtypeInfo(t.datatype).onnxType;
     const region = direct?.get(name);
@@ -420,4 +427,167 @@ function answersOf(ctx: ExecutionContext, batch: InferCommand[], model: LoadedMo
 export function verdict(ctx: Pick<ExecutionContext, 'outOfService'>, err: unknown): unknown {
   if (!isOrtError(err) || !err.cudaError) return err;
   return ctx.outOfService(err) ?? err;
+}
+
+
+function elementsOf(t: WireTensor): Uint8Array[] {
+  const parts = splitBytesElements(t.data);
+  if (!parts) throw errors.invalidTensor(`input ${JSON.stringify(t.name)}: BYTES contents are not length-prefixed elements`);
+  const elements = t.shape.reduce((a, b) => a * b, 1);
+  if (parts.length !== elements) {
+    throw errors.invalidTensor(`input ${JSON.stringify(t.name)}: shape needs ${elements} BYTES elements, the contents hold ${parts.length}`);
+  }
+  return parts;
+}
+
+/**
+ * One input of the batch: the requests' tensors joined along the batch axis and padded to
+ * `runBatch` rows, in memory from `stage` (a `Staging`'s). A lone request that needs no padding is
+ * fed as it came, without a copy.
+ */
+export function batchInput(parts: WireTensor[], batchDim: number, runBatch: number, stage: (bytes: number) => Uint8Array, alwaysStage = false): HostTensor {
+  const first = parts[0];
+  const info = dtypeInfo(first.datatype);
+  const dims = first.shape.slice();
+  const rows = batchDim >= 0 ? parts.reduce((sum, p) => sum + p.shape[batchDim], 0) : 0;
+  const joined = batchDim >= 0 && (parts.length > 1 || rows < runBatch);
+  if (joined) dims[batchDim] = runBatch;
+  if (info.datatype === 'BYTES') {
+    if (!joined) return { name: first.name, type: info.onnxType, dims, data: first.data };
+    const items = parts.map((p) => ({ items: elementsOf(p), shape: p.shape }));
+    // copy: a coalesced (or padded) BYTES input's elements, joined
+    return { name: first.name, type: info.onnxType, dims, data: joinBytesElements(concatRowsArray(items, batchDim, runBatch, new Uint8Array(0))) };
+  }
+  // A lone request's bytes may be a view of its gRPC message at any offset (protocol/proto.ts): a
+  // typed array needs them aligned, so a misaligned one is copied here, off the main thread.
+  // `alwaysStage` (backend cuda): a lone input is copied into staging too, which is pinned, since
+  // the GPU reads pinned memory at the bus's speed and a fresh pageable buffer at a fraction of it.
+  // copy: coalesced or padded rows, into staging
+  const bytes = joined ? concatRows(parts, batchDim, info.elementBytes, runBatch, stage)
+    : !alwaysStage && first.data.byteOffset % info.elementBytes === 0 ? first.data : realign(first.data, stage);
+  return { name: first.name, type: info.onnxType, dims, data: bytes };
+}
+
+function realign(data: Uint8Array, stage: (bytes: number) => Uint8Array): Uint8Array {
+  const out = stage(data.byteLength);
+  out.set(data); // copy: a lone input misaligned for its type (or any, on backend cuda), into staging
+  return out;
+}
+
+/**
+ * One request's rows of an output, as wire bytes: a view of the batch's buffer when the batch axis
+ * leads, unless `own` asks for a buffer of the request's own (it goes on as a tensor, transferred,
+ * while other requests' rows stay behind, or the buffer is ONNX Runtime's, which cannot move).
+ */
+export function requestOutput(model: string, out: OrtOutput, batchDim: number, from: number, rows: number, own = false): WireTensor {
+  const info = byOnnxType(out.type);
+  if (!info || (info.ortType === null && info.datatype !== 'BYTES')) throw errors.executionFailed(model, `output ${JSON.stringify(out.name)} has ONNX type ${out.type}, which Stowage cannot send`);
+  const dims = out.dims;
+  const whole = batchDim < 0 || (from === 0 && rows === dims[batchDim]);
+  const shape = dims.slice();
+  if (!whole) shape[batchDim] = rows;
+  const { data } = hostOutput(out);
+  const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  if (info.datatype === 'BYTES') {
+    // The binding hands BYTES over as length-prefixed elements in a buffer of their own.
+    if (whole) return { name: out.name, datatype: info.datatype, shape, data: bytes };
+    const elements = splitBytesElements(bytes) ?? [];
+    // copy: a request's BYTES rows
+    return { name: out.name, datatype: info.datatype, shape, data: joinBytesElements(sliceRowsArray(elements, dims, batchDim, from, rows)) };
+  }
+  if (whole) {
+    if (!own) return { name: out.name, datatype: info.datatype, shape, data: bytes };
+    // copy: a lone request's output out of memory it cannot take along (ONNX Runtime's or staging)
+    return { name: out.name, datatype: info.datatype, shape, data: bytes.slice() };
+  }
+  return { name: out.name, datatype: info.datatype, shape, data: sliceRows(bytes, dims, batchDim, info.elementBytes, from, rows, own) };
+}
+
+/** Buffers larger than this are not kept between executions (a rare huge batch does not pin its memory). */
+const MAX_KEPT_BYTES = 64 * 2 ** 20;
+
+/**
+ * Reused memory for an execution's joined and realigned inputs and the outputs it does not give
+ * away, on the device actor's thread.
+ *
+ * Executions run one at a time, and ONNX Runtime uses its bound tensors only while a run lasts, so
+ * the memory one execution staged in is free again when the next begins. Copying into
+ * memory already mapped and warm costs a fraction of copying into a fresh allocation (page faults
+ * and zeroing now, a collection to free it later): measured ≈19 GB/s against ≈2.4 GB/s for
+ * 600 KiB on the 2-vCPU machine of docs/performance.md.
+ */
+export class Staging {
+  /** One buffer per `take` of an execution, in order: the same inputs reuse the same buffer. */
+  readonly #kept: ArrayBuffer[] = [];
+  /**
+   * Backend cuda: the kept buffers' registrations (pinned, so ONNX Runtime's copies to the GPU run at the bus's speed).
+   */
+  readonly #pins: ({ release(): void } | undefined)[] = [];
+  readonly #pin: ((buffer: ArrayBuffer) => { release(): void } | undefined) | undefined;
+
+  /** `pin` registers a kept buffer for fast copies to the device (backend cuda). */
+  constructor(pin?: (buffer: ArrayBuffer) => { release(): void } | undefined) {
+    this.#pin = pin;
+  }
+  #next = 0;
+  /** This execution's buffers too large to keep: staging all the same until the next begins. */
+  readonly #loose = new Set<ArrayBuffer>();
+
+  /**
+   * `bytes` bytes for this execution, 8-byte aligned; valid until the next begins. The contents are
+   * whatever the last execution left: the caller writes every byte it feeds.
+   */
+  take(bytes: number): Uint8Array {
+    const i = this.#next++;
+    let buffer = this.#kept[i];
+    if (!buffer || buffer.byteLength < bytes) {
+      buffer = new ArrayBuffer(bytes);
+      if (bytes <= MAX_KEPT_BYTES) {
+        this.#pins[i]?.release();
+        this.#kept[i] = buffer;
+        this.#pins[i] = this.#pin?.(buffer);
+      } else this.#loose.add(buffer);
+    }
+    return new Uint8Array(buffer, 0, bytes);
+  }
+
+  /** Whether `buffer` is staging memory (it must not be given away: the next execution reuses it). */
+  owns(buffer: ArrayBufferLike): boolean {
+    return this.#kept.includes(buffer as ArrayBuffer) || this.#loose.has(buffer as ArrayBuffer);
+  }
+
+  /** A new execution begins: the last one's staged inputs and outputs are no longer read. */
+  beginExecution(): void {
+    this.#next = 0;
+    this.#loose.clear();
+  }
+
+  /** Bytes held between executions. */
+  get keptBytes(): number {
+    return this.#kept.reduce((sum, b) => sum + (b?.byteLength ?? 0), 0);
+  }
+}
+
+/**
+ * A request's outputs written where its edge asked (shared/data-plane.ts, OutputLayout): one
+ * buffer, `headroom` bytes free first and `gap` bytes free before each output, every output's
+ * bytes copied in once. The edge fills the free bytes with its protocol's framing (for gRPC the
+ * response around the outputs: protocol/codec.ts) and sends the buffer as it is;
+ * this thread knows the sizes, never what goes there.
+ *
+ * `outputs` copied into one fresh buffer laid out as `frame` says; each returned as a view of it.
+ */
+export function frameOutputs(outputs: readonly WireTensor[], frame: OutputFrame): { outputs: WireTensor[]; framed: Uint8Array } {
+  let total = frame.headroom;
+  for (const t of outputs) total += frame.gap + t.data.byteLength;
+  const framed = new Uint8Array(total);
+  let at = frame.headroom;
+  const views = outputs.map((t) => {
+    at += frame.gap;
+    framed.set(t.data, at); // copy: an output into the frame its edge asked for (the path's table counts it)
+    const data = framed.subarray(at, at + t.data.byteLength);
+    at += t.data.byteLength;
+    return { ...t, data };
+  });
+  return { outputs: views, framed };
 }

@@ -13,14 +13,13 @@ import type { DeviceCalls, DeviceInit, HostUpdate, InferCommand, InstanceStatus,
 import { nowMs } from '../../shared/timers.js';
 import { errors } from '../../shared/errors.js';
 import { modelOf, type InstanceKey, type ModelSpec } from '../../shared/model-spec.js';
-import type { CostModel } from './cost-model.js';
-import { bindWeights, openExecutable, tensorSources, type Executable, type OpenOptions } from './executables.js';
+import type { CostModel } from './execution-costs.js';
+import { bindWeights, openExecutable, tensorSources, type Executable, type OpenOptions, type SessionPool } from './sessions.js';
 import { graphStatus } from './cuda-graphs.js';
 import { warmUp } from './warmup.js';
 import type { QueuePolicy, Scheduler } from './scheduler.js';
 import type { HostBuffer, ResidencyOutcome, TensorSource, WeightCache } from './weight-cache.js';
 import type { SessionMemory } from './session-memory.js';
-import type { SessionPool } from './sessions.js';
 
 export interface LoadedModel {
   spec: ModelSpec;

@@ -61,7 +61,7 @@ import type { Discipline } from '../../shared/config-schema.js';
 import { errors } from '../../shared/errors.js';
 import { MAX_HOLD_FOR_INPUTS_MS } from '../../shared/constants.js';
 import type { DeadlineGuard } from '../../shared/backlog.js';
-import type { CostModel } from './cost-model.js';
+import type { CostModel } from './execution-costs.js';
 
 export type { Discipline };
 

@@ -9,10 +9,9 @@
  */
 import type { ModelSpec } from '../../shared/model-spec.js';
 import type { WarmupOutcome } from '../../shared/channels/device.js';
-import { dtypeInfo } from '../../shared/dtypes.js';
+import { dtypeInfo, tensorBytes } from '../../shared/dtypes.js';
 import type { OrtTensor } from '../../native/ort.js';
-import { plainRun, type Executable } from './executables.js';
-import { outputBytes } from './ort-tensors.js';
+import { plainRun, type Executable } from './sessions.js';
 
 /**
  * `row` (one batch row of a tensor of `dims`, batch axis `batchDim`) repeated to `rows` rows: for
@@ -71,7 +70,7 @@ const CUDA_PLAIN_WARMUP_RUNS = 2;
 function hostTargets(spec: ModelSpec, batch: number): (string | OrtTensor)[] {
   return spec.outputs.map((t) => {
     const dims = t.shape.map((d, i) => (i === t.batchDim ? batch : d));
-    const bytes = outputBytes(t.datatype, dims);
+    const bytes = tensorBytes(t.datatype, dims);
     return bytes === null ? t.name : { name: t.name, type: dtypeInfo(t.datatype).onnxType, dims, data: new Uint8Array(bytes) };
   });
 }

@@ -4,14 +4,14 @@
  * (models.ts), the per-model queues and the scheduler that picks what runs
  * next (scheduler.ts), the weight arena (weight-cache.ts, made in
  * device-memory.ts), the mappings of shared-memory regions (regions.ts) and
- * the tally of its executions, which the main thread counts (execution-tally.ts). The main thread talks to it through
+ * the tally of its executions, which the main thread counts (execution-costs.ts). The main thread talks to it through
  * `handle.ts` over the channel typed in shared/channels/device.ts, for control
- * calls; every request comes through a door (doors.ts: the main thread's
+ * calls; every request comes through a door (inbox.ts: the main thread's
  * handle has one, each edge thread one), and hook threads send their
  * preprocessed inputs over doors of theirs.
  *
  * This file wires the parts and says what each step of the dispatch loop
- * (pump.ts) does: admit everything in the inbox (control calls are answered
+ * (inbox.ts) does: admit everything in the inbox (control calls are answered
  * here, in arrival order; requests join their model's queue), then run one
  * batch (execution.ts), then yield to the event loop. A run goes on a libuv thread (native/ort.ts), so this thread
  * takes messages while it lasts: requests that arrive during the run are admitted
@@ -28,14 +28,11 @@ import { cpuArenaStats, heapBytesInUse, initOrt, processThreadPool, registerCpuA
 import { gpuMemory, loadCuda } from '../../native/cuda.js';
 import { modelOf, type InstanceKey } from '../../shared/model-spec.js';
 import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
-import { CostModel } from './cost-model.js';
-import { execute, verdict, type ExecutionContext } from './execution.js';
-import { Staging } from './ort-tensors.js';
+import { CostModel, ExecutionTally, type ExecutionOutcome } from './execution-costs.js';
+import { execute, Staging, verdict, type ExecutionContext } from './execution.js';
 import { DeviceModels } from './models.js';
-import { Doors } from './doors.js';
+import { DevicePump, Doors } from './inbox.js';
 import { Backlog, BacklogLedger } from '../../shared/backlog.js';
-import { ExecutionTally, type ExecutionOutcome } from './execution-tally.js';
-import { DevicePump } from './pump.js';
 import { exitArmed, exitIfAsked, holdLoad, loadsMayBeHeld, neverStart } from './fault-injection.js';
 import { HookFeeds } from './hook-feeds.js';
 import { RegionMappings } from './regions.js';
@@ -68,12 +65,12 @@ function send(msg: FromDevice, transfer: ArrayBuffer[] = []): void {
   port.postMessage(msg, transfer);
 }
 
-/** Executions, summed until the main thread hears them (execution-tally.ts). */
+/** Executions, summed until the main thread hears them (execution-costs.ts). */
 const tally = new ExecutionTally((report) => send({ type: 'report', report }));
 
 /**
  * An execution's answers go with their outputs' buffers, each request's through the door it came
- * by (doors.ts); the execution is tallied in the same step, so it is counted by any `reports` asked
+ * by (inbox.ts); the execution is tallied in the same step, so it is counted by any `reports` asked
  * after its answers.
  */
 function executed(answers: ExecutionAnswers, outcome: ExecutionOutcome): void {
@@ -260,7 +257,7 @@ const ledger = new BacklogLedger(backlog, (cmd, first) => {
   return { level, ms: (costs.estimate(cmd.instance, fullRows) / fullRows) * cmd.rows + (first ? comingLoadMs(cmd.instance) : 0) };
 });
 
-/** The dispatch loop (pump.ts): the inbox, admitted in order, then one batch per turn. */
+/** The dispatch loop (inbox.ts): the inbox, admitted in order, then one batch per turn. */
 const pump = new DevicePump({
   admit,
   answer: (call) => answer(call.type, call),
@@ -298,7 +295,7 @@ function cancel(id: number): void {
 
 /**
  * The doors every request comes through (the main thread's and each edge's): they join the inbox
- * under ids of this device's own (doors.ts), in one pump: those of several doors that arrive
+ * under ids of this device's own (inbox.ts), in one pump: those of several doors that arrive
  * together run together.
  */
 const doors = new Doors({

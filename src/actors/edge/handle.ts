@@ -30,12 +30,12 @@ import type { RequestCounters } from '../../shared/request-counters.js';
 import { callOperation, type Operations } from '../../shared/operations.js';
 import type { Infer, InferenceAnswer } from '../../shared/data-plane.js';
 import { errors, toErrorData } from '../../shared/errors.js';
-import type { Admission } from '../../protocol/admission.js';
+import type { Admission } from '../../shared/admission.js';
 import { Outbox } from '../../shared/thread-messages.js';
 import { startWorker } from '../../shared/worker-start.js';
 import { ConsecutiveCrashes } from '../../shared/restarts.js';
 import { EDGE_HEALTHY_AFTER_MS, EDGE_MAX_CONSECUTIVE_CRASHES } from '../../shared/constants.js';
-import type { Quotas } from '../../shared/quotas.js';
+import type { Quotas } from '../../shared/admission.js';
 
 const WORKER_URL = new URL('./worker.js', import.meta.url);
 

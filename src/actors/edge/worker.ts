@@ -22,12 +22,12 @@ import type { DataPlaneRequest, Infer, InferenceAnswer } from '../../shared/data
 import { errors, fromErrorData, type ErrorData } from '../../shared/errors.js';
 import { createLogger } from '../../shared/log.js';
 import { Outbox, PendingCalls } from '../../shared/thread-messages.js';
-import { Admission } from '../../protocol/admission.js';
+import { Admission } from '../../shared/admission.js';
 import { GrpcEdge } from '../../protocol/edge.js';
 import { controlTable, inferenceTable } from '../../protocol/grpc-services.js';
 import { HealthService } from '../../protocol/health-service.js';
 import { HttpEdge } from '../../protocol/http-edge.js';
-import { passEncodedResponses } from '../../protocol/infer-response-wire.js';
+import { passEncodedResponses } from '../../protocol/codec.js';
 import { markOwnedBuffers } from '../../protocol/proto.js';
 import { operationsVia } from '../../shared/operations.js';
 import { loadControlClient, loadInferenceClient } from '../../protocol/proto.js';

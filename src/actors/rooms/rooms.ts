@@ -45,7 +45,7 @@ import type { DataPlaneRequest, Infer, InferenceAnswer, InferOptions } from '../
 import { failureReason } from '../../shared/failure-reason.js';
 import { RequestCounters } from '../../shared/request-counters.js';
 import { Leases } from '../../shared/leases.js';
-import { Quotas } from '../../shared/quotas.js';
+import { Quotas } from '../../shared/admission.js';
 import { Backlog, DeadlineAdmission } from '../../shared/backlog.js';
 import type { InstanceKey, ModelSpec } from '../../shared/model-spec.js';
 import { RequestPath, type PathRooms } from '../../shared/request-path.js';

@@ -335,7 +335,7 @@ export type ToDevice =
    * A door: the port over which one client thread hands this device its requests (ToDeviceDoor) and
    * hears their answers (FromDeviceDoor): the main thread's handle keeps one to each worker it
    * starts, and makes one per edge thread, handing the other end to the edge, so that an edge's
-   * requests never pass through the main thread (actors/device/doors.ts). Every request comes through
+   * requests never pass through the main thread (actors/device/inbox.ts). Every request comes through
    * a door. `link`: the door's number, from 1 and never reused by this worker, which names its
    * requests to the hook threads that feed them (HookInputs).
    */
@@ -379,7 +379,7 @@ export interface ModelExecutions {
 }
 
 /**
- * What the device ran since its last report, summed (actors/device/execution-tally.ts): the main
+ * What the device ran since its last report, summed (actors/device/execution-costs.ts): the main
  * thread's statistics and metrics count executions from these alone. The device posts one when
  * some time has passed since its first execution not yet reported, and before it answers a
  * `reports` call, so one message stands for many executions, whichever thread their requests came from.

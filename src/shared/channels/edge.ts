@@ -16,7 +16,7 @@ import type { ErrorData } from '../errors.js';
 import type { AnyOperationReply, OperationCall } from '../operations.js';
 import type { CountersShape } from '../request-counters.js';
 import type { LeasesShape } from '../leases.js';
-import type { QuotasShape } from '../quotas.js';
+import type { QuotasShape } from '../admission.js';
 import type { Levels } from '../backlog.js';
 import type { HookPoolOptions } from './hooks.js';
 import type { DataPlaneRequest, InferenceAnswer, InferOptions } from '../data-plane.js';
@@ -88,7 +88,7 @@ export interface RoomsStart {
   hooks: HookPoolOptions;
   /** The holds on shared-memory regions (shared/leases.ts: a slot per region; the edge's row is its index). */
   regionHolds: LeasesShape;
-  /** The node's quotas (shared/quotas.ts; the edge's row is its index + 1). */
+  /** The node's quotas (shared/admission.ts; the edge's row is its index + 1). */
   quotas: QuotasShape;
   /** How the scheduler resolves a request's priority level, for refusing at admission what would miss its deadline. */
   levels: Levels;
@@ -102,7 +102,7 @@ export interface EdgeStart {
   endpoints: NodeConfig['global']['endpoints'];
   /** The ports to listen on (with SO_REUSEPORT, beside the other edges); 0: a free one, reported back. */
   ports: { grpc: number; http: number };
-  /** The admission's shared counters (protocol/admission.ts). */
+  /** The admission's shared counters (shared/admission.ts). */
   admission: SharedArrayBuffer;
   logLevel: string;
   /** The path on the edge's start; null: every inference goes through the main thread. */

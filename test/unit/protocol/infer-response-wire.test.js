@@ -1,10 +1,10 @@
-// Responses framed where the device placed their outputs: the device's layout (ort-tensors.js, frameOutputs)
-// and the gRPC edge's framing (infer-response-wire.js) together decode, in grpc-js's own
+// Responses framed where the device placed their outputs: the device's layout (execution.js, frameOutputs)
+// and the gRPC edge's framing (codec.js) together decode, in grpc-js's own
 // deserializers, to the message protobufjs would have written, ModelInfer's and the stream's alike.
 import test from 'ava';
-import { frameResponse, passEncodedResponses, responseLayout, ResponseFrame, STREAM_HEADROOM } from '../../../dist/protocol/infer-response-wire.js';
+import { frameResponse, passEncodedResponses, responseLayout, ResponseFrame, STREAM_HEADROOM } from '../../../dist/protocol/codec.js';
 import { frameOf } from '../../../dist/shared/request-path.js';
-import { frameOutputs } from '../../../dist/actors/device/ort-tensors.js';
+import { frameOutputs } from '../../../dist/actors/device/execution.js';
 import { loadInferenceClient } from '../../../dist/protocol/proto.js';
 
 const { service } = loadInferenceClient();

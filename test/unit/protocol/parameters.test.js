@@ -2,7 +2,7 @@ import test from 'ava';
 import { parameterValues } from '../../../dist/protocol/codec.js';
 import { jsonParameters, parseRestInfer } from '../../../dist/protocol/rest-tensors.js';
 import { fromModelInferRequest } from '../../../dist/protocol/codec.js';
-import { plainParameters, requestedOutput, requestParameters, sharedMemoryRef } from '../../../dist/protocol/parameters.js';
+import { plainParameters, requestedOutput, requestParameters, sharedMemoryRef } from '../../../dist/shared/request-check.js';
 import { stowageThrows } from '../../helpers/errors.js';
 
 /**

@@ -3,7 +3,7 @@
 // decode leniently into something else is refused, naming the field and the byte.
 import test from 'ava';
 import { inferenceWireSchema, loadInferenceClient } from '../../../dist/protocol/proto.js';
-import { WireError } from '../../../dist/protocol/wire-check.js';
+import { WireError } from '../../../dist/protocol/proto.js';
 
 const { service } = loadInferenceClient();
 const schema = inferenceWireSchema();

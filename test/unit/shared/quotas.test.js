@@ -1,4 +1,4 @@
-// Quotas (shared/quotas.ts) by themselves: a request's tenant as the node file names it; places in
+// Quotas (shared/admission.ts) by themselves: a request's tenant as the node file names it; places in
 // flight per tenant and per model, refused RESOURCE_EXHAUSTED naming the limit and given back when
 // answered; device time charged at a rate (GCRA), a subject ahead of its rate by more than its
 // burst refused until time catches up, others unaffected; a meta model's sub-call charged without a
@@ -6,10 +6,10 @@
 // the limit.
 import { Worker } from 'node:worker_threads';
 import test from 'ava';
-import { Quotas } from '../../../dist/shared/quotas.js';
+import { Quotas } from '../../../dist/shared/admission.js';
 import { stowageError } from '../../helpers/errors.js';
 
-const limits = (/** @type {Partial<import('../../../dist/shared/quotas.js').QuotaLimits>} */ l) => ({ max_inflight: 0, device_seconds_per_second: 0, burst_seconds: 1, ...l });
+const limits = (/** @type {Partial<import('../../../dist/shared/admission.js').QuotaLimits>} */ l) => ({ max_inflight: 0, device_seconds_per_second: 0, burst_seconds: 1, ...l });
 /** One execution of `ms` milliseconds of compute, of one request of one row. */
 const ran = (/** @type {number} */ ms) => ({ computeInputNs: 0, computeInferNs: ms * 1e6, computeOutputNs: 0, batchRows: 1, executedBatchSize: 1, requests: 1 });
 

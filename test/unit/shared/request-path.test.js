@@ -10,7 +10,7 @@ import { RequestPath } from '../../../dist/shared/request-path.js';
 import { nowMs } from '../../../dist/shared/timers.js';
 import { instanceKey } from '../../../dist/shared/model-spec.js';
 import { StowageError, errors } from '../../../dist/shared/errors.js';
-import { Quotas } from '../../../dist/shared/quotas.js';
+import { Quotas } from '../../../dist/shared/admission.js';
 import { DeadlineAdmission } from '../../../dist/shared/backlog.js';
 import { modelSpec, tensorSpec } from '../../helpers/specs.js';
 import { stowageError } from '../../helpers/errors.js';

@@ -2,7 +2,7 @@
 import test from 'ava';
 import { after, MAX_TIMER_MS, MAX_TIMER_SECONDS, timerDelay } from '../../../dist/shared/timers.js';
 import { PendingCalls } from '../../../dist/shared/thread-messages.js';
-import { cappedTimeout } from '../../../dist/protocol/http2-streams.js';
+import { cappedTimeout } from '../../../dist/protocol/edge.js';
 
 const DAY_MS = 86_400_000;
 const wait = (/** @type {number} */ ms) => new Promise((resolve) => setTimeout(resolve, ms));

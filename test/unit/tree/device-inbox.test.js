@@ -1,5 +1,5 @@
 // The device's inbox is its doors (issue 63): every request reaches a device actor through a door
-// (actors/device/door.ts on the client's side, doors.ts on the device's), the main thread's handle's
+// (actors/device/door.ts on the client's side, inbox.ts on the device's), the main thread's handle's
 // included; the worker's own port carries control calls only. A second way in — an `infer` or a
 // `cancel` on the worker's port, the main thread's link number (`MAIN_LINK`), a request told apart
 // by the sign of its id — fails here. (test/unit/actors/device/handle.test.js holds the behaviour:
@@ -34,5 +34,5 @@ test('one door class on the client\'s side, one inbox of doors on the device\'s'
   const doorClasses = filesUnder('src', /\.ts$/).filter((file) => /\bclass \w*Door\b/.test(code(file)));
   t.deepEqual(doorClasses, ['src/actors/device/door.ts']);
   const inboxes = filesUnder('src', /\.ts$/).filter((file) => /\bclass \w*Doors\b/.test(code(file)));
-  t.deepEqual(inboxes, ['src/actors/device/doors.ts']);
+  t.deepEqual(inboxes, ['src/actors/device/inbox.ts']);
 });

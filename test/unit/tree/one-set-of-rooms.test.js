@@ -45,5 +45,5 @@ test('docs/architecture.md names the one module of each: the rooms (lease front,
   t.regex(rooms, /\*\*the lease front\*\*/);
   t.regex(rooms, /\*\*the choice of device\*\*/);
   t.regex(rooms, /`regions\.ts`/);
-  t.regex(page, /`doors\.ts`: every request comes through one/, 'the device inbox');
+  t.regex(page, /`inbox\.ts`: every request comes through one of its doors/, 'the device inbox');
 });

@@ -1,6 +1,6 @@
 import test from 'ava';
 import { concatRows, concatRowsArray, sliceRows, sliceRowsArray } from '../../../../dist/actors/device/batch-layout.js';
-import { Staging } from '../../../../dist/actors/device/ort-tensors.js';
+import { Staging } from '../../../../dist/actors/device/execution.js';
 
 const bytes = (/** @type {number[]} */ ...v) => Uint8Array.from(v);
 

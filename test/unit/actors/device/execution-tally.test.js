@@ -1,11 +1,11 @@
-// The device's tally of its executions (actors/device/execution-tally.ts) by itself: executions are
+// The device's tally of its executions (actors/device/execution-costs.ts) by itself: executions are
 // summed per model and executed batch size, cold loads kept one by one, hits counted; one report
 // goes a while after the first execution not yet reported, or at once when asked (before a
 // reply); nothing goes when nothing ran. And a report read by Statistics (node/statistics.ts)
 // counts as the same executions counted one by one would.
 import test from 'ava';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ExecutionTally } from '../../../../dist/actors/device/execution-tally.js';
+import { ExecutionTally } from '../../../../dist/actors/device/execution-costs.js';
 import { Statistics } from '../../../../dist/node/statistics.js';
 
 /** @typedef {import('../../../../dist/shared/channels/device.js').ExecutionReport} ExecutionReport */

@@ -1,8 +1,8 @@
-// A model's capacity at full batches from its learned costs (actors/device/cost-model.ts
+// A model's capacity at full batches from its learned costs (actors/device/execution-costs.ts
 // fullBatchRate), what a node reports as window_capacity: the cost line taken to the largest batch,
 // the largest learned size when the line cannot be trusted, nothing when nothing is learned.
 import test from 'ava';
-import { fullBatchRate } from '../../../../dist/actors/device/cost-model.js';
+import { fullBatchRate } from '../../../../dist/actors/device/execution-costs.js';
 
 test('two or more learned sizes: the line (a fixed cost plus a cost per row) taken to the largest batch', (t) => {
   // 2 ms + 0.25 ms a row, learned at batches of 1 to 4 only: 16 rows take 6 ms, 2,667 rows a second.

@@ -1,9 +1,9 @@
-// The device actor's dispatch loop by itself (actors/device/pump.ts), with steps that record what
+// The device actor's dispatch loop by itself (actors/device/inbox.ts), with steps that record what
 // they are asked: the inbox admitted in arrival order before the next choice, a control call
 // answered in its turn, one batch per turn of the event loop, a held queue looked at again when
 // its hold ends, a refused batch failed whole, and a cancel taking a request where it is.
 import test from 'ava';
-import { DevicePump } from '../../../../dist/actors/device/pump.js';
+import { DevicePump } from '../../../../dist/actors/device/inbox.js';
 import { nowMs } from '../../../../dist/shared/timers.js';
 import { instanceKey } from '../../../../dist/shared/model-spec.js';
 

@@ -1,7 +1,7 @@
 // The scheduler as a unit: a fake clock, a fake executor that "runs" a batch by advancing the clock
 // by the model's cost, and nothing else.
 import test from 'ava';
-import { CostModel } from '../../../../dist/actors/device/cost-model.js';
+import { CostModel } from '../../../../dist/actors/device/execution-costs.js';
 import { Scheduler } from '../../../../dist/actors/device/scheduler.js';
 import { Backlog } from '../../../../dist/shared/backlog.js';
 import { stowageThrows } from '../../../helpers/errors.js';

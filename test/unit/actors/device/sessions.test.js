@@ -2,11 +2,11 @@
 // opens and closes and a measure the test sets: sharing by key, the last user closing, the budget
 // closing the least recently used idle session (never a pinned one, never the one in use) and a
 // reopen on the next use, an open that runs out of memory retried once after closing another; and
-// the sharing key (actors/device/executables.ts): equal graphs and options share, a provider option
+// the sharing key (actors/device/sessions.ts, `sharingKey`): equal graphs and options share, a provider option
 // such as tf32 or CUDA graphs on or off does not.
 import test from 'ava';
 import { PooledSession, reopenExhausted, SessionPool } from '../../../../dist/actors/device/sessions.js';
-import { sharingKey } from '../../../../dist/actors/device/executables.js';
+import { sharingKey } from '../../../../dist/actors/device/sessions.js';
 import { sharingOff } from '../../../../dist/actors/device/models.js';
 import { initOrt, ortAddon } from '../../../../dist/native/ort.js';
 

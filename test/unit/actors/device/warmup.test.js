@@ -41,7 +41,7 @@ function recorded(/** @type {import('ava').ExecutionContext} */ t) {
     run: async (/** @type {any[]} */ i, /** @type {any[]} */ o, /** @type {any} */ r) => record(false, i, o, await session.run(i, o, r)),
   }));
   const spec = modelSpec({ inputs: [x], outputs: [y], batchAxis: 'n', compiledBatchSizes: [1, 4] });
-  const executables = new Map([[0, /** @type {import('../../../../dist/actors/device/executables.js').Executable} */ (/** @type {unknown} */ ({ runs: spy, pooled: { outputs: session.outputs }, weights: [], cacheHit: false, shapedOutputs: new Set(['y']), graphs: null }))]]);
+  const executables = new Map([[0, /** @type {import('../../../../dist/actors/device/sessions.js').Executable} */ (/** @type {unknown} */ ({ runs: spy, pooled: { outputs: session.outputs }, weights: [], cacheHit: false, shapedOutputs: new Set(['y']), graphs: null }))]]);
   return { spec, executables, runs };
 }
 

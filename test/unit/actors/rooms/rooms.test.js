@@ -16,7 +16,7 @@ import { Rooms } from '../../../../dist/actors/rooms/rooms.js';
 import { Devices } from '../../../../dist/node/devices.js';
 import { ModelPolicies } from '../../../../dist/node/model-policies.js';
 import { Leases, SEGMENT_SLOTS } from '../../../../dist/shared/leases.js';
-import { Quotas } from '../../../../dist/shared/quotas.js';
+import { Quotas } from '../../../../dist/shared/admission.js';
 import { Backlog } from '../../../../dist/shared/backlog.js';
 import { RequestCounters } from '../../../../dist/shared/request-counters.js';
 import { instanceKey } from '../../../../dist/shared/model-spec.js';

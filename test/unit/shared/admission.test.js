@@ -2,7 +2,7 @@
 // same shared memory, so the caps hold for all of them together, and a dead edge's share is given back.
 import { Worker } from 'node:worker_threads';
 import test from 'ava';
-import { Admission } from '../../../dist/protocol/admission.js';
+import { Admission } from '../../../dist/shared/admission.js';
 
 /**
  * Threads that each try `tries` times to take a place, hold it a moment and leave, counting with
@@ -33,7 +33,7 @@ async function contend(memory, { threads = 4, tries = 2000, cap = 3, maxBytes = 
       }
       parentPort.postMessage({ admitted, most, mostBytes });
     });`;
-  const url = new URL('../../../dist/protocol/admission.js', import.meta.url).href;
+  const url = new URL('../../../dist/shared/admission.js', import.meta.url).href;
   const held = new SharedArrayBuffer(2 * Int32Array.BYTES_PER_ELEMENT);
   const workers = Array.from({ length: threads }, (_, k) => new Worker(source, { eval: true, workerData: { memory, held, slot: k + 1, tries, cap, maxBytes, bytes, url } }));
   return Promise.all(workers.map((w) => new Promise((resolve, reject) => {
