@@ -15,12 +15,15 @@
 //
 //   npm run build && node bench/edges.js [--quick] [--edges 0,auto,1,2] [--only 64B,600KiB,8MiB,hooked,shm]
 //                                        [--protocols grpc,http] [--concurrency 1,16,64] [--scale 1]
-//                                        [--baseline DIR]
+//                                        [--baseline DIR] [--flip]
 //
 // --baseline DIR: beside each setting, the same setting served by the build in DIR (another checkout
 // of Stowage, built: `git worktree add DIR REV && (cd DIR && npm run build)`), point by point in the
 // same run, so that a change is measured against the build before it on the same drift (its rows
 // are named "base edges N").
+//
+// --flip: every point measures its servers in the other order than it would without it (the bench
+// alternates the order point by point; runs with and without --flip alternate it at each point).
 //
 // perf_analyzer is installed by tools/install-perf-analyzer.sh (into .toolchain/). The machine is
 // shared and noisy: compare the rows of one run, not runs of different days.
@@ -45,6 +48,7 @@ const { values: args } = parseArgs({
     // few µs per request needs tens of thousands of requests to be told apart (--scale 10).
     scale: { type: 'string', default: '1' },
     baseline: { type: 'string' },
+    flip: { type: 'boolean', default: false },
   },
 });
 if (!existsSync(PERF_ANALYZER)) {
@@ -106,7 +110,7 @@ console.log('perf_analyzer, async, inline tensors; throughput in requests/s, lat
 const rows = [];
 // Which server a point measures first matters here (the first after a switch ran up to 1.4x slower over REST at
 // concurrency 1, whichever build it was): every other point measures them in the reverse order.
-let point = 0;
+let point = args.flip ? 1 : 0;
 try {
   for (const protocol of protocols) {
     console.log(`\n${protocol}`);

@@ -202,7 +202,6 @@ export function inferResponse(model: string, id: string, outputs: readonly WireT
   };
 }
 
-
 /** Spare bytes in front of the message: the tag (1 byte) and length (at most 5) of the stream wrapper. */
 export const STREAM_HEADROOM = 8;
 /** A raw_output_contents entry's tag and its length, written in 5 bytes. */

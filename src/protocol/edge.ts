@@ -86,7 +86,6 @@ const MODEL_INFER_PATH = '/inference.GRPCInferenceService/ModelInfer';
 /** A handler of a unary RPC: the request (and the call, for its deadline and metadata) to the reply. */
 export type UnaryHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>) => Promise<Res> | Res;
 
-
 /** A handler of one inference: like a unary handler, with the signal that fires if the client cancels. */
 export type InferenceHandler<Req, Res> = (request: Req, call: grpc.ServerUnaryCall<Req, Res>, signal: AbortSignal, admitted: Admitted) => Promise<Res>;
 
@@ -530,7 +529,6 @@ class InferStream<Req, Res> {
       });
   }
 }
-
 
 const CHANNEL = 'http2.server.stream.created';
 

@@ -136,7 +136,6 @@ export function markOwnedBuffers(definition: grpc.ServiceDefinition, methods: re
   return marked as grpc.ServiceDefinition;
 }
 
-
 interface FieldDescriptor {
   name: string;
   number: number;

@@ -191,7 +191,6 @@ export function admissionMetrics(admission: Admission, registry: Registry): void
   });
 }
 
-
 /** A subject's limits (quotas.tenants.<name>, quotas.models.<name>); 0: none. */
 export interface QuotaLimits {
   max_inflight: number;

@@ -134,7 +134,6 @@ export function requestedOutput(name: string, values: ParameterValues): RequestO
   return { name, region: sharedMemoryRef('output', name, values) };
 }
 
-
 /** What checking needs of the registered shared-memory regions (shared-memory.ts). */
 export interface RegionLookup {
   /** The slice `byteSize` bytes at `offset` of region `name`, bounds checked; `what` names the tensor in errors. */

@@ -118,7 +118,6 @@ export function fullBatchRate(costs: readonly { batchSize: number; ms: number }[
   return Math.max(measured, (target / (fixed + perRow * target)) * 1000);
 }
 
-
 /**
  * At most this long between an execution and the report that counts it, when nobody asks sooner.
  * A report costs the main thread a wake-up: with two edges at concurrency 64, reports every 20 ms

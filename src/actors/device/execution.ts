@@ -429,7 +429,6 @@ export function verdict(ctx: Pick<ExecutionContext, 'outOfService'>, err: unknow
   return ctx.outOfService(err) ?? err;
 }
 
-
 function elementsOf(t: WireTensor): Uint8Array[] {
   const parts = splitBytesElements(t.data);
   if (!parts) throw errors.invalidTensor(`input ${JSON.stringify(t.name)}: BYTES contents are not length-prefixed elements`);

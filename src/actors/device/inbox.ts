@@ -139,7 +139,6 @@ export class Doors {
   }
 }
 
-
 /** What the loop does at each step, the worker's. */
 export interface PumpSteps {
   /** Put a request in its model's queue, or answer it at once. */

@@ -273,7 +273,6 @@ export function reopenExhausted(model: string, err: unknown): Error {
     : (err as Error);
 }
 
-
 /** One ONNX file of a loaded model as it runs here: the session of its graph, and its own binding on it. */
 export class Executable implements SessionUser {
   readonly model: string;
