@@ -252,19 +252,19 @@ export class WireSchema {
     }
     if (this.#types.has(typeName)) return typeName;
     if (this.#types.has(`${this.#package}.${typeName}`)) return `${this.#package}.${typeName}`;
-    throw new Error(`wire-check: type ${typeName} (in ${scope}) is not in the loaded protos`);
+    throw new Error(`wire schema: type ${typeName} (in ${scope}) is not in the loaded protos`);
   }
 
   #checkFor(fullName: string): MessageCheck {
     let check = this.#checks.get(fullName);
     if (check) return check;
     const type = this.#types.get(fullName);
-    if (!type) throw new Error(`wire-check: no message type ${fullName}`);
+    if (!type) throw new Error(`wire schema: no message type ${fullName}`);
     check = { fields: new Map(), needsValue: Boolean(type.options?.mapEntry) && type.field.some((f) => f.number === 2 && f.type === 'TYPE_MESSAGE') };
     this.#checks.set(fullName, check);
     for (const f of type.field) {
       const wire = WIRE_OF[f.type];
-      if (wire === undefined) throw new Error(`wire-check: ${fullName}.${f.name} has type ${f.type}, which this check does not know`);
+      if (wire === undefined) throw new Error(`wire schema: ${fullName}.${f.name} has type ${f.type}, which this check does not know`);
       const nested = f.type === 'TYPE_MESSAGE' ? this.#resolve(f.typeName, fullName) : undefined;
       check.fields.set(f.number, {
         name: f.name,
