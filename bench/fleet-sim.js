@@ -29,7 +29,8 @@
 // repository digest does not change in the run).
 //
 // Policies: round_robin (any node), affinity (each model's first rendezvous node, no bounds, no
-// replicas), pooled (FleetRoutes), oracle (a partition by true popularity, known at once and
+// replicas), pooled (FleetRoutes, each request to the node its `pick` gives: a split model's shares,
+// else the least outstanding; the nodes report the time batches waited for weights), oracle (a partition by true popularity, known at once and
 // repacked at every drift by placement.ts's greedy packing: a strong reference, not a bound).
 // The hit-rate *bound* is exact: in each drift period no policy's expected hit rate exceeds the
 // request share of the most popular-per-byte models that fit in the fleet's memory (a fractional
@@ -52,6 +53,7 @@ import { parseArgs } from 'node:util';
 import pino from 'pino';
 import { DEFAULT_FLEET_OPTIONS, Rankings } from '../dist/routing/fleet-placement.js';
 import { FleetRoutes } from '../dist/remote/fleet-routes.js';
+import { Router } from '../dist/routing/routing.js';
 import { readStatusReport } from '../dist/remote/status-report.js';
 import { pack } from '../dist/routing/placement.js';
 import { LoadWindows } from '../dist/node/load-windows.js';
@@ -234,6 +236,7 @@ class SimNode {
     this.busy = false;
     this.inflight = 0; // as a gateway counts: sent, not answered
     this.compute = new Map(); // model index -> ms of device time, cumulative
+    this.weightWaits = new Map(); // model index -> ms its batches waited for its weights (cold loads), cumulative
     this.rows = new Map(); // model index -> rows answered, cumulative
     this.largest = new Map(); // model index -> the largest batch it ran (what its learned costs know)
     this.smallest = new Map(); // model index -> the smallest: two sizes learned give its cost line
@@ -265,6 +268,8 @@ class SimMember {
     this.prefetchOn = prefetch;
   }
   get up() { return this.node.up; }
+  /** Requests sent to the node and not answered yet: what the gateway's least-outstanding router reads. */
+  get inflight() { return this.node.inflight; }
   get report() { return this.node.up && this.last && simNow - this.lastAt <= REPORT_MAX_AGE_MS ? this.last : null; }
   /** Its last report however old, while up: placement keeps a node whose reads fail placed by it (node-status.ts). */
   get lastReport() { return this.node.up ? this.last : null; }
@@ -347,6 +352,7 @@ async function simulate(policy, decodeMsPerModel) {
       g, rr: g, turn: g, members,
       skew: (faults() * 2 - 1) * SKEW_MS,
       routes: new FleetRoutes({ fleet: DEFAULT_FLEET_OPTIONS, prefetchTimeoutMs: 60_000, logger: silent }),
+      router: new Router('least_outstanding'),
     };
   });
   /** A node's counters now, for its window: per model, compute seconds so far and bytes resident. */
@@ -362,7 +368,7 @@ async function simulate(policy, decodeMsPerModel) {
   };
   const countersOf = (n) => () => {
     const now = new Map();
-    const reading = (m, residentBytes) => ({ computeSeconds: (n.compute.get(m) ?? 0) / 1000, residentBytes, rows: n.rows.get(m) ?? 0, queued: n.queues.get(m)?.length ?? 0, capacity: capacityOf(n, m) });
+    const reading = (m, residentBytes) => ({ computeSeconds: (n.compute.get(m) ?? 0) / 1000, residentBytes, rows: n.rows.get(m) ?? 0, queued: n.queues.get(m)?.length ?? 0, capacity: capacityOf(n, m), weightLoadSeconds: (n.weightWaits.get(m) ?? 0) / 1000 });
     for (const m of n.compute.keys()) now.set(m, reading(m, 0));
     for (const [m, bytes] of n.resident) now.set(m, reading(m, bytes));
     return now;
@@ -376,7 +382,7 @@ async function simulate(policy, decodeMsPerModel) {
     // active_only, as a pooled gateway asks: the models with load over the window or weights resident.
     const byName = new Map();
     for (const [m, w] of window) {
-      if (w.load > 0 || w.residentBytes > 0) byName.set(models[m].name, { weightBytes: models[m].bytes, residentBytes: w.residentBytes, windowLoad: w.load, windowResidentBytes: w.residentBytes, hits: 0, misses: 0, sessionBytes: 0, windowRate: w.rate, windowCapacity: w.capacity });
+      if (w.load > 0 || w.residentBytes > 0) byName.set(models[m].name, { weightBytes: models[m].bytes, residentBytes: w.residentBytes, windowLoad: w.load, windowResidentBytes: w.residentBytes, hits: 0, misses: 0, sessionBytes: 0, windowRate: w.rate, windowCapacity: w.capacity, windowWeightLoad: w.weightLoad });
     }
     report = { nodeName: n.id, startedMs: 0, budgetBytes: BUDGET, sessionBudgetBytes: 0, devices: 1, queueDepth: n.queued, models: byName };
     n.reports.clear();
@@ -575,10 +581,10 @@ async function simulate(policy, decodeMsPerModel) {
   const route = (gw, m) => {
     const up = live();
     if (policy === 'round_robin') return up[gw.rr++ % up.length];
+    // Pooled: the gateway's own choice (its routes, by the model's shares where it has them, else the least outstanding).
+    if (policy === 'pooled') return gw.routes.pick(models[m].name, gw.members.filter((mb) => mb.node.up), gw.router).node;
     let candidates;
-    if (policy === 'pooled') {
-      candidates = gw.routes.route(models[m].name, gw.members.filter((mb) => mb.node.up)).map((mb) => mb.node);
-    } else {
+    {
       const ids = policy === 'affinity' ? [rankings.first(models[m].name).id] : oracle.get(m);
       candidates = ids.map((id) => byId.get(id)).filter((n) => n && n.up);
       if (candidates.length === 0) return byId.get(rankings.first(models[m].name).id);
@@ -613,7 +619,10 @@ async function simulate(policy, decodeMsPerModel) {
     else node.queues.delete(m);
     let ms = RUN_MS + ROW_MS * batch.length;
     const cold = makeResident(node, m, t);
-    if (cold) ms += models[m].bytes / COPY_BYTES_PER_MS;
+    if (cold) {
+      ms += models[m].bytes / COPY_BYTES_PER_MS;
+      node.weightWaits.set(m, (node.weightWaits.get(m) ?? 0) + models[m].bytes / COPY_BYTES_PER_MS);
+    }
     for (const r of batch) if (measuring(t)) stats[cold ? 'misses' : 'hits']++;
     node.busy = true;
     node.running = batch;

@@ -12,6 +12,7 @@ import { RESIDENCIES } from '../shared/config-schema.js';
 import { errors, quote } from '../shared/errors.js';
 import type { ModelRegistry } from './model-registry.js';
 import type { Statistics } from './statistics.js';
+import type { WeightTraffic } from './metrics.js';
 import { LoadWindows, type ModelReading, type WindowReport } from './load-windows.js';
 import { StatusSnapshot } from './status-snapshot.js';
 import { fullBatchRate } from '../actors/device/execution-costs.js';
@@ -28,7 +29,7 @@ export interface ControlContext {
   devices: Devices;
   statistics: Statistics;
   /** A model's weight-cache hits and misses so far (metrics.ts). */
-  weightTraffic: (model: string) => { hits: number; misses: number };
+  weightTraffic: (model: string) => WeightTraffic;
   /** The node's weight budget, summed over its devices (0: the weight cache off). */
   weightBudgetBytes: number;
   /** runtime.session_budget_bytes summed over its devices (0: none). */
@@ -138,7 +139,7 @@ async function modelControlStatus(ctx: ControlContext, state: StatusState, req: 
   }
   // Every model's counters go into a window, whichever model was asked for.
   const nowMs = Date.now();
-  const window = req.window_seconds > 0 ? state.windows.read(req.window_seconds, nowMs, () => readings(all, instances, statistics)) : undefined;
+  const window = req.window_seconds > 0 ? state.windows.read(req.window_seconds, nowMs, () => readings(all, instances, statistics, ctx.weightTraffic)) : undefined;
   // active_only: what placement weighs, the models with load or weights on a device; the rest are the index's.
   const active = (r: (typeof records)[number]) => {
     const s = r.instance ? instances.get(r.instance) : undefined;
@@ -208,6 +209,7 @@ function statusRow(ctx: ControlContext, r: { name: string; state: string; reason
     window_resident_bytes: w?.residentBytes ?? 0,
     window_rate: w?.rate ?? 0,
     window_capacity: w?.capacity ?? 0,
+    window_weight_load: w?.weightLoad ?? 0,
     // One device: its words as they are; several: each device's.
     session: s ? (s.sessions.length === 1 ? s.session : s.sessions.join('; ')) : '',
     session_bytes: s?.sessionBytesAll ?? 0,
@@ -216,7 +218,7 @@ function statusRow(ctx: ControlContext, r: { name: string; state: string; reason
 
 /** A row's figures a pooled gateway reads (remote/status-report.ts): a versioned row changes when these do. */
 function placementKey(row: StatusRow): string {
-  return `${row.state}|${row.weight_bytes}|${row.resident_bytes}|${row.window_load}|${row.window_resident_bytes}|${row.window_rate}|${row.window_capacity}|${row.session_bytes}|${row.weight_hits}|${row.weight_misses}`;
+  return `${row.state}|${row.weight_bytes}|${row.resident_bytes}|${row.window_load}|${row.window_resident_bytes}|${row.window_rate}|${row.window_capacity}|${row.window_weight_load}|${row.session_bytes}|${row.weight_hits}|${row.weight_misses}`;
 }
 
 /**
@@ -256,6 +258,7 @@ function readings(
   records: readonly { name: string; instance?: string | null }[],
   instances: ReadonlyMap<string, { residentAll: number; queuedAll: number; costs: { batchSize: number; ms: number }[]; maxBatchRows: number }>,
   statistics: Statistics,
+  weightTraffic: (model: string) => WeightTraffic,
 ): Map<string, ModelReading> {
   return new Map(records.map((r) => {
     const s = r.instance ? instances.get(r.instance) : undefined;
@@ -266,6 +269,7 @@ function readings(
       queued: s?.queuedAll ?? 0,
       // Rows a second one device answers of it at full batches: its learned costs taken to its largest batch.
       capacity: s ? fullBatchRate(s.costs, s.maxBatchRows) : 0,
+      weightLoadSeconds: weightTraffic(r.name).loadSeconds,
     }];
   }));
 }

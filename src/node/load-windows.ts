@@ -23,6 +23,8 @@ export interface ModelReading {
   queued?: number;
   /** Rows per second one device answers of it at full batches, from its learned costs now (absent: 0). */
   capacity?: number;
+  /** Seconds its batches waited for its weights to come onto a device so far (a counter; absent: 0). */
+  weightLoadSeconds?: number;
 }
 
 /** A model in the last whole window. */
@@ -40,6 +42,8 @@ export interface WindowReport {
   rate: number;
   /** Its capacity (ModelReading's) as the window ended. */
   capacity: number;
+  /** Device-seconds a second its batches waited for its weights over the window (cold loads; 0 at the first read). */
+  weightLoad: number;
 }
 
 interface Window {
@@ -78,7 +82,8 @@ export class LoadWindows {
       const perSecond = (now: number, then: number) => (seconds > 0 && now >= then ? (now - then) / seconds : 0);
       const load = perSecond(now.computeSeconds, before?.computeSeconds ?? 0);
       const rate = perSecond((now.rows ?? 0) + (now.queued ?? 0), (before?.rows ?? 0) + (before?.queued ?? 0));
-      published.set(model, { load, residentBytes: now.residentBytes, rate, capacity: now.capacity ?? 0 });
+      const weightLoad = perSecond(now.weightLoadSeconds ?? 0, before?.weightLoadSeconds ?? 0);
+      published.set(model, { load, residentBytes: now.residentBytes, rate, capacity: now.capacity ?? 0, weightLoad });
     }
     this.#windows.set(lengthMs, { index, atMs: nowMs, taken, published });
     if (this.#windows.size > MAX_LENGTHS) this.#windows.delete(this.#windows.keys().next().value!);

@@ -40,6 +40,14 @@ export interface MetricsSources {
 }
 
 /** The scrapes rendering now, and the devices' reports they share (Metrics.scraping). */
+/** A model's weight-cache traffic since the process started, over every device. */
+export interface WeightTraffic {
+  hits: number;
+  misses: number;
+  /** Seconds its batches waited for its weights to come onto a device (stowage_weight_cache_load_seconds_total). */
+  loadSeconds: number;
+}
+
 interface Scrape {
   depth: number;
   devices: Promise<readonly DeviceReport[]> | undefined;
@@ -63,7 +71,7 @@ export class Metrics {
    * Per model: executions that found its weights on the device, and those that brought them on (ModelControlStatus
    * reads them).
    */
-  readonly #weightTraffic = new Map<string, { hits: number; misses: number }>();
+  readonly #weightTraffic = new Map<string, WeightTraffic>();
   readonly #weightHits: Counter;
   readonly #weightMisses: Counter;
   readonly #evictions: Counter;
@@ -157,8 +165,9 @@ export class Metrics {
     if (load) {
       (load.hit ? this.#weightHits : this.#weightMisses).inc({ model });
       let traffic = this.#weightTraffic.get(model);
-      if (!traffic) this.#weightTraffic.set(model, (traffic = { hits: 0, misses: 0 }));
+      if (!traffic) this.#weightTraffic.set(model, (traffic = { hits: 0, misses: 0, loadSeconds: 0 }));
       traffic[load.hit ? 'hits' : 'misses']++;
+      if (!load.hit) traffic.loadSeconds += load.loadMs / 1000;
       if (!load.hit) {
         this.#weightLoadBytes.inc({ model, source: 'host' }, load.loadedBytes - load.diskBytes);
         this.#weightLoadBytes.inc({ model, source: 'disk' }, load.diskBytes);
@@ -183,13 +192,13 @@ export class Metrics {
     if (hits === 0) return;
     this.#weightHits.inc({ model }, hits);
     let traffic = this.#weightTraffic.get(model);
-    if (!traffic) this.#weightTraffic.set(model, (traffic = { hits: 0, misses: 0 }));
+    if (!traffic) this.#weightTraffic.set(model, (traffic = { hits: 0, misses: 0, loadSeconds: 0 }));
     traffic.hits += hits;
   }
 
-  /** A model's weight-cache hits and misses so far, over every device. */
-  weightTraffic(model: string): { hits: number; misses: number } {
-    return this.#weightTraffic.get(model) ?? { hits: 0, misses: 0 };
+  /** A model's weight-cache hits and misses so far, and seconds its batches waited for weights, over all devices. */
+  weightTraffic(model: string): WeightTraffic {
+    return this.#weightTraffic.get(model) ?? { hits: 0, misses: 0, loadSeconds: 0 };
   }
 
   recordPlacement(placement: Placement): void {

@@ -10,6 +10,7 @@
  * reports, so the caller asks for the rest in full (`models`) and reads the arrays for those.
  */
 import type { FleetModel } from '../routing/fleet-placement.js';
+import type { MeasuredNode } from '../routing/fleet-shares.js';
 import type { FleetCatalog } from './fleet-catalog.js';
 import type { NodeReport } from './status-report.js';
 
@@ -35,6 +36,12 @@ export class FleetReports {
   ran: Int32Array = new Int32Array(0);
   /** The fleet's load: the models', then that of those outside the catalog, in that order. */
   totalLoad = 0;
+  /**
+   * Per member (in the members' order): its devices' busy time over the window, every model's
+   * executions and waits for weights summed (a node thrashing its weight cache is busy with copies
+   * its models' loads do not show); NaN without a report.
+   */
+  #nodeLoad: number[] = [];
   /** 1 once a row says a model ran. */
   #ranMark = new Uint8Array(0);
   /** Loads of models a node reports that no index read READY: in the fair share, not placed. */
@@ -59,8 +66,11 @@ export class FleetReports {
     const mark = this.#ranMark;
     const [resident, serving, servingLoad, outside] = [this.#resident, this.#serving, this.#servingLoad, this.#outside];
     let ran = 0;
+    const nodeLoad = this.#nodeLoad;
     members.forEach((n, k) => {
+      nodeLoad.push(n.report ? 0 : NaN);
       n.report?.models.forEach((r, name) => {
+        nodeLoad[k] += r.windowLoad + (r.windowWeightLoad ?? 0);
         const at = catalog.order.get(name);
         if (at === undefined) {
           if (r.windowLoad > 0) outside.set(name, (outside.get(name) ?? 0) + r.windowLoad);
@@ -127,6 +137,15 @@ export class FleetReports {
     return loads;
   }
 
+  /** Node name -> its measured load over the window and its devices, of the members with a fresh report. */
+  measuredNodes(): Map<string, MeasuredNode> {
+    const nodes = new Map<string, MeasuredNode>();
+    this.#members.forEach((n, k) => {
+      if (n.report && !Number.isNaN(this.#nodeLoad[k])) nodes.set(n.name, { load: this.#nodeLoad[k], devices: Math.max(1, n.report.devices) });
+    });
+    return nodes;
+  }
+
   /** Model -> devices its requests need at full batches (rate over capacity), where its nodes report both. */
   needs(): Map<string, number> {
     const needs = new Map<string, number>();
@@ -144,6 +163,7 @@ export class FleetReports {
     this.#resident.length = 0;
     this.#serving.length = 0;
     this.#servingLoad.length = 0;
+    this.#nodeLoad.length = 0;
   }
 }
 

@@ -29,6 +29,7 @@ import type { Logger } from 'pino';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { needsOwnNodes, placeFleet, Rankings, type FleetNode, type FleetOptions, type FleetPlacement, type HomeModels } from '../routing/fleet-placement.js';
 import { FleetCatalog } from './fleet-catalog.js';
+import { splitShares, type SplitModel } from '../routing/fleet-shares.js';
 import { FleetReports, loadOn, mostLoadFirst, type ReportedModel } from './fleet-reports.js';
 import { PlacedRoutes } from './placed-routes.js';
 import type { NodeReport } from './status-report.js';
@@ -141,6 +142,8 @@ export class FleetRoutes {
   #lastAway: { names: readonly string[]; at: Int32Array } | null = null;
   /** The rankings the models shared the nodes by at the last placement (FleetPlacement `shared`). */
   #lastShared: Rankings | null = null;
+  /** The models whose requests are split by shares now (the rest of those on several nodes: evenly). */
+  #shared = new Set<string>();
   /** The latest placement with every model in it, idle ones included; made when asked for. */
   #fullPlacement: FleetPlacement | null = null;
   #members: FleetMember[] = [];
@@ -183,6 +186,16 @@ export class FleetRoutes {
       collect() {
         this.reset();
         for (const [model, nodes] of routes) for (const node of nodes) this.set({ model, node }, 1);
+      },
+    });
+    new Gauge({
+      name: 'stowage_gateway_model_route_share', help: 'The share of a model\'s requests each of its nodes takes, where it is split by shares (pooled; routing/fleet-shares.ts)', labelNames: ['model', 'node'], registers,
+      collect() {
+        this.reset();
+        for (const model of self.#shared) {
+          const shares = self.#routes.sharesOf(model);
+          self.#routes.routes.get(model)?.forEach((node, i) => shares && this.set({ model, node }, shares[i]));
+        }
       },
     });
     new Gauge({
@@ -270,6 +283,16 @@ export class FleetRoutes {
   /** PlacedRoutes.route: of the nodes that serve `model`, those its requests go to. */
   route<T extends { address: string }>(model: string, candidates: readonly T[]): T[] {
     return this.#routes.route(model, candidates);
+  }
+
+  /** PlacedRoutes.sharesOf: `model`'s share of requests per node of its routes (undefined: evenly). */
+  sharesOf(model: string): readonly number[] | undefined {
+    return this.#routes.sharesOf(model);
+  }
+
+  /** PlacedRoutes.pick: the node that takes `model`'s next request, by its shares where it has them. */
+  pick<T extends { address: string; inflight: number }>(model: string, candidates: readonly T[], router: Parameters<PlacedRoutes['pick']>[2]): T {
+    return this.#routes.pick(model, candidates, router);
   }
 
   /**
@@ -366,6 +389,7 @@ export class FleetRoutes {
       const resident = reported.get(model)?.resident ?? (now && sameNodes(now, target) ? NONE : residentOn(model, members));
       moved += this.#switch(model, target, resident, byName) ? 1 : 0;
     }
+    this.#share(reported);
     // Placing again from the same inputs gives this back once nothing it placed is young (#holding
     // holds a young model where it is, then weighs its reports) and no routes wait on a prefetch.
     this.#lastChange = changed ? this.#checks : this.#lastChange;
@@ -374,6 +398,23 @@ export class FleetRoutes {
       const givenOver = Object.fromEntries([...placement.givenOver].map((m) => [m, placement.nodes.get(m)?.length ?? 0]));
       this.#o.logger.info({ moved, prefetching: this.#switching.size, models: catalog.names.length, nodes: members.length, imbalance: sharedImbalance(placement), givenOver }, 'placement changed');
     }
+  }
+
+  /**
+   * The shares of requests each model routed to several nodes gives each of them (fleet-shares.ts),
+   * from this check's reports: those placed from the reports (the rest run too little to matter, and
+   * are split evenly). Set at every check placed, as the loads they follow move.
+   */
+  #share(reported: ReadonlyMap<string, ReportedModel>): void {
+    const models: SplitModel[] = [];
+    for (const [name, m] of reported) {
+      const nodes = this.#routes.routes.get(name);
+      if (nodes && nodes.length > 1) models.push({ name, nodes, load: m.load, ranOn: m.serving ?? NONE, ranLoad: m.servingLoad ?? [] });
+    }
+    const shares = splitShares(models, this.#reports.measuredNodes());
+    for (const name of this.#shared) if (!shares.has(name)) this.#routes.setShares(name, null);
+    for (const [name, s] of shares) this.#routes.setShares(name, s);
+    this.#shared = new Set(shares.keys());
   }
 
   /**

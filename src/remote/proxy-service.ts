@@ -6,8 +6,8 @@
  *
  * - ModelInfer, ModelReady, ModelMetadata, ModelConfig: to a node serving the
  *   model ready, `round_robin` or `least_outstanding` among them; `pooled`:
- *   least_outstanding among the nodes the model is placed on (placed-routes.ts)
- *   (routing/routing.ts). A node that fails with UNAVAILABLE and then
+ *   among the nodes the model is placed on (placed-routes.ts), by its shares
+ *   where it has them, else least_outstanding (routing/routing.ts). A node that fails with UNAVAILABLE and then
  *   does not answer its health check is marked down and the call goes to
  *   another node serving the model; with none left it fails UNAVAILABLE at once.
  *   A node's refusal for being full (its queue or its admission; the Stowage code in
@@ -55,7 +55,7 @@ export interface ProxyContext {
   edge: GrpcEdge;
   nodes: readonly RemoteNode[];
   mode: RoutingMode;
-  /** pooled: the nodes each model is placed on; the router picks least_outstanding among them. */
+  /** pooled: the nodes each model is placed on; among them by the model's shares, else least_outstanding. */
   fleet?: PlacedRoutes;
   /** The service as proto-loader defines it: encodes and decodes what the gateway reads or answers itself. */
   definition: grpc.ServiceDefinition;
@@ -124,7 +124,7 @@ class Forwarding {
   pick(model: string, tried: ReadonlySet<RemoteNode>): RemoteNode {
     const { nodes, fleet } = this.#ctx;
     const candidates = nodes.filter((n) => n.serves(model) && !tried.has(n));
-    if (candidates.length > 0) return this.#router.pick(fleet ? fleet.route(model, candidates) : candidates);
+    if (candidates.length > 0) return fleet ? fleet.pick(model, candidates, this.#router) : this.#router.pick(candidates);
     const up = this.upNodes();
     if (up.length === 0) throw new StowageError('STOWAGE_DEVICE_UNAVAILABLE', `no node is up (nodes: ${nodes.map((n) => n.address).join(', ')})`);
     if (tried.size > 0) throw new StowageError('STOWAGE_DEVICE_UNAVAILABLE', `every node serving model ${JSON.stringify(model)} failed (${[...tried].map((n) => n.address).join(', ')})`);

@@ -50,6 +50,11 @@ export interface ModelReport {
    */
   windowRate: number;
   windowCapacity: number;
+  /**
+   * Over the same window: device-seconds per second its batches waited for its weights (cold loads;
+   * 0 from a node older than the field). Counted in the node's load when a model's requests are split.
+   */
+  windowWeightLoad?: number;
 }
 
 // ModelControlStatusResponse's fields.
@@ -77,6 +82,7 @@ const MODEL_WINDOW_RESIDENT = 20;
 const MODEL_SESSION_BYTES = 22;
 const MODEL_WINDOW_RATE = 23;
 const MODEL_WINDOW_CAPACITY = 24;
+const MODEL_WINDOW_WEIGHT_LOAD = 25;
 
 /** A cursor over one message's bytes. */
 class Reader {
@@ -214,6 +220,7 @@ function readModel(r: Reader, answer: StatusAnswer): void {
     else if (field === MODEL_SESSION_BYTES && wireType === WIRE_VARINT) m.sessionBytes = r.varint();
     else if (field === MODEL_WINDOW_RATE && wireType === WIRE_I64) m.windowRate = r.double();
     else if (field === MODEL_WINDOW_CAPACITY && wireType === WIRE_I64) m.windowCapacity = r.double();
+    else if (field === MODEL_WINDOW_WEIGHT_LOAD && wireType === WIRE_I64) m.windowWeightLoad = r.double();
     else r.skip(wireType);
   }
   if (ready) answer.report.models.set(name, m);

@@ -25,9 +25,10 @@
  *   (1 + epsilon); where none fits, the least full node takes it. Placing again from the residency
  *   a placement left gives that placement back.
  * - A model's replica count follows its load: one node per `replicaLoad` of one device's compute
- *   (a model needing 1.6 devices at 0.8 gets two), and never more than half a node's bounded share
- *   per replica, so that the bound can hold; at most every node. It gives a replica back only
- *   once its load is clearly below (REPLICA_HYSTERESIS).
+ *   (a model needing 1.6 devices at 0.8 gets two), and never more than a third of a node's bounded
+ *   share per replica (REPLICA_PART), so that the bound can hold and the gateway's shares have
+ *   models on several nodes to even the nodes' loads with (routing/fleet-shares.ts); at most every
+ *   node. It gives a replica back only once its load is clearly below (REPLICA_HYSTERESIS).
  * - A model whose requests need more than a whole device at full batches (its request rate over
  *   what one device answers of it at full batches, from the costs its nodes learned) is given nodes
  *   of its own first, one per GIVEN_OVER_USE of a device's capacity, and the rest is placed on the
@@ -110,10 +111,12 @@ export interface FleetOptions {
 }
 
 /**
- * A model is heavy, and placed within the bounds, when one replica's load is at least this share of a device's fair
- * share. At 2% (before 2026-11-29) thousands of small models were bounded, and noise in their
- * measured loads pushed them from node to node (bench/fleet-sim.js: 69-93% of the catalog moved a
- * minute); at 20% fewer move and every node is as even (docs/performance.md).
+ * A model is heavy, and placed within the bounds, when its load is at least this share of a device's
+ * fair share (one replica's, before 2026-12-01: with replicas of a third of a node's share, a model
+ * of 0.4 on two nodes was light and unbounded, and a placement's busiest node rose past its bound).
+ * At 2% (before 2026-11-29) thousands of small models were bounded, and noise in their measured
+ * loads pushed them from node to node (bench/fleet-sim.js: 69-93% of the catalog moved a minute);
+ * at 20% fewer move and every node is as even (docs/performance.md).
  */
 const HEAVY_SHARE = 0.2;
 
@@ -210,6 +213,15 @@ export function quantizeLoad(load: number): number {
   if (!(load > 0)) return 0;
   return 2 ** (Math.round(Math.log2(load) * 4) / 4);
 }
+
+/**
+ * A replica's load at most, as a share of a node's bounded share. At a half (before 2026-12-01) most
+ * heavy models had one node, whole lumps that left the busiest node of bench/fleet-sim.js at
+ * 1.18-1.22x the mean in its worst quiet 5 s windows; at a third, more of them run on two or three
+ * nodes, and the gateway's shares (routing/fleet-shares.ts) pour their load into the nodes the
+ * lumps left low (at a quarter without shares, 1.17-1.24: docs/performance.md).
+ */
+const REPLICA_PART = 1 / 3;
 
 /**
  * A model running on n replicas gives one back only once its load is below (n - 1) replicas'
@@ -529,10 +541,10 @@ function planLoads(models: readonly FleetModel[], nodes: readonly FleetNode[], o
   const totalDevices = devices.reduce((s, d) => s + d, 0);
   const totalLoad = sumLargestFirst(measured, homeLoads);
   const fairPerDevice = totalLoad / totalDevices;
-  // A replica's load at most: `replicaLoad`, and half the bounded share of the node with the fewest
-  // devices; on the quarter-octave grid, as loads are, so that a node joining or leaving rarely
-  // changes a replica count.
-  const perReplica = Math.min(options.replicaLoad, quantizeLoad(((1 + options.epsilon) * fairPerDevice * Math.min(...devices)) / 2)) || options.replicaLoad;
+  // A replica's load at most: `replicaLoad`, and REPLICA_PART of the bounded share of the node with
+  // the fewest devices; on the quarter-octave grid, as loads are, so that a node joining or leaving
+  // rarely changes a replica count.
+  const perReplica = Math.min(options.replicaLoad, quantizeLoad((1 + options.epsilon) * fairPerDevice * Math.min(...devices) * REPLICA_PART)) || options.replicaLoad;
   const meanBudget = nodes.reduce((s, n) => s + n.budgetBytes, 0) / nodes.length;
   const budgets = nodes.map((n) => (n.budgetBytes > 0 ? n.budgetBytes : meanBudget) || 1);
   return {
@@ -566,8 +578,9 @@ function sumLargestFirst(measured: LoadPlan['measured'], homeLoads: Float64Array
 }
 
 /**
- * The heavy models: those whose load per replica is worth bounding (at least HEAVY_SHARE of a
- * device's fair share), as many as the fleet's memory holds once per replica. The many light ones
+ * The heavy models: those whose load is worth bounding (at least HEAVY_SHARE of a device's fair
+ * share, whatever their replicas: a model split in thirds is still one lump of load to place), as
+ * many as the fleet's memory holds once per replica. The many light ones
  * each weigh too little to unbalance a node, hashing spreads them evenly, and bounding them would
  * move many of them for nothing whenever the bounds move a little (a node joining or leaving
  * changes every fair share by 1/N).
@@ -577,7 +590,7 @@ function heavyModels(plan: LoadPlan): { heavy: LoadPlan['measured']; heavyBytes:
   let heavyBytes = 0;
   for (const x of plan.measured) {
     const n = plan.replicas.get(x.m.name)!;
-    if (x.q / n < HEAVY_SHARE * plan.fairPerDevice || heavyBytes + x.m.bytes * n > plan.totalBudget) break;
+    if (x.q < HEAVY_SHARE * plan.fairPerDevice || heavyBytes + x.m.bytes * n > plan.totalBudget) break;
     heavy.push(x);
     heavyBytes += x.m.bytes * n;
   }

@@ -9,7 +9,9 @@
  *   load every candidate has none in flight, and the first of the list would take everything);
  * - fill (`lpt_packing`'s replicas): keep filling the open replica until it
  *   holds a full batch in flight, then open another (`fill_rr`: the next in
- *   turn; `fill_least`: the least busy).
+ *   turn; `fill_least`: the least busy);
+ * - weighted turns (`pooled`'s shares, routing/fleet-shares.ts): each candidate
+ *   in proportion to its weight, evenly interleaved.
  */
 
 import type { FillPolicy, GatewayMode } from '../shared/config-schema.js';
@@ -77,4 +79,37 @@ export function fill(replicas: readonly Candidate[], mine: (i: number) => number
   }
   state.open = chosen;
   return chosen;
+}
+
+/**
+ * Smooth weighted round robin (nginx's upstream balancing): each pick adds every candidate's weight
+ * to its credit and takes the one with the most, which then pays the weights' sum. Over any run of
+ * picks each candidate's count stays within one of its share, and picks of one candidate are spread
+ * out, not bunched (weights 3:1 give a a b a, not a a a b). Deterministic, so no random draw per
+ * request; credits kept per key (a model), by candidate name.
+ */
+export class WeightedTurns {
+  readonly #credits = new Map<string, Map<string, number>>();
+
+  /** Of `names` (weights beside them, at least one above 0), the index of the next to take a request for `key`. */
+  pick(key: string, names: readonly string[], weights: readonly number[]): number {
+    let credits = this.#credits.get(key);
+    if (!credits) this.#credits.set(key, (credits = new Map()));
+    let best = -1;
+    let total = 0;
+    for (let i = 0; i < names.length; i++) {
+      const w = weights[i];
+      total += w;
+      const c = (credits.get(names[i]) ?? 0) + w;
+      credits.set(names[i], c);
+      if (best < 0 || c > credits.get(names[best])!) best = i;
+    }
+    credits.set(names[best], credits.get(names[best])! - total);
+    return best;
+  }
+
+  /** Forget `key`'s credits (its model's nodes or shares changed, or it is gone). */
+  forget(key: string): void {
+    this.#credits.delete(key);
+  }
 }

@@ -17,14 +17,14 @@ test('reads within one window get the same numbers; the next publishes the load 
   const w = new LoadWindows();
   const c = counters();
   const first = w.read(2, 10_100, c.read); // window 5 of 2 s
-  t.deepEqual(first.get('a'), { load: 0, residentBytes: 100, rate: 0, capacity: 0 }, 'nothing measured before the first window');
+  t.deepEqual(first.get('a'), { load: 0, residentBytes: 100, rate: 0, capacity: 0, weightLoad: 0 }, 'nothing measured before the first window');
   c.now.set('a', { computeSeconds: 1, residentBytes: 0 });
   t.is(w.read(2, 11_900, c.read), first, 'the same window: the same numbers, the counters not read again');
   t.is(c.reads(), 1);
   c.now.set('b', { computeSeconds: 0.5, residentBytes: 300 });
   const next = w.read(2, 12_100, c.read); // window 6: 2 s after the first read
-  t.deepEqual(next.get('a'), { load: 0.5, residentBytes: 0, rate: 0, capacity: 0 });
-  t.deepEqual(next.get('b'), { load: 0.25, residentBytes: 300, rate: 0, capacity: 0 });
+  t.deepEqual(next.get('a'), { load: 0.5, residentBytes: 0, rate: 0, capacity: 0, weightLoad: 0 });
+  t.deepEqual(next.get('b'), { load: 0.25, residentBytes: 300, rate: 0, capacity: 0, weightLoad: 0 });
   t.is(w.read(2, 13_000, c.read), next);
 
   // A counter that went back (statistics began again): no load, never a negative one.
@@ -62,4 +62,20 @@ test('a window\'s rate is the rows answered plus what the queue grew by; its cap
   // Counters begun again (a new statistics): no rate, never a negative one.
   now = new Map([['hot', { computeSeconds: 0.1, residentBytes: 1, rows: 20, queued: 0, capacity: 2500 }]]);
   t.is(w.read(2, 16_000, () => now).get('hot')?.rate, 0);
+});
+
+test('a window\'s weight load is the seconds its batches waited for its weights, per second of the window', (t) => {
+  const w = new LoadWindows();
+  /** @type {Map<string, import('../../../dist/node/load-windows.js').ModelReading>} */
+  let now = new Map([['cold', { computeSeconds: 0, residentBytes: 0, weightLoadSeconds: 0.1 }], ['old', { computeSeconds: 0, residentBytes: 0 }]]);
+  w.read(2, 10_000, () => now);
+  // 2 s later: 0.3 s more waited for its weights (cold loads beside 0.4 s of executions).
+  now = new Map([['cold', { computeSeconds: 0.4, residentBytes: 1, weightLoadSeconds: 0.4 }], ['old', { computeSeconds: 0.2, residentBytes: 0 }]]);
+  const window = w.read(2, 12_000, () => now);
+  t.true(Math.abs((window.get('cold')?.weightLoad ?? NaN) - 0.15) < 1e-12, `${window.get('cold')?.weightLoad}`);
+  t.true(Math.abs((window.get('cold')?.load ?? NaN) - 0.2) < 1e-12, 'its executions apart');
+  t.is(window.get('old')?.weightLoad, 0, 'a reading without the counter (a node older than it): none');
+  // Counters begun again: none, never a negative one.
+  now = new Map([['cold', { computeSeconds: 0.5, residentBytes: 1, weightLoadSeconds: 0 }], ['old', { computeSeconds: 0.2, residentBytes: 0 }]]);
+  t.is(w.read(2, 14_000, () => now).get('cold')?.weightLoad, 0);
 });

@@ -9,6 +9,7 @@ import { Registry } from 'prom-client';
 import { FleetRoutes } from '../../../dist/remote/fleet-routes.js';
 import { PlacedRoutes } from '../../../dist/remote/placed-routes.js';
 import { DEFAULT_FLEET_OPTIONS, Rankings } from '../../../dist/routing/fleet-placement.js';
+import { Router } from '../../../dist/routing/routing.js';
 import { random } from '../../helpers/mlp-catalog.js';
 
 const MB = 1e6;
@@ -40,6 +41,7 @@ function member(address, models, { name = address, startedMs = 0 } = {}) {
     /** @type {Map<string, number>} each model's share of its open sessions' bytes */ sessions: new Map(),
     /** @type {Map<string, number>} requests a second that came for it over the window */ rate: new Map(),
     /** @type {Map<string, number>} rows a second one device answers of it at full batches */ capacity: new Map(),
+    /** @type {Map<string, number>} device-seconds a second its batches waited for its weights */ weightLoad: new Map(),
     get report() {
       return node.stale ? null : node.lastReport;
     },
@@ -51,7 +53,7 @@ function member(address, models, { name = address, startedMs = 0 } = {}) {
         models: new Map(models.map((m) => {
           const resident = node.resident.has(m) ? 10 * MB : 0;
           return [m, { weightBytes: 10 * MB, residentBytes: resident, windowResidentBytes: resident, windowLoad: node.load.get(m) ?? 0, hits: resident ? 9 : 0, misses: 1, sessionBytes: node.sessions.get(m) ?? 0,
-            windowRate: node.rate.get(m) ?? 0, windowCapacity: node.capacity.get(m) ?? 0 }];
+            windowRate: node.rate.get(m) ?? 0, windowCapacity: node.capacity.get(m) ?? 0, windowWeightLoad: node.weightLoad.get(m) ?? 0 }];
         })),
       };
     },
@@ -662,4 +664,34 @@ test('a model gone from every node\'s repository while its nodes load it has no 
   await settle();
   t.false(r.routes.has(hot), 'the loads that ended after switch nothing');
   t.is(r.routes.size, rest.length);
+});
+
+test('a model on several nodes is split by shares: less to a node busy with weight loads its models\' loads do not show', async (t) => {
+  const nodes = ['10.0.0.1:8001', '10.0.0.2:8001', '10.0.0.3:8001', '10.0.0.4:8001'].map((a) => member(a, CATALOG));
+  for (const n of nodes) {
+    for (const m of CATALOG) {
+      n.resident.add(m);
+      n.load.set(m, m === 'm00' ? 0.3 : 0.01);
+    }
+  }
+  const registry = new Registry();
+  const r = routes(registry);
+  r.update(nodes);
+  const on = r.routes.get('m00') ?? [];
+  t.is(on.length, 4, `the hot model on every node: ${on}`);
+  const even = r.sharesOf('m00') ?? [];
+  t.true(even.every((s) => Math.abs(s - 0.25) <= 1 / 256), `even loads, even shares: ${even}`);
+  // One node spends 0.3 s a second waiting for weights (a light model thrashing its cache): the hot
+  // model's requests go mostly to the other three.
+  const busy = nodes.find((n) => n.name === on[1]);
+  busy?.weightLoad.set('m07', 0.3);
+  r.update(nodes);
+  const shares = r.sharesOf('m00') ?? [];
+  t.true(shares[1] < 0.15 && shares.every((s, i) => i === 1 || s > 0.28), `${shares}`);
+  const router = new Router('least_outstanding');
+  const picks = Array.from({ length: 256 }, () => r.pick('m00', nodes.map((n) => ({ address: n.address, inflight: 0 })), router).address);
+  t.is(picks.filter((a) => a === busy?.address).length, Math.round(256 * shares[1] / shares.reduce((x, y) => x + y, 0)), 'requests follow the shares');
+  const text = await registry.metrics();
+  t.regex(text, new RegExp(`stowage_gateway_model_route_share\\{model="m00",node="${on[1].replace(/\./g, '\\.')}"\\} ${shares[1]}`));
+  await settle();
 });

@@ -21,7 +21,7 @@ const model = (name, state, k) => ({
   weight: 1.5, max_batch_size: 16, placed_devices: [0, 1], session_device_bytes: '12345', cuda_graphs: 'on',
   weight_bytes: String(5 * 2 ** 32 + k), compute_seconds: 12.25, weight_hits: String(2 ** 40 + k), weight_misses: String(7 + k),
   window_load: 0.125 * (k + 1), window_resident_bytes: String(2 ** 34 + k), session: 'shared with 3', session_bytes: String(2 ** 36 + k),
-  window_rate: 1000.5 + k, window_capacity: 2666.75 * (k + 1),
+  window_rate: 1000.5 + k, window_capacity: 2666.75 * (k + 1), window_weight_load: 0.0625 * (k + 1),
 });
 
 test('a ModelControlStatus answer is read field by field as protobufjs wrote it', (t) => {
@@ -46,7 +46,7 @@ test('a ModelControlStatus answer is read field by field as protobufjs wrote it'
   t.deepEqual([...report.models.keys()], ['résnet-ü', 'm2'], 'a model not READY is left out');
   t.deepEqual(report.models.get('m2'), {
     weightBytes: 5 * 2 ** 32 + 2, residentBytes: 2 ** 33 + 2, windowLoad: 0.375, windowResidentBytes: 2 ** 34 + 2, hits: 2 ** 40 + 2, misses: 9, sessionBytes: 2 ** 36 + 2,
-    windowRate: 1002.5, windowCapacity: 2666.75 * 3,
+    windowRate: 1002.5, windowCapacity: 2666.75 * 3, windowWeightLoad: 0.1875,
   });
 });
 

@@ -40,17 +40,20 @@ test('the same reports place alike, whatever order they come in: two gateways ag
   t.is(a.nodes.size, 2000, 'every model placed');
 });
 
-test('loads within (1 + epsilon + stickiness) of the fair share, the heavy models on several nodes', (t) => {
+test('loads within the bounds of the fair share, the heavy models on several nodes', (t) => {
   const nodes = fleet(32);
   const models = catalog(5000, 3000, 12);
   const p = placeFleet(models, nodes);
   const loads = [...p.load.values()];
   const mean = loads.reduce((s, l) => s + l, 0) / loads.length;
-  const bound = 1 + DEFAULT_FLEET_OPTIONS.epsilon + DEFAULT_FLEET_OPTIONS.stickiness;
+  // (1 + epsilon + stickiness), but for a replica that fits nowhere within it: the least full node
+  // takes it (here a heavy model at 0.4 of a node's share on a node at 0.8: 1.21x). The gateway's
+  // shares then even what its models on several nodes can (fleet-shares.test.js, bench/fleet-sim.js).
+  const bound = 1 + DEFAULT_FLEET_OPTIONS.epsilon + DEFAULT_FLEET_OPTIONS.stickiness + 0.05;
   t.true(Math.max(...loads) <= mean * bound + 1e-9, `busiest ${(Math.max(...loads) / mean).toFixed(3)}x the mean`);
-  // The most popular model takes about 13% of 12 devices' work: spread so that no replica is over half a node's share.
+  // The most popular model takes about 13% of 12 devices' work: spread so that no replica is over a third of a node's share.
   const top = p.nodes.get('model-0') ?? [];
-  t.true(top.length >= 3, `${top.length} replicas`);
+  t.true(top.length >= 4, `${top.length} replicas`);
   t.is(new Set(top).size, top.length, 'on distinct nodes');
   t.deepEqual(p.nodes.get('model-4999'), [new Rankings(nodes).first('model-4999').id], 'a model with no load: its ranking\'s first node');
 });
@@ -253,17 +256,19 @@ test('a given-over model keeps its node count while its needs wander within the 
 
 test('a model moved lately (pinned) stays on its node up to (1 + epsilon + 3 stickiness) of its share; unpinned, past (1 + epsilon + stickiness), it moves', (t) => {
   const nodes = fleet(4);
-  // Nine heavy models of 0.25 device-seconds a second (one replica each): a node's fair share is
-  // 0.5625; three on node 0 are 1.33x it, past the sticky bound (1.2x), within the pinned one (1.4x).
-  const on = [0, 0, 0, 1, 1, 2, 2, 3, 3];
-  const models = (/** @type {number} */ onZero, /** @type {boolean} */ pinned) => on.concat(Array(onZero - 3).fill(0)).map((i, k) => ({
+  // Twelve heavy models of 0.25 device-seconds a second (one replica each: a third of a node's
+  // bounded share, 0.275, is over 0.25 on the quarter-octave grid): a node's fair share is 0.75;
+  // four on node 0 are 1.33x it, past the sticky bound (1.2x), within the pinned one (1.4x).
+  const on = [0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3];
+  const models = (/** @type {number} */ onZero, /** @type {boolean} */ pinned) => on.concat(Array(onZero - 4).fill(0)).map((i, k) => ({
     name: `h${k}`, bytes: 100e6, load: 0.25, current: [nodes[i].id], ...(pinned && i === 0 ? { pinned } : {}),
   }));
   const zero = (/** @type {ReturnType<typeof placeFleet>} */ p) => [...p.nodes].filter(([, ids]) => ids.includes(nodes[0].id)).length;
-  t.is(zero(placeFleet(models(3, false), nodes)), 2, 'unpinned: one of the three leaves node 0');
-  t.is(zero(placeFleet(models(3, true), nodes)), 3, 'pinned: all three stay');
-  // Four on node 0 (10 models: 1.6x its share): past the pinned bound too, so one leaves.
-  t.is(zero(placeFleet(models(4, true), nodes)), 3, 'pinned, but far past: one leaves');
+  t.true([...placeFleet(models(4, false), nodes).nodes.values()].every((ids) => ids.length === 1), 'one replica each');
+  t.is(zero(placeFleet(models(4, false), nodes)), 3, 'unpinned: one of the four leaves node 0');
+  t.is(zero(placeFleet(models(4, true), nodes)), 4, 'pinned: all four stay');
+  // Five on node 0 (13 models: 1.54x its share): past the pinned bound too, so one leaves.
+  t.is(zero(placeFleet(models(5, true), nodes)), 4, 'pinned, but far past: one leaves');
 });
 
 /**

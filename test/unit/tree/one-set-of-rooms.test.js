@@ -29,7 +29,8 @@ test('one lease front: models are leased by their route\'s slot in the rooms alo
 
 test('one choice of device: only the rooms (and a gateway, across nodes) route with routing/routing.ts; the device pool has no infer', (t) => {
   const routers = SOURCES.filter((f) => relativeImports(f).some(({ target }) => target === 'src/routing/routing.ts')).sort();
-  t.deepEqual(routers, ['src/actors/rooms/rooms.ts', 'src/remote/proxy-service.ts']);
+  // A gateway's: its forwarding, and its routes' picks by a model's shares (pooled).
+  t.deepEqual(routers, ['src/actors/rooms/rooms.ts', 'src/remote/placed-routes.ts', 'src/remote/proxy-service.ts']);
   t.notRegex(code('src/node/devices.ts'), /^\s+(async\s+)?infer\(/m, 'the device pool hands no request to a device');
 });
 
