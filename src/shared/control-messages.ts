@@ -48,6 +48,8 @@ export interface ModelControlStatus<I extends Int = string> {
   window_rate: number;
   /** With window_seconds asked: rows per second one device answers of it at full batches (0: no costs learned). */
   window_capacity: number;
+  /** With window_seconds asked: device-seconds per second its batches waited for its weights over that window (cold loads). */
+  window_weight_load: number;
   /** The session it runs on: shared with how many models (and the graph), or why its own; closed or not. */
   session: string;
   /** Its share of its open sessions' bytes (each session's over the models sharing it), summed over the devices. */

@@ -7,6 +7,7 @@ import test from 'ava';
 import { inferAndCheck, mlpWeightBytes, random, writeCatalog } from '../helpers/mlp-catalog.js';
 import { metric, scrapeMetrics, startServer, tempDir } from '../helpers/server.js';
 import { grpcError } from '../helpers/errors.js';
+import { ControlClient } from '../../dist/client/control.js';
 
 const INPUTS = 64;
 const OUTPUTS = 8;
@@ -93,6 +94,39 @@ test.serial('a catalog five times the budget answers right in cycles and at rand
   t.is(metric(m, 'stowage_weight_cache_load_bytes_total', 'model="m010",source="disk"'), 0);
   t.true(metric(m, 'stowage_weight_cache_load_bytes_total', 'model="m010",source="host"') >= 3 * WEIGHT_BYTES);
   t.truthy(server.logs.find((l) => l.level === 40 && /weight cache thrashing on device 0/.test(l.msg ?? '')), 'cycling over 5x the budget is reported as thrash');
+});
+
+test.serial('a window\'s weight load is the time batches waited for weights over it, as the load-seconds counter grew', async (t) => {
+  const control = new ControlClient(server.address);
+  try {
+    const windowed = () => control.call('ModelControlStatus', { name: '', window_seconds: 1, fresh: true });
+    const waited = async () => {
+      const m = await scrapeMetrics(server.adminPort);
+      return catalog.reduce((sum, { name }) => sum + metric(m, 'stowage_weight_cache_load_seconds_total', `model="${name}"`), 0);
+    };
+    // Into a fresh window, then the counters taken by the first read in it; a cycle over five times
+    // the budget (every call a cold load); the next window's first read publishes the window between.
+    await new Promise((resolve) => setTimeout(resolve, 1000 - (Date.now() % 1000) + 50));
+    const before = await waited();
+    const opening = [performance.now()];
+    await windowed();
+    opening.push(performance.now());
+    const next = random(7);
+    for (const model of catalog.slice(3)) await callAndCheck(t, model, 1, next);
+    await new Promise((resolve) => setTimeout(resolve, 1000 - (Date.now() % 1000) + 50));
+    const closing = [performance.now()];
+    const reply = await windowed();
+    closing.push(performance.now());
+    const grew = (await waited()) - before;
+    const sum = reply.models.reduce((s, m) => s + m.window_weight_load, 0);
+    const [shortest, longest] = [(closing[0] - opening[1]) / 1000, (closing[1] - opening[0]) / 1000];
+    t.true(grew > 0, 'the cycle waited for weights');
+    // The window lies between the calls' nearest and farthest ends: its weight loads times its length are what the counter grew by.
+    t.true(sum * shortest <= grew * 1.0001 + 1e-6 && sum * longest >= grew * 0.9999 - 1e-6, `${sum}/s over ${shortest}-${longest} s against ${grew} s waited`);
+    t.true(reply.models.filter((m) => m.window_weight_load > 0).length >= 10, 'the models that missed report it');
+  } finally {
+    control.close();
+  }
 });
 
 test.serial('concurrent requests for a cold model share one load, and clients at random all get their own answers', async (t) => {
