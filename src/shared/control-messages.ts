@@ -48,7 +48,7 @@ export interface ModelControlStatus<I extends Int = string> {
   window_rate: number;
   /** With window_seconds asked: rows per second one device answers of it at full batches (0: no costs learned). */
   window_capacity: number;
-  /** With window_seconds asked: device-seconds per second its batches waited for its weights over that window (cold loads). */
+  /** With window_seconds asked: device-seconds a second its batches waited for weights over the window (cold loads). */
   window_weight_load: number;
   /** The session it runs on: shared with how many models (and the graph), or why its own; closed or not. */
   session: string;

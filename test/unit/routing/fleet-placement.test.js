@@ -58,6 +58,19 @@ test('loads within the bounds of the fair share, the heavy models on several nod
   t.deepEqual(p.nodes.get('model-4999'), [new Rankings(nodes).first('model-4999').id], 'a model with no load: its ranking\'s first node');
 });
 
+test('replicas of a third of a node\'s share while the heavy models\' copies take at most half the fleet\'s memory, else of a half', (t) => {
+  const nodes = fleet(4, 1 * GB);
+  // One heavy model at ~0.42 of a node's share among 35 light ones at ~0.1: a third of the bounded
+  // share (0.35 on the grid) gives it two replicas, a half (0.59) one.
+  const models = (/** @type {number} */ bytes) => [{ name: 'a', bytes, load: 0.45 }, ...Array.from({ length: 35 }, (_, k) => ({ name: `f${k}`, bytes: 10e6, load: 0.1 }))];
+  const ample = placeFleet(models(100e6), nodes);
+  t.true(ample.heavy.has('a'));
+  t.is(ample.nodes.get('a')?.length, 2, 'two copies of 100 MB in 4 GB: the finer replicas');
+  const tight = placeFleet(models(1.2 * GB), nodes);
+  t.true(tight.heavy.has('a'));
+  t.is(tight.nodes.get('a')?.length, 1, 'two copies of 1.2 GB would be over half of 4 GB: half a share a replica');
+});
+
 test('a replica per replicaLoad of load, at most every node; loads on a quarter-octave grid', (t) => {
   t.is(replicasFor(0, 8, 0.5), 1);
   t.is(replicasFor(0.4, 8, 0.5), 1);
