@@ -39,7 +39,6 @@ export interface MetricsSources {
   devices?: () => Promise<readonly DeviceReport[]>;
 }
 
-/** The scrapes rendering now, and the devices' reports they share (Metrics.scraping). */
 /** A model's weight-cache traffic since the process started, over every device. */
 export interface WeightTraffic {
   hits: number;
@@ -48,6 +47,7 @@ export interface WeightTraffic {
   loadSeconds: number;
 }
 
+/** The scrapes rendering now, and the devices' reports they share (Metrics.scraping). */
 interface Scrape {
   depth: number;
   devices: Promise<readonly DeviceReport[]> | undefined;
@@ -167,8 +167,8 @@ export class Metrics {
       let traffic = this.#weightTraffic.get(model);
       if (!traffic) this.#weightTraffic.set(model, (traffic = { hits: 0, misses: 0, loadSeconds: 0 }));
       traffic[load.hit ? 'hits' : 'misses']++;
-      if (!load.hit) traffic.loadSeconds += load.loadMs / 1000;
       if (!load.hit) {
+        traffic.loadSeconds += load.loadMs / 1000;
         this.#weightLoadBytes.inc({ model, source: 'host' }, load.loadedBytes - load.diskBytes);
         this.#weightLoadBytes.inc({ model, source: 'disk' }, load.diskBytes);
         this.#weightLoadSecs.inc({ model }, load.loadMs / 1000);

@@ -142,8 +142,6 @@ export class FleetRoutes {
   #lastAway: { names: readonly string[]; at: Int32Array } | null = null;
   /** The rankings the models shared the nodes by at the last placement (FleetPlacement `shared`). */
   #lastShared: Rankings | null = null;
-  /** The models whose requests are split by shares now (the rest of those on several nodes: evenly). */
-  #shared = new Set<string>();
   /** The latest placement with every model in it, idle ones included; made when asked for. */
   #fullPlacement: FleetPlacement | null = null;
   #members: FleetMember[] = [];
@@ -192,10 +190,7 @@ export class FleetRoutes {
       name: 'stowage_gateway_model_route_share', help: 'The share of a model\'s requests each of its nodes takes, where it is split by shares (pooled; routing/fleet-shares.ts)', labelNames: ['model', 'node'], registers,
       collect() {
         this.reset();
-        for (const model of self.#shared) {
-          const shares = self.#routes.sharesOf(model);
-          self.#routes.routes.get(model)?.forEach((node, i) => shares && this.set({ model, node }, shares[i]));
-        }
+        for (const [model, shares] of self.#routes.shares) self.#routes.routes.get(model)?.forEach((node, i) => this.set({ model, node }, shares[i]));
       },
     });
     new Gauge({
@@ -412,9 +407,8 @@ export class FleetRoutes {
       if (nodes && nodes.length > 1) models.push({ name, nodes, load: m.load, ranOn: m.serving ?? NONE, ranLoad: m.servingLoad ?? [] });
     }
     const shares = splitShares(models, this.#reports.measuredNodes());
-    for (const name of this.#shared) if (!shares.has(name)) this.#routes.setShares(name, null);
+    for (const name of [...this.#routes.shares.keys()]) if (!shares.has(name)) this.#routes.setShares(name, null);
     for (const [name, s] of shares) this.#routes.setShares(name, s);
-    this.#shared = new Set(shares.keys());
   }
 
   /**

@@ -38,7 +38,8 @@ export class PlacedRoutes {
   /** Model -> its share of requests per node of its routes (absent: split evenly). */
   readonly #shares = new Map<string, number[]>();
   /** The turns `pick` takes by the shares (the main thread's copy picks; the placement thread's does not). */
-  readonly #turns = new WeightedTurns();  /** Address -> the name placement knows it by. */
+  readonly #turns = new WeightedTurns();
+  /** Address -> the name placement knows it by. */
   #names = new Map<string, string>();
   #rankings = new Rankings([]);
   /** What changed since the last `changes()`, when kept (the placement thread's copy). */
@@ -104,6 +105,11 @@ export class PlacedRoutes {
   /** `model`'s shares, beside its routes' nodes (undefined: split evenly). */
   sharesOf(model: string): readonly number[] | undefined {
     return this.#shares.get(model);
+  }
+
+  /** Every model split by shares now, with its shares. */
+  get shares(): ReadonlyMap<string, readonly number[]> {
+    return this.#shares;
   }
 
   /** What changed since the last call (null: nothing), and forget it. Only with `keepChanges`. */

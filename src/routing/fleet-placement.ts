@@ -419,7 +419,7 @@ function placeShared(models: readonly FleetModel[], nodes: readonly FleetNode[],
   // Replicas finer than half a share are bought with memory: only while the heavy models' copies
   // take at most HEAVY_MEMORY of the fleet's (a small fleet whose catalog fills its memory lost
   // hit rate to them: bench/fleet.js, 87-88% against 90-93%).
-  if (heavyBytes > HEAVY_MEMORY * plan.totalBudget && REPLICA_PART < COARSE_REPLICA_PART) {
+  if (heavyBytes > HEAVY_MEMORY * plan.totalBudget) {
     plan = planLoads(models, nodes, options, home?.q, COARSE_REPLICA_PART);
     ({ heavy, heavyBytes } = heavyModels(plan));
   }
