@@ -2,7 +2,7 @@
 // (tools/make_bench_models.py resnet50, 97 MiB, resident) at batch 8 from 16 clients over gRPC,
 // the input inline, SECONDS per run, the two set-ups interleaved twice. While one actor's thread
 // stages inputs and copies outputs, the other's run can keep the GPU busy; whether that pays is
-// what this measures. If two are faster by more than 10%, gpus: auto should start two per GPU.
+// what this measures. If two are faster by more than 10% in every round, gpus: auto should start two per GPU.
 //
 //   npm run build && node bench/gpu-actors.js [--backend cuda|cpu] [--seconds 20] [--clients 16] [--batch 8]
 import path from 'node:path';
@@ -77,9 +77,15 @@ try {
   for (const [label, list] of Object.entries(runs)) {
     list.forEach((r, i) => console.log(`| ${label} | ${i + 1} | ${r.rps.toFixed(1)} | ${(r.rps * BATCH).toFixed(0)} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} |`));
   }
-  const best = (/** @type {{ rps: number }[]} */ list) => Math.max(...list.map((r) => r.rps));
-  const ratio = best(runs.two) / best(runs.one);
-  console.log(`\ntwo actors / one: ${ratio.toFixed(2)}x throughput (best of each); ${ratio > 1.1 ? 'more than 10% faster: gpus: auto should start two per GPU' : 'not more than 10% faster: one per GPU stays the default'}`);
+  const rates = (/** @type {{ rps: number }[]} */ list) => list.map((r) => r.rps);
+  const mean = (/** @type {number[]} */ xs) => xs.reduce((x, y) => x + y, 0) / xs.length;
+  const bestRatio = Math.max(...rates(runs.two)) / Math.max(...rates(runs.one));
+  // Faster only when every round of two beats every round of one by 10%: on 2026-11-30 (H200) the
+  // best rounds read 1.10x while two's rounds differed by 10% and its second equalled one's.
+  const surely = Math.min(...rates(runs.two)) / Math.max(...rates(runs.one));
+  console.log(`\ntwo actors / one: ${(mean(rates(runs.two)) / mean(rates(runs.one))).toFixed(2)}x throughput (means of the rounds), `
+    + `${bestRatio.toFixed(2)}x (best of each), ${surely.toFixed(2)}x (two's worst round against one's best); `
+    + `${surely > 1.1 ? 'more than 10% faster in every round: gpus: auto should start two per GPU' : 'not more than 10% faster in every round: one per GPU stays the default'}`);
 } finally {
   temp.cleanup();
 }

@@ -62,14 +62,14 @@ status=0
 # GPU_CHECK_STEPS: the steps to run, comma-separated (default all: gpu-tests, gpu-tests-graphs,
 # gpu-tests-tritonclient, bench-gpu, bench-inline, bench-weightless, bench-density,
 # bench-first-call, bench-catalog, sessions, bench-actors, bench-catalog-two-actors, bench-edges,
-# bench-resnet50-cpu), to split the check over calls of a limited length.
+# bench-resnet50-cpu, bench-resnet50-cpu-unshared), to split the check over calls of a limited length.
 # Each step's limit is its most; together they exceed ten minutes. GPU_CATALOG_MODELS and
 # GPU_CATALOG_SECONDS size the catalog bench (default 80 models, 40 s per run, to fit one call of
 # ten minutes: each of its three starts loads and warms up every model; 150 is the scale).
 # For 150, split its runs over calls: GPU_CATALOG_RUNS=all with GPU_CATALOG_WORK=/tmp/catalog in
 # one, GPU_CATALOG_RUNS=beside,at-turn with the same GPU_CATALOG_WORK in the next (models, compile
 # cache and figures kept there; the second prints every run and the ratios).
-wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-gpu,bench-inline,bench-weightless,bench-density,bench-first-call,bench-catalog,sessions,bench-actors,bench-catalog-two-actors,bench-edges,bench-resnet50-cpu},"
+wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-gpu,bench-inline,bench-weightless,bench-density,bench-first-call,bench-catalog,sessions,bench-actors,bench-catalog-two-actors,bench-edges,bench-resnet50-cpu,bench-resnet50-cpu-unshared},"
 step() {
   local name=$1 limit=$2
   shift 2
@@ -122,5 +122,8 @@ step bench-catalog-two-actors 400 node bench/gpu-catalog.js --gpus 0,0 --runs be
 if [ "${GPU_CHECK_CPU:-1}" != 0 ]; then
   step bench-edges 180 node bench/edges.js --quick --edges 0,auto --only 600KiB,8MiB --concurrency 64 --protocols grpc
   step bench-resnet50-cpu 110 node bench/resnet50.js --rounds 1
+  # The same with runtime.share_activations off (memory patterns on, an arena per session): batch 1
+  # ran 1.41x raw on 2026-11-30 against 1.12x on 2026-11-28, before it was on by default.
+  step bench-resnet50-cpu-unshared 110 env INFERENCE_SERVER_RUNTIME_SHARE_ACTIVATIONS=false node bench/resnet50.js --rounds 1
 fi
 finish $status

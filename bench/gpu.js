@@ -155,7 +155,7 @@ try {
     console.log(`| ${b} | ${rows[b].raw.toFixed(2)} | ${warm.toFixed(2)} | ${compute.toFixed(2)} | ${(compute / rows[b].raw).toFixed(2)} | ${rows[b].compute.toFixed(2)} |`);
   }
   if (existsSync(PERF_ANALYZER)) {
-    for (const [label, sharedMemory] of [['inline', undefined], ['system shared memory', 'system'], ['CUDA shared memory (runs plainly: a graph copies through host memory)', 'cuda']]) {
+    for (const [label, sharedMemory] of [['inline', undefined], ['system shared memory', 'system'], ['CUDA shared memory (copied GPU to GPU into and out of the graph\'s buffers)', 'cuda']]) {
       const p = await perfAnalyzer(graphed.address, { model: 'resnet50', batch: 1, concurrency: 1, requests: 300, inputData: 'zero', ...(sharedMemory ? { sharedMemory, outputBytes: 4000 } : {}) })
         .catch((/** @type {Error} */ err) => ({ error: err.message }));
       if ('error' in p) {

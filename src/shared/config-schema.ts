@@ -79,16 +79,17 @@ const runtimeSchema = {
         // does not runs as before and its status says why; a model whose weights move more than
         // twice (evicted, compacted) goes on without. A warm ResNet-50 run took 0.42-0.79x the raw
         // run's time with them, 0.72-0.82x without, and no first call paid 100+ ms (H100, H200:
-        // docs/gpu.md). Off by default until the whole GPU suite has run with it on. On, each model
-        // has sessions of its own (share_sessions does not apply: a graph is its session's).
+        // docs/gpu.md). The whole GPU suite passed with it on (H200, 2026-11-30), yet off by default:
+        // on, each model has sessions of its own (share_sessions does not apply: a graph is its
+        // session's), ~1 GiB of the GPU for a ResNet-50, where 150 sharing theirs took 22 GiB.
         graphs: { type: 'boolean', default: false },
         // One ONNX Runtime arena per GPU for every model's activations, instead of one per model's
         // session: each session's own arena keeps the most its runs ever took (911 MiB for a warmed
         // ResNet-50 on an H200), which is what limits models per GPU once their weights are in the
         // weight cache; shared, they need what the largest run takes, once. Not with CUDA graphs (a
         // graph replays into the addresses it captured, which a shared arena may hand to another
-        // session): a model opened for graphs keeps an arena of its own. Off by default until
-        // measured on a GPU (bench/gpu-catalog.js, docs/gpu.md).
+        // session): a model opened for graphs keeps an arena of its own. Off by default until compared
+        // on a GPU (the 150-model catalog ran with it on, 2026-11-30: docs/gpu.md).
         shared_arena: { type: 'boolean', default: false },
       },
     },

@@ -149,7 +149,10 @@ gpuTest('runtime.cuda.shared_arena: every model\'s activations from one arena pe
     const server = await startServer({
       model_repo: path.join(temp.dir, 'repo'),
       cache_dir: path.join(temp.dir, 'cache'),
-      global: { runtime: { backend: 'cuda', cuda: { tf32: false, shared_arena: shared } } },
+      // A session per model (their graphs are equal: shared sessions would share an arena anyway, and
+      // the 2026-11-30 H200 run read the same MiB both ways) and a weight arena of one size both
+      // times (sized from free memory it took ~115 GiB, hiding what the sessions' arenas hold).
+      global: { runtime: { backend: 'cuda', share_sessions: false, cuda: { tf32: false, shared_arena: shared, weight_cache_bytes: 2 ** 28 } } },
     }, { root: path.join(temp.dir, String(shared)) });
     try {
       const next = random(8);
@@ -162,7 +165,9 @@ gpuTest('runtime.cuda.shared_arena: every model\'s activations from one arena pe
     }
   }
   t.log(`GPU memory in use while serving: ${(held.false / 2 ** 20).toFixed(0)} MiB with an arena per session, ${(held.true / 2 ** 20).toFixed(0)} MiB with one shared`);
-  t.true(held.true <= held.false, 'sharing never holds more');
+  // With CUDA graphs on (the suite's second pass) a model keeps an arena of its own either way.
+  if (process.env.INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS === 'true') t.true(held.true <= held.false, 'sharing never holds more');
+  else t.true(held.true < held.false, 'one arena for eight models\' sessions holds less than one each');
 });
 
 gpuTest('two device actors on one GPU (gpus: [0, 0]) behind the pool: both serve, right answers, the budget split', async (t) => {

@@ -41,15 +41,29 @@ test('a batch size with a graph runs through its fixed buffers: inputs copied in
   t.is(graphs.run(input(2, 1), output(2), 4, 0), null, 'an input of another shape is not this slot\'s: run plainly');
 });
 
-test('a tensor already in device memory (CUDA shared memory) is not copied through a graph\'s host buffers: the run goes plainly', (t) => {
+test('tensors in device memory (CUDA shared memory) go through the graph too, copied device to device; a slice of another shape or past its memory runs plainly', (t) => {
   const graphs = doubled(t);
-  const memory = allocateDeviceMemory(4 * 1024 * 4, 'cpu');
+  const memory = allocateDeviceMemory(3 * 4096, 'cpu'); // x at 0, y at 4096; 8192.. for the checks
   t.teardown(() => memory.release());
-  const inDevice = [{ name: 'x', type: FLOAT, dims: [1, 1024], data: { memory, offset: 0 } }];
-  const outDevice = [{ name: 'y', type: FLOAT, dims: [1, 1024], data: { memory, offset: 8192 } }];
-  t.is(graphs.run(inDevice, output(1), 1, 0), null, 'an input in device memory');
-  t.is(graphs.run(input(1, 1), outDevice, 1, 0), null, 'an output to be written into device memory');
-  t.truthy(graphs.run(input(1, 1), output(1), 1, 0), 'host tensors still go through the graph');
+  for (const v of [3, -7]) {
+    memory.copyFromHost(new Float32Array(1024).fill(v), 0);
+    const inDevice = [{ name: 'x', type: FLOAT, dims: [1, 1024], data: { memory, offset: 0 } }];
+    const outDevice = [{ name: 'y', type: FLOAT, dims: [1, 1024], data: { memory, offset: 4096 } }];
+    const ran = graphs.run(inDevice, outDevice, 1, 0);
+    t.truthy(ran, 'through the graph');
+    t.is(ran?.[0].data, outDevice[0].data, 'answered as the region slice it was written into');
+    const back = new Float32Array(1024);
+    memory.copyToHost(back, 4096);
+    t.true(back.every((e) => e === 2 * v), `the output written into device memory (${v})`);
+    const mixed = output(1);
+    t.truthy(graphs.run(inDevice, mixed, 1, 0), 'an input in device memory, an output to the host');
+    t.true(/** @type {Float32Array} */ (mixed[0].data).every((e) => e === 2 * v));
+  }
+  const wrongShape = [{ name: 'x', type: FLOAT, dims: [2, 512], data: { memory, offset: 0 } }];
+  t.is(graphs.run(wrongShape, output(1), 1, 0), null, 'another shape of the same bytes: not this slot\'s');
+  const pastEnd = [{ name: 'y', type: FLOAT, dims: [1, 1024], data: { memory, offset: 3 * 4096 - 8 } }];
+  t.is(graphs.run(input(1, 1), pastEnd, 1, 0), null, 'an output slice running past its memory');
+  t.is(graphs.status, 'on for batch 1, 4 (4 runs through 1 graph)', 'the refused runs never reached the graph');
 });
 
 test('weights that move get a graph of their own; weights that keep moving turn graphs off, saying so', (t) => {
