@@ -9,8 +9,8 @@
 # (ResNet-50 inline from perf_analyzer at concurrency 64 against the card's own images/s at the
 # batches formed), bench/model-count.js on the GPU (what a loaded ResNet-50 costs beside its weights,
 # sessions shared by graph against one per model), and on the host's cores alone bench/edges.js (edge threads auto against 0 at
-# 600 KiB and 8 MiB) and bench/resnet50.js (the CPU backend against raw ONNX Runtime);
-# GPU_CHECK_CPU=0 leaves those two out. Logs go to LOG_DIR.
+# 600 KiB and 8 MiB), bench/resnet50.js (the CPU backend against raw ONNX Runtime), bench/slo.js and
+# bench/quotas.js (issue 65's quality of service); GPU_CHECK_CPU=0 leaves those out. Logs go to LOG_DIR.
 #
 #   bash bench/gpu-check.sh LOG_DIR
 #
@@ -62,14 +62,14 @@ status=0
 # GPU_CHECK_STEPS: the steps to run, comma-separated (default all: gpu-tests, gpu-tests-graphs,
 # gpu-tests-tritonclient, bench-gpu, bench-inline, bench-weightless, bench-density,
 # bench-first-call, bench-catalog, sessions, bench-actors, bench-catalog-two-actors, bench-edges,
-# bench-resnet50-cpu, bench-resnet50-cpu-unshared), to split the check over calls of a limited length.
+# bench-resnet50-cpu, bench-resnet50-cpu-unshared, bench-slo, bench-quotas), to split the check over calls of a limited length.
 # Each step's limit is its most; together they exceed ten minutes. GPU_CATALOG_MODELS and
 # GPU_CATALOG_SECONDS size the catalog bench (default 80 models, 40 s per run, to fit one call of
 # ten minutes: each of its three starts loads and warms up every model; 150 is the issue's scale).
 # For 150, split its runs over calls: GPU_CATALOG_RUNS=all with GPU_CATALOG_WORK=/tmp/catalog in
 # one, GPU_CATALOG_RUNS=beside,at-turn with the same GPU_CATALOG_WORK in the next (models, compile
 # cache and figures kept there; the second prints every run and the ratios).
-wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-gpu,bench-inline,bench-weightless,bench-density,bench-first-call,bench-catalog,sessions,bench-actors,bench-catalog-two-actors,bench-edges,bench-resnet50-cpu,bench-resnet50-cpu-unshared},"
+wanted=",${GPU_CHECK_STEPS:-gpu-tests,gpu-tests-graphs,gpu-tests-tritonclient,bench-gpu,bench-inline,bench-weightless,bench-density,bench-first-call,bench-catalog,sessions,bench-actors,bench-catalog-two-actors,bench-edges,bench-resnet50-cpu,bench-resnet50-cpu-unshared,bench-slo,bench-quotas},"
 step() {
   local name=$1 limit=$2
   shift 2
@@ -125,5 +125,9 @@ if [ "${GPU_CHECK_CPU:-1}" != 0 ]; then
   # The same with runtime.share_activations off (memory patterns on, an arena per session): batch 1
   # ran 1.41x raw on 2026-11-30 against 1.12x on 2026-11-28, before it was on by default.
   step bench-resnet50-cpu-unshared 110 env INFERENCE_SERVER_RUNTIME_SHARE_ACTIVATIONS=false node bench/resnet50.js --rounds 1
+  # Issue 65's quality of service where the load generator has cores of its own (on 2 cores it
+  # shares the server's): two classes at 1.5x and 3x capacity, and a tenant over its quota.
+  step bench-slo 200 node bench/slo.js
+  step bench-quotas 150 node bench/quotas.js
 fi
 finish $status

@@ -93,6 +93,7 @@ for runs in all beside at-turn; do
 done
 echo "  timeout_s 280: GPU_CHECK_STEPS=bench-resnet50-cpu,bench-resnet50-cpu-unshared GPU_CHECK_DEADLINE_S=240 bash tools/gpu-lease-run.sh"
 echo "  timeout_s 240: GPU_CHECK_STEPS=bench-edges GPU_CHECK_DEADLINE_S=200 bash tools/gpu-lease-run.sh"
+echo "  timeout_s 420: GPU_CHECK_STEPS=bench-slo,bench-quotas GPU_CHECK_DEADLINE_S=380 bash tools/gpu-lease-run.sh"
 echo "  timeout_s 240: GPU_CHECK_STEPS=bench-inline GPU_CHECK_DEADLINE_S=200 bash tools/gpu-lease-run.sh"
 echo "  timeout_s 300: GPU_CHECK_STEPS=bench-actors GPU_CHECK_DEADLINE_S=260 bash tools/gpu-lease-run.sh"
 echo "  timeout_s 600: GPU_CHECK_STEPS=bench-catalog-two-actors bash tools/gpu-lease-run.sh"

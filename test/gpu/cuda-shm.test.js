@@ -5,6 +5,7 @@
 // status, unregister, REST, and the handles the server must refuse.
 // Skipped, saying why, without a GPU (CI).
 import path from 'node:path';
+import { ControlClient } from '../../dist/client/control.js';
 import { allocateDeviceMemory } from '../../dist/native/ort.js';
 import { gpuTest } from '../helpers/gpu.js';
 import { mlpExpected, random, writeCatalog } from '../helpers/mlp-catalog.js';
@@ -55,8 +56,19 @@ gpuTest('CUDA shared memory: inputs and outputs in the client\'s GPU memory answ
     }
     return null;
   };
+  // With CUDA graphs on (the suite's second pass), a request whose tensors are in regions runs
+  // through the graph, copied GPU to GPU into its buffers and out (until 2026-11-30 it ran plainly).
+  const graphs = process.env.INFERENCE_SERVER_RUNTIME_CUDA_GRAPHS === 'true';
+  const control = new ControlClient(server.address);
+  t.teardown(() => control.close());
+  const graphRuns = async () => {
+    const status = (await control.call('ModelControlStatus', { name: model.name, fresh: true })).models[0];
+    return Number(/\((\d+) runs? through/.exec(status.cuda_graphs ?? '')?.[1] ?? NaN);
+  };
+  const before = graphs ? await graphRuns() : 0;
   // In place (aligned, this GPU), then misaligned input (copied on the GPU) and output (copied from the host).
   t.is(await call(1, 0, 0), null);
+  if (graphs) t.is(await graphRuns(), before + 1, 'the lone request in regions ran through its graph');
   t.is(await call(3, 4096, 8192), null);
   t.is(await call(2, 4096 + 4, 8192 + 4), null);
   // Sixteen at once: coalesced into batches joined on the GPU, each output where it asked.
