@@ -81,7 +81,8 @@ const runtimeSchema = {
         // run's time with them, 0.72-0.82x without, and no first call paid 100+ ms (H100, H200:
         // docs/gpu.md). The whole GPU suite passed with it on (H200, 2026-11-30), yet off by default:
         // on, each model has sessions of its own (share_sessions does not apply: a graph is its
-        // session's), ~1 GiB of the GPU for a ResNet-50, where 150 sharing theirs took 22 GiB.
+        // session's), ~1 GiB of the GPU for a ResNet-50 beside its weights, where 150 sharing theirs
+        // took 22 GiB with their 14.3 GiB of weights.
         graphs: { type: 'boolean', default: false },
         // One ONNX Runtime arena per GPU for every model's activations, instead of one per model's
         // session: each session's own arena keeps the most its runs ever took (911 MiB for a warmed
