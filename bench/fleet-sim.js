@@ -43,8 +43,9 @@
 //     [--hot 10: the most popular model also gets 10 nodes' capacity of requests; "hot on" says on how many nodes it is]
 //
 // Seeds 1-3 were the ones placement's options were tuned on (2026-11-27); 11-13 were not.
-// Quiet moves are classified by kind (heavy or light, a replica added or elsewhere, the model active
-// or idle) and also counted for active models alone; SIM_DETAIL=1 adds each kind's evidence (where
+// Quiet moves and the worst quiet window are also given after the first minute (--seconds 180: the
+// start's own settling left out); quiet moves are classified by kind (heavy or light, a replica added or
+// elsewhere, the model active or idle) and counted for active models alone; SIM_DETAIL=1 adds each kind's evidence (where
 // the model ran and was resident, whether the other gateways agree), the most-moved and some
 // disagreed-on models' placements check by check, and the busiest node's models, on stderr;
 // SIM_GIVEN=1 prints, at each of gateway 0's checks, the models given nodes of their own and the most
@@ -128,6 +129,11 @@ const REPORT_MAX_AGE_MS = 10_000;
 const SETTLE_MS = 10_000;
 const WARMUP_SECONDS = Math.min(15, SECONDS / 4);
 const FAIL_AT = SECONDS * 0.55;
+// Quiet moves and the busiest node's quiet windows are also given from here on (with --seconds 180 or
+// more): the first minute holds the start's own settling (every model placed at once, then moved as
+// its first loads are read, each move pinned for the minimum age), which a fleet running for hours
+// does not see again.
+const SETTLED_MS = 60_000;
 const JOIN_AT = SECONDS * 0.75;
 
 // ---- the catalog: sizes log-uniform from 20 MB to 400 MB, drawn from the seed ----
@@ -308,7 +314,7 @@ async function simulate(policy, decodeMsPerModel) {
   }
   const stats = {
     arrived: 0, done: 0, refused: 0, hits: 0, misses: 0, loads: 0, latencies: [], moved: [], ratios: [], retried: 0, agree: [],
-    windows: [], quietMoves: 0, quietActiveMoves: 0, moveKinds: new Map(), movesOf: new Map(), trace: new Map(), quietMs: 0, checkMs: [], decodeMs: [], failedReads: 0, reads: 0, bound: [], hottest: 0,
+    windows: [], quietMoves: 0, quietActiveMoves: 0, settledMoves: 0, settledMs: 0, moveKinds: new Map(), movesOf: new Map(), trace: new Map(), quietMs: 0, checkMs: [], decodeMs: [], failedReads: 0, reads: 0, bound: [], hottest: 0,
   };
   const measuring = (t) => t >= WARMUP_SECONDS * 1000;
   const changes = []; // times of membership changes
@@ -491,6 +497,7 @@ async function simulate(policy, decodeMsPerModel) {
       stats.checkMs.push(performance.now() - t0);
       if (!changing(t)) {
         stats.quietMoves += gw.routes.moves - movesBefore;
+        if (t >= SETTLED_MS) stats.settledMoves += gw.routes.moves - movesBefore;
         if (before) explainMoves(before, gw.routes.placement, gw.members);
       }
     }
@@ -832,8 +839,9 @@ async function simulate(policy, decodeMsPerModel) {
         if (t > WARMUP_SECONDS * 1000 + 1) {
           const busy = live().map((n) => n.windowBusyMs);
           const mean = busy.reduce((a, b) => a + b, 0) / busy.length;
-          stats.windows.push({ ratio: Math.max(...busy) / Math.max(1e-9, mean), changing: changing(t - 5000) || changing(t) });
+          stats.windows.push({ ratio: Math.max(...busy) / Math.max(1e-9, mean), changing: changing(t - 5000) || changing(t), settled: t - 5000 >= SETTLED_MS });
           if (!changing(t - 5000) && !changing(t)) stats.quietMs += 5000;
+          if (!changing(t - 5000) && !changing(t) && t - 5000 >= SETTLED_MS) stats.settledMs += 5000;
         }
         for (const n of nodes) n.windowBusyMs = 0;
         break;
@@ -858,6 +866,7 @@ async function simulate(policy, decodeMsPerModel) {
   }
   const meanBusy = busy.reduce((s, b) => s + b, 0) / busy.length;
   const quiet = stats.windows.filter((w) => !w.changing).map((w) => w.ratio);
+  const settled = stats.windows.filter((w) => !w.changing && w.settled).map((w) => w.ratio);
   const boundWeight = stats.bound.reduce((s, [, ms]) => s + ms, 0);
   return {
     policy,
@@ -872,6 +881,7 @@ async function simulate(policy, decodeMsPerModel) {
     maxOverMeanBusy: Math.max(...busy) / Math.max(1e-9, meanBusy),
     worstQuietWindow: quiet.length ? Math.max(...quiet) : null,
     medianQuietWindow: quiet.length ? median(quiet) : null,
+    worstSettledWindow: settled.length ? Math.max(...settled) : null,
     pooled: stats.ratios.reduce((s, r) => s + r, 0) / Math.max(1, stats.ratios.length),
     agreement: stats.agree.length ? Math.min(...stats.agree) : null,
     meanAgreement: stats.agree.length ? stats.agree.reduce((a, b) => a + b, 0) / stats.agree.length : null,
@@ -885,6 +895,7 @@ async function simulate(policy, decodeMsPerModel) {
       return {};
     })() : {}),
     quietMovesPerMinute: policy === 'pooled' && stats.quietMs > 0 ? stats.quietMoves / (stats.quietMs / 60_000) / MODELS : null,
+    settledMovesPerMinute: policy === 'pooled' && stats.settledMs > 0 ? stats.settledMoves / (stats.settledMs / 60_000) / MODELS : null,
     quietActiveMovesPerMinute: policy === 'pooled' && stats.quietMs > 0 ? stats.quietActiveMoves / (stats.quietMs / 60_000) / MODELS : null,
     quietMoveKinds: policy === 'pooled' && stats.quietMs > 0 ? Object.fromEntries([...stats.moveKinds].sort((a, b) => b[1] - a[1]).map(([k, v]) => [k, v / (stats.quietMs / 60_000) / MODELS])) : null,
     checkMs: stats.checkMs.length ? median(stats.checkMs) : null,
@@ -957,7 +968,7 @@ if (args.json) {
   }
   for (const r of results) {
     if (!r.quietMoveKinds) continue;
-    console.log(`seed ${r.seed} quiet moves by kind, share of the catalog a minute: ${Object.entries(r.quietMoveKinds).map(([k, v]) => `${k} ${pct(v)}`).join('; ')}`);
+    console.log(`seed ${r.seed} quiet moves by kind, share of the catalog a minute: ${Object.entries(r.quietMoveKinds).map(([k, v]) => `${k} ${pct(v)}`).join('; ')}${r.settledMovesPerMinute === null ? '' : `; after the first minute: all kinds ${pct(r.settledMovesPerMinute)}, the busiest node's worst quiet window ${r.worstSettledWindow?.toFixed(2)}`}`);
   }
   console.log(`a node's full status answer: ${(results[0].statusBytes / 1e6).toFixed(2)} MB, decoded in ${results[0].fullDecodeMs.toFixed(1)} ms (x${NODES} nodes per check without active_only); failed or timed-out status reads: ${pct(results.find((r) => r.failedReads !== null)?.failedReads ?? null)}`);
   console.log(`(${((performance.now() - started) / 1000).toFixed(1)} s of wall time)`);

@@ -190,3 +190,15 @@ export function loadOn(m: ReportedModel, id: string): number {
   const at = m.serving?.indexOf(id) ?? -1;
   return at < 0 ? 0 : m.servingLoad![at];
 }
+
+/**
+ * Whether every one of `nodes` ran at least `least` of its part of `m`'s load over the window: its
+ * share of it where its requests are split by `shares` (one per node, beside `nodes`; they need not
+ * sum to 1), else the even split. Against the even split, a node the shares give a tenth of it (the
+ * floor, fleet-shares.ts) read as one another gateway had left, and the model was placed again from
+ * the reports at check after check (bench/fleet-sim.js: most of the heavy models' quiet moves).
+ */
+export function carriesItsParts(m: ReportedModel, nodes: readonly string[], shares: readonly number[] | undefined, least: number): boolean {
+  const total = shares ? shares.reduce((a, b) => a + b, 0) : nodes.length;
+  return nodes.every((id, i) => loadOn(m, id) >= least * m.load * (shares ? shares[i] : 1) / total);
+}

@@ -30,7 +30,7 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import { needsOwnNodes, placeFleet, Rankings, type FleetNode, type FleetOptions, type FleetPlacement, type HomeModels } from '../routing/fleet-placement.js';
 import { FleetCatalog } from './fleet-catalog.js';
 import { splitShares, type SplitModel } from '../routing/fleet-shares.js';
-import { FleetReports, loadOn, mostLoadFirst, type ReportedModel } from './fleet-reports.js';
+import { carriesItsParts, FleetReports, mostLoadFirst, type ReportedModel } from './fleet-reports.js';
 import { PlacedRoutes } from './placed-routes.js';
 import type { NodeReport } from './status-report.js';
 
@@ -484,9 +484,11 @@ export class FleetRoutes {
    *   traffic from before (without this a model that had just moved went back);
    * - for minMoveChecks after it moved (not its first placement), pinned: placement moves it only
    *   far past its node's share;
-   * - while each of its nodes carries at least HOLD_SHARE of its part of its load. A gateway that
-   *   placed it apart from the others sees its nodes carry only its own part of the traffic, and
-   *   follows the reports: where most of it runs (placement reads `serving` most load first).
+   * - while each of its nodes carries at least HOLD_SHARE of its part of its load (its share there
+   *   where its requests are split by shares, else the even split). A gateway that placed it apart
+   *   from the others sees its nodes carry only its own part of the traffic, and follows the
+   *   reports: where most of it runs (placement reads `serving` most load first), its replicas
+   *   counted from those it gave it (`placedReplicas`).
    * A model that lost a node keeps the rest (or, none left, goes to the first of its ranking).
    * A node joining takes its share as rendezvous hashing gives it: at the check that first sees it,
    * the models it now ranks first for are placed from the reports (where they run or are resident,
@@ -517,8 +519,10 @@ export class FleetRoutes {
       m.givenOver = this.#placement?.givenOver.has(m.name) ?? false;
       return was.nodes;
     }
-    const share = m.load / was.nodes.length;
-    return was.nodes.every((id) => loadOn(m, id) >= HOLD_SHARE * share) ? was.nodes : null;
+    m.placedReplicas = was.nodes.length;
+    const routed = this.#routes.routes.get(m.name);
+    const shares = routed && sameNodes(routed, was.nodes) ? this.#routes.sharesOf(m.name) : undefined;
+    return carriesItsParts(m, was.nodes, shares, HOLD_SHARE) ? was.nodes : null;
   }
 
   /** Route `model` to `target`, once the nodes gaining it hold its weights; true when it gains a node now. */

@@ -98,6 +98,13 @@ export interface FleetModel {
    * bench/fleet-sim.js --hot 10 was given 3, then 11, 4, 12 and 8, each change moving ~1,000 models.)
    */
   settling?: boolean;
+  /**
+   * The replicas the caller gave it last, where that placement no longer holds (`current` absent):
+   * its replica count's hysteresis starts from them. `serving` lists every node it ran on, nodes it
+   * left and another gateway's apart included: counted from it, a model whose placement lapsed kept
+   * a replica more than it had, a node gained for nothing (bench/fleet-sim.js: most quiet replica adds).
+   */
+  placedReplicas?: number;
   /** Given nodes of its own at the caller's last placement: while `settling`, it keeps them however low it reads. */
   givenOver?: boolean;
 }
@@ -561,7 +568,7 @@ function planLoads(models: readonly FleetModel[], nodes: readonly FleetNode[], o
   return {
     measured,
     quantized: new Map(measured.map((x) => [x.m.name, x.q])),
-    replicas: new Map(measured.map((x) => [x.m.name, replicasFor(x.q, nodes.length, perReplica, x.m.current?.length || x.m.serving?.length || 0)])),
+    replicas: new Map(measured.map((x) => [x.m.name, replicasFor(x.q, nodes.length, perReplica, x.m.current?.length || x.m.placedReplicas || x.m.serving?.length || 0)])),
     devices,
     totalDevices,
     totalLoad,

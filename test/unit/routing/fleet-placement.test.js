@@ -90,6 +90,18 @@ test('a replica per replicaLoad of load, at most every node; loads on a quarter-
   t.true(Math.abs(quantizeLoad(1.19) - 2 ** 0.25) < 1e-12);
 });
 
+test('a model whose placement lapsed counts its replicas from those it was given, not from every node it ran on', (t) => {
+  const nodes = fleet(6, 1 * GB);
+  // At 0.5 among 50 light models it wants two replicas; its reports show it on three nodes (one it
+  // left, or another gateway's apart). Counted from those three, the hysteresis keeps three.
+  const models = (/** @type {object} */ extra) => [{ name: 'a', bytes: 100e6, load: 0.5, ...extra }, ...Array.from({ length: 50 }, (_, k) => ({ name: `f${k}`, bytes: 10e6, load: 0.08 }))];
+  const ran = nodes.slice(0, 3).map((n) => n.id);
+  t.is(placeFleet(models({}), nodes).nodes.get('a')?.length, 2, 'placed afresh: two');
+  t.is(placeFleet(models({ serving: ran }), nodes).nodes.get('a')?.length, 3, 'from where it ran alone: three, a node gained');
+  t.is(placeFleet(models({ serving: ran, placedReplicas: 2 }), nodes).nodes.get('a')?.length, 2, 'from the two it was given: two');
+  t.is(placeFleet(models({ serving: ran, placedReplicas: 3 }), nodes).nodes.get('a')?.length, 3, 'given three, it keeps three');
+});
+
 test('a model grows to more nodes as its load grows, and shrinks back', (t) => {
   const nodes = fleet(16);
   const models = catalog(500, 300, 4);
