@@ -41,6 +41,7 @@
 //     [--rate 12000] [--gateways 3] [--seeds 11,12,13] [--report 2] [--drift 10] [--skew 1]
 //     [--fail-reads 0.02] [--slow-reads 0.1] [--transport streams|reads] [--policies round_robin,affinity,pooled,oracle]
 //     [--hot 10: the most popular model also gets 10 nodes' capacity of requests; "hot on" says on how many nodes it is]
+//     [--epsilon 0.1] [--stickiness 0.1] (gateway.scheduling.pooled's)
 //
 // Seeds 1-3 were the ones placement's options were tuned on (2026-11-27); 11-13 were not.
 // Quiet moves and the worst quiet window are also given after the first minute (--seconds 180: the
@@ -49,7 +50,11 @@
 // the model ran and was resident, whether the other gateways agree), the most-moved and some
 // disagreed-on models' placements check by check, and the busiest node's models, on stderr;
 // SIM_GIVEN=1 prints, at each of gateway 0's checks, the models given nodes of their own and the most
-// popular model's rate and capacity as the nodes reported them.
+// popular model's rate and capacity as the nodes reported them. SIM_WINDOWS=1 prints, at each 5 s
+// window, the busiest node's busy time over the mean, its weight loads, its placed load and the models
+// it ran most with how many nodes gateway 0 gives each (SIM_WINDOWS=node-08: that node too).
+// SIM_LOADS=1 prints each policy's weight loads per node over the run, and for pooled each node's
+// loads beside the bytes of the models whose home it is (the first node of their ranking) over its budget.
 import { parseArgs } from 'node:util';
 import pino from 'pino';
 import { DEFAULT_FLEET_OPTIONS, Rankings } from '../dist/routing/fleet-placement.js';
@@ -79,6 +84,9 @@ const { values: args } = parseArgs({
     transport: { type: 'string', default: 'streams' },
     'charge-decode': { type: 'string', default: 'yes' },
     hot: { type: 'string', default: '0' },
+    // gateway.scheduling.pooled's epsilon and stickiness (node.yaml), to weigh them against each other.
+    epsilon: { type: 'string', default: String(DEFAULT_FLEET_OPTIONS.epsilon) },
+    stickiness: { type: 'string', default: String(DEFAULT_FLEET_OPTIONS.stickiness) },
     json: { type: 'boolean', default: false },
   },
 });
@@ -89,6 +97,7 @@ const SECONDS = Number(args.seconds);
 const RATE = Number(args.rate);
 const GATEWAYS = Number(args.gateways);
 const SEEDS = args.seeds.split(',').map(Number);
+const FLEET_OPTIONS = { ...DEFAULT_FLEET_OPTIONS, epsilon: Number(args.epsilon), stickiness: Number(args.stickiness) };
 let SEED = SEEDS[0];
 
 const MB = 1e6;
@@ -319,6 +328,28 @@ async function simulate(policy, decodeMsPerModel) {
   const measuring = (t) => t >= WARMUP_SECONDS * 1000;
   const changes = []; // times of membership changes
   const changing = (t) => changes.some((c) => t >= c && t < c + SETTLE_MS);
+  /**
+   * SIM_WINDOWS=1: the busiest node of the 5 s window just ended, on stderr: its device time over the
+   * mean, its weight loads, and the models it ran most in the window with where gateway 0 places them.
+   */
+  const traceWindow = (t, mean) => {
+    const pl = gateways[0].routes.placement;
+    const watched = process.env.SIM_WINDOWS.startsWith('node-') ? nodes.find((n) => n.id === process.env.SIM_WINDOWS) : null;
+    if (watched?.up) traceNode(t, mean, watched, pl);
+    traceNode(t, mean, live().reduce((a, b) => (b.windowBusyMs > a.windowBusyMs ? b : a)), pl);
+  };
+  const traceNode = (t, mean, top, pl) => {
+    const placedMean = [...pl.load.values()].reduce((a, b) => a + b, 0) / pl.load.size;
+    const ran = [...top.compute].map(([m, ms]) => [m, ms - (top.computeAtSample?.get(m) ?? 0)]).filter(([, ms]) => ms > 0);
+    ran.sort((a, b) => b[1] - a[1]);
+    const top6 = ran.slice(0, 6).map(([m, ms]) => {
+      const name = models[m].name;
+      const on = pl.nodes.get(name) ?? [];
+      return `${name}${pl.heavy.has(name) ? '(H)' : ''}:${ms.toFixed(0)}ms/${on.length}${on.includes(top.id) ? '' : '!'}`;
+    });
+    console.error(`t=${(t / 1000).toFixed(0)}s ${top.id} ${(top.windowBusyMs / Math.max(1e-9, mean)).toFixed(3)} (mean ${mean.toFixed(0)} ms)` +
+      ` loads ${top.loads - (top.loadsAtSample ?? 0)} placed load ${pl.load.get(top.id)?.toFixed(3)} (mean ${placedMean.toFixed(3)}): ${top6.join(' ')}`);
+  };
 
   const live = () => nodes.filter((n) => n.up);
   const byId = new Map(nodes.map((n) => [n.id, n]));
@@ -357,7 +388,7 @@ async function simulate(policy, decodeMsPerModel) {
     return {
       g, rr: g, turn: g, members,
       skew: (faults() * 2 - 1) * SKEW_MS,
-      routes: new FleetRoutes({ fleet: DEFAULT_FLEET_OPTIONS, prefetchTimeoutMs: 60_000, logger: silent }),
+      routes: new FleetRoutes({ fleet: FLEET_OPTIONS, prefetchTimeoutMs: 60_000, logger: silent }),
       router: new Router('least_outstanding'),
     };
   });
@@ -571,7 +602,7 @@ async function simulate(policy, decodeMsPerModel) {
     const loadOf = (k) => ((rate / (k + 1)) * (RUN_MS / 4 + ROW_MS)) / 1000; // coalesced runs: a share of the fixed cost
     let total = 0;
     for (let k = 0; k < MODELS; k++) total += loadOf(k);
-    const perReplica = Math.min(DEFAULT_FLEET_OPTIONS.replicaLoad, ((1 + DEFAULT_FLEET_OPTIONS.epsilon) * total) / up.length / 2);
+    const perReplica = Math.min(FLEET_OPTIONS.replicaLoad, ((1 + FLEET_OPTIONS.epsilon) * total) / up.length / 2);
     const index = new Map(up.map((n, i) => [n.id, i]));
     const items = [];
     for (let k = 0; k < MODELS; k++) {
@@ -840,10 +871,14 @@ async function simulate(policy, decodeMsPerModel) {
           const busy = live().map((n) => n.windowBusyMs);
           const mean = busy.reduce((a, b) => a + b, 0) / busy.length;
           stats.windows.push({ ratio: Math.max(...busy) / Math.max(1e-9, mean), changing: changing(t - 5000) || changing(t), settled: t - 5000 >= SETTLED_MS });
+          if (process.env.SIM_WINDOWS && policy === 'pooled') traceWindow(t, mean);
           if (!changing(t - 5000) && !changing(t)) stats.quietMs += 5000;
           if (!changing(t - 5000) && !changing(t) && t - 5000 >= SETTLED_MS) stats.settledMs += 5000;
         }
-        for (const n of nodes) n.windowBusyMs = 0;
+        for (const n of nodes) {
+          n.windowBusyMs = 0;
+          if (process.env.SIM_WINDOWS) { n.computeAtSample = new Map(n.compute); n.loadsAtSample = n.loads; }
+        }
         break;
       }
     }
@@ -863,6 +898,21 @@ async function simulate(policy, decodeMsPerModel) {
     console.error(`busiest ${top.id}: busy ${(top.busyMs / 1000).toFixed(1)} s, placed load ${pl.load.get(top.id)?.toFixed(3)} (mean ${([...pl.load.values()].reduce((a, b) => a + b, 0) / pl.load.size).toFixed(3)}), ${on.length} models: ${on.slice(0, 30).join(' ')}`);
     const loads = [...top.compute].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([m, ms]) => `${models[m].name}:${(ms / 1000).toFixed(1)}s`);
     console.error(`  its device time by model: ${loads.join(' ')}`);
+  }
+  // SIM_LOADS=1: where the weight loads were, and (pooled) whether a node's home models outgrow its budget.
+  if (process.env.SIM_LOADS) {
+    const up = nodes.filter((n) => n.up).map((n) => n.loads).sort((a, b) => b - a);
+    console.error(`${policy} loads per node: top ${up.slice(0, 8).join(' ')} median ${up[up.length >> 1]} least ${up.slice(-4).join(' ')}`);
+    if (policy === 'pooled') {
+      const shared = gateways[0].routes.placement.shared;
+      const homeBytes = new Map();
+      for (const m of models) {
+        const id = shared.first(m.name).id;
+        homeBytes.set(id, (homeBytes.get(id) ?? 0) + m.bytes);
+      }
+      const rows = nodes.filter((n) => n.up).map((n) => [n.id, n.loads, (homeBytes.get(n.id) ?? 0) / BUDGET]).sort((a, b) => b[1] - a[1]);
+      console.error(`pooled per node, most loads first, node:loads:home bytes over budget: ${rows.map(([id, l, h]) => `${id}:${l}:${h.toFixed(3)}`).join(' ')}`);
+    }
   }
   const meanBusy = busy.reduce((s, b) => s + b, 0) / busy.length;
   const quiet = stats.windows.filter((w) => !w.changing).map((w) => w.ratio);
@@ -922,7 +972,7 @@ function burstLoads(policy) {
     const members = fleet.map((n, i) => Object.assign(new SimMember(n, i, () => Promise.resolve()), {
       models: [], last: { nodeName: n.id, startedMs: 0, budgetBytes: BUDGET, devices: 1, queueDepth: 0, models: new Map() }, lastAt: simNow,
     }));
-    const routes = new FleetRoutes({ fleet: DEFAULT_FLEET_OPTIONS, prefetchTimeoutMs: 1000, logger: silent });
+    const routes = new FleetRoutes({ fleet: FLEET_OPTIONS, prefetchTimeoutMs: 1000, logger: silent });
     routes.update(members);
     for (let k = 0; k < 8; k++) for (const mb of routes.route('never-asked', members)) chosen.add(mb.name);
   }

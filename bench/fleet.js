@@ -10,10 +10,18 @@
 // first gateway gave models that it did not route them to at the read before (moves), and the ratios.
 //
 //   npm run build && node bench/fleet.js [measured requests per mode, default 4000] [--only round_robin|pooled] [--small]
+//     [--health-seconds 1] [--new-order]
 //
 // --small: MLPs of 2.1 MB (issue 64: "with 2 MiB models not below round robin"; a cold load then
 // costs little more than a run) instead of 17.1 MB; the same count, so the catalog is still four
 // times one node's budget.
+// The measured requests ask for the models as often as the warm-up did (the same popularity order,
+// another sequence of picks). --new-order: over another order (how this bench ran before 2026-12-01,
+// by mistake: the most popular model of the measured requests was the third of the warm-up, and
+// pooled placed the catalog again at their start). --health-seconds: the gateways' check interval,
+// which is also the length of the load windows placement reads (1, the default here, for a short
+// warm-up; gateway.health_seconds defaults to 2). FLEET_MOVES=1 prints each change of the first
+// gateway's placement as the run reads it, on stderr.
 import { coldLoads, drive, placements, startFleet, startGateway, zipfPicks } from '../test/helpers/fleet.js';
 import { mlpWeightBytes } from '../test/helpers/mlp-catalog.js';
 import { scrapeMetrics, tempDir } from '../test/helpers/server.js';
@@ -21,14 +29,15 @@ import { percentile } from './timing.js';
 
 const args = process.argv.slice(2);
 const only = args.includes('--only') ? args[args.indexOf('--only') + 1] : null;
-const REQUESTS = Number(args.find((a, i) => /^\d+$/.test(a) && args[i - 1] !== '--only') ?? 4000);
+const REQUESTS = Number(args.find((a, i) => /^\d+$/.test(a) && !['--only', '--health-seconds'].includes(args[i - 1])) ?? 4000);
 const SMALL = args.includes('--small');
+const NEW_ORDER = args.includes('--new-order');
 const WARMUP = Math.max(1000, Math.round(REQUESTS / 2));
 const SIZES = SMALL ? [256, 2048, 16] : [1024, 4096, 16];
 const COUNT = 16;
 const NODES = 4;
 const CLIENTS = 16;
-const HEALTH_SECONDS = 1;
+const HEALTH_SECONDS = args.includes('--health-seconds') ? Number(args[args.indexOf('--health-seconds') + 1]) : 1;
 const MB = 1e6;
 /** How often both gateways' placements are read during the measured requests. */
 const SAMPLE_MS = 2000;
@@ -64,12 +73,15 @@ async function run(mode) {
           if (JSON.stringify(on) === JSON.stringify(b.get(m))) samples.same++;
           // A move: a node the first gateway routes the model to that it did not at the read before.
           if (before) samples.gained += on.filter((n) => !(before.get(m) ?? on).includes(n)).length;
+          if (process.env.FLEET_MOVES && before && JSON.stringify(on) !== JSON.stringify(before.get(m) ?? on)) {
+            console.error(`${new Date().toISOString().slice(14, 23)} ${m}: ${(before.get(m) ?? []).join(',')} -> ${on.join(',')}`);
+          }
         }
         before = a;
         await new Promise((resolve) => setTimeout(resolve, SAMPLE_MS));
       }
     })();
-    const result = await drive(gateways, zipfPicks(catalog, REQUESTS, 5), { clients: CLIENTS });
+    const result = await drive(gateways, zipfPicks(catalog, REQUESTS, 5, NEW_ORDER ? undefined : 3), { clients: CLIENTS });
     sampling = false;
     await sampler;
     if (result.failed || result.wrong.length) throw new Error(`${mode}: ${result.failed} failed, ${result.wrong.join('; ')}`);
@@ -98,7 +110,7 @@ async function run(mode) {
 }
 
 const bytes = mlpWeightBytes(SIZES);
-console.log(`${NODES} nodes, ${COUNT} models of ${(bytes / MB).toFixed(1)} MB (catalog ${(COUNT * bytes / MB).toFixed(0)} MB, ${NODES}x one node's budget), 2 gateways, ${CLIENTS} clients, Zipf(1.0); ${WARMUP} warm-up then ${REQUESTS} measured requests per mode`);
+console.log(`${NODES} nodes, ${COUNT} models of ${(bytes / MB).toFixed(1)} MB (catalog ${(COUNT * bytes / MB).toFixed(0)} MB, ${NODES}x one node's budget), 2 gateways, ${CLIENTS} clients, Zipf(1.0)${NEW_ORDER ? " (the measured requests over another popularity order than the warm-up's)" : ""}; ${WARMUP} warm-up then ${REQUESTS} measured requests per mode; checks every ${HEALTH_SECONDS} s`);
 const results = [];
 for (const mode of ['round_robin', 'pooled']) if (!only || only === mode) results.push(await run(mode));
 console.log('mode           req/s     p50        p99        cold loads   hit rate   busiest/mean   gateways agree   moves/min');

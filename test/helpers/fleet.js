@@ -54,16 +54,20 @@ export function startGateway(nodes, mode, healthSeconds) {
 
 /**
  * `n` picks from the catalog, Zipf(1.0) over a shuffled order (so the popular models are not the
- * first written), from `seed`.
+ * first written), from `seed`. The order is shuffled from `seed` too unless `orderSeed` is given:
+ * two streams with one `orderSeed` and different seeds ask for the same models as often, in a
+ * different sequence (a warm-up and the measured requests after it).
  * @param {CatalogModel[]} catalog
  * @param {number} n
  * @param {number} seed
+ * @param {number} [orderSeed]
  */
-export function zipfPicks(catalog, n, seed) {
+export function zipfPicks(catalog, n, seed, orderSeed) {
   const next = random(seed);
+  const shuffle = orderSeed === undefined ? next : random(orderSeed);
   const order = [...catalog];
   for (let i = order.length - 1; i > 0; i--) {
-    const j = Math.floor(next() * (i + 1));
+    const j = Math.floor(shuffle() * (i + 1));
     [order[i], order[j]] = [order[j], order[i]];
   }
   const weights = order.map((_, k) => 1 / (k + 1));
