@@ -870,10 +870,12 @@ async function simulate(policy, decodeMsPerModel) {
         if (t > WARMUP_SECONDS * 1000 + 1) {
           const busy = live().map((n) => n.windowBusyMs);
           const mean = busy.reduce((a, b) => a + b, 0) / busy.length;
-          stats.windows.push({ ratio: Math.max(...busy) / Math.max(1e-9, mean), changing: changing(t - 5000) || changing(t), settled: t - 5000 >= SETTLED_MS });
+          const quiet = !changing(t - 5000) && !changing(t);
+          const settled = t - 5000 >= SETTLED_MS;
+          stats.windows.push({ ratio: Math.max(...busy) / Math.max(1e-9, mean), changing: !quiet, settled });
           if (process.env.SIM_WINDOWS && policy === 'pooled') traceWindow(t, mean);
-          if (!changing(t - 5000) && !changing(t)) stats.quietMs += 5000;
-          if (!changing(t - 5000) && !changing(t) && t - 5000 >= SETTLED_MS) stats.settledMs += 5000;
+          if (quiet) stats.quietMs += 5000;
+          if (quiet && settled) stats.settledMs += 5000;
         }
         for (const n of nodes) {
           n.windowBusyMs = 0;

@@ -22,22 +22,31 @@
 // which is also the length of the load windows placement reads (1, the default here, for a short
 // warm-up; gateway.health_seconds defaults to 2). FLEET_MOVES=1 prints each change of the first
 // gateway's placement as the run reads it, on stderr.
+import { parseArgs } from 'node:util';
 import { coldLoads, drive, placements, startFleet, startGateway, zipfPicks } from '../test/helpers/fleet.js';
 import { mlpWeightBytes } from '../test/helpers/mlp-catalog.js';
 import { scrapeMetrics, tempDir } from '../test/helpers/server.js';
 import { percentile } from './timing.js';
 
-const args = process.argv.slice(2);
-const only = args.includes('--only') ? args[args.indexOf('--only') + 1] : null;
-const REQUESTS = Number(args.find((a, i) => /^\d+$/.test(a) && !['--only', '--health-seconds'].includes(args[i - 1])) ?? 4000);
-const SMALL = args.includes('--small');
-const NEW_ORDER = args.includes('--new-order');
+const { values: args, positionals } = parseArgs({
+  allowPositionals: true,
+  options: {
+    only: { type: 'string' },
+    small: { type: 'boolean', default: false },
+    'health-seconds': { type: 'string', default: '1' },
+    'new-order': { type: 'boolean', default: false },
+  },
+});
+const only = args.only ?? null;
+const REQUESTS = Number(positionals[0] ?? 4000);
+const SMALL = args.small;
+const NEW_ORDER = args['new-order'];
 const WARMUP = Math.max(1000, Math.round(REQUESTS / 2));
 const SIZES = SMALL ? [256, 2048, 16] : [1024, 4096, 16];
 const COUNT = 16;
 const NODES = 4;
 const CLIENTS = 16;
-const HEALTH_SECONDS = args.includes('--health-seconds') ? Number(args[args.indexOf('--health-seconds') + 1]) : 1;
+const HEALTH_SECONDS = Number(args['health-seconds']);
 const MB = 1e6;
 /** How often both gateways' placements are read during the measured requests. */
 const SAMPLE_MS = 2000;
