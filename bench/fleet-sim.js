@@ -42,6 +42,7 @@
 //     [--fail-reads 0.02] [--slow-reads 0.1] [--transport streams|reads] [--policies round_robin,affinity,pooled,oracle]
 //     [--hot 10: the most popular model also gets 10 nodes' capacity of requests; "hot on" says on how many nodes it is]
 //     [--epsilon 0.1] [--stickiness 0.1] (gateway.scheduling.pooled's)
+//     [--hashed-homes: the nodes give no model bytes, so the homes are hashed, not bounded (routing/fleet-homes.ts)]
 //
 // Seeds 1-3 were the ones placement's options were tuned on (2026-11-27); 11-13 were not.
 // Quiet moves and the worst quiet window are also given after the first minute (--seconds 180: the
@@ -55,6 +56,7 @@
 // it ran most with how many nodes gateway 0 gives each (SIM_WINDOWS=node-08: that node too).
 // SIM_LOADS=1 prints each policy's weight loads per node over the run, and for pooled each node's
 // loads beside the bytes of the models whose home it is (the first node of their ranking) over its budget.
+// SIM_TRACE=m00012,m00345 prints each change of those models' placement at gateway 0, on stderr.
 import { parseArgs } from 'node:util';
 import pino from 'pino';
 import { DEFAULT_FLEET_OPTIONS, Rankings } from '../dist/routing/fleet-placement.js';
@@ -88,6 +90,8 @@ const { values: args } = parseArgs({
     epsilon: { type: 'string', default: String(DEFAULT_FLEET_OPTIONS.epsilon) },
     stickiness: { type: 'string', default: String(DEFAULT_FLEET_OPTIONS.stickiness) },
     json: { type: 'boolean', default: false },
+    // The homes hashed, not bounded by bytes (the members give the gateways no model bytes): as before 2026-12-01.
+    'hashed-homes': { type: 'boolean', default: false },
   },
 });
 
@@ -97,6 +101,7 @@ const SECONDS = Number(args.seconds);
 const RATE = Number(args.rate);
 const GATEWAYS = Number(args.gateways);
 const SEEDS = args.seeds.split(',').map(Number);
+const HASHED_HOMES = args['hashed-homes'];
 const FLEET_OPTIONS = { ...DEFAULT_FLEET_OPTIONS, epsilon: Number(args.epsilon), stickiness: Number(args.stickiness) };
 let SEED = SEEDS[0];
 
@@ -151,12 +156,15 @@ let catalogBytes = 0;
 /** One node's budget: the fleet's memory is the catalog's size (the catalog is NODES x one budget). */
 let BUDGET = 0;
 let catalogNames = [];
+/** Each model's weight bytes, as a node reads them with its index (node-status.ts): what bounds the homes. */
+let catalogModelBytes = new Map();
 function makeCatalog(seed) {
   const rng = random(seed);
   models = Array.from({ length: MODELS }, (_, i) => ({ name: `m${String(i).padStart(5, '0')}`, bytes: Math.round(20 * MB * Math.exp(rng() * Math.log(20))) }));
   catalogBytes = models.reduce((s, m) => s + m.bytes, 0);
   BUDGET = Math.floor(catalogBytes / NODES);
   catalogNames = models.map((m) => m.name);
+  catalogModelBytes = HASHED_HOMES ? undefined : new Map(models.map((m) => [m.name, m.bytes]));
 }
 
 /**
@@ -278,6 +286,7 @@ class SimMember {
     this.name = node.id;
     this.draining = false;
     this.models = catalogNames;
+    this.modelBytes = catalogModelBytes;
     this.last = null;
     this.lastAt = -Infinity;
     this.prefetchOn = prefetch;
@@ -523,6 +532,12 @@ async function simulate(policy, decodeMsPerModel) {
       const read = gw.members.map((mb) => mb.last?.models.get(hot)).filter(Boolean);
       const given = [...gw.routes.placement.givenOver].map((name) => `${name} on ${gw.routes.placement.nodes.get(name).length}`).join(', ') || 'none';
       console.error(`${(t / 1000).toFixed(1)} s: given over ${given}; the most popular model read at ${read.reduce((sum, r) => sum + r.windowRate, 0).toFixed(0)} requests/s against ${Math.max(0, ...read.map((r) => r.windowCapacity)).toFixed(0)} a device; ${gw.routes.moves - movesBefore} moves`);
+    }
+    if (process.env.SIM_TRACE && gw.g === 0) {
+      for (const name of process.env.SIM_TRACE.split(',')) {
+        const a = (before?.nodes.get(name) ?? []).join(','), b = (gw.routes.placement.nodes.get(name) ?? []).join(',');
+        if (a !== b) console.error(`${(t / 1000).toFixed(1)} s TRACE ${name} ${a} -> ${b} heavy ${gw.routes.placement.heavy.has(name)}`);
+      }
     }
     if (gw.g === 0 && measuring(t)) {
       stats.checkMs.push(performance.now() - t0);

@@ -13,7 +13,8 @@
 // - `churn`: the share of the catalog, busiest first, whose loads change at every window (each by a
 //   factor of 0.8-1.2 drawn per window and model, the same for every reader): a real node's loads
 //   move with its traffic, so each of those rows is sent again at every check (0: loads stay put);
-//   RepositoryIndex names every model READY; PrefetchModel makes a model resident;
+//   RepositoryIndex names every model READY, and so does ModelControlStatus without active_only
+//   (every model's bytes, read with the index); PrefetchModel makes a model resident;
 //   ServerReady is true; ModelInfer answers at once with no outputs (the gateway forwards its bytes);
 // - `streams` (the default): the status stream (WatchModelControlStatus: the versioned answer at
 //   once, then one per window shortly after its boundary, as src/protocol/status-watch.ts sends it)
@@ -124,6 +125,10 @@ class StandInNode {
         window_load: this.fleet.loadIn(name, w) / Math.max(1, holders.get(name) ?? 1),
         weight_hits: '100', weight_misses: '1',
       });
+    }
+    // Not active_only (what a gateway reads with the index, for every model's bytes): the whole catalog.
+    if (!request.active_only) {
+      for (const name of this.fleet.catalog) if (!rows.has(name)) rows.set(name, { name, state: 'READY', weight_bytes: bytes });
     }
     let versioned = {};
     let models = [...rows.values()];

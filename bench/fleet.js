@@ -10,7 +10,7 @@
 // first gateway gave models that it did not route them to at the read before (moves), and the ratios.
 //
 //   npm run build && node bench/fleet.js [measured requests per mode, default 4000] [--only round_robin|pooled] [--small]
-//     [--health-seconds 1] [--new-order]
+//     [--health-seconds 1] [--new-order] [--rounds 1] [--modes round_robin,pooled]
 //
 // --small: MLPs of 2.1 MB (issue 64: "with 2 MiB models not below round robin"; a cold load then
 // costs little more than a run) instead of 17.1 MB; the same count, so the catalog is still four
@@ -22,6 +22,12 @@
 // which is also the length of the load windows placement reads (1, the default here, for a short
 // warm-up; gateway.health_seconds defaults to 2). FLEET_MOVES=1 prints each change of the first
 // gateway's placement as the run reads it, on stderr.
+// --rounds N: the modes N times, every other round in reverse order (round robin, pooled; pooled,
+// round robin; ...), so that a machine getting slower or faster over the run weighs on both alike;
+// prints each round's ratio and their median. On this shared 2-core machine one mode's requests/s
+// wander by 10-20% from run to run (2026-12-01), so one pair's ratio says little of a gap under
+// that. --modes: the modes of a round, in order; `--modes round_robin,round_robin` measures that
+// spread itself (the same mode against itself: what a ratio of two runs is worth here).
 import { parseArgs } from 'node:util';
 import { coldLoads, drive, placements, startFleet, startGateway, zipfPicks } from '../test/helpers/fleet.js';
 import { mlpWeightBytes } from '../test/helpers/mlp-catalog.js';
@@ -35,9 +41,14 @@ const { values: args, positionals } = parseArgs({
     small: { type: 'boolean', default: false },
     'health-seconds': { type: 'string', default: '1' },
     'new-order': { type: 'boolean', default: false },
+    rounds: { type: 'string', default: '1' },
+    modes: { type: 'string' },
   },
 });
-const only = args.only ?? null;
+const MODES = (args.modes ?? args.only ?? 'round_robin,pooled').split(',');
+for (const m of MODES) if (m !== 'round_robin' && m !== 'pooled') throw new Error(`--modes lists round_robin and pooled, not ${m}`);
+const ROUNDS = Number(args.rounds);
+if (!(Number.isInteger(ROUNDS) && ROUNDS >= 1)) throw new Error(`--rounds is a whole number of at least 1, not ${args.rounds}`);
 const REQUESTS = Number(positionals[0] ?? 4000);
 const SMALL = args.small;
 const NEW_ORDER = args['new-order'];
@@ -120,11 +131,28 @@ async function run(mode) {
 
 const bytes = mlpWeightBytes(SIZES);
 console.log(`${NODES} nodes, ${COUNT} models of ${(bytes / MB).toFixed(1)} MB (catalog ${(COUNT * bytes / MB).toFixed(0)} MB, ${NODES}x one node's budget), 2 gateways, ${CLIENTS} clients, Zipf(1.0)${NEW_ORDER ? " (the measured requests over another popularity order than the warm-up's)" : ""}; ${WARMUP} warm-up then ${REQUESTS} measured requests per mode; checks every ${HEALTH_SECONDS} s`);
-const results = [];
-for (const mode of ['round_robin', 'pooled']) if (!only || only === mode) results.push(await run(mode));
-console.log('mode           req/s     p50        p99        cold loads   hit rate   busiest/mean   gateways agree   moves/min');
-for (const r of results) {
-  console.log(`${r.mode.padEnd(12)} ${r.rps.toFixed(0).padStart(7)}  ${r.p50.toFixed(2).padStart(7)} ms ${r.p99.toFixed(2).padStart(7)} ms ${String(r.loads).padStart(10)}   ${(r.hit * 100).toFixed(1).padStart(6)}%   ${r.busiest.toFixed(2).padStart(10)}     ${(r.agree === null ? '-' : `${(r.agree * 100).toFixed(0)}%`).padStart(14)}   ${r.moves === null ? '-' : r.moves.toFixed(1)}`);
+/** Each round's runs, in --modes order whatever order the round ran them in. */
+const rounds = [];
+for (let round = 0; round < ROUNDS; round++) {
+  const positions = MODES.map((_, i) => i);
+  if (round % 2 === 1) positions.reverse();
+  const runs = [];
+  for (const i of positions) runs[i] = { ...(await run(MODES[i])), round };
+  rounds.push(runs);
+  if (ROUNDS > 1) console.error(`round ${round + 1} of ${ROUNDS} done`);
 }
-const [rr, pooled] = results;
-if (!only) console.log(`pooled / round_robin: throughput ${(pooled.rps / rr.rps).toFixed(2)}x, cold loads ${(pooled.loads / Math.max(1, rr.loads)).toFixed(2)}x, p99 ${(pooled.p99 / rr.p99).toFixed(2)}x`);
+console.log('round mode           req/s     p50        p99        cold loads   hit rate   busiest/mean   gateways agree   moves/min');
+for (const r of rounds.flat()) {
+  console.log(`${String(r.round + 1).padStart(5)} ${r.mode.padEnd(12)} ${r.rps.toFixed(0).padStart(7)}  ${r.p50.toFixed(2).padStart(7)} ms ${r.p99.toFixed(2).padStart(7)} ms ${String(r.loads).padStart(10)}   ${(r.hit * 100).toFixed(1).padStart(6)}%   ${r.busiest.toFixed(2).padStart(10)}     ${(r.agree === null ? '-' : `${(r.agree * 100).toFixed(0)}%`).padStart(14)}   ${r.moves === null ? '-' : r.moves.toFixed(1)}`);
+}
+if (MODES.length === 2) {
+  const [a, b] = MODES;
+  const ratios = rounds.map(([x, y]) => ({ rps: y.rps / x.rps, loads: y.loads / Math.max(1, x.loads), p99: y.p99 / x.p99 }));
+  for (const [i, r] of ratios.entries()) {
+    console.log(`${ROUNDS > 1 ? `round ${i + 1}: ` : ''}${b} / ${a}: throughput ${r.rps.toFixed(2)}x, cold loads ${r.loads.toFixed(2)}x, p99 ${r.p99.toFixed(2)}x`);
+  }
+  if (ROUNDS > 1) {
+    const median = (xs) => percentile(xs, 0.5);
+    console.log(`median of ${ROUNDS} rounds, ${b} / ${a}: throughput ${median(ratios.map((r) => r.rps)).toFixed(2)}x (${Math.min(...ratios.map((r) => r.rps)).toFixed(2)}-${Math.max(...ratios.map((r) => r.rps)).toFixed(2)}), cold loads ${median(ratios.map((r) => r.loads)).toFixed(2)}x, p99 ${median(ratios.map((r) => r.p99)).toFixed(2)}x`);
+  }
+}

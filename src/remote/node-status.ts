@@ -4,8 +4,9 @@
  * - its status report (NodeReport), decoded here, off the requests' thread: a stream the node answers
  *   once per window (WatchModelControlStatus), or from a node without it one ModelControlStatus read
  *   a check;
- * - its RepositoryIndex (the models it serves ready), read again only when its repository digest
- *   changes;
+ * - its RepositoryIndex (the models it serves ready), and with it one full ModelControlStatus for
+ *   every model's weight bytes (what the homes are bounded by: routing/fleet-homes.ts), read again
+ *   only when its repository digest changes;
  * - PrefetchModel before a model is moved onto it.
  * Whether it is up or draining is the main thread's to say (its health probe, discovery); a status
  * read that fails or is slow never takes the node out of service, it only ages its report.
@@ -34,10 +35,21 @@ export interface NodeStatusOptions {
   /** How long placement may go on with the node's last report while its status reads fail or time out. */
   reportMaxAgeMs: number;
   /**
-   * Repository digest -> the models served ready, as read from a node that gave it: shared by every
-   * node of a check, so that nodes of one repository (most fleets) share one list and one read.
+   * The status request for every model's weight bytes, read with the index: no window, every model,
+   * from the node's snapshot (absent: none read, and the homes stay hashed).
    */
-  indexLists?: Map<string, readonly string[]>;
+  encodeBytesRequest?: () => Buffer;
+  /**
+   * Repository digest -> the models served ready and their bytes, as read from a node that gave it:
+   * shared by every node of a check, so that nodes of one repository (most fleets) share one list and one read.
+   */
+  indexLists?: Map<string, IndexRead>;
+}
+
+/** What a node's index read gives: the models it serves ready, and each one's weight bytes where read. */
+export interface IndexRead {
+  models: readonly string[];
+  bytes?: ReadonlyMap<string, number>;
 }
 
 export class NodeStatus implements FleetMember {
@@ -48,6 +60,8 @@ export class NodeStatus implements FleetMember {
   draining = false;
   /** Its READY models, as a list made once per index read (placement walks it every check). */
   #models: readonly string[] = [];
+  /** Their weight bytes, read with the list (FleetMember's modelBytes). */
+  #modelBytes: ReadonlyMap<string, number> | undefined;
   #report: NodeReport | null = null;
   /** When #report was read (Date.now()). */
   #reportAtMs = 0;
@@ -91,6 +105,10 @@ export class NodeStatus implements FleetMember {
 
   get models(): readonly string[] {
     return this.#models;
+  }
+
+  get modelBytes(): ReadonlyMap<string, number> | undefined {
+    return this.#modelBytes;
   }
 
   /**
@@ -283,9 +301,10 @@ export class NodeStatus implements FleetMember {
   }
 
   /**
-   * Read its RepositoryIndex when it is up and its digest changed since the last read, or it gives
-   * none; true when what it serves changed. A failed read keeps the models it had (the next check
-   * reads again).
+   * Read its RepositoryIndex (and its models' bytes) when it is up and its digest changed since the
+   * last read, or it gives none; true when what it serves changed. A failed read keeps the models it
+   * had (the next check reads again); so does one whose bytes could not be read, so that a list
+   * never goes without its bytes (gateways that read one and not the other would bound the homes apart).
    */
   async readIndexIfChanged(timeoutMs: number): Promise<boolean> {
     const digest = this.#digest;
@@ -295,17 +314,22 @@ export class NodeStatus implements FleetMember {
     const shared = digest ? this.#o.indexLists?.get(digest) : undefined;
     if (shared) {
       this.#indexDigest = digest!;
-      const changed = shared !== this.#models;
-      this.#models = shared;
+      const changed = shared.models !== this.#models;
+      this.#models = shared.models;
+      this.#modelBytes = shared.bytes;
       return changed;
     }
     try {
-      const bytes = await this.#call(INDEX_PATH, this.#o.encodeIndexRequest(), timeoutMs);
-      const models = this.#o.decodeIndex(bytes).models.filter((m) => m.state === 'READY').map((m) => m.name);
+      const [index, status] = await Promise.all([
+        this.#call(INDEX_PATH, this.#o.encodeIndexRequest(), timeoutMs),
+        this.#o.encodeBytesRequest ? this.#call(STATUS_PATH, this.#o.encodeBytesRequest(), timeoutMs) : null,
+      ]);
+      const models = this.#o.decodeIndex(index).models.filter((m) => m.state === 'READY').map((m) => m.name);
       this.#indexDigest = digest ?? '';
       const same = models.length === this.#models.length && models.every((m, i) => m === this.#models[i]);
       if (!same) this.#models = models;
-      if (digest) this.#o.indexLists?.set(digest, this.#models);
+      if (status) this.#modelBytes = bytesOf(readStatusReport(status).report);
+      if (digest) this.#o.indexLists?.set(digest, { models: this.#models, bytes: this.#modelBytes });
       return !same;
     } catch {
       return false;
@@ -336,4 +360,11 @@ export class NodeStatus implements FleetMember {
 function sameNode(a: NodeReport, b: NodeReport): boolean {
   return a.nodeName === b.nodeName && a.startedMs === b.startedMs && a.budgetBytes === b.budgetBytes
     && a.sessionBudgetBytes === b.sessionBudgetBytes && a.devices === b.devices;
+}
+
+/** Each READY model's weight bytes on one device, as a full status answer gives them. */
+function bytesOf(report: NodeReport): Map<string, number> {
+  const bytes = new Map<string, number>();
+  for (const [name, m] of report.models) bytes.set(name, m.weightBytes);
+  return bytes;
 }

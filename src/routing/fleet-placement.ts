@@ -8,7 +8,10 @@
  * - Every model ranks every node by a hash of the two names, weighted by the node's weight budget
  *   (a node with twice the memory wins twice as often). The ranking depends on nothing else, so
  *   every gateway ranks alike, and a node joining or leaving changes the first choice of only the
- *   models it wins or held (about 1/N of them).
+ *   models it wins or held (about 1/N of them). Where the gateway knows the catalog's bytes, each
+ *   model's first node (its home) is bounded instead: the first node of its ranking whose homes
+ *   stay within their share of the catalog's bytes and count (fleet-homes.ts), so that no node is
+ *   the home of more weights than its memory holds.
  * - The light models (everything but the heavy ones below, the unmeasured included) go where their
  *   weights are resident (as the nodes report), else to their ranking's first node, unbounded:
  *   each weighs too little to unbalance a node, hashing spreads them evenly, and a model nobody
@@ -46,6 +49,8 @@
  * change a model's replica count or its order. Pure: the gateway feeds it what the nodes report
  * and routes by the result; `bench/fleet-sim.js` drives it with simulated nodes.
  */
+
+import { boundedHomes, type HomeCatalog } from './fleet-homes.js';
 
 /** A node of the fleet as placement sees it. */
 export interface FleetNode {
@@ -269,6 +274,9 @@ export class Rankings {
   /** The node set it ranks: ids and weights, what `sameNodes` compares. */
   readonly #key: string;
   #without: { key: string; rankings: Rankings } | undefined;
+  /** Each model's home where boundHomes gave them (fleet-homes.ts): its first node, ahead of its ranking. */
+  #homes: ReadonlyMap<string, FleetNode> | null = null;
+  #homeCatalog: HomeCatalog | null = null;
 
   constructor(nodes: readonly FleetNode[]) {
     this.#nodes = nodes;
@@ -291,8 +299,43 @@ export class Rankings {
   excluding(ids: ReadonlySet<string>): Rankings {
     if (ids.size === 0) return this;
     const key = [...ids].sort().join(',');
-    if (this.#without?.key !== key) this.#without = { key, rankings: new Rankings(this.#nodes.filter((n) => !ids.has(n.id))) };
+    if (this.#without?.key !== key) {
+      const rankings = new Rankings(this.#nodes.filter((n) => !ids.has(n.id)));
+      // The homes not on those nodes kept: a model's home is the same in both (fleet-homes.ts).
+      if (this.#homeCatalog) rankings.boundHomes(this.#homeCatalog, this.#homes ?? undefined);
+      this.#without = { key, rankings };
+    }
     return this.#without.rankings;
+  }
+
+  /**
+   * Bound the homes of `catalog`'s models by their bytes and count (fleet-homes.ts): from now on a
+   * model's first node, and the head of its ranking, is its home. A model outside the catalog keeps
+   * its hashed first node.
+   */
+  boundHomes(catalog: HomeCatalog, kept?: ReadonlyMap<string, FleetNode>): void {
+    this.#homeCatalog = catalog;
+    const scores = new Float64Array(this.#nodes.length);
+    this.#homes = boundedHomes(catalog, this.#nodes, this.#weights, (name) => {
+      const m = nameHash(name);
+      for (let i = 0; i < scores.length; i++) scores[i] = rendezvousScore(m, this.#hashes[i], this.#weights[i]);
+      return scores;
+    }, kept);
+    this.#firsts.clear();
+    this.#ranked.clear();
+    this.#without = undefined;
+  }
+
+  /** The catalog its homes were bounded by (null: hashed homes). */
+  get homeCatalog(): HomeCatalog | null {
+    return this.#homeCatalog;
+  }
+
+  /** The nodes' indexes in `model`'s hashed ranking, best first (ties by name). */
+  #hashOrder(model: string): number[] {
+    const m = nameHash(model);
+    const scores = this.#nodes.map((_, i) => rendezvousScore(m, this.#hashes[i], this.#weights[i]));
+    return this.#nodes.map((_, i) => i).sort((a, b) => scores[b] - scores[a] || (this.#nodes[a].id < this.#nodes[b].id ? -1 : 1));
   }
 
   /** Whether `nodes` would rank every model as this does (the same ids and weights, in any order of equal ids). */
@@ -301,25 +344,29 @@ export class Rankings {
   }
 
   /**
-   * Every node ranked for `model`, best first (ties, which a 32-bit hash makes rare, by name).
-   * Remembered, as its first node is: the heavy models' rankings are read at every check.
+   * Every node ranked for `model`, best first (ties, which a 32-bit hash makes rare, by name), its
+   * home first where homes are bounded (boundHomes). Remembered, as its first node is: the heavy
+   * models' rankings are read at every check.
    */
   of(model: string): readonly FleetNode[] {
     let ranked = this.#ranked.get(model);
     if (!ranked) {
-      const m = nameHash(model);
-      const scored = this.#nodes.map((n, i) => ({ n, score: rendezvousScore(m, this.#hashes[i], this.#weights[i]) }));
-      scored.sort((a, b) => b.score - a.score || (a.n.id < b.n.id ? -1 : 1));
-      this.#ranked.set(model, (ranked = scored.map((s) => s.n)));
+      const hashed = this.#hashOrder(model).map((i) => this.#nodes[i]);
+      const home = this.#homes?.get(model);
+      ranked = home && home !== hashed[0] ? [home, ...hashed.filter((n) => n !== home)] : hashed;
+      this.#ranked.set(model, ranked);
     }
     return ranked;
   }
 
-  /** The first node of `model`'s ranking; with `among`, the first of those nodes (ids) in it. */
+  /**
+   * The first node of `model`'s ranking (its home: bounded where boundHomes gave homes); with
+   * `among`, the first of those nodes (ids) in its hashed ranking.
+   */
   first(model: string, among?: Iterable<string>): FleetNode {
     if (!among) {
       let first = this.#firsts.get(model);
-      if (!first) this.#firsts.set(model, (first = this.#firstAmong(model)));
+      if (!first) this.#firsts.set(model, (first = this.#homes?.get(model) ?? this.#firstAmong(model)));
       return first;
     }
     return this.#firstAmong(model, among);

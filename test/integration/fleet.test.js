@@ -27,9 +27,14 @@ test('four nodes, two pooled gateways: one placement, the right answers, far few
   const first = await placements(gateways[0].adminPort);
   t.deepEqual(await placements(gateways[1].adminPort), first, 'both gateways place alike');
   for (const [, on] of first) t.true(on.length === 1 && names.includes(on[0]));
-  // Rendezvous hashing spreads the 16 models over the nodes (ports chosen at random name them):
-  // at least three of the four hold some (two empty has a chance of about 1 in 10,000).
-  t.true(new Set([...first.values()].flat()).size >= 3, 'the models spread over the nodes');
+  // Every model idle: each at its home, bounded by the bytes the nodes read with their index
+  // (routing/fleet-homes.ts): 16 models of one size, four homes a node.
+  const perNode = names.map((name) => [...first.values()].filter((on) => on[0] === name).length);
+  t.deepEqual(perNode, [4, 4, 4, 4], 'four homes a node');
+  for (const g of gateways) {
+    const bounded = g.logs.find((l) => l.msg === 'homes bounded by the models\' bytes');
+    t.like(bounded, { models: 16, withBytes: 16, nodes: 4 }, 'every model\'s bytes read from the nodes');
+  }
 
   // Zipf traffic through both gateways.
   const picks = zipfPicks(catalog, 800, 7);

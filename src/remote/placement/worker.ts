@@ -15,7 +15,7 @@ import type { FromPlacement, PlacementStart, ToPlacement } from './channel.js';
 import { createLogger } from '../../shared/log.js';
 import { loadControlClient, loadInferenceClient } from '../../protocol/proto.js';
 import { FleetRoutes } from '../fleet-routes.js';
-import { NodeStatus, type NodeStatusOptions } from '../node-status.js';
+import { NodeStatus, type IndexRead, type NodeStatusOptions } from '../node-status.js';
 import { PlacedRoutes } from '../placed-routes.js';
 
 const start = workerData as PlacementStart;
@@ -26,7 +26,7 @@ const post = (msg: FromPlacement) => port.postMessage(msg);
 const inference = loadInferenceClient().service;
 const control = loadControlClient().service;
 /** Repository digest -> the models list read under it, shared by the nodes that report it (NodeStatusOptions'). */
-const indexLists = new Map<string, readonly string[]>();
+const indexLists = new Map<string, IndexRead>();
 const statusOptions: NodeStatusOptions = {
   windowBytes: start.windowBytes,
   // Loads over the nodes' windows of one health interval: every gateway asking within one gets the same.
@@ -34,6 +34,9 @@ const statusOptions: NodeStatusOptions = {
   encodeStatusRequest: (since) => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: start.windowSeconds, active_only: true, versioned: true, since_version: String(since) }),
   windowMs: start.windowSeconds * 1000,
   encodeIndexRequest: () => inference.RepositoryIndex.requestSerialize({ repository_name: '', ready: true }),
+  // Every model's weight bytes, read with the index (the homes are bounded by them): from the
+  // node's snapshot, no window.
+  encodeBytesRequest: () => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: 0, fresh: false, active_only: false, versioned: false }),
   decodeIndex: (bytes) => inference.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
   encodePrefetch: (model) => control.PrefetchModel.requestSerialize({ name: model }),
   reportMaxAgeMs: start.reportMaxAgeMs,

@@ -535,7 +535,22 @@ test('a model that moved stays where it went for minMoveChecks unless far past i
   t.true(count(pinned) < count(free));
 });
 
-test('placing the models that run enough, and those placed off their ranking\'s first node now or at the last check or new to the catalog, routes every idle and barely running model as a gateway placing them all does', async (t) => {
+/**
+ * Each model's weight bytes, 1 to 40 MB, as nodes read them with their index (FleetMember's
+ * modelBytes): with them, the homes are bounded (routing/fleet-homes.ts).
+ * @param {readonly string[]} models
+ */
+const bytesOf = (models, seed = 5) => {
+  const next = random(seed);
+  return new Map(models.map((m) => [m, Math.round(MB * Math.exp(next() * Math.log(40)))]));
+};
+
+/**
+ * A gateway placing only what could have moved routes every idle and barely running model as one
+ * placing them all: with hashed homes, or (`withBytes`) homes bounded by bytes the nodes read.
+ * @param {import('ava').ExecutionContext} t @param {boolean} withBytes
+ */
+async function incrementalAsFresh(t, withBytes) {
   const nodes = Array.from({ length: 8 }, (_, i) => member(`10.0.0.${i + 1}:8001`, CATALOG));
   const r = routes();
   const next = random(11);
@@ -545,8 +560,11 @@ test('placing the models that run enough, and those placed off their ranking\'s 
     // A model leaves every node's repository at check 10, a new one joins at check 20.
     if (check === 10) catalog = CATALOG.slice(1);
     if (check === 20) catalog = [...catalog, 'new-model'];
+    // The bytes read anew with each index (check 10, 20), and once more at check 25 with other sizes.
+    const modelBytes = withBytes ? bytesOf(catalog, check >= 25 ? 6 : 5) : undefined;
     for (const n of nodes) {
       n.models = catalog;
+      if (check === 0 || check === 10 || check === 20 || check === 25) Object.assign(n, { modelBytes });
       n.load.clear();
     }
     // A random third of the catalog runs (where it is routed, or on another node it then moves to),
@@ -585,6 +603,38 @@ test('placing the models that run enough, and those placed off their ranking\'s 
   t.true(r.routes.has('new-model'));
   t.true(idleChecked > 300 && barelyChecked > 300, `${idleChecked} idle and ${barelyChecked} barely running routes compared`);
   t.true(movedBack > 50, `${movedBack} of them went back to their ranking's first node from where they had run`);
+}
+
+test('placing the models that run enough, and those placed off their ranking\'s first node now or at the last check or new to the catalog, routes every idle and barely running model as a gateway placing them all does', (t) => incrementalAsFresh(t, false));
+
+test('the same with homes bounded by the bytes the nodes read with their index, read anew as the catalog and the bytes change', (t) => incrementalAsFresh(t, true));
+
+test('with the models\' bytes read, every idle model goes to its bounded home: no node the home of more than its share of the bytes, where hashing alone made one', (t) => {
+  const catalog = Array.from({ length: 400 }, (_, i) => `m${String(i).padStart(3, '0')}`);
+  const modelBytes = bytesOf(catalog, 9);
+  const nodes = Array.from({ length: 8 }, (_, i) => Object.assign(member(`10.0.0.${i + 1}:8001`, catalog), { modelBytes }));
+  const total = [...modelBytes.values()].reduce((a, b) => a + b, 0);
+  /** Each node's bytes of the idle models routed to it, over its share. */
+  const homeShares = (/** @type {FleetRoutes} */ r) => {
+    const per = new Map(nodes.map((n) => [n.address, 0]));
+    for (const m of catalog) {
+      const on = r.routes.get(m);
+      t.is(on?.length, 1, `${m}: one node`);
+      per.set(on[0], per.get(on[0]) + modelBytes.get(m));
+    }
+    return [...per.values()].map((b) => b / (total / nodes.length));
+  };
+  const hashed = routes();
+  hashed.update(nodes.map((n) => ({ ...n, modelBytes: undefined, get report() { return n.report; }, get lastReport() { return n.lastReport; } })));
+  t.true(Math.max(...homeShares(hashed)) > 1.1, 'hashing alone: a node past its share (the case this is for)');
+  const bounded = routes();
+  bounded.update(nodes);
+  const shares = homeShares(bounded);
+  t.true(Math.max(...shares) <= 1.02 + 1e-9, `bounded: ${shares.map((x) => x.toFixed(2)).join(' ')}`);
+  // The same reports at a second gateway: the same homes.
+  const other = routes();
+  other.update([...nodes].reverse());
+  for (const m of catalog) t.deepEqual(other.routes.get(m), bounded.routes.get(m));
 });
 
 test('models running too little to be placed one by one are still shed from a node past its bound, and go back to their ranking\'s first node once idle', async (t) => {

@@ -326,3 +326,60 @@ test('a node whose health probe answers late once stays up; late twice in a row,
   await remote.probe(1000);
   t.false(remote.up, 'a refused connection: down at once');
 });
+
+test('the index read brings every model\'s weight bytes (a full status answer, no window); nodes of one digest share one read; a failed bytes read keeps the list it had and reads again at the next check', async (t) => {
+  let indexReads = 0;
+  let bytesReads = 0;
+  let failBytes = false;
+  const server = new grpc.Server();
+  server.addService(inference, {
+    RepositoryIndex: (/** @type {any} */ _call, /** @type {grpc.sendUnaryData<any>} */ done) => {
+      indexReads++;
+      done(null, { models: ['a', 'b', 'c'].map((name) => ({ name, version: '', state: 'READY', reason: '' })) });
+    },
+  });
+  server.addService(control, {
+    ModelControlStatus: (/** @type {any} */ call, /** @type {grpc.sendUnaryData<any>} */ done) => {
+      if (call.request.active_only) return done(null, answer({ version: 1, load: 0.5 }));
+      bytesReads++;
+      t.is(call.request.window_seconds, 0, 'the bytes read asks for no window');
+      if (failBytes) return done({ code: grpc.status.UNAVAILABLE, details: 'bytes read refused' });
+      done(null, { ...answer({ version: 0 }), models: [['a', 100], ['b', 200], ['c', 300]].map(([name, b]) => ({ name, state: 'READY', weight_bytes: String(b) })) });
+    },
+  });
+  const address = await listen(t, server);
+  const options = {
+    ...statusOptions,
+    encodeBytesRequest: () => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: 0, active_only: false }),
+    decodeIndex: (/** @type {Buffer} */ b) => /** @type {any} */ (inference.RepositoryIndex.responseDeserialize(b)),
+    indexLists: new Map(),
+  };
+  const [first, second] = [new NodeStatus(address, options), new NodeStatus(address, options)];
+  for (const n of [first, second]) {
+    t.teardown(() => n.close());
+    n.up = true;
+    await n.readStatus(5_000);
+  }
+  t.true(await first.readIndexIfChanged(5_000));
+  t.deepEqual(first.models, ['a', 'b', 'c']);
+  t.deepEqual([...(first.modelBytes ?? [])], [['a', 100], ['b', 200], ['c', 300]]);
+  t.true(await second.readIndexIfChanged(5_000), 'the second node of digest d1: the shared list');
+  t.is(second.modelBytes, first.modelBytes, 'one map for the nodes of one repository');
+  t.is(indexReads, 1);
+  t.is(bytesReads, 1);
+  t.false(await first.readIndexIfChanged(5_000), 'the same digest: nothing read');
+  t.is(indexReads, 1);
+
+  // A node of no shared list whose bytes cannot be read: its list is not taken without them.
+  failBytes = true;
+  const third = new NodeStatus(address, { ...options, indexLists: new Map() });
+  t.teardown(() => third.close());
+  third.up = true;
+  await third.readStatus(5_000);
+  t.false(await third.readIndexIfChanged(5_000));
+  t.deepEqual(third.models, []);
+  t.is(third.modelBytes, undefined);
+  failBytes = false;
+  t.true(await third.readIndexIfChanged(5_000), 'read again at the next check');
+  t.is(third.modelBytes?.get('b'), 200);
+});
