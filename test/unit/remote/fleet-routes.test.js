@@ -618,9 +618,9 @@ test('with the models\' bytes read, every idle model goes to its bounded home: n
   const homeShares = (/** @type {FleetRoutes} */ r) => {
     const per = new Map(nodes.map((n) => [n.address, 0]));
     for (const m of catalog) {
-      const on = r.routes.get(m);
-      t.is(on?.length, 1, `${m}: one node`);
-      per.set(on[0], per.get(on[0]) + modelBytes.get(m));
+      const on = r.routes.get(m) ?? [];
+      t.is(on.length, 1, `${m}: one node`);
+      per.set(on[0], (per.get(on[0]) ?? 0) + (modelBytes.get(m) ?? 0));
     }
     return [...per.values()].map((b) => b / (total / nodes.length));
   };

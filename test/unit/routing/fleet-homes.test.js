@@ -11,30 +11,44 @@ const GB = 1e9;
 /** @param {number} n @param {(i: number) => number} [budget] */
 const fleet = (n, budget = () => 20 * GB) => Array.from({ length: n }, (_, i) => ({ id: `node-${String(i).padStart(2, '0')}`, budgetBytes: budget(i) }));
 
-/** A sorted catalog of `count` models of 20 to 400 MB (log-uniform), as a gateway reads it. */
+/**
+ * A sorted catalog of `count` models of 20 to 400 MB (log-uniform), as a gateway reads it.
+ * @param {number} count
+ * @returns {{ names: string[], bytes: Map<string, number> }}
+ */
 function catalogOf(count, seed = 7) {
   const next = random(seed);
   const names = Array.from({ length: count }, (_, k) => `m${String(k).padStart(5, '0')}`);
   return { names, bytes: new Map(names.map((name) => [name, Math.round(20e6 * Math.exp(next() * Math.log(20)))])) };
 }
 
-/** Each node's homes: bytes and count, by `rankings.first`. */
-function homesOf(/** @type {Rankings} */ rankings, /** @type {{ names: string[], bytes: Map<string, number> }} */ catalog) {
-  /** @type {Map<string, { bytes: number, count: number }>} */
-  const per = new Map(rankings.nodes.map((n) => [n.id, { bytes: 0, count: 0 }]));
+/** @typedef {{ names: string[], bytes: Map<string, number> }} Catalog */
+
+/**
+ * Each node's homes: bytes and count, by `rankings.first`.
+ * @param {Rankings} rankings @param {Catalog} catalog
+ * @returns {Record<string, { bytes: number, count: number }>}
+ */
+function homesOf(rankings, catalog) {
+  /** @type {Record<string, { bytes: number, count: number }>} */
+  const per = Object.fromEntries(rankings.nodes.map((n) => [n.id, { bytes: 0, count: 0 }]));
   for (const name of catalog.names) {
-    const home = per.get(rankings.first(name).id);
+    const home = per[rankings.first(name).id];
     home.bytes += catalog.bytes.get(name) ?? 0;
     home.count++;
   }
   return per;
 }
 
-/** Each node's share of the catalog by its budget: bytes and count. */
-function sharesOf(/** @type {{ id: string, budgetBytes: number }[]} */ nodes, catalog) {
-  const total = catalog.names.reduce((s, n) => s + catalog.bytes.get(n), 0);
+/**
+ * Each node's share of the catalog by its budget: bytes and count.
+ * @param {{ id: string, budgetBytes: number }[]} nodes @param {Catalog} catalog
+ * @returns {Record<string, { bytes: number, count: number }>}
+ */
+function sharesOf(nodes, catalog) {
+  const total = catalog.names.reduce((s, n) => s + (catalog.bytes.get(n) ?? 0), 0);
   const budgets = nodes.reduce((s, n) => s + n.budgetBytes, 0);
-  return new Map(nodes.map((n) => [n.id, { bytes: total * (n.budgetBytes / budgets), count: catalog.names.length * (n.budgetBytes / budgets) }]));
+  return Object.fromEntries(nodes.map((n) => [n.id, { bytes: total * (n.budgetBytes / budgets), count: catalog.names.length * (n.budgetBytes / budgets) }]));
 }
 
 test('bounded homes hold every node within its share of the catalog\'s bytes and count, where hashing alone does not; most models keep their hashed first node', (t) => {
@@ -43,14 +57,14 @@ test('bounded homes hold every node within its share of the catalog\'s bytes and
   const shares = sharesOf(nodes, catalog);
   const hashed = new Rankings(nodes);
   const hashedHomes = homesOf(hashed, catalog);
-  const worstHashed = Math.max(...[...hashedHomes].map(([id, h]) => h.bytes / shares.get(id).bytes));
+  const worstHashed = Math.max(...Object.entries(hashedHomes).map(([id, h]) => h.bytes / shares[id].bytes));
   t.true(worstHashed > 1 + HOME_BYTES_SLACK + 0.05, `hashing alone puts ${worstHashed.toFixed(2)}x a node's share of the bytes on it (the case the bound is for)`);
 
   const bounded = new Rankings(nodes);
   bounded.boundHomes(catalog);
-  for (const [id, h] of homesOf(bounded, catalog)) {
-    t.true(h.bytes <= (1 + HOME_BYTES_SLACK) * shares.get(id).bytes + 1, `${id}: ${(h.bytes / shares.get(id).bytes).toFixed(3)}x its share of the bytes`);
-    t.true(h.count <= (1 + HOME_COUNT_SLACK) * shares.get(id).count, `${id}: ${(h.count / shares.get(id).count).toFixed(3)}x its share of the models`);
+  for (const [id, h] of Object.entries(homesOf(bounded, catalog))) {
+    t.true(h.bytes <= (1 + HOME_BYTES_SLACK) * shares[id].bytes + 1, `${id}: ${(h.bytes / shares[id].bytes).toFixed(3)}x its share of the bytes`);
+    t.true(h.count <= (1 + HOME_COUNT_SLACK) * shares[id].count, `${id}: ${(h.count / shares[id].count).toFixed(3)}x its share of the models`);
   }
   const kept = catalog.names.filter((name) => bounded.first(name) === hashed.first(name)).length;
   t.true(kept / catalog.names.length > 0.75, `${kept} of ${catalog.names.length} models at their hashed first node`);
@@ -70,11 +84,11 @@ test('nodes with twice the budget are the homes of twice the bytes', (t) => {
   const rankings = new Rankings(nodes);
   rankings.boundHomes(catalog);
   const homes = homesOf(rankings, catalog);
-  for (const [id, h] of homes) {
-    const ratio = h.bytes / shares.get(id).bytes;
+  for (const [id, h] of Object.entries(homes)) {
+    const ratio = h.bytes / shares[id].bytes;
     t.true(ratio <= 1 + HOME_BYTES_SLACK + 1e-9 && ratio > 0.8, `${id}: ${ratio.toFixed(3)}x its share of the bytes`);
   }
-  t.true(homes.get('node-00').bytes > 1.7 * homes.get('node-10').bytes);
+  t.true(homes['node-00'].bytes > 1.7 * homes['node-10'].bytes);
 });
 
 test('every gateway finds the same homes whatever order the nodes come in; with no bytes known, the count alone bounds them', (t) => {
@@ -90,7 +104,7 @@ test('every gateway finds the same homes whatever order the nodes come in; with 
   const c = new Rankings(nodes);
   c.boundHomes(unknown);
   const mean = catalog.names.length / nodes.length;
-  for (const [id, h] of homesOf(c, unknown)) t.true(h.count <= (1 + HOME_COUNT_SLACK) * mean, `${id}: ${h.count} models against a mean of ${mean}`);
+  for (const [id, h] of Object.entries(homesOf(c, unknown))) t.true(h.count <= (1 + HOME_COUNT_SLACK) * mean, `${id}: ${h.count} models against a mean of ${mean}`);
 });
 
 test('a node leaving changes the homes of its own models and a few others; a model joining the catalog, a few', (t) => {
@@ -123,9 +137,9 @@ test('the rankings without the nodes given over to a model bound their homes too
   const shared = rankings.excluding(taken);
   const rest = nodes.filter((n) => !taken.has(n.id));
   const shares = sharesOf(rest, catalog);
-  for (const [id, h] of homesOf(shared, catalog)) {
+  for (const [id, h] of Object.entries(homesOf(shared, catalog))) {
     t.false(taken.has(id));
-    t.true(h.bytes <= (1 + HOME_BYTES_SLACK) * shares.get(id).bytes + 1, `${id}: ${(h.bytes / shares.get(id).bytes).toFixed(3)}x its share`);
+    t.true(h.bytes <= (1 + HOME_BYTES_SLACK) * shares[id].bytes + 1, `${id}: ${(h.bytes / shares[id].bytes).toFixed(3)}x its share`);
   }
   // Placement reads a model's home from both (an idle one from the whole fleet's, the home models
   // from the rest's): apart only where the home is on a node given over, or it flipped between them.
