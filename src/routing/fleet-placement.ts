@@ -316,11 +316,7 @@ export class Rankings {
   boundHomes(catalog: HomeCatalog, kept?: ReadonlyMap<string, FleetNode>): void {
     this.#homeCatalog = catalog;
     const scores = new Float64Array(this.#nodes.length);
-    this.#homes = boundedHomes(catalog, this.#nodes, this.#weights, (name) => {
-      const m = nameHash(name);
-      for (let i = 0; i < scores.length; i++) scores[i] = rendezvousScore(m, this.#hashes[i], this.#weights[i]);
-      return scores;
-    }, kept);
+    this.#homes = boundedHomes(catalog, this.#nodes, this.#weights, (name) => this.#scoresOf(name, scores), kept);
     this.#firsts.clear();
     this.#ranked.clear();
     this.#without = undefined;
@@ -331,11 +327,11 @@ export class Rankings {
     return this.#homeCatalog;
   }
 
-  /** The nodes' indexes in `model`'s hashed ranking, best first (ties by name). */
-  #hashOrder(model: string): number[] {
+  /** Each node's rendezvous score for `model`, written into `into` (one per node, in the nodes' order). */
+  #scoresOf(model: string, into: Float64Array): Float64Array {
     const m = nameHash(model);
-    const scores = this.#nodes.map((_, i) => rendezvousScore(m, this.#hashes[i], this.#weights[i]));
-    return this.#nodes.map((_, i) => i).sort((a, b) => scores[b] - scores[a] || (this.#nodes[a].id < this.#nodes[b].id ? -1 : 1));
+    for (let i = 0; i < into.length; i++) into[i] = rendezvousScore(m, this.#hashes[i], this.#weights[i]);
+    return into;
   }
 
   /** Whether `nodes` would rank every model as this does (the same ids and weights, in any order of equal ids). */
@@ -351,7 +347,10 @@ export class Rankings {
   of(model: string): readonly FleetNode[] {
     let ranked = this.#ranked.get(model);
     if (!ranked) {
-      const hashed = this.#hashOrder(model).map((i) => this.#nodes[i]);
+      const scores = this.#scoresOf(model, new Float64Array(this.#nodes.length));
+      const hashed = this.#nodes.map((_, i) => i)
+        .sort((a, b) => scores[b] - scores[a] || (this.#nodes[a].id < this.#nodes[b].id ? -1 : 1))
+        .map((i) => this.#nodes[i]);
       const home = this.#homes?.get(model);
       ranked = home && home !== hashed[0] ? [home, ...hashed.filter((n) => n !== home)] : hashed;
       this.#ranked.set(model, ranked);
