@@ -56,7 +56,7 @@
 // it ran most with how many nodes gateway 0 gives each (SIM_WINDOWS=node-08: that node too).
 // SIM_LOADS=1 prints each policy's weight loads per node over the run, and for pooled each node's
 // loads beside the bytes of the models whose home it is (the first node of their ranking) over its budget.
-// SIM_TRACE=m00012,m00345 prints each change of those models' placement at gateway 0, on stderr.
+// SIM_TRACE=m00012,m00345 prints each change of those models' placement at gateway 0 (SIM_TRACE_ALL=1: every gateway), on stderr.
 import { parseArgs } from 'node:util';
 import pino from 'pino';
 import { DEFAULT_FLEET_OPTIONS, Rankings } from '../dist/routing/fleet-placement.js';
@@ -261,6 +261,7 @@ class SimNode {
     this.compute = new Map(); // model index -> ms of device time, cumulative
     this.weightWaits = new Map(); // model index -> ms its batches waited for its weights (cold loads), cumulative
     this.rows = new Map(); // model index -> rows answered, cumulative
+    this.refusedRows = new Map(); // model index -> rows refused with the queue full, cumulative
     this.largest = new Map(); // model index -> the largest batch it ran (what its learned costs know)
     this.smallest = new Map(); // model index -> the smallest: two sizes learned give its cost line
     this.windows = new LoadWindows(); // what the node reports: loads and residency over windows
@@ -414,7 +415,7 @@ async function simulate(policy, decodeMsPerModel) {
   };
   const countersOf = (n) => () => {
     const now = new Map();
-    const reading = (m, residentBytes) => ({ computeSeconds: (n.compute.get(m) ?? 0) / 1000, residentBytes, rows: n.rows.get(m) ?? 0, queued: n.queues.get(m)?.length ?? 0, capacity: capacityOf(n, m), weightLoadSeconds: (n.weightWaits.get(m) ?? 0) / 1000 });
+    const reading = (m, residentBytes) => ({ computeSeconds: (n.compute.get(m) ?? 0) / 1000, residentBytes, rows: n.rows.get(m) ?? 0, queued: n.queues.get(m)?.length ?? 0, refused: n.refusedRows.get(m) ?? 0, capacity: capacityOf(n, m), weightLoadSeconds: (n.weightWaits.get(m) ?? 0) / 1000 });
     for (const m of n.compute.keys()) now.set(m, reading(m, 0));
     for (const [m, bytes] of n.resident) now.set(m, reading(m, bytes));
     return now;
@@ -533,10 +534,10 @@ async function simulate(policy, decodeMsPerModel) {
       const given = [...gw.routes.placement.givenOver].map((name) => `${name} on ${gw.routes.placement.nodes.get(name).length}`).join(', ') || 'none';
       console.error(`${(t / 1000).toFixed(1)} s: given over ${given}; the most popular model read at ${read.reduce((sum, r) => sum + r.windowRate, 0).toFixed(0)} requests/s against ${Math.max(0, ...read.map((r) => r.windowCapacity)).toFixed(0)} a device; ${gw.routes.moves - movesBefore} moves`);
     }
-    if (process.env.SIM_TRACE && gw.g === 0) {
+    if (process.env.SIM_TRACE && (gw.g === 0 || process.env.SIM_TRACE_ALL)) {
       for (const name of process.env.SIM_TRACE.split(',')) {
         const a = (before?.nodes.get(name) ?? []).join(','), b = (gw.routes.placement.nodes.get(name) ?? []).join(',');
-        if (a !== b) console.error(`${(t / 1000).toFixed(1)} s TRACE ${name} ${a} -> ${b} heavy ${gw.routes.placement.heavy.has(name)}`);
+        if (a !== b) console.error(`${(t / 1000).toFixed(1)} s TRACE gw${gw.g} ${name} ${a} -> ${b} heavy ${gw.routes.placement.heavy.has(name)}`);
       }
     }
     if (gw.g === 0 && measuring(t)) {
@@ -690,6 +691,7 @@ async function simulate(policy, decodeMsPerModel) {
   const enqueue = (node, r, t) => {
     if (node.queued >= MAX_QUEUE) {
       if (measuring(t)) stats.refused++;
+      node.refusedRows.set(r.m, (node.refusedRows.get(r.m) ?? 0) + 1);
       return;
     }
     let q = node.queues.get(r.m);

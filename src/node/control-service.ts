@@ -130,12 +130,13 @@ async function modelControlStatus(ctx: ControlContext, state: StatusState, req: 
     const seen = instances.get(s.instance);
     if (seen) {
       seen.queuedAll += s.queued;
+      seen.refusedAll += s.refusedRows;
       seen.residentAll += resident;
       seen.sessionAll += s.sessionDeviceBytes ?? 0;
       seen.sessionBytesAll += s.sessionBytes;
       seen.sessions.push(`device ${s.device}: ${s.session}`);
       if (s.resident) seen.onDevices.push(s.device);
-    } else instances.set(s.instance, { ...s, queuedAll: s.queued, residentAll: resident, sessionAll: s.sessionDeviceBytes ?? 0, sessionBytesAll: s.sessionBytes, sessions: [`device ${s.device}: ${s.session}`], onDevices: s.resident ? [s.device] : [] });
+    } else instances.set(s.instance, { ...s, queuedAll: s.queued, refusedAll: s.refusedRows, residentAll: resident, sessionAll: s.sessionDeviceBytes ?? 0, sessionBytesAll: s.sessionBytes, sessions: [`device ${s.device}: ${s.session}`], onDevices: s.resident ? [s.device] : [] });
   }
   // Every model's counters go into a window, whichever model was asked for.
   const nowMs = Date.now();
@@ -169,7 +170,7 @@ async function modelControlStatus(ctx: ControlContext, state: StatusState, req: 
 }
 
 /** A model's devices' figures summed (Devices.status, one entry per device holding it). */
-type Instance = DeviceStatus & { queuedAll: number; residentAll: number; sessionAll: number; sessionBytesAll: number; sessions: string[]; onDevices: number[] };
+type Instance = DeviceStatus & { queuedAll: number; refusedAll: number; residentAll: number; sessionAll: number; sessionBytesAll: number; sessions: string[]; onDevices: number[] };
 
 /** What ModelControlStatus keeps between calls: the load windows, the devices' snapshot, the versioned reports. */
 interface StatusState {
@@ -256,7 +257,7 @@ const MAX_VERSIONED_LENGTHS = 4;
 /** Every model's counters now, for a window (load-windows.ts): `instances` are its devices' figures summed. */
 function readings(
   records: readonly { name: string; instance?: string | null }[],
-  instances: ReadonlyMap<string, { residentAll: number; queuedAll: number; costs: { batchSize: number; ms: number }[]; maxBatchRows: number }>,
+  instances: ReadonlyMap<string, { residentAll: number; queuedAll: number; refusedAll: number; costs: { batchSize: number; ms: number }[]; maxBatchRows: number }>,
   statistics: Statistics,
   weightTraffic: (model: string) => WeightTraffic,
 ): Map<string, ModelReading> {
@@ -267,6 +268,7 @@ function readings(
       residentBytes: s?.residentAll ?? 0,
       rows: statistics.rowsExecuted(r.name),
       queued: s?.queuedAll ?? 0,
+      refused: s?.refusedAll ?? 0,
       // Rows a second one device answers of it at full batches: its learned costs taken to its largest batch.
       capacity: s ? fullBatchRate(s.costs, s.maxBatchRows) : 0,
       weightLoadSeconds: weightTraffic(r.name).loadSeconds,

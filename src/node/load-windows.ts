@@ -21,6 +21,8 @@ export interface ModelReading {
   rows?: number;
   /** Requests waiting in its device queues now (absent: 0). */
   queued?: number;
+  /** Rows refused so far because its device queues were full (a counter; absent: 0). */
+  refused?: number;
   /** Rows per second one device answers of it at full batches, from its learned costs now (absent: 0). */
   capacity?: number;
   /** Seconds its batches waited for its weights to come onto a device so far (a counter; absent: 0). */
@@ -35,9 +37,13 @@ export interface WindowReport {
   residentBytes: number;
   /**
    * Requests per second that came for it over the window: the rows its executions answered, plus
-   * what its queues grew by (0 for the first window read). Not what was answered alone: a model
-   * whose nodes fall behind answers less than it is asked, and a rate read from answers would give
-   * it fewer nodes the further behind they fell.
+   * what its queues grew by and what its full queues refused (0 for the first window read). Not
+   * what was answered alone: a model whose nodes fall behind answers less than it is asked, and a
+   * rate read from answers would give it fewer nodes the further behind they fell. Nor without the
+   * refusals: a queue at its cap grows no more, and a model whose popularity jumped past its one
+   * node read as that node's capacity, gaining nodes a few at a time while its requests were
+   * refused (bench/fleet-sim.js --hot 10 with popularity drifting: ~124,000 refused over 8 s). A
+   * request refused here and retried on another holder counts on both: only while nodes refuse.
    */
   rate: number;
   /** Its capacity (ModelReading's) as the window ended. */
@@ -81,7 +87,7 @@ export class LoadWindows {
       // A counter that went back (the model's statistics began again) gives nothing, never a negative figure.
       const perSecond = (now: number, then: number) => (seconds > 0 && now >= then ? (now - then) / seconds : 0);
       const load = perSecond(now.computeSeconds, before?.computeSeconds ?? 0);
-      const rate = perSecond((now.rows ?? 0) + (now.queued ?? 0), (before?.rows ?? 0) + (before?.queued ?? 0));
+      const rate = perSecond((now.rows ?? 0) + (now.queued ?? 0) + (now.refused ?? 0), (before?.rows ?? 0) + (before?.queued ?? 0) + (before?.refused ?? 0));
       const weightLoad = perSecond(now.weightLoadSeconds ?? 0, before?.weightLoadSeconds ?? 0);
       published.set(model, { load, residentBytes: now.residentBytes, rate, capacity: now.capacity ?? 0, weightLoad });
     }

@@ -202,3 +202,18 @@ export function carriesItsParts(m: ReportedModel, nodes: readonly string[], shar
   const total = shares ? shares.reduce((a, b) => a + b, 0) : nodes.length;
   return nodes.every((id, i) => loadOn(m, id) >= least * m.load * (shares ? shares[i] : 1) / total);
 }
+
+/**
+ * Whether `m` ran over the window on a node not of `nodes` with at least `least` of a part of its
+ * load (the even split over `nodes`): another gateway places it there. Loads alone do not show it
+ * where its nodes are saturated: every node then reads busy, its own ones and the others' alike
+ * (bench/fleet-sim.js --hot 10 with popularity drifting: three gateways gave the new hot model 12
+ * nodes each, 16 between them, and held them apart for good, each node reading 1.0).
+ */
+export function runsElsewhere(m: ReportedModel, nodes: readonly string[], least: number): boolean {
+  const serving = m.serving;
+  if (!serving || serving.length === 0) return false;
+  const part = least * m.load / nodes.length;
+  for (let i = 0; i < serving.length; i++) if (!nodes.includes(serving[i]) && m.servingLoad![i] >= part) return true;
+  return false;
+}

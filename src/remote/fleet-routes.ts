@@ -30,7 +30,7 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import { needsOwnNodes, placeFleet, Rankings, type FleetNode, type FleetOptions, type FleetPlacement, type HomeModels } from '../routing/fleet-placement.js';
 import { FleetCatalog } from './fleet-catalog.js';
 import { splitShares, type SplitModel } from '../routing/fleet-shares.js';
-import { carriesItsParts, FleetReports, mostLoadFirst, type ReportedModel } from './fleet-reports.js';
+import { carriesItsParts, FleetReports, mostLoadFirst, runsElsewhere, type ReportedModel } from './fleet-reports.js';
 import { PlacedRoutes } from './placed-routes.js';
 import type { NodeReport } from './status-report.js';
 
@@ -521,7 +521,9 @@ export class FleetRoutes {
    *   where its requests are split by shares, else the even split). A gateway that placed it apart
    *   from the others sees its nodes carry only its own part of the traffic, and follows the
    *   reports: where most of it runs (placement reads `serving` most load first), its replicas
-   *   counted from those it gave it (`placedReplicas`).
+   *   counted from those it gave it (`placedReplicas`);
+   * - while no other node runs as much as HOLD_SHARE of such a part of its load: a node runs it that
+   *   this gateway does not send it to, so another gateway places it there, and both follow the reports.
    * A model that lost a node keeps the rest (or, none left, goes to the first of its ranking).
    * A node joining takes its share as rendezvous hashing gives it: at the check that first sees it,
    * the models it now ranks first for are placed from the reports (where they run or are resident,
@@ -555,7 +557,7 @@ export class FleetRoutes {
     m.placedReplicas = was.nodes.length;
     const routed = this.#routes.routes.get(m.name);
     const shares = routed && sameNodes(routed, was.nodes) ? this.#routes.sharesOf(m.name) : undefined;
-    return carriesItsParts(m, was.nodes, shares, HOLD_SHARE) ? was.nodes : null;
+    return carriesItsParts(m, was.nodes, shares, HOLD_SHARE) && !runsElsewhere(m, was.nodes, HOLD_SHARE) ? was.nodes : null;
   }
 
   /** Route `model` to `target`, once the nodes gaining it hold its weights; true when it gains a node now. */

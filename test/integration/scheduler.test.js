@@ -153,9 +153,17 @@ test.serial('a request whose deadline passes while it is queued never runs', asy
   t.is(Number(after.inference_stats.fail.count) - Number(before.inference_stats.fail.count), 1);
 });
 
-test.serial('a full queue answers RESOURCE_EXHAUSTED naming the model and the cap, and the rest are served', async (t) => {
+test.serial('a full queue answers RESOURCE_EXHAUSTED naming the model and the cap, and the rest are served; the window\'s rate counts what it refused', async (t) => {
   const server = await serve({ max_queue_depth: 1 });
   const { client } = server;
+  const control = new ControlClient(server.address);
+  t.teardown(() => control.close());
+  // A window of convnet's counters opened before the burst, read again after it (the node's reads lie between each call's ends).
+  const WINDOW_S = 0.3;
+  const windowed = async () => /** @type {import('../../dist/client/control.js').ModelControlStatus} */ ((await control.call('ModelControlStatus', { name: 'convnet', window_seconds: WINDOW_S, fresh: true })).models[0]);
+  const opening = [performance.now()];
+  await windowed();
+  opening.push(performance.now());
   // A 32-row request keeps the device busy while ten single requests arrive behind it.
   const results = await Promise.allSettled([
     client.infer('convnet', [image(0, 0, 32)]),
@@ -168,6 +176,14 @@ test.serial('a full queue answers RESOURCE_EXHAUSTED naming the model and the ca
     t.is(r.reason.code, status.RESOURCE_EXHAUSTED);
     t.regex(r.reason.details, /model "convnet" already has 1 requests queued \(scheduler\.max_queue_depth\)/);
   }
+  // Into the next window: its rate is every row that came, 42, the refused included (answers alone: 42 less those).
+  await new Promise((resolve) => setTimeout(resolve, WINDOW_S * 1000 + 50 - (Date.now() % (WINDOW_S * 1000))));
+  const closing = [performance.now()];
+  const w = await windowed();
+  closing.push(performance.now());
+  const [shortest, longest] = [(closing[0] - opening[1]) / 1000, (closing[1] - opening[0]) / 1000];
+  t.true(w.window_rate * longest >= 42 - 1e-6 && w.window_rate * shortest <= 42 + 1e-6,
+    `${w.window_rate} rows a second over ${shortest.toFixed(3)}-${longest.toFixed(3)} s: 42 rows came, ${rejected.length} refused`);
   const { outputs } = await client.infer('convnet', [image(2, 0, 1)]);
   t.deepEqual(outputs[0].shape, [1, 10]);
 });

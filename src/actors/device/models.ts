@@ -266,6 +266,7 @@ export class DeviceModels {
       instance,
       model: m.spec.name,
       queued: this.#scheduler.queuedFor(instance),
+      refusedRows: this.#scheduler.refusedRowsFor(instance),
       costs: this.#costs.snapshot(instance),
       ...this.#scheduler.policyOf(instance)!,
       residency: cache?.residencyOf(instance) ?? 'device',

@@ -150,6 +150,11 @@ export class Scheduler<T extends Queued> {
   #virtualMs = 0;
   #picks = 0;
   #queued = 0;
+  /**
+   * Rows refused because their model's queue was full, per model (counters, kept when a model
+   * leaves: a node's rate of a model counts them, load-windows.ts).
+   */
+  readonly #refusedRows = new Map<T['instance'], number>();
   /** Recent device time per priority level (decayed), and when it was last decayed. */
   readonly #levelMs = new Map<number, number>();
   #levelsAtMs = 0;
@@ -167,6 +172,11 @@ export class Scheduler<T extends Queued> {
 
   queuedFor(model: T['instance']): number {
     return this.#queues.get(model)?.requests.length ?? 0;
+  }
+
+  /** Rows of `model`'s refused so far because its queue was full (a counter). */
+  refusedRowsFor(model: T['instance']): number {
+    return this.#refusedRows.get(model) ?? 0;
   }
 
   policyOf(model: T['instance']): QueuePolicy | undefined {
@@ -202,7 +212,10 @@ export class Scheduler<T extends Queued> {
   enqueue(request: T): void {
     const q = this.#queues.get(request.instance);
     if (!q) throw errors.modelNotReady(request.instance, 'UNAVAILABLE', 'not loaded on this device');
-    if (q.requests.length >= this.#options.maxQueueDepth) throw errors.queueFull(request.instance, this.#options.maxQueueDepth);
+    if (q.requests.length >= this.#options.maxQueueDepth) {
+      this.#refusedRows.set(request.instance, (this.#refusedRows.get(request.instance) ?? 0) + request.rows);
+      throw errors.queueFull(request.instance, this.#options.maxQueueDepth);
+    }
     const levels = this.#options.priorityLevels ?? 1;
     if (request.priority !== undefined && request.priority > levels) {
       throw errors.invalidRequest(`priority ${request.priority} is above this server's ${levels} priority level${levels === 1 ? '' : 's'} (scheduler.priority_levels): give 1 (the highest) to ${levels}, or 0 for the model's default`);

@@ -207,6 +207,8 @@ export interface InstanceStatus {
   instance: InstanceKey;
   model: string;
   queued: number;
+  /** Rows refused so far because its queue here was full (a counter): demand its queue could not show. */
+  refusedRows: number;
   /** Learned cost per executed batch size. */
   costs: { batchSize: number; ms: number }[];
   weight: number;

@@ -64,6 +64,19 @@ test('a window\'s rate is the rows answered plus what the queue grew by; its cap
   t.is(w.read(2, 16_000, () => now).get('hot')?.rate, 0);
 });
 
+test('a window\'s rate counts the rows a full queue refused: a queue at its cap grows no more', (t) => {
+  const w = new LoadWindows();
+  /** @type {Map<string, import('../../../dist/node/load-windows.js').ModelReading>} */
+  let now = new Map([['jumped', { computeSeconds: 0, residentBytes: 1, rows: 0, queued: 2000, refused: 0, capacity: 2500 }]]);
+  w.read(2, 10_000, () => now);
+  // 2 s at the cap: 5,000 rows answered, the queue as long, 40,000 refused: 22,500 a second came, not 2,500.
+  now = new Map([['jumped', { computeSeconds: 2, residentBytes: 1, rows: 5000, queued: 2000, refused: 40_000, capacity: 2500 }]]);
+  t.is(w.read(2, 12_000, () => now).get('jumped')?.rate, 22_500);
+  // Without refusals (a node before them reports none): what was answered.
+  now = new Map([['jumped', { computeSeconds: 4, residentBytes: 1, rows: 10_000, queued: 2000, refused: 40_000, capacity: 2500 }]]);
+  t.is(w.read(2, 14_000, () => now).get('jumped')?.rate, 2500);
+});
+
 test('a window\'s weight load is the seconds its batches waited for its weights, per second of the window', (t) => {
   const w = new LoadWindows();
   /** @type {Map<string, import('../../../dist/node/load-windows.js').ModelReading>} */

@@ -391,6 +391,38 @@ test('a model given nodes of its own keeps them while its reports lag the switch
   t.false(r.placement?.givenOver.has(hot), 'given back once the reports say so past the lag');
 });
 
+test('a model saturating its nodes, another gateway sending it to two more: it follows the reports, though each of its own nodes reads busy', async (t) => {
+  const nodes = Array.from({ length: 8 }, (_, i) => member(`10.0.0.${i + 1}:8001`, CATALOG));
+  for (const n of nodes) for (const m of CATALOG) n.resident.add(m);
+  const hot = CATALOG[3];
+  const before = routes();
+  before.update(nodes);
+  const ranked = /** @type {NonNullable<typeof before.placement>} */ (before.placement).shared.of(hot).map((n) => n.id);
+  /** The hot model runs on `on` only, each node busy all the window: 8,000 requests a second, 2,667 a device at full batches. */
+  const runOn = (/** @type {string[]} */ on) => {
+    for (const n of nodes) {
+      const runs = on.includes(n.address);
+      n.load.set(hot, runs ? 1 : 0);
+      n.rate.set(hot, runs ? 8000 / on.length : 0);
+      n.capacity.set(hot, runs ? 2667 : 0);
+    }
+  };
+  const r = routes();
+  runOn(ranked.slice(2, 6));
+  r.update(nodes);
+  t.deepEqual([...(r.placement?.nodes.get(hot) ?? [])].sort(), ranked.slice(2, 6).sort(), 'where it runs: 3 devices, 4 nodes of its own');
+  // Another gateway also sends it to the first two nodes of its ranking: six nodes run it, each busy,
+  // so each of this gateway's four carries more than its part, and loads alone say nothing is amiss.
+  runOn(ranked.slice(0, 6));
+  const fresh = routes();
+  fresh.update(nodes);
+  const together = fresh.placement?.nodes.get(hot);
+  t.is(together?.length, 4);
+  t.true(together?.includes(ranked[0]), 'placed from these reports: the first four of its ranking among the six');
+  for (let k = 0; k < 4; k++) r.update(nodes);
+  t.deepEqual(r.placement?.nodes.get(hot), together, 'the gateway that placed it apart places it as the reports say, as the other would');
+});
+
 test('with a model given nodes of its own, every other model goes home among the rest, idle or barely running: none goes back and forth', async (t) => {
   const nodes = Array.from({ length: 8 }, (_, i) => member(`10.0.0.${i + 1}:8001`, CATALOG));
   const r = routes();
