@@ -151,8 +151,8 @@ export class Scheduler<T extends Queued> {
   #picks = 0;
   #queued = 0;
   /**
-   * Rows refused because their model's queue was full, per model (counters, kept when a model
-   * leaves: a node's rate of a model counts them, load-windows.ts).
+   * Rows refused because their model's queue was full, per model (counters: a node's rate of a
+   * model counts them, load-windows.ts), until the model leaves: a load again is another instance.
    */
   readonly #refusedRows = new Map<T['instance'], number>();
   /** Recent device time per priority level (decayed), and when it was last decayed. */
@@ -203,6 +203,7 @@ export class Scheduler<T extends Queued> {
   removeModel(model: T['instance']): T[] {
     const q = this.#queues.get(model);
     this.#queues.delete(model);
+    this.#refusedRows.delete(model);
     this.#options.costs.forget(model);
     this.#queued -= q?.requests.length ?? 0;
     return q?.requests ?? [];

@@ -316,10 +316,14 @@ test('a full queue refuses with RESOURCE_EXHAUSTED naming the model and the cap;
   t.is(err.code, 'STOWAGE_QUEUE_FULL');
   t.is(err.status, 8);
   t.regex(err.message, /model "m" already has 2 requests queued \(scheduler\.max_queue_depth\)/);
+  stowageThrows(t, () => enqueue('m', { rows: 5 }));
+  t.is(scheduler.refusedRowsFor('m'), 6, 'the rows refused, counted');
   t.is(scheduler.cancel(first.id), first);
   t.is(scheduler.cancel(first.id), undefined);
   t.notThrows(() => enqueue('m'));
   t.is(stowageThrows(t, () => enqueue('unknown')).code, 'STOWAGE_MODEL_NOT_READY');
+  scheduler.removeModel('m');
+  t.is(scheduler.refusedRowsFor('m'), 0, 'forgotten with the model');
 });
 
 test('removing a model hands back its queued requests', (t) => {
