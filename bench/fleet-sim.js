@@ -43,6 +43,7 @@
 //     [--hot 10: the most popular model also gets 10 nodes' capacity of requests; "hot on" says on how many nodes it is]
 //     [--epsilon 0.1] [--stickiness 0.1] (gateway.scheduling.pooled's)
 //     [--hashed-homes: the nodes give no model bytes, so the homes are hashed, not bounded (routing/fleet-homes.ts)]
+//     [--charge-decode yes|no|MS: the status decode charged as measured here, not at all, or MS a model (a run repeatable exactly)]
 //
 // Seeds 1-3 were the ones placement's options were tuned on (2026-11-27); 11-13 were not.
 // Quiet moves and the worst quiet window are also given after the first minute (--seconds 180: the
@@ -102,6 +103,17 @@ const RATE = Number(args.rate);
 const GATEWAYS = Number(args.gateways);
 const SEEDS = args.seeds.split(',').map(Number);
 const HASHED_HOMES = args['hashed-homes'];
+/**
+ * --charge-decode as a number: that many ms a model charged per status answer, the same on every run
+ * and machine. Measured (yes), the charge follows this machine's speed at the moment, and the
+ * delay it adds to every check moves the whole run: one seed's worst window was 1.13 in three runs
+ * of one build and 1.18 in a fourth (2026-12-01).
+ */
+const DECODE_MS_PER_MODEL = /^[0-9.]+$/.test(args['charge-decode']) ? Number(args['charge-decode']) : undefined;
+if (DECODE_MS_PER_MODEL === undefined ? !['yes', 'no'].includes(args['charge-decode']) : !Number.isFinite(DECODE_MS_PER_MODEL)) {
+  console.error(`--charge-decode ${args['charge-decode']}: expected yes, no or a number of ms a model (0.0006, say)`);
+  process.exit(2);
+}
 const FLEET_OPTIONS = { ...DEFAULT_FLEET_OPTIONS, epsilon: Number(args.epsilon), stickiness: Number(args.stickiness) };
 let SEED = SEEDS[0];
 
@@ -1006,7 +1018,7 @@ for (const seed of SEEDS) {
   const decode = measureDecodeMs();
   for (const policy of args.policies.split(',')) {
     const t0 = performance.now();
-    const r = await simulate(policy, args['charge-decode'] === 'yes' ? decode.msPerModel : 0);
+    const r = await simulate(policy, DECODE_MS_PER_MODEL ?? (args['charge-decode'] === 'yes' ? decode.msPerModel : 0));
     r.seed = seed;
     r.fullDecodeMs = decode.fullMs;
     r.statusBytes = decode.bytes;
@@ -1039,6 +1051,6 @@ if (args.json) {
     if (!r.quietMoveKinds) continue;
     console.log(`seed ${r.seed} quiet moves by kind, share of the catalog a minute: ${Object.entries(r.quietMoveKinds).map(([k, v]) => `${k} ${pct(v)}`).join('; ')}${r.settledMovesPerMinute === null ? '' : `; after the first minute: all kinds ${pct(r.settledMovesPerMinute)}, the busiest node's worst quiet window ${r.worstSettledWindow?.toFixed(2)}`}`);
   }
-  console.log(`a node's full status answer: ${(results[0].statusBytes / 1e6).toFixed(2)} MB, decoded in ${results[0].fullDecodeMs.toFixed(1)} ms (x${NODES} nodes per check without active_only); failed or timed-out status reads: ${pct(results.find((r) => r.failedReads !== null)?.failedReads ?? null)}`);
+  console.log(`a node's full status answer: ${(results[0].statusBytes / 1e6).toFixed(2)} MB, decoded in ${results[0].fullDecodeMs.toFixed(1)} ms (x${NODES} nodes per check without active_only; charged ${DECODE_MS_PER_MODEL !== undefined ? `${DECODE_MS_PER_MODEL} ms a model as given` : args['charge-decode'] === 'yes' ? 'as measured' : 'nothing'}); failed or timed-out status reads: ${pct(results.find((r) => r.failedReads !== null)?.failedReads ?? null)}`);
   console.log(`(${((performance.now() - started) / 1000).toFixed(1)} s of wall time)`);
 }
