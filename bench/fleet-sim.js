@@ -109,11 +109,15 @@ const HASHED_HOMES = args['hashed-homes'];
  * delay it adds to every check moves the whole run: one seed's worst window was 1.13 in three runs
  * of one build and 1.18 in a fourth (2026-12-01).
  */
-const DECODE_MS_PER_MODEL = /^[0-9.]+$/.test(args['charge-decode']) ? Number(args['charge-decode']) : undefined;
-if (DECODE_MS_PER_MODEL === undefined ? !['yes', 'no'].includes(args['charge-decode']) : !Number.isFinite(DECODE_MS_PER_MODEL)) {
-  console.error(`--charge-decode ${args['charge-decode']}: expected yes, no or a number of ms a model (0.0006, say)`);
+const CHARGE = args['charge-decode'];
+const FIXED_DECODE_MS = /^[0-9]*\.?[0-9]+$/.test(CHARGE) ? Number(CHARGE) : undefined;
+if (FIXED_DECODE_MS === undefined && CHARGE !== 'yes' && CHARGE !== 'no') {
+  console.error(`--charge-decode ${CHARGE}: expected yes, no or a number of ms a model (0.0006, say)`);
   process.exit(2);
 }
+/** The decode charged a model, from this seed's measured decode. */
+const decodeCharge = (measured) => FIXED_DECODE_MS ?? (CHARGE === 'yes' ? measured.msPerModel : 0);
+const DECODE_CHARGE_SAID = FIXED_DECODE_MS !== undefined ? `${FIXED_DECODE_MS} ms a model as given` : CHARGE === 'yes' ? 'as measured' : 'nothing';
 const FLEET_OPTIONS = { ...DEFAULT_FLEET_OPTIONS, epsilon: Number(args.epsilon), stickiness: Number(args.stickiness) };
 let SEED = SEEDS[0];
 
@@ -1018,7 +1022,7 @@ for (const seed of SEEDS) {
   const decode = measureDecodeMs();
   for (const policy of args.policies.split(',')) {
     const t0 = performance.now();
-    const r = await simulate(policy, DECODE_MS_PER_MODEL ?? (args['charge-decode'] === 'yes' ? decode.msPerModel : 0));
+    const r = await simulate(policy, decodeCharge(decode));
     r.seed = seed;
     r.fullDecodeMs = decode.fullMs;
     r.statusBytes = decode.bytes;
@@ -1051,6 +1055,6 @@ if (args.json) {
     if (!r.quietMoveKinds) continue;
     console.log(`seed ${r.seed} quiet moves by kind, share of the catalog a minute: ${Object.entries(r.quietMoveKinds).map(([k, v]) => `${k} ${pct(v)}`).join('; ')}${r.settledMovesPerMinute === null ? '' : `; after the first minute: all kinds ${pct(r.settledMovesPerMinute)}, the busiest node's worst quiet window ${r.worstSettledWindow?.toFixed(2)}`}`);
   }
-  console.log(`a node's full status answer: ${(results[0].statusBytes / 1e6).toFixed(2)} MB, decoded in ${results[0].fullDecodeMs.toFixed(1)} ms (x${NODES} nodes per check without active_only; charged ${DECODE_MS_PER_MODEL !== undefined ? `${DECODE_MS_PER_MODEL} ms a model as given` : args['charge-decode'] === 'yes' ? 'as measured' : 'nothing'}); failed or timed-out status reads: ${pct(results.find((r) => r.failedReads !== null)?.failedReads ?? null)}`);
+  console.log(`a node's full status answer: ${(results[0].statusBytes / 1e6).toFixed(2)} MB, decoded in ${results[0].fullDecodeMs.toFixed(1)} ms (x${NODES} nodes per check without active_only; charged ${DECODE_CHARGE_SAID}); failed or timed-out status reads: ${pct(results.find((r) => r.failedReads !== null)?.failedReads ?? null)}`);
   console.log(`(${((performance.now() - started) / 1000).toFixed(1)} s of wall time)`);
 }
