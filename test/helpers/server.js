@@ -69,16 +69,18 @@ function testDefaults(config, dir) {
  * (chosen by the OS) and read from the log. Resolves to
  * { client, address, rest, adminPort, logs, waitForLog, child, stop }.
  * `nodeArgs` go to node before main.js (a test's --require preload, say); `main` is another
- * build's main.js (a benchmark comparing two builds).
+ * build's main.js (a benchmark comparing two builds); `wrapper`, a command that runs node and its
+ * arguments (a benchmark counting the server's instructions under valgrind).
  * @param {NodeFile} config
- * @param {{ env?: Record<string, string>, root?: string, until?: (entry: LogEntry) => boolean, nodeArgs?: string[], main?: string }} [options]
+ * @param {{ env?: Record<string, string>, root?: string, until?: (entry: LogEntry) => boolean, nodeArgs?: string[], main?: string, wrapper?: string[] }} [options]
  */
-export async function startServer(config, { env = {}, root, until = (entry) => entry.msg === 'serving', nodeArgs = [], main = MAIN } = {}) {
+export async function startServer(config, { env = {}, root, until = (entry) => entry.msg === 'serving', nodeArgs = [], main = MAIN, wrapper = [] } = {}) {
   const temp = root === undefined ? tempDir() : null;
   const dir = root ?? /** @type {TempDir} */ (temp).dir;
   const file = path.join(dir, 'node.yaml');
   writeFileSync(file, YAML.stringify(testDefaults(config, dir)));
-  const child = spawn(process.execPath, [...nodeArgs, main, file], {
+  const [command, ...args] = [...wrapper, process.execPath, ...nodeArgs, main, file];
+  const child = spawn(command, args, {
     env: { ...process.env, INFERENCE_SERVER_ENDPOINTS_GRPC_PORT: '0', INFERENCE_SERVER_ENDPOINTS_HTTP_PORT: '0', INFERENCE_SERVER_ENDPOINTS_ADMIN_PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -1,0 +1,218 @@
+// Instructions a request costs the server, counted by valgrind (callgrind), to compare two builds
+// where requests/s cannot: on this shared 2-core machine one point of bench/edges.js moved 10-30%
+// between runs (docs/performance.md), while a count of instructions does not depend on what else
+// the machine runs. Each build and edge_threads setting is one server under callgrind; every point
+// (protocol x payload, one request at a time) is warmed up, then counted `--reps` times: counters
+// zeroed, the point's requests sent, counters dumped, each thread's dump read.
+//
+// What is counted, per request, summed over the server's threads: *work*, every instruction outside
+// V8's garbage collector and its optimising compilers (the request path itself, grpc-js, HTTP/2,
+// ONNX Runtime, the copies); *gc*, the collector's, printed beside (it follows allocation, but
+// where it lands in a window of a few hundred requests is luck: ±10% between windows). The
+// compilers' are left out: tiering is warm-up, and runs on V8's own threads when it pleases. The
+// server's idle instructions (timers: ~0.5 M a second under valgrind) are measured once per server
+// and taken out of each window in proportion to its wall time. INSTRUCTIONS_THREADS=1 prints every
+// dump's threads (the main thread is 01).
+//
+// V8 tiers up 10x sooner than by default (--invocation-count-for-turbofan=300 and two more, below),
+// so that a warm-up of ~1,500 requests leaves a function's code as ~15,000 would: with the
+// defaults the device thread's count was still falling 2% a window after 6,500. With them, six
+// windows of 500 requests of one server read the main thread's work within ±0.6% and the device
+// thread's within ±0.3% (the 2026-12-02 trial). The figures are valgrind's world: every thread of
+// the server runs on one core in turn, about 50x slower, so concurrency other than 1 batches
+// differently than on a real machine; the default is 1.
+//
+//   npm run build && node bench/instructions.js [--baseline DIR] [--edges 0,2] [--protocols grpc,http]
+//                                               [--only 64B,600KiB,8MiB] [--reps 3] [--scale 1] [--concurrency 1]
+//
+// --baseline DIR: the same settings served by the build in DIR (another checkout of Stowage, built:
+// `git worktree add DIR REV && (cd DIR && npm ci)`), each row beside this build's with their ratio.
+// A build before STOWAGE_EDGE_START_TIMEOUT_MS (2026-12-02) gives its edge threads 30 s to start, too
+// short under valgrind: lengthen EDGE_START_TIMEOUT_MS in its dist/actors/edge/handle.js by hand.
+// Needs valgrind (Debian's package `valgrind`); every server runs at once (one core each while
+// they have work), a run of the defaults with a baseline takes ~25 minutes here.
+import { execFile, execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { parseArgs } from 'node:util';
+import { FIXTURES, makeRepository, startServer, tempDir } from '../test/helpers/server.js';
+import { mlpLayers, writeBundle } from '../test/helpers/mlp-catalog.js';
+
+const run = promisify(execFile);
+const { values: args } = parseArgs({
+  options: {
+    baseline: { type: 'string' },
+    edges: { type: 'string', default: '0,2' },
+    protocols: { type: 'string', default: 'grpc,http' },
+    only: { type: 'string', default: '64B,600KiB,8MiB' },
+    reps: { type: 'string', default: '3' },
+    scale: { type: 'string', default: '1' },
+    concurrency: { type: 'string', default: '1' },
+  },
+});
+try {
+  execFileSync('valgrind', ['--version'], { stdio: 'ignore' });
+} catch {
+  console.log('valgrind is missing: install Debian\'s package `valgrind` to count instructions');
+  process.exit(0);
+}
+if (args.baseline && !existsSync(path.resolve(args.baseline, 'dist', 'main.js'))) {
+  console.error(`--baseline ${args.baseline}: no built Stowage there (dist/main.js); run \`npm ci\` in it first`);
+  process.exit(2);
+}
+
+/** Requests a window counts and the warm-up before the first (both times --scale for the window). */
+const PAYLOADS = {
+  '64B': { model: 'p64', rows: 1, width: 16, requests: 300, warm: 1500 },
+  '600KiB': { model: 'echo', rows: 150, width: 1024, requests: 40, warm: 150 },
+  '8MiB': { model: 'echo', rows: 2048, width: 1024, requests: 6, warm: 20 },
+};
+const V8_FLAGS = ['--initial-old-space-size=128', '--invocation-count-for-turbofan=300', '--minimum-invocations-after-ic-update=50', '--invocation-count-for-maglev=40'];
+const payloads = args.only.split(',');
+for (const p of payloads) if (!PAYLOADS[p]) throw new Error(`--only ${p}: expected some of ${Object.keys(PAYLOADS).join(', ')}`);
+const protocols = args.protocols.split(',');
+const reps = Number(args.reps);
+const scale = Number(args.scale);
+const concurrency = Number(args.concurrency);
+const settings = args.edges.split(',').map(Number);
+
+const temp = tempDir('stowage-instructions-');
+const repo = makeRepository(temp.dir, { echo: path.join(FIXTURES, 'models', 'echo') });
+writeBundle(repo, 'p64', mlpLayers(1, [16, 16]));
+
+// The collector's and the optimising compilers' functions, by their symbols in node's binary.
+const GC = /v8::internal::(Heap|Scaveng|MarkCompact|MinorMarkSweep|MinorGC|ConcurrentMarking|IncrementalMarking|Marking|Sweep|Evacuat|PagedSpace|NewSpace|SemiSpace|YoungGeneration|RememberedSet|SlotSet|TypedSlot|ArrayBufferSweeper|GCTracer|LargeObjectSpace|MemoryReducer|MemoryAllocator|\w*Visitor|BodyDescriptor|HeapObject::SizeFromMap)|heap::base::|cppgc::|Visit\w*Pointers?\b/;
+const JIT = /v8::internal::(compiler::|maglev::|baseline::|Compiler::|OptimizingCompile|interpreter::BytecodeGenerator|Parser|Scanner|PreParser|Zone\b)/;
+
+/**
+ * One thread's dump read: its instructions in the collector, the compilers and the rest. Callgrind's
+ * format: `fn=` starts a function's lines (its name given once, then by number), a cost line is a
+ * position and a count, and the cost line after `calls=` is a call's inclusive cost (skipped: only
+ * each function's own instructions are summed, so nothing is counted twice).
+ */
+function readDump(file) {
+  const names = new Map();
+  const sums = { work: 0, gc: 0, jit: 0 };
+  let kind = 'work';
+  let callCost = false;
+  for (const line of readFileSync(file, 'utf8').split('\n')) {
+    const named = /^c?fn=\((\d+)\)(?: (.*))?$/.exec(line);
+    if (named) {
+      if (named[2] !== undefined) names.set(named[1], named[2]);
+      if (line.startsWith('fn=')) {
+        const name = names.get(named[1]) ?? '';
+        kind = GC.test(name) ? 'gc' : JIT.test(name) ? 'jit' : 'work';
+      }
+      continue;
+    }
+    if (line.startsWith('calls=')) { callCost = true; continue; }
+    if (!/^[-+*\d]/.test(line)) continue;
+    if (callCost) { callCost = false; continue; }
+    sums[kind] += Number(line.split(' ')[1]) || 0;
+  }
+  return sums;
+}
+
+/** A server under callgrind, with one thread's dump a file (`cg.PID.N-TT`: the Nth dump, thread TT). */
+async function startCounted(setting, main, label) {
+  const server = await startServer({ model_repo: repo, global: { logging: { level: 'info' }, endpoints: { edge_threads: setting } } }, {
+    root: temp.dir,
+    nodeArgs: V8_FLAGS,
+    ...(main ? { main } : {}),
+    env: { STOWAGE_EDGE_START_TIMEOUT_MS: '600000' },
+    wrapper: ['valgrind', '--tool=callgrind', '--separate-threads=yes', `--callgrind-out-file=${temp.dir}/cg-${label.replaceAll(' ', '-')}.%p`],
+  });
+  let dumps = 0;
+  const pid = server.child.pid;
+  return {
+    label, server,
+    zero: () => run('callgrind_control', ['-z', String(pid)]),
+    /** Dumps the counters and sums the threads' files of this dump. */
+    dump: async () => {
+      await run('callgrind_control', ['-d', String(pid)]);
+      dumps++;
+      const prefix = `cg-${label.replaceAll(' ', '-')}.${pid}.${dumps}-`;
+      const sums = { work: 0, gc: 0, jit: 0 };
+      for (const f of readdirSync(temp.dir).filter((name) => name.startsWith(prefix))) {
+        const s = readDump(path.join(temp.dir, f));
+        if (process.env.INSTRUCTIONS_THREADS) console.log(`${label} dump ${dumps} thread ${f.slice(prefix.length)}: work ${s.work} gc ${s.gc} jit ${s.jit}`);
+        sums.work += s.work; sums.gc += s.gc; sums.jit += s.jit;
+      }
+      return sums;
+    },
+  };
+}
+
+/** `n` requests of one point, `concurrency` at a time, each answer checked for its shape. */
+async function send(counted, protocol, payload, n) {
+  const { server } = counted;
+  const data = new Float32Array(payload.rows * payload.width).fill(0.5);
+  const one = async () => {
+    if (protocol === 'grpc') {
+      const answer = await server.client.infer(payload.model, [{ name: 'x', datatype: 'FP32', shape: [payload.rows, payload.width], data }]);
+      if (answer.outputs[0]?.shape?.map(Number)[0] !== payload.rows) throw new Error(`${payload.model}: an answer of shape ${answer.outputs[0]?.shape}`);
+      return;
+    }
+    // REST as Triton's clients send tensors: a JSON header, the bytes after it, binary outputs.
+    const header = Buffer.from(JSON.stringify({ inputs: [{ name: 'x', datatype: 'FP32', shape: [payload.rows, payload.width], parameters: { binary_data_size: data.byteLength } }], outputs: [{ name: 'y', parameters: { binary_data: true } }] }));
+    const res = await fetch(`${server.rest}/v2/models/${payload.model}/infer`, { method: 'POST', body: Buffer.concat([header, Buffer.from(data.buffer)]), headers: { 'inference-header-content-length': String(header.length) } });
+    const body = await res.arrayBuffer();
+    if (res.status !== 200) throw new Error(`${payload.model} over REST: ${res.status} ${Buffer.from(body).toString().slice(0, 200)}`);
+  };
+  let next = 0;
+  await Promise.all(Array.from({ length: concurrency }, async () => { while (next++ < n) await one(); }));
+}
+
+const builds = [{ prefix: '', main: undefined }, ...(args.baseline ? [{ prefix: 'base ', main: path.resolve(args.baseline, 'main.js') }] : [])];
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const points = protocols.flatMap((protocol) => payloads.map((name) => ({ protocol, name, payload: PAYLOADS[name] })));
+console.log(`instructions bench: ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${execFileSync('valgrind', ['--version']).toString().trim()}, concurrency ${concurrency}, ${reps} windows a point`);
+
+/** One server's whole run: start, idle rate, warm-up of every point, then the windows, point by point in turn. */
+async function measure(setting, { prefix, main }) {
+  const counted = await startCounted(setting, main, `${prefix}edges ${setting}`);
+  try {
+    await counted.zero();
+    const idleStart = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, 10_000));
+    const idle = await counted.dump();
+    const idlePerMs = (idle.work + idle.gc) / (Date.now() - idleStart);
+    for (const p of points) await send(counted, p.protocol, p.payload, Math.round(p.payload.warm * scale));
+    const windows = new Map(points.map((p) => [p, []]));
+    for (let rep = 0; rep < reps; rep++) {
+      for (const p of points) {
+        const n = Math.round(p.payload.requests * scale);
+        await send(counted, p.protocol, p.payload, Math.max(2, Math.round(n / 10))); // its own warm-up after another point
+        await counted.zero();
+        const started = Date.now();
+        await send(counted, p.protocol, p.payload, n);
+        const s = await counted.dump();
+        const idleShare = idlePerMs * (Date.now() - started);
+        windows.get(p).push({ work: (s.work - idleShare) / n, gc: s.gc / n, jit: s.jit / n });
+      }
+    }
+    return { name: counted.label, setting, base: prefix !== '', idlePerS: idlePerMs * 1000, windows };
+  } finally {
+    await counted.server.stop();
+  }
+}
+
+try {
+  const runs = await Promise.all(settings.flatMap((setting) => builds.map((build) => measure(setting, build))));
+  for (const r of runs) console.log(`${r.name}: idle ${(r.idlePerS / 1e6).toFixed(2)} M instructions a second (taken out of each window)`);
+  console.log('\nper request, thousands of instructions (median of the windows; spread: lowest-highest work)');
+  console.log('protocol payload  server        work      spread            gc   ÷ base work');
+  for (const p of points) {
+    for (const r of runs) {
+      const w = r.windows.get(p);
+      const work = median(w.map((x) => x.work));
+      const base = runs.find((b) => b.base && b.setting === r.setting && !r.base);
+      const ratio = base ? (work / median(base.windows.get(p).map((x) => x.work))).toFixed(3) : '';
+      const spread = `${(Math.min(...w.map((x) => x.work)) / 1e3).toFixed(0)}-${(Math.max(...w.map((x) => x.work)) / 1e3).toFixed(0)}`;
+      console.log(`${p.protocol.padEnd(8)} ${p.name.padEnd(8)} ${r.name.padEnd(12)} ${(work / 1e3).toFixed(1).padStart(8)}  ${spread.padEnd(16)} ${(median(w.map((x) => x.gc)) / 1e3).toFixed(1).padStart(7)}   ${ratio}`);
+    }
+  }
+} finally {
+  temp.cleanup();
+}
