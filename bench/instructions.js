@@ -169,9 +169,8 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const points = protocols.flatMap((protocol) => payloads.map((name) => ({ protocol, name, payload: PAYLOADS[name] })));
 console.log(`instructions bench: ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${execFileSync('valgrind', ['--version']).toString().trim()}, concurrency ${concurrency}, ${reps} windows a point`);
 
-/** One server's whole run: start, idle rate, warm-up of every point, then the windows, point by point in turn. */
-async function measure(setting, { prefix, main }) {
-  const counted = await startCounted(setting, main, `${prefix}edges ${setting}`);
+/** One server's run once started: idle rate, warm-up of every point, then the windows, point by point in turn. */
+async function measure(counted, setting, prefix) {
   try {
     await counted.zero();
     const idleStart = Date.now();
@@ -199,7 +198,11 @@ async function measure(setting, { prefix, main }) {
 }
 
 try {
-  const runs = await Promise.all(settings.flatMap((setting) => builds.map((build) => measure(setting, build))));
+  // Started one after another (a device worker given 30 s to start missed it with four servers
+  // starting under valgrind at once), measured all at once.
+  const started = [];
+  for (const setting of settings) for (const { prefix, main } of builds) started.push(measure(await startCounted(setting, main, `${prefix}edges ${setting}`), setting, prefix));
+  const runs = await Promise.all(started);
   for (const r of runs) console.log(`${r.name}: idle ${(r.idlePerS / 1e6).toFixed(2)} M instructions a second (taken out of each window)`);
   console.log('\nper request, thousands of instructions (median of the windows; spread: lowest-highest work)');
   console.log('protocol payload  server        work      spread            gc   ÷ base work');
