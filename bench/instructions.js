@@ -197,11 +197,22 @@ async function measure(counted, setting, prefix) {
   }
 }
 
+/** Every server started, stopped at the end whatever happens. */
+const servers = [];
 try {
   // Started one after another (a device worker given 30 s to start missed it with four servers
   // starting under valgrind at once), measured all at once.
+  // A start that fails stops the servers already running (the finally below), not left to run on.
   const started = [];
-  for (const setting of settings) for (const { prefix, main } of builds) started.push(measure(await startCounted(setting, main, `${prefix}edges ${setting}`), setting, prefix));
+  for (const setting of settings) {
+    for (const { prefix, main } of builds) {
+      const counted = await startCounted(setting, main, `${prefix}edges ${setting}`);
+      servers.push(counted.server);
+      const run = measure(counted, setting, prefix);
+      run.catch(() => {}); // awaited below; not a crash while a later server starts
+      started.push(run);
+    }
+  }
   const runs = await Promise.all(started);
   for (const r of runs) console.log(`${r.name}: idle ${(r.idlePerS / 1e6).toFixed(2)} M instructions a second (taken out of each window)`);
   console.log('\nper request, thousands of instructions (median of the windows; spread: lowest-highest work)');
@@ -217,5 +228,6 @@ try {
     }
   }
 } finally {
+  for (const server of servers) await server.stop();
   temp.cleanup();
 }
