@@ -169,32 +169,28 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const points = protocols.flatMap((protocol) => payloads.map((name) => ({ protocol, name, payload: PAYLOADS[name] })));
 console.log(`instructions bench: ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${execFileSync('valgrind', ['--version']).toString().trim()}, concurrency ${concurrency}, ${reps} windows a point`);
 
-/** One server's run once started: idle rate, warm-up of every point, then the windows, point by point in turn. */
+/** One server's run once started (stopped by the caller): idle rate, warm-up of every point, then the windows, point by point. */
 async function measure(counted, setting, prefix) {
-  try {
-    await counted.zero();
-    const idleStart = Date.now();
-    await new Promise((resolve) => setTimeout(resolve, 10_000));
-    const idle = await counted.dump();
-    const idlePerMs = (idle.work + idle.gc) / (Date.now() - idleStart);
-    for (const p of points) await send(counted, p.protocol, p.payload, Math.round(p.payload.warm * scale));
-    const windows = new Map(points.map((p) => [p, []]));
-    for (let rep = 0; rep < reps; rep++) {
-      for (const p of points) {
-        const n = Math.round(p.payload.requests * scale);
-        await send(counted, p.protocol, p.payload, Math.max(2, Math.round(n / 10))); // its own warm-up after another point
-        await counted.zero();
-        const started = Date.now();
-        await send(counted, p.protocol, p.payload, n);
-        const s = await counted.dump();
-        const idleShare = idlePerMs * (Date.now() - started);
-        windows.get(p).push({ work: (s.work - idleShare) / n, gc: s.gc / n, jit: s.jit / n });
-      }
+  await counted.zero();
+  const idleStart = Date.now();
+  await new Promise((resolve) => setTimeout(resolve, 10_000));
+  const idle = await counted.dump();
+  const idlePerMs = (idle.work + idle.gc) / (Date.now() - idleStart);
+  for (const p of points) await send(counted, p.protocol, p.payload, Math.round(p.payload.warm * scale));
+  const windows = new Map(points.map((p) => [p, []]));
+  for (let rep = 0; rep < reps; rep++) {
+    for (const p of points) {
+      const n = Math.round(p.payload.requests * scale);
+      await send(counted, p.protocol, p.payload, Math.max(2, Math.round(n / 10))); // its own warm-up after another point
+      await counted.zero();
+      const started = Date.now();
+      await send(counted, p.protocol, p.payload, n);
+      const s = await counted.dump();
+      const idleShare = idlePerMs * (Date.now() - started);
+      windows.get(p).push({ work: (s.work - idleShare) / n, gc: s.gc / n });
     }
-    return { name: counted.label, setting, base: prefix !== '', idlePerS: idlePerMs * 1000, windows };
-  } finally {
-    await counted.server.stop();
   }
+  return { name: counted.label, setting, base: prefix !== '', idlePerS: idlePerMs * 1000, windows };
 }
 
 /** Every server started, stopped at the end whatever happens. */
@@ -208,9 +204,9 @@ try {
     for (const { prefix, main } of builds) {
       const counted = await startCounted(setting, main, `${prefix}edges ${setting}`);
       servers.push(counted.server);
-      const run = measure(counted, setting, prefix);
-      run.catch(() => {}); // awaited below; not a crash while a later server starts
-      started.push(run);
+      const measuring = measure(counted, setting, prefix);
+      measuring.catch(() => {}); // awaited below; not a crash while a later server starts
+      started.push(measuring);
     }
   }
   const runs = await Promise.all(started);

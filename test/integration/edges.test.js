@@ -247,3 +247,18 @@ test('shared-memory requests take the path on their edge: a region registered th
   }
   t.deepEqual(Object.keys(await clients[3].systemSharedMemoryStatus()), []);
 });
+
+test('STOWAGE_EDGE_START_TIMEOUT_MS sets how long an edge may take to start; a value that is not milliseconds above 0 is ignored', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits') });
+  const config = { model_repo: repo, global: { endpoints: { edge_threads: 1 } } };
+  // 1 ms: no edge starts that fast, so the start fails naming the limit it was given.
+  const err = await t.throwsAsync(startServer(config, { root: temp.dir, env: { STOWAGE_EDGE_START_TIMEOUT_MS: '1' } }));
+  t.regex(String(err?.message), /edge thread 0 did not start listening within 1 ms/);
+  for (const ignored of ['-5', 'soon']) {
+    const server = await startServer(config, { env: { STOWAGE_EDGE_START_TIMEOUT_MS: ignored } });
+    t.teardown(() => server.stop());
+    t.true(await server.client.serverReady(), `${ignored}: started with the 30 s limit`);
+  }
+});

@@ -50,7 +50,13 @@ const EDGE_SYNC_TIMEOUT_MS = 2_000;
  * STOWAGE_EDGE_START_TIMEOUT_MS lengthens it for a server run ~50x slower than it is, under
  * valgrind (bench/instructions.js: two edges of a counted server took over 30 s).
  */
-const EDGE_START_TIMEOUT_MS = Number(process.env.STOWAGE_EDGE_START_TIMEOUT_MS) || 30_000;
+const EDGE_START_TIMEOUT_MS = positiveMs(process.env.STOWAGE_EDGE_START_TIMEOUT_MS) ?? 30_000;
+
+/** A number of milliseconds from the environment, when it is one above 0 (anything else: none). */
+function positiveMs(value: string | undefined): number | undefined {
+  const ms = Number(value);
+  return value !== undefined && Number.isFinite(ms) && ms > 0 ? ms : undefined;
+}
 
 /**
  * The main thread's V8 old-space floor (main.js: `--initial-old-space-size`), which every other
