@@ -27,8 +27,9 @@
 //
 // --baseline DIR: the same settings served by the build in DIR (another checkout of Stowage, built:
 // `git worktree add DIR REV && (cd DIR && npm ci)`), each row beside this build's with their ratio.
-// A build before STOWAGE_EDGE_START_TIMEOUT_MS (2026-12-02) gives its edge threads 30 s to start, too
-// short under valgrind: lengthen EDGE_START_TIMEOUT_MS in its dist/actors/edge/handle.js by hand.
+// A build before STOWAGE_START_TIMEOUT_SCALE (2026-12-02) gives its device and edge threads 30 s to
+// start, too short under valgrind beside a busy machine: lengthen DEVICE_START_TIMEOUT_MS in its
+// dist/shared/constants.js and EDGE_START_TIMEOUT_MS in its dist/actors/edge/handle.js by hand.
 // Needs valgrind (Debian's package `valgrind`); every server runs at once (one core each while
 // they have work), a run of the defaults with a baseline takes ~25 minutes here.
 import { execFile, execFileSync } from 'node:child_process';
@@ -120,7 +121,7 @@ async function startCounted(setting, main, label) {
     root: temp.dir,
     nodeArgs: V8_FLAGS,
     ...(main ? { main } : {}),
-    env: { STOWAGE_EDGE_START_TIMEOUT_MS: '600000' },
+    env: { STOWAGE_START_TIMEOUT_SCALE: '20' }, // every worker's 30 s start limit: 10 minutes
     wrapper: ['valgrind', '--tool=callgrind', '--separate-threads=yes', `--callgrind-out-file=${temp.dir}/cg-${label.replaceAll(' ', '-')}.%p`],
   });
   let dumps = 0;

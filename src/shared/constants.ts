@@ -30,7 +30,10 @@ export const SERVER_EXTENSIONS: readonly string[] = ['model_repository', 'model_
  */
 export const GATEWAY_EXTENSIONS: readonly string[] = SERVER_EXTENSIONS.filter((e) => e !== 'system_shared_memory' && e !== 'binary_tensor_data');
 
-/** How long a device actor may take to start (import ONNX Runtime) before it is declared dead. */
+/**
+ * How long a device actor may take to start (import ONNX Runtime) before it is declared dead (times
+ * STOWAGE_START_TIMEOUT_SCALE, shared/worker-start.ts).
+ */
 export const DEVICE_START_TIMEOUT_MS = 30_000;
 
 /**

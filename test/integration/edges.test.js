@@ -248,17 +248,22 @@ test('shared-memory requests take the path on their edge: a region registered th
   t.deepEqual(Object.keys(await clients[3].systemSharedMemoryStatus()), []);
 });
 
-test('STOWAGE_EDGE_START_TIMEOUT_MS sets how long an edge may take to start; a value that is not milliseconds above 0 is ignored', async (t) => {
+test('STOWAGE_START_TIMEOUT_SCALE scales the edge threads\' start limit with the device\'s; a value that is not a number above 0 is ignored', async (t) => {
   const temp = tempDir();
   t.teardown(temp.cleanup);
   const repo = makeRepository(temp.dir, { digits: path.join(ROOT, 'bundles', 'digits') });
   const config = { model_repo: repo, global: { endpoints: { edge_threads: 1 } } };
-  // 1 ms: no edge starts that fast, so the start fails naming the limit it was given.
-  const err = await t.throwsAsync(startServer(config, { root: temp.dir, env: { STOWAGE_EDGE_START_TIMEOUT_MS: '1' } }));
+  // 1e-9: every 30 s limit becomes 1 ms, which no worker starts in, so the start fails naming the limit used: the
+  // device's first (it starts before the edges).
+  const tiny = await t.throwsAsync(startServer(config, { root: temp.dir, env: { STOWAGE_START_TIMEOUT_SCALE: '1e-9' } }));
+  t.regex(String(tiny?.message), /device 0 is unavailable: its worker did not start within 1 ms/);
+  // With the device's limit (the fault knob's, scaled by the same) 60 s, it is the edge that fails.
+  const env = { STOWAGE_START_TIMEOUT_SCALE: '1e-9', STOWAGE_FAULT_DEVICE_START_TIMEOUT_MS: String(60e12) };
+  const err = await t.throwsAsync(startServer(config, { root: temp.dir, env }));
   t.regex(String(err?.message), /edge thread 0 did not start listening within 1 ms/);
   for (const ignored of ['-5', 'soon']) {
-    const server = await startServer(config, { env: { STOWAGE_EDGE_START_TIMEOUT_MS: ignored } });
+    const server = await startServer(config, { env: { STOWAGE_START_TIMEOUT_SCALE: ignored } });
     t.teardown(() => server.stop());
-    t.true(await server.client.serverReady(), `${ignored}: started with the 30 s limit`);
+    t.true(await server.client.serverReady(), `${ignored}: started with the 30 s limits`);
   }
 });

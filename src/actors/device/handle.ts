@@ -221,11 +221,11 @@ export class DeviceHandle implements DeviceClient {
         this.#state = DeviceState.READY;
         markStarted();
       },
-      onStartTimeout: () => {
+      onStartTimeout: (limitMs) => {
         // Given up on: what was sent to it (a replacement's reloads, requests) will never be
         // answered, so it fails now rather than at each call's own timer; its exit, later, is
         // no longer this handle's concern.
-        const why = `its worker did not start within ${startTimeoutMs} ms`;
+        const why = `its worker did not start within ${limitMs} ms`;
         this.#outbox.clear();
         this.#pending.failAll(errors.deviceUnavailable(this.deviceId, why));
         door.close(why);

@@ -46,17 +46,10 @@ const WORKER_URL = new URL('./worker.js', import.meta.url);
 const EDGE_SYNC_TIMEOUT_MS = 2_000;
 
 /**
- * An edge thread's start must not take longer than this (it loads the protos and binds two ports).
- * STOWAGE_EDGE_START_TIMEOUT_MS lengthens it for a server run ~50x slower than it is, under
- * valgrind (bench/instructions.js: two edges of a counted server took over 30 s).
+ * An edge thread's start must not take longer than this (it loads the protos and binds two ports);
+ * STOWAGE_START_TIMEOUT_SCALE lengthens it with every other worker's (shared/worker-start.ts).
  */
-const EDGE_START_TIMEOUT_MS = positiveMs(process.env.STOWAGE_EDGE_START_TIMEOUT_MS) ?? 30_000;
-
-/** A number of milliseconds from the environment, when it is one above 0 (anything else: none). */
-function positiveMs(value: string | undefined): number | undefined {
-  const ms = Number(value);
-  return value !== undefined && Number.isFinite(ms) && ms > 0 ? ms : undefined;
-}
+const EDGE_START_TIMEOUT_MS = 30_000;
 
 /**
  * The main thread's V8 old-space floor (main.js: `--initial-old-space-size`), which every other
@@ -343,7 +336,7 @@ export class EdgeThreads {
           else this.#serve(edge, msg);
         }
       },
-      onStartTimeout: () => errors.internal(`edge thread ${index} did not start listening within ${EDGE_START_TIMEOUT_MS} ms`),
+      onStartTimeout: (limitMs) => errors.internal(`edge thread ${index} did not start listening within ${limitMs} ms`),
       exitedBeforeStart: (code, lastError) => errors.internal(`edge thread ${index} exited (code ${code}) before listening: ${lastError?.message ?? 'no error reported'}`),
       onExit: (code, lastError, listening) => this.#exited(edge, code, lastError, listening),
     });

@@ -73,7 +73,7 @@ export class PlacementThread {
       youngGenerationMib: PLACEMENT_YOUNG_GENERATION_MIB,
       startTimeoutMs: PLACEMENT_START_TIMEOUT_MS,
       onMessage: (msg, markStarted) => (msg.type === 'started' ? markStarted() : this.#message(msg)),
-      onStartTimeout: () => errors.internal(`the placement thread did not start within ${PLACEMENT_START_TIMEOUT_MS} ms`),
+      onStartTimeout: (limitMs) => errors.internal(`the placement thread did not start within ${limitMs} ms`),
       exitedBeforeStart: (code, lastError) => errors.internal(`the placement thread exited (code ${code}) before it started: ${lastError?.message ?? 'no error reported'}`),
       onExit: (code, lastError) => {
         if (this.#worker !== worker) return;

@@ -3,7 +3,7 @@
 // before starting (its last error in the message); every exit is told, with whether it had started.
 import { once } from 'node:events';
 import test from 'ava';
-import { startWorker } from '../../../dist/shared/worker-start.js';
+import { scaledStartTimeoutMs, startWorker } from '../../../dist/shared/worker-start.js';
 
 /** A worker from source: it runs `body` with `parentPort` in scope. @param {string} body */
 const source = (body) => new URL(`data:text/javascript,${encodeURIComponent(`import { parentPort } from 'node:worker_threads';\n${body}`)}`);
@@ -20,7 +20,7 @@ function start(body, startTimeoutMs = 5000) {
   const { worker, started } = startWorker({
     url: source(body), name: 'test-worker', workerData: null, startTimeoutMs,
     onMessage: (/** @type {any} */ msg, markStarted) => (msg.type === 'started' ? markStarted(msg.value) : messages.push(msg)),
-    onStartTimeout: () => new Error('did not start in time'),
+    onStartTimeout: (limitMs) => new Error(`did not start within ${limitMs} ms`),
     exitedBeforeStart: (code, lastError) => new Error(`exited (code ${code}) before starting: ${lastError?.message ?? 'no error'}`),
     onExit: (code, lastError, hadStarted) => exits.push({ code, lastError, started: hadStarted }),
   });
@@ -46,7 +46,17 @@ test('one that throws before starting fails its start with its error; one that n
   t.deepEqual(crash.exits.map((e) => e.started), [false]);
 
   const silent = start(`setInterval(() => {}, 1000);`, 200);
-  await t.throwsAsync(silent.started, { message: 'did not start in time' });
+  await t.throwsAsync(silent.started, { message: 'did not start within 200 ms' }, 'the limit used, told to onStartTimeout');
   await once(silent.worker, 'exit');
   t.deepEqual(silent.exits.map((e) => e.started), [false], 'terminated, and its exit told');
+});
+
+test('STOWAGE_START_TIMEOUT_SCALE multiplies every start limit; a value that is not a number above 0 leaves it as it is', (t) => {
+  t.is(scaledStartTimeoutMs(30_000, {}), 30_000, 'unset');
+  t.is(scaledStartTimeoutMs(30_000, { STOWAGE_START_TIMEOUT_SCALE: '20' }), 600_000);
+  t.is(scaledStartTimeoutMs(30_000, { STOWAGE_START_TIMEOUT_SCALE: '0.5' }), 15_000);
+  t.is(scaledStartTimeoutMs(30_000, { STOWAGE_START_TIMEOUT_SCALE: '1e-9' }), 1, 'never below 1 ms');
+  for (const ignored of ['0', '-5', 'soon', '', ' ', 'Infinity']) {
+    t.is(scaledStartTimeoutMs(30_000, { STOWAGE_START_TIMEOUT_SCALE: ignored }), 30_000, JSON.stringify(ignored));
+  }
 });
