@@ -2,6 +2,17 @@
 // (or `npm run build`); this file only checks that the build is there and starts it.
 import { existsSync } from 'node:fs';
 
+// package.json's engines (^22.22.2 || >=24.15.0), checked before anything else: on an older Node
+// the server would start and then fail in ways that do not say why (Node 20 ignores `reusePort`, so
+// a second edge thread's listen fails EADDRINUSE).
+const [major, minor, patch] = process.versions.node.split('.').map(Number);
+const supported = (major === 22 && (minor > 22 || (minor === 22 && patch >= 2))) || (major === 24 && minor >= 15) || major > 24;
+if (!supported) {
+  process.stderr.write(`stowage: Node ${process.version} is not supported: it needs ^22.22.2 or >=24.15.0 (package.json's engines); ` +
+    '`. tools/use-node.sh` puts Node 24 first on PATH (fetched from npm into .toolchain/ when missing)\n');
+  process.exit(2);
+}
+
 // V8 flags the server runs with. V8 reads them only when it makes the heap, so they cannot be set
 // from here: the process re-executes itself with them (execve: the same PID, stdio and
 // environment) before doing anything else. `--initial-old-space-size=128`: with V8's own sizing

@@ -1,7 +1,7 @@
 // The command line of the real program: help, config checking, start-up errors, signals.
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import test from 'ava';
@@ -24,6 +24,27 @@ async function main(args, env = {}) {
     return { code: failed.code, stdout: failed.stdout, stderr: failed.stderr };
   }
 }
+
+/**
+ * A `node` on PATH older than package.json's engines (the machine's own Node 20 here and in CI, where PATH has Node 24
+ * first), or none.
+ */
+const olderNode = (process.env.PATH ?? '').split(path.delimiter).map((dir) => path.join(dir, 'node')).find((file) => {
+  if (!existsSync(file)) return false;
+  try {
+    return Number(execFileSync(file, ['-p', 'process.versions.node.split(".")[0]'], { encoding: 'utf8' }).trim()) < 22;
+  } catch {
+    return false;
+  }
+});
+
+(olderNode ? test : test.skip)('a Node older than package.json\'s engines stops start-up at once, naming the versions it needs and how to get one', async (t) => {
+  const err = await t.throwsAsync(run(/** @type {string} */ (olderNode), [MAIN, path.join(ROOT, 'node.yaml')], { timeout: 30_000 }));
+  const failed = /** @type {{ code: number, stderr: string }} */ (/** @type {unknown} */ (err));
+  t.is(failed.code, 2);
+  t.regex(failed.stderr, /stowage: Node v\d+\.\d+\.\d+ is not supported: it needs \^22\.22\.2 or >=24\.15\.0/);
+  t.regex(failed.stderr, /tools\/use-node\.sh/);
+});
 
 test('--help explains the usage and lists every environment override', async (t) => {
   const { code, stdout } = await main(['--help']);
