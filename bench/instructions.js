@@ -10,9 +10,12 @@
 // ONNX Runtime, the copies); *gc*, the collector's, printed beside (it follows allocation, but
 // where it lands in a window of a few hundred requests is luck: ±10% between windows). The
 // compilers' are left out: tiering is warm-up, and runs on V8's own threads when it pleases. The
-// server's idle instructions (timers: ~0.5 M a second under valgrind) are measured once per server
-// and taken out of each window in proportion to its wall time. INSTRUCTIONS_THREADS=1 prints every
-// dump's threads (the main thread is 01).
+// server's idle instructions (timers: ~0.5 M a second under valgrind) are measured once per server,
+// after its warm-up, and taken out of each window in proportion to its wall time. --top N (with
+// --baseline) prints, per point and setting, the N functions of the work whose own instructions a
+// request differ most between the two builds (last window; V8's generated code, which valgrind
+// cannot name, is one entry, its builtins are named). INSTRUCTIONS_THREADS=1 prints every dump's
+// threads (the main thread is 01).
 //
 // V8 tiers up 10x sooner than by default (--invocation-count-for-turbofan=300 and two more, below),
 // so that a warm-up of ~1,500 requests leaves a function's code as ~15,000 would: with the
@@ -24,6 +27,7 @@
 //
 //   npm run build && node bench/instructions.js [--baseline DIR] [--edges 0,2] [--protocols grpc,http]
 //                                               [--only 64B,600KiB,8MiB] [--reps 3] [--scale 1] [--concurrency 1]
+//                                               [--top N]
 //
 // --baseline DIR: the same settings served by the build in DIR (another checkout of Stowage, built:
 // `git worktree add DIR REV && (cd DIR && npm ci)`), each row beside this build's with their ratio.
@@ -50,6 +54,7 @@ const { values: args } = parseArgs({
     reps: { type: 'string', default: '3' },
     scale: { type: 'string', default: '1' },
     concurrency: { type: 'string', default: '1' },
+    top: { type: 'string', default: '0' },
   },
 });
 try {
@@ -77,6 +82,7 @@ const reps = Number(args.reps);
 const scale = Number(args.scale);
 const concurrency = Number(args.concurrency);
 const settings = args.edges.split(',').map(Number);
+const top = Number(args.top);
 
 const temp = tempDir('stowage-instructions-');
 const repo = makeRepository(temp.dir, { echo: path.join(FIXTURES, 'models', 'echo') });
@@ -95,6 +101,9 @@ const JIT = /v8::internal::(compiler::|maglev::|baseline::|Compiler::|Optimizing
 function readDump(file) {
   const names = new Map();
   const sums = { work: 0, gc: 0, jit: 0 };
+  /** Each function's own instructions, with --top (generated code, named by its address, as one). */
+  const fns = new Map();
+  let fn = '';
   let kind = 'work';
   let callCost = false;
   for (const line of readFileSync(file, 'utf8').split('\n')) {
@@ -104,15 +113,18 @@ function readDump(file) {
       if (line.startsWith('fn=')) {
         const name = names.get(named[1]) ?? '';
         kind = GC.test(name) ? 'gc' : JIT.test(name) ? 'jit' : 'work';
+        fn = /^0x[0-9a-f]+('\d+)?$/.test(name) ? '(V8 generated code)' : name;
       }
       continue;
     }
     if (line.startsWith('calls=')) { callCost = true; continue; }
     if (!/^[-+*\d]/.test(line)) continue;
     if (callCost) { callCost = false; continue; }
-    sums[kind] += Number(line.split(' ')[1]) || 0;
+    const cost = Number(line.split(' ')[1]) || 0;
+    sums[kind] += cost;
+    if (top > 0 && kind === 'work') fns.set(fn, (fns.get(fn) ?? 0) + cost);
   }
-  return sums;
+  return { ...sums, fns };
 }
 
 /** A server under callgrind, with one thread's dump a file (`cg.PID.N-TT`: the Nth dump, thread TT). */
@@ -134,11 +146,12 @@ async function startCounted(setting, main, label) {
       await run('callgrind_control', ['-d', String(pid)]);
       dumps++;
       const prefix = `cg-${label.replaceAll(' ', '-')}.${pid}.${dumps}-`;
-      const sums = { work: 0, gc: 0, jit: 0 };
+      const sums = { work: 0, gc: 0, jit: 0, fns: new Map() };
       for (const f of readdirSync(temp.dir).filter((name) => name.startsWith(prefix))) {
         const s = readDump(path.join(temp.dir, f));
         if (process.env.INSTRUCTIONS_THREADS) console.log(`${label} dump ${dumps} thread ${f.slice(prefix.length)}: work ${s.work} gc ${s.gc} jit ${s.jit}`);
         sums.work += s.work; sums.gc += s.gc; sums.jit += s.jit;
+        for (const [name, cost] of s.fns) sums.fns.set(name, (sums.fns.get(name) ?? 0) + cost);
       }
       return sums;
     },
@@ -172,12 +185,15 @@ console.log(`instructions bench: ${new Date().toISOString().slice(0, 10)}, node 
 
 /** One server's run once started (stopped by the caller): idle rate, warm-up of every point, then the windows, point by point. */
 async function measure(counted, setting, prefix) {
+  for (const p of points) await send(counted, p.protocol, p.payload, Math.round(p.payload.warm * scale));
+  // Idle measured once warm, not just after the start: then its leftovers (the warm-up runs, the
+  // collector) read 0.65-2.4 M a second, and one build's higher idle taken out of every window made
+  // it 8% cheaper at 64 B than the other (2026-12-02).
   await counted.zero();
   const idleStart = Date.now();
   await new Promise((resolve) => setTimeout(resolve, 10_000));
   const idle = await counted.dump();
   const idlePerMs = (idle.work + idle.gc) / (Date.now() - idleStart);
-  for (const p of points) await send(counted, p.protocol, p.payload, Math.round(p.payload.warm * scale));
   const windows = new Map(points.map((p) => [p, []]));
   for (let rep = 0; rep < reps; rep++) {
     for (const p of points) {
@@ -188,7 +204,7 @@ async function measure(counted, setting, prefix) {
       await send(counted, p.protocol, p.payload, n);
       const s = await counted.dump();
       const idleShare = idlePerMs * (Date.now() - started);
-      windows.get(p).push({ work: (s.work - idleShare) / n, gc: s.gc / n });
+      windows.get(p).push({ work: (s.work - idleShare) / n, gc: s.gc / n, fns: s.fns, n });
     }
   }
   return { name: counted.label, setting, base: prefix !== '', idlePerS: idlePerMs * 1000, windows };
@@ -224,7 +240,25 @@ try {
       console.log(`${p.protocol.padEnd(8)} ${p.name.padEnd(8)} ${r.name.padEnd(12)} ${(work / 1e3).toFixed(1).padStart(8)}  ${spread.padEnd(16)} ${(median(w.map((x) => x.gc)) / 1e3).toFixed(1).padStart(7)}   ${ratio}`);
     }
   }
+  if (top > 0) printTop(runs);
 } finally {
   for (const server of servers) await server.stop();
   temp.cleanup();
+}
+
+/** Per point and setting, the `top` functions whose own instructions a request differ most between the builds. */
+function printTop(runs) {
+  for (const p of points) {
+    for (const r of runs.filter((x) => !x.base)) {
+      const base = runs.find((b) => b.base && b.setting === r.setting);
+      if (!base) continue;
+      const mine = r.windows.get(p).at(-1);
+      const theirs = base.windows.get(p).at(-1);
+      const names = new Set([...mine.fns.keys(), ...theirs.fns.keys()]);
+      const diffs = [...names].map((name) => ({ name, a: (mine.fns.get(name) ?? 0) / mine.n, b: (theirs.fns.get(name) ?? 0) / theirs.n }))
+        .sort((x, y) => Math.abs(y.a - y.b) - Math.abs(x.a - x.b)).slice(0, top);
+      console.log(`\n${p.protocol} ${p.name} ${r.name}: functions that differ most, own instructions a request (this build, base, difference)`);
+      for (const d of diffs) console.log(`  ${d.a.toFixed(0).padStart(9)} ${d.b.toFixed(0).padStart(9)} ${(d.a - d.b).toFixed(0).padStart(9)}  ${d.name.slice(0, 110)}`);
+    }
+  }
 }
