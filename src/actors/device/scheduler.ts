@@ -251,7 +251,9 @@ export class Scheduler<T extends Queued> {
       if (l < level || (l === level && (!edf || this.#urgency(before) <= key))) break;
       at--;
     }
-    q.requests.splice(at, 0, request);
+    // At the end, as most are (one level, arrival order): a push, not a splice (~550 instructions a request less).
+    if (at === q.requests.length) q.requests.push(request);
+    else q.requests.splice(at, 0, request);
   }
 
   /** A request of `model` is on its way: its inputs come later (see the header). */
