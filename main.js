@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs';
 const [major, minor, patch] = process.versions.node.split('.').map(Number);
 const supported = (major === 22 && (minor > 22 || (minor === 22 && patch >= 2))) || (major === 24 && minor >= 15) || major > 24;
 if (!supported) {
-  process.stderr.write(`stowage: Node ${process.version} is not supported: it needs ^22.22.2 or >=24.15.0 (package.json's engines); ` +
+  process.stderr.write(`stowage: Node ${process.version} is not supported: package.json's engines ask for ^22.22.2 || >=24.15.0; ` +
     '`. tools/use-node.sh` puts Node 24 first on PATH (fetched from npm into .toolchain/ when missing)\n');
   process.exit(2);
 }

@@ -183,7 +183,7 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const points = protocols.flatMap((protocol) => payloads.map((name) => ({ protocol, name, payload: PAYLOADS[name] })));
 console.log(`instructions bench: ${new Date().toISOString().slice(0, 10)}, node ${process.version}, ${execFileSync('valgrind', ['--version']).toString().trim()}, concurrency ${concurrency}, ${reps} windows a point`);
 
-/** One server's run once started (stopped by the caller): idle rate, warm-up of every point, then the windows, point by point. */
+/** One server's run once started (stopped by the caller): warm-up of every point, idle rate, then the windows, point by point. */
 async function measure(counted, setting, prefix) {
   for (const p of points) await send(counted, p.protocol, p.payload, Math.round(p.payload.warm * scale));
   // Idle measured once warm, not just after the start: then its leftovers (the warm-up runs, the

@@ -25,6 +25,9 @@ async function main(args, env = {}) {
   }
 }
 
+/** package.json's engines for Node, which main.js checks before anything else. */
+const ENGINES = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')).engines.node;
+
 /**
  * A `node` on PATH older than package.json's engines (the machine's own Node 20 here and in CI, where PATH has Node 24
  * first), or none.
@@ -42,8 +45,13 @@ const olderNode = (process.env.PATH ?? '').split(path.delimiter).map((dir) => pa
   const err = await t.throwsAsync(run(/** @type {string} */ (olderNode), [MAIN, path.join(ROOT, 'node.yaml')], { timeout: 30_000 }));
   const failed = /** @type {{ code: number, stderr: string }} */ (/** @type {unknown} */ (err));
   t.is(failed.code, 2);
-  t.regex(failed.stderr, /stowage: Node v\d+\.\d+\.\d+ is not supported: it needs \^22\.22\.2 or >=24\.15\.0/);
+  t.regex(failed.stderr, /stowage: Node v\d+\.\d+\.\d+ is not supported: package\.json's engines ask for /);
+  t.true(failed.stderr.includes(ENGINES), `names package.json's engines (${ENGINES})`);
   t.regex(failed.stderr, /tools\/use-node\.sh/);
+});
+
+test('main.js checks the Node versions package.json\'s engines name (the check is written out there; this keeps the two one)', (t) => {
+  t.true(readFileSync(MAIN, 'utf8').includes(ENGINES), `main.js names ${ENGINES}`);
 });
 
 test('--help explains the usage and lists every environment override', async (t) => {
