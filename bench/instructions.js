@@ -34,10 +34,13 @@
 // A build before STOWAGE_START_TIMEOUT_SCALE (2026-12-02) gives its device and edge threads 30 s to
 // start, too short under valgrind beside a busy machine: lengthen DEVICE_START_TIMEOUT_MS in its
 // dist/shared/constants.js and EDGE_START_TIMEOUT_MS in its dist/actors/edge/handle.js by hand.
-// Needs valgrind (Debian's package `valgrind`); every server runs at once (one core each while
-// they have work), a run of the defaults with a baseline takes ~25 minutes here.
+// Needs valgrind (Debian's package `valgrind`); one setting's servers run at a time, the builds side
+// by side (one core each), a run of the defaults with a baseline takes ~30 minutes here.
+//
+// --name-js: V8's generated code named by function (node's --perf-basic-prof map), in --top's
+// lists, which also print each server's idle by function.
 import { execFile, execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { parseArgs } from 'node:util';
@@ -55,6 +58,7 @@ const { values: args } = parseArgs({
     scale: { type: 'string', default: '1' },
     concurrency: { type: 'string', default: '1' },
     top: { type: 'string', default: '0' },
+    'name-js': { type: 'boolean', default: false },
   },
 });
 try {
@@ -75,6 +79,8 @@ const PAYLOADS = {
   '8MiB': { model: 'echo', rows: 2048, width: 1024, requests: 6, warm: 20 },
 };
 const V8_FLAGS = ['--initial-old-space-size=128', '--invocation-count-for-turbofan=300', '--minimum-invocations-after-ic-update=50', '--invocation-count-for-maglev=40'];
+/** How long each server's idle is measured, once warm. */
+const IDLE_MS = 10_000;
 const payloads = args.only.split(',');
 for (const p of payloads) if (!PAYLOADS[p]) throw new Error(`--only ${p}: expected some of ${Object.keys(PAYLOADS).join(', ')}`);
 const protocols = args.protocols.split(',');
@@ -83,6 +89,7 @@ const scale = Number(args.scale);
 const concurrency = Number(args.concurrency);
 const settings = args.edges.split(',').map(Number);
 const top = Number(args.top);
+const nameJs = args['name-js'];
 
 const temp = tempDir('stowage-instructions-');
 const repo = makeRepository(temp.dir, { echo: path.join(FIXTURES, 'models', 'echo') });
@@ -98,7 +105,7 @@ const JIT = /v8::internal::(compiler::|maglev::|baseline::|Compiler::|Optimizing
  * position and a count, and the cost line after `calls=` is a call's inclusive cost (skipped: only
  * each function's own instructions are summed, so nothing is counted twice).
  */
-function readDump(file) {
+function readDump(file, nameCode) {
   const names = new Map();
   const sums = { work: 0, gc: 0, jit: 0 };
   /** Each function's own instructions, with --top (generated code, named by its address, as one). */
@@ -113,7 +120,8 @@ function readDump(file) {
       if (line.startsWith('fn=')) {
         const name = names.get(named[1]) ?? '';
         kind = GC.test(name) ? 'gc' : JIT.test(name) ? 'jit' : 'work';
-        fn = /^0x[0-9a-f]+('\d+)?$/.test(name) ? '(V8 generated code)' : name;
+        const code = /^0x([0-9a-f]+)('\d+)?$/.exec(name);
+        fn = code ? nameCode(code[1]) : name;
       }
       continue;
     }
@@ -127,11 +135,51 @@ function readDump(file) {
   return { ...sums, fns };
 }
 
+/**
+ * With --name-js, a namer of V8's generated code at a hex address (callgrind names code it has no
+ * symbol for by its address): the function V8's perf map (`--perf-basic-prof`, /tmp/perf-PID.map,
+ * each line `start size name`, every thread's code in one file) says is there, the last written
+ * where code was freed and its memory reused. Without it, all of it is one entry.
+ */
+function codeNamer(pid) {
+  if (!nameJs) return () => '(V8 generated code)';
+  const file = `/tmp/perf-${pid}.map`;
+  const entries = existsSync(file) ? readFileSync(file, 'utf8').split('\n').flatMap((line, order) => {
+    const m = /^([0-9a-f]+) ([0-9a-f]+) (.*)$/.exec(line);
+    return m ? [{ start: parseInt(m[1], 16), end: parseInt(m[1], 16) + parseInt(m[2], 16), name: m[3], order }] : [];
+  }) : [];
+  entries.sort((a, b) => a.start - b.start || a.order - b.order);
+  const cache = new Map();
+  return (hex) => {
+    let name = cache.get(hex);
+    if (name !== undefined) return name;
+    const at = parseInt(hex, 16);
+    let lo = 0;
+    let hi = entries.length - 1;
+    let found = -1;
+    while (lo <= hi) { // the last entry starting at or before `at`
+      const mid = (lo + hi) >> 1;
+      if (entries[mid].start <= at) { found = mid; lo = mid + 1; } else hi = mid - 1;
+    }
+    // Of the entries that cover `at` near it, the one written last.
+    let best = null;
+    for (let i = found; i >= 0 && i > found - 64; i--) if (entries[i].end > at && (!best || entries[i].order > best.order)) best = entries[i];
+    // `JS:*'f /abs/dist/x.js:1:2` (the marker says its tier): by function and file, whichever build and line.
+    name = best ? `JS ${best.name.replace(/^JS:[*~^+]?'?/, '').replace(/(file:\/\/)?\/\S*?\/(dist|node_modules)\//, '$2/').replace(/:\d+:\d+$/, '')}` : '(V8 generated code, unnamed)';
+    cache.set(hex, name);
+    return name;
+  };
+}
+
 /** A server under callgrind, with one thread's dump a file (`cg.PID.N-TT`: the Nth dump, thread TT). */
 async function startCounted(setting, main, label) {
-  const server = await startServer({ model_repo: repo, global: { logging: { level: 'info' }, endpoints: { edge_threads: setting } } }, {
+  // The repository is looked at once a day, not every 15 s: a look costs tens of millions of
+  // instructions under valgrind, and one landing in a window (or in the idle measure) moved a
+  // point's median by up to 7% between runs (2026-12-02: the same build read 489 and 523 thousand).
+  const global = { logging: { level: 'info' }, model_poll_seconds: 86_400, endpoints: { edge_threads: setting } };
+  const server = await startServer({ model_repo: repo, global }, {
     root: temp.dir,
-    nodeArgs: V8_FLAGS,
+    nodeArgs: nameJs ? [...V8_FLAGS, '--perf-basic-prof'] : V8_FLAGS,
     ...(main ? { main } : {}),
     env: { STOWAGE_START_TIMEOUT_SCALE: '20' }, // every worker's 30 s start limit: 10 minutes
     wrapper: ['valgrind', '--tool=callgrind', '--separate-threads=yes', `--callgrind-out-file=${temp.dir}/cg-${label.replaceAll(' ', '-')}.%p`],
@@ -147,8 +195,9 @@ async function startCounted(setting, main, label) {
       dumps++;
       const prefix = `cg-${label.replaceAll(' ', '-')}.${pid}.${dumps}-`;
       const sums = { work: 0, gc: 0, jit: 0, fns: new Map() };
+      const nameCode = codeNamer(pid);
       for (const f of readdirSync(temp.dir).filter((name) => name.startsWith(prefix))) {
-        const s = readDump(path.join(temp.dir, f));
+        const s = readDump(path.join(temp.dir, f), nameCode);
         if (process.env.INSTRUCTIONS_THREADS) console.log(`${label} dump ${dumps} thread ${f.slice(prefix.length)}: work ${s.work} gc ${s.gc} jit ${s.jit}`);
         sums.work += s.work; sums.gc += s.gc; sums.jit += s.jit;
         for (const [name, cost] of s.fns) sums.fns.set(name, (sums.fns.get(name) ?? 0) + cost);
@@ -191,7 +240,7 @@ async function measure(counted, setting, prefix) {
   // it 8% cheaper at 64 B than the other (2026-12-02).
   await counted.zero();
   const idleStart = Date.now();
-  await new Promise((resolve) => setTimeout(resolve, 10_000));
+  await new Promise((resolve) => setTimeout(resolve, IDLE_MS));
   const idle = await counted.dump();
   const idlePerMs = (idle.work + idle.gc) / (Date.now() - idleStart);
   const windows = new Map(points.map((p) => [p, []]));
@@ -207,26 +256,39 @@ async function measure(counted, setting, prefix) {
       windows.get(p).push({ work: (s.work - idleShare) / n, gc: s.gc / n, fns: s.fns, n });
     }
   }
-  return { name: counted.label, setting, base: prefix !== '', idlePerS: idlePerMs * 1000, windows };
+  return { name: counted.label, setting, base: prefix !== '', idlePerS: idlePerMs * 1000, idleFns: idle.fns, windows };
 }
 
 /** Every server started, stopped at the end whatever happens. */
 const servers = [];
 try {
+  // One setting at a time, its builds side by side (one core each): each server's windows and its
+  // idle measure then meet the same load. With every server at once (four on two cores) the idle
+  // taken out of a window (mostly timers that fire by the clock: prom-client's event-loop delay
+  // monitor every 10 ms) matched it less well, and one ratio read 1.039 and 1.065 in two runs,
+  // where two servers at a time read it 0.993-1.014 over three (2026-12-02).
   // Started one after another (a device worker given 30 s to start missed it with four servers
-  // starting under valgrind at once), measured all at once.
+  // starting under valgrind at once), measured together.
   // A start that fails stops the servers already running (the finally below), not left to run on.
-  const started = [];
+  const runs = [];
   for (const setting of settings) {
+    const started = [];
+    const pair = [];
     for (const { prefix, main } of builds) {
       const counted = await startCounted(setting, main, `${prefix}edges ${setting}`);
       servers.push(counted.server);
+      pair.push(counted.server);
       const measuring = measure(counted, setting, prefix);
       measuring.catch(() => {}); // awaited below; not a crash while a later server starts
       started.push(measuring);
     }
+    runs.push(...await Promise.all(started));
+    for (const server of pair) {
+      await server.stop();
+      servers.splice(servers.indexOf(server), 1);
+      if (nameJs) rmSync(`/tmp/perf-${server.child.pid}.map`, { force: true });
+    }
   }
-  const runs = await Promise.all(started);
   for (const r of runs) console.log(`${r.name}: idle ${(r.idlePerS / 1e6).toFixed(2)} M instructions a second (taken out of each window)`);
   console.log('\nper request, thousands of instructions (median of the windows; spread: lowest-highest work)');
   console.log('protocol payload  server        work      spread            gc   ÷ base work');
@@ -241,24 +303,39 @@ try {
     }
   }
   if (top > 0) printTop(runs);
+  if (top > 0) printIdle(runs);
 } finally {
-  for (const server of servers) await server.stop();
+  for (const server of servers) {
+    await server.stop();
+    if (nameJs) rmSync(`/tmp/perf-${server.child.pid}.map`, { force: true });
+  }
   temp.cleanup();
 }
 
-/** Per point and setting, the `top` functions whose own instructions a request differ most between the builds. */
+/**
+ * Per point and setting, the `top` functions whose own instructions a request differ most between the builds; without
+ * a baseline, the `top` that cost the most.
+ */
 function printTop(runs) {
   for (const p of points) {
     for (const r of runs.filter((x) => !x.base)) {
       const base = runs.find((b) => b.base && b.setting === r.setting);
-      if (!base) continue;
       const mine = r.windows.get(p).at(-1);
-      const theirs = base.windows.get(p).at(-1);
+      const theirs = base ? base.windows.get(p).at(-1) : { fns: new Map(), n: 1 };
       const names = new Set([...mine.fns.keys(), ...theirs.fns.keys()]);
       const diffs = [...names].map((name) => ({ name, a: (mine.fns.get(name) ?? 0) / mine.n, b: (theirs.fns.get(name) ?? 0) / theirs.n }))
         .sort((x, y) => Math.abs(y.a - y.b) - Math.abs(x.a - x.b)).slice(0, top);
-      console.log(`\n${p.protocol} ${p.name} ${r.name}: functions that differ most, own instructions a request (this build, base, difference)`);
-      for (const d of diffs) console.log(`  ${d.a.toFixed(0).padStart(9)} ${d.b.toFixed(0).padStart(9)} ${(d.a - d.b).toFixed(0).padStart(9)}  ${d.name.slice(0, 110)}`);
+      console.log(`\n${p.protocol} ${p.name} ${r.name}: functions that ${base ? 'differ most, own instructions a request (this build, base, difference)' : 'cost most, own instructions a request'}`);
+      for (const d of diffs) console.log(`  ${d.a.toFixed(0).padStart(9)} ${base ? `${d.b.toFixed(0).padStart(9)} ${(d.a - d.b).toFixed(0).padStart(9)}` : ''}  ${d.name.slice(0, 110)}`);
     }
+  }
+}
+
+/** Per server, the `top` functions of its idle (what is taken out of every window), instructions a second. */
+function printIdle(runs) {
+  for (const r of runs) {
+    const seconds = IDLE_MS / 1000;
+    console.log(`\n${r.name} idle: functions that cost most, own instructions a second`);
+    for (const [name, cost] of [...r.idleFns].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`  ${(cost / seconds).toFixed(0).padStart(9)}  ${name.slice(0, 110)}`);
   }
 }

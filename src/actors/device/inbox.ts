@@ -86,10 +86,13 @@ export class Doors {
           this.#on.cancel(own);
           continue;
         }
+        // The message is this thread's own copy (structured clone): renumbered in place, not copied.
         const own = this.#next++;
-        door.ids.set(msg.id, own);
-        this.#requests.set(own, { door, id: msg.id });
-        this.#on.admit({ ...msg, id: own }, link, msg.id);
+        const linkId = msg.id;
+        door.ids.set(linkId, own);
+        this.#requests.set(own, { door, id: linkId });
+        msg.id = own;
+        this.#on.admit(msg, link, linkId);
       }
     });
     port.on('close', () => {
@@ -127,13 +130,21 @@ export class Doors {
 
   /** One execution's answers: each door's requests' go to their door, one message per door, their buffers with them. */
   deliver(msg: ExecutionAnswers): void {
+    if (msg.results.length === 1) { // a lone request, the most of them: the message goes to its door as it is
+      const request = this.#forget(msg.results[0].id);
+      if (!request) return; // cancelled, or its client went
+      msg.results[0].id = request.id;
+      this.#post(request.door, msg, buffersOf(msg.results));
+      return;
+    }
     const byDoor = new Map<Door, ExecutionAnswers['results']>();
     for (const result of msg.results) {
       const request = this.#forget(result.id);
       if (!request) continue; // cancelled, or its client went
       let results = byDoor.get(request.door);
       if (!results) byDoor.set(request.door, (results = []));
-      results.push({ ...result, id: request.id });
+      result.id = request.id; // the answers are this call's: renamed to the door's id in place
+      results.push(result);
     }
     for (const [door, results] of byDoor) this.#post(door, { type: 'executed', results, timing: msg.timing }, buffersOf(results));
   }

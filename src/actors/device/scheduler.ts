@@ -391,7 +391,8 @@ export class Scheduler<T extends Queued> {
     const shed: Pick<T>['shed'] = [];
     // A full scan: queues are bounded by max_queue_depth and this runs once per execution.
     for (const q of this.#queues.values()) {
-      if (q.requests.length === 0) continue;
+      // Most calls shed nothing: the queue is copied only when one of its requests goes.
+      if (!q.requests.some((t) => this.#expired(t, now))) continue;
       const keep: T[] = [];
       for (const t of q.requests) {
         if (now > t.deadlineMs) shed.push({ request: t, reason: 'deadline' });
@@ -402,6 +403,10 @@ export class Scheduler<T extends Queued> {
       q.requests = keep;
     }
     return shed;
+  }
+
+  #expired(t: T, now: number): boolean {
+    return now > t.deadlineMs || now - t.enqueuedAtMs > this.#options.maxWaitMs;
   }
 
   /** When a queue's hold for rows on its way ends; -Infinity when it is not held (see the header). */
@@ -427,6 +432,8 @@ export class Scheduler<T extends Queued> {
       ready.push([model, q, this.#level(q, q.requests[0])]);
     }
     if (ready.length === 0) return { queue: undefined, model: '' as T['instance'], heldUntilMs };
+    // One model waiting, as on a quiet device: no level or discipline to weigh.
+    if (ready.length === 1) return { queue: ready[0][1], model: ready[0][0], heldUntilMs };
     // The level that picks: the highest waiting, unless the lower ones are owed their share.
     const top = Math.min(...ready.map(([, , l]) => l));
     const lower = ready.filter(([, , l]) => l > top);
