@@ -11,7 +11,7 @@
  */
 import type * as grpc from '@grpc/grpc-js';
 import { MODEL_VERSION } from '../shared/constants.js';
-import type { Infer, TraceCarrier } from '../shared/data-plane.js';
+import type { Infer, InferOptions } from '../shared/data-plane.js';
 import { fromModelInferRequest, inferResponse, ResponseFrame, type EncodedResponse } from './codec.js';
 import { callDeadlineMs, type GrpcEdge } from './edge.js';
 import { ownsItsBuffer } from './proto.js';
@@ -20,18 +20,20 @@ import { CONTROL_OPERATIONS, KSERVE_OPERATIONS, type LogSettingValue, type Opera
 import { errors } from '../shared/errors.js';
 import type { ModelInferRequest, ModelInferResponse } from './types.js';
 
-/** A call's W3C trace context (traceparent, tracestate) from its gRPC metadata. */
-function traceCarrier(metadata: grpc.Metadata): TraceCarrier | undefined {
+/**
+ * What a call's metadata adds to its request's options: its W3C trace context (traceparent,
+ * tracestate) and its tenant as named under `tenantKey` (endpoints.tenant_key). Set on the options
+ * themselves, not spread into them: this runs for every request.
+ */
+function fromMetadata(metadata: grpc.Metadata, tenantKey: string, options: InferOptions): InferOptions {
   const traceparent = metadata.get('traceparent')[0];
-  if (typeof traceparent !== 'string') return undefined;
-  const tracestate = metadata.get('tracestate')[0];
-  return { traceparent, ...(typeof tracestate === 'string' ? { tracestate } : {}) };
-}
-
-/** A call's tenant, as its metadata names it under `key` (endpoints.tenant_key); absent: none. */
-function tenantOf(metadata: grpc.Metadata, key: string): { tenant?: string } {
-  const tenant = metadata.get(key)[0];
-  return typeof tenant === 'string' ? { tenant } : {};
+  if (typeof traceparent === 'string') {
+    const tracestate = metadata.get('tracestate')[0];
+    options.trace = typeof tracestate === 'string' ? { traceparent, tracestate } : { traceparent };
+  }
+  const tenant = metadata.get(tenantKey)[0];
+  if (typeof tenant === 'string') options.tenant = tenant;
+  return options;
 }
 
 type InferCall = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerDuplexStream<unknown, unknown>;
@@ -40,9 +42,9 @@ type InferCall = grpc.ServerUnaryCall<unknown, unknown> | grpc.ServerDuplexStrea
 async function modelInfer(infer: Infer, tenantKey: string, req: ModelInferRequest, call: InferCall, signal: AbortSignal, admitted?: { bytes: number; inflightBytes: number }): Promise<ModelInferResponse | EncodedResponse> {
   const request = fromModelInferRequest(req, ownsItsBuffer(req));
   const frame = new ResponseFrame(request.model, MODEL_VERSION, request.id);
-  const answer = await infer(request, {
-    callDeadlineMs: callDeadlineMs(call), signal, outputs: frame.layout, trace: traceCarrier(call.metadata), protocol: 'grpc', ...(admitted ? { admitted } : {}), ...tenantOf(call.metadata, tenantKey),
-  });
+  const options: InferOptions = { callDeadlineMs: callDeadlineMs(call), signal, outputs: frame.layout, protocol: 'grpc' };
+  if (admitted) options.admitted = admitted;
+  const answer = await infer(request, fromMetadata(call.metadata, tenantKey, options));
   return frame.frame(answer) ?? inferResponse(request.model, request.id, answer.outputs);
 }
 
