@@ -210,8 +210,8 @@ async function startCounted(setting, main, label) {
   };
 }
 
-/** `n` requests of one point, `concurrency` at a time, each answer checked for its shape. */
-async function send(counted, protocol, payload, n) {
+/** `n` requests of one point, `width` at a time, each answer checked for its shape. */
+async function send(counted, protocol, payload, n, width = concurrency) {
   const { server } = counted;
   const data = new Float32Array(payload.rows * payload.width).fill(0.5);
   const one = async () => {
@@ -222,12 +222,14 @@ async function send(counted, protocol, payload, n) {
     }
     // REST as Triton's clients send tensors: a JSON header, the bytes after it, binary outputs.
     const header = Buffer.from(JSON.stringify({ inputs: [{ name: 'x', datatype: 'FP32', shape: [payload.rows, payload.width], parameters: { binary_data_size: data.byteLength } }], outputs: [{ name: 'y', parameters: { binary_data: true } }] }));
-    const res = await fetch(`${server.rest}/v2/models/${payload.model}/infer`, { method: 'POST', body: Buffer.concat([header, Buffer.from(data.buffer)]), headers: { 'inference-header-content-length': String(header.length) } });
+    const post = () => fetch(`${server.rest}/v2/models/${payload.model}/infer`, { method: 'POST', body: Buffer.concat([header, Buffer.from(data.buffer)]), headers: { 'inference-header-content-length': String(header.length) } });
+    // A keep-alive connection the server closed (idle past its timeout) as it was reused resets: sent again once.
+    const res = await post().catch((err) => (err?.cause?.code === 'ECONNRESET' ? post() : Promise.reject(err)));
     const body = await res.arrayBuffer();
     if (res.status !== 200) throw new Error(`${payload.model} over REST: ${res.status} ${Buffer.from(body).toString().slice(0, 200)}`);
   };
   let next = 0;
-  await Promise.all(Array.from({ length: concurrency }, async () => { while (next++ < n) await one(); }));
+  await Promise.all(Array.from({ length: width }, async () => { while (next++ < n) await one(); }));
 }
 
 const builds = [{ prefix: '', main: undefined }, ...(args.baseline ? [{ prefix: 'base ', main: path.resolve(args.baseline, 'main.js') }] : [])];
@@ -237,7 +239,12 @@ console.log(`instructions bench: ${new Date().toISOString().slice(0, 10)}, node 
 
 /** One server's run once started (stopped by the caller): warm-up of every point, idle rate, then the windows, point by point. */
 async function measure(counted, setting, prefix) {
-  for (const p of points) await send(counted, p.protocol, p.payload, Math.round(p.payload.warm * scale));
+  // REST with edge threads warms up over 8 connections: the kernel gives each new connection to
+  // one edge (reusePort), and a window runs on whichever edges its keep-alive connections met.
+  // Warmed over one connection, the other edge's code could stay cold: REST with two edges read
+  // 0.926, 1.020 and 1.117 of the baseline in three runs, 0.935 warmed over 8 (2026-12-02).
+  // gRPC keeps its one connection, on one edge.
+  for (const p of points) await send(counted, p.protocol, p.payload, Math.round(p.payload.warm * scale), p.protocol === 'http' && setting > 0 ? 8 : concurrency);
   // Idle measured once warm, not just after the start: then its leftovers (the warm-up runs, the
   // collector) read 0.65-2.4 M a second, and one build's higher idle taken out of every window made
   // it 8% cheaper at 64 B than the other (2026-12-02).
