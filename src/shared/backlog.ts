@@ -193,14 +193,38 @@ export class BacklogLedger {
 /** What admission reads and notes of a device's published backlog. */
 export type AdmissionBacklog = Pick<Backlog, 'aheadMs' | 'noteSlack'>;
 
-/** Weight of the newest execution in a model's moving average of its run time. */
-const NEWEST = 0.2;
+/** Runs of one batch size a model's estimate keeps: their median is its run at that size. */
+const RUNS_KEPT = 5;
+
+/**
+ * How long a model's requests are refused here, every one of them, before one is let through: the
+ * estimate refusing them learns only from answers, so one too high (runs slowed for a while) would
+ * refuse them for good. The device still checks the one let through at dispatch, against its own
+ * fresh costs.
+ */
+export const PROBE_AFTER_MS = 1_000;
 
 /** Priority levels as the scheduler resolves a request's: its own, else its model's, else the default. */
 export interface Levels {
   defaultLevel: number;
   /** scheduler.models.<name>.priority, where set. */
   models: Readonly<Record<string, number>>;
+}
+
+/** What admission knows of a request: its priority (0: its model's level), deadline and rows. */
+export interface Admitted {
+  priority: number;
+  /** On nowMs's clock; Infinity: none. */
+  deadlineMs: number;
+  rows: number;
+}
+
+/** What one thread learned of a model's runs. */
+interface ModelRuns {
+  /** The last RUNS_KEPT run times (ms) of its executions, by the batch size executed. */
+  bySize: Map<number, number[]>;
+  /** Since when every request of it has been refused here (0: the last one was let through). */
+  refusingSinceMs: number;
 }
 
 /**
@@ -210,45 +234,87 @@ export interface Levels {
  * priority level and above, as the device publishes it) and its own run would end past its deadline.
  * The device checks again at dispatch for every request of a batch (actors/device/scheduler.ts).
  *
- * Its own run is what this thread learned of its model: a moving average of the executions its
- * answers rode in (input, infer and output time of the whole batch: what a request waits from its
- * batch's start to its answer). A model this thread has not seen run yet is never refused here
- * (the device's check at dispatch still holds). The work ahead is read on the device its lease
- * leads to (the rooms choose it before admission, by the devices' routing policy).
+ * Its own run is what this thread learned of its model at the request's rows: the median of the
+ * last executions of the smallest batch size that holds them (input, infer and output time of the
+ * whole batch, less a weight load or a session open it carried, which the backlog counts when they
+ * come again). Not the average of every batch its answers rode in: the requests it would be
+ * batched with wait at its level, and the backlog counts them already; under load that average was
+ * a batch of several, and a 3x run here refused every interactive request at once, for good (the
+ * estimate then learned nothing more, every request being refused). A model this thread has not
+ * seen run yet is never refused here (the device's check at dispatch still holds). The work ahead is
+ * read on the device its lease leads to (the rooms choose it before admission, by the devices'
+ * routing policy).
  */
 export class DeadlineAdmission {
   readonly #levels: Levels;
-  /** Each model's learned run time, ms. */
-  readonly #runMs = new Map<string, number>();
+  readonly #models = new Map<string, ModelRuns>();
 
   constructor(levels: Levels) {
     this.#levels = levels;
   }
 
-  /** An execution a request of `model` rode in: its time joins the model's average. */
+  /** An execution a request of `model` rode in: its time joins the model's runs at its batch size. */
   learn(model: string, timing: ExecutionTiming): void {
-    const ms = (timing.computeInputNs + timing.computeInferNs + timing.computeOutputNs) / 1e6;
+    const ms = (timing.computeInputNs + timing.computeInferNs + timing.computeOutputNs) / 1e6 - (timing.weightLoadMs ?? 0) - (timing.sessionOpenMs ?? 0);
+    const size = timing.executedBatchSize || timing.batchRows || 1;
     if (!(ms > 0)) return;
-    const before = this.#runMs.get(model);
-    this.#runMs.set(model, before === undefined ? ms : before + NEWEST * (ms - before));
+    let runs = this.#models.get(model);
+    if (!runs) this.#models.set(model, (runs = { bySize: new Map(), refusingSinceMs: 0 }));
+    let kept = runs.bySize.get(size);
+    if (!kept) runs.bySize.set(size, (kept = []));
+    kept.push(ms);
+    if (kept.length > RUNS_KEPT) kept.shift();
   }
 
   /**
-   * The refusal of a request for `model` at `priority` (0: its model's level: the node file's, else
-   * its manifest's, else the default) due by `deadlineMs`, or null; `backlog` is that of the device
-   * its lease leads to (none known: nothing waits ahead). Its slack is noted there as its
-   * level's deadline guard (shared/backlog.ts) whether it is refused or not: the device keeps the
-   * lower levels' batches short for it even while every request of its level is refused here.
+   * The run of `rows` of `model` as learned here: the median of the smallest batch size at or above
+   * `rows` seen run, else the largest seen, in proportion to the rows; undefined: none seen.
    */
-  refusal({ name: model, priority: manifestLevel }: Pick<ModelSpec, 'name' | 'priority'>, priority: number, deadlineMs: number, backlog: AdmissionBacklog | undefined, now = nowMs()): StowageError | null {
+  runMs(model: string, rows: number): number | undefined {
+    const runs = this.#models.get(model);
+    if (!runs || runs.bySize.size === 0) return undefined;
+    let fits = Infinity;
+    let largest = 0;
+    for (const size of runs.bySize.keys()) {
+      if (size >= rows && size < fits) fits = size;
+      if (size > largest) largest = size;
+    }
+    if (Number.isFinite(fits)) return median(runs.bySize.get(fits)!);
+    return (median(runs.bySize.get(largest)!) * rows) / largest;
+  }
+
+  /**
+   * The refusal of `request` for `model` (priority 0: its model's level: the node file's, else its
+   * manifest's, else the default), or null; `backlog` is that of the device its lease leads to (none
+   * known: nothing waits ahead). Its slack is noted there as its level's deadline guard
+   * (shared/backlog.ts) whether it is refused or not: the device keeps the lower levels' batches
+   * short for it even while every request of its level is refused here. After PROBE_AFTER_MS of
+   * refusing every request of the model, the next is let through.
+   */
+  refusal({ name: model, priority: manifestLevel }: Pick<ModelSpec, 'name' | 'priority'>, { priority, deadlineMs, rows }: Admitted, backlog: AdmissionBacklog | undefined, now = nowMs()): StowageError | null {
     if (!Number.isFinite(deadlineMs)) return null;
-    const runMs = this.#runMs.get(model);
+    const runMs = this.runMs(model, rows);
     if (runMs === undefined) return null;
+    const runs = this.#models.get(model)!;
     const level = priority || this.#levels.models[model] || manifestLevel || this.#levels.defaultLevel || 1;
     const leftMs = deadlineMs - now;
     backlog?.noteSlack(level, leftMs - runMs, now);
     const ahead = backlog?.aheadMs(level, now) ?? 0;
-    if (ahead + runMs <= leftMs) return null;
+    if (ahead + runMs <= leftMs) {
+      runs.refusingSinceMs = 0;
+      return null;
+    }
+    if (runs.refusingSinceMs === 0) runs.refusingSinceMs = now;
+    else if (now - runs.refusingSinceMs >= PROBE_AFTER_MS) {
+      runs.refusingSinceMs = now; // the next probe a while after this one, unless one is let through meanwhile
+      return null;
+    }
     return errors.deadlineUnreachable(model, leftMs, ahead, runMs, level);
   }
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }

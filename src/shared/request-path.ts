@@ -269,7 +269,7 @@ export class RequestPath<L extends PathLease> {
     const deadlineMs = Math.min(callDeadlineMs, req.timeoutUs === undefined ? Infinity : nowMs() + req.timeoutUs / 1000);
     const priority = req.priority ?? 0;
     // A request the work ahead of it on the device would keep past its deadline is refused now, before it runs.
-    const late = this.#rooms.deadlines.refusal(spec, priority, deadlineMs, this.#rooms.backlog(lease));
+    const late = this.#rooms.deadlines.refusal(spec, { priority, deadlineMs, rows: checked.rows }, this.#rooms.backlog(lease));
     if (late) throw late;
     // No await since checking: the regions are still registered (an edge's may have been
     // unregistered meanwhile: its hold fails as a region not found, holding nothing). Last, so that
