@@ -200,7 +200,8 @@ const RUNS_KEPT = 5;
  * How long a model's requests are refused here, every one of them, before one is let through: the
  * estimate refusing them learns only from answers, so one too high (runs slowed for a while) would
  * refuse them for good. The device still checks the one let through at dispatch, against its own
- * fresh costs.
+ * fresh costs; its own check there probes after as long (actors/device/scheduler.ts), its learned
+ * costs being learned only from runs too.
  */
 export const PROBE_AFTER_MS = 1_000;
 

@@ -60,7 +60,7 @@
 import type { Discipline } from '../../shared/config-schema.js';
 import { errors } from '../../shared/errors.js';
 import { MAX_HOLD_FOR_INPUTS_MS } from '../../shared/constants.js';
-import type { DeadlineGuard } from '../../shared/backlog.js';
+import { PROBE_AFTER_MS, type DeadlineGuard } from '../../shared/backlog.js';
 import type { CostModel } from './execution-costs.js';
 
 export type { Discipline };
@@ -140,6 +140,8 @@ interface ModelQueue<T extends Queued> {
   expected: number;
   /** Device ms its last cold load took (chargeTime), 0 before one: part of the fair detour's bound. */
   lastLoadMs: number;
+  /** Since when every batch picked of it has been refused whole for laxity (0: the last one ran). */
+  laxSinceMs: number;
 }
 
 export class Scheduler<T extends Queued> {
@@ -196,7 +198,7 @@ export class Scheduler<T extends Queued> {
         q.requests = [];
         for (const t of queued) this.#insert(q, t);
       }
-    } else this.#queues.set(model, { policy, requests: [], charged: this.#virtualMs, lastPicked: -1, expected: 0, lastLoadMs: 0 });
+    } else this.#queues.set(model, { policy, requests: [], charged: this.#virtualMs, lastPicked: -1, expected: 0, lastLoadMs: 0, laxSinceMs: 0 });
   }
 
   /** Forget a model; its queued requests are returned for the caller to fail. */
@@ -292,12 +294,22 @@ export class Scheduler<T extends Queued> {
       // learned cost, and its weights' coming on if they are off the device) is refused now instead
       // of run late, taking device time from requests that can still make theirs.
       const rows = batch.reduce((sum, t) => sum + t.rows, 0);
+      const now = this.#options.now();
+      // The learned cost that refuses them is learned only from runs: one too high (a slow run
+      // after an idle spell) would refuse every request of the model for good. After PROBE_AFTER_MS
+      // of refusing every batch of it whole, the first of the next runs anyway (answered late at
+      // worst, once a second), and the cost is measured again.
+      const probe = q.laxSinceMs > 0 && now - q.laxSinceMs >= PROBE_AFTER_MS ? batch[0] : null;
       const runs = batch.filter((t) => {
-        const late = this.#late(t, q, model, rows);
+        const late = t !== probe && this.#late(t, q, model, rows);
         if (late) shed.push({ request: t, reason: 'laxity' });
         return !late;
       });
-      if (runs.length === 0) continue;
+      if (runs.length === 0) {
+        if (q.laxSinceMs === 0) q.laxSinceMs = now;
+        continue;
+      }
+      q.laxSinceMs = 0;
       q.lastPicked = this.#picks++;
       this.#virtualMs = Math.max(this.#virtualMs, q.charged);
       this.#runningLevel = level;

@@ -3,7 +3,7 @@
 import test from 'ava';
 import { CostModel } from '../../../../dist/actors/device/execution-costs.js';
 import { Scheduler } from '../../../../dist/actors/device/scheduler.js';
-import { Backlog } from '../../../../dist/shared/backlog.js';
+import { Backlog, PROBE_AFTER_MS } from '../../../../dist/shared/backlog.js';
 import { stowageThrows } from '../../../helpers/errors.js';
 
 /**
@@ -186,6 +186,43 @@ test('edf: a request that cannot finish in time is shed, not run late', (t) => {
   const pick = scheduler.next();
   t.deepEqual(pick.shed.map((s) => [s.request.id, s.reason]), [[late.id, 'laxity']]);
   t.deepEqual(pick.batch.map((b) => b.id), [fine.id]);
+});
+
+test('a model whose every batch has been refused for laxity for PROBE_AFTER_MS runs the next one\'s first request, and learns its cost again', (t) => {
+  const { clock, scheduler, enqueue, step } = harness({ discipline: 'fifo' });
+  scheduler.setModel('x', { weight: 1, maxBatchRows: 4 });
+  enqueue('x');
+  step(() => 400); // one slow run (an idle spell's first): x learned at 400 ms, where it takes 10
+  const shedAt = (/** @type {number} */ atMs) => {
+    clock.ms = atMs;
+    const a = enqueue('x', { deadlineMs: clock.ms + 100 });
+    const b = enqueue('x', { deadlineMs: clock.ms + 100 });
+    return { a, b, pick: scheduler.next() };
+  };
+  let r = shedAt(1_000);
+  t.deepEqual(r.pick.batch, [], 'refused: 100 ms left, 400 learned');
+  t.deepEqual(r.pick.shed.map((s) => s.reason), ['laxity', 'laxity']);
+  r = shedAt(1_000 + PROBE_AFTER_MS - 1);
+  t.deepEqual(r.pick.batch, [], 'still refused just short of PROBE_AFTER_MS');
+  r = shedAt(1_000 + PROBE_AFTER_MS);
+  t.deepEqual(r.pick.batch.map((x) => x.id), [r.a.id], 'the first of the batch runs anyway');
+  t.deepEqual(r.pick.shed, [], 'the second waits (a row more would make the first later still)');
+  clock.ms += 10;
+  scheduler.charge('x', 1, 10);
+  let pick = scheduler.next();
+  t.deepEqual(pick.shed.map((s) => [s.request.id, s.reason]), [[r.b.id, 'laxity']], 'then is refused: a probe is one request');
+  r = shedAt(clock.ms + PROBE_AFTER_MS / 2);
+  t.deepEqual(r.pick.batch, [], 'the next probe PROBE_AFTER_MS after refusing began again');
+  // Two minutes on (four half-lives of the learned cost), a probe's 10 ms outweighs the old 400.
+  r = shedAt(clock.ms + 120_000);
+  t.deepEqual(r.pick.batch.map((x) => x.id), [r.a.id], 'a probe');
+  clock.ms += 10;
+  scheduler.charge('x', 1, 10);
+  t.deepEqual(scheduler.next().batch.map((x) => x.id), [r.b.id], 'learned again: the one after it runs');
+  clock.ms += 10;
+  scheduler.charge('x', 1, 10);
+  r = shedAt(clock.ms + 1);
+  t.deepEqual(r.pick.batch.map((x) => x.id), [r.a.id, r.b.id], 'learned again: both run');
 });
 
 test('every discipline refuses at dispatch each request of the batch that would miss its deadline, counting its weights\' coming on when they are off the device', (t) => {
