@@ -565,6 +565,7 @@ export class StowageServer {
       regionHolds: this.#leases.regions.shape,
       quotas: this.#quotas.shape,
       levels: this.#levels(),
+      costHalflifeMs: this.#config.global.scheduler.ema_halflife_seconds * 1000,
       hooks: { threads: edgeHookThreads(hooks.threads, edgeCount), timeoutMs: hooks.timeout_seconds * 1000, importTimeoutMs: hooks.import_timeout_seconds * 1000, maxHeapMib: hooks.max_heap_mib },
     };
   }

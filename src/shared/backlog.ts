@@ -135,6 +135,84 @@ export class Backlog {
 }
 
 /**
+ * What executions cost, learned per model and batch size: by the device for its scheduler and
+ * placement (actors/device/worker.ts), and by every thread that admits requests for its own
+ * (`DeadlineAdmission`, below). An exponential moving average of measured execution time per
+ * executed batch size, with a half-life in time (`ema_halflife_seconds`), so a model whose speed
+ * changes (a new version, a busier machine) is re-learned at a known rate.
+ */
+
+/** Assumed cost of a model never run at any batch size, in ms: small, so new models get tried. */
+export const UNKNOWN_COST_MS = 1;
+
+interface Ema {
+  ms: number;
+  updatedAtMs: number;
+}
+
+export class CostModel {
+  readonly #halflifeMs: number;
+  /** model -> executed batch size -> EMA */
+  readonly #emas = new Map<string, Map<number, Ema>>();
+
+  constructor(halflifeMs: number) {
+    this.#halflifeMs = halflifeMs;
+  }
+
+  /** Fold one measured execution into the model's cost at that batch size; returns the new estimate. */
+  record(model: string, batchSize: number, ms: number, nowMs: number): number {
+    let sizes = this.#emas.get(model);
+    if (!sizes) this.#emas.set(model, (sizes = new Map()));
+    const ema = sizes.get(batchSize);
+    if (!ema) {
+      sizes.set(batchSize, { ms, updatedAtMs: nowMs });
+      return ms;
+    }
+    // The old value's weight halves every half-life of elapsed time. A sample stands for at least
+    // its own duration of device time, so back-to-back executions (no clock tick between) still count.
+    const elapsedMs = Math.max(nowMs - ema.updatedAtMs, ms);
+    const keep = 0.5 ** (elapsedMs / this.#halflifeMs);
+    ema.ms = keep * ema.ms + (1 - keep) * ms;
+    ema.updatedAtMs = nowMs;
+    return ema.ms;
+  }
+
+  /**
+   * Expected cost of running `batchSize` rows. Unmeasured sizes scale the
+   * nearest measured one linearly by rows, a deliberate overestimate for
+   * larger batches (they usually cost less than proportionally).
+   */
+  estimate(model: string, batchSize: number): number {
+    const sizes = this.#emas.get(model);
+    if (!sizes || sizes.size === 0) return UNKNOWN_COST_MS;
+    const exact = sizes.get(batchSize);
+    if (exact) return exact.ms;
+    let best = 0;
+    let bestDistance = Infinity;
+    for (const size of sizes.keys()) {
+      const d = Math.abs(size - batchSize);
+      if (d < bestDistance) [best, bestDistance] = [size, d];
+    }
+    return (sizes.get(best) as Ema).ms * (batchSize / best);
+  }
+
+  /** Whether `model` has been measured at any batch size. */
+  knows(model: string): boolean {
+    return (this.#emas.get(model)?.size ?? 0) > 0;
+  }
+
+  /** What is known of a model: its learned cost per executed batch size, ascending. */
+  snapshot(model: string): { batchSize: number; ms: number }[] {
+    return [...(this.#emas.get(model) ?? new Map<number, Ema>())].map(([batchSize, e]) => ({ batchSize, ms: e.ms }))
+      .sort((a, b) => a.batchSize - b.batchSize);
+  }
+
+  forget(model: string): void {
+    this.#emas.delete(model);
+  }
+}
+
+/**
  * A request's level and predicted share of a run, in ms; `first`: no other request of its model waits,
  * so a load its model needs first is its to carry.
  */
@@ -193,9 +271,6 @@ export class BacklogLedger {
 /** What admission reads and notes of a device's published backlog. */
 export type AdmissionBacklog = Pick<Backlog, 'aheadMs' | 'noteSlack'>;
 
-/** Runs of one batch size a model's estimate keeps: their median is its run at that size. */
-const RUNS_KEPT = 5;
-
 /**
  * How long a model's requests are refused here, every one of them, before one is let through: the
  * estimate refusing them learns only from answers, so one too high (runs slowed for a while) would
@@ -220,14 +295,6 @@ export interface Admitted {
   rows: number;
 }
 
-/** What one thread learned of a model's runs. */
-interface ModelRuns {
-  /** The last RUNS_KEPT run times (ms) of its executions, by the batch size executed. */
-  bySize: Map<number, number[]>;
-  /** Since when every request of it has been refused here (0: the last one was let through). */
-  refusingSinceMs: number;
-}
-
 /**
  * Deadlines kept or refused at once, at admission (issue 65 item 2), on the thread that holds the
  * request: a request with a deadline is refused DEADLINE_EXCEEDED before anything of it runs when
@@ -235,10 +302,11 @@ interface ModelRuns {
  * priority level and above, as the device publishes it) and its own run would end past its deadline.
  * The device checks again at dispatch for every request of a batch (actors/device/scheduler.ts).
  *
- * Its own run is what this thread learned of its model at the request's rows: the median of the
- * last executions of the smallest batch size that holds them (input, infer and output time of the
- * whole batch, less a weight load or a session open it carried, which the backlog counts when they
- * come again). Not the average of every batch its answers rode in: the requests it would be
+ * Its own run is what this thread learned of its model at the request's rows, as the device learns
+ * a batch's cost (`CostModel`, above: a moving average per executed batch size, the nearest size
+ * scaled by rows where its own is not measured), from the executions its answers rode in (input,
+ * infer and output time, less a weight load or a session open, which the backlog counts when they
+ * come again). Not one average of every batch its answers rode in: the requests it would be
  * batched with wait at its level, and the backlog counts them already; under load that average was
  * a batch of several, and a 3x run here refused every interactive request at once, for good (the
  * estimate then learned nothing more, every request being refused). A model this thread has not
@@ -248,40 +316,25 @@ interface ModelRuns {
  */
 export class DeadlineAdmission {
   readonly #levels: Levels;
-  readonly #models = new Map<string, ModelRuns>();
+  readonly #costs: CostModel;
+  /** Per model, since when every request of it has been refused here (absent: the last one was let through). */
+  readonly #refusingSince = new Map<string, number>();
 
-  constructor(levels: Levels) {
+  /** `halflifeMs`: the learned runs' half-life (scheduler.ema_halflife_seconds, as the devices'). */
+  constructor(levels: Levels, halflifeMs: number) {
     this.#levels = levels;
+    this.#costs = new CostModel(halflifeMs);
   }
 
   /** An execution a request of `model` rode in: its time joins the model's runs at its batch size. */
-  learn(model: string, timing: ExecutionTiming): void {
+  learn(model: string, timing: ExecutionTiming, now = nowMs()): void {
     const ms = (timing.computeInputNs + timing.computeInferNs + timing.computeOutputNs) / 1e6 - (timing.weightLoadMs ?? 0) - (timing.sessionOpenMs ?? 0);
-    const size = timing.executedBatchSize || timing.batchRows || 1;
-    if (!(ms > 0)) return;
-    let runs = this.#models.get(model);
-    if (!runs) this.#models.set(model, (runs = { bySize: new Map(), refusingSinceMs: 0 }));
-    let kept = runs.bySize.get(size);
-    if (!kept) runs.bySize.set(size, (kept = []));
-    kept.push(ms);
-    if (kept.length > RUNS_KEPT) kept.shift();
+    if (ms > 0) this.#costs.record(model, Math.max(timing.executedBatchSize, 1), ms, now);
   }
 
-  /**
-   * The run of `rows` of `model` as learned here: the median of the smallest batch size at or above
-   * `rows` seen run, else the largest seen, in proportion to the rows; undefined: none seen.
-   */
+  /** The run of `rows` of `model` as learned here; undefined: never seen run. */
   runMs(model: string, rows: number): number | undefined {
-    const runs = this.#models.get(model);
-    if (!runs || runs.bySize.size === 0) return undefined;
-    let fits = Infinity;
-    let largest = 0;
-    for (const size of runs.bySize.keys()) {
-      if (size >= rows && size < fits) fits = size;
-      if (size > largest) largest = size;
-    }
-    if (Number.isFinite(fits)) return median(runs.bySize.get(fits)!);
-    return (median(runs.bySize.get(largest)!) * rows) / largest;
+    return this.#costs.knows(model) ? this.#costs.estimate(model, rows) : undefined;
   }
 
   /**
@@ -296,26 +349,21 @@ export class DeadlineAdmission {
     if (!Number.isFinite(deadlineMs)) return null;
     const runMs = this.runMs(model, rows);
     if (runMs === undefined) return null;
-    const runs = this.#models.get(model)!;
     const level = priority || this.#levels.models[model] || manifestLevel || this.#levels.defaultLevel || 1;
     const leftMs = deadlineMs - now;
     backlog?.noteSlack(level, leftMs - runMs, now);
     const ahead = backlog?.aheadMs(level, now) ?? 0;
     if (ahead + runMs <= leftMs) {
-      runs.refusingSinceMs = 0;
+      this.#refusingSince.delete(model);
       return null;
     }
-    if (runs.refusingSinceMs === 0) runs.refusingSinceMs = now;
-    else if (now - runs.refusingSinceMs >= PROBE_AFTER_MS) {
-      runs.refusingSinceMs = now; // the next probe a while after this one, unless one is let through meanwhile
+    const since = this.#refusingSince.get(model);
+    if (since === undefined) this.#refusingSince.set(model, now);
+    else if (now - since >= PROBE_AFTER_MS) {
+      this.#refusingSince.set(model, now); // the next probe a while after this one, unless one is let through meanwhile
       return null;
     }
     return errors.deadlineUnreachable(model, leftMs, ahead, runMs, level);
   }
 }
 
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-}

@@ -1,11 +1,8 @@
 /**
- * What executions cost, measured two ways: learned per model and batch size for the scheduler and
- * the placement (`CostModel`), and summed until the next report to the main thread
- * (`ExecutionTally`).
- *
- * The cost model is an exponential moving average of measured execution time per executed batch
- * size, with a half-life in time (`ema_halflife_seconds`), so a model whose speed changes (a new
- * version, a busier machine) is re-learned at a known rate.
+ * What executions cost: summed until the next report to the main thread (`ExecutionTally`), and a
+ * model's full-batch rate from its learned costs (`fullBatchRate`). The costs themselves are learned
+ * by `CostModel` (shared/backlog.ts), which the scheduler and the placement read here and every
+ * thread that admits requests keeps for itself.
  *
  * The tally is the device's count of its executions (FromDevice's `report`, typed as
  * ExecutionReport in shared/channels/device.ts). Why summed: with edge threads, an execution's
@@ -22,71 +19,6 @@
  */
 import type { ExecutionReport, ModelExecutions, WeightLoad, WeightMemory } from '../../shared/channels/device.js';
 import type { ExecutionTiming } from '../../shared/channels/inference.js';
-
-/** Assumed cost of a model never run at any batch size, in ms: small, so new models get tried. */
-export const UNKNOWN_COST_MS = 1;
-
-interface Ema {
-  ms: number;
-  updatedAtMs: number;
-}
-
-export class CostModel {
-  readonly #halflifeMs: number;
-  /** model -> executed batch size -> EMA */
-  readonly #emas = new Map<string, Map<number, Ema>>();
-
-  constructor(halflifeMs: number) {
-    this.#halflifeMs = halflifeMs;
-  }
-
-  /** Fold one measured execution into the model's cost at that batch size; returns the new estimate. */
-  record(model: string, batchSize: number, ms: number, nowMs: number): number {
-    let sizes = this.#emas.get(model);
-    if (!sizes) this.#emas.set(model, (sizes = new Map()));
-    const ema = sizes.get(batchSize);
-    if (!ema) {
-      sizes.set(batchSize, { ms, updatedAtMs: nowMs });
-      return ms;
-    }
-    // The old value's weight halves every half-life of elapsed time. A sample stands for at least
-    // its own duration of device time, so back-to-back executions (no clock tick between) still count.
-    const elapsedMs = Math.max(nowMs - ema.updatedAtMs, ms);
-    const keep = 0.5 ** (elapsedMs / this.#halflifeMs);
-    ema.ms = keep * ema.ms + (1 - keep) * ms;
-    ema.updatedAtMs = nowMs;
-    return ema.ms;
-  }
-
-  /**
-   * Expected cost of running `batchSize` rows. Unmeasured sizes scale the
-   * nearest measured one linearly by rows, a deliberate overestimate for
-   * larger batches (they usually cost less than proportionally).
-   */
-  estimate(model: string, batchSize: number): number {
-    const sizes = this.#emas.get(model);
-    if (!sizes || sizes.size === 0) return UNKNOWN_COST_MS;
-    const exact = sizes.get(batchSize);
-    if (exact) return exact.ms;
-    let best = 0;
-    let bestDistance = Infinity;
-    for (const size of sizes.keys()) {
-      const d = Math.abs(size - batchSize);
-      if (d < bestDistance) [best, bestDistance] = [size, d];
-    }
-    return (sizes.get(best) as Ema).ms * (batchSize / best);
-  }
-
-  /** What is known of a model: its learned cost per executed batch size, ascending. */
-  snapshot(model: string): { batchSize: number; ms: number }[] {
-    return [...(this.#emas.get(model) ?? new Map<number, Ema>())].map(([batchSize, e]) => ({ batchSize, ms: e.ms }))
-      .sort((a, b) => a.batchSize - b.batchSize);
-  }
-
-  forget(model: string): void {
-    this.#emas.delete(model);
-  }
-}
 
 /**
  * Rows per second one device answers of a model at full batches, from its learned costs: a line

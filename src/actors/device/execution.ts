@@ -22,7 +22,8 @@
  * tensors go to ONNX Runtime as they came.
  */
 import type { ExecutionAnswers, FromDevice, InferCommand, WeightLoad } from '../../shared/channels/device.js';
-import type { CostModel, ExecutionOutcome } from './execution-costs.js';
+import type { ExecutionOutcome } from './execution-costs.js';
+import type { CostModel } from '../../shared/backlog.js';
 import { type InferenceResult, type OutputFrame, type RegionSlice, type WireTensor } from '../../shared/channels/inference.js';
 import { nowMs } from '../../shared/timers.js';
 import { errors, type StowageError } from '../../shared/errors.js';

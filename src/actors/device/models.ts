@@ -13,7 +13,7 @@ import type { DeviceCalls, DeviceInit, HostUpdate, InferCommand, InstanceStatus,
 import { nowMs } from '../../shared/timers.js';
 import { errors } from '../../shared/errors.js';
 import { modelOf, type InstanceKey, type ModelSpec } from '../../shared/model-spec.js';
-import type { CostModel } from './execution-costs.js';
+import type { CostModel } from '../../shared/backlog.js';
 import { bindWeights, openExecutable, tensorSources, type Executable, type OpenOptions, type SessionPool } from './sessions.js';
 import { graphStatus } from './cuda-graphs.js';
 import { warmUp } from './warmup.js';

@@ -60,8 +60,7 @@
 import type { Discipline } from '../../shared/config-schema.js';
 import { errors } from '../../shared/errors.js';
 import { MAX_HOLD_FOR_INPUTS_MS } from '../../shared/constants.js';
-import { PROBE_AFTER_MS, type DeadlineGuard } from '../../shared/backlog.js';
-import type { CostModel } from './execution-costs.js';
+import { PROBE_AFTER_MS, type CostModel, type DeadlineGuard } from '../../shared/backlog.js';
 
 export type { Discipline };
 

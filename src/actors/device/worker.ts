@@ -28,11 +28,11 @@ import { cpuArenaStats, heapBytesInUse, initOrt, processThreadPool, registerCpuA
 import { gpuMemory, loadCuda } from '../../native/cuda.js';
 import { modelOf, type InstanceKey } from '../../shared/model-spec.js';
 import { errors, toErrorData, type StowageError } from '../../shared/errors.js';
-import { CostModel, ExecutionTally, type ExecutionOutcome } from './execution-costs.js';
+import { ExecutionTally, type ExecutionOutcome } from './execution-costs.js';
 import { execute, Staging, verdict, type ExecutionContext } from './execution.js';
 import { DeviceModels } from './models.js';
 import { DevicePump, Doors } from './inbox.js';
-import { Backlog, BacklogLedger } from '../../shared/backlog.js';
+import { Backlog, BacklogLedger, CostModel } from '../../shared/backlog.js';
 import { exitArmed, exitIfAsked, holdLoad, loadsMayBeHeld, neverStart } from './fault-injection.js';
 import { HookFeeds } from './hook-feeds.js';
 import { RegionMappings } from './regions.js';

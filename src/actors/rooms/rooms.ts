@@ -136,7 +136,7 @@ export class Rooms {
     this.#hooks = options.hooks ?? null;
     this.#regions = new Regions(start.regionHolds, row, () => lastRelease('region'));
     this.#quotas = new Quotas(start.quotas, quotaRow);
-    this.#deadlines = new DeadlineAdmission(start.levels);
+    this.#deadlines = new DeadlineAdmission(start.levels, start.costHalflifeMs);
     this.#elsewhere = options.elsewhere;
     this.#path = new RequestPath(this.#rooms(options.tracing));
   }

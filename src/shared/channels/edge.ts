@@ -92,6 +92,8 @@ export interface RoomsStart {
   quotas: QuotasShape;
   /** How the scheduler resolves a request's priority level, for refusing at admission what would miss its deadline. */
   levels: Levels;
+  /** The half-life of the runs admission learns (scheduler.ema_halflife_seconds, as the devices learn theirs). */
+  costHalflifeMs: number;
 }
 
 /** What an edge thread starts with (its workerData). */

@@ -8,6 +8,8 @@ import { Backlog, DeadlineAdmission, PROBE_AFTER_MS } from '../../../dist/shared
 
 /** An execution of `size` rows that took `ms`, `extra` of it in input (a weight load, a session open). */
 const ran = (/** @type {number} */ ms, size = 1, extra = {}) => ({ computeInputNs: 0, computeInferNs: ms * 1e6, computeOutputNs: 0, batchRows: size, executedBatchSize: size, requests: size, ...extra });
+/** The learned runs' half-life in these tests (scheduler.ema_halflife_seconds' default). */
+const HALF_LIFE_MS = 30_000;
 /** A request at `priority` (0: its model's level) due by `deadlineMs`, of `rows` rows. */
 const req = (/** @type {number} */ priority, /** @type {number} */ deadlineMs, rows = 1) => ({ priority, deadlineMs, rows });
 
@@ -32,29 +34,28 @@ test('a level waits for the running batch and the work at its level and above, n
 });
 
 test('a request whose wait and run would end past its deadline is refused, naming them; one that would make it is not', (t) => {
-  const d = new DeadlineAdmission({ defaultLevel: 2, models: { urgent: 1 } });
+  const d = new DeadlineAdmission({ defaultLevel: 2, models: { urgent: 1 } }, HALF_LIFE_MS);
   /** @type {number[]} */
   const levels = [];
   /** @type {[number, number][]} */
   const noted = [];
   const ahead = { aheadMs: (/** @type {number} */ level) => { levels.push(level); return level === 1 ? 5 : 80; }, noteSlack: (/** @type {number} */ level, /** @type {number} */ slackMs) => { noted.push([level, slackMs]); } };
   t.is(d.refusal({ name: 'm' }, req(0, 1_050), ahead, 1_000), null, 'a model not seen run yet is never refused here');
-  d.learn('m', ran(10));
+  d.learn('m', ran(10), 0);
   t.is(d.refusal({ name: 'm' }, req(0, Infinity), ahead, 1_000), null, 'nor a request without a deadline');
   const err = d.refusal({ name: 'm' }, req(0, 1_050), ahead, 1_000);
   t.is(err?.code, 'STOWAGE_DEADLINE_EXCEEDED');
   t.is(err?.message, 'request for model "m" refused before it ran: its deadline is 50 ms away, and the device has 80 ms of work ahead of it at priority 2 and above, then its run takes about 10 ms');
   t.is(d.refusal({ name: 'm' }, req(1, 1_050), ahead, 1_000), null, 'at priority 1 only 5 ms are ahead of it');
-  d.learn('urgent', ran(10));
+  d.learn('urgent', ran(10), 0);
   t.is(d.refusal({ name: 'urgent' }, req(0, 1_050), ahead, 1_000), null, 'its model\'s level, 1');
   t.deepEqual(levels, [2, 1, 1]);
   // The manifest's level (scheduling.priority) where the node file gives none; the node file's wins.
   t.is(d.refusal({ name: 'm', priority: 1 }, req(0, 1_050), ahead, 1_000), null, 'its manifest\'s level, 1');
   t.is(d.refusal({ name: 'urgent', priority: 3 }, req(0, 1_050), ahead, 1_000), null, 'the node file\'s level, 1, over the manifest\'s 3');
   t.deepEqual(levels.slice(3), [1, 1]);
-  d.learn('m', ran(60));
-  d.learn('m', ran(20));
-  t.regex(d.refusal({ name: 'm' }, req(1, 1_020), ahead, 1_000)?.message ?? '', /5 ms of work ahead of it at priority 1 and above, then its run takes about 20 ms/, 'the median of its last runs');
+  d.learn('m', ran(30), HALF_LIFE_MS); // a half-life on: halfway from 10 to 30
+  t.regex(d.refusal({ name: 'm' }, req(1, 1_020), ahead, 1_000)?.message ?? '', /5 ms of work ahead of it at priority 1 and above, then its run takes about 20 ms/, 'a moving average of its runs');
   // Each request with a deadline and a known run noted its slack at its level, the refused ones too.
   t.deepEqual(noted[0], [2, 40], 'the refused one: 50 ms left, a 10 ms run');
   t.deepEqual(noted[noted.length - 1], [1, 0], 'the last: 20 ms left, a 20 ms run');
@@ -62,33 +63,32 @@ test('a request whose wait and run would end past its deadline is refused, namin
   t.is(d.refusal({ name: 'm' }, req(1, 1_020), undefined, 1_000), null, 'no device known: nothing ahead');
 });
 
-test('a request\'s own run is its rows\' batch size\'s median run, less a weight load or session open; not the average of the batches its model rode in', (t) => {
-  const d = new DeadlineAdmission({ defaultLevel: 1, models: {} });
+test('a request\'s own run is its model\'s learned cost at its rows\' batch size, less a weight load or session open; not one average of the batches its model rode in', (t) => {
+  const d = new DeadlineAdmission({ defaultLevel: 1, models: {} }, HALF_LIFE_MS);
   const quiet = { aheadMs: () => 30, noteSlack: () => {} };
-  d.learn('m', ran(20, 1));
-  for (let i = 0; i < 6; i++) d.learn('m', ran(80, 4));
+  t.is(d.runMs('m', 1), undefined, 'never seen run');
+  d.learn('m', ran(20, 1), 0);
+  for (let i = 0; i < 6; i++) d.learn('m', ran(80, 4), 0);
   t.is(d.runMs('m', 1), 20, 'one row: the batch of 1');
-  t.is(d.runMs('m', 3), 80, 'three rows: the smallest batch seen that holds them');
-  t.is(d.runMs('m', 16), 320, 'past the largest batch seen: in proportion to its rows');
+  t.is(d.runMs('m', 4), 80, 'four rows: the batch of 4');
+  t.is(d.runMs('m', 16), 320, 'past the sizes seen: the nearest, in proportion to its rows');
   // Under load the model ran in batches of 4 (80 ms); a lone request with 97 ms to go and 30 ms
-  // ahead makes its deadline. With the average of the batches (~70 ms) it was refused, every one
+  // ahead makes its deadline. With one average of the batches (~70 ms) it was refused, every one
   // after it too, and nothing was learned again (the 3x run of bench/slo.js that refused them all).
   t.is(d.refusal({ name: 'm' }, req(0, 1_097), quiet, 1_000), null);
   t.truthy(d.refusal({ name: 'm' }, req(0, 1_097, 4), quiet, 1_000), 'four rows run as the batch of 4: 30 + 80 > 97');
-  d.learn('m', ran(515, 1, { weightLoadMs: 495, computeInputNs: 0 }));
-  d.learn('m', ran(25, 1, { sessionOpenMs: 5 }));
+  d.learn('m', ran(515, 1, { weightLoadMs: 495 }), HALF_LIFE_MS);
+  d.learn('m', ran(25, 1, { sessionOpenMs: 5 }), 2 * HALF_LIFE_MS);
   t.is(d.runMs('m', 1), 20, 'a weight load and a session open are the backlog\'s to count, not the run\'s');
-  d.learn('m', ran(400, 1));
-  t.is(d.runMs('m', 1), 20, 'one slow run does not move the median');
-  for (let i = 0; i < 3; i++) d.learn('m', ran(40, 1));
-  t.is(d.runMs('m', 1), 40, 'runs slowed for good do, within a few');
+  d.learn('m', ran(40, 1), 3 * HALF_LIFE_MS);
+  t.is(d.runMs('m', 1), 30, 'runs slowed: learned at the half-life');
 });
 
 test('a model whose every request has been refused here for PROBE_AFTER_MS gets one let through, then again a while later', (t) => {
-  const d = new DeadlineAdmission({ defaultLevel: 1, models: {} });
+  const d = new DeadlineAdmission({ defaultLevel: 1, models: {} }, HALF_LIFE_MS);
   let aheadMs = 200;
   const backlog = { aheadMs: () => aheadMs, noteSlack: () => {} };
-  d.learn('m', ran(10));
+  d.learn('m', ran(10), 0);
   t.truthy(d.refusal({ name: 'm' }, req(0, 1_100), backlog, 1_000), 'refused: 200 ms ahead, 100 to go');
   t.truthy(d.refusal({ name: 'm' }, req(0, 1_100 + PROBE_AFTER_MS - 1), backlog, 1_000 + PROBE_AFTER_MS - 1), 'still refused just short of PROBE_AFTER_MS');
   t.is(d.refusal({ name: 'm' }, req(0, 2_100), backlog, 1_000 + PROBE_AFTER_MS), null, 'after PROBE_AFTER_MS of refusals, one is let through (the device checks it again)');

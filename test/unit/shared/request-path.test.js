@@ -38,7 +38,7 @@ const timing = { computeInputNs: 1, computeInferNs: 2, computeOutputNs: 3, batch
  * @param {{ aheadMs?: number, absent?: string[], device?: (command: InferenceRequest, signal: AbortSignal) => Promise<import('../../../dist/shared/channels/inference.js').InferenceResult>, hookRun?: Function, preprocess?: Function }} [o]
  */
 function rooms(o = {}) {
-  const deadlines = new DeadlineAdmission({ defaultLevel: 2, models: {} });
+  const deadlines = new DeadlineAdmission({ defaultLevel: 2, models: {} }, 30_000);
   const quotas = new Quotas(Quotas.create({ alice: { max_inflight: 1, device_seconds_per_second: 0.5, burst_seconds: 1 } }, {}, 1), 0);
   /** @type {string[]} */
   const log = [];

@@ -1,9 +1,8 @@
 // The scheduler as a unit: a fake clock, a fake executor that "runs" a batch by advancing the clock
 // by the model's cost, and nothing else.
 import test from 'ava';
-import { CostModel } from '../../../../dist/actors/device/execution-costs.js';
 import { Scheduler } from '../../../../dist/actors/device/scheduler.js';
-import { Backlog, PROBE_AFTER_MS } from '../../../../dist/shared/backlog.js';
+import { Backlog, CostModel, PROBE_AFTER_MS } from '../../../../dist/shared/backlog.js';
 import { stowageThrows } from '../../../helpers/errors.js';
 
 /**

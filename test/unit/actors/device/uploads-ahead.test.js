@@ -3,7 +3,7 @@
 // failed copy turns the uploads off for the device, said once.
 import test from 'ava';
 import { Arena } from '../../../../dist/actors/device/arena.js';
-import { CostModel } from '../../../../dist/actors/device/execution-costs.js';
+import { CostModel } from '../../../../dist/shared/backlog.js';
 import { Scheduler } from '../../../../dist/actors/device/scheduler.js';
 import { UploadsAhead } from '../../../../dist/actors/device/uploads-ahead.js';
 import { WeightCache } from '../../../../dist/actors/device/weight-cache.js';

@@ -47,7 +47,7 @@ function edge(t, devices, holders, { viaMain, routes = [] } = {}) {
   const lastReleases = [];
   /** @type {Infer} */
   const elsewhere = viaMain ?? (() => Promise.reject(new Error(WENT_ELSEWHERE.message)));
-  const start = { leases: main.shape, routing: /** @type {const} */ ('round_robin'), counters: counters.shape, hooks, regionHolds: Leases.create(1).shape, quotas: Quotas.create({}, {}, 2), levels: { defaultLevel: 2, models: {} } };
+  const start = { leases: main.shape, routing: /** @type {const} */ ('round_robin'), counters: counters.shape, hooks, regionHolds: Leases.create(1).shape, quotas: Quotas.create({}, {}, 2), levels: { defaultLevel: 2, models: {} }, costHalflifeMs: 30_000 };
   const path = new Rooms(start, { row: 0, quotaRow: 1 }, { elsewhere, lastRelease: (of) => lastReleases.push(of), tracing: false });
   t.teardown(() => path.close());
   path.route('m', { model: 'm', spec, instance, slot: 0, tag: 1, ...(holders ? { devices: holders } : {}) });
@@ -292,7 +292,7 @@ function mainRooms(t, devices, mode, lpt = {}) {
   counters.grow();
   const pool = new Devices(devices, { mode, policies: new ModelPolicies([]), lpt: { defaultReplicas: 1, replicas: {}, fillFactor: 1, policy: 'fill_rr', rebalanceSeconds: 0, budgets: new Map(), ...lpt } });
   const hooks = { threads: 1, timeoutMs: 10_000, importTimeoutMs: 10_000, maxHeapMib: 0 };
-  const start = { leases: leases.shape, routing: mode === 'least_outstanding' ? /** @type {const} */ ('least_outstanding') : /** @type {const} */ ('round_robin'), counters: counters.shape, hooks, regionHolds: Leases.create(0).shape, quotas: Quotas.create({}, {}, 1), levels: { defaultLevel: 2, models: {} } };
+  const start = { leases: leases.shape, routing: mode === 'least_outstanding' ? /** @type {const} */ ('least_outstanding') : /** @type {const} */ ('round_robin'), counters: counters.shape, hooks, regionHolds: Leases.create(0).shape, quotas: Quotas.create({}, {}, 1), levels: { defaultLevel: 2, models: {} }, costHalflifeMs: 30_000 };
   const rooms = new Rooms(start, { row: 0, quotaRow: 0 }, { elsewhere: (req) => Promise.reject(pool.unavailable(instanceKey(req.model, 1))), lastRelease: () => {}, tracing: false });
   t.teardown(() => rooms.close());
   for (const d of devices) rooms.reach(d, new Backlog(Backlog.create(3)));
