@@ -57,6 +57,9 @@
 // it ran most with how many nodes gateway 0 gives each (SIM_WINDOWS=node-08: that node too).
 // SIM_LOADS=1 prints each policy's weight loads per node over the run, and for pooled each node's
 // loads beside the bytes of the models whose home it is (the first node of their ranking) over its budget.
+// SIM_NODES=1 prints, per policy, the busiest and least busy nodes over the whole run: busy time over the mean, weight
+// copies (cold loads, then prefetches) over the mean busy time, placed load over the placed mean (pooled, at the end)
+// and how many models on several nodes (the shares' levers) each holds: a node busy over the whole run, not in one window.
 // SIM_TRACE=m00012,m00345 prints each change of those models' placement at gateway 0 (SIM_TRACE_ALL=1: every gateway), on stderr.
 import { parseArgs } from 'node:util';
 import pino from 'pino';
@@ -282,6 +285,8 @@ class SimNode {
     this.smallest = new Map(); // model index -> the smallest: two sizes learned give its cost line
     this.windows = new LoadWindows(); // what the node reports: loads and residency over windows
     this.busyMs = 0;
+    this.copyMs = 0; // weight copies of cold batches over the measured run (SIM_NODES)
+    this.prefetchMs = 0; // weight copies of prefetches over the measured run (SIM_NODES)
     this.windowBusyMs = 0; // device time in the current 5 s sample window
     this.loads = 0;
     this.reports = new Map(); // window index -> the report it gives every reader of that window
@@ -699,6 +704,7 @@ async function simulate(policy, decodeMsPerModel) {
     const cold = makeResident(node, m, t);
     if (cold) {
       ms += models[m].bytes / COPY_BYTES_PER_MS;
+      if (measuring(t)) node.copyMs += models[m].bytes / COPY_BYTES_PER_MS;
       node.weightWaits.set(m, (node.weightWaits.get(m) ?? 0) + models[m].bytes / COPY_BYTES_PER_MS);
     }
     for (const r of batch) if (measuring(t)) stats[cold ? 'misses' : 'hits']++;
@@ -836,6 +842,7 @@ async function simulate(policy, decodeMsPerModel) {
         else {
           makeResident(node, e.m, t);
           const ms = models[e.m].bytes / COPY_BYTES_PER_MS;
+          if (measuring(t)) node.prefetchMs += ms;
           if (measuring(t)) node.busyMs += ms;
           node.windowBusyMs += ms;
           e.resolve();
@@ -933,6 +940,18 @@ async function simulate(policy, decodeMsPerModel) {
   stats.bound.push([bound, end - boundSince]);
   const measuredSeconds = SECONDS - WARMUP_SECONDS;
   const busy = nodes.filter((n) => n.up).map((n) => n.busyMs);
+  if (process.env.SIM_NODES) {
+    const up = nodes.filter((n) => n.up);
+    const mean = up.reduce((a, n) => a + n.busyMs, 0) / up.length;
+    const pl = policy === 'pooled' ? gateways[0].routes.placement : null;
+    const placedMean = pl ? [...pl.load.values()].reduce((a, b) => a + b, 0) / pl.load.size : 0;
+    const split = (id) => (pl ? [...pl.nodes.values()].filter((ids) => ids.length > 1 && ids.includes(id)).length : 0);
+    const row = (n) => `${n.id} busy ${(n.busyMs / mean).toFixed(3)} copies ${(n.copyMs / mean).toFixed(3)}/${(n.prefetchMs / mean).toFixed(3)}` +
+      (pl ? ` placed ${((pl.load.get(n.id) ?? 0) / placedMean).toFixed(3)} split models ${split(n.id)}` : '');
+    const ranked = [...up].sort((a, b) => b.busyMs - a.busyMs);
+    console.error(`${policy}, busiest nodes over the run: ${ranked.slice(0, 8).map(row).join('; ')}`);
+    console.error(`${policy}, least busy: ${ranked.slice(-3).map(row).join('; ')}`);
+  }
   if (process.env.SIM_DETAIL && policy === 'pooled') {
     const up = nodes.filter((n) => n.up);
     const top = up.reduce((a, b) => (b.busyMs > a.busyMs ? b : a));

@@ -1,6 +1,7 @@
 // Tenant isolation by quotas (issue 65 item 3): one CPU device, one model; tenant `quiet` sends a
 // steady trickle (closed loop, 2 clients) and its latency is measured alone, then beside tenant
-// `noisy` flooding the same model (closed loop, 32 clients, on a thread of their own), first without quotas, then with
+// `noisy` flooding the same model (32 clients on a thread of their own, at nice 19: --generator-nice; a flood as fast
+// as they can, or --noisy-rate requests a second), first without quotas, then with
 // `noisy` capped at 2 requests in flight (global.quotas.tenants.noisy.max_inflight). Prints the quiet
 // tenant's p50 and p99 in each phase and as a ratio to its quiet p99, and how many of noisy's
 // requests were answered and refused. The issue asks for the quiet tenant's p99 within 1.2x of its
@@ -8,20 +9,43 @@
 // contention alone costs it on this machine, the floor under the flood's figures where the load generator shares the
 // server's cores.
 //
-//   npm run build && node bench/quotas.js [--seconds 8]
+//   npm run build && node bench/quotas.js [--seconds 8] [--rounds 1] [--generator-nice 19] [--noisy-rate 0]
 //
 // The machine is shared and noisy: compare the rows of one run, not runs of different days.
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { once } from 'node:events';
+import os from 'node:os';
 import path from 'node:path';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { InferenceClient } from '../dist/client/client.js';
 import { startServer, tempDir, tensor } from '../test/helpers/server.js';
 import { mlpLayers, writeBundle } from '../test/helpers/mlp-catalog.js';
 
-const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '8' } } });
+const { values: args } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '8' },
+    'generator-nice': { type: 'string', default: '19' },
+    'noisy-rate': { type: 'string', default: '0' },
+    rounds: { type: 'string', default: '1' },
+  },
+});
 const SECONDS = Number(args.seconds);
+// The noisy tenant's clients and the spinning threads run at this nice level (per thread, Linux): on a machine where
+// the load generator cannot have cores of its own, it then takes only the CPU the server and the quiet tenant leave,
+// which is what a flood from other hosts amounts to. 0 puts them level with the server (the figures before 2026-12-03).
+const GENERATOR_NICE = Number(args['generator-nice']);
+if (!Number.isInteger(GENERATOR_NICE) || GENERATOR_NICE < 0 || GENERATOR_NICE > 19) {
+  throw new Error(`--generator-nice must be an integer from 0 to 19, got ${args['generator-nice']}`);
+}
+// The noisy tenant's offered load: 0 (the default) is a flood, each client sending again the moment it is answered or
+// refused, as fast as the load generator's share of the machine allows; R > 0 is R requests a second in all, each
+// client on a fixed schedule (open loop, as from many remote clients), so that its refusals cost the server the same
+// in every phase and on every machine.
+const ROUNDS = Number(args.rounds);
+if (!Number.isInteger(ROUNDS) || ROUNDS < 1) throw new Error(`--rounds must be a whole number from 1, got ${args.rounds}`);
+const NOISY_RATE = Number(args['noisy-rate']);
+if (!(NOISY_RATE >= 0)) throw new Error(`--noisy-rate must be a number of requests a second, 0 or more, got ${args['noisy-rate']}`);
 const x = tensor('x', 'FP32', [1, 512], new Float32Array(512).fill(0.25));
 
 /** @param {number[]} values @param {number} p */
@@ -42,11 +66,19 @@ const cpuSeconds = (/** @type {number} */ pid) => {
  * quiet tenant's loop, as two tenants' clients are apart: on one event loop the flood's own callbacks would delay the
  * quiet tenant's answers in the load generator, and the quiet p99 would measure the generator, not the server.
  */
-async function flood({ address, clients, untilMs }) {
+async function flood({ address, clients, untilMs, nice, rate }) {
+  os.setPriority(nice);
+  const gapMs = rate > 0 ? (clients * 1000) / rate : 0;
   const channels = [0, 1].map(() => new InferenceClient(address, { 'grpc.use_local_subchannel_pool': 1 }));
   const noisy = { ok: 0, refused: 0 };
   await Promise.all(Array.from({ length: clients }, async (_, i) => {
+    let next = Date.now() + (gapMs * i) / clients;
     while (Date.now() < untilMs) {
+      if (gapMs > 0) {
+        const wait = next - Date.now();
+        next += gapMs;
+        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+      }
       await channels[i % 2].infer('m', [x], { metadata: { 'stowage-tenant': 'noisy' } }).then(() => { noisy.ok++; }, () => { noisy.refused++; });
     }
   }));
@@ -59,16 +91,19 @@ async function phase(noisyClients, quota, hogs = 0) {
   const temp = tempDir('stowage-bench-quotas-');
   const repo = path.join(temp.dir, 'repo');
   writeBundle(repo, 'm', mlpLayers(3, [512, 2048, 2048, 8]));
-  const quotas = quota ? { tenants: { noisy: { max_inflight: 2 } } } : {};
+  const quotas = quota ? { tenants: { noisy: quota } } : {};
   const server = await startServer({ model_repo: repo, global: { quotas, runtime: { intra_op_threads: 1 } } }, { root: temp.dir });
   const clients = Array.from({ length: 2 }, () => new InferenceClient(server.address, { 'grpc.use_local_subchannel_pool': 1 }));
   for (let i = 0; i < 20; i++) await clients[i % 2].infer('m', [x]);
   const quiet = /** @type {number[]} */ ([]);
   const untilMs = Date.now() + SECONDS * 1000;
   const cpu0 = { server: cpuSeconds(server.child.pid), bench: process.cpuUsage() };
-  const flooder = noisyClients > 0 ? new Worker(new URL(import.meta.url), { workerData: { address: server.address, clients: noisyClients, untilMs } }) : null;
+  const flooder = noisyClients > 0 ? new Worker(new URL(import.meta.url), { workerData: { address: server.address, clients: noisyClients, untilMs, nice: GENERATOR_NICE, rate: NOISY_RATE } }) : null;
   // The machine's own floor: threads that only spin, sending nothing, take the cores a flood's client would.
-  const spinners = Array.from({ length: hogs }, () => new Worker(`const until = ${untilMs}; while (Date.now() < until);`, { eval: true }));
+  const spinners = Array.from({ length: hogs }, () => new Worker(
+    `require('node:os').setPriority(${GENERATOR_NICE}); const until = ${untilMs}; while (Date.now() < until);`,
+    { eval: true },
+  ));
   const noisy = flooder ? /** @type {Promise<{ ok: number, refused: number }>} */ (once(flooder, 'message').then(([m]) => m)) : Promise.resolve({ ok: 0, refused: 0 });
   const quietLoop = async (/** @type {number} */ i) => {
     while (Date.now() < untilMs) {
@@ -94,13 +129,17 @@ async function phase(noisyClients, quota, hogs = 0) {
 if (!isMainThread) {
   await flood(workerData);
 } else {
-  const alone = await phase(0, false);
-  const flooded = await phase(32, false);
-  const capped = await phase(32, true);
-  const spun = await phase(0, false, 2);
-  console.log('| phase | quiet requests | quiet p50 ms | quiet p99 ms | p99 / alone | noisy answered | noisy refused | server cores | load generator cores |');
-  console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- |');
-  for (const [name, r] of /** @type {const} */ ([['quiet alone', alone], ['noisy beside, no quota', flooded], ['noisy beside, max_inflight 2', capped], ['beside two spinning threads, no requests', spun]])) {
-    console.log(`| ${name} | ${r.quiet} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${(r.p99 / alone.p99).toFixed(2)} | ${r.noisy.ok} | ${r.noisy.refused} | ${r.cores.server.toFixed(2)} | ${r.cores.bench.toFixed(2)} |`);
+  console.log('| round | phase | quiet requests | quiet p50 ms | quiet p99 ms | p99 / alone | noisy answered | noisy refused | server cores | load generator cores |');
+  console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
+  // Rounds run the four phases again one after another, so that a quiet spell or a busy one of a shared machine falls
+  // on every phase alike: compare a round's rows, and the rounds' spread.
+  for (let round = 1; round <= ROUNDS; round++) {
+    const alone = await phase(0, false);
+    const flooded = await phase(32, false);
+    const capped = await phase(32, { max_inflight: 2 });
+    const spun = await phase(0, false, 2);
+    for (const [name, r] of /** @type {const} */ ([['quiet alone', alone], ['noisy beside, no quota', flooded], ['noisy beside, max_inflight 2', capped], ['beside two spinning threads, no requests', spun]])) {
+      console.log(`| ${round} | ${name} | ${r.quiet} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${(r.p99 / alone.p99).toFixed(2)} | ${r.noisy.ok} | ${r.noisy.refused} | ${r.cores.server.toFixed(2)} | ${r.cores.bench.toFixed(2)} |`);
+    }
   }
 }
