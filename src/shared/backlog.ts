@@ -134,14 +134,6 @@ export class Backlog {
   }
 }
 
-/**
- * What executions cost, learned per model and batch size: by the device for its scheduler and
- * placement (actors/device/worker.ts), and by every thread that admits requests for its own
- * (`DeadlineAdmission`, below). An exponential moving average of measured execution time per
- * executed batch size, with a half-life in time (`ema_halflife_seconds`), so a model whose speed
- * changes (a new version, a busier machine) is re-learned at a known rate.
- */
-
 /** Assumed cost of a model never run at any batch size, in ms: small, so new models get tried. */
 export const UNKNOWN_COST_MS = 1;
 
@@ -150,6 +142,14 @@ interface Ema {
   updatedAtMs: number;
 }
 
+/**
+ * What executions cost, learned per model and batch size: by the device for its scheduler and
+ * placement (actors/device/worker.ts), and by every thread that admits requests for its own
+ * (`DeadlineAdmission`, below). An exponential moving average of measured execution time per
+ * executed batch size, with a half-life in time (`ema_halflife_seconds`), so a model whose speed
+ * changes (a new version, a busier machine) is re-learned at a known rate. Here beside the backlog
+ * it predicts with, not in a file of its own: a request's walk is held to 25 files (docs/architecture.md).
+ */
 export class CostModel {
   readonly #halflifeMs: number;
   /** model -> executed batch size -> EMA */
@@ -366,4 +366,3 @@ export class DeadlineAdmission {
     return errors.deadlineUnreachable(model, leftMs, ahead, runMs, level);
   }
 }
-

@@ -1,8 +1,8 @@
 /**
  * What executions cost: summed until the next report to the main thread (`ExecutionTally`), and a
- * model's full-batch rate from its learned costs (`fullBatchRate`). The costs themselves are learned
- * by `CostModel` (shared/backlog.ts), which the scheduler and the placement read here and every
- * thread that admits requests keeps for itself.
+ * model's full-batch rate from its learned costs (`fullBatchRate`, for placement). The costs
+ * themselves are learned by `CostModel` (shared/backlog.ts), which the device's scheduler reads
+ * too; every thread that admits requests keeps one of its own.
  *
  * The tally is the device's count of its executions (FromDevice's `report`, typed as
  * ExecutionReport in shared/channels/device.ts). Why summed: with edge threads, an execution's
