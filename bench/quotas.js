@@ -86,7 +86,7 @@ async function flood({ address, clients, untilMs, nice, rate }) {
   parentPort?.postMessage(noisy);
 }
 
-/** One phase on a fresh server: quiet alone or beside noisy, with or without noisy's quota. */
+/** One phase on a fresh server: quiet alone or beside noisy; `quota`: noisy's limits (global.quotas.tenants.noisy), false for none; `hogs`: spinning threads. */
 async function phase(noisyClients, quota, hogs = 0) {
   const temp = tempDir('stowage-bench-quotas-');
   const repo = path.join(temp.dir, 'repo');
