@@ -2,7 +2,8 @@
 // steady trickle (closed loop, 2 clients) and its latency is measured alone, then beside tenant
 // `noisy` flooding the same model (32 clients on a thread of their own, at nice 19: --generator-nice; a flood as fast
 // as they can, or --noisy-rate requests a second), first without quotas, then with
-// `noisy` capped at 2 requests in flight (global.quotas.tenants.noisy.max_inflight). Prints the quiet
+// `noisy` capped at 2 requests in flight (global.quotas.tenants.noisy.max_inflight), then at 0.1 device-seconds a second
+// (device_seconds_per_second: what bounds the device time it takes from the quiet tenant). Prints the quiet
 // tenant's p50 and p99 in each phase and as a ratio to its quiet p99, and how many of noisy's
 // requests were answered and refused. The issue asks for the quiet tenant's p99 within 1.2x of its
 // quiet p99 while the noisy one is over its quota. Last, the quiet tenant beside two threads that only spin: what CPU
@@ -10,11 +11,14 @@
 // server's cores.
 //
 //   npm run build && node bench/quotas.js [--seconds 8] [--rounds 1] [--generator-nice 19] [--noisy-rate 0]
+//     [--server-cpus LIST --generator-cpus LIST: the server and the load generator on cores apart (taskset's lists, e.g.
+//      0-11 and 12-15), as clients on other hosts would be; on a host with few cores each side then has fewer]
 //
 // The machine is shared and noisy: compare the rows of one run, not runs of different days.
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { once } from 'node:events';
+import { execFileSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
@@ -28,6 +32,8 @@ const { values: args } = parseArgs({
     'generator-nice': { type: 'string', default: '19' },
     'noisy-rate': { type: 'string', default: '0' },
     rounds: { type: 'string', default: '1' },
+    'server-cpus': { type: 'string', default: '' },
+    'generator-cpus': { type: 'string', default: '' },
   },
 });
 const SECONDS = Number(args.seconds);
@@ -46,6 +52,14 @@ const ROUNDS = Number(args.rounds);
 if (!Number.isInteger(ROUNDS) || ROUNDS < 1) throw new Error(`--rounds must be a whole number from 1, got ${args.rounds}`);
 const NOISY_RATE = Number(args['noisy-rate']);
 if (!(NOISY_RATE >= 0)) throw new Error(`--noisy-rate must be a number of requests a second, 0 or more, got ${args['noisy-rate']}`);
+// Cores apart (Linux's taskset): the server started on SERVER_CPUS, this process (the quiet tenant's clients, the flood's
+// thread and the spinning threads, which start later and inherit it) moved to GENERATOR_CPUS.
+const SERVER_CPUS = args['server-cpus'];
+const GENERATOR_CPUS = args['generator-cpus'];
+for (const [option, list] of [['--server-cpus', SERVER_CPUS], ['--generator-cpus', GENERATOR_CPUS]]) {
+  if (list && !/^\d+(-\d+)?(,\d+(-\d+)?)*$/.test(list)) throw new Error(`${option} must be a list of cores as taskset takes it (e.g. 0-11 or 0,2,4), got ${list}`);
+}
+if (GENERATOR_CPUS && isMainThread) execFileSync('taskset', ['-a', '-p', '-c', GENERATOR_CPUS, String(process.pid)], { stdio: 'ignore' });
 const x = tensor('x', 'FP32', [1, 512], new Float32Array(512).fill(0.25));
 
 /** @param {number[]} values @param {number} p */
@@ -92,7 +106,7 @@ async function phase(noisyClients, quota, hogs = 0) {
   const repo = path.join(temp.dir, 'repo');
   writeBundle(repo, 'm', mlpLayers(3, [512, 2048, 2048, 8]));
   const quotas = quota ? { tenants: { noisy: quota } } : {};
-  const server = await startServer({ model_repo: repo, global: { quotas, runtime: { intra_op_threads: 1 } } }, { root: temp.dir });
+  const server = await startServer({ model_repo: repo, global: { quotas, runtime: { intra_op_threads: 1 } } }, { root: temp.dir, wrapper: SERVER_CPUS ? ['taskset', '-c', SERVER_CPUS] : [] });
   const clients = Array.from({ length: 2 }, () => new InferenceClient(server.address, { 'grpc.use_local_subchannel_pool': 1 }));
   for (let i = 0; i < 20; i++) await clients[i % 2].infer('m', [x]);
   const quiet = /** @type {number[]} */ ([]);
@@ -137,8 +151,9 @@ if (!isMainThread) {
     const alone = await phase(0, false);
     const flooded = await phase(32, false);
     const capped = await phase(32, { max_inflight: 2 });
+    const rated = await phase(32, { device_seconds_per_second: 0.1 });
     const spun = await phase(0, false, 2);
-    for (const [name, r] of /** @type {const} */ ([['quiet alone', alone], ['noisy beside, no quota', flooded], ['noisy beside, max_inflight 2', capped], ['beside two spinning threads, no requests', spun]])) {
+    for (const [name, r] of /** @type {const} */ ([['quiet alone', alone], ['noisy beside, no quota', flooded], ['noisy beside, max_inflight 2', capped], ['noisy beside, 0.1 device-seconds a second', rated], ['beside two spinning threads, no requests', spun]])) {
       console.log(`| ${round} | ${name} | ${r.quiet} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${(r.p99 / alone.p99).toFixed(2)} | ${r.noisy.ok} | ${r.noisy.refused} | ${r.cores.server.toFixed(2)} | ${r.cores.bench.toFixed(2)} |`);
     }
   }
