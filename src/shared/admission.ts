@@ -41,6 +41,7 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { type ExecutionTiming } from './channels/inference.js';
 import { nowMs } from './timers.js';
+import { DURATION_BUCKETS_MS } from './request-counters.js';
 import { errors, type StowageError } from './errors.js';
 
 /**
@@ -205,6 +206,22 @@ export interface QuotasShape {
   subjects: { kind: 'tenant' | 'model'; name: string; limits: QuotaLimits }[];
   /** Threads that may count (the main thread's row, 0, and each edge's, 1 up). */
   rows: number;
+  /**
+   * The tenants' answered requests by their whole time (stowage_tenant_request_duration_seconds): per row, per
+   * tenant label (`tenantLabels`), a word per duration bucket (DURATION_BUCKETS_MS), then the count and the ns.
+   */
+  durations: SharedArrayBuffer;
+  /** The tenants requests are counted under: the node file's, then `default` and `other` (a bounded set of labels). */
+  tenantLabels: string[];
+}
+
+/** One tenant's answered requests as metrics read them, over every thread. */
+export interface TenantDurations {
+  tenant: string;
+  /** Per duration bucket (DURATION_BUCKETS_MS), each its own, not cumulative. */
+  buckets: number[];
+  count: number;
+  seconds: number;
 }
 
 /** A request's places (subjects' indexes), and whether it holds in-flight places there or only charges them. */
@@ -230,6 +247,10 @@ const REFUSED_INFLIGHT = 2;
 const REFUSED_RATE = 3;
 const DEVICE_NS = 4;
 const STRIDE = 5;
+// Per row and tenant label, in `durations`: the buckets, then COUNT and SUM_NS.
+const COUNT = DURATION_BUCKETS_MS.length;
+const SUM_NS = COUNT + 1;
+const TENANT_STRIDE = SUM_NS + 1;
 
 /** The tenant of a request that names none. */
 export const DEFAULT_TENANT = 'default';
@@ -245,6 +266,9 @@ export class Quotas {
   readonly #row: number;
   readonly #tenants = new Map<string, number>();
   readonly #models = new Map<string, number>();
+  readonly #durations: BigInt64Array;
+  /** Each tenant label's index in `durations`. */
+  readonly #labels: Map<string, number>;
 
   /** `row`: this thread's row (the main thread's 0; edge thread k's k + 1). */
   constructor(shape: QuotasShape, row: number) {
@@ -252,6 +276,8 @@ export class Quotas {
     this.#words = new BigInt64Array(shape.memory);
     this.#row = row;
     shape.subjects.forEach(({ kind, name }, i) => (kind === 'tenant' ? this.#tenants : this.#models).set(name, i));
+    this.#durations = new BigInt64Array(shape.durations);
+    this.#labels = new Map(shape.tenantLabels.map((name, i) => [name, i]));
   }
 
   /** The shared numbers for `tenants` and `models` (the node file's), counted by `rows` threads. */
@@ -261,7 +287,9 @@ export class Quotas {
       ...Object.entries(models).map(([name, limits]) => ({ kind: 'model' as const, name, limits })),
     ];
     const words = subjects.length * (STRIDE + rows);
-    return { memory: new SharedArrayBuffer(Math.max(1, words) * BigInt64Array.BYTES_PER_ELEMENT), subjects, rows };
+    const tenantLabels = [...new Set([...Object.keys(tenants), DEFAULT_TENANT, OTHER_TENANT])];
+    const durations = new SharedArrayBuffer(rows * tenantLabels.length * TENANT_STRIDE * BigInt64Array.BYTES_PER_ELEMENT);
+    return { memory: new SharedArrayBuffer(Math.max(1, words) * BigInt64Array.BYTES_PER_ELEMENT), subjects, rows, durations, tenantLabels };
   }
 
   get shape(): QuotasShape {
@@ -376,6 +404,35 @@ export class Quotas {
       Atomics.sub(this.#words, i * STRIDE + PLACES, 1n);
       Atomics.sub(this.#words, this.#share(this.#row, i), 1n);
     }
+  }
+
+  /**
+   * A request of `tenant` (as `tenantOf` names it) answered after `durationNs`, counted in this thread's row: so
+   * that an operator sees each tenant's latency, the one a quota on another tenant is there to keep. Whether a
+   * tenant has a quota or not; a name outside the labels counts as `other`.
+   */
+  answered(tenant: string, durationNs: number): void {
+    const label = this.#labels.get(tenant) ?? this.#labels.get(OTHER_TENANT)!;
+    const at = (this.#row * this.#shape.tenantLabels.length + label) * TENANT_STRIDE;
+    const words = this.#durations;
+    const bucket = DURATION_BUCKETS_MS.findIndex((le) => durationNs <= le * 1e6);
+    if (bucket >= 0) Atomics.add(words, at + bucket, 1n);
+    Atomics.add(words, at + SUM_NS, BigInt(Math.max(0, Math.round(durationNs))));
+    Atomics.add(words, at + COUNT, 1n); // last: a reader that sees the count sees its bucket
+  }
+
+  /** Every tenant label's answered requests now, summed over the threads. */
+  durations(): TenantDurations[] {
+    const words = this.#durations;
+    const { rows, tenantLabels } = this.#shape;
+    return tenantLabels.map((tenant, label) => {
+      const sum = (field: number) => {
+        let n = 0n;
+        for (let row = 0; row < rows; row++) n += Atomics.load(words, (row * tenantLabels.length + label) * TENANT_STRIDE + field);
+        return Number(n);
+      };
+      return { tenant, buckets: DURATION_BUCKETS_MS.map((_, b) => sum(b)), count: sum(COUNT), seconds: sum(SUM_NS) / 1e9 };
+    });
   }
 
   /** Thread `row` is gone (an edge thread died with requests in flight): its places go back. */

@@ -167,7 +167,7 @@ export interface PathRooms<L extends PathLease> {
   /** What this thread learned of its models' runs, to refuse at once a request that would miss its deadline. */
   deadlines: Pick<DeadlineAdmission, 'refusal' | 'learn'>;
   /** The node's quotas (shared/admission.ts), counted with every other thread's. */
-  quotas: Pick<Quotas, 'tenantOf' | 'admit' | 'subCall' | 'charge' | 'leave'>;
+  quotas: Pick<Quotas, 'tenantOf' | 'admit' | 'subCall' | 'charge' | 'leave' | 'answered'>;
   /** Count one request answered, or failed (with its error's code), on its model's statistics. */
   succeeded(lease: L, batchSize: number, durationNs: number, queueNs: number, timing: ExecutionTiming): void;
   failed(lease: L, code: ErrorCode | undefined, durationNs: number): void;
@@ -206,6 +206,8 @@ export interface PathRequest<L extends PathLease> {
   readonly slices: readonly RegionSlice[];
   /** Its places under the quotas (given back when it is answered), and whom its device time is charged to. */
   readonly quota: QuotaTicket | null;
+  /** The tenant it is counted under once answered (Quotas.tenantOf); null: a sub-call, counted in its parent. */
+  readonly tenant: string | null;
 }
 
 /** A request run: the device's (or the hooks') result, and the frame its outputs were written into, if any. */
@@ -247,9 +249,10 @@ export class RequestPath<L extends PathLease> {
     if (req.refused) throw fromErrorData(req.refused); // the model exists: now what was wrong with the request
     // Its tenant's and its model's places first: a flood over its quota is refused before its tensors are checked,
     // for the least CPU (that the requests admitted need); a request refused later gives them back.
-    const quota = this.#rooms.quotas.admit(spec.name, this.#rooms.quotas.tenantOf(options.tenant));
+    const tenant = this.#rooms.quotas.tenantOf(options.tenant);
+    const quota = this.#rooms.quotas.admit(spec.name, tenant);
     try {
-      return this.#checked(lease, req, options, quota, spans);
+      return this.#checked(lease, req, options, quota, tenant, spans);
     } catch (err) {
       this.#rooms.quotas.leave(quota);
       throw err;
@@ -257,7 +260,7 @@ export class RequestPath<L extends PathLease> {
   }
 
   /** The rest of #fromWire, once the request holds its quota places: checked, then its regions held. */
-  #checked(lease: L, req: DataPlaneRequest, { callDeadlineMs, signal, outputs }: InferOptions, quota: QuotaTicket | null, spans: PathSpans | null): PathRequest<L> {
+  #checked(lease: L, req: DataPlaneRequest, { callDeadlineMs, signal, outputs }: InferOptions, quota: QuotaTicket | null, tenant: string, spans: PathSpans | null): PathRequest<L> {
     const { spec } = lease;
     // Hooks read typed arrays over the bytes, which must be aligned; the device aligns them itself.
     const checked = checkRequest(req, spec, this.#rooms.regions, spec.hooks ? 'aligned' : 'any');
@@ -276,7 +279,7 @@ export class RequestPath<L extends PathLease> {
     // nothing throws between holding them and the path's release.
     if (slices.length) this.#rooms.regions.hold(slices);
     return {
-      lease, checked, signal, spans, slices, quota,
+      lease, checked, signal, spans, slices, quota, tenant,
       context: { model: req.model, requestId: req.id, parameters: checked.parameters },
       urgency: { deadlineMs, priority },
       // Without a postprocess hook the device's outputs go straight back: framed as the edge asked.
@@ -307,7 +310,9 @@ export class RequestPath<L extends PathLease> {
     try {
       request = make(lease, spans);
       const ran = await this.#run(request);
-      rooms.succeeded(lease, request.checked.batchSize, Number(process.hrtime.bigint() - started), ran.result.queueNs, ran.result.timing);
+      const durationNs = Number(process.hrtime.bigint() - started);
+      rooms.succeeded(lease, request.checked.batchSize, durationNs, ran.result.queueNs, ran.result.timing);
+      if (request.tenant !== null) rooms.quotas.answered(request.tenant, durationNs);
       spans?.end();
       return ran;
     } catch (err) {
@@ -342,6 +347,7 @@ export class RequestPath<L extends PathLease> {
       signal: parent.signal,
       layout: null,
       quota: this.#rooms.quotas.subCall(parent.quota, model),
+      tenant: null,
     }));
     if (ran) return (await ran).result.outputs;
     const { urgency: { deadlineMs, priority }, signal } = parent;

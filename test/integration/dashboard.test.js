@@ -53,7 +53,7 @@ test('every metric the dashboard queries is documented by a running node or pool
   // The issue's list: requests, p50/p99, cold loads and hit ratio, residency and placement, device memory, queue depth, refusals.
   for (const name of ['nv_inference_request_success', 'stowage_request_duration_seconds', 'stowage_weight_cache_misses_total', 'stowage_gateway_model_weight_hit_ratio',
     'stowage_weight_cache_model_resident_bytes', 'stowage_gateway_model_placement', 'stowage_weight_cache_resident_bytes', 'stowage_device_session_bytes',
-    'stowage_device_queue_depth', 'stowage_grpc_shed_total', 'stowage_quota_refusals_total', 'nv_inference_request_failure']) {
+    'stowage_device_queue_depth', 'stowage_grpc_shed_total', 'stowage_quota_refusals_total', 'nv_inference_request_failure', 'stowage_tenant_request_duration_seconds']) {
     t.true(used.has(name), `the dashboard shows ${name}`);
   }
 });

@@ -2,7 +2,7 @@
 // edge and with two edge threads: a tenant's requests held in flight past its limit are refused
 // RESOURCE_EXHAUSTED at once, naming the limit, over gRPC and REST alike, from whichever edge, while
 // another tenant's go on; a tenant past its device-seconds rate is refused until time catches up,
-// another is not; the metrics say so per tenant.
+// another is not; the metrics say so per tenant, each tenant's answered requests by their time too.
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
@@ -83,6 +83,13 @@ for (const edgeThreads of [0, 2]) {
     t.is(metric(m, 'stowage_quota_inflight_requests', 'kind="tenant",subject="alice"'), 0, 'every place given back');
     t.true(metric(m, 'stowage_quota_device_seconds_total', 'kind="tenant",subject="carol"') > 0, 'carol\'s device time charged');
     t.is(Object.keys(m).filter((k) => k.includes('subject="bob"')).length, 0, 'a tenant the file does not name has no label of its own');
+    // Each tenant's answered requests by their time, once each on whichever edge, refusals and failures not: alice's
+    // two held at the gate and one after, carol's one, the four first and the one naming no tenant (default), bob's (other).
+    const answered = (/** @type {string} */ tenant) => metric(m, 'stowage_tenant_request_duration_seconds_count', `tenant="${tenant}"`);
+    t.deepEqual(['alice', 'carol', 'default', 'other'].map(answered), [3, 1, 5, 1]);
+    t.is(metric(m, 'stowage_tenant_request_duration_seconds_bucket', 'tenant="alice",le="+Inf"'), 3);
+    t.true(metric(m, 'stowage_tenant_request_duration_seconds_sum', 'tenant="alice"') > 0);
+    t.is(Object.keys(m).filter((k) => k.startsWith('stowage_tenant_request_duration_seconds') && k.includes('tenant="bob"')).length, 0, 'bob counts as other');
   });
 }
 

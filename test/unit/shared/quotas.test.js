@@ -3,7 +3,7 @@
 // answered; device time charged at a rate (GCRA), a subject ahead of its rate by more than its
 // burst refused until time catches up, others unaffected; a meta model's sub-call charged without a
 // place; a dead thread's places given back; and two real threads racing never take more places than
-// the limit.
+// the limit; each tenant's answered requests by their time, summed over the threads' rows.
 import { Worker } from 'node:worker_threads';
 import test from 'ava';
 import { Quotas } from '../../../dist/shared/admission.js';
@@ -115,4 +115,25 @@ test('two threads racing for places never take more than the limit between them'
   t.is(one + two, 1000, `${one} and ${two} places: the limit exactly`);
   const read = Object.fromEntries(new Quotas(shape, 0).read().map((r) => [r.name, r.inflight]));
   t.deepEqual(read, { alice: 1000, m: 1000 });
+});
+
+test('each tenant\'s answered requests are counted by their time under its label, over every thread\'s row; a name outside the labels as other', (t) => {
+  const shape = Quotas.create({ alice: limits({ max_inflight: 1 }) }, {}, 2);
+  t.deepEqual(shape.tenantLabels, ['alice', 'default', 'other'], 'the named tenants, then default and other: a bounded set');
+  const [main, edge] = [new Quotas(shape, 0), new Quotas(shape, 1)];
+  main.answered('alice', 0.5e6); // 0.5 ms: the first bucket (1 ms)
+  edge.answered('alice', 30e6); // 30 ms: the 50 ms bucket
+  edge.answered(edge.tenantOf(undefined), 2e6);
+  main.answered('mallory', 20_000e6); // past the last bucket: in the count and the sum alone
+  const read = Object.fromEntries(main.durations().map((d) => [d.tenant, d]));
+  t.is(read.alice.count, 2);
+  t.is(read.alice.seconds, 0.0305);
+  t.is(read.alice.buckets[0], 1);
+  t.is(read.alice.buckets[5], 1, 'le 50 ms');
+  t.is(read.alice.buckets.reduce((a, b) => a + b), 2);
+  t.is(read.default.count, 1);
+  t.is(read.default.buckets[1], 1, 'le 2.5 ms');
+  t.deepEqual([read.other.count, read.other.seconds, read.other.buckets.reduce((a, b) => a + b)], [1, 20, 0]);
+  t.deepEqual(edge.durations(), main.durations(), 'every thread reads the same sums');
+  t.deepEqual(Quotas.create({ default: limits({}) }, {}, 1).tenantLabels, ['default', 'other'], 'a tenant named default is not listed twice');
 });

@@ -2,8 +2,9 @@
 // the path asks of them: one request object carried from the lease to the answer. A request is
 // leased, checked, run and counted before its lease is given back; its deadline is the sooner of
 // the call's and its own timeout; the shared-memory regions it names are held only once nothing
-// more can refuse it, and given back with the lease; a meta model's sub-calls inherit their
-// parent's deadline, priority and cancellation, on this thread or elsewhere; a failed preprocess
+// more can refuse it, and given back with the lease; a request answered is counted for its tenant;
+// a meta model's sub-calls inherit their parent's deadline, priority and cancellation (not counted
+// for the tenant again), on this thread or elsewhere; a failed preprocess
 // hook withdraws the request from the device; a tenant over its quota is refused before anything runs.
 import test from 'ava';
 import { RequestPath } from '../../../dist/shared/request-path.js';
@@ -169,8 +170,9 @@ test('a meta model\'s sub-calls inherit its deadline, priority and cancellation,
     },
   });
   const callDeadlineMs = nowMs() + 5_000;
-  const answer = await new RequestPath(r.rooms).infer(wire('meta', { priority: 1 }), options({ callDeadlineMs, signal: client.signal }));
+  const answer = await new RequestPath(r.rooms).infer(wire('meta', { priority: 1 }), options({ callDeadlineMs, signal: client.signal, tenant: 'alice' }));
   t.is(answer?.outputs[0].name, 'y');
+  t.deepEqual(r.quotas.durations().map((d) => [d.tenant, d.count]), [['alice', 1], ['default', 0], ['other', 0]], 'the client\'s request counted for its tenant once, its sub-calls not');
   const [{ command, signal }] = r.commands;
   t.is(command.deadlineMs, callDeadlineMs, 'the parent\'s deadline');
   t.is(command.priority, 1, 'the parent\'s priority');
