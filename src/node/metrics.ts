@@ -440,32 +440,44 @@ function processMetrics(sources: MetricsSources, registers: Registry[]): void {
 /**
  * stowage_request_duration_seconds{model}: successful requests by their whole time, a Prometheus
  * histogram (p50/p99 per model by histogram_quantile), every thread's requests (counted in shared
- * memory, request-counters.ts). prom-client's Histogram observes values one by one; these counts
- * are kept elsewhere, so the series are written as a histogram's from them.
+ * memory, request-counters.ts).
  */
 function requestDurations(statistics: Statistics, registers: Registry[]): void {
-  const name = 'stowage_request_duration_seconds';
+  countedHistogram('stowage_request_duration_seconds', 'Successful inference requests by their whole time on the server, per model (a histogram)', 'model', () =>
+    [...statistics.models()].map(([model, c]) => ({ label: model, buckets: c.durations, count: c.success.count, seconds: c.success.ns / 1e9 })), registers);
+}
+
+/** One label's counts of a histogram kept elsewhere: per DURATION_BUCKETS_MS bucket (each its own), the count and the seconds. */
+export interface CountedSeries {
+  label: string;
+  buckets: readonly number[];
+  count: number;
+  seconds: number;
+}
+
+/**
+ * A histogram over DURATION_BUCKETS_MS whose counts are kept elsewhere (in shared memory, by every thread), written
+ * as a histogram's series from `read()` at each scrape, labelled `labelName`. prom-client's Histogram observes values
+ * one by one, so this is a metric object of its shape, not one of its classes: the registry only reads `get`.
+ */
+export function countedHistogram(name: string, help: string, labelName: string, read: () => CountedSeries[], registers: Registry[]): void {
   const metric = {
-    name,
-    help: 'Successful inference requests by their whole time on the server, per model (a histogram)',
-    type: 'histogram',
-    aggregator: 'sum',
+    name, help, type: 'histogram', aggregator: 'sum',
     get: () => {
       const values: { labels: Record<string, string | number>; value: number; metricName: string }[] = [];
-      for (const [model, c] of statistics.models()) {
+      for (const { label, buckets, count, seconds } of read()) {
         let cumulative = 0;
         for (const [i, le] of DURATION_BUCKETS_MS.entries()) {
-          cumulative += c.durations[i];
-          values.push({ labels: { model, le: le / 1000 }, value: cumulative, metricName: `${name}_bucket` });
+          cumulative += buckets[i];
+          values.push({ labels: { [labelName]: label, le: le / 1000 }, value: cumulative, metricName: `${name}_bucket` });
         }
-        values.push({ labels: { model, le: '+Inf' }, value: c.success.count, metricName: `${name}_bucket` });
-        values.push({ labels: { model }, value: c.success.ns / 1e9, metricName: `${name}_sum` });
-        values.push({ labels: { model }, value: c.success.count, metricName: `${name}_count` });
+        values.push({ labels: { [labelName]: label, le: '+Inf' }, value: count, metricName: `${name}_bucket` });
+        values.push({ labels: { [labelName]: label }, value: seconds, metricName: `${name}_sum` });
+        values.push({ labels: { [labelName]: label }, value: count, metricName: `${name}_count` });
       }
-      return { name, help: metric.help, type: 'histogram', values, aggregator: 'sum' };
+      return { name, help, type: 'histogram', values, aggregator: 'sum' };
     },
     reset: () => {},
   };
-  // A metric object of prom-client's shape, not one of its classes: the registry only reads `get`.
   for (const r of registers) r.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0]);
 }

@@ -7,7 +7,7 @@
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { Quotas } from '../shared/admission.js';
-import { DURATION_BUCKETS_MS } from '../shared/request-counters.js';
+import { countedHistogram } from './metrics.js';
 
 const LABELS = ['kind', 'subject'] as const;
 
@@ -51,31 +51,11 @@ export function quotaMetrics(quotas: Quotas, registry: Registry): void {
 
 /**
  * stowage_tenant_request_duration_seconds{tenant}: each tenant's answered requests by their whole time on the server
- * (p99 per tenant by histogram_quantile: whether a quota on one tenant keeps the others' latency). Counted in shared
- * memory by every thread (Quotas.answered), so written as a histogram's series from the counts, as
- * stowage_request_duration_seconds is (node/metrics.ts).
+ * (p99 per tenant by histogram_quantile: whether a quota on one tenant keeps the others' latency), counted in shared
+ * memory by every thread (Quotas.answered).
  */
 function tenantDurations(quotas: Quotas, registry: Registry): void {
-  const name = 'stowage_tenant_request_duration_seconds';
-  const help = 'Successful inference requests by their whole time on the server, per tenant (named by endpoints.tenant_key: the tenants global.quotas lists, default for none named, other for the rest; a histogram)';
-  const metric = {
-    name, help, type: 'histogram', aggregator: 'sum',
-    get: () => {
-      const values: { labels: Record<string, string | number>; value: number; metricName: string }[] = [];
-      for (const d of quotas.durations()) {
-        let cumulative = 0;
-        for (const [i, le] of DURATION_BUCKETS_MS.entries()) {
-          cumulative += d.buckets[i];
-          values.push({ labels: { tenant: d.tenant, le: le / 1000 }, value: cumulative, metricName: `${name}_bucket` });
-        }
-        values.push({ labels: { tenant: d.tenant, le: '+Inf' }, value: d.count, metricName: `${name}_bucket` });
-        values.push({ labels: { tenant: d.tenant }, value: d.seconds, metricName: `${name}_sum` });
-        values.push({ labels: { tenant: d.tenant }, value: d.count, metricName: `${name}_count` });
-      }
-      return { name, help, type: 'histogram', values, aggregator: 'sum' };
-    },
-    reset: () => {},
-  };
-  // A metric object of prom-client's shape, not one of its classes: the registry only reads `get`.
-  registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0]);
+  countedHistogram('stowage_tenant_request_duration_seconds',
+    'Successful inference requests by their whole time on the server, per tenant (named by endpoints.tenant_key: the tenants global.quotas lists, default for none named, other for the rest; a histogram)',
+    'tenant', () => quotas.durations().map((d) => ({ label: d.tenant, buckets: d.buckets, count: d.count, seconds: d.seconds })), [registry]);
 }
