@@ -447,7 +447,7 @@ function requestDurations(statistics: Statistics, registers: Registry[]): void {
     [...statistics.models()].map(([model, c]) => ({ label: model, buckets: c.durations, count: c.success.count, seconds: c.success.ns / 1e9 })), registers);
 }
 
-/** One label's counts of a histogram kept elsewhere: per DURATION_BUCKETS_MS bucket (each its own), the count and the seconds. */
+/** One label's counts of a histogram kept elsewhere: per DURATION_BUCKETS_MS bucket (each its own), count, seconds. */
 export interface CountedSeries {
   label: string;
   buckets: readonly number[];
