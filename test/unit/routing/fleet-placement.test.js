@@ -51,17 +51,17 @@ test('loads within the bounds of the fair share, the heavy models on several nod
   // shares then even what its models on several nodes can (fleet-shares.test.js, bench/fleet-sim.js).
   const bound = 1 + DEFAULT_FLEET_OPTIONS.epsilon + DEFAULT_FLEET_OPTIONS.stickiness + 0.05;
   t.true(Math.max(...loads) <= mean * bound + 1e-9, `busiest ${(Math.max(...loads) / mean).toFixed(3)}x the mean`);
-  // The most popular model takes about 13% of 12 devices' work: spread so that no replica is over a third of a node's share.
+  // The most popular model takes about 13% of 12 devices' work: spread so that no replica is over a quarter of a node's share.
   const top = p.nodes.get('model-0') ?? [];
   t.true(top.length >= 4, `${top.length} replicas`);
   t.is(new Set(top).size, top.length, 'on distinct nodes');
   t.deepEqual(p.nodes.get('model-4999'), [new Rankings(nodes).first('model-4999').id], 'a model with no load: its ranking\'s first node');
 });
 
-test('replicas of a third of a node\'s share while the heavy models\' copies take at most half the fleet\'s memory, else of a half', (t) => {
+test('replicas of a quarter of a node\'s share while the heavy models\' copies take at most half the fleet\'s memory, else of a half', (t) => {
   const nodes = fleet(4, 1 * GB);
-  // One heavy model at ~0.42 of a node's share among 35 light ones at ~0.1: a third of the bounded
-  // share (0.35 on the grid) gives it two replicas, a half (0.59) one.
+  // One heavy model at ~0.42 of a node's share among 35 light ones at ~0.1: a quarter of the bounded
+  // share (0.30 on the grid) gives it two replicas, a half (0.59) one.
   const models = (/** @type {number} */ bytes) => [{ name: 'a', bytes, load: 0.45 }, ...Array.from({ length: 35 }, (_, k) => ({ name: `f${k}`, bytes: 10e6, load: 0.1 }))];
   const ample = placeFleet(models(100e6), nodes);
   t.true(ample.heavy.has('a'));
@@ -92,9 +92,10 @@ test('a replica per replicaLoad of load, at most every node; loads on a quarter-
 
 test('a model whose placement lapsed counts its replicas from those it was given, not from every node it ran on', (t) => {
   const nodes = fleet(6, 1 * GB);
-  // At 0.5 among 50 light models it wants two replicas; its reports show it on three nodes (one it
-  // left, or another gateway's apart). Counted from those three, the hysteresis keeps three.
-  const models = (/** @type {object} */ extra) => [{ name: 'a', bytes: 100e6, load: 0.5, ...extra }, ...Array.from({ length: 50 }, (_, k) => ({ name: `f${k}`, bytes: 10e6, load: 0.08 }))];
+  // At 0.35 among 50 light models it wants two replicas (of 0.21 at most: a quarter of a node's bounded share, on
+  // the grid); its reports show it on three nodes (one it left, or another gateway's apart). Counted from those
+  // three, the hysteresis keeps three.
+  const models = (/** @type {object} */ extra) => [{ name: 'a', bytes: 100e6, load: 0.35, ...extra }, ...Array.from({ length: 50 }, (_, k) => ({ name: `f${k}`, bytes: 10e6, load: 0.08 }))];
   const ran = nodes.slice(0, 3).map((n) => n.id);
   t.is(placeFleet(models({}), nodes).nodes.get('a')?.length, 2, 'placed afresh: two');
   t.is(placeFleet(models({ serving: ran }), nodes).nodes.get('a')?.length, 3, 'from where it ran alone: three, a node gained');
@@ -281,19 +282,19 @@ test('a given-over model keeps its node count while its needs wander within the 
 
 test('a model moved lately (pinned) stays on its node up to (1 + epsilon + 3 stickiness) of its share; unpinned, past (1 + epsilon + stickiness), it moves', (t) => {
   const nodes = fleet(4);
-  // Twelve heavy models of 0.25 device-seconds a second (one replica each: a third of a node's
-  // bounded share, 0.275, is over 0.25 on the quarter-octave grid): a node's fair share is 0.75;
-  // four on node 0 are 1.33x it, past the sticky bound (1.2x), within the pinned one (1.4x).
-  const on = [0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3];
-  const models = (/** @type {number} */ onZero, /** @type {boolean} */ pinned) => on.concat(Array(onZero - 4).fill(0)).map((i, k) => ({
+  // Sixteen heavy models of 0.25 device-seconds a second (one replica each: a quarter of a node's
+  // bounded share, 0.275, is 0.297 on the quarter-octave grid, over 0.25): a node's fair share is 1;
+  // five on node 0 are 1.25x it, past the sticky bound (1.2x), within the pinned one (1.4x).
+  const on = [0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3];
+  const models = (/** @type {number} */ onZero, /** @type {boolean} */ pinned) => on.concat(Array(onZero - 5).fill(0)).map((i, k) => ({
     name: `h${k}`, bytes: 100e6, load: 0.25, current: [nodes[i].id], ...(pinned && i === 0 ? { pinned } : {}),
   }));
   const zero = (/** @type {ReturnType<typeof placeFleet>} */ p) => [...p.nodes].filter(([, ids]) => ids.includes(nodes[0].id)).length;
-  t.true([...placeFleet(models(4, false), nodes).nodes.values()].every((ids) => ids.length === 1), 'one replica each');
-  t.is(zero(placeFleet(models(4, false), nodes)), 3, 'unpinned: one of the four leaves node 0');
-  t.is(zero(placeFleet(models(4, true), nodes)), 4, 'pinned: all four stay');
-  // Five on node 0 (13 models: 1.54x its share): past the pinned bound too, so one leaves.
-  t.is(zero(placeFleet(models(5, true), nodes)), 4, 'pinned, but far past: one leaves');
+  t.true([...placeFleet(models(5, false), nodes).nodes.values()].every((ids) => ids.length === 1), 'one replica each');
+  t.is(zero(placeFleet(models(5, false), nodes)), 4, 'unpinned: one of the five leaves node 0');
+  t.is(zero(placeFleet(models(5, true), nodes)), 5, 'pinned: all five stay');
+  // Six on node 0 (17 models: 1.41x its share): past the pinned bound too, so one leaves.
+  t.is(zero(placeFleet(models(6, true), nodes)), 5, 'pinned, but far past: one leaves');
 });
 
 /**
