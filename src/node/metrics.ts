@@ -18,7 +18,7 @@ import type { Placement } from '../routing/placement.js';
 import { MODEL_VERSION } from '../shared/constants.js';
 import type { DeviceCounters, ModelCounters, Statistics } from './statistics.js';
 import { FAILURE_REASONS } from '../shared/failure-reason.js';
-import { DURATION_BUCKETS_MS } from '../shared/request-counters.js';
+import { DURATION_BUCKETS_MS, type CountedSeries } from '../shared/request-counters.js';
 
 export interface MetricsSources {
   /** In-flight requests per model (nv_inference_pending_request_count). */
@@ -445,14 +445,6 @@ function processMetrics(sources: MetricsSources, registers: Registry[]): void {
 function requestDurations(statistics: Statistics, registers: Registry[]): void {
   countedHistogram('stowage_request_duration_seconds', 'Successful inference requests by their whole time on the server, per model (a histogram)', 'model', () =>
     [...statistics.models()].map(([model, c]) => ({ label: model, buckets: c.durations, count: c.success.count, seconds: c.success.ns / 1e9 })), registers);
-}
-
-/** One label's counts of a histogram kept elsewhere: per DURATION_BUCKETS_MS bucket (each its own), count, seconds. */
-export interface CountedSeries {
-  label: string;
-  buckets: readonly number[];
-  count: number;
-  seconds: number;
 }
 
 /**

@@ -57,5 +57,5 @@ export function quotaMetrics(quotas: Quotas, registry: Registry): void {
 function tenantDurations(quotas: Quotas, registry: Registry): void {
   countedHistogram('stowage_tenant_request_duration_seconds',
     'Successful inference requests by their whole time on the server, per tenant (named by endpoints.tenant_key: the tenants global.quotas lists, default for none named, other for the rest; a histogram)',
-    'tenant', () => quotas.durations().map((d) => ({ label: d.tenant, buckets: d.buckets, count: d.count, seconds: d.seconds })), [registry]);
+    'tenant', () => quotas.durations(), [registry]);
 }

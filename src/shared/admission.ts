@@ -41,7 +41,7 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { type ExecutionTiming } from './channels/inference.js';
 import { nowMs } from './timers.js';
-import { DURATION_BUCKETS_MS } from './request-counters.js';
+import { DURATION_BUCKETS_MS, durationBucket, type CountedSeries } from './request-counters.js';
 import { errors, type StowageError } from './errors.js';
 
 /**
@@ -213,15 +213,6 @@ export interface QuotasShape {
   durations: SharedArrayBuffer;
   /** The tenants requests are counted under: the node file's, then `default` and `other` (a bounded set of labels). */
   tenantLabels: string[];
-}
-
-/** One tenant's answered requests as metrics read them, over every thread. */
-export interface TenantDurations {
-  tenant: string;
-  /** Per duration bucket (DURATION_BUCKETS_MS), each its own, not cumulative. */
-  buckets: number[];
-  count: number;
-  seconds: number;
 }
 
 /** A request's places (subjects' indexes), and whether it holds in-flight places there or only charges them. */
@@ -415,14 +406,14 @@ export class Quotas {
     const label = this.#labels.get(tenant) ?? this.#labels.get(OTHER_TENANT)!;
     const at = (this.#row * this.#shape.tenantLabels.length + label) * TENANT_STRIDE;
     const words = this.#durations;
-    const bucket = DURATION_BUCKETS_MS.findIndex((le) => durationNs <= le * 1e6);
+    const bucket = durationBucket(durationNs);
     if (bucket >= 0) Atomics.add(words, at + bucket, 1n);
     Atomics.add(words, at + SUM_NS, BigInt(Math.max(0, Math.round(durationNs))));
     Atomics.add(words, at + COUNT, 1n); // last: a reader that sees the count sees its bucket
   }
 
-  /** Every tenant label's answered requests now, summed over the threads. */
-  durations(): TenantDurations[] {
+  /** Every tenant label's answered requests now, summed over the threads, each labelled with its tenant. */
+  durations(): CountedSeries[] {
     const words = this.#durations;
     const { rows, tenantLabels } = this.#shape;
     return tenantLabels.map((tenant, label) => {
@@ -431,7 +422,7 @@ export class Quotas {
         for (let row = 0; row < rows; row++) n += Atomics.load(words, (row * tenantLabels.length + label) * TENANT_STRIDE + field);
         return Number(n);
       };
-      return { tenant, buckets: DURATION_BUCKETS_MS.map((_, b) => sum(b)), count: sum(COUNT), seconds: sum(SUM_NS) / 1e9 };
+      return { label: tenant, buckets: DURATION_BUCKETS_MS.map((_, b) => sum(b)), count: sum(COUNT), seconds: sum(SUM_NS) / 1e9 };
     });
   }
 

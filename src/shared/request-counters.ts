@@ -38,6 +38,22 @@ const REASONS = 10;
  * (stowage_request_duration_seconds); a request past the last counts in the total alone (+Inf).
  */
 export const DURATION_BUCKETS_MS = [1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000] as const;
+
+/** The DURATION_BUCKETS_MS bucket a request of `durationNs` counts in; -1 past the last (the total alone). */
+export function durationBucket(durationNs: number): number {
+  return DURATION_BUCKETS_MS.findIndex((le) => durationNs <= le * 1e6);
+}
+
+/**
+ * One label's requests by duration, as a histogram's series are written from them (node/metrics.ts countedHistogram):
+ * per DURATION_BUCKETS_MS bucket (each its own, not cumulative), the count and the seconds.
+ */
+export interface CountedSeries {
+  label: string;
+  buckets: readonly number[];
+  count: number;
+  seconds: number;
+}
 const BUCKETS = REASONS + FAILURE_REASONS.length;
 /** The first of the per-device route counts. */
 const ROUTES = BUCKETS + DURATION_BUCKETS_MS.length;
@@ -145,7 +161,7 @@ export class RequestCounters {
     this.#add(words, at + INPUT_NS, timing.computeInputNs);
     this.#add(words, at + INFER_NS, timing.computeInferNs);
     this.#add(words, at + OUTPUT_NS, timing.computeOutputNs);
-    const bucket = DURATION_BUCKETS_MS.findIndex((le) => durationNs <= le * 1e6);
+    const bucket = durationBucket(durationNs);
     if (bucket >= 0) this.#add(words, at + BUCKETS + bucket, 1);
     Atomics.store(words, at + LAST_MS, BigInt(Date.now()));
     this.#add(words, at + SUCCESS, 1); // last: a reader that sees the count sees its durations

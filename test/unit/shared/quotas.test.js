@@ -125,7 +125,7 @@ test('each tenant\'s answered requests are counted by their time under its label
   edge.answered('alice', 30e6); // 30 ms: the 50 ms bucket
   edge.answered(edge.tenantOf(undefined), 2e6);
   main.answered('mallory', 20_000e6); // past the last bucket: in the count and the sum alone
-  const read = Object.fromEntries(main.durations().map((d) => [d.tenant, d]));
+  const read = Object.fromEntries(main.durations().map((d) => [d.label, d]));
   t.is(read.alice.count, 2);
   t.is(read.alice.seconds, 0.0305);
   t.is(read.alice.buckets[0], 1);

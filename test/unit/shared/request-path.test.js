@@ -172,7 +172,7 @@ test('a meta model\'s sub-calls inherit its deadline, priority and cancellation,
   const callDeadlineMs = nowMs() + 5_000;
   const answer = await new RequestPath(r.rooms).infer(wire('meta', { priority: 1 }), options({ callDeadlineMs, signal: client.signal, tenant: 'alice' }));
   t.is(answer?.outputs[0].name, 'y');
-  t.deepEqual(r.quotas.durations().map((d) => [d.tenant, d.count]), [['alice', 1], ['default', 0], ['other', 0]], 'the client\'s request counted for its tenant once, its sub-calls not');
+  t.deepEqual(r.quotas.durations().map((d) => [d.label, d.count]), [['alice', 1], ['default', 0], ['other', 0]], 'the client\'s request counted for its tenant once, its sub-calls not');
   const [{ command, signal }] = r.commands;
   t.is(command.deadlineMs, callDeadlineMs, 'the parent\'s deadline');
   t.is(command.priority, 1, 'the parent\'s priority');
