@@ -407,13 +407,15 @@ export class FleetRoutes {
   /**
    * The shares of requests each model routed to several nodes gives each of them (fleet-shares.ts),
    * from this check's reports: those placed from the reports (the rest run too little to matter, and
-   * are split evenly). Set at every check placed, as the loads they follow move.
+   * are split evenly). Set at every check placed, as the loads they follow move. The models on one
+   * node are given too: each one's load counts where it is routed now (one that moved since the window
+   * ran elsewhere in it).
    */
   #share(reported: ReadonlyMap<string, ReportedModel>): void {
     const models: SplitModel[] = [];
     for (const [name, m] of reported) {
       const nodes = this.#routes.routes.get(name);
-      if (nodes && nodes.length > 1) models.push({ name, nodes, load: m.load, ranOn: m.serving ?? NONE, ranLoad: m.servingLoad ?? [] });
+      if (nodes) models.push({ name, nodes, load: m.load, ranOn: m.serving ?? NONE, ranLoad: m.servingLoad ?? [] });
     }
     const shares = splitShares(models, this.#reports.measuredNodes());
     for (const name of [...this.#routes.shares.keys()]) if (!shares.has(name)) this.#routes.setShares(name, null);

@@ -15,7 +15,10 @@
  * report has no level to fill: its part of each model stays the even split.
  */
 
-/** A model on several nodes: its load over the fleet and what it ran on each node last window. */
+/**
+ * A model on several nodes, or on one (its load counts there, wherever it ran: see splitShares): its
+ * load over the fleet and what it ran on each node last window.
+ */
 export interface SplitModel {
   name: string;
   /** The nodes its requests go to, in the routes' order. */
@@ -55,6 +58,11 @@ export function splitShares(models: readonly SplitModel[], nodes: ReadonlyMap<st
   for (const [id, n] of nodes) level.set(id, n.load);
   const splitting = models.filter((m) => m.nodes.length > 1 && m.load > 0).sort((a, b) => b.load - a.load || (a.name < b.name ? -1 : 1));
   for (const m of splitting) m.ranOn.forEach((id, i) => level.has(id) && level.set(id, level.get(id)! - m.ranLoad[i]));
+  // A model on one node counts where it is routed now, not where it ran (nothing changes where it ran
+  // there alone): one moved since the window will load its new node and leave its old one, and the
+  // levels poured to should say so. Read from the window, its new node stood low, the split models'
+  // shares filled it, then its load arrived too (bench/fleet-sim.js: worst quiet windows of seeds).
+  for (const m of models) if (m.nodes.length === 1 && m.load > 0) moveLevel(m, level);
   // Poured: each model's load over its nodes, first evenly, then to the lowest levels.
   const parts = new Map(splitting.map((m) => [m.name, m.nodes.map(() => m.load / m.nodes.length)]));
   for (const m of splitting) m.nodes.forEach((id, i) => level.has(id) && level.set(id, level.get(id)! + parts.get(m.name)![i]));
@@ -69,6 +77,14 @@ export function splitShares(models: readonly SplitModel[], nodes: ReadonlyMap<st
   const shares = new Map<string, number[]>();
   for (const m of splitting) shares.set(m.name, onGrid(parts.get(m.name)!.map((p) => p / m.load)));
   return shares;
+}
+
+/** `m`'s load taken from the levels of the nodes it ran on and put on its one node (no-op where it ran there alone). */
+function moveLevel(m: SplitModel, level: Map<string, number>): void {
+  const to = m.nodes[0];
+  if (m.ranOn.length === 1 && m.ranOn[0] === to) return;
+  m.ranOn.forEach((id, i) => level.has(id) && level.set(id, level.get(id)! - m.ranLoad[i]));
+  if (level.has(to)) level.set(to, level.get(to)! + m.load);
 }
 
 /**

@@ -57,3 +57,20 @@ test('two models share the low node between them; the same shares whatever order
   for (const id of ['a', 'b', 'c']) t.true(Math.abs(level(id) - 2.6 / 3) < 0.01, `${id} at ${level(id)}`);
   t.true(splitShares([{ name: 'single', nodes: ['a'], load: 1, ranOn: ['a'], ranLoad: [1] }], nodes).size === 0, 'a model on one node is not split');
 });
+
+test('a model on one node counts where it is routed now: one moved since the window fills its new node, not its old', (t) => {
+  // `moved` ran 0.8 on `a` over the window and is routed to `c` now; `m` (0.6) is split over `b` and
+  // `c`, each measured 0.3 besides. Read from the window, `b` and `c` stand level and take half each;
+  // with `moved` counted on `c` (1.1 there), m is poured into `b`: 0.3 + 0.6 of m reaches 0.9 before
+  // c's 1.1, and c keeps its floor (a tenth of the even split: a share of 0.05).
+  const models = [
+    { name: 'moved', nodes: ['c'], load: 0.8, ranOn: ['a'], ranLoad: [0.8] },
+    { name: 'm', nodes: ['b', 'c'], load: 0.6, ranOn: ['b', 'c'], ranLoad: [0.3, 0.3] },
+  ];
+  const nodes = measured([['a', 0.8], ['b', 0.6], ['c', 0.6]]);
+  const [b, c] = splitShares(models, nodes).get('m') ?? [];
+  t.true(Math.abs(c - SHARE_FLOOR / 2) <= 1 / 256 && Math.abs(b - (1 - SHARE_FLOOR / 2)) <= 1 / 256, `${b} ${c}`);
+  const unmoved = splitShares(models.slice(1), nodes).get('m') ?? [];
+  t.true(Math.abs(unmoved[0] - 0.5) <= 1 / 256, `without the move, two nodes at one level take half each: ${unmoved}`);
+  t.is(splitShares(models, nodes).has('moved'), false, 'a model on one node gets no shares');
+});
