@@ -302,7 +302,7 @@ export const nodeConfigSchema = {
                 // No node takes more than (1 + epsilon) of its fair share of the load or the heavy models' bytes.
                 epsilon: { type: 'number', exclusiveMinimum: 0, maximum: 10, default: 0.1 },
                 // A node holding a model's weights keeps it up to (1 + epsilon + stickiness) of its share.
-                stickiness: { type: 'number', minimum: 0, maximum: 10, default: 0.1 },
+                stickiness: { type: 'number', minimum: 0, maximum: 10, default: 0.15 },
                 // A replica per this much of one device's compute a model needs (device-seconds per second).
                 replica_load: { type: 'number', exclusiveMinimum: 0, maximum: 1000, default: 0.5 },
                 // While a node's status reads fail or time out it keeps serving, and placement goes on

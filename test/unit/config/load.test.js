@@ -16,7 +16,7 @@ test('defaults fill every key and the result is frozen', (t) => {
   t.deepEqual(config.models_include, []);
   t.is(config.node_name, '', 'empty: derived at start (node/node-name.ts)');
   t.is(config.gpus, 'auto');
-  t.deepEqual(config.gateway, { endpoints: [], metrics_endpoints: [], discovery: { dns_name: '', port: 8001, metrics_port: 0, interval_seconds: 5, resolver: '' }, max_concurrent_streams: 32, request_timeout_seconds: 60, health_seconds: 2, scheduling: { mode: 'round_robin', default_replicas: 1, routing_fill_factor: 1, routing_policy: 'fill_rr', rebalance_compute_seconds: 30, models: {}, pooled: { epsilon: 0.1, stickiness: 0.1, replica_load: 0.5, report_max_age_seconds: 10, min_move_age_seconds: 30 } } });
+  t.deepEqual(config.gateway, { endpoints: [], metrics_endpoints: [], discovery: { dns_name: '', port: 8001, metrics_port: 0, interval_seconds: 5, resolver: '' }, max_concurrent_streams: 32, request_timeout_seconds: 60, health_seconds: 2, scheduling: { mode: 'round_robin', default_replicas: 1, routing_fill_factor: 1, routing_policy: 'fill_rr', rebalance_compute_seconds: 30, models: {}, pooled: { epsilon: 0.1, stickiness: 0.15, replica_load: 0.5, report_max_age_seconds: 10, min_move_age_seconds: 30 } } });
   t.deepEqual(config.global, {
     model_control_mode: 'dynamic',
     model_poll_seconds: 15,
@@ -79,7 +79,7 @@ test('gpus is auto, a count or a list of ids; lpt_packing needs fifo or edf devi
   t.regex(t.throws(() => parse('model_repo: m\ngpus: 2\ngateway:\n  scheduling:\n    mode: lpt_packing\n')).message,
     /"lpt_packing" needs every device to run scheduler.discipline fifo or edf, but worker0, worker1 run "fair" \(the default\)/);
   const lpt = parse('model_repo: m\ngpus: 2\nglobal:\n  scheduler: { discipline: fifo }\ngateway:\n  scheduling:\n    mode: lpt_packing\n    default_replicas: all\n    models: { hot: { replicas: 2 } }\n').config.gateway.scheduling;
-  t.deepEqual(lpt, { mode: 'lpt_packing', default_replicas: 'all', routing_fill_factor: 1, routing_policy: 'fill_rr', rebalance_compute_seconds: 30, models: { hot: { replicas: 2 } }, pooled: { epsilon: 0.1, stickiness: 0.1, replica_load: 0.5, report_max_age_seconds: 10, min_move_age_seconds: 30 } });
+  t.deepEqual(lpt, { mode: 'lpt_packing', default_replicas: 'all', routing_fill_factor: 1, routing_policy: 'fill_rr', rebalance_compute_seconds: 30, models: { hot: { replicas: 2 } }, pooled: { epsilon: 0.1, stickiness: 0.15, replica_load: 0.5, report_max_age_seconds: 10, min_move_age_seconds: 30 } });
   t.regex(t.throws(() => parse('model_repo: m\ngateway:\n  scheduling:\n    routing_policy: fill_most\n')).message, /gateway\.scheduling\.routing_policy: "fill_most" is not allowed/);
 });
 
@@ -247,7 +247,7 @@ test('a gateway-only process lists its nodes instead of a model repository', (t)
   t.regex(t.throws(() => parse('gateway:\n  endpoints: ["a:1"]\n  scheduling: { mode: lpt_packing }\n')).message, /a gateway-only process \(gateway.endpoints or gateway.discovery\) routes with round_robin, least_outstanding or pooled/);
   t.regex(t.throws(() => parse('model_repo: m\ngateway:\n  scheduling: { mode: pooled }\n')).message, /"pooled" places models across the nodes of a fleet, in a gateway-only process/);
   const pooled = parse('gateway:\n  endpoints: ["a:1"]\n  scheduling: { mode: pooled, pooled: { epsilon: 0.2 } }\n').config.gateway.scheduling;
-  t.deepEqual([pooled.mode, pooled.pooled], ['pooled', { epsilon: 0.2, stickiness: 0.1, replica_load: 0.5, report_max_age_seconds: 10, min_move_age_seconds: 30 }]);
+  t.deepEqual([pooled.mode, pooled.pooled], ['pooled', { epsilon: 0.2, stickiness: 0.15, replica_load: 0.5, report_max_age_seconds: 10, min_move_age_seconds: 30 }]);
   t.regex(t.throws(() => parse('gateway:\n  endpoints: ["a:1"]\n  scheduling: { mode: pooled, pooled: { epsilon: 0 } }\n')).message, /gateway\.scheduling\.pooled\.epsilon/);
 });
 

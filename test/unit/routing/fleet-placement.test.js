@@ -282,6 +282,8 @@ test('a given-over model keeps its node count while its needs wander within the 
 
 test('a model moved lately (pinned) stays on its node up to (1 + epsilon + 3 stickiness) of its share; unpinned, past (1 + epsilon + stickiness), it moves', (t) => {
   const nodes = fleet(4);
+  // Stickiness 0.1 (the bounds' arithmetic below is for it, whatever the default).
+  const options = { ...DEFAULT_FLEET_OPTIONS, stickiness: 0.1 };
   // Sixteen heavy models of 0.25 device-seconds a second (one replica each: a quarter of a node's
   // bounded share, 0.275, is 0.297 on the quarter-octave grid, over 0.25): a node's fair share is 1;
   // five on node 0 are 1.25x it, past the sticky bound (1.2x), within the pinned one (1.4x).
@@ -290,11 +292,11 @@ test('a model moved lately (pinned) stays on its node up to (1 + epsilon + 3 sti
     name: `h${k}`, bytes: 100e6, load: 0.25, current: [nodes[i].id], ...(pinned && i === 0 ? { pinned } : {}),
   }));
   const zero = (/** @type {ReturnType<typeof placeFleet>} */ p) => [...p.nodes].filter(([, ids]) => ids.includes(nodes[0].id)).length;
-  t.true([...placeFleet(models(5, false), nodes).nodes.values()].every((ids) => ids.length === 1), 'one replica each');
-  t.is(zero(placeFleet(models(5, false), nodes)), 4, 'unpinned: one of the five leaves node 0');
-  t.is(zero(placeFleet(models(5, true), nodes)), 5, 'pinned: all five stay');
+  t.true([...placeFleet(models(5, false), nodes, options).nodes.values()].every((ids) => ids.length === 1), 'one replica each');
+  t.is(zero(placeFleet(models(5, false), nodes, options)), 4, 'unpinned: one of the five leaves node 0');
+  t.is(zero(placeFleet(models(5, true), nodes, options)), 5, 'pinned: all five stay');
   // Six on node 0 (17 models: 1.41x its share): past the pinned bound too, so one leaves.
-  t.is(zero(placeFleet(models(6, true), nodes)), 5, 'pinned, but far past: one leaves');
+  t.is(zero(placeFleet(models(6, true), nodes, options)), 5, 'pinned, but far past: one leaves');
 });
 
 /**
