@@ -92,15 +92,17 @@ test('a replica per replicaLoad of load, at most every node; loads on a quarter-
 
 test('a model whose placement lapsed counts its replicas from those it was given, not from every node it ran on', (t) => {
   const nodes = fleet(6, 1 * GB);
+  // Replicas of a quarter of a node's share, the grid this scenario is made for (the default is a fifth).
+  const quarter = { ...DEFAULT_FLEET_OPTIONS, replicaPart: 1 / 4 };
   // At 0.35 among 50 light models it wants two replicas (of 0.21 at most: a quarter of a node's bounded share, on
   // the grid); its reports show it on three nodes (one it left, or another gateway's apart). Counted from those
   // three, the hysteresis keeps three.
   const models = (/** @type {object} */ extra) => [{ name: 'a', bytes: 100e6, load: 0.35, ...extra }, ...Array.from({ length: 50 }, (_, k) => ({ name: `f${k}`, bytes: 10e6, load: 0.08 }))];
   const ran = nodes.slice(0, 3).map((n) => n.id);
-  t.is(placeFleet(models({}), nodes).nodes.get('a')?.length, 2, 'placed afresh: two');
-  t.is(placeFleet(models({ serving: ran }), nodes).nodes.get('a')?.length, 3, 'from where it ran alone: three, a node gained');
-  t.is(placeFleet(models({ serving: ran, placedReplicas: 2 }), nodes).nodes.get('a')?.length, 2, 'from the two it was given: two');
-  t.is(placeFleet(models({ serving: ran, placedReplicas: 3 }), nodes).nodes.get('a')?.length, 3, 'given three, it keeps three');
+  t.is(placeFleet(models({}), nodes, quarter).nodes.get('a')?.length, 2, 'placed afresh: two');
+  t.is(placeFleet(models({ serving: ran }), nodes, quarter).nodes.get('a')?.length, 3, 'from where it ran alone: three, a node gained');
+  t.is(placeFleet(models({ serving: ran, placedReplicas: 2 }), nodes, quarter).nodes.get('a')?.length, 2, 'from the two it was given: two');
+  t.is(placeFleet(models({ serving: ran, placedReplicas: 3 }), nodes, quarter).nodes.get('a')?.length, 3, 'given three, it keeps three');
 });
 
 test('a model grows to more nodes as its load grows, and shrinks back', (t) => {
@@ -282,8 +284,9 @@ test('a given-over model keeps its node count while its needs wander within the 
 
 test('a model moved lately (pinned) stays on its node up to (1 + epsilon + 3 stickiness) of its share; unpinned, past (1 + epsilon + stickiness), it moves', (t) => {
   const nodes = fleet(4);
-  // Stickiness 0.1 (the bounds' arithmetic below is for it, whatever the default).
-  const options = { ...DEFAULT_FLEET_OPTIONS, stickiness: 0.1 };
+  // Stickiness 0.1 and replicas of a quarter of a node's share (the bounds' arithmetic below is for
+  // them, whatever the defaults).
+  const options = { ...DEFAULT_FLEET_OPTIONS, stickiness: 0.1, replicaPart: 1 / 4 };
   // Sixteen heavy models of 0.25 device-seconds a second (one replica each: a quarter of a node's
   // bounded share, 0.275, is 0.297 on the quarter-octave grid, over 0.25): a node's fair share is 1;
   // five on node 0 are 1.25x it, past the sticky bound (1.2x), within the pinned one (1.4x).
