@@ -57,7 +57,7 @@ export function splitShares(models: readonly SplitModel[], nodes: ReadonlyMap<st
   const level = new Map<string, number>();
   for (const [id, n] of nodes) level.set(id, n.load);
   const splitting = models.filter((m) => m.nodes.length > 1 && m.load > 0).sort((a, b) => b.load - a.load || (a.name < b.name ? -1 : 1));
-  for (const m of splitting) m.ranOn.forEach((id, i) => level.has(id) && level.set(id, level.get(id)! - m.ranLoad[i]));
+  for (const m of splitting) takeOffWhereRan(m, level);
   // A model on one node counts where it is routed now, not where it ran (nothing changes where it ran
   // there alone): one moved since the window will load its new node and leave its old one, and the
   // levels poured to should say so. Read from the window, its new node stood low, the split models'
@@ -83,8 +83,13 @@ export function splitShares(models: readonly SplitModel[], nodes: ReadonlyMap<st
 function moveLevel(m: SplitModel, level: Map<string, number>): void {
   const to = m.nodes[0];
   if (m.ranOn.length === 1 && m.ranOn[0] === to) return;
-  m.ranOn.forEach((id, i) => level.has(id) && level.set(id, level.get(id)! - m.ranLoad[i]));
+  takeOffWhereRan(m, level);
   if (level.has(to)) level.set(to, level.get(to)! + m.load);
+}
+
+/** What `m` ran over the window taken off the levels of the nodes it ran on. */
+function takeOffWhereRan(m: SplitModel, level: Map<string, number>): void {
+  m.ranOn.forEach((id, i) => level.has(id) && level.set(id, level.get(id)! - m.ranLoad[i]));
 }
 
 /**

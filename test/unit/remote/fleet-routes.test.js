@@ -782,6 +782,32 @@ test('a model on several nodes is split by shares: less to a node busy with weig
   await settle();
 });
 
+test('a model on one node counts where it is routed now: the reports\' traffic on a node it has left fills no share there', (t) => {
+  const nodes = ['10.0.0.1:8001', '10.0.0.2:8001', '10.0.0.3:8001', '10.0.0.4:8001'].map((a) => member(a, CATALOG));
+  for (const n of nodes) for (const m of CATALOG) n.resident.add(m);
+  for (const n of nodes) n.load.set('m00', 0.3);
+  const r = routes();
+  r.update(nodes);
+  const home = r.routes.get('m05')?.[0];
+  const away = nodes.find((n) => n.address !== home);
+  // m05 runs away from its home (another gateway's traffic): the gateway moves it there, and a model
+  // that moved stays for the minimum age.
+  away?.load.set('m05', 0.05);
+  for (let check = 0; check < 4 && r.routes.get('m05')?.[0] === home; check++) r.update(nodes);
+  const went = r.routes.get('m05')?.[0];
+  t.not(went, home, 'moved from its home');
+  // The next reports show it at home again: routed where it went, its load counts there, so m00's
+  // requests go less there than to its home (read from the window, the other way round).
+  away?.load.delete('m05');
+  nodes.find((n) => n.address === home)?.load.set('m05', 0.05);
+  r.update(nodes);
+  t.deepEqual(r.routes.get('m05'), [went], 'held where it moved');
+  const on = r.routes.get('m00') ?? [];
+  const shares = r.sharesOf('m00') ?? [];
+  const at = (/** @type {string | undefined} */ id) => shares[on.indexOf(id ?? '')];
+  t.true(at(went) < at(home), `m00's share where m05 is routed ${at(went)}, at its home ${at(home)}`);
+});
+
 test('a model split by shares keeps its nodes: one at the floor carries its share, and traffic on a node it left buys it no replica', async (t) => {
   const nodes = Array.from({ length: 8 }, (_, i) => member(`10.0.0.${i + 1}:8001`, CATALOG));
   for (const n of nodes) for (const m of CATALOG) n.resident.add(m);
