@@ -8,10 +8,10 @@ import { StandInFleet } from './fleet-stand-ins.js';
 
 if (!isMainThread && workerData?.standIns) {
   const fleet = new StandInFleet(workerData.standIns);
-  parentPort.on('message', async ({ id, call, index }) => {
+  parentPort.on('message', async ({ id, call, index, options }) => {
     let value;
     if (call === 'start') value = await fleet.start();
-    else if (call === 'restart') value = await fleet.nodes[index].restart();
+    else if (call === 'restart') value = await fleet.nodes[index].restart(options);
     else if (call === 'counts') value = { statusReads: fleet.nodes.reduce((s, n) => s + n.statusReads, 0), prefetches: fleet.nodes.reduce((s, n) => s + n.prefetches, 0) };
     else if (call === 'stop') value = await fleet.stop();
     parentPort.postMessage({ id, value });
@@ -30,14 +30,15 @@ export class StandInFleetThread {
       this.calls.get(id)?.(value);
       this.calls.delete(id);
     });
-    this.nodes = Array.from({ length: options.nodes }, (_, index) => ({ restart: () => this.call('restart', index) }));
+    /** Each node's restart, as StandInNode's: `{ repositoryChanged }` gives it a new digest. */
+    this.nodes = Array.from({ length: options.nodes }, (_, index) => ({ restart: (/** @type {{ repositoryChanged?: boolean }} */ o = {}) => this.call('restart', index, o) }));
   }
 
-  call(call, index) {
+  call(call, index, options) {
     const id = this.next++;
     return new Promise((resolve) => {
       this.calls.set(id, resolve);
-      this.worker.postMessage({ id, call, index });
+      this.worker.postMessage({ id, call, index, options });
     });
   }
 

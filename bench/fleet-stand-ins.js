@@ -20,7 +20,11 @@
 //   once, then one per window shortly after its boundary, as src/protocol/status-watch.ts sends it)
 //   and the health Watch (SERVING, held open), as a node serves them; false: both UNIMPLEMENTED, a
 //   node from before them, read at every check.
-// A restarted node comes back on its port with a new start time and digest and nothing resident.
+// Every node reports one repository digest, as nodes of one repository do (a node's digest hashes
+// its models' names and states). A restarted node comes back on its port with a new start time and
+// nothing resident; with the same digest (a node restarted on the same repository: its index is not
+// read again) or, with `repositoryChanged`, a new one (the gateway reads its whole index and every
+// model's bytes again).
 import * as grpc from '@grpc/grpc-js';
 import { loadControlClient, loadInferenceClient } from '../dist/protocol/proto.js';
 import { ReportVersions } from '../dist/node/report-versions.js';
@@ -58,6 +62,8 @@ export class StandInFleet {
     this.catalog.forEach((name, k) => this.rank.set(name, k));
     /** @type {Map<string, number>} how many nodes hold each model's weights */
     this.holders = new Map();
+    /** The catalog's repository digest, as every node reports it until one restarts with another. */
+    this.digest = `catalog-of-${models}`;
     this.nodes = Array.from({ length: nodes }, (_, i) => new StandInNode(this, `stand-in-${i}`));
     this.catalog.forEach((name, k) => this.nodes[k % nodes].hold(name));
     /** The RepositoryIndex every node answers (the same catalog everywhere). */
@@ -80,6 +86,7 @@ class StandInNode {
     this.fleet = fleet;
     this.name = name;
     this.startedMs = Date.now();
+    this.digest = fleet.digest;
     /** @type {Map<string, true>} resident models, least recently prefetched first */
     this.resident = new Map();
     /** @type {grpc.Server | null} */
@@ -150,7 +157,7 @@ class StandInNode {
       queue_depth: 0,
       node_name: this.name,
       started_unix_ms: String(this.startedMs),
-      repository_digest: `${this.startedMs}:${this.fleet.catalog.length}`,
+      repository_digest: this.digest,
       window_end_unix_ms: String(w * windowMs),
     };
   }
@@ -215,12 +222,16 @@ class StandInNode {
     if (server) await new Promise((resolve) => server.tryShutdown(() => resolve(undefined)));
   }
 
-  /** Down and back on the same port as a new process: a new start time and digest, nothing resident. */
-  async restart() {
+  /**
+   * Down and back on the same port as a new process: a new start time, nothing resident; a new
+   * repository digest when `repositoryChanged` (the same models, read again whole all the same).
+   */
+  async restart({ repositoryChanged = false } = {}) {
     await this.stop();
     for (const model of this.resident.keys()) this.fleet.holders.set(model, /** @type {number} */ (this.fleet.holders.get(model)) - 1);
     this.resident.clear();
     this.startedMs = Date.now();
+    if (repositoryChanged) this.digest = `${this.fleet.digest}-changed-${this.startedMs}`;
     this.versions = new ReportVersions(this.startedMs);
     this.publishedWindow = -1;
     await this.start();

@@ -6,13 +6,18 @@
 // its share of the catalog. For each scale, three phases:
 //   steady           the checks alone, every node answering, once a check has left the placement
 //                    standing (the start's prefetches and placements done);
-//   node restart     one node comes back as a new process (new digest: its whole RepositoryIndex read
-//                    again, nothing resident: its models placed anew);
+//   node restart     one node comes back as a new process on the same repository (its status read
+//                    whole from a new version, nothing resident: its models placed anew; the same
+//                    repository digest, as a real node's, which hashes its models: its index not read);
+//   node restart, new repository
+//                    the same with a new digest (a node back with a changed repository): its whole
+//                    RepositoryIndex and every model's bytes read again as well;
 //   gateway restart  the gateway stopped and a new one started (every node's index read, every model
 //                    placed from nothing); its start-up until it serves is reported apart.
 // Each phase is the event and a window with no requests, where the gateway's CPU per check is read
 // (/proc: its main thread, which forwards requests, and the whole process, its placement thread
-// included; no /metrics scrape in it: one costs more than a check at 10,000 models, printed apart
+// and V8's helper threads (garbage collection, compilation) included, those two also apart; no
+// /metrics scrape in it: one costs more than a check at 10,000 models, printed apart
 // as the CPU the scrape call took), then a window with a trickle of inference requests (100/s, Zipf over the catalog)
 // through the gateway: a check that holds the main thread's event loop delays them (a node restarts
 // again at its start). Per phase it prints those CPUs, the placement's time per check on its thread
@@ -32,7 +37,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { loadInferenceClient } from '../dist/protocol/proto.js';
 import { StandInFleetThread } from './fleet-stand-ins-thread.js';
-import { cpuUs } from './proc-cpu.js';
+import { cpuUs, threadCpuUs } from './proc-cpu.js';
 import { scrapeMetrics, startServer } from '../test/helpers/server.js';
 import { percentile } from './timing.js';
 
@@ -123,9 +128,12 @@ async function phase(name, gateway, { traffic, direct, node }, event, again = as
   // and what it leaves is collected within seconds.
   await sleep(SCRAPE_SETTLE_MS);
   const cpu = cpuUs(gateway.child.pid);
+  const threads = threadCpuUs(gateway.child.pid);
   await event();
   await sleep(PHASE_S * 1000);
   const cpuNow = cpuUs(gateway.child.pid);
+  const threadsNow = threadCpuUs(gateway.child.pid);
+  const threadMs = (name) => ((threadsNow.get(name) ?? 0) - (threads.get(name) ?? 0)) / 1000;
   const quiet = await scrapeMetrics(gateway.adminPort);
   const scrapeMs = (cpuUs(gateway.child.pid).process - cpuNow.process) / 1000;
   const cpuMs = (cpuNow.main - cpu.main) / 1000;
@@ -149,6 +157,8 @@ async function phase(name, gateway, { traffic, direct, node }, event, again = as
     phase: name, checks: allChecks,
     cpuPerCheckMs: cpuMs / windowChecks,
     processCpuPerCheckMs: processCpuMs / windowChecks,
+    placementCpuPerCheckMs: threadMs('placement') / windowChecks,
+    helpersCpuPerCheckMs: threadMs('V8Worker') / windowChecks,
     scrapeMs,
     placementMs,
     lagP99Ms: Math.max(quiet.nodejs_eventloop_lag_p99_seconds, after.nodejs_eventloop_lag_p99_seconds) * 1000,
@@ -188,6 +198,8 @@ async function runScale(nodes, models) {
     await settled(gateway); // the first placement's prefetches and the placements after them
     rows.push(await phase('steady', gateway, streams, async () => {}));
     rows.push(await phase('node restart', gateway, streams, () => fleet.nodes[1].restart(), () => fleet.nodes[2].restart()));
+    const changed = { repositoryChanged: true };
+    rows.push(await phase('node restart, new repository', gateway, streams, () => fleet.nodes[3 % nodes].restart(changed), () => fleet.nodes[1 % nodes].restart(changed)));
     await gateway.stop();
     started = performance.now();
     gateway = await startGateway(addresses);
@@ -199,7 +211,8 @@ async function runScale(nodes, models) {
       + `(its start-up: event loop p99 ${(startup.nodejs_eventloop_lag_p99_seconds * 1000).toFixed(1)} ms, max ${(startup.nodejs_eventloop_lag_max_seconds * 1000).toFixed(1)} ms); `
       + `${statusReads} status reads, ${prefetches} prefetches; active models a node reports: ${fleet.capacity}`);
     console.table(rows.map((r) => ({
-      phase: r.phase, checks: r.checks, unchanged: r.unchanged, 'cpu/check ms': r.cpuPerCheckMs.toFixed(1), 'process cpu/check ms': r.processCpuPerCheckMs.toFixed(1), 'placement ms': r.placementMs.toFixed(1), 'scrape cpu ms': r.scrapeMs.toFixed(0),
+      phase: r.phase, checks: r.checks, unchanged: r.unchanged, 'cpu/check ms': r.cpuPerCheckMs.toFixed(1), 'process cpu/check ms': r.processCpuPerCheckMs.toFixed(1),
+      'of it placement thread': r.placementCpuPerCheckMs.toFixed(1), 'V8 helpers': r.helpersCpuPerCheckMs.toFixed(1), 'placement ms': r.placementMs.toFixed(1), 'scrape cpu ms': r.scrapeMs.toFixed(0),
       'loop p99 ms': r.lagP99Ms.toFixed(1), 'loop max ms': r.lagMaxMs.toFixed(1), moves: r.moves,
       requests: r.requests, failed: r.failures, 'p50 ms': r.p50.toFixed(2), 'p99 ms': r.p99.toFixed(2), 'max ms': r.max.toFixed(1), 'direct p99 ms': r.directP99.toFixed(2),
     })));

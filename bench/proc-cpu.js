@@ -18,6 +18,26 @@ export function cpuUs(pid) {
 }
 
 /**
+ * CPU µs used so far by each kind of thread of a process, by the thread's name (/proc's comm:
+ * Node's MainThread, a worker named by its `name` option such as the gateway's placement thread,
+ * V8's helpers, which run garbage collection and compilation beside the JavaScript threads, as V8Worker).
+ */
+export function threadCpuUs(pid) {
+  const byName = new Map();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const fields = stat.slice(stat.lastIndexOf(') ') + 2).split(' ');
+      byName.set(name, (byName.get(name) ?? 0) + (Number(fields[11]) + Number(fields[12])) * TICK_US);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return byName;
+}
+
+/**
  * Every process's figures from /proc/<pid>/stat, summed over `pid` and every process below it (a
  * server whose work runs in child processes: Triton's Python stubs, MLServer's inference workers).
  * `figure(fields)` reads one process's figure from its stat fields (after the command name).

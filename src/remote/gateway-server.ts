@@ -94,7 +94,6 @@ export class StowageGateway {
       maxStreams: gw.max_concurrent_streams,
       windowBytes: this.#config.global.endpoints.http2_window_bytes,
       encodeIndexRequest: () => definition.RepositoryIndex.requestSerialize({ repository_name: '', ready: true }),
-      decodeIndex: (bytes) => definition.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
       ...(gw.scheduling.mode === 'pooled' ? {
         ready: {
           encodeReadyRequest: () => definition.ServerReady.requestSerialize({}),

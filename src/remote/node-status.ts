@@ -14,7 +14,8 @@
 import * as grpc from '@grpc/grpc-js';
 import type { FleetMember } from './fleet-routes.js';
 import { nodeChannel, serverStreamRaw, unaryRaw } from './node-channel.js';
-import { applyChanges, readStatusReport, type NodeReport } from './status-report.js';
+import { readReadyModels } from './index-report.js';
+import { applyChanges, readStatusReport, readWeightBytes, type NodeReport } from './status-report.js';
 
 const STATUS_PATH = '/stowage.control.ModelControl/ModelControlStatus';
 const PREFETCH_PATH = '/stowage.control.ModelControl/PrefetchModel';
@@ -29,8 +30,6 @@ export interface NodeStatusOptions {
   /** The window the status request names: the stream answers once per window. */
   windowMs: number;
   encodeIndexRequest: () => Buffer;
-  /** Decodes the node's RepositoryIndex answer. */
-  decodeIndex: (bytes: Buffer) => { models: { name: string; state: string }[] };
   encodePrefetch: (model: string) => Buffer;
   /** How long placement may go on with the node's last report while its status reads fail or time out. */
   reportMaxAgeMs: number;
@@ -44,6 +43,12 @@ export interface NodeStatusOptions {
    * shared by every node of a check, so that nodes of one repository (most fleets) share one list and one read.
    */
   indexLists?: Map<string, IndexRead>;
+  /**
+   * Repository digest -> its read under way (null once it failed): a node whose digest another node
+   * is being read under waits for that read instead of making its own (a gateway's start reads eight
+   * nodes at once, most often of one repository).
+   */
+  indexReads?: Map<string, Promise<IndexRead | null>>;
 }
 
 /** What a node's index read gives: the models it serves ready, and each one's weight bytes where read. */
@@ -309,30 +314,56 @@ export class NodeStatus implements FleetMember {
   async readIndexIfChanged(timeoutMs: number): Promise<boolean> {
     const digest = this.#digest;
     if (!this.#up || (digest && digest === this.#indexDigest)) return false;
-    // Another node of the same repository was read: its list, without a read (at 64 nodes x 10,000
-    // models: one list of 10,000 names kept instead of 64, one ~0.5 MB index read at a start instead of 64).
-    const shared = digest ? this.#o.indexLists?.get(digest) : undefined;
-    if (shared) {
-      this.#indexDigest = digest!;
-      const changed = shared.models !== this.#models;
-      this.#models = shared.models;
-      this.#modelBytes = shared.bytes;
-      return changed;
+    // Another node of the same repository was read, or is being read: its list, without a read of
+    // this node's own (at 64 nodes x 10,000 models: one list of 10,000 names kept instead of 64, and
+    // one ~0.5 MB index read at a gateway's start instead of one for each of the reads at once).
+    if (digest) {
+      // Awaited only when one is under way: an await here otherwise would let every node read at
+      // once reach its own read before the first one's was registered.
+      let shared = this.#o.indexLists?.get(digest);
+      const underWay = shared ? undefined : this.#o.indexReads?.get(digest);
+      if (underWay) shared = (await underWay) ?? undefined;
+      if (shared) return this.#take(digest, shared);
     }
+    const read = this.#read(digest, timeoutMs);
+    const reads = this.#o.indexReads;
+    if (digest && reads) {
+      const kept = read.then((r) => r?.kept ?? null);
+      reads.set(digest, kept);
+      void kept.finally(() => {
+        if (reads.get(digest) === kept) reads.delete(digest);
+      });
+    }
+    return (await read)?.changed ?? false;
+  }
+
+  /** Take the list read under `digest` from another node; true when it is not the one this node had. */
+  #take(digest: string, shared: IndexRead): boolean {
+    this.#indexDigest = digest;
+    const changed = shared.models !== this.#models;
+    this.#models = shared.models;
+    this.#modelBytes = shared.bytes;
+    return changed;
+  }
+
+  /** Read the node's index and bytes and keep them (and share them under `digest`); null: a read failed. */
+  async #read(digest: string | undefined, timeoutMs: number): Promise<{ kept: IndexRead; changed: boolean } | null> {
     try {
       const [index, status] = await Promise.all([
         this.#call(INDEX_PATH, this.#o.encodeIndexRequest(), timeoutMs),
         this.#o.encodeBytesRequest ? this.#call(STATUS_PATH, this.#o.encodeBytesRequest(), timeoutMs) : null,
       ]);
-      const models = this.#o.decodeIndex(index).models.filter((m) => m.state === 'READY').map((m) => m.name);
+      const models = readReadyModels(index);
+      const bytes = status ? readWeightBytes(status) : this.#modelBytes;
       this.#indexDigest = digest ?? '';
       const same = models.length === this.#models.length && models.every((m, i) => m === this.#models[i]);
       if (!same) this.#models = models;
-      if (status) this.#modelBytes = bytesOf(readStatusReport(status).report);
-      if (digest) this.#o.indexLists?.set(digest, { models: this.#models, bytes: this.#modelBytes });
-      return !same;
+      this.#modelBytes = bytes;
+      const kept = { models: this.#models, bytes: this.#modelBytes };
+      if (digest) this.#o.indexLists?.set(digest, kept);
+      return { kept, changed: !same };
     } catch {
-      return false;
+      return null;
     }
   }
 
@@ -360,11 +391,4 @@ export class NodeStatus implements FleetMember {
 function sameNode(a: NodeReport, b: NodeReport): boolean {
   return a.nodeName === b.nodeName && a.startedMs === b.startedMs && a.budgetBytes === b.budgetBytes
     && a.sessionBudgetBytes === b.sessionBudgetBytes && a.devices === b.devices;
-}
-
-/** Each READY model's weight bytes on one device, as a full status answer gives them. */
-function bytesOf(report: NodeReport): Map<string, number> {
-  const bytes = new Map<string, number>();
-  for (const [name, m] of report.models) bytes.set(name, m.weightBytes);
-  return bytes;
 }

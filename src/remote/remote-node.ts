@@ -13,13 +13,12 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import { nodeChannel, serverStreamRaw, unaryRaw } from './node-channel.js';
+import { readReadyModels } from './index-report.js';
 
 export interface RemoteNodeOptions {
   maxStreams: number;
   /** HTTP/2 receive window for the node's answers (endpoints.http2_window_bytes, as the gateway's own server uses). */
   windowBytes: number;
-  /** Decodes the node's RepositoryIndex answer. */
-  decodeIndex: (bytes: Buffer) => { models: { name: string; state: string }[] };
   encodeIndexRequest: () => Buffer;
   /**
    * A gateway pooling the fleet's memory (gateway.scheduling.mode pooled): its health probe is
@@ -198,7 +197,7 @@ export class RemoteNode {
 
   async #readIndex(timeoutMs: number): Promise<void> {
     const bytes = await this.#unaryRaw('/inference.GRPCInferenceService/RepositoryIndex', this.#o.encodeIndexRequest(), new grpc.Metadata(), Date.now() + timeoutMs);
-    this.#modelList = this.#o.decodeIndex(bytes).models.filter((m) => m.state === 'READY').map((m) => m.name);
+    this.#modelList = readReadyModels(bytes);
     this.#models = new Set(this.#modelList);
   }
 

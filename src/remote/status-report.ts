@@ -7,7 +7,8 @@
  * by their wire type, so a field added to the message later costs nothing here. Field numbers are
  * proto/control.proto's; test/unit/remote/status-report.test.js holds the two together.
  */
-import { WIRE_I32, WIRE_I64, WIRE_LEN, WIRE_VARINT } from '../shared/protobuf-wire.js';
+import { WIRE_I64, WIRE_LEN, WIRE_VARINT } from '../shared/protobuf-wire.js';
+import { WireReader } from './wire-reader.js';
 
 /** What a node reports of itself and its models (ModelControlStatus), as placement reads it. */
 export interface NodeReport {
@@ -84,62 +85,6 @@ const MODEL_WINDOW_RATE = 23;
 const MODEL_WINDOW_CAPACITY = 24;
 const MODEL_WINDOW_WEIGHT_LOAD = 25;
 
-/** A cursor over one message's bytes. */
-class Reader {
-  at: number;
-  constructor(readonly buf: Buffer, start: number, readonly end: number) {
-    this.at = start;
-  }
-
-  /**
-   * A varint, exact below 2^53 (every byte count, counter and time here), within the message. Not
-   * shared/protobuf-wire.ts's, whose [value, next] pair per varint made a 10,000-model answer's
-   * read twice as slow (32 ms against 15).
-   */
-  varint(): number {
-    let value = 0;
-    let scale = 1;
-    for (let i = 0; i < 10; i++) {
-      if (this.at >= this.end) break;
-      const b = this.buf[this.at++];
-      value += (b & 0x7f) * scale;
-      if ((b & 0x80) === 0) return value;
-      scale *= 128;
-    }
-    throw new Error(`ModelControlStatus answer malformed: a varint runs past byte ${this.at}`);
-  }
-
-  /** A LEN field's bounds, checked against the message's. */
-  span(): [start: number, end: number] {
-    const length = this.varint();
-    const start = this.at;
-    if (start + length > this.end) throw new Error(`ModelControlStatus answer malformed: a field of ${length} bytes runs past its message at byte ${start}`);
-    this.at = start + length;
-    return [start, start + length];
-  }
-
-  string(): string {
-    const [start, end] = this.span();
-    return this.buf.toString('utf8', start, end);
-  }
-
-  double(): number {
-    if (this.at + 8 > this.end) throw new Error(`ModelControlStatus answer malformed: a double runs past byte ${this.at}`);
-    const value = this.buf.readDoubleLE(this.at);
-    this.at += 8;
-    return value;
-  }
-
-  skip(wireType: number): void {
-    if (wireType === WIRE_VARINT) this.varint();
-    else if (wireType === WIRE_I64) this.at += 8;
-    else if (wireType === WIRE_LEN) this.span();
-    else if (wireType === WIRE_I32) this.at += 4;
-    else throw new Error(`ModelControlStatus answer malformed: wire type ${wireType} at byte ${this.at}`);
-    if (this.at > this.end) throw new Error('ModelControlStatus answer malformed: a field runs past its message');
-  }
-}
-
 /** A ModelControlStatusResponse as placement reads it. */
 export interface StatusAnswer {
   report: NodeReport;
@@ -163,14 +108,14 @@ export interface StatusAnswer {
 export function readStatusReport(bytes: Buffer): StatusAnswer {
   const report: NodeReport = { nodeName: '', startedMs: 0, budgetBytes: 0, sessionBudgetBytes: 0, devices: 0, queueDepth: 0, models: new Map() };
   const answer: StatusAnswer = { report, digest: '', version: 0, changesOnly: false, gone: [], notReady: [], windowEndMs: 0 };
-  const r = new Reader(bytes, 0, bytes.length);
+  const r = new WireReader('ModelControlStatus answer', bytes, 0, bytes.length);
   while (r.at < r.end) {
     const tag = r.varint();
     const field = Math.floor(tag / 8);
     const wireType = tag & 7;
     if (field === RESPONSE_MODELS && wireType === WIRE_LEN) {
       const [start, end] = r.span();
-      readModel(new Reader(bytes, start, end), answer);
+      readModel(r.nested(start, end), answer);
     } else if (field === RESPONSE_BUDGET && wireType === WIRE_VARINT) report.budgetBytes = r.varint();
     else if (field === RESPONSE_DEVICES && wireType === WIRE_VARINT) report.devices = r.varint();
     else if (field === RESPONSE_QUEUE_DEPTH && wireType === WIRE_VARINT) report.queueDepth = r.varint();
@@ -188,6 +133,40 @@ export function readStatusReport(bytes: Buffer): StatusAnswer {
 }
 
 /**
+ * Each READY model's weight bytes on one device, from a full answer (not active_only: every model,
+ * read with the index when a node's repository digest changes). Only the name, the state and the
+ * bytes are read: at 10,000 models a report of every field made 10,000 objects to keep one number
+ * of each.
+ */
+export function readWeightBytes(bytes: Buffer): Map<string, number> {
+  const weights = new Map<string, number>();
+  const r = new WireReader('ModelControlStatus answer', bytes, 0, bytes.length);
+  while (r.at < r.end) {
+    const tag = r.varint();
+    if (Math.floor(tag / 8) !== RESPONSE_MODELS || (tag & 7) !== WIRE_LEN) {
+      r.skip(tag & 7);
+      continue;
+    }
+    const [start, end] = r.span();
+    const m = r.nested(start, end);
+    let name = '';
+    let ready = false;
+    let weightBytes = 0;
+    while (m.at < m.end) {
+      const t = m.varint();
+      const field = Math.floor(t / 8);
+      const wireType = t & 7;
+      if (field === MODEL_NAME && wireType === WIRE_LEN) name = m.string();
+      else if (field === MODEL_STATE && wireType === WIRE_LEN) ready = m.equalsAscii('READY');
+      else if (field === MODEL_WEIGHT_BYTES && wireType === WIRE_VARINT) weightBytes = m.varint();
+      else m.skip(wireType);
+    }
+    if (ready) weights.set(name, weightBytes);
+  }
+  return weights;
+}
+
+/**
  * `base` brought up to date by a changes-only answer: its node's figures as the answer gives them,
  * its models with the changed rows set and the gone (or no longer READY) dropped. In place: the
  * models' map is the base's, so a check that read nothing new walks no new rows.
@@ -201,7 +180,7 @@ export function applyChanges(base: NodeReport, answer: StatusAnswer): NodeReport
 }
 
 /** One ModelControlStatus into the answer's models if READY (one loading or unloading is not placed), else notReady. */
-function readModel(r: Reader, answer: StatusAnswer): void {
+function readModel(r: WireReader, answer: StatusAnswer): void {
   let name = '';
   let ready = false;
   const m: ModelReport = { weightBytes: 0, residentBytes: 0, windowLoad: 0, windowResidentBytes: 0, hits: 0, misses: 0, sessionBytes: 0, windowRate: 0, windowCapacity: 0 };
@@ -210,7 +189,7 @@ function readModel(r: Reader, answer: StatusAnswer): void {
     const field = Math.floor(tag / 8);
     const wireType = tag & 7;
     if (field === MODEL_NAME && wireType === WIRE_LEN) name = r.string();
-    else if (field === MODEL_STATE && wireType === WIRE_LEN) ready = r.string() === 'READY';
+    else if (field === MODEL_STATE && wireType === WIRE_LEN) ready = r.equalsAscii('READY');
     else if (field === MODEL_WEIGHT_BYTES && wireType === WIRE_VARINT) m.weightBytes = r.varint();
     else if (field === MODEL_RESIDENT_BYTES && wireType === WIRE_VARINT) m.residentBytes = r.varint();
     else if (field === MODEL_WINDOW_LOAD && wireType === WIRE_I64) m.windowLoad = r.double();

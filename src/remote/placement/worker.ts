@@ -27,6 +27,8 @@ const inference = loadInferenceClient().service;
 const control = loadControlClient().service;
 /** Repository digest -> the models list read under it, shared by the nodes that report it (NodeStatusOptions'). */
 const indexLists = new Map<string, IndexRead>();
+/** Repository digest -> its read under way, which the other nodes of that digest wait for (NodeStatusOptions'). */
+const indexReads = new Map<string, Promise<IndexRead | null>>();
 const statusOptions: NodeStatusOptions = {
   windowBytes: start.windowBytes,
   // Loads over the nodes' windows of one health interval: every gateway asking within one gets the same.
@@ -37,10 +39,10 @@ const statusOptions: NodeStatusOptions = {
   // Every model's weight bytes, read with the index (the homes are bounded by them): from the
   // node's snapshot, no window.
   encodeBytesRequest: () => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: 0, fresh: false, active_only: false, versioned: false }),
-  decodeIndex: (bytes) => inference.RepositoryIndex.responseDeserialize(bytes) as { models: { name: string; state: string }[] },
   encodePrefetch: (model) => control.PrefetchModel.requestSerialize({ name: model }),
   reportMaxAgeMs: start.reportMaxAgeMs,
   indexLists,
+  indexReads,
 };
 
 /**

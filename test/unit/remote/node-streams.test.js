@@ -39,7 +39,6 @@ const statusOptions = {
   windowBytes: 1 << 20, windowMs: WINDOW_MS, reportMaxAgeMs: 10_000,
   encodeStatusRequest: (/** @type {number} */ since) => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: WINDOW_MS / 1000, active_only: true, versioned: true, since_version: String(since) }),
   encodeIndexRequest: () => inference.RepositoryIndex.requestSerialize({}),
-  decodeIndex: () => ({ models: [] }),
   encodePrefetch: () => Buffer.alloc(0),
 };
 
@@ -222,7 +221,7 @@ async function healthNode(t, watch = true) {
   }
   const remote = new RemoteNode(await listen(t, server), {
     maxStreams: 4, windowBytes: 1 << 20,
-    encodeIndexRequest: () => Buffer.alloc(0), decodeIndex: () => ({ models: [] }),
+    encodeIndexRequest: () => Buffer.alloc(0),
     ready: {
       encodeReadyRequest: () => inference.ServerReady.requestSerialize({}),
       decodeReady: (/** @type {Buffer} */ b) => /** @type {{ ready: boolean }} */ (inference.ServerReady.responseDeserialize(b)),
@@ -296,7 +295,6 @@ test('a node whose health probe answers late once stays up; late twice in a row,
   const remote = new RemoteNode(address, {
     maxStreams: 4, windowBytes: 1 << 20,
     encodeIndexRequest: () => inference.RepositoryIndex.requestSerialize({}),
-    decodeIndex: (/** @type {Buffer} */ b) => /** @type {any} */ (inference.RepositoryIndex.responseDeserialize(b)),
   });
   t.teardown(() => remote.close());
   await remote.probe(1000);
@@ -327,7 +325,7 @@ test('a node whose health probe answers late once stays up; late twice in a row,
   t.false(remote.up, 'a refused connection: down at once');
 });
 
-test('the index read brings every model\'s weight bytes (a full status answer, no window); nodes of one digest share one read; a failed bytes read keeps the list it had and reads again at the next check', async (t) => {
+test('the index read brings every model\'s weight bytes (a full status answer, no window); nodes of one digest share one read, read at once too; a failed bytes read keeps the list it had and reads again at the next check', async (t) => {
   let indexReads = 0;
   let bytesReads = 0;
   let failBytes = false;
@@ -351,7 +349,6 @@ test('the index read brings every model\'s weight bytes (a full status answer, n
   const options = {
     ...statusOptions,
     encodeBytesRequest: () => control.ModelControlStatus.requestSerialize({ name: '', window_seconds: 0, active_only: false }),
-    decodeIndex: (/** @type {Buffer} */ b) => /** @type {any} */ (inference.RepositoryIndex.responseDeserialize(b)),
     indexLists: new Map(),
   };
   const [first, second] = [new NodeStatus(address, options), new NodeStatus(address, options)];
@@ -382,4 +379,33 @@ test('the index read brings every model\'s weight bytes (a full status answer, n
   failBytes = false;
   t.true(await third.readIndexIfChanged(5_000), 'read again at the next check');
   t.is(third.modelBytes?.get('b'), 200);
+
+  // Nodes of one digest read at once (a gateway's start): one read, which the others wait for.
+  const atOnce = { ...options, indexLists: new Map(), indexReads: new Map() };
+  const started = [0, 1, 2].map(() => new NodeStatus(address, atOnce));
+  for (const n of started) {
+    t.teardown(() => n.close());
+    n.up = true;
+    await n.readStatus(5_000);
+  }
+  const [indexBefore, bytesBefore] = [indexReads, bytesReads];
+  t.deepEqual(await Promise.all(started.map((n) => n.readIndexIfChanged(5_000))), [true, true, true]);
+  t.is(indexReads - indexBefore, 1, 'one index read for three nodes read at once');
+  t.is(bytesReads - bytesBefore, 1);
+  t.true(started.every((n) => n.models === started[0].models && n.modelBytes === started[0].modelBytes), 'one list and one map');
+  t.is(atOnce.indexReads.size, 0, 'the read under way is forgotten once done');
+
+  // One that fails: each node waiting reads for itself (and fails alike); each keeps what it had.
+  failBytes = true;
+  const failing = { ...options, indexLists: new Map(), indexReads: new Map() };
+  const unlucky = [0, 1].map(() => new NodeStatus(address, failing));
+  for (const n of unlucky) {
+    t.teardown(() => n.close());
+    n.up = true;
+    await n.readStatus(5_000);
+  }
+  const bytesThen = bytesReads;
+  t.deepEqual(await Promise.all(unlucky.map((n) => n.readIndexIfChanged(5_000))), [false, false]);
+  t.is(bytesReads - bytesThen, 2, 'the second read for itself once the first failed');
+  t.true(unlucky.every((n) => n.models.length === 0 && n.modelBytes === undefined));
 });

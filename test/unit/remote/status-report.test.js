@@ -2,10 +2,11 @@
 // the bytes protobufjs writes from proto/control.proto, so that a field renumbered in the proto
 // fails here: every field placement reads, 64-bit counts past 2^32, a model not READY left out, the
 // fields it does not read skipped whatever their wire type, and a truncated answer refused; a
-// versioned answer's version, changes and gone names, and the changes applied to the report held.
+// versioned answer's version, changes and gone names, and the changes applied to the report held;
+// a full answer's weight bytes alone, as read with the index.
 import test from 'ava';
 import { loadControlClient } from '../../../dist/protocol/proto.js';
-import { applyChanges, readStatusReport } from '../../../dist/remote/status-report.js';
+import { applyChanges, readStatusReport, readWeightBytes } from '../../../dist/remote/status-report.js';
 
 const { ModelControlStatus: rpc } = loadControlClient().service;
 
@@ -85,4 +86,15 @@ test('a versioned answer of changes is read and applied to the report held: rows
   t.is(now.budgetBytes, 2000, 'the node\'s own figures are the answer\'s');
   t.is(now.queueDepth, 3);
   t.is(now.models, held.models, 'the held map, brought up to date in place');
+});
+
+test('a full answer\'s weight bytes are read alone: READY models only, 64-bit counts whole, the rest skipped', (t) => {
+  const bytes = rpc.responseSerialize({
+    models: [model('résnet-ü', 'READY', 0), model('loading-one', 'LOADING', 1), model('m2', 'READY', 2), { name: 'plain', state: 'READY' }],
+    weight_budget_bytes: String(3 * 2 ** 35), node_name: 'node-a', repository_digest: 'abc123',
+  });
+  t.deepEqual([...readWeightBytes(bytes)], [['résnet-ü', 5 * 2 ** 32], ['m2', 5 * 2 ** 32 + 2], ['plain', 0]]);
+  const expected = [...readStatusReport(bytes).report.models].map(([name, m]) => [name, m.weightBytes]);
+  t.deepEqual([...readWeightBytes(bytes)], expected, 'the same as the whole report\'s');
+  t.throws(() => readWeightBytes(bytes.subarray(0, bytes.length - 3)), { message: /ModelControlStatus answer malformed/ });
 });
