@@ -17,15 +17,7 @@ const MODEL_STATE = 3;
 /** The READY models a RepositoryIndex answer names (an entry in another state is left out). */
 export function readReadyModels(bytes: Buffer): string[] {
   const ready: string[] = [];
-  const r = new WireReader('RepositoryIndex answer', bytes, 0, bytes.length);
-  while (r.at < r.end) {
-    const tag = r.varint();
-    if (Math.floor(tag / 8) !== RESPONSE_MODELS || (tag & 7) !== WIRE_LEN) {
-      r.skip(tag & 7);
-      continue;
-    }
-    const [start, end] = r.span();
-    const m = r.nested(start, end);
+  new WireReader('RepositoryIndex answer', bytes, 0, bytes.length).forEachMessage(RESPONSE_MODELS, (m) => {
     let name = '';
     let isReady = false;
     while (m.at < m.end) {
@@ -37,6 +29,6 @@ export function readReadyModels(bytes: Buffer): string[] {
       else m.skip(wireType);
     }
     if (isReady) ready.push(name);
-  }
+  });
   return ready;
 }

@@ -140,15 +140,7 @@ export function readStatusReport(bytes: Buffer): StatusAnswer {
  */
 export function readWeightBytes(bytes: Buffer): Map<string, number> {
   const weights = new Map<string, number>();
-  const r = new WireReader('ModelControlStatus answer', bytes, 0, bytes.length);
-  while (r.at < r.end) {
-    const tag = r.varint();
-    if (Math.floor(tag / 8) !== RESPONSE_MODELS || (tag & 7) !== WIRE_LEN) {
-      r.skip(tag & 7);
-      continue;
-    }
-    const [start, end] = r.span();
-    const m = r.nested(start, end);
+  new WireReader('ModelControlStatus answer', bytes, 0, bytes.length).forEachMessage(RESPONSE_MODELS, (m) => {
     let name = '';
     let ready = false;
     let weightBytes = 0;
@@ -162,7 +154,7 @@ export function readWeightBytes(bytes: Buffer): Map<string, number> {
       else m.skip(wireType);
     }
     if (ready) weights.set(name, weightBytes);
-  }
+  });
   return weights;
 }
 

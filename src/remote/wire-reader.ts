@@ -17,6 +17,19 @@ export class WireReader {
     return new WireReader(this.what, this.buf, start, end);
   }
 
+  /** `visit` each of the repeated message field `field`, with a reader over its bytes; every other field skipped. */
+  forEachMessage(field: number, visit: (message: WireReader) => void): void {
+    while (this.at < this.end) {
+      const tag = this.varint();
+      if (Math.floor(tag / 8) !== field || (tag & 7) !== WIRE_LEN) {
+        this.skip(tag & 7);
+        continue;
+      }
+      const [start, end] = this.span();
+      visit(this.nested(start, end));
+    }
+  }
+
   /**
    * A varint, exact below 2^53 (every byte count, counter and time here), within the message. Not
    * shared/protobuf-wire.ts's, whose [value, next] pair per varint made a 10,000-model answer's
