@@ -13,6 +13,11 @@
 //   npm run build && node bench/quotas.js [--seconds 8] [--rounds 1] [--generator-nice 19] [--noisy-rate 0]
 //     [--server-cpus LIST --generator-cpus LIST: the server and the load generator on cores apart (taskset's lists, e.g.
 //      0-11 and 12-15), as clients on other hosts would be; on a host with few cores each side then has fewer]
+//     [--interleave S: instead of a fresh server per phase, one server per quota for --seconds, the noisy side (or the
+//      spinning threads) on in every other window of S seconds, the quiet tenant throughout; its p99 with the noisy
+//      side on against its p99 in the windows between, on the same server over the same minute, so that a shared
+//      machine's slow swings fall on both alike; a row more, noisy at 0.0001 device-seconds a second, nearly every
+//      request refused: what its refusals alone cost the quiet tenant]
 //
 // The machine is shared and noisy: compare the rows of one run, not runs of different days.
 import { parseArgs } from 'node:util';
@@ -34,6 +39,7 @@ const { values: args } = parseArgs({
     rounds: { type: 'string', default: '1' },
     'server-cpus': { type: 'string', default: '' },
     'generator-cpus': { type: 'string', default: '' },
+    interleave: { type: 'string', default: '0' },
   },
 });
 const SECONDS = Number(args.seconds);
@@ -50,6 +56,8 @@ if (!Number.isInteger(GENERATOR_NICE) || GENERATOR_NICE < 0 || GENERATOR_NICE > 
 // in every phase and on every machine.
 const ROUNDS = Number(args.rounds);
 if (!Number.isInteger(ROUNDS) || ROUNDS < 1) throw new Error(`--rounds must be a whole number from 1, got ${args.rounds}`);
+const INTERLEAVE_MS = Number(args.interleave) * 1000;
+if (!(INTERLEAVE_MS >= 0)) throw new Error(`--interleave must be a number of seconds, 0 or more, got ${args.interleave}`);
 const NOISY_RATE = Number(args['noisy-rate']);
 if (!(NOISY_RATE >= 0)) throw new Error(`--noisy-rate must be a number of requests a second, 0 or more, got ${args['noisy-rate']}`);
 // Cores apart (Linux's taskset): the server started on SERVER_CPUS, this process (the quiet tenant's clients, the flood's
@@ -68,6 +76,13 @@ const percentile = (values, p) => {
   return sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] : NaN;
 };
 
+/**
+ * Whether the noisy side is on at `t` (Date.now()): always without --interleave; with it, in every other window of
+ * `windowMs` from `startMs`, the first one off (the quiet tenant alone).
+ */
+const noisyOn = (/** @type {number} */ t, /** @type {number} */ startMs, /** @type {number} */ windowMs) =>
+  windowMs === 0 || Math.floor((t - startMs) / windowMs) % 2 === 1;
+
 /** CPU seconds a process has used (user + system, from /proc: the server runs as a child). */
 const cpuSeconds = (/** @type {number} */ pid) => {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
@@ -80,7 +95,7 @@ const cpuSeconds = (/** @type {number} */ pid) => {
  * quiet tenant's loop, as two tenants' clients are apart: on one event loop the flood's own callbacks would delay the
  * quiet tenant's answers in the load generator, and the quiet p99 would measure the generator, not the server.
  */
-async function flood({ address, clients, untilMs, nice, rate }) {
+async function flood({ address, clients, untilMs, nice, rate, startMs, windowMs }) {
   os.setPriority(nice);
   const gapMs = rate > 0 ? (clients * 1000) / rate : 0;
   const channels = [0, 1].map(() => new InferenceClient(address, { 'grpc.use_local_subchannel_pool': 1 }));
@@ -88,6 +103,13 @@ async function flood({ address, clients, untilMs, nice, rate }) {
   await Promise.all(Array.from({ length: clients }, async (_, i) => {
     let next = Date.now() + (gapMs * i) / clients;
     while (Date.now() < untilMs) {
+      if (!noisyOn(Date.now(), startMs, windowMs)) {
+        // A window off: wait for the next one on, and start its schedule there.
+        const off = Date.now() - startMs;
+        await new Promise((resolve) => setTimeout(resolve, windowMs - (off % windowMs)));
+        next = Date.now() + (gapMs * i) / clients;
+        continue;
+      }
       if (gapMs > 0) {
         const wait = next - Date.now();
         next += gapMs;
@@ -100,7 +122,11 @@ async function flood({ address, clients, untilMs, nice, rate }) {
   parentPort?.postMessage(noisy);
 }
 
-/** One phase on a fresh server: quiet alone or beside noisy; `quota`: noisy's limits (global.quotas.tenants.noisy), false for none; `hogs`: spinning threads. */
+/**
+ * One phase on a fresh server: quiet alone or beside noisy; `quota`: noisy's limits (global.quotas.tenants.noisy), false
+ * for none; `hogs`: spinning threads. With --interleave the noisy side (or the threads) is on in every other window, and
+ * the quiet tenant's figures come apart as `on` and `off` (by when each request was sent).
+ */
 async function phase(noisyClients, quota, hogs = 0) {
   const temp = tempDir('stowage-bench-quotas-');
   const repo = path.join(temp.dir, 'repo');
@@ -110,20 +136,26 @@ async function phase(noisyClients, quota, hogs = 0) {
   const clients = Array.from({ length: 2 }, () => new InferenceClient(server.address, { 'grpc.use_local_subchannel_pool': 1 }));
   for (let i = 0; i < 20; i++) await clients[i % 2].infer('m', [x]);
   const quiet = /** @type {number[]} */ ([]);
-  const untilMs = Date.now() + SECONDS * 1000;
+  const quietOn = /** @type {number[]} */ ([]);
+  const startMs = Date.now();
+  const untilMs = startMs + SECONDS * 1000;
   const cpu0 = { server: cpuSeconds(server.child.pid), bench: process.cpuUsage() };
-  const flooder = noisyClients > 0 ? new Worker(new URL(import.meta.url), { workerData: { address: server.address, clients: noisyClients, untilMs, nice: GENERATOR_NICE, rate: NOISY_RATE } }) : null;
+  const flooder = noisyClients > 0 ? new Worker(new URL(import.meta.url), { workerData: { address: server.address, clients: noisyClients, untilMs, nice: GENERATOR_NICE, rate: NOISY_RATE, startMs, windowMs: INTERLEAVE_MS } }) : null;
   // The machine's own floor: threads that only spin, sending nothing, take the cores a flood's client would.
+  // With --interleave they sleep through the windows off (Atomics.wait: a thread's sleep).
   const spinners = Array.from({ length: hogs }, () => new Worker(
-    `require('node:os').setPriority(${GENERATOR_NICE}); const until = ${untilMs}; while (Date.now() < until);`,
+    `require('node:os').setPriority(${GENERATOR_NICE}); const until = ${untilMs}, start = ${startMs}, w = ${INTERLEAVE_MS};
+    const nap = new Int32Array(new SharedArrayBuffer(4));
+    while (Date.now() < until) if (w > 0 && Math.floor((Date.now() - start) / w) % 2 === 0) Atomics.wait(nap, 0, 0, 5);`,
     { eval: true },
   ));
   const noisy = flooder ? /** @type {Promise<{ ok: number, refused: number }>} */ (once(flooder, 'message').then(([m]) => m)) : Promise.resolve({ ok: 0, refused: 0 });
   const quietLoop = async (/** @type {number} */ i) => {
     while (Date.now() < untilMs) {
       const t0 = performance.now();
+      const on = INTERLEAVE_MS > 0 && noisyOn(Date.now(), startMs, INTERLEAVE_MS);
       await clients[i].infer('m', [x], { metadata: { 'stowage-tenant': 'quiet' } });
-      quiet.push(performance.now() - t0);
+      (on ? quietOn : quiet).push(performance.now() - t0);
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
   };
@@ -137,11 +169,30 @@ async function phase(noisyClients, quota, hogs = 0) {
   for (const c of clients) c.close();
   await server.stop();
   temp.cleanup();
-  return { p50: percentile(quiet, 50), p99: percentile(quiet, 99), quiet: quiet.length, noisy: noisyCounts, cores };
+  const on = { p50: percentile(quietOn, 50), p99: percentile(quietOn, 99), quiet: quietOn.length };
+  return { p50: percentile(quiet, 50), p99: percentile(quiet, 99), quiet: quiet.length, noisy: noisyCounts, cores, on };
 }
 
 if (!isMainThread) {
   await flood(workerData);
+} else if (INTERLEAVE_MS > 0) {
+  console.log(`Interleaved: one server per row for ${SECONDS} s, the noisy side on in every other ${INTERLEAVE_MS / 1000} s window; quiet p99 on / off`);
+  console.log('| round | noisy side | quiet requests off / on | quiet p50 ms off / on | quiet p99 ms off / on | p99 on / off | noisy answered | noisy refused | server cores | load generator cores |');
+  console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
+  for (let round = 1; round <= ROUNDS; round++) {
+    const rows = /** @type {const} */ ([
+      ['noisy, no quota', () => phase(32, false)],
+      ['noisy, max_inflight 2', () => phase(32, { max_inflight: 2 })],
+      ['noisy, 0.1 device-seconds a second', () => phase(32, { device_seconds_per_second: 0.1 })],
+      // What its refusals alone cost: a quota nearly nothing passes.
+      ['noisy, 0.0001 device-seconds a second', () => phase(32, { device_seconds_per_second: 0.0001 })],
+      ['two spinning threads, no requests', () => phase(0, false, 2)],
+    ]);
+    for (const [name, run] of rows) {
+      const r = await run();
+      console.log(`| ${round} | ${name} | ${r.quiet} / ${r.on.quiet} | ${r.p50.toFixed(2)} / ${r.on.p50.toFixed(2)} | ${r.p99.toFixed(2)} / ${r.on.p99.toFixed(2)} | ${(r.on.p99 / r.p99).toFixed(2)} | ${r.noisy.ok} | ${r.noisy.refused} | ${r.cores.server.toFixed(2)} | ${r.cores.bench.toFixed(2)} |`);
+    }
+  }
 } else {
   console.log('| round | phase | quiet requests | quiet p50 ms | quiet p99 ms | p99 / alone | noisy answered | noisy refused | server cores | load generator cores |');
   console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |');
