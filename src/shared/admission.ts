@@ -23,8 +23,10 @@
  *   those have a limit) at admission, once its model is known, and gives it back when answered; a
  *   meta model's sub-calls ride on their parent's place.
  * - Device-seconds per second: every execution's share of device time (its compute time × the
- *   request's rows ÷ the batch's rows) is charged to its tenant and its model after it ran, sub-calls
- *   included; a subject that ran ahead of its rate by more than `burst_seconds` of its rate is refused
+ *   request's rows ÷ the batch's rows) is charged to its tenant and its model, sub-calls included;
+ *   a request let through is charged its predicted run at once (`prepay`), settled by its run's
+ *   charge or given back if it never runs, so that the requests waiting for the device count too;
+ *   a subject that ran ahead of its rate by more than `burst_seconds` of its rate is refused
  *   until time catches up. The charge is a generic cell rate algorithm (GCRA): each subject keeps one
  *   number, its theoretical arrival time, moved forward by charge ÷ rate with a compare-and-swap,
  *   so that every thread updates it in place.
@@ -219,6 +221,11 @@ export interface QuotasShape {
 export interface QuotaTicket {
   readonly subjects: readonly number[];
   readonly holds: boolean;
+  /**
+   * Device time charged ahead when it was let through (ns: its predicted run, `prepay`), not yet
+   * settled by its execution's charge; given back if it never runs. On the thread that admitted it.
+   */
+  prepaidNs?: number;
 }
 
 /** One subject's numbers as metrics read them. */
@@ -323,7 +330,7 @@ export class Quotas {
       }
     }
     for (const i of subjects) Atomics.add(words, this.#share(this.#row, i), 1n);
-    return { subjects, holds: true };
+    return { subjects, holds: true, prepaidNs: 0 };
   }
 
   /**
@@ -366,31 +373,60 @@ export class Quotas {
     return subjects.length ? { subjects, holds: false } : null;
   }
 
+  /**
+   * Charge `predictedMs` of device time (the request's run as this thread learned it) ahead, as the
+   * request is let through: charged only after their runs, the requests of a flood admitted before
+   * the first charges came in were not counted, and piled up on the device ahead of everyone
+   * else's. Its execution's charge settles it (`charge`); `leave` gives back what no run settled.
+   */
+  prepay(ticket: QuotaTicket | null, predictedMs: number | undefined): void {
+    if (!ticket?.holds || !(predictedMs !== undefined && predictedMs > 0)) return;
+    const ns = predictedMs * 1e6;
+    this.#advance(ticket, ns);
+    ticket.prepaidNs = (ticket.prepaidNs ?? 0) + ns;
+  }
+
   /** Charge one execution's share of device time (the request's `rows` of the batch's) to the ticket's subjects. */
   charge(ticket: QuotaTicket | null, timing: ExecutionTiming, rows: number): void {
     if (!ticket) return;
     const total = timing.computeInputNs + timing.computeInferNs + timing.computeOutputNs;
     const share = timing.batchRows > 0 ? (total * Math.min(rows, timing.batchRows)) / timing.batchRows : total / Math.max(1, timing.requests);
     if (!(share > 0)) return;
+    for (const i of ticket.subjects) Atomics.add(this.#words, i * STRIDE + DEVICE_NS, BigInt(Math.round(share)));
+    // What was charged ahead is settled by the run: only the difference moves the rate on (or back).
+    const prepaid = ticket.prepaidNs ?? 0;
+    if (prepaid) ticket.prepaidNs = 0;
+    this.#advance(ticket, share - prepaid);
+  }
+
+  /**
+   * GCRA: each rate-limited subject's theoretical arrival time moves on by `ns` of device time at
+   * its rate, from now at the earliest; back by it when `ns` is negative (a charge ahead given back,
+   * or settled by a shorter run).
+   */
+  #advance(ticket: QuotaTicket, ns: number): void {
+    if (ns === 0) return;
     const words = this.#words;
     const now = nowNs();
     for (const i of ticket.subjects) {
-      Atomics.add(words, i * STRIDE + DEVICE_NS, BigInt(Math.round(share)));
       const rate = this.#shape.subjects[i].limits.device_seconds_per_second;
       if (rate <= 0) continue;
-      // GCRA: the subject's theoretical arrival time moves on by the charge at its rate, from now at the earliest.
-      const step = BigInt(Math.round(share / rate));
+      const step = BigInt(Math.round(ns / rate));
       for (;;) {
         const tat = Atomics.load(words, i * STRIDE + TAT);
-        const next = (tat > now ? tat : now) + step;
+        const next = ns > 0 ? (tat > now ? tat : now) + step : tat + step;
         if (Atomics.compareExchange(words, i * STRIDE + TAT, tat, next) === tat) break;
       }
     }
   }
 
-  /** The request is answered: its places go back. */
+  /** The request is answered (or refused, or failed): its places go back, and its charge ahead that no run settled. */
   leave(ticket: QuotaTicket | null): void {
     if (!ticket?.holds) return;
+    if (ticket.prepaidNs) {
+      this.#advance(ticket, -ticket.prepaidNs);
+      ticket.prepaidNs = 0;
+    }
     for (const i of ticket.subjects) {
       Atomics.sub(this.#words, i * STRIDE + PLACES, 1n);
       Atomics.sub(this.#words, this.#share(this.#row, i), 1n);

@@ -165,9 +165,9 @@ export interface PathRooms<L extends PathLease> {
    */
   backlog(lease: L): AdmissionBacklog | undefined;
   /** What this thread learned of its models' runs, to refuse at once a request that would miss its deadline. */
-  deadlines: Pick<DeadlineAdmission, 'refusal' | 'learn'>;
+  deadlines: Pick<DeadlineAdmission, 'refusal' | 'learn' | 'runMs'>;
   /** The node's quotas (shared/admission.ts), counted with every other thread's. */
-  quotas: Pick<Quotas, 'tenantOf' | 'admit' | 'subCall' | 'charge' | 'leave' | 'answered'>;
+  quotas: Pick<Quotas, 'tenantOf' | 'admit' | 'prepay' | 'subCall' | 'charge' | 'leave' | 'answered'>;
   /** Count one request answered, or failed (with its error's code), on its model's statistics. */
   succeeded(lease: L, batchSize: number, durationNs: number, queueNs: number, timing: ExecutionTiming): void;
   failed(lease: L, code: ErrorCode | undefined, durationNs: number): void;
@@ -274,6 +274,9 @@ export class RequestPath<L extends PathLease> {
     // A request the work ahead of it on the device would keep past its deadline is refused now, before it runs.
     const late = this.#rooms.deadlines.refusal(spec, { priority, deadlineMs, rows: checked.rows }, this.#rooms.backlog(lease));
     if (late) throw late;
+    // Its run charged to its quotas' rates now, settled once it ran: what is let through ahead of its
+    // charges counts too (a model this thread has not seen run is charged after its run alone).
+    this.#rooms.quotas.prepay(quota, this.#rooms.deadlines.runMs(spec.name, checked.rows));
     // No await since checking: the regions are still registered (an edge's may have been
     // unregistered meanwhile: its hold fails as a region not found, holding nothing). Last, so that
     // nothing throws between holding them and the path's release.

@@ -2,7 +2,8 @@
 // edge and with two edge threads: a tenant's requests held in flight past its limit are refused
 // RESOURCE_EXHAUSTED at once, naming the limit, over gRPC and REST alike, from whichever edge, while
 // another tenant's go on; a tenant past its device-seconds rate is refused until time catches up,
-// another is not; the metrics say so per tenant, each tenant's answered requests by their time too.
+// another is not, counting a request's predicted run from when it is let through; the metrics say so
+// per tenant, each tenant's answered requests by their time too.
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import test from 'ava';
@@ -92,6 +93,40 @@ for (const edgeThreads of [0, 2]) {
     t.is(Object.keys(m).filter((k) => k.startsWith('stowage_tenant_request_duration_seconds') && k.includes('tenant="bob"')).length, 0, 'bob counts as other');
   });
 }
+
+test('a request let through is charged its predicted run at once: held requests count against the rate before any of them ran', async (t) => {
+  const temp = tempDir();
+  t.teardown(temp.cleanup);
+  const echo = path.join(FIXTURES, 'models', 'echo');
+  const repo = makeRepository(temp.dir, { gated: echo }, { 'gated/model.js': readFileSync(path.join(FIXTURES, 'hooks', 'gated.js')) });
+  // Dave may run a microsecond of device a second, and be a microsecond ahead: one run's charge puts him past it.
+  const quotas = { tenants: { dave: { device_seconds_per_second: 0.000001, burst_seconds: 1 } } };
+  const server = await startServer({ model_repo: repo, global: { quotas, endpoints: { edge_threads: 0 } } }, { root: temp.dir });
+  t.teardown(() => server.stop());
+  const client = ownConnection(server.address);
+  t.teardown(() => client.close());
+  const open = path.join(temp.dir, 'open');
+  writeFileSync(open, '');
+  const through = (/** @type {string} */ gate) => ({ parameters: { gate: { parameter_choice: /** @type {const} */ ('string_param'), string_param: gate } } });
+  // Another tenant's runs first: the thread learns what a run of the model takes.
+  for (let i = 0; i < 3; i++) await client.infer('gated', [x], { ...through(open), ...as('bob') });
+  // Dave's four held at a closed gate: none has run, so none is charged after its run yet.
+  const gate = path.join(temp.dir, 'gate');
+  let refusedEarly = 0;
+  const calls = Array.from({ length: 4 }, () => client.infer('gated', [x], { ...through(gate), ...as('dave') }));
+  for (const c of calls) c.catch(() => refusedEarly++);
+  const held = Promise.allSettled(calls);
+  for (let i = 0; i < 200 && refusedEarly < 3; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+  t.is(refusedEarly, 3, 'three refused at once, while the first waits at its gate');
+  writeFileSync(gate, '');
+  const results = await held;
+  const refused = results.filter((r) => r.status === 'rejected');
+  t.is(results.length - refused.length, 1, 'the first let through, charged its run ahead');
+  for (const r of refused) {
+    t.is(/** @type {PromiseRejectedResult} */ (r).reason.code, status.RESOURCE_EXHAUSTED);
+    t.regex(/** @type {PromiseRejectedResult} */ (r).reason.details, /tenant "dave" is over its quota of 0\.000001 device-seconds per second/);
+  }
+});
 
 test('through a pooled gateway: the tenant key reaches the node, a quota refusal comes back with its code and is never retried on another node', async (t) => {
   const temp = tempDir();

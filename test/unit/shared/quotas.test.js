@@ -3,7 +3,8 @@
 // answered; device time charged at a rate (GCRA), a subject ahead of its rate by more than its
 // burst refused until time catches up, others unaffected; a meta model's sub-call charged without a
 // place; a dead thread's places given back; and two real threads racing never take more places than
-// the limit; each tenant's answered requests by their time, summed over the threads' rows.
+// the limit; each tenant's answered requests by their time, summed over the threads' rows; device
+// time charged ahead at admission, settled by the run or given back.
 import { Worker } from 'node:worker_threads';
 import test from 'ava';
 import { Quotas } from '../../../dist/shared/admission.js';
@@ -78,6 +79,27 @@ test('device time at a rate: a tenant ahead of it by more than its burst is refu
   const alices = q.read().find((r) => r.name === 'alice');
   t.is(alices?.refused.rate, 1);
   t.true(Math.abs((alices?.deviceSeconds ?? 0) - 0.1) < 1e-6, 'the device time charged');
+});
+
+test('device time charged ahead as a request is let through: the next refused before any run; its run settles it, and a request that never runs gives it back', async (t) => {
+  const q = new Quotas(Quotas.create({ alice: limits({ device_seconds_per_second: 0.5, burst_seconds: 0.05 }) }, {}, 1), 0);
+  const first = q.admit('m', 'alice');
+  q.prepay(first, 100); // its run predicted at 100 ms: 200 ms of its time at half a device
+  const err = await stowageError(t, Promise.resolve().then(() => q.admit('m', 'alice')));
+  t.regex(err.message, /tenant "alice" is over its quota of 0\.5 device-seconds per second \(burst 0\.05 s\), and it is 0\.[12]\d s ahead/, 'refused with no run charged yet');
+  q.charge(first, ran(10), 1); // it ran 10 ms: 20 ms of its time, not 200
+  q.leave(first);
+  const second = q.admit('m', 'alice');
+  t.truthy(second, 'the run settled the charge ahead: 0.02 s ahead, within the burst');
+  q.prepay(second, 100);
+  q.leave(second); // refused or failed before it ran
+  t.truthy(q.admit('m', 'alice'), 'what it was charged ahead is given back');
+  const alices = q.read().find((r) => r.name === 'alice');
+  t.true(Math.abs((alices?.deviceSeconds ?? 0) - 0.01) < 1e-6, 'device time counts the run alone');
+  t.is(alices?.refused.rate, 1);
+  const sub = q.subCall(second, 'm');
+  q.prepay(sub, 100);
+  t.is(sub?.prepaidNs, undefined, 'a sub-call, holding no place, is charged after its run only');
 });
 
 test('an execution\'s device time is shared by rows; a meta model\'s sub-call charges its parent\'s tenant and its own model, holding no place', (t) => {
