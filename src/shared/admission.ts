@@ -221,6 +221,8 @@ export interface QuotasShape {
 export interface QuotaTicket {
   readonly subjects: readonly number[];
   readonly holds: boolean;
+  /** Whether a subject of it has a device-time rate (`prepay` has something to charge ahead to). */
+  readonly rated?: boolean;
   /**
    * Device time charged ahead when it was let through (ns: its predicted run, `prepay`), not yet
    * settled by its execution's charge; given back if it never runs. On the thread that admitted it.
@@ -309,9 +311,11 @@ export class Quotas {
     if (subjects.length === 0) return null;
     const now = nowNs();
     const words = this.#words;
+    let rated = false;
     for (const i of subjects) {
       const { limits } = this.#shape.subjects[i];
       if (limits.device_seconds_per_second <= 0) continue;
+      rated = true;
       const ahead = Atomics.load(words, i * STRIDE + TAT) - now;
       if (ahead > BigInt(Math.round(limits.burst_seconds * 1e9))) {
         Atomics.add(words, i * STRIDE + REFUSED_RATE, 1n);
@@ -330,7 +334,7 @@ export class Quotas {
       }
     }
     for (const i of subjects) Atomics.add(words, this.#share(this.#row, i), 1n);
-    return { subjects, holds: true, prepaidNs: 0 };
+    return { subjects, holds: true, rated, prepaidNs: 0 };
   }
 
   /**
@@ -380,7 +384,7 @@ export class Quotas {
    * else's. Its execution's charge settles it (`charge`); `leave` gives back what no run settled.
    */
   prepay(ticket: QuotaTicket | null, predictedMs: number | undefined): void {
-    if (!ticket?.holds || !(predictedMs !== undefined && predictedMs > 0)) return;
+    if (!ticket?.holds || !ticket.rated || !(predictedMs !== undefined && predictedMs > 0)) return;
     const ns = predictedMs * 1e6;
     this.#advance(ticket, ns);
     ticket.prepaidNs = (ticket.prepaidNs ?? 0) + ns;

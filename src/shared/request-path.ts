@@ -275,8 +275,9 @@ export class RequestPath<L extends PathLease> {
     const late = this.#rooms.deadlines.refusal(spec, { priority, deadlineMs, rows: checked.rows }, this.#rooms.backlog(lease));
     if (late) throw late;
     // Its run charged to its quotas' rates now, settled once it ran: what is let through ahead of its
-    // charges counts too (a model this thread has not seen run is charged after its run alone).
-    this.#rooms.quotas.prepay(quota, this.#rooms.deadlines.runMs(spec.name, checked.rows));
+    // charges counts too (a model this thread has not seen run is charged after its run alone). Only
+    // where a rate applies: most requests have no quota, and their path reads no learned cost.
+    if (quota?.rated) this.#rooms.quotas.prepay(quota, this.#rooms.deadlines.runMs(spec.name, checked.rows));
     // No await since checking: the regions are still registered (an edge's may have been
     // unregistered meanwhile: its hold fails as a region not found, holding nothing). Last, so that
     // nothing throws between holding them and the path's release.

@@ -100,6 +100,10 @@ test('device time charged ahead as a request is let through: the next refused be
   const sub = q.subCall(second, 'm');
   q.prepay(sub, 100);
   t.is(sub?.prepaidNs, undefined, 'a sub-call, holding no place, is charged after its run only');
+  const counted = new Quotas(Quotas.create({ erin: limits({ max_inflight: 4 }) }, {}, 1), 0);
+  const places = counted.admit('m', 'erin');
+  counted.prepay(places, 100);
+  t.is(places?.prepaidNs, 0, 'no device-time rate: nothing to charge ahead');
 });
 
 test('an execution\'s device time is shared by rows; a meta model\'s sub-call charges its parent\'s tenant and its own model, holding no place', (t) => {
