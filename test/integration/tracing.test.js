@@ -272,7 +272,9 @@ test('with two edge threads each request\'s spans are made on its edge: one conn
     const request = mine.find((s) => s.name === `infer ${model}`);
     t.is(request.parentSpanId, 'b7ad6b7169203331', `${model}: the caller's child`);
     t.true(mine.filter((s) => s.name !== `infer ${model}`).every((s) => s.parentSpanId === request.spanId), `${model}: every span of the trace under its request's`);
-    t.true(receiver.spans.some((s) => s.name === `execute ${model}` && (s.links ?? []).some((/** @type {any} */ l) => l.traceId === traceId)), `${model}: its execution linked to it`);
+    // The execution's span comes from the device thread, in an export of its own that may land after the edge's.
+    const linked = await receiver.until((spans) => spans.some((s) => s.name === `execute ${model}` && (s.links ?? []).some((/** @type {any} */ l) => l.traceId === traceId)) || undefined);
+    t.true(linked, `${model}: its execution linked to it`);
   }
   const m = await scrapeMetrics(server.adminPort);
   t.true([0, 1].every((edge) => metric(m, 'stowage_edge_served_requests_total', `edge="${edge}"`) > 0), 'both edges ran traced requests themselves');
