@@ -103,12 +103,12 @@ const cpuSeconds = (/** @type {number} */ pid) => {
 /**
  * The noisy tenant's flood, in a process of its own (`phase` starts it under `nice`): each of `clients` callers sends
  * again the moment it is answered or refused (or on its schedule at `rate`), until `untilMs` (Date.now()); resolves to
- * how many were answered and refused. Apart from the quiet tenant's loop, as two tenants' clients are apart: on one
- * event loop the flood's own callbacks would delay the quiet tenant's answers in the load generator, and the quiet p99
- * would measure the generator, not the server. Its calls are bare HTTP/2 (node:http2) carrying one ModelInfer request
- * encoded once: ~60 µs of CPU a call, where our gRPC client's cost ~500 and ghz's ~470. On a machine whose cores the
- * load generator shares with the server, what it takes of them weighs on the quiet tenant's figures as much as what
- * the server does, so the lighter it is, the more the figures say of the server.
+ * how many were answered, refused and failed. Apart from the quiet tenant's loop, as two tenants' clients are apart: on
+ * one event loop the flood's own callbacks would delay the quiet tenant's answers in the load generator, and the quiet
+ * p99 would measure the generator, not the server. Its calls are bare HTTP/2 (node:http2) carrying one ModelInfer
+ * request encoded once: ~60 µs of CPU a call, where our gRPC client's cost ~500 and ghz's ~470. On a machine whose
+ * cores the load generator shares with the server, what it takes of them weighs on the quiet tenant's figures as much
+ * as what the server does, so the lighter it is, the more the figures say of the server.
  */
 async function flood({ address, clients, untilMs, rate, startMs, windowMs }) {
   const gapMs = rate > 0 ? (clients * 1000) / rate : 0;
@@ -121,7 +121,7 @@ async function flood({ address, clients, untilMs, rate, startMs, windowMs }) {
   body.writeUInt32BE(message.length, 1);
   body.set(message, 5);
   const sessions = [0, 1].map(() => http2.connect(`http://${address}`));
-  const noisy = { ok: 0, refused: 0 };
+  const noisy = { ok: 0, refused: 0, failed: 0 };
   const call = (/** @type {http2.ClientHttp2Session} */ session) => new Promise((resolve) => {
     const stream = session.request({ ':method': 'POST', ':path': MODEL_INFER, 'content-type': 'application/grpc', te: 'trailers', 'stowage-tenant': 'noisy' });
     let status = '';
@@ -131,8 +131,10 @@ async function flood({ address, clients, untilMs, rate, startMs, windowMs }) {
     stream.on('data', () => {});
     stream.on('error', () => {});
     stream.on('close', () => {
+      // Anything but an answer or RESOURCE_EXHAUSTED (the quota's refusal) is a fault of the run, counted apart.
       if (status === '0') noisy.ok++;
-      else noisy.refused++;
+      else if (status === '8') noisy.refused++;
+      else noisy.failed++;
       resolve(undefined);
     });
     stream.end(body);
@@ -186,8 +188,8 @@ async function phase(noisyClients, quota, hogs = 0, elsewhere = false) {
   // which a thread's own nice level leaves at 0); its cores are this process's (taskset's list is inherited).
   const flooding = noisyClients > 0
     ? runWithCpu('nice', ['-n', String(GENERATOR_NICE), process.execPath, fileURLToPath(import.meta.url)], { env: { ...process.env, [FLOOD_ENV]: JSON.stringify(floodOptions) }, maxBuffer: 2 ** 20 })
-      .then(({ stdout, cpuUs }) => ({ .../** @type {{ ok: number, refused: number }} */ (JSON.parse(stdout)), cpuUs }))
-    : Promise.resolve({ ok: 0, refused: 0, cpuUs: 0 });
+      .then(({ stdout, cpuUs }) => ({ .../** @type {{ ok: number, refused: number, failed: number }} */ (JSON.parse(stdout)), cpuUs }))
+    : Promise.resolve({ ok: 0, refused: 0, failed: 0, cpuUs: 0 });
   // The machine's own floor: threads that only spin, sending nothing, take the cores a flood's client would.
   // With --interleave they sleep through the windows off (Atomics.wait: a thread's sleep).
   const spinners = Array.from({ length: hogs }, () => new Worker(
@@ -207,6 +209,7 @@ async function phase(noisyClients, quota, hogs = 0, elsewhere = false) {
   };
   await Promise.all([quietLoop(0), quietLoop(1)]);
   const noisyCounts = await flooding;
+  if (noisyCounts.failed > 0) console.error(`warning: ${noisyCounts.failed} of the noisy tenant's calls ended neither answered nor refused RESOURCE_EXHAUSTED`);
   const benchCpu = process.cpuUsage(cpu0.bench);
   // Cores each side used over the phase: on two cores, what the load generator takes the server does not get.
   const cores = { server: (cpuSeconds(server.child.pid) - cpu0.server) / SECONDS, bench: (benchCpu.user + benchCpu.system + noisyCounts.cpuUs) / 1e6 / SECONDS };
